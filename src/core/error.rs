@@ -1,0 +1,107 @@
+//! The one error type of the public surface. Every variant is something a user
+//! can act on; `code()` is the stable string the JS binding exposes.
+//!
+//! Messages name the lock and the backend, never a secret (tokens, auth headers,
+//! owner tokens): they are built only from names and backend replies, and backend
+//! replies are truncated and stripped of anything that looks like a credential
+//! by [`sanitize_detail`].
+
+use std::fmt;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LockError {
+    /// Rejected before any request was sent (bad name, TTL, URL, option, handle).
+    InvalidArgument { message: String },
+    /// A waiting acquire ran out of its wait time (its key, if any, is removed).
+    Timeout { backend: &'static str, name: String },
+    /// The operation was cancelled by the caller (its key, if any, is removed).
+    Aborted { backend: &'static str, name: String },
+    /// Redlock could not get a majority of nodes (after all retries).
+    NoQuorum { backend: &'static str, name: String, granted: usize, needed: usize },
+    /// The lock was lost (lease expired, key deleted, renewal failed).
+    Lost { backend: &'static str, name: String, reason: String },
+    /// Release/extend of a lock this client does not hold (any more).
+    NotHeld { backend: &'static str, name: String },
+    /// The backend answered, but with an error or something the client cannot
+    /// accept (HTTP 4xx/5xx, malformed or hostile reply).
+    Backend { backend: &'static str, name: String, status: Option<u16>, message: String },
+    /// No answer: connection refused, reset, or request timeout, on every endpoint tried.
+    Transport { backend: &'static str, name: String, message: String },
+    /// A subrequest budget (Workers) would be exceeded by the next request.
+    BudgetExhausted { backend: &'static str, name: String, budget: u32 },
+    /// The client was closed.
+    Closed { backend: &'static str },
+}
+
+impl LockError {
+    /// Stable code, matching the JS `LockError.code`.
+    pub fn code(&self) -> &'static str {
+        match self {
+            LockError::InvalidArgument { .. } => "INVALID_ARGUMENT",
+            LockError::Timeout { .. } => "TIMEOUT",
+            LockError::Aborted { .. } => "ABORTED",
+            LockError::NoQuorum { .. } => "NO_QUORUM",
+            LockError::Lost { .. } => "LOST",
+            LockError::NotHeld { .. } => "NOT_HELD",
+            LockError::Backend { .. } => "BACKEND",
+            LockError::Transport { .. } => "TRANSPORT",
+            LockError::BudgetExhausted { .. } => "BUDGET",
+            LockError::Closed { .. } => "CLOSED",
+        }
+    }
+
+    pub fn invalid(message: impl Into<String>) -> Self {
+        LockError::InvalidArgument { message: message.into() }
+    }
+
+    /// True when retrying the same operation later may succeed.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, LockError::Transport { .. } | LockError::Backend { .. } | LockError::NoQuorum { .. } | LockError::Timeout { .. })
+    }
+}
+
+impl fmt::Display for LockError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LockError::InvalidArgument { message } => write!(f, "invalid argument: {message}"),
+            LockError::Timeout { backend, name } => write!(f, "timed out waiting for lock {name:?} ({backend})"),
+            LockError::Aborted { backend, name } => write!(f, "acquire of lock {name:?} ({backend}) was aborted"),
+            LockError::NoQuorum { backend, name, granted, needed } => {
+                write!(f, "no quorum for lock {name:?} ({backend}): {granted} of {needed} needed nodes granted")
+            }
+            LockError::Lost { backend, name, reason } => write!(f, "lock {name:?} ({backend}) was lost: {reason}"),
+            LockError::NotHeld { backend, name } => write!(f, "lock {name:?} ({backend}) is not held by this client"),
+            LockError::Backend { backend, name, status, message } => match status {
+                Some(s) => write!(f, "{backend} backend error for lock {name:?}: HTTP {s}: {message}"),
+                None => write!(f, "{backend} backend error for lock {name:?}: {message}"),
+            },
+            LockError::Transport { backend, name, message } => {
+                write!(f, "cannot reach {backend} backend for lock {name:?}: {message}")
+            }
+            LockError::BudgetExhausted { backend, name, budget } => {
+                write!(f, "subrequest budget of {budget} would be exceeded for lock {name:?} ({backend})")
+            }
+            LockError::Closed { backend } => write!(f, "the {backend} client is closed"),
+        }
+    }
+}
+
+impl std::error::Error for LockError {}
+
+/// Make a backend-provided text safe and short enough to put in an error message:
+/// at most 200 characters, control characters replaced, and any word that looks
+/// like a bearer credential or one of `secrets` removed.
+pub fn sanitize_detail(raw: &str, secrets: &[&str]) -> String {
+    let mut s: String = raw
+        .chars()
+        .take(200)
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    for secret in secrets {
+        if secret.len() >= 4 && s.contains(secret) {
+            s = s.replace(secret, "<redacted>");
+        }
+    }
+    s
+}

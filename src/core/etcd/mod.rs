@@ -1,0 +1,1 @@
+//! etcd lock recipe over the JSON gateway.

@@ -1,0 +1,17 @@
+//! The sans-IO core: protocol state machines that take time as an argument,
+//! emit HTTP requests as data and consume responses. No clock reads, no RNG
+//! reads, no sockets, no async runtime, no wasm-bindgen (see `machine` for the
+//! driver loop).
+
+pub mod error;
+pub mod etcd;
+pub mod json_stream;
+pub mod machine;
+pub mod names;
+pub mod outbox;
+pub mod redis;
+pub mod types;
+
+pub use error::LockError;
+pub use machine::LockMachine;
+pub use types::*;

@@ -1,0 +1,49 @@
+//! Id allocation and output queues shared by every machine.
+
+use std::collections::VecDeque;
+
+use super::types::*;
+
+#[derive(Default, Debug)]
+pub struct Outbox {
+    next_request: u64,
+    next_op: u64,
+    next_lock: u64,
+    transmits: VecDeque<Transmit>,
+    events: VecDeque<Event>,
+}
+
+impl Outbox {
+    pub fn request_id(&mut self) -> RequestId {
+        self.next_request += 1;
+        RequestId(self.next_request)
+    }
+    pub fn op_id(&mut self) -> OpId {
+        self.next_op += 1;
+        OpId(self.next_op)
+    }
+    pub fn lock_id(&mut self) -> LockId {
+        self.next_lock += 1;
+        LockId(self.next_lock)
+    }
+    pub fn send(&mut self, req: HttpRequest) {
+        self.transmits.push_back(Transmit::Send(req));
+    }
+    pub fn cancel(&mut self, id: RequestId) {
+        self.transmits.push_back(Transmit::Cancel(id));
+    }
+    pub fn event(&mut self, e: Event) {
+        self.events.push_back(e);
+    }
+    pub fn poll_transmit(&mut self) -> Option<Transmit> {
+        self.transmits.pop_front()
+    }
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.events.pop_front()
+    }
+}
+
+/// Earliest of several optional deadlines.
+pub fn earliest(deadlines: impl IntoIterator<Item = Option<Millis>>) -> Option<Millis> {
+    deadlines.into_iter().flatten().min()
+}

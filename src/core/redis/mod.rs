@@ -1,0 +1,1 @@
+//! Redis over HTTP (Upstash REST, Webdis): single-node lock and Redlock.

@@ -1,0 +1,353 @@
+//! Plain data that crosses the boundary between the sans-IO core and a driver.
+//!
+//! Nothing here performs I/O, reads a clock or draws randomness: time arrives as
+//! [`Millis`] with every call, randomness through an injected [`Entropy`].
+
+use serde::{Deserialize, Serialize};
+
+/// Milliseconds on the driver's clock. The origin is arbitrary, but it must never
+/// go backwards within one machine's life (drivers use a monotonic clock).
+pub type Millis = u64;
+
+/// Identifies one HTTP request the core asked a driver to perform.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RequestId(pub u64);
+
+/// Identifies one user operation (acquire, release, extend, resume, inspect, close).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct OpId(pub u64);
+
+/// Identifies one held lock inside a machine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct LockId(pub u64);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Method {
+    Get,
+    Post,
+}
+
+impl Method {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Method::Get => "GET",
+            Method::Post => "POST",
+        }
+    }
+}
+
+/// An HTTP request, as data. The driver performs it and answers with [`Input`]s
+/// carrying the same `id`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct HttpRequest {
+    pub id: RequestId,
+    pub method: Method,
+    /// Absolute `http://` or `https://` URL; path segments are already escaped.
+    pub url: String,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+    /// The core enforces this itself (it emits [`Transmit::Cancel`] when it runs
+    /// out); drivers may use it as a safety net for connect/read timeouts.
+    pub timeout_ms: Option<u64>,
+    /// When true the driver delivers a 2xx body incrementally as [`Input::Chunk`]s
+    /// followed by [`Input::StreamEnd`] (etcd watches). A non-2xx answer is
+    /// delivered whole as [`Input::Response`].
+    pub stream: bool,
+}
+
+/// Header names whose values never appear in `Debug` output or error messages.
+pub fn is_secret_header(name: &str) -> bool {
+    let n = name.to_ascii_lowercase();
+    n == "authorization" || n == "proxy-authorization" || n == "cookie" || n.contains("token") || n.contains("secret") || n.contains("api-key")
+}
+
+impl std::fmt::Debug for HttpRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let headers: Vec<(&str, &str)> = self
+            .headers
+            .iter()
+            .map(|(k, v)| (k.as_str(), if is_secret_header(k) { "<redacted>" } else { v.as_str() }))
+            .collect();
+        f.debug_struct("HttpRequest")
+            .field("id", &self.id)
+            .field("method", &self.method)
+            .field("url", &self.url)
+            .field("headers", &headers)
+            .field("body_len", &self.body.len())
+            .field("timeout_ms", &self.timeout_ms)
+            .field("stream", &self.stream)
+            .finish()
+    }
+}
+
+/// What the core asks a driver to do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Transmit {
+    Send(HttpRequest),
+    /// Abort a request (timeout, cancelled waiter, closed watch). The driver must
+    /// not deliver anything more for this id; late deliveries are ignored anyway.
+    Cancel(RequestId),
+}
+
+/// Why a request produced no HTTP response.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TransportError {
+    /// The driver's own timeout fired (the core usually times out first).
+    Timeout,
+    /// Could not connect (refused, DNS, TLS).
+    Connect(String),
+    /// The connection broke while sending or receiving.
+    Io(String),
+}
+
+impl std::fmt::Display for TransportError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TransportError::Timeout => write!(f, "timed out"),
+            TransportError::Connect(m) => write!(f, "connect failed: {m}"),
+            TransportError::Io(m) => write!(f, "connection error: {m}"),
+        }
+    }
+}
+
+/// What a driver feeds back into the core, always tagged with the request id.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Input {
+    /// The whole response of a non-streaming request, or a non-2xx response to a
+    /// streaming one.
+    Response { id: RequestId, status: u16, body: Vec<u8> },
+    /// The next piece of a 2xx streaming body (any split; the core reassembles).
+    Chunk { id: RequestId, data: Vec<u8> },
+    /// The 2xx streaming body ended.
+    StreamEnd { id: RequestId },
+    /// No (complete) response.
+    Failed { id: RequestId, error: TransportError },
+}
+
+impl Input {
+    pub fn id(&self) -> RequestId {
+        match self {
+            Input::Response { id, .. } | Input::Chunk { id, .. } | Input::StreamEnd { id } | Input::Failed { id, .. } => *id,
+        }
+    }
+}
+
+/// How long an acquire may wait for a held lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wait {
+    /// Try once: if someone else holds the lock, finish with [`Event::NotAcquired`].
+    Try,
+    /// Wait up to this many milliseconds, then fail with `LockError::Timeout`.
+    For(u64),
+    /// Wait until granted, cancelled or failed.
+    Forever,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AcquireOptions {
+    pub wait: Wait,
+    /// Per-lock TTL (Redis backends). `None` uses the client default. The etcd
+    /// backend's TTL is its session lease's TTL and ignores this.
+    pub ttl_ms: Option<u64>,
+}
+
+impl Default for AcquireOptions {
+    fn default() -> Self {
+        AcquireOptions { wait: Wait::Forever, ttl_ms: None }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BackendKind {
+    Etcd,
+    Redis,
+    Redlock,
+}
+
+impl BackendKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BackendKind::Etcd => "etcd",
+            BackendKind::Redis => "redis",
+            BackendKind::Redlock => "redlock",
+        }
+    }
+}
+
+/// A serialisable description of a held lock, enough for another process to
+/// resume (verify, extend, release) it. It contains the owner credential
+/// (etcd lease id, Redis random token): treat it like a secret.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LockHandle {
+    /// Format version, currently 1.
+    pub v: u32,
+    pub backend: BackendKind,
+    pub name: String,
+    /// The backend key that represents the lock.
+    pub key: String,
+    /// etcd: the lease id (decimal); Redis/Redlock: the random owner token (hex).
+    pub owner: String,
+    /// Decimal string so that JSON consumers never lose precision.
+    #[serde(with = "u64_as_string")]
+    pub fencing_token: u64,
+    /// etcd: create revision of `key`; Redis/Redlock: 0.
+    #[serde(with = "u64_as_string", default)]
+    pub revision: u64,
+}
+
+impl std::fmt::Debug for LockHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LockHandle")
+            .field("backend", &self.backend)
+            .field("name", &self.name)
+            .field("key", &self.key)
+            .field("owner", &"<redacted>")
+            .field("fencing_token", &self.fencing_token)
+            .field("revision", &self.revision)
+            .finish()
+    }
+}
+
+pub(crate) mod u64_as_string {
+    use serde::{Deserialize, Deserializer, Serializer};
+    pub fn serialize<S: Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&v.to_string())
+    }
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Num {
+            S(String),
+            N(u64),
+        }
+        match Num::deserialize(d)? {
+            Num::N(n) => Ok(n),
+            Num::S(s) => s.parse().map_err(serde::de::Error::custom),
+        }
+    }
+}
+
+/// A lock this client holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LockInfo {
+    pub id: LockId,
+    pub name: String,
+    /// Strictly increases across successive holders of `name`. Pass it to the
+    /// resource you protect and have it reject lower tokens.
+    pub fencing_token: u64,
+    /// Conservative end of validity on the driver's clock ([`Millis`]): measured
+    /// from when the request that established it was *sent*, minus drift.
+    pub expires_at: Millis,
+    pub handle: LockHandle,
+}
+
+/// What a backend can tell about a lock name (for `status` / `GET /locks/:name`).
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct LockStatus {
+    pub name: String,
+    pub held: bool,
+    /// Backend-specific holder identity (etcd: key; Redis: not revealed).
+    pub holder: Option<String>,
+    pub fencing_token: Option<u64>,
+    /// Remaining lifetime of the holder as the backend reports it.
+    pub remaining_ms: Option<u64>,
+    /// Waiters in grant order, where the backend can tell (etcd).
+    pub waiters: Vec<String>,
+}
+
+/// Why a held lock was lost.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LostReason {
+    /// The backend no longer has our key (deleted by someone, or expired).
+    KeyGone,
+    /// The lease / TTL could not be renewed before it ran out.
+    RenewalFailed(String),
+    /// The client's conservative validity estimate ran out.
+    Expired,
+}
+
+impl std::fmt::Display for LostReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LostReason::KeyGone => write!(f, "the lock's key is gone from the backend"),
+            LostReason::RenewalFailed(m) => write!(f, "renewal failed: {m}"),
+            LostReason::Expired => write!(f, "validity ran out before it could be renewed"),
+        }
+    }
+}
+
+/// What the core tells the driver about user operations and held locks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    Acquired { op: OpId, lock: LockInfo },
+    /// A `Wait::Try` acquire found the lock held by someone else (and left no key).
+    NotAcquired { op: OpId },
+    /// `held_until_release` is false when the lock had already been lost.
+    Released { op: OpId, lock: LockId, held_until_release: bool },
+    Extended { op: OpId, lock: LockId, expires_at: Millis },
+    /// Automatic renewal moved a lock's validity forward.
+    Renewed { lock: LockId, expires_at: Millis },
+    Inspected { op: OpId, status: LockStatus },
+    Closed { op: OpId },
+    Failed { op: OpId, error: crate::core::LockError },
+    /// A held lock is no longer held. Emitted once per lock; the lock is forgotten.
+    Lost { lock: LockId, name: String, reason: LostReason },
+}
+
+/// The source of owner tokens and jitter, injected so that the core never reads
+/// an RNG itself. Production drivers use the OS CSPRNG (`getrandom`), tests a
+/// seeded generator.
+pub trait Entropy {
+    fn fill(&mut self, buf: &mut [u8]);
+}
+
+/// Uniform-ish integer in `0..=max` from the entropy source (jitter only; the
+/// slight modulo bias is irrelevant for spreading retries).
+pub fn jitter(entropy: &mut dyn Entropy, max: u64) -> u64 {
+    if max == 0 {
+        return 0;
+    }
+    let mut b = [0u8; 8];
+    entropy.fill(&mut b);
+    u64::from_le_bytes(b) % (max + 1)
+}
+
+/// Lowercase hex of `n` random bytes: an owner token.
+pub fn random_hex(entropy: &mut dyn Entropy, n: usize) -> String {
+    let mut buf = vec![0u8; n];
+    entropy.fill(&mut buf);
+    let mut s = String::with_capacity(n * 2);
+    for b in buf {
+        s.push(char::from_digit((b >> 4) as u32, 16).unwrap_or('0'));
+        s.push(char::from_digit((b & 15) as u32, 16).unwrap_or('0'));
+    }
+    s
+}
+
+/// A small deterministic generator (SplitMix64) for tests and simulations.
+#[derive(Clone, Debug)]
+pub struct SeededEntropy(u64);
+
+impl SeededEntropy {
+    pub fn new(seed: u64) -> Self {
+        SeededEntropy(seed)
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+}
+
+impl Entropy for SeededEntropy {
+    fn fill(&mut self, buf: &mut [u8]) {
+        for chunk in buf.chunks_mut(8) {
+            let v = self.next_u64().to_le_bytes();
+            chunk.copy_from_slice(&v[..chunk.len()]);
+        }
+    }
+}

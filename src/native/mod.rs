@@ -1,0 +1,1 @@
+//! Blocking native driver.
