@@ -266,6 +266,8 @@ pub enum LostReason {
     RenewalFailed(String),
     /// The client's conservative validity estimate ran out.
     Expired,
+    /// The client was closed while holding it (its keys were deleted).
+    ClientClosed,
 }
 
 impl std::fmt::Display for LostReason {
@@ -274,6 +276,7 @@ impl std::fmt::Display for LostReason {
             LostReason::KeyGone => write!(f, "the lock's key is gone from the backend"),
             LostReason::RenewalFailed(m) => write!(f, "renewal failed: {m}"),
             LostReason::Expired => write!(f, "validity ran out before it could be renewed"),
+            LostReason::ClientClosed => write!(f, "the client was closed"),
         }
     }
 }

@@ -1,1 +1,11 @@
-//! Blocking native driver.
+//! Blocking native driver (feature `native`): a small HTTP/1.1 client on
+//! `std::net`, a driver thread that runs one [`LockMachine`](crate::core::LockMachine),
+//! and the user-facing [`Client`] / [`Lock`] API.
+//!
+//! Only `http://` endpoints are supported here (no TLS dependency); use the JS
+//! package or a local TLS-terminating proxy for `https://`.
+
+pub mod entropy;
+pub mod http;
+
+pub use entropy::OsEntropy;

@@ -1,0 +1,400 @@
+//! Codec for etcd v3's JSON gateway (grpc-gateway): request bodies and response
+//! parsing. Pure functions; no state.
+//!
+//! Gateway conventions (checked against etcd 3.4.23): keys and values are base64,
+//! int64 fields are JSON strings, zero/false fields are omitted (`succeeded` is
+//! absent when a txn's compare failed, an empty value is absent), streaming
+//! endpoints wrap each message in `{"result": …}`, errors are
+//! `{"error": "...", "message": "...", "code": <grpc code>}` with an HTTP status
+//! mapped from the gRPC code. `count` in a range ignores `max_create_revision`,
+//! so only `kvs` is trusted.
+
+use base64::engine::general_purpose::STANDARD as B64;
+use base64::Engine;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+/// int64 that the gateway sends as a string (or, from other gateways, a number).
+fn de_i64<'de, D: serde::Deserializer<'de>>(d: D) -> Result<i64, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum N {
+        S(String),
+        I(i64),
+    }
+    match N::deserialize(d)? {
+        N::I(i) => Ok(i),
+        N::S(s) => s.parse().map_err(serde::de::Error::custom),
+    }
+}
+
+fn de_b64<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+    let s = String::deserialize(d)?;
+    B64.decode(s.as_bytes()).map_err(serde::de::Error::custom)
+}
+
+#[derive(Debug, Default, Deserialize, Clone, PartialEq, Eq)]
+pub struct Header {
+    #[serde(default, deserialize_with = "de_i64")]
+    pub revision: i64,
+}
+
+#[derive(Debug, Default, Deserialize, Clone, PartialEq, Eq)]
+pub struct KeyValue {
+    #[serde(default, deserialize_with = "de_b64")]
+    pub key: Vec<u8>,
+    #[serde(default, deserialize_with = "de_i64")]
+    pub create_revision: i64,
+    #[serde(default, deserialize_with = "de_i64")]
+    pub mod_revision: i64,
+    #[serde(default, deserialize_with = "de_i64")]
+    pub lease: i64,
+}
+
+#[derive(Debug, Default, Deserialize, Clone, PartialEq, Eq)]
+pub struct RangeResponse {
+    #[serde(default)]
+    pub header: Header,
+    #[serde(default)]
+    pub kvs: Vec<KeyValue>,
+}
+
+#[derive(Debug, Default, Deserialize, Clone, PartialEq, Eq)]
+pub struct ResponseOp {
+    pub response_range: Option<RangeResponse>,
+    pub response_put: Option<Value>,
+    pub response_delete_range: Option<Value>,
+}
+
+#[derive(Debug, Default, Deserialize, Clone, PartialEq, Eq)]
+pub struct TxnResponse {
+    #[serde(default)]
+    pub header: Header,
+    #[serde(default)]
+    pub succeeded: bool,
+    #[serde(default)]
+    pub responses: Vec<ResponseOp>,
+}
+
+impl TxnResponse {
+    /// The i-th range response of the executed branch.
+    pub fn range(&self, i: usize) -> Option<&RangeResponse> {
+        self.responses.iter().filter_map(|r| r.response_range.as_ref()).nth(i)
+    }
+}
+
+#[derive(Debug, Default, Deserialize, Clone, PartialEq, Eq)]
+#[allow(non_snake_case)]
+pub struct LeaseGrantResponse {
+    #[serde(default, deserialize_with = "de_i64")]
+    pub ID: i64,
+    #[serde(default, deserialize_with = "de_i64")]
+    pub TTL: i64,
+    #[serde(default)]
+    pub error: Option<String>,
+}
+
+/// Keepalive and timetolive share the fields we need: a TTL ≤ 0 (or absent)
+/// means the lease no longer exists.
+#[derive(Debug, Default, Deserialize, Clone, PartialEq, Eq)]
+#[allow(non_snake_case)]
+pub struct LeaseTtl {
+    #[serde(default, deserialize_with = "de_i64")]
+    pub ID: i64,
+    #[serde(default, deserialize_with = "de_i64")]
+    pub TTL: i64,
+}
+
+#[derive(Debug, Deserialize)]
+struct Wrapped<T> {
+    result: Option<T>,
+    error: Option<Value>,
+}
+
+#[derive(Debug, Default, Deserialize, Clone, PartialEq, Eq)]
+pub struct WatchEvent {
+    #[serde(default, rename = "type")]
+    pub kind: Option<String>,
+    #[serde(default)]
+    pub kv: KeyValue,
+}
+
+#[derive(Debug, Default, Deserialize, Clone, PartialEq, Eq)]
+pub struct WatchResponse {
+    #[serde(default)]
+    pub header: Header,
+    #[serde(default)]
+    pub created: bool,
+    #[serde(default)]
+    pub canceled: bool,
+    #[serde(default, deserialize_with = "de_i64")]
+    pub compact_revision: i64,
+    #[serde(default)]
+    pub events: Vec<WatchEvent>,
+}
+
+impl WatchResponse {
+    pub fn has_delete(&self) -> bool {
+        self.events.iter().any(|e| e.kind.as_deref() == Some("DELETE"))
+    }
+}
+
+/// A reply that is not what we asked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GatewayError {
+    /// The server said the lease does not exist (expired or revoked).
+    LeaseNotFound,
+    /// Worth retrying on another endpoint: 5xx, unavailable, leader changes.
+    Retryable { status: u16, message: String },
+    /// A definite error (bad request, permission denied, ...).
+    Fatal { status: u16, message: String },
+    /// 2xx but not parseable as the expected message.
+    Malformed(String),
+}
+
+impl GatewayError {
+    pub fn message(&self) -> String {
+        match self {
+            GatewayError::LeaseNotFound => "requested lease not found".into(),
+            GatewayError::Retryable { message, .. } | GatewayError::Fatal { message, .. } => message.clone(),
+            GatewayError::Malformed(m) => format!("malformed reply: {m}"),
+        }
+    }
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            GatewayError::Retryable { status, .. } | GatewayError::Fatal { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+}
+
+/// gRPC codes that mean "try again, maybe elsewhere".
+const RETRYABLE_GRPC: &[i64] = &[1, 4, 8, 10, 13, 14];
+
+/// Classifies a non-2xx answer (or a 2xx carrying an error object).
+pub fn classify_error(status: u16, body: &[u8]) -> GatewayError {
+    let parsed: Option<Value> = serde_json::from_slice(body).ok();
+    let message = parsed
+        .as_ref()
+        .and_then(|v| v.get("message").or_else(|| v.get("error")))
+        .and_then(|m| m.as_str())
+        .map(|s| crate::core::error::sanitize_detail(s, &[]))
+        .unwrap_or_else(|| format!("HTTP {status}"));
+    let code = parsed.as_ref().and_then(|v| v.get("code")).and_then(|c| c.as_i64());
+    if message.contains("requested lease not found") {
+        return GatewayError::LeaseNotFound;
+    }
+    let retry_by_code = code.map(|c| RETRYABLE_GRPC.contains(&c)).unwrap_or(false);
+    let retry_by_text = message.contains("leader changed") || message.contains("no leader") || message.contains("timed out");
+    if status >= 500 || status == 429 || status == 408 || retry_by_code || retry_by_text {
+        GatewayError::Retryable { status, message }
+    } else {
+        GatewayError::Fatal { status, message }
+    }
+}
+
+/// Parses a 2xx unary reply into `T`, treating an embedded error object as an error.
+pub fn parse<T: for<'de> Deserialize<'de>>(status: u16, body: &[u8]) -> Result<T, GatewayError> {
+    if !(200..300).contains(&status) {
+        return Err(classify_error(status, body));
+    }
+    let v: Value = serde_json::from_slice(body).map_err(|e| GatewayError::Malformed(e.to_string()))?;
+    if !v.is_object() {
+        return Err(GatewayError::Malformed("expected a JSON object".into()));
+    }
+    if v.get("error").is_some() {
+        return Err(classify_error(status, body));
+    }
+    serde_json::from_value(v).map_err(|e| GatewayError::Malformed(e.to_string()))
+}
+
+/// Parses a reply of a streaming endpoint used unary (keepalive): `{"result": T}`.
+pub fn parse_wrapped<T: for<'de> Deserialize<'de>>(status: u16, body: &[u8]) -> Result<T, GatewayError> {
+    if !(200..300).contains(&status) {
+        return Err(classify_error(status, body));
+    }
+    let w: Wrapped<T> = serde_json::from_slice(body).map_err(|e| GatewayError::Malformed(e.to_string()))?;
+    if w.error.is_some() {
+        return Err(classify_error(status, body));
+    }
+    w.result.ok_or_else(|| GatewayError::Malformed("missing result".into()))
+}
+
+/// Parses one message of the watch stream.
+pub fn parse_watch_message(msg: &[u8]) -> Result<WatchResponse, GatewayError> {
+    parse_wrapped(200, msg)
+}
+
+pub fn b64(bytes: &[u8]) -> String {
+    B64.encode(bytes)
+}
+
+/// The first key after every key with prefix `p` (etcd's `range_end` for a prefix).
+pub fn prefix_end(p: &[u8]) -> Vec<u8> {
+    let mut end = p.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0] // whole keyspace
+}
+
+// ---- request bodies -------------------------------------------------------
+
+pub fn lease_grant(ttl_s: i64) -> Value {
+    json!({ "TTL": ttl_s.to_string() })
+}
+
+pub fn lease_id(id: i64) -> Value {
+    json!({ "ID": id.to_string() })
+}
+
+/// The acquire transaction: if our key does not exist, create it bound to the
+/// lease and read the two newest keys under the lock's prefix (ours and our
+/// predecessor); otherwise (a retry whose first attempt did apply) read our key.
+pub fn acquire_txn(key: &[u8], lock_prefix: &[u8], lease: i64) -> Value {
+    json!({
+        "compare": [{ "key": b64(key), "target": "CREATE", "result": "EQUAL", "create_revision": "0" }],
+        "success": [
+            { "request_put": { "key": b64(key), "value": "", "lease": lease.to_string() } },
+            { "request_range": { "key": b64(lock_prefix), "range_end": b64(&prefix_end(lock_prefix)),
+                                 "sort_order": "DESCEND", "sort_target": "CREATE", "limit": "2", "keys_only": true } }
+        ],
+        "failure": [ { "request_range": { "key": b64(key) } } ]
+    })
+}
+
+/// Reads our key and the waiter directly ahead of us (largest create revision
+/// below ours) in one round trip.
+pub fn predecessor_txn(key: &[u8], lock_prefix: &[u8], my_rev: i64) -> Value {
+    json!({
+        "compare": [],
+        "success": [
+            { "request_range": { "key": b64(key), "keys_only": true } },
+            { "request_range": { "key": b64(lock_prefix), "range_end": b64(&prefix_end(lock_prefix)),
+                                 "sort_order": "DESCEND", "sort_target": "CREATE", "limit": "1",
+                                 "max_create_revision": (my_rev - 1).to_string(), "keys_only": true } }
+        ]
+    })
+}
+
+/// Deletes exactly one incarnation of a key: only if its create revision is `rev`.
+pub fn delete_if_revision(key: &[u8], rev: i64) -> Value {
+    json!({
+        "compare": [{ "key": b64(key), "target": "CREATE", "result": "EQUAL", "create_revision": rev.to_string() }],
+        "success": [ { "request_delete_range": { "key": b64(key) } } ]
+    })
+}
+
+pub fn delete_key(key: &[u8]) -> Value {
+    json!({ "key": b64(key) })
+}
+
+/// Reads several keys in one round trip (checking that held keys still exist).
+pub fn read_keys_txn<'a>(keys: impl Iterator<Item = &'a [u8]>) -> Value {
+    let ops: Vec<Value> = keys.map(|k| json!({ "request_range": { "key": b64(k), "keys_only": true } })).collect();
+    json!({ "compare": [], "success": ops })
+}
+
+pub fn range_key(key: &[u8]) -> Value {
+    json!({ "key": b64(key) })
+}
+
+pub fn range_prefix_ascending(lock_prefix: &[u8]) -> Value {
+    json!({ "key": b64(lock_prefix), "range_end": b64(&prefix_end(lock_prefix)),
+            "sort_order": "ASCEND", "sort_target": "CREATE", "keys_only": true, "limit": "1000" })
+}
+
+/// Watch one key for its deletion, replaying from `start_revision`.
+pub fn watch_delete(key: &[u8], start_revision: i64) -> Value {
+    json!({ "create_request": { "key": b64(key), "start_revision": start_revision.to_string(), "filters": ["NOPUT"] } })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn parses_real_replies() {
+        let txn = br#"{"header":{"cluster_id":"1","member_id":"2","revision":"2","raft_term":"2"},"succeeded":true,"responses":[{"response_put":{"header":{"revision":"2"}}},{"response_range":{"header":{"revision":"2"},"kvs":[{"key":"ZWwveC8x","create_revision":"2","mod_revision":"2","version":"1","lease":"2324035544931282439"}],"count":"1"}}]}"#;
+        let t: TxnResponse = parse(200, txn).unwrap();
+        assert!(t.succeeded);
+        assert_eq!(t.header.revision, 2);
+        let r = t.range(0).unwrap();
+        assert_eq!(r.kvs[0].key, b"el/x/1");
+        assert_eq!(r.kvs[0].lease, 2324035544931282439);
+
+        let failed = br#"{"header":{"revision":"2"},"responses":[{"response_range":{"header":{"revision":"2"},"count":"1"}}]}"#;
+        let t: TxnResponse = parse(200, failed).unwrap();
+        assert!(!t.succeeded);
+        assert!(t.range(0).unwrap().kvs.is_empty());
+
+        let ka = br#"{"result":{"header":{"revision":"2"},"ID":"12345"}}"#;
+        let k: LeaseTtl = parse_wrapped(200, ka).unwrap();
+        assert_eq!((k.ID, k.TTL), (12345, 0));
+
+        let err = br#"{"error":"etcdserver: requested lease not found","message":"etcdserver: requested lease not found","code":5}"#;
+        assert_eq!(parse::<TxnResponse>(404, err).unwrap_err(), GatewayError::LeaseNotFound);
+        assert_eq!(parse::<TxnResponse>(200, err).unwrap_err(), GatewayError::LeaseNotFound);
+        assert!(matches!(parse::<TxnResponse>(503, b"oops").unwrap_err(), GatewayError::Retryable { .. }));
+        assert!(matches!(parse::<TxnResponse>(400, br#"{"error":"bad","code":3}"#).unwrap_err(), GatewayError::Fatal { .. }));
+        assert!(matches!(parse::<TxnResponse>(200, b"[]").unwrap_err(), GatewayError::Malformed(_)));
+
+        let w = br#"{"result":{"header":{"revision":"4"},"events":[{"type":"DELETE","kv":{"key":"ZWwveC8x","mod_revision":"4"}}]}}"#;
+        assert!(parse_watch_message(w).unwrap().has_delete());
+    }
+
+    #[test]
+    fn prefix_ends() {
+        assert_eq!(prefix_end(b"a/"), b"a0");
+        assert_eq!(prefix_end(b"a\xff"), b"b");
+        assert_eq!(prefix_end(b"\xff"), vec![0]);
+    }
+
+    fn arb_json() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(|i| json!(i)),
+            any::<i64>().prop_map(|i| json!(i.to_string())),
+            "[a-zA-Z0-9+/=_]{0,12}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(4, 32, 6, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                prop::collection::vec(
+                    (prop_oneof![Just("header".to_string()), Just("revision".to_string()), Just("kvs".to_string()),
+                                 Just("key".to_string()), Just("create_revision".to_string()), Just("result".to_string()),
+                                 Just("events".to_string()), Just("succeeded".to_string()), Just("responses".to_string()),
+                                 Just("response_range".to_string()), Just("TTL".to_string()), Just("ID".to_string()),
+                                 Just("error".to_string()), Just("code".to_string())], inner),
+                    0..5
+                ).prop_map(|kv| Value::Object(kv.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn parsers_never_panic_on_bytes(status in 0u16..600, body in prop::collection::vec(any::<u8>(), 0..200)) {
+            let _ = parse::<TxnResponse>(status, &body);
+            let _ = parse::<RangeResponse>(status, &body);
+            let _ = parse::<LeaseGrantResponse>(status, &body);
+            let _ = parse_wrapped::<LeaseTtl>(status, &body);
+            let _ = parse_watch_message(&body);
+        }
+
+        #[test]
+        fn parsers_never_panic_on_hostile_json(v in arb_json(), status in prop_oneof![Just(200u16), Just(404), Just(503)]) {
+            let body = serde_json::to_vec(&v).unwrap();
+            let _ = parse::<TxnResponse>(status, &body).map(|t| t.range(1).cloned());
+            let _ = parse::<RangeResponse>(status, &body);
+            let _ = parse::<LeaseGrantResponse>(status, &body);
+            let _ = parse_wrapped::<LeaseTtl>(status, &body);
+            let _ = parse_watch_message(&body);
+        }
+    }
+}

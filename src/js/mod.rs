@@ -1,0 +1,21 @@
+//! The JavaScript side of edgelock (feature `js`, wasm32 only).
+//!
+//! - [`driver`]: runs any [`LockMachine`](crate::core::LockMachine) on the
+//!   JavaScript event loop: `fetch` for requests, `setTimeout` for timers,
+//!   `performance.now()` for time, `crypto.getRandomValues` for entropy.
+//! - [`bindings`]: the `RawLocks` class exported to JavaScript. The public
+//!   TypeScript API (`EtcdLocks`, `RedisLocks`, `Redlock`, `Lock`, `LockError`)
+//!   is a thin wrapper over it in `pkg-src/api.mjs`.
+//!
+//! Nothing here knows a protocol: every decision is the core's.
+
+pub mod bindings;
+pub mod clock;
+pub mod driver;
+pub mod entropy;
+mod fetch;
+mod options;
+mod timer;
+
+pub use driver::{Driver, LockNotice, OpFuture, OpOutput};
+pub use entropy::JsEntropy;

@@ -1,0 +1,367 @@
+//! The blocking Rust API: [`Client`], [`Lock`], [`CancelToken`].
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::driver::{self, Call, Clock, Completion, LockShared, Msg};
+use crate::core::{AcquireOptions, Event, LockError, LockHandle, LockInfo, LockMachine, LockStatus, LostReason, Wait};
+
+/// A handle to one lock client (one backend session) running on its own driver
+/// thread. Cheap to clone; all clones share the session. When the last clone
+/// and the last [`Lock`] are dropped, the session is closed in the background
+/// (held locks are released, best effort); call [`Client::close`] to wait for it.
+#[derive(Clone)]
+pub struct Client {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    tx: Sender<Msg>,
+    clock: Clock,
+    backend: &'static str,
+    next_ticket: AtomicU64,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        let _ = self.tx.send(Msg::Shutdown);
+    }
+}
+
+impl fmt::Debug for Client {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Client").field("backend", &self.inner.backend).finish_non_exhaustive()
+    }
+}
+
+impl Client {
+    /// A client for an etcd cluster (its JSON gateway, `http://` endpoints).
+    pub fn etcd(cfg: crate::core::etcd::EtcdConfig) -> Result<Client, LockError> {
+        let machine = crate::core::etcd::EtcdMachine::new(cfg, Box::new(super::OsEntropy))?;
+        Client::try_from_machine(Box::new(machine))
+    }
+
+    /// Runs any lock machine (Redis, Redlock, …) on a new driver thread.
+    ///
+    /// # Panics
+    /// If the OS refuses to start a thread; see [`Client::try_from_machine`].
+    pub fn from_machine(m: Box<dyn LockMachine + Send>) -> Client {
+        match Client::try_from_machine(m) {
+            Ok(c) => c,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// Like [`Client::from_machine`], but reports a failure to start the driver thread.
+    pub fn try_from_machine(m: Box<dyn LockMachine + Send>) -> Result<Client, LockError> {
+        let backend = m.backend().as_str();
+        let clock = Clock::new();
+        let (tx, backend) = driver::spawn(m, clock).map_err(|e| LockError::Transport {
+            backend,
+            name: String::new(),
+            message: format!("cannot start the driver thread: {e}"),
+        })?;
+        Ok(Client { inner: Arc::new(Inner { tx, clock, backend, next_ticket: AtomicU64::new(1) }) })
+    }
+
+    /// The backend's name (`etcd`, `redis`, `redlock`).
+    pub fn backend(&self) -> &'static str {
+        self.inner.backend
+    }
+
+    /// Acquires `name`, waiting at most `wait` (`None`: until granted).
+    /// A wait that runs out is `LockError::Timeout`.
+    pub fn acquire(&self, name: &str, wait: Option<Duration>) -> Result<Lock, LockError> {
+        let wait = match wait {
+            None => Wait::Forever,
+            Some(d) => Wait::For(u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+        };
+        match self.acquire_with(name, AcquireOptions { wait, ttl_ms: None }, None)? {
+            Some(lock) => Ok(lock),
+            // Only `Wait::Try` reports "not acquired"; treat a stray one as a timeout.
+            None => Err(LockError::Timeout { backend: self.backend(), name: name.to_string() }),
+        }
+    }
+
+    /// Acquires with full options. `Ok(None)`: `Wait::Try` found the lock held.
+    /// `cancel` aborts a waiting acquire from another thread (`LockError::Aborted`).
+    pub fn acquire_with(&self, name: &str, opts: AcquireOptions, cancel: Option<&CancelToken>) -> Result<Option<Lock>, LockError> {
+        if cancel.is_some_and(CancelToken::is_cancelled) {
+            return Err(LockError::Aborted { backend: self.backend(), name: name.to_string() });
+        }
+        let ticket = cancel.map(|_| self.inner.next_ticket.fetch_add(1, Ordering::Relaxed));
+        let call = Call::Acquire { name: name.to_string(), opts };
+        let (reply_tx, reply_rx) = channel();
+        self.send(Msg::Call { call, reply: Some(reply_tx), ticket })?;
+        // Registered after the call was sent, so a cancel always reaches the
+        // driver after the operation it targets.
+        if let (Some(tok), Some(t)) = (cancel, ticket) {
+            tok.register(t, self.inner.tx.clone());
+        }
+        let reply = reply_rx.recv();
+        if let (Some(tok), Some(t)) = (cancel, ticket) {
+            tok.unregister(t);
+        }
+        let done = reply.map_err(|_| self.closed())??;
+        match done.event {
+            Event::Acquired { lock, .. } => Ok(Some(self.lock_from(lock, done.lock)?)),
+            Event::NotAcquired { .. } => Ok(None),
+            other => Err(self.unexpected(name, &other)),
+        }
+    }
+
+    /// Tries once: `Ok(None)` if someone else holds the lock.
+    pub fn try_acquire(&self, name: &str) -> Result<Option<Lock>, LockError> {
+        self.acquire_with(name, AcquireOptions { wait: Wait::Try, ttl_ms: None }, None)
+    }
+
+    /// Adopts a lock described by a handle (from [`Lock::handle`], possibly of
+    /// another process), after the backend confirms it is still held.
+    pub fn resume(&self, handle: &LockHandle) -> Result<Lock, LockError> {
+        let done = self.call(Call::Resume(handle.clone()))?;
+        match done.event {
+            Event::Acquired { lock, .. } => self.lock_from(lock, done.lock),
+            other => Err(self.unexpected(&handle.name, &other)),
+        }
+    }
+
+    /// Who holds `name`, and who waits for it.
+    pub fn inspect(&self, name: &str) -> Result<LockStatus, LockError> {
+        match self.call(Call::Inspect(name.to_string()))?.event {
+            Event::Inspected { status, .. } => Ok(status),
+            other => Err(self.unexpected(name, &other)),
+        }
+    }
+
+    /// Releases every lock, ends the session and stops the driver thread.
+    /// Idempotent; later calls on this client fail with `LockError::Closed`.
+    pub fn close(&self) -> Result<(), LockError> {
+        match self.call(Call::Close) {
+            Ok(_) | Err(LockError::Closed { .. }) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn send(&self, msg: Msg) -> Result<(), LockError> {
+        self.inner.tx.send(msg).map_err(|_| self.closed())
+    }
+
+    fn call(&self, call: Call) -> Result<Completion, LockError> {
+        let (reply_tx, reply_rx) = channel();
+        self.send(Msg::Call { call, reply: Some(reply_tx), ticket: None })?;
+        reply_rx.recv().map_err(|_| self.closed())?
+    }
+
+    fn closed(&self) -> LockError {
+        LockError::Closed { backend: self.backend() }
+    }
+
+    fn unexpected(&self, name: &str, event: &Event) -> LockError {
+        LockError::Backend {
+            backend: self.backend(),
+            name: name.to_string(),
+            status: None,
+            message: format!("internal: unexpected driver event {}", event_kind(event)),
+        }
+    }
+
+    fn lock_from(&self, info: LockInfo, shared: Option<Arc<LockShared>>) -> Result<Lock, LockError> {
+        let shared = shared.ok_or_else(|| self.unexpected(&info.name, &Event::Renewed { lock: info.id, expires_at: 0 }))?;
+        Ok(Lock { client: self.clone(), info, shared, finished: false })
+    }
+}
+
+fn event_kind(e: &Event) -> &'static str {
+    match e {
+        Event::Acquired { .. } => "Acquired",
+        Event::NotAcquired { .. } => "NotAcquired",
+        Event::Released { .. } => "Released",
+        Event::Extended { .. } => "Extended",
+        Event::Renewed { .. } => "Renewed",
+        Event::Inspected { .. } => "Inspected",
+        Event::Closed { .. } => "Closed",
+        Event::Failed { .. } => "Failed",
+        Event::Lost { .. } => "Lost",
+    }
+}
+
+/// A held lock. Keeps its client's session alive. Dropping it without
+/// [`Lock::release`] releases it in the background (best effort).
+pub struct Lock {
+    client: Client,
+    info: LockInfo,
+    shared: Arc<LockShared>,
+    /// Released (or handed back) explicitly: nothing to do on drop.
+    finished: bool,
+}
+
+impl fmt::Debug for Lock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Lock")
+            .field("name", &self.info.name)
+            .field("fencing_token", &self.info.fencing_token)
+            .field("lost", &self.is_lost())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Lock {
+    pub fn name(&self) -> &str {
+        &self.info.name
+    }
+
+    /// Strictly increases across successive holders of this name: pass it to
+    /// the protected resource and have it reject lower tokens.
+    pub fn fencing_token(&self) -> u64 {
+        self.info.fencing_token
+    }
+
+    /// A serialisable handle for [`Client::resume`]. Contains the owner
+    /// credential: treat it like a secret.
+    pub fn handle(&self) -> &LockHandle {
+        &self.info.handle
+    }
+
+    pub fn info(&self) -> &LockInfo {
+        &self.info
+    }
+
+    /// Conservative remaining validity (zero once lost or ended). Automatic
+    /// renewal and [`Lock::extend`] move it forward.
+    pub fn expires_in(&self) -> Duration {
+        let st = self.shared.state();
+        if st.lost.is_some() || st.ended {
+            return Duration::ZERO;
+        }
+        Duration::from_millis(st.expires_at.saturating_sub(self.client.inner.clock.now()))
+    }
+
+    pub fn is_lost(&self) -> bool {
+        self.shared.state().lost.is_some()
+    }
+
+    /// Why the lock was lost, if it was.
+    pub fn lost_reason(&self) -> Option<LostReason> {
+        self.shared.state().lost.clone()
+    }
+
+    /// A receiver that yields the reason once the lock is lost (at once if it
+    /// already is). It disconnects without a value if the lock ends otherwise
+    /// (released, client closed).
+    pub fn lost(&self) -> Receiver<LostReason> {
+        self.shared.subscribe()
+    }
+
+    /// Blocks until the lock is lost (`Some(reason)`), or returns `None` when
+    /// `timeout` passes first or the lock ends without loss (client closed).
+    /// `None` timeout waits indefinitely.
+    pub fn wait_lost(&self, timeout: Option<Duration>) -> Option<LostReason> {
+        self.shared.wait_lost(timeout)
+    }
+
+    /// Extends the lock's validity (`ttl` where the backend supports per-lock
+    /// TTLs; etcd renews its session lease instead).
+    pub fn extend(&self, ttl: Option<Duration>) -> Result<(), LockError> {
+        if let Some(reason) = self.lost_reason() {
+            return Err(self.lost_error(&reason));
+        }
+        let ttl_ms = ttl.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        match self.client.call(Call::Extend(self.info.id, ttl_ms))?.event {
+            Event::Extended { .. } => Ok(()),
+            other => Err(self.client.unexpected(&self.info.name, &other)),
+        }
+    }
+
+    /// Releases the lock. `Ok(true)`: it was held until this release;
+    /// `Ok(false)`: it had already been lost (nothing of someone else's was touched).
+    pub fn release(mut self) -> Result<bool, LockError> {
+        self.finished = true;
+        if self.is_lost() {
+            return Ok(false);
+        }
+        match self.client.call(Call::Release(self.info.id)) {
+            Ok(Completion { event: Event::Released { held_until_release, .. }, .. }) => Ok(held_until_release),
+            Ok(other) => Err(self.client.unexpected(&self.info.name, &other.event)),
+            Err(LockError::NotHeld { .. }) | Err(LockError::Lost { .. }) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn lost_error(&self, reason: &LostReason) -> LockError {
+        LockError::Lost { backend: self.client.backend(), name: self.info.name.clone(), reason: reason.to_string() }
+    }
+}
+
+impl Drop for Lock {
+    fn drop(&mut self) {
+        if self.finished {
+            return;
+        }
+        let st = self.shared.state();
+        if st.lost.is_some() || st.ended {
+            return;
+        }
+        drop(st);
+        let _ = self.client.send(Msg::Call { call: Call::Release(self.info.id), reply: None, ticket: None });
+    }
+}
+
+/// Aborts waiting acquires from any thread. One token may serve several
+/// acquires; once cancelled it stays cancelled (later acquires fail at once).
+#[derive(Clone, Default)]
+pub struct CancelToken {
+    inner: Arc<Mutex<TokenState>>,
+}
+
+#[derive(Default)]
+struct TokenState {
+    cancelled: bool,
+    waiting: Vec<(u64, Sender<Msg>)>,
+}
+
+impl fmt::Debug for CancelToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CancelToken").field("cancelled", &self.is_cancelled()).finish()
+    }
+}
+
+impl CancelToken {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn cancel(&self) {
+        let mut st = self.state();
+        st.cancelled = true;
+        for (ticket, tx) in st.waiting.drain(..) {
+            let _ = tx.send(Msg::CancelTicket(ticket));
+        }
+    }
+
+    pub fn is_cancelled(&self) -> bool {
+        self.state().cancelled
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, TokenState> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn register(&self, ticket: u64, tx: Sender<Msg>) {
+        let mut st = self.state();
+        if st.cancelled {
+            let _ = tx.send(Msg::CancelTicket(ticket));
+        } else {
+            st.waiting.push((ticket, tx));
+        }
+    }
+
+    fn unregister(&self, ticket: u64) {
+        self.state().waiting.retain(|(t, _)| *t != ticket);
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,465 @@
+//! Runs one [`LockMachine`] on a dedicated thread, following the driver loop
+//! documented in `core::machine`: feed one input with the current time, drain
+//! every output, then sleep until the next input or the machine's timer.
+//!
+//! User calls and HTTP results arrive on one channel. Each `Transmit::Send` runs
+//! on its own worker thread (requests must run concurrently: Redlock asks N
+//! nodes at once, watches stay open for long); `Transmit::Cancel` shuts the
+//! request's socket down.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use super::http::{CancelHandle, HttpClient, Request, StreamOutcome};
+use crate::core::{
+    AcquireOptions, Event, HttpRequest, Input, LockError, LockHandle, LockId, LockMachine, LostReason, Millis, OpId,
+    RequestId, Transmit,
+};
+
+/// How long a background shutdown (every handle dropped) may take to release
+/// what the machine still holds before the thread gives up and exits.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+const WORKER_STACK: usize = 256 * 1024;
+
+/// The driver's monotonic clock: milliseconds since the driver started.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Clock {
+    start: Instant,
+}
+
+impl Clock {
+    pub(crate) fn new() -> Self {
+        Clock { start: Instant::now() }
+    }
+    pub(crate) fn now(&self) -> Millis {
+        u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+}
+
+/// A user operation, sent to the driver thread.
+#[derive(Debug)]
+pub(crate) enum Call {
+    Acquire { name: String, opts: AcquireOptions },
+    Release(LockId),
+    Extend(LockId, Option<u64>),
+    Resume(LockHandle),
+    Inspect(String),
+    Close,
+}
+
+/// What the driver answers to a call: the completion event, plus the shared
+/// state of a newly held lock for `Acquired`.
+pub(crate) struct Completion {
+    pub event: Event,
+    pub lock: Option<Arc<LockShared>>,
+}
+
+pub(crate) type Reply = Result<Completion, LockError>;
+
+pub(crate) enum Msg {
+    /// `reply: None` for fire-and-forget calls (release on drop). `ticket`
+    /// lets a [`CancelToken`](super::CancelToken) find the operation later.
+    Call { call: Call, reply: Option<Sender<Reply>>, ticket: Option<u64> },
+    CancelTicket(u64),
+    /// Every handle is gone: close the machine in the background and exit.
+    Shutdown,
+    Net(Input),
+}
+
+/// State of one held lock, shared between the driver thread and the user's
+/// `Lock`. Updated on `Renewed`/`Extended`; `Lost` marks it and wakes waiters.
+#[derive(Default)]
+pub(crate) struct LockShared {
+    state: Mutex<LockState>,
+    changed: Condvar,
+}
+
+#[derive(Default)]
+pub(crate) struct LockState {
+    pub expires_at: Millis,
+    pub lost: Option<LostReason>,
+    /// No longer held for a reason other than loss (released, client closed).
+    pub ended: bool,
+    subscribers: Vec<Sender<LostReason>>,
+}
+
+impl LockShared {
+    fn new(expires_at: Millis) -> Arc<Self> {
+        Arc::new(LockShared { state: Mutex::new(LockState { expires_at, ..LockState::default() }), changed: Condvar::new() })
+    }
+
+    pub(crate) fn state(&self) -> std::sync::MutexGuard<'_, LockState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn set_expiry(&self, expires_at: Millis) {
+        self.state().expires_at = expires_at;
+    }
+
+    fn mark_lost(&self, reason: LostReason) {
+        let mut st = self.state();
+        if st.lost.is_none() && !st.ended {
+            for s in st.subscribers.drain(..) {
+                let _ = s.send(reason.clone());
+            }
+            st.lost = Some(reason);
+        }
+        drop(st);
+        self.changed.notify_all();
+    }
+
+    pub(crate) fn mark_ended(&self) {
+        let mut st = self.state();
+        st.ended = true;
+        st.subscribers.clear(); // disconnects receivers: "ended without loss"
+        drop(st);
+        self.changed.notify_all();
+    }
+
+    /// A receiver that gets the loss reason once (immediately if already lost)
+    /// and disconnects if the lock ends otherwise.
+    pub(crate) fn subscribe(&self) -> Receiver<LostReason> {
+        let (tx, rx) = channel();
+        let mut st = self.state();
+        match &st.lost {
+            Some(r) => {
+                let _ = tx.send(r.clone());
+            }
+            None if st.ended => {}
+            None => st.subscribers.push(tx),
+        }
+        rx
+    }
+
+    /// Blocks until lost (Some), ended otherwise or timed out (None).
+    pub(crate) fn wait_lost(&self, timeout: Option<Duration>) -> Option<LostReason> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let mut st = self.state();
+        loop {
+            if st.lost.is_some() || st.ended {
+                return st.lost.clone();
+            }
+            st = match deadline {
+                None => self.changed.wait(st).unwrap_or_else(|e| e.into_inner()),
+                Some(d) => {
+                    let left = d.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return None;
+                    }
+                    self.changed.wait_timeout(st, left).unwrap_or_else(|e| e.into_inner()).0
+                }
+            };
+        }
+    }
+}
+
+struct PendingOp {
+    reply: Option<Sender<Reply>>,
+    ticket: Option<u64>,
+}
+
+/// Starts the driver thread. The machine is moved onto it.
+pub(crate) fn spawn(machine: Box<dyn LockMachine + Send>, clock: Clock) -> std::io::Result<(Sender<Msg>, &'static str)> {
+    let backend = machine.backend().as_str();
+    let (tx, rx) = channel();
+    let worker_tx = tx.clone();
+    thread::Builder::new().name("edgelock-driver".into()).spawn(move || {
+        Driver {
+            machine,
+            rx,
+            tx: worker_tx,
+            clock,
+            http: HttpClient::new(),
+            inflight: HashMap::new(),
+            local: VecDeque::new(),
+            ops: HashMap::new(),
+            tickets: HashMap::new(),
+            locks: HashMap::new(),
+            close_op: None,
+            close_waiters: Vec::new(),
+            shutdown_deadline: None,
+            done: false,
+        }
+        .run()
+    })?;
+    Ok((tx, backend))
+}
+
+struct Driver {
+    machine: Box<dyn LockMachine + Send>,
+    rx: Receiver<Msg>,
+    /// Handed to workers; keeps `rx` connected for the driver's whole life.
+    tx: Sender<Msg>,
+    clock: Clock,
+    http: HttpClient,
+    inflight: HashMap<RequestId, CancelHandle>,
+    /// Inputs produced on this thread (a worker that could not be spawned).
+    local: VecDeque<Input>,
+    ops: HashMap<OpId, PendingOp>,
+    tickets: HashMap<u64, OpId>,
+    locks: HashMap<LockId, Arc<LockShared>>,
+    close_op: Option<OpId>,
+    close_waiters: Vec<Sender<Reply>>,
+    shutdown_deadline: Option<Instant>,
+    done: bool,
+}
+
+impl Driver {
+    fn run(mut self) {
+        while !self.done {
+            if let Some(input) = self.local.pop_front() {
+                self.net(input);
+                self.drain();
+                continue;
+            }
+            if self.shutdown_deadline.is_some_and(|d| Instant::now() >= d) {
+                break;
+            }
+            let now = self.clock.now();
+            let timer = self.machine.poll_timeout();
+            if timer.is_some_and(|t| t <= now) {
+                self.machine.handle_timeout(now);
+                self.drain();
+                continue;
+            }
+            let timer_wait = timer.map(|t| Duration::from_millis(t - now));
+            let shutdown_wait = self.shutdown_deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            let wait = match (timer_wait, shutdown_wait) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            let msg = match wait {
+                Some(w) => match self.rx.recv_timeout(w) {
+                    Ok(m) => m,
+                    Err(RecvTimeoutError::Timeout) => continue, // the loop's top fires the timer
+                    Err(RecvTimeoutError::Disconnected) => break,
+                },
+                None => match self.rx.recv() {
+                    Ok(m) => m,
+                    Err(_) => break,
+                },
+            };
+            self.handle(msg);
+            self.drain();
+        }
+        self.finish();
+    }
+
+    fn handle(&mut self, msg: Msg) {
+        let now = self.clock.now();
+        match msg {
+            Msg::Net(input) => self.net(input),
+            Msg::CancelTicket(t) => {
+                if let Some(op) = self.tickets.get(&t) {
+                    self.machine.cancel(now, *op);
+                }
+            }
+            Msg::Shutdown => {
+                self.start_close(now);
+                self.shutdown_deadline.get_or_insert(Instant::now() + SHUTDOWN_GRACE);
+            }
+            Msg::Call { call, reply, ticket } => {
+                let started = match call {
+                    Call::Acquire { name, opts } => self.machine.acquire(now, &name, &opts),
+                    Call::Release(id) => self.machine.release(now, id),
+                    Call::Extend(id, ttl) => self.machine.extend(now, id, ttl),
+                    Call::Resume(h) => self.machine.resume(now, &h),
+                    Call::Inspect(name) => self.machine.inspect(now, &name),
+                    Call::Close => {
+                        self.start_close(now);
+                        self.close_waiters.extend(reply);
+                        return;
+                    }
+                };
+                match started {
+                    Ok(op) => {
+                        if let Some(t) = ticket {
+                            self.tickets.insert(t, op);
+                        }
+                        self.ops.insert(op, PendingOp { reply, ticket });
+                    }
+                    Err(e) => {
+                        if let Some(r) = reply {
+                            let _ = r.send(Err(e));
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Closes the machine once; later closes wait for the same completion.
+    fn start_close(&mut self, now: Millis) {
+        if self.close_op.is_none() {
+            self.close_op = Some(self.machine.close(now));
+        }
+    }
+
+    fn net(&mut self, input: Input) {
+        if matches!(input, Input::Response { .. } | Input::StreamEnd { .. } | Input::Failed { .. }) {
+            self.inflight.remove(&input.id());
+        }
+        let now = self.clock.now();
+        self.machine.handle_input(now, input);
+    }
+
+    fn drain(&mut self) {
+        loop {
+            let mut progressed = false;
+            while let Some(t) = self.machine.poll_transmit() {
+                progressed = true;
+                self.perform(t);
+            }
+            while let Some(e) = self.machine.poll_event() {
+                progressed = true;
+                self.deliver(e);
+            }
+            if !progressed {
+                break;
+            }
+        }
+    }
+
+    fn perform(&mut self, t: Transmit) {
+        match t {
+            Transmit::Send(req) => {
+                let cancel = CancelHandle::new();
+                let id = req.id;
+                self.inflight.insert(id, cancel.clone());
+                let tx = self.tx.clone();
+                let http = self.http.clone();
+                let spawned = thread::Builder::new()
+                    .name("edgelock-http".into())
+                    .stack_size(WORKER_STACK)
+                    .spawn(move || run_request(&http, req, &cancel, &tx));
+                if let Err(e) = spawned {
+                    self.inflight.remove(&id);
+                    let error = crate::core::TransportError::Io(format!("cannot start a request thread: {e}"));
+                    self.local.push_back(Input::Failed { id, error });
+                }
+            }
+            Transmit::Cancel(id) => {
+                if let Some(c) = self.inflight.remove(&id) {
+                    c.cancel();
+                }
+            }
+        }
+    }
+
+    fn deliver(&mut self, e: Event) {
+        match e {
+            Event::Acquired { op, ref lock } => {
+                let shared = LockShared::new(lock.expires_at);
+                let id = lock.id;
+                self.locks.insert(id, shared.clone());
+                if !self.complete(op, Ok(Completion { event: e, lock: Some(shared) })) {
+                    // Nobody takes this lock (the caller is gone): give it back.
+                    let now = self.clock.now();
+                    if let Ok(op) = self.machine.release(now, id) {
+                        self.ops.insert(op, PendingOp { reply: None, ticket: None });
+                    }
+                }
+            }
+            Event::Released { op, lock, .. } => {
+                if let Some(s) = self.locks.remove(&lock) {
+                    s.mark_ended();
+                }
+                self.complete(op, Ok(Completion { event: e, lock: None }));
+            }
+            Event::Extended { op, lock, expires_at } => {
+                if let Some(s) = self.locks.get(&lock) {
+                    s.set_expiry(expires_at);
+                }
+                self.complete(op, Ok(Completion { event: e, lock: None }));
+            }
+            Event::Renewed { lock, expires_at } => {
+                if let Some(s) = self.locks.get(&lock) {
+                    s.set_expiry(expires_at);
+                }
+            }
+            Event::Lost { lock, reason, .. } => {
+                if let Some(s) = self.locks.remove(&lock) {
+                    s.mark_lost(reason);
+                }
+            }
+            Event::Closed { op } => {
+                if self.close_op == Some(op) {
+                    for r in self.close_waiters.drain(..) {
+                        let _ = r.send(Ok(Completion { event: e.clone(), lock: None }));
+                    }
+                    self.done = true;
+                }
+            }
+            Event::NotAcquired { op } | Event::Inspected { op, .. } => {
+                self.complete(op, Ok(Completion { event: e, lock: None }));
+            }
+            Event::Failed { op, error } => {
+                self.complete(op, Err(error));
+            }
+        }
+    }
+
+    /// Answers an operation's caller; false if nobody received the answer.
+    fn complete(&mut self, op: OpId, reply: Reply) -> bool {
+        let Some(p) = self.ops.remove(&op) else { return false };
+        if let Some(t) = p.ticket {
+            self.tickets.remove(&t);
+        }
+        match p.reply {
+            Some(r) => r.send(reply).is_ok(),
+            None => false,
+        }
+    }
+
+    /// The machine is closed (or shutdown timed out): stop every request, end
+    /// every lock, and fail whatever still waits.
+    fn finish(&mut self) {
+        for (_, c) in self.inflight.drain() {
+            c.cancel();
+        }
+        for (_, s) in self.locks.drain() {
+            s.mark_ended();
+        }
+        // Dropping the pending reply senders makes waiting callers see `Closed`.
+        self.ops.clear();
+        self.close_waiters.clear();
+    }
+}
+
+/// Runs one request on a worker thread and reports every input back.
+fn run_request(http: &HttpClient, req: HttpRequest, cancel: &CancelHandle, tx: &Sender<Msg>) {
+    let id = req.id;
+    let request = Request {
+        method: req.method.as_str(),
+        url: &req.url,
+        headers: &req.headers,
+        body: &req.body,
+        timeout: req.timeout_ms.map(Duration::from_millis),
+    };
+    let input = if req.stream {
+        let mut sink = |piece: &[u8]| {
+            let _ = tx.send(Msg::Net(Input::Chunk { id, data: piece.to_vec() }));
+        };
+        match http.send_streaming(&request, cancel, &mut sink) {
+            Ok(StreamOutcome::Ended) => Input::StreamEnd { id },
+            Ok(StreamOutcome::Whole(r)) => Input::Response { id, status: r.status, body: r.body },
+            Err(error) => Input::Failed { id, error },
+        }
+    } else {
+        match http.send(&request, cancel) {
+            Ok(r) => Input::Response { id, status: r.status, body: r.body },
+            Err(error) => Input::Failed { id, error },
+        }
+    };
+    // A cancelled request's late answer is harmless (the machine ignores it),
+    // but skipping it saves the driver a wake-up.
+    if !cancel.is_cancelled() {
+        let _ = tx.send(Msg::Net(input));
+    }
+}
+
+#[cfg(test)]
+mod tests;
