@@ -1,1 +1,427 @@
-fn main() {}
+//! `edgelock`: run a command while holding a distributed lock, or show who
+//! holds one. Hand-rolled argument parsing (std only); see `USAGE`.
+
+use std::io::Write;
+use std::process::{Child, Command, ExitStatus};
+use std::time::{Duration, Instant};
+
+use edgelock::core::{AcquireOptions, LockStatus, Wait};
+use edgelock::native::{Client, EtcdConfig, Lock};
+use edgelock::LockError;
+
+const USAGE: &str = "\
+edgelock - distributed locks over HTTP (etcd JSON gateway)
+
+USAGE:
+    edgelock run --etcd URL[,URL...] [OPTIONS] NAME -- CMD [ARGS...]
+    edgelock status --etcd URL[,URL...] [--prefix P] [--json] NAME
+    edgelock --help | --version
+
+`run` acquires lock NAME, prints `edgelock: acquired NAME token=N` to stderr,
+runs CMD with the lock held and releases the lock when CMD exits. CMD gets
+EDGELOCK_FENCING_TOKEN (strictly increasing across holders: pass it to the
+resource you protect) and EDGELOCK_LOCK_NAME in its environment. If the lock
+is lost while CMD runs, CMD is sent SIGTERM, then SIGKILL after 5 s, and
+edgelock exits 75.
+
+`status` prints the holder's key, its fencing token and the waiters in grant
+order (one `waiter:` line each), or one JSON object with --json.
+
+OPTIONS:
+    --etcd URLS       etcd gateway endpoint(s), comma-separated; http:// only
+                      (the native client has no TLS)
+    --redis URLS      reserved for the Redis backend: not yet supported (exit 78)
+    --prefix P        key prefix (default: edgelock)
+    --ttl MS          session lease TTL in ms (default 10000, at least 1000);
+                      a crashed holder's lock frees up after at most this long;
+                      requests time out after min(5000, MS/2) ms
+    --wait MS         give up after waiting MS ms for the lock (default: forever)
+    --try             do not wait: exit 73 at once if the lock is held
+    --header 'K: V'   extra HTTP header for every request (e.g. authorization);
+                      may be repeated
+    --json            (status) print JSON
+    -h, --help        this text
+    -V, --version     print the version
+
+EXIT CODES:
+    0     success (run: the command exited 0)
+    N     run: the command's own exit code (128+S if killed by signal S)
+    64    usage error (bad option, name, URL or TTL)
+    69    backend unavailable or failing (TRANSPORT / BACKEND errors)
+    70    other error
+    73    run --try: the lock is held by someone else
+    74    run --wait: timed out waiting for the lock
+    75    run: the lock was lost while the command ran (the command was killed)
+    78    the requested backend is not supported by this build (--redis)
+    126   run: the command could not be executed; 127: it was not found
+    The command's own codes may coincide with these; use --try/--wait
+    consciously if you need to tell them apart.
+
+NOTES:
+    If edgelock itself is killed (Ctrl-C, SIGKILL) it cannot release the lock;
+    the session lease then frees it after at most --ttl ms.
+";
+
+const EX_USAGE: i32 = 64;
+const EX_UNAVAILABLE: i32 = 69;
+const EX_SOFTWARE: i32 = 70;
+const EX_BUSY: i32 = 73;
+const EX_WAIT_TIMEOUT: i32 = 74;
+const EX_LOST: i32 = 75;
+const EX_UNSUPPORTED_BACKEND: i32 = 78;
+const EX_CANNOT_EXECUTE: i32 = 126;
+const EX_NOT_FOUND: i32 = 127;
+
+/// How long a command may take to exit after SIGTERM before SIGKILL.
+const TERM_GRACE: Duration = Duration::from_secs(5);
+/// How often the child is polled while waiting for it or for the lock's loss.
+const POLL: Duration = Duration::from_millis(50);
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let code = run_cli(args);
+    let _ = std::io::stdout().flush();
+    std::process::exit(code);
+}
+
+/// An error that ends the program with a message and an exit code.
+struct Exit {
+    code: i32,
+    message: String,
+}
+
+impl Exit {
+    fn usage(message: impl Into<String>) -> Exit {
+        Exit { code: EX_USAGE, message: format!("{}\nRun `edgelock --help` for usage.", message.into()) }
+    }
+    fn lock(e: &LockError) -> Exit {
+        Exit { code: exit_code(e), message: e.to_string() }
+    }
+}
+
+fn exit_code(e: &LockError) -> i32 {
+    match e {
+        LockError::InvalidArgument { .. } => EX_USAGE,
+        LockError::Transport { .. } | LockError::Backend { .. } | LockError::NoQuorum { .. } => EX_UNAVAILABLE,
+        LockError::Timeout { .. } => EX_WAIT_TIMEOUT,
+        LockError::Lost { .. } => EX_LOST,
+        _ => EX_SOFTWARE,
+    }
+}
+
+fn run_cli(args: Vec<String>) -> i32 {
+    let result = match args.first().map(String::as_str) {
+        None => Err(Exit::usage("missing command")),
+        Some("-h" | "--help" | "help") => {
+            print!("{USAGE}");
+            Ok(0)
+        }
+        Some("-V" | "--version") => {
+            println!("edgelock {}", env!("CARGO_PKG_VERSION"));
+            Ok(0)
+        }
+        Some("run") => parse(&args[1..], true).and_then(|o| cmd_run(&o)),
+        Some("status") => parse(&args[1..], false).and_then(|o| cmd_status(&o)),
+        Some(other) => Err(Exit::usage(format!("unknown command {other:?} (expected `run` or `status`)"))),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) if e.code == 0 => {
+            print!("{}", e.message);
+            0
+        }
+        Err(e) => {
+            eprintln!("edgelock: {}", e.message);
+            e.code
+        }
+    }
+}
+
+enum Backend {
+    Etcd(Vec<String>),
+    /// Reserved for the Redis / Redlock backend (issue 3).
+    #[allow(dead_code)] // the endpoints are read once that backend is wired
+    Redis(Vec<String>),
+}
+
+struct Options {
+    backend: Backend,
+    prefix: Option<String>,
+    ttl_ms: Option<u64>,
+    wait_ms: Option<u64>,
+    try_only: bool,
+    json: bool,
+    headers: Vec<(String, String)>,
+    name: String,
+    command: Vec<String>,
+}
+
+fn parse(args: &[String], is_run: bool) -> Result<Options, Exit> {
+    let mut backend = None;
+    let (mut prefix, mut ttl_ms, mut wait_ms) = (None, None, None);
+    let (mut try_only, mut json) = (false, false);
+    let mut headers = Vec::new();
+    let mut names = Vec::new();
+    let mut command = Vec::new();
+    let mut i = 0;
+    while i < args.len() {
+        let arg = args[i].as_str();
+        i += 1;
+        if arg == "--" {
+            command = args[i..].to_vec();
+            break;
+        }
+        if !arg.starts_with("--") || arg == "-" {
+            if arg.starts_with('-') && arg.len() > 1 {
+                return Err(Exit::usage(format!("unknown option {arg:?}")));
+            }
+            names.push(arg.to_string());
+            continue;
+        }
+        let (flag, inline) = match arg.split_once('=') {
+            Some((f, v)) => (f, Some(v.to_string())),
+            None => (arg, None),
+        };
+        let mut value = |what: &str| -> Result<String, Exit> {
+            if let Some(v) = inline.clone() {
+                return Ok(v);
+            }
+            let v = args.get(i).cloned().ok_or_else(|| Exit::usage(format!("{flag} needs {what}")))?;
+            i += 1;
+            Ok(v)
+        };
+        match flag {
+            "--etcd" | "--redis" => {
+                if backend.is_some() {
+                    return Err(Exit::usage("give exactly one of --etcd / --redis, once"));
+                }
+                let urls: Vec<String> =
+                    value("a URL")?.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect();
+                if urls.is_empty() {
+                    return Err(Exit::usage(format!("{flag} needs at least one URL")));
+                }
+                backend = Some(if flag == "--etcd" { Backend::Etcd(urls) } else { Backend::Redis(urls) });
+            }
+            "--prefix" => prefix = Some(value("a prefix")?),
+            "--ttl" if is_run => ttl_ms = Some(parse_ms("--ttl", &value("milliseconds")?)?),
+            "--wait" if is_run => wait_ms = Some(parse_ms("--wait", &value("milliseconds")?)?),
+            "--try" if is_run && inline.is_none() => try_only = true,
+            "--json" if !is_run && inline.is_none() => json = true,
+            "--header" => {
+                let h = value("'Name: value'")?;
+                let (k, v) = h.split_once(':').ok_or_else(|| Exit::usage("--header must look like 'Name: value'"))?;
+                headers.push((k.trim().to_string(), v.trim().to_string()));
+            }
+            // Not an error: `run_cli` prints the message to stdout for code 0.
+            "--help" => return Err(Exit { code: 0, message: USAGE.to_string() }),
+            _ => return Err(Exit::usage(format!("unknown option {flag:?}"))),
+        }
+    }
+    let backend = backend.ok_or_else(|| Exit::usage("--etcd URL is required"))?;
+    if try_only && wait_ms.is_some() {
+        return Err(Exit::usage("--try and --wait exclude each other"));
+    }
+    let name = match names.as_slice() {
+        [n] => n.clone(),
+        [] => return Err(Exit::usage("missing lock NAME")),
+        _ => return Err(Exit::usage(format!("expected one lock NAME, got {}", names.len()))),
+    };
+    if is_run && command.is_empty() {
+        return Err(Exit::usage("missing command: edgelock run ... NAME -- CMD [ARGS...]"));
+    }
+    if !is_run && !command.is_empty() {
+        return Err(Exit::usage("`status` takes no command"));
+    }
+    Ok(Options { backend, prefix, ttl_ms, wait_ms, try_only, json, headers, name, command })
+}
+
+fn parse_ms(flag: &str, v: &str) -> Result<u64, Exit> {
+    v.trim().parse::<u64>().map_err(|_| Exit::usage(format!("{flag} needs a whole number of milliseconds, got {v:?}")))
+}
+
+fn connect(o: &Options) -> Result<Client, Exit> {
+    match &o.backend {
+        Backend::Etcd(endpoints) => {
+            let mut cfg = EtcdConfig::new(endpoints.clone());
+            if let Some(p) = &o.prefix {
+                cfg.prefix = p.clone();
+            }
+            if let Some(t) = o.ttl_ms {
+                cfg.session_ttl_ms = t;
+                // A request slower than half the lease's life is useless for
+                // keeping it alive (and a lease must outlive one request).
+                cfg.request_timeout_ms = cfg.request_timeout_ms.min(t / 2).max(1);
+            }
+            cfg.headers = o.headers.clone();
+            Client::etcd(cfg).map_err(|e| Exit::lock(&e))
+        }
+        Backend::Redis(_) => Err(Exit {
+            code: EX_UNSUPPORTED_BACKEND,
+            message: "the Redis backend (--redis) is not yet supported by this build; use --etcd".into(),
+        }),
+    }
+}
+
+fn cmd_status(o: &Options) -> Result<i32, Exit> {
+    let client = connect(o)?;
+    let status = client.inspect(&o.name).map_err(|e| Exit::lock(&e));
+    let _ = client.close();
+    let status = status?;
+    if o.json {
+        println!("{}", status_json(&status));
+    } else {
+        print!("{}", status_text(&status));
+    }
+    Ok(0)
+}
+
+fn status_text(s: &LockStatus) -> String {
+    let mut out = format!("name: {}\nheld: {}\n", s.name, s.held);
+    if let Some(h) = &s.holder {
+        out.push_str(&format!("holder: {h}\n"));
+    }
+    if let Some(t) = s.fencing_token {
+        out.push_str(&format!("fencing_token: {t}\n"));
+    }
+    if let Some(r) = s.remaining_ms {
+        out.push_str(&format!("remaining_ms: {r}\n"));
+    }
+    for w in &s.waiters {
+        out.push_str(&format!("waiter: {w}\n"));
+    }
+    out
+}
+
+fn status_json(s: &LockStatus) -> String {
+    serde_json::json!({
+        "name": s.name,
+        "held": s.held,
+        "holder": s.holder,
+        // Decimal string, like LockHandle's, so JSON consumers never lose precision.
+        "fencingToken": s.fencing_token.map(|t| t.to_string()),
+        "remainingMs": s.remaining_ms,
+        "waiters": s.waiters,
+    })
+    .to_string()
+}
+
+fn cmd_run(o: &Options) -> Result<i32, Exit> {
+    let client = connect(o)?;
+    let result = hold_and_run(&client, o);
+    let _ = client.close(); // revokes the session lease; errors leave it to expire
+    result
+}
+
+fn hold_and_run(client: &Client, o: &Options) -> Result<i32, Exit> {
+    let wait = match (o.try_only, o.wait_ms) {
+        (true, _) => Wait::Try,
+        (false, Some(ms)) => Wait::For(ms),
+        (false, None) => Wait::Forever,
+    };
+    let lock = match client.acquire_with(&o.name, AcquireOptions { wait, ttl_ms: None }, None) {
+        Ok(Some(lock)) => lock,
+        Ok(None) => return Err(Exit { code: EX_BUSY, message: format!("lock {:?} is held by someone else", o.name) }),
+        Err(e) => return Err(Exit::lock(&e)),
+    };
+    eprintln!("edgelock: acquired {} token={}", o.name, lock.fencing_token());
+    let (program, args) = match o.command.split_first() {
+        Some(split) => split,
+        None => return Err(Exit::usage("missing command")),
+    };
+    let spawned = Command::new(program)
+        .args(args)
+        .env("EDGELOCK_FENCING_TOKEN", lock.fencing_token().to_string())
+        .env("EDGELOCK_LOCK_NAME", &o.name)
+        .spawn();
+    let mut child = match spawned {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = lock.release();
+            let code = match e.kind() {
+                std::io::ErrorKind::NotFound => EX_NOT_FOUND,
+                std::io::ErrorKind::PermissionDenied => EX_CANNOT_EXECUTE,
+                _ => EX_SOFTWARE,
+            };
+            return Err(Exit { code, message: format!("cannot run {program:?}: {e}") });
+        }
+    };
+    match supervise(&mut child, &lock) {
+        Supervised::Exited(status) => finish(lock, status, &o.name),
+        Supervised::Lost(reason) => {
+            stop_child(&mut child);
+            Err(Exit { code: EX_LOST, message: format!("lock {:?} was lost while the command ran ({reason}); the command was terminated", o.name) })
+        }
+        Supervised::WaitFailed(e) => {
+            stop_child(&mut child);
+            let _ = lock.release();
+            Err(Exit { code: EX_SOFTWARE, message: format!("cannot wait for the command: {e}") })
+        }
+    }
+}
+
+enum Supervised {
+    Exited(ExitStatus),
+    Lost(String),
+    WaitFailed(std::io::Error),
+}
+
+/// Waits for the child to exit or the lock to be lost, whichever comes first.
+fn supervise(child: &mut Child, lock: &Lock) -> Supervised {
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return Supervised::Exited(status),
+            Ok(None) => {}
+            Err(e) => return Supervised::WaitFailed(e),
+        }
+        // Doubles as the poll interval's sleep, and wakes at once on loss.
+        if let Some(reason) = lock.wait_lost(Some(POLL)) {
+            return Supervised::Lost(reason.to_string());
+        }
+    }
+}
+
+/// SIGTERM through the `kill` utility (std has no signal API), then SIGKILL
+/// (`Child::kill`) if the command has not exited within `TERM_GRACE`.
+fn stop_child(child: &mut Child) {
+    let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
+    let t = Instant::now();
+    while t.elapsed() < TERM_GRACE {
+        if matches!(child.try_wait(), Ok(Some(_)) | Err(_)) {
+            return;
+        }
+        std::thread::sleep(POLL);
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+fn finish(lock: Lock, status: ExitStatus, name: &str) -> Result<i32, Exit> {
+    let code = exit_status_code(status);
+    match lock.release() {
+        Ok(true) => Ok(code),
+        Ok(false) => Err(Exit {
+            code: EX_LOST,
+            message: format!("lock {name:?} was lost before the command finished (command exit code {code})"),
+        }),
+        Err(e) => {
+            // The command ran under the lock; the session close (or lease
+            // expiry) still frees it.
+            eprintln!("edgelock: warning: releasing lock {name:?} failed: {e}");
+            Ok(code)
+        }
+    }
+}
+
+fn exit_status_code(status: ExitStatus) -> i32 {
+    if let Some(c) = status.code() {
+        return c;
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt;
+        if let Some(sig) = status.signal() {
+            return 128 + sig;
+        }
+    }
+    EX_SOFTWARE
+}

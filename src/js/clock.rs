@@ -15,7 +15,12 @@ fn raw_now() -> f64 {
         static PERF_NOW: Option<(JsValue, Function)> = find_performance_now();
     }
     PERF_NOW.with(|p| match p {
-        Some((perf, now)) => now.call0(perf).ok().and_then(|v| v.as_f64()).filter(|v| v.is_finite()).unwrap_or_else(js_sys::Date::now),
+        Some((perf, now)) => now
+            .call0(perf)
+            .ok()
+            .and_then(|v| v.as_f64())
+            .filter(|v| v.is_finite())
+            .unwrap_or_else(js_sys::Date::now),
         None => js_sys::Date::now(),
     })
 }
@@ -57,14 +62,18 @@ impl Clock {
 
     pub fn now(&self) -> Millis {
         let raw = raw_now();
-        let ms = if raw.is_finite() && raw > 0.0 { raw.floor() as Millis } else { 0 };
+        let ms = if raw.is_finite() && raw > 0.0 {
+            raw.floor() as Millis
+        } else {
+            0
+        };
         let now = ms.max(self.last.get());
         self.last.set(now);
         now
     }
+}
 
-    /// Milliseconds since the Unix epoch for a time on this clock.
-    pub fn to_epoch_ms(&self, at: Millis) -> f64 {
-        epoch_offset() + at as f64
-    }
+/// Milliseconds since the Unix epoch for a time on the driver clock.
+pub fn to_epoch_ms(at: Millis) -> f64 {
+    epoch_offset() + at as f64
 }

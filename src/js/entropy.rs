@@ -11,8 +11,11 @@ impl JsEntropy {
     /// unpredictable, so a client is not built without it.
     pub fn new() -> Result<Self, LockError> {
         let mut probe = [0u8; 16];
-        getrandom::getrandom(&mut probe)
-            .map_err(|e| LockError::invalid(format!("this runtime has no usable crypto.getRandomValues ({e})")))?;
+        getrandom::getrandom(&mut probe).map_err(|e| {
+            LockError::invalid(format!(
+                "this runtime has no usable crypto.getRandomValues ({e})"
+            ))
+        })?;
         Ok(JsEntropy)
     }
 }
@@ -22,7 +25,8 @@ impl Entropy for JsEntropy {
         if getrandom::getrandom(buf).is_err() {
             // Unreachable after the probe in `new` (Web Crypto does not go away);
             // still never panic: mix the clock and Math.random rather than trap.
-            let mut x = (js_sys::Date::now() as u64) ^ ((js_sys::Math::random() * u64::MAX as f64) as u64);
+            let mut x =
+                (js_sys::Date::now() as u64) ^ ((js_sys::Math::random() * u64::MAX as f64) as u64);
             for b in buf.iter_mut() {
                 x ^= x << 13;
                 x ^= x >> 7;

@@ -16,7 +16,12 @@ const MAX_ERROR_CHARS: usize = 200;
 
 /// Runs `req` and hands each resulting input to `deliver`, which returns false
 /// once the request is no longer wanted (cancelled): reading stops there.
-pub async fn perform(fetch: &Function, req: &HttpRequest, signal: &AbortSignal, mut deliver: impl FnMut(Input) -> bool) {
+pub async fn perform(
+    fetch: &Function,
+    req: &HttpRequest,
+    signal: &AbortSignal,
+    mut deliver: impl FnMut(Input) -> bool,
+) {
     let id = req.id;
     let response = match send(fetch, req, signal).await {
         Ok(r) => r,
@@ -25,10 +30,16 @@ pub async fn perform(fetch: &Function, req: &HttpRequest, signal: &AbortSignal, 
             return;
         }
     };
-    let status = match Reflect::get(&response, &JsValue::from_str("status")).ok().and_then(|s| s.as_f64()) {
+    let status = match Reflect::get(&response, &JsValue::from_str("status"))
+        .ok()
+        .and_then(|s| s.as_f64())
+    {
         Some(s) if (100.0..=999.0).contains(&s) => s as u16,
         _ => {
-            deliver(Input::Failed { id, error: TransportError::Io("fetch returned something that is not a Response".into()) });
+            deliver(Input::Failed {
+                id,
+                error: TransportError::Io("fetch returned something that is not a Response".into()),
+            });
             return;
         }
     };
@@ -38,18 +49,27 @@ pub async fn perform(fetch: &Function, req: &HttpRequest, signal: &AbortSignal, 
     }
     let input = match read_whole_body(&response).await {
         Ok(body) => Input::Response { id, status, body },
-        Err(message) => Input::Failed { id, error: TransportError::Io(message) },
+        Err(message) => Input::Failed {
+            id,
+            error: TransportError::Io(message),
+        },
     };
     deliver(input);
 }
 
-async fn send(fetch: &Function, req: &HttpRequest, signal: &AbortSignal) -> Result<JsValue, TransportError> {
+async fn send(
+    fetch: &Function,
+    req: &HttpRequest,
+    signal: &AbortSignal,
+) -> Result<JsValue, TransportError> {
     let init = request_init(req, signal).map_err(|e| TransportError::Connect(error_text(&e)))?;
     // `this` = globalThis: the platform fetch throws "Illegal invocation" with any other receiver.
     let returned = fetch
         .call2(&js_sys::global(), &JsValue::from_str(&req.url), &init)
         .map_err(|e| TransportError::Connect(error_text(&e)))?;
-    JsFuture::from(Promise::resolve(&returned)).await.map_err(|e| TransportError::Connect(error_text(&e)))
+    JsFuture::from(Promise::resolve(&returned))
+        .await
+        .map_err(|e| TransportError::Connect(error_text(&e)))
 }
 
 fn request_init(req: &HttpRequest, signal: &AbortSignal) -> Result<Object, JsValue> {
@@ -61,7 +81,11 @@ fn request_init(req: &HttpRequest, signal: &AbortSignal) -> Result<Object, JsVal
     }
     Reflect::set(&init, &"headers".into(), &headers)?;
     if req.method != Method::Get {
-        Reflect::set(&init, &"body".into(), &Uint8Array::from(req.body.as_slice()))?;
+        Reflect::set(
+            &init,
+            &"body".into(),
+            &Uint8Array::from(req.body.as_slice()),
+        )?;
     }
     Reflect::set(&init, &"signal".into(), signal)?;
     Ok(init)
@@ -69,7 +93,9 @@ fn request_init(req: &HttpRequest, signal: &AbortSignal) -> Result<Object, JsVal
 
 async fn read_whole_body(response: &JsValue) -> Result<Vec<u8>, String> {
     let buffer = call_method(response, "arrayBuffer")?;
-    let buffer = JsFuture::from(Promise::resolve(&buffer)).await.map_err(|e| error_text(&e))?;
+    let buffer = JsFuture::from(Promise::resolve(&buffer))
+        .await
+        .map_err(|e| error_text(&e))?;
     if !buffer.is_object() {
         return Err("response body is not an ArrayBuffer".into());
     }
@@ -79,7 +105,11 @@ async fn read_whole_body(response: &JsValue) -> Result<Vec<u8>, String> {
 /// Delivers a 2xx streaming body chunk by chunk, then `StreamEnd` (or `Failed`).
 async fn stream_body(id: RequestId, response: &JsValue, mut deliver: impl FnMut(Input) -> bool) {
     let body = Reflect::get(response, &"body".into()).unwrap_or(JsValue::NULL);
-    let reader = if body.is_object() { call_method(&body, "getReader").ok() } else { None };
+    let reader = if body.is_object() {
+        call_method(&body, "getReader").ok()
+    } else {
+        None
+    };
     let Some(reader) = reader else {
         // A fetch without streaming bodies: deliver the whole body as one chunk.
         match read_whole_body(response).await {
@@ -89,24 +119,35 @@ async fn stream_body(id: RequestId, response: &JsValue, mut deliver: impl FnMut(
                 }
             }
             Err(message) => {
-                deliver(Input::Failed { id, error: TransportError::Io(message) });
+                deliver(Input::Failed {
+                    id,
+                    error: TransportError::Io(message),
+                });
             }
         }
         return;
     };
     loop {
         let step = match call_method(&reader, "read") {
-            Ok(p) => JsFuture::from(Promise::resolve(&p)).await.map_err(|e| error_text(&e)),
+            Ok(p) => JsFuture::from(Promise::resolve(&p))
+                .await
+                .map_err(|e| error_text(&e)),
             Err(e) => Err(e),
         };
         let step = match step {
             Ok(s) => s,
             Err(message) => {
-                deliver(Input::Failed { id, error: TransportError::Io(message) });
+                deliver(Input::Failed {
+                    id,
+                    error: TransportError::Io(message),
+                });
                 return;
             }
         };
-        if Reflect::get(&step, &"done".into()).map(|d| d.is_truthy()).unwrap_or(true) {
+        if Reflect::get(&step, &"done".into())
+            .map(|d| d.is_truthy())
+            .unwrap_or(true)
+        {
             deliver(Input::StreamEnd { id });
             return;
         }
@@ -114,7 +155,10 @@ async fn stream_body(id: RequestId, response: &JsValue, mut deliver: impl FnMut(
         let data = match value.dyn_into::<Uint8Array>() {
             Ok(bytes) => bytes.to_vec(),
             Err(_) => {
-                deliver(Input::Failed { id, error: TransportError::Io("stream chunk is not a Uint8Array".into()) });
+                deliver(Input::Failed {
+                    id,
+                    error: TransportError::Io("stream chunk is not a Uint8Array".into()),
+                });
                 return;
             }
         };
@@ -131,15 +175,26 @@ fn call_method(target: &JsValue, name: &str) -> Result<JsValue, String> {
     if !f.is_function() {
         return Err(format!("response has no {name}()"));
     }
-    f.unchecked_into::<Function>().call0(target).map_err(|e| error_text(&e))
+    f.unchecked_into::<Function>()
+        .call0(target)
+        .map_err(|e| error_text(&e))
 }
 
 /// A short description of a thrown JS value: `message`, plus the `cause`'s code
 /// or message where runtimes put the real reason (Node: "fetch failed" with
 /// `cause.code = "ECONNREFUSED"`).
 pub fn error_text(e: &JsValue) -> String {
-    let field = |v: &JsValue, k: &str| Reflect::get(v, &JsValue::from_str(k)).ok().and_then(|x| x.as_string());
-    let mut text = if e.is_object() { field(e, "message") } else { e.as_string() }.unwrap_or_else(|| "unknown error".into());
+    let field = |v: &JsValue, k: &str| {
+        Reflect::get(v, &JsValue::from_str(k))
+            .ok()
+            .and_then(|x| x.as_string())
+    };
+    let mut text = if e.is_object() {
+        field(e, "message")
+    } else {
+        e.as_string()
+    }
+    .unwrap_or_else(|| "unknown error".into());
     if e.is_object() {
         if let Ok(cause) = Reflect::get(e, &"cause".into()) {
             if cause.is_object() {

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::driver::{self, Call, Clock, Completion, LockShared, Msg};
+use crate::core::etcd::{EtcdConfig, EtcdMachine};
 use crate::core::{AcquireOptions, Event, LockError, LockHandle, LockInfo, LockMachine, LockStatus, LostReason, Wait};
 
 /// A handle to one lock client (one backend session) running on its own driver
@@ -38,9 +39,14 @@ impl fmt::Debug for Client {
 }
 
 impl Client {
-    /// A client for an etcd cluster (its JSON gateway, `http://` endpoints).
-    pub fn etcd(cfg: crate::core::etcd::EtcdConfig) -> Result<Client, LockError> {
-        let machine = crate::core::etcd::EtcdMachine::new(cfg, Box::new(super::OsEntropy))?;
+    /// A client for an etcd cluster through its JSON gateway (`http://`
+    /// endpoints only: the native driver has no TLS). One session lease is
+    /// shared by every lock of this client.
+    pub fn etcd(cfg: EtcdConfig) -> Result<Client, LockError> {
+        if cfg.endpoints.iter().any(|e| e.get(..8).is_some_and(|s| s.eq_ignore_ascii_case("https://"))) {
+            return Err(LockError::invalid(super::http::HTTPS_UNSUPPORTED));
+        }
+        let machine = EtcdMachine::new(cfg, Box::new(super::OsEntropy))?;
         Client::try_from_machine(Box::new(machine))
     }
 
@@ -136,8 +142,9 @@ impl Client {
         }
     }
 
-    /// Releases every lock, ends the session and stops the driver thread.
-    /// Idempotent; later calls on this client fail with `LockError::Closed`.
+    /// Releases every lock (their `Lock`s report [`LostReason::ClientClosed`]),
+    /// ends the session and stops the driver thread. Idempotent; later calls on
+    /// this client fail with `LockError::Closed`.
     pub fn close(&self) -> Result<(), LockError> {
         match self.call(Call::Close) {
             Ok(_) | Err(LockError::Closed { .. }) => Ok(()),
@@ -249,15 +256,15 @@ impl Lock {
     }
 
     /// A receiver that yields the reason once the lock is lost (at once if it
-    /// already is). It disconnects without a value if the lock ends otherwise
-    /// (released, client closed).
+    /// already is; closing the client counts as [`LostReason::ClientClosed`]).
+    /// It disconnects without a value once the lock is released.
     pub fn lost(&self) -> Receiver<LostReason> {
         self.shared.subscribe()
     }
 
-    /// Blocks until the lock is lost (`Some(reason)`), or returns `None` when
-    /// `timeout` passes first or the lock ends without loss (client closed).
-    /// `None` timeout waits indefinitely.
+    /// Blocks until the lock is lost (`Some(reason)`; closing the client counts
+    /// as [`LostReason::ClientClosed`]), or returns `None` when `timeout` passes
+    /// first. A `None` timeout waits indefinitely.
     pub fn wait_lost(&self, timeout: Option<Duration>) -> Option<LostReason> {
         self.shared.wait_lost(timeout)
     }

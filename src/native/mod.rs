@@ -9,3 +9,10 @@ pub mod entropy;
 pub mod http;
 
 pub use entropy::OsEntropy;
+mod client;
+mod driver;
+#[cfg(test)]
+mod fake;
+
+pub use crate::core::etcd::EtcdConfig;
+pub use client::{CancelToken, Client, Lock};

@@ -333,9 +333,11 @@ impl EtcdMachine {
     fn usable_session_lease(&mut self, now: Millis) -> Option<i64> {
         if let Some(id) = self.session_lease {
             match self.leases.get(&id) {
-                Some(l) if l.expires_at > now + self.request_timeout_ms => return Some(id),
+                // A fresh grant leaves ~99% of the TTL; an idle lease older than
+                // 2/3 of it is too close to expiry to put a new key on.
+                Some(l) if l.expires_at > now + l.ttl_ms / 3 => return Some(id),
                 _ => {
-                    // Too close to expiry to build on; drop it if nothing uses it.
+                    // Drop it if nothing uses it; it expires on its own.
                     self.session_lease = None;
                     if !self.lease_in_use(id) {
                         self.leases.remove(&id);

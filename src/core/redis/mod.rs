@@ -1,1 +1,181 @@
 //! Redis over HTTP (Upstash REST, Webdis): single-node lock and Redlock.
+//!
+//! - [`RedisMachine`]: one Redis node, the classic recipe — `SET key token NX
+//!   PX ttl` plus a fencing counter in one Lua script, owner-checked release
+//!   and extend, a watchdog renewing at TTL/3.
+//! - [`RedlockMachine`]: N independent nodes, each reached by either
+//!   protocol; quorum, validity with drift, retries with jitter, and fencing
+//!   tokens across nodes (see [`redlock`] for the scheme and its guarantee).
+//!
+//! Layout: `value` (commands and replies), `upstash` / `webdis` (the two
+//! HTTP codecs), `codec` (one node), `scripts` (the Lua scripts), `keys`,
+//! `quorum` (pure arithmetic), and the shared machine in `engine`,
+//! `acquire`, `held`, `query`; `single` and `redlock` are the public faces.
+
+mod acquire;
+pub mod codec;
+mod engine;
+mod held;
+pub mod keys;
+mod query;
+pub mod quorum;
+pub mod redlock;
+pub mod round;
+pub mod scripts;
+pub mod single;
+pub mod upstash;
+pub mod value;
+pub mod webdis;
+
+pub use redlock::{RedlockConfig, RedlockFencing, RedlockMachine};
+pub use single::{RedisConfig, RedisMachine};
+pub use value::{RedisCommand, RedisValue, ReplyError};
+
+use super::LockError;
+
+/// How a node is reached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RedisProtocol {
+    /// The Upstash REST protocol (`token` required: sent as a bearer token).
+    Upstash,
+    /// Webdis (`token`, if any, is `user:password` for its HTTP Basic ACL).
+    Webdis,
+}
+
+/// One Redis node.
+#[derive(Clone, PartialEq, Eq)]
+pub struct RedisNode {
+    /// `http(s)://host[:port][/base]`, without query or credentials.
+    pub url: String,
+    pub protocol: RedisProtocol,
+    pub token: Option<String>,
+}
+
+impl RedisNode {
+    pub fn upstash(url: impl Into<String>, token: impl Into<String>) -> Self {
+        RedisNode { url: url.into(), protocol: RedisProtocol::Upstash, token: Some(token.into()) }
+    }
+
+    pub fn webdis(url: impl Into<String>) -> Self {
+        RedisNode { url: url.into(), protocol: RedisProtocol::Webdis, token: None }
+    }
+}
+
+impl std::fmt::Debug for RedisNode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisNode")
+            .field("url", &self.url)
+            .field("protocol", &self.protocol)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+/// The clock-drift factor of the single-node lock (Redlock's is configurable).
+pub const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
+
+/// A lock TTL must be valid and leave room for the drift allowance.
+pub(crate) fn validate_lock_ttl(ttl_ms: u64, _request_timeout_ms: u64, drift_factor: f64) -> Result<(), LockError> {
+    crate::core::names::validate_ttl("ttl_ms", ttl_ms)?;
+    if quorum::validity_ms(ttl_ms, 0, drift_factor).is_none() {
+        return Err(LockError::invalid(format!(
+            "ttl_ms of {ttl_ms} ms leaves no validity after the clock-drift allowance of {} ms",
+            quorum::drift_ms(ttl_ms, drift_factor)
+        )));
+    }
+    Ok(())
+}
+
+pub(crate) fn validate_common(
+    prefix: &str,
+    ttl_ms: u64,
+    request_timeout_ms: u64,
+    drift_factor: f64,
+    retry_delay_ms: u64,
+    retry_jitter_ms: u64,
+) -> Result<(), LockError> {
+    keys::validate_prefix(prefix)?;
+    if !(0.0..0.5).contains(&drift_factor) || !drift_factor.is_finite() {
+        return Err(LockError::invalid("drift_factor must be at least 0 and below 0.5"));
+    }
+    validate_lock_ttl(ttl_ms, request_timeout_ms, drift_factor)?;
+    if request_timeout_ms == 0 || request_timeout_ms > 600_000 {
+        return Err(LockError::invalid("request_timeout_ms must be between 1 and 600000"));
+    }
+    if retry_delay_ms > 600_000 || retry_jitter_ms > 600_000 {
+        return Err(LockError::invalid("retry_delay_ms and retry_jitter_ms must be at most 600000"));
+    }
+    Ok(())
+}
+
+/// Implements [`LockMachine`](crate::core::LockMachine) by delegating to the engine.
+macro_rules! delegate_lock_machine {
+    ($t:ty) => {
+        impl $crate::core::LockMachine for $t {
+            fn backend(&self) -> $crate::core::BackendKind {
+                self.engine.s.backend
+            }
+            fn acquire(
+                &mut self,
+                now: $crate::core::Millis,
+                name: &str,
+                opts: &$crate::core::AcquireOptions,
+            ) -> Result<$crate::core::OpId, $crate::core::LockError> {
+                self.engine.acquire(now, name, opts)
+            }
+            fn release(
+                &mut self,
+                now: $crate::core::Millis,
+                lock: $crate::core::LockId,
+            ) -> Result<$crate::core::OpId, $crate::core::LockError> {
+                self.engine.release(now, lock)
+            }
+            fn extend(
+                &mut self,
+                now: $crate::core::Millis,
+                lock: $crate::core::LockId,
+                ttl_ms: Option<u64>,
+            ) -> Result<$crate::core::OpId, $crate::core::LockError> {
+                self.engine.extend(now, lock, ttl_ms)
+            }
+            fn resume(
+                &mut self,
+                now: $crate::core::Millis,
+                handle: &$crate::core::LockHandle,
+            ) -> Result<$crate::core::OpId, $crate::core::LockError> {
+                self.engine.resume(now, handle)
+            }
+            fn inspect(&mut self, now: $crate::core::Millis, name: &str) -> Result<$crate::core::OpId, $crate::core::LockError> {
+                self.engine.inspect(now, name)
+            }
+            fn cancel(&mut self, now: $crate::core::Millis, op: $crate::core::OpId) {
+                self.engine.cancel(now, op)
+            }
+            fn close(&mut self, now: $crate::core::Millis) -> $crate::core::OpId {
+                self.engine.close(now)
+            }
+            fn handle_input(&mut self, now: $crate::core::Millis, input: $crate::core::Input) {
+                self.engine.handle_input(now, input)
+            }
+            fn handle_timeout(&mut self, now: $crate::core::Millis) {
+                self.engine.handle_timeout(now)
+            }
+            fn poll_transmit(&mut self) -> Option<$crate::core::Transmit> {
+                self.engine.poll_transmit()
+            }
+            fn poll_event(&mut self) -> Option<$crate::core::Event> {
+                self.engine.poll_event()
+            }
+            fn poll_timeout(&self) -> Option<$crate::core::Millis> {
+                self.engine.poll_timeout()
+            }
+            fn live_count(&self) -> usize {
+                self.engine.live_count()
+            }
+        }
+    };
+}
+pub(crate) use delegate_lock_machine;
+
+#[cfg(test)]
+mod machine_tests;

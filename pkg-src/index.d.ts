@@ -1,0 +1,197 @@
+// Public types of edgelock (hand-written; the wasm-bindgen declarations of the
+// internal `RawLocks` class are not part of the public surface).
+
+// `Symbol.asyncDispose` without requiring lib "esnext.disposable" (the same
+// declaration as TypeScript's own lib and @types/node, so they merge).
+declare global {
+  interface SymbolConstructor {
+    readonly asyncDispose: unique symbol;
+  }
+}
+
+/** Stable error codes. `CLOSED` (client closed) and `BUDGET` (Workers subrequest budget) extend the documented set. */
+export type LockErrorCode =
+  | "TIMEOUT"
+  | "ABORTED"
+  | "NO_QUORUM"
+  | "LOST"
+  | "NOT_HELD"
+  | "BACKEND"
+  | "TRANSPORT"
+  | "INVALID_ARGUMENT"
+  | "CLOSED"
+  | "BUDGET";
+
+/** Every failure is a LockError. Messages name the lock and backend, never a secret. */
+export declare class LockError extends Error {
+  constructor(code: LockErrorCode, message: string, options?: { cause?: unknown });
+  readonly name: "LockError";
+  readonly code: LockErrorCode;
+}
+
+export interface AcquireOptions {
+  /** Give up with `TIMEOUT` after this many ms (default: wait until granted or aborted). */
+  waitMs?: number;
+  /** Aborting cancels the acquire (`ABORTED`); any key it created is removed. */
+  signal?: AbortSignal;
+  /** Per-lock TTL (Redis backends; etcd locks live as long as the client's session lease). */
+  ttlMs?: number;
+}
+
+export interface TryAcquireOptions {
+  signal?: AbortSignal;
+  ttlMs?: number;
+}
+
+export interface RequestOptions extends AcquireOptions {
+  /** Do not wait: call back with `null` if the lock is held by someone else. */
+  ifAvailable?: boolean;
+}
+
+/** What `lock.toJSON()` returns: enough for another process to resume the lock. Contains the owner credential. */
+export interface LockHandleJSON {
+  v: number;
+  backend: "etcd" | "redis" | "redlock";
+  name: string;
+  key: string;
+  owner: string;
+  /** Decimal string (a JSON number could lose precision). */
+  fencingToken: string;
+  revision: string;
+}
+
+export interface Lock {
+  readonly name: string;
+  /** Strictly increases across successive holders of `name`. */
+  readonly fencingToken: bigint;
+  /** Aborted when the lock is lost (reason: LockError `LOST`) or released (reason: LockError `NOT_HELD`). */
+  readonly signal: AbortSignal;
+  /** Milliseconds since the epoch: the client's conservative estimate of the end of validity. */
+  readonly expiresAt: number;
+  extend(ttlMs?: number): Promise<void>;
+  /** Idempotent. */
+  release(): Promise<void>;
+  toJSON(): LockHandleJSON;
+  [Symbol.asyncDispose](): Promise<void>;
+}
+
+export interface LockClient {
+  acquire(name: string, opts?: AcquireOptions): Promise<Lock>;
+  tryAcquire(name: string, opts?: TryAcquireOptions): Promise<Lock | null>;
+  request<T>(name: string, callback: (lock: Lock) => Promise<T> | T): Promise<T>;
+  request<T>(name: string, opts: RequestOptions & { ifAvailable: true }, callback: (lock: Lock | null) => Promise<T> | T): Promise<T>;
+  request<T>(name: string, opts: RequestOptions, callback: (lock: Lock | null) => Promise<T> | T): Promise<T>;
+  /** Adopts a lock serialised by `toJSON()`; rejects with `LOST` if it is no longer held. */
+  resume(handle: LockHandleJSON | string): Promise<Lock>;
+  /** Releases every lock and ends the session. Idempotent. */
+  close(): Promise<void>;
+  [Symbol.asyncDispose](): Promise<void>;
+}
+
+export interface EtcdLocksOptions {
+  /** etcd JSON gateway base URLs, e.g. `http://127.0.0.1:2379`; tried in order. */
+  endpoints: string[];
+  /** Key prefix (default `edgelock`). */
+  prefix?: string;
+  /** Session lease TTL (default 10000, at least 1000). */
+  sessionTtlMs?: number;
+  /** Per-request timeout (default 5000). */
+  requestTimeoutMs?: number;
+  /** Extra headers on every request, e.g. `Authorization`. */
+  headers?: Record<string, string>;
+  /** The only transport used (default: `globalThis.fetch`). */
+  fetch?: typeof fetch;
+}
+
+export type RedisProtocol = "upstash" | "webdis";
+
+export interface RedisNode {
+  /** Base URL of the Upstash REST endpoint or of Webdis. */
+  url: string;
+  /** Default `upstash`. */
+  protocol?: RedisProtocol;
+  /** Upstash: the REST token (sent as a bearer token). Webdis: `user:password` for its HTTP Basic ACL. */
+  token?: string;
+}
+
+export interface RedisLocksOptions extends RedisNode {
+  /** Default lock TTL (default 10000); `ttlMs` on acquire overrides it. */
+  ttlMs?: number;
+  /** Per-request timeout (default 5000). */
+  requestTimeoutMs?: number;
+  /** Key prefix (default `edgelock`). */
+  prefix?: string;
+  /** Renew held locks at TTL/3 until released (default true). */
+  autoExtend?: boolean;
+  /** Longest pause between two attempts of a waiting acquire (default 200). */
+  retryDelayMs?: number;
+  /** Random extra pause per attempt (default 100). */
+  retryJitterMs?: number;
+  /** The only transport used (default: `globalThis.fetch`). */
+  fetch?: typeof fetch;
+}
+
+export interface RedlockOptions {
+  /** Independent Redis nodes (a majority must agree). */
+  nodes: RedisNode[];
+  /** Default lock TTL (default 10000). */
+  ttlMs?: number;
+  /** Clock drift allowance as a fraction of the TTL (default 0.01; 2 ms are added). */
+  driftFactor?: number;
+  /** Retries without a quorum before `NO_QUORUM` (default 10). */
+  retryCount?: number;
+  /** Delay between retries (default 200). */
+  retryDelayMs?: number;
+  /** Random ± jitter on the retry delay (default 100). */
+  retryJitterMs?: number;
+  /** Per-node request timeout (default 1000). */
+  requestTimeoutMs?: number;
+  /** Key prefix (default `edgelock`). */
+  prefix?: string;
+  /** Renew held locks at TTL/3 until released (default true). */
+  autoExtend?: boolean;
+  /**
+   * `folded` (default): one round per acquire. `strict`: a second round raises a
+   * quorum's fencing counters before the lock is handed out.
+   */
+  fencing?: "folded" | "strict";
+  /** The only transport used (default: `globalThis.fetch`). */
+  fetch?: typeof fetch;
+}
+
+export declare class EtcdLocks implements LockClient {
+  /** Throws LockError `INVALID_ARGUMENT` synchronously for invalid options. */
+  constructor(options: EtcdLocksOptions);
+  acquire(name: string, opts?: AcquireOptions): Promise<Lock>;
+  tryAcquire(name: string, opts?: TryAcquireOptions): Promise<Lock | null>;
+  request<T>(name: string, callback: (lock: Lock) => Promise<T> | T): Promise<T>;
+  request<T>(name: string, opts: RequestOptions & { ifAvailable: true }, callback: (lock: Lock | null) => Promise<T> | T): Promise<T>;
+  request<T>(name: string, opts: RequestOptions, callback: (lock: Lock | null) => Promise<T> | T): Promise<T>;
+  resume(handle: LockHandleJSON | string): Promise<Lock>;
+  close(): Promise<void>;
+  [Symbol.asyncDispose](): Promise<void>;
+}
+
+export declare class RedisLocks implements LockClient {
+  constructor(options: RedisLocksOptions);
+  acquire(name: string, opts?: AcquireOptions): Promise<Lock>;
+  tryAcquire(name: string, opts?: TryAcquireOptions): Promise<Lock | null>;
+  request<T>(name: string, callback: (lock: Lock) => Promise<T> | T): Promise<T>;
+  request<T>(name: string, opts: RequestOptions & { ifAvailable: true }, callback: (lock: Lock | null) => Promise<T> | T): Promise<T>;
+  request<T>(name: string, opts: RequestOptions, callback: (lock: Lock | null) => Promise<T> | T): Promise<T>;
+  resume(handle: LockHandleJSON | string): Promise<Lock>;
+  close(): Promise<void>;
+  [Symbol.asyncDispose](): Promise<void>;
+}
+
+export declare class Redlock implements LockClient {
+  constructor(options: RedlockOptions);
+  acquire(name: string, opts?: AcquireOptions): Promise<Lock>;
+  tryAcquire(name: string, opts?: TryAcquireOptions): Promise<Lock | null>;
+  request<T>(name: string, callback: (lock: Lock) => Promise<T> | T): Promise<T>;
+  request<T>(name: string, opts: RequestOptions & { ifAvailable: true }, callback: (lock: Lock | null) => Promise<T> | T): Promise<T>;
+  request<T>(name: string, opts: RequestOptions, callback: (lock: Lock | null) => Promise<T> | T): Promise<T>;
+  resume(handle: LockHandleJSON | string): Promise<Lock>;
+  close(): Promise<void>;
+  [Symbol.asyncDispose](): Promise<void>;
+}

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Everything about the npm package, against real servers started here:
+#   1. scripts/build-pkg.sh (pkg/, wasm size)
+#   2. npm pack pkg/ and install the tarball into tests/js/node_modules
+#   3. node --test in tests/js (package behaviour, fresh-directory install in
+#      Node and headless Chromium, tsc --noEmit of the TypeScript example)
+#   4. wasm-pack test --node and --headless --chrome on tests/wasm against a
+#      real etcd (its URL baked in at compile time via EDGELOCK_WASM_TEST_ETCD)
+# Servers come from the devtools `testenv` (tools/devtools), each run its own.
+# Needs: etcd, redis-server, webdis, chromium + chromedriver (Debian
+# packages), node >= 20, npm. CHROMEDRIVER overrides /usr/bin/chromedriver.
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$root/target}
+export PATH="$HOME/.cargo/bin:$PATH"
+
+# EDGELOCK_JS_SKIP_BUILD=1 reuses an existing pkg/ (quick iteration on tests).
+if [ "${EDGELOCK_JS_SKIP_BUILD:-}" = 1 ] && [ -f pkg/package.json ]; then
+  echo "== using the existing pkg/ (EDGELOCK_JS_SKIP_BUILD=1)"
+else
+  bash scripts/build-pkg.sh
+fi
+
+echo "== devtools (testenv: real etcd / redis-server / webdis / Upstash gateway)"
+cargo build --quiet -p edgelock-devtools --bins
+testenv_bin="$CARGO_TARGET_DIR/debug/testenv"
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/edgelock-test-js.XXXXXX")
+testenv_pid=
+cleanup() {
+  if [ -n "$testenv_pid" ]; then
+    exec 3>&- || true   # testenv stops its servers when its stdin closes
+    wait "$testenv_pid" 2>/dev/null || true
+  fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+# Every test phase runs even when an earlier one failed; the exit status says
+# whether all passed.
+failed=()
+phase() { # phase NAME CMD... 
+  echo "== $1"
+  local name=$1
+  shift
+  "$@" || failed+=("$name")
+}
+
+tarball=$(cd "$work" && npm pack "$root/pkg" --loglevel=error | tail -n 1)
+(
+  cd tests/js
+  npm ci --no-audit --no-fund --loglevel=error
+  npm install --no-save --no-audit --no-fund --ignore-scripts --loglevel=error "$work/$tarball"
+)
+phase "node --test (tests/js)" bash -c 'cd tests/js && node --test'
+
+echo "== starting testenv for the wasm-bindgen tests (tests/wasm)"
+mkfifo "$work/testenv.in"
+"$testenv_bin" --etcd 1 --redis 3 --webdis --gateway <"$work/testenv.in" >"$work/testenv.out" 2>"$work/testenv.err" &
+testenv_pid=$!
+exec 3>"$work/testenv.in"
+for _ in $(seq 1 600); do
+  [ -s "$work/testenv.out" ] && break
+  kill -0 "$testenv_pid" 2>/dev/null || break
+  sleep 0.1
+done
+[ -s "$work/testenv.out" ] || { echo "testenv did not start:"; cat "$work/testenv.err"; exit 1; }
+field() { # field NAME -> the testenv JSON field, arrays comma-joined
+  node -e 'const j = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8").split("\n")[0]);
+    const v = j[process.argv[2]]; console.log(Array.isArray(v) ? v.join(",") : v);' "$work/testenv.out" "$1"
+}
+EDGELOCK_WASM_TEST_ETCD=$(field etcd_urls)
+EDGELOCK_WASM_TEST_WEBDIS=$(field webdis_urls)
+EDGELOCK_WASM_TEST_GATEWAYS=$(field gateway_urls)
+EDGELOCK_WASM_TEST_TOKEN=$(field token)
+export EDGELOCK_WASM_TEST_ETCD EDGELOCK_WASM_TEST_WEBDIS EDGELOCK_WASM_TEST_GATEWAYS EDGELOCK_WASM_TEST_TOKEN
+
+phase "wasm-pack test --node" wasm-pack test --node tests/wasm
+phase "wasm-pack test --headless --chrome" env WASM_BINDGEN_USE_BROWSER=1 \
+  WASM_BINDGEN_TEST_WEBDRIVER_JSON="$root/tests/wasm/webdriver.json" \
+  wasm-pack test --headless --chrome --chromedriver "${CHROMEDRIVER:-/usr/bin/chromedriver}" tests/wasm
+
+if [ ${#failed[@]} -gt 0 ]; then
+  printf '== test-js: FAILED: %s\n' "${failed[@]}"
+  exit 1
+fi
+echo "== test-js: all passed"

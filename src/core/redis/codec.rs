@@ -1,0 +1,155 @@
+//! One Redis node as the machines see it: a base URL, a protocol and
+//! credentials, turning commands into [`HttpRequest`]s and answers back into
+//! [`RedisValue`]s.
+
+use base64::Engine;
+
+use super::value::{RedisCommand, RedisValue, ReplyError};
+use super::{upstash, webdis, RedisNode, RedisProtocol};
+use crate::core::names::validate_base_url;
+use crate::core::{HttpRequest, LockError, Method, RequestId};
+
+#[derive(Clone)]
+pub struct NodeCodec {
+    protocol: RedisProtocol,
+    /// Validated, without a trailing slash.
+    base: String,
+    headers: Vec<(String, String)>,
+    /// Never printed; removed from backend messages.
+    secret: Option<String>,
+}
+
+impl std::fmt::Debug for NodeCodec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeCodec").field("protocol", &self.protocol).field("base", &self.base).finish()
+    }
+}
+
+impl NodeCodec {
+    pub fn new(node: &RedisNode) -> Result<Self, LockError> {
+        let base = validate_base_url(&node.url)?;
+        let mut headers = Vec::new();
+        let token = node.token.as_deref().filter(|t| !t.is_empty());
+        if let Some(t) = token {
+            if t.chars().any(|c| c.is_control() || c == '\u{7f}') || !t.is_ascii() {
+                return Err(LockError::invalid("the node's token must be printable ASCII"));
+            }
+        }
+        match node.protocol {
+            RedisProtocol::Upstash => {
+                let t = token.ok_or_else(|| LockError::invalid("an Upstash node needs a token"))?;
+                headers.push(("Authorization".to_string(), format!("Bearer {t}")));
+                headers.push((upstash::ENCODING_HEADER.0.to_string(), upstash::ENCODING_HEADER.1.to_string()));
+                headers.push(("Content-Type".to_string(), "application/json".to_string()));
+            }
+            RedisProtocol::Webdis => {
+                // Webdis ACLs authenticate with HTTP Basic "user:password".
+                if let Some(t) = token {
+                    let b = base64::engine::general_purpose::STANDARD.encode(t.as_bytes());
+                    headers.push(("Authorization".to_string(), format!("Basic {b}")));
+                }
+                headers.push(("Content-Type".to_string(), "text/plain".to_string()));
+            }
+        }
+        Ok(NodeCodec { protocol: node.protocol, base, headers, secret: token.map(str::to_string) })
+    }
+
+    pub fn protocol(&self) -> RedisProtocol {
+        self.protocol
+    }
+
+    pub fn base_url(&self) -> &str {
+        &self.base
+    }
+
+    /// The request that runs `cmd` on this node.
+    pub fn encode(&self, id: RequestId, cmd: &RedisCommand, timeout_ms: u64) -> Result<HttpRequest, LockError> {
+        let body = match self.protocol {
+            RedisProtocol::Upstash => upstash::encode_command(cmd)?,
+            RedisProtocol::Webdis => webdis::encode_command(cmd)?,
+        };
+        let url = match self.protocol {
+            // Exactly the base, like the official client; a bare origin gets
+            // its "/" (the same request on the wire).
+            RedisProtocol::Upstash if has_path(&self.base) => self.base.clone(),
+            RedisProtocol::Upstash | RedisProtocol::Webdis => format!("{}/", self.base),
+        };
+        Ok(HttpRequest {
+            id,
+            method: Method::Post,
+            url,
+            headers: self.headers.clone(),
+            body,
+            timeout_ms: Some(timeout_ms),
+            stream: false,
+        })
+    }
+
+    /// The answer to a request made by [`encode`](Self::encode) for `cmd`.
+    pub fn decode(&self, cmd: &RedisCommand, status: u16, body: &[u8]) -> Result<RedisValue, ReplyError> {
+        let r = match self.protocol {
+            RedisProtocol::Upstash => upstash::decode_reply(status, body, true),
+            RedisProtocol::Webdis => webdis::decode_reply(status, body, cmd.name()),
+        };
+        r.map_err(|e| ReplyError { status: e.status, message: self.scrub(&e.message) })
+    }
+
+    /// Removes this node's credential from a backend-provided text.
+    pub fn scrub(&self, s: &str) -> String {
+        match &self.secret {
+            Some(t) => crate::core::error::sanitize_detail(s, &[t]),
+            None => crate::core::error::sanitize_detail(s, &[]),
+        }
+    }
+}
+
+fn has_path(base: &str) -> bool {
+    let rest = base.split_once("://").map_or(base, |(_, r)| r);
+    rest.contains('/')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(protocol: RedisProtocol, token: Option<&str>) -> RedisNode {
+        RedisNode { url: "http://127.0.0.1:7379/".into(), protocol, token: token.map(str::to_string) }
+    }
+
+    #[test]
+    fn builds_requests_without_keys_in_the_url() {
+        let cmd = RedisCommand::new("GET").arg("a/../b?c#d");
+        let u = NodeCodec::new(&node(RedisProtocol::Upstash, Some("sekrit-token"))).unwrap();
+        let r = u.encode(RequestId(1), &cmd, 500).unwrap();
+        assert_eq!(r.url, "http://127.0.0.1:7379/");
+        assert_eq!(r.method, Method::Post);
+        let mut n = node(RedisProtocol::Upstash, Some("t"));
+        n.url = "https://gw.example/redis/".into();
+        assert_eq!(NodeCodec::new(&n).unwrap().encode(RequestId(9), &cmd, 1).unwrap().url, "https://gw.example/redis");
+        assert!(r.headers.contains(&("Authorization".into(), "Bearer sekrit-token".into())));
+        assert!(!format!("{r:?}").contains("sekrit"));
+        let w = NodeCodec::new(&node(RedisProtocol::Webdis, None)).unwrap();
+        let r = w.encode(RequestId(2), &cmd, 500).unwrap();
+        assert_eq!(r.url, "http://127.0.0.1:7379/");
+        assert_eq!(r.body, b"GET/a%2F%2E%2E%2Fb%3Fc%23d".to_vec());
+        let wa = NodeCodec::new(&node(RedisProtocol::Webdis, Some("user:pw"))).unwrap();
+        let r = wa.encode(RequestId(3), &cmd, 500).unwrap();
+        assert!(r.headers.contains(&("Authorization".into(), "Basic dXNlcjpwdw==".into())));
+    }
+
+    #[test]
+    fn validates_nodes() {
+        assert!(NodeCodec::new(&node(RedisProtocol::Upstash, None)).is_err());
+        assert!(NodeCodec::new(&node(RedisProtocol::Upstash, Some("a\nb"))).is_err());
+        let mut n = node(RedisProtocol::Webdis, None);
+        n.url = "redis://x".into();
+        assert!(NodeCodec::new(&n).is_err());
+    }
+
+    #[test]
+    fn scrubs_the_token_from_messages() {
+        let u = NodeCodec::new(&node(RedisProtocol::Upstash, Some("sekrit-token"))).unwrap();
+        let e = u.decode(&RedisCommand::new("EVAL"), 401, br#"{"error":"bad token sekrit-token"}"#).unwrap_err();
+        assert!(!e.message.contains("sekrit"), "{}", e.message);
+    }
+}

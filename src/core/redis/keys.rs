@@ -1,0 +1,77 @@
+//! Redis key names.
+//!
+//! - lock key: `{<prefix>:<name>}`
+//! - fencing counter: `{<prefix>:<name>}:fence`
+//!
+//! The braces make the pair one Redis Cluster hash slot, so that a script
+//! may touch both (Upstash and any cluster require it). Redis hashes the
+//! text between the first `{` and the first `}` after it; the fencing key
+//! extends the lock key, so both always get the same hash tag, and since the
+//! prefix contains no braces the tag starts with `<prefix>:` and is never
+//! empty (an empty tag would hash the whole key). A name containing `}`
+//! shortens the tag to the part before it: still the same for both keys.
+//!
+//! The counter has no expiry: it must outlive every holder so that tokens
+//! keep increasing. It costs one small key per lock name ever used.
+
+use crate::core::LockError;
+
+pub const MAX_PREFIX_BYTES: usize = 128;
+
+pub fn validate_prefix(prefix: &str) -> Result<(), LockError> {
+    if prefix.len() > MAX_PREFIX_BYTES {
+        return Err(LockError::invalid(format!("key prefix is longer than {MAX_PREFIX_BYTES} bytes")));
+    }
+    if prefix.contains(['{', '}']) || prefix.chars().any(char::is_control) {
+        return Err(LockError::invalid("key prefix must not contain braces or control characters"));
+    }
+    Ok(())
+}
+
+pub fn lock_key(prefix: &str, name: &str) -> String {
+    format!("{{{prefix}:{name}}}")
+}
+
+pub fn fence_key(lock_key: &str) -> String {
+    format!("{lock_key}:fence")
+}
+
+/// The text Redis Cluster hashes for `key`.
+pub fn hash_tag(key: &str) -> &str {
+    if let Some(open) = key.find('{') {
+        if let Some(len) = key[open + 1..].find('}') {
+            if len > 0 {
+                return &key[open + 1..open + 1 + len];
+            }
+        }
+    }
+    key
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn examples() {
+        assert_eq!(lock_key("edgelock", "jobs/nightly"), "{edgelock:jobs/nightly}");
+        assert_eq!(fence_key("{edgelock:a}"), "{edgelock:a}:fence");
+        assert_eq!(hash_tag("{edgelock:a}b}"), "edgelock:a");
+        assert!(validate_prefix("edgelock").is_ok());
+        assert!(validate_prefix("").is_ok());
+        assert!(validate_prefix("a{b").is_err());
+        assert!(validate_prefix("a\nb").is_err());
+    }
+
+    proptest! {
+        #[test]
+        fn lock_and_fence_keys_share_a_non_empty_hash_tag(prefix in "[^{}\\p{Cc}]{0,10}", name in ".{1,20}") {
+            let k = lock_key(&prefix, &name);
+            let f = fence_key(&k);
+            prop_assert_eq!(hash_tag(&k), hash_tag(&f));
+            let expected = format!("{}:", prefix);
+            prop_assert!(hash_tag(&k).starts_with(&expected));
+        }
+    }
+}

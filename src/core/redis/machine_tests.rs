@@ -1,0 +1,500 @@
+//! Machine-level tests with scripted node answers (the protocol logic, not a
+//! server: real servers are in `tests/redis_real.rs`, the in-memory model in
+//! the simulation).
+
+use super::*;
+use crate::core::*;
+
+const TOKEN_RE_LEN: usize = 40;
+
+struct Harness<M: LockMachine> {
+    m: M,
+    now: Millis,
+    sent: Vec<HttpRequest>,
+    cancelled: Vec<RequestId>,
+    events: Vec<Event>,
+}
+
+impl<M: LockMachine> Harness<M> {
+    fn new(m: M) -> Self {
+        Harness { m, now: 1_000, sent: Vec::new(), cancelled: Vec::new(), events: Vec::new() }
+    }
+
+    fn drain(&mut self) {
+        while let Some(t) = self.m.poll_transmit() {
+            match t {
+                Transmit::Send(r) => self.sent.push(r),
+                Transmit::Cancel(id) => self.cancelled.push(id),
+            }
+        }
+        while let Some(e) = self.m.poll_event() {
+            self.events.push(e);
+        }
+    }
+
+    /// Takes every request sent so far.
+    fn take(&mut self) -> Vec<HttpRequest> {
+        self.drain();
+        std::mem::take(&mut self.sent)
+    }
+
+    fn answer(&mut self, req: &HttpRequest, body: &str) {
+        self.m.handle_input(self.now, Input::Response { id: req.id, status: 200, body: body.as_bytes().to_vec() });
+        self.drain();
+    }
+
+    fn fail(&mut self, req: &HttpRequest) {
+        let error = TransportError::Connect("connection refused".into());
+        self.m.handle_input(self.now, Input::Failed { id: req.id, error });
+        self.drain();
+    }
+
+    fn advance_to(&mut self, t: Millis) {
+        self.now = t;
+        self.m.handle_timeout(t);
+        self.drain();
+    }
+
+    fn next_timer(&self) -> Millis {
+        self.m.poll_timeout().expect("a timer")
+    }
+
+    fn take_events(&mut self) -> Vec<Event> {
+        self.drain();
+        std::mem::take(&mut self.events)
+    }
+}
+
+fn upstash_nodes(n: usize) -> Vec<RedisNode> {
+    (0..n).map(|i| RedisNode::upstash(format!("http://10.0.0.{i}:8080"), "tok-secret")).collect()
+}
+
+fn redlock(n: usize, f: impl FnOnce(&mut RedlockConfig)) -> Harness<RedlockMachine> {
+    let mut cfg = RedlockConfig::new(upstash_nodes(n));
+    f(&mut cfg);
+    Harness::new(RedlockMachine::new(cfg, Box::new(SeededEntropy::new(7))).unwrap())
+}
+
+fn single(f: impl FnOnce(&mut RedisConfig)) -> Harness<RedisMachine> {
+    let mut cfg = RedisConfig::new(RedisNode::upstash("http://10.0.0.1:8080", "tok-secret"));
+    f(&mut cfg);
+    Harness::new(RedisMachine::new(cfg, Box::new(SeededEntropy::new(7))).unwrap())
+}
+
+fn script_of(req: &HttpRequest) -> scripts::Script {
+    let args: Vec<String> = serde_json::from_slice(&req.body).unwrap();
+    scripts::Script::from_text(args[1].as_bytes()).unwrap()
+}
+
+fn acquired(events: &[Event]) -> LockInfo {
+    events
+        .iter()
+        .find_map(|e| match e {
+            Event::Acquired { lock, .. } => Some(lock.clone()),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no Acquired in {events:?}"))
+}
+
+fn opts(wait: Wait) -> AcquireOptions {
+    AcquireOptions { wait, ttl_ms: None }
+}
+
+#[test]
+fn uncontended_redlock_is_one_parallel_round_each_way() {
+    let mut h = redlock(5, |_| {});
+    h.m.acquire(h.now, "job", &opts(Wait::Forever)).unwrap();
+    let reqs = h.take();
+    assert_eq!(reqs.len(), 5);
+    let urls: std::collections::BTreeSet<_> = reqs.iter().map(|r| r.url.clone()).collect();
+    assert_eq!(urls.len(), 5, "one request per node");
+    assert!(reqs.iter().all(|r| script_of(r) == scripts::Script::Acquire && r.timeout_ms == Some(1_000)));
+    for (i, r) in reqs.iter().enumerate() {
+        h.answer(r, &format!(r#"{{"result":[1,{},0]}}"#, 10 + i));
+    }
+    let lock = acquired(&h.take_events());
+    assert_eq!(lock.fencing_token, 14, "the maximum counter");
+    assert_eq!(lock.handle.owner.len(), TOKEN_RE_LEN);
+    assert!(lock.handle.owner.bytes().all(|b| b.is_ascii_hexdigit()));
+    assert_eq!(lock.handle.key, "{edgelock:job}");
+    assert_eq!(lock.expires_at, h.now + 10_000 - 102);
+    h.m.release(h.now, lock.id).unwrap();
+    let reqs = h.take();
+    assert_eq!(reqs.len(), 5);
+    assert!(reqs.iter().all(|r| script_of(r) == scripts::Script::Release));
+    for r in &reqs {
+        h.answer(r, r#"{"result":1}"#);
+    }
+    let ev = h.take_events();
+    assert!(matches!(ev.as_slice(), [Event::Released { held_until_release: true, .. }]), "{ev:?}");
+    assert!(h.take().is_empty());
+    assert_eq!(h.m.live_count(), 0);
+}
+
+#[test]
+fn strict_fencing_raises_a_quorum_before_handing_out() {
+    let mut h = redlock(5, |c| c.fencing = RedlockFencing::Strict);
+    h.m.acquire(h.now, "job", &opts(Wait::Forever)).unwrap();
+    for (i, r) in h.take().iter().enumerate() {
+        h.answer(r, &format!(r#"{{"result":[1,{},0]}}"#, [3, 9, 4, 1, 2][i]));
+    }
+    assert!(h.take_events().is_empty(), "not handed out before the raise");
+    let raise = h.take();
+    assert_eq!(raise.len(), 5);
+    for r in &raise {
+        assert_eq!(script_of(r), scripts::Script::Extend);
+        let args: Vec<String> = serde_json::from_slice(&r.body).unwrap();
+        assert_eq!(args.last().unwrap(), "9", "raise to the maximum");
+    }
+    for r in &raise[..2] {
+        h.answer(r, r#"{"result":1}"#);
+    }
+    assert!(h.take_events().is_empty(), "two confirmations are not a quorum");
+    h.answer(&raise[2], r#"{"result":1}"#);
+    h.fail(&raise[3]);
+    h.answer(&raise[4], r#"{"result":0}"#);
+    assert_eq!(acquired(&h.take_events()).fencing_token, 9);
+}
+
+#[test]
+fn validity_counts_from_the_start_of_this_attempt() {
+    let mut h = redlock(5, |c| {
+        c.retry_delay_ms = 100;
+        c.retry_jitter_ms = 0;
+    });
+    h.m.acquire(h.now, "job", &opts(Wait::Forever)).unwrap();
+    let first = h.take();
+    h.now += 400;
+    for r in &first {
+        h.fail(r);
+    }
+    // Nothing to clean up (every connection was refused: nothing ran).
+    assert!(h.take().is_empty());
+    let retry_at = h.next_timer();
+    assert_eq!(retry_at, h.now + 100);
+    h.advance_to(retry_at);
+    let second = h.take();
+    assert_eq!(second.len(), 5);
+    h.now += 30;
+    for r in &second {
+        h.answer(r, r#"{"result":[1,1,0]}"#);
+    }
+    let lock = acquired(&h.take_events());
+    // ttl − elapsed(30 ms of this attempt) − drift, from now.
+    assert_eq!(lock.expires_at, h.now + 10_000 - 30 - 102);
+}
+
+#[test]
+fn failed_attempt_deletes_where_the_key_may_be_and_retries_then_no_quorum() {
+    let mut h = redlock(5, |c| {
+        c.retry_count = 1;
+        c.retry_jitter_ms = 0;
+    });
+    let op = h.m.acquire(h.now, "job", &opts(Wait::Forever)).unwrap();
+    let reqs = h.take();
+    h.answer(&reqs[0], r#"{"result":[1,1,0]}"#);
+    h.answer(&reqs[1], r#"{"result":[0,1,500]}"#);
+    let io = |id| Input::Failed { id, error: TransportError::Io("reset".into()) };
+    h.m.handle_input(h.now, io(reqs[2].id));
+    h.m.handle_input(h.now, io(reqs[3].id));
+    h.advance_to(h.now + 1_000);
+    assert_eq!(h.cancelled, [reqs[4].id], "timed out");
+    let cleanup = h.take();
+    let urls: Vec<&String> = cleanup.iter().map(|r| &r.url).collect();
+    assert_eq!(urls, [&reqs[0].url, &reqs[2].url, &reqs[3].url, &reqs[4].url], "granted and unknown nodes, not the holder's");
+    assert!(cleanup.iter().all(|r| script_of(r) == scripts::Script::Release));
+    for r in &cleanup {
+        h.answer(r, r#"{"result":1}"#);
+    }
+    let t = h.next_timer();
+    h.advance_to(t);
+    for r in &h.take() {
+        h.fail(r);
+    }
+    let ev = h.take_events();
+    match ev.as_slice() {
+        [Event::Failed { op: o, error: LockError::NoQuorum { granted: 0, needed: 3, .. } }] => assert_eq!(*o, op),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(h.m.live_count(), 0);
+}
+
+#[test]
+fn waiter_retries_from_the_holders_pttl_capped_by_the_retry_delay() {
+    let mut h = single(|c| {
+        c.retry_delay_ms = 200;
+        c.retry_jitter_ms = 10;
+    });
+    h.m.acquire(h.now, "job", &opts(Wait::Forever)).unwrap();
+    let r = h.take();
+    h.answer(&r[0], r#"{"result":[0,4,50]}"#);
+    assert!(h.take().is_empty(), "nothing to clean up after a refusal");
+    let t = h.next_timer() - h.now;
+    assert!((50..=60).contains(&t), "{t}");
+    h.advance_to(h.now + t);
+    let r = h.take();
+    h.answer(&r[0], r#"{"result":[0,5,9000]}"#);
+    let t = h.next_timer() - h.now;
+    assert!((200..=210).contains(&t), "{t}");
+    h.advance_to(h.now + t);
+    let r = h.take();
+    h.answer(&r[0], r#"{"result":[1,6,0]}"#);
+    assert_eq!(acquired(&h.take_events()).fencing_token, 6);
+}
+
+#[test]
+fn try_on_a_held_lock_is_not_acquired_and_sends_nothing_more() {
+    let mut h = single(|_| {});
+    let op = h.m.acquire(h.now, "job", &opts(Wait::Try)).unwrap();
+    let r = h.take();
+    h.answer(&r[0], r#"{"result":[0,4,500]}"#);
+    assert_eq!(h.take_events(), [Event::NotAcquired { op }]);
+    assert!(h.take().is_empty());
+    assert_eq!(h.m.live_count(), 0);
+}
+
+#[test]
+fn wait_for_times_out_at_its_deadline() {
+    let mut h = single(|c| c.retry_jitter_ms = 0);
+    let op = h.m.acquire(h.now, "job", &opts(Wait::For(300))).unwrap();
+    let start = h.now;
+    loop {
+        for r in h.take() {
+            h.answer(&r, r#"{"result":[0,4,5000]}"#);
+        }
+        let ev = h.take_events();
+        if !ev.is_empty() {
+            assert!(matches!(ev.as_slice(), [Event::Failed { op: o, error: LockError::Timeout { .. } }] if *o == op), "{ev:?}");
+            break;
+        }
+        let t = h.next_timer();
+        assert!(t <= start + 300);
+        h.advance_to(t);
+    }
+    assert_eq!(h.now, start + 300);
+}
+
+#[test]
+fn cancel_waits_for_the_attempt_in_flight_and_deletes_its_key() {
+    let mut h = single(|_| {});
+    let op = h.m.acquire(h.now, "job", &opts(Wait::Forever)).unwrap();
+    let r = h.take();
+    h.m.cancel(h.now, op);
+    assert!(h.take_events().is_empty(), "the outcome in flight is awaited");
+    h.answer(&r[0], r#"{"result":[1,1,0]}"#);
+    assert!(h.take_events().is_empty(), "no Acquired for a cancelled op");
+    let del = h.take();
+    assert_eq!(del.len(), 1);
+    assert_eq!(script_of(&del[0]), scripts::Script::Release);
+    h.answer(&del[0], r#"{"result":1}"#);
+    let ev = h.take_events();
+    assert!(matches!(ev.as_slice(), [Event::Failed { error: LockError::Aborted { .. }, .. }]), "{ev:?}");
+    assert_eq!(h.m.live_count(), 0);
+}
+
+#[test]
+fn a_timed_out_acquire_deletes_its_possible_key_before_failing() {
+    let mut h = single(|c| c.request_timeout_ms = 500);
+    h.m.acquire(h.now, "job", &opts(Wait::Try)).unwrap();
+    let r = h.take();
+    assert_eq!(h.next_timer(), h.now + 500);
+    h.advance_to(h.now + 500);
+    assert_eq!(h.cancelled, [r[0].id]);
+    let del = h.take();
+    assert_eq!(script_of(&del[0]), scripts::Script::Release);
+    assert!(h.take_events().is_empty());
+    h.answer(&del[0], r#"{"result":0}"#);
+    let ev = h.take_events();
+    assert!(matches!(ev.as_slice(), [Event::Failed { error: LockError::Transport { .. }, .. }]), "{ev:?}");
+}
+
+#[test]
+fn watchdog_renews_at_a_third_and_reports_a_lost_key() {
+    let mut h = single(|c| c.ttl_ms = 3_000);
+    h.m.acquire(h.now, "job", &opts(Wait::Forever)).unwrap();
+    let start = h.now;
+    let r = h.take();
+    h.answer(&r[0], r#"{"result":[1,1,0]}"#);
+    let lock = acquired(&h.take_events());
+    assert_eq!(h.next_timer(), start + 1_000);
+    h.advance_to(start + 1_000);
+    let r = h.take();
+    assert_eq!(script_of(&r[0]), scripts::Script::Extend);
+    h.now += 10;
+    h.answer(&r[0], r#"{"result":1}"#);
+    let ev = h.take_events();
+    assert_eq!(ev, [Event::Renewed { lock: lock.id, expires_at: start + 1_010 + 3_000 - 10 - 32 }]);
+    assert_eq!(h.next_timer(), start + 2_000);
+    h.advance_to(start + 2_000);
+    let r = h.take();
+    h.answer(&r[0], r#"{"result":0}"#);
+    let ev = h.take_events();
+    assert!(matches!(ev.as_slice(), [Event::Lost { reason: LostReason::KeyGone, .. }]), "{ev:?}");
+    // The lost lock's keys are deleted (owner-checked) in the background.
+    let r = h.take();
+    assert_eq!(script_of(&r[0]), scripts::Script::Release);
+    h.answer(&r[0], r#"{"result":0}"#);
+    assert_eq!(h.m.live_count(), 0);
+    let op = h.m.release(h.now, lock.id).unwrap();
+    assert_eq!(h.take_events(), [Event::Released { op, lock: lock.id, held_until_release: false }]);
+}
+
+#[test]
+fn failing_renewals_end_in_lost_when_validity_runs_out() {
+    let mut h = single(|c| {
+        c.ttl_ms = 3_000;
+        c.request_timeout_ms = 400;
+    });
+    h.m.acquire(h.now, "job", &opts(Wait::Forever)).unwrap();
+    let r = h.take();
+    h.answer(&r[0], r#"{"result":[1,1,0]}"#);
+    let lock = acquired(&h.take_events());
+    let mut renewals = 0;
+    loop {
+        for r in h.take() {
+            if script_of(&r) == scripts::Script::Extend {
+                renewals += 1;
+            }
+            h.fail(&r);
+        }
+        if let Some(Event::Lost { reason, .. }) = h.take_events().into_iter().find(|e| matches!(e, Event::Lost { .. })) {
+            assert!(matches!(reason, LostReason::RenewalFailed(_)), "{reason:?}");
+            break;
+        }
+        let t = h.next_timer();
+        assert!(t <= lock.expires_at);
+        h.advance_to(t);
+    }
+    assert_eq!(h.now, lock.expires_at);
+    assert!(renewals > 3, "retried while validity remained: {renewals}");
+}
+
+#[test]
+fn webdis_nodes_speak_percent_encoded_bodies() {
+    let cfg = RedisConfig::new(RedisNode::webdis("http://127.0.0.1:7379"));
+    let mut h = Harness::new(RedisMachine::new(cfg, Box::new(SeededEntropy::new(1))).unwrap());
+    h.m.acquire(h.now, "a/../b?.json", &opts(Wait::Try)).unwrap();
+    let r = h.take();
+    assert_eq!(r[0].url, "http://127.0.0.1:7379/");
+    let args = webdis::decode_body(&r[0].body);
+    assert_eq!(args[0], b"EVAL");
+    assert_eq!(args[3], b"{edgelock:a/../b?.json}");
+    assert!(!r[0].body.windows(2).any(|w| w == b".."));
+    h.answer(&r[0], r#"{"EVAL":[1,12,0]}"#);
+    assert_eq!(acquired(&h.take_events()).fencing_token, 12);
+}
+
+#[test]
+fn backend_errors_fail_the_single_node_with_the_nodes_error() {
+    let mut h = single(|_| {});
+    h.m.acquire(h.now, "job", &opts(Wait::Forever)).unwrap();
+    let r = h.take();
+    h.m.handle_input(h.now, Input::Response { id: r[0].id, status: 401, body: br#"{"error":"Unauthorized"}"#.to_vec() });
+    // A refused credential means nothing ran: nothing to clean up.
+    assert!(h.take().is_empty());
+    let ev = h.take_events();
+    match ev.as_slice() {
+        [Event::Failed { error: LockError::Backend { status: Some(401), message, .. }, .. }] => {
+            assert!(!message.contains("tok-secret"))
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn close_releases_held_locks_then_reports_closed() {
+    let mut h = redlock(3, |_| {});
+    h.m.acquire(h.now, "a", &opts(Wait::Forever)).unwrap();
+    for r in h.take() {
+        h.answer(&r, r#"{"result":[1,1,0]}"#);
+    }
+    acquired(&h.take_events());
+    let waiting = h.m.acquire(h.now, "b", &opts(Wait::Forever)).unwrap();
+    let pending = h.take();
+    let close = h.m.close(h.now);
+    let releases = h.take();
+    assert_eq!(releases.len(), 3);
+    let ev = h.take_events();
+    assert_eq!(ev[0], Event::Failed { op: waiting, error: LockError::Closed { backend: "redlock" } });
+    assert!(matches!(&ev[1], Event::Lost { reason: LostReason::ClientClosed, .. }), "{ev:?}");
+    for r in &releases {
+        h.answer(r, r#"{"result":1}"#);
+    }
+    assert!(h.take_events().is_empty(), "the acquire in flight is still being cleaned up");
+    for r in &pending {
+        h.answer(r, r#"{"result":[1,1,0]}"#);
+    }
+    let cleanup = h.take();
+    assert_eq!(cleanup.len(), 3, "its keys are deleted");
+    for r in &cleanup {
+        h.answer(r, r#"{"result":1}"#);
+    }
+    assert_eq!(h.take_events(), [Event::Closed { op: close }]);
+    assert_eq!(h.m.live_count(), 0);
+    assert!(h.m.acquire(h.now, "c", &opts(Wait::Try)).is_err());
+}
+
+#[test]
+fn resume_and_inspect() {
+    let mut h = redlock(3, |_| {});
+    h.m.acquire(h.now, "a", &opts(Wait::Forever)).unwrap();
+    for r in h.take() {
+        h.answer(&r, r#"{"result":[1,4,0]}"#);
+    }
+    let lock = acquired(&h.take_events());
+    let mut other = redlock(3, |_| {});
+    other.m.resume(other.now, &lock.handle).unwrap();
+    let r = other.take();
+    other.answer(&r[0], r#"{"result":[1,1,9000,4]}"#);
+    other.answer(&r[1], r#"{"result":[1,1,8000,4]}"#);
+    other.answer(&r[2], r#"{"result":[1,0,7000,4]}"#);
+    let resumed = acquired(&other.take_events());
+    assert_eq!(resumed.fencing_token, 4);
+    assert_eq!(resumed.expires_at, other.now + 8_000 - 82);
+    let mut bad = lock.handle.clone();
+    bad.key = "{other:a}".into();
+    assert!(other.m.resume(other.now, &bad).is_err());
+    other.m.inspect(other.now, "a").unwrap();
+    let r = other.take();
+    other.answer(&r[0], r#"{"result":[1,0,9000,4]}"#);
+    other.answer(&r[1], r#"{"result":[0,0,-2,5]}"#);
+    other.fail(&r[2]);
+    let ev = other.take_events();
+    match ev.as_slice() {
+        [Event::Inspected { status, .. }] => {
+            assert!(!status.held, "one of the two answering nodes has it: {status:?}");
+            assert_eq!(status.fencing_token, Some(5));
+        }
+        other => panic!("{other:?}"),
+    }
+    other.m.inspect(other.now, "a").unwrap();
+    let r = other.take();
+    other.answer(&r[0], r#"{"result":[1,0,9000,4]}"#);
+    other.answer(&r[1], r#"{"result":[1,0,8000,4]}"#);
+    other.fail(&r[2]);
+    match other.take_events().as_slice() {
+        [Event::Inspected { status, .. }] => {
+            assert!(status.held);
+            assert_eq!(status.remaining_ms, Some(8_000));
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn invalid_input_is_refused_before_sending() {
+    let mut h = single(|_| {});
+    assert!(h.m.acquire(h.now, "", &opts(Wait::Try)).is_err());
+    assert!(h.m.acquire(h.now, "a", &AcquireOptions { wait: Wait::Try, ttl_ms: Some(0) }).is_err());
+    assert!(h.m.acquire(h.now, "a", &AcquireOptions { wait: Wait::Try, ttl_ms: Some(2) }).is_err());
+    assert!(h.take().is_empty());
+    let mut cfg = RedisConfig::new(RedisNode::webdis("http://x"));
+    cfg.prefix = "a{".into();
+    assert!(RedisMachine::new(cfg, Box::new(SeededEntropy::new(1))).is_err());
+    let mut cfg = RedlockConfig::new(vec![]);
+    assert!(RedlockMachine::new(cfg.clone(), Box::new(SeededEntropy::new(1))).is_err());
+    cfg.nodes = vec![RedisNode::webdis("http://x"), RedisNode::webdis("http://x/")];
+    assert!(RedlockMachine::new(cfg, Box::new(SeededEntropy::new(1))).is_err());
+    let dbg = format!("{:?}", RedisNode::upstash("http://x", "tok-secret"));
+    assert!(!dbg.contains("tok-secret"));
+}

@@ -1,0 +1,172 @@
+//! Redlock across N independent Redis nodes, each reached over Upstash REST
+//! or Webdis, with fencing tokens.
+//!
+//! # The algorithm
+//!
+//! An attempt sends the acquire script to all N nodes at once, each request
+//! with its own timeout (`request_timeout_ms`), and waits until every node
+//! has answered or timed out. It succeeds only if ⌊N/2⌋+1 nodes granted and
+//! `validity = ttl − elapsed − (ttl × drift_factor + 2 ms) > 0`, with
+//! `elapsed` measured from the start of *this* attempt (node-redlock measured
+//! it from the first attempt, its issues #169/#296). On failure it deletes its
+//! key (owner-checked) on every node that granted or did not answer — a node
+//! that seemed to fail may still have applied the SET — and retries after
+//! `retry_delay_ms ± retry_jitter_ms`, at most `retry_count` times when nodes
+//! are unreachable (then `NoQuorum`); while others hold the lock, `Wait`
+//! decides (see `acquire.rs`). Renewal (TTL/3) and extend succeed on a
+//! quorum; the lock is lost when more than N − quorum nodes report the key
+//! gone or foreign, or when the validity runs out before a renewal
+//! succeeds. Uncontended, acquire and release are one parallel round each.
+//!
+//! # Fencing tokens across independent counters
+//!
+//! Each node keeps its own counter per lock name (`{prefix:name}:fence`).
+//! The acquire script increments it on *every* attempt (granted or not) and
+//! returns it; the attempt's token is the maximum over all answering nodes.
+//! Every later script of the holder — the raise round below, renewals,
+//! extends, release — carries the token and raises each node's counter to at
+//! least it (raising is unconditional: it can only help).
+//!
+//! **Why it works.** Let H1 then H2 be successive holders (H2 granted after
+//! H1), tokens T1 and T2. Suppose a quorum R1 of nodes had their counter
+//! raised to ≥ T1 by a script of H1 that also found H1's key still in place.
+//! H2's granting quorum Q2 intersects R1 (two majorities); take n in both.
+//! On n, H1's key existed without interruption from H1's SET to that
+//! script, so H2's SET on n came either before H1's SET — impossible: H2's
+//! key would have vanished before H1 was granted, so H2's validity (which
+//! ends before its keys expire, while clocks drift less than the drift
+//! factor) would have ended before H1's began — or after the raise. Then
+//! H2's INCR on n returned more than T1, and T2 > T1.
+//!
+//! **[`RedlockFencing::Strict`]** makes R1 exist before the lock is handed
+//! out: after the quorum grant, a second parallel round runs the extend
+//! script (raise to T, re-arm the TTL) on all N nodes, and the lock is
+//! granted only if a quorum confirms it still holds the key and validity
+//! (still measured from the attempt's start) remains. Guarantee: **T2 > T1
+//! for successive holders, provided clock drift stays under the drift
+//! factor and at least one node of H2's granting quorum that confirmed H1's
+//! raise (or a later renewal or release of H1) has not restarted in
+//! between** — always true without restarts; with restarts, true as long as
+//! fewer nodes restart than the overlap of those two sets (with every node
+//! reachable and no contention, both are all N nodes: up to N − 1 restarts
+//! are tolerated). A restarted node (no persistence) comes back with a zero
+//! counter and is raised again by the next raise, renewal or release that
+//! reaches it. Cost: a second round, so an uncontended acquire takes two.
+//!
+//! **[`RedlockFencing::Folded`]** (the default) hands the lock out after one
+//! round and folds the raise into the holder's first renewal (at TTL/3) or
+//! its release. Guarantee: T2 > T1 when H1 renewed or released on a quorum
+//! before H2's attempt (the argument above), *or* when the node that
+//! produced T1 (its counter reached T1 in H1's attempt) answers H2's
+//! attempt without having restarted — always the case while every attempt
+//! reaches every node. What it does not guarantee: if H1 stalls before its
+//! first renewal (a pause longer than TTL/3) while the node that produced T1
+//! is unreachable to H2 or restarted, T2 may be ≤ T1. Without the raise
+//! folded in, tokens would still be unique per node but could go backwards
+//! whenever counters diverge (failed attempts, unreachable nodes, restarts).
+//!
+//! Restarts and mutual exclusion: like every Redlock, a node that restarts
+//! without persistence must stay unavailable for at least the longest TTL
+//! ("delayed restart"), or a quorum may be formed twice.
+
+use super::codec::NodeCodec;
+use super::engine::{Engine, Settings};
+use super::{delegate_lock_machine, validate_common, RedisNode};
+use crate::core::{BackendKind, Entropy, LockError};
+
+/// Most nodes a Redlock client accepts (every attempt talks to all of them).
+pub const MAX_NODES: usize = 64;
+
+/// How fencing tokens are made safe across independent counters (see the
+/// module documentation for what each mode guarantees).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum RedlockFencing {
+    /// One round per acquire; the counters are raised with the first
+    /// renewal or the release.
+    #[default]
+    Folded,
+    /// A second round raises a quorum's counters before the lock is handed
+    /// out: tokens strictly increase even across node restarts (within the
+    /// stated bound).
+    Strict,
+}
+
+#[derive(Clone, Debug)]
+pub struct RedlockConfig {
+    pub nodes: Vec<RedisNode>,
+    /// Keys are `{<prefix>:<name>}` and `{<prefix>:<name>}:fence` on every node.
+    pub prefix: String,
+    pub ttl_ms: u64,
+    /// Clock-drift allowance per ms of TTL (0.01 = 1 %), plus 2 ms.
+    pub drift_factor: f64,
+    /// Retries when too few nodes are reachable, before `NoQuorum`.
+    pub retry_count: u32,
+    pub retry_delay_ms: u64,
+    /// Retry delays are `retry_delay_ms ± retry_jitter_ms`.
+    pub retry_jitter_ms: u64,
+    pub auto_extend: bool,
+    /// Per node and request.
+    pub request_timeout_ms: u64,
+    pub fencing: RedlockFencing,
+}
+
+impl RedlockConfig {
+    pub fn new(nodes: Vec<RedisNode>) -> Self {
+        RedlockConfig {
+            nodes,
+            prefix: "edgelock".into(),
+            ttl_ms: 10_000,
+            drift_factor: 0.01,
+            retry_count: 10,
+            retry_delay_ms: 200,
+            retry_jitter_ms: 100,
+            auto_extend: true,
+            request_timeout_ms: 1_000,
+            fencing: RedlockFencing::default(),
+        }
+    }
+}
+
+pub struct RedlockMachine {
+    pub(super) engine: Engine,
+}
+
+impl RedlockMachine {
+    pub fn new(cfg: RedlockConfig, entropy: Box<dyn Entropy + Send>) -> Result<Self, LockError> {
+        if cfg.nodes.is_empty() || cfg.nodes.len() > MAX_NODES {
+            return Err(LockError::invalid(format!("Redlock needs between 1 and {MAX_NODES} nodes")));
+        }
+        validate_common(
+            &cfg.prefix,
+            cfg.ttl_ms,
+            cfg.request_timeout_ms,
+            cfg.drift_factor,
+            cfg.retry_delay_ms,
+            cfg.retry_jitter_ms,
+        )?;
+        if cfg.retry_count > 10_000 {
+            return Err(LockError::invalid("retry_count must be at most 10000"));
+        }
+        let nodes = cfg.nodes.iter().map(NodeCodec::new).collect::<Result<Vec<_>, _>>()?;
+        for (i, a) in nodes.iter().enumerate() {
+            if nodes[..i].iter().any(|b| b.base_url() == a.base_url()) {
+                return Err(LockError::invalid(format!("node {} is listed twice", a.base_url())));
+            }
+        }
+        let settings = Settings {
+            backend: BackendKind::Redlock,
+            prefix: cfg.prefix,
+            ttl_ms: cfg.ttl_ms,
+            request_timeout_ms: cfg.request_timeout_ms,
+            auto_extend: cfg.auto_extend,
+            drift_factor: cfg.drift_factor,
+            retry_count: cfg.retry_count,
+            retry_delay_ms: cfg.retry_delay_ms,
+            retry_jitter_ms: cfg.retry_jitter_ms,
+            strict_fencing: cfg.fencing == RedlockFencing::Strict,
+        };
+        Ok(RedlockMachine { engine: Engine::new(settings, nodes, entropy) })
+    }
+}
+
+delegate_lock_machine!(RedlockMachine);

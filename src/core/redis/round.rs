@@ -1,0 +1,109 @@
+//! One round: the same script sent to a set of nodes in parallel, each
+//! request with its own timeout, complete when every node has answered,
+//! failed or timed out.
+
+use super::value::{RedisCommand, RedisValue};
+use crate::core::{LockError, Millis, RequestId};
+
+/// Why a node gave no usable answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NodeError {
+    Timeout,
+    /// The request certainly did not reach the node (connection refused).
+    NotSent(String),
+    Transport(String),
+    /// HTTP-level refusal or an unusable body.
+    Http { status: Option<u16>, message: String },
+    /// Redis ran the script and returned an error, or a reply of the wrong shape.
+    Redis(String),
+}
+
+impl NodeError {
+    /// Whether the node may have run the command anyway. A refused
+    /// connection, or an HTTP refusal of the credentials, means it did not;
+    /// anything else (timeouts, broken connections, Redis errors in the
+    /// middle of a script) may have left its effect behind.
+    pub fn maybe_applied(&self) -> bool {
+        !matches!(self, NodeError::NotSent(_) | NodeError::Http { status: Some(401 | 403), .. })
+    }
+
+    pub fn to_lock_error(&self, backend: &'static str, name: &str) -> LockError {
+        let name = name.to_string();
+        match self {
+            NodeError::Timeout => LockError::Transport { backend, name, message: "request timed out".into() },
+            NodeError::Transport(m) | NodeError::NotSent(m) => LockError::Transport { backend, name, message: m.clone() },
+            NodeError::Http { status, message } => LockError::Backend { backend, name, status: *status, message: message.clone() },
+            NodeError::Redis(m) => LockError::Backend { backend, name, status: None, message: m.clone() },
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub enum Slot {
+    /// Not part of this round.
+    Skipped,
+    Pending { id: RequestId, deadline: Millis },
+    Done(Result<RedisValue, NodeError>),
+}
+
+#[derive(Debug)]
+pub struct Round {
+    pub cmd: RedisCommand,
+    /// When the first request of the round was handed to the driver.
+    pub started: Millis,
+    pub slots: Vec<Slot>,
+}
+
+impl Round {
+    pub fn is_done(&self) -> bool {
+        !self.slots.iter().any(|s| matches!(s, Slot::Pending { .. }))
+    }
+
+    pub fn next_deadline(&self) -> Option<Millis> {
+        self.slots
+            .iter()
+            .filter_map(|s| match s {
+                Slot::Pending { deadline, .. } => Some(*deadline),
+                _ => None,
+            })
+            .min()
+    }
+
+    pub fn pending_ids(&self) -> Vec<RequestId> {
+        self.slots
+            .iter()
+            .filter_map(|s| match s {
+                Slot::Pending { id, .. } => Some(*id),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Results of the nodes that took part, by node index.
+    pub fn results(&self) -> impl Iterator<Item = (usize, &Result<RedisValue, NodeError>)> {
+        self.slots.iter().enumerate().filter_map(|(i, s)| match s {
+            Slot::Done(r) => Some((i, r)),
+            _ => None,
+        })
+    }
+
+    /// Parses every result with `parse`; a reply that does not parse
+    /// becomes a node error.
+    pub fn parsed<T>(&self, parse: impl Fn(&RedisValue) -> Result<T, String>) -> Vec<(usize, Result<T, NodeError>)> {
+        self.results()
+            .map(|(i, r)| {
+                let v = match r {
+                    Ok(RedisValue::Error(e)) => Err(NodeError::Redis(e.clone())),
+                    Ok(v) => parse(v).map_err(NodeError::Redis),
+                    Err(e) => Err(e.clone()),
+                };
+                (i, v)
+            })
+            .collect()
+    }
+
+    /// The first node error, if any (single-node error reports).
+    pub fn first_error<T>(parsed: &[(usize, Result<T, NodeError>)]) -> Option<&NodeError> {
+        parsed.iter().find_map(|(_, r)| r.as_ref().err())
+    }
+}

@@ -1,0 +1,216 @@
+//! The Lua scripts every lock operation runs (one `EVAL` per node and
+//! operation, so each step is atomic on its node), and the parsing of their
+//! replies.
+//!
+//! Keys: `KEYS[1]` is the lock key, `KEYS[2]` the companion fencing counter
+//! (see [`super::keys`]). Every script returns an integer or a flat array of
+//! integers: the only reply shape both HTTP protocols carry exactly (webdis
+//! drops non-UTF-8 strings and nested arrays).
+//!
+//! The fencing counter is only ever raised: `extend` and `release` carry the
+//! holder's fencing token and set the counter to at least that value, even
+//! when the lock is no longer theirs (raising is always safe, and it repairs
+//! a node that lost its counter in a restart, or lags behind the others).
+
+use super::value::{RedisCommand, RedisValue};
+
+/// `INCR` the fencing counter (every attempt, granted or not, so that a
+/// later attempt reaching this node always sees a larger value), then
+/// `SET key token NX PX ttl`: `{1, counter, 0}` when set, otherwise
+/// `{0, counter, pttl-of-holder}`.
+pub const ACQUIRE: &str = "-- edgelock acquire v1
+local f = redis.call('INCR', KEYS[2])
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return {1, f, 0}
+end
+return {0, f, redis.call('PTTL', KEYS[1])}";
+
+/// Raise the counter to `ARGV[3]`; if the key holds our token, `PEXPIRE` it
+/// to `ARGV[2]` ms and return 1, else 0.
+pub const EXTEND: &str = "-- edgelock extend v1
+local f = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+if f < tonumber(ARGV[3]) then redis.call('SET', KEYS[2], ARGV[3]) end
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return 1
+end
+return 0";
+
+/// Raise the counter to `ARGV[2]`; delete the key only if it holds our token
+/// (1 if deleted, else 0). Never a blind `DEL`.
+pub const RELEASE: &str = "-- edgelock release v1
+local f = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+if f < tonumber(ARGV[2]) then redis.call('SET', KEYS[2], ARGV[2]) end
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0";
+
+/// `{exists, is-ours (ARGV[1]), pttl, counter}`; pttl is -2 when absent.
+pub const STATUS: &str = "-- edgelock status v1
+local f = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+local v = redis.call('GET', KEYS[1])
+if not v then return {0, 0, -2, f} end
+local mine = 0
+if v == ARGV[1] then mine = 1 end
+return {1, mine, redis.call('PTTL', KEYS[1]), f}";
+
+/// Which script a command runs (the simulation's Redis model matches on this).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Script {
+    Acquire,
+    Extend,
+    Release,
+    Status,
+}
+
+impl Script {
+    pub const ALL: [Script; 4] = [Script::Acquire, Script::Extend, Script::Release, Script::Status];
+
+    pub fn text(self) -> &'static str {
+        match self {
+            Script::Acquire => ACQUIRE,
+            Script::Extend => EXTEND,
+            Script::Release => RELEASE,
+            Script::Status => STATUS,
+        }
+    }
+
+    pub fn from_text(text: &[u8]) -> Option<Script> {
+        Script::ALL.into_iter().find(|s| s.text().as_bytes() == text)
+    }
+}
+
+fn eval(script: Script, key: &str, fence_key: &str) -> RedisCommand {
+    RedisCommand::new("EVAL").arg(script.text()).arg("2").arg(key).arg(fence_key)
+}
+
+pub fn acquire(key: &str, fence_key: &str, token: &str, ttl_ms: u64) -> RedisCommand {
+    eval(Script::Acquire, key, fence_key).arg(token).arg(ttl_ms.to_string())
+}
+
+pub fn extend(key: &str, fence_key: &str, token: &str, ttl_ms: u64, fence_floor: u64) -> RedisCommand {
+    eval(Script::Extend, key, fence_key).arg(token).arg(ttl_ms.to_string()).arg(fence_floor.to_string())
+}
+
+pub fn release(key: &str, fence_key: &str, token: &str, fence_floor: u64) -> RedisCommand {
+    eval(Script::Release, key, fence_key).arg(token).arg(fence_floor.to_string())
+}
+
+/// `token` `None` asks about the key without claiming it (inspect).
+pub fn status(key: &str, fence_key: &str, token: Option<&str>) -> RedisCommand {
+    // "-" never equals a hex token, and webdis cannot carry an empty argument.
+    eval(Script::Status, key, fence_key).arg(token.unwrap_or("-"))
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AcquireReply {
+    /// The key is ours; `fence` is the node's counter after the increment.
+    Granted { fence: u64 },
+    /// Someone else holds it for `pttl` more ms (`None`: a key without
+    /// expiry); `fence` as above.
+    Held { fence: u64, pttl: Option<u64> },
+}
+
+fn counter(v: i64) -> Result<u64, String> {
+    u64::try_from(v).map_err(|_| format!("negative fencing counter {v}"))
+}
+
+pub fn parse_acquire(v: &RedisValue) -> Result<AcquireReply, String> {
+    match v.as_ints().as_deref() {
+        Some([1, fence, _]) => Ok(AcquireReply::Granted { fence: counter(*fence)? }),
+        // -2: the key vanished between SET and PTTL, so it is free now.
+        Some([0, fence, pttl]) => Ok(AcquireReply::Held {
+            fence: counter(*fence)?,
+            pttl: match *pttl {
+                -1 => None,
+                p => Some(u64::try_from(p).unwrap_or(0)),
+            },
+        }),
+        _ => Err(format!("unexpected acquire reply {}", describe(v))),
+    }
+}
+
+/// Extend and release: 1 = done on our key, 0 = the key is not ours.
+pub fn parse_flag(v: &RedisValue) -> Result<bool, String> {
+    match v.as_int() {
+        Some(1) => Ok(true),
+        Some(0) => Ok(false),
+        _ => Err(format!("unexpected reply {}", describe(v))),
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StatusReply {
+    pub exists: bool,
+    pub mine: bool,
+    /// Remaining ms; `None` for a key without expiry or no key.
+    pub pttl: Option<u64>,
+    pub fence: u64,
+}
+
+pub fn parse_status(v: &RedisValue) -> Result<StatusReply, String> {
+    match v.as_ints().as_deref() {
+        Some([e @ (0 | 1), m @ (0 | 1), pttl, fence]) => Ok(StatusReply {
+            exists: *e == 1,
+            mine: *m == 1 && *e == 1,
+            pttl: u64::try_from(*pttl).ok().filter(|_| *e == 1),
+            fence: counter(*fence)?,
+        }),
+        _ => Err(format!("unexpected status reply {}", describe(v))),
+    }
+}
+
+/// A reply described without its content (it may hold keys).
+fn describe(v: &RedisValue) -> String {
+    match v {
+        RedisValue::Nil => "nil".into(),
+        RedisValue::Int(i) => format!("integer {i}"),
+        RedisValue::Bulk(b) => format!("string of {} bytes", b.len()),
+        RedisValue::Array(a) => format!("array of {}", a.len()),
+        RedisValue::Error(e) => format!("error {e:?}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ints(v: &[i64]) -> RedisValue {
+        RedisValue::Array(v.iter().map(|i| RedisValue::Int(*i)).collect())
+    }
+
+    #[test]
+    fn scripts_are_told_apart_by_text() {
+        for s in Script::ALL {
+            assert_eq!(Script::from_text(s.text().as_bytes()), Some(s));
+        }
+        assert_eq!(Script::from_text(b"return 1"), None);
+        let cmd = acquire("k", "k:fence", "ab", 100);
+        assert_eq!(Script::from_text(&cmd.args[1]), Some(Script::Acquire));
+        assert_eq!(cmd.args[2..], [b"2".to_vec(), b"k".to_vec(), b"k:fence".to_vec(), b"ab".to_vec(), b"100".to_vec()]);
+    }
+
+    #[test]
+    fn parses_replies() {
+        assert_eq!(parse_acquire(&ints(&[1, 7, 0])), Ok(AcquireReply::Granted { fence: 7 }));
+        assert_eq!(parse_acquire(&ints(&[0, 7, 900])), Ok(AcquireReply::Held { fence: 7, pttl: Some(900) }));
+        assert_eq!(parse_acquire(&ints(&[0, 7, -1])), Ok(AcquireReply::Held { fence: 7, pttl: None }));
+        assert_eq!(parse_acquire(&ints(&[0, 7, -2])), Ok(AcquireReply::Held { fence: 7, pttl: Some(0) }));
+        assert!(parse_acquire(&ints(&[1, -7, 0])).is_err());
+        assert!(parse_acquire(&ints(&[2, 7, 0])).is_err());
+        assert!(parse_acquire(&RedisValue::Error("ERR".into())).is_err());
+        assert_eq!(parse_flag(&RedisValue::Int(1)), Ok(true));
+        assert_eq!(parse_flag(&RedisValue::Int(0)), Ok(false));
+        assert!(parse_flag(&RedisValue::Nil).is_err());
+        assert_eq!(
+            parse_status(&ints(&[1, 1, 50, 3])),
+            Ok(StatusReply { exists: true, mine: true, pttl: Some(50), fence: 3 })
+        );
+        assert_eq!(
+            parse_status(&ints(&[0, 0, -2, 3])),
+            Ok(StatusReply { exists: false, mine: false, pttl: None, fence: 3 })
+        );
+        assert!(parse_status(&ints(&[1, 1, 50])).is_err());
+    }
+}

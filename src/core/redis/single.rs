@@ -1,0 +1,88 @@
+//! The single-node Redis lock.
+//!
+//! - acquire: one `EVAL` of [`scripts::ACQUIRE`](super::scripts::ACQUIRE):
+//!   `INCR` of the fencing counter and `SET key token NX PX ttl`; the lock's
+//!   fencing token is the counter. A waiter that finds the key held retries
+//!   after the holder's remaining PTTL, but at most `retry_delay_ms`, plus
+//!   `0..=retry_jitter_ms` of jitter.
+//! - the owner token is 20 random bytes (40 hex characters) from the
+//!   injected [`Entropy`], fresh for every attempt;
+//! - release and extend are owner-checked Lua scripts; a watchdog renews at
+//!   TTL/3 (`auto_extend`), `Event::Lost` when the key is found gone or
+//!   foreign, or when the validity (`ttl − elapsed − (ttl × 0.01 + 2 ms)`
+//!   from the start of the establishing request) runs out first;
+//! - an error reaching the node fails the operation (after an owner-checked
+//!   delete if the acquire's outcome is unknown); it is not retried.
+//!
+//! Fencing tokens strictly increase for as long as the node keeps its data;
+//! a Redis without persistence that restarts starts counting again (use
+//! AOF/RDB persistence, or Redlock with `RedlockFencing::Strict`, if tokens
+//! must survive restarts).
+
+use super::codec::NodeCodec;
+use super::engine::{Engine, Settings};
+use super::{delegate_lock_machine, validate_common, RedisNode, DEFAULT_DRIFT_FACTOR};
+use crate::core::{BackendKind, Entropy, LockError};
+
+#[derive(Clone, Debug)]
+pub struct RedisConfig {
+    pub node: RedisNode,
+    /// Keys are `{<prefix>:<name>}` and `{<prefix>:<name>}:fence`.
+    pub prefix: String,
+    /// Default lock TTL (per-acquire `AcquireOptions::ttl_ms` overrides it).
+    pub ttl_ms: u64,
+    pub request_timeout_ms: u64,
+    /// Renew held locks at TTL/3 until released.
+    pub auto_extend: bool,
+    /// Longest pause between two attempts of a waiter.
+    pub retry_delay_ms: u64,
+    /// Random extra pause, `0..=retry_jitter_ms`.
+    pub retry_jitter_ms: u64,
+}
+
+impl RedisConfig {
+    pub fn new(node: RedisNode) -> Self {
+        RedisConfig {
+            node,
+            prefix: "edgelock".into(),
+            ttl_ms: 10_000,
+            request_timeout_ms: 5_000,
+            auto_extend: true,
+            retry_delay_ms: 200,
+            retry_jitter_ms: 100,
+        }
+    }
+}
+
+pub struct RedisMachine {
+    pub(super) engine: Engine,
+}
+
+impl RedisMachine {
+    pub fn new(cfg: RedisConfig, entropy: Box<dyn Entropy + Send>) -> Result<Self, LockError> {
+        validate_common(
+            &cfg.prefix,
+            cfg.ttl_ms,
+            cfg.request_timeout_ms,
+            DEFAULT_DRIFT_FACTOR,
+            cfg.retry_delay_ms,
+            cfg.retry_jitter_ms,
+        )?;
+        let node = NodeCodec::new(&cfg.node)?;
+        let settings = Settings {
+            backend: BackendKind::Redis,
+            prefix: cfg.prefix,
+            ttl_ms: cfg.ttl_ms,
+            request_timeout_ms: cfg.request_timeout_ms,
+            auto_extend: cfg.auto_extend,
+            drift_factor: DEFAULT_DRIFT_FACTOR,
+            retry_count: 0,
+            retry_delay_ms: cfg.retry_delay_ms,
+            retry_jitter_ms: cfg.retry_jitter_ms,
+            strict_fencing: false,
+        };
+        Ok(RedisMachine { engine: Engine::new(settings, vec![node], entropy) })
+    }
+}
+
+delegate_lock_machine!(RedisMachine);

@@ -1,0 +1,323 @@
+//! `RawLocks`: the class exported to JavaScript. It converts arguments and
+//! results and maps `LockError`s to `Error` objects with a `code`; the public
+//! API (`EtcdLocks`, `Lock`, `LockError`, …) wraps it in `pkg-src/api.mjs`.
+//! One class serves every backend: only the constructor differs.
+
+use js_sys::{Array, Function, Object, Promise, Reflect};
+use wasm_bindgen::closure::Closure;
+use wasm_bindgen::prelude::wasm_bindgen;
+use wasm_bindgen::{JsCast, JsValue};
+use wasm_bindgen_futures::future_to_promise;
+use web_sys::AbortSignal;
+
+use super::clock::to_epoch_ms;
+use super::driver::{Driver, LockNotice, OpOutput};
+use super::entropy::JsEntropy;
+use super::options::{self, whole_number, EtcdOptions, RedisOptions, RedlockOptions};
+use crate::core::etcd::EtcdMachine;
+use crate::core::redis::{RedisMachine, RedlockMachine};
+use crate::core::{
+    AcquireOptions, LockError, LockHandle, LockId, LockInfo, LockMachine, LockStatus, OpId, Wait,
+};
+
+#[wasm_bindgen]
+pub struct RawLocks {
+    driver: Driver,
+}
+
+#[wasm_bindgen]
+impl RawLocks {
+    /// An etcd client. `options_json`: `{ endpoints, prefix?, sessionTtlMs?,
+    /// requestTimeoutMs?, headers? }`; `fetch`: the injected fetch, if any.
+    pub fn etcd(options_json: &str, fetch: Option<Function>) -> Result<RawLocks, JsValue> {
+        let build = || -> Result<RawLocks, LockError> {
+            let cfg =
+                options::parse::<EtcdOptions>("EtcdLocks options", options_json)?.into_config();
+            let machine = EtcdMachine::new(cfg, Box::new(JsEntropy::new()?))?;
+            RawLocks::with_machine(Box::new(machine), fetch)
+        };
+        build().map_err(|e| to_js_error(&e))
+    }
+
+    /// A single-node Redis client. `options_json`: `{ url, protocol?, token?,
+    /// prefix?, ttlMs?, requestTimeoutMs?, autoExtend?, retryDelayMs?, retryJitterMs? }`.
+    pub fn redis(options_json: &str, fetch: Option<Function>) -> Result<RawLocks, JsValue> {
+        let build = || -> Result<RawLocks, LockError> {
+            let cfg =
+                options::parse::<RedisOptions>("RedisLocks options", options_json)?.into_config();
+            let machine = RedisMachine::new(cfg, Box::new(JsEntropy::new()?))?;
+            RawLocks::with_machine(Box::new(machine), fetch)
+        };
+        build().map_err(|e| to_js_error(&e))
+    }
+
+    /// A Redlock client. `options_json`: `{ nodes: [{ url, protocol?, token? }],
+    /// prefix?, ttlMs?, driftFactor?, retryCount?, retryDelayMs?, retryJitterMs?,
+    /// autoExtend?, requestTimeoutMs?, fencing? }`.
+    pub fn redlock(options_json: &str, fetch: Option<Function>) -> Result<RawLocks, JsValue> {
+        let build = || -> Result<RawLocks, LockError> {
+            let cfg =
+                options::parse::<RedlockOptions>("Redlock options", options_json)?.into_config();
+            let machine = RedlockMachine::new(cfg, Box::new(JsEntropy::new()?))?;
+            RawLocks::with_machine(Box::new(machine), fetch)
+        };
+        build().map_err(|e| to_js_error(&e))
+    }
+
+    /// "etcd", "redis" or "redlock".
+    pub fn backend(&self) -> String {
+        self.driver.backend().as_str().to_string()
+    }
+
+    /// `listener(kind, lockId, expiresAt, error)`: kind "renewed" (expiresAt
+    /// moved) or "lost" (error is the `LOST` error).
+    #[wasm_bindgen(js_name = onLockEvent)]
+    pub fn on_lock_event(&self, listener: Function) {
+        self.driver.set_lock_listener(move |notice| {
+            let (kind, lock, expires_at, error) = match notice {
+                LockNotice::Renewed { lock, expires_at } => {
+                    ("renewed", lock, to_epoch_ms(expires_at), JsValue::UNDEFINED)
+                }
+                LockNotice::Lost { lock, error } => ("lost", lock, f64::NAN, to_js_error(&error)),
+            };
+            let args = Array::of4(
+                &kind.into(),
+                &(lock.0 as f64).into(),
+                &expires_at.into(),
+                &error,
+            );
+            // A throwing listener must not break the driver loop.
+            let _ = listener.apply(&JsValue::UNDEFINED, &args);
+        });
+    }
+
+    /// Resolves to a lock object, or `null` for a `tryOnly` acquire that found
+    /// the lock held. `waitMs` undefined waits until granted or aborted.
+    pub fn acquire(
+        &self,
+        name: String,
+        try_only: bool,
+        wait_ms: Option<f64>,
+        ttl_ms: Option<f64>,
+        signal: Option<AbortSignal>,
+    ) -> Result<Promise, JsValue> {
+        let backend = self.driver.backend().as_str();
+        let opts = (|| -> Result<AcquireOptions, LockError> {
+            let wait = match (try_only, wait_ms) {
+                (true, _) => Wait::Try,
+                (false, Some(ms)) => Wait::For(whole_number("waitMs", ms)?),
+                (false, None) => Wait::Forever,
+            };
+            let ttl_ms = ttl_ms.map(|t| whole_number("ttlMs", t)).transpose()?;
+            Ok(AcquireOptions { wait, ttl_ms })
+        })()
+        .map_err(|e| to_js_error(&e))?;
+        if signal.as_ref().is_some_and(|s| s.aborted()) {
+            return Err(to_js_error(&LockError::Aborted { backend, name }));
+        }
+        let (op, done) = self
+            .driver
+            .acquire(&name, &opts)
+            .map_err(|e| to_js_error(&e))?;
+        let hook = signal.and_then(|s| AbortHook::attach(s, self.driver.clone(), op));
+        Ok(future_to_promise(async move {
+            let result = done.await;
+            drop(hook);
+            match result {
+                Ok(OpOutput::Acquired(lock)) => Ok(lock_to_js(&lock)),
+                Ok(OpOutput::NotAcquired) => Ok(JsValue::NULL),
+                Ok(other) => Err(unexpected(other)),
+                Err(e) => Err(to_js_error(&e)),
+            }
+        }))
+    }
+
+    /// Resolves to `true` if the lock was still held until this release.
+    pub fn release(&self, lock_id: f64) -> Result<Promise, JsValue> {
+        let lock = LockId(whole_number("lock id", lock_id).map_err(|e| to_js_error(&e))?);
+        let done = self.driver.release(lock).map_err(|e| to_js_error(&e))?;
+        Ok(future_to_promise(async move {
+            match done.await {
+                Ok(OpOutput::Released { held_until_release }) => Ok(held_until_release.into()),
+                Ok(other) => Err(unexpected(other)),
+                Err(e) => Err(to_js_error(&e)),
+            }
+        }))
+    }
+
+    /// Resolves to the new `expiresAt` (ms since the epoch).
+    pub fn extend(&self, lock_id: f64, ttl_ms: Option<f64>) -> Result<Promise, JsValue> {
+        let args = (|| -> Result<(LockId, Option<u64>), LockError> {
+            let lock = LockId(whole_number("lock id", lock_id)?);
+            Ok((lock, ttl_ms.map(|t| whole_number("ttlMs", t)).transpose()?))
+        })()
+        .map_err(|e| to_js_error(&e))?;
+        let done = self
+            .driver
+            .extend(args.0, args.1)
+            .map_err(|e| to_js_error(&e))?;
+        Ok(future_to_promise(async move {
+            match done.await {
+                Ok(OpOutput::Extended { expires_at }) => Ok(to_epoch_ms(expires_at).into()),
+                Ok(other) => Err(unexpected(other)),
+                Err(e) => Err(to_js_error(&e)),
+            }
+        }))
+    }
+
+    /// Adopts a lock from the JSON of a handle made by `toJSON()`.
+    pub fn resume(&self, handle_json: &str) -> Result<Promise, JsValue> {
+        let handle: LockHandle =
+            options::parse("lock handle", handle_json).map_err(|e| to_js_error(&e))?;
+        let (_, done) = self.driver.resume(&handle).map_err(|e| to_js_error(&e))?;
+        Ok(future_to_promise(async move {
+            match done.await {
+                Ok(OpOutput::Acquired(lock)) => Ok(lock_to_js(&lock)),
+                Ok(other) => Err(unexpected(other)),
+                Err(e) => Err(to_js_error(&e)),
+            }
+        }))
+    }
+
+    /// Resolves to `{ name, held, holder, fencingToken, remainingMs, waiters }`.
+    pub fn inspect(&self, name: String) -> Result<Promise, JsValue> {
+        let done = self.driver.inspect(&name).map_err(|e| to_js_error(&e))?;
+        Ok(future_to_promise(async move {
+            match done.await {
+                Ok(OpOutput::Inspected(status)) => Ok(status_to_js(&status)),
+                Ok(other) => Err(unexpected(other)),
+                Err(e) => Err(to_js_error(&e)),
+            }
+        }))
+    }
+
+    /// Releases every lock and ends the session.
+    pub fn close(&self) -> Result<Promise, JsValue> {
+        let done = self.driver.close().map_err(|e| to_js_error(&e))?;
+        Ok(future_to_promise(async move {
+            match done.await {
+                Ok(OpOutput::Closed) => Ok(JsValue::UNDEFINED),
+                Ok(other) => Err(unexpected(other)),
+                Err(e) => Err(to_js_error(&e)),
+            }
+        }))
+    }
+
+    /// Operations and held locks still alive in the machine (tests use it to
+    /// check that nothing leaks).
+    #[wasm_bindgen(js_name = liveCount)]
+    pub fn live_count(&self) -> u32 {
+        u32::try_from(self.driver.live_count()).unwrap_or(u32::MAX)
+    }
+}
+
+impl RawLocks {
+    fn with_machine(
+        machine: Box<dyn LockMachine>,
+        fetch: Option<Function>,
+    ) -> Result<RawLocks, LockError> {
+        Ok(RawLocks {
+            driver: Driver::new(machine, fetch)?,
+        })
+    }
+
+    /// The driver behind this object (for Rust callers, e.g. wasm tests).
+    pub fn driver(&self) -> &Driver {
+        &self.driver
+    }
+}
+
+/// Cancels an operation when an `AbortSignal` fires; removes its listener when dropped.
+struct AbortHook {
+    signal: AbortSignal,
+    callback: Closure<dyn FnMut()>,
+}
+
+impl AbortHook {
+    fn attach(signal: AbortSignal, driver: Driver, op: OpId) -> Option<AbortHook> {
+        let callback = Closure::<dyn FnMut()>::new(move || driver.cancel(op));
+        signal
+            .add_event_listener_with_callback("abort", callback.as_ref().unchecked_ref())
+            .ok()?;
+        Some(AbortHook { signal, callback })
+    }
+}
+
+impl Drop for AbortHook {
+    fn drop(&mut self) {
+        let _ = self
+            .signal
+            .remove_event_listener_with_callback("abort", self.callback.as_ref().unchecked_ref());
+    }
+}
+
+fn set(target: &Object, key: &str, value: &JsValue) {
+    let _ = Reflect::set(target, &JsValue::from_str(key), value);
+}
+
+/// `{ lockId, name, fencingToken (decimal string), expiresAt (ms since epoch), handle (JSON) }`.
+fn lock_to_js(lock: &LockInfo) -> JsValue {
+    let o = Object::new();
+    set(&o, "lockId", &(lock.id.0 as f64).into());
+    set(&o, "name", &lock.name.as_str().into());
+    set(&o, "fencingToken", &lock.fencing_token.to_string().into());
+    set(&o, "expiresAt", &to_epoch_ms(lock.expires_at).into());
+    let handle = serde_json::to_string(&lock.handle).unwrap_or_default();
+    set(&o, "handle", &handle.into());
+    o.into()
+}
+
+fn status_to_js(s: &LockStatus) -> JsValue {
+    let o = Object::new();
+    set(&o, "name", &s.name.as_str().into());
+    set(&o, "held", &s.held.into());
+    set(
+        &o,
+        "holder",
+        &s.holder
+            .as_deref()
+            .map(JsValue::from_str)
+            .unwrap_or(JsValue::NULL),
+    );
+    set(
+        &o,
+        "fencingToken",
+        &s.fencing_token
+            .map(|t| JsValue::from_str(&t.to_string()))
+            .unwrap_or(JsValue::NULL),
+    );
+    set(
+        &o,
+        "remainingMs",
+        &s.remaining_ms
+            .map(|t| JsValue::from_f64(t as f64))
+            .unwrap_or(JsValue::NULL),
+    );
+    let waiters: Array = s.waiters.iter().map(|w| JsValue::from_str(w)).collect();
+    set(&o, "waiters", &waiters);
+    o.into()
+}
+
+/// An `Error` with the stable `code`; the wrapper turns it into a `LockError`.
+pub fn to_js_error(e: &LockError) -> JsValue {
+    let err = js_sys::Error::new(&e.to_string());
+    set(&err, "code", &e.code().into());
+    err.into()
+}
+
+fn unexpected(output: OpOutput) -> JsValue {
+    let kind = match output {
+        OpOutput::Acquired(_) => "Acquired",
+        OpOutput::NotAcquired => "NotAcquired",
+        OpOutput::Released { .. } => "Released",
+        OpOutput::Extended { .. } => "Extended",
+        OpOutput::Inspected(_) => "Inspected",
+        OpOutput::Closed => "Closed",
+    };
+    to_js_error(&LockError::Backend {
+        backend: "edgelock",
+        name: String::new(),
+        status: None,
+        message: format!("internal error: unexpected {kind} outcome"),
+    })
+}

@@ -1,0 +1,234 @@
+//! The `edgelock` CLI against a real etcd (Debian's etcd-server), started by
+//! each test through `edgelock-devtools` on free loopback ports with a temp
+//! data dir, and killed on drop.
+#![cfg(feature = "native")]
+
+use std::io::{BufRead, BufReader, Read};
+use std::net::TcpListener;
+use std::process::{Child, Command, Output, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use edgelock::native::http::{CancelHandle, HttpClient, Request};
+use edgelock_devtools::EtcdServer;
+
+const BIN: &str = env!("CARGO_BIN_EXE_edgelock");
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("free port")
+}
+
+/// A throwaway single-node etcd on loopback (the devtools harness kills it
+/// and removes its data dir on drop).
+struct Etcd(EtcdServer);
+
+impl Etcd {
+    fn start() -> Etcd {
+        Etcd(EtcdServer::start().expect("start etcd (apt install etcd-server)"))
+    }
+
+    fn url(&self) -> String {
+        self.0.url()
+    }
+
+    /// A raw gateway call; None unless HTTP 200.
+    fn call(&self, path: &str, body: &str) -> Option<serde_json::Value> {
+        let url = format!("{}{path}", self.url());
+        let req = Request { method: "POST", url: &url, headers: &[], body: body.as_bytes(), timeout: Some(Duration::from_secs(2)) };
+        let resp = HttpClient::new().send(&req, &CancelHandle::new()).ok()?;
+        (resp.status == 200).then(|| serde_json::from_slice(&resp.body).ok()).flatten()
+    }
+
+    /// Deletes every key of lock `name` behind its holders' backs.
+    fn delete_lock_keys(&self, name: &str) {
+        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+        let body = serde_json::json!({"key": b64(&format!("edgelock/{name}/")), "range_end": b64(&format!("edgelock/{name}0"))});
+        let v = self.call("/v3/kv/deleterange", &body.to_string()).expect("deleterange");
+        assert_eq!(v["deleted"].as_str(), Some("1"), "{v}");
+    }
+}
+
+fn edgelock(args: &[&str]) -> Command {
+    let mut c = Command::new(BIN);
+    c.args(args).stdin(Stdio::null());
+    c
+}
+
+fn output(args: &[&str]) -> Output {
+    edgelock(args).output().expect("run edgelock")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// Spawns `edgelock run` and waits until it reports the lock acquired; returns
+/// the child and its fencing token.
+fn spawn_holder(args: &[&str]) -> (Child, u64) {
+    let mut child = edgelock(args).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("spawn edgelock");
+    let mut err = BufReader::new(child.stderr.take().expect("stderr"));
+    let mut line = String::new();
+    err.read_line(&mut line).expect("read stderr");
+    let token = line
+        .trim()
+        .rsplit_once("token=")
+        .and_then(|(_, t)| t.parse().ok())
+        .unwrap_or_else(|| panic!("unexpected first stderr line {line:?}"));
+    // Keep draining stderr so the child never blocks on a full pipe.
+    thread::spawn(move || {
+        let _ = err.read_to_end(&mut Vec::new());
+    });
+    (child, token)
+}
+
+#[test]
+fn run_exports_the_fencing_token_and_propagates_exit_codes() {
+    let etcd = Etcd::start();
+    let url = etcd.url();
+    let out = output(&["run", "--etcd", &url, "job", "--", "sh", "-c", "echo \"token=$EDGELOCK_FENCING_TOKEN name=$EDGELOCK_LOCK_NAME\""]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let token: u64 = stdout
+        .trim()
+        .strip_prefix("token=")
+        .and_then(|r| r.strip_suffix(" name=job"))
+        .and_then(|t| t.parse().ok())
+        .unwrap_or_else(|| panic!("unexpected stdout {stdout:?}"));
+    assert!(token > 0);
+    assert_eq!(text(&out.stderr).lines().next(), Some(format!("edgelock: acquired job token={token}").as_str()));
+
+    let out = output(&["run", "--etcd", &url, "job", "--", "sh", "-c", "echo $EDGELOCK_FENCING_TOKEN; exit 7"]);
+    assert_eq!(out.status.code(), Some(7));
+    let second: u64 = text(&out.stdout).trim().parse().expect("token");
+    assert!(second > token, "fencing tokens increase: {token} then {second}");
+
+    let out = output(&["run", "--etcd", &url, "job", "--", "/nonexistent/cmd"]);
+    assert_eq!(out.status.code(), Some(127));
+    // The lock was released each time: a --try succeeds at once.
+    let out = output(&["run", "--etcd", &url, "--try", "job", "--", "true"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+}
+
+#[test]
+fn concurrent_runs_never_overlap() {
+    let etcd = Etcd::start();
+    let url = etcd.url();
+    let log = std::env::temp_dir().join(format!("edgelock-cli-overlap-{}-{}", std::process::id(), free_port()));
+    let _ = std::fs::remove_file(&log);
+    let script = format!(
+        "echo \"start $(date +%s%N) $EDGELOCK_FENCING_TOKEN\" >> {p}; sleep 0.4; echo \"end $(date +%s%N) $EDGELOCK_FENCING_TOKEN\" >> {p}",
+        p = log.display()
+    );
+    let runs: Vec<Child> = (0..3)
+        .map(|_| edgelock(&["run", "--etcd", &url, "shared", "--", "sh", "-c", &script]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("spawn"))
+        .collect();
+    for mut r in runs {
+        assert_eq!(r.wait().expect("wait").code(), Some(0));
+    }
+    let content = std::fs::read_to_string(&log).expect("log");
+    let _ = std::fs::remove_file(&log);
+    let events: Vec<(String, u128, u64)> = content
+        .lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f[0].to_string(), f[1].parse().expect("time"), f[2].parse().expect("token"))
+        })
+        .collect();
+    assert_eq!(events.len(), 6, "{content}");
+    // Sorted by time, the log must read start/end pairs of one token each,
+    // with strictly increasing tokens.
+    let mut sorted = events.clone();
+    sorted.sort_by_key(|e| e.1);
+    let mut last_token = 0;
+    for pair in sorted.chunks(2) {
+        assert_eq!((pair[0].0.as_str(), pair[1].0.as_str()), ("start", "end"), "overlap in {content}");
+        assert_eq!(pair[0].2, pair[1].2, "overlap in {content}");
+        assert!(pair[0].2 > last_token, "tokens must increase: {content}");
+        last_token = pair[0].2;
+    }
+}
+
+#[test]
+fn try_wait_and_status_while_held() {
+    let etcd = Etcd::start();
+    let url = etcd.url();
+    let (mut holder, token) = spawn_holder(&["run", "--etcd", &url, "--ttl", "2000", "busy", "--", "sleep", "20"]);
+
+    let out = output(&["run", "--etcd", &url, "--try", "busy", "--", "true"]);
+    assert_eq!(out.status.code(), Some(73), "{}", text(&out.stderr));
+
+    let t = Instant::now();
+    let out = output(&["run", "--etcd", &url, "--wait", "300", "busy", "--", "true"]);
+    assert_eq!(out.status.code(), Some(74), "{}", text(&out.stderr));
+    assert!(t.elapsed() >= Duration::from_millis(300));
+
+    // A waiter queues behind the holder; status lists both.
+    let mut waiter = edgelock(&["run", "--etcd", &url, "busy", "--", "true"]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("spawn");
+    let mut status = serde_json::Value::Null;
+    let t = Instant::now();
+    while t.elapsed() < Duration::from_secs(10) {
+        let out = output(&["status", "--etcd", &url, "--json", "busy"]);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        status = serde_json::from_slice(&out.stdout).expect("json");
+        if status["waiters"].as_array().is_some_and(|w| w.len() == 1) {
+            break;
+        }
+        thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(status["held"], true, "{status}");
+    assert_eq!(status["fencingToken"], token.to_string(), "{status}");
+    assert_eq!(status["waiters"].as_array().map(Vec::len), Some(1), "{status}");
+    let holder_key = status["holder"].as_str().expect("holder").to_string();
+    assert!(holder_key.starts_with("edgelock/busy/"), "{holder_key}");
+
+    let out = output(&["status", "--etcd", &url, "busy"]);
+    let plain = text(&out.stdout);
+    assert!(plain.contains(&format!("holder: {holder_key}\n")), "{plain}");
+    assert!(plain.contains(&format!("fencing_token: {token}\n")), "{plain}");
+    assert_eq!(plain.matches("waiter: edgelock/busy/").count(), 1, "{plain}");
+
+    // The holder dies without releasing (SIGKILL): the waiter gets the lock
+    // once the holder's session lease (2 s) expires.
+    let _ = holder.kill();
+    let _ = holder.wait();
+    let t = Instant::now();
+    assert_eq!(waiter.wait().expect("wait").code(), Some(0));
+    assert!(t.elapsed() < Duration::from_secs(20));
+}
+
+#[test]
+fn losing_the_lock_kills_the_command_and_exits_75() {
+    let etcd = Etcd::start();
+    let url = etcd.url();
+    let marker = std::env::temp_dir().join(format!("edgelock-cli-lost-{}-{}", std::process::id(), free_port()));
+    let script = format!("sleep 20; touch {}", marker.display());
+    let (mut run, _) = spawn_holder(&["run", "--etcd", &url, "--ttl", "2000", "lost", "--", "sh", "-c", &script]);
+    etcd.delete_lock_keys("lost");
+    let t = Instant::now();
+    let status = run.wait().expect("wait");
+    assert_eq!(status.code(), Some(75));
+    assert!(t.elapsed() < Duration::from_secs(12), "{:?}", t.elapsed());
+    assert!(!marker.exists(), "the command must have been killed");
+}
+
+#[test]
+fn usage_and_backend_errors_have_their_exit_codes() {
+    let dead = format!("http://127.0.0.1:{}", free_port());
+    assert_eq!(output(&["run", "--etcd", &dead, "n", "--", "true"]).status.code(), Some(69));
+    assert_eq!(output(&["status", "--etcd", &dead, "n"]).status.code(), Some(69));
+    assert_eq!(output(&["run", "--etcd", &dead, "n"]).status.code(), Some(64));
+    assert_eq!(output(&["run", "n", "--", "true"]).status.code(), Some(64));
+    assert_eq!(output(&["run", "--etcd", &dead, "--try", "--wait", "5", "n", "--", "true"]).status.code(), Some(64));
+    assert_eq!(output(&["run", "--etcd", &dead, "--bogus", "n", "--", "true"]).status.code(), Some(64));
+    assert_eq!(output(&["run", "--etcd", "ftp://x", "n", "--", "true"]).status.code(), Some(64));
+    assert_eq!(output(&["run", "--etcd", "https://x", "n", "--", "true"]).status.code(), Some(64));
+    assert_eq!(output(&["run", "--etcd", &dead, "--ttl", "10", "n", "--", "true"]).status.code(), Some(64));
+    assert_eq!(output(&["frobnicate"]).status.code(), Some(64));
+    let out = output(&["status", "--redis", "http://127.0.0.1:1", "n"]);
+    assert_eq!(out.status.code(), Some(78));
+    assert!(text(&out.stderr).contains("not yet supported"));
+    let help = output(&["--help"]);
+    assert_eq!(help.status.code(), Some(0));
+    assert!(text(&help.stdout).contains("EXIT CODES"));
+}

@@ -1,0 +1,335 @@
+//! The etcd recipe against a real etcd (Debian's etcd-server), started by each
+//! test on free loopback ports with a temp data dir and stopped afterwards.
+#![cfg(feature = "native")]
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use edgelock::core::etcd::{EtcdConfig, EtcdMachine};
+use edgelock::core::*;
+use edgelock::native::{Client, OsEntropy};
+use edgelock_devtools::EtcdServer;
+use serde_json::{json, Value};
+
+fn config(etcd: &EtcdServer) -> EtcdConfig {
+    EtcdConfig::new(vec![etcd.url()])
+}
+
+fn client(etcd: &EtcdServer) -> Client {
+    Client::etcd(config(etcd)).expect("client")
+}
+
+fn b64(s: &[u8]) -> String {
+    base64::engine::general_purpose::STANDARD.encode(s)
+}
+
+/// A raw gateway call, as another etcd user (or an operator) would make it.
+fn raw(etcd: &EtcdServer, path: &str, body: Value) -> Value {
+    let http = edgelock::native::http::HttpClient::new();
+    let url = format!("{}{}", etcd.url(), path);
+    let body = serde_json::to_vec(&body).unwrap();
+    let headers = vec![("content-type".to_string(), "application/json".to_string())];
+    let req = edgelock::native::http::Request { method: "POST", url: &url, headers: &headers, body: &body, timeout: Some(Duration::from_secs(5)) };
+    let resp = http.send(&req, &edgelock::native::http::CancelHandle::new()).expect("raw etcd call");
+    serde_json::from_slice(&resp.body).expect("json")
+}
+
+/// Every key under the client's prefix for `name`.
+fn keys_of(etcd: &EtcdServer, name: &str) -> Vec<String> {
+    let prefix = format!("edgelock/{name}/");
+    let end = format!("edgelock/{name}0");
+    let v = raw(etcd, "/v3/kv/range", json!({"key": b64(prefix.as_bytes()), "range_end": b64(end.as_bytes())}));
+    v["kvs"].as_array().cloned().unwrap_or_default().iter().map(|kv| {
+        let k = base64::engine::general_purpose::STANDARD.decode(kv["key"].as_str().unwrap()).unwrap();
+        String::from_utf8(k).unwrap()
+    }).collect()
+}
+
+/// Counts the HTTP requests a machine emits (wraps it; changes nothing).
+struct Counting {
+    inner: EtcdMachine,
+    sent: Arc<AtomicUsize>,
+}
+
+impl LockMachine for Counting {
+    fn backend(&self) -> BackendKind { self.inner.backend() }
+    fn acquire(&mut self, now: Millis, name: &str, o: &AcquireOptions) -> Result<OpId, LockError> { self.inner.acquire(now, name, o) }
+    fn release(&mut self, now: Millis, l: LockId) -> Result<OpId, LockError> { self.inner.release(now, l) }
+    fn extend(&mut self, now: Millis, l: LockId, t: Option<u64>) -> Result<OpId, LockError> { self.inner.extend(now, l, t) }
+    fn resume(&mut self, now: Millis, h: &LockHandle) -> Result<OpId, LockError> { self.inner.resume(now, h) }
+    fn inspect(&mut self, now: Millis, n: &str) -> Result<OpId, LockError> { self.inner.inspect(now, n) }
+    fn cancel(&mut self, now: Millis, op: OpId) { self.inner.cancel(now, op) }
+    fn close(&mut self, now: Millis) -> OpId { self.inner.close(now) }
+    fn handle_input(&mut self, now: Millis, i: Input) { self.inner.handle_input(now, i) }
+    fn handle_timeout(&mut self, now: Millis) { self.inner.handle_timeout(now) }
+    fn poll_transmit(&mut self) -> Option<Transmit> {
+        let t = self.inner.poll_transmit();
+        if let Some(Transmit::Send(_)) = &t {
+            self.sent.fetch_add(1, Ordering::SeqCst);
+        }
+        t
+    }
+    fn poll_event(&mut self) -> Option<Event> { self.inner.poll_event() }
+    fn poll_timeout(&self) -> Option<Millis> { self.inner.poll_timeout() }
+    fn live_count(&self) -> usize { self.inner.live_count() }
+}
+
+fn counting_client(cfg: EtcdConfig) -> (Client, Arc<AtomicUsize>) {
+    let sent = Arc::new(AtomicUsize::new(0));
+    let inner = EtcdMachine::new(cfg, Box::new(OsEntropy)).unwrap();
+    (Client::from_machine(Box::new(Counting { inner, sent: sent.clone() })), sent)
+}
+
+#[test]
+fn eight_clients_fifty_acquisitions_each_are_mutually_exclusive_with_increasing_tokens() {
+    let etcd = EtcdServer::start().expect("start etcd");
+    let counter = Arc::new(Mutex::new(0u64));
+    let inside = Arc::new(AtomicBool::new(false));
+    let tokens = Arc::new(Mutex::new(Vec::new()));
+    let threads: Vec<_> = (0..8)
+        .map(|_| {
+            let (counter, inside, tokens) = (counter.clone(), inside.clone(), tokens.clone());
+            let c = client(&etcd);
+            std::thread::spawn(move || {
+                for _ in 0..50 {
+                    let lock = c.acquire("counter", Some(Duration::from_secs(60))).expect("acquire");
+                    assert!(!inside.swap(true, Ordering::SeqCst), "two holders at once");
+                    tokens.lock().unwrap().push(lock.fencing_token());
+                    // A deliberately racy read-modify-write: only exclusion keeps it right.
+                    let v = *counter.lock().unwrap();
+                    std::thread::yield_now();
+                    *counter.lock().unwrap() = v + 1;
+                    inside.store(false, Ordering::SeqCst);
+                    assert!(lock.release().expect("release"), "lock was held until release");
+                }
+                c.close().unwrap();
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("client thread");
+    }
+    assert_eq!(*counter.lock().unwrap(), 400);
+    let tokens = tokens.lock().unwrap();
+    assert_eq!(tokens.len(), 400);
+    assert!(tokens.windows(2).all(|w| w[0] < w[1]), "fencing tokens must strictly increase: {tokens:?}");
+    assert!(keys_of(&etcd, "counter").is_empty(), "no key left behind");
+}
+
+#[test]
+fn five_waiters_are_served_in_fifo_order() {
+    let etcd = EtcdServer::start().expect("start etcd");
+    let holder = client(&etcd);
+    let lock = holder.acquire("fifo", None).unwrap();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut threads = Vec::new();
+    for i in 0..5 {
+        let c = client(&etcd);
+        let order = order.clone();
+        threads.push(std::thread::spawn(move || {
+            let l = c.acquire("fifo", Some(Duration::from_secs(30))).unwrap();
+            order.lock().unwrap().push((i, l.fencing_token()));
+            std::thread::sleep(Duration::from_millis(20));
+            l.release().unwrap();
+        }));
+        // Wait until waiter i has queued its key before starting the next one.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while keys_of(&etcd, "fifo").len() < i + 2 {
+            assert!(Instant::now() < deadline, "waiter {i} never queued");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+    let status = holder.inspect("fifo").unwrap();
+    assert_eq!(status.waiters.len(), 5);
+    assert_eq!(status.fencing_token, Some(lock.fencing_token()));
+    lock.release().unwrap();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let order = order.lock().unwrap();
+    let ids: Vec<usize> = order.iter().map(|(i, _)| *i).collect();
+    assert_eq!(ids, vec![0, 1, 2, 3, 4], "waiters served in arrival order");
+    assert!(order.windows(2).all(|w| w[0].1 < w[1].1));
+}
+
+#[test]
+fn try_acquire_on_a_held_lock_returns_none_and_leaves_no_key() {
+    let etcd = EtcdServer::start().expect("start etcd");
+    let a = client(&etcd);
+    let b = client(&etcd);
+    let lock = a.acquire("busy", None).unwrap();
+    assert!(b.try_acquire("busy").unwrap().is_none());
+    assert_eq!(keys_of(&etcd, "busy").len(), 1, "only the holder's key remains");
+    // The same client asking again is also refused (it holds the name itself).
+    assert!(a.try_acquire("busy").unwrap().is_none());
+    lock.release().unwrap();
+    let again = b.try_acquire("busy").unwrap().expect("free now");
+    again.release().unwrap();
+}
+
+#[test]
+fn wait_timeout_fails_with_timeout_and_leaves_no_key() {
+    let etcd = EtcdServer::start().expect("start etcd");
+    let a = client(&etcd);
+    let b = client(&etcd);
+    let lock = a.acquire("slow", None).unwrap();
+    let started = Instant::now();
+    let err = b.acquire("slow", Some(Duration::from_millis(400))).unwrap_err();
+    assert_eq!(err.code(), "TIMEOUT", "{err}");
+    assert!(started.elapsed() >= Duration::from_millis(400));
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert_eq!(keys_of(&etcd, "slow").len(), 1, "the timed-out waiter removed its key");
+    lock.release().unwrap();
+    assert!(keys_of(&etcd, "slow").is_empty());
+}
+
+#[test]
+fn cancelled_waiter_fails_with_aborted_and_leaves_no_key() {
+    let etcd = EtcdServer::start().expect("start etcd");
+    let a = client(&etcd);
+    let b = client(&etcd);
+    let lock = a.acquire("cancel", None).unwrap();
+    let token = edgelock::native::CancelToken::new();
+    let t2 = token.clone();
+    let canceller = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        t2.cancel();
+    });
+    let err = b.acquire_with("cancel", AcquireOptions { wait: Wait::Forever, ttl_ms: None }, Some(&token)).unwrap_err();
+    canceller.join().unwrap();
+    assert_eq!(err.code(), "ABORTED");
+    assert_eq!(keys_of(&etcd, "cancel").len(), 1);
+    lock.release().unwrap();
+}
+
+#[test]
+fn a_vanished_holder_is_replaced_after_its_lease_ttl() {
+    let etcd = EtcdServer::start().expect("start etcd");
+    // A holder that dies without releasing: its lease (TTL 2 s) is never renewed.
+    let grant = raw(&etcd, "/v3/lease/grant", json!({"TTL": "2"}));
+    let lease: i64 = grant["ID"].as_str().unwrap().parse().unwrap();
+    let key = format!("edgelock/vanish/{lease:x}");
+    let put = raw(&etcd, "/v3/kv/put", json!({"key": b64(key.as_bytes()), "value": "", "lease": lease.to_string()}));
+    let dead_rev: u64 = put["header"]["revision"].as_str().unwrap().parse().unwrap();
+    let c = client(&etcd);
+    let started = Instant::now();
+    let lock = c.acquire("vanish", Some(Duration::from_secs(15))).expect("granted after the dead lease expires");
+    let waited = started.elapsed();
+    assert!(waited >= Duration::from_millis(1000), "waited only {waited:?}: the dead holder was not respected");
+    assert!(waited < Duration::from_secs(8), "waited {waited:?}");
+    assert!(lock.fencing_token() > dead_rev);
+    lock.release().unwrap();
+}
+
+#[test]
+fn keepalive_keeps_a_lock_held_across_three_ttls() {
+    let etcd = EtcdServer::start().expect("start etcd");
+    let mut cfg = config(&etcd);
+    cfg.session_ttl_ms = 2_000;
+    let a = Client::etcd(cfg).unwrap();
+    let lock = a.acquire("long", None).unwrap();
+    std::thread::sleep(Duration::from_millis(6_500));
+    assert!(!lock.is_lost(), "lost: {:?}", lock.lost_reason());
+    assert!(lock.expires_in() > Duration::ZERO);
+    let b = client(&etcd);
+    assert!(b.try_acquire("long").unwrap().is_none(), "still held on the server");
+    assert!(lock.release().unwrap(), "held until release");
+}
+
+#[test]
+fn deleting_the_key_or_revoking_the_lease_signals_lost() {
+    let etcd = EtcdServer::start().expect("start etcd");
+    let mut cfg = config(&etcd);
+    cfg.session_ttl_ms = 3_000;
+    let a = Client::etcd(cfg.clone()).unwrap();
+    let lock = a.acquire("victim", None).unwrap();
+    let key = lock.handle().key.clone();
+    raw(&etcd, "/v3/kv/deleterange", json!({"key": b64(key.as_bytes())}));
+    let reason = lock.wait_lost(Some(Duration::from_secs(5))).expect("loss signalled within TTL/3 and a bit");
+    assert_eq!(reason, LostReason::KeyGone);
+    // A late release reports it was not held until the end, and deletes nothing.
+    let other = client(&etcd).acquire("victim", Some(Duration::from_secs(5))).unwrap();
+    assert!(!lock.release().unwrap());
+    assert_eq!(keys_of(&etcd, "victim").len(), 1, "the next holder's key survived the late release");
+    other.release().unwrap();
+
+    let b = Client::etcd(cfg).unwrap();
+    let lock = b.acquire("victim2", None).unwrap();
+    let lease = lock.handle().owner.clone();
+    raw(&etcd, "/v3/lease/revoke", json!({"ID": lease}));
+    let reason = lock.wait_lost(Some(Duration::from_secs(5))).expect("loss signalled");
+    assert!(matches!(reason, LostReason::KeyGone | LostReason::RenewalFailed(_)), "{reason:?}");
+}
+
+#[test]
+fn uncontended_acquire_and_release_cost_exactly_two_requests_once_the_session_exists() {
+    let etcd = EtcdServer::start().expect("start etcd");
+    let (c, sent) = counting_client(config(&etcd));
+    c.acquire("warm", None).unwrap().release().unwrap(); // grants the session lease
+    for _ in 0..5 {
+        let before = sent.load(Ordering::SeqCst);
+        let lock = c.acquire("two", None).unwrap();
+        assert!(lock.release().unwrap());
+        assert_eq!(sent.load(Ordering::SeqCst) - before, 2, "acquire + release = 2 HTTP requests");
+    }
+}
+
+#[test]
+fn invalid_input_is_rejected_before_any_request() {
+    let etcd = EtcdServer::start().expect("start etcd");
+    let (c, sent) = counting_client(config(&etcd));
+    for bad in ["", "a\0b"] {
+        assert_eq!(c.acquire(bad, None).unwrap_err().code(), "INVALID_ARGUMENT");
+    }
+    assert_eq!(c.try_acquire(&"x".repeat(10_000)).unwrap_err().code(), "INVALID_ARGUMENT");
+    assert_eq!(sent.load(Ordering::SeqCst), 0, "nothing was sent");
+    for bad_url in ["", "ftp://x", "http://", "http://h:99999", "http://h/?q"] {
+        assert_eq!(Client::etcd(EtcdConfig::new(vec![bad_url.to_string()])).err().map(|e| e.code()), Some("INVALID_ARGUMENT"), "{bad_url}");
+    }
+    let mut cfg = config(&etcd);
+    cfg.session_ttl_ms = 0;
+    assert_eq!(Client::etcd(cfg).err().map(|e| e.code()), Some("INVALID_ARGUMENT"));
+}
+
+#[test]
+fn names_with_slashes_and_odd_bytes_do_not_collide() {
+    let etcd = EtcdServer::start().expect("start etcd");
+    let c = client(&etcd);
+    let a = c.acquire("a", None).unwrap();
+    let ab = c.try_acquire("a/b").unwrap().expect("a/b is a different lock from a");
+    let odd = c.try_acquire("../%2F?#\r\né").unwrap().expect("odd names work");
+    assert_eq!(c.inspect("a").unwrap().waiters.len(), 0, "a's range does not contain a/b's key");
+    for l in [a, ab, odd] {
+        assert!(l.release().unwrap());
+    }
+}
+
+#[test]
+fn unreachable_etcd_gives_transport_error_and_failover_uses_the_next_endpoint() {
+    let etcd = EtcdServer::start().expect("start etcd");
+    let dead = format!("http://127.0.0.1:{}", edgelock_devtools::free_port().unwrap());
+    let mut cfg = EtcdConfig::new(vec![dead.clone()]);
+    cfg.request_timeout_ms = 500;
+    let err = Client::etcd(cfg).unwrap().try_acquire("x").unwrap_err();
+    assert_eq!(err.code(), "TRANSPORT", "{err}");
+    let cfg = EtcdConfig::new(vec![dead, etcd.url()]);
+    let lock = Client::etcd(cfg).unwrap().try_acquire("x").unwrap().expect("second endpoint serves");
+    lock.release().unwrap();
+}
+
+#[test]
+fn resume_from_a_handle_in_another_client() {
+    let etcd = EtcdServer::start().expect("start etcd");
+    let a = client(&etcd);
+    let lock = a.acquire("handoff", None).unwrap();
+    let handle: LockHandle = serde_json::from_str(&serde_json::to_string(lock.handle()).unwrap()).unwrap();
+    let b = client(&etcd);
+    let resumed = b.resume(&handle).expect("still held");
+    assert_eq!(resumed.fencing_token(), lock.fencing_token());
+    assert!(resumed.release().unwrap());
+    assert!(keys_of(&etcd, "handoff").is_empty());
+    assert_eq!(b.resume(&handle).unwrap_err().code(), "LOST");
+    std::mem::forget(lock);
+}

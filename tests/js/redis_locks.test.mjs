@@ -1,0 +1,174 @@
+// RedisLocks (Upstash REST through the local gateway, and Webdis) and Redlock
+// over three real redis-servers, through the installed package. Servers come
+// from the devtools `testenv` (see testenv.mjs).
+import { after, before, describe, test } from "node:test";
+import assert from "node:assert/strict";
+import { RedisLocks, Redlock, LockError } from "edgelock";
+import { startTestenv } from "./testenv.mjs";
+import { eventually, freePort } from "./support/etcd.mjs";
+
+let env;
+const clients = [];
+let seq = 0;
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const unique = (base) => `${base}-${process.pid}-${(seq += 1)}`;
+
+before(async () => {
+  env = await startTestenv({ redis: 3, webdis: true, gateway: true });
+});
+after(async () => {
+  await Promise.allSettled(clients.map((c) => c.close()));
+  await env?.stop();
+});
+
+function track(c) {
+  clients.push(c);
+  return c;
+}
+const nodes = () => ({
+  upstash: { url: env.gateway_urls[0], protocol: "upstash", token: env.token },
+  webdis: { url: env.webdis_urls[0], protocol: "webdis" },
+});
+
+/** A raw command on Redis node `i` through its Upstash gateway (not through edgelock). */
+async function redis(i, ...cmd) {
+  const r = await fetch(env.gateway_urls[i], {
+    method: "POST",
+    headers: { authorization: `Bearer ${env.token}` },
+    body: JSON.stringify(cmd),
+  });
+  const body = await r.json();
+  if (!r.ok || body.error) throw new Error(`${cmd[0]}: ${JSON.stringify(body)}`);
+  return body.result;
+}
+const lockKey = (name, prefix = "edgelock") => `{${prefix}:${name}}`;
+
+async function rejectsWith(promise, code) {
+  const err = await promise.then(() => null, (e) => e);
+  assert.ok(err instanceof LockError, `expected LockError ${code}, got ${err}`);
+  assert.equal(err.code, code, err.message);
+  return err;
+}
+
+for (const protocol of ["upstash", "webdis"]) {
+  describe(`RedisLocks over ${protocol}`, () => {
+    const client = (extra = {}) => track(new RedisLocks({ ...nodes()[protocol], ttlMs: 5000, requestTimeoutMs: 1000, ...extra }));
+
+    test("exclusion across 8 clients with increasing fencing tokens", async () => {
+      const name = unique("mx");
+      let inside = 0;
+      let maxInside = 0;
+      const tokens = [];
+      await Promise.all(Array.from({ length: 8 }, () => client({ retryDelayMs: 20, retryJitterMs: 10 })).map(async (c) => {
+        for (let i = 0; i < 3; i += 1) {
+          const lock = await c.acquire(name, { waitMs: 30_000 });
+          inside += 1;
+          maxInside = Math.max(maxInside, inside);
+          tokens.push(lock.fencingToken);
+          await sleep(Math.random() * 3);
+          inside -= 1;
+          await lock.release();
+        }
+      }));
+      assert.equal(maxInside, 1);
+      for (let i = 1; i < tokens.length; i += 1) assert.ok(tokens[i] > tokens[i - 1], `${tokens[i]} after ${tokens[i - 1]}`);
+      assert.equal(await redis(0, "EXISTS", lockKey(name)), 0);
+    });
+
+    test("tryAcquire, per-lock ttlMs, timeout and abort leave no key of ours", async () => {
+      const name = unique("try");
+      const holder = await client().acquire(name, { ttlMs: 3000 });
+      const pttl = await redis(0, "PTTL", lockKey(name));
+      assert.ok(pttl > 0 && pttl <= 3000, `PTTL ${pttl}`);
+      assert.ok(holder.expiresAt <= Date.now() + 3000);
+      const other = client();
+      assert.equal(await other.tryAcquire(name), null);
+      await rejectsWith(other.acquire(name, { waitMs: 300 }), "TIMEOUT");
+      const ctl = new AbortController();
+      const pending = other.acquire(name, { signal: ctl.signal });
+      await sleep(100);
+      ctl.abort();
+      await rejectsWith(pending, "ABORTED");
+      await holder.release();
+      assert.equal(await redis(0, "EXISTS", lockKey(name)), 0);
+    });
+
+    test("lost-lock signal when the key is deleted behind the client's back", async () => {
+      const name = unique("lost");
+      const lock = await client({ ttlMs: 1500 }).acquire(name);
+      const lost = new Promise((resolve) => lock.signal.addEventListener("abort", () => resolve(lock.signal.reason)));
+      await redis(0, "DEL", lockKey(name));
+      const reason = await Promise.race([lost, sleep(6000).then(() => "not lost")]);
+      assert.equal(reason?.code, "LOST", String(reason));
+      await lock.release();
+    });
+
+    test("request(), extend(), toJSON()/resume()", async () => {
+      const name = unique("req");
+      const c = client();
+      const out = await c.request(name, { ttlMs: 2000 }, async (lock) => {
+        await lock.extend(4000);
+        const pttl = await redis(0, "PTTL", lockKey(name));
+        assert.ok(pttl > 2000, `PTTL after extend ${pttl}`);
+        return lock.fencingToken;
+      });
+      assert.equal(typeof out, "bigint");
+      assert.equal(await redis(0, "EXISTS", lockKey(name)), 0);
+      const lock = await c.acquire(name);
+      const resumed = await client().resume(JSON.parse(JSON.stringify(lock)));
+      assert.equal(resumed.fencingToken, lock.fencingToken);
+      await resumed.release();
+      assert.equal(await redis(0, "EXISTS", lockKey(name)), 0);
+      await rejectsWith(client().resume(lock.toJSON()), "LOST");
+    });
+  });
+}
+
+describe("RedisLocks errors", () => {
+  test("INVALID_ARGUMENT synchronously, TRANSPORT for a dead node, no token in messages", async () => {
+    assert.throws(() => new RedisLocks({}), (e) => e.code === "INVALID_ARGUMENT");
+    assert.throws(() => new RedisLocks({ url: env.webdis_urls[0], protocol: "resp" }), (e) => e.code === "INVALID_ARGUMENT");
+    assert.throws(() => new RedisLocks({ url: env.webdis_urls[0], ttlMs: 0 }), (e) => e.code === "INVALID_ARGUMENT");
+    const secret = "tok-0123456789abcdef";
+    const dead = track(new RedisLocks({ url: `http://127.0.0.1:${await freePort()}`, token: secret, requestTimeoutMs: 500 }));
+    const e = await rejectsWith(dead.acquire("x"), "TRANSPORT");
+    assert.ok(!e.message.includes(secret));
+    const wrong = track(new RedisLocks({ url: env.gateway_urls[0], token: "wrong-token-value", requestTimeoutMs: 1000 }));
+    const e2 = await rejectsWith(wrong.acquire("y"), "BACKEND");
+    assert.ok(!e2.message.includes("wrong-token-value"), e2.message);
+  });
+});
+
+describe("Redlock over 3 nodes (2 via the Upstash gateway, 1 via Webdis)", () => {
+  const allNodes = () => [
+    { url: env.gateway_urls[0], token: env.token },
+    { url: env.gateway_urls[1], token: env.token },
+    { url: env.webdis_urls[2], protocol: "webdis" },
+  ];
+
+  test("acquire holds a majority; fencing tokens increase; release clears every node", async () => {
+    const name = unique("rl");
+    const a = track(new Redlock({ nodes: allNodes(), ttlMs: 5000 }));
+    const b = track(new Redlock({ nodes: allNodes(), ttlMs: 5000, retryCount: 2, retryDelayMs: 50 }));
+    const first = await a.acquire(name);
+    const present = await Promise.all([0, 1, 2].map((i) => redis(i, "EXISTS", lockKey(name))));
+    assert.ok(present.reduce((x, y) => x + y, 0) >= 2, `lock key on ${present}`);
+    assert.equal(await b.tryAcquire(name), null);
+    await first.release();
+    const second = await b.acquire(name, { waitMs: 5000 });
+    assert.ok(second.fencingToken > first.fencingToken);
+    await second.release();
+    await eventually(async () => (await Promise.all([0, 1, 2].map((i) => redis(i, "EXISTS", lockKey(name))))).every((x) => x === 0), 3000, "keys gone");
+  });
+
+  test("NO_QUORUM when only one of three nodes answers", async () => {
+    const dead = [`http://127.0.0.1:${await freePort()}`, `http://127.0.0.1:${await freePort()}`];
+    const r = track(new Redlock({
+      nodes: [{ url: env.gateway_urls[0], token: env.token }, { url: dead[0], token: env.token }, { url: dead[1], token: env.token }],
+      ttlMs: 5000, retryCount: 1, retryDelayMs: 10, retryJitterMs: 5, requestTimeoutMs: 300,
+    }));
+    const name = unique("nq");
+    await rejectsWith(r.acquire(name, { waitMs: 5000 }), "NO_QUORUM");
+    assert.equal(await redis(0, "EXISTS", lockKey(name)), 0, "a failed Redlock attempt left its key");
+  });
+});

@@ -1,0 +1,1514 @@
+//! A seeded, single-threaded, simulated-time world for lock machines
+//! (in the spirit of madsim/turmoil and str0m's sans-IO network emulator).
+//!
+//! # How to use it with another backend (e.g. a Redis model)
+//!
+//! 1. Implement [`SimServer`] for your in-memory server model. It sees every
+//!    request as an [`HttpRequest`] whose `id` is a *wire id* unique across all
+//!    clients (the world renames the client's own ids, which collide between
+//!    clients), and whose headers carry [`CLIENT_HEADER`] = the sending client's
+//!    index (like a source address; a model may use it to attribute state to a
+//!    client for checks). Answer with [`Reply::Full`], open a stream with
+//!    [`Reply::Stream`] (its chunks come out of `drain_stream_chunks`, keyed by
+//!    the wire id), or [`Reply::NoReply`]. The server's clock is the world's
+//!    global clock: it is the reference every check uses.
+//! 2. `let mut w = World::new(seed, NetConfig::calm());`
+//!    `w.add_server(&["http://redis-0:7379"], model)` — several bases
+//!    (*endpoints*, numbered globally in the order added; see
+//!    [`World::endpoints`]) may map to one server (members of one cluster).
+//!    Partitions and outages are per endpoint: a server whose endpoints are
+//!    all down has crashed, and gets `crash_restart` when one comes back.
+//!    `w.add_client(Box::new(machine), Clock { offset, ppm })` for each client.
+//! 3. Optionally add faults: [`World::add_partition`], [`World::add_pause`],
+//!    [`World::add_outage`], and set `NetConfig` loss/long-delay chances, which
+//!    apply until `net.faults_until`.
+//! 4. `w.start_workload(WorkloadConfig { .. })` and `w.run(until, &mut check)`,
+//!    where `check(&world)` is called after every step (backend-specific
+//!    invariants, e.g. "every believer's key is alive in the model"). The
+//!    generic invariant (at most one believer per lock name) and the fencing
+//!    order are checked by the world itself; `history`, `grants`, `losts` and
+//!    `check_calm_run` serve the end-of-run properties.
+//!
+//! Everything — delays, loss, which input a resumed client sees first, every
+//! client's entropy — comes from one [`SimRng`] seeded by the seed, and the
+//! event queue is ordered by (time, insertion sequence), so a seed replays
+//! exactly. There are no threads and no real clocks in here.
+//!
+//! # What a client is
+//!
+//! A `Box<dyn LockMachine>` driven exactly by the driver loop documented in
+//! `src/core/machine.rs`: one input (user call, HTTP result or timer), then
+//! drain every transmit, then every event. Its clock is `offset + global` (plus
+//! an optional skew in parts per million). A *paused* client (GC pause,
+//! SIGSTOP) processes nothing — no inputs, no timers, no user calls — until the
+//! pause ends; what arrived meanwhile queues and is then processed in arrival
+//! order (the seed decides whether due timers run before or after it).
+//!
+//! # What the network does
+//!
+//! Every request, response and stream chunk gets a seeded delay; requests may
+//! be lost (never reach the server); responses may be lost after the server
+//! applied the request (the client then sees a reset or, more often, silence
+//! until its own timeout); partitions cut a client from a server for a period
+//! (everything in either direction vanishes); outages take a server down
+//! (streams break, connections are refused, `crash_restart` when it comes back). Chunks of one
+//! stream are delivered in order (one TCP connection), and a lost chunk breaks
+//! the stream. The driver keeps the driver-loop rules: a cancelled request's
+//! answer is dropped (except, rarely and on purpose, delivered late, which the
+//! machine must ignore), and a request that gets no answer ends with
+//! `Failed{Timeout}` shortly after its `timeout_ms` (a safety net: the core
+//! normally times out first) or, without `timeout_ms`, with an I/O error after
+//! `dead_connection_ms`. Streams without a timeout may stay silent forever.
+//!
+//! # Belief
+//!
+//! A client *believes* it holds a lock from the `Acquired` event until its user
+//! calls `release`/`close`, the machine reports `Lost`/`Released`, or the
+//! client's own clock passes the lock's `expires_at` (updated by `Renewed` and
+//! `Extended`). At most one client may believe it holds a given name at any
+//! instant; fencing tokens of successive grants of a name must strictly
+//! increase.
+
+#![allow(dead_code)]
+
+use std::cmp::Ordering;
+use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet, VecDeque};
+
+use edgelock::core::{
+    AcquireOptions, Event, HttpRequest, Input, LockId, LockMachine, Millis, OpId, RequestId, SeededEntropy, Transmit,
+    TransportError, Wait,
+};
+
+/// Header the world adds to every request: the sending client's index.
+pub const CLIENT_HEADER: &str = "x-sim-client";
+
+/// A server's answer to one request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reply {
+    Full { status: u16, body: Vec<u8> },
+    /// A 2xx streaming response; its body comes from `drain_stream_chunks`.
+    /// (A non-2xx status is delivered as an empty `Full` response.)
+    Stream { status: u16 },
+    /// The server swallowed the request (crashed mid-request): no answer.
+    NoReply,
+}
+
+pub trait SimServer {
+    /// A request arrives at `now`. Return the reply now, a stream registration, or nothing (crashed).
+    fn handle(&mut self, now: Millis, req: &HttpRequest) -> Reply;
+    /// Bytes for open streams produced since the last call (watch events), as (request id, chunk).
+    fn drain_stream_chunks(&mut self, now: Millis) -> Vec<(RequestId, Vec<u8>)>;
+    /// The client cancelled (or the connection broke).
+    fn stream_closed(&mut self, id: RequestId);
+    /// Expire leases/keys by the server's clock.
+    fn advance(&mut self, now: Millis);
+    fn next_deadline(&self) -> Option<Millis>;
+    /// The server comes back at `now` after an outage that began with its
+    /// crash (meanwhile it answered nothing, `advance` was not called and its
+    /// streams were closed via `stream_closed`). Lose volatile state here
+    /// (Redis without persistence).
+    fn crash_restart(&mut self, _now: Millis) {}
+}
+
+impl<S: SimServer + ?Sized> SimServer for Box<S> {
+    fn handle(&mut self, now: Millis, req: &HttpRequest) -> Reply {
+        (**self).handle(now, req)
+    }
+    fn drain_stream_chunks(&mut self, now: Millis) -> Vec<(RequestId, Vec<u8>)> {
+        (**self).drain_stream_chunks(now)
+    }
+    fn stream_closed(&mut self, id: RequestId) {
+        (**self).stream_closed(id)
+    }
+    fn advance(&mut self, now: Millis) {
+        (**self).advance(now)
+    }
+    fn next_deadline(&self) -> Option<Millis> {
+        (**self).next_deadline()
+    }
+    fn crash_restart(&mut self, now: Millis) {
+        (**self).crash_restart(now)
+    }
+}
+
+/// The one random source of a world (SplitMix64 via `SeededEntropy`).
+#[derive(Clone, Debug)]
+pub struct SimRng(SeededEntropy);
+
+impl SimRng {
+    pub fn new(seed: u64) -> Self {
+        SimRng(SeededEntropy::new(seed))
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        self.0.next_u64()
+    }
+    /// Uniform in `0..n` (0 when n == 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        if n == 0 {
+            0
+        } else {
+            self.next_u64() % n
+        }
+    }
+    /// Uniform in `lo..=hi`.
+    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        if hi <= lo {
+            lo
+        } else {
+            lo + self.below(hi - lo + 1)
+        }
+    }
+    pub fn chance(&mut self, p: f64) -> bool {
+        if p <= 0.0 {
+            return false;
+        }
+        ((self.next_u64() >> 11) as f64 / (1u64 << 53) as f64) < p
+    }
+    /// An independent entropy source (for a machine).
+    pub fn fork(&mut self) -> SeededEntropy {
+        SeededEntropy::new(self.next_u64())
+    }
+}
+
+/// A client's clock: `offset + global`, skewed by `ppm` parts per million.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Clock {
+    pub offset: Millis,
+    /// Rate error; must be > -100_000 so the clock keeps moving forward.
+    pub ppm: i64,
+}
+
+impl Clock {
+    pub fn local(&self, global: Millis) -> Millis {
+        let skew = (global as i128 * self.ppm as i128) / 1_000_000;
+        (self.offset as i128 + global as i128 + skew).max(0) as Millis
+    }
+    /// The first global instant at which the local clock reads at least `local`.
+    pub fn to_global(&self, local: Millis) -> Millis {
+        let base = local.saturating_sub(self.offset) as i128;
+        let mut g = ((base * 1_000_000) / (1_000_000 + self.ppm as i128)).max(0) as Millis;
+        while g > 0 && self.local(g - 1) >= local {
+            g -= 1;
+        }
+        while self.local(g) < local {
+            g += 1;
+        }
+        g
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct NetConfig {
+    /// Normal one-way delay range (ms), inclusive.
+    pub delay: (Millis, Millis),
+    /// Chance that a message takes up to `long_delay_max` instead.
+    pub long_delay_chance: f64,
+    pub long_delay_max: Millis,
+    /// Chance a request never reaches its server.
+    pub request_loss: f64,
+    /// Chance a response is lost after the server applied the request.
+    pub response_loss: f64,
+    /// A lost response shows up as a connection reset with this chance, else as silence.
+    pub reset_chance: f64,
+    /// Chance a stream chunk breaks its connection (the chunk and the stream are lost).
+    pub stream_break: f64,
+    /// Chance a chunk is delivered in two pieces (exercises reassembly).
+    pub split_chunk: f64,
+    /// Chance the answer to a cancelled request is delivered anyway.
+    pub late_after_cancel: f64,
+    /// The driver's safety-net timeout fires this long after `timeout_ms`.
+    pub driver_timeout_slack: Millis,
+    /// A request without `timeout_ms` that gets no answer fails after this long.
+    pub dead_connection_ms: Millis,
+    /// Loss and long delays apply only before this global time.
+    pub faults_until: Millis,
+}
+
+impl NetConfig {
+    /// No loss, short delays: the liveness baseline.
+    pub fn calm() -> Self {
+        NetConfig {
+            delay: (1, 20),
+            long_delay_chance: 0.0,
+            long_delay_max: 0,
+            request_loss: 0.0,
+            response_loss: 0.0,
+            reset_chance: 0.0,
+            stream_break: 0.0,
+            split_chunk: 0.2,
+            late_after_cancel: 0.0,
+            driver_timeout_slack: 100,
+            dead_connection_ms: 30_000,
+            faults_until: 0,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct Partition {
+    pub client: usize,
+    pub endpoint: usize,
+    pub from: Millis,
+    pub until: Millis,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct Pause {
+    pub client: usize,
+    pub from: Millis,
+    pub until: Millis,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct Outage {
+    pub endpoint: usize,
+    pub from: Millis,
+    pub until: Millis,
+}
+
+/// What the scripted users of every client do.
+#[derive(Clone, Debug)]
+pub struct WorkloadConfig {
+    pub names: Vec<String>,
+    /// acquire→hold→release cycles per client.
+    pub cycles: u32,
+    /// Relative weights of Wait::Try, Wait::For(..), Wait::Forever.
+    pub weights: (u32, u32, u32),
+    pub wait_for: (Millis, Millis),
+    /// Chance a waiting acquire gets cancelled after `cancel_after` ms.
+    pub cancel_chance: f64,
+    pub cancel_after: (Millis, Millis),
+    pub hold: (Millis, Millis),
+    /// Chance a hold lasts `long_hold` instead (exercises renewal).
+    pub long_hold_chance: f64,
+    pub long_hold: (Millis, Millis),
+    pub think: (Millis, Millis),
+    /// Passed as `AcquireOptions::ttl_ms` (Redis backends).
+    pub ttl_ms: Option<u64>,
+    /// A failed release is retried this many times.
+    pub release_retries: u32,
+    /// Every client is closed at this global time if its script has not ended.
+    pub stop_at: Millis,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum What {
+    Acquire { name: String, wait: Wait },
+    Release { name: String, lock: LockId },
+    Close,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Pending,
+    Acquired { lock: LockId, token: u64 },
+    NotAcquired,
+    Released { held_until_release: bool },
+    /// The error's `code()` and message.
+    Failed { code: &'static str, message: String },
+    Closed,
+}
+
+#[derive(Clone, Debug)]
+pub struct OpRecord {
+    pub client: usize,
+    pub op: OpId,
+    pub what: What,
+    pub begin: Millis,
+    pub end: Option<Millis>,
+    pub outcome: Outcome,
+    /// Global time the user asked to cancel it, if it did.
+    pub cancelled_at: Option<Millis>,
+}
+
+#[derive(Clone, Debug)]
+pub struct LostRecord {
+    pub client: usize,
+    pub lock: LockId,
+    pub name: String,
+    pub at: Millis,
+    pub reason: String,
+}
+
+#[derive(Clone, Debug)]
+pub struct Grant {
+    pub client: usize,
+    pub lock: LockId,
+    pub name: String,
+    pub token: u64,
+    pub at: Millis,
+}
+
+/// A lock some client currently holds, as the world sees it (for backend checks).
+#[derive(Clone, Debug)]
+pub struct Believer {
+    pub client: usize,
+    pub lock: LockId,
+    pub name: String,
+    pub token: u64,
+    pub key: String,
+    pub owner: String,
+    pub revision: u64,
+    /// `expires_at` on the client's clock.
+    pub expires_at: Millis,
+    pub since: Millis,
+}
+
+#[derive(Clone, Debug)]
+struct Holding {
+    name: String,
+    token: u64,
+    key: String,
+    owner: String,
+    revision: u64,
+    expires_at: Millis,
+    since: Millis,
+    /// The user called release/close: it no longer uses the lock.
+    user_done: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Script {
+    Idle,
+    Acquiring { op: OpId },
+    Holding { lock: LockId },
+    Releasing { op: OpId, lock: LockId, attempts: u32 },
+    /// Cycles done; waiting for the world's close.
+    Finished,
+    Closing { op: OpId },
+    Done,
+}
+
+#[derive(Clone, Debug)]
+enum Action {
+    StartCycle,
+    Cancel(OpId),
+    Release(LockId),
+    Close,
+}
+
+#[derive(Debug)]
+struct Flight {
+    wire: u64,
+    endpoint: usize,
+    stream: bool,
+    /// The driver's safety-net timeout covers it (it had `timeout_ms`).
+    has_timeout: bool,
+}
+
+#[derive(Debug)]
+enum Deferred {
+    Input(Input),
+    DriverTimeout(RequestId),
+    User(Action),
+}
+
+struct Client {
+    machine: Box<dyn LockMachine>,
+    clock: Clock,
+    paused: bool,
+    deferred: VecDeque<Deferred>,
+    inflight: HashMap<RequestId, Flight>,
+    cancelled: HashSet<RequestId>,
+    script: Script,
+    cycles_done: u32,
+    holdings: BTreeMap<LockId, Holding>,
+    /// Op → index in `history`.
+    ops: HashMap<OpId, usize>,
+}
+
+struct OpenStream {
+    client: usize,
+    id: RequestId,
+    endpoint: usize,
+    /// Chunks of one connection arrive in order.
+    last_delivery: Millis,
+}
+
+#[derive(Debug)]
+enum Ev {
+    Arrive { wire: u64, endpoint: usize, req: HttpRequest },
+    Deliver { client: usize, input: Input },
+    DriverTimeout { client: usize, id: RequestId },
+    ServerStreamClosed { server: usize, wire: u64 },
+    User { client: usize, action: Action },
+    PauseStart { client: usize },
+    PauseEnd { client: usize },
+    OutageStart { endpoint: usize },
+    OutageEnd { endpoint: usize },
+}
+
+struct Queued {
+    at: Millis,
+    seq: u64,
+    ev: Ev,
+}
+
+impl PartialEq for Queued {
+    fn eq(&self, o: &Self) -> bool {
+        (self.at, self.seq) == (o.at, o.seq)
+    }
+}
+impl Eq for Queued {}
+impl PartialOrd for Queued {
+    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Queued {
+    // BinaryHeap is a max-heap: reverse so the earliest (time, seq) pops first.
+    fn cmp(&self, o: &Self) -> Ordering {
+        (o.at, o.seq).cmp(&(self.at, self.seq))
+    }
+}
+
+pub type Check<'a, S> = dyn FnMut(&World<S>) -> Result<(), String> + 'a;
+
+pub struct World<S: SimServer> {
+    pub seed: u64,
+    pub now: Millis,
+    pub rng: SimRng,
+    pub net: NetConfig,
+    queue: BinaryHeap<Queued>,
+    seq: u64,
+    servers: Vec<S>,
+    /// Every server's clock stands still while it is crashed.
+    crashed: Vec<bool>,
+    /// Endpoint (index) → base URL and server.
+    routes: Vec<(String, usize)>,
+    ep_down: Vec<bool>,
+    clients: Vec<Client>,
+    next_wire: u64,
+    wires: HashMap<u64, (usize, RequestId)>,
+    streams: HashMap<u64, OpenStream>,
+    partitions: Vec<Partition>,
+    pauses: Vec<Pause>,
+    outages: Vec<Outage>,
+    workload: Option<WorkloadConfig>,
+    closing: bool,
+    /// Failed release attempts of the lock a client is currently releasing.
+    release_attempts: HashMap<usize, u32>,
+    /// Every client is closed then, whatever its script is doing.
+    stop_at: Option<Millis>,
+    /// A run taking more steps than this fails (a client flooding the network).
+    pub max_steps: u64,
+    pub history: Vec<OpRecord>,
+    pub grants: Vec<Grant>,
+    pub losts: Vec<LostRecord>,
+    /// Contract or safety violations seen so far (the run stops at the first).
+    pub violations: Vec<String>,
+    /// Human-readable step log, when enabled (replays).
+    pub trace: Option<Vec<String>>,
+    /// When every client's close completed.
+    pub all_closed_at: Option<Millis>,
+    /// `history` indices of the ops completed in the current step (for checks).
+    pub completed_this_step: Vec<usize>,
+    pub steps: u64,
+}
+
+impl<S: SimServer> World<S> {
+    pub fn new(seed: u64, net: NetConfig) -> Self {
+        World {
+            seed,
+            now: 0,
+            rng: SimRng::new(seed),
+            net,
+            queue: BinaryHeap::new(),
+            seq: 0,
+            servers: Vec::new(),
+            crashed: Vec::new(),
+            routes: Vec::new(),
+            ep_down: Vec::new(),
+            clients: Vec::new(),
+            next_wire: 0,
+            wires: HashMap::new(),
+            streams: HashMap::new(),
+            partitions: Vec::new(),
+            pauses: Vec::new(),
+            outages: Vec::new(),
+            workload: None,
+            closing: false,
+            release_attempts: HashMap::new(),
+            stop_at: None,
+            max_steps: 100_000,
+            history: Vec::new(),
+            grants: Vec::new(),
+            losts: Vec::new(),
+            violations: Vec::new(),
+            trace: None,
+            all_closed_at: None,
+            completed_this_step: Vec::new(),
+            steps: 0,
+        }
+    }
+
+    pub fn enable_trace(&mut self) {
+        self.trace = Some(Vec::new());
+    }
+
+    fn log(&mut self, f: impl FnOnce() -> String) {
+        if let Some(t) = self.trace.as_mut() {
+            let line = f();
+            t.push(format!("{:>8} {line}", self.now));
+        }
+    }
+
+    pub fn add_server(&mut self, bases: &[&str], server: S) -> usize {
+        let idx = self.servers.len();
+        self.servers.push(server);
+        self.crashed.push(false);
+        for b in bases {
+            self.routes.push((b.trim_end_matches('/').to_string(), idx));
+            self.ep_down.push(false);
+        }
+        idx
+    }
+
+    /// The endpoint indices of a server (for partitions and outages).
+    pub fn endpoints(&self, server: usize) -> Vec<usize> {
+        (0..self.routes.len()).filter(|&e| self.routes[e].1 == server).collect()
+    }
+
+    pub fn endpoint_count(&self) -> usize {
+        self.routes.len()
+    }
+
+    pub fn server(&self, idx: usize) -> &S {
+        &self.servers[idx]
+    }
+
+    pub fn server_mut(&mut self, idx: usize) -> &mut S {
+        &mut self.servers[idx]
+    }
+
+    pub fn add_client(&mut self, machine: Box<dyn LockMachine>, clock: Clock) -> usize {
+        self.clients.push(Client {
+            machine,
+            clock,
+            paused: false,
+            deferred: VecDeque::new(),
+            inflight: HashMap::new(),
+            cancelled: HashSet::new(),
+            script: Script::Idle,
+            cycles_done: 0,
+            holdings: BTreeMap::new(),
+            ops: HashMap::new(),
+        });
+        self.clients.len() - 1
+    }
+
+    pub fn client_count(&self) -> usize {
+        self.clients.len()
+    }
+
+    pub fn client_clock(&self, c: usize) -> Clock {
+        self.clients[c].clock
+    }
+
+    pub fn machine(&self, c: usize) -> &dyn LockMachine {
+        self.clients[c].machine.as_ref()
+    }
+
+    pub fn add_partition(&mut self, p: Partition) {
+        self.partitions.push(p);
+    }
+
+    pub fn add_pause(&mut self, p: Pause) {
+        self.push(p.from, Ev::PauseStart { client: p.client });
+        self.push(p.until, Ev::PauseEnd { client: p.client });
+        self.pauses.push(p);
+    }
+
+    pub fn add_outage(&mut self, o: Outage) {
+        self.push(o.from, Ev::OutageStart { endpoint: o.endpoint });
+        self.push(o.until, Ev::OutageEnd { endpoint: o.endpoint });
+        self.outages.push(o);
+    }
+
+    pub fn partitions(&self) -> &[Partition] {
+        &self.partitions
+    }
+    pub fn pauses(&self) -> &[Pause] {
+        &self.pauses
+    }
+    pub fn outages(&self) -> &[Outage] {
+        &self.outages
+    }
+
+    /// Start every client's script at a small random offset.
+    pub fn start_workload(&mut self, cfg: WorkloadConfig) {
+        let stop_at = cfg.stop_at;
+        self.workload = Some(cfg);
+        self.closing = false;
+        for c in 0..self.clients.len() {
+            let at = self.now + self.rng.range(0, 50);
+            self.push(at, Ev::User { client: c, action: Action::StartCycle });
+        }
+        self.stop_at = Some(stop_at);
+    }
+
+    /// True once every client's close has completed.
+    pub fn all_done(&self) -> bool {
+        self.clients.iter().all(|c| c.script == Script::Done)
+    }
+
+    fn push(&mut self, at: Millis, ev: Ev) {
+        self.seq += 1;
+        self.queue.push(Queued { at, seq: self.seq, ev });
+    }
+
+    fn faulty(&self) -> bool {
+        self.now < self.net.faults_until
+    }
+
+    fn delay(&mut self) -> Millis {
+        let (lo, hi) = self.net.delay;
+        if self.faulty() && self.rng.chance(self.net.long_delay_chance) {
+            self.rng.range(hi, self.net.long_delay_max.max(hi))
+        } else {
+            self.rng.range(lo, hi)
+        }
+    }
+
+    fn partitioned(&self, client: usize, endpoint: usize, at: Millis) -> Option<Millis> {
+        self.partitions
+            .iter()
+            .filter(|p| p.client == client && p.endpoint == endpoint && p.from <= at && at < p.until)
+            .map(|p| p.until)
+            .max()
+    }
+
+    fn route(&self, url: &str) -> Option<usize> {
+        (0..self.routes.len())
+            .filter(|&e| {
+                let base = self.routes[e].0.as_str();
+                url.starts_with(base) && url[base.len()..].starts_with('/')
+            })
+            .max_by_key(|&e| self.routes[e].0.len())
+    }
+
+    // ---------------------------------------------------------------- beliefs
+
+    /// Every lock some client believes it holds at global time `now`.
+    pub fn believers(&self) -> Vec<Believer> {
+        let mut out = Vec::new();
+        for (ci, c) in self.clients.iter().enumerate() {
+            let local = c.clock.local(self.now);
+            for (lock, h) in &c.holdings {
+                if !h.user_done && local <= h.expires_at {
+                    out.push(Believer {
+                        client: ci,
+                        lock: *lock,
+                        name: h.name.clone(),
+                        token: h.token,
+                        key: h.key.clone(),
+                        owner: h.owner.clone(),
+                        revision: h.revision,
+                        expires_at: h.expires_at,
+                        since: h.since,
+                    });
+                }
+            }
+        }
+        out
+    }
+
+    /// Whether client `c` has an interest in `name`: a pending acquire of it, a
+    /// lock on it the machine has not yet reported released or lost, or a
+    /// pending close (which cleans up everything).
+    pub fn interested(&self, c: usize, name: &str) -> bool {
+        let cl = &self.clients[c];
+        if cl.holdings.values().any(|h| h.name == name) || matches!(cl.script, Script::Closing { .. }) {
+            return true;
+        }
+        cl.ops.values().any(|&i| {
+            let r = &self.history[i];
+            r.outcome == Outcome::Pending && matches!(&r.what, What::Acquire { name: n, .. } if n == name)
+        })
+    }
+
+    fn check_generic(&mut self) {
+        let believers = self.believers();
+        for (i, a) in believers.iter().enumerate() {
+            for b in &believers[i + 1..] {
+                if a.name == b.name && a.client != b.client {
+                    let v = format!(
+                        "two clients believe they hold {:?} at t={}: client {} (token {}, since {}, expires_at {} local) and client {} (token {}, since {}, expires_at {} local)",
+                        a.name, self.now, a.client, a.token, a.since, a.expires_at, b.client, b.token, b.since, b.expires_at
+                    );
+                    self.violations.push(v);
+                }
+            }
+        }
+    }
+
+    // ---------------------------------------------------------------- driver
+
+    fn drain(&mut self, c: usize) {
+        loop {
+            let t = self.clients[c].machine.poll_transmit();
+            match t {
+                Some(Transmit::Send(req)) => self.send(c, req),
+                Some(Transmit::Cancel(id)) => self.cancel(c, id),
+                None => break,
+            }
+        }
+        loop {
+            let e = self.clients[c].machine.poll_event();
+            match e {
+                Some(e) => self.on_event(c, e),
+                None => break,
+            }
+        }
+    }
+
+    fn local_now(&self, c: usize) -> Millis {
+        self.clients[c].clock.local(self.now)
+    }
+
+    fn send(&mut self, c: usize, mut req: HttpRequest) {
+        let id = req.id;
+        let Some(endpoint) = self.route(&req.url) else {
+            self.violations.push(format!("client {c} sent to an unknown URL {:?}", req.url));
+            return;
+        };
+        if self.clients[c].inflight.contains_key(&id) {
+            self.violations.push(format!("client {c} reused request id {id:?}"));
+        }
+        self.next_wire += 1;
+        let wire = self.next_wire;
+        self.wires.insert(wire, (c, id));
+        let has_timeout = req.timeout_ms.is_some() && !req.stream;
+        self.clients[c].inflight.insert(id, Flight { wire, endpoint, stream: req.stream, has_timeout });
+        let now = self.now;
+        self.log(|| {
+            let body = String::from_utf8_lossy(&req.body);
+            format!("c{c} -> #{} {} {}", id.0, req.url, body)
+        });
+        // The driver's safety net, measured on the client's clock.
+        if let Some(to) = req.timeout_ms {
+            if !req.stream {
+                let local = self.local_now(c) + to + self.net.driver_timeout_slack;
+                let at = self.clients[c].clock.to_global(local);
+                self.push(at, Ev::DriverTimeout { client: c, id });
+            }
+        }
+        let lost = self.partitioned(c, endpoint, now).is_some() || (self.faulty() && self.rng.chance(self.net.request_loss));
+        if lost {
+            self.log(|| format!("   request c{c}#{} lost", id.0));
+            self.silence(c, id, req.timeout_ms.is_some() || req.stream);
+            return;
+        }
+        req.headers.push((CLIENT_HEADER.to_string(), c.to_string()));
+        req.id = RequestId(wire);
+        let d = self.delay();
+        self.push(now + d, Ev::Arrive { wire, endpoint, req });
+    }
+
+    /// No answer will come: without a driver timeout the dead connection
+    /// eventually errors out.
+    fn silence(&mut self, c: usize, id: RequestId, covered: bool) {
+        if !covered {
+            let at = self.now + self.net.dead_connection_ms;
+            self.push(
+                at,
+                Ev::Deliver { client: c, input: Input::Failed { id, error: TransportError::Io("connection timed out".into()) } },
+            );
+        }
+    }
+
+    fn cancel(&mut self, c: usize, id: RequestId) {
+        self.log(|| format!("c{c} cancels #{}", id.0));
+        if let Some(f) = self.clients[c].inflight.remove(&id) {
+            self.clients[c].cancelled.insert(id);
+            if f.stream {
+                if let Some(s) = self.streams.remove(&f.wire) {
+                    let d = self.delay();
+                    let server = self.routes[s.endpoint].1;
+                    self.push(self.now + d, Ev::ServerStreamClosed { server, wire: f.wire });
+                }
+            }
+        }
+    }
+
+    fn deliver(&mut self, c: usize, input: Input) {
+        let id = input.id();
+        let final_input = !matches!(input, Input::Chunk { .. });
+        let cl = &mut self.clients[c];
+        if cl.inflight.contains_key(&id) {
+            if final_input {
+                if let Some(f) = cl.inflight.remove(&id) {
+                    self.wires.remove(&f.wire);
+                }
+            }
+        } else if cl.cancelled.contains(&id) {
+            if final_input {
+                cl.cancelled.remove(&id);
+            }
+            if !(self.faulty() && self.rng.chance(self.net.late_after_cancel)) {
+                return;
+            }
+            self.log(|| format!("   late delivery to cancelled c{c}#{}", id.0));
+        } else {
+            return; // already answered (e.g. by the driver's timeout)
+        }
+        self.log(|| match &input {
+            Input::Response { status, body, .. } => {
+                format!("c{c} <- #{} {status} {}", id.0, String::from_utf8_lossy(body))
+            }
+            Input::Chunk { data, .. } => format!("c{c} <- #{} chunk {}", id.0, String::from_utf8_lossy(data)),
+            Input::StreamEnd { .. } => format!("c{c} <- #{} end", id.0),
+            Input::Failed { error, .. } => format!("c{c} <- #{} failed: {error}", id.0),
+        });
+        let local = self.local_now(c);
+        self.clients[c].machine.handle_input(local, input);
+        self.drain(c);
+    }
+
+    fn driver_timeout(&mut self, c: usize, id: RequestId) {
+        if self.clients[c].inflight.contains_key(&id) {
+            self.deliver(c, Input::Failed { id, error: TransportError::Timeout });
+        }
+    }
+
+    fn arrive(&mut self, wire: u64, endpoint: usize, req: HttpRequest) {
+        let server = self.routes[endpoint].1;
+        let Some(&(c, id)) = self.wires.get(&wire) else {
+            // Answered already (driver timeout) and forgotten; the request still
+            // reaches the server and is applied.
+            return self.arrive_orphan(endpoint, req);
+        };
+        if self.ep_down[endpoint] {
+            if self.partitioned(c, endpoint, self.now).is_none() {
+                let d = self.delay();
+                let error = TransportError::Connect("connection refused".into());
+                self.push(self.now + d, Ev::Deliver { client: c, input: Input::Failed { id, error } });
+            }
+            return;
+        }
+        self.servers[server].advance(self.now);
+        let reply = self.servers[server].handle(self.now, &req);
+        let stream_cancelled = !self.clients[c].inflight.contains_key(&id);
+        match reply {
+            Reply::Full { status, body } => self.respond(c, endpoint, id, Input::Response { id, status, body }),
+            Reply::Stream { status } if (200..300).contains(&status) => {
+                if stream_cancelled {
+                    self.servers[server].stream_closed(RequestId(wire));
+                } else {
+                    self.streams.insert(wire, OpenStream { client: c, id, endpoint, last_delivery: self.now });
+                }
+            }
+            Reply::Stream { status } => self.respond(c, endpoint, id, Input::Response { id, status, body: Vec::new() }),
+            Reply::NoReply => {
+                let covered = req.timeout_ms.is_some() || req.stream;
+                if !stream_cancelled {
+                    self.silence(c, id, covered);
+                }
+            }
+        }
+        self.pump_streams(server);
+    }
+
+    fn arrive_orphan(&mut self, endpoint: usize, req: HttpRequest) {
+        let server = self.routes[endpoint].1;
+        if self.ep_down[endpoint] {
+            return;
+        }
+        self.servers[server].advance(self.now);
+        if let Reply::Stream { .. } = self.servers[server].handle(self.now, &req) {
+            self.servers[server].stream_closed(req.id);
+        }
+        self.pump_streams(server);
+    }
+
+    fn respond(&mut self, c: usize, endpoint: usize, id: RequestId, input: Input) {
+        let lost = self.partitioned(c, endpoint, self.now).is_some() || (self.faulty() && self.rng.chance(self.net.response_loss));
+        if lost {
+            self.log(|| format!("   response to c{c}#{} lost", id.0));
+            if self.faulty() && self.rng.chance(self.net.reset_chance) {
+                let d = self.delay();
+                let error = TransportError::Io("connection reset".into());
+                self.push(self.now + d, Ev::Deliver { client: c, input: Input::Failed { id, error } });
+            } else if let Some(f) = self.clients[c].inflight.get(&id) {
+                // Silence: the driver timeout (scheduled at send) covers requests
+                // with a timeout; others die with the connection.
+                let covered = f.has_timeout;
+                self.silence(c, id, covered);
+            }
+            return;
+        }
+        let d = self.delay();
+        self.push(self.now + d, Ev::Deliver { client: c, input });
+    }
+
+    fn pump_streams(&mut self, server: usize) {
+        let chunks = self.servers[server].drain_stream_chunks(self.now);
+        for (wire_id, data) in chunks {
+            self.stream_chunk(wire_id.0, data);
+        }
+    }
+
+    fn stream_chunk(&mut self, wire: u64, data: Vec<u8>) {
+        let Some(s) = self.streams.get(&wire) else { return };
+        let (c, id, last_delivery, endpoint) = (s.client, s.id, s.last_delivery, s.endpoint);
+        let server = self.routes[endpoint].1;
+        let partition_end = self.partitioned(c, endpoint, self.now);
+        if partition_end.is_some() || (self.faulty() && self.rng.chance(self.net.stream_break)) {
+            self.log(|| format!("   stream c{c}#{} breaks", id.0));
+            self.streams.remove(&wire);
+            self.servers[server].stream_closed(RequestId(wire));
+            // The client notices once packets flow again.
+            let d = self.delay();
+            let at = partition_end.unwrap_or(self.now) + d;
+            let error = TransportError::Io("stream connection broken".into());
+            self.push(at, Ev::Deliver { client: c, input: Input::Failed { id, error } });
+            return;
+        }
+        let d = self.delay();
+        let at = (self.now + d).max(last_delivery);
+        if let Some(s) = self.streams.get_mut(&wire) {
+            s.last_delivery = at;
+        }
+        if data.len() > 1 && self.rng.chance(self.net.split_chunk) {
+            let cut = 1 + self.rng.below(data.len() as u64 - 1) as usize;
+            let (a, b) = data.split_at(cut);
+            self.push(at, Ev::Deliver { client: c, input: Input::Chunk { id, data: a.to_vec() } });
+            self.push(at, Ev::Deliver { client: c, input: Input::Chunk { id, data: b.to_vec() } });
+        } else {
+            self.push(at, Ev::Deliver { client: c, input: Input::Chunk { id, data } });
+        }
+    }
+
+    fn outage_start(&mut self, endpoint: usize) {
+        let server = self.routes[endpoint].1;
+        self.log(|| format!("endpoint {endpoint} goes down"));
+        self.ep_down[endpoint] = true;
+        if self.endpoints(server).iter().all(|&e| self.ep_down[e]) {
+            self.crashed[server] = true;
+        }
+        let wires: Vec<u64> = self.streams.iter().filter(|(_, s)| s.endpoint == endpoint).map(|(w, _)| *w).collect();
+        for wire in wires {
+            if let Some(s) = self.streams.remove(&wire) {
+                self.servers[server].stream_closed(RequestId(wire));
+                let d = self.delay();
+                let error = TransportError::Io("connection reset by crashing server".into());
+                self.push(self.now + d, Ev::Deliver { client: s.client, input: Input::Failed { id: s.id, error } });
+            }
+        }
+    }
+
+    fn outage_end(&mut self, endpoint: usize) {
+        if self.outages.iter().any(|o| o.endpoint == endpoint && o.from < self.now && self.now < o.until) {
+            return; // overlapping outages: the longest wins
+        }
+        let server = self.routes[endpoint].1;
+        self.log(|| format!("endpoint {endpoint} is back"));
+        self.ep_down[endpoint] = false;
+        if self.crashed[server] {
+            self.crashed[server] = false;
+            self.servers[server].crash_restart(self.now);
+            self.pump_streams(server);
+        }
+    }
+
+    // ---------------------------------------------------------------- events
+
+    fn complete(&mut self, c: usize, op: OpId, outcome: Outcome) -> Option<usize> {
+        let Some(&idx) = self.clients[c].ops.get(&op) else {
+            self.violations.push(format!("client {c}: completion {outcome:?} for unknown op {op:?}"));
+            return None;
+        };
+        if self.history[idx].outcome != Outcome::Pending {
+            self.violations.push(format!(
+                "client {c}: op {op:?} completed twice ({:?}, then {outcome:?})",
+                self.history[idx].outcome
+            ));
+            return None;
+        }
+        self.history[idx].outcome = outcome;
+        self.history[idx].end = Some(self.now);
+        self.completed_this_step.push(idx);
+        Some(idx)
+    }
+
+    fn on_event(&mut self, c: usize, e: Event) {
+        self.log(|| format!("c{c} event {e:?}"));
+        match e {
+            Event::Acquired { op, lock } => {
+                let token = lock.fencing_token;
+                if self.complete(c, op, Outcome::Acquired { lock: lock.id, token }).is_none() {
+                    return;
+                }
+                if let Some(last) = self.grants.iter().rev().find(|g| g.name == lock.name) {
+                    if token <= last.token {
+                        self.violations.push(format!(
+                            "fencing token of {:?} did not increase: client {c} got {token} at t={} after client {} got {} at t={}",
+                            lock.name, self.now, last.client, last.token, last.at
+                        ));
+                    }
+                }
+                self.grants.push(Grant { client: c, lock: lock.id, name: lock.name.clone(), token, at: self.now });
+                self.clients[c].holdings.insert(
+                    lock.id,
+                    Holding {
+                        name: lock.name.clone(),
+                        token,
+                        key: lock.handle.key.clone(),
+                        owner: lock.handle.owner.clone(),
+                        revision: lock.handle.revision,
+                        expires_at: lock.expires_at,
+                        since: self.now,
+                        user_done: false,
+                    },
+                );
+                if self.clients[c].script == (Script::Acquiring { op }) {
+                    self.clients[c].script = Script::Holding { lock: lock.id };
+                    let hold = self.hold_time();
+                    self.push(self.now + hold, Ev::User { client: c, action: Action::Release(lock.id) });
+                } else {
+                    // Acquired after the user gave up on it (e.g. closing): let go.
+                    self.user_release(c, lock.id);
+                }
+            }
+            Event::NotAcquired { op } => {
+                self.complete(c, op, Outcome::NotAcquired);
+                self.op_finished(c, op);
+            }
+            Event::Released { op, lock, held_until_release } => {
+                self.complete(c, op, Outcome::Released { held_until_release });
+                self.clients[c].holdings.remove(&lock);
+                self.op_finished(c, op);
+            }
+            Event::Extended { lock, expires_at, .. } | Event::Renewed { lock, expires_at } => {
+                match self.clients[c].holdings.get_mut(&lock) {
+                    Some(h) => h.expires_at = expires_at,
+                    None => self.violations.push(format!("client {c}: renewal of lock {lock:?} it does not hold")),
+                }
+                if let Event::Extended { op, .. } = e {
+                    self.complete(c, op, Outcome::Pending);
+                }
+            }
+            Event::Inspected { .. } => {}
+            Event::Closed { op } => {
+                self.complete(c, op, Outcome::Closed);
+                if !self.clients[c].holdings.is_empty() {
+                    self.violations.push(format!("client {c}: Closed while locks are neither released nor lost"));
+                }
+                self.clients[c].holdings.clear();
+                self.clients[c].script = Script::Done;
+                if self.all_done() && self.all_closed_at.is_none() {
+                    self.all_closed_at = Some(self.now);
+                }
+            }
+            Event::Failed { op, error } => {
+                let outcome = Outcome::Failed { code: error.code(), message: error.to_string() };
+                let retryable = error.is_retryable();
+                self.complete(c, op, outcome);
+                self.op_failed(c, op, retryable);
+            }
+            Event::Lost { lock, name, reason } => {
+                if self.clients[c].holdings.remove(&lock).is_none() {
+                    self.violations.push(format!("client {c}: Lost for lock {lock:?} ({name}) it does not hold"));
+                }
+                self.losts.push(LostRecord { client: c, lock, name, at: self.now, reason: reason.to_string() });
+                if self.clients[c].script == (Script::Holding { lock }) {
+                    self.clients[c].script = Script::Idle;
+                    self.next_cycle(c);
+                }
+            }
+        }
+    }
+
+    fn hold_time(&mut self) -> Millis {
+        let Some(w) = self.workload.as_ref() else { return 0 };
+        let (hold, long, p) = (w.hold, w.long_hold, w.long_hold_chance);
+        if self.rng.chance(p) {
+            self.rng.range(long.0, long.1)
+        } else {
+            self.rng.range(hold.0, hold.1)
+        }
+    }
+
+    fn op_finished(&mut self, c: usize, op: OpId) {
+        match self.clients[c].script {
+            Script::Acquiring { op: o } | Script::Releasing { op: o, .. } if o == op => {
+                self.clients[c].script = Script::Idle;
+                self.next_cycle(c);
+            }
+            _ => {}
+        }
+    }
+
+    fn op_failed(&mut self, c: usize, op: OpId, retryable: bool) {
+        let retries = self.workload.as_ref().map_or(0, |w| w.release_retries);
+        match self.clients[c].script {
+            Script::Releasing { op: o, lock, attempts } if o == op => {
+                let still_held = self.clients[c].holdings.contains_key(&lock);
+                if retryable && still_held && attempts < retries {
+                    let d = self.rng.range(50, 500);
+                    self.clients[c].script = Script::Holding { lock };
+                    self.push(self.now + d, Ev::User { client: c, action: Action::Release(lock) });
+                    self.release_attempts.insert(c, attempts + 1);
+                } else {
+                    self.clients[c].script = Script::Idle;
+                    self.next_cycle(c);
+                }
+            }
+            Script::Closing { op: o } if o == op => {
+                self.violations.push(format!("client {c}: close failed"));
+                self.clients[c].script = Script::Done;
+            }
+            _ => self.op_finished(c, op),
+        }
+    }
+
+    fn next_cycle(&mut self, c: usize) {
+        let Some(w) = self.workload.as_ref() else { return };
+        if self.closing {
+            return;
+        }
+        let (cycles, think) = (w.cycles, w.think);
+        self.clients[c].cycles_done += 1;
+        if self.clients[c].cycles_done >= cycles {
+            self.clients[c].script = Script::Finished;
+            if self.clients.iter().all(|cl| cl.script == Script::Finished || cl.script == Script::Done) {
+                self.begin_close();
+            }
+            return;
+        }
+        let d = self.rng.range(think.0, think.1);
+        self.push(self.now + d, Ev::User { client: c, action: Action::StartCycle });
+    }
+
+    fn begin_close(&mut self) {
+        if self.closing {
+            return;
+        }
+        self.closing = true;
+        for c in 0..self.clients.len() {
+            let d = self.rng.range(0, 20);
+            self.push(self.now + d, Ev::User { client: c, action: Action::Close });
+        }
+    }
+
+    fn user_release(&mut self, c: usize, lock: LockId) {
+        let local = self.local_now(c);
+        let name = match self.clients[c].holdings.get_mut(&lock) {
+            Some(h) => {
+                h.user_done = true;
+                h.name.clone()
+            }
+            None => return, // lost meanwhile
+        };
+        let res = self.clients[c].machine.release(local, lock);
+        match res {
+            Ok(op) => {
+                self.record(c, op, What::Release { name, lock });
+                if matches!(self.clients[c].script, Script::Holding { lock: l } if l == lock) {
+                    let attempts = self.release_attempts.remove(&c).unwrap_or(0);
+                    self.clients[c].script = Script::Releasing { op, lock, attempts };
+                }
+            }
+            Err(e) => self.violations.push(format!("client {c}: release of a held lock refused: {e}")),
+        }
+        self.drain(c);
+    }
+
+    fn record(&mut self, c: usize, op: OpId, what: What) {
+        if self.clients[c].ops.contains_key(&op) {
+            self.violations.push(format!("client {c}: op id {op:?} reused"));
+        }
+        self.history.push(OpRecord { client: c, op, what, begin: self.now, end: None, outcome: Outcome::Pending, cancelled_at: None });
+        let idx = self.history.len() - 1;
+        self.clients[c].ops.insert(op, idx);
+    }
+
+    fn user(&mut self, c: usize, action: Action) {
+        let local = self.local_now(c);
+        match action {
+            Action::StartCycle => {
+                if self.clients[c].script != Script::Idle || self.closing {
+                    return;
+                }
+                let Some(w) = self.workload.clone() else { return };
+                let name = w.names[self.rng.below(w.names.len() as u64) as usize].clone();
+                let (a, b, cw) = w.weights;
+                let pick = self.rng.below((a + b + cw).max(1) as u64) as u32;
+                let wait = if pick < a {
+                    Wait::Try
+                } else if pick < a + b {
+                    Wait::For(self.rng.range(w.wait_for.0, w.wait_for.1))
+                } else {
+                    Wait::Forever
+                };
+                let opts = AcquireOptions { wait, ttl_ms: w.ttl_ms };
+                self.log(|| format!("c{c} user acquire {name:?} {wait:?}"));
+                match self.clients[c].machine.acquire(local, &name, &opts) {
+                    Ok(op) => {
+                        self.record(c, op, What::Acquire { name, wait });
+                        self.clients[c].script = Script::Acquiring { op };
+                        if wait != Wait::Try && self.rng.chance(w.cancel_chance) {
+                            let d = self.rng.range(w.cancel_after.0, w.cancel_after.1);
+                            self.push(self.now + d, Ev::User { client: c, action: Action::Cancel(op) });
+                        }
+                    }
+                    Err(e) => self.violations.push(format!("client {c}: acquire of {name:?} refused: {e}")),
+                }
+                self.drain(c);
+            }
+            Action::Cancel(op) => {
+                if self.clients[c].script != (Script::Acquiring { op }) {
+                    return;
+                }
+                self.log(|| format!("c{c} user cancels op {}", op.0));
+                if let Some(&i) = self.clients[c].ops.get(&op) {
+                    self.history[i].cancelled_at = Some(self.now);
+                }
+                self.clients[c].machine.cancel(local, op);
+                self.drain(c);
+            }
+            Action::Release(lock) => {
+                if self.clients[c].script != (Script::Holding { lock }) {
+                    return;
+                }
+                self.log(|| format!("c{c} user releases lock {}", lock.0));
+                self.user_release(c, lock);
+            }
+            Action::Close => {
+                if matches!(self.clients[c].script, Script::Closing { .. } | Script::Done) {
+                    return;
+                }
+                self.log(|| format!("c{c} user closes"));
+                for h in self.clients[c].holdings.values_mut() {
+                    h.user_done = true;
+                }
+                let op = self.clients[c].machine.close(local);
+                self.record(c, op, What::Close);
+                self.clients[c].script = Script::Closing { op };
+                self.drain(c);
+            }
+        }
+    }
+
+    // ---------------------------------------------------------------- loop
+
+    fn client_deadline(&self, c: usize) -> Option<Millis> {
+        let cl = &self.clients[c];
+        if cl.paused {
+            return None;
+        }
+        cl.machine.poll_timeout().map(|t| cl.clock.to_global(t).max(self.now))
+    }
+
+    fn timer(&mut self, c: usize) {
+        let local = self.local_now(c);
+        self.log(|| format!("c{c} timer (local {local})"));
+        self.clients[c].machine.handle_timeout(local);
+        self.drain(c);
+    }
+
+    fn dispatch(&mut self, ev: Ev) {
+        match ev {
+            Ev::Arrive { wire, endpoint, req } => self.arrive(wire, endpoint, req),
+            Ev::ServerStreamClosed { server, wire } => self.servers[server].stream_closed(RequestId(wire)),
+            Ev::OutageStart { endpoint } => self.outage_start(endpoint),
+            Ev::OutageEnd { endpoint } => self.outage_end(endpoint),
+            Ev::PauseStart { client } => {
+                self.log(|| format!("c{client} paused"));
+                self.clients[client].paused = true;
+            }
+            Ev::PauseEnd { client } => self.resume(client),
+            Ev::Deliver { client, input } => self.to_client(client, Deferred::Input(input)),
+            Ev::DriverTimeout { client, id } => self.to_client(client, Deferred::DriverTimeout(id)),
+            Ev::User { client, action } => self.to_client(client, Deferred::User(action)),
+        }
+    }
+
+    fn to_client(&mut self, c: usize, d: Deferred) {
+        if self.clients[c].paused {
+            self.clients[c].deferred.push_back(d);
+            return;
+        }
+        match d {
+            Deferred::Input(input) => self.deliver(c, input),
+            Deferred::DriverTimeout(id) => self.driver_timeout(c, id),
+            Deferred::User(action) => self.user(c, action),
+        }
+    }
+
+    fn resume(&mut self, c: usize) {
+        if !self.clients[c].paused || self.pauses.iter().any(|p| p.client == c && p.from < self.now && self.now < p.until) {
+            return; // overlapping pauses: the longest wins
+        }
+        let queued = self.clients[c].deferred.len();
+        self.log(|| format!("c{c} resumes with {queued} queued"));
+        self.clients[c].paused = false;
+        let timers_first = self.rng.chance(0.5);
+        if timers_first {
+            self.fire_due_timer(c);
+        }
+        while let Some(d) = self.clients[c].deferred.pop_front() {
+            self.to_client(c, d);
+            self.check_generic();
+        }
+        self.fire_due_timer(c);
+    }
+
+    fn fire_due_timer(&mut self, c: usize) {
+        if let Some(t) = self.clients[c].machine.poll_timeout() {
+            if t <= self.local_now(c) {
+                self.timer(c);
+            }
+        }
+    }
+
+    /// Run until nothing is left to do or `until` passes. `check` runs after
+    /// every step; the run stops at the first violation.
+    pub fn run(&mut self, until: Millis, check: &mut Check<'_, S>) -> Result<(), String> {
+        let mut same_instant = 0u64;
+        loop {
+            let t_queue = self.queue.peek().map(|q| q.at);
+            // A crashed server's clock stands still until it restarts.
+            let t_server = (0..self.servers.len()).filter(|&s| !self.crashed[s]).filter_map(|s| self.servers[s].next_deadline()).min();
+            let t_client = (0..self.clients.len()).filter_map(|c| self.client_deadline(c)).min();
+            let t_stop = self.stop_at.filter(|_| !self.closing);
+            let Some(t) = [t_queue, t_server, t_client, t_stop].into_iter().flatten().min() else {
+                return Ok(());
+            };
+            if t > until {
+                return Err(format!("still busy at t={until} (next step at {t})"));
+            }
+            let t = t.max(self.now);
+            if t == self.now {
+                same_instant += 1;
+                if same_instant > 200_000 {
+                    return Err(format!("no progress at t={t}: a timer or message loop"));
+                }
+            } else {
+                same_instant = 0;
+            }
+            self.now = t;
+            self.steps += 1;
+            if self.steps > self.max_steps {
+                return Err(format!("runaway: more than {} steps by t={t} (a client keeps sending)", self.max_steps));
+            }
+            self.completed_this_step.clear();
+            for s in 0..self.servers.len() {
+                if !self.crashed[s] && self.servers[s].next_deadline().is_some_and(|d| d <= t) {
+                    self.servers[s].advance(t);
+                    self.pump_streams(s);
+                }
+            }
+            if t_stop.is_some_and(|s| s <= t) {
+                self.log(|| "stop time: closing every client".to_string());
+                self.begin_close();
+            } else if t_queue.is_some_and(|q| q <= t) {
+                if let Some(q) = self.queue.pop() {
+                    self.dispatch(q.ev);
+                }
+            } else if t_client.is_some_and(|d| d <= t) {
+                for c in 0..self.clients.len() {
+                    if self.client_deadline(c).is_some_and(|d| d <= t) {
+                        self.timer(c);
+                    }
+                }
+            }
+            self.check_generic();
+            if self.violations.is_empty() {
+                if let Err(v) = check(self) {
+                    self.violations.push(v);
+                }
+            }
+            if let Some(v) = self.violations.first() {
+                return Err(v.clone());
+            }
+        }
+    }
+
+    // ---------------------------------------------------------------- reports
+
+    /// Checks that hold when the network was calm (no loss, partition, pause
+    /// or outage): every op completed; nothing failed except wait timeouts,
+    /// user cancels and ops cut short by close; every Forever acquire that was
+    /// not cancelled acquired; no lock was lost.
+    pub fn check_calm_run(&self) -> Result<(), String> {
+        for r in &self.history {
+            let ok = match (&r.what, &r.outcome) {
+                (_, Outcome::Pending) => false,
+                (What::Acquire { wait: Wait::Forever, .. }, Outcome::Failed { code, .. }) => {
+                    *code == "ABORTED" && r.cancelled_at.is_some()
+                }
+                (What::Acquire { wait: Wait::For(_), .. }, Outcome::Failed { code, .. }) => {
+                    *code == "TIMEOUT" || (*code == "ABORTED" && r.cancelled_at.is_some())
+                }
+                (What::Acquire { wait: Wait::Try, .. }, Outcome::Failed { .. }) => false,
+                (_, Outcome::Failed { .. }) => false,
+                _ => true,
+            };
+            if !ok {
+                return Err(format!("calm run: client {} op {:?} {:?} ended {:?}", r.client, r.op, r.what, r.outcome));
+            }
+        }
+        if let Some(l) = self.losts.first() {
+            return Err(format!("calm run: client {} lost {:?} at t={}: {}", l.client, l.name, l.at, l.reason));
+        }
+        if !self.all_done() {
+            return Err("calm run: not every client closed".into());
+        }
+        for (i, c) in self.clients.iter().enumerate() {
+            if c.machine.live_count() != 0 {
+                return Err(format!("calm run: client {i} still has {} live operations/locks after close", c.machine.live_count()));
+            }
+        }
+        Ok(())
+    }
+
+    /// The history of one lock name around a time window, one line per record.
+    pub fn describe_history(&self, name: Option<&str>, from: Millis, to: Millis) -> String {
+        let mut s = String::new();
+        for r in &self.history {
+            let n = match &r.what {
+                What::Acquire { name, .. } | What::Release { name, .. } => Some(name.as_str()),
+                What::Close => None,
+            };
+            if name.is_some() && n.is_some() && n != name {
+                continue;
+            }
+            let end = r.end.unwrap_or(Millis::MAX);
+            if end < from || r.begin > to {
+                continue;
+            }
+            s.push_str(&format!(
+                "  client {} op {:>3} [{:>7} .. {:>7}] {:?} -> {:?}{}\n",
+                r.client,
+                r.op.0,
+                r.begin,
+                r.end.map_or("pending".to_string(), |e| e.to_string()),
+                r.what,
+                r.outcome,
+                r.cancelled_at.map_or(String::new(), |t| format!(" (cancelled at {t})"))
+            ));
+        }
+        for l in &self.losts {
+            if (name.is_none() || name == Some(l.name.as_str())) && l.at >= from && l.at <= to {
+                s.push_str(&format!("  client {} LOST {:?} lock {} at {}: {}\n", l.client, l.name, l.lock.0, l.at, l.reason));
+            }
+        }
+        for p in &self.partitions {
+            if p.until >= from && p.from <= to {
+                s.push_str(&format!("  partition client {} / endpoint {} [{} .. {}]\n", p.client, p.endpoint, p.from, p.until));
+            }
+        }
+        for p in &self.pauses {
+            if p.until >= from && p.from <= to {
+                s.push_str(&format!("  pause client {} [{} .. {}]\n", p.client, p.from, p.until));
+            }
+        }
+        for o in &self.outages {
+            if o.until >= from && o.from <= to {
+                s.push_str(&format!("  outage endpoint {} [{} .. {}]\n", o.endpoint, o.from, o.until));
+            }
+        }
+        s
+    }
+}

@@ -1,0 +1,573 @@
+//! An in-memory Redis node speaking either HTTP protocol edgelock uses:
+//! the Upstash REST protocol or Webdis 0.1.9's, each implemented here from
+//! the protocol's own rules (not with edgelock's codecs), so that an encoding
+//! mistake in the client shows up as a wrong key or a refused request.
+//!
+//! - Keys expire by the node's **own** clock ([`NodeClock`]: offset, rate
+//!   error in ppm, and jumps at given global instants), like Redis, which
+//!   stores an absolute expiry time and compares it with its wall clock.
+//! - `EVAL` runs edgelock's four Lua scripts atomically. The model does not
+//!   interpret Lua: it recognises each script by a hash of its text and
+//!   applies that script's semantics natively (an unknown script is an
+//!   error, so a changed script cannot go unnoticed). Plain GET, SET (with NX
+//!   and PX), DEL, INCR and PTTL are there for tests.
+//! - `crash_restart` loses everything (Redis without persistence); the clock
+//!   keeps running.
+//! - Every grant, raise and restart is logged with the global time and the
+//!   client, for the simulation's fencing and validity checks.
+//!
+//! Webdis details reproduced (Debian's 0.1.9, checked with curl): the command
+//! is the POST body `NAME/arg/...`; a `?` ends it (query string); a `.ext`
+//! suffix on the last segment selects an output format (`.json` is stripped,
+//! other known formats are refused here: edgelock never asks for them);
+//! arguments are split on `/` first, then `%XX` and `+` (space) are decoded;
+//! replies are `{"NAME": value}`, statuses `[true,"OK"]`, errors
+//! `[false,"ERR ..."]`, a non-UTF-8 string makes the reply `{}` and is dropped
+//! from arrays, a NUL truncates a string, a nested array becomes `null`.
+
+#![allow(dead_code)]
+
+use std::collections::hash_map::DefaultHasher;
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{Hash, Hasher};
+
+use base64::Engine;
+use edgelock::core::redis::scripts::Script;
+use edgelock::core::{HttpRequest, Millis, RequestId};
+use serde_json::{json, Value};
+
+use super::net::{Reply, SimServer, CLIENT_HEADER};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Proto {
+    Upstash,
+    Webdis,
+}
+
+/// A node's wall clock as a function of the world's global time.
+#[derive(Clone, Debug, Default)]
+pub struct NodeClock {
+    pub offset: u64,
+    /// Rate error in parts per million (> -100_000).
+    pub ppm: i64,
+    /// (global instant, ms added to the clock from then on; negative = back).
+    pub jumps: Vec<(Millis, i64)>,
+}
+
+impl NodeClock {
+    fn base(&self, g: Millis) -> i128 {
+        self.offset as i128 + g as i128 + (g as i128 * self.ppm as i128) / 1_000_000
+    }
+
+    fn jumped(&self, g: Millis) -> i128 {
+        self.jumps.iter().filter(|(at, _)| *at <= g).map(|(_, d)| *d as i128).sum()
+    }
+
+    pub fn local(&self, g: Millis) -> u64 {
+        (self.base(g) + self.jumped(g)).max(0) as u64
+    }
+
+    /// The first global instant ≥ `from` at which the clock reads ≥ `local`
+    /// (`None` if never before `from + horizon`).
+    pub fn to_global(&self, local: u64, from: Millis) -> Option<Millis> {
+        if self.local(from) >= local {
+            return Some(from);
+        }
+        // Piecewise: between jumps the clock is increasing.
+        let mut cuts: Vec<Millis> = self.jumps.iter().map(|(a, _)| *a).filter(|a| *a > from).collect();
+        cuts.sort_unstable();
+        let horizon = from + 1_000_000_000;
+        let mut start = from;
+        for end in cuts.into_iter().chain(std::iter::once(horizon)) {
+            // Search [start, end) for the first g with local(g) >= local.
+            if end > start && self.local(end - 1) >= local {
+                let (mut lo, mut hi) = (start, end - 1);
+                while lo < hi {
+                    let mid = lo + (hi - lo) / 2;
+                    if self.local(mid) >= local {
+                        hi = mid;
+                    } else {
+                        lo = mid + 1;
+                    }
+                }
+                return Some(lo);
+            }
+            start = end;
+        }
+        None
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Entry {
+    pub value: Vec<u8>,
+    /// Absolute expiry on the node's clock.
+    pub expires_local: Option<u64>,
+    /// The first global instant at which the node's clock reaches it.
+    pub expires_global: Option<Millis>,
+}
+
+/// What the checks need to know about script runs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Rec {
+    /// The acquire script's SET took the key for `owner`; `fence` = counter after INCR.
+    Granted { key: Vec<u8>, owner: Vec<u8>, client: Option<usize>, t: Millis, fence: u64 },
+    /// An extend (`renew`) or release script raised the counter to ≥
+    /// `floor` and found the key holding `owner` (`ours`), or not.
+    Raised { key: Vec<u8>, owner: Vec<u8>, client: Option<usize>, t: Millis, floor: u64, ours: bool, renew: bool },
+}
+
+#[derive(Clone, Debug)]
+enum MValue {
+    Nil,
+    Int(i64),
+    Bulk(Vec<u8>),
+    Status(String),
+    Arr(Vec<MValue>),
+    Err(String),
+}
+
+pub struct RedisModel {
+    pub proto: Proto,
+    /// Upstash bearer token required (None: no auth).
+    pub token: Option<String>,
+    pub clock: NodeClock,
+    data: HashMap<Vec<u8>, Entry>,
+    pub log: Vec<Rec>,
+    pub restarts: Vec<Millis>,
+    /// HTTP requests answered.
+    pub requests: u64,
+    scripts: HashMap<u64, Script>,
+    /// The latest global instant the model has seen (expiry searches start there).
+    last_seen: Millis,
+}
+
+fn text_hash(b: &[u8]) -> u64 {
+    let mut h = DefaultHasher::new();
+    b.hash(&mut h);
+    h.finish()
+}
+
+fn err(m: &str) -> MValue {
+    MValue::Err(m.to_string())
+}
+
+fn parse_u64(b: &[u8]) -> Option<u64> {
+    std::str::from_utf8(b).ok()?.parse().ok()
+}
+
+fn parse_i64(b: &[u8]) -> Option<i64> {
+    std::str::from_utf8(b).ok()?.parse().ok()
+}
+
+impl RedisModel {
+    pub fn new(proto: Proto, token: Option<String>, clock: NodeClock) -> Self {
+        let scripts = Script::ALL.iter().map(|s| (text_hash(s.text().as_bytes()), *s)).collect();
+        RedisModel {
+            proto,
+            token,
+            clock,
+            data: HashMap::new(),
+            log: Vec::new(),
+            restarts: Vec::new(),
+            requests: 0,
+            scripts,
+            last_seen: 0,
+        }
+    }
+
+    // ------------------------------------------------------------ the store
+
+    fn now_local(&self, g: Millis) -> u64 {
+        self.clock.local(g)
+    }
+
+    fn alive(&self, key: &[u8], g: Millis) -> Option<&Entry> {
+        self.data.get(key).filter(|e| e.expires_global.map_or(true, |x| x > g))
+    }
+
+    fn purge(&mut self, g: Millis) {
+        self.data.retain(|_, e| e.expires_global.map_or(true, |x| x > g));
+    }
+
+    fn entry(&self, value: Vec<u8>, px: Option<u64>, g: Millis) -> Entry {
+        let expires_local = px.map(|p| self.now_local(g) + p);
+        let expires_global = expires_local.map(|x| self.clock.to_global(x, g).unwrap_or(Millis::MAX));
+        Entry { value, expires_local, expires_global }
+    }
+
+    pub fn get(&self, key: &[u8], g: Millis) -> Option<Vec<u8>> {
+        self.alive(key, g).map(|e| e.value.clone())
+    }
+
+    /// Remaining ms on the node's clock (None: absent; Some(None): no expiry).
+    pub fn pttl(&self, key: &[u8], g: Millis) -> Option<Option<u64>> {
+        let l = self.now_local(g);
+        self.alive(key, g).map(|e| e.expires_local.map(|x| x.saturating_sub(l)))
+    }
+
+    /// The global instant at which `key` expires (None: absent or never).
+    pub fn expires_global(&self, key: &[u8], g: Millis) -> Option<Millis> {
+        self.alive(key, g)?.expires_global
+    }
+
+    /// Live keys (for leak checks), with their values.
+    pub fn keys(&self, g: Millis) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let mut v: Vec<_> = self.data.keys().filter(|k| self.alive(k, g).is_some()).map(|k| (k.clone(), self.data[k].value.clone())).collect();
+        v.sort();
+        v
+    }
+
+    fn set(&mut self, key: &[u8], value: Vec<u8>, px: Option<u64>, g: Millis) {
+        let e = self.entry(value, px, g);
+        self.data.insert(key.to_vec(), e);
+    }
+
+    fn incr(&mut self, key: &[u8], g: Millis) -> Result<i64, MValue> {
+        let cur = match self.get(key, g) {
+            None => 0,
+            Some(v) => parse_i64(&v).ok_or_else(|| err("ERR value is not an integer or out of range"))?,
+        };
+        let next = cur.checked_add(1).ok_or_else(|| err("ERR increment or decrement would overflow"))?;
+        let value = next.to_string().into_bytes();
+        match self.data.get_mut(key) {
+            Some(e) => e.value = value,
+            None => self.set(key, value, None, g),
+        }
+        Ok(next)
+    }
+
+    /// `local f = tonumber(GET fence) or 0; if f < floor then SET fence floor`.
+    fn raise(&mut self, fence: &[u8], floor: u64, g: Millis) {
+        let f = self.get(fence, g).and_then(|v| parse_u64(&v)).unwrap_or(0);
+        if f < floor {
+            self.set(fence, floor.to_string().into_bytes(), None, g);
+        }
+    }
+
+    fn fence_value(&self, fence: &[u8], g: Millis) -> i64 {
+        self.get(fence, g).and_then(|v| parse_i64(&v)).unwrap_or(0)
+    }
+
+    fn pttl_int(&self, key: &[u8], g: Millis) -> i64 {
+        match self.pttl(key, g) {
+            None => -2,
+            Some(None) => -1,
+            Some(Some(p)) => p as i64,
+        }
+    }
+
+    // ------------------------------------------------------------ commands
+
+    fn run(&mut self, args: &[Vec<u8>], client: Option<usize>, g: Millis) -> MValue {
+        self.purge(g);
+        let Some(name) = args.first() else { return err("ERR empty command") };
+        let name = String::from_utf8_lossy(name).to_ascii_uppercase();
+        let a = &args[1..];
+        match (name.as_str(), a) {
+            ("EVAL", [script, numkeys, rest @ ..]) => {
+                let Some(&s) = self.scripts.get(&text_hash(script)) else {
+                    return err("ERR the model knows only edgelock's scripts (unknown script text)");
+                };
+                if parse_u64(numkeys) != Some(2) || rest.len() < 2 {
+                    return err("ERR edgelock scripts take 2 keys");
+                }
+                self.eval(s, &rest[0], &rest[1], &rest[2..], client, g)
+            }
+            ("GET", [k]) => self.get(k, g).map_or(MValue::Nil, MValue::Bulk),
+            ("PTTL", [k]) => MValue::Int(self.pttl_int(k, g)),
+            ("DEL", keys) if !keys.is_empty() => {
+                MValue::Int(keys.iter().filter(|k| self.data.remove(k.as_slice()).is_some()).count() as i64)
+            }
+            ("INCR", [k]) => self.incr(k, g).map_or_else(|e| e, MValue::Int),
+            ("SET", [k, v, opts @ ..]) => {
+                let mut nx = false;
+                let mut px = None;
+                let mut i = 0;
+                while i < opts.len() {
+                    match String::from_utf8_lossy(&opts[i]).to_ascii_uppercase().as_str() {
+                        "NX" => nx = true,
+                        "PX" => {
+                            i += 1;
+                            px = match opts.get(i).and_then(|p| parse_u64(p)) {
+                                Some(p) if p > 0 => Some(p),
+                                _ => return err("ERR invalid expire time in 'set' command"),
+                            };
+                        }
+                        _ => return err("ERR syntax error"),
+                    }
+                    i += 1;
+                }
+                if nx && self.alive(k, g).is_some() {
+                    return MValue::Nil;
+                }
+                self.set(k, v.clone(), px, g);
+                MValue::Status("OK".into())
+            }
+            _ => err(&format!("ERR unknown command '{name}' or wrong number of arguments")),
+        }
+    }
+
+    fn eval(&mut self, s: Script, key: &[u8], fence: &[u8], argv: &[Vec<u8>], client: Option<usize>, g: Millis) -> MValue {
+        let arg = |i: usize| argv.get(i).cloned().unwrap_or_default();
+        let num = |i: usize| argv.get(i).and_then(|a| parse_u64(a));
+        match s {
+            Script::Acquire => {
+                let (Some(ttl), token) = (num(1), arg(0)) else { return err("ERR bad acquire arguments") };
+                if ttl == 0 {
+                    return err("ERR invalid expire time in 'set' command");
+                }
+                let f = match self.incr(fence, g) {
+                    Ok(f) => f,
+                    Err(e) => return e,
+                };
+                if self.alive(key, g).is_none() {
+                    self.set(key, token.clone(), Some(ttl), g);
+                    self.log.push(Rec::Granted { key: key.to_vec(), owner: token, client, t: g, fence: f as u64 });
+                    MValue::Arr(vec![MValue::Int(1), MValue::Int(f), MValue::Int(0)])
+                } else {
+                    MValue::Arr(vec![MValue::Int(0), MValue::Int(f), MValue::Int(self.pttl_int(key, g))])
+                }
+            }
+            Script::Extend => {
+                let (Some(ttl), Some(floor), token) = (num(1), num(2), arg(0)) else {
+                    return err("ERR bad extend arguments");
+                };
+                self.raise(fence, floor, g);
+                let ours = self.get(key, g).as_deref() == Some(token.as_slice());
+                self.log.push(Rec::Raised { key: key.to_vec(), owner: token, client, t: g, floor, ours, renew: true });
+                if ours {
+                    if let Some(e) = self.data.get(key) {
+                        let e = self.entry(e.value.clone(), Some(ttl), g);
+                        self.data.insert(key.to_vec(), e);
+                    }
+                }
+                MValue::Int(ours as i64)
+            }
+            Script::Release => {
+                let (Some(floor), token) = (num(1), arg(0)) else { return err("ERR bad release arguments") };
+                self.raise(fence, floor, g);
+                let ours = self.get(key, g).as_deref() == Some(token.as_slice());
+                self.log.push(Rec::Raised { key: key.to_vec(), owner: token, client, t: g, floor, ours, renew: false });
+                if ours {
+                    self.data.remove(key);
+                }
+                MValue::Int(ours as i64)
+            }
+            Script::Status => {
+                let f = self.fence_value(fence, g);
+                match self.get(key, g) {
+                    None => MValue::Arr(vec![MValue::Int(0), MValue::Int(0), MValue::Int(-2), MValue::Int(f)]),
+                    Some(v) => MValue::Arr(vec![
+                        MValue::Int(1),
+                        MValue::Int((v == arg(0)) as i64),
+                        MValue::Int(self.pttl_int(key, g)),
+                        MValue::Int(f),
+                    ]),
+                }
+            }
+        }
+    }
+
+    // ------------------------------------------------------------ protocols
+
+    fn header<'a>(req: &'a HttpRequest, name: &str) -> Option<&'a str> {
+        req.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    }
+
+    fn upstash(&mut self, req: &HttpRequest, client: Option<usize>, g: Millis) -> Reply {
+        let full = |status: u16, v: Value| Reply::Full { status, body: serde_json::to_vec(&v).unwrap_or_default() };
+        if let Some(t) = &self.token {
+            if Self::header(req, "authorization") != Some(format!("Bearer {t}").as_str()) {
+                return full(401, json!({"error": "Unauthorized"}));
+            }
+        }
+        let b64 = Self::header(req, "upstash-encoding").is_some_and(|v| v.eq_ignore_ascii_case("base64"));
+        let path = req.url.splitn(4, '/').nth(3).unwrap_or("");
+        let Ok(body) = serde_json::from_slice::<Value>(&req.body) else {
+            return full(400, json!({"error": "ERR failed to parse command"}));
+        };
+        let args_of = |v: &Value| -> Option<Vec<Vec<u8>>> {
+            v.as_array()?
+                .iter()
+                .map(|a| match a {
+                    Value::String(s) => Some(s.as_bytes().to_vec()),
+                    Value::Number(n) => Some(n.to_string().into_bytes()),
+                    _ => None,
+                })
+                .collect()
+        };
+        match path {
+            "" => {
+                let Some(args) = args_of(&body) else { return full(400, json!({"error": "ERR failed to parse command"})) };
+                match self.run(&args, client, g) {
+                    MValue::Err(e) => full(400, json!({ "error": e })),
+                    v => full(200, json!({ "result": upstash_json(&v, b64) })),
+                }
+            }
+            "pipeline" => {
+                let Some(cmds) = body.as_array().and_then(|c| c.iter().map(args_of).collect::<Option<Vec<_>>>()) else {
+                    return full(400, json!({"error": "ERR failed to parse pipeline request"}));
+                };
+                let out: Vec<Value> = cmds
+                    .iter()
+                    .map(|c| match self.run(c, client, g) {
+                        MValue::Err(e) => json!({ "error": e }),
+                        v => json!({ "result": upstash_json(&v, b64) }),
+                    })
+                    .collect();
+                full(200, Value::Array(out))
+            }
+            _ => full(404, json!({"error": "Not Found"})),
+        }
+    }
+
+    fn webdis(&mut self, req: &HttpRequest, client: Option<usize>, g: Millis) -> Reply {
+        let path = req.url.splitn(4, '/').nth(3).unwrap_or("");
+        if !path.is_empty() {
+            return Reply::Full { status: 500, body: b"the model takes commands in the POST body only".to_vec() };
+        }
+        let mut body: &[u8] = &req.body;
+        if let Some(q) = body.iter().position(|&b| b == b'?') {
+            body = &body[..q];
+        }
+        // The extension of the last segment (raw, before decoding).
+        let last_seg_start = body.iter().rposition(|&b| b == b'/').map_or(0, |i| i + 1);
+        if let Some(dot) = body[last_seg_start..].iter().rposition(|&b| b == b'.') {
+            let ext = &body[last_seg_start + dot + 1..];
+            match ext {
+                b"json" => body = &body[..last_seg_start + dot],
+                b"raw" | b"msg" | b"bin" | b"txt" | b"html" | b"xhtml" | b"xml" | b"png" | b"jpg" | b"jpeg" | b"js" | b"css" => {
+                    return Reply::Full { status: 500, body: b"model: an unescaped '.' selected an output format".to_vec() };
+                }
+                _ => {}
+            }
+        }
+        let mut segs = body.split(|&b| b == b'/');
+        let name = segs.next().unwrap_or_default().to_vec();
+        if !name.is_empty() && name.iter().all(u8::is_ascii_digit) {
+            return Reply::Full { status: 500, body: b"model: database selection is not modelled".to_vec() };
+        }
+        let mut args = vec![name.clone()];
+        args.extend(segs.map(webdis_decode));
+        let v = self.run(&args, client, g);
+        let verb = String::from_utf8_lossy(&name).to_string();
+        let body = match webdis_json(&v, true) {
+            Some(j) => json!({ verb: j }),
+            None => json!({}),
+        };
+        Reply::Full { status: 200, body: serde_json::to_vec(&body).unwrap_or_default() }
+    }
+}
+
+fn webdis_decode(seg: &[u8]) -> Vec<u8> {
+    let hex = |b: u8| (b as char).to_digit(16).map(|d| d as u8);
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < seg.len() {
+        match (seg[i], seg.get(i + 1).copied().and_then(hex), seg.get(i + 2).copied().and_then(hex)) {
+            (b'%', Some(h), Some(l)) => {
+                out.push(h << 4 | l);
+                i += 3;
+            }
+            (b'+', _, _) => {
+                out.push(b' ');
+                i += 1;
+            }
+            (b, _, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
+/// A string the way jansson's `json_string(str)` sees it: cut at NUL, and
+/// refused (`None`) unless UTF-8.
+fn c_string(b: &[u8]) -> Option<String> {
+    let cut = b.iter().position(|&x| x == 0).map_or(b, |i| &b[..i]);
+    String::from_utf8(cut.to_vec()).ok()
+}
+
+/// Webdis 0.1.9's JSON for a reply (`None`: the value could not be set).
+fn webdis_json(v: &MValue, top: bool) -> Option<Value> {
+    match v {
+        MValue::Nil => Some(Value::Null),
+        MValue::Int(i) => Some(json!(i)),
+        MValue::Bulk(b) => c_string(b).map(Value::String),
+        MValue::Status(s) if top => Some(json!([true, s])),
+        MValue::Status(s) => Some(Value::String(s.clone())),
+        MValue::Err(e) if top => Some(json!([false, e])),
+        MValue::Err(e) => Some(Value::String(e.clone())),
+        MValue::Arr(items) if top => Some(Value::Array(items.iter().filter_map(|i| webdis_json(i, false)).collect())),
+        MValue::Arr(_) => Some(Value::Null),
+    }
+}
+
+fn upstash_json(v: &MValue, b64: bool) -> Value {
+    match v {
+        MValue::Nil => Value::Null,
+        MValue::Int(i) => json!(i),
+        MValue::Status(s) => Value::String(s.clone()),
+        MValue::Bulk(b) if b64 => Value::String(base64::engine::general_purpose::STANDARD.encode(b)),
+        MValue::Bulk(b) => Value::String(String::from_utf8_lossy(b).into_owned()),
+        MValue::Arr(items) => Value::Array(items.iter().map(|i| upstash_json(i, b64)).collect()),
+        MValue::Err(e) => Value::String(e.clone()),
+    }
+}
+
+impl SimServer for RedisModel {
+    fn handle(&mut self, now: Millis, req: &HttpRequest) -> Reply {
+        self.requests += 1;
+        self.last_seen = self.last_seen.max(now);
+        let client = Self::header(req, CLIENT_HEADER).and_then(|c| c.parse().ok());
+        match self.proto {
+            Proto::Upstash => self.upstash(req, client, now),
+            Proto::Webdis => self.webdis(req, client, now),
+        }
+    }
+
+    fn drain_stream_chunks(&mut self, _now: Millis) -> Vec<(RequestId, Vec<u8>)> {
+        Vec::new()
+    }
+
+    fn stream_closed(&mut self, _id: RequestId) {}
+
+    fn advance(&mut self, now: Millis) {
+        self.last_seen = self.last_seen.max(now);
+        self.purge(now);
+    }
+
+    /// When the next key expires (keys without expiry never do).
+    fn next_deadline(&self) -> Option<Millis> {
+        self.data.values().filter_map(|e| e.expires_global).min()
+    }
+
+    fn crash_restart(&mut self, now: Millis) {
+        self.last_seen = self.last_seen.max(now);
+        self.data.clear();
+        self.restarts.push(now);
+    }
+}
+
+impl RedisModel {
+    pub fn fence_of(&self, fence_key: &[u8], g: Millis) -> u64 {
+        self.fence_value(fence_key, g).max(0) as u64
+    }
+
+    pub fn entries(&self) -> &HashMap<Vec<u8>, Entry> {
+        &self.data
+    }
+}
+
+pub fn by_client(log: &[Rec]) -> BTreeMap<Option<usize>, usize> {
+    let mut m = BTreeMap::new();
+    for r in log {
+        let c = match r {
+            Rec::Granted { client, .. } | Rec::Raised { client, .. } => *client,
+        };
+        *m.entry(c).or_insert(0) += 1;
+    }
+    m
+}

@@ -1,0 +1,39 @@
+//! Development and test tooling for edgelock.
+//!
+//! Starts real backends on free loopback ports, each in its own temp dir,
+//! and stops them on drop (even when a test panics; and, through a small
+//! watchdog process, even when the test process is killed):
+//!
+//! - [`EtcdServer`] / [`EtcdCluster`]: Debian's `/usr/bin/etcd` (3.4).
+//! - [`RedisServer`]: `/usr/bin/redis-server` without persistence, optionally
+//!   under libfaketime for clock-skew tests; [`RespConn`] talks to it.
+//! - [`Webdis`]: `/usr/bin/webdis` in front of a Redis.
+//! - [`UpstashGateway`]: a local Upstash-REST-compatible gateway (see
+//!   [`gateway`]); also the `upstash-gateway` binary.
+//! - [`Env`]: all of the above at once; also the `testenv` binary, which
+//!   prints the URLs as one JSON line for Node tests and benchmarks.
+//!
+//! This crate must not depend on `edgelock` (edgelock dev-depends on it).
+
+pub mod base64;
+pub mod env;
+pub mod etcd;
+pub mod gateway;
+pub mod http1;
+pub mod port;
+pub mod process;
+pub mod redis;
+pub mod resp;
+pub mod tempdir;
+pub mod webdis;
+
+pub use env::{Env, EnvBuilder};
+pub use etcd::{EtcdCluster, EtcdOptions, EtcdServer, EtcdStatus};
+pub use gateway::{GatewayConfig, UpstashGateway};
+pub use http1::{http_request, HttpResponse};
+pub use port::{free_port, free_ports};
+pub use process::{ProcessGuard, ProcessSpec};
+pub use redis::{RedisOptions, RedisServer};
+pub use resp::{RespConn, RespValue};
+pub use tempdir::TempDir;
+pub use webdis::Webdis;
