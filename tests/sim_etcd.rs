@@ -74,6 +74,8 @@ struct Fixed {
     calm: Option<bool>,
     /// (session TTL, request timeout)
     timing: Option<(u64, u64)>,
+    /// Every client's clock rate error (parts per million).
+    ppm: Option<i64>,
 }
 
 fn build(seed: u64, fixed: Fixed) -> (World<EtcdModel>, Setup) {
@@ -116,7 +118,8 @@ fn build(seed: u64, fixed: Fixed) -> (World<EtcdModel>, Setup) {
         cfg.request_timeout_ms = request_timeout_ms;
         let machine = EtcdMachine::new(cfg, Box::new(rng.fork())).expect("a configuration the machine accepts");
         // Any offset; rate errors within the 1% the machine budgets for.
-        let clock = Clock { offset: rng.below(1 << 40), ppm: rng.range(0, 28_000) as i64 - 9_000 };
+        let ppm = rng.range(0, 28_000) as i64 - 9_000;
+        let clock = Clock { offset: rng.below(1 << 40), ppm: fixed.ppm.unwrap_or(ppm) };
         w.add_client(Box::new(machine), clock);
         let _ = c;
     }
@@ -409,6 +412,23 @@ fn simulation() {
     sweep("simulation", 2000, Fixed::default());
 }
 
+/// The checker is not vacuous: clients whose clocks run 30% slow (far beyond
+/// the 1% the machine budgets for) believe in their locks after their leases
+/// died, and with pauses and partitions some seeds must show it.
+#[test]
+fn safety_checker_catches_clocks_slower_than_budgeted() {
+    let fixed = Fixed { calm: Some(false), ppm: Some(-300_000), ..Fixed::default() };
+    let mut caught = 0;
+    for seed in 0..300 {
+        if let Err((msg, _, _)) = run_seed(seed, fixed, false) {
+            if msg.contains("believe") {
+                caught += 1;
+            }
+        }
+    }
+    assert!(caught > 0, "no seed with 30%-slow clocks broke the at-most-one-believer property: the checker is blind");
+}
+
 /// Request timeouts as long as the session TTL (the default 5 s timeout with
 /// a 5 s session): the machine must either refuse the configuration or still
 /// acquire and release on a calm network.
@@ -421,7 +441,7 @@ fn long_request_timeouts() {
         if EtcdMachine::new(cfg, Box::new(edgelock::core::SeededEntropy::new(1))).is_err() {
             continue; // refused up front: fine
         }
-        sweep("long_request_timeouts", 20, Fixed { calm: Some(true), timing: Some((ttl, timeout)) });
+        sweep("long_request_timeouts", 20, Fixed { calm: Some(true), timing: Some((ttl, timeout)), ..Fixed::default() });
     }
 }
 

@@ -246,7 +246,8 @@ impl Driver {
             self.handle(msg);
             self.drain();
         }
-        self.finish();
+        // `Drop` finishes (also when a machine bug panics this thread, so
+        // that no caller or `wait_lost` blocks forever).
     }
 
     fn handle(&mut self, msg: Msg) {
@@ -432,6 +433,12 @@ impl Driver {
         // Dropping the pending reply senders makes waiting callers see `Closed`.
         self.ops.clear();
         self.close_waiters.clear();
+    }
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        self.finish();
     }
 }
 

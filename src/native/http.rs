@@ -43,7 +43,7 @@ pub struct Url {
 
 impl Url {
     pub fn parse(url: &str) -> Result<Url, TransportError> {
-        if url.len() >= 6 && url[..6].eq_ignore_ascii_case("https:") {
+        if url.get(..6).is_some_and(|p| p.eq_ignore_ascii_case("https:")) {
             return Err(TransportError::Connect(HTTPS_UNSUPPORTED.to_string()));
         }
         let rest = match url.get(..7) {

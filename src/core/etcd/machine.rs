@@ -20,6 +20,9 @@ const WATCH_RETRY_MS: u64 = 200;
 const ORPHAN_RETRY_MS: u64 = 1_000;
 /// Range ops per key-check txn (etcd's default --max-txn-ops is 128).
 const KEYS_PER_CHECK: usize = 100;
+/// How often one acquire may start over because its key vanished before it
+/// could be granted; beyond that the backend is misbehaving.
+const MAX_RESTARTS: u32 = 5;
 
 pub struct EtcdMachine {
     endpoints: Vec<String>,
@@ -133,6 +136,7 @@ struct Acquire {
     /// When set, a re-check is scheduled for this time (after a broken watch).
     retry_at: Option<Millis>,
     ending: Option<Ending>,
+    restarts: u32,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -531,7 +535,13 @@ impl EtcdMachine {
                         let ending = a.ending.clone().unwrap_or(Ending::NotAcquired);
                         self.cancel_request(req);
                         self.finish_acquire(now, op, ending);
+                    } else if a.phase != AcqPhase::LocalQueue && a.restarts >= MAX_RESTARTS {
+                        let name = a.name.clone();
+                        self.cancel_request(req);
+                        let error = LockError::Backend { backend: BACKEND, name, status: None, message: "the session lease keeps disappearing".into() };
+                        self.finish_acquire(now, op, Ending::Error(error));
                     } else if a.phase != AcqPhase::LocalQueue {
+                        a.restarts += 1;
                         a.lease = None;
                         a.my_rev = 0;
                         a.phase = AcqPhase::NeedLease;
@@ -668,6 +678,10 @@ impl EtcdMachine {
         };
         let Some(a) = self.acquire_mut(op) else { return };
         let revision = txn.header.revision;
+        let malformed = |m: &str| LockError::Backend { backend: BACKEND, name: name.clone(), status: None, message: format!("malformed reply: {m}") };
+        if revision <= 0 || txn.range(0).is_none() {
+            return self.cleanup(now, op, Ending::Error(malformed("txn reply without revision or range")));
+        }
         let (predecessor, own_present) = match phase {
             AcqPhase::Txn if txn.succeeded => {
                 a.my_rev = revision;
@@ -694,6 +708,10 @@ impl EtcdMachine {
         };
         if !own_present || a.my_rev <= 0 {
             // Our key vanished (deleted, or the lease expired): start over.
+            a.restarts += 1;
+            if a.restarts > MAX_RESTARTS {
+                return self.cleanup(now, op, Ending::Error(malformed("our key keeps vanishing")));
+            }
             a.phase = AcqPhase::NeedLease;
             a.my_rev = 0;
             return self.acquire_step(now, op);
@@ -1089,6 +1107,7 @@ impl LockMachine for EtcdMachine {
             phase: AcqPhase::LocalQueue,
             retry_at: None,
             ending: None,
+            restarts: 0,
         }));
         if self.claim_name(name, op) {
             if let Some(a) = self.acquire_mut(op) {

@@ -251,3 +251,61 @@ fn errors_come_back_as_lock_errors() {
     let err = c.acquire("x", None).unwrap_err();
     assert!(err.to_string().contains("https is not supported"), "{err}");
 }
+
+/// TEST-ONLY: a machine with a bug (it panics on inspect) that holds a lock.
+struct PanicsOnInspect(FakeLockMachine);
+
+impl LockMachine for PanicsOnInspect {
+    fn backend(&self) -> crate::core::BackendKind {
+        self.0.backend()
+    }
+    fn acquire(&mut self, now: u64, name: &str, o: &AcquireOptions) -> Result<crate::core::OpId, LockError> {
+        self.0.acquire(now, name, o)
+    }
+    fn release(&mut self, now: u64, l: crate::core::LockId) -> Result<crate::core::OpId, LockError> {
+        self.0.release(now, l)
+    }
+    fn extend(&mut self, now: u64, l: crate::core::LockId, t: Option<u64>) -> Result<crate::core::OpId, LockError> {
+        self.0.extend(now, l, t)
+    }
+    fn resume(&mut self, now: u64, h: &LockHandle) -> Result<crate::core::OpId, LockError> {
+        self.0.resume(now, h)
+    }
+    fn inspect(&mut self, _now: u64, _n: &str) -> Result<crate::core::OpId, LockError> {
+        panic!("deliberate machine bug (test)")
+    }
+    fn cancel(&mut self, now: u64, op: crate::core::OpId) {
+        self.0.cancel(now, op)
+    }
+    fn close(&mut self, now: u64) -> crate::core::OpId {
+        self.0.close(now)
+    }
+    fn handle_input(&mut self, now: u64, i: crate::core::Input) {
+        self.0.handle_input(now, i)
+    }
+    fn handle_timeout(&mut self, now: u64) {
+        self.0.handle_timeout(now)
+    }
+    fn poll_transmit(&mut self) -> Option<crate::core::Transmit> {
+        self.0.poll_transmit()
+    }
+    fn poll_event(&mut self) -> Option<Event> {
+        self.0.poll_event()
+    }
+    fn poll_timeout(&self) -> Option<u64> {
+        self.0.poll_timeout()
+    }
+    fn live_count(&self) -> usize {
+        self.0.live_count()
+    }
+}
+
+#[test]
+fn a_panicking_machine_fails_calls_instead_of_hanging_them() {
+    let server = ToyServer::start();
+    let c = Client::from_machine(Box::new(PanicsOnInspect(FakeLockMachine::new(server.base(), TTL_MS))));
+    let lock = c.acquire("p", None).unwrap();
+    assert!(matches!(c.inspect("p"), Err(LockError::Closed { .. })));
+    assert_eq!(lock.wait_lost(Some(Duration::from_secs(5))), Some(LostReason::ClientClosed));
+    assert!(matches!(c.acquire("q", None), Err(LockError::Closed { .. })));
+}

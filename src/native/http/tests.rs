@@ -79,7 +79,7 @@ fn parses_urls() {
     assert_eq!(Url::parse("HTTP://example.com").unwrap(), Url { host: "example.com".into(), port: 80, path: "/".into() });
     assert_eq!(Url::parse("http://[::1]:8080/").unwrap().host_header(), "[::1]:8080");
     assert_eq!(Url::parse("http://h/").unwrap().host_header(), "h");
-    for bad in ["ftp://x", "http://", "http://h:0/", "http://h:99999", "http://[::1", "http://[::1]x", "http://u@h/", "http://h /", "", "h"] {
+    for bad in ["ftp://x", "http://", "http://h:0/", "http://h:99999", "http://[::1", "http://[::1]x", "http://u@h/", "http://h /", "", "h", "abcde€", "http€://x"] {
         assert!(Url::parse(bad).is_err(), "{bad}");
     }
     match Url::parse("https://x.example") {
