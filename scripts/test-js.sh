@@ -2,8 +2,9 @@
 # Everything about the npm package, against real servers started here:
 #   1. scripts/build-pkg.sh (pkg/, wasm size)
 #   2. npm pack pkg/ and install the tarball into tests/js/node_modules
-#   3. node --test in tests/js (package behaviour, fresh-directory install in
-#      Node and headless Chromium, tsc --noEmit of the TypeScript example)
+#   3. node --test in tests/js (package behaviour against etcd / Redis /
+#      Redlock, fresh-directory install in Node and headless Chromium, the
+#      workerd export in workerd, tsc --noEmit of the TypeScript example)
 #   4. wasm-pack test --node and --headless --chrome on tests/wasm against a
 #      real etcd (its URL baked in at compile time via EDGELOCK_WASM_TEST_ETCD)
 # Servers come from the devtools `testenv` (tools/devtools), each run its own.
@@ -15,6 +16,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$root"
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$root/target}
 export PATH="$HOME/.cargo/bin:$PATH"
+WORKERD_VERSION=1.20261117.1
 
 # EDGELOCK_JS_SKIP_BUILD=1 reuses an existing pkg/ (quick iteration on tests).
 if [ "${EDGELOCK_JS_SKIP_BUILD:-}" = 1 ] && [ -f pkg/package.json ]; then
@@ -52,8 +54,13 @@ tarball=$(cd "$work" && npm pack "$root/pkg" --loglevel=error | tail -n 1)
 (
   cd tests/js
   npm ci --no-audit --no-fund --loglevel=error
-  npm install --no-save --no-audit --no-fund --ignore-scripts --loglevel=error "$work/$tarball"
+  # One --no-save install for both (a second one would prune the first).
+  # workerd is not a devDependency: the registry mirror lacks its darwin and
+  # windows binaries, which `npm ci` would insist on finding in the lock file.
+  npm install --no-save --no-audit --no-fund --ignore-scripts --loglevel=error \
+    "$work/$tarball" "workerd@$WORKERD_VERSION"
 )
+export EDGELOCK_REQUIRE_WORKERD=1
 phase "node --test (tests/js)" bash -c 'cd tests/js && node --test'
 
 echo "== starting testenv for the wasm-bindgen tests (tests/wasm)"

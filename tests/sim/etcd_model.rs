@@ -60,7 +60,7 @@ use base64::Engine;
 use edgelock::core::{HttpRequest, Method, Millis, RequestId};
 use serde_json::Value;
 
-use super::net::{Reply, SimServer, CLIENT_HEADER};
+use super::net::{Reply, SimRng, SimServer, CLIENT_HEADER};
 
 pub const CLUSTER_ID: &str = "15118495548433857066";
 pub const MEMBER_ID: &str = "13668033151171901709";
@@ -143,6 +143,16 @@ pub struct EtcdModel {
     next_lease_id: i64,
     /// Requests served, by path (e.g. "/v3/kv/txn").
     pub requests: HashMap<String, u64>,
+    flaky: Option<Flaky>,
+}
+
+/// Transient server errors: etcd answers `503 "etcdserver: request timed out"`
+/// (gRPC Unavailable, code 14) when a proposal does not commit in time — and
+/// the proposal may still have been applied.
+struct Flaky {
+    rng: SimRng,
+    chance: f64,
+    until: Millis,
 }
 
 // ------------------------------------------------------------------ JSON out
@@ -374,7 +384,22 @@ impl EtcdModel {
             out: Vec::new(),
             next_lease_id: lease_id_base.max(1),
             requests: HashMap::new(),
+            flaky: None,
         }
+    }
+
+    /// Before `until`, answer non-watch requests with a 503 "request timed
+    /// out" with probability `chance`; half of those were applied anyway.
+    pub fn set_flaky(&mut self, seed: u64, chance: f64, until: Millis) {
+        self.flaky = Some(Flaky { rng: SimRng::new(seed), chance, until });
+    }
+
+    fn flaky_error(&mut self, now: Millis, req: &HttpRequest) -> Option<bool> {
+        let f = self.flaky.as_mut()?;
+        if req.stream || now >= f.until || !f.rng.chance(f.chance) {
+            return None;
+        }
+        Some(f.rng.chance(0.5))
     }
 
     // -------------------------------------------------------------- inspection
@@ -852,10 +877,18 @@ fn watch_message(rev: i64, evs: &[&EventRec], prev_kv: bool) -> Vec<u8> {
 impl SimServer for EtcdModel {
     fn handle(&mut self, now: Millis, req: &HttpRequest) -> Reply {
         self.advance(now);
-        match self.dispatch(now, req) {
+        let flaky = self.flaky_error(now, req);
+        if flaky == Some(false) {
+            return GwError::new(503, 14, "etcdserver: request timed out").reply();
+        }
+        let reply = match self.dispatch(now, req) {
             Ok(r) => r,
             Err(e) => e.reply(),
+        };
+        if flaky == Some(true) {
+            return GwError::new(503, 14, "etcdserver: request timed out").reply();
         }
+        reply
     }
 
     fn drain_stream_chunks(&mut self, _now: Millis) -> Vec<(RequestId, Vec<u8>)> {

@@ -27,7 +27,14 @@
 //!    invariants, e.g. "every believer's key is alive in the model"). The
 //!    generic invariant (at most one believer per lock name) and the fencing
 //!    order are checked by the world itself; `history`, `grants`, `losts` and
-//!    `check_calm_run` serve the end-of-run properties.
+//!    `check_calm_run` serve the end-of-run properties. Scripted users loop
+//!    acquire (Try / For / Forever, sometimes cancelled) → hold (sometimes
+//!    extend) → release for `cycles` rounds, then every client is closed
+//!    (also at `stop_at`, whatever it is doing). A run ends when nothing is
+//!    left to do; `max_steps` bounds a client that floods the network.
+//! 5. On failure print the seed and `SIM_SEED=<seed> cargo test --test …`;
+//!    `enable_trace()` before `run` records a step log for the replay, and
+//!    `describe_history` summarises a lock's history around the failure.
 //!
 //! Everything — delays, loss, which input a resumed client sees first, every
 //! client's entropy — comes from one [`SimRng`] seeded by the seed, and the
@@ -49,11 +56,12 @@
 //! Every request, response and stream chunk gets a seeded delay; requests may
 //! be lost (never reach the server); responses may be lost after the server
 //! applied the request (the client then sees a reset or, more often, silence
-//! until its own timeout); partitions cut a client from a server for a period
-//! (everything in either direction vanishes); outages take a server down
-//! (streams break, connections are refused, `crash_restart` when it comes back). Chunks of one
-//! stream are delivered in order (one TCP connection), and a lost chunk breaks
-//! the stream. The driver keeps the driver-loop rules: a cancelled request's
+//! until its own timeout); partitions cut a client from an endpoint for a
+//! period (everything in either direction vanishes); outages take an endpoint
+//! down (its streams break, connections are refused). Chunks of one stream are
+//! delivered in order (one TCP connection), and a lost chunk breaks the
+//! stream. Loss and long delays stop at `faults_until`; schedule partitions,
+//! pauses and outages before it too, so that the run ends on a calm network. The driver keeps the driver-loop rules: a cancelled request's
 //! answer is dropped (except, rarely and on purpose, delivered late, which the
 //! machine must ignore), and a request that gets no answer ends with
 //! `Failed{Timeout}` shortly after its `timeout_ms` (a safety net: the core
@@ -90,6 +98,7 @@ pub enum Reply {
     /// (A non-2xx status is delivered as an empty `Full` response.)
     Stream { status: u16 },
     /// The server swallowed the request (crashed mid-request): no answer.
+    #[allow(clippy::enum_variant_names)] // the name the harness's users know
     NoReply,
 }
 
@@ -179,12 +188,12 @@ pub struct Clock {
 }
 
 impl Clock {
-    pub fn local(&self, global: Millis) -> Millis {
+    pub fn local(self, global: Millis) -> Millis {
         let skew = (global as i128 * self.ppm as i128) / 1_000_000;
         (self.offset as i128 + global as i128 + skew).max(0) as Millis
     }
     /// The first global instant at which the local clock reads at least `local`.
-    pub fn to_global(&self, local: Millis) -> Millis {
+    pub fn to_global(self, local: Millis) -> Millis {
         let base = local.saturating_sub(self.offset) as i128;
         let mut g = ((base * 1_000_000) / (1_000_000 + self.ppm as i128)).max(0) as Millis;
         while g > 0 && self.local(g - 1) >= local {
@@ -281,6 +290,8 @@ pub struct WorkloadConfig {
     pub hold: (Millis, Millis),
     /// Chance a hold lasts `long_hold` instead (exercises renewal).
     pub long_hold_chance: f64,
+    /// Chance the user extends a lock once, halfway through holding it.
+    pub extend_chance: f64,
     pub long_hold: (Millis, Millis),
     pub think: (Millis, Millis),
     /// Passed as `AcquireOptions::ttl_ms` (Redis backends).
@@ -295,6 +306,7 @@ pub struct WorkloadConfig {
 pub enum What {
     Acquire { name: String, wait: Wait },
     Release { name: String, lock: LockId },
+    Extend { name: String, lock: LockId },
     Close,
 }
 
@@ -304,6 +316,8 @@ pub enum Outcome {
     Acquired { lock: LockId, token: u64 },
     NotAcquired,
     Released { held_until_release: bool },
+    /// New `expires_at` on the client's clock.
+    Extended { expires_at: Millis },
     /// The error's `code()` and message.
     Failed { code: &'static str, message: String },
     Closed,
@@ -383,6 +397,7 @@ enum Script {
 enum Action {
     StartCycle,
     Cancel(OpId),
+    Extend(LockId),
     Release(LockId),
     Close,
 }
@@ -1065,6 +1080,10 @@ impl<S: SimServer> World<S> {
                     self.clients[c].script = Script::Holding { lock: lock.id };
                     let hold = self.hold_time();
                     self.push(self.now + hold, Ev::User { client: c, action: Action::Release(lock.id) });
+                    let extend_chance = self.workload.as_ref().map_or(0.0, |w| w.extend_chance);
+                    if self.rng.chance(extend_chance) {
+                        self.push(self.now + hold / 2, Ev::User { client: c, action: Action::Extend(lock.id) });
+                    }
                 } else {
                     // Acquired after the user gave up on it (e.g. closing): let go.
                     self.user_release(c, lock.id);
@@ -1085,7 +1104,7 @@ impl<S: SimServer> World<S> {
                     None => self.violations.push(format!("client {c}: renewal of lock {lock:?} it does not hold")),
                 }
                 if let Event::Extended { op, .. } = e {
-                    self.complete(c, op, Outcome::Pending);
+                    self.complete(c, op, Outcome::Extended { expires_at });
                 }
             }
             Event::Inspected { .. } => {}
@@ -1267,6 +1286,19 @@ impl<S: SimServer> World<S> {
                 self.clients[c].machine.cancel(local, op);
                 self.drain(c);
             }
+            Action::Extend(lock) => {
+                if self.clients[c].script != (Script::Holding { lock }) {
+                    return;
+                }
+                let Some(name) = self.clients[c].holdings.get(&lock).map(|h| h.name.clone()) else { return };
+                self.log(|| format!("c{c} user extends lock {}", lock.0));
+                let ttl = self.workload.as_ref().and_then(|w| w.ttl_ms);
+                match self.clients[c].machine.extend(local, lock, ttl) {
+                    Ok(op) => self.record(c, op, What::Extend { name, lock }),
+                    Err(e) => self.violations.push(format!("client {c}: extend of a held lock refused: {e}")),
+                }
+                self.drain(c);
+            }
             Action::Release(lock) => {
                 if self.clients[c].script != (Script::Holding { lock }) {
                     return;
@@ -1318,13 +1350,13 @@ impl<S: SimServer> World<S> {
                 self.clients[client].paused = true;
             }
             Ev::PauseEnd { client } => self.resume(client),
-            Ev::Deliver { client, input } => self.to_client(client, Deferred::Input(input)),
-            Ev::DriverTimeout { client, id } => self.to_client(client, Deferred::DriverTimeout(id)),
-            Ev::User { client, action } => self.to_client(client, Deferred::User(action)),
+            Ev::Deliver { client, input } => self.for_client(client, Deferred::Input(input)),
+            Ev::DriverTimeout { client, id } => self.for_client(client, Deferred::DriverTimeout(id)),
+            Ev::User { client, action } => self.for_client(client, Deferred::User(action)),
         }
     }
 
-    fn to_client(&mut self, c: usize, d: Deferred) {
+    fn for_client(&mut self, c: usize, d: Deferred) {
         if self.clients[c].paused {
             self.clients[c].deferred.push_back(d);
             return;
@@ -1348,7 +1380,7 @@ impl<S: SimServer> World<S> {
             self.fire_due_timer(c);
         }
         while let Some(d) = self.clients[c].deferred.pop_front() {
-            self.to_client(c, d);
+            self.for_client(c, d);
             self.check_generic();
         }
         self.fire_due_timer(c);
@@ -1429,8 +1461,8 @@ impl<S: SimServer> World<S> {
 
     /// Checks that hold when the network was calm (no loss, partition, pause
     /// or outage): every op completed; nothing failed except wait timeouts,
-    /// user cancels and ops cut short by close; every Forever acquire that was
-    /// not cancelled acquired; no lock was lost.
+    /// user cancels, and extends racing their lock's release or the close;
+    /// every Forever acquire that was not cancelled acquired; no lock was lost.
     pub fn check_calm_run(&self) -> Result<(), String> {
         for r in &self.history {
             let ok = match (&r.what, &r.outcome) {
@@ -1442,6 +1474,20 @@ impl<S: SimServer> World<S> {
                     *code == "TIMEOUT" || (*code == "ABORTED" && r.cancelled_at.is_some())
                 }
                 (What::Acquire { wait: Wait::Try, .. }, Outcome::Failed { .. }) => false,
+                // An extend racing the same lock's release or the close may find it gone.
+                (What::Extend { lock, .. }, Outcome::Failed { code, .. }) => {
+                    let end = r.end.unwrap_or(Millis::MAX);
+                    let raced = self.history.iter().any(|o| {
+                        o.client == r.client
+                            && o.begin <= end
+                            && match &o.what {
+                                What::Release { lock: l, .. } => l == lock,
+                                What::Close => true,
+                                _ => false,
+                            }
+                    });
+                    raced && matches!(*code, "NOT_HELD" | "LOST" | "CLOSED")
+                }
                 (_, Outcome::Failed { .. }) => false,
                 _ => true,
             };
@@ -1468,7 +1514,7 @@ impl<S: SimServer> World<S> {
         let mut s = String::new();
         for r in &self.history {
             let n = match &r.what {
-                What::Acquire { name, .. } | What::Release { name, .. } => Some(name.as_str()),
+                What::Acquire { name, .. } | What::Release { name, .. } | What::Extend { name, .. } => Some(name.as_str()),
                 What::Close => None,
             };
             if name.is_some() && n.is_some() && n != name {

@@ -49,6 +49,8 @@ pub struct KeyValue {
     pub mod_revision: i64,
     #[serde(default, deserialize_with = "de_i64")]
     pub lease: i64,
+    #[serde(default, deserialize_with = "de_b64")]
+    pub value: Vec<u8>,
 }
 
 #[derive(Debug, Default, Deserialize, Clone, PartialEq, Eq)]
@@ -253,12 +255,13 @@ pub fn lease_id(id: i64) -> Value {
 
 /// The acquire transaction: if our key does not exist, create it bound to the
 /// lease and read the two newest keys under the lock's prefix (ours and our
-/// predecessor); otherwise (a retry whose first attempt did apply) read our key.
-pub fn acquire_txn(key: &[u8], lock_prefix: &[u8], lease: i64) -> Value {
+/// predecessor); otherwise (a retry whose first attempt did apply) read our key,
+/// whose value (the attempt's nonce) tells whether it is really this attempt's.
+pub fn acquire_txn(key: &[u8], lock_prefix: &[u8], lease: i64, nonce: &[u8]) -> Value {
     json!({
         "compare": [{ "key": b64(key), "target": "CREATE", "result": "EQUAL", "create_revision": "0" }],
         "success": [
-            { "request_put": { "key": b64(key), "value": "", "lease": lease.to_string() } },
+            { "request_put": { "key": b64(key), "value": b64(nonce), "lease": lease.to_string() } },
             { "request_range": { "key": b64(lock_prefix), "range_end": b64(&prefix_end(lock_prefix)),
                                  "sort_order": "DESCEND", "sort_target": "CREATE", "limit": "2", "keys_only": true } }
         ],

@@ -81,6 +81,9 @@ struct Lease {
     next_keepalive: Millis,
     keepalive: Option<RequestId>,
     check: Option<RequestId>,
+    /// The locks (id, key, revision) the in-flight check reads, so that its
+    /// answer is judged against exactly those and never a later lock.
+    checked: Vec<(LockId, Vec<u8>, i64)>,
 }
 
 struct HeldLock {
@@ -88,6 +91,9 @@ struct HeldLock {
     key: Vec<u8>,
     rev: i64,
     lease: i64,
+    /// A release is in flight: a check that misses the key is the release's
+    /// own doing, not a loss.
+    releasing: bool,
 }
 
 struct Orphan {
@@ -137,6 +143,10 @@ struct Acquire {
     retry_at: Option<Millis>,
     ending: Option<Ending>,
     restarts: u32,
+    /// Random value stored in our key: a key found with another value is a
+    /// leftover of an earlier incarnation and must never be adopted (its
+    /// revision, as a fencing token, would go backwards).
+    nonce: Vec<u8>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -146,6 +156,8 @@ enum AcqPhase {
     Txn,
     Predecessor,
     Watch,
+    /// Deleting a leftover key of ours before trying again.
+    RemoveStale,
     Cleanup,
 }
 
@@ -380,7 +392,7 @@ impl EtcdMachine {
         let ttl_ms = grant.TTL as u64 * 1000;
         self.leases.insert(
             grant.ID,
-            Lease { ttl_ms, expires_at: Self::expiry(sent_at, grant.TTL), next_keepalive: sent_at + ttl_ms / 3, keepalive: None, check: None },
+            Lease { ttl_ms, expires_at: Self::expiry(sent_at, grant.TTL), next_keepalive: sent_at + ttl_ms / 3, keepalive: None, check: None, checked: Vec::new() },
         );
         self.session_lease = Some(grant.ID);
         let waiting: Vec<OpId> = self.acquires_in(AcqPhase::NeedLease);
@@ -415,15 +427,22 @@ impl EtcdMachine {
     /// Periodic renewal: keepalive plus one txn reading every held key on the lease.
     fn renew(&mut self, now: Millis, lease: i64) {
         let keepalive = self.send_keepalive(now, lease, Purpose::KeepAlive { lease });
-        let keys: Vec<Vec<u8>> = self.locks.values().filter(|l| l.lease == lease).map(|l| l.key.clone()).take(KEYS_PER_CHECK).collect();
-        let check = if keys.is_empty() {
+        let targets: Vec<(LockId, Vec<u8>, i64)> = self
+            .locks
+            .iter()
+            .filter(|(_, l)| l.lease == lease && !l.releasing)
+            .map(|(id, l)| (*id, l.key.clone(), l.rev))
+            .take(KEYS_PER_CHECK)
+            .collect();
+        let check = if targets.is_empty() {
             None
         } else {
-            Some(self.send(now, Purpose::KeyCheck { lease }, "/v3/kv/txn", gw::read_keys_txn(keys.iter().map(|k| k.as_slice())), false))
+            Some(self.send(now, Purpose::KeyCheck { lease }, "/v3/kv/txn", gw::read_keys_txn(targets.iter().map(|t| t.1.as_slice())), false))
         };
         if let Some(l) = self.leases.get_mut(&lease) {
             l.keepalive = Some(keepalive);
             l.check = check;
+            l.checked = targets;
         }
     }
 
@@ -471,16 +490,16 @@ impl EtcdMachine {
     }
 
     fn on_key_check(&mut self, now: Millis, id: RequestId, lease: i64, result: Result<(u16, Vec<u8>), Failure>) {
-        match self.leases.get_mut(&lease) {
-            Some(l) if l.check == Some(id) => l.check = None,
+        let targets = match self.leases.get_mut(&lease) {
+            Some(l) if l.check == Some(id) => {
+                l.check = None;
+                std::mem::take(&mut l.checked)
+            }
             _ => return,
-        }
-        let txn = match result {
-            Ok((status, body)) => match gw::parse::<TxnResponse>(status, &body) {
-                Ok(t) => t,
-                Err(_) => return, // checked again next round
-            },
-            Err(_) => return,
+        };
+        let txn = match result.and_then(|(s, b)| gw::parse::<TxnResponse>(s, &b).map_err(Failure::Gateway)) {
+            Ok(t) if t.responses.len() == targets.len() => t,
+            _ => return, // checked again next round
         };
         let present: Vec<(Vec<u8>, i64)> = txn
             .responses
@@ -488,18 +507,11 @@ impl EtcdMachine {
             .filter_map(|r| r.response_range.as_ref())
             .flat_map(|r| r.kvs.iter().map(|kv| (kv.key.clone(), kv.create_revision)))
             .collect();
-        // Only keys that were part of this check (the first KEYS_PER_CHECK) are judged.
-        let checked = txn.responses.len();
-        let gone: Vec<LockId> = self
-            .locks
-            .iter()
-            .filter(|(_, l)| l.lease == lease)
-            .take(checked)
-            .filter(|(_, l)| !present.iter().any(|(k, r)| *k == l.key && *r == l.rev))
-            .map(|(id, _)| *id)
-            .collect();
-        for lock in gone {
-            self.lose_lock(now, lock, LostReason::KeyGone);
+        for (lock, key, rev) in targets {
+            let still_ours = self.locks.get(&lock).map(|l| l.key == key && l.rev == rev && !l.releasing).unwrap_or(false);
+            if still_ours && !present.iter().any(|(k, r)| *k == key && *r == rev) {
+                self.lose_lock(now, lock, LostReason::KeyGone);
+            }
         }
     }
 
@@ -530,7 +542,7 @@ impl EtcdMachine {
             match &mut o.kind {
                 OpKind::Acquire(a) if a.lease == Some(lease) => {
                     let req = o.req.take();
-                    if a.phase == AcqPhase::Cleanup {
+                    if a.phase == AcqPhase::Cleanup || a.ending.is_some() {
                         // The key died with the lease: nothing left to clean.
                         let ending = a.ending.clone().unwrap_or(Ending::NotAcquired);
                         self.cancel_request(req);
@@ -637,7 +649,7 @@ impl EtcdMachine {
         a.key = key;
         a.lease = Some(lease);
         a.phase = AcqPhase::Txn;
-        let body = gw::acquire_txn(&a.key, &a.lock_prefix, lease);
+        let body = gw::acquire_txn(&a.key, &a.lock_prefix, lease, &a.nonce);
         let req = self.send(now, Purpose::Op(op), "/v3/kv/txn", body, false);
         if let Some(o) = self.ops.get_mut(&op) {
             o.req = Some(req);
@@ -662,6 +674,24 @@ impl EtcdMachine {
         let lease = a.lease;
         if phase == AcqPhase::Cleanup {
             return self.on_cleanup_reply(now, op, result);
+        }
+        if let Some(ending) = a.ending.clone() {
+            // Cancelled or timed out while this txn was in flight (see `cleanup`).
+            return self.cleanup_after_txn(now, op, phase, ending, result);
+        }
+        if phase == AcqPhase::RemoveStale {
+            return match result {
+                Ok(_) => {
+                    if let Some(a) = self.acquire_mut(op) {
+                        a.phase = AcqPhase::NeedLease;
+                    }
+                    self.acquire_step(now, op)
+                }
+                Err(f) => {
+                    let err = Self::backend_error(&name, f);
+                    self.finish_acquire(now, op, Ending::Error(err))
+                }
+            };
         }
         let txn = match result.and_then(|(s, b)| gw::parse::<TxnResponse>(s, &b).map_err(Failure::Gateway)) {
             Ok(t) => t,
@@ -691,10 +721,28 @@ impl EtcdMachine {
             }
             AcqPhase::Txn => {
                 // Our key already exists: an earlier attempt applied. Learn its revision.
-                match txn.range(0).and_then(|r| r.kvs.iter().find(|kv| kv.key == a.key)) {
-                    Some(kv) => {
+                match txn.range(0).and_then(|r| r.kvs.iter().find(|kv| kv.key == a.key)).cloned() {
+                    Some(kv) if kv.value == a.nonce => {
                         a.my_rev = kv.create_revision;
                         return self.send_predecessor_check(now, op);
+                    }
+                    Some(kv) => {
+                        // A leftover of an earlier incarnation of our key: remove
+                        // exactly it, then try again with a fresh key.
+                        a.restarts += 1;
+                        if a.restarts > MAX_RESTARTS {
+                            return self.cleanup(now, op, Ending::Error(malformed("a stale key cannot be removed")));
+                        }
+                        a.phase = AcqPhase::NeedLease;
+                        let body = gw::delete_if_revision(&kv.key, kv.create_revision);
+                        let req = self.send(now, Purpose::Op(op), "/v3/kv/txn", body, false);
+                        if let Some(o) = self.ops.get_mut(&op) {
+                            o.req = Some(req);
+                        }
+                        if let Some(a) = self.acquire_mut(op) {
+                            a.phase = AcqPhase::RemoveStale;
+                        }
+                        return;
                     }
                     None => (None, false),
                 }
@@ -751,7 +799,7 @@ impl EtcdMachine {
             fencing_token: a.my_rev as u64,
             revision: a.my_rev as u64,
         };
-        self.locks.insert(lock, HeldLock { name: a.name.clone(), key: a.key.clone(), rev: a.my_rev, lease });
+        self.locks.insert(lock, HeldLock { name: a.name.clone(), key: a.key.clone(), rev: a.my_rev, lease, releasing: false });
         self.out.event(Event::Acquired {
             op,
             lock: LockInfo { id: lock, name: a.name, fencing_token: a.my_rev as u64, expires_at, handle },
@@ -804,9 +852,15 @@ impl EtcdMachine {
     /// Remove our key (if it may exist), then report `ending`.
     fn cleanup(&mut self, now: Millis, op: OpId, ending: Ending) {
         let Some(o) = self.ops.get_mut(&op) else { return };
-        let req = o.req.take();
         let OpKind::Acquire(a) = &mut o.kind else { return };
         a.retry_at = None;
+        if matches!(a.phase, AcqPhase::Txn | AcqPhase::RemoveStale) && o.req.is_some() {
+            // The txn in flight may still apply after anything we send now:
+            // wait for its answer, which tells exactly which key to delete.
+            a.ending = Some(ending);
+            return;
+        }
+        let req = o.req.take();
         let has_key = matches!(a.phase, AcqPhase::Txn | AcqPhase::Predecessor | AcqPhase::Watch);
         if !has_key || a.lease.is_none() {
             self.cancel_request(req);
@@ -821,6 +875,32 @@ impl EtcdMachine {
         if let Some(o) = self.ops.get_mut(&op) {
             o.req = Some(req);
         }
+    }
+
+    /// The answer to the txn that was in flight when the acquire was cancelled:
+    /// learn our key's revision from it (if it applied) and delete exactly that.
+    fn cleanup_after_txn(&mut self, now: Millis, op: OpId, phase: AcqPhase, ending: Ending, result: Result<(u16, Vec<u8>), Failure>) {
+        let Some(a) = self.acquire_mut(op) else { return };
+        if phase == AcqPhase::RemoveStale {
+            // Nothing of this attempt was created.
+            a.phase = AcqPhase::NeedLease;
+            return self.finish_acquire(now, op, ending);
+        }
+        let txn = result.ok().and_then(|(s, b)| gw::parse::<TxnResponse>(s, &b).ok());
+        match txn {
+            Some(t) if t.succeeded && t.header.revision > 0 => a.my_rev = t.header.revision,
+            Some(t) => match t.range(0).and_then(|r| r.kvs.iter().find(|kv| kv.key == a.key)) {
+                Some(kv) => a.my_rev = kv.create_revision,
+                None => {
+                    // Definitely nothing created.
+                    a.phase = AcqPhase::NeedLease;
+                    return self.finish_acquire(now, op, ending);
+                }
+            },
+            None => a.my_rev = 0, // unknown outcome: delete whatever is there
+        }
+        a.phase = AcqPhase::Watch; // "may have a key": cleanup deletes it
+        self.cleanup(now, op, ending);
     }
 
     fn on_cleanup_reply(&mut self, now: Millis, op: OpId, result: Result<(u16, Vec<u8>), Failure>) {
@@ -908,7 +988,7 @@ impl EtcdMachine {
                 let (lock, phase) = (*lock, *phase);
                 let Some(held) = self.locks.get(&lock) else {
                     self.ops.remove(&op);
-                    return self.out.event(Event::Failed { op, error: LockError::NotHeld { backend: BACKEND, name: String::new() } });
+                    return self.out.event(Event::Failed { op, error: LockError::NotHeld { backend: BACKEND, name: "<released or lost lock>".into() } });
                 };
                 let (name, lease, key, rev) = (held.name.clone(), held.lease, held.key.clone(), held.rev);
                 match phase {
@@ -940,6 +1020,10 @@ impl EtcdMachine {
                                 let expires_at = self.leases.get(&lease).map(|l| l.expires_at).unwrap_or(now);
                                 self.out.event(Event::Extended { op, lock, expires_at });
                             }
+                            Ok(_) if self.locks.get(&lock).map(|l| l.releasing).unwrap_or(true) => {
+                                // Released meanwhile: the key is gone by our own hand.
+                                self.out.event(Event::Failed { op, error: LockError::NotHeld { backend: BACKEND, name } });
+                            }
                             Ok(_) => {
                                 self.out.event(Event::Failed { op, error: LockError::Lost { backend: BACKEND, name, reason: LostReason::KeyGone.to_string() } });
                                 self.lose_lock(now, lock, LostReason::KeyGone);
@@ -959,7 +1043,7 @@ impl EtcdMachine {
                             if let Some(Op { kind: OpKind::Resume { phase, .. }, .. }) = self.ops.get_mut(&op) {
                                 *phase = ResumePhase::KeepAlive;
                             }
-                            self.leases.entry(lease).or_insert(Lease { ttl_ms: self.session_ttl_ms, expires_at: 0, next_keepalive: now, keepalive: None, check: None });
+                            self.leases.entry(lease).or_insert(Lease { ttl_ms: self.session_ttl_ms, expires_at: 0, next_keepalive: now, keepalive: None, check: None, checked: Vec::new() });
                             let r = self.send_keepalive(now, lease, Purpose::Op(op));
                             if let Some(o) = self.ops.get_mut(&op) {
                                 o.req = Some(r);
@@ -972,7 +1056,7 @@ impl EtcdMachine {
                         Ok(expires_at) => {
                             self.ops.remove(&op);
                             let lock = self.out.lock_id();
-                            self.locks.insert(lock, HeldLock { name: handle.name.clone(), key: handle.key.as_bytes().to_vec(), rev: handle.revision as i64, lease });
+                            self.locks.insert(lock, HeldLock { name: handle.name.clone(), key: handle.key.as_bytes().to_vec(), rev: handle.revision as i64, lease, releasing: false });
                             self.out.event(Event::Acquired {
                                 op,
                                 lock: LockInfo { id: lock, name: handle.name.clone(), fencing_token: handle.fencing_token, expires_at, handle },
@@ -1096,6 +1180,7 @@ impl LockMachine for EtcdMachine {
             Wait::For(ms) => Some(now.saturating_add(ms)),
             Wait::Try | Wait::Forever => None,
         };
+        let nonce = random_hex(self.entropy.as_mut(), 8).into_bytes();
         let op = self.new_op(OpKind::Acquire(Acquire {
             name: name.to_string(),
             lock_prefix: self.lock_prefix(name),
@@ -1108,6 +1193,7 @@ impl LockMachine for EtcdMachine {
             retry_at: None,
             ending: None,
             restarts: 0,
+            nonce,
         }));
         if self.claim_name(name, op) {
             if let Some(a) = self.acquire_mut(op) {
@@ -1133,6 +1219,9 @@ impl LockMachine for EtcdMachine {
             return Ok(op);
         };
         let body = gw::delete_if_revision(&held.key, held.rev);
+        if let Some(l) = self.locks.get_mut(&lock) {
+            l.releasing = true;
+        }
         let req = self.send(now, Purpose::Op(op), "/v3/kv/txn", body, false);
         if let Some(o) = self.ops.get_mut(&op) {
             o.req = Some(req);
@@ -1142,8 +1231,10 @@ impl LockMachine for EtcdMachine {
 
     fn extend(&mut self, now: Millis, lock: LockId, _ttl_ms: Option<u64>) -> Result<OpId, LockError> {
         self.check_open()?;
-        let Some(held) = self.locks.get(&lock) else {
-            return Err(LockError::NotHeld { backend: BACKEND, name: String::new() });
+        let held = match self.locks.get(&lock) {
+            Some(h) if !h.releasing => h,
+            Some(h) => return Err(LockError::NotHeld { backend: BACKEND, name: h.name.clone() }),
+            None => return Err(LockError::NotHeld { backend: BACKEND, name: "<released or lost lock>".into() }),
         };
         let lease = held.lease;
         let op = self.new_op(OpKind::Extend { lock, phase: ExtendPhase::KeepAlive });
@@ -1311,7 +1402,7 @@ impl LockMachine for EtcdMachine {
         let ops: Vec<OpId> = self.ops.keys().copied().collect();
         for op in ops {
             let Some(a) = self.acquire_mut(op) else { continue };
-            if a.phase == AcqPhase::Cleanup {
+            if a.phase == AcqPhase::Cleanup || a.ending.is_some() {
                 continue;
             }
             if a.deadline.map(|d| d <= now).unwrap_or(false) {
@@ -1354,7 +1445,7 @@ impl LockMachine for EtcdMachine {
             [Some(l.expires_at), if l.keepalive.is_none() { Some(l.next_keepalive) } else { None }]
         });
         let ops = self.ops.values().flat_map(|o| match &o.kind {
-            OpKind::Acquire(a) if a.phase != AcqPhase::Cleanup => [a.deadline, a.retry_at],
+            OpKind::Acquire(a) if a.phase != AcqPhase::Cleanup && a.ending.is_none() => [a.deadline, a.retry_at],
             _ => [None, None],
         });
         let orphans = self.orphans.iter().map(|o| if o.req.is_none() { Some(o.retry_at) } else { None });

@@ -352,7 +352,9 @@ impl Engine {
     pub(crate) fn poll_timeout(&self) -> Option<Millis> {
         let tasks = self.tasks.values().flat_map(|t| [t.round.as_ref().and_then(Round::next_deadline), Self::task_timer(t)]);
         let locks = self.locks.values().flat_map(|h| {
-            [Some(h.expires_at), h.next_renewal, h.renewal.as_ref().and_then(Round::next_deadline)]
+            // A renewal due while one is in flight waits for it (see `lock_timers`).
+            let renewal_due = h.next_renewal.filter(|_| h.renewal.is_none());
+            [Some(h.expires_at), renewal_due, h.renewal.as_ref().and_then(Round::next_deadline)]
         });
         earliest(tasks.chain(locks))
     }

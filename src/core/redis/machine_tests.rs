@@ -498,3 +498,26 @@ fn invalid_input_is_refused_before_sending() {
     let dbg = format!("{:?}", RedisNode::upstash("http://x", "tok-secret"));
     assert!(!dbg.contains("tok-secret"));
 }
+
+#[test]
+fn a_manual_extend_during_a_renewal_does_not_make_the_timer_spin() {
+    let mut h = single(|c| c.ttl_ms = 3_000);
+    h.m.acquire(h.now, "job", &opts(Wait::Forever)).unwrap();
+    let r = h.take();
+    h.answer(&r[0], r#"{"result":[1,1,0]}"#);
+    let lock = acquired(&h.take_events());
+    h.advance_to(h.now + 1_000);
+    let renewal = h.take();
+    assert_eq!(renewal.len(), 1);
+    h.m.extend(h.now, lock.id, None).unwrap();
+    let ext = h.take();
+    h.now += 5;
+    h.answer(&ext[0], r#"{"result":1}"#);
+    assert!(matches!(h.take_events().as_slice(), [Event::Extended { .. }]));
+    // The renewal is still in flight: the next timer is its timeout, not a
+    // renewal that is already due.
+    assert!(h.next_timer() > h.now, "{} <= {}", h.next_timer(), h.now);
+    h.answer(&renewal[0], r#"{"result":1}"#);
+    assert!(matches!(h.take_events().as_slice(), [Event::Renewed { .. }]));
+    assert!(h.next_timer() > h.now);
+}

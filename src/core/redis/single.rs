@@ -2,7 +2,8 @@
 //!
 //! - acquire: one `EVAL` of [`scripts::ACQUIRE`](super::scripts::ACQUIRE):
 //!   `INCR` of the fencing counter and `SET key token NX PX ttl`; the lock's
-//!   fencing token is the counter. A waiter that finds the key held retries
+//!   fencing token is the counter (every attempt increments it, so successive
+//!   tokens increase but are not consecutive). A waiter that finds the key held retries
 //!   after the holder's remaining PTTL, but at most `retry_delay_ms`, plus
 //!   `0..=retry_jitter_ms` of jitter.
 //! - the owner token is 20 random bytes (40 hex characters) from the
