@@ -31,21 +31,28 @@ json "'\n'.join('  webdis  ' + u for u in d['webdis_urls']) + '\n' + '\n'.join('
 run_contenders() {
   local label=$1; shift
   say "$label: 4 processes x 3 runs of one job under lock 'demo-job'"
+  local pids=()
   for w in 1 2 3 4; do
     (
       for r in 1 2 3; do
         W=$w R=$r "$BIN/edgelock" run "$@" --wait 30000 demo-job -- sh -c \
           'printf "  worker %s run %s  token=%-6s start %s\n" "$W" "$R" "$EDGELOCK_FENCING_TOKEN" "$(date +%T.%N | cut -c1-12)"; sleep 0.2' \
-          2>/dev/null
+          2>/dev/null || echo "  worker $w run $r failed (exit $?)"
       done
     ) &
+    pids+=($!)
   done
-  wait
+  # Only the workers: a bare `wait` would also wait for testenv.
+  wait "${pids[@]}"
 }
 
 # Each line is printed by the job itself while it holds the lock: the tokens
 # grow strictly, and no two jobs overlap in time.
 run_contenders "etcd" --etcd "$ETCD"
+REDLOCK=$(json "','.join('webdis+' + u for u in d['webdis_urls'])")
+run_contenders "Redlock on 5 independent redis-server nodes (via Webdis)" --redis "$REDLOCK"
+UPSTASH=$(json "'upstash+' + d['gateway_urls'][0]")
+EDGELOCK_REDIS_TOKEN=demo-token run_contenders "one Redis node over the Upstash REST protocol" --redis "$UPSTASH"
 
 say "Lock status now (nobody holds it):"
 "$BIN/edgelock" status --etcd "$ETCD" demo-job || true

@@ -42,13 +42,19 @@ if ! wasm-pack --version 2>/dev/null | grep -q "$WASM_PACK_VERSION"; then
   log "cargo install wasm-pack $WASM_PACK_VERSION"
   cargo install wasm-pack --version "$WASM_PACK_VERSION" --locked
 fi
+# worker-build must equal the `worker` crate pin in Cargo.toml (the Worker, scripts/build-worker.sh).
+WORKER_BUILD_VERSION=0.8.7
+if [ "$(worker-build --version 2>/dev/null)" != "$WORKER_BUILD_VERSION" ]; then
+  log "cargo install worker-build $WORKER_BUILD_VERSION"
+  cargo install worker-build --version "$WORKER_BUILD_VERSION" --locked
+fi
 if [ -n "$WBG_VERSION" ] && ! wasm-bindgen --version 2>/dev/null | grep -q "$WBG_VERSION"; then
   log "cargo install wasm-bindgen-cli $WBG_VERSION"
   cargo install wasm-bindgen-cli --version "$WBG_VERSION" --locked --force
 fi
 
 # 3. npm packages for the JS tests, demo and benchmarks (pinned by lock files).
-for dir in tests/js; do
+for dir in tests/js tests/worker; do
   if [ -f "$dir/package-lock.json" ]; then
     if [ ! -d "$dir/node_modules" ] || [ "$dir/package-lock.json" -nt "$dir/node_modules/.package-lock.json" ]; then
       log "npm ci in $dir"

@@ -4,6 +4,7 @@
 //!   node, Redlock) — pure state machines, usable from any runtime.
 //! - [`native`] (feature `native`): a blocking driver and Rust client API.
 //! - `js` (feature `js`): the wasm-bindgen bindings behind the npm package.
+//! - `worker` (feature `worker`): the Cloudflare Worker job coordinator.
 
 pub mod core;
 
@@ -12,5 +13,8 @@ pub mod native;
 
 #[cfg(all(feature = "js", target_arch = "wasm32"))]
 pub mod js;
+
+#[cfg(all(feature = "worker", target_arch = "wasm32"))]
+pub mod worker;
 
 pub use crate::core::{AcquireOptions, BackendKind, Event, LockError, LockHandle, LockInfo, LockMachine, LockStatus, Wait};

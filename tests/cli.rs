@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use base64::Engine;
 use edgelock::native::http::{CancelHandle, HttpClient, Request};
-use edgelock_devtools::EtcdServer;
+use edgelock_devtools::{EtcdServer, RedisServer, UpstashGateway, Webdis};
 
 const BIN: &str = env!("CARGO_BIN_EXE_edgelock");
 
@@ -114,6 +114,26 @@ fn run_exports_the_fencing_token_and_propagates_exit_codes() {
 fn concurrent_runs_never_overlap() {
     let etcd = Etcd::start();
     let url = etcd.url();
+    assert_runs_never_overlap(&["--etcd", &url], &[]);
+}
+
+#[test]
+fn concurrent_runs_never_overlap_on_redlock_and_on_one_upstash_node() {
+    let redis: Vec<RedisServer> = (0..3).map(|_| RedisServer::start().expect("redis-server")).collect();
+    let webdis: Vec<Webdis> = redis.iter().map(|r| Webdis::start(r).expect("webdis")).collect();
+    let nodes = webdis.iter().map(|w| format!("webdis+{}", w.url())).collect::<Vec<_>>().join(",");
+    assert_runs_never_overlap(&["--redis", &nodes], &[]);
+    let gateway = UpstashGateway::start(&redis[0], "cli-test-token").expect("gateway");
+    let node = format!("upstash+{}", gateway.url());
+    assert_runs_never_overlap(&["--redis", &node], &[("EDGELOCK_REDIS_TOKEN", "cli-test-token")]);
+    // Without the token the gateway's node is refused before any request.
+    let out = edgelock(&["status", "--redis", &node, "n"]).env_remove("EDGELOCK_REDIS_TOKEN").env_remove("UPSTASH_REDIS_REST_TOKEN").output().expect("run");
+    assert_eq!(out.status.code(), Some(64), "{}", text(&out.stderr));
+}
+
+/// Three `edgelock run`s of a job that logs its start and end: sorted by
+/// time, the log must read start/end pairs with strictly increasing tokens.
+fn assert_runs_never_overlap(backend: &[&str], env: &[(&str, &str)]) {
     let log = std::env::temp_dir().join(format!("edgelock-cli-overlap-{}-{}", std::process::id(), free_port()));
     let _ = std::fs::remove_file(&log);
     let script = format!(
@@ -121,7 +141,14 @@ fn concurrent_runs_never_overlap() {
         p = log.display()
     );
     let runs: Vec<Child> = (0..3)
-        .map(|_| edgelock(&["run", "--etcd", &url, "shared", "--", "sh", "-c", &script]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("spawn"))
+        .map(|_| {
+            let mut args = vec!["run"];
+            args.extend_from_slice(backend);
+            args.extend_from_slice(&["--wait", "30000", "shared", "--", "sh", "-c", &script]);
+            let mut cmd = edgelock(&args);
+            cmd.envs(env.iter().copied());
+            cmd.stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("spawn")
+        })
         .collect();
     for mut r in runs {
         assert_eq!(r.wait().expect("wait").code(), Some(0));
@@ -226,8 +253,10 @@ fn usage_and_backend_errors_have_their_exit_codes() {
     assert_eq!(output(&["run", "--etcd", &dead, "--ttl", "10", "n", "--", "true"]).status.code(), Some(64));
     assert_eq!(output(&["frobnicate"]).status.code(), Some(64));
     let out = output(&["status", "--redis", "http://127.0.0.1:1", "n"]);
-    assert_eq!(out.status.code(), Some(78));
-    assert!(text(&out.stderr).contains("not yet supported"));
+    assert_eq!(out.status.code(), Some(64), "a Redis URL must name its protocol");
+    assert!(text(&out.stderr).contains("webdis+http://"));
+    let dead_node = format!("webdis+{dead}");
+    assert_eq!(output(&["run", "--redis", &dead_node, "--try", "n", "--", "true"]).status.code(), Some(69));
     let help = output(&["--help"]);
     assert_eq!(help.status.code(), Some(0));
     assert!(text(&help.stdout).contains("EXIT CODES"));

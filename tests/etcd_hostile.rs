@@ -79,6 +79,10 @@ fn http_errors_are_backend_errors() {
         let (err, _) = try_against(hostile_server(Some(response(status, r#"{"error":"nope","code":2}"#))));
         assert_eq!(err.code(), "BACKEND", "{status}: {err}");
     }
+    // A backend that echoes our Authorization header back in its error.
+    let echo = format!(r#"{{"error":"{} unauthorized: Bearer SENTINEL-SECRET-1234","code":16}}"#, "x".repeat(10));
+    let (err, _) = try_against(hostile_server(Some(response("401 Unauthorized", &echo))));
+    assert_eq!(err.code(), "BACKEND", "{err}");
 }
 
 #[test]

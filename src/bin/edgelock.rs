@@ -5,8 +5,9 @@ use std::io::Write;
 use std::process::{Child, Command, ExitStatus};
 use std::time::{Duration, Instant};
 
-use edgelock::core::{AcquireOptions, LockStatus, Wait};
-use edgelock::native::{Client, EtcdConfig, Lock};
+use edgelock::core::redis::{RedisConfig, RedisMachine, RedisNode, RedlockConfig, RedlockMachine};
+use edgelock::core::{AcquireOptions, LockMachine, LockStatus, Wait};
+use edgelock::native::{Client, EtcdConfig, Lock, OsEntropy};
 use edgelock::LockError;
 
 const USAGE: &str = "\
@@ -30,9 +31,16 @@ order (one `waiter:` line each), or one JSON object with --json.
 OPTIONS:
     --etcd URLS       etcd gateway endpoint(s), comma-separated; http:// only
                       (the native client has no TLS)
-    --redis URLS      reserved for the Redis backend: not yet supported (exit 78)
+    --redis URLS      Redis node(s), comma-separated: one URL = single-node lock,
+                      several = Redlock over independent nodes. Each URL names
+                      its protocol: webdis+http://HOST:PORT (Webdis) or
+                      upstash+http://HOST:PORT (Upstash REST; the token comes
+                      from --token or $EDGELOCK_REDIS_TOKEN / $UPSTASH_REDIS_REST_TOKEN)
+    --token T         Upstash bearer token (prefer the environment variable:
+                      arguments are visible to other local users)
     --prefix P        key prefix (default: edgelock)
-    --ttl MS          session lease TTL in ms (default 10000, at least 1000);
+    --ttl MS          etcd: session lease TTL; Redis: lock TTL, renewed at TTL/3
+                      (ms, default 10000; etcd: at least 1000);
                       a crashed holder's lock frees up after at most this long;
                       requests time out after min(5000, MS/2) ms
     --wait MS         give up after waiting MS ms for the lock (default: forever)
@@ -52,7 +60,6 @@ EXIT CODES:
     73    run --try: the lock is held by someone else
     74    run --wait: timed out waiting for the lock
     75    run: the lock was lost while the command ran (the command was killed)
-    78    the requested backend is not supported by this build (--redis)
     126   run: the command could not be executed; 127: it was not found
     The command's own codes may coincide with these; use --try/--wait
     consciously if you need to tell them apart.
@@ -68,7 +75,6 @@ const EX_SOFTWARE: i32 = 70;
 const EX_BUSY: i32 = 73;
 const EX_WAIT_TIMEOUT: i32 = 74;
 const EX_LOST: i32 = 75;
-const EX_UNSUPPORTED_BACKEND: i32 = 78;
 const EX_CANNOT_EXECUTE: i32 = 126;
 const EX_NOT_FOUND: i32 = 127;
 
@@ -139,13 +145,13 @@ fn run_cli(args: Vec<String>) -> i32 {
 
 enum Backend {
     Etcd(Vec<String>),
-    /// Reserved for the Redis / Redlock backend (issue 3).
-    #[allow(dead_code)] // the endpoints are read once that backend is wired
+    /// One node: the single-node lock; several: Redlock.
     Redis(Vec<String>),
 }
 
 struct Options {
     backend: Backend,
+    token: Option<String>,
     prefix: Option<String>,
     ttl_ms: Option<u64>,
     wait_ms: Option<u64>,
@@ -161,6 +167,7 @@ fn parse(args: &[String], is_run: bool) -> Result<Options, Exit> {
     let (mut prefix, mut ttl_ms, mut wait_ms) = (None, None, None);
     let (mut try_only, mut json) = (false, false);
     let mut headers = Vec::new();
+    let mut token = None;
     let mut names = Vec::new();
     let mut command = Vec::new();
     let mut i = 0;
@@ -203,6 +210,7 @@ fn parse(args: &[String], is_run: bool) -> Result<Options, Exit> {
                 backend = Some(if flag == "--etcd" { Backend::Etcd(urls) } else { Backend::Redis(urls) });
             }
             "--prefix" => prefix = Some(value("a prefix")?),
+            "--token" => token = Some(value("a token")?),
             "--ttl" if is_run => ttl_ms = Some(parse_ms("--ttl", &value("milliseconds")?)?),
             "--wait" if is_run => wait_ms = Some(parse_ms("--wait", &value("milliseconds")?)?),
             "--try" if is_run && inline.is_none() => try_only = true,
@@ -217,7 +225,7 @@ fn parse(args: &[String], is_run: bool) -> Result<Options, Exit> {
             _ => return Err(Exit::usage(format!("unknown option {flag:?}"))),
         }
     }
-    let backend = backend.ok_or_else(|| Exit::usage("--etcd URL is required"))?;
+    let backend = backend.ok_or_else(|| Exit::usage("--etcd URL or --redis URL is required"))?;
     if try_only && wait_ms.is_some() {
         return Err(Exit::usage("--try and --wait exclude each other"));
     }
@@ -232,7 +240,7 @@ fn parse(args: &[String], is_run: bool) -> Result<Options, Exit> {
     if !is_run && !command.is_empty() {
         return Err(Exit::usage("`status` takes no command"));
     }
-    Ok(Options { backend, prefix, ttl_ms, wait_ms, try_only, json, headers, name, command })
+    Ok(Options { backend, token, prefix, ttl_ms, wait_ms, try_only, json, headers, name, command })
 }
 
 fn parse_ms(flag: &str, v: &str) -> Result<u64, Exit> {
@@ -255,11 +263,52 @@ fn connect(o: &Options) -> Result<Client, Exit> {
             cfg.headers = o.headers.clone();
             Client::etcd(cfg).map_err(|e| Exit::lock(&e))
         }
-        Backend::Redis(_) => Err(Exit {
-            code: EX_UNSUPPORTED_BACKEND,
-            message: "the Redis backend (--redis) is not yet supported by this build; use --etcd".into(),
-        }),
+        Backend::Redis(urls) => {
+            let token = o
+                .token
+                .clone()
+                .or_else(|| std::env::var("EDGELOCK_REDIS_TOKEN").ok())
+                .or_else(|| std::env::var("UPSTASH_REDIS_REST_TOKEN").ok());
+            let nodes = urls.iter().map(|u| redis_node(u, token.as_deref())).collect::<Result<Vec<_>, _>>()?;
+            let machine: Box<dyn LockMachine + Send> = if let [node] = nodes.as_slice() {
+                let mut cfg = RedisConfig::new(node.clone());
+                if let Some(p) = &o.prefix {
+                    cfg.prefix = p.clone();
+                }
+                if let Some(t) = o.ttl_ms {
+                    cfg.ttl_ms = t;
+                    cfg.request_timeout_ms = cfg.request_timeout_ms.min(t / 2).max(1);
+                }
+                Box::new(RedisMachine::new(cfg, Box::new(OsEntropy)).map_err(|e| Exit::lock(&e))?)
+            } else {
+                let mut cfg = RedlockConfig::new(nodes);
+                if let Some(p) = &o.prefix {
+                    cfg.prefix = p.clone();
+                }
+                if let Some(t) = o.ttl_ms {
+                    cfg.ttl_ms = t;
+                    cfg.request_timeout_ms = cfg.request_timeout_ms.min(t / 4).max(1);
+                }
+                Box::new(RedlockMachine::new(cfg, Box::new(OsEntropy)).map_err(|e| Exit::lock(&e))?)
+            };
+            Client::try_from_machine(machine).map_err(|e| Exit::lock(&e))
+        }
     }
+}
+
+/// `webdis+http://…` or `upstash+http(s)://…` → a node of that protocol.
+fn redis_node(url: &str, token: Option<&str>) -> Result<RedisNode, Exit> {
+    if let Some(rest) = url.strip_prefix("webdis+") {
+        return Ok(RedisNode::webdis(rest));
+    }
+    if let Some(rest) = url.strip_prefix("upstash+") {
+        let token = token.ok_or_else(|| Exit::usage("an upstash+ URL needs a token: --token or $EDGELOCK_REDIS_TOKEN"))?;
+        return Ok(RedisNode::upstash(rest, token));
+    }
+    Err(Exit::usage(format!(
+        "--redis URL {:?} must name its protocol: webdis+http://HOST:PORT or upstash+http://HOST:PORT",
+        url.chars().take(80).collect::<String>()
+    )))
 }
 
 fn cmd_status(o: &Options) -> Result<i32, Exit> {

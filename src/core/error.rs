@@ -93,15 +93,12 @@ impl std::error::Error for LockError {}
 /// at most 200 characters, control characters replaced, and any word that looks
 /// like a bearer credential or one of `secrets` removed.
 pub fn sanitize_detail(raw: &str, secrets: &[&str]) -> String {
-    let mut s: String = raw
-        .chars()
-        .take(200)
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect();
+    // Redact before truncating, so that no prefix of a secret survives a cut.
+    let mut s = raw.to_string();
     for secret in secrets {
         if secret.len() >= 4 && s.contains(secret) {
             s = s.replace(secret, "<redacted>");
         }
     }
-    s
+    s.chars().take(200).map(|c| if c.is_control() { ' ' } else { c }).collect()
 }

@@ -3,6 +3,7 @@
 //! reads, no sockets, no async runtime, no wasm-bindgen (see `machine` for the
 //! driver loop).
 
+pub mod budget;
 pub mod error;
 pub mod etcd;
 pub mod json_stream;

@@ -18,10 +18,11 @@ let etcd;
 let dir;
 let workerd;
 
+/** The native binary (the package's `bin/workerd` is a Node wrapper that would outlive a SIGTERM'd parent). */
 function workerdBin() {
   try {
-    const bin = join(dirname(require.resolve("workerd/package.json")), "bin", "workerd");
-    return existsSync(bin) ? bin : null;
+    const bin = require("workerd").default;
+    return typeof bin === "string" && existsSync(bin) ? bin : null;
   } catch {
     return null;
   }

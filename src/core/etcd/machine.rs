@@ -326,10 +326,20 @@ impl EtcdMachine {
         }
     }
 
-    fn backend_error(name: &str, f: Failure) -> LockError {
+    fn backend_error(&self, name: &str, f: Failure) -> LockError {
         match f {
             Failure::Transport(t) => LockError::Transport { backend: BACKEND, name: name.to_string(), message: t.to_string() },
-            Failure::Gateway(g) => LockError::Backend { backend: BACKEND, name: name.to_string(), status: g.status(), message: g.message() },
+            Failure::Gateway(g) => {
+                // A backend (or a proxy) may echo our headers back: never let
+                // a configured header value reach an error message.
+                let secrets: Vec<&str> = self
+                    .headers
+                    .iter()
+                    .flat_map(|(_, v)| std::iter::once(v.as_str()).chain(v.split_whitespace()))
+                    .collect();
+                let message = crate::core::error::sanitize_detail(&g.message(), &secrets);
+                LockError::Backend { backend: BACKEND, name: name.to_string(), status: g.status(), message }
+            }
         }
     }
 
@@ -416,7 +426,7 @@ impl EtcdMachine {
                 Failure::Transport(t) => Failure::Transport(t.clone()),
                 Failure::Gateway(g) => Failure::Gateway(g.clone()),
             };
-            self.finish_acquire(now, op, Ending::Error(Self::backend_error(&name, copy)));
+            self.finish_acquire(now, op, Ending::Error(self.backend_error(&name, copy)));
         }
     }
 
@@ -688,7 +698,7 @@ impl EtcdMachine {
                     self.acquire_step(now, op)
                 }
                 Err(f) => {
-                    let err = Self::backend_error(&name, f);
+                    let err = self.backend_error(&name, f);
                     self.finish_acquire(now, op, Ending::Error(err))
                 }
             };
@@ -702,7 +712,7 @@ impl EtcdMachine {
                 return;
             }
             Err(f) => {
-                let err = Self::backend_error(&name, f);
+                let err = self.backend_error(&name, f);
                 return self.cleanup(now, op, Ending::Error(err));
             }
         };
@@ -980,7 +990,7 @@ impl EtcdMachine {
                         if let Some(h) = self.locks.remove(&lock) {
                             self.orphans.push(Orphan { name: h.name, key: h.key, rev: Some(h.rev), lease: h.lease, retry_at: now + ORPHAN_RETRY_MS, req: None });
                         }
-                        self.out.event(Event::Failed { op, error: Self::backend_error(&name, f) });
+                        self.out.event(Event::Failed { op, error: self.backend_error(&name, f) });
                     }
                 }
             }
@@ -1010,7 +1020,7 @@ impl EtcdMachine {
                         }
                         Err(Err(f)) => {
                             self.ops.remove(&op);
-                            self.out.event(Event::Failed { op, error: Self::backend_error(&name, f) });
+                            self.out.event(Event::Failed { op, error: self.backend_error(&name, f) });
                         }
                     },
                     ExtendPhase::CheckKey => {
@@ -1028,7 +1038,7 @@ impl EtcdMachine {
                                 self.out.event(Event::Failed { op, error: LockError::Lost { backend: BACKEND, name, reason: LostReason::KeyGone.to_string() } });
                                 self.lose_lock(now, lock, LostReason::KeyGone);
                             }
-                            Err(f) => self.out.event(Event::Failed { op, error: Self::backend_error(&name, f) }),
+                            Err(f) => self.out.event(Event::Failed { op, error: self.backend_error(&name, f) }),
                         }
                     }
                 }
@@ -1050,7 +1060,7 @@ impl EtcdMachine {
                             }
                         }
                         Ok(_) => self.fail_op(now, op, lost("the key no longer exists")),
-                        Err(f) => self.fail_op(now, op, Self::backend_error(&handle.name, f)),
+                        Err(f) => self.fail_op(now, op, self.backend_error(&handle.name, f)),
                     },
                     ResumePhase::KeepAlive => match self.apply_keepalive(lease, sent_at, result) {
                         Ok(expires_at) => {
@@ -1068,7 +1078,7 @@ impl EtcdMachine {
                         }
                         Err(Err(f)) => {
                             self.drop_lease_if_unused(lease, op);
-                            self.fail_op(now, op, Self::backend_error(&handle.name, f))
+                            self.fail_op(now, op, self.backend_error(&handle.name, f))
                         }
                     },
                 }
@@ -1105,7 +1115,7 @@ impl EtcdMachine {
                                 }
                             }
                         }
-                        Err(f) => self.fail_op(now, op, Self::backend_error(&name, f)),
+                        Err(f) => self.fail_op(now, op, self.backend_error(&name, f)),
                     },
                     Some(mut st) => {
                         self.ops.remove(&op);

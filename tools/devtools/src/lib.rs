@@ -10,6 +10,8 @@
 //! - [`Webdis`]: `/usr/bin/webdis` in front of a Redis.
 //! - [`UpstashGateway`]: a local Upstash-REST-compatible gateway (see
 //!   [`gateway`]); also the `upstash-gateway` binary.
+//! - [`FencedResource`]: a tiny HTTP resource that rejects stale fencing
+//!   tokens and logs every attempt; also the `fenced-resource` binary.
 //! - [`Env`]: all of the above at once; also the `testenv` binary, which
 //!   prints the URLs as one JSON line for Node tests and benchmarks.
 //!
@@ -18,6 +20,7 @@
 pub mod base64;
 pub mod env;
 pub mod etcd;
+pub mod fenced;
 pub mod gateway;
 pub mod http1;
 pub mod port;
@@ -29,6 +32,7 @@ pub mod webdis;
 
 pub use env::{Env, EnvBuilder};
 pub use etcd::{EtcdCluster, EtcdOptions, EtcdServer, EtcdStatus};
+pub use fenced::FencedResource;
 pub use gateway::{GatewayConfig, UpstashGateway};
 pub use http1::{http_request, HttpResponse};
 pub use port::{free_port, free_ports};

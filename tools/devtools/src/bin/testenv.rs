@@ -3,6 +3,7 @@
 //!
 //! Usage: testenv [--etcd N] [--redis N] [--webdis] [--gateway]
 //!                [--token TOKEN | --no-auth] [--cors | --no-cors] [--lease-checkpoint]
+//!                [--fenced]
 //!
 //! Prints one JSON line with every URL, port and pid to stdout once all
 //! servers answer, then runs until stdin is closed or it gets SIGTERM /
@@ -10,15 +11,16 @@
 //! etcd gets `--cors '*'` unless `--no-cors`; webdis and the gateways always
 //! answer CORS. Gateways require `--token` (or `EDGELOCK_TESTENV_TOKEN`); if
 //! neither is given a random token is generated and printed as `"token"`.
+//! `--fenced` also starts a fenced resource (`fenced_url` in the JSON line).
 
 use std::io::{Read, Write};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use edgelock_devtools::{Env, EtcdOptions};
+use edgelock_devtools::{Env, EtcdOptions, FencedResource};
 
-const USAGE: &str = "usage: testenv [--etcd N] [--redis N] [--webdis] [--gateway] [--token T | --no-auth] [--cors | --no-cors] [--lease-checkpoint]";
+const USAGE: &str = "usage: testenv [--etcd N] [--redis N] [--webdis] [--gateway] [--token T | --no-auth] [--cors | --no-cors] [--lease-checkpoint] [--fenced]";
 
 static STOP: AtomicBool = AtomicBool::new(false);
 
@@ -71,6 +73,7 @@ fn main() -> ExitCode {
         .ok()
         .filter(|t| !t.is_empty());
     let mut no_auth = false;
+    let mut fenced = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let r: Result<(), String> = match a.as_str() {
@@ -98,6 +101,10 @@ fn main() -> ExitCode {
             }
             "--cors" | "--no-cors" => {
                 etcd_opts.cors = a == "--cors";
+                Ok(())
+            }
+            "--fenced" => {
+                fenced = true;
                 Ok(())
             }
             "--lease-checkpoint" => {
@@ -129,7 +136,17 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let fenced = match fenced.then(FencedResource::start).transpose() {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("testenv: fenced resource: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let mut line = env.describe();
+    if let Some(f) = &fenced {
+        line["fenced_url"] = serde_json::Value::String(f.url());
+    }
     if generated && !env.gateways.is_empty() {
         line["token"] = serde_json::Value::String(token);
     }
@@ -146,6 +163,7 @@ fn main() -> ExitCode {
     while !STOP.load(Ordering::SeqCst) {
         std::thread::sleep(Duration::from_millis(50));
     }
+    drop(fenced);
     drop(env);
     ExitCode::SUCCESS
 }

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The Worker's tests: builds the Worker (scripts/build-worker.sh) and the
+# devtools binaries, then runs tests/worker in Node: the built Worker in
+# workerd through Miniflare's API, against real etcd, Redis behind webdis and
+# the local Upstash gateway, Redlock over three nodes, and the fenced resource
+# (all started by the devtools `testenv` on loopback, stopped afterwards).
+#
+# Needs: etcd, redis-server, webdis (Debian packages), node >= 20, npm.
+# Nothing is fetched but crates and npm packages; nothing calls Cloudflare.
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$root/target}
+export PATH="$HOME/.cargo/bin:$PATH"
+export WRANGLER_SEND_METRICS=false CLOUDFLARE_CF_FETCH_ENABLED=false
+
+# EDGELOCK_WORKER_SKIP_BUILD=1 reuses an existing build/ (quick iteration on tests).
+if [ "${EDGELOCK_WORKER_SKIP_BUILD:-}" = 1 ] && [ -f build/index.js ]; then
+  echo "== using the existing build/ (EDGELOCK_WORKER_SKIP_BUILD=1)"
+else
+  echo "== building the Worker"
+  bash scripts/build-worker.sh
+fi
+
+echo "== devtools (testenv: etcd / redis-server / webdis / Upstash gateway / fenced resource)"
+cargo build --quiet -p edgelock-devtools --bins
+
+cd tests/worker
+if [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
+  npm ci --no-audit --no-fund --loglevel=error
+fi
+echo "== node --test (tests/worker)"
+EDGELOCK_DEVTOOLS_NO_BUILD=1 node --test --test-concurrency=1 "$@"

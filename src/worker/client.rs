@@ -1,0 +1,142 @@
+//! One lock client per Worker invocation.
+//!
+//! The transport is the JavaScript driver of the npm package
+//! ([`crate::js::Driver`]): the runtime's `fetch` with an `AbortController`
+//! per request (aborted on the core's `Transmit::Cancel`), `setTimeout` for
+//! the core's timers and the runtime clock for `now`. In workerd that clock
+//! stands still while code runs and moves on across I/O, so every `now` the
+//! core sees is taken right after the I/O that preceded it: validity is
+//! measured across the requests themselves, which is what the core's
+//! "expires from when the establishing request was sent" arithmetic needs.
+//!
+//! The machine is wrapped in [`Budgeted`] so that the invocation never
+//! exceeds its subrequest budget, and `fetch` itself is counted so that the
+//! Worker can report how many subrequests the lock really made.
+
+use std::cell::Cell;
+use std::rc::Rc;
+
+use js_sys::{Function, Reflect};
+use wasm_bindgen::closure::Closure;
+use wasm_bindgen::{JsCast, JsValue};
+
+use super::config::{Backend, Config};
+use crate::core::budget::Budgeted;
+use crate::core::etcd::EtcdMachine;
+use crate::core::redis::{RedisMachine, RedlockMachine};
+use crate::core::{
+    AcquireOptions, LockError, LockHandle, LockId, LockInfo, LockMachine, LockStatus,
+};
+use crate::js::{Driver, JsEntropy, OpOutput};
+
+/// How an acquire ended when it did not fail.
+pub enum Acquired {
+    Held(LockInfo),
+    /// `ifAvailable` found it held by someone else.
+    Busy,
+}
+
+pub struct LockClient {
+    driver: Driver,
+    fetches: Rc<Cell<u32>>,
+}
+
+impl LockClient {
+    /// `budget`: subrequests the lock may use in this invocation.
+    pub fn new(config: &Config, budget: u32) -> Result<LockClient, LockError> {
+        let entropy = Box::new(JsEntropy::new()?);
+        let reserve = config.backend.cleanup_requests();
+        let machine: Box<dyn LockMachine> = match &config.backend {
+            Backend::Etcd(c) => Box::new(Budgeted::new(
+                EtcdMachine::new(c.clone(), entropy)?,
+                budget,
+                reserve,
+            )),
+            Backend::Redis(c) => Box::new(Budgeted::new(
+                RedisMachine::new(c.clone(), entropy)?,
+                budget,
+                reserve,
+            )),
+            Backend::Redlock(c) => Box::new(Budgeted::new(
+                RedlockMachine::new(c.clone(), entropy)?,
+                budget,
+                reserve,
+            )),
+        };
+        let fetches = Rc::new(Cell::new(0));
+        let fetch = counting_fetch(fetches.clone())?;
+        let driver = Driver::new(machine, Some(fetch))?;
+        Ok(LockClient { driver, fetches })
+    }
+
+    /// Subrequests the lock has made so far.
+    pub fn subrequests(&self) -> u32 {
+        self.fetches.get()
+    }
+
+    /// Milliseconds since the Unix epoch for a time on the driver's clock.
+    pub fn to_epoch_ms(&self, at: crate::core::Millis) -> f64 {
+        self.driver.to_epoch_ms(at)
+    }
+
+    pub async fn acquire(&self, name: &str, opts: &AcquireOptions) -> Result<Acquired, LockError> {
+        let (_, done) = self.driver.acquire(name, opts)?;
+        match done.await? {
+            OpOutput::Acquired(lock) => Ok(Acquired::Held(lock)),
+            OpOutput::NotAcquired => Ok(Acquired::Busy),
+            _ => Err(unexpected()),
+        }
+    }
+
+    pub async fn resume(&self, handle: &LockHandle) -> Result<LockInfo, LockError> {
+        let (_, done) = self.driver.resume(handle)?;
+        match done.await? {
+            OpOutput::Acquired(lock) => Ok(lock),
+            _ => Err(unexpected()),
+        }
+    }
+
+    /// `Ok(false)` when the lock had already been lost.
+    pub async fn release(&self, lock: LockId) -> Result<bool, LockError> {
+        match self.driver.release(lock)?.await? {
+            OpOutput::Released { held_until_release } => Ok(held_until_release),
+            _ => Err(unexpected()),
+        }
+    }
+
+    pub async fn inspect(&self, name: &str) -> Result<LockStatus, LockError> {
+        match self.driver.inspect(name)?.await? {
+            OpOutput::Inspected(status) => Ok(status),
+            _ => Err(unexpected()),
+        }
+    }
+
+    /// Ends the session (etcd revokes its lease). Errors are not interesting
+    /// at this point: whatever is left expires with its lease or TTL.
+    pub async fn close(&self) {
+        if let Ok(done) = self.driver.close() {
+            let _ = done.await;
+        }
+    }
+}
+
+fn unexpected() -> LockError {
+    LockError::invalid("the lock client answered an operation with another operation's result")
+}
+
+/// `globalThis.fetch`, counted. Called by the driver with `this` = globalThis.
+fn counting_fetch(count: Rc<Cell<u32>>) -> Result<Function, LockError> {
+    let global = js_sys::global();
+    let fetch = Reflect::get(&global, &JsValue::from_str("fetch")).unwrap_or(JsValue::UNDEFINED);
+    let Some(fetch) = fetch.dyn_ref::<Function>().cloned() else {
+        return Err(LockError::invalid("this runtime has no globalThis.fetch"));
+    };
+    let wrapper = Closure::<dyn FnMut(JsValue, JsValue) -> Result<JsValue, JsValue>>::new(
+        move |url: JsValue, init: JsValue| {
+            count.set(count.get().saturating_add(1));
+            fetch.call2(&js_sys::global(), &url, &init)
+        },
+    );
+    // Owned by the JS function from here on (freed with it).
+    Ok(wrapper.into_js_value().unchecked_into())
+}

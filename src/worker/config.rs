@@ -1,0 +1,221 @@
+//! The Worker's configuration, read from its environment (`[vars]` in
+//! `wrangler.toml`, secrets set with `wrangler secret put`):
+//!
+//! | binding | meaning |
+//! |---|---|
+//! | `EDGELOCK_BACKEND` | `etcd`, `redis` or `redlock` |
+//! | `EDGELOCK_ETCD_ENDPOINTS` | etcd gateway URLs, comma-separated |
+//! | `EDGELOCK_ETCD_AUTHORIZATION` | secret: `Authorization` header for etcd (optional) |
+//! | `EDGELOCK_REDIS_URL` | one node: `upstash+https://…` or `webdis+http://…` (a bare `http(s)://` URL is Upstash) |
+//! | `EDGELOCK_REDLOCK_NODES` | Redlock nodes, comma-separated, in the same form |
+//! | `EDGELOCK_REDIS_TOKEN` | secret: the Upstash REST token (node `i` of Redlock: `EDGELOCK_REDIS_TOKEN_<i>` first) |
+//! | `EDGELOCK_PREFIX`, `EDGELOCK_TTL_MS`, `EDGELOCK_REQUEST_TIMEOUT_MS` | lock key prefix, lock TTL (etcd: session lease TTL), per-request timeout |
+//! | `EDGELOCK_SUBREQUEST_BUDGET` | subrequests one invocation may make (default 50, the free plan's limit) |
+//! | `EDGELOCK_FENCED_URL` | the fenced resource the demo job writes to |
+//! | `EDGELOCK_JOB_MS` | how long the demo job works (default 20 ms) |
+//! | `EDGELOCK_DEFAULT_WAIT_MS` | wait of `POST /jobs/:name/run` without `waitMs`/`ifAvailable` (default 10000) |
+//! | `EDGELOCK_CRON_JOB`, `EDGELOCK_CRON_WAIT_MS` | job the cron trigger runs (default `cron`) and how long it waits for the lock (default 0: skip when busy) |
+//!
+//! Values are strings; numbers may also be given as numbers. Nothing here
+//! ever puts a value of a token binding into a message.
+
+use crate::core::etcd::EtcdConfig;
+use crate::core::redis::{RedisConfig, RedisNode, RedisProtocol, RedlockConfig};
+use crate::core::LockError;
+
+/// Which lock backend, with its client configuration.
+#[derive(Clone, Debug)]
+pub enum Backend {
+    Etcd(EtcdConfig),
+    Redis(RedisConfig),
+    Redlock(RedlockConfig),
+}
+
+impl Backend {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Backend::Etcd(_) => "etcd",
+            Backend::Redis(_) => "redis",
+            Backend::Redlock(_) => "redlock",
+        }
+    }
+
+    /// Requests kept back for releasing and cleaning up when the budget runs
+    /// low: one owner-checked delete per Redis node; etcd deletes the key and
+    /// revokes the invocation's session lease.
+    pub fn cleanup_requests(&self) -> u32 {
+        match self {
+            Backend::Etcd(_) => 2,
+            Backend::Redis(_) => 1,
+            Backend::Redlock(c) => c.nodes.len() as u32,
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub backend: Backend,
+    pub subrequest_budget: u32,
+    pub fenced_url: Option<String>,
+    pub job_ms: u64,
+    pub default_wait_ms: u64,
+    pub cron_job: String,
+    pub cron_wait_ms: u64,
+}
+
+pub const DEFAULT_SUBREQUEST_BUDGET: u32 = 50;
+/// Longest a request may ask to wait or work: a Worker invocation is not a daemon.
+pub const MAX_WAIT_MS: u64 = 15 * 60 * 1000;
+
+impl Config {
+    /// `var(name)` returns the binding's value as a string, if it is set.
+    pub fn from_vars(var: &dyn Fn(&str) -> Option<String>) -> Result<Config, LockError> {
+        let num = |name: &str, default: u64, max: u64| -> Result<u64, LockError> {
+            match var(name) {
+                None => Ok(default),
+                Some(v) => match v.trim().parse::<u64>() {
+                    Ok(n) if n <= max => Ok(n),
+                    _ => Err(LockError::invalid(format!(
+                        "{name} must be a whole number between 0 and {max}"
+                    ))),
+                },
+            }
+        };
+        let backend_name = var("EDGELOCK_BACKEND").unwrap_or_default();
+        let ttl = var("EDGELOCK_TTL_MS")
+            .map(|_| num("EDGELOCK_TTL_MS", 0, MAX_WAIT_MS))
+            .transpose()?;
+        let timeout = var("EDGELOCK_REQUEST_TIMEOUT_MS")
+            .map(|_| num("EDGELOCK_REQUEST_TIMEOUT_MS", 0, 600_000))
+            .transpose()?;
+        let prefix = var("EDGELOCK_PREFIX");
+        let backend = match backend_name.trim() {
+            "etcd" => {
+                let endpoints = list(&var("EDGELOCK_ETCD_ENDPOINTS").unwrap_or_default());
+                if endpoints.is_empty() {
+                    return Err(LockError::invalid(
+                        "EDGELOCK_ETCD_ENDPOINTS is required for the etcd backend",
+                    ));
+                }
+                let mut cfg = EtcdConfig::new(endpoints);
+                if let Some(auth) = var("EDGELOCK_ETCD_AUTHORIZATION") {
+                    cfg.headers.push(("Authorization".into(), auth));
+                }
+                if let Some(p) = prefix {
+                    cfg.prefix = p;
+                }
+                if let Some(t) = ttl {
+                    cfg.session_ttl_ms = t;
+                }
+                if let Some(t) = timeout {
+                    cfg.request_timeout_ms = t;
+                }
+                Backend::Etcd(cfg)
+            }
+            "redis" => {
+                let url = var("EDGELOCK_REDIS_URL").ok_or_else(|| {
+                    LockError::invalid("EDGELOCK_REDIS_URL is required for the redis backend")
+                })?;
+                let node = node(&url, var("EDGELOCK_REDIS_TOKEN"))?;
+                let mut cfg = RedisConfig::new(node);
+                if let Some(p) = prefix {
+                    cfg.prefix = p;
+                }
+                if let Some(t) = ttl {
+                    cfg.ttl_ms = t;
+                }
+                if let Some(t) = timeout {
+                    cfg.request_timeout_ms = t;
+                }
+                Backend::Redis(cfg)
+            }
+            "redlock" => {
+                let urls = list(&var("EDGELOCK_REDLOCK_NODES").unwrap_or_default());
+                if urls.is_empty() {
+                    return Err(LockError::invalid(
+                        "EDGELOCK_REDLOCK_NODES is required for the redlock backend",
+                    ));
+                }
+                let nodes = urls
+                    .iter()
+                    .enumerate()
+                    .map(|(i, u)| {
+                        node(
+                            u,
+                            var(&format!("EDGELOCK_REDIS_TOKEN_{i}"))
+                                .or_else(|| var("EDGELOCK_REDIS_TOKEN")),
+                        )
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                let mut cfg = RedlockConfig::new(nodes);
+                if let Some(p) = prefix {
+                    cfg.prefix = p;
+                }
+                if let Some(t) = ttl {
+                    cfg.ttl_ms = t;
+                }
+                if let Some(t) = timeout {
+                    cfg.request_timeout_ms = t;
+                }
+                Backend::Redlock(cfg)
+            }
+            _ => {
+                return Err(LockError::invalid(
+                    "EDGELOCK_BACKEND must be etcd, redis or redlock",
+                ))
+            }
+        };
+        Ok(Config {
+            backend,
+            subrequest_budget: num(
+                "EDGELOCK_SUBREQUEST_BUDGET",
+                DEFAULT_SUBREQUEST_BUDGET as u64,
+                100_000,
+            )? as u32,
+            fenced_url: var("EDGELOCK_FENCED_URL")
+                .map(|u| u.trim().trim_end_matches('/').to_string())
+                .filter(|u| !u.is_empty()),
+            job_ms: num("EDGELOCK_JOB_MS", 20, MAX_WAIT_MS)?,
+            default_wait_ms: num("EDGELOCK_DEFAULT_WAIT_MS", 10_000, MAX_WAIT_MS)?,
+            cron_job: var("EDGELOCK_CRON_JOB")
+                .filter(|j| !j.trim().is_empty())
+                .unwrap_or_else(|| "cron".into()),
+            cron_wait_ms: num("EDGELOCK_CRON_WAIT_MS", 0, MAX_WAIT_MS)?,
+        })
+    }
+}
+
+fn list(v: &str) -> Vec<String> {
+    v.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(String::from)
+        .collect()
+}
+
+/// `upstash+https://…`, `webdis+http://…`, or a bare URL (Upstash).
+fn node(spec: &str, token: Option<String>) -> Result<RedisNode, LockError> {
+    let spec = spec.trim();
+    let (protocol, url) = if let Some(u) = spec.strip_prefix("webdis+") {
+        (RedisProtocol::Webdis, u)
+    } else if let Some(u) = spec.strip_prefix("upstash+") {
+        (RedisProtocol::Upstash, u)
+    } else if spec.starts_with("http://") || spec.starts_with("https://") {
+        (RedisProtocol::Upstash, spec)
+    } else {
+        return Err(LockError::invalid(
+            "Redis node URLs must look like upstash+https://… or webdis+http://…",
+        ));
+    };
+    // Webdis takes no token here (its ACL user:password would be a separate
+    // setting); an Upstash node without one is refused by the core.
+    let token = match protocol {
+        RedisProtocol::Upstash => token,
+        RedisProtocol::Webdis => None,
+    };
+    Ok(RedisNode {
+        url: url.to_string(),
+        protocol,
+        token,
+    })
+}

@@ -1,0 +1,377 @@
+//! The HTTP API and the cron job, on plain data: a request's method, path,
+//! query and body in, a status and a JSON body out. Every lock decision is
+//! the core's; this only converts arguments and results.
+//!
+//! - `POST /jobs/:name/run` — acquire (`waitMs`, `ifAvailable`, `ttlMs`,
+//!   `jobMs` from the query or a JSON body), run the demo job with the fencing
+//!   token, release. 200 with the token; 409 `BUSY` when `ifAvailable` found
+//!   it held; 504 `TIMEOUT`; 503 `BUDGET`; 502 for backend failures; 409
+//!   `FENCED` if the resource refused the token.
+//! - `POST /jobs/:name/start` — acquire and answer the lock's handle without
+//!   releasing (the first half of a job that spans two invocations);
+//!   `POST /jobs/:name/finish` with that handle as body — resume, run the
+//!   job, release.
+//! - `GET /locks/:name` — holder, fencing token, expiry and waiters where the
+//!   backend can tell.
+
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::client::{Acquired, LockClient};
+use super::config::{Config, MAX_WAIT_MS};
+use super::job::{self, JOB_SUBREQUESTS};
+use crate::core::{AcquireOptions, LockError, LockHandle, LockInfo, Wait};
+
+pub struct Reply {
+    pub status: u16,
+    pub body: Value,
+}
+
+impl Reply {
+    fn ok(body: Value) -> Reply {
+        Reply { status: 200, body }
+    }
+
+    fn coded(status: u16, code: &str, message: impl Into<String>) -> Reply {
+        Reply {
+            status,
+            body: json!({ "error": message.into(), "code": code }),
+        }
+    }
+
+    pub fn lock_error(e: &LockError) -> Reply {
+        Reply::coded(status_of(e), e.code(), e.to_string())
+    }
+
+    fn with(mut self, key: &str, value: Value) -> Reply {
+        if let Value::Object(map) = &mut self.body {
+            map.insert(key.to_string(), value);
+        }
+        self
+    }
+}
+
+/// The HTTP status for a lock error.
+pub fn status_of(e: &LockError) -> u16 {
+    match e.code() {
+        "INVALID_ARGUMENT" => 400,
+        "LOST" | "NOT_HELD" => 409,
+        "BUDGET" => 503,
+        "TIMEOUT" => 504,
+        "BACKEND" | "TRANSPORT" | "NO_QUORUM" => 502,
+        _ => 500,
+    }
+}
+
+/// Options of a job run, from the query string and/or a JSON body.
+#[derive(Deserialize, Default, Debug)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RunOptions {
+    pub wait_ms: Option<u64>,
+    pub if_available: Option<bool>,
+    pub ttl_ms: Option<u64>,
+    pub job_ms: Option<u64>,
+}
+
+impl RunOptions {
+    fn parse(query: &str, body: &[u8]) -> Result<RunOptions, LockError> {
+        let mut opts: RunOptions = if body.iter().all(u8::is_ascii_whitespace) {
+            RunOptions::default()
+        } else {
+            serde_json::from_slice(body).map_err(|_| {
+                LockError::invalid(
+                    "the body must be a JSON object with waitMs, ifAvailable, ttlMs or jobMs",
+                )
+            })?
+        };
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, "true"));
+            let number = || {
+                v.parse::<u64>()
+                    .ok()
+                    .filter(|n| *n <= MAX_WAIT_MS)
+                    .ok_or_else(|| {
+                        LockError::invalid(format!(
+                            "{k} must be a whole number of milliseconds up to {MAX_WAIT_MS}"
+                        ))
+                    })
+            };
+            match k {
+                "waitMs" => opts.wait_ms = Some(number()?),
+                "ttlMs" => opts.ttl_ms = Some(number()?),
+                "jobMs" => opts.job_ms = Some(number()?),
+                "ifAvailable" => opts.if_available = Some(matches!(v, "" | "1" | "true")),
+                _ => {
+                    return Err(LockError::invalid(
+                        "unknown query parameter (waitMs, ifAvailable, ttlMs, jobMs)",
+                    ))
+                }
+            }
+        }
+        for v in [opts.wait_ms, opts.job_ms, opts.ttl_ms]
+            .into_iter()
+            .flatten()
+        {
+            if v > MAX_WAIT_MS {
+                return Err(LockError::invalid(format!(
+                    "waitMs, ttlMs and jobMs must be at most {MAX_WAIT_MS}"
+                )));
+            }
+        }
+        Ok(opts)
+    }
+
+    fn acquire_options(&self, default_wait_ms: u64) -> AcquireOptions {
+        let wait = if self.if_available == Some(true) {
+            Wait::Try
+        } else {
+            Wait::For(self.wait_ms.unwrap_or(default_wait_ms))
+        };
+        AcquireOptions {
+            wait,
+            ttl_ms: self.ttl_ms,
+        }
+    }
+}
+
+/// Routes one HTTP request.
+pub async fn handle(
+    cfg: &Config,
+    method: &str,
+    path: &str,
+    query: &str,
+    body: &[u8],
+    invocation: &str,
+) -> Reply {
+    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+    match (method, segments.as_slice()) {
+        ("GET", [""]) => Reply::ok(json!({
+            "service": "edgelock job coordinator",
+            "backend": cfg.backend.name(),
+            "subrequestBudget": cfg.subrequest_budget,
+            "routes": ["POST /jobs/:name/run", "POST /jobs/:name/start", "POST /jobs/:name/finish", "GET /locks/:name"],
+        })),
+        ("POST", ["jobs", name, action @ ("run" | "start" | "finish")]) => {
+            let name = match decode_segment(name) {
+                Ok(n) => n,
+                Err(e) => return Reply::lock_error(&e),
+            };
+            match *action {
+                "run" | "start" => match RunOptions::parse(query, body) {
+                    Ok(opts) if *action == "run" => run_job(cfg, &name, &opts, invocation).await,
+                    Ok(opts) => start_job(cfg, &name, &opts).await,
+                    Err(e) => Reply::lock_error(&e),
+                },
+                _ => finish_job(cfg, &name, body, invocation).await,
+            }
+        }
+        ("GET", ["locks", name]) => match decode_segment(name) {
+            Ok(name) => lock_status(cfg, &name).await,
+            Err(e) => Reply::lock_error(&e),
+        },
+        (_, ["jobs", _, "run" | "start" | "finish"]) | (_, ["locks", _]) | (_, [""]) => {
+            Reply::coded(405, "METHOD_NOT_ALLOWED", "method not allowed")
+        }
+        _ => Reply::coded(
+            404,
+            "NOT_FOUND",
+            "no such route: POST /jobs/:name/run|start|finish, GET /locks/:name",
+        ),
+    }
+}
+
+fn client(cfg: &Config) -> Result<LockClient, LockError> {
+    LockClient::new(cfg, cfg.subrequest_budget.saturating_sub(JOB_SUBREQUESTS))
+}
+
+fn subrequests(cfg: &Config, lock: u32, job: u32) -> Value {
+    json!({ "lock": lock, "job": job, "total": lock + job, "budget": cfg.subrequest_budget })
+}
+
+/// Acquire, run, release: the body of `POST /jobs/:name/run` and of the cron trigger.
+pub async fn run_job(cfg: &Config, name: &str, opts: &RunOptions, invocation: &str) -> Reply {
+    let client = match client(cfg) {
+        Ok(c) => c,
+        Err(e) => return Reply::lock_error(&e),
+    };
+    let acquired = client
+        .acquire(name, &opts.acquire_options(cfg.default_wait_ms))
+        .await;
+    let lock = match acquired {
+        Ok(Acquired::Held(lock)) => lock,
+        Ok(Acquired::Busy) => {
+            client.close().await;
+            return Reply::coded(
+                409,
+                "BUSY",
+                format!("job {name:?} is running in another invocation"),
+            )
+            .with("subrequests", subrequests(cfg, client.subrequests(), 0));
+        }
+        Err(e) => {
+            client.close().await;
+            return Reply::lock_error(&e)
+                .with("subrequests", subrequests(cfg, client.subrequests(), 0));
+        }
+    };
+    run_held(cfg, &client, name, lock, opts.job_ms, invocation).await
+}
+
+/// Runs the job under a held lock, then releases it and closes the client.
+async fn run_held(
+    cfg: &Config,
+    client: &LockClient,
+    name: &str,
+    lock: LockInfo,
+    job_ms: Option<u64>,
+    invocation: &str,
+) -> Reply {
+    let token = lock.fencing_token;
+    let expires_at = client.to_epoch_ms(lock.expires_at);
+    let ran = job::run(
+        cfg.fenced_url.as_deref(),
+        name,
+        token,
+        job_ms.unwrap_or(cfg.job_ms),
+        invocation,
+    )
+    .await;
+    let released = client.release(lock.id).await;
+    client.close().await;
+    let (job_subrequests, reply) = match ran {
+        Err(e) => (e.subrequests, Reply::coded(502, "RESOURCE", e.message)),
+        Ok(run) => {
+            let body = json!({
+                "job": name,
+                "token": token.to_string(),
+                "started": run.started,
+                "finished": run.finished,
+                "accepted": run.accepted,
+                "expiresAt": expires_at,
+                "invocation": invocation,
+            });
+            let reply = if run.accepted == Some(false) {
+                Reply { status: 409, body }
+                    .with("code", json!("FENCED"))
+                    .with("error", json!("the resource refused the fencing token"))
+            } else {
+                Reply::ok(body)
+            };
+            (run.subrequests, reply)
+        }
+    };
+    let released = match released {
+        Ok(held) => json!({ "released": true, "heldUntilRelease": held }),
+        Err(e) => json!({ "released": false, "code": e.code(), "error": e.to_string() }),
+    };
+    reply
+        .with("token", json!(token.to_string()))
+        .with("release", released)
+        .with(
+            "subrequests",
+            subrequests(cfg, client.subrequests(), job_subrequests),
+        )
+}
+
+/// Acquire and hand out the handle; the lock stays held (until its lease or
+/// TTL runs out) for a later invocation to resume.
+async fn start_job(cfg: &Config, name: &str, opts: &RunOptions) -> Reply {
+    let client = match client(cfg) {
+        Ok(c) => c,
+        Err(e) => return Reply::lock_error(&e),
+    };
+    let reply = match client
+        .acquire(name, &opts.acquire_options(cfg.default_wait_ms))
+        .await
+    {
+        Ok(Acquired::Held(lock)) => Reply::ok(json!({
+            "job": name,
+            "token": lock.fencing_token.to_string(),
+            "expiresAt": client.to_epoch_ms(lock.expires_at),
+            "handle": serde_json::to_value(&lock.handle).unwrap_or(Value::Null),
+        })),
+        Ok(Acquired::Busy) => Reply::coded(
+            409,
+            "BUSY",
+            format!("job {name:?} is running in another invocation"),
+        ),
+        Err(e) => Reply::lock_error(&e),
+    };
+    // No close: closing would release the lock. Dropping the client stops
+    // its timers and requests; the backend keeps the lock for its TTL.
+    reply.with("subrequests", subrequests(cfg, client.subrequests(), 0))
+}
+
+/// The handle, as `POST /jobs/:name/start` returned it (`{"handle": …}`) or bare.
+fn parse_handle(body: &[u8]) -> Result<LockHandle, LockError> {
+    let value: Value = serde_json::from_slice(body)
+        .map_err(|_| LockError::invalid("the body must be the JSON lock handle"))?;
+    let handle = value.get("handle").cloned().unwrap_or(value);
+    serde_json::from_value(handle)
+        .map_err(|_| LockError::invalid("the body is not a lock handle (as returned by /start)"))
+}
+
+async fn finish_job(cfg: &Config, name: &str, body: &[u8], invocation: &str) -> Reply {
+    let handle = match parse_handle(body) {
+        Ok(h) if h.name == name => h,
+        Ok(_) => return Reply::lock_error(&LockError::invalid("the handle is for another job")),
+        Err(e) => return Reply::lock_error(&e),
+    };
+    let client = match client(cfg) {
+        Ok(c) => c,
+        Err(e) => return Reply::lock_error(&e),
+    };
+    match client.resume(&handle).await {
+        Ok(lock) => run_held(cfg, &client, name, lock, None, invocation).await,
+        Err(e) => {
+            client.close().await;
+            Reply::lock_error(&e).with("subrequests", subrequests(cfg, client.subrequests(), 0))
+        }
+    }
+}
+
+async fn lock_status(cfg: &Config, name: &str) -> Reply {
+    let client = match client(cfg) {
+        Ok(c) => c,
+        Err(e) => return Reply::lock_error(&e),
+    };
+    let status = client.inspect(name).await;
+    client.close().await;
+    let reply = match status {
+        Ok(s) => Reply::ok(json!({
+            "name": s.name,
+            "backend": cfg.backend.name(),
+            "held": s.held,
+            "holder": s.holder,
+            "token": s.fencing_token.map(|t| t.to_string()),
+            "remainingMs": s.remaining_ms,
+            "expiresAt": s.remaining_ms.map(|r| js_sys::Date::now() + r as f64),
+            "waiters": s.waiters,
+        })),
+        Err(e) => Reply::lock_error(&e),
+    };
+    reply.with("subrequests", subrequests(cfg, client.subrequests(), 0))
+}
+
+/// A path segment, percent-decoded (lock names may contain `/` as `%2F`).
+fn decode_segment(s: &str) -> Result<String, LockError> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = s
+                .get(i + 1..i + 3)
+                .and_then(|h| u8::from_str_radix(h, 16).ok());
+            let Some(b) = hex else {
+                return Err(LockError::invalid("malformed percent-encoding in the path"));
+            };
+            out.push(b);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| LockError::invalid("the lock name is not UTF-8"))
+}

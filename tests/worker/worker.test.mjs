@@ -1,0 +1,211 @@
+// The job coordinator Worker in workerd (Miniflare), against real etcd, real
+// Redis through webdis and through the Upstash gateway, and Redlock over
+// three nodes. Needs build/ (scripts/build-worker.sh) and the devtools
+// binaries; scripts/test-worker.sh does both.
+
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import {
+  assertSerialRuns,
+  backendBindings,
+  deadUrl,
+  resourceLog,
+  startBackends,
+  startWorkers,
+} from './support.mjs';
+
+let env;
+before(async () => {
+  env = await startBackends();
+});
+after(async () => {
+  await env?.stop();
+});
+
+// Subrequests one invocation may make in the budget tests: enough to start
+// waiting, too few to wait long (etcd: lease + txn, then the watch is refused;
+// Redis: a few polls; Redlock: two rounds of three).
+const SMALL_BUDGET = { etcd: 5, 'redis (webdis)': 6, 'redis (upstash)': 6, redlock: 10 };
+
+const slug = (s) => s.replace(/[^a-z]+/g, '-').replace(/-$/, '');
+const uniq = (s) => `${s}-${Date.now().toString(36)}-${Math.random().toString(36).slice(2, 6)}`;
+
+// A backend whose servers do not answer (or refuse the credentials).
+async function downBindings(backend) {
+  const dead = await deadUrl();
+  switch (backend) {
+    case 'etcd':
+      return { EDGELOCK_BACKEND: 'etcd', EDGELOCK_ETCD_ENDPOINTS: dead };
+    case 'redis (webdis)':
+      return { EDGELOCK_BACKEND: 'redis', EDGELOCK_REDIS_URL: `webdis+${dead}` };
+    case 'redis (upstash)':
+      // A live gateway, a wrong token: the backend refuses (HTTP 401).
+      return { EDGELOCK_BACKEND: 'redis', EDGELOCK_REDIS_URL: `upstash+${env.gateway_urls[1]}`, EDGELOCK_REDIS_TOKEN: 'wrong-token-0123456789' };
+    default:
+      return { EDGELOCK_BACKEND: 'redlock', EDGELOCK_REDLOCK_NODES: [dead, await deadUrl(), await deadUrl()].map((u) => `webdis+${u}`).join(',') };
+  }
+}
+
+const EXPECTED_DOWN = {
+  etcd: [502, 'TRANSPORT'],
+  'redis (webdis)': [502, 'TRANSPORT'],
+  'redis (upstash)': [502, 'BACKEND'],
+  redlock: [502, 'NO_QUORUM'],
+};
+
+for (const backend of ['etcd', 'redis (webdis)', 'redis (upstash)', 'redlock']) {
+  describe(`Worker on ${backend}`, { timeout: 300_000 }, () => {
+    let w;
+    const cronJob = uniq(`cron-${slug(backend)}`);
+    before(async () => {
+      const common = {
+        ...backendBindings(env)[backend],
+        EDGELOCK_PREFIX: `wt-${slug(backend)}`,
+        EDGELOCK_FENCED_URL: env.fenced_url,
+        EDGELOCK_JOB_MS: '20',
+        EDGELOCK_CRON_JOB: cronJob,
+        EDGELOCK_CRON_WAIT_MS: '60000',
+      };
+      w = await startWorkers({
+        main: common,
+        budget: { ...common, EDGELOCK_SUBREQUEST_BUDGET: String(SMALL_BUDGET[backend]) },
+        down: { ...common, ...(await downBindings(backend)) },
+      });
+    });
+    after(async () => {
+      await w?.dispose();
+    });
+
+    test('an uncontended run answers 200 with its fencing token and stays within the budget', async () => {
+      const job = uniq('solo');
+      const r = await w.call(null, 'POST', `/jobs/${job}/run`);
+      assert.equal(r.status, 200, r.text);
+      assert.match(r.body.token, /^[0-9]+$/);
+      assert.equal(r.body.accepted, true);
+      assert.deepEqual(r.body.release, { released: true, heldUntilRelease: true });
+      assert.ok(r.body.finished >= r.body.started + 20, `the job worked 20 ms (${r.body.started}..${r.body.finished})`);
+      assert.ok(r.body.subrequests.total <= 50);
+      assert.equal(r.body.subrequests.job, 1);
+      console.log(`# ${backend}: one uncontended job run = ${r.body.subrequests.lock} lock + ${r.body.subrequests.job} job subrequests`);
+      const log = await resourceLog(env, job);
+      assert.deepEqual(log.map((e) => [e.token, e.accepted]), [[r.body.token, true]]);
+      if (env.token) assert.ok(!r.text.includes(env.token), 'the Upstash token is never echoed');
+    });
+
+    test('20 concurrent POST /jobs/:name/run: one at a time, strictly increasing tokens', async () => {
+      const job = uniq('burst');
+      const replies = await Promise.all(
+        Array.from({ length: 20 }, () => w.call(null, 'POST', `/jobs/${job}/run?waitMs=60000`)),
+      );
+      for (const r of replies) {
+        assert.equal(r.status, 200, r.text);
+        assert.ok(r.body.subrequests.total <= 50, `within the budget: ${JSON.stringify(r.body.subrequests)}`);
+      }
+      const entries = await assertSerialRuns(env, job, 20);
+      assert.deepEqual(
+        new Set(entries.map((e) => e.token)),
+        new Set(replies.map((r) => r.body.token)),
+        'each reply carries the token its run wrote with',
+      );
+    });
+
+    test('10 concurrent cron events: one at a time, strictly increasing tokens', async () => {
+      const results = await Promise.all(Array.from({ length: 10 }, () => w.scheduled('main')));
+      for (const r of results) assert.equal(r.outcome, 'ok', JSON.stringify(r));
+      await assertSerialRuns(env, cronJob, 10);
+    });
+
+    test('busy: 409 BUSY with ifAvailable, 504 TIMEOUT after waitMs; GET /locks shows the holder', async () => {
+      const job = uniq('busy');
+      const held = await w.call(null, 'POST', `/jobs/${job}/start`);
+      assert.equal(held.status, 200, held.text);
+
+      const busy = await w.call(null, 'POST', `/jobs/${job}/run?ifAvailable`);
+      assert.equal(busy.status, 409, busy.text);
+      assert.equal(busy.body.code, 'BUSY');
+
+      const t0 = Date.now();
+      const timeout = await w.call(null, 'POST', `/jobs/${job}/run`, { waitMs: 400 });
+      assert.equal(timeout.status, 504, timeout.text);
+      assert.equal(timeout.body.code, 'TIMEOUT');
+      assert.ok(Date.now() - t0 >= 350, 'it waited');
+
+      const status = await w.call(null, 'GET', `/locks/${job}`);
+      assert.equal(status.status, 200, status.text);
+      assert.equal(status.body.held, true);
+      assert.equal(status.body.name, job);
+      assert.ok(status.body.remainingMs > 0 && status.body.expiresAt > Date.now() - 1000, status.text);
+      if (backend === 'etcd') {
+        assert.equal(status.body.token, held.body.token, 'etcd tells the holder and its token');
+        assert.ok(status.body.holder.includes(job), status.text);
+        assert.deepEqual(status.body.waiters, [], 'the timed-out waiter left no key');
+      }
+      assert.equal((await resourceLog(env, job)).length, 0, 'no run happened while it was held');
+
+      const done = await w.call(null, 'POST', `/jobs/${job}/finish`, held.body);
+      assert.equal(done.status, 200, done.text);
+      const free = await w.call(null, 'GET', `/locks/${job}`);
+      assert.equal(free.body.held, false, free.text);
+    });
+
+    test('a handle taken in one invocation is resumed and released by another', async () => {
+      const job = uniq('handle');
+      const first = await w.call(null, 'POST', `/jobs/${job}/start`);
+      assert.equal(first.status, 200, first.text);
+      const handle = first.body.handle;
+      assert.equal(handle.name, job);
+      assert.equal(handle.fencingToken, first.body.token);
+
+      // The second invocation gets only the JSON handle.
+      const second = await w.call(null, 'POST', `/jobs/${job}/finish`, JSON.stringify({ handle }));
+      assert.equal(second.status, 200, second.text);
+      assert.equal(second.body.token, first.body.token, 'the job ran under the token of the first invocation');
+      assert.deepEqual(second.body.release, { released: true, heldUntilRelease: true });
+
+      // The lock is free again, and the handle is spent.
+      const again = await w.call(null, 'POST', `/jobs/${job}/finish`, { handle });
+      assert.equal(again.status, 409, again.text);
+      assert.equal(again.body.code, 'LOST');
+      const next = await w.call(null, 'POST', `/jobs/${job}/run?ifAvailable`);
+      assert.equal(next.status, 200, next.text);
+      assert.ok(BigInt(next.body.token) > BigInt(first.body.token));
+      const log = await resourceLog(env, job);
+      assert.deepEqual(log.map((e) => [e.token, e.accepted]), [[first.body.token, true], [next.body.token, true]]);
+    });
+
+    test('backend down: 502 with the LockError code, no secret in the answer', async () => {
+      const [status, code] = EXPECTED_DOWN[backend];
+      // Long enough for Redlock to end its retries (NO_QUORUM) before the wait does.
+      const r = await w.call('down', 'POST', `/jobs/${uniq('down')}/run?waitMs=20000`);
+      assert.equal(r.status, status, r.text);
+      assert.equal(r.body.code, code, r.text);
+      assert.ok(r.body.error.length > 0);
+      assert.ok(!r.text.includes('wrong-token-0123456789'), 'the token is not echoed');
+      const s = await w.call('down', 'GET', `/locks/${uniq('down')}`);
+      assert.equal(s.status, status, s.text);
+    });
+
+    test('the subrequest budget ends a long wait with 503 BUDGET before it runs out', async () => {
+      const budget = SMALL_BUDGET[backend];
+      const job = uniq('budget');
+      const held = await w.call(null, 'POST', `/jobs/${job}/start`);
+      assert.equal(held.status, 200, held.text);
+
+      const t0 = Date.now();
+      const r = await w.call('budget', 'POST', `/jobs/${job}/run?waitMs=60000`);
+      assert.equal(r.status, 503, r.text);
+      assert.equal(r.body.code, 'BUDGET');
+      assert.match(r.body.error, new RegExp(`budget of ${budget - 1}\\b`), 'the lock had the budget minus the job');
+      assert.ok(r.body.subrequests.total <= budget, `made ${r.body.subrequests.total} of ${budget}`);
+      assert.ok(Date.now() - t0 < 30_000, 'it stopped long before its wait was over');
+
+      // The budget left room to clean up: the waiter left nothing behind.
+      const status = await w.call(null, 'GET', `/locks/${job}`);
+      assert.equal(status.body.held, true);
+      if (backend === 'etcd') assert.deepEqual(status.body.waiters, [], status.text);
+      // And the job can still run once the holder finishes.
+      const done = await w.call(null, 'POST', `/jobs/${job}/finish`, held.body);
+      assert.equal(done.status, 200, done.text);
+    });
+  });
+}
