@@ -50,7 +50,8 @@ if [ "$(worker-build --version 2>/dev/null)" != "$WORKER_BUILD_VERSION" ]; then
 fi
 if [ -n "$WBG_VERSION" ] && ! wasm-bindgen --version 2>/dev/null | grep -q "$WBG_VERSION"; then
   log "cargo install wasm-bindgen-cli $WBG_VERSION"
-  cargo install wasm-bindgen-cli --version "$WBG_VERSION" --locked --force
+  # Not --locked: its lock file pins a yanked prerelease that no longer resolves.
+  cargo install wasm-bindgen-cli --version "$WBG_VERSION" --force
 fi
 
 # 3. npm packages for the JS tests, demo and benchmarks (pinned by lock files).
