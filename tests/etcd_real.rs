@@ -2,7 +2,7 @@
 //! test on free loopback ports with a temp data dir and stopped afterwards.
 #![cfg(feature = "native")]
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -11,6 +11,8 @@ use edgelock::core::etcd::{EtcdConfig, EtcdMachine};
 use edgelock::core::*;
 use edgelock::native::{Client, OsEntropy};
 use edgelock_devtools::EtcdServer;
+
+mod common;
 use serde_json::{json, Value};
 
 fn config(etcd: &EtcdServer) -> EtcdConfig {
@@ -47,74 +49,15 @@ fn keys_of(etcd: &EtcdServer, name: &str) -> Vec<String> {
     }).collect()
 }
 
-/// Counts the HTTP requests a machine emits (wraps it; changes nothing).
-struct Counting {
-    inner: EtcdMachine,
-    sent: Arc<AtomicUsize>,
-}
-
-impl LockMachine for Counting {
-    fn backend(&self) -> BackendKind { self.inner.backend() }
-    fn acquire(&mut self, now: Millis, name: &str, o: &AcquireOptions) -> Result<OpId, LockError> { self.inner.acquire(now, name, o) }
-    fn release(&mut self, now: Millis, l: LockId) -> Result<OpId, LockError> { self.inner.release(now, l) }
-    fn extend(&mut self, now: Millis, l: LockId, t: Option<u64>) -> Result<OpId, LockError> { self.inner.extend(now, l, t) }
-    fn resume(&mut self, now: Millis, h: &LockHandle) -> Result<OpId, LockError> { self.inner.resume(now, h) }
-    fn inspect(&mut self, now: Millis, n: &str) -> Result<OpId, LockError> { self.inner.inspect(now, n) }
-    fn cancel(&mut self, now: Millis, op: OpId) { self.inner.cancel(now, op) }
-    fn close(&mut self, now: Millis) -> OpId { self.inner.close(now) }
-    fn handle_input(&mut self, now: Millis, i: Input) { self.inner.handle_input(now, i) }
-    fn handle_timeout(&mut self, now: Millis) { self.inner.handle_timeout(now) }
-    fn poll_transmit(&mut self) -> Option<Transmit> {
-        let t = self.inner.poll_transmit();
-        if let Some(Transmit::Send(_)) = &t {
-            self.sent.fetch_add(1, Ordering::SeqCst);
-        }
-        t
-    }
-    fn poll_event(&mut self) -> Option<Event> { self.inner.poll_event() }
-    fn poll_timeout(&self) -> Option<Millis> { self.inner.poll_timeout() }
-    fn live_count(&self) -> usize { self.inner.live_count() }
-}
-
 fn counting_client(cfg: EtcdConfig) -> (Client, Arc<AtomicUsize>) {
-    let sent = Arc::new(AtomicUsize::new(0));
-    let inner = EtcdMachine::new(cfg, Box::new(OsEntropy)).unwrap();
-    (Client::from_machine(Box::new(Counting { inner, sent: sent.clone() })), sent)
+    common::counting_client(EtcdMachine::new(cfg, Box::new(OsEntropy)).unwrap())
 }
 
 #[test]
 fn eight_clients_fifty_acquisitions_each_are_mutually_exclusive_with_increasing_tokens() {
     let etcd = EtcdServer::start().expect("start etcd");
-    let counter = Arc::new(Mutex::new(0u64));
-    let inside = Arc::new(AtomicBool::new(false));
-    let tokens = Arc::new(Mutex::new(Vec::new()));
-    let threads: Vec<_> = (0..8)
-        .map(|_| {
-            let (counter, inside, tokens) = (counter.clone(), inside.clone(), tokens.clone());
-            let c = client(&etcd);
-            std::thread::spawn(move || {
-                for _ in 0..50 {
-                    let lock = c.acquire("counter", Some(Duration::from_secs(60))).expect("acquire");
-                    assert!(!inside.swap(true, Ordering::SeqCst), "two holders at once");
-                    tokens.lock().unwrap().push(lock.fencing_token());
-                    // A deliberately racy read-modify-write: only exclusion keeps it right.
-                    let v = *counter.lock().unwrap();
-                    std::thread::yield_now();
-                    *counter.lock().unwrap() = v + 1;
-                    inside.store(false, Ordering::SeqCst);
-                    assert!(lock.release().expect("release"), "lock was held until release");
-                }
-                c.close().unwrap();
-            })
-        })
-        .collect();
-    for t in threads {
-        t.join().expect("client thread");
-    }
-    assert_eq!(*counter.lock().unwrap(), 400);
-    let tokens = tokens.lock().unwrap();
-    assert_eq!(tokens.len(), 400);
-    assert!(tokens.windows(2).all(|w| w[0] < w[1]), "fencing tokens must strictly increase: {tokens:?}");
+    let clients = (0..8).map(|_| client(&etcd)).collect();
+    common::assert_mutual_exclusion(clients, "counter", 50, Duration::from_secs(60));
     assert!(keys_of(&etcd, "counter").is_empty(), "no key left behind");
 }
 

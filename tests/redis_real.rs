@@ -4,8 +4,8 @@
 //! test through `edgelock-devtools` and stopped when it ends.
 #![cfg(feature = "native")]
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use edgelock::core::redis::codec::NodeCodec;
@@ -18,6 +18,9 @@ use edgelock::core::*;
 use edgelock::native::http::{CancelHandle, HttpClient, Request};
 use edgelock::native::{Client, OsEntropy};
 use edgelock_devtools::{RedisServer, UpstashGateway, Webdis};
+
+mod common;
+use common::Counting;
 
 const TOKEN: &str = "test-token-0123456789";
 
@@ -75,60 +78,6 @@ fn redlock(cfg: RedlockConfig) -> Client {
     Client::from_machine(Box::new(RedlockMachine::new(cfg, Box::new(OsEntropy)).expect("config")))
 }
 
-/// Counts the HTTP requests a machine emits (wraps it; changes nothing).
-struct Counting<M> {
-    inner: M,
-    sent: Arc<AtomicUsize>,
-}
-
-impl<M: LockMachine> LockMachine for Counting<M> {
-    fn backend(&self) -> BackendKind {
-        self.inner.backend()
-    }
-    fn acquire(&mut self, now: Millis, name: &str, o: &AcquireOptions) -> Result<OpId, LockError> {
-        self.inner.acquire(now, name, o)
-    }
-    fn release(&mut self, now: Millis, l: LockId) -> Result<OpId, LockError> {
-        self.inner.release(now, l)
-    }
-    fn extend(&mut self, now: Millis, l: LockId, t: Option<u64>) -> Result<OpId, LockError> {
-        self.inner.extend(now, l, t)
-    }
-    fn resume(&mut self, now: Millis, h: &LockHandle) -> Result<OpId, LockError> {
-        self.inner.resume(now, h)
-    }
-    fn inspect(&mut self, now: Millis, n: &str) -> Result<OpId, LockError> {
-        self.inner.inspect(now, n)
-    }
-    fn cancel(&mut self, now: Millis, op: OpId) {
-        self.inner.cancel(now, op)
-    }
-    fn close(&mut self, now: Millis) -> OpId {
-        self.inner.close(now)
-    }
-    fn handle_input(&mut self, now: Millis, i: Input) {
-        self.inner.handle_input(now, i)
-    }
-    fn handle_timeout(&mut self, now: Millis) {
-        self.inner.handle_timeout(now)
-    }
-    fn poll_transmit(&mut self) -> Option<Transmit> {
-        let t = self.inner.poll_transmit();
-        if let Some(Transmit::Send(_)) = &t {
-            self.sent.fetch_add(1, Ordering::SeqCst);
-        }
-        t
-    }
-    fn poll_event(&mut self) -> Option<Event> {
-        self.inner.poll_event()
-    }
-    fn poll_timeout(&self) -> Option<Millis> {
-        self.inner.poll_timeout()
-    }
-    fn live_count(&self) -> usize {
-        self.inner.live_count()
-    }
-}
 
 /// Runs one command on a node through `codec`, over real HTTP.
 fn raw(codec: &NodeCodec, cmd: &RedisCommand) -> RedisValue {
@@ -146,36 +95,8 @@ fn lock_keys_of(node: &Node) -> Vec<String> {
 #[test]
 fn eight_clients_fifty_acquisitions_on_five_nodes_are_mutually_exclusive() {
     let nodes = nodes(5);
-    let counter = Arc::new(Mutex::new(0u64));
-    let inside = Arc::new(AtomicBool::new(false));
-    let tokens = Arc::new(Mutex::new(Vec::new()));
-    let threads: Vec<_> = (0..8)
-        .map(|_| {
-            let (counter, inside, tokens) = (counter.clone(), inside.clone(), tokens.clone());
-            let c = redlock(redlock_cfg(&nodes));
-            std::thread::spawn(move || {
-                for _ in 0..50 {
-                    let lock = c.acquire("counter", Some(Duration::from_secs(120))).expect("acquire");
-                    assert!(!inside.swap(true, Ordering::SeqCst), "two holders at once");
-                    tokens.lock().unwrap().push(lock.fencing_token());
-                    // A deliberately racy read-modify-write: only exclusion keeps it right.
-                    let v = *counter.lock().unwrap();
-                    std::thread::yield_now();
-                    *counter.lock().unwrap() = v + 1;
-                    inside.store(false, Ordering::SeqCst);
-                    assert!(lock.release().expect("release"), "held until release");
-                }
-                c.close().unwrap();
-            })
-        })
-        .collect();
-    for t in threads {
-        t.join().expect("client thread");
-    }
-    assert_eq!(*counter.lock().unwrap(), 400);
-    let tokens = tokens.lock().unwrap();
-    assert_eq!(tokens.len(), 400);
-    assert!(tokens.windows(2).all(|w| w[0] < w[1]), "fencing tokens must strictly increase: {tokens:?}");
+    let clients = (0..8).map(|_| redlock(redlock_cfg(&nodes))).collect();
+    common::assert_mutual_exclusion(clients, "counter", 50, Duration::from_secs(120));
     for (i, n) in nodes.iter().enumerate() {
         assert!(lock_keys_of(n).is_empty(), "node {i}: lock key left behind: {:?}", lock_keys_of(n));
     }

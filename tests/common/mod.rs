@@ -1,0 +1,107 @@
+//! Helpers shared by the real-server test files (`mod common;` in each).
+#![allow(dead_code)]
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use edgelock::core::*;
+use edgelock::native::Client;
+
+/// Counts the HTTP requests a machine emits (wraps it; changes nothing).
+pub struct Counting<M> {
+    pub inner: M,
+    pub sent: Arc<AtomicUsize>,
+}
+
+impl<M: LockMachine> LockMachine for Counting<M> {
+    fn backend(&self) -> BackendKind {
+        self.inner.backend()
+    }
+    fn acquire(&mut self, now: Millis, name: &str, o: &AcquireOptions) -> Result<OpId, LockError> {
+        self.inner.acquire(now, name, o)
+    }
+    fn release(&mut self, now: Millis, l: LockId) -> Result<OpId, LockError> {
+        self.inner.release(now, l)
+    }
+    fn extend(&mut self, now: Millis, l: LockId, t: Option<u64>) -> Result<OpId, LockError> {
+        self.inner.extend(now, l, t)
+    }
+    fn resume(&mut self, now: Millis, h: &LockHandle) -> Result<OpId, LockError> {
+        self.inner.resume(now, h)
+    }
+    fn inspect(&mut self, now: Millis, n: &str) -> Result<OpId, LockError> {
+        self.inner.inspect(now, n)
+    }
+    fn cancel(&mut self, now: Millis, op: OpId) {
+        self.inner.cancel(now, op)
+    }
+    fn close(&mut self, now: Millis) -> OpId {
+        self.inner.close(now)
+    }
+    fn handle_input(&mut self, now: Millis, i: Input) {
+        self.inner.handle_input(now, i)
+    }
+    fn handle_timeout(&mut self, now: Millis) {
+        self.inner.handle_timeout(now)
+    }
+    fn poll_transmit(&mut self) -> Option<Transmit> {
+        let t = self.inner.poll_transmit();
+        if let Some(Transmit::Send(_)) = &t {
+            self.sent.fetch_add(1, Ordering::SeqCst);
+        }
+        t
+    }
+    fn poll_event(&mut self) -> Option<Event> {
+        self.inner.poll_event()
+    }
+    fn poll_timeout(&self) -> Option<Millis> {
+        self.inner.poll_timeout()
+    }
+    fn live_count(&self) -> usize {
+        self.inner.live_count()
+    }
+}
+
+/// Wraps a machine in a counting client; returns the client and its counter.
+pub fn counting_client<M: LockMachine + Send + 'static>(machine: M) -> (Client, Arc<AtomicUsize>) {
+    let sent = Arc::new(AtomicUsize::new(0));
+    (Client::from_machine(Box::new(Counting { inner: machine, sent: sent.clone() })), sent)
+}
+
+/// Every client loops `rounds` times: acquire `name`, do a deliberately racy
+/// read-modify-write of a shared counter, release. Asserts that no two
+/// holders overlapped, the counter is exact and the fencing tokens, in grant
+/// order, strictly increase. Closes the clients.
+pub fn assert_mutual_exclusion(clients: Vec<Client>, name: &'static str, rounds: usize, wait: Duration) {
+    let n = clients.len();
+    let counter = Arc::new(Mutex::new(0usize));
+    let inside = Arc::new(AtomicBool::new(false));
+    let tokens = Arc::new(Mutex::new(Vec::new()));
+    let threads: Vec<_> = clients
+        .into_iter()
+        .map(|c| {
+            let (counter, inside, tokens) = (counter.clone(), inside.clone(), tokens.clone());
+            std::thread::spawn(move || {
+                for _ in 0..rounds {
+                    let lock = c.acquire(name, Some(wait)).expect("acquire");
+                    assert!(!inside.swap(true, Ordering::SeqCst), "two holders at once");
+                    tokens.lock().unwrap().push(lock.fencing_token());
+                    let v = *counter.lock().unwrap();
+                    std::thread::yield_now();
+                    *counter.lock().unwrap() = v + 1;
+                    inside.store(false, Ordering::SeqCst);
+                    assert!(lock.release().expect("release"), "held until release");
+                }
+                c.close().unwrap();
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("client thread");
+    }
+    assert_eq!(*counter.lock().unwrap(), n * rounds);
+    let tokens = tokens.lock().unwrap();
+    assert_eq!(tokens.len(), n * rounds);
+    assert!(tokens.windows(2).all(|w| w[0] < w[1]), "fencing tokens must strictly increase: {tokens:?}");
+}
