@@ -1,0 +1,346 @@
+//! The acquire recipe: txn, predecessor watch, grant, cleanup of abandoned keys.
+
+use super::*;
+
+impl EtcdMachine {
+    // ---- acquire ----------------------------------------------------------
+
+    pub(super) fn op_name(&self, op: OpId) -> String {
+        match self.ops.get(&op).map(|o| &o.kind) {
+            Some(OpKind::Acquire(a)) => a.name.clone(),
+            Some(OpKind::Inspect { name, .. }) => name.clone(),
+            Some(OpKind::Resume { handle, .. }) => handle.name.clone(),
+            Some(OpKind::Release { lock }) | Some(OpKind::Extend { lock, .. }) => {
+                self.locks.get(lock).map(|l| l.name.clone()).unwrap_or_default()
+            }
+            None => String::new(),
+        }
+    }
+
+    pub(super) fn acquire_mut(&mut self, op: OpId) -> Option<&mut Acquire> {
+        match self.ops.get_mut(&op).map(|o| &mut o.kind) {
+            Some(OpKind::Acquire(a)) => Some(a),
+            _ => None,
+        }
+    }
+
+    /// Advances an acquire that is in NeedLease: sends its txn once a lease exists.
+    pub(super) fn acquire_step(&mut self, now: Millis, op: OpId) {
+        let Some(a) = self.acquire_mut(op) else { return };
+        if a.phase != AcqPhase::NeedLease {
+            return;
+        }
+        let Some(lease) = self.usable_session_lease(now) else { return };
+        let Some(a) = self.acquire_mut(op) else { return };
+        let mut key = a.lock_prefix.clone();
+        key.extend_from_slice(format!("{lease:x}").as_bytes());
+        a.key = key;
+        a.lease = Some(lease);
+        a.phase = AcqPhase::Txn;
+        let body = gw::acquire_txn(&a.key, &a.lock_prefix, lease, &a.nonce);
+        let req = self.send(now, Purpose::Op(op), "/v3/kv/txn", body, false);
+        if let Some(o) = self.ops.get_mut(&op) {
+            o.req = Some(req);
+        }
+    }
+
+    pub(super) fn send_predecessor_check(&mut self, now: Millis, op: OpId) {
+        let Some(a) = self.acquire_mut(op) else { return };
+        a.phase = AcqPhase::Predecessor;
+        a.retry_at = None;
+        let body = gw::predecessor_txn(&a.key, &a.lock_prefix, a.my_rev);
+        let req = self.send(now, Purpose::Op(op), "/v3/kv/txn", body, false);
+        if let Some(o) = self.ops.get_mut(&op) {
+            o.req = Some(req);
+        }
+    }
+
+    pub(super) fn on_acquire_reply(&mut self, now: Millis, op: OpId, result: Result<(u16, Vec<u8>), Failure>) {
+        let Some(a) = self.acquire_mut(op) else { return };
+        let phase = a.phase.clone();
+        let name = a.name.clone();
+        let lease = a.lease;
+        if phase == AcqPhase::Cleanup {
+            return self.on_cleanup_reply(now, op, result);
+        }
+        if let Some(ending) = a.ending.clone() {
+            // Cancelled or timed out while this txn was in flight (see `cleanup`).
+            return self.cleanup_after_txn(now, op, phase, ending, result);
+        }
+        if phase == AcqPhase::RemoveStale {
+            return match result {
+                Ok(_) => {
+                    if let Some(a) = self.acquire_mut(op) {
+                        a.phase = AcqPhase::NeedLease;
+                    }
+                    self.acquire_step(now, op)
+                }
+                Err(f) => {
+                    let err = self.backend_error(&name, f);
+                    self.finish_acquire(now, op, Ending::Error(err))
+                }
+            };
+        }
+        let txn = match result.and_then(|(s, b)| gw::parse::<TxnResponse>(s, &b).map_err(Failure::Gateway)) {
+            Ok(t) => t,
+            Err(Failure::Gateway(GatewayError::LeaseNotFound)) => {
+                if let Some(l) = lease {
+                    self.lease_lost(now, l, LostReason::RenewalFailed("the lease no longer exists".into()));
+                }
+                return;
+            }
+            Err(f) => {
+                let err = self.backend_error(&name, f);
+                return self.cleanup(now, op, Ending::Error(err));
+            }
+        };
+        let Some(a) = self.acquire_mut(op) else { return };
+        let revision = txn.header.revision;
+        let malformed = |m: &str| LockError::Backend { backend: BACKEND, name: name.clone(), status: None, message: format!("malformed reply: {m}") };
+        if revision <= 0 || txn.range(0).is_none() {
+            return self.cleanup(now, op, Ending::Error(malformed("txn reply without revision or range")));
+        }
+        let (predecessor, own_present) = match phase {
+            AcqPhase::Txn if txn.succeeded => {
+                a.my_rev = revision;
+                let newest = txn.range(0).map(|r| r.kvs.clone()).unwrap_or_default();
+                let pred = newest.iter().find(|kv| kv.key != a.key && kv.create_revision < a.my_rev).map(|kv| kv.key.clone());
+                (pred, true)
+            }
+            AcqPhase::Txn => {
+                // Our key already exists: an earlier attempt applied. Learn its revision.
+                match txn.range(0).and_then(|r| r.kvs.iter().find(|kv| kv.key == a.key)).cloned() {
+                    Some(kv) if kv.value == a.nonce => {
+                        a.my_rev = kv.create_revision;
+                        return self.send_predecessor_check(now, op);
+                    }
+                    Some(kv) => {
+                        // A leftover of an earlier incarnation of our key: remove
+                        // exactly it, then try again with a fresh key.
+                        a.restarts += 1;
+                        if a.restarts > MAX_RESTARTS {
+                            return self.cleanup(now, op, Ending::Error(malformed("a stale key cannot be removed")));
+                        }
+                        a.phase = AcqPhase::NeedLease;
+                        let body = gw::delete_if_revision(&kv.key, kv.create_revision);
+                        let req = self.send(now, Purpose::Op(op), "/v3/kv/txn", body, false);
+                        if let Some(o) = self.ops.get_mut(&op) {
+                            o.req = Some(req);
+                        }
+                        if let Some(a) = self.acquire_mut(op) {
+                            a.phase = AcqPhase::RemoveStale;
+                        }
+                        return;
+                    }
+                    None => (None, false),
+                }
+            }
+            AcqPhase::Predecessor => {
+                let own = txn.range(0).map(|r| r.kvs.iter().any(|kv| kv.key == a.key && kv.create_revision == a.my_rev)).unwrap_or(false);
+                let pred = txn.range(1).and_then(|r| r.kvs.first()).map(|kv| kv.key.clone());
+                (pred, own)
+            }
+            _ => return,
+        };
+        if !own_present || a.my_rev <= 0 {
+            // Our key vanished (deleted, or the lease expired): start over.
+            a.restarts += 1;
+            if a.restarts > MAX_RESTARTS {
+                return self.cleanup(now, op, Ending::Error(malformed("our key keeps vanishing")));
+            }
+            a.phase = AcqPhase::NeedLease;
+            a.my_rev = 0;
+            return self.acquire_step(now, op);
+        }
+        match predecessor {
+            None => self.grant_lock(now, op),
+            Some(_) if a.wait == Wait::Try => self.cleanup(now, op, Ending::NotAcquired),
+            Some(pred) => {
+                a.phase = AcqPhase::Watch;
+                let body = gw::watch_delete(&pred, revision + 1);
+                let req = self.send(now, Purpose::Op(op), "/v3/watch", body, true);
+                if let Some(o) = self.ops.get_mut(&op) {
+                    o.req = Some(req);
+                }
+            }
+        }
+    }
+
+    /// Our key is the lowest: hand the lock out if our lease is still valid.
+    pub(super) fn grant_lock(&mut self, now: Millis, op: OpId) {
+        let Some(a) = self.acquire_mut(op) else { return };
+        let lease = a.lease.unwrap_or(0);
+        let expires_at = match self.leases.get(&lease) {
+            Some(l) if l.expires_at > now => l.expires_at,
+            _ => {
+                return self.lease_lost(now, lease, LostReason::Expired);
+            }
+        };
+        let Some(Op { kind: OpKind::Acquire(a), .. }) = self.ops.remove(&op) else { return };
+        let lock = self.out.lock_id();
+        let handle = LockHandle {
+            v: 1,
+            backend: BackendKind::Etcd,
+            name: a.name.clone(),
+            key: String::from_utf8_lossy(&a.key).into_owned(),
+            owner: lease.to_string(),
+            fencing_token: a.my_rev as u64,
+            revision: a.my_rev as u64,
+        };
+        self.locks.insert(lock, HeldLock { name: a.name.clone(), key: a.key.clone(), rev: a.my_rev, lease, releasing: false });
+        self.out.event(Event::Acquired {
+            op,
+            lock: LockInfo { id: lock, name: a.name, fencing_token: a.my_rev as u64, expires_at, handle },
+        });
+    }
+
+    pub(super) fn on_watch_chunk(&mut self, now: Millis, id: RequestId, data: &[u8]) {
+        let Some(p) = self.requests.get_mut(&id) else { return };
+        let Purpose::Op(op) = p.purpose else { return };
+        let Some(splitter) = p.splitter.as_mut() else { return };
+        let messages = match splitter.push(data) {
+            Ok(m) => m,
+            Err(_) => return self.watch_broken(now, id, op),
+        };
+        for m in messages {
+            match gw::parse_watch_message(&m) {
+                Ok(w) if w.canceled || w.compact_revision > 0 || w.has_delete() => {
+                    // The predecessor went away (or the watch can't tell): re-check.
+                    self.cancel_request(Some(id));
+                    if let Some(o) = self.ops.get_mut(&op) {
+                        o.req = None;
+                    }
+                    return self.send_predecessor_check(now, op);
+                }
+                Ok(w) if w.created => {
+                    if let Some(p) = self.requests.get_mut(&id) {
+                        p.deadline = None;
+                    }
+                }
+                Ok(_) => {}
+                Err(_) => return self.watch_broken(now, id, op),
+            }
+        }
+    }
+
+    /// The watch ended or failed: re-check after a short jittered pause.
+    pub(super) fn watch_broken(&mut self, now: Millis, id: RequestId, op: OpId) {
+        self.cancel_request(Some(id));
+        let delay = WATCH_RETRY_MS + jitter(self.entropy.as_mut(), WATCH_RETRY_MS);
+        if let Some(o) = self.ops.get_mut(&op) {
+            if o.req == Some(id) {
+                o.req = None;
+            }
+            if let OpKind::Acquire(a) = &mut o.kind {
+                a.retry_at = Some(now + delay);
+            }
+        }
+    }
+
+    /// Remove our key (if it may exist), then report `ending`.
+    pub(super) fn cleanup(&mut self, now: Millis, op: OpId, ending: Ending) {
+        let Some(o) = self.ops.get_mut(&op) else { return };
+        let OpKind::Acquire(a) = &mut o.kind else { return };
+        a.retry_at = None;
+        if matches!(a.phase, AcqPhase::Txn | AcqPhase::RemoveStale) && o.req.is_some() {
+            // The txn in flight may still apply after anything we send now:
+            // wait for its answer, which tells exactly which key to delete.
+            a.ending = Some(ending);
+            return;
+        }
+        let req = o.req.take();
+        let has_key = matches!(a.phase, AcqPhase::Txn | AcqPhase::Predecessor | AcqPhase::Watch);
+        if !has_key || a.lease.is_none() {
+            self.cancel_request(req);
+            return self.finish_acquire(now, op, ending);
+        }
+        a.phase = AcqPhase::Cleanup;
+        a.ending = Some(ending);
+        let body = if a.my_rev > 0 { gw::delete_if_revision(&a.key, a.my_rev) } else { gw::delete_key(&a.key) };
+        let path = if a.my_rev > 0 { "/v3/kv/txn" } else { "/v3/kv/deleterange" };
+        self.cancel_request(req);
+        let req = self.send(now, Purpose::Op(op), path, body, false);
+        if let Some(o) = self.ops.get_mut(&op) {
+            o.req = Some(req);
+        }
+    }
+
+    /// The answer to the txn that was in flight when the acquire was cancelled:
+    /// learn our key's revision from it (if it applied) and delete exactly that.
+    pub(super) fn cleanup_after_txn(&mut self, now: Millis, op: OpId, phase: AcqPhase, ending: Ending, result: Result<(u16, Vec<u8>), Failure>) {
+        let Some(a) = self.acquire_mut(op) else { return };
+        if phase == AcqPhase::RemoveStale {
+            // Nothing of this attempt was created.
+            a.phase = AcqPhase::NeedLease;
+            return self.finish_acquire(now, op, ending);
+        }
+        let txn = result.ok().and_then(|(s, b)| gw::parse::<TxnResponse>(s, &b).ok());
+        match txn {
+            Some(t) if t.succeeded && t.header.revision > 0 => a.my_rev = t.header.revision,
+            Some(t) => match t.range(0).and_then(|r| r.kvs.iter().find(|kv| kv.key == a.key)) {
+                Some(kv) => a.my_rev = kv.create_revision,
+                None => {
+                    // Definitely nothing created.
+                    a.phase = AcqPhase::NeedLease;
+                    return self.finish_acquire(now, op, ending);
+                }
+            },
+            None => a.my_rev = 0, // unknown outcome: delete whatever is there
+        }
+        a.phase = AcqPhase::Watch; // "may have a key": cleanup deletes it
+        self.cleanup(now, op, ending);
+    }
+
+    pub(super) fn on_cleanup_reply(&mut self, now: Millis, op: OpId, result: Result<(u16, Vec<u8>), Failure>) {
+        let Some(a) = self.acquire_mut(op) else { return };
+        let ending = a.ending.clone().unwrap_or(Ending::NotAcquired);
+        let ok = matches!(&result, Ok((s, _)) if (200..300).contains(s));
+        if !ok {
+            // Keep the name busy and retry in the background; report now.
+            let orphan = Orphan {
+                name: a.name.clone(),
+                key: a.key.clone(),
+                rev: (a.my_rev > 0).then_some(a.my_rev),
+                lease: a.lease.unwrap_or(0),
+                retry_at: now + ORPHAN_RETRY_MS,
+                req: None,
+            };
+            if let Some(Op { kind: OpKind::Acquire(a), .. }) = self.ops.remove(&op) {
+                self.orphans.push(orphan);
+                self.report_ending(op, &a.name, ending);
+            }
+            return;
+        }
+        self.finish_acquire(now, op, ending);
+    }
+
+    pub(super) fn report_ending(&mut self, op: OpId, _name: &str, ending: Ending) {
+        match ending {
+            Ending::NotAcquired => self.out.event(Event::NotAcquired { op }),
+            Ending::Error(error) => self.out.event(Event::Failed { op, error }),
+        }
+    }
+
+    pub(super) fn finish_acquire(&mut self, now: Millis, op: OpId, ending: Ending) {
+        let Some(o) = self.ops.remove(&op) else { return };
+        self.cancel_request(o.req);
+        let OpKind::Acquire(a) = o.kind else { return };
+        self.report_ending(op, &a.name, ending);
+        if a.phase == AcqPhase::LocalQueue {
+            self.unqueue_local(&a.name, op);
+        } else {
+            self.free_name(now, &a.name);
+        }
+    }
+
+    pub(super) fn on_orphan(&mut self, now: Millis, id: RequestId, result: Result<(u16, Vec<u8>), Failure>) {
+        let Some(i) = self.orphans.iter().position(|o| o.req == Some(id)) else { return };
+        if matches!(&result, Ok((s, _)) if (200..300).contains(s)) {
+            let o = self.orphans.remove(i);
+            self.free_name(now, &o.name);
+        } else {
+            self.orphans[i].req = None;
+            self.orphans[i].retry_at = now + ORPHAN_RETRY_MS;
+        }
+    }
+}

@@ -1,0 +1,46 @@
+//! Names this client is using: a second local acquire of a name queues behind the first.
+
+use super::*;
+
+impl EtcdMachine {
+    // ---- names in use by this client ------------------------------------
+
+    /// Claims `name` for `op`; false if another local operation uses it.
+    pub(super) fn claim_name(&mut self, name: &str, op: OpId) -> bool {
+        match self.busy_names.get_mut(name) {
+            Some(queue) => {
+                queue.push_back(op);
+                false
+            }
+            None => {
+                self.busy_names.insert(name.to_string(), VecDeque::new());
+                true
+            }
+        }
+    }
+
+    /// The current user of `name` is done with it: start the next local waiter.
+    pub(super) fn free_name(&mut self, now: Millis, name: &str) {
+        let next = match self.busy_names.get_mut(name) {
+            Some(queue) => queue.pop_front(),
+            None => return,
+        };
+        match next {
+            Some(op) => {
+                if let Some(OpKind::Acquire(a)) = self.ops.get_mut(&op).map(|o| &mut o.kind) {
+                    a.phase = AcqPhase::NeedLease;
+                }
+                self.acquire_step(now, op);
+            }
+            None => {
+                self.busy_names.remove(name);
+            }
+        }
+    }
+
+    pub(super) fn unqueue_local(&mut self, name: &str, op: OpId) {
+        if let Some(q) = self.busy_names.get_mut(name) {
+            q.retain(|o| *o != op);
+        }
+    }
+}

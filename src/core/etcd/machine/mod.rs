@@ -1,0 +1,224 @@
+//! `EtcdMachine`: the etcd recipe (see the module docs) as a sans-IO state machine.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use serde_json::Value;
+
+use super::gateway::{self as gw, GatewayError, LeaseGrantResponse, LeaseTtl, RangeResponse, TxnResponse};
+use super::{escape_name, EtcdConfig};
+use crate::core::json_stream::JsonObjectSplitter;
+use crate::core::names::validate_name;
+use crate::core::outbox::{earliest, Outbox};
+use crate::core::*;
+
+mod requests;
+mod session;
+mod local_names;
+mod acquire;
+mod operations;
+mod lock_machine;
+
+const BACKEND: &str = "etcd";
+
+/// Delay before re-checking after a watch broke, so a dead endpoint cannot
+/// turn the waiter into a hot loop.
+const WATCH_RETRY_MS: u64 = 200;
+/// How often a key that could not be deleted is retried.
+const ORPHAN_RETRY_MS: u64 = 1_000;
+/// Range ops per key-check txn (etcd's default --max-txn-ops is 128).
+const KEYS_PER_CHECK: usize = 100;
+/// How often one acquire may start over because its key vanished before it
+/// could be granted; beyond that the backend is misbehaving.
+const MAX_RESTARTS: u32 = 5;
+
+pub struct EtcdMachine {
+    endpoints: Vec<String>,
+    current_endpoint: usize,
+    prefix: String,
+    session_ttl_ms: u64,
+    request_timeout_ms: u64,
+    headers: Vec<(String, String)>,
+    entropy: Box<dyn Entropy + Send>,
+    out: Outbox,
+    requests: BTreeMap<RequestId, Pending>,
+    leases: BTreeMap<i64, Lease>,
+    session_lease: Option<i64>,
+    grant: Option<RequestId>,
+    ops: BTreeMap<OpId, Op>,
+    locks: BTreeMap<LockId, HeldLock>,
+    /// Names this client is using (acquiring, holding or cleaning up), with the
+    /// local acquires queued behind the current user.
+    busy_names: BTreeMap<String, VecDeque<OpId>>,
+    /// Keys whose deletion could not be confirmed; retried until done or the
+    /// lease is gone. Their names stay busy meanwhile.
+    orphans: Vec<Orphan>,
+    closing: Option<OpId>,
+    closed: bool,
+}
+
+struct Pending {
+    purpose: Purpose,
+    path: &'static str,
+    body: Vec<u8>,
+    /// None once a stream is established (a watch may wait indefinitely).
+    deadline: Option<Millis>,
+    endpoint: usize,
+    attempt: u32,
+    sent_at: Millis,
+    splitter: Option<JsonObjectSplitter>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Purpose {
+    Grant,
+    KeepAlive { lease: i64 },
+    KeyCheck { lease: i64 },
+    Revoke,
+    Orphan,
+    /// The current request of an operation; its phase says what it is.
+    Op(OpId),
+    /// A request that only needs to complete (close's deletions).
+    CloseStep,
+}
+
+struct Lease {
+    ttl_ms: u64,
+    /// Conservative: measured from when the granting/renewing request was sent.
+    expires_at: Millis,
+    next_keepalive: Millis,
+    keepalive: Option<RequestId>,
+    check: Option<RequestId>,
+    /// The locks (id, key, revision) the in-flight check reads, so that its
+    /// answer is judged against exactly those and never a later lock.
+    checked: Vec<(LockId, Vec<u8>, i64)>,
+}
+
+struct HeldLock {
+    name: String,
+    key: Vec<u8>,
+    rev: i64,
+    lease: i64,
+    /// A release is in flight: a check that misses the key is the release's
+    /// own doing, not a loss.
+    releasing: bool,
+}
+
+struct Orphan {
+    name: String,
+    key: Vec<u8>,
+    rev: Option<i64>,
+    lease: i64,
+    retry_at: Millis,
+    req: Option<RequestId>,
+}
+
+struct Op {
+    req: Option<RequestId>,
+    kind: OpKind,
+}
+
+enum OpKind {
+    Acquire(Acquire),
+    Release { lock: LockId },
+    Extend { lock: LockId, phase: ExtendPhase },
+    Resume { handle: LockHandle, lease: i64, phase: ResumePhase },
+    Inspect { name: String, status: Option<LockStatus> },
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ExtendPhase {
+    KeepAlive,
+    CheckKey,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ResumePhase {
+    ReadKey,
+    KeepAlive,
+}
+
+struct Acquire {
+    name: String,
+    lock_prefix: Vec<u8>,
+    wait: Wait,
+    deadline: Option<Millis>,
+    lease: Option<i64>,
+    key: Vec<u8>,
+    my_rev: i64,
+    phase: AcqPhase,
+    /// When set, a re-check is scheduled for this time (after a broken watch).
+    retry_at: Option<Millis>,
+    ending: Option<Ending>,
+    restarts: u32,
+    /// Random value stored in our key: a key found with another value is a
+    /// leftover of an earlier incarnation and must never be adopted (its
+    /// revision, as a fencing token, would go backwards).
+    nonce: Vec<u8>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum AcqPhase {
+    LocalQueue,
+    NeedLease,
+    Txn,
+    Predecessor,
+    Watch,
+    /// Deleting a leftover key of ours before trying again.
+    RemoveStale,
+    Cleanup,
+}
+
+#[derive(Clone, Debug)]
+enum Ending {
+    NotAcquired,
+    Error(LockError),
+}
+
+enum Failure {
+    Transport(TransportError),
+    Gateway(GatewayError),
+}
+
+impl Failure {
+    fn retryable(&self) -> bool {
+        match self {
+            Failure::Transport(_) => true,
+            Failure::Gateway(g) => matches!(g, GatewayError::Retryable { .. }),
+        }
+    }
+}
+
+impl EtcdMachine {
+    pub fn new(cfg: EtcdConfig, entropy: Box<dyn Entropy + Send>) -> Result<Self, LockError> {
+        let endpoints = cfg.validate()?;
+        Ok(EtcdMachine {
+            endpoints,
+            current_endpoint: 0,
+            prefix: cfg.prefix,
+            session_ttl_ms: cfg.session_ttl_ms,
+            request_timeout_ms: cfg.request_timeout_ms,
+            headers: cfg.headers,
+            entropy,
+            out: Outbox::default(),
+            requests: BTreeMap::new(),
+            leases: BTreeMap::new(),
+            session_lease: None,
+            grant: None,
+            ops: BTreeMap::new(),
+            locks: BTreeMap::new(),
+            busy_names: BTreeMap::new(),
+            orphans: Vec::new(),
+            closing: None,
+            closed: false,
+        })
+    }
+
+    fn lock_prefix(&self, name: &str) -> Vec<u8> {
+        format!("{}/{}/", self.prefix, escape_name(name)).into_bytes()
+    }
+
+    fn max_attempts(&self) -> u32 {
+        (self.endpoints.len() as u32).max(1) + 1
+    }
+
+}

@@ -1,0 +1,213 @@
+//! Release, extend, resume and inspect.
+
+use super::*;
+
+impl EtcdMachine {
+    // ---- other operations -------------------------------------------------
+
+    pub(super) fn on_op_reply(&mut self, now: Millis, op: OpId, sent_at: Millis, result: Result<(u16, Vec<u8>), Failure>) {
+        let Some(o) = self.ops.get(&op) else { return };
+        match &o.kind {
+            OpKind::Acquire(_) => self.on_acquire_reply(now, op, result),
+            OpKind::Release { lock } => {
+                let lock = *lock;
+                self.ops.remove(&op);
+                let Some(held) = self.locks.get(&lock) else {
+                    return self.out.event(Event::Released { op, lock, held_until_release: false });
+                };
+                let name = held.name.clone();
+                match result.and_then(|(s, b)| gw::parse::<TxnResponse>(s, &b).map_err(Failure::Gateway)) {
+                    Ok(t) => {
+                        self.locks.remove(&lock);
+                        self.out.event(Event::Released { op, lock, held_until_release: t.succeeded });
+                        self.free_name(now, &name);
+                    }
+                    Err(f) => {
+                        // Give up on the lock locally; keep deleting it in the background.
+                        if let Some(h) = self.locks.remove(&lock) {
+                            self.orphans.push(Orphan { name: h.name, key: h.key, rev: Some(h.rev), lease: h.lease, retry_at: now + ORPHAN_RETRY_MS, req: None });
+                        }
+                        self.out.event(Event::Failed { op, error: self.backend_error(&name, f) });
+                    }
+                }
+            }
+            OpKind::Extend { lock, phase } => {
+                let (lock, phase) = (*lock, *phase);
+                let Some(held) = self.locks.get(&lock) else {
+                    self.ops.remove(&op);
+                    return self.out.event(Event::Failed { op, error: LockError::NotHeld { backend: BACKEND, name: "<released or lost lock>".into() } });
+                };
+                let (name, lease, key, rev) = (held.name.clone(), held.lease, held.key.clone(), held.rev);
+                match phase {
+                    ExtendPhase::KeepAlive => match self.apply_keepalive(lease, sent_at, result) {
+                        Ok(_) => {
+                            if let Some(Op { kind: OpKind::Extend { phase, .. }, req }) = self.ops.get_mut(&op) {
+                                *phase = ExtendPhase::CheckKey;
+                                let _ = req;
+                            }
+                            let r = self.send(now, Purpose::Op(op), "/v3/kv/range", gw::range_key(&key), false);
+                            if let Some(o) = self.ops.get_mut(&op) {
+                                o.req = Some(r);
+                            }
+                        }
+                        Err(Ok(reason)) => {
+                            self.ops.remove(&op);
+                            self.out.event(Event::Failed { op, error: LockError::Lost { backend: BACKEND, name, reason: reason.to_string() } });
+                            self.lease_lost(now, lease, reason);
+                        }
+                        Err(Err(f)) => {
+                            self.ops.remove(&op);
+                            self.out.event(Event::Failed { op, error: self.backend_error(&name, f) });
+                        }
+                    },
+                    ExtendPhase::CheckKey => {
+                        self.ops.remove(&op);
+                        match result.and_then(|(s, b)| gw::parse::<RangeResponse>(s, &b).map_err(Failure::Gateway)) {
+                            Ok(r) if r.kvs.iter().any(|kv| kv.key == key && kv.create_revision == rev) => {
+                                let expires_at = self.leases.get(&lease).map(|l| l.expires_at).unwrap_or(now);
+                                self.out.event(Event::Extended { op, lock, expires_at });
+                            }
+                            Ok(_) if self.locks.get(&lock).map(|l| l.releasing).unwrap_or(true) => {
+                                // Released meanwhile: the key is gone by our own hand.
+                                self.out.event(Event::Failed { op, error: LockError::NotHeld { backend: BACKEND, name } });
+                            }
+                            Ok(_) => {
+                                self.out.event(Event::Failed { op, error: LockError::Lost { backend: BACKEND, name, reason: LostReason::KeyGone.to_string() } });
+                                self.lose_lock(now, lock, LostReason::KeyGone);
+                            }
+                            Err(f) => self.out.event(Event::Failed { op, error: self.backend_error(&name, f) }),
+                        }
+                    }
+                }
+            }
+            OpKind::Resume { handle, lease, phase } => {
+                let (handle, lease, phase) = (handle.clone(), *lease, *phase);
+                let lost = |reason: &str| LockError::Lost { backend: BACKEND, name: handle.name.clone(), reason: reason.to_string() };
+                match phase {
+                    ResumePhase::ReadKey => match result.and_then(|(s, b)| gw::parse::<RangeResponse>(s, &b).map_err(Failure::Gateway)) {
+                        Ok(r) if r.kvs.iter().any(|kv| kv.key == handle.key.as_bytes() && kv.create_revision == handle.revision as i64 && kv.lease == lease) => {
+                            // Is it still the holder? No key of the lock may be older.
+                            if let Some(Op { kind: OpKind::Resume { phase, .. }, .. }) = self.ops.get_mut(&op) {
+                                *phase = ResumePhase::KeepAlive;
+                            }
+                            self.leases.entry(lease).or_insert(Lease { ttl_ms: self.session_ttl_ms, expires_at: 0, next_keepalive: now, keepalive: None, check: None, checked: Vec::new() });
+                            let r = self.send_keepalive(now, lease, Purpose::Op(op));
+                            if let Some(o) = self.ops.get_mut(&op) {
+                                o.req = Some(r);
+                            }
+                        }
+                        Ok(_) => self.fail_op(now, op, lost("the key no longer exists")),
+                        Err(f) => self.fail_op(now, op, self.backend_error(&handle.name, f)),
+                    },
+                    ResumePhase::KeepAlive => match self.apply_keepalive(lease, sent_at, result) {
+                        Ok(expires_at) => {
+                            self.ops.remove(&op);
+                            let lock = self.out.lock_id();
+                            self.locks.insert(lock, HeldLock { name: handle.name.clone(), key: handle.key.as_bytes().to_vec(), rev: handle.revision as i64, lease, releasing: false });
+                            self.out.event(Event::Acquired {
+                                op,
+                                lock: LockInfo { id: lock, name: handle.name.clone(), fencing_token: handle.fencing_token, expires_at, handle },
+                            });
+                        }
+                        Err(Ok(reason)) => {
+                            self.drop_lease_if_unused(lease, op);
+                            self.fail_op(now, op, lost(&reason.to_string()))
+                        }
+                        Err(Err(f)) => {
+                            self.drop_lease_if_unused(lease, op);
+                            self.fail_op(now, op, self.backend_error(&handle.name, f))
+                        }
+                    },
+                }
+            }
+            OpKind::Inspect { name, status } => {
+                let name = name.clone();
+                match status.clone() {
+                    None => match result.and_then(|(s, b)| gw::parse::<RangeResponse>(s, &b).map_err(Failure::Gateway)) {
+                        Ok(r) => {
+                            let mut kvs = r.kvs;
+                            kvs.sort_by_key(|kv| kv.create_revision);
+                            let holder = kvs.first().cloned();
+                            let st = LockStatus {
+                                name: name.clone(),
+                                held: holder.is_some(),
+                                holder: holder.as_ref().map(|kv| String::from_utf8_lossy(&kv.key).into_owned()),
+                                fencing_token: holder.as_ref().map(|kv| kv.create_revision as u64),
+                                remaining_ms: None,
+                                waiters: kvs.iter().skip(1).map(|kv| String::from_utf8_lossy(&kv.key).into_owned()).collect(),
+                            };
+                            match holder {
+                                Some(h) if h.lease != 0 => {
+                                    if let Some(Op { kind: OpKind::Inspect { status, .. }, .. }) = self.ops.get_mut(&op) {
+                                        *status = Some(st);
+                                    }
+                                    let r = self.send(now, Purpose::Op(op), "/v3/lease/timetolive", gw::lease_id(h.lease), false);
+                                    if let Some(o) = self.ops.get_mut(&op) {
+                                        o.req = Some(r);
+                                    }
+                                }
+                                _ => {
+                                    self.ops.remove(&op);
+                                    self.out.event(Event::Inspected { op, status: st });
+                                }
+                            }
+                        }
+                        Err(f) => self.fail_op(now, op, self.backend_error(&name, f)),
+                    },
+                    Some(mut st) => {
+                        self.ops.remove(&op);
+                        if let Ok((s, b)) = result {
+                            if let Ok(t) = gw::parse::<LeaseTtl>(s, &b) {
+                                st.remaining_ms = (t.TTL > 0).then_some(t.TTL as u64 * 1000);
+                            }
+                        }
+                        self.out.event(Event::Inspected { op, status: st });
+                    }
+                }
+            }
+        }
+    }
+
+    pub(super) fn drop_lease_if_unused(&mut self, lease: i64, op: OpId) {
+        let resumed_elsewhere = self.ops.iter().any(|(id, o)| *id != op && matches!(&o.kind, OpKind::Resume { lease: l, .. } if *l == lease));
+        if !self.lease_in_use(lease) && !resumed_elsewhere && self.session_lease != Some(lease) {
+            self.leases.remove(&lease);
+        }
+    }
+
+    pub(super) fn fail_op(&mut self, now: Millis, op: OpId, error: LockError) {
+        if let Some(OpKind::Resume { handle, .. }) = self.ops.get(&op).map(|o| &o.kind) {
+            let name = handle.name.clone();
+            self.ops.remove(&op);
+            self.out.event(Event::Failed { op, error });
+            return self.free_name(now, &name);
+        }
+        self.ops.remove(&op);
+        self.out.event(Event::Failed { op, error });
+    }
+
+    pub(super) fn new_op(&mut self, kind: OpKind) -> OpId {
+        let op = self.out.op_id();
+        self.ops.insert(op, Op { req: None, kind });
+        op
+    }
+
+    pub(super) fn check_open(&self) -> Result<(), LockError> {
+        if self.closed || self.closing.is_some() {
+            Err(LockError::Closed { backend: BACKEND })
+        } else {
+            Ok(())
+        }
+    }
+
+    pub(super) fn maybe_closed(&mut self) {
+        if let Some(op) = self.closing {
+            let outstanding = self.requests.values().any(|p| p.purpose == Purpose::CloseStep);
+            if !outstanding {
+                self.closing = None;
+                self.closed = true;
+                self.out.event(Event::Closed { op });
+            }
+        }
+    }
+}

@@ -1,0 +1,134 @@
+//! Sending requests, retrying them on the next endpoint, and routing their answers.
+
+use super::*;
+
+impl EtcdMachine {
+    // ---- requests ---------------------------------------------------------
+
+    pub(super) fn send(&mut self, now: Millis, purpose: Purpose, path: &'static str, body: Value, stream: bool) -> RequestId {
+        let body = serde_json::to_vec(&body).unwrap_or_default();
+        self.send_raw(now, purpose, path, body, stream, 1)
+    }
+
+    pub(super) fn send_raw(&mut self, now: Millis, purpose: Purpose, path: &'static str, body: Vec<u8>, stream: bool, attempt: u32) -> RequestId {
+        let id = self.out.request_id();
+        let endpoint = self.current_endpoint % self.endpoints.len();
+        let mut headers = vec![("content-type".to_string(), "application/json".to_string())];
+        headers.extend(self.headers.iter().cloned());
+        self.out.send(HttpRequest {
+            id,
+            method: Method::Post,
+            url: format!("{}{}", self.endpoints[endpoint], path),
+            headers,
+            body: body.clone(),
+            timeout_ms: Some(self.request_timeout_ms),
+            stream,
+        });
+        self.requests.insert(
+            id,
+            Pending {
+                purpose,
+                path,
+                body,
+                deadline: Some(now + self.request_timeout_ms),
+                endpoint,
+                attempt,
+                sent_at: now,
+                splitter: stream.then(JsonObjectSplitter::new),
+            },
+        );
+        id
+    }
+
+    pub(super) fn cancel_request(&mut self, id: Option<RequestId>) {
+        if let Some(id) = id {
+            if self.requests.remove(&id).is_some() {
+                self.out.cancel(id);
+            }
+        }
+    }
+
+    /// A request failed: retry it on the next endpoint when that can help,
+    /// otherwise hand the failure to its purpose.
+    pub(super) fn on_failure(&mut self, now: Millis, id: RequestId, p: Pending, f: Failure) {
+        if f.retryable() && p.endpoint == self.current_endpoint % self.endpoints.len() {
+            self.current_endpoint = (p.endpoint + 1) % self.endpoints.len();
+        }
+        let is_stream = p.splitter.is_some();
+        if f.retryable() && !is_stream && p.attempt < self.max_attempts() && !self.closed {
+            let new_id = self.send_raw(now, p.purpose, p.path, p.body, false, p.attempt + 1);
+            self.retarget(p.purpose, id, new_id);
+            return;
+        }
+        self.dispatch(now, id, p, Err(f));
+    }
+
+    /// After a retry, the purpose's bookkeeping must point at the new request.
+    pub(super) fn retarget(&mut self, purpose: Purpose, old: RequestId, new: RequestId) {
+        let swap = |slot: &mut Option<RequestId>| {
+            if *slot == Some(old) {
+                *slot = Some(new);
+            }
+        };
+        match purpose {
+            Purpose::Grant => swap(&mut self.grant),
+            Purpose::KeepAlive { lease } => {
+                if let Some(l) = self.leases.get_mut(&lease) {
+                    swap(&mut l.keepalive)
+                }
+            }
+            Purpose::KeyCheck { lease } => {
+                if let Some(l) = self.leases.get_mut(&lease) {
+                    swap(&mut l.check)
+                }
+            }
+            Purpose::Op(op) => {
+                if let Some(o) = self.ops.get_mut(&op) {
+                    swap(&mut o.req)
+                }
+            }
+            Purpose::Orphan => {
+                for o in &mut self.orphans {
+                    swap(&mut o.req)
+                }
+            }
+            Purpose::Revoke | Purpose::CloseStep => {}
+        }
+    }
+
+    pub(super) fn dispatch(&mut self, now: Millis, id: RequestId, p: Pending, result: Result<(u16, Vec<u8>), Failure>) {
+        match p.purpose {
+            Purpose::Grant => self.on_grant(now, id, p.sent_at, result),
+            Purpose::KeepAlive { lease } => self.on_keepalive(now, id, lease, p.sent_at, result),
+            Purpose::KeyCheck { lease } => self.on_key_check(now, id, lease, result),
+            Purpose::Revoke => {}
+            Purpose::Orphan => self.on_orphan(now, id, result),
+            Purpose::CloseStep => self.maybe_closed(),
+            Purpose::Op(op) => {
+                if self.ops.get(&op).map(|o| o.req == Some(id)).unwrap_or(false) {
+                    if let Some(o) = self.ops.get_mut(&op) {
+                        o.req = None;
+                    }
+                    self.on_op_reply(now, op, p.sent_at, result);
+                }
+            }
+        }
+    }
+
+    pub(super) fn backend_error(&self, name: &str, f: Failure) -> LockError {
+        match f {
+            Failure::Transport(t) => LockError::Transport { backend: BACKEND, name: name.to_string(), message: t.to_string() },
+            Failure::Gateway(g) => {
+                // A backend (or a proxy) may echo our headers back: never let
+                // a configured header value reach an error message.
+                let secrets: Vec<&str> = self
+                    .headers
+                    .iter()
+                    .flat_map(|(_, v)| std::iter::once(v.as_str()).chain(v.split_whitespace()))
+                    .collect();
+                let message = crate::core::error::sanitize_detail(&g.message(), &secrets);
+                LockError::Backend { backend: BACKEND, name: name.to_string(), status: g.status(), message }
+            }
+        }
+    }
+}
