@@ -49,11 +49,16 @@ demo() { # label, wrangler --var args...
   curl -fs -o /dev/null "http://127.0.0.1:$port/" || { cat "$work/wrangler.log" >&2; exit 1; }
   local job="burst-$label"
   say "$BURST concurrent POST /jobs/$job/run and 3 cron events"
+  local pids=()
   for _ in $(seq 1 "$BURST"); do
     curl -s -X POST "http://127.0.0.1:$port/jobs/$job/run?waitMs=30000" -o /dev/null -w '%{http_code} ' &
+    pids+=($!)
   done
-  for _ in 1 2 3; do curl -s -o /dev/null "http://127.0.0.1:$port/__scheduled?cron=*/5+*+*+*+*" & done
-  wait
+  for _ in 1 2 3; do
+    curl -s -o /dev/null "http://127.0.0.1:$port/__scheduled?cron=*/5+*+*+*+*" &
+    pids+=($!)
+  done
+  wait "${pids[@]}"
   echo
   say "The fenced resource's log for $job (arrival order):"
   curl -s "$FENCED/log?resource=$job" | node -e '

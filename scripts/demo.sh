@@ -56,4 +56,6 @@ EDGELOCK_REDIS_TOKEN=demo-token run_contenders "one Redis node over the Upstash 
 
 say "Lock status now (nobody holds it):"
 "$BIN/edgelock" status --etcd "$ETCD" demo-job || true
+say "Live demo page in the browser: open the URL printed below (Ctrl-C stops it)"
+bash scripts/www-demo.sh
 say "Done. Backends are stopped on exit."

@@ -33,4 +33,8 @@ if [ -x scripts/test-js.sh ]; then
   step "npm package: build, Node tests, types, wasm-pack tests in Node and headless Chromium"
   bash scripts/test-js.sh
 fi
+if [ -x scripts/test-www.sh ]; then
+  step "demo page (www/) in headless Chromium (Playwright)"
+  bash scripts/test-www.sh
+fi
 step "all green"

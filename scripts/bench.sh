@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Benchmarks edgelock against the peer lock libraries (etcd3, redlock@5 over
+# ioredis, redis-semaphore, @upstash/lock over @upstash/redis), side by side on
+# local backends started by the devtools `testenv`. Bounded (about 3 minutes).
+# Writes BENCHMARKS.md, bench/handoff.svg and bench/results.json.
+#   BENCH_SKIP_SETUP=1   do not run scripts/setup.sh first
+#   BENCH_REBUILD_PKG=1  rebuild pkg/ even if it exists (otherwise built only when missing)
+#   BENCH_QUICK=1        a few seconds per phase, to check the harness (numbers meaningless)
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+export PATH="$HOME/.cargo/bin:$PATH"
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$root/target}
+
+if [ "${BENCH_SKIP_SETUP:-}" != 1 ]; then
+  bash scripts/setup.sh
+fi
+if [ "${BENCH_REBUILD_PKG:-}" = 1 ] || [ ! -f pkg/package.json ] || [ ! -f pkg/edgelock_wasm_bg.wasm ]; then
+  bash scripts/build-pkg.sh
+else
+  echo "== using the existing pkg/ (BENCH_REBUILD_PKG=1 rebuilds it)"
+fi
+echo "== devtools (testenv)"
+cargo build --quiet -p edgelock-devtools --bins
+export EDGELOCK_TESTENV_BIN="$CARGO_TARGET_DIR/debug/testenv"
+
+echo "== native bench driver (examples/bench_native.rs, release)"
+cargo build --quiet --release --features native --example bench_native
+export BENCH_NATIVE_BIN="$CARGO_TARGET_DIR/release/examples/bench_native"
+
+echo "== npm ci in bench/ (pinned peers)"
+(cd bench && npm ci --no-audit --no-fund --loglevel=error)
+
+echo "== running bench/run.mjs"
+node bench/run.mjs
+echo "== wrote BENCHMARKS.md and bench/handoff.svg"

@@ -1,0 +1,239 @@
+// Browser test of the www/ demo page (run by scripts/test-www.sh).
+//
+// Starts www/serve.mjs (which starts real etcd / redis-server / webdis through
+// the devtools testenv), opens the page in Debian's Chromium through
+// playwright-core, and for etcd and then Redlock: starts 6 workers, waits for
+// ≥ 20 acquisitions, presses "Pause a holder", and checks from the page's own
+// records (window.__edgelockDemo) that holds never overlap, fencing tokens
+// strictly increase, the paused holder's loss is reported, the next token is
+// higher and the paused holder's late write is rejected. On Redlock it also
+// stops one Redis node and checks that acquisitions go on. A last, shorter run
+// on one Redis node through the Upstash gateway checks holds and tokens only.
+// Screenshots (1280×800 and a 390 px phone width) go to .test-output/www/.
+
+import { spawn } from 'node:child_process';
+import { mkdirSync } from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { chromium } from 'playwright-core';
+
+const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
+const outDir = path.join(repoRoot, '.test-output', 'www');
+const CHROMIUM = process.env.CHROMIUM_BIN ?? '/usr/bin/chromium';
+const TOTAL_BUDGET_MS = 170_000;
+const WORKERS = 6;
+const TTL_MS = 2000;
+const HOLD_MS = 150;
+const ACQUISITIONS = 20;
+
+const log = (...a) => console.log('[www]', ...a);
+class Failure extends Error {}
+function check(cond, message) {
+  if (!cond) throw new Failure(message);
+}
+
+/** Spawns the dev server and resolves with its first stdout line (JSON). */
+function startServer() {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [path.join(repoRoot, 'www', 'serve.mjs'), '--exit-on-eof'], {
+      cwd: repoRoot,
+      stdio: ['pipe', 'pipe', 'pipe'],
+    });
+    let out = '';
+    let err = '';
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new Error(`serve.mjs not ready after 90 s; stderr:\n${err}`));
+    }, 90_000);
+    child.stderr.on('data', (d) => { if (err.length < 64_000) err += d; });
+    child.stdout.on('data', (d) => {
+      out += d;
+      const nl = out.indexOf('\n');
+      if (nl < 0) return;
+      clearTimeout(timer);
+      try {
+        resolve({ child, info: JSON.parse(out.slice(0, nl)) });
+      } catch {
+        child.kill('SIGKILL');
+        reject(new Error(`serve.mjs printed ${out.slice(0, nl)}`));
+      }
+    });
+    child.on('exit', (code, sig) => {
+      clearTimeout(timer);
+      reject(new Error(`serve.mjs exited (${code ?? sig}); stderr:\n${err}`));
+    });
+  });
+}
+
+function stopServer(child) {
+  return new Promise((resolve) => {
+    if (child.exitCode !== null || child.signalCode !== null) return resolve();
+    const timer = setTimeout(() => child.kill('SIGKILL'), 15_000);
+    child.once('exit', () => { clearTimeout(timer); resolve(); });
+    child.stdin.end(); // --exit-on-eof: it stops testenv and its servers
+  });
+}
+
+/** The current run's records, copied out of the page. */
+function runData(page, runId) {
+  return page.evaluate((id) => {
+    const d = window.__edgelockDemo;
+    const mine = (list) => list.filter((x) => x.run === id);
+    return { holds: mine(d.holds), lost: mine(d.lost), staleWrites: mine(d.staleWrites), errors: mine(d.errors) };
+  }, runId);
+}
+
+function checkHolds(label, holds) {
+  check(holds.length >= ACQUISITIONS, `${label}: only ${holds.length} acquisitions`);
+  const sorted = [...holds].sort((a, b) => a.acquiredAt - b.acquiredAt);
+  let lastEnd = -Infinity;
+  let lastToken = null;
+  let lastHold = null;
+  for (const h of sorted) {
+    check(h.endAt !== null, `${label}: hold of token ${h.token} by W${h.worker + 1} never ended`);
+    check(h.endAt >= h.acquiredAt, `${label}: hold of token ${h.token} ends before it starts`);
+    check(h.acquiredAt >= lastEnd,
+      `${label}: overlapping holds: W${h.worker + 1} got token ${h.token} at ${h.acquiredAt.toFixed(1)} ms ` +
+      `while W${lastHold?.worker + 1} (token ${lastHold?.token}) held it until ${lastEnd.toFixed(1)} ms`);
+    const token = BigInt(h.token);
+    check(lastToken === null || token > lastToken,
+      `${label}: token ${h.token} (W${h.worker + 1}) does not exceed the previous holder's ${lastToken}`);
+    if (h.endAt > lastEnd) { lastEnd = h.endAt; lastHold = h; }
+    lastToken = token;
+  }
+  log(`${label}: ${holds.length} holds, none overlapping, tokens strictly increasing (${sorted[0].token} → ${sorted.at(-1).token})`);
+}
+
+async function exercise(page, backend, { pause = true, stopNode = false, screenshot }) {
+  const label = backend;
+  await page.selectOption('#backend', backend);
+  await page.fill('#workers', String(WORKERS));
+  await page.fill('#ttl', String(TTL_MS));
+  await page.fill('#hold', String(HOLD_MS));
+  await page.click('#start');
+  const runId = await page.evaluate(() => window.__edgelockDemo.run.id);
+  const t = Date.now();
+  await page.waitForFunction(([id, n]) => window.__edgelockDemo.holds.filter((h) => h.run === id).length >= n,
+    [runId, ACQUISITIONS], { timeout: 45_000 });
+  log(`${label}: ${ACQUISITIONS} acquisitions by ${WORKERS} workers in ${Date.now() - t} ms`);
+  const lanesBusy = await page.evaluate((id) => new Set(window.__edgelockDemo.holds.filter((h) => h.run === id).map((h) => h.worker)).size, runId);
+  check(lanesBusy >= 2, `${label}: only ${lanesBusy} worker(s) ever held the lock`);
+
+  if (!pause) {
+    await page.click('#start'); // Stop
+    await page.waitForFunction((id) => window.__edgelockDemo.runs.find((r) => r.id === id)?.stoppedAt !== undefined,
+      runId, { timeout: 20_000 });
+    const data = await runData(page, runId);
+    checkHolds(label, data.holds);
+    check(data.lost.length === 0, `${label}: unexpected lost-lock event: ${data.lost[0]?.message}`);
+    return null;
+  }
+
+  await page.click('#pause');
+  const tp = Date.now();
+  await page.waitForFunction((id) => window.__edgelockDemo.lost.some((l) => l.run === id), runId, { timeout: 20_000 });
+  log(`${label}: lost-lock event ${Date.now() - tp} ms after "Pause a holder"`);
+  await page.waitForFunction((id) => {
+    const d = window.__edgelockDemo;
+    const lost = d.lost.find((l) => l.run === id);
+    return d.holds.some((h) => h.run === id && h.acquiredAt > lost.at) && d.staleWrites.some((s) => s.run === id);
+  }, runId, { timeout: 20_000 });
+
+  if (stopNode) {
+    // Redlock on 5 nodes: with one frozen, a majority still grants the lock.
+    await page.click('#node-buttons button[data-node="0"]');
+    await page.waitForSelector('#node-buttons button.stopped[data-node="0"]', { timeout: 5_000 });
+    const before = await page.evaluate((id) => window.__edgelockDemo.holds.filter((h) => h.run === id).length, runId);
+    await page.waitForFunction(([id, n]) => window.__edgelockDemo.holds.filter((h) => h.run === id).length >= n,
+      [runId, before + 5], { timeout: 30_000 });
+    log(`${label}: 5 more acquisitions with Redis node 1 stopped`);
+  }
+
+  await page.waitForTimeout(600); // let the timeline show the handoffs that followed
+  const shot = path.join(outDir, screenshot);
+  await page.screenshot({ path: shot });
+  if (stopNode) {
+    await page.click('#node-buttons button[data-node="0"]');
+    await page.waitForSelector('#node-buttons button:not(.stopped)[data-node="0"]', { timeout: 5_000 });
+  }
+
+  await page.click('#start'); // Stop
+  await page.waitForFunction((id) => window.__edgelockDemo.runs.find((r) => r.id === id)?.stoppedAt !== undefined,
+    runId, { timeout: 20_000 });
+
+  const data = await runData(page, runId);
+  checkHolds(label, data.holds);
+  check(data.lost.length === 1, `${label}: expected one lost-lock event, got ${data.lost.length}`);
+  const lost = data.lost[0];
+  check(lost.code === 'LOST', `${label}: lost event has code ${lost.code}`);
+  const pausedHold = data.holds.find((h) => h.paused);
+  check(pausedHold && pausedHold.token === lost.token && pausedHold.lostAt === lost.at,
+    `${label}: the lost event is not the paused holder's`);
+  const next = data.holds.filter((h) => h.acquiredAt > lost.at).sort((a, b) => a.acquiredAt - b.acquiredAt)[0];
+  check(next && BigInt(next.token) > BigInt(lost.token), `${label}: the next token after the loss is not higher`);
+  const stale = data.staleWrites[0];
+  check(stale && !stale.accepted && BigInt(stale.resourceToken) > BigInt(stale.token),
+    `${label}: the paused holder's late write was not rejected`);
+  log(`${label}: W${lost.worker + 1} lost token ${lost.token} (${lost.message}); next holder W${next.worker + 1} got ${next.token}; ` +
+    `its late write was rejected (resource at ${stale.resourceToken})`);
+  if (data.errors.length) log(`${label}: ${data.errors.length} acquire error(s), e.g. ${data.errors[0].code}: ${data.errors[0].message}`);
+  return shot;
+}
+
+async function main() {
+  mkdirSync(outDir, { recursive: true });
+  const { child, info } = await startServer();
+  log(`page at ${info.url}`);
+  let browser;
+  const pageErrors = [];
+  try {
+    browser = await chromium.launch({
+      executablePath: CHROMIUM,
+      headless: true,
+      args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking',
+        '--disable-component-update', '--no-first-run'],
+    });
+    const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
+    page.on('pageerror', (e) => pageErrors.push(e.message));
+    await page.goto(info.url);
+    await page.waitForFunction(() => window.__edgelockDemo?.ready || window.__edgelockDemo?.bootError, null, { timeout: 20_000 });
+    const bootError = await page.evaluate(() => window.__edgelockDemo.bootError);
+    check(!bootError, `page failed to start: ${bootError}`);
+
+    const shots = [];
+    shots.push(await exercise(page, 'etcd', { screenshot: 'www-etcd-1280x800.png' }));
+    shots.push(await exercise(page, 'redlock', { stopNode: true, screenshot: 'www-redlock-1280x800.png' }));
+    // One Redis node through the Upstash-compatible gateway (bearer token): a shorter check.
+    await exercise(page, 'redis-upstash', { pause: false });
+
+    // The same page at phone width (the stopped run's timeline stays on screen).
+    await page.setViewportSize({ width: 390, height: 844 });
+    await page.waitForTimeout(300);
+    const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+    check(overflow <= 0, `page is ${overflow}px wider than a 390px screen`);
+    const phone = path.join(outDir, 'www-phone-390.png');
+    await page.screenshot({ path: phone, fullPage: true });
+    shots.push(phone);
+
+    check(pageErrors.length === 0, `errors in the page: ${pageErrors.join(' | ')}`);
+    for (const s of shots) log(`screenshot: ${s}`);
+    log('PASS');
+  } finally {
+    await browser?.close().catch(() => {});
+    await stopServer(child);
+  }
+}
+
+const budget = setTimeout(() => {
+  console.error(`[www] FAIL: over the ${TOTAL_BUDGET_MS / 1000} s budget`);
+  process.exit(1);
+}, TOTAL_BUDGET_MS);
+budget.unref();
+
+main().then(
+  () => process.exit(0),
+  (e) => {
+    console.error(`[www] FAIL: ${e instanceof Failure ? e.message : e?.stack ?? e}`);
+    process.exit(1);
+  },
+);
