@@ -1,0 +1,162 @@
+// One adapter per client library, all with the same shape so that every
+// scenario runs each of them the same way:
+//   const c = make();                       // a fresh client (own session / connections)
+//   const release = await c.acquire(name, { signal });   // waits until held
+//   await release();
+//   await c.close();
+// `counter` says which request counter applies: "http" (fetch calls),
+// "redis" (commands processed by the redis-servers) or "etcd" (gRPC calls
+// started by etcd; etcd's JSON gateway turns each HTTP call into one).
+import { EtcdLocks, RedisLocks, Redlock as EdgeRedlock } from "../pkg/index.node.mjs";
+import { Etcd3, EtcdLockFailedError } from "etcd3";
+import IORedis from "ioredis";
+import NodeRedlock from "redlock";
+import { Mutex, RedlockMutex } from "redis-semaphore";
+import { Lock as UpstashLock } from "@upstash/lock";
+import { Redis as UpstashRedis } from "@upstash/redis";
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+function abortError() {
+  const e = new Error("aborted");
+  e.name = "AbortError";
+  return e;
+}
+
+/** Wraps an edgelock client: releases are the Lock's own release(). */
+function edgelockClient(client) {
+  return {
+    async acquire(name, { signal } = {}) {
+      const lock = await client.acquire(name, signal ? { signal } : {});
+      return () => lock.release();
+    },
+    close: () => client.close(),
+  };
+}
+
+function ioredisClients(env, n) {
+  return env.redis.slice(0, n).map((r) => new IORedis({ host: "127.0.0.1", port: r.port, lazyConnect: false, maxRetriesPerRequest: 2 }));
+}
+
+/**
+ * Libraries by id. `group` pairs edgelock with the peers on the same backend;
+ * `note` documents every non-default setting.
+ */
+export function libraries(env) {
+  const gw = env.gateway_urls;
+  const webdis = env.webdis_urls;
+  const token = env.token;
+  return {
+    "edgelock-etcd": {
+      label: "edgelock EtcdLocks", group: "etcd", counter: "etcd", edgelock: true,
+      note: "npm package in Node, defaults (session lease 10 s, waits on a watch)",
+      make: () => edgelockClient(new EtcdLocks({ endpoints: env.etcd_urls })),
+    },
+    etcd3: {
+      label: "etcd3 Lock", group: "etcd", counter: "etcd",
+      note: "Lock has no waiting acquire: the bench retries on EtcdLockFailedError every 50 ms; ttl 10 s",
+      make: () => {
+        const client = new Etcd3({ hosts: env.etcd_urls });
+        return {
+          async acquire(name, { signal } = {}) {
+            for (;;) {
+              const lock = client.lock(name).ttl(10);
+              try {
+                await lock.acquire();
+                return () => lock.release();
+              } catch (e) {
+                if (!(e instanceof EtcdLockFailedError)) throw e;
+              }
+              if (signal?.aborted) throw abortError();
+              await sleep(50);
+            }
+          },
+          close: async () => client.close(),
+        };
+      },
+    },
+    "edgelock-redis": {
+      label: "edgelock RedisLocks (upstash)", group: "redis-http", counter: "http", edgelock: true,
+      note: "Upstash REST via the local gateway; defaults (ttl 10 s, retry 200 ms + 0..100 ms jitter capped by the holder's PTTL)",
+      make: () => edgelockClient(new RedisLocks({ url: gw[0], protocol: "upstash", token })),
+    },
+    "edgelock-redis-webdis": {
+      label: "edgelock RedisLocks (webdis)", group: "redis-http", counter: "http", edgelock: true, extra: true,
+      note: "Webdis HTTP; defaults",
+      make: () => edgelockClient(new RedisLocks({ url: webdis[0], protocol: "webdis" })),
+    },
+    "upstash-lock": {
+      label: "@upstash/lock", group: "redis-http", counter: "http",
+      note: "@upstash/redis via the same gateway; lease 10 s, retry every 100 ms (its default delay) without an attempt limit",
+      make: () => {
+        const redis = new UpstashRedis({ url: gw[0], token });
+        return {
+          async acquire(name) {
+            const lock = new UpstashLock({ id: name, redis, lease: 10_000, retry: { attempts: Infinity, delay: 100 } });
+            if (!(await lock.acquire())) throw new Error("@upstash/lock: not acquired");
+            return async () => {
+              if (!(await lock.release())) throw new Error("@upstash/lock: release found another owner");
+            };
+          },
+          close: async () => {},
+        };
+      },
+    },
+    "redis-semaphore": {
+      label: "redis-semaphore Mutex", group: "redis-http", counter: "redis", tcp: true,
+      note: "ioredis TCP to the same redis-server; defaults (lockTimeout 10 s, retryInterval 10 ms) except acquireTimeout 60 s",
+      make: () => {
+        const [redis] = ioredisClients(env, 1);
+        return {
+          async acquire(name) {
+            const m = new Mutex(redis, name, { acquireTimeout: 60_000 });
+            await m.acquire();
+            return () => m.release();
+          },
+          close: async () => redis.quit(),
+        };
+      },
+    },
+    "edgelock-redlock": {
+      label: "edgelock Redlock (3× upstash)", group: "redlock", counter: "http", edgelock: true,
+      note: "3 nodes, each its own gateway; defaults (folded fencing, retry 200 ± 100 ms) except retryCount 1000",
+      make: () => edgelockClient(new EdgeRedlock({ nodes: gw.map((url) => ({ url, protocol: "upstash", token })), retryCount: 1000 })),
+    },
+    "edgelock-redlock-webdis": {
+      label: "edgelock Redlock (3× webdis)", group: "redlock", counter: "http", edgelock: true, extra: true,
+      note: "3 webdis nodes; defaults except retryCount 1000",
+      make: () => edgelockClient(new EdgeRedlock({ nodes: webdis.map((url) => ({ url, protocol: "webdis" })), retryCount: 1000 })),
+    },
+    "node-redlock": {
+      label: "redlock@5 (3× ioredis)", group: "redlock", counter: "redis", tcp: true,
+      note: "ioredis TCP to the same 3 redis-servers; defaults (retry 200 ± 100 ms) except retryCount -1 (unlimited)",
+      make: () => {
+        const clients = ioredisClients(env, 3);
+        const redlock = new NodeRedlock(clients, { retryCount: -1 });
+        redlock.on("error", () => {});
+        return {
+          async acquire(name) {
+            const lock = await redlock.acquire([name], 10_000);
+            return () => lock.release();
+          },
+          close: async () => Promise.all(clients.map((c) => c.quit())),
+        };
+      },
+    },
+    "redis-semaphore-redlock": {
+      label: "redis-semaphore RedlockMutex (3×)", group: "redlock", counter: "redis", tcp: true,
+      note: "ioredis TCP to the same 3 redis-servers; defaults except acquireTimeout 60 s",
+      make: () => {
+        const clients = ioredisClients(env, 3);
+        return {
+          async acquire(name) {
+            const m = new RedlockMutex(clients, name, { acquireTimeout: 60_000 });
+            await m.acquire();
+            return () => m.release();
+          },
+          close: async () => Promise.all(clients.map((c) => c.quit())),
+        };
+      },
+    },
+  };
+}
