@@ -316,18 +316,7 @@ fn report_failure(seed: u64, fixed: Fixed, test: &str, first_message: &str) -> S
                 out.push_str(&format!("(replay failed differently: {msg})\n"));
             }
             out.push_str(&format!("setup: {setup:?}\n"));
-            let name = setup.names.iter().find(|n| msg.contains(&format!("{n:?}"))).map(|s| s.as_str());
-            let from = w.now.saturating_sub(6 * setup.ttl_ms);
-            out.push_str(&format!("history of {name:?} from t={from} to the failure at t={}:\n", w.now));
-            out.push_str(&w.describe_history(name, from, w.now));
-            if let Some(t) = &w.trace {
-                let tail = if std::env::var("SIM_TRACE").is_ok() { t.len() } else { 150.min(t.len()) };
-                out.push_str(&format!("last {tail} of {} trace lines:\n", t.len()));
-                for line in &t[t.len() - tail..] {
-                    out.push_str(line);
-                    out.push('\n');
-                }
-            }
+            out.push_str(&w.failure_report(&setup.names, setup.ttl_ms, &msg));
         }
     }
     out

@@ -1510,6 +1510,26 @@ impl<S: SimServer> World<S> {
     }
 
     /// The history of one lock name around a time window, one line per record.
+    /// What a failing seed prints after its replay: the history of the lock the
+    /// message names (the last six TTLs) and the tail of the step trace
+    /// (all of it with SIM_TRACE set).
+    pub fn failure_report(&self, names: &[String], ttl_ms: u64, msg: &str) -> String {
+        let mut out = String::new();
+        let name = names.iter().find(|n| msg.contains(&format!("{n:?}"))).map(|s| s.as_str());
+        let from = self.now.saturating_sub(6 * ttl_ms);
+        out.push_str(&format!("history of {name:?} from t={from} to the failure at t={}:\n", self.now));
+        out.push_str(&self.describe_history(name, from, self.now));
+        if let Some(t) = &self.trace {
+            let tail = if std::env::var("SIM_TRACE").is_ok() { t.len() } else { 150.min(t.len()) };
+            out.push_str(&format!("last {tail} of {} trace lines:\n", t.len()));
+            for line in &t[t.len() - tail..] {
+                out.push_str(line);
+                out.push('\n');
+            }
+        }
+        out
+    }
+
     pub fn describe_history(&self, name: Option<&str>, from: Millis, to: Millis) -> String {
         let mut s = String::new();
         for r in &self.history {
