@@ -19,9 +19,11 @@ cargo build --quiet -p edgelock-devtools --bins
 
 work=$(mktemp -d)
 mkfifo "$work/testenv.in"
+# testenv runs until its stdin closes: this shell holds the fifo open (fd 9,
+# never inherited by children, so that closing it here is the end).
 exec 9<>"$work/testenv.in"
 "$CARGO_TARGET_DIR/debug/testenv" --etcd 1 --redis 1 --gateway --fenced --token demo-token \
-  <"$work/testenv.in" >"$work/env.json" 2>"$work/testenv.log" &
+  <"$work/testenv.in" >"$work/env.json" 2>"$work/testenv.log" 9>&- &
 testenv_pid=$!
 wrangler_pid=
 cleanup() {
@@ -38,12 +40,21 @@ ETCD=$(field etcd_urls); GATEWAY=$(field gateway_urls); FENCED=$(field fenced_ur
 port=$(node -e 'const s = require("net").createServer().listen(0, "127.0.0.1", () => { console.log(s.address().port); s.close(); })')
 say "Backends: etcd $ETCD, Upstash gateway $GATEWAY, fenced resource $FENCED"
 
+print_log() {
+  node -e '
+    const { entries } = JSON.parse(require("fs").readFileSync(0, "utf8"));
+    for (const e of entries) {
+      const r = e.record, t = (ms) => new Date(ms).toISOString().slice(11, 23);
+      console.log(`  token ${String(e.token).padStart(4)}  ${e.accepted ? "accepted" : "REJECTED"}  ran ${t(r.started)} .. ${t(r.finished)}  invocation ${r.invocation}`);
+    }'
+}
+
 demo() { # label, wrangler --var args...
   local label=$1; shift
   say "wrangler dev on http://127.0.0.1:$port with the $label backend"
   EDGELOCK_WORKER_PREBUILT=1 tests/worker/node_modules/.bin/wrangler dev --ip 127.0.0.1 --port "$port" \
-    --test-scheduled --var "EDGELOCK_FENCED_URL:$FENCED" --var "EDGELOCK_CRON_WAIT_MS:10000" "$@" \
-    >"$work/wrangler.log" 2>&1 &
+    --test-scheduled --var "EDGELOCK_FENCED_URL:$FENCED" --var "EDGELOCK_CRON_WAIT_MS:10000" --var "EDGELOCK_CRON_JOB:nightly-$label" "$@" \
+    >"$work/wrangler.log" 2>&1 9>&- &
   wrangler_pid=$!
   for _ in $(seq 1 600); do curl -fs -o /dev/null "http://127.0.0.1:$port/" && break; sleep 0.1; done
   curl -fs -o /dev/null "http://127.0.0.1:$port/" || { cat "$work/wrangler.log" >&2; exit 1; }
@@ -60,21 +71,14 @@ demo() { # label, wrangler --var args...
   done
   wait "${pids[@]}"
   echo
-  say "The fenced resource's log for $job (arrival order):"
-  curl -s "$FENCED/log?resource=$job" | node -e '
-    const { entries } = JSON.parse(require("fs").readFileSync(0, "utf8"));
-    for (const e of entries) {
-      const r = e.record;
-      console.log(`  token ${String(e.token).padStart(4)}  ${e.accepted ? "accepted" : "REJECTED"}  ran ${new Date(r.started).toISOString().slice(11, 23)} .. ${new Date(r.finished).toISOString().slice(11, 23)}  invocation ${r.invocation}`);
-    }'
+  for resource in "$job" "nightly-$label"; do
+    say "The fenced resource's log for $resource (arrival order):"
+    curl -s "$FENCED/log?resource=$resource" | print_log
+  done
   kill "$wrangler_pid" 2>/dev/null || true
   wait "$wrangler_pid" 2>/dev/null || true
   wrangler_pid=
 }
 demo etcd --var EDGELOCK_BACKEND:etcd --var "EDGELOCK_ETCD_ENDPOINTS:$ETCD"
 demo upstash --var EDGELOCK_BACKEND:redis --var "EDGELOCK_REDIS_URL:upstash+$GATEWAY" --var EDGELOCK_REDIS_TOKEN:demo-token
-say "Cron runs (job nightly-report), both backends:"
-curl -s "$FENCED/log?resource=nightly-report" | node -e '
-  const { entries } = JSON.parse(require("fs").readFileSync(0, "utf8"));
-  for (const e of entries) console.log(`  token ${String(e.token).padStart(4)}  ${e.accepted ? "accepted" : "REJECTED"}`);'
 say "Done. wrangler and the backends are stopped on exit."

@@ -56,6 +56,8 @@ EDGELOCK_REDIS_TOKEN=demo-token run_contenders "one Redis node over the Upstash 
 
 say "Lock status now (nobody holds it):"
 "$BIN/edgelock" status --etcd "$ETCD" demo-job || true
+say "Cloudflare Worker job coordinator under wrangler dev (loopback, offline)"
+bash scripts/demo-worker.sh
 say "Live demo page in the browser: open the URL printed below (Ctrl-C stops it)"
 bash scripts/www-demo.sh
 say "Done. Backends are stopped on exit."

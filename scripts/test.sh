@@ -33,6 +33,10 @@ if [ -x scripts/test-js.sh ]; then
   step "npm package: build, Node tests, types, wasm-pack tests in Node and headless Chromium"
   bash scripts/test-js.sh
 fi
+if [ -x scripts/test-worker.sh ]; then
+  step "Cloudflare Worker (wrangler.toml) in workerd via Miniflare"
+  bash scripts/test-worker.sh
+fi
 if [ -x scripts/test-www.sh ]; then
   step "demo page (www/) in headless Chromium (Playwright)"
   bash scripts/test-www.sh
