@@ -85,7 +85,8 @@ fn wait_timeout_fails_and_cancels_the_watch_socket() {
     let t = Instant::now();
     let err = b.acquire("to", Some(Duration::from_millis(300))).unwrap_err();
     assert!(matches!(err, LockError::Timeout { .. }), "{err:?}");
-    assert!(t.elapsed() >= Duration::from_millis(300) && t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
+    // The driver clock has whole-millisecond resolution: the deadline may fire up to 1 ms early.
+    assert!(t.elapsed() >= Duration::from_millis(299) && t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
     eventually("the server sees the watch connection shut down", || server.watch_aborts() == 1);
 }
 
