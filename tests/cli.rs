@@ -253,8 +253,11 @@ fn usage_and_backend_errors_have_their_exit_codes() {
     assert_eq!(output(&["run", "--etcd", &dead, "--ttl", "10", "n", "--", "true"]).status.code(), Some(64));
     assert_eq!(output(&["frobnicate"]).status.code(), Some(64));
     let out = output(&["status", "--redis", "http://127.0.0.1:1", "n"]);
-    assert_eq!(out.status.code(), Some(64), "a Redis URL must name its protocol");
-    assert!(text(&out.stderr).contains("webdis+http://"));
+    assert_eq!(out.status.code(), Some(64), "a bare URL is an Upstash node, which needs a token");
+    assert!(text(&out.stderr).contains("token"), "{}", text(&out.stderr));
+    let out = output(&["status", "--redis", "redis://127.0.0.1:1", "n"]);
+    assert_eq!(out.status.code(), Some(64));
+    assert!(text(&out.stderr).contains("webdis+http://"), "{}", text(&out.stderr));
     let dead_node = format!("webdis+{dead}");
     assert_eq!(output(&["run", "--redis", &dead_node, "--try", "n", "--", "true"]).status.code(), Some(69));
     let help = output(&["--help"]);

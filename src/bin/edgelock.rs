@@ -34,8 +34,9 @@ OPTIONS:
     --redis URLS      Redis node(s), comma-separated: one URL = single-node lock,
                       several = Redlock over independent nodes. Each URL names
                       its protocol: webdis+http://HOST:PORT (Webdis) or
-                      upstash+http://HOST:PORT (Upstash REST; the token comes
-                      from --token or $EDGELOCK_REDIS_TOKEN / $UPSTASH_REDIS_REST_TOKEN)
+                      upstash+http://HOST:PORT or a bare http(s):// URL
+                      (Upstash REST; the token comes from --token or
+                      $EDGELOCK_REDIS_TOKEN / $UPSTASH_REDIS_REST_TOKEN)
     --token T         Upstash bearer token (prefer the environment variable:
                       arguments are visible to other local users)
     --prefix P        key prefix (default: edgelock)
@@ -296,19 +297,9 @@ fn connect(o: &Options) -> Result<Client, Exit> {
     }
 }
 
-/// `webdis+http://…` or `upstash+http(s)://…` → a node of that protocol.
+/// `webdis+http://…`, `upstash+http://…` or a bare Upstash URL → a node (parsed by the core).
 fn redis_node(url: &str, token: Option<&str>) -> Result<RedisNode, Exit> {
-    if let Some(rest) = url.strip_prefix("webdis+") {
-        return Ok(RedisNode::webdis(rest));
-    }
-    if let Some(rest) = url.strip_prefix("upstash+") {
-        let token = token.ok_or_else(|| Exit::usage("an upstash+ URL needs a token: --token or $EDGELOCK_REDIS_TOKEN"))?;
-        return Ok(RedisNode::upstash(rest, token));
-    }
-    Err(Exit::usage(format!(
-        "--redis URL {:?} must name its protocol: webdis+http://HOST:PORT or upstash+http://HOST:PORT",
-        url.chars().take(80).collect::<String>()
-    )))
+    RedisNode::from_spec(url, token).map_err(|e| Exit::lock(&e))
 }
 
 fn cmd_status(o: &Options) -> Result<i32, Exit> {

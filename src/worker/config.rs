@@ -20,7 +20,7 @@
 //! ever puts a value of a token binding into a message.
 
 use crate::core::etcd::EtcdConfig;
-use crate::core::redis::{RedisConfig, RedisNode, RedisProtocol, RedlockConfig};
+use crate::core::redis::{RedisConfig, RedisNode, RedlockConfig};
 use crate::core::LockError;
 
 /// Which lock backend, with its client configuration.
@@ -193,29 +193,6 @@ fn list(v: &str) -> Vec<String> {
         .collect()
 }
 
-/// `upstash+https://…`, `webdis+http://…`, or a bare URL (Upstash).
 fn node(spec: &str, token: Option<String>) -> Result<RedisNode, LockError> {
-    let spec = spec.trim();
-    let (protocol, url) = if let Some(u) = spec.strip_prefix("webdis+") {
-        (RedisProtocol::Webdis, u)
-    } else if let Some(u) = spec.strip_prefix("upstash+") {
-        (RedisProtocol::Upstash, u)
-    } else if spec.starts_with("http://") || spec.starts_with("https://") {
-        (RedisProtocol::Upstash, spec)
-    } else {
-        return Err(LockError::invalid(
-            "Redis node URLs must look like upstash+https://… or webdis+http://…",
-        ));
-    };
-    // Webdis takes no token here (its ACL user:password would be a separate
-    // setting); an Upstash node without one is refused by the core.
-    let token = match protocol {
-        RedisProtocol::Upstash => token,
-        RedisProtocol::Webdis => None,
-    };
-    Ok(RedisNode {
-        url: url.to_string(),
-        protocol,
-        token,
-    })
+    RedisNode::from_spec(spec, token.as_deref())
 }

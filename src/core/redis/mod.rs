@@ -59,6 +59,31 @@ impl RedisNode {
     pub fn webdis(url: impl Into<String>) -> Self {
         RedisNode { url: url.into(), protocol: RedisProtocol::Webdis, token: None }
     }
+
+    /// Parses the one spelling every binding accepts: `webdis+http(s)://…`,
+    /// `upstash+http(s)://…`, or a bare `http(s)://…` (Upstash, the usual edge
+    /// case). `token` is used by Upstash nodes only; its absence there is
+    /// reported when the machine is built. The URL itself is validated then too.
+    pub fn from_spec(spec: &str, token: Option<&str>) -> Result<RedisNode, LockError> {
+        let spec = spec.trim();
+        let (protocol, url) = if let Some(u) = spec.strip_prefix("webdis+") {
+            (RedisProtocol::Webdis, u)
+        } else if let Some(u) = spec.strip_prefix("upstash+") {
+            (RedisProtocol::Upstash, u)
+        } else if spec.starts_with("http://") || spec.starts_with("https://") {
+            (RedisProtocol::Upstash, spec)
+        } else {
+            return Err(LockError::invalid(format!(
+                "Redis node URL {:?} must be webdis+http://HOST:PORT, upstash+https://HOST or a bare https:// Upstash URL",
+                spec.chars().take(80).collect::<String>()
+            )));
+        };
+        let token = match protocol {
+            RedisProtocol::Upstash => token.map(str::to_string),
+            RedisProtocol::Webdis => None,
+        };
+        Ok(RedisNode { url: url.to_string(), protocol, token })
+    }
 }
 
 impl std::fmt::Debug for RedisNode {
@@ -179,3 +204,21 @@ pub(crate) use delegate_lock_machine;
 
 #[cfg(test)]
 mod machine_tests;
+
+#[cfg(test)]
+mod spec_tests {
+    use super::*;
+
+    #[test]
+    fn node_specs() {
+        let w = RedisNode::from_spec("webdis+http://127.0.0.1:7379", Some("ignored")).unwrap();
+        assert_eq!((w.protocol, w.url.as_str(), w.token), (RedisProtocol::Webdis, "http://127.0.0.1:7379", None));
+        let u = RedisNode::from_spec(" upstash+https://x.upstash.io ", Some("t0k3n")).unwrap();
+        assert_eq!((u.protocol, u.url.as_str(), u.token.as_deref()), (RedisProtocol::Upstash, "https://x.upstash.io", Some("t0k3n")));
+        let bare = RedisNode::from_spec("https://x.upstash.io", None).unwrap();
+        assert_eq!(bare.protocol, RedisProtocol::Upstash);
+        let err = RedisNode::from_spec("redis://127.0.0.1:6379", Some("t0k3n")).unwrap_err();
+        assert_eq!(err.code(), "INVALID_ARGUMENT");
+        assert!(!err.to_string().contains("t0k3n"));
+    }
+}
