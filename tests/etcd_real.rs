@@ -276,3 +276,51 @@ fn resume_from_a_handle_in_another_client() {
     assert_eq!(b.resume(&handle).unwrap_err().code(), "LOST");
     std::mem::forget(lock);
 }
+
+#[test]
+fn through_a_fault_proxy_no_false_grant_and_nothing_left_behind() {
+    use edgelock_devtools::{Fault, FaultProxy};
+    let etcd = EtcdServer::start().expect("start etcd");
+    let upstream: std::net::SocketAddr = etcd.url().trim_start_matches("http://").parse().unwrap();
+    let proxy = FaultProxy::start(upstream).unwrap();
+    let mut cfg = EtcdConfig::new(vec![proxy.url()]);
+    cfg.request_timeout_ms = 400;
+    cfg.session_ttl_ms = 3_000;
+    let c = Client::etcd(cfg).unwrap();
+    c.acquire("warm", None).unwrap().release().unwrap();
+
+    // Partition: every request ends within its timeouts, and nothing is granted.
+    proxy.set(Fault::Blackhole);
+    let started = Instant::now();
+    let err = c.try_acquire("cut").unwrap_err();
+    assert_eq!(err.code(), "TRANSPORT", "{err}");
+    assert!(started.elapsed() < Duration::from_secs(4), "{:?}", started.elapsed());
+
+    // Until its cleanup of "cut" is confirmed, this client treats the name as
+    // busy (its own abandoned key may exist): it answers "not acquired".
+    assert!(c.try_acquire("cut").unwrap().is_none());
+
+    // Applied, but every answer lost: still no false "acquired".
+    proxy.set(Fault::CutResponse);
+    let err = c.try_acquire("cut2").unwrap_err();
+    assert_eq!(err.code(), "TRANSPORT", "{err}");
+
+    // Heal: whatever the cut requests left behind is gone within the lease TTL,
+    // and another client gets both locks.
+    proxy.set(Fault::Pass);
+    let other = client(&etcd);
+    for name in ["cut", "cut2"] {
+        let lock = other.acquire(name, Some(Duration::from_secs(8))).expect("free within the TTL");
+        assert_eq!(keys_of(&etcd, name).len(), 1, "only the new holder's key");
+        lock.release().unwrap();
+    }
+    // And the faulted client recovers once its background cleanup went through.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match c.try_acquire("cut") {
+            Ok(Some(l)) => break assert!(l.release().unwrap()),
+            _ if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(200)),
+            other => panic!("the faulted client never recovered: {:?}", other.map(|l| l.is_some())),
+        }
+    }
+}

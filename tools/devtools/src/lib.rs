@@ -20,6 +20,7 @@
 pub mod base64;
 pub mod env;
 pub mod etcd;
+pub mod fault_proxy;
 pub mod fenced;
 pub mod gateway;
 pub mod http1;
@@ -31,6 +32,7 @@ pub mod tempdir;
 pub mod webdis;
 
 pub use env::{Env, EnvBuilder};
+pub use fault_proxy::{Fault, FaultProxy};
 pub use etcd::{EtcdCluster, EtcdOptions, EtcdServer, EtcdStatus};
 pub use fenced::FencedResource;
 pub use gateway::{GatewayConfig, UpstashGateway};
