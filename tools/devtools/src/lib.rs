@@ -28,6 +28,7 @@ pub mod port;
 pub mod process;
 pub mod redis;
 pub mod resp;
+pub mod serve_cli;
 pub mod tempdir;
 pub mod webdis;
 

@@ -8,7 +8,6 @@
 //! listening. With `--exit-on-eof` it exits when stdin is closed (so a parent
 //! that dies takes it along).
 
-use std::io::{Read, Write};
 use std::process::ExitCode;
 
 use edgelock_devtools::FencedResource;
@@ -46,18 +45,5 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let line = serde_json::json!({ "url": res.url(), "port": res.port() });
-    let mut out = std::io::stdout();
-    if writeln!(out, "{line}").and_then(|_| out.flush()).is_err() {
-        return ExitCode::FAILURE;
-    }
-    if exit_on_eof {
-        let mut sink = [0u8; 256];
-        let mut stdin = std::io::stdin();
-        while matches!(stdin.read(&mut sink), Ok(n) if n > 0) {}
-        drop(res);
-    } else {
-        res.join();
-    }
-    ExitCode::SUCCESS
+    edgelock_devtools::serve_cli::announce_and_serve(res.url(), res.port(), exit_on_eof, res, |s| s.join())
 }

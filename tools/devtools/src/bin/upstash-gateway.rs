@@ -11,7 +11,6 @@
 //! `--exit-on-eof` it exits when stdin is closed (so a parent that dies takes
 //! the gateway with it).
 
-use std::io::{Read, Write};
 use std::process::ExitCode;
 
 use edgelock_devtools::{GatewayConfig, UpstashGateway};
@@ -61,18 +60,5 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let line = serde_json::json!({ "url": gw.url(), "port": gw.port() });
-    let mut out = std::io::stdout();
-    if writeln!(out, "{line}").and_then(|_| out.flush()).is_err() {
-        return ExitCode::FAILURE;
-    }
-    if exit_on_eof {
-        let mut sink = [0u8; 256];
-        let mut stdin = std::io::stdin();
-        while matches!(stdin.read(&mut sink), Ok(n) if n > 0) {}
-        drop(gw);
-    } else {
-        gw.join();
-    }
-    ExitCode::SUCCESS
+    edgelock_devtools::serve_cli::announce_and_serve(gw.url(), gw.port(), exit_on_eof, gw, |s| s.join())
 }
