@@ -1,0 +1,82 @@
+//! Which backend a client talks to, as data (so worker processes can be
+//! told on their command line), and how to build its client.
+
+use edgelock::core::etcd::EtcdConfig;
+use edgelock::core::redis::{RedisConfig, RedisMachine, RedisNode, RedlockConfig, RedlockFencing, RedlockMachine};
+use edgelock::core::LockError;
+use edgelock::native::{Client, OsEntropy};
+use serde::{Deserialize, Serialize};
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum BackendSpec {
+    Etcd {
+        endpoints: Vec<String>,
+        ttl_ms: u64,
+        request_timeout_ms: u64,
+    },
+    /// One Redis node: `webdis+http://…` or `upstash+http://…` (with `token`).
+    Redis {
+        node: String,
+        token: Option<String>,
+        ttl_ms: u64,
+        request_timeout_ms: u64,
+    },
+    Redlock {
+        nodes: Vec<String>,
+        token: Option<String>,
+        ttl_ms: u64,
+        request_timeout_ms: u64,
+        /// `RedlockFencing::Strict` instead of the default `Folded`.
+        #[serde(default)]
+        strict: bool,
+    },
+}
+
+impl BackendSpec {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            BackendSpec::Etcd { .. } => "etcd",
+            BackendSpec::Redis { .. } => "redis",
+            BackendSpec::Redlock { .. } => "redlock",
+        }
+    }
+
+    pub fn ttl_ms(&self) -> u64 {
+        match self {
+            BackendSpec::Etcd { ttl_ms, .. } | BackendSpec::Redis { ttl_ms, .. } | BackendSpec::Redlock { ttl_ms, .. } => *ttl_ms,
+        }
+    }
+
+    /// A new client (its own session and driver thread).
+    pub fn client(&self) -> Result<Client, LockError> {
+        match self {
+            BackendSpec::Etcd { endpoints, ttl_ms, request_timeout_ms } => {
+                let mut cfg = EtcdConfig::new(endpoints.clone());
+                cfg.session_ttl_ms = *ttl_ms;
+                cfg.request_timeout_ms = *request_timeout_ms;
+                Client::etcd(cfg)
+            }
+            BackendSpec::Redis { node, token, ttl_ms, request_timeout_ms } => {
+                let mut cfg = RedisConfig::new(RedisNode::from_spec(node, token.as_deref())?);
+                cfg.ttl_ms = *ttl_ms;
+                cfg.request_timeout_ms = *request_timeout_ms;
+                cfg.retry_delay_ms = 50;
+                cfg.retry_jitter_ms = 50;
+                Client::try_from_machine(Box::new(RedisMachine::new(cfg, Box::new(OsEntropy))?))
+            }
+            BackendSpec::Redlock { nodes, token, ttl_ms, request_timeout_ms, strict } => {
+                let nodes = nodes.iter().map(|n| RedisNode::from_spec(n, token.as_deref())).collect::<Result<Vec<_>, _>>()?;
+                let mut cfg = RedlockConfig::new(nodes);
+                cfg.ttl_ms = *ttl_ms;
+                cfg.request_timeout_ms = *request_timeout_ms;
+                cfg.retry_delay_ms = 50;
+                cfg.retry_jitter_ms = 50;
+                if *strict {
+                    cfg.fencing = RedlockFencing::Strict;
+                }
+                Client::try_from_machine(Box::new(RedlockMachine::new(cfg, Box::new(OsEntropy))?))
+            }
+        }
+    }
+}

@@ -1,0 +1,238 @@
+//! Judges a run: the clients' histories against the fenced resource's log.
+//!
+//! - **Overlapping holds (believed)**: two clients each believed they held
+//!   the same lock at the same instant. A hold runs from the end of a
+//!   successful acquire to the first of: the start of its release, the
+//!   moment the client learned it was lost, the end of the history. This is
+//!   what a client *thought*; a lock service can only promise it when clocks
+//!   and pauses stay within its assumptions, which is why the resource
+//!   checks tokens.
+//! - **Stale writes accepted** (must be 0): an accepted write whose token is
+//!   below one the resource had already accepted for that resource, or equal
+//!   to one accepted earlier from a *different* client (two holders handed
+//!   the same token: fencing would not separate them).
+//! - **Stale writes rejected**: writes the resource refused (the fence at work).
+//! - **Acknowledged writes lost**: writes a client saw acknowledged that the
+//!   resource's log does not hold as accepted.
+
+use std::collections::{HashMap, HashSet};
+
+use serde_json::Value;
+
+use crate::history::{Op, OpKind, Outcome};
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Verdict {
+    pub acquisitions: usize,
+    pub overlaps_believed: usize,
+    pub writes_accepted: usize,
+    pub stale_accepted: usize,
+    pub stale_rejected: usize,
+    pub acked_lost: usize,
+    /// Operations whose outcome the client could not know.
+    pub unknown: usize,
+    /// Errors by code (acquire/write/release/extend failures).
+    pub errors: HashMap<String, usize>,
+    /// Lost-lock signals received.
+    pub lost_signals: usize,
+}
+
+impl Verdict {
+    /// Errors other than the listed codes (expected by the scenario).
+    pub fn unexpected_errors(&self, expected: &[&str]) -> usize {
+        self.errors.iter().filter(|(k, _)| !expected.contains(&k.as_str())).map(|(_, v)| v).sum()
+    }
+
+    pub fn errors_text(&self) -> String {
+        if self.errors.is_empty() {
+            return "none".into();
+        }
+        let mut v: Vec<_> = self.errors.iter().collect();
+        v.sort();
+        v.iter().map(|(k, n)| format!("{k}×{n}")).collect::<Vec<_>>().join(", ")
+    }
+}
+
+/// One believed hold.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Hold {
+    pub client: String,
+    pub lock: String,
+    pub token: Option<u64>,
+    pub from: f64,
+    pub to: f64,
+}
+
+/// The holds each client believed it had (see the module docs).
+pub fn holds(ops: &[Op]) -> Vec<Hold> {
+    let mut by_client: HashMap<(&str, &str), Vec<&Op>> = HashMap::new();
+    for op in ops {
+        by_client.entry((op.client.as_str(), op.lock.as_str())).or_default().push(op);
+    }
+    let history_end = ops.iter().map(|o| o.end).fold(0.0, f64::max);
+    let mut out = Vec::new();
+    for ((client, lock), mut list) in by_client {
+        list.sort_by(|a, b| a.start.total_cmp(&b.start));
+        let mut open: Option<Hold> = None;
+        for op in list {
+            match (op.kind, &op.outcome) {
+                (OpKind::Acquire, Outcome::Ok) => {
+                    if let Some(h) = open.take() {
+                        out.push(Hold { to: h.to.min(op.start), ..h });
+                    }
+                    open = Some(Hold { client: client.into(), lock: lock.into(), token: op.token, from: op.end, to: history_end });
+                }
+                (OpKind::Release, _) | (OpKind::Lost, _) => {
+                    if let Some(h) = open.take() {
+                        out.push(Hold { to: op.start.max(h.from), ..h });
+                    }
+                }
+                _ => {}
+            }
+        }
+        out.extend(open);
+    }
+    out.sort_by(|a, b| a.from.total_cmp(&b.from));
+    out
+}
+
+/// Pairs of holds of one lock by different clients that intersect.
+pub fn overlapping_holds(holds: &[Hold]) -> Vec<(Hold, Hold)> {
+    let mut pairs = Vec::new();
+    for (i, a) in holds.iter().enumerate() {
+        for b in &holds[i + 1..] {
+            if b.from >= a.to {
+                // `holds` is sorted by start, but an earlier, longer hold may
+                // still reach past this one: keep scanning only while starts
+                // are before a's end.
+                break;
+            }
+            if a.lock == b.lock && a.client != b.client && b.from < a.to && a.from < b.to {
+                pairs.push((a.clone(), b.clone()));
+            }
+        }
+    }
+    pairs
+}
+
+/// Applies the checks to `ops` and the resource log (`GET /log`'s JSON).
+pub fn check(ops: &[Op], resource_log: &Value) -> Verdict {
+    let mut v = Verdict::default();
+    let hs = holds(ops);
+    v.acquisitions = hs.len();
+    v.overlaps_believed = overlapping_holds(&hs).len();
+    for op in ops {
+        match &op.outcome {
+            Outcome::Unknown(_) => v.unknown += 1,
+            Outcome::Fail(code) if op.kind != OpKind::Lost => *v.errors.entry(code.clone()).or_default() += 1,
+            _ => {}
+        }
+        if op.kind == OpKind::Lost {
+            v.lost_signals += 1;
+        }
+    }
+
+    let entries = resource_log.get("entries").and_then(Value::as_array).cloned().unwrap_or_default();
+    let mut highest: HashMap<String, u64> = HashMap::new();
+    let mut token_owner: HashMap<(String, u64), String> = HashMap::new();
+    let mut accepted_ids = HashSet::new();
+    for e in &entries {
+        let resource = e.get("resource").and_then(Value::as_str).unwrap_or("default").to_string();
+        let token = e.get("token").and_then(Value::as_u64).unwrap_or(0);
+        let accepted = e.get("accepted").and_then(Value::as_bool).unwrap_or(false);
+        let record = e.get("record").cloned().unwrap_or(Value::Null);
+        let client = record.get("client").and_then(Value::as_str).unwrap_or("").to_string();
+        if !accepted {
+            v.stale_rejected += 1;
+            continue;
+        }
+        v.writes_accepted += 1;
+        if let Some(id) = record.get("write_id").and_then(Value::as_str) {
+            accepted_ids.insert(id.to_string());
+        }
+        let high = highest.entry(resource.clone()).or_insert(0);
+        let below = token < *high;
+        *high = (*high).max(token);
+        let reused = match token_owner.get(&(resource.clone(), token)) {
+            Some(owner) => owner != &client,
+            None => {
+                token_owner.insert((resource, token), client);
+                false
+            }
+        };
+        if below || reused {
+            v.stale_accepted += 1;
+        }
+    }
+    // The resource keeps its newest entries only; an id older than its log
+    // cannot be judged, so only writes at or after its oldest entry count.
+    let oldest_seq_kept = entries.first().and_then(|e| e.get("seq")).and_then(Value::as_u64).unwrap_or(0);
+    let truncated = oldest_seq_kept > 1;
+    for op in ops {
+        if op.kind == OpKind::Write && op.is_ok() {
+            if let Some(id) = &op.write_id {
+                if !accepted_ids.contains(id) && !truncated {
+                    v.acked_lost += 1;
+                }
+            }
+        }
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn op(client: &str, kind: OpKind, start: f64, end: f64, token: Option<u64>) -> Op {
+        Op { client: client.into(), lock: "l".into(), kind, start, end, outcome: Outcome::Ok, token, write_id: None }
+    }
+
+    #[test]
+    fn sequential_holds_do_not_overlap_and_interleaved_ones_do() {
+        let seq = vec![
+            op("a", OpKind::Acquire, 0.0, 1.0, Some(1)),
+            op("a", OpKind::Release, 5.0, 6.0, Some(1)),
+            op("b", OpKind::Acquire, 2.0, 5.5, Some(2)),
+            op("b", OpKind::Release, 9.0, 9.5, Some(2)),
+        ];
+        assert_eq!(check(&seq, &json!({"entries": []})).overlaps_believed, 0);
+        let bad = vec![
+            op("a", OpKind::Acquire, 0.0, 1.0, Some(1)),
+            op("a", OpKind::Release, 5.0, 6.0, Some(1)),
+            op("b", OpKind::Acquire, 2.0, 3.0, Some(2)),
+            op("b", OpKind::Lost, 4.0, 4.0, Some(2)),
+        ];
+        let v = check(&bad, &json!({"entries": []}));
+        assert_eq!((v.acquisitions, v.overlaps_believed, v.lost_signals), (2, 1, 1));
+    }
+
+    #[test]
+    fn a_long_hold_overlapping_a_later_one_is_found_past_a_short_one() {
+        let ops = vec![
+            op("a", OpKind::Acquire, 0.0, 1.0, Some(1)),
+            op("b", OpKind::Acquire, 1.0, 2.0, Some(2)),
+            op("b", OpKind::Release, 2.5, 3.0, Some(2)),
+            op("c", OpKind::Acquire, 4.0, 5.0, Some(3)),
+            op("c", OpKind::Write, 6.0, 7.0, Some(3)),
+        ];
+        // a never releases: it overlaps both b and c.
+        assert_eq!(check(&ops, &json!({"entries": []})).overlaps_believed, 2);
+    }
+
+    #[test]
+    fn stale_and_reused_tokens_are_counted_and_acks_matched() {
+        let log = json!({"entries": [
+            {"seq": 1, "resource": "r", "token": 5, "accepted": true, "record": {"client": "a", "write_id": "w1"}},
+            {"seq": 2, "resource": "r", "token": 4, "accepted": false, "record": {"client": "b", "write_id": "w2"}},
+            {"seq": 3, "resource": "r", "token": 5, "accepted": true, "record": {"client": "a", "write_id": "w3"}},
+            {"seq": 4, "resource": "r", "token": 5, "accepted": true, "record": {"client": "c", "write_id": "w4"}},
+            {"seq": 5, "resource": "r", "token": 3, "accepted": true, "record": {"client": "d", "write_id": "w5"}},
+        ]});
+        let mut w = op("a", OpKind::Write, 0.0, 1.0, Some(5));
+        w.write_id = Some("w9".into());
+        let v = check(&[w], &log);
+        assert_eq!((v.writes_accepted, v.stale_rejected, v.stale_accepted, v.acked_lost), (4, 1, 2, 1));
+    }
+}

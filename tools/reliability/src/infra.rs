@@ -1,0 +1,190 @@
+//! The real backends a scenario runs against, each node behind its own
+//! fault proxy, plus helpers to see what keys were left behind.
+
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use edgelock_devtools::{http_request, EtcdCluster, EtcdOptions, FaultProxy, RedisOptions, RedisServer, UpstashGateway, Webdis};
+use serde_json::{json, Value};
+
+use crate::backend::BackendSpec;
+use crate::history::History;
+use crate::resource::ResourceClient;
+use crate::workload::{contend, ContenderCfg};
+
+/// The token the Upstash gateways expect.
+pub const UPSTASH_TOKEN: &str = "reliability-token";
+
+fn addr_of(url: &str) -> io::Result<SocketAddr> {
+    url.trim_start_matches("http://").trim_end_matches('/').parse().map_err(io::Error::other)
+}
+
+/// N independent redis-servers (no persistence), each behind webdis and an
+/// Upstash gateway, with a fault proxy in front of each webdis.
+pub struct RedisNodes {
+    pub servers: Vec<RedisServer>,
+    pub webdis: Vec<Webdis>,
+    pub gateways: Vec<UpstashGateway>,
+    /// `proxies[i]` forwards to `webdis[i]`.
+    pub proxies: Vec<FaultProxy>,
+}
+
+impl RedisNodes {
+    /// `faketime`: start every server under libfaketime (spec "+0"), so that
+    /// its clock can be moved later with `servers[i].set_faketime`.
+    pub fn start(n: usize, faketime: bool) -> io::Result<RedisNodes> {
+        let mut nodes = RedisNodes { servers: Vec::new(), webdis: Vec::new(), gateways: Vec::new(), proxies: Vec::new() };
+        for _ in 0..n {
+            let opts = RedisOptions { faketime: faketime.then(|| "+0".to_string()), ..RedisOptions::default() };
+            let server = RedisServer::start_with(opts)?;
+            let webdis = Webdis::start(&server)?;
+            let gateway = UpstashGateway::start(&server, UPSTASH_TOKEN)?;
+            let proxy = FaultProxy::start(addr_of(&webdis.url())?)?;
+            nodes.servers.push(server);
+            nodes.webdis.push(webdis);
+            nodes.gateways.push(gateway);
+            nodes.proxies.push(proxy);
+        }
+        Ok(nodes)
+    }
+
+    /// `webdis+http://…` through each node's fault proxy.
+    pub fn proxied_specs(&self) -> Vec<String> {
+        self.proxies.iter().map(|p| format!("webdis+{}", p.url())).collect()
+    }
+
+    /// `webdis+http://…` straight to each webdis.
+    pub fn webdis_specs(&self) -> Vec<String> {
+        self.webdis.iter().map(|w| format!("webdis+{}", w.url())).collect()
+    }
+
+    /// `upstash+http://…` for each gateway (token [`UPSTASH_TOKEN`]).
+    pub fn upstash_specs(&self) -> Vec<String> {
+        self.gateways.iter().map(|g| format!("upstash+{}", g.url())).collect()
+    }
+
+    /// Lock keys (not fence counters, which are meant to outlive holds)
+    /// still present on each node; `None` for a node that did not answer.
+    pub fn lock_keys_left(&self) -> Vec<Option<usize>> {
+        self.servers
+            .iter()
+            .map(|s| s.all_keys().ok().map(|keys| keys.iter().filter(|k| !k.ends_with(b":fence")).count()))
+            .collect()
+    }
+
+    /// Remaining TTL (ms) of `key` on node `i` (`None`: absent or no answer).
+    pub fn pttl(&self, i: usize, key: &str) -> Option<i64> {
+        match self.servers.get(i)?.redis_command(&[b"PTTL", key.as_bytes()]).ok()? {
+            edgelock_devtools::RespValue::Integer(ms) if ms >= 0 => Some(ms),
+            _ => None,
+        }
+    }
+}
+
+/// A lock's key on a Redis node (`{<prefix>:<name>}`), default prefix.
+pub fn redis_lock_key(name: &str) -> String {
+    format!("{{edgelock:{name}}}")
+}
+
+/// An etcd cluster with a fault proxy in front of each member's client port.
+pub struct EtcdNodes {
+    pub cluster: EtcdCluster,
+    /// `proxies[i]` forwards to member `i`.
+    pub proxies: Vec<FaultProxy>,
+}
+
+impl EtcdNodes {
+    pub fn start(n: usize, opts: EtcdOptions) -> io::Result<EtcdNodes> {
+        let cluster = EtcdCluster::start_with(n, opts)?;
+        cluster.wait_for_leader(Duration::from_secs(20))?;
+        let proxies = cluster.urls().iter().map(|u| addr_of(u).and_then(FaultProxy::start)).collect::<io::Result<Vec<_>>>()?;
+        Ok(EtcdNodes { cluster, proxies })
+    }
+
+    pub fn proxied_urls(&self) -> Vec<String> {
+        self.proxies.iter().map(|p| p.url()).collect()
+    }
+
+    /// Keys under `prefix` (default `edgelock/`), asked of the first member
+    /// that answers.
+    pub fn keys(&self, prefix: &str) -> io::Result<Vec<String>> {
+        let mut last = io::Error::other("no member answered");
+        for url in self.cluster.urls() {
+            match etcd_keys(&url, prefix) {
+                Ok(k) => return Ok(k),
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
+    }
+}
+
+/// Keys under `prefix` through etcd's JSON gateway at `url`.
+pub fn etcd_keys(url: &str, prefix: &str) -> io::Result<Vec<String>> {
+    use base64::engine::general_purpose::STANDARD;
+    use base64::Engine as _;
+    let mut end = prefix.as_bytes().to_vec();
+    if let Some(last) = end.last_mut() {
+        *last += 1;
+    }
+    let body = json!({"key": STANDARD.encode(prefix.as_bytes()), "range_end": STANDARD.encode(&end), "keys_only": true}).to_string();
+    let r = http_request("POST", &format!("{url}/v3/kv/range"), &[("content-type", "application/json")], body.as_bytes(), Duration::from_secs(3))?;
+    if r.status != 200 {
+        return Err(io::Error::other(format!("etcd range: HTTP {}", r.status)));
+    }
+    let v: Value = serde_json::from_slice(&r.body).map_err(io::Error::other)?;
+    Ok(v.get("kvs")
+        .and_then(Value::as_array)
+        .map(|kvs| kvs.iter().filter_map(|kv| kv.get("key")?.as_str()).filter_map(|k| STANDARD.decode(k).ok()).map(|k| String::from_utf8_lossy(&k).into_owned()).collect())
+        .unwrap_or_default())
+}
+
+/// In-process contenders, one client each, on their own threads.
+pub struct Crew {
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Crew {
+    /// Starts one thread per `cfgs` entry; each builds its own client from
+    /// `backend` and runs [`contend`] until `duration` passes or [`Crew::stop`].
+    pub fn start(backend: &BackendSpec, cfgs: Vec<ContenderCfg>, resource: &ResourceClient, history: &History, duration: Duration) -> Crew {
+        let stop = Arc::new(AtomicBool::new(false));
+        let deadline = Instant::now() + duration;
+        let threads = cfgs
+            .into_iter()
+            .map(|cfg| {
+                let (backend, resource, history, stop) = (backend.clone(), resource.clone(), history.clone(), stop.clone());
+                std::thread::spawn(move || match backend.client() {
+                    Ok(client) => {
+                        contend(&client, &cfg, &resource, &history, &stop, deadline);
+                        let _ = client.close();
+                    }
+                    Err(e) => eprintln!("contender {}: {e}", cfg.id),
+                })
+            })
+            .collect();
+        Crew { stop, threads }
+    }
+
+    pub fn stop(&self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Stops the loops (after their current round) and waits for them.
+    pub fn join(self) {
+        self.stop();
+        for t in self.threads {
+            let _ = t.join();
+        }
+    }
+}
+
+/// `n` contender configs named `<prefix>0..` on `lock`.
+pub fn contenders(prefix: &str, n: usize, lock: &str, template: &ContenderCfg) -> Vec<ContenderCfg> {
+    (0..n).map(|i| ContenderCfg { id: format!("{prefix}{i}"), lock: lock.to_string(), ..template.clone() }).collect()
+}

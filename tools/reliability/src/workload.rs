@@ -1,0 +1,144 @@
+//! The contender loop every scenario runs: acquire, write to the fenced
+//! resource under the token, hold, release; everything recorded.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use edgelock::core::{AcquireOptions, Wait};
+use edgelock::native::{Client, Lock};
+use serde::{Deserialize, Serialize};
+
+use crate::history::{now_ms, History, Op, OpKind, Outcome};
+use crate::resource::ResourceClient;
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ContenderCfg {
+    pub id: String,
+    pub lock: String,
+    /// How long one acquire may wait for the lock.
+    pub wait_ms: u64,
+    /// How long a hold lasts (the writes are spread over it).
+    pub hold_ms: u64,
+    pub writes_per_hold: u32,
+    /// Pause between a release and the next acquire.
+    pub pause_ms: u64,
+    /// Per-lock TTL for Redis backends (`None`: the client's default).
+    #[serde(default)]
+    pub ttl_ms: Option<u64>,
+    /// Write without first looking whether the lock was lost, like a
+    /// process that does not know it was paused: the fence must catch it.
+    #[serde(default)]
+    pub blind_writes: bool,
+    /// Stop after this many acquire attempts.
+    #[serde(default)]
+    pub max_rounds: Option<u64>,
+}
+
+impl ContenderCfg {
+    pub fn new(id: impl Into<String>, lock: impl Into<String>) -> ContenderCfg {
+        ContenderCfg {
+            id: id.into(),
+            lock: lock.into(),
+            wait_ms: 5_000,
+            hold_ms: 20,
+            writes_per_hold: 2,
+            pause_ms: 0,
+            ttl_ms: None,
+            blind_writes: false,
+            max_rounds: None,
+        }
+    }
+}
+
+fn record(h: &History, cfg: &ContenderCfg, kind: OpKind, start: f64, outcome: Outcome, token: Option<u64>, write_id: Option<String>) {
+    h.record(Op { client: cfg.id.clone(), lock: cfg.lock.clone(), kind, start, end: now_ms(), outcome, token, write_id });
+}
+
+/// One attempt to acquire; `Some(lock)` when granted.
+pub fn acquire(client: &Client, cfg: &ContenderCfg, history: &History) -> Option<Lock> {
+    let start = now_ms();
+    let opts = AcquireOptions { wait: Wait::For(cfg.wait_ms), ttl_ms: cfg.ttl_ms };
+    match client.acquire_with(&cfg.lock, opts, None) {
+        Ok(Some(lock)) => {
+            record(history, cfg, OpKind::Acquire, start, Outcome::Ok, Some(lock.fencing_token()), None);
+            Some(lock)
+        }
+        Ok(None) => {
+            record(history, cfg, OpKind::Acquire, start, Outcome::Fail("NOT_ACQUIRED".into()), None, None);
+            None
+        }
+        Err(e) => {
+            record(history, cfg, OpKind::Acquire, start, Outcome::Fail(e.code().into()), None, None);
+            None
+        }
+    }
+}
+
+/// Holds `lock` for `cfg.hold_ms`, writing `cfg.writes_per_hold` times,
+/// then releases it. Records a `Lost` op if the client is told it lost the
+/// lock (and then stops using it).
+pub fn hold_and_release(lock: Lock, cfg: &ContenderCfg, resource: &ResourceClient, history: &History) {
+    let token = lock.fencing_token();
+    let watcher = watch_lost(&lock, cfg, history);
+    let writes = cfg.writes_per_hold.max(1);
+    let slice = Duration::from_millis(cfg.hold_ms / u64::from(writes));
+    for _ in 0..writes {
+        if !cfg.blind_writes && lock.is_lost() {
+            break;
+        }
+        let id = ResourceClient::next_write_id(&cfg.id);
+        let start = now_ms();
+        let outcome = resource.write(&cfg.lock, &cfg.id, token, &id);
+        record(history, cfg, OpKind::Write, start, outcome, Some(token), Some(id));
+        if cfg.blind_writes {
+            std::thread::sleep(slice);
+        } else if lock.wait_lost(Some(slice)).is_some() {
+            break;
+        }
+    }
+    if !lock.is_lost() {
+        let start = now_ms();
+        let outcome = match lock.release() {
+            Ok(true) => Outcome::Ok,
+            Ok(false) => Outcome::Fail("NOT_HELD".into()),
+            Err(e) => Outcome::Fail(e.code().into()),
+        };
+        record(history, cfg, OpKind::Release, start, outcome, Some(token), None);
+    } else {
+        drop(lock);
+    }
+    if let Some(w) = watcher {
+        let _ = w.join();
+    }
+}
+
+/// Records a `Lost` op the moment the client signals the loss (a thread
+/// blocked on the lock's lost channel, which disconnects on release).
+fn watch_lost(lock: &Lock, cfg: &ContenderCfg, history: &History) -> Option<std::thread::JoinHandle<()>> {
+    let rx = lock.lost();
+    let (h, client, name, token) = (history.clone(), cfg.id.clone(), cfg.lock.clone(), lock.fencing_token());
+    std::thread::Builder::new()
+        .name("lost-watch".into())
+        .spawn(move || {
+            if let Ok(reason) = rx.recv() {
+                let t = now_ms();
+                h.record(Op { client, lock: name, kind: OpKind::Lost, start: t, end: t, outcome: Outcome::Fail(reason.to_string()), token: Some(token), write_id: None });
+            }
+        })
+        .ok()
+}
+
+/// Runs the contender loop until `stop` is set, `deadline` passes or
+/// `cfg.max_rounds` attempts were made.
+pub fn contend(client: &Client, cfg: &ContenderCfg, resource: &ResourceClient, history: &History, stop: &AtomicBool, deadline: Instant) {
+    let mut rounds = 0u64;
+    while !stop.load(Ordering::SeqCst) && Instant::now() < deadline && cfg.max_rounds.map_or(true, |m| rounds < m) {
+        rounds += 1;
+        if let Some(lock) = acquire(client, cfg, history) {
+            hold_and_release(lock, cfg, resource, history);
+        }
+        if cfg.pause_ms > 0 {
+            std::thread::sleep(Duration::from_millis(cfg.pause_ms));
+        }
+    }
+}
