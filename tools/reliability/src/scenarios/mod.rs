@@ -3,6 +3,17 @@
 
 use crate::report::ScenarioReport;
 
+pub mod s01_paused_holder;
+pub mod s02_etcd_leader;
+pub mod s03_partition;
+pub mod s04_cut_response;
+pub mod s05_redlock_restart;
+pub mod s06_redlock_clock;
+pub mod s07_slow_nodes;
+pub mod s08_late_release;
+pub mod s09_hostile;
+pub mod s10_load;
+
 /// Sizes of a run: the short version (inside the test command, a few
 /// minutes) or the long one (on demand, writes RELIABILITY.md).
 #[derive(Clone, Copy, Debug)]
@@ -31,5 +42,16 @@ pub struct Scenario {
 
 /// Every scenario, in report order.
 pub fn all() -> Vec<Scenario> {
-    vec![]
+    vec![
+        Scenario { id: "1", title: "holder paused past its TTL", in_short: true, run: s01_paused_holder::run },
+        Scenario { id: "2", title: "etcd leader paused, then killed", in_short: false, run: s02_etcd_leader::run },
+        Scenario { id: "3", title: "client-backend partition", in_short: false, run: s03_partition::run },
+        Scenario { id: "4", title: "response lost after apply", in_short: true, run: s04_cut_response::run },
+        Scenario { id: "5", title: "Redlock node restart without persistence", in_short: false, run: s05_redlock_restart::run },
+        Scenario { id: "6", title: "Redlock node clock jump and drift", in_short: false, run: s06_redlock_clock::run },
+        Scenario { id: "7", title: "TTL/2 delay on 2 of 5 Redlock nodes", in_short: false, run: s07_slow_nodes::run },
+        Scenario { id: "8", title: "late release after expiry", in_short: true, run: s08_late_release::run },
+        Scenario { id: "9", title: "hostile input", in_short: true, run: s09_hostile::run },
+        Scenario { id: "10", title: "load: 64 clients per backend", in_short: true, run: s10_load::run },
+    ]
 }
