@@ -138,7 +138,12 @@ pub fn check(ops: &[Op], resource_log: &Value) -> Verdict {
     let mut accepted_ids = HashSet::new();
     for e in &entries {
         let resource = e.get("resource").and_then(Value::as_str).unwrap_or("default").to_string();
-        let token = e.get("token").and_then(Value::as_u64).unwrap_or(0);
+        // The resource logs tokens as decimal strings (u64 does not fit a JS number).
+        let token = match e.get("token") {
+            Some(Value::String(t)) => t.parse().unwrap_or(0),
+            Some(t) => t.as_u64().unwrap_or(0),
+            None => 0,
+        };
         let accepted = e.get("accepted").and_then(Value::as_bool).unwrap_or(false);
         let record = e.get("record").cloned().unwrap_or(Value::Null);
         let client = record.get("client").and_then(Value::as_str).unwrap_or("").to_string();
@@ -228,7 +233,7 @@ mod tests {
             {"seq": 2, "resource": "r", "token": 4, "accepted": false, "record": {"client": "b", "write_id": "w2"}},
             {"seq": 3, "resource": "r", "token": 5, "accepted": true, "record": {"client": "a", "write_id": "w3"}},
             {"seq": 4, "resource": "r", "token": 5, "accepted": true, "record": {"client": "c", "write_id": "w4"}},
-            {"seq": 5, "resource": "r", "token": 3, "accepted": true, "record": {"client": "d", "write_id": "w5"}},
+            {"seq": 5, "resource": "r", "token": "3", "accepted": true, "record": {"client": "d", "write_id": "w5"}},
         ]});
         let mut w = op("a", OpKind::Write, 0.0, 1.0, Some(5));
         w.write_id = Some("w9".into());
