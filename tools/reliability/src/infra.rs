@@ -175,6 +175,13 @@ impl Crew {
         self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
     }
 
+    /// Waits for the loops to reach their deadline (or round limit).
+    pub fn join_when_done(self) {
+        for t in self.threads {
+            let _ = t.join();
+        }
+    }
+
     /// Stops the loops (after their current round) and waits for them.
     pub fn join(self) {
         self.stop();

@@ -7,14 +7,18 @@ use std::time::Instant;
 
 use edgelock_reliability::report::{render, ScenarioReport};
 use edgelock_reliability::scenarios::{self, Mode};
+use edgelock_reliability::scenarios::s10_load::memory_main;
 use edgelock_reliability::worker::worker_main;
 
-const USAGE: &str = "usage: reliability [--short] [--only ID[,ID...]] [--out FILE]\n       reliability worker '<WorkerSpec JSON>'";
+const USAGE: &str = "usage: reliability [--short] [--only ID[,ID...]] [--out FILE]\n       reliability worker '<WorkerSpec JSON>'\n       reliability memory '<MemorySpec JSON>'";
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.first().map(String::as_str) == Some("worker") {
         std::process::exit(worker_main(args.get(1).map(String::as_str).unwrap_or("")));
+    }
+    if args.first().map(String::as_str) == Some("memory") {
+        std::process::exit(memory_main(args.get(1).map(String::as_str).unwrap_or("")));
     }
     let mut short = false;
     let mut only: Option<Vec<String>> = None;

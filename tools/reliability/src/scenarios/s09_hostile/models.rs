@@ -1,0 +1,401 @@
+//! Small in-memory backends that produce VALID replies in each codec's wire
+//! format (etcd's JSON gateway, Upstash REST, Webdis), so that the fuzzer can
+//! walk a machine deep into its protocol before mutating a reply. Shapes
+//! follow src/core/etcd/gateway.rs, src/core/redis/{upstash,webdis}.rs and
+//! the captured replies in tests/sim/etcd_model.rs.
+
+use std::collections::{BTreeMap, HashMap};
+
+use base64::engine::general_purpose::STANDARD as B64;
+use base64::Engine as _;
+use edgelock::core::redis::scripts::Script;
+use edgelock::core::redis::webdis;
+use edgelock::core::HttpRequest;
+use serde_json::{json, Value};
+
+/// A valid answer to one request.
+#[derive(Clone, Debug)]
+pub enum Reply {
+    Whole { status: u16, body: Vec<u8> },
+    /// A 2xx streaming body: one JSON object per message.
+    Stream { messages: Vec<Vec<u8>> },
+}
+
+/// The path of a request URL (`/v3/kv/txn`), or "" when it has none.
+pub fn path_of(url: &str) -> &str {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    rest.find('/').map_or("", |i| &rest[i..])
+}
+
+fn b64(b: &[u8]) -> String {
+    B64.encode(b)
+}
+
+fn unb64(v: Option<&Value>) -> Vec<u8> {
+    v.and_then(Value::as_str).and_then(|s| B64.decode(s).ok()).unwrap_or_default()
+}
+
+/// int64 fields arrive as strings (our requests) or numbers.
+fn int(v: Option<&Value>) -> i64 {
+    match v {
+        Some(Value::String(s)) => s.parse().unwrap_or(0),
+        Some(Value::Number(n)) => n.as_i64().unwrap_or(0),
+        _ => 0,
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Kv {
+    create: i64,
+    modr: i64,
+    version: i64,
+    value: Vec<u8>,
+    lease: i64,
+}
+
+/// One linearizable etcd store behind every endpoint.
+pub struct EtcdModel {
+    rev: i64,
+    next_lease: i64,
+    leases: HashMap<i64, i64>,
+    kvs: BTreeMap<Vec<u8>, Kv>,
+}
+
+fn header(rev: i64) -> Value {
+    json!({"cluster_id": "15118495548433857066", "member_id": "13668033151171901709", "revision": rev.to_string(), "raft_term": "2"})
+}
+
+fn kv_json(key: &[u8], kv: &Kv, keys_only: bool) -> Value {
+    let mut o = json!({"key": b64(key), "create_revision": kv.create.to_string(), "mod_revision": kv.modr.to_string(), "version": kv.version.to_string()});
+    if kv.lease != 0 {
+        o["lease"] = json!(kv.lease.to_string());
+    }
+    if !keys_only && !kv.value.is_empty() {
+        o["value"] = json!(b64(&kv.value));
+    }
+    o
+}
+
+fn lease_not_found() -> Reply {
+    let m = "etcdserver: requested lease not found";
+    Reply::Whole { status: 404, body: json!({"error": m, "message": m, "code": 5}).to_string().into_bytes() }
+}
+
+fn ok(v: Value) -> Reply {
+    Reply::Whole { status: 200, body: v.to_string().into_bytes() }
+}
+
+impl EtcdModel {
+    pub fn new(lease_base: i64) -> EtcdModel {
+        EtcdModel { rev: 1, next_lease: lease_base, leases: HashMap::new(), kvs: BTreeMap::new() }
+    }
+
+    /// Another client's key (no lease) under `prefix`: the lock is held, and
+    /// a waiter will watch it.
+    pub fn seed_foreign(&mut self, prefix: &str, suffix: &str) {
+        self.rev += 1;
+        let kv = Kv { create: self.rev, modr: self.rev, version: 1, value: b"foreign".to_vec(), lease: 0 };
+        self.kvs.insert(format!("{prefix}{suffix}").into_bytes(), kv);
+    }
+
+    fn put(&mut self, bumped: &mut bool, key: Vec<u8>, value: Vec<u8>, lease: i64) {
+        if !*bumped {
+            self.rev += 1;
+            *bumped = true;
+        }
+        let rev = self.rev;
+        let e = self.kvs.entry(key).or_insert(Kv { create: rev, modr: rev, version: 0, value: Vec::new(), lease });
+        e.modr = rev;
+        e.version += 1;
+        e.value = value;
+        e.lease = lease;
+    }
+
+    fn keys_in(&self, key: &[u8], end: Option<&[u8]>) -> Vec<Vec<u8>> {
+        match end {
+            None => self.kvs.contains_key(key).then(|| key.to_vec()).into_iter().collect(),
+            Some(end) => self
+                .kvs
+                .range(key.to_vec()..)
+                .map(|(k, _)| k)
+                .take_while(|k| end == [0] || k.as_slice() < end)
+                .cloned()
+                .collect(),
+        }
+    }
+
+    fn delete(&mut self, bumped: &mut bool, key: &[u8], end: Option<&[u8]>) -> usize {
+        let keys = self.keys_in(key, end);
+        if !keys.is_empty() && !*bumped {
+            self.rev += 1;
+            *bumped = true;
+        }
+        for k in &keys {
+            self.kvs.remove(k);
+        }
+        keys.len()
+    }
+
+    fn range(&self, r: &Value) -> Value {
+        let key = unb64(r.get("key"));
+        let end = r.get("range_end").map(|e| unb64(Some(e)));
+        let keys = self.keys_in(&key, end.as_deref());
+        let count = keys.len();
+        let max_create = int(r.get("max_create_revision"));
+        let mut found: Vec<(Vec<u8>, Kv)> = keys
+            .into_iter()
+            .filter_map(|k| self.kvs.get(&k).cloned().map(|kv| (k, kv)))
+            .filter(|(_, kv)| max_create <= 0 || kv.create <= max_create)
+            .collect();
+        if r.get("sort_target").and_then(Value::as_str) == Some("CREATE") {
+            found.sort_by_key(|(_, kv)| kv.create);
+        }
+        if r.get("sort_order").and_then(Value::as_str) == Some("DESCEND") {
+            found.reverse();
+        }
+        let limit = int(r.get("limit"));
+        if limit > 0 {
+            found.truncate(limit as usize);
+        }
+        let keys_only = r.get("keys_only").and_then(Value::as_bool).unwrap_or(false);
+        let mut o = json!({"header": {"revision": self.rev.to_string()}});
+        if !found.is_empty() {
+            o["kvs"] = Value::Array(found.iter().map(|(k, kv)| kv_json(k, kv, keys_only)).collect());
+        }
+        if count > 0 {
+            o["count"] = json!(count.to_string());
+        }
+        o
+    }
+
+    fn txn(&mut self, body: &Value) -> Reply {
+        let empty = Vec::new();
+        let compares = body.get("compare").and_then(Value::as_array).unwrap_or(&empty);
+        let holds = compares.iter().all(|c| {
+            let cur = self.kvs.get(&unb64(c.get("key"))).map_or(0, |kv| kv.create);
+            cur == int(c.get("create_revision"))
+        });
+        let branch = if holds { "success" } else { "failure" };
+        let ops = body.get(branch).and_then(Value::as_array).cloned().unwrap_or_default();
+        let mut bumped = false;
+        let mut responses = Vec::new();
+        for op in &ops {
+            if let Some(p) = op.get("request_put") {
+                let lease = int(p.get("lease"));
+                if lease != 0 && !self.leases.contains_key(&lease) {
+                    return lease_not_found();
+                }
+                self.put(&mut bumped, unb64(p.get("key")), unb64(p.get("value")), lease);
+                responses.push(json!({"response_put": {"header": {"revision": self.rev.to_string()}}}));
+            } else if let Some(r) = op.get("request_range") {
+                responses.push(json!({"response_range": self.range(r)}));
+            } else if let Some(d) = op.get("request_delete_range") {
+                let end = d.get("range_end").map(|e| unb64(Some(e)));
+                let n = self.delete(&mut bumped, &unb64(d.get("key")), end.as_deref());
+                let mut r = json!({"header": {"revision": self.rev.to_string()}});
+                if n > 0 {
+                    r["deleted"] = json!(n.to_string());
+                }
+                responses.push(json!({"response_delete_range": r}));
+            }
+        }
+        let mut o = json!({"header": header(self.rev)});
+        if holds {
+            o["succeeded"] = json!(true);
+        }
+        if !responses.is_empty() {
+            o["responses"] = Value::Array(responses);
+        }
+        ok(o)
+    }
+
+    fn revoke(&mut self, id: i64) -> bool {
+        if self.leases.remove(&id).is_none() {
+            return false;
+        }
+        let keys: Vec<Vec<u8>> = self.kvs.iter().filter(|(_, kv)| kv.lease == id).map(|(k, _)| k.clone()).collect();
+        if !keys.is_empty() {
+            self.rev += 1;
+        }
+        for k in keys {
+            self.kvs.remove(&k);
+        }
+        true
+    }
+
+    /// The valid reply to `req` (and its effect on the store).
+    pub fn reply(&mut self, req: &HttpRequest) -> Reply {
+        let body: Value = serde_json::from_slice(&req.body).unwrap_or(Value::Null);
+        match path_of(&req.url) {
+            "/v3/lease/grant" => {
+                self.next_lease += 1;
+                let ttl = int(body.get("TTL")).max(2);
+                self.leases.insert(self.next_lease, ttl);
+                ok(json!({"header": header(self.rev), "ID": self.next_lease.to_string(), "TTL": ttl.to_string()}))
+            }
+            "/v3/lease/keepalive" => {
+                let id = int(body.get("ID"));
+                let mut r = json!({"header": header(self.rev), "ID": id.to_string()});
+                if let Some(ttl) = self.leases.get(&id) {
+                    r["TTL"] = json!(ttl.to_string());
+                }
+                let mut bytes = json!({ "result": r }).to_string().into_bytes();
+                bytes.push(b'\n');
+                Reply::Whole { status: 200, body: bytes }
+            }
+            "/v3/lease/timetolive" => {
+                let id = int(body.get("ID"));
+                match self.leases.get(&id) {
+                    Some(ttl) => ok(json!({"header": header(self.rev), "ID": id.to_string(), "TTL": (ttl - 1).to_string(), "grantedTTL": ttl.to_string()})),
+                    None => ok(json!({"header": header(self.rev), "ID": id.to_string(), "TTL": "-1"})),
+                }
+            }
+            "/v3/lease/revoke" => {
+                if self.revoke(int(body.get("ID"))) {
+                    ok(json!({"header": header(self.rev)}))
+                } else {
+                    lease_not_found()
+                }
+            }
+            "/v3/kv/txn" => self.txn(&body),
+            "/v3/kv/range" => {
+                let mut r = self.range(&body);
+                r["header"] = header(self.rev);
+                ok(r)
+            }
+            "/v3/kv/deleterange" => {
+                let mut bumped = false;
+                let end = body.get("range_end").map(|e| unb64(Some(e)));
+                let n = self.delete(&mut bumped, &unb64(body.get("key")), end.as_deref());
+                let mut r = json!({"header": header(self.rev)});
+                if n > 0 {
+                    r["deleted"] = json!(n.to_string());
+                }
+                ok(r)
+            }
+            "/v3/watch" => {
+                let key = unb64(body.pointer("/create_request/key"));
+                let created = json!({"result": {"header": header(self.rev), "created": true}});
+                // The watched predecessor goes away (its holder released).
+                let mut bumped = false;
+                self.delete(&mut bumped, &key, None);
+                if !bumped {
+                    self.rev += 1;
+                }
+                let deleted = json!({"result": {"header": header(self.rev), "events": [{"type": "DELETE", "kv": {"key": b64(&key), "mod_revision": self.rev.to_string()}}]}});
+                Reply::Stream { messages: vec![format!("{created}\n").into_bytes(), format!("{deleted}\n").into_bytes()] }
+            }
+            _ => Reply::Whole { status: 404, body: b"Not Found\n".to_vec() },
+        }
+    }
+}
+
+/// How a Redis node is spoken to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Proto {
+    Upstash,
+    Webdis,
+}
+
+/// One Redis node running edgelock's four scripts.
+#[derive(Default)]
+pub struct RedisModel {
+    locks: HashMap<Vec<u8>, (Vec<u8>, u64)>,
+    fences: HashMap<Vec<u8>, i64>,
+}
+
+impl RedisModel {
+    /// Another client holds `key` until `until`.
+    pub fn seed_foreign(&mut self, key: &str, until: u64) {
+        self.locks.insert(key.as_bytes().to_vec(), (b"foreign-owner".to_vec(), until));
+    }
+
+    fn live(&mut self, key: &[u8], now: u64) -> Option<(Vec<u8>, u64)> {
+        match self.locks.get(key) {
+            Some((_, exp)) if *exp <= now => {
+                self.locks.remove(key);
+                None
+            }
+            other => other.cloned(),
+        }
+    }
+
+    fn raise(&mut self, fence: &[u8], floor: i64) -> i64 {
+        let f = self.fences.entry(fence.to_vec()).or_insert(0);
+        *f = (*f).max(floor);
+        *f
+    }
+
+    /// The script's result: an integer or a flat array of integers.
+    fn run(&mut self, args: &[Vec<u8>], now: u64) -> Result<Vec<i64>, String> {
+        let arg = |i: usize| args.get(i).cloned().unwrap_or_default();
+        let num = |i: usize| std::str::from_utf8(&arg(i)).ok().and_then(|s| s.parse::<i64>().ok()).unwrap_or(0);
+        if arg(0) != b"EVAL" {
+            return Err("ERR unknown command".into());
+        }
+        let (key, fence, token) = (arg(3), arg(4), arg(5));
+        match Script::from_text(&arg(1)) {
+            Some(Script::Acquire) => {
+                let f = self.raise(&fence, 0) + 1;
+                self.fences.insert(fence.clone(), f);
+                match self.live(&key, now) {
+                    None => {
+                        self.locks.insert(key, (token, now + num(6).max(1) as u64));
+                        Ok(vec![1, f, 0])
+                    }
+                    Some((_, exp)) => Ok(vec![0, f, (exp - now) as i64]),
+                }
+            }
+            Some(Script::Extend) => {
+                self.raise(&fence, num(7));
+                match self.live(&key, now) {
+                    Some((t, _)) if t == token => {
+                        self.locks.insert(key, (t, now + num(6).max(1) as u64));
+                        Ok(vec![1])
+                    }
+                    _ => Ok(vec![0]),
+                }
+            }
+            Some(Script::Release) => {
+                self.raise(&fence, num(6));
+                match self.live(&key, now) {
+                    Some((t, _)) if t == token => {
+                        self.locks.remove(&key);
+                        Ok(vec![1])
+                    }
+                    _ => Ok(vec![0]),
+                }
+            }
+            Some(Script::Status) => {
+                let f = self.raise(&fence, 0);
+                match self.live(&key, now) {
+                    None => Ok(vec![0, 0, -2, f]),
+                    Some((t, exp)) => Ok(vec![1, i64::from(t == token), (exp - now) as i64, f]),
+                }
+            }
+            None => Err("NOSCRIPT unknown script".into()),
+        }
+    }
+
+    /// The valid reply to `req` in `proto`'s format.
+    pub fn reply(&mut self, req: &HttpRequest, proto: Proto, now: u64) -> Reply {
+        let args: Vec<Vec<u8>> = match proto {
+            Proto::Upstash => serde_json::from_slice::<Vec<String>>(&req.body).unwrap_or_default().into_iter().map(String::into_bytes).collect(),
+            Proto::Webdis => webdis::decode_body(&req.body),
+        };
+        let result = self.run(&args, now);
+        let value = match &result {
+            Ok(ints) if ints.len() == 1 => json!(ints[0]),
+            Ok(ints) => json!(ints),
+            Err(e) => Value::String(e.clone()),
+        };
+        let body = match (proto, result.is_ok()) {
+            (Proto::Upstash, true) => json!({ "result": value }),
+            (Proto::Upstash, false) => json!({ "error": value }),
+            (Proto::Webdis, true) => json!({ "EVAL": value }),
+            (Proto::Webdis, false) => json!({ "EVAL": [false, value] }),
+        };
+        let status = if proto == Proto::Upstash && result.is_err() { 400 } else { 200 };
+        Reply::Whole { status, body: body.to_string().into_bytes() }
+    }
+}
