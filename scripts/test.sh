@@ -29,6 +29,9 @@ done
 step "Rust tests: unit, property, simulation, real etcd/redis/webdis/gateway, CLI"
 cargo test --workspace --features native
 
+step "reliability suite, short version (pauses, cut responses, late releases, hostile input, load)"
+EDGELOCK_SETUP_DONE=1 bash scripts/reliability.sh --short
+
 if [ -x scripts/test-js.sh ]; then
   step "npm package: build, Node tests, types, wasm-pack tests in Node and headless Chromium"
   bash scripts/test-js.sh

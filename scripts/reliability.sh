@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The reliability suite (issue 8): real etcd / redis-server / webdis / Upstash
+# gateway processes on loopback, faults from SIGSTOP/SIGCONT, the in-repo
+# fault proxy and libfaketime, judged against a fenced resource.
+#
+#   bash scripts/reliability.sh            every scenario, long sizes; writes RELIABILITY.md
+#   bash scripts/reliability.sh --short    a few scenarios, short sizes (< 5 min; part of
+#                                          scripts/test.sh); writes target/reliability-short.md
+#   bash scripts/reliability.sh --only 5,6 chosen scenarios (long sizes) to target/reliability-only.md
+#
+# Exits non-zero if any scenario's "what must hold" failed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ "${EDGELOCK_SETUP_DONE:-}" != 1 ]; then
+  bash scripts/setup.sh
+fi
+out=RELIABILITY.md
+case "${1:-}" in
+  --short) out=target/reliability-short.md ;;
+  --only) out=target/reliability-only.md ;;
+esac
+mkdir -p target
+cargo build --quiet -p edgelock-reliability
+"${CARGO_TARGET_DIR:-target}/debug/reliability" "$@" --out "$out"
