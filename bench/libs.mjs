@@ -119,7 +119,7 @@ export function libraries(env) {
     },
     "edgelock-redlock": {
       label: "edgelock Redlock (3× upstash)", group: "redlock", counter: "http", edgelock: true,
-      note: "3 nodes, each its own gateway; defaults (folded fencing, retry 200 ± 100 ms) except retryCount 1000",
+      note: "3 nodes, each its own gateway; defaults (strict fencing: two rounds per acquire; retry 200 ± 100 ms) except retryCount 1000",
       make: () => edgelockClient(new EdgeRedlock({ nodes: gw.map((url) => ({ url, protocol: "upstash", token })), retryCount: 1000 })),
     },
     "edgelock-redlock-webdis": {

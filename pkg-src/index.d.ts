@@ -151,8 +151,10 @@ export interface RedlockOptions {
   /** Renew held locks at TTL/3 until released (default true). */
   autoExtend?: boolean;
   /**
-   * `folded` (default): one round per acquire. `strict`: a second round raises a
-   * quorum's fencing counters before the lock is handed out.
+   * `strict` (default): a second round raises a quorum's fencing counters before
+   * the lock is handed out, so tokens keep increasing across node restarts.
+   * `folded`: one round per acquire; a node restart right after a grant can
+   * hand the next holder a lower token.
    */
   fencing?: "folded" | "strict";
   /** The only transport used (default: `globalThis.fetch`). */

@@ -103,10 +103,12 @@ fn eight_clients_fifty_acquisitions_on_five_nodes_are_mutually_exclusive() {
 }
 
 #[test]
-fn uncontended_acquire_and_release_cost_one_parallel_round_each_way() {
+fn uncontended_acquire_and_release_cost_one_parallel_round_each_way_with_folded_fencing() {
     let nodes = nodes(5);
     let sent = Arc::new(AtomicUsize::new(0));
-    let machine = RedlockMachine::new(redlock_cfg(&nodes), Box::new(OsEntropy)).unwrap();
+    let mut cfg = redlock_cfg(&nodes);
+    cfg.fencing = RedlockFencing::Folded;
+    let machine = RedlockMachine::new(cfg, Box::new(OsEntropy)).unwrap();
     let c = Client::from_machine(Box::new(Counting { inner: machine, sent: sent.clone() }));
     let gw_before: Vec<u64> = nodes.iter().map(|n| n.gateway.request_count()).collect();
     let lock = c.acquire("solo", None).unwrap();

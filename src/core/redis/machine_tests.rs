@@ -69,8 +69,11 @@ fn upstash_nodes(n: usize) -> Vec<RedisNode> {
     (0..n).map(|i| RedisNode::upstash(format!("http://10.0.0.{i}:8080"), "tok-secret")).collect()
 }
 
+/// A Redlock harness. These tests script one-round exchanges, so they start
+/// from Folded fencing; Strict (the default) has its own tests below.
 fn redlock(n: usize, f: impl FnOnce(&mut RedlockConfig)) -> Harness<RedlockMachine> {
     let mut cfg = RedlockConfig::new(upstash_nodes(n));
+    cfg.fencing = RedlockFencing::Folded;
     f(&mut cfg);
     Harness::new(RedlockMachine::new(cfg, Box::new(SeededEntropy::new(7))).unwrap())
 }
@@ -129,6 +132,11 @@ fn uncontended_redlock_is_one_parallel_round_each_way() {
     assert!(matches!(ev.as_slice(), [Event::Released { held_until_release: true, .. }]), "{ev:?}");
     assert!(h.take().is_empty());
     assert_eq!(h.m.live_count(), 0);
+}
+
+#[test]
+fn strict_fencing_is_the_default() {
+    assert_eq!(RedlockConfig::new(upstash_nodes(3)).fencing, RedlockFencing::Strict);
 }
 
 #[test]

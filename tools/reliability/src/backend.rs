@@ -27,9 +27,9 @@ pub enum BackendSpec {
         token: Option<String>,
         ttl_ms: u64,
         request_timeout_ms: u64,
-        /// `RedlockFencing::Strict` instead of the default `Folded`.
+        /// The opt-in `RedlockFencing::Folded` instead of the default `Strict`.
         #[serde(default)]
-        strict: bool,
+        folded: bool,
     },
 }
 
@@ -65,16 +65,14 @@ impl BackendSpec {
                 cfg.retry_jitter_ms = 50;
                 Client::try_from_machine(Box::new(RedisMachine::new(cfg, Box::new(OsEntropy))?))
             }
-            BackendSpec::Redlock { nodes, token, ttl_ms, request_timeout_ms, strict } => {
+            BackendSpec::Redlock { nodes, token, ttl_ms, request_timeout_ms, folded } => {
                 let nodes = nodes.iter().map(|n| RedisNode::from_spec(n, token.as_deref())).collect::<Result<Vec<_>, _>>()?;
                 let mut cfg = RedlockConfig::new(nodes);
                 cfg.ttl_ms = *ttl_ms;
                 cfg.request_timeout_ms = *request_timeout_ms;
                 cfg.retry_delay_ms = 50;
                 cfg.retry_jitter_ms = 50;
-                if *strict {
-                    cfg.fencing = RedlockFencing::Strict;
-                }
+                cfg.fencing = if *folded { RedlockFencing::Folded } else { RedlockFencing::Strict };
                 Client::try_from_machine(Box::new(RedlockMachine::new(cfg, Box::new(OsEntropy))?))
             }
         }

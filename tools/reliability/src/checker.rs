@@ -11,6 +11,13 @@
 //!   below one the resource had already accepted for that resource, or equal
 //!   to one accepted earlier from a *different* client (two holders handed
 //!   the same token: fencing would not separate them).
+//!   Also an accepted write from a holder whose grant ended before another
+//!   holder's grant began, once that later holder's write was accepted: the
+//!   later holder must have had a *lower* token for that to get through
+//!   (the resource log alone looks well ordered then; the histories' grant
+//!   times show it).
+//! - **Token inversions**: a grant that began after another grant of the
+//!   same lock had completed, yet got a token no higher than it.
 //! - **Stale writes rejected**: writes the resource refused (the fence at work).
 //! - **Acknowledged writes lost**: writes a client saw acknowledged that the
 //!   resource's log does not hold as accepted.
@@ -27,6 +34,7 @@ pub struct Verdict {
     pub overlaps_believed: usize,
     pub writes_accepted: usize,
     pub stale_accepted: usize,
+    pub token_inversions: usize,
     pub stale_rejected: usize,
     pub acked_lost: usize,
     /// Operations whose outcome the client could not know.
@@ -132,6 +140,15 @@ pub fn check(ops: &[Op], resource_log: &Value) -> Verdict {
         }
     }
 
+    v.token_inversions = token_inversions(ops);
+    // (client, token) → (acquire start, acquire end) of the grant.
+    let grants: HashMap<(&str, u64), (f64, f64)> = ops
+        .iter()
+        .filter(|o| o.kind == OpKind::Acquire && o.is_ok())
+        .filter_map(|o| Some(((o.client.as_str(), o.token?), (o.start, o.end))))
+        .collect();
+    // Per resource: the latest grant start among writes accepted so far.
+    let mut newest_writer_grant: HashMap<String, f64> = HashMap::new();
     let entries = resource_log.get("entries").and_then(Value::as_array).cloned().unwrap_or_default();
     let mut highest: HashMap<String, u64> = HashMap::new();
     let mut token_owner: HashMap<(String, u64), String> = HashMap::new();
@@ -161,11 +178,20 @@ pub fn check(ops: &[Op], resource_log: &Value) -> Verdict {
         let reused = match token_owner.get(&(resource.clone(), token)) {
             Some(owner) => owner != &client,
             None => {
-                token_owner.insert((resource, token), client);
+                token_owner.insert((resource.clone(), token), client.clone());
                 false
             }
         };
-        if below || reused {
+        let grant = grants.get(&(client.as_str(), token)).copied();
+        let superseded = match (grant, newest_writer_grant.get(&resource)) {
+            (Some((_, granted)), Some(&newer_start)) => newer_start > granted,
+            _ => false,
+        };
+        if let Some((start, _)) = grant {
+            let e = newest_writer_grant.entry(resource.clone()).or_insert(start);
+            *e = e.max(start);
+        }
+        if below || reused || superseded {
             v.stale_accepted += 1;
         }
     }
@@ -183,6 +209,35 @@ pub fn check(ops: &[Op], resource_log: &Value) -> Verdict {
         }
     }
     v
+}
+
+/// Grants (per lock) that began after another grant had completed but got a
+/// token no higher than it.
+pub fn token_inversions(ops: &[Op]) -> usize {
+    let mut by_lock: HashMap<&str, Vec<(f64, f64, u64)>> = HashMap::new();
+    for o in ops.iter().filter(|o| o.kind == OpKind::Acquire && o.is_ok()) {
+        if let Some(t) = o.token {
+            by_lock.entry(o.lock.as_str()).or_default().push((o.start, o.end, t));
+        }
+    }
+    let mut count = 0;
+    for grants in by_lock.values() {
+        let mut by_start = grants.clone();
+        by_start.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let mut by_end = grants.clone();
+        by_end.sort_by(|a, b| a.1.total_cmp(&b.1));
+        let (mut i, mut max_done) = (0, None::<u64>);
+        for g in &by_start {
+            while i < by_end.len() && by_end[i].1 < g.0 {
+                max_done = Some(max_done.map_or(by_end[i].2, |m| m.max(by_end[i].2)));
+                i += 1;
+            }
+            if max_done.is_some_and(|m| g.2 <= m) {
+                count += 1;
+            }
+        }
+    }
+    count
 }
 
 #[cfg(test)]
@@ -224,6 +279,29 @@ mod tests {
         ];
         // a never releases: it overlaps both b and c.
         assert_eq!(check(&ops, &json!({"entries": []})).overlaps_believed, 2);
+    }
+
+    #[test]
+    fn a_later_grant_with_a_lower_token_is_an_inversion_and_the_old_holders_late_write_is_stale() {
+        let ops = vec![
+            op("a", OpKind::Acquire, 0.0, 1.0, Some(10)),
+            op("b", OpKind::Acquire, 2.0, 3.0, Some(2)),
+            op("c", OpKind::Acquire, 2.5, 9.0, Some(11)),
+        ];
+        assert_eq!(token_inversions(&ops), 1);
+        // b (granted after a) writes first with 2, then a's late write with 10 is accepted.
+        let log = json!({"entries": [
+            {"seq": 1, "resource": "l", "token": "2", "accepted": true, "record": {"client": "b"}},
+            {"seq": 2, "resource": "l", "token": "10", "accepted": true, "record": {"client": "a"}},
+        ]});
+        let v = check(&ops, &log);
+        assert_eq!((v.token_inversions, v.stale_accepted), (1, 1));
+        // In grant order the same writes are fine.
+        let log = json!({"entries": [
+            {"seq": 1, "resource": "l", "token": "10", "accepted": true, "record": {"client": "a"}},
+            {"seq": 2, "resource": "l", "token": "11", "accepted": true, "record": {"client": "c"}},
+        ]});
+        assert_eq!(check(&ops, &log).stale_accepted, 0);
     }
 
     #[test]

@@ -43,7 +43,7 @@ pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
     if !mode.short {
         out.push(match RedisNodes::start(5, false) {
             Ok(nodes) => {
-                let spec = BackendSpec::Redlock { nodes: nodes.webdis_specs(), token: None, ttl_ms: TTL_MS, request_timeout_ms: 1_000, strict: false };
+                let spec = BackendSpec::Redlock { nodes: nodes.webdis_specs(), token: None, ttl_ms: TTL_MS, request_timeout_ms: 1_000, folded: false };
                 trial_report("1c", &spec, trials, move || nodes.lock_keys_left().iter().map(|k| k.unwrap_or(usize::MAX)).sum())
             }
             Err(e) => ScenarioReport::failed_to_run("1c", TITLE, "redlock (5 × webdis)", &format!("redis: {e}")),

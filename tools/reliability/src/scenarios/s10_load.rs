@@ -46,7 +46,7 @@ pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
             out.push(load_report("10b", "redis (webdis)", &webdis, secs, &keys));
             let upstash = BackendSpec::Redis { node: nodes.upstash_specs()[0].clone(), token: Some(UPSTASH_TOKEN.into()), ttl_ms: TTL_MS, request_timeout_ms: 5_000 };
             out.push(load_report("10c", "redis (Upstash REST)", &upstash, secs, &keys));
-            let redlock = BackendSpec::Redlock { nodes: nodes.webdis_specs(), token: None, ttl_ms: TTL_MS, request_timeout_ms: 2_000, strict: false };
+            let redlock = BackendSpec::Redlock { nodes: nodes.webdis_specs(), token: None, ttl_ms: TTL_MS, request_timeout_ms: 2_000, folded: false };
             out.push(load_report("10d", "redlock (5 × webdis)", &redlock, secs, &keys));
             out.push(memory_report("10e", "redis (webdis)", &webdis, cycles));
         }
@@ -90,6 +90,7 @@ fn load_report(id: &str, backend: &str, spec: &BackendSpec, secs: u64, keys_left
     r.figure("writes accepted", v.writes_accepted);
     r.figure("errors", v.errors_text());
     r.check("0 stale writes accepted", v.stale_accepted == 0, format!("{} accepted, {} rejected", v.stale_accepted, v.stale_rejected));
+    r.check("fencing tokens follow grant order (0 inversions)", v.token_inversions == 0, v.token_inversions);
     r.check("0 overlapping holds (no faults injected)", v.overlaps_believed == 0, v.overlaps_believed);
     r.check("0 errors other than wait timeouts", v.unexpected_errors(EXPECTED) == 0, v.errors_text());
     r.check("0 locks lost", v.lost_signals == 0, v.lost_signals);
