@@ -92,6 +92,13 @@ impl std::error::Error for LockError {}
 /// Make a backend-provided text safe and short enough to put in an error message:
 /// at most 200 characters, control characters replaced, and any word that looks
 /// like a bearer credential or one of `secrets` removed.
+/// Control characters replaced, nothing cut or redacted: for backend texts
+/// that are redacted later by [`sanitize_detail`] (a cut made before the
+/// redaction could leave a prefix of a secret behind).
+pub fn clean_control(raw: &str) -> String {
+    raw.chars().map(|c| if c.is_control() { ' ' } else { c }).collect()
+}
+
 pub fn sanitize_detail(raw: &str, secrets: &[&str]) -> String {
     // Redact before truncating, so that no prefix of a secret survives a cut.
     let mut s = raw.to_string();
@@ -100,5 +107,42 @@ pub fn sanitize_detail(raw: &str, secrets: &[&str]) -> String {
             s = s.replace(secret, "<redacted>");
         }
     }
+    let s = redact_credentials(&s);
     s.chars().take(200).map(|c| if c.is_control() { ' ' } else { c }).collect()
+}
+
+/// Replaces the word after `Bearer` / `Basic` (any case), the way an
+/// `Authorization` header echoed by a backend would carry a credential.
+fn redact_credentials(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut redact_next = false;
+    for piece in s.split_inclusive(char::is_whitespace) {
+        let word = piece.trim_end_matches(char::is_whitespace);
+        if redact_next && !word.is_empty() {
+            out.push_str("<redacted>");
+            out.push_str(&piece[word.len()..]);
+            redact_next = false;
+            continue;
+        }
+        redact_next = word.eq_ignore_ascii_case("bearer") || word.eq_ignore_ascii_case("basic") || (redact_next && word.is_empty());
+        out.push_str(piece);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_are_redacted_before_the_cut_and_bearer_words_always() {
+        let secret = "s3cr3t-value-0123456789";
+        let raw = format!("{} {secret}", "x".repeat(190));
+        assert!(!sanitize_detail(&raw, &[secret]).contains("s3cr3t"));
+        let echoed = sanitize_detail("401: Authorization: Bearer  abc.def-ghi\r\nnext", &[]);
+        assert!(!echoed.contains("abc.def"), "{echoed}");
+        assert!(echoed.contains("Bearer  <redacted>"), "{echoed}");
+        assert_eq!(sanitize_detail("plain words stay", &[]), "plain words stay");
+        assert!(sanitize_detail(&"é".repeat(500), &[]).chars().count() == 200);
+    }
 }

@@ -528,14 +528,16 @@ fn parse_head(raw: &[u8]) -> Result<Head, TransportError> {
     let minor = match version {
         "HTTP/1.1" => 1,
         "HTTP/1.0" => 0,
-        _ => return Err(TransportError::Io(format!("not an HTTP/1.x response: {:?}", short(status_line)))),
+        // The server's bytes are not quoted: a hostile or confused server may
+        // echo our headers, and any excerpt could cut a secret in half.
+        _ => return Err(TransportError::Io(format!("not an HTTP/1.x response (status line of {} bytes)", status_line.len()))),
     };
     let status = parts
         .next()
         .filter(|s| s.len() == 3)
         .and_then(|s| s.parse::<u16>().ok())
         .filter(|s| (100..600).contains(s))
-        .ok_or_else(|| TransportError::Io(format!("invalid HTTP status line {:?}", short(status_line))))?;
+        .ok_or_else(|| TransportError::Io(format!("invalid HTTP status line ({} bytes)", status_line.len())))?;
     let mut head = Head {
         status,
         keep_alive: minor == 1,
@@ -549,7 +551,7 @@ fn parse_head(raw: &[u8]) -> Result<Head, TransportError> {
         }
         let (name, value) = line
             .split_once(':')
-            .ok_or_else(|| TransportError::Io(format!("malformed header line {:?}", short(line))))?;
+            .ok_or_else(|| TransportError::Io(format!("malformed header line ({} bytes)", line.len())))?;
         let value = value.trim();
         if name.eq_ignore_ascii_case("content-length") {
             let n = value.parse::<u64>().map_err(|_| TransportError::Io("invalid Content-Length".into()))?;
@@ -562,7 +564,7 @@ fn parse_head(raw: &[u8]) -> Result<Head, TransportError> {
             if last.eq_ignore_ascii_case("chunked") {
                 head.chunked = true;
             } else if !last.eq_ignore_ascii_case("identity") {
-                return Err(TransportError::Io(format!("unsupported Transfer-Encoding {:?}", short(value))));
+                return Err(TransportError::Io(format!("unsupported Transfer-Encoding ({} bytes)", value.len())));
             }
         } else if name.eq_ignore_ascii_case("connection") {
             for token in value.split(',') {
@@ -666,9 +668,9 @@ fn parse_chunk_size(line: &[u8]) -> Result<u64, TransportError> {
     let text = std::str::from_utf8(line).map_err(|_| TransportError::Io("invalid chunk size line".into()))?;
     let digits = text.split(';').next().unwrap_or("").trim();
     if digits.is_empty() || digits.len() > 15 {
-        return Err(TransportError::Io(format!("invalid chunk size {:?}", short(digits))));
+        return Err(TransportError::Io(format!("invalid chunk size ({} bytes)", digits.len())));
     }
-    u64::from_str_radix(digits, 16).map_err(|_| TransportError::Io(format!("invalid chunk size {:?}", short(digits))))
+    u64::from_str_radix(digits, 16).map_err(|_| TransportError::Io(format!("invalid chunk size ({} bytes)", digits.len())))
 }
 
 /// A socket with a small read buffer and an optional overall deadline.

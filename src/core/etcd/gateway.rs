@@ -180,7 +180,8 @@ pub fn classify_error(status: u16, body: &[u8]) -> GatewayError {
         .as_ref()
         .and_then(|v| v.get("message").or_else(|| v.get("error")))
         .and_then(|m| m.as_str())
-        .map(|s| crate::core::error::sanitize_detail(s, &[]))
+        // Kept whole here: `backend_error` redacts configured header values, then cuts.
+        .map(crate::core::error::clean_control)
         .unwrap_or_else(|| format!("HTTP {status}"));
     let code = parsed.as_ref().and_then(|v| v.get("code")).and_then(|c| c.as_i64());
     if message.contains("requested lease not found") {
@@ -278,7 +279,7 @@ pub fn predecessor_txn(key: &[u8], lock_prefix: &[u8], my_rev: i64) -> Value {
             { "request_range": { "key": b64(key), "keys_only": true } },
             { "request_range": { "key": b64(lock_prefix), "range_end": b64(&prefix_end(lock_prefix)),
                                  "sort_order": "DESCEND", "sort_target": "CREATE", "limit": "1",
-                                 "max_create_revision": (my_rev - 1).to_string(), "keys_only": true } }
+                                 "max_create_revision": my_rev.saturating_sub(1).to_string(), "keys_only": true } }
         ]
     })
 }

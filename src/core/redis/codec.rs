@@ -91,7 +91,17 @@ impl NodeCodec {
             RedisProtocol::Upstash => upstash::decode_reply(status, body, true),
             RedisProtocol::Webdis => webdis::decode_reply(status, body, cmd.name()),
         };
-        r.map_err(|e| ReplyError { status: e.status, message: self.scrub(&e.message) })
+        // Redis error replies are data too (`-ERR …` may quote anything the
+        // backend saw, our token included): scrub them like failures.
+        r.map(|v| self.scrub_value(v)).map_err(|e| ReplyError { status: e.status, message: self.scrub(&e.message) })
+    }
+
+    fn scrub_value(&self, v: RedisValue) -> RedisValue {
+        match v {
+            RedisValue::Error(e) => RedisValue::Error(self.scrub(&e)),
+            RedisValue::Array(items) => RedisValue::Array(items.into_iter().map(|i| self.scrub_value(i)).collect()),
+            other => other,
+        }
     }
 
     /// Removes this node's credential from a backend-provided text.
@@ -114,6 +124,32 @@ mod tests {
 
     fn node(protocol: RedisProtocol, token: Option<&str>) -> RedisNode {
         RedisNode { url: "http://127.0.0.1:7379/".into(), protocol, token: token.map(str::to_string) }
+    }
+
+    /// Found by the reliability suite (scenario 9c): a Redis error reply that
+    /// quotes the token, and a long message cut before redaction.
+    #[test]
+    fn error_replies_quoting_the_token_are_scrubbed_whole() {
+        let token = "SENTINEL-token-0123456789abcdef";
+        let cmd = RedisCommand::new("EVAL").arg("x");
+        let up = NodeCodec::new(&node(RedisProtocol::Upstash, Some(token))).unwrap();
+        let pad = "x".repeat(190);
+        for body in [format!(r#"{{"error":"ERR {token} bad"}}"#), format!(r#"{{"error":"ERR {pad} {token}"}}"#)] {
+            for status in [200, 400] {
+                let text = match up.decode(&cmd, status, body.as_bytes()) {
+                    Ok(RedisValue::Error(e)) => e,
+                    Err(e) => e.message,
+                    Ok(other) => panic!("{other:?}"),
+                };
+                assert!(!text.contains("SENTINEL"), "{status}: {text}");
+            }
+        }
+        let wd = NodeCodec::new(&node(RedisProtocol::Webdis, None)).unwrap();
+        let body = format!(r#"{{"EVAL":[false,"ERR {pad} Bearer {token}"]}}"#);
+        match wd.decode(&cmd, 200, body.as_bytes()) {
+            Ok(RedisValue::Error(e)) => assert!(!e.contains("SENTINEL"), "{e}"),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

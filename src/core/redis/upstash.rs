@@ -63,8 +63,10 @@ fn bad(status: u16, what: impl Into<String>) -> ReplyError {
     ReplyError { status: if (200..300).contains(&status) { None } else { Some(status) }, message: what.into() }
 }
 
+/// Backend text, kept whole: the node codec redacts the credential and
+/// then cuts (`NodeCodec::decode`).
 fn text(s: &str) -> String {
-    crate::core::error::sanitize_detail(s, &[])
+    crate::core::error::clean_control(s)
 }
 
 /// A result string: base64 of the bytes (except the status `OK`) when

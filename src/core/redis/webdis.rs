@@ -118,8 +118,10 @@ fn percent_decode(seg: &[u8]) -> Vec<u8> {
     out
 }
 
+/// Backend text, kept whole: the node codec redacts the credential and
+/// then cuts (`NodeCodec::decode`).
 fn text(s: &str) -> String {
-    crate::core::error::sanitize_detail(s, &[])
+    crate::core::error::clean_control(s)
 }
 
 fn element(v: &Value) -> Result<RedisValue, String> {

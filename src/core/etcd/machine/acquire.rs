@@ -110,7 +110,8 @@ impl EtcdMachine {
             AcqPhase::Txn => {
                 // Our key already exists: an earlier attempt applied. Learn its revision.
                 match txn.range(0).and_then(|r| r.kvs.iter().find(|kv| kv.key == a.key)).cloned() {
-                    Some(kv) if kv.value == a.nonce => {
+                    // A revision is positive; anything else is a hostile reply.
+                    Some(kv) if kv.value == a.nonce && kv.create_revision > 0 => {
                         a.my_rev = kv.create_revision;
                         return self.send_predecessor_check(now, op);
                     }
@@ -157,7 +158,7 @@ impl EtcdMachine {
             Some(_) if a.wait == Wait::Try => self.cleanup(now, op, Ending::NotAcquired),
             Some(pred) => {
                 a.phase = AcqPhase::Watch;
-                let body = gw::watch_delete(&pred, revision + 1);
+                let body = gw::watch_delete(&pred, revision.saturating_add(1));
                 let req = self.send(now, Purpose::Op(op), "/v3/watch", body, true);
                 if let Some(o) = self.ops.get_mut(&op) {
                     o.req = Some(req);
@@ -278,7 +279,8 @@ impl EtcdMachine {
         match txn {
             Some(t) if t.succeeded && t.header.revision > 0 => a.my_rev = t.header.revision,
             Some(t) => match t.range(0).and_then(|r| r.kvs.iter().find(|kv| kv.key == a.key)) {
-                Some(kv) => a.my_rev = kv.create_revision,
+                // 0 = unknown revision: cleanup deletes whatever is there.
+                Some(kv) => a.my_rev = kv.create_revision.max(0),
                 None => {
                     // Definitely nothing created.
                     a.phase = AcqPhase::NeedLease;

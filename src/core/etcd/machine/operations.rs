@@ -158,7 +158,7 @@ impl EtcdMachine {
                         self.ops.remove(&op);
                         if let Ok((s, b)) = result {
                             if let Ok(t) = gw::parse::<LeaseTtl>(s, &b) {
-                                st.remaining_ms = (t.TTL > 0).then_some(t.TTL as u64 * 1000);
+                                st.remaining_ms = (t.TTL > 0).then(|| (t.TTL as u64).saturating_mul(1000));
                             }
                         }
                         self.out.event(Event::Inspected { op, status: st });

@@ -116,16 +116,16 @@ impl EtcdMachine {
     }
 
     pub(super) fn backend_error(&self, name: &str, f: Failure) -> LockError {
+        // A backend (or a proxy) may echo our headers back, in a body or in
+        // what a driver reports about a broken reply: never let a configured
+        // header value reach an error message.
+        let secrets: Vec<&str> = self.headers.iter().flat_map(|(_, v)| std::iter::once(v.as_str()).chain(v.split_whitespace())).collect();
         match f {
-            Failure::Transport(t) => LockError::Transport { backend: BACKEND, name: name.to_string(), message: t.to_string() },
+            Failure::Transport(t) => {
+                let message = crate::core::error::sanitize_detail(&t.to_string(), &secrets);
+                LockError::Transport { backend: BACKEND, name: name.to_string(), message }
+            }
             Failure::Gateway(g) => {
-                // A backend (or a proxy) may echo our headers back: never let
-                // a configured header value reach an error message.
-                let secrets: Vec<&str> = self
-                    .headers
-                    .iter()
-                    .flat_map(|(_, v)| std::iter::once(v.as_str()).chain(v.split_whitespace()))
-                    .collect();
                 let message = crate::core::error::sanitize_detail(&g.message(), &secrets);
                 LockError::Backend { backend: BACKEND, name: name.to_string(), status: g.status(), message }
             }

@@ -41,8 +41,9 @@ impl EtcdMachine {
     /// Conservative expiry: the server's TTL counted from when we sent the
     /// request, less 1% + 2 ms for clock-rate drift between client and server.
     pub(super) fn expiry(sent_at: Millis, ttl_s: i64) -> Millis {
-        let ttl_ms = (ttl_s.max(0) as u64) * 1000;
-        (sent_at + ttl_ms).saturating_sub(ttl_ms / 100 + 2)
+        // Saturating: the TTL is the backend's number, not ours.
+        let ttl_ms = (ttl_s.max(0) as u64).saturating_mul(1000);
+        sent_at.saturating_add(ttl_ms).saturating_sub(ttl_ms / 100 + 2)
     }
 
     pub(super) fn on_grant(&mut self, now: Millis, id: RequestId, sent_at: Millis, result: Result<(u16, Vec<u8>), Failure>) {
@@ -59,10 +60,10 @@ impl EtcdMachine {
             Ok(_) => return self.fail_lease_waiters(now, Failure::Gateway(GatewayError::Malformed("lease grant without ID/TTL".into()))),
             Err(f) => return self.fail_lease_waiters(now, f),
         };
-        let ttl_ms = grant.TTL as u64 * 1000;
+        let ttl_ms = (grant.TTL as u64).saturating_mul(1000);
         self.leases.insert(
             grant.ID,
-            Lease { ttl_ms, expires_at: Self::expiry(sent_at, grant.TTL), next_keepalive: sent_at + ttl_ms / 3, keepalive: None, check: None, checked: Vec::new() },
+            Lease { ttl_ms, expires_at: Self::expiry(sent_at, grant.TTL), next_keepalive: sent_at.saturating_add(ttl_ms / 3), keepalive: None, check: None, checked: Vec::new() },
         );
         self.session_lease = Some(grant.ID);
         let waiting: Vec<OpId> = self.acquires_in(AcqPhase::NeedLease);
@@ -128,8 +129,8 @@ impl EtcdMachine {
                 let exp = Self::expiry(sent_at, k.TTL);
                 // Never move expiry backwards because of a late, older answer.
                 l.expires_at = l.expires_at.max(exp);
-                l.ttl_ms = k.TTL as u64 * 1000;
-                l.next_keepalive = l.next_keepalive.max(sent_at + l.ttl_ms / 3);
+                l.ttl_ms = (k.TTL as u64).saturating_mul(1000);
+                l.next_keepalive = l.next_keepalive.max(sent_at.saturating_add(l.ttl_ms / 3));
                 Ok(l.expires_at)
             }
             Ok(_) | Err(Failure::Gateway(GatewayError::LeaseNotFound)) => Err(Ok(LostReason::RenewalFailed("the lease no longer exists".into()))),

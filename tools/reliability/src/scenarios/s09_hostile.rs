@@ -1,8 +1,187 @@
-//! Not written yet.
+//! Scenario 9: hostile input.
+//!
+//! - 9a: ≥ 10⁶ mutated backend replies (10⁵ in the short run) through every
+//!   codec via the sans-IO machines (etcd gateway JSON, Upstash, Webdis,
+//!   Redlock over both), each session under `catch_unwind`: 0 panics.
+//! - 9b: adversarial lock names against real etcd / webdis / Upstash-gateway
+//!   servers seeded with unrelated keys: 0 other keys touched; invalid names
+//!   rejected with INVALID_ARGUMENT before any request.
+//! - 9c: a sentinel secret as Upstash token and etcd Authorization header,
+//!   echoed back by hostile backends (real sockets here, and injected into
+//!   mutated replies in 9a): it appears in no error or loss text.
+//! - 9d: 10⁶ owner tokens (10⁵ short) made the way the machines make them,
+//!   from the OS CSPRNG: 0 duplicates.
+//!
+//! Everything in 9a is deterministic: a panicking session is reported with
+//! its codec and seed (and the input that hit it), which reproduce it.
+
+mod fuzz;
+mod models;
+mod mutate;
+mod names;
+mod panics;
+mod rng;
+mod secrets;
+mod tokens;
+
+use std::time::{Duration, Instant};
 
 use super::Mode;
 use crate::report::ScenarioReport;
 
-pub fn run(_mode: &Mode) -> Vec<ScenarioReport> {
-    Vec::new()
+const TITLE: &str = "hostile input";
+
+/// The secret that must never show up in an error message.
+pub const SENTINEL: &str = "SENTINEL-7f3a9c21e4b8d605";
+
+/// Full occurrences of the sentinel in `text`, and (when there is none)
+/// whether a 12-character piece of it is there (a cut-off secret).
+pub fn leak_count(text: &str) -> (usize, usize) {
+    let full = text.matches(SENTINEL).count();
+    let piece = full == 0 && (0..=SENTINEL.len() - 12).any(|i| SENTINEL.get(i..i + 12).is_some_and(|w| text.contains(w)));
+    (full, usize::from(piece))
+}
+
+fn rate(n: u64, d: Duration) -> String {
+    format!("{:.0}", n as f64 / d.as_secs_f64().max(1e-3))
+}
+
+fn fuzz_report(mode: &Mode) -> (ScenarioReport, Vec<(fuzz::Codec, fuzz::Stats)>) {
+    let target_total: u64 = mode.pick(100_000, 1_000_000);
+    let per_codec = target_total.div_ceil(fuzz::Codec::ALL.len() as u64);
+    // Bounded in time whatever the machine's load; a shortfall fails the check below.
+    let cap = mode.pick(Duration::from_secs(26), Duration::from_secs(190));
+    let started = Instant::now();
+    let results = fuzz::run_all(per_codec, cap, 2);
+    let took = started.elapsed();
+    let mut r = ScenarioReport::new("9a", TITLE, "all codecs (sans-IO machines)", "mutated / misdelivered backend replies");
+    let mut total = fuzz::Stats::default();
+    for (codec, st) in &results {
+        r.figure(&format!("hostile replies: {}", codec.label()), st.hostile);
+        total.merge(st);
+    }
+    r.figure("hostile replies (total)", total.hostile);
+    r.figure("inputs fed (valid + hostile)", total.inputs);
+    r.figure("sessions", total.sessions);
+    r.figure("hostile replies/s", rate(total.hostile, took));
+    r.figure("sessions/s", rate(total.sessions, took));
+    r.figure("panics", total.panics);
+    r.figure("direct decoder calls", total.direct_calls);
+    r.figure("acquired / released / lost / failed events", format!("{} / {} / {} / {}", total.acquired, total.released, total.lost, total.failed));
+    r.check("no panic on any hostile reply", total.panics == 0, if total.samples.is_empty() { "0 panics".to_string() } else { total.samples.join(" | ") });
+    r.check(
+        &format!("at least {target_total} hostile replies fed"),
+        total.hostile >= target_total,
+        format!("{} in {:.1} s", total.hostile, took.as_secs_f64()),
+    );
+    r.check("every request goes to a configured endpoint", total.foreign_urls == 0, format!("{} requests elsewhere", total.foreign_urls));
+    r.note(
+        "Each session builds a machine with a seeded entropy source, acquires (Try / timed / forever, sometimes against a \
+         foreign holder so that it waits and watches), answers requests from a small valid model of the backend and replaces \
+         a per-session share (5–100 %) of the replies by mutations: bit flips, truncation, huge numbers, nesting up to \
+         100 000 deep, wrong JSON types, NUL / invalid UTF-8 / lone surrogates, duplicated keys, removed fields, random \
+         statuses, the echoed sentinel, chunk splits down to single bytes, transport failures, duplicate and misrouted \
+         answers, late answers to cancelled requests; timers are driven, locks extended / resumed from mutated handles / \
+         released, and the session closed. Hostile bodies are also fed to the public decoders directly. A reported \
+         session replays alone with `S09_SEED=<seed> S09_CODEC=<codec> reliability --only 9 --short`.",
+    );
+    if total.panics > 0 {
+        r.note(
+            "Panics are in edgelock's core (see the check's detail for each site, its session seed and the reply that hit \
+             it): integer overflow on TTLs and revisions taken from the backend, which aborts a debug build (and wraps \
+             silently in a release build). Not fixed here: the suite reports, the core's owners fix.",
+        );
+    }
+    r.duration = took;
+    (r, results)
+}
+
+fn names_report() -> ScenarioReport {
+    let t = Instant::now();
+    let res = names::run();
+    let (machine_calls, machine_requests, machine_wrong) = names::invalid_on_machines();
+    let mut r = ScenarioReport::new("9b", TITLE, "etcd, redis (webdis), redis (upstash)", "adversarial lock names");
+    r.figure("names tried", res.names_tried);
+    r.figure("acquired / released", format!("{} / {}", res.acquired, res.released));
+    r.figure("seeded unrelated keys", res.seeded);
+    r.figure("other keys touched", res.touched.len());
+    r.figure("keys left behind", res.left_behind.len());
+    r.figure("invalid-name calls (machines / clients)", format!("{machine_calls} / {}", res.invalid_client_calls));
+    r.figure("requests caused by invalid names (machines / gateway)", format!("{machine_requests} / {}", res.gateway_requests_for_invalid));
+    r.check("the harness ran (servers, seeding, disjoint seeds)", res.harness.is_empty(), res.harness.join("; "));
+    r.check("0 other keys touched", res.touched.is_empty() && res.seeded > 0, if res.touched.is_empty() { format!("{} seeded keys unchanged", res.seeded) } else { res.touched.join("; ") });
+    r.check("no keys left behind", res.left_behind.is_empty(), res.left_behind.join("; "));
+    let all = res.names_tried > 0 && res.acquired == res.names_tried && res.released == res.acquired;
+    let mut why: Vec<String> = res.collisions.iter().map(|c| format!("collision {c}")).collect();
+    why.extend(res.errors.iter().cloned());
+    r.check("every adversarial name acquired (all held at once) and released", all && why.is_empty(), if why.is_empty() { format!("{} of {}", res.released, res.names_tried) } else { why.join("; ") });
+    let mut wrong = machine_wrong;
+    wrong.extend(res.invalid_client_wrong.iter().cloned());
+    r.check(
+        "invalid names rejected with INVALID_ARGUMENT and 0 requests",
+        wrong.is_empty() && machine_requests == 0 && res.gateway_requests_for_invalid == 0 && machine_calls > 0,
+        if wrong.is_empty() { format!("{machine_calls} machine calls, {} client calls", res.invalid_client_calls) } else { wrong.join("; ") },
+    );
+    r.duration = t.elapsed();
+    r
+}
+
+fn secrets_report(per_codec: &[(fuzz::Codec, fuzz::Stats)]) -> ScenarioReport {
+    let t = Instant::now();
+    let mut fuzz = fuzz::Stats::default();
+    for (_, st) in per_codec {
+        fuzz.merge(st);
+    }
+    let res = secrets::run();
+    let mut r = ScenarioReport::new("9c", TITLE, "etcd, redis (upstash), redlock (3× upstash)", "backends echoing the credential");
+    r.figure("hostile-backend cases", res.subcases);
+    r.figure("error / loss texts checked (sockets / fuzz)", format!("{} / {}", res.texts, fuzz.error_texts));
+    r.figure("sentinel occurrences (sockets / fuzz)", format!("{} / {}", res.hits, fuzz.sentinel_hits));
+    r.figure("texts with a 12-char piece of it (sockets / fuzz)", format!("{} / {}", res.fragments, fuzz.sentinel_fragments));
+    for (codec, st) in per_codec {
+        r.figure(&format!("fuzz: texts with the sentinel, {}", codec.label()), format!("{} of {}", st.sentinel_hits, st.error_texts));
+    }
+    r.figure("leaking hostile-backend cases", if res.leaking.is_empty() { "none".to_string() } else { res.leaking.join(", ") });
+    r.check("the harness ran", res.harness.is_empty() && res.texts > 0, res.harness.join("; "));
+    let mut samples = res.samples.clone();
+    // One fuzz sample per codec.
+    samples.extend(per_codec.iter().filter_map(|(c, st)| st.leak_samples.first().map(|s| format!("fuzz {c:?}: {s}"))));
+    r.check(
+        "the sentinel appears 0 times in any LockError / LostReason text",
+        res.hits == 0 && fuzz.sentinel_hits == 0,
+        if samples.is_empty() { "0 occurrences".to_string() } else { samples.join(" | ") },
+    );
+    r.check("no piece (12 chars) of the sentinel either", res.fragments == 0 && fuzz.sentinel_fragments == 0, format!("{} texts", res.fragments as u64 + fuzz.sentinel_fragments));
+    r.note(
+        "Modes: 401 with the raw request echoed, 500 JSON error with it, a 200 cut off inside a string holding it, error \
+         objects carrying it (200 and 400), reply values replaced by it, a header line and a status line made of the \
+         Authorization header, a reply that is not HTTP at all, and a 500 whose message puts the secret across the \
+         200-character cut of error details; each from the first request and after the lock was \
+         granted (so that renewals, loss, extend, release, inspect and close meet it).",
+    );
+    r.duration = t.elapsed();
+    r
+}
+
+fn tokens_report(mode: &Mode) -> ScenarioReport {
+    let t = Instant::now();
+    let n = mode.pick(100_000, 1_000_000);
+    let res = tokens::run(n, mode.pick(2_000, 20_000));
+    let mut r = ScenarioReport::new("9d", TITLE, "Redis/Redlock owner tokens, etcd nonces", "OS CSPRNG (OsEntropy)");
+    r.figure("Redis owner tokens (from machines)", format!("{} ({})", res.redis_tokens, res.redis_from_machine));
+    r.figure("etcd nonces (from machines)", format!("{} ({})", res.etcd_nonces, res.etcd_from_machine));
+    r.figure("duplicates (Redis / etcd)", format!("{} / {}", res.redis_duplicates, res.etcd_duplicates));
+    r.check("the harness ran (machines yield tokens of the expected format)", res.harness.is_empty() && res.malformed == 0 && res.redis_from_machine > 0 && res.etcd_from_machine > 0, format!("{} malformed; {}", res.malformed, res.harness.join("; ")));
+    r.check(&format!("{n} Redis owner tokens without a duplicate"), res.redis_tokens >= n && res.redis_duplicates == 0, format!("{} duplicates", res.redis_duplicates));
+    r.check(&format!("{n} etcd acquire nonces without a duplicate"), res.etcd_nonces >= n && res.etcd_duplicates == 0, format!("{} duplicates", res.etcd_duplicates));
+    r.duration = t.elapsed();
+    r
+}
+
+pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
+    let (fuzz, per_codec) = fuzz_report(mode);
+    let names = names_report();
+    let secrets = secrets_report(&per_codec);
+    let tokens = tokens_report(mode);
+    vec![fuzz, names, secrets, tokens]
 }
