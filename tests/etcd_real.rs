@@ -277,6 +277,67 @@ fn resume_from_a_handle_in_another_client() {
     std::mem::forget(lock);
 }
 
+/// A key on our session lease that nothing of ours uses (an acquire txn that
+/// applied after we gave up on it) is deleted by the renewal rounds once a
+/// txn outcome was unknown, and the name becomes free for others.
+#[test]
+fn a_ghost_key_on_the_session_lease_is_swept() {
+    use edgelock_devtools::{Fault, FaultProxy};
+    let etcd = EtcdServer::start().expect("start etcd");
+    let upstream: std::net::SocketAddr = etcd.url().trim_start_matches("http://").parse().unwrap();
+    let proxy = FaultProxy::start(upstream).unwrap();
+    let mut cfg = EtcdConfig::new(vec![proxy.url()]);
+    cfg.request_timeout_ms = 500;
+    cfg.session_ttl_ms = 3_000;
+    let c = Client::etcd(cfg).unwrap();
+    let held = c.acquire("keeps-the-session", None).unwrap();
+    let lease: i64 = held.handle().owner.parse().unwrap();
+    // One txn whose answer is lost: from now on the client sweeps.
+    proxy.set(Fault::CutResponse);
+    assert!(c.try_acquire("cut").is_err());
+    proxy.set(Fault::Pass);
+    // The ghost: our key for "ghost", bound to our lease, that no operation made.
+    let key = format!("edgelock/ghost/{lease:x}");
+    raw(&etcd, "/v3/kv/put", json!({"key": b64(key.as_bytes()), "value": b64(b"late"), "lease": lease.to_string()}));
+    assert_eq!(keys_of(&etcd, "ghost"), vec![key]);
+    let other = client(&etcd);
+    let lock = other.acquire("ghost", Some(Duration::from_secs(8))).expect("the ghost is swept within a few renewal rounds");
+    assert!(lock.release().unwrap());
+    assert!(!held.is_lost(), "the real hold is untouched");
+    assert!(held.release().unwrap());
+}
+
+/// A waiter whose watch stream runs through an endpoint that goes silent
+/// must not wait forever (nor hold up everyone queued behind it): when its
+/// session's keepalive fails over, the watch is restarted on the next endpoint.
+#[test]
+fn a_waiter_whose_watch_endpoint_goes_silent_still_gets_the_lock() {
+    use edgelock_devtools::{Fault, FaultProxy};
+    let etcd = EtcdServer::start().expect("start etcd");
+    let upstream: std::net::SocketAddr = etcd.url().trim_start_matches("http://").parse().unwrap();
+    let proxy = FaultProxy::start(upstream).unwrap();
+    let holder = client(&etcd);
+    let lock = holder.acquire("silent-watch", None).unwrap();
+    let mut cfg = EtcdConfig::new(vec![proxy.url(), etcd.url()]);
+    cfg.request_timeout_ms = 1_000;
+    cfg.session_ttl_ms = 3_000;
+    let waiter = Client::etcd(cfg).unwrap();
+    let w = std::thread::spawn(move || {
+        let r = waiter.acquire("silent-watch", Some(Duration::from_secs(25)));
+        (r.map(|l| l.release()), Instant::now())
+    });
+    // The waiter is watching the holder's key through the proxy by now.
+    std::thread::sleep(Duration::from_millis(1_500));
+    proxy.set(Fault::Blackhole);
+    let released_at = Instant::now();
+    assert!(lock.release().unwrap());
+    let (r, granted_at) = w.join().unwrap();
+    assert!(matches!(r, Ok(Ok(true))), "{r:?}");
+    // Keepalive every TTL/3 (1 s), its timeout (1 s), then a re-check.
+    let took = granted_at - released_at;
+    assert!(took < Duration::from_secs(8), "granted {took:?} after the release");
+}
+
 #[test]
 fn through_a_fault_proxy_no_false_grant_and_nothing_left_behind() {
     use edgelock_devtools::{Fault, FaultProxy};

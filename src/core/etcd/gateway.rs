@@ -33,6 +33,18 @@ fn de_b64<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
     B64.decode(s.as_bytes()).map_err(serde::de::Error::custom)
 }
 
+/// `/v3/lease/timetolive` with `keys: true`: the keys attached to a lease.
+#[derive(Debug, Default, Deserialize, Clone, PartialEq, Eq)]
+pub struct LeaseKeys {
+    #[serde(default, deserialize_with = "de_b64_list")]
+    pub keys: Vec<Vec<u8>>,
+}
+
+fn de_b64_list<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<Vec<u8>>, D::Error> {
+    let list = Vec::<String>::deserialize(d)?;
+    list.iter().map(|s| B64.decode(s.as_bytes()).map_err(serde::de::Error::custom)).collect()
+}
+
 #[derive(Debug, Default, Deserialize, Clone, PartialEq, Eq)]
 pub struct Header {
     #[serde(default, deserialize_with = "de_i64")]
@@ -252,6 +264,11 @@ pub fn lease_grant(ttl_s: i64) -> Value {
 
 pub fn lease_id(id: i64) -> Value {
     json!({ "ID": id.to_string() })
+}
+
+/// `/v3/lease/timetolive` asking for the lease's keys.
+pub fn lease_keys(id: i64) -> Value {
+    json!({ "ID": id.to_string(), "keys": true })
 }
 
 /// The acquire transaction: if our key does not exist, create it bound to the

@@ -16,7 +16,10 @@
 //! - **Waiting**: watch only the predecessor (the key with the largest create
 //!   revision below ours) for its DELETE, from the revision at which we saw it,
 //!   then re-check (our key + the new predecessor in one txn). Waiters are thus
-//!   served in create-revision (FIFO) order with no herd effect.
+//!   served in create-revision (FIFO) order with no herd effect. A watch is
+//!   restarted when a request to its endpoint fails over, and re-checked every
+//!   30 s anyway: a stream on a silently dead connection never reports the
+//!   delete, and everyone queued behind that waiter would wait with it.
 //! - **Fencing token**: our key's create revision — etcd revisions are global
 //!   and strictly increase, and a holder's key is created after its
 //!   predecessor's, so successive holders get strictly increasing tokens.
@@ -30,6 +33,12 @@
 //! - **Lost lock**: when the lease cannot be kept alive before its conservative
 //!   expiry, when keepalive says the lease is gone, or when the periodic check
 //!   (one txn per keepalive round) finds our key missing or recreated.
+//! - **Ghost keys**: an acquire txn whose answer was lost may apply later,
+//!   after we gave up (even after we re-acquired and released the name), and
+//!   leave our key holding the lock while the session lives on for other
+//!   locks. Once any txn outcome was unknown, each renewal round also reads
+//!   the lease's keys (`timetolive` with `keys`) and deletes the ones no lock
+//!   or operation of ours accounts for (`machine/ghosts.rs`).
 //!
 //! One client acquiring the same name twice queues locally (FIFO) behind its
 //! own earlier acquisition instead of colliding on the same key.

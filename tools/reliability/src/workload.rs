@@ -50,8 +50,8 @@ impl ContenderCfg {
     }
 }
 
-fn record(h: &History, cfg: &ContenderCfg, kind: OpKind, start: f64, outcome: Outcome, token: Option<u64>, write_id: Option<String>) {
-    h.record(Op { client: cfg.id.clone(), lock: cfg.lock.clone(), kind, start, end: now_ms(), outcome, token, write_id });
+fn record(h: &History, cfg: &ContenderCfg, kind: OpKind, start: f64, outcome: Outcome, token: Option<u64>) {
+    h.record(Op { client: cfg.id.clone(), lock: cfg.lock.clone(), kind, start, end: now_ms(), outcome, token, write_id: None });
 }
 
 /// One attempt to acquire; `Some(lock)` when granted.
@@ -60,15 +60,15 @@ pub fn acquire(client: &Client, cfg: &ContenderCfg, history: &History) -> Option
     let opts = AcquireOptions { wait: Wait::For(cfg.wait_ms), ttl_ms: cfg.ttl_ms };
     match client.acquire_with(&cfg.lock, opts, None) {
         Ok(Some(lock)) => {
-            record(history, cfg, OpKind::Acquire, start, Outcome::Ok, Some(lock.fencing_token()), None);
+            record(history, cfg, OpKind::Acquire, start, Outcome::Ok, Some(lock.fencing_token()));
             Some(lock)
         }
         Ok(None) => {
-            record(history, cfg, OpKind::Acquire, start, Outcome::Fail("NOT_ACQUIRED".into()), None, None);
+            record(history, cfg, OpKind::Acquire, start, Outcome::Fail("NOT_ACQUIRED".into()), None);
             None
         }
         Err(e) => {
-            record(history, cfg, OpKind::Acquire, start, Outcome::Fail(e.code().into()), None, None);
+            record(history, cfg, OpKind::Acquire, start, Outcome::Fail(e.code().into()), None);
             None
         }
     }
@@ -79,44 +79,56 @@ pub fn acquire(client: &Client, cfg: &ContenderCfg, history: &History) -> Option
 /// lock (and then stops using it).
 pub fn hold_and_release(lock: Lock, cfg: &ContenderCfg, resource: &ResourceClient, history: &History) {
     let token = lock.fencing_token();
-    let watcher = watch_lost(&lock, cfg, history);
+    let watcher = watch_lost(&lock, history, &cfg.id);
     let writes = cfg.writes_per_hold.max(1);
     let slice = Duration::from_millis(cfg.hold_ms / u64::from(writes));
     for _ in 0..writes {
         if !cfg.blind_writes && lock.is_lost() {
             break;
         }
-        let id = ResourceClient::next_write_id(&cfg.id);
-        let start = now_ms();
-        let outcome = resource.write(&cfg.lock, &cfg.id, token, &id);
-        record(history, cfg, OpKind::Write, start, outcome, Some(token), Some(id));
+        write_recorded(resource, history, &cfg.id, &cfg.lock, token);
         if cfg.blind_writes {
             std::thread::sleep(slice);
         } else if lock.wait_lost(Some(slice)).is_some() {
             break;
         }
     }
-    if !lock.is_lost() {
-        let start = now_ms();
-        let outcome = match lock.release() {
-            Ok(true) => Outcome::Ok,
-            Ok(false) => Outcome::Fail("NOT_HELD".into()),
-            Err(e) => Outcome::Fail(e.code().into()),
-        };
-        record(history, cfg, OpKind::Release, start, outcome, Some(token), None);
-    } else {
-        drop(lock);
-    }
+    release_recorded(lock, history, &cfg.id);
     if let Some(w) = watcher {
         let _ = w.join();
     }
 }
 
+/// One write to the fenced resource under `token`, recorded.
+pub fn write_recorded(resource: &ResourceClient, history: &History, client: &str, lock: &str, token: u64) -> Outcome {
+    let id = ResourceClient::next_write_id(client);
+    let start = now_ms();
+    let outcome = resource.write(lock, client, token, &id);
+    history.record(Op { client: client.into(), lock: lock.into(), kind: OpKind::Write, start, end: now_ms(), outcome: outcome.clone(), token: Some(token), write_id: Some(id) });
+    outcome
+}
+
+/// Releases, recording the outcome (a lock already lost is only dropped:
+/// its `Lost` op is the record).
+pub fn release_recorded(lock: Lock, history: &History, client: &str) {
+    if lock.is_lost() {
+        return;
+    }
+    let (name, token) = (lock.name().to_string(), lock.fencing_token());
+    let start = now_ms();
+    let outcome = match lock.release() {
+        Ok(true) => Outcome::Ok,
+        Ok(false) => Outcome::Fail("NOT_HELD".into()),
+        Err(e) => Outcome::Fail(e.code().into()),
+    };
+    history.record(Op { client: client.into(), lock: name, kind: OpKind::Release, start, end: now_ms(), outcome, token: Some(token), write_id: None });
+}
+
 /// Records a `Lost` op the moment the client signals the loss (a thread
 /// blocked on the lock's lost channel, which disconnects on release).
-fn watch_lost(lock: &Lock, cfg: &ContenderCfg, history: &History) -> Option<std::thread::JoinHandle<()>> {
+pub fn watch_lost(lock: &Lock, history: &History, client: &str) -> Option<std::thread::JoinHandle<()>> {
     let rx = lock.lost();
-    let (h, client, name, token) = (history.clone(), cfg.id.clone(), cfg.lock.clone(), lock.fencing_token());
+    let (h, client, name, token) = (history.clone(), client.to_string(), lock.name().to_string(), lock.fencing_token());
     std::thread::Builder::new()
         .name("lost-watch".into())
         .spawn(move || {

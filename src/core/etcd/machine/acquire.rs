@@ -217,6 +217,9 @@ impl EtcdMachine {
                     if let Some(p) = self.requests.get_mut(&id) {
                         p.deadline = None;
                     }
+                    if let Some(a) = self.acquire_mut(op) {
+                        a.retry_at = Some(now + WATCH_REFRESH_MS);
+                    }
                 }
                 Ok(_) => {}
                 Err(_) => return self.watch_broken(now, id, op),

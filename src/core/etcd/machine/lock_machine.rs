@@ -251,6 +251,11 @@ impl LockMachine for EtcdMachine {
                 }
             } else if a.retry_at.map(|t| t <= now).unwrap_or(false) {
                 a.retry_at = None;
+                // A watch due for its refresh is replaced, not doubled.
+                if a.phase == AcqPhase::Watch {
+                    let req = self.ops.get_mut(&op).and_then(|o| o.req.take());
+                    self.cancel_request(req);
+                }
                 self.send_predecessor_check(now, op);
             }
         }

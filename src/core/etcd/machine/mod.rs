@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 use serde_json::Value;
 
-use super::gateway::{self as gw, GatewayError, LeaseGrantResponse, LeaseTtl, RangeResponse, TxnResponse};
+use super::gateway::{self as gw, GatewayError, LeaseGrantResponse, LeaseKeys, LeaseTtl, RangeResponse, TxnResponse};
 use super::{escape_name, EtcdConfig};
 use crate::core::json_stream::JsonObjectSplitter;
 use crate::core::names::validate_name;
@@ -16,6 +16,7 @@ mod session;
 mod local_names;
 mod acquire;
 mod operations;
+mod ghosts;
 mod lock_machine;
 
 const BACKEND: &str = "etcd";
@@ -23,6 +24,11 @@ const BACKEND: &str = "etcd";
 /// Delay before re-checking after a watch broke, so a dead endpoint cannot
 /// turn the waiter into a hot loop.
 const WATCH_RETRY_MS: u64 = 200;
+/// A waiter re-checks its predecessor (and watches anew) this long after its
+/// watch was created: a watch stream on a connection that silently died (a
+/// blackholed endpoint, a half-open TCP) would otherwise never report the
+/// predecessor's delete, and every waiter behind it would wait forever.
+const WATCH_REFRESH_MS: u64 = 30_000;
 /// How often a key that could not be deleted is retried.
 const ORPHAN_RETRY_MS: u64 = 1_000;
 /// Range ops per key-check txn (etcd's default --max-txn-ops is 128).
@@ -52,6 +58,10 @@ pub struct EtcdMachine {
     /// Keys whose deletion could not be confirmed; retried until done or the
     /// lease is gone. Their names stay busy meanwhile.
     orphans: Vec<Orphan>,
+    /// A txn of ours failed or was abandoned without a known outcome: it may
+    /// still apply later and leave a key nobody uses on the session lease
+    /// (see `ghosts.rs`). From then on every renewal also sweeps the lease.
+    ghost_risk: bool,
     closing: Option<OpId>,
     closed: bool,
 }
@@ -73,6 +83,8 @@ enum Purpose {
     Grant,
     KeepAlive { lease: i64 },
     KeyCheck { lease: i64 },
+    /// Reads the keys attached to the lease, to delete ghosts.
+    Sweep { lease: i64 },
     Revoke,
     Orphan,
     /// The current request of an operation; its phase says what it is.
@@ -91,6 +103,7 @@ struct Lease {
     /// The locks (id, key, revision) the in-flight check reads, so that its
     /// answer is judged against exactly those and never a later lock.
     checked: Vec<(LockId, Vec<u8>, i64)>,
+    sweep: Option<RequestId>,
 }
 
 struct HeldLock {
@@ -208,6 +221,7 @@ impl EtcdMachine {
             locks: BTreeMap::new(),
             busy_names: BTreeMap::new(),
             orphans: Vec::new(),
+            ghost_risk: false,
             closing: None,
             closed: false,
         })

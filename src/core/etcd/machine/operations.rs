@@ -90,7 +90,7 @@ impl EtcdMachine {
                             if let Some(Op { kind: OpKind::Resume { phase, .. }, .. }) = self.ops.get_mut(&op) {
                                 *phase = ResumePhase::KeepAlive;
                             }
-                            self.leases.entry(lease).or_insert(Lease { ttl_ms: self.session_ttl_ms, expires_at: 0, next_keepalive: now, keepalive: None, check: None, checked: Vec::new() });
+                            self.leases.entry(lease).or_insert(Lease { ttl_ms: self.session_ttl_ms, expires_at: 0, next_keepalive: now, keepalive: None, check: None, checked: Vec::new(), sweep: None });
                             let r = self.send_keepalive(now, lease, Purpose::Op(op));
                             if let Some(o) = self.ops.get_mut(&op) {
                                 o.req = Some(r);

@@ -42,17 +42,29 @@ impl EtcdMachine {
 
     pub(super) fn cancel_request(&mut self, id: Option<RequestId>) {
         if let Some(id) = id {
-            if self.requests.remove(&id).is_some() {
+            if let Some(p) = self.requests.remove(&id) {
+                self.note_unknown_outcome(&p);
                 self.out.cancel(id);
             }
+        }
+    }
+
+    /// An operation's txn whose answer we will not see may still apply.
+    fn note_unknown_outcome(&mut self, p: &Pending) {
+        if p.path == "/v3/kv/txn" && matches!(p.purpose, Purpose::Op(_)) {
+            self.ghost_risk = true;
         }
     }
 
     /// A request failed: retry it on the next endpoint when that can help,
     /// otherwise hand the failure to its purpose.
     pub(super) fn on_failure(&mut self, now: Millis, id: RequestId, p: Pending, f: Failure) {
+        self.note_unknown_outcome(&p);
         if f.retryable() && p.endpoint == self.current_endpoint % self.endpoints.len() {
             self.current_endpoint = (p.endpoint + 1) % self.endpoints.len();
+            if self.endpoints.len() > 1 {
+                self.restart_watches_on(now, p.endpoint, id);
+            }
         }
         let is_stream = p.splitter.is_some();
         if f.retryable() && !is_stream && p.attempt < self.max_attempts() && !self.closed {
@@ -61,6 +73,24 @@ impl EtcdMachine {
             return;
         }
         self.dispatch(now, id, p, Err(f));
+    }
+
+    /// Watch streams on an endpoint that just failed a request may be as dead
+    /// as it, and a silent stream never says so: re-check their predecessors
+    /// (on the next endpoint) and watch again.
+    fn restart_watches_on(&mut self, now: Millis, endpoint: usize, failed: RequestId) {
+        let watches: Vec<(RequestId, OpId)> = self
+            .requests
+            .iter()
+            .filter(|(id, p)| **id != failed && p.endpoint == endpoint && p.splitter.is_some())
+            .filter_map(|(id, p)| match p.purpose {
+                Purpose::Op(op) => Some((*id, op)),
+                _ => None,
+            })
+            .collect();
+        for (id, op) in watches {
+            self.watch_broken(now, id, op);
+        }
     }
 
     /// After a retry, the purpose's bookkeeping must point at the new request.
@@ -82,6 +112,11 @@ impl EtcdMachine {
                     swap(&mut l.check)
                 }
             }
+            Purpose::Sweep { lease } => {
+                if let Some(l) = self.leases.get_mut(&lease) {
+                    swap(&mut l.sweep)
+                }
+            }
             Purpose::Op(op) => {
                 if let Some(o) = self.ops.get_mut(&op) {
                     swap(&mut o.req)
@@ -101,6 +136,7 @@ impl EtcdMachine {
             Purpose::Grant => self.on_grant(now, id, p.sent_at, result),
             Purpose::KeepAlive { lease } => self.on_keepalive(now, id, lease, p.sent_at, result),
             Purpose::KeyCheck { lease } => self.on_key_check(now, id, lease, result),
+            Purpose::Sweep { lease } => self.on_sweep(now, id, lease, result),
             Purpose::Revoke => {}
             Purpose::Orphan => self.on_orphan(now, id, result),
             Purpose::CloseStep => self.maybe_closed(),

@@ -63,7 +63,7 @@ impl EtcdMachine {
         let ttl_ms = (grant.TTL as u64).saturating_mul(1000);
         self.leases.insert(
             grant.ID,
-            Lease { ttl_ms, expires_at: Self::expiry(sent_at, grant.TTL), next_keepalive: sent_at.saturating_add(ttl_ms / 3), keepalive: None, check: None, checked: Vec::new() },
+            Lease { ttl_ms, expires_at: Self::expiry(sent_at, grant.TTL), next_keepalive: sent_at.saturating_add(ttl_ms / 3), keepalive: None, check: None, checked: Vec::new(), sweep: None },
         );
         self.session_lease = Some(grant.ID);
         let waiting: Vec<OpId> = self.acquires_in(AcqPhase::NeedLease);
@@ -110,10 +110,15 @@ impl EtcdMachine {
         } else {
             Some(self.send(now, Purpose::KeyCheck { lease }, "/v3/kv/txn", gw::read_keys_txn(targets.iter().map(|t| t.1.as_slice())), false))
         };
+        let sweep_due = self.ghost_risk && self.leases.get(&lease).is_some_and(|l| l.sweep.is_none());
+        let sweep = sweep_due.then(|| self.send(now, Purpose::Sweep { lease }, "/v3/lease/timetolive", gw::lease_keys(lease), false));
         if let Some(l) = self.leases.get_mut(&lease) {
             l.keepalive = Some(keepalive);
             l.check = check;
             l.checked = targets;
+            if sweep.is_some() {
+                l.sweep = sweep;
+            }
         }
     }
 

@@ -35,7 +35,7 @@ use crate::history::{now_ms, History, Op, OpKind, Outcome};
 use crate::infra::{contenders, Crew, EtcdNodes};
 use crate::report::ScenarioReport;
 use crate::resource::ResourceClient;
-use crate::workload::{acquire, ContenderCfg};
+use crate::workload::{acquire, release_recorded, watch_lost, write_recorded, ContenderCfg};
 
 const TITLE: &str = "etcd leader paused, then killed";
 const TTL_MS: u64 = 4_000;
@@ -344,37 +344,15 @@ impl Holder {
         let lock = acquire(&client, &cfg, history).ok_or_else(|| format!("the holder could not acquire {}", cfg.lock))?;
         let token = lock.fencing_token();
         let lease = lock.handle().owner.clone();
-        let rx = lock.lost();
-        let (h, name, id) = (history.clone(), cfg.lock.clone(), cfg.id.clone());
-        let watcher = std::thread::Builder::new()
-            .name("holder-lost".into())
-            .spawn(move || {
-                if let Ok(reason) = rx.recv() {
-                    let t = now_ms();
-                    h.record(Op { client: id, lock: name, kind: OpKind::Lost, start: t, end: t, outcome: Outcome::Fail(reason.to_string()), token: Some(token), write_id: None });
-                }
-            })
-            .ok();
+        let watcher = watch_lost(&lock, history, &cfg.id);
         let stop = Arc::new(AtomicBool::new(false));
         let (s, res, h) = (stop.clone(), resource.clone(), history.clone());
         let writer = std::thread::spawn(move || {
             while !s.load(Ordering::SeqCst) {
-                let id = ResourceClient::next_write_id(&cfg.id);
-                let start = now_ms();
-                let outcome = res.write(&cfg.lock, &cfg.id, token, &id);
-                h.record(Op { client: cfg.id.clone(), lock: cfg.lock.clone(), kind: OpKind::Write, start, end: now_ms(), outcome, token: Some(token), write_id: Some(id) });
+                write_recorded(&res, &h, &cfg.id, &cfg.lock, token);
                 std::thread::sleep(every);
             }
-            if lock.is_lost() {
-                return;
-            }
-            let start = now_ms();
-            let outcome = match lock.release() {
-                Ok(true) => Outcome::Ok,
-                Ok(false) => Outcome::Fail("NOT_HELD".into()),
-                Err(e) => Outcome::Fail(e.code().into()),
-            };
-            h.record(Op { client: cfg.id.clone(), lock: cfg.lock.clone(), kind: OpKind::Release, start, end: now_ms(), outcome, token: Some(token), write_id: None });
+            release_recorded(lock, &h, &cfg.id);
         });
         Ok(Holder { client, lease, stop, writer, watcher })
     }

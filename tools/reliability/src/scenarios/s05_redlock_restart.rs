@@ -36,7 +36,7 @@ use crate::history::{now_ms, History, Op, OpKind, Outcome};
 use crate::infra::RedisNodes;
 use crate::report::ScenarioReport;
 use crate::resource::ResourceClient;
-use crate::workload::{acquire, ContenderCfg};
+use crate::workload::{acquire, release_recorded, watch_lost, write_recorded, ContenderCfg};
 
 pub(super) const BACKEND: &str = "redlock (5 × webdis)";
 const TITLE: &str = "Redlock node restart without persistence";
@@ -106,45 +106,6 @@ pub(super) fn wait_webdis(w: &Webdis, timeout: Duration) -> Option<Duration> {
 
 pub(super) fn cfg(id: &str, lock: &str, wait_ms: u64) -> ContenderCfg {
     ContenderCfg { wait_ms, ..ContenderCfg::new(id, lock) }
-}
-
-/// One write to the fenced resource under `token`, recorded.
-pub(super) fn write(resource: &ResourceClient, history: &History, client: &str, lock: &str, token: u64) -> Outcome {
-    let id = ResourceClient::next_write_id(client);
-    let start = now_ms();
-    let outcome = resource.write(lock, client, token, &id);
-    history.record(Op { client: client.into(), lock: lock.into(), kind: OpKind::Write, start, end: now_ms(), outcome: outcome.clone(), token: Some(token), write_id: Some(id) });
-    outcome
-}
-
-/// Releases, recording the outcome (a lock already lost is not released).
-pub(super) fn release(lock: Lock, history: &History, client: &str) {
-    let (name, token) = (lock.name().to_string(), lock.fencing_token());
-    if lock.is_lost() {
-        return;
-    }
-    let start = now_ms();
-    let outcome = match lock.release() {
-        Ok(true) => Outcome::Ok,
-        Ok(false) => Outcome::Fail("NOT_HELD".into()),
-        Err(e) => Outcome::Fail(e.code().into()),
-    };
-    history.record(Op { client: client.into(), lock: name, kind: OpKind::Release, start, end: now_ms(), outcome, token: Some(token), write_id: None });
-}
-
-/// Records a `Lost` op the moment the client signals the loss.
-pub(super) fn watch_lost(lock: &Lock, history: &History, client: &str) -> Option<JoinHandle<()>> {
-    let rx: Receiver<LostReason> = lock.lost();
-    let (h, client, name, token) = (history.clone(), client.to_string(), lock.name().to_string(), lock.fencing_token());
-    std::thread::Builder::new()
-        .name("lost-watch".into())
-        .spawn(move || {
-            if let Ok(reason) = rx.recv() {
-                let t = now_ms();
-                h.record(Op { client, lock: name, kind: OpKind::Lost, start: t, end: t, outcome: Outcome::Fail(reason.to_string()), token: Some(token), write_id: None });
-            }
-        })
-        .ok()
 }
 
 /// What one two-holder trial showed.
@@ -235,15 +196,15 @@ pub(super) fn two_holder_trial(t: TwoHolders<'_>, fault: impl FnOnce(&mut RedisN
             trial.h2_after_fault_ms = Some(now_ms() - fault_done);
             trial.t2 = Some(l2.fencing_token());
             w2 = watch_lost(l2, &history, "h2");
-            write(t.resource, &history, "h2", &t.lock, l2.fencing_token());
+            write_recorded(t.resource, &history, "h2", &t.lock, l2.fencing_token());
             // The older holder writes last, without looking: the fence must refuse it.
-            trial.late_write = Some(write(t.resource, &history, "h1", &t.lock, lock1.fencing_token()));
+            trial.late_write = Some(write_recorded(t.resource, &history, "h1", &t.lock, lock1.fencing_token()));
         }
     }
     if let Some(l2) = lock2 {
-        release(l2, &history, "h2");
+        release_recorded(l2, &history, "h2");
     }
-    release(lock1, &history, "h1");
+    release_recorded(lock1, &history, "h1");
     let _ = h1.close();
     let _ = h2.close();
     for w in [w1, w2].into_iter().flatten() {
