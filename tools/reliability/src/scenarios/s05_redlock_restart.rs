@@ -21,18 +21,16 @@
 //! The shared helpers for scenarios 6 and 7 live here too.
 
 use std::net::SocketAddr;
-use std::sync::mpsc::Receiver;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use edgelock::core::redis::{RedisNode, RedlockConfig, RedlockFencing, RedlockMachine};
-use edgelock::core::{LockError, LostReason};
-use edgelock::native::{Client, Lock, OsEntropy};
+use edgelock::core::LockError;
+use edgelock::native::{Client, OsEntropy};
 use edgelock_devtools::{http_request, Fault, FaultProxy, FencedResource, Webdis};
 
 use super::Mode;
 use crate::checker::{check, Verdict};
-use crate::history::{now_ms, History, Op, OpKind, Outcome};
+use crate::history::{now_ms, History, Outcome};
 use crate::infra::RedisNodes;
 use crate::report::ScenarioReport;
 use crate::resource::ResourceClient;
