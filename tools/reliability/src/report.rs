@@ -24,6 +24,10 @@ pub struct ScenarioReport {
     /// Findings worth reading beside the table (e.g. a protocol's known
     /// unsafety that the scenario exposes).
     pub notes: Vec<String>,
+    /// Unsafety a run exposed in a protocol, a mode or a server (Redlock
+    /// under restarts, an etcd bug): listed at the top of the report beside
+    /// the fencing result, never hidden in a pass.
+    pub findings: Vec<String>,
     pub duration: Duration,
 }
 
@@ -37,6 +41,7 @@ impl ScenarioReport {
             figures: Vec::new(),
             checks: Vec::new(),
             notes: Vec::new(),
+            findings: Vec::new(),
             duration: Duration::ZERO,
         }
     }
@@ -51,6 +56,10 @@ impl ScenarioReport {
 
     pub fn note(&mut self, text: impl Into<String>) {
         self.notes.push(text.into());
+    }
+
+    pub fn finding(&mut self, text: impl Into<String>) {
+        self.findings.push(text.into());
     }
 
     /// A scenario that could not run (setup failed) fails with the reason.
@@ -77,6 +86,14 @@ pub fn render(reports: &[ScenarioReport], command: &str, header: &str) -> String
     let _ = writeln!(md, "{header}\n");
     let _ = writeln!(md, "Reproduce with:\n\n```sh\n{command}\n```\n");
     let _ = writeln!(md, "**{passed} of {} scenario runs passed.**\n", reports.len());
+    let findings: Vec<(&ScenarioReport, &String)> = reports.iter().flat_map(|r| r.findings.iter().map(move |f| (r, f))).collect();
+    if !findings.is_empty() {
+        let _ = writeln!(md, "## Findings\n\nUnsafety these runs exposed (in a protocol, an opt-in mode or a server), with what fencing did about it:\n");
+        for (r, f) in findings {
+            let _ = writeln!(md, "- **{} ({})** — {}", r.id, r.backend, f.replace('\n', " "));
+        }
+        let _ = writeln!(md, "\n## Results\n");
+    }
     let _ = writeln!(md, "| # | scenario | backend | fault | what must hold | measured | result |");
     let _ = writeln!(md, "|---|---|---|---|---|---|---|");
     for r in reports {
@@ -104,6 +121,9 @@ pub fn render(reports: &[ScenarioReport], command: &str, header: &str) -> String
         for (k, v) in &r.figures {
             let _ = writeln!(md, "- {k}: {v}");
         }
+        for f in &r.findings {
+            let _ = writeln!(md, "\n> **Finding.** {}", f.replace('\n', "\n> "));
+        }
         for n in &r.notes {
             let _ = writeln!(md, "\n> {}", n.replace('\n', "\n> "));
         }
@@ -124,7 +144,9 @@ mod tests {
         assert!(r.passed());
         r.check("b", false, "why");
         assert!(!r.passed());
+        r.finding("a protocol gap");
         let md = render(&[r], "cmd", "h");
         assert!(md.contains("**FAIL**") && md.contains("✘ b — why") && md.contains("0 of 1"));
+        assert!(md.contains("## Findings") && md.contains("- **1 (etcd)** — a protocol gap"));
     }
 }

@@ -184,7 +184,7 @@ fn leader_fault(mode: &Mode, nodes: &mut EtcdNodes, fault: LeaderFault, id: &str
         r.figure("double grants after SIGCONT by the old leader's lease revokes (etcd bug)", by_server);
     }
     if by_server > 0 {
-        r.note(
+        r.finding(
             "etcd 3.4.23 bug, not edgelock's: when the paused leader was resumed it still acted as the primary lessor and \
              revoked a lease the new leader had kept alive (etcd-io/etcd#12528 / #15247, fixed in 3.4.28 by #16822). \
              The holder's key vanished without expiry, the next waiter was granted, and the holder only learned it at its \
@@ -216,7 +216,7 @@ fn leader_fault(mode: &Mode, nodes: &mut EtcdNodes, fault: LeaderFault, id: &str
     if let (Some(b), Some(a)) = (ttl_before, ttl_after) {
         let elapsed_s = (t_elected - t_fault) / 1000.0;
         if a as f64 > b as f64 - elapsed_s + 0.5 {
-            r.note(format!(
+            r.finding(format!(
                 "The new leader reported the holder's lease at {a} s of {} s although only {b} s were left before the fault \
                  ({elapsed_s:.1} s earlier): the remaining TTL was reset, so the lock outlived its holder by up to a full TTL \
                  plus the election.",

@@ -402,7 +402,7 @@ fn variant(
          counter runs ahead of the other nodes' — the state a client cut off from most nodes leaves behind.",
     );
     if restart == Restart::Immediate && double > 0 {
-        rep.note(format!(
+        rep.finding(format!(
             "Double grants in (a) are Redlock's known unsafety, not tuned away: a node that restarts without persistence \
              forgets H1's key at once, so H2 forms a second quorum with it and the 2 nodes H1 never reached while H1's \
              validity still runs ({double} of {} trials). Only fencing tokens can protect the resource here.",
@@ -410,7 +410,7 @@ fn variant(
         ));
     }
     if late_accepted > 0 || not_increasing > 0 {
-        rep.note(format!(
+        rep.finding(format!(
             "FINDING (fencing {mode_name}): in {not_increasing} trial(s) H2 was handed a token ≤ H1's, and the fenced resource \
              accepted H1's late write in {late_accepted}. Mechanism: H1's token T1 came from node r alone (r's counter was ahead), \
              r then restarted with a zero counter, and H1 had not yet renewed or released, so no other node's counter had been \

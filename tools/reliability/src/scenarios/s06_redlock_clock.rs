@@ -82,7 +82,7 @@ fn jump(nodes: &mut RedisNodes, h1p: &[FaultProxy], fenced: &FencedResource, res
     report_common(&mut rep, &results, trials, "H2 granted after the jump was set (faketime applies within ≈1 s)");
     let ran = results.iter().filter(|t| t.skipped.is_none()).count();
     let double = results.iter().filter(|t| t.skipped.is_none() && t.verdict.overlaps_believed > 0).count();
-    rep.note(format!(
+    rep.finding(format!(
         "A forward jump by the TTL expires H1's key on that node at once; with the 2 nodes H1 never reached, H2 forms a \
          second quorum while H1's validity still runs (double grant in {double} of {ran} trials). Redlock assumes bounded \
          clock drift; a jump breaks mutual exclusion, as expected. The fencing counters survive a clock jump (no restart), \
@@ -158,7 +158,7 @@ fn drift(nodes: &mut RedisNodes, h1p: &[FaultProxy], fenced: &FencedResource, re
     let (ov_r, g_r, n_r) = kind(true);
     rep.figure("holder without auto-renewal: double grants / H2 granted", format!("{ov_n} / {g_n} of {n_n}"));
     rep.figure("holder renewing at TTL/3 (ᵈ): double grants / H2 granted", format!("{ov_r} / {g_r} of {n_r}"));
-    rep.note(format!(
+    rep.finding(format!(
         "Node 0's clock runs at {rate:.2}× (measured), so a key's PX TTL there lasts about TTL/2 of real time. A holder that \
          does not renew (auto_extend off, relying on its validity of TTL − elapsed − 1 % drift allowance) loses node 0's key \
          halfway through its validity and H2 forms a quorum with node 0 and the 2 nodes H1 never reached: double grants \
