@@ -22,7 +22,6 @@
 //! left behind by a request whose result was unknown at cancel time.
 
 use super::engine::{Engine, Held, Task, TaskKind, TOKEN_BYTES};
-use super::round::{NodeError, Slot};
 use super::quorum::{expires_at, free_quorum_in, verdict, AttemptVerdict};
 use super::scripts::{self, AcquireReply};
 use crate::core::names::validate_name;
@@ -104,7 +103,6 @@ impl Engine {
     /// Runs the acquire task until it waits for something; false when it ended.
     pub(super) fn step_acquire(&mut self, tid: u64, task: &mut Task, now: Millis) -> bool {
         loop {
-            self.settle_raise_early(task);
             if task.round.as_ref().is_some_and(|r| !r.is_done()) {
                 return true;
             }
@@ -192,30 +190,6 @@ impl Engine {
             AttemptVerdict::Contended => self.contended_next(task, held_pttls, now),
         };
         self.cleanup(tid, task, maybe_ours, next, now);
-    }
-
-    /// The raise round needs a quorum, not every node: once a quorum has
-    /// confirmed, the lock is handed out without waiting for slow nodes
-    /// (whose validity budget would otherwise be spent twice, once per
-    /// round). Their raise may still apply later; it only re-arms our own
-    /// key and raises a counter, which is harmless.
-    fn settle_raise_early(&mut self, task: &mut Task) {
-        let TaskKind::Acquire(Acquire { phase: Phase::Raise { .. }, .. }) = &task.kind else { return };
-        let Some(round) = task.round.as_mut() else { return };
-        if round.is_done() {
-            return;
-        }
-        let confirmed = round.parsed(scripts::parse_flag).iter().filter(|(_, r)| matches!(r, Ok(true))).count();
-        if confirmed < self.q() {
-            return;
-        }
-        let pending = round.pending_ids();
-        for slot in round.slots.iter_mut() {
-            if matches!(slot, Slot::Pending { .. }) {
-                *slot = Slot::Done(Err(NodeError::Timeout));
-            }
-        }
-        self.abandon_requests(&pending);
     }
 
     fn after_raise(&mut self, tid: u64, task: &mut Task, fence: u64, now: Millis) {

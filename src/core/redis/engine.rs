@@ -117,14 +117,6 @@ impl Engine {
         self.nodes.len()
     }
 
-    /// Stops waiting for these requests (their answers, if any, are ignored).
-    pub(super) fn abandon_requests(&mut self, ids: &[RequestId]) {
-        for id in ids {
-            self.reqs.remove(id);
-            self.out.cancel(*id);
-        }
-    }
-
     pub(super) fn q(&self) -> usize {
         quorum(self.nodes.len())
     }

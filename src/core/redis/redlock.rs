@@ -42,11 +42,8 @@
 //! **[`RedlockFencing::Strict`]** (the default) makes R1 exist before the lock is handed
 //! out: after the quorum grant, a second parallel round runs the extend
 //! script (raise to T, re-arm the TTL) on all N nodes, and the lock is
-//! granted as soon as a quorum confirms it still holds the key and validity
-//! (still measured from the attempt's start) remains — without waiting for
-//! the slower nodes, whose raise can only help when it lands (otherwise a
-//! slow minority would spend the validity twice and no lock could be handed
-//! out: reliability scenario 7). Guarantee: **T2 > T1
+//! granted only if a quorum confirms it still holds the key and validity
+//! (still measured from the attempt's start) remains. Guarantee: **T2 > T1
 //! for successive holders, provided clock drift stays under the drift
 //! factor and at least one node of H2's granting quorum that confirmed H1's
 //! raise (or a later renewal or release of H1) has not restarted in
