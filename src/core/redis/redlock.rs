@@ -52,7 +52,12 @@
 //! reachable and no contention, both are all N nodes: up to N − 1 restarts
 //! are tolerated). A restarted node (no persistence) comes back with a zero
 //! counter and is raised again by the next raise, renewal or release that
-//! reaches it. Cost: a second round, so an uncontended acquire takes two.
+//! reaches it. Cost: a second round, so an uncontended acquire takes two, and
+//! since the raise round (like the attempt round) waits for every node, slow
+//! nodes count twice against the validity (reliability scenario 7a). Handing
+//! the lock out after a quorum of raise confirmations is NOT safe: the
+//! attempt round may have lost the answer of the one node whose counter was
+//! above T (the restart simulation found it).
 //!
 //! **[`RedlockFencing::Folded`]** (opt-in) hands the lock out after one
 //! round and folds the raise into the holder's first renewal (at TTL/3) or

@@ -26,13 +26,20 @@ pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
         Ok(n) => n,
         Err(e) => return vec![ScenarioReport::failed_to_run("7", TITLE, BACKEND, &format!("setup: {e}"))],
     };
-    let started = Instant::now();
-    let mut a = validity(&nodes, mode.pick(2, 5));
-    a.duration = started.elapsed();
+    let mut out = Vec::new();
+    // Strict fencing (the default) and the opt-in Folded: Strict's second
+    // round also waits for the slow nodes, so its grants are measured apart.
+    for strict in [true, false] {
+        let started = Instant::now();
+        let mut a = validity(&nodes, mode.pick(2, 5), strict);
+        a.duration = started.elapsed();
+        out.push(a);
+    }
     let started = Instant::now();
     let mut b = failed_attempts(&nodes, mode.pick(1, 3));
     b.duration = started.elapsed();
-    vec![a, b]
+    out.push(b);
+    out
 }
 
 fn set_delays(nodes: &RedisNodes, slow: &[usize], per_direction: Duration) {
@@ -86,16 +93,16 @@ fn measure_grant(client: &Client, conns: &mut [Option<RespConn>], name: &str) ->
     Ok(Grant { validity_ms: validity, margins })
 }
 
-fn validity(nodes: &RedisNodes, trials: usize) -> ScenarioReport {
+fn validity(nodes: &RedisNodes, trials: usize, strict: bool) -> ScenarioReport {
     const TTL: u64 = 2_000;
     let mut rep = ScenarioReport::new(
-        "7a",
-        &format!("{TITLE}: reported validity vs remaining TTL"),
+        if strict { "7a" } else { "7a-folded" },
+        &format!("{TITLE}: reported validity vs remaining TTL (fencing {})", if strict { "Strict, the default" } else { "Folded, opt-in" }),
         BACKEND,
         "proxy delay on nodes 3 and 4: (i) TTL/4 each way = TTL/2 round trip; (ii) TTL/2 each way (answers after the request timeout)",
     );
     let mut conns: Vec<Option<RespConn>> = nodes.servers.iter().map(|s| s.connect().ok()).collect();
-    let client = match redlock_client(&nodes.proxied_specs(), ClientKnobs::new(TTL, 1_500)) {
+    let client = match redlock_client(&nodes.proxied_specs(), ClientKnobs { strict, ..ClientKnobs::new(TTL, 1_500) }) {
         Ok(c) => c,
         Err(e) => {
             rep.check("scenario ran", false, e.to_string());
@@ -146,12 +153,29 @@ fn validity(nodes: &RedisNodes, trials: usize) -> ScenarioReport {
     }
     set_delays(nodes, &[], Duration::ZERO);
     let _ = client.close();
-    rep.check(
-        "every attempt was granted (5 fast enough nodes)",
-        failures.is_empty() && grants_total == trials * 2,
-        if failures.is_empty() { "all granted".to_string() } else { failures.join("; ") },
-    );
-    rep.check("reported validity ≤ smallest remaining TTL among the nodes holding the key (margin ≥ 0)", all_ok && grants_total > 0, format!("{grants_total} grants"));
+    let failed = if failures.is_empty() { "all granted".to_string() } else { failures.join("; ") };
+    if strict {
+        // Two rounds that each wait for the slow nodes use up the validity:
+        // what must hold is that nothing is handed out with a validity the
+        // nodes do not back, and that every attempt ends (with an error).
+        rep.figure("attempts granted", format!("{grants_total} of {}", trials * 2));
+        rep.check("reported validity ≤ smallest remaining TTL among the nodes holding the key, for every grant", all_ok, format!("{grants_total} grants"));
+        rep.check("every attempt ended (granted or an error, within its wait)", grants_total + failures.len() == trials * 2, failed.clone());
+        if grants_total < trials * 2 {
+            rep.finding(format!(
+                "Liveness cost of Strict fencing: its raise round waits for every node like the attempt round, so with 2 of 5 nodes \
+                 answering after TTL/2 the two rounds use up the validity and {} of {} attempts were not granted ({failed}). \
+                 Folded (one round) is granted in the same setting (7a-folded). Handing out after a quorum of raise \
+                 confirmations was tried and reverted: the restart simulation showed it can issue a lower token when the \
+                 attempt round lost the answer of the node carrying the higher counter.",
+                trials * 2 - grants_total,
+                trials * 2
+            ));
+        }
+    } else {
+        rep.check("every attempt was granted (5 fast enough nodes)", failures.is_empty() && grants_total == trials * 2, failed);
+        rep.check("reported validity ≤ smallest remaining TTL among the nodes holding the key (margin ≥ 0)", all_ok && grants_total > 0, format!("{grants_total} grants"));
+    }
     rep.check("a quorum (≥ 3 nodes) holds the key at every grant", too_few == 0, format!("{too_few} grants with fewer"));
     rep.note(format!(
         "TTL {TTL} ms, request timeout 1500 ms, drift factor 1 %. The fault proxy delays every chunk in each direction, so the \
