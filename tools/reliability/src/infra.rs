@@ -19,7 +19,8 @@ use crate::workload::{contend, ContenderCfg};
 /// The token the Upstash gateways expect.
 pub const UPSTASH_TOKEN: &str = "reliability-token";
 
-fn addr_of(url: &str) -> io::Result<SocketAddr> {
+/// `http://127.0.0.1:1234/` → the socket address (what a fault proxy forwards to).
+pub fn addr_of(url: &str) -> io::Result<SocketAddr> {
     url.trim_start_matches("http://").trim_end_matches('/').parse().map_err(io::Error::other)
 }
 

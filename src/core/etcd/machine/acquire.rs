@@ -227,6 +227,15 @@ impl EtcdMachine {
         }
     }
 
+    /// A watch request (already taken out of `requests`) ended or failed:
+    /// its waiter re-checks (see [`Self::watch_broken`]).
+    pub(super) fn stream_ended(&mut self, now: Millis, id: RequestId, p: Pending) {
+        if let Purpose::Op(op) = p.purpose {
+            self.requests.insert(id, p);
+            self.watch_broken(now, id, op);
+        }
+    }
+
     /// The watch ended or failed: re-check after a short jittered pause.
     pub(super) fn watch_broken(&mut self, now: Millis, id: RequestId, op: OpId) {
         self.cancel_request(Some(id));

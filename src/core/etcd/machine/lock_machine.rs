@@ -187,11 +187,7 @@ impl LockMachine for EtcdMachine {
                 let Some(p) = self.requests.remove(&id) else { return };
                 if p.splitter.is_some() {
                     // A streaming request answered whole: an error reply.
-                    if let Purpose::Op(op) = p.purpose {
-                        self.requests.insert(id, p);
-                        return self.watch_broken(now, id, op);
-                    }
-                    return;
+                    return self.stream_ended(now, id, p);
                 }
                 if !(200..300).contains(&status) {
                     let g = gw::classify_error(status, &body);
@@ -204,11 +200,7 @@ impl LockMachine for EtcdMachine {
             Input::Failed { error, .. } => {
                 let Some(p) = self.requests.remove(&id) else { return };
                 if p.splitter.is_some() {
-                    if let Purpose::Op(op) = p.purpose {
-                        self.requests.insert(id, p);
-                        return self.watch_broken(now, id, op);
-                    }
-                    return;
+                    return self.stream_ended(now, id, p);
                 }
                 self.on_failure(now, id, p, Failure::Transport(error));
             }

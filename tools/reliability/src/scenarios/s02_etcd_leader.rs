@@ -17,8 +17,6 @@
 //! The helpers at the bottom ([`Holder`], [`Timeline`] and the history
 //! queries) are shared with scenarios 3 and 4.
 
-use std::io;
-use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -287,10 +285,6 @@ fn ttl_text(t: Option<i64>) -> String {
 /// The etcd gateway prints 64-bit integers as strings.
 pub(super) fn json_i64(v: &Value) -> Option<i64> {
     v.as_i64().or_else(|| v.as_str()?.parse().ok())
-}
-
-pub(super) fn addr_of(url: &str) -> io::Result<SocketAddr> {
-    url.trim_start_matches("http://").trim_end_matches('/').parse().map_err(io::Error::other)
 }
 
 pub(super) fn secs(ms: f64) -> String {

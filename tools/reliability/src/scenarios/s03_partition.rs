@@ -21,7 +21,8 @@ use std::time::{Duration, Instant};
 
 use edgelock_devtools::{EtcdOptions, Fault, FaultProxy, FencedResource};
 
-use super::s02_etcd_leader::{addr_of, errors_text, first_grant_after, lost_at, max_duration, rel, secs, Holder};
+use crate::infra::addr_of;
+use super::s02_etcd_leader::{errors_text, first_grant_after, lost_at, max_duration, rel, secs, Holder};
 use super::Mode;
 use crate::backend::BackendSpec;
 use crate::checker::check;

@@ -26,7 +26,8 @@ use std::time::{Duration, Instant};
 use edgelock_devtools::{http_request, EtcdOptions, Fault, FaultProxy, FencedResource};
 use serde_json::{json, Value};
 
-use super::s02_etcd_leader::{addr_of, json_i64, secs};
+use super::s02_etcd_leader::{json_i64, secs};
+use crate::infra::addr_of;
 use super::Mode;
 use crate::backend::BackendSpec;
 use crate::checker::check;

@@ -15,7 +15,7 @@ use edgelock_devtools::{EtcdServer, Fault, FaultProxy, FencedResource};
 use super::Mode;
 use crate::backend::BackendSpec;
 use crate::history::now_ms;
-use crate::infra::{etcd_keys, RedisNodes};
+use crate::infra::{addr_of, etcd_keys, RedisNodes};
 use crate::report::ScenarioReport;
 use crate::resource::ResourceClient;
 
@@ -48,7 +48,7 @@ pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
 }
 
 fn etcd_target(etcd: &EtcdServer) -> Result<Target, String> {
-    let proxy = FaultProxy::start(etcd.url().trim_start_matches("http://").parse().map_err(|e| format!("{e}"))?).map_err(|e| e.to_string())?;
+    let proxy = addr_of(&etcd.url()).and_then(FaultProxy::start).map_err(|e| e.to_string())?;
     // The late client's requests must outlive the delay both ways.
     let late = BackendSpec::Etcd { endpoints: vec![proxy.url()], ttl_ms: TTL_MS, request_timeout_ms: 3 * DELAY_MS }.client().map_err(|e| e.to_string())?;
     let next = BackendSpec::Etcd { endpoints: vec![etcd.url()], ttl_ms: TTL_MS, request_timeout_ms: 2_000 }.client().map_err(|e| e.to_string())?;
@@ -58,7 +58,7 @@ fn etcd_target(etcd: &EtcdServer) -> Result<Target, String> {
 
 fn redis_target(nodes: &RedisNodes) -> Result<Target, String> {
     let webdis = nodes.webdis.first().ok_or("no webdis")?;
-    let proxy = FaultProxy::start(webdis.url().trim_start_matches("http://").parse().map_err(|e| format!("{e}"))?).map_err(|e| e.to_string())?;
+    let proxy = addr_of(&webdis.url()).and_then(FaultProxy::start).map_err(|e| e.to_string())?;
     // No auto-extend for the late client: its lock must expire on the server.
     let mut cfg = RedisConfig::new(RedisNode::from_spec(&format!("webdis+{}", proxy.url()), None).map_err(|e| e.to_string())?);
     cfg.ttl_ms = TTL_MS;
