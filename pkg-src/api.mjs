@@ -5,10 +5,8 @@
 
 import { RawLocks } from "./edgelock_wasm.js";
 
-const CODES = new Set([
-  "TIMEOUT", "ABORTED", "NO_QUORUM", "LOST", "NOT_HELD",
-  "BACKEND", "TRANSPORT", "INVALID_ARGUMENT", "CLOSED", "BUDGET",
-]);
+// The one list of codes lives in the Rust core (error::ERROR_CODES).
+const CODES = new Set(RawLocks.errorCodes());
 
 /** Every failure of this package is a LockError with a stable `code`. */
 export class LockError extends Error {
@@ -30,7 +28,7 @@ function toLockError(e, cause) {
   }
   // A trap or a bug, never a backend reply: keep the original as the cause.
   const text = e instanceof Error ? e.message : String(e);
-  return new LockError("BACKEND", `edgelock internal error: ${text}`, { cause: e });
+  return new LockError("INTERNAL", `edgelock internal error: ${text}`, { cause: e });
 }
 
 function describe(v) {
@@ -71,8 +69,11 @@ function checkOptions(opts, allowed, what) {
 /** Client options to JSON for the Rust side; `fetch` travels separately. */
 function optionsJson(options, what) {
   if (options === null || typeof options !== "object") throw invalid(`${what} needs an options object`);
-  const { fetch, ...rest } = options;
+  const { fetch, bindings, ...rest } = options;
   if (fetch !== undefined && typeof fetch !== "function") throw invalid(`${what}: fetch must be a function`);
+  if (bindings !== undefined && (bindings === null || typeof bindings !== "object")) {
+    throw invalid(`${what}: bindings must be an object of named bindings`);
+  }
   let json;
   try {
     json = JSON.stringify(rest, (key, v) => {
@@ -83,7 +84,7 @@ function optionsJson(options, what) {
   } catch (e) {
     throw e instanceof LockError ? e : invalid(`${what}: options are not serialisable (${e.message})`);
   }
-  return { json, fetch };
+  return { json, fetch, bindings };
 }
 
 const INTERNAL = Symbol("edgelock.internal");
@@ -291,11 +292,10 @@ if (hasAsyncDispose) {
   });
 }
 
-function construct(factory, options, what) {
-  const { json, fetch } = optionsJson(options, what);
-  if (typeof factory !== "function") throw invalid(`${what} is not available in this build of edgelock`);
+function construct(backend, options, what) {
+  const { json, fetch, bindings } = optionsJson(options, what);
   try {
-    return factory(json, fetch);
+    return RawLocks.connect(backend, json, fetch, bindings);
   } catch (e) {
     throw toLockError(e);
   }
@@ -304,20 +304,20 @@ function construct(factory, options, what) {
 /** Locks on etcd v3 through its JSON gateway (lease + create-revision recipe). */
 export class EtcdLocks extends LockClient {
   constructor(options) {
-    super(INTERNAL, construct(RawLocks.etcd, options, "EtcdLocks"));
+    super(INTERNAL, construct("etcd", options, "EtcdLocks"));
   }
 }
 
 /** Locks on one Redis node through the Upstash REST protocol or Webdis. */
 export class RedisLocks extends LockClient {
   constructor(options) {
-    super(INTERNAL, construct(RawLocks.redis, options, "RedisLocks"));
+    super(INTERNAL, construct("redis", options, "RedisLocks"));
   }
 }
 
 /** Redlock over N independent Redis nodes (Upstash REST or Webdis each). */
 export class Redlock extends LockClient {
   constructor(options) {
-    super(INTERNAL, construct(RawLocks.redlock, options, "Redlock"));
+    super(INTERNAL, construct("redlock", options, "Redlock"));
   }
 }

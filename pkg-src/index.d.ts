@@ -9,8 +9,9 @@ declare global {
   }
 }
 
-/** Stable error codes. `CLOSED` (client closed) and `BUDGET` (Workers subrequest budget) extend the documented set. */
+/** Stable error codes (the Rust core's `ERROR_CODES`; a test keeps this list equal to it). `CLOSED` (client closed), `BUDGET` (Workers subrequest budget) and `INTERNAL` (a bug in edgelock: please report it) extend the documented set. */
 export type LockErrorCode =
+  | "INTERNAL"
   | "TIMEOUT"
   | "ABORTED"
   | "NO_QUORUM"
@@ -101,6 +102,8 @@ export interface EtcdLocksOptions {
   headers?: Record<string, string>;
   /** The only transport used (default: `globalThis.fetch`). */
   fetch?: typeof fetch;
+  /** Named bindings (objects with a `fetch(url, init)` method, such as a Durable Object stub) that a backend may target instead of a URL. */
+  bindings?: Record<string, { fetch(input: string, init?: unknown): Promise<unknown> }>;
 }
 
 export type RedisProtocol = "upstash" | "webdis";
@@ -129,6 +132,8 @@ export interface RedisLocksOptions extends RedisNode {
   retryJitterMs?: number;
   /** The only transport used (default: `globalThis.fetch`). */
   fetch?: typeof fetch;
+  /** Named bindings (objects with a `fetch(url, init)` method, such as a Durable Object stub) that a backend may target instead of a URL. */
+  bindings?: Record<string, { fetch(input: string, init?: unknown): Promise<unknown> }>;
 }
 
 export interface RedlockOptions {
@@ -159,6 +164,8 @@ export interface RedlockOptions {
   fencing?: "folded" | "strict";
   /** The only transport used (default: `globalThis.fetch`). */
   fetch?: typeof fetch;
+  /** Named bindings (objects with a `fetch(url, init)` method, such as a Durable Object stub) that a backend may target instead of a URL. */
+  bindings?: Record<string, { fetch(input: string, init?: unknown): Promise<unknown> }>;
 }
 
 export declare class EtcdLocks implements LockClient {

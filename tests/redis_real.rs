@@ -83,7 +83,7 @@ fn redlock(cfg: RedlockConfig) -> Client {
 fn raw(codec: &NodeCodec, cmd: &RedisCommand) -> RedisValue {
     let req = codec.encode(RequestId(1), cmd, 5_000).expect("encode");
     let http = HttpClient::new();
-    let r = Request { method: "POST", url: &req.url, headers: &req.headers, body: &req.body, timeout: Some(Duration::from_secs(5)) };
+    let r = Request { method: "POST", url: req.target.url().unwrap_or(""), headers: &req.headers, body: &req.body, timeout: Some(Duration::from_secs(5)) };
     let resp = http.send(&r, &CancelHandle::new()).expect("HTTP");
     codec.decode(cmd, resp.status, &resp.body).expect("decode")
 }

@@ -10,7 +10,7 @@ mod sim;
 use std::collections::HashMap;
 
 use edgelock::core::etcd::{EtcdConfig, EtcdMachine};
-use edgelock::core::{HttpRequest, Method, Millis, RequestId};
+use edgelock::core::{HttpRequest, Method, Millis, RequestId, Target};
 use sim::etcd_model::EtcdModel;
 use sim::net::{Clock, NetConfig, Outage, Outcome, Partition, Pause, Reply, SimRng, SimServer, What, WorkloadConfig, World};
 
@@ -480,7 +480,7 @@ fn post(model: &mut EtcdModel, now: Millis, id: u64, path: &str, body: &str) -> 
     let req = HttpRequest {
         id: RequestId(id),
         method: Method::Post,
-        url: format!("http://etcd-0:2379{path}"),
+        target: Target::Url(format!("http://etcd-0:2379{path}")),
         headers: Vec::new(),
         body: body.as_bytes().to_vec(),
         timeout_ms: None,

@@ -40,7 +40,7 @@ use edgelock::core::redis::{
     upstash, webdis, RedisCommand, RedisConfig, RedisMachine, RedisNode, RedisValue, RedlockConfig, RedlockFencing,
     RedlockMachine,
 };
-use edgelock::core::{HttpRequest, LockMachine, Method, Millis, RequestId};
+use edgelock::core::{HttpRequest, LockMachine, Method, Millis, RequestId, Target};
 use sim::net::{Clock, NetConfig, Outage, Partition, Pause, Reply, SimRng, SimServer, WorkloadConfig, World};
 use sim::redis_model::{NodeClock, Proto, Rec, RedisModel};
 
@@ -620,7 +620,7 @@ fn checkers_catch_clock_jumps_beyond_the_bound() {
 // The model against the codecs and against what real servers answer
 
 fn request(url: &str, headers: Vec<(String, String)>, body: Vec<u8>) -> HttpRequest {
-    HttpRequest { id: RequestId(1), method: Method::Post, url: url.into(), headers, body, timeout_ms: None, stream: false }
+    HttpRequest { id: RequestId(1), method: Method::Post, target: Target::Url(url.into()), headers, body, timeout_ms: None, stream: false }
 }
 
 fn full(r: Reply) -> (u16, Vec<u8>) {

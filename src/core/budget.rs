@@ -24,6 +24,7 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 
+use super::operation::{Capabilities, Operation};
 use super::types::*;
 use super::{LockError, LockMachine};
 
@@ -146,24 +147,15 @@ impl<M: LockMachine> Budgeted<M> {
     }
 
     fn translate(&mut self, e: Event) -> Event {
-        let op = match &e {
-            Event::Acquired { op, .. }
-            | Event::NotAcquired { op }
-            | Event::Released { op, .. }
-            | Event::Extended { op, .. }
-            | Event::Inspected { op, .. }
-            | Event::Closed { op }
-            | Event::Failed { op, .. } => *op,
-            Event::Renewed { .. } | Event::Lost { .. } => return e,
-        };
+        let Event::Completed { op, result } = e else { return e };
         let info = self.ops.remove(&op);
         let affected = self.affected.remove(&op);
-        match e {
-            Event::Failed { op, error } if affected && budget_caused(&error) => {
+        match result {
+            Err(error) if affected && budget_caused(&error) => {
                 let name = error_name(&error).or(info.map(|i| i.name)).unwrap_or_default();
-                Event::Failed { op, error: self.exhausted_error(&name) }
+                Event::Completed { op, result: Err(self.exhausted_error(&name)) }
             }
-            other => other,
+            result => Event::Completed { op, result },
         }
     }
 }
@@ -192,42 +184,24 @@ impl<M: LockMachine> LockMachine for Budgeted<M> {
         self.inner.backend()
     }
 
-    fn acquire(&mut self, now: Millis, name: &str, opts: &AcquireOptions) -> Result<OpId, LockError> {
-        self.now = now;
-        self.check_room(name)?;
-        let r = self.inner.acquire(now, name, opts);
-        self.started(r, name, false)
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
     }
 
-    fn release(&mut self, now: Millis, lock: LockId) -> Result<OpId, LockError> {
+    fn start_operation(&mut self, now: Millis, op: Operation) -> Result<OpId, LockError> {
         self.now = now;
-        if self.sent >= self.budget {
-            // Locks are not tracked here (that is protocol state): no name.
-            return Err(self.exhausted_error(""));
+        let name = op.name().unwrap_or_default().to_string();
+        let cleanup = op.is_cleanup();
+        if cleanup {
+            if self.sent >= self.budget {
+                // Locks are not tracked here (that is protocol state): no name.
+                return Err(self.exhausted_error(""));
+            }
+        } else {
+            self.check_room(&name)?;
         }
-        let r = self.inner.release(now, lock);
-        self.started(r, "", true)
-    }
-
-    fn extend(&mut self, now: Millis, lock: LockId, ttl_ms: Option<u64>) -> Result<OpId, LockError> {
-        self.now = now;
-        self.check_room("")?;
-        let r = self.inner.extend(now, lock, ttl_ms);
-        self.started(r, "", false)
-    }
-
-    fn resume(&mut self, now: Millis, handle: &LockHandle) -> Result<OpId, LockError> {
-        self.now = now;
-        self.check_room(&handle.name)?;
-        let r = self.inner.resume(now, handle);
-        self.started(r, &handle.name, false)
-    }
-
-    fn inspect(&mut self, now: Millis, name: &str) -> Result<OpId, LockError> {
-        self.now = now;
-        self.check_room(name)?;
-        let r = self.inner.inspect(now, name);
-        self.started(r, name, false)
+        let r = self.inner.start_operation(now, op);
+        self.started(r, &name, cleanup)
     }
 
     fn cancel(&mut self, now: Millis, op: OpId) {

@@ -32,7 +32,27 @@ pub enum LockError {
     BudgetExhausted { backend: &'static str, name: String, budget: u32 },
     /// The client was closed.
     Closed { backend: &'static str },
+    /// A bug in edgelock: a state the code does not expect. Please report it
+    /// with the message.
+    Internal { message: String },
 }
+
+/// Every stable code [`LockError::code`] can return, in one place: the npm
+/// package's `api.mjs` and `index.d.ts` are checked against this list by a
+/// test (`tests/error_codes.rs`), so the three cannot drift apart.
+pub const ERROR_CODES: &[&str] = &[
+    "INVALID_ARGUMENT",
+    "TIMEOUT",
+    "ABORTED",
+    "NO_QUORUM",
+    "LOST",
+    "NOT_HELD",
+    "BACKEND",
+    "TRANSPORT",
+    "BUDGET",
+    "CLOSED",
+    "INTERNAL",
+];
 
 impl LockError {
     /// Stable code, matching the JS `LockError.code`.
@@ -48,11 +68,18 @@ impl LockError {
             LockError::Transport { .. } => "TRANSPORT",
             LockError::BudgetExhausted { .. } => "BUDGET",
             LockError::Closed { .. } => "CLOSED",
+            LockError::Internal { .. } => "INTERNAL",
         }
     }
 
+    /// An [`LockError::InvalidArgument`] with `message`.
     pub fn invalid(message: impl Into<String>) -> Self {
         LockError::InvalidArgument { message: message.into() }
+    }
+
+    /// A [`LockError::Internal`] (a bug in edgelock) with `message`.
+    pub fn internal(message: impl Into<String>) -> Self {
+        LockError::Internal { message: message.into() }
     }
 
     /// True when retrying the same operation later may succeed.
@@ -83,6 +110,7 @@ impl fmt::Display for LockError {
                 write!(f, "subrequest budget of {budget} would be exceeded for lock {name:?} ({backend})")
             }
             LockError::Closed { backend } => write!(f, "the {backend} client is closed"),
+            LockError::Internal { message } => write!(f, "internal error in edgelock (please report): {message}"),
         }
     }
 }
@@ -133,6 +161,25 @@ fn redact_credentials(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_variant_has_a_listed_code() {
+        let samples = [
+            LockError::invalid("x"),
+            LockError::Timeout { backend: "etcd", name: "a".into() },
+            LockError::Aborted { backend: "etcd", name: "a".into() },
+            LockError::NoQuorum { backend: "redlock", name: "a".into(), granted: 1, needed: 2 },
+            LockError::Lost { backend: "etcd", name: "a".into(), reason: "r".into() },
+            LockError::NotHeld { backend: "etcd", name: "a".into() },
+            LockError::Backend { backend: "etcd", name: "a".into(), status: None, message: "m".into() },
+            LockError::Transport { backend: "etcd", name: "a".into(), message: "m".into() },
+            LockError::BudgetExhausted { backend: "etcd", name: "a".into(), budget: 1 },
+            LockError::Closed { backend: "etcd" },
+            LockError::internal("x"),
+        ];
+        let codes: Vec<&str> = samples.iter().map(LockError::code).collect();
+        assert_eq!(codes, ERROR_CODES);
+    }
 
     #[test]
     fn secrets_are_redacted_before_the_cut_and_bearer_words_always() {

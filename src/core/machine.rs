@@ -1,80 +1,151 @@
-//! The interface every lock protocol machine implements, and the one driver loop.
+//! The interface every lock protocol machine implements.
 //!
-//! # The driver loop
-//!
-//! A driver owns one machine and performs its I/O. It never interprets a
-//! protocol: it only moves bytes and time.
-//!
-//! ```text
-//! loop {
-//!     // 1. feed exactly one input (a user call, an HTTP result, or a timer),
-//!     //    always with the current time:
-//!     //      machine.acquire(now, ..) / release / extend / resume / inspect / cancel / close
-//!     //      machine.handle_input(now, Input::Response | Chunk | StreamEnd | Failed)
-//!     //      machine.handle_timeout(now)          // when poll_timeout() has passed
-//!     // 2. drain every output:
-//!     while let Some(t) = machine.poll_transmit() { perform(t) }   // Send / Cancel
-//!     while let Some(e) = machine.poll_event() { deliver(e) }       // results, Lost
-//!     // 3. sleep until the next input or machine.poll_timeout(), whichever is first
-//! }
-//! ```
-//!
-//! Rules a driver keeps: `now` never goes backwards; every `Send` is eventually
-//! answered by a final input (`Response`, `StreamEnd` or `Failed`) unless the
-//! machine cancelled it; inputs for cancelled or unknown ids are harmless (the
-//! machine ignores them), so races between a late answer and a cancel need no
-//! care in the driver.
+//! Drivers do not call a machine directly: they run it inside a
+//! [`Session`](super::session::Session), whose documentation teaches the one
+//! driver loop with a compiled example. Tests and simulations may drive a
+//! machine by hand with the same loop.
 
+use super::operation::{Capabilities, Operation};
 use super::types::*;
 use super::LockError;
 
+/// A lock protocol as a sans-IO state machine.
+///
+/// Its methods fall into four groups (the shape of quinn-proto's `Connection`):
+///
+/// - **getters**: [`backend`](Self::backend), [`capabilities`](Self::capabilities),
+///   [`live_count`](Self::live_count);
+/// - **user calls**: [`start`](Self::start) (an [`Operation`] as data),
+///   [`cancel`](Self::cancel), [`close`](Self::close);
+/// - **`handle_*`**, the outside world: [`handle_input`](Self::handle_input)
+///   (an HTTP answer for a request the machine asked for) and
+///   [`handle_timeout`](Self::handle_timeout);
+/// - **`poll_*`**, what the machine wants: [`poll_transmit`](Self::poll_transmit)
+///   (requests to send or cancel), [`poll_event`](Self::poll_event)
+///   (completions, renewals, losses) and [`poll_timeout`](Self::poll_timeout)
+///   (when to call `handle_timeout`).
+///
+/// After every user call or `handle_*`, drain `poll_transmit` and `poll_event`
+/// until both are empty, then sleep until the next input or `poll_timeout`.
+/// Every call takes `now`, which never goes backwards; the machine reads no
+/// clock, RNG or socket of its own. Every `Send` is eventually answered by a
+/// final input (`Response`, `StreamEnd` or `Failed`) unless the machine
+/// cancelled it; inputs for cancelled or unknown ids are ignored.
 pub trait LockMachine {
     /// Which backend this machine speaks to (for messages and handles).
     fn backend(&self) -> BackendKind;
 
-    /// Start acquiring `name`. Validates everything before any request is sent;
-    /// invalid input returns `Err` and leaves the machine untouched.
-    /// Completes with `Event::Acquired`, `Event::NotAcquired` (for `Wait::Try`) or
-    /// `Event::Failed`.
-    fn acquire(&mut self, now: Millis, name: &str, opts: &AcquireOptions) -> Result<OpId, LockError>;
+    /// The lock kinds and options this machine serves. [`start`](Self::start)
+    /// refuses anything else with `INVALID_ARGUMENT` before a request is sent.
+    fn capabilities(&self) -> Capabilities;
 
-    /// Release a held lock; completes with `Event::Released` (idempotent: a lock
-    /// already lost or released reports `held_until_release: false`).
-    fn release(&mut self, now: Millis, lock: LockId) -> Result<OpId, LockError>;
+    /// Number of operations and held locks still alive (drivers use it to
+    /// know when a close has drained, tests to check nothing leaks).
+    fn live_count(&self) -> usize;
 
-    /// Extend a held lock's validity (`ttl_ms` where the backend supports per-lock
-    /// TTLs); completes with `Event::Extended` or `Event::Failed` (`NotHeld`/`Lost`).
-    fn extend(&mut self, now: Millis, lock: LockId, ttl_ms: Option<u64>) -> Result<OpId, LockError>;
+    /// Starts `op`. Checks the capabilities, then hands it to
+    /// [`start_operation`](Self::start_operation). Invalid input returns
+    /// `Err` and leaves the machine untouched; otherwise the operation
+    /// completes later with exactly one [`Event::Completed`] for the
+    /// returned id (possibly already queued when this returns).
+    fn start(&mut self, now: Millis, op: Operation) -> Result<OpId, LockError> {
+        self.capabilities().check(self.backend(), &op)?;
+        self.start_operation(now, op)
+    }
 
-    /// Adopt a lock from a serialised handle (another process or invocation).
-    /// Completes with `Event::Acquired` if the backend confirms the handle still
-    /// holds the lock, else `Event::Failed` with `LockError::Lost`.
-    fn resume(&mut self, now: Millis, handle: &LockHandle) -> Result<OpId, LockError>;
+    /// The machine's own part of [`start`](Self::start), called only with
+    /// operations its capabilities admit. Validates names, TTLs and handles.
+    fn start_operation(&mut self, now: Millis, op: Operation) -> Result<OpId, LockError>;
 
-    /// Ask the backend who holds `name`; completes with `Event::Inspected`.
-    fn inspect(&mut self, now: Millis, name: &str) -> Result<OpId, LockError>;
-
-    /// Cancel a pending operation (typically a waiting acquire). The operation
-    /// completes with `Event::Failed(Aborted)` after it has cleaned up after
-    /// itself (e.g. removed its waiting key). Unknown or finished ops are ignored.
+    /// Cancels a pending operation (typically a waiting acquire). It
+    /// completes with `Aborted` once it has cleaned up after itself (removed
+    /// its waiting key). Unknown or finished ops are ignored.
     fn cancel(&mut self, now: Millis, op: OpId);
 
-    /// Release everything and end the session; completes with `Event::Closed`.
-    /// Pending operations fail with `Closed`.
+    /// Releases everything and ends the machine; the returned operation
+    /// completes with [`Outcome::Closed`](super::Outcome::Closed) once nothing
+    /// is left. Pending operations fail with `Closed`, held locks are
+    /// reported `Lost` (`ClientClosed`).
     fn close(&mut self, now: Millis) -> OpId;
 
+    /// An answer (whole, a chunk of a stream, its end, or a transport
+    /// failure) to a request this machine sent.
     fn handle_input(&mut self, now: Millis, input: Input);
 
-    /// Called when `poll_timeout()` has been reached (calling it early is harmless).
+    /// Called when [`poll_timeout`](Self::poll_timeout) has been reached
+    /// (calling it early is harmless).
     fn handle_timeout(&mut self, now: Millis);
 
+    /// The next request to send or cancel.
     fn poll_transmit(&mut self) -> Option<Transmit>;
+
+    /// The next completion, renewal or loss.
     fn poll_event(&mut self) -> Option<Event>;
 
     /// The earliest time at which `handle_timeout` must be called, if any.
     fn poll_timeout(&self) -> Option<Millis>;
-
-    /// Number of operations and held locks still alive (drivers use it to know
-    /// when a close has drained, tests to check nothing leaks).
-    fn live_count(&self) -> usize;
 }
+
+impl<M: LockMachine + ?Sized> LockMachine for Box<M> {
+    fn backend(&self) -> BackendKind {
+        (**self).backend()
+    }
+    fn capabilities(&self) -> Capabilities {
+        (**self).capabilities()
+    }
+    fn live_count(&self) -> usize {
+        (**self).live_count()
+    }
+    fn start_operation(&mut self, now: Millis, op: Operation) -> Result<OpId, LockError> {
+        (**self).start_operation(now, op)
+    }
+    fn cancel(&mut self, now: Millis, op: OpId) {
+        (**self).cancel(now, op)
+    }
+    fn close(&mut self, now: Millis) -> OpId {
+        (**self).close(now)
+    }
+    fn handle_input(&mut self, now: Millis, input: Input) {
+        (**self).handle_input(now, input)
+    }
+    fn handle_timeout(&mut self, now: Millis) {
+        (**self).handle_timeout(now)
+    }
+    fn poll_transmit(&mut self) -> Option<Transmit> {
+        (**self).poll_transmit()
+    }
+    fn poll_event(&mut self) -> Option<Event> {
+        (**self).poll_event()
+    }
+    fn poll_timeout(&self) -> Option<Millis> {
+        (**self).poll_timeout()
+    }
+}
+
+/// Shorthands that build an [`Operation`] and [`start`](LockMachine::start)
+/// it, for simulations and tests that drive a machine by hand. Drivers use a
+/// [`Session`](super::session::Session) instead.
+pub trait LockMachineExt: LockMachine {
+    /// Starts an exclusive acquire of `name`.
+    fn acquire(&mut self, now: Millis, name: &str, options: &AcquireOptions) -> Result<OpId, LockError> {
+        self.start(now, Operation::acquire(name, *options))
+    }
+    /// Starts a release of `lock`.
+    fn release(&mut self, now: Millis, lock: LockId) -> Result<OpId, LockError> {
+        self.start(now, Operation::Release { lock })
+    }
+    /// Starts an extend of `lock`.
+    fn extend(&mut self, now: Millis, lock: LockId, ttl_ms: Option<u64>) -> Result<OpId, LockError> {
+        self.start(now, Operation::Extend { lock, ttl_ms })
+    }
+    /// Starts a resume from `handle`.
+    fn resume(&mut self, now: Millis, handle: &LockHandle) -> Result<OpId, LockError> {
+        self.start(now, Operation::Resume { handle: handle.clone() })
+    }
+    /// Starts an inspect of `name`.
+    fn inspect(&mut self, now: Millis, name: &str) -> Result<OpId, LockError> {
+        self.start(now, Operation::Inspect { name: name.to_string() })
+    }
+}
+
+impl<M: LockMachine + ?Sized> LockMachineExt for M {}

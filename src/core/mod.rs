@@ -3,16 +3,21 @@
 //! reads, no sockets, no async runtime, no wasm-bindgen (see `machine` for the
 //! driver loop).
 
+pub mod backend;
 pub mod budget;
 pub mod error;
 pub mod etcd;
 pub mod json_stream;
 pub mod machine;
 pub mod names;
+pub mod operation;
 pub mod outbox;
 pub mod redis;
+pub mod session;
 pub mod types;
 
+pub use backend::BackendSpec;
 pub use error::LockError;
-pub use machine::LockMachine;
+pub use machine::{LockMachine, LockMachineExt};
+pub use operation::{Capabilities, KindFamily, LockKind, Operation, Outcome};
 pub use types::*;

@@ -2,7 +2,9 @@
 
 use std::collections::VecDeque;
 
+use super::operation::Outcome;
 use super::types::*;
+use super::LockError;
 
 #[derive(Default, Debug)]
 pub struct Outbox {
@@ -32,8 +34,21 @@ impl Outbox {
     pub fn cancel(&mut self, id: RequestId) {
         self.transmits.push_back(Transmit::Cancel(id));
     }
-    pub fn event(&mut self, e: Event) {
-        self.events.push_back(e);
+    /// Completes operation `op` with `result`.
+    pub fn complete(&mut self, op: OpId, result: Result<Outcome, LockError>) {
+        self.events.push_back(Event::Completed { op, result });
+    }
+    /// Completes `op` with an error.
+    pub fn fail(&mut self, op: OpId, error: LockError) {
+        self.complete(op, Err(error));
+    }
+    /// Reports a renewal of `lock`.
+    pub fn renewed(&mut self, lock: LockId, expires_at: Millis) {
+        self.events.push_back(Event::Renewed { lock, expires_at });
+    }
+    /// Reports the loss of `lock`.
+    pub fn lost(&mut self, lock: LockId, name: String, reason: LostReason) {
+        self.events.push_back(Event::Lost { lock, name, reason });
     }
     pub fn poll_transmit(&mut self) -> Option<Transmit> {
         self.transmits.pop_front()

@@ -5,6 +5,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::operation::Outcome;
+
 /// Milliseconds on the driver's clock. The origin is arbitrary, but it must never
 /// go backwards within one machine's life (drivers use a monotonic clock).
 pub type Millis = u64;
@@ -36,14 +38,51 @@ impl Method {
     }
 }
 
+/// Where a request goes: a URL, or a binding the driver resolves by name.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Target {
+    /// Absolute `http://` or `https://` URL; path segments are already escaped.
+    Url(String),
+    /// An object the driver was given under `name` (in a Cloudflare Worker a
+    /// Durable Object stub or a service binding; in JavaScript any object with
+    /// a `fetch(request)` method), asked for `path` (with its query, escaped).
+    Binding {
+        /// The binding's name, as the user registered it with the driver.
+        name: String,
+        /// Path and query, starting with `/`.
+        path: String,
+    },
+}
+
+impl Target {
+    /// The URL, for a URL target.
+    pub fn url(&self) -> Option<&str> {
+        match self {
+            Target::Url(u) => Some(u),
+            Target::Binding { .. } => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Target::Url(u) => f.write_str(u),
+            Target::Binding { name, path } => write!(f, "binding:{name}{path}"),
+        }
+    }
+}
+
 /// An HTTP request, as data. The driver performs it and answers with [`Input`]s
 /// carrying the same `id`.
 #[derive(Clone, PartialEq, Eq)]
 pub struct HttpRequest {
+    /// Names the request in every [`Input`] that answers it.
     pub id: RequestId,
+    /// `GET` or `POST`.
     pub method: Method,
-    /// Absolute `http://` or `https://` URL; path segments are already escaped.
-    pub url: String,
+    /// Where it goes.
+    pub target: Target,
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
     /// The core enforces this itself (it emits [`Transmit::Cancel`] when it runs
@@ -71,7 +110,7 @@ impl std::fmt::Debug for HttpRequest {
         f.debug_struct("HttpRequest")
             .field("id", &self.id)
             .field("method", &self.method)
-            .field("url", &self.url)
+            .field("target", &self.target)
             .field("headers", &headers)
             .field("body_len", &self.body.len())
             .field("timeout_ms", &self.timeout_ms)
@@ -125,6 +164,12 @@ pub enum Input {
 }
 
 impl Input {
+    /// Whether this input ends its request (anything but a `Chunk`).
+    pub fn is_final(&self) -> bool {
+        !matches!(self, Input::Chunk { .. })
+    }
+
+    /// The request this input answers.
     pub fn id(&self) -> RequestId {
         match self {
             Input::Response { id, .. } | Input::Chunk { id, .. } | Input::StreamEnd { id } | Input::Failed { id, .. } => *id,
@@ -281,22 +326,33 @@ impl std::fmt::Display for LostReason {
     }
 }
 
-/// What the core tells the driver about user operations and held locks.
+/// What the core tells the driver: the completion of an operation, or news
+/// about a held lock.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
-    Acquired { op: OpId, lock: LockInfo },
-    /// A `Wait::Try` acquire found the lock held by someone else (and left no key).
-    NotAcquired { op: OpId },
-    /// `held_until_release` is false when the lock had already been lost.
-    Released { op: OpId, lock: LockId, held_until_release: bool },
-    Extended { op: OpId, lock: LockId, expires_at: Millis },
+    /// Operation `op` finished: every operation completes exactly once.
+    Completed {
+        /// The operation, as `start` / `close` returned it.
+        op: OpId,
+        /// Its typed outcome, or why it failed.
+        result: Result<Outcome, crate::core::LockError>,
+    },
     /// Automatic renewal moved a lock's validity forward.
-    Renewed { lock: LockId, expires_at: Millis },
-    Inspected { op: OpId, status: LockStatus },
-    Closed { op: OpId },
-    Failed { op: OpId, error: crate::core::LockError },
+    Renewed {
+        /// The renewed lock.
+        lock: LockId,
+        /// New conservative end of validity on the driver's clock.
+        expires_at: Millis,
+    },
     /// A held lock is no longer held. Emitted once per lock; the lock is forgotten.
-    Lost { lock: LockId, name: String, reason: LostReason },
+    Lost {
+        /// The lost lock.
+        lock: LockId,
+        /// Its name, for messages.
+        name: String,
+        /// Why it was lost.
+        reason: LostReason,
+    },
 }
 
 /// The source of owner tokens and jitter, injected so that the core never reads

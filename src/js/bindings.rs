@@ -1,7 +1,8 @@
 //! `RawLocks`: the class exported to JavaScript. It converts arguments and
 //! results and maps `LockError`s to `Error` objects with a `code`; the public
 //! API (`EtcdLocks`, `Lock`, `LockError`, …) wraps it in `pkg-src/api.mjs`.
-//! One class serves every backend: only the constructor differs.
+//! One class serves every backend: `connect` builds any machine through the
+//! core's backend registry (`BackendSpec`).
 
 use js_sys::{Array, Function, Object, Promise, Reflect};
 use wasm_bindgen::closure::Closure;
@@ -11,13 +12,14 @@ use wasm_bindgen_futures::future_to_promise;
 use web_sys::AbortSignal;
 
 use super::clock::to_epoch_ms;
-use super::driver::{Driver, LockNotice, OpOutput};
+use super::args::whole_number;
+use super::driver::{Driver, LockNotice};
 use super::entropy::JsEntropy;
-use super::options::{self, whole_number, EtcdOptions, RedisOptions, RedlockOptions};
-use crate::core::etcd::EtcdMachine;
-use crate::core::redis::{RedisMachine, RedlockMachine};
+use crate::core::backend;
+use crate::core::error::ERROR_CODES;
 use crate::core::{
-    AcquireOptions, LockError, LockHandle, LockId, LockInfo, LockMachine, LockStatus, OpId, Wait,
+    AcquireOptions, BackendKind, BackendSpec, LockError, LockHandle, LockId, LockInfo, LockStatus,
+    OpId, Operation, Outcome, Wait,
 };
 
 #[wasm_bindgen]
@@ -27,41 +29,32 @@ pub struct RawLocks {
 
 #[wasm_bindgen]
 impl RawLocks {
-    /// An etcd client. `options_json`: `{ endpoints, prefix?, sessionTtlMs?,
-    /// requestTimeoutMs?, headers? }`; `fetch`: the injected fetch, if any.
-    pub fn etcd(options_json: &str, fetch: Option<Function>) -> Result<RawLocks, JsValue> {
+    /// A client for `backend` ("etcd", "redis" or "redlock") with its
+    /// `options_json` (see `BackendSpec::from_json`); `fetch`: the injected
+    /// fetch, if any; `bindings`: an object of bindings requests may target.
+    pub fn connect(
+        backend: &str,
+        options_json: &str,
+        fetch: Option<Function>,
+        bindings: Option<Object>,
+    ) -> Result<RawLocks, JsValue> {
         let build = || -> Result<RawLocks, LockError> {
-            let cfg =
-                options::parse::<EtcdOptions>("EtcdLocks options", options_json)?.into_config();
-            let machine = EtcdMachine::new(cfg, Box::new(JsEntropy::new()?))?;
-            RawLocks::with_machine(Box::new(machine), fetch)
+            let kind = match backend {
+                "etcd" => BackendKind::Etcd,
+                "redis" => BackendKind::Redis,
+                "redlock" => BackendKind::Redlock,
+                other => return Err(LockError::invalid(format!("unknown backend {:?}", other.chars().take(20).collect::<String>()))),
+            };
+            let machine = BackendSpec::from_json(kind, options_json)?.build(Box::new(JsEntropy::new()?))?;
+            Ok(RawLocks { driver: Driver::new(machine, fetch, bindings.map(JsValue::from))? })
         };
         build().map_err(|e| to_js_error(&e))
     }
 
-    /// A single-node Redis client. `options_json`: `{ url, protocol?, token?,
-    /// prefix?, ttlMs?, requestTimeoutMs?, autoExtend?, retryDelayMs?, retryJitterMs? }`.
-    pub fn redis(options_json: &str, fetch: Option<Function>) -> Result<RawLocks, JsValue> {
-        let build = || -> Result<RawLocks, LockError> {
-            let cfg =
-                options::parse::<RedisOptions>("RedisLocks options", options_json)?.into_config();
-            let machine = RedisMachine::new(cfg, Box::new(JsEntropy::new()?))?;
-            RawLocks::with_machine(Box::new(machine), fetch)
-        };
-        build().map_err(|e| to_js_error(&e))
-    }
-
-    /// A Redlock client. `options_json`: `{ nodes: [{ url, protocol?, token? }],
-    /// prefix?, ttlMs?, driftFactor?, retryCount?, retryDelayMs?, retryJitterMs?,
-    /// autoExtend?, requestTimeoutMs?, fencing? }`.
-    pub fn redlock(options_json: &str, fetch: Option<Function>) -> Result<RawLocks, JsValue> {
-        let build = || -> Result<RawLocks, LockError> {
-            let cfg =
-                options::parse::<RedlockOptions>("Redlock options", options_json)?.into_config();
-            let machine = RedlockMachine::new(cfg, Box::new(JsEntropy::new()?))?;
-            RawLocks::with_machine(Box::new(machine), fetch)
-        };
-        build().map_err(|e| to_js_error(&e))
+    /// Every stable error code, from the one list in the Rust core.
+    #[wasm_bindgen(js_name = errorCodes)]
+    pub fn error_codes() -> Array {
+        ERROR_CODES.iter().map(|c| JsValue::from_str(c)).collect()
     }
 
     /// "etcd", "redis" or "redlock".
@@ -117,16 +110,15 @@ impl RawLocks {
         }
         let (op, done) = self
             .driver
-            .acquire(&name, &opts)
+            .start(Operation::acquire(name, opts))
             .map_err(|e| to_js_error(&e))?;
         let hook = signal.and_then(|s| AbortHook::attach(s, self.driver.clone(), op));
         Ok(future_to_promise(async move {
             let result = done.await;
             drop(hook);
-            match result {
-                Ok(OpOutput::Acquired(lock)) => Ok(lock_to_js(&lock)),
-                Ok(OpOutput::NotAcquired) => Ok(JsValue::NULL),
-                Ok(other) => Err(unexpected(other)),
+            match result.and_then(Outcome::into_acquired) {
+                Ok(Some(lock)) => Ok(lock_to_js(&lock)),
+                Ok(None) => Ok(JsValue::NULL),
                 Err(e) => Err(to_js_error(&e)),
             }
         }))
@@ -135,11 +127,10 @@ impl RawLocks {
     /// Resolves to `true` if the lock was still held until this release.
     pub fn release(&self, lock_id: f64) -> Result<Promise, JsValue> {
         let lock = LockId(whole_number("lock id", lock_id).map_err(|e| to_js_error(&e))?);
-        let done = self.driver.release(lock).map_err(|e| to_js_error(&e))?;
+        let (_, done) = self.driver.start(Operation::Release { lock }).map_err(|e| to_js_error(&e))?;
         Ok(future_to_promise(async move {
-            match done.await {
-                Ok(OpOutput::Released { held_until_release }) => Ok(held_until_release.into()),
-                Ok(other) => Err(unexpected(other)),
+            match done.await.and_then(Outcome::into_released) {
+                Ok(held_until_release) => Ok(held_until_release.into()),
                 Err(e) => Err(to_js_error(&e)),
             }
         }))
@@ -152,14 +143,13 @@ impl RawLocks {
             Ok((lock, ttl_ms.map(|t| whole_number("ttlMs", t)).transpose()?))
         })()
         .map_err(|e| to_js_error(&e))?;
-        let done = self
+        let (_, done) = self
             .driver
-            .extend(args.0, args.1)
+            .start(Operation::Extend { lock: args.0, ttl_ms: args.1 })
             .map_err(|e| to_js_error(&e))?;
         Ok(future_to_promise(async move {
-            match done.await {
-                Ok(OpOutput::Extended { expires_at }) => Ok(to_epoch_ms(expires_at).into()),
-                Ok(other) => Err(unexpected(other)),
+            match done.await.and_then(Outcome::into_extended) {
+                Ok(expires_at) => Ok(to_epoch_ms(expires_at).into()),
                 Err(e) => Err(to_js_error(&e)),
             }
         }))
@@ -168,12 +158,12 @@ impl RawLocks {
     /// Adopts a lock from the JSON of a handle made by `toJSON()`.
     pub fn resume(&self, handle_json: &str) -> Result<Promise, JsValue> {
         let handle: LockHandle =
-            options::parse("lock handle", handle_json).map_err(|e| to_js_error(&e))?;
-        let (_, done) = self.driver.resume(&handle).map_err(|e| to_js_error(&e))?;
+            backend::parse("lock handle", handle_json).map_err(|e| to_js_error(&e))?;
+        let (_, done) = self.driver.start(Operation::Resume { handle }).map_err(|e| to_js_error(&e))?;
         Ok(future_to_promise(async move {
-            match done.await {
-                Ok(OpOutput::Acquired(lock)) => Ok(lock_to_js(&lock)),
-                Ok(other) => Err(unexpected(other)),
+            match done.await.and_then(Outcome::into_acquired) {
+                Ok(Some(lock)) => Ok(lock_to_js(&lock)),
+                Ok(None) => Err(to_js_error(&LockError::internal("a resume completed with NotAcquired"))),
                 Err(e) => Err(to_js_error(&e)),
             }
         }))
@@ -181,11 +171,10 @@ impl RawLocks {
 
     /// Resolves to `{ name, held, holder, fencingToken, remainingMs, waiters }`.
     pub fn inspect(&self, name: String) -> Result<Promise, JsValue> {
-        let done = self.driver.inspect(&name).map_err(|e| to_js_error(&e))?;
+        let (_, done) = self.driver.start(Operation::Inspect { name }).map_err(|e| to_js_error(&e))?;
         Ok(future_to_promise(async move {
-            match done.await {
-                Ok(OpOutput::Inspected(status)) => Ok(status_to_js(&status)),
-                Ok(other) => Err(unexpected(other)),
+            match done.await.and_then(Outcome::into_inspected) {
+                Ok(status) => Ok(status_to_js(&status)),
                 Err(e) => Err(to_js_error(&e)),
             }
         }))
@@ -196,8 +185,8 @@ impl RawLocks {
         let done = self.driver.close().map_err(|e| to_js_error(&e))?;
         Ok(future_to_promise(async move {
             match done.await {
-                Ok(OpOutput::Closed) => Ok(JsValue::UNDEFINED),
-                Ok(other) => Err(unexpected(other)),
+                Ok(Outcome::Closed) => Ok(JsValue::UNDEFINED),
+                Ok(other) => Err(to_js_error(&LockError::internal(format!("a close completed with {}", other.as_str())))),
                 Err(e) => Err(to_js_error(&e)),
             }
         }))
@@ -212,15 +201,6 @@ impl RawLocks {
 }
 
 impl RawLocks {
-    fn with_machine(
-        machine: Box<dyn LockMachine>,
-        fetch: Option<Function>,
-    ) -> Result<RawLocks, LockError> {
-        Ok(RawLocks {
-            driver: Driver::new(machine, fetch)?,
-        })
-    }
-
     /// The driver behind this object (for Rust callers, e.g. wasm tests).
     pub fn driver(&self) -> &Driver {
         &self.driver
@@ -303,21 +283,4 @@ pub fn to_js_error(e: &LockError) -> JsValue {
     let err = js_sys::Error::new(&e.to_string());
     set(&err, "code", &e.code().into());
     err.into()
-}
-
-fn unexpected(output: OpOutput) -> JsValue {
-    let kind = match output {
-        OpOutput::Acquired(_) => "Acquired",
-        OpOutput::NotAcquired => "NotAcquired",
-        OpOutput::Released { .. } => "Released",
-        OpOutput::Extended { .. } => "Extended",
-        OpOutput::Inspected(_) => "Inspected",
-        OpOutput::Closed => "Closed",
-    };
-    to_js_error(&LockError::Backend {
-        backend: "edgelock",
-        name: String::new(),
-        status: None,
-        message: format!("internal error: unexpected {kind} outcome"),
-    })
 }

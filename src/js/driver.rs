@@ -1,13 +1,11 @@
-//! Runs a [`LockMachine`] on the JavaScript event loop, exactly per the driver
-//! loop documented in `core::machine`: feed one input with the current time,
-//! drain every transmit and event, (re)arm one `setTimeout` for
-//! `poll_timeout()`.
+//! Runs a [`LockMachine`] on the JavaScript event loop inside a core
+//! [`Session`], which keeps the loop's bookkeeping: this file performs its
+//! [`Output`]s and re-arms one `setTimeout` for the time `Output::Wait` names.
 //!
-//! - `Transmit::Send` starts a task that calls the `fetch` function with an
-//!   `AbortController`; `Transmit::Cancel` aborts it and nothing more is
-//!   delivered for that id.
-//! - User operations return an [`OpFuture`] completed by the machine's event
-//!   for that op; `Lost`/`Renewed` go to the lock listener.
+//! - `Output::Send` starts a task that calls the `fetch` function (or a
+//!   binding's `fetch`) with an `AbortController`; `Output::Cancel` aborts it.
+//! - User operations return an [`OpFuture`] completed by their
+//!   `Output::Done`; `Lost`/`Renewed` go to the lock listener.
 //! - The machine is never borrowed while JavaScript code of the user runs:
 //!   outputs are collected first and acted on after the borrow ends.
 
@@ -25,21 +23,11 @@ use web_sys::AbortController;
 
 use super::clock::Clock;
 use super::{fetch, timer};
+use crate::core::session::{Output, Session};
 use crate::core::{
-    AcquireOptions, BackendKind, Event, HttpRequest, Input, LockError, LockHandle, LockId,
-    LockInfo, LockMachine, LockStatus, Millis, OpId, RequestId, Transmit,
+    BackendKind, HttpRequest, Input, LockError, LockId, LockMachine, Millis, OpId, Operation,
+    Outcome, RequestId,
 };
-
-/// What a finished user operation produced.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum OpOutput {
-    Acquired(LockInfo),
-    NotAcquired,
-    Released { held_until_release: bool },
-    Extended { expires_at: Millis },
-    Inspected(LockStatus),
-    Closed,
-}
 
 /// Something that happened to a held lock outside any operation.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -55,7 +43,7 @@ pub enum LockNotice {
     },
 }
 
-type OpResult = Result<OpOutput, LockError>;
+type OpResult = Result<Outcome, LockError>;
 
 #[derive(Default)]
 struct OpSlot {
@@ -94,9 +82,9 @@ struct ArmedTimer {
 }
 
 struct State {
-    machine: Box<dyn LockMachine>,
+    session: Session<Rc<OpSlot>>,
+    /// The I/O side of requests in flight (the session keeps the logical side).
     inflight: HashMap<RequestId, AbortController>,
-    ops: HashMap<OpId, Rc<OpSlot>>,
     timer: Option<ArmedTimer>,
 }
 
@@ -105,6 +93,8 @@ type LockListener = Rc<dyn Fn(LockNotice)>;
 struct Inner {
     state: RefCell<State>,
     fetch: Function,
+    /// Objects with a `fetch(url, init)` method that `Target::Binding`s name.
+    bindings: Option<JsValue>,
     clock: Clock,
     backend: BackendKind,
     lock_listener: RefCell<Option<LockListener>>,
@@ -120,10 +110,12 @@ pub struct Driver {
 }
 
 impl Driver {
-    /// `fetch`: the injected function, else `globalThis.fetch`.
+    /// `fetch`: the injected function, else `globalThis.fetch`; `bindings`:
+    /// an object whose properties are the bindings requests may target.
     pub fn new(
-        machine: Box<dyn LockMachine>,
+        machine: Box<dyn LockMachine + Send>,
         fetch: Option<Function>,
+        bindings: Option<JsValue>,
     ) -> Result<Driver, LockError> {
         let fetch = match fetch {
             Some(f) => f,
@@ -149,12 +141,12 @@ impl Driver {
             });
             Inner {
                 state: RefCell::new(State {
-                    machine,
+                    session: Session::new(machine),
                     inflight: HashMap::new(),
-                    ops: HashMap::new(),
                     timer: None,
                 }),
                 fetch,
+                bindings,
                 clock: Clock::new(),
                 backend,
                 lock_listener: RefCell::new(None),
@@ -186,62 +178,34 @@ impl Driver {
         self.inner
             .state
             .try_borrow()
-            .map(|s| s.machine.live_count())
+            .map(|s| s.session.live_count())
             .unwrap_or(0)
     }
 
-    pub fn acquire(
-        &self,
-        name: &str,
-        opts: &AcquireOptions,
-    ) -> Result<(OpId, OpFuture), LockError> {
-        self.start(|m, now| m.acquire(now, name, opts))
+    /// Starts `op`; the future completes with its outcome.
+    pub fn start(&self, op: Operation) -> Result<(OpId, OpFuture), LockError> {
+        let slot = Rc::new(OpSlot::default());
+        let registered = slot.clone();
+        match self.step(move |st, now| st.session.start(now, op, Some(registered))) {
+            Some(Ok(op)) => Ok((op, OpFuture { slot })),
+            Some(Err(e)) => Err(e),
+            None => Err(reentrant()),
+        }
     }
 
-    pub fn release(&self, lock: LockId) -> Result<OpFuture, LockError> {
-        self.start(|m, now| m.release(now, lock)).map(|(_, f)| f)
-    }
-
-    pub fn extend(&self, lock: LockId, ttl_ms: Option<u64>) -> Result<OpFuture, LockError> {
-        self.start(|m, now| m.extend(now, lock, ttl_ms))
-            .map(|(_, f)| f)
-    }
-
-    pub fn resume(&self, handle: &LockHandle) -> Result<(OpId, OpFuture), LockError> {
-        self.start(|m, now| m.resume(now, handle))
-    }
-
-    pub fn inspect(&self, name: &str) -> Result<OpFuture, LockError> {
-        self.start(|m, now| m.inspect(now, name)).map(|(_, f)| f)
-    }
-
+    /// Closes the session; the future completes once everything is released.
     pub fn close(&self) -> Result<OpFuture, LockError> {
-        self.start(|m, now| Ok(m.close(now))).map(|(_, f)| f)
+        let slot = Rc::new(OpSlot::default());
+        let registered = slot.clone();
+        match self.step(move |st, now| st.session.close(now, Some(registered))) {
+            Some(()) => Ok(OpFuture { slot }),
+            None => Err(reentrant()),
+        }
     }
 
     /// Cancel a pending operation; it completes with `Aborted` once cleaned up.
     pub fn cancel(&self, op: OpId) {
-        self.step(|st, now| st.machine.cancel(now, op));
-    }
-
-    /// Starts a user operation; its completion slot is registered under the
-    /// same borrow, before any of its events can be drained.
-    fn start(
-        &self,
-        begin: impl FnOnce(&mut dyn LockMachine, Millis) -> Result<OpId, LockError>,
-    ) -> Result<(OpId, OpFuture), LockError> {
-        let slot = Rc::new(OpSlot::default());
-        let registered = slot.clone();
-        let started = self.step(move |st, now| {
-            let op = begin(st.machine.as_mut(), now)?;
-            st.ops.insert(op, registered);
-            Ok(op)
-        });
-        match started {
-            Some(Ok(op)) => Ok((op, OpFuture { slot })),
-            Some(Err(e)) => Err(e),
-            None => Err(reentrant(self.inner.backend)),
-        }
+        self.step(|st, now| st.session.cancel(now, op));
     }
 
     /// One turn of the driver loop: `feed` gives the machine one input with the
@@ -253,21 +217,34 @@ impl Driver {
             let mut st = self.inner.state.try_borrow_mut().ok()?;
             let now = self.inner.clock.now();
             let result = feed(&mut st, now);
-            (result, drain(&mut st, self.inner.backend))
+            let mut outputs = Vec::new();
+            loop {
+                match st.session.poll_output() {
+                    Output::Wait { .. } => break,
+                    o => outputs.push(o),
+                }
+            }
+            (result, outputs)
         };
-        for t in outputs.transmits {
-            match t {
-                Transmit::Send(req) => self.send(req),
-                Transmit::Cancel(id) => self.abort_request(id),
+        let mut notices = Vec::new();
+        for o in outputs {
+            match o {
+                Output::Send(req) => self.send(req),
+                Output::Cancel(id) => self.abort_request(id),
+                Output::Done { reply, result, .. } => {
+                    if let Some(slot) = reply {
+                        slot.complete(result);
+                    }
+                }
+                Output::Renewed { lock, expires_at } => notices.push(LockNotice::Renewed { lock, expires_at }),
+                Output::Lost { lock, error, .. } => notices.push(LockNotice::Lost { lock, error }),
+                Output::Wait { .. } => {}
             }
         }
-        for (slot, result) in outputs.completions {
-            slot.complete(result);
-        }
-        if !outputs.notices.is_empty() {
+        if !notices.is_empty() {
             let listener = self.inner.lock_listener.borrow().clone();
             if let Some(listener) = listener {
-                for n in outputs.notices {
+                for n in notices {
                     listener(n);
                 }
             }
@@ -286,7 +263,7 @@ impl Driver {
                 // Delivered from a fresh task: never feed the machine from inside a step.
                 wasm_bindgen_futures::spawn_local(async move {
                     if let Some(inner) = weak.upgrade() {
-                        Driver { inner }.deliver_input(Input::Failed { id, error }, false);
+                        Driver { inner }.deliver_input(Input::Failed { id, error });
                     }
                 });
                 return;
@@ -300,32 +277,25 @@ impl Driver {
         // (see `Drop for Inner`) instead of being kept alive by them.
         let weak = Rc::downgrade(&self.inner);
         let fetch_fn = self.inner.fetch.clone();
+        let bindings = self.inner.bindings.clone();
         wasm_bindgen_futures::spawn_local(async move {
-            fetch::perform(&fetch_fn, &req, &signal, |input| match weak.upgrade() {
-                Some(inner) => Driver { inner }.deliver_input(input, true),
+            fetch::perform(&fetch_fn, bindings.as_ref(), &req, &signal, |input| match weak.upgrade() {
+                Some(inner) => Driver { inner }.deliver_input(input),
                 None => false,
             })
             .await;
         });
     }
 
-    /// Feeds one request result; false when the request was cancelled (the
-    /// machine must hear nothing more about it).
-    fn deliver_input(&self, input: Input, must_be_inflight: bool) -> bool {
-        let id = input.id();
-        let is_final = !matches!(input, Input::Chunk { .. });
-        self.step(|st, now| {
-            let known = st.inflight.contains_key(&id);
-            if must_be_inflight && !known {
-                return false;
+    /// Feeds one request result; false when the request is no longer in
+    /// flight (cancelled): the machine hears nothing more about it.
+    fn deliver_input(&self, input: Input) -> bool {
+        if input.is_final() {
+            if let Ok(mut st) = self.inner.state.try_borrow_mut() {
+                st.inflight.remove(&input.id());
             }
-            if is_final {
-                st.inflight.remove(&id);
-            }
-            st.machine.handle_input(now, input);
-            true
-        })
-        .unwrap_or(false)
+        }
+        self.step(|st, now| st.session.handle_input(now, input)).unwrap_or(false)
     }
 
     fn abort_request(&self, id: RequestId) {
@@ -345,7 +315,7 @@ impl Driver {
             let Ok(mut st) = self.inner.state.try_borrow_mut() else {
                 return;
             };
-            let wanted = st.machine.poll_timeout();
+            let wanted = st.session.poll_timeout();
             if matches!((&st.timer, wanted), (Some(t), Some(w)) if t.deadline == w) {
                 return;
             }
@@ -367,68 +337,13 @@ impl Driver {
     fn timer_fired(&self) {
         self.step(|st, now| {
             st.timer = None;
-            st.machine.handle_timeout(now);
+            st.session.handle_timeout(now);
         });
     }
 }
 
-/// Outputs collected under the borrow, acted on after it.
-struct Outputs {
-    transmits: Vec<Transmit>,
-    completions: Vec<(Rc<OpSlot>, OpResult)>,
-    notices: Vec<LockNotice>,
-}
-
-fn drain(st: &mut State, backend: BackendKind) -> Outputs {
-    let mut out = Outputs {
-        transmits: Vec::new(),
-        completions: Vec::new(),
-        notices: Vec::new(),
-    };
-    while let Some(t) = st.machine.poll_transmit() {
-        out.transmits.push(t);
-    }
-    while let Some(e) = st.machine.poll_event() {
-        let (op, result) = match e {
-            Event::Acquired { op, lock } => (op, Ok(OpOutput::Acquired(lock))),
-            Event::NotAcquired { op } => (op, Ok(OpOutput::NotAcquired)),
-            Event::Released {
-                op,
-                held_until_release,
-                ..
-            } => (op, Ok(OpOutput::Released { held_until_release })),
-            Event::Extended { op, expires_at, .. } => (op, Ok(OpOutput::Extended { expires_at })),
-            Event::Inspected { op, status } => (op, Ok(OpOutput::Inspected(status))),
-            Event::Closed { op } => (op, Ok(OpOutput::Closed)),
-            Event::Failed { op, error } => (op, Err(error)),
-            Event::Renewed { lock, expires_at } => {
-                out.notices.push(LockNotice::Renewed { lock, expires_at });
-                continue;
-            }
-            Event::Lost { lock, name, reason } => {
-                let error = LockError::Lost {
-                    backend: backend.as_str(),
-                    name,
-                    reason: reason.to_string(),
-                };
-                out.notices.push(LockNotice::Lost { lock, error });
-                continue;
-            }
-        };
-        if let Some(slot) = st.ops.remove(&op) {
-            out.completions.push((slot, result));
-        }
-    }
-    out
-}
-
-fn reentrant(backend: BackendKind) -> LockError {
-    LockError::Backend {
-        backend: backend.as_str(),
-        name: String::new(),
-        status: None,
-        message: "re-entrant call into the lock client".into(),
-    }
+fn reentrant() -> LockError {
+    LockError::internal("re-entrant call into the lock client")
 }
 
 impl Drop for Inner {

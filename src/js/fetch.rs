@@ -8,7 +8,7 @@ use wasm_bindgen::{JsCast, JsValue};
 use wasm_bindgen_futures::JsFuture;
 use web_sys::AbortSignal;
 
-use crate::core::{HttpRequest, Input, Method, RequestId, TransportError};
+use crate::core::{HttpRequest, Input, Method, RequestId, Target, TransportError};
 
 /// Longest error text taken from the runtime (messages may echo URLs; the core
 /// sanitises them again before they reach a user).
@@ -18,12 +18,13 @@ const MAX_ERROR_CHARS: usize = 200;
 /// once the request is no longer wanted (cancelled): reading stops there.
 pub async fn perform(
     fetch: &Function,
+    bindings: Option<&JsValue>,
     req: &HttpRequest,
     signal: &AbortSignal,
     mut deliver: impl FnMut(Input) -> bool,
 ) {
     let id = req.id;
-    let response = match send(fetch, req, signal).await {
+    let response = match send(fetch, bindings, req, signal).await {
         Ok(r) => r,
         Err(error) => {
             deliver(Input::Failed { id, error });
@@ -59,14 +60,30 @@ pub async fn perform(
 
 async fn send(
     fetch: &Function,
+    bindings: Option<&JsValue>,
     req: &HttpRequest,
     signal: &AbortSignal,
 ) -> Result<JsValue, TransportError> {
     let init = request_init(req, signal).map_err(|e| TransportError::Connect(error_text(&e)))?;
-    // `this` = globalThis: the platform fetch throws "Illegal invocation" with any other receiver.
-    let returned = fetch
-        .call2(&js_sys::global(), &JsValue::from_str(&req.url), &init)
-        .map_err(|e| TransportError::Connect(error_text(&e)))?;
+    let returned = match &req.target {
+        // `this` = globalThis: the platform fetch throws "Illegal invocation" with any other receiver.
+        Target::Url(url) => fetch.call2(&js_sys::global(), &JsValue::from_str(url), &init),
+        // A binding (Durable Object stub, service binding, any object with
+        // `fetch`): its own method, called on it, with a placeholder origin.
+        Target::Binding { name, path } => {
+            let binding = bindings
+                .and_then(|b| Reflect::get(b, &JsValue::from_str(name)).ok())
+                .filter(|b| b.is_object())
+                .ok_or_else(|| TransportError::Connect(format!("no binding named {name:?} was given to this client")))?;
+            let method = Reflect::get(&binding, &JsValue::from_str("fetch"))
+                .ok()
+                .and_then(|f| f.dyn_into::<Function>().ok())
+                .ok_or_else(|| TransportError::Connect(format!("binding {name:?} has no fetch method")))?;
+            let url = format!("https://{name}.binding{path}");
+            method.call2(&binding, &JsValue::from_str(&url), &init)
+        }
+    }
+    .map_err(|e| TransportError::Connect(error_text(&e)))?;
     JsFuture::from(Promise::resolve(&returned))
         .await
         .map_err(|e| TransportError::Connect(error_text(&e)))

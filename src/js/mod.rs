@@ -14,8 +14,8 @@ pub mod clock;
 pub mod driver;
 pub mod entropy;
 mod fetch;
-mod options;
+mod args;
 mod timer;
 
-pub use driver::{Driver, LockNotice, OpFuture, OpOutput};
+pub use driver::{Driver, LockNotice, OpFuture};
 pub use entropy::JsEntropy;

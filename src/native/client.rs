@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use super::driver::{self, Call, Clock, Completion, LockShared, Msg};
 use crate::core::etcd::{EtcdConfig, EtcdMachine};
-use crate::core::{AcquireOptions, Event, LockError, LockHandle, LockInfo, LockMachine, LockStatus, LostReason, Wait};
+use crate::core::{AcquireOptions, LockError, LockHandle, LockInfo, LockMachine, LockStatus, LostReason, Operation, Wait};
 
 /// A handle to one lock client (one backend session) running on its own driver
 /// thread. Cheap to clone; all clones share the session. When the last clone
@@ -99,7 +99,7 @@ impl Client {
             return Err(LockError::Aborted { backend: self.backend(), name: name.to_string() });
         }
         let ticket = cancel.map(|_| self.inner.next_ticket.fetch_add(1, Ordering::Relaxed));
-        let call = Call::Acquire { name: name.to_string(), opts };
+        let call = Call::Start(Operation::acquire(name, opts));
         let (reply_tx, reply_rx) = channel();
         self.send(Msg::Call { call, reply: Some(reply_tx), ticket })?;
         // Registered after the call was sent, so a cancel always reaches the
@@ -112,10 +112,9 @@ impl Client {
             tok.unregister(t);
         }
         let done = reply.map_err(|_| self.closed())??;
-        match done.event {
-            Event::Acquired { lock, .. } => Ok(Some(self.lock_from(lock, done.lock)?)),
-            Event::NotAcquired { .. } => Ok(None),
-            other => Err(self.unexpected(name, &other)),
+        match done.outcome.into_acquired()? {
+            Some(info) => Ok(Some(self.lock_from(info, done.lock)?)),
+            None => Ok(None),
         }
     }
 
@@ -127,19 +126,16 @@ impl Client {
     /// Adopts a lock described by a handle (from [`Lock::handle`], possibly of
     /// another process), after the backend confirms it is still held.
     pub fn resume(&self, handle: &LockHandle) -> Result<Lock, LockError> {
-        let done = self.call(Call::Resume(handle.clone()))?;
-        match done.event {
-            Event::Acquired { lock, .. } => self.lock_from(lock, done.lock),
-            other => Err(self.unexpected(&handle.name, &other)),
+        let done = self.call(Call::Start(Operation::Resume { handle: handle.clone() }))?;
+        match done.outcome.into_acquired()? {
+            Some(info) => self.lock_from(info, done.lock),
+            None => Err(LockError::internal("a resume completed with NotAcquired")),
         }
     }
 
     /// Who holds `name`, and who waits for it.
     pub fn inspect(&self, name: &str) -> Result<LockStatus, LockError> {
-        match self.call(Call::Inspect(name.to_string()))?.event {
-            Event::Inspected { status, .. } => Ok(status),
-            other => Err(self.unexpected(name, &other)),
-        }
+        self.call(Call::Start(Operation::Inspect { name: name.to_string() }))?.outcome.into_inspected()
     }
 
     /// Releases every lock (their `Lock`s report [`LostReason::ClientClosed`]),
@@ -166,32 +162,9 @@ impl Client {
         LockError::Closed { backend: self.backend() }
     }
 
-    fn unexpected(&self, name: &str, event: &Event) -> LockError {
-        LockError::Backend {
-            backend: self.backend(),
-            name: name.to_string(),
-            status: None,
-            message: format!("internal: unexpected driver event {}", event_kind(event)),
-        }
-    }
-
     fn lock_from(&self, info: LockInfo, shared: Option<Arc<LockShared>>) -> Result<Lock, LockError> {
-        let shared = shared.ok_or_else(|| self.unexpected(&info.name, &Event::Renewed { lock: info.id, expires_at: 0 }))?;
+        let shared = shared.ok_or_else(|| LockError::internal("the driver handed out a lock without its state"))?;
         Ok(Lock { client: self.clone(), info, shared, finished: false })
-    }
-}
-
-fn event_kind(e: &Event) -> &'static str {
-    match e {
-        Event::Acquired { .. } => "Acquired",
-        Event::NotAcquired { .. } => "NotAcquired",
-        Event::Released { .. } => "Released",
-        Event::Extended { .. } => "Extended",
-        Event::Renewed { .. } => "Renewed",
-        Event::Inspected { .. } => "Inspected",
-        Event::Closed { .. } => "Closed",
-        Event::Failed { .. } => "Failed",
-        Event::Lost { .. } => "Lost",
     }
 }
 
@@ -276,10 +249,7 @@ impl Lock {
             return Err(self.lost_error(&reason));
         }
         let ttl_ms = ttl.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-        match self.client.call(Call::Extend(self.info.id, ttl_ms))?.event {
-            Event::Extended { .. } => Ok(()),
-            other => Err(self.client.unexpected(&self.info.name, &other)),
-        }
+        self.client.call(Call::Start(Operation::Extend { lock: self.info.id, ttl_ms }))?.outcome.into_extended().map(|_| ())
     }
 
     /// Releases the lock. `Ok(true)`: it was held until this release;
@@ -289,9 +259,8 @@ impl Lock {
         if self.is_lost() {
             return Ok(false);
         }
-        match self.client.call(Call::Release(self.info.id)) {
-            Ok(Completion { event: Event::Released { held_until_release, .. }, .. }) => Ok(held_until_release),
-            Ok(other) => Err(self.client.unexpected(&self.info.name, &other.event)),
+        match self.client.call(Call::Start(Operation::Release { lock: self.info.id })).and_then(|c| c.outcome.into_released()) {
+            Ok(held_until_release) => Ok(held_until_release),
             Err(LockError::NotHeld { .. }) | Err(LockError::Lost { .. }) => Ok(false),
             Err(e) => Err(e),
         }
@@ -312,7 +281,8 @@ impl Drop for Lock {
             return;
         }
         drop(st);
-        let _ = self.client.send(Msg::Call { call: Call::Release(self.info.id), reply: None, ticket: None });
+        let call = Call::Start(Operation::Release { lock: self.info.id });
+        let _ = self.client.send(Msg::Call { call, reply: None, ticket: None });
     }
 }
 

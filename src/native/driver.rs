@@ -1,6 +1,7 @@
-//! Runs one [`LockMachine`] on a dedicated thread, following the driver loop
-//! documented in `core::machine`: feed one input with the current time, drain
-//! every output, then sleep until the next input or the machine's timer.
+//! Runs one [`LockMachine`] on a dedicated thread inside a core
+//! [`Session`](crate::core::session::Session), which owns the driver loop's
+//! bookkeeping: this file only performs its [`Output`]s (requests on worker
+//! threads, replies on channels) and sleeps until the next input or timer.
 //!
 //! User calls and HTTP results arrive on one channel. Each `Transmit::Send` runs
 //! on its own worker thread (requests must run concurrently: Redlock asks N
@@ -14,10 +15,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use super::http::{CancelHandle, HttpClient, Request, StreamOutcome};
-use crate::core::{
-    AcquireOptions, Event, HttpRequest, Input, LockError, LockHandle, LockId, LockMachine, LostReason, Millis, OpId,
-    RequestId, Transmit,
-};
+use crate::core::session::{Output, Session};
+use crate::core::{HttpRequest, Input, LockError, LockId, LockMachine, LostReason, Millis, OpId, Operation, Outcome, RequestId};
 
 /// How long a background shutdown (every handle dropped) may take to release
 /// what the machine still holds before the thread gives up and exits.
@@ -42,18 +41,14 @@ impl Clock {
 /// A user operation, sent to the driver thread.
 #[derive(Debug)]
 pub(crate) enum Call {
-    Acquire { name: String, opts: AcquireOptions },
-    Release(LockId),
-    Extend(LockId, Option<u64>),
-    Resume(LockHandle),
-    Inspect(String),
+    Start(Operation),
     Close,
 }
 
-/// What the driver answers to a call: the completion event, plus the shared
+/// What the driver answers to a call: the typed outcome, plus the shared
 /// state of a newly held lock for `Acquired`.
 pub(crate) struct Completion {
-    pub event: Event,
+    pub outcome: Outcome,
     pub lock: Option<Arc<LockShared>>,
 }
 
@@ -156,32 +151,30 @@ impl LockShared {
     }
 }
 
-struct PendingOp {
-    reply: Option<Sender<Reply>>,
+/// Who waits for an operation: the caller's channel and its cancel ticket.
+struct Caller {
+    reply: Sender<Reply>,
     ticket: Option<u64>,
 }
 
 /// Starts the driver thread. The machine is moved onto it.
 pub(crate) fn spawn(machine: Box<dyn LockMachine + Send>, clock: Clock) -> std::io::Result<(Sender<Msg>, &'static str)> {
     let backend = machine.backend().as_str();
+    let session = Session::new(machine);
     let (tx, rx) = channel();
     let worker_tx = tx.clone();
     thread::Builder::new().name("edgelock-driver".into()).spawn(move || {
         Driver {
-            machine,
+            session,
             rx,
             tx: worker_tx,
             clock,
             http: HttpClient::new(),
             inflight: HashMap::new(),
             local: VecDeque::new(),
-            ops: HashMap::new(),
             tickets: HashMap::new(),
             locks: HashMap::new(),
-            close_op: None,
-            close_waiters: Vec::new(),
             shutdown_deadline: None,
-            done: false,
         }
         .run()
     })?;
@@ -189,7 +182,7 @@ pub(crate) fn spawn(machine: Box<dyn LockMachine + Send>, clock: Clock) -> std::
 }
 
 struct Driver {
-    machine: Box<dyn LockMachine + Send>,
+    session: Session<Caller>,
     rx: Receiver<Msg>,
     /// Handed to workers; keeps `rx` connected for the driver's whole life.
     tx: Sender<Msg>,
@@ -199,34 +192,30 @@ struct Driver {
     inflight: HashMap<RequestId, (CancelHandle, bool)>,
     /// Inputs produced on this thread (a worker that could not be spawned).
     local: VecDeque<Input>,
-    ops: HashMap<OpId, PendingOp>,
     tickets: HashMap<u64, OpId>,
     locks: HashMap<LockId, Arc<LockShared>>,
-    close_op: Option<OpId>,
-    close_waiters: Vec<Sender<Reply>>,
     shutdown_deadline: Option<Instant>,
-    done: bool,
 }
 
 impl Driver {
     fn run(mut self) {
-        while !self.done {
+        loop {
             if let Some(input) = self.local.pop_front() {
                 self.net(input);
-                self.drain();
                 continue;
             }
-            if self.shutdown_deadline.is_some_and(|d| Instant::now() >= d) {
+            // Drained before the closed check: a close's final requests
+            // (background releases) must still be performed.
+            let wake_at = self.drain();
+            let now = self.clock.now();
+            if self.session.is_closed() || self.shutdown_deadline.is_some_and(|d| Instant::now() >= d) {
                 break;
             }
-            let now = self.clock.now();
-            let timer = self.machine.poll_timeout();
-            if timer.is_some_and(|t| t <= now) {
-                self.machine.handle_timeout(now);
-                self.drain();
+            if wake_at.is_some_and(|t| t <= now) {
+                self.session.handle_timeout(now);
                 continue;
             }
-            let timer_wait = timer.map(|t| Duration::from_millis(t - now));
+            let timer_wait = wake_at.map(|t| Duration::from_millis(t - now));
             let shutdown_wait = self.shutdown_deadline.map(|d| d.saturating_duration_since(Instant::now()));
             let wait = match (timer_wait, shutdown_wait) {
                 (Some(a), Some(b)) => Some(a.min(b)),
@@ -244,7 +233,6 @@ impl Driver {
                 },
             };
             self.handle(msg);
-            self.drain();
         }
         // `Drop` finishes (also when a machine bug panics this thread, so
         // that no caller or `wait_lost` blocks forever).
@@ -256,32 +244,23 @@ impl Driver {
             Msg::Net(input) => self.net(input),
             Msg::CancelTicket(t) => {
                 if let Some(op) = self.tickets.get(&t) {
-                    self.machine.cancel(now, *op);
+                    self.session.cancel(now, *op);
                 }
             }
             Msg::Shutdown => {
-                self.start_close(now);
+                self.session.close(now, None);
                 self.shutdown_deadline.get_or_insert(Instant::now() + SHUTDOWN_GRACE);
             }
-            Msg::Call { call, reply, ticket } => {
-                let started = match call {
-                    Call::Acquire { name, opts } => self.machine.acquire(now, &name, &opts),
-                    Call::Release(id) => self.machine.release(now, id),
-                    Call::Extend(id, ttl) => self.machine.extend(now, id, ttl),
-                    Call::Resume(h) => self.machine.resume(now, &h),
-                    Call::Inspect(name) => self.machine.inspect(now, &name),
-                    Call::Close => {
-                        self.start_close(now);
-                        self.close_waiters.extend(reply);
-                        return;
-                    }
-                };
-                match started {
+            Msg::Call { call: Call::Close, reply, .. } => {
+                self.session.close(now, reply.map(|reply| Caller { reply, ticket: None }));
+            }
+            Msg::Call { call: Call::Start(op), reply, ticket } => {
+                let caller = reply.clone().map(|reply| Caller { reply, ticket });
+                match self.session.start(now, op, caller) {
                     Ok(op) => {
                         if let Some(t) = ticket {
                             self.tickets.insert(t, op);
                         }
-                        self.ops.insert(op, PendingOp { reply, ticket });
                     }
                     Err(e) => {
                         if let Some(r) = reply {
@@ -293,133 +272,96 @@ impl Driver {
         }
     }
 
-    /// Closes the machine once; later closes wait for the same completion.
-    fn start_close(&mut self, now: Millis) {
-        if self.close_op.is_none() {
-            self.close_op = Some(self.machine.close(now));
-        }
-    }
-
     fn net(&mut self, input: Input) {
-        if matches!(input, Input::Response { .. } | Input::StreamEnd { .. } | Input::Failed { .. }) {
+        if input.is_final() {
             self.inflight.remove(&input.id());
         }
         let now = self.clock.now();
-        self.machine.handle_input(now, input);
+        self.session.handle_input(now, input);
     }
 
-    fn drain(&mut self) {
+    /// Performs every output; returns when the session next wants a timeout.
+    fn drain(&mut self) -> Option<Millis> {
         loop {
-            let mut progressed = false;
-            while let Some(t) = self.machine.poll_transmit() {
-                progressed = true;
-                self.perform(t);
-            }
-            while let Some(e) = self.machine.poll_event() {
-                progressed = true;
-                self.deliver(e);
-            }
-            if !progressed {
-                break;
-            }
-        }
-    }
-
-    fn perform(&mut self, t: Transmit) {
-        match t {
-            Transmit::Send(req) => {
-                let cancel = CancelHandle::new();
-                let id = req.id;
-                self.inflight.insert(id, (cancel.clone(), req.stream));
-                let tx = self.tx.clone();
-                let http = self.http.clone();
-                let spawned = thread::Builder::new()
-                    .name("edgelock-http".into())
-                    .stack_size(WORKER_STACK)
-                    .spawn(move || run_request(&http, req, &cancel, &tx));
-                if let Err(e) = spawned {
-                    self.inflight.remove(&id);
-                    let error = crate::core::TransportError::Io(format!("cannot start a request thread: {e}"));
-                    self.local.push_back(Input::Failed { id, error });
-                }
-            }
-            Transmit::Cancel(id) => {
-                if let Some((c, _)) = self.inflight.remove(&id) {
-                    c.cancel();
-                }
-            }
-        }
-    }
-
-    fn deliver(&mut self, e: Event) {
-        match e {
-            Event::Acquired { op, ref lock } => {
-                let shared = LockShared::new(lock.expires_at);
-                let id = lock.id;
-                self.locks.insert(id, shared.clone());
-                if !self.complete(op, Ok(Completion { event: e, lock: Some(shared) })) {
-                    // Nobody takes this lock (the caller is gone): give it back.
-                    let now = self.clock.now();
-                    if let Ok(op) = self.machine.release(now, id) {
-                        self.ops.insert(op, PendingOp { reply: None, ticket: None });
+            match self.session.poll_output() {
+                Output::Send(req) => self.perform(req),
+                Output::Cancel(id) => {
+                    if let Some((c, _)) = self.inflight.remove(&id) {
+                        c.cancel();
                     }
                 }
-            }
-            Event::Released { op, lock, .. } => {
-                if let Some(s) = self.locks.remove(&lock) {
-                    s.mark_ended();
-                }
-                self.complete(op, Ok(Completion { event: e, lock: None }));
-            }
-            Event::Extended { op, lock, expires_at } => {
-                if let Some(s) = self.locks.get(&lock) {
-                    s.set_expiry(expires_at);
-                }
-                self.complete(op, Ok(Completion { event: e, lock: None }));
-            }
-            Event::Renewed { lock, expires_at } => {
-                if let Some(s) = self.locks.get(&lock) {
-                    s.set_expiry(expires_at);
-                }
-            }
-            Event::Lost { lock, reason, .. } => {
-                if let Some(s) = self.locks.remove(&lock) {
-                    s.mark_lost(reason);
-                }
-            }
-            Event::Closed { op } => {
-                if self.close_op == Some(op) {
-                    for r in self.close_waiters.drain(..) {
-                        let _ = r.send(Ok(Completion { event: e.clone(), lock: None }));
+                Output::Done { reply, result, .. } => self.complete(reply, result),
+                Output::Renewed { lock, expires_at } => {
+                    if let Some(s) = self.locks.get(&lock) {
+                        s.set_expiry(expires_at);
                     }
-                    self.done = true;
                 }
-            }
-            Event::NotAcquired { op } | Event::Inspected { op, .. } => {
-                self.complete(op, Ok(Completion { event: e, lock: None }));
-            }
-            Event::Failed { op, error } => {
-                self.complete(op, Err(error));
+                Output::Lost { lock, reason, .. } => {
+                    if let Some(s) = self.locks.remove(&lock) {
+                        s.mark_lost(reason);
+                    }
+                }
+                Output::Wait { wake_at } => return wake_at,
             }
         }
     }
 
-    /// Answers an operation's caller; false if nobody received the answer.
-    fn complete(&mut self, op: OpId, reply: Reply) -> bool {
-        let Some(p) = self.ops.remove(&op) else { return false };
-        if let Some(t) = p.ticket {
+    fn perform(&mut self, req: HttpRequest) {
+        let cancel = CancelHandle::new();
+        let id = req.id;
+        self.inflight.insert(id, (cancel.clone(), req.stream));
+        let tx = self.tx.clone();
+        let http = self.http.clone();
+        let spawned = thread::Builder::new()
+            .name("edgelock-http".into())
+            .stack_size(WORKER_STACK)
+            .spawn(move || run_request(&http, req, &cancel, &tx));
+        if let Err(e) = spawned {
+            self.inflight.remove(&id);
+            let error = crate::core::TransportError::Io(format!("cannot start a request thread: {e}"));
+            self.local.push_back(Input::Failed { id, error });
+        }
+    }
+
+    /// Answers an operation's caller and keeps the `Lock`s' shared state in
+    /// step with the outcome.
+    fn complete(&mut self, caller: Option<Caller>, result: Result<Outcome, LockError>) {
+        if let Some(t) = caller.as_ref().and_then(|c| c.ticket) {
             self.tickets.remove(&t);
         }
-        match p.reply {
-            Some(r) => r.send(reply).is_ok(),
-            None => false,
+        let lock = match &result {
+            Ok(Outcome::Acquired(info)) => {
+                let shared = LockShared::new(info.expires_at);
+                self.locks.insert(info.id, shared.clone());
+                Some((info.id, shared))
+            }
+            Ok(Outcome::Released { lock, .. }) => {
+                if let Some(s) = self.locks.remove(lock) {
+                    s.mark_ended();
+                }
+                None
+            }
+            Ok(Outcome::Extended { lock, expires_at }) => {
+                if let Some(s) = self.locks.get(lock) {
+                    s.set_expiry(*expires_at);
+                }
+                None
+            }
+            _ => None,
+        };
+        let reply = result.map(|outcome| Completion { outcome, lock: lock.as_ref().map(|(_, s)| s.clone()) });
+        let delivered = caller.is_some_and(|c| c.reply.send(reply).is_ok());
+        if let (false, Some((id, _))) = (delivered, lock) {
+            // Nobody takes this lock (the caller is gone): give it back.
+            let now = self.clock.now();
+            let _ = self.session.start(now, Operation::Release { lock: id }, None);
         }
     }
 
     /// The machine is closed (or its shutdown ran out of time): stop streams,
     /// mark locks still known as lost, and fail whatever still waits.
     fn finish(&mut self) {
-        let closed_cleanly = self.close_op.is_some() && self.done;
+        let closed_cleanly = self.session.is_closed();
         for (_, (c, stream)) in self.inflight.drain() {
             // A closed machine may have left fire-and-forget requests (a final
             // release); those finish on their own, bounded by their timeouts.
@@ -430,9 +372,8 @@ impl Driver {
         for (_, s) in self.locks.drain() {
             s.mark_lost(LostReason::ClientClosed);
         }
-        // Dropping the pending reply senders makes waiting callers see `Closed`.
-        self.ops.clear();
-        self.close_waiters.clear();
+        // Dropping the session drops the pending reply senders: waiting
+        // callers see `Closed`.
     }
 }
 
@@ -445,9 +386,15 @@ impl Drop for Driver {
 /// Runs one request on a worker thread and reports every input back.
 fn run_request(http: &HttpClient, req: HttpRequest, cancel: &CancelHandle, tx: &Sender<Msg>) {
     let id = req.id;
+    let Some(url) = req.target.url() else {
+        // Bindings (Durable Objects, D1) exist only inside a Worker.
+        let error = crate::core::TransportError::Connect(format!("the native driver cannot reach {}: it has no bindings", req.target));
+        let _ = tx.send(Msg::Net(Input::Failed { id, error }));
+        return;
+    };
     let request = Request {
         method: req.method.as_str(),
-        url: &req.url,
+        url,
         headers: &req.headers,
         body: &req.body,
         timeout: req.timeout_ms.map(Duration::from_millis),

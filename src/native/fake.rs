@@ -71,7 +71,7 @@ impl FakeLockMachine {
         self.out.send(HttpRequest {
             id,
             method,
-            url: format!("{}{path}", self.base),
+            target: Target::Url(format!("{}{path}", self.base)),
             headers: vec![],
             body: vec![],
             timeout_ms: Some(5_000),
@@ -82,7 +82,7 @@ impl FakeLockMachine {
 
     fn fail(&mut self, op: OpId, error: LockError) {
         self.ops.remove(&op);
-        self.out.event(Event::Failed { op, error });
+        self.out.complete(op, Err(error));
     }
 
     fn transport(name: &str, e: &TransportError) -> LockError {
@@ -112,7 +112,7 @@ impl FakeLockMachine {
             revision: token,
         };
         let lock = LockInfo { id, name, fencing_token: token, expires_at: now + self.ttl_ms, handle };
-        self.out.event(Event::Acquired { op, lock });
+        self.out.complete(op, Ok(Outcome::Acquired(lock)));
     }
 
     fn on_final(&mut self, now: Millis, kind: ReqKind, result: Result<(u16, Vec<u8>), TransportError>) {
@@ -127,7 +127,7 @@ impl FakeLockMachine {
                     }
                     Ok((409, _)) if wait == Wait::Try => {
                         self.ops.remove(&op);
-                        self.out.event(Event::NotAcquired { op });
+                        self.out.complete(op, Ok(Outcome::NotAcquired));
                     }
                     Ok((409, _)) => {
                         let id = self.send(ReqKind::Watch(op), Method::Post, format!("/watch/{name}"), true);
@@ -151,7 +151,7 @@ impl FakeLockMachine {
             ReqKind::Release(op) => {
                 let Some(FakeOp::Release { lock }) = self.ops.remove(&op) else { return };
                 let held = matches!(result, Ok((200, _)));
-                self.out.event(Event::Released { op, lock, held_until_release: held });
+                self.out.complete(op, Ok(Outcome::Released { lock, held_until_release: held }));
             }
             ReqKind::Inspect(op) => {
                 let Some(FakeOp::Inspect { name }) = self.ops.remove(&op) else { return };
@@ -167,13 +167,10 @@ impl FakeLockMachine {
                             remaining_ms: None,
                             waiters: vec![],
                         };
-                        self.out.event(Event::Inspected { op, status });
+                        self.out.complete(op, Ok(Outcome::Inspected(status)));
                     }
-                    Ok((s, _)) => self.out.event(Event::Failed {
-                        op,
-                        error: LockError::Backend { backend: "etcd", name, status: Some(s), message: "toy".into() },
-                    }),
-                    Err(e) => self.out.event(Event::Failed { op, error: Self::transport(&name, &e) }),
+                    Ok((s, _)) => self.out.complete(op, Err(LockError::Backend { backend: "etcd", name, status: Some(s), message: "toy".into() })),
+                    Err(e) => self.out.complete(op, Err(Self::transport(&name, &e))),
                 }
             }
             ReqKind::Resume(op) => {
@@ -183,7 +180,7 @@ impl FakeLockMachine {
                     self.grant(now, op, handle.name, handle.fencing_token);
                 } else {
                     let error = LockError::Lost { backend: "etcd", name: handle.name, reason: "not held".into() };
-                    self.out.event(Event::Failed { op, error });
+                    self.out.complete(op, Err(error));
                 }
             }
             ReqKind::Renew(id) => {
@@ -191,17 +188,17 @@ impl FakeLockMachine {
                 match result {
                     Ok((200, _)) => {
                         lock.renew_at = Some(now + self.ttl_ms / 3);
-                        self.out.event(Event::Renewed { lock: id, expires_at: now + self.ttl_ms });
+                        self.out.renewed(id, now + self.ttl_ms);
                     }
                     Ok(_) => {
                         let name = lock.name.clone();
                         self.locks.remove(&id);
-                        self.out.event(Event::Lost { lock: id, name, reason: LostReason::KeyGone });
+                        self.out.lost(id, name, LostReason::KeyGone);
                     }
                     Err(e) => {
                         let name = lock.name.clone();
                         self.locks.remove(&id);
-                        self.out.event(Event::Lost { lock: id, name, reason: LostReason::RenewalFailed(e.to_string()) });
+                        self.out.lost(id, name, LostReason::RenewalFailed(e.to_string()));
                     }
                 }
             }
@@ -209,11 +206,7 @@ impl FakeLockMachine {
     }
 }
 
-impl LockMachine for FakeLockMachine {
-    fn backend(&self) -> BackendKind {
-        BackendKind::Etcd
-    }
-
+impl FakeLockMachine {
     fn acquire(&mut self, now: Millis, name: &str, opts: &AcquireOptions) -> Result<OpId, LockError> {
         validate_name(name)?;
         if self.closed {
@@ -242,7 +235,7 @@ impl LockMachine for FakeLockMachine {
             return Err(LockError::NotHeld { backend: "etcd", name: String::new() });
         }
         let op = self.out.op_id();
-        self.out.event(Event::Extended { op, lock, expires_at: now + ttl_ms.unwrap_or(self.ttl_ms) });
+        self.out.complete(op, Ok(Outcome::Extended { lock, expires_at: now + ttl_ms.unwrap_or(self.ttl_ms) }));
         Ok(op)
     }
 
@@ -260,6 +253,30 @@ impl LockMachine for FakeLockMachine {
         self.ops.insert(op, FakeOp::Inspect { name: name.to_string() });
         self.send(ReqKind::Inspect(op), Method::Get, format!("/status/{name}"), false);
         Ok(op)
+    }
+}
+
+impl LockMachine for FakeLockMachine {
+    fn backend(&self) -> BackendKind {
+        BackendKind::Etcd
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities { kinds: Capabilities::EXCLUSIVE_ONLY, per_lock_ttl: true }
+    }
+
+    fn live_count(&self) -> usize {
+        self.ops.len() + self.locks.len()
+    }
+
+    fn start_operation(&mut self, now: Millis, op: Operation) -> Result<OpId, LockError> {
+        match op {
+            Operation::Acquire { name, options, .. } => self.acquire(now, &name, &options),
+            Operation::Release { lock } => self.release(now, lock),
+            Operation::Extend { lock, ttl_ms } => self.extend(now, lock, ttl_ms),
+            Operation::Resume { handle } => self.resume(now, &handle),
+            Operation::Inspect { name } => self.inspect(now, &name),
+        }
     }
 
     fn cancel(&mut self, _now: Millis, op: OpId) {
@@ -280,7 +297,7 @@ impl LockMachine for FakeLockMachine {
         }
         self.requests.clear();
         for (op, _) in self.ops.drain() {
-            self.out.event(Event::Failed { op, error: LockError::Closed { backend: "etcd" } });
+            self.out.complete(op, Err(LockError::Closed { backend: "etcd" }));
         }
         for (_, l) in self.locks.drain() {
             // Fire-and-forget release; the answer arrives for an unknown id.
@@ -288,7 +305,7 @@ impl LockMachine for FakeLockMachine {
             self.out.send(HttpRequest {
                 id,
                 method: Method::Post,
-                url: format!("{}/release/{}/{}", self.base, l.name, l.token),
+                target: Target::Url(format!("{}/release/{}/{}", self.base, l.name, l.token)),
                 headers: vec![],
                 body: vec![],
                 timeout_ms: Some(5_000),
@@ -296,7 +313,7 @@ impl LockMachine for FakeLockMachine {
             });
         }
         let op = self.out.op_id();
-        self.out.event(Event::Closed { op });
+        self.out.complete(op, Ok(Outcome::Closed));
         op
     }
 
@@ -337,7 +354,7 @@ impl LockMachine for FakeLockMachine {
                     self.requests.remove(&id);
                     self.out.cancel(id);
                 }
-                self.out.event(Event::Failed { op, error: LockError::Timeout { backend: "etcd", name } });
+                self.out.complete(op, Err(LockError::Timeout { backend: "etcd", name }));
             }
         }
         let due: Vec<LockId> =
@@ -367,9 +384,6 @@ impl LockMachine for FakeLockMachine {
         earliest(deadlines.chain(self.locks.values().map(|l| l.renew_at)))
     }
 
-    fn live_count(&self) -> usize {
-        self.ops.len() + self.locks.len()
-    }
 }
 
 /// TEST-ONLY toy lock server on loopback (see the module doc).

@@ -2,7 +2,7 @@
 //!
 //! The transport is the JavaScript driver of the npm package
 //! ([`crate::js::Driver`]): the runtime's `fetch` with an `AbortController`
-//! per request (aborted on the core's `Transmit::Cancel`), `setTimeout` for
+//! per request (aborted on the session's `Output::Cancel`), `setTimeout` for
 //! the core's timers and the runtime clock for `now`. In workerd that clock
 //! stands still while code runs and moves on across I/O, so every `now` the
 //! core sees is taken right after the I/O that preceded it: validity is
@@ -20,14 +20,10 @@ use js_sys::{Function, Reflect};
 use wasm_bindgen::closure::Closure;
 use wasm_bindgen::{JsCast, JsValue};
 
-use super::config::{Backend, Config};
+use super::config::{cleanup_requests, Config};
 use crate::core::budget::Budgeted;
-use crate::core::etcd::EtcdMachine;
-use crate::core::redis::{RedisMachine, RedlockMachine};
-use crate::core::{
-    AcquireOptions, LockError, LockHandle, LockId, LockInfo, LockMachine, LockStatus,
-};
-use crate::js::{Driver, JsEntropy, OpOutput};
+use crate::core::{AcquireOptions, LockError, LockHandle, LockId, LockInfo, LockStatus, Operation};
+use crate::js::{Driver, JsEntropy};
 
 /// How an acquire ended when it did not fail.
 pub enum Acquired {
@@ -44,28 +40,12 @@ pub struct LockClient {
 impl LockClient {
     /// `budget`: subrequests the lock may use in this invocation.
     pub fn new(config: &Config, budget: u32) -> Result<LockClient, LockError> {
-        let entropy = Box::new(JsEntropy::new()?);
-        let reserve = config.backend.cleanup_requests();
-        let machine: Box<dyn LockMachine> = match &config.backend {
-            Backend::Etcd(c) => Box::new(Budgeted::new(
-                EtcdMachine::new(c.clone(), entropy)?,
-                budget,
-                reserve,
-            )),
-            Backend::Redis(c) => Box::new(Budgeted::new(
-                RedisMachine::new(c.clone(), entropy)?,
-                budget,
-                reserve,
-            )),
-            Backend::Redlock(c) => Box::new(Budgeted::new(
-                RedlockMachine::new(c.clone(), entropy)?,
-                budget,
-                reserve,
-            )),
-        };
+        let reserve = cleanup_requests(&config.backend);
+        let inner = config.backend.clone().build(Box::new(JsEntropy::new()?))?;
+        let machine = Box::new(Budgeted::new(inner, budget, reserve));
         let fetches = Rc::new(Cell::new(0));
         let fetch = counting_fetch(fetches.clone())?;
-        let driver = Driver::new(machine, Some(fetch))?;
+        let driver = Driver::new(machine, Some(fetch), None)?;
         Ok(LockClient { driver, fetches })
     }
 
@@ -80,35 +60,27 @@ impl LockClient {
     }
 
     pub async fn acquire(&self, name: &str, opts: &AcquireOptions) -> Result<Acquired, LockError> {
-        let (_, done) = self.driver.acquire(name, opts)?;
-        match done.await? {
-            OpOutput::Acquired(lock) => Ok(Acquired::Held(lock)),
-            OpOutput::NotAcquired => Ok(Acquired::Busy),
-            _ => Err(unexpected()),
-        }
+        let (_, done) = self.driver.start(Operation::acquire(name, *opts))?;
+        Ok(match done.await?.into_acquired()? {
+            Some(lock) => Acquired::Held(lock),
+            None => Acquired::Busy,
+        })
     }
 
     pub async fn resume(&self, handle: &LockHandle) -> Result<LockInfo, LockError> {
-        let (_, done) = self.driver.resume(handle)?;
-        match done.await? {
-            OpOutput::Acquired(lock) => Ok(lock),
-            _ => Err(unexpected()),
-        }
+        let (_, done) = self.driver.start(Operation::Resume { handle: handle.clone() })?;
+        done.await?.into_acquired()?.ok_or_else(|| LockError::internal("a resume completed with NotAcquired"))
     }
 
     /// `Ok(false)` when the lock had already been lost.
     pub async fn release(&self, lock: LockId) -> Result<bool, LockError> {
-        match self.driver.release(lock)?.await? {
-            OpOutput::Released { held_until_release } => Ok(held_until_release),
-            _ => Err(unexpected()),
-        }
+        let (_, done) = self.driver.start(Operation::Release { lock })?;
+        done.await?.into_released()
     }
 
     pub async fn inspect(&self, name: &str) -> Result<LockStatus, LockError> {
-        match self.driver.inspect(name)?.await? {
-            OpOutput::Inspected(status) => Ok(status),
-            _ => Err(unexpected()),
-        }
+        let (_, done) = self.driver.start(Operation::Inspect { name: name.to_string() })?;
+        done.await?.into_inspected()
     }
 
     /// Ends the session (etcd revokes its lease). Errors are not interesting
@@ -118,10 +90,6 @@ impl LockClient {
             let _ = done.await;
         }
     }
-}
-
-fn unexpected() -> LockError {
-    LockError::invalid("the lock client answered an operation with another operation's result")
 }
 
 /// `globalThis.fetch`, counted. Called by the driver with `this` = globalThis.

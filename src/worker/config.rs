@@ -21,40 +21,22 @@
 
 use crate::core::etcd::EtcdConfig;
 use crate::core::redis::{RedisConfig, RedisNode, RedlockConfig};
-use crate::core::LockError;
+use crate::core::{BackendSpec, LockError};
 
-/// Which lock backend, with its client configuration.
-#[derive(Clone, Debug)]
-pub enum Backend {
-    Etcd(EtcdConfig),
-    Redis(RedisConfig),
-    Redlock(RedlockConfig),
-}
-
-impl Backend {
-    pub fn name(&self) -> &'static str {
-        match self {
-            Backend::Etcd(_) => "etcd",
-            Backend::Redis(_) => "redis",
-            Backend::Redlock(_) => "redlock",
-        }
-    }
-
-    /// Requests kept back for releasing and cleaning up when the budget runs
-    /// low: one owner-checked delete per Redis node; etcd deletes the key and
-    /// revokes the invocation's session lease.
-    pub fn cleanup_requests(&self) -> u32 {
-        match self {
-            Backend::Etcd(_) => 2,
-            Backend::Redis(_) => 1,
-            Backend::Redlock(c) => c.nodes.len() as u32,
-        }
+/// Requests kept back for releasing and cleaning up when the budget runs
+/// low: one owner-checked delete per Redis node; etcd deletes the key and
+/// revokes the invocation's session lease.
+pub fn cleanup_requests(backend: &BackendSpec) -> u32 {
+    match backend {
+        BackendSpec::Redis(_) => 1,
+        BackendSpec::Redlock(c) => c.nodes.len() as u32,
+        _ => 2,
     }
 }
 
 #[derive(Clone, Debug)]
 pub struct Config {
-    pub backend: Backend,
+    pub backend: BackendSpec,
     pub subrequest_budget: u32,
     pub fenced_url: Option<String>,
     pub job_ms: u64,
@@ -110,7 +92,7 @@ impl Config {
                 if let Some(t) = timeout {
                     cfg.request_timeout_ms = t;
                 }
-                Backend::Etcd(cfg)
+                BackendSpec::Etcd(cfg)
             }
             "redis" => {
                 let url = var("EDGELOCK_REDIS_URL").ok_or_else(|| {
@@ -127,7 +109,7 @@ impl Config {
                 if let Some(t) = timeout {
                     cfg.request_timeout_ms = t;
                 }
-                Backend::Redis(cfg)
+                BackendSpec::Redis(cfg)
             }
             "redlock" => {
                 let urls = list(&var("EDGELOCK_REDLOCK_NODES").unwrap_or_default());
@@ -157,7 +139,7 @@ impl Config {
                 if let Some(t) = timeout {
                     cfg.request_timeout_ms = t;
                 }
-                Backend::Redlock(cfg)
+                BackendSpec::Redlock(cfg)
             }
             _ => {
                 return Err(LockError::invalid(

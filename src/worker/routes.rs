@@ -147,7 +147,7 @@ pub async fn handle(
     match (method, segments.as_slice()) {
         ("GET", [""]) => Reply::ok(json!({
             "service": "edgelock job coordinator",
-            "backend": cfg.backend.name(),
+            "backend": cfg.backend.kind().as_str(),
             "subrequestBudget": cfg.subrequest_budget,
             "routes": ["POST /jobs/:name/run", "POST /jobs/:name/start", "POST /jobs/:name/finish", "GET /locks/:name"],
         })),
@@ -340,7 +340,7 @@ async fn lock_status(cfg: &Config, name: &str) -> Reply {
     let reply = match status {
         Ok(s) => Reply::ok(json!({
             "name": s.name,
-            "backend": cfg.backend.name(),
+            "backend": cfg.backend.kind().as_str(),
             "held": s.held,
             "holder": s.holder,
             "token": s.fencing_token.map(|t| t.to_string()),

@@ -18,20 +18,11 @@ impl<M: LockMachine> LockMachine for Counting<M> {
     fn backend(&self) -> BackendKind {
         self.inner.backend()
     }
-    fn acquire(&mut self, now: Millis, name: &str, o: &AcquireOptions) -> Result<OpId, LockError> {
-        self.inner.acquire(now, name, o)
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
     }
-    fn release(&mut self, now: Millis, l: LockId) -> Result<OpId, LockError> {
-        self.inner.release(now, l)
-    }
-    fn extend(&mut self, now: Millis, l: LockId, t: Option<u64>) -> Result<OpId, LockError> {
-        self.inner.extend(now, l, t)
-    }
-    fn resume(&mut self, now: Millis, h: &LockHandle) -> Result<OpId, LockError> {
-        self.inner.resume(now, h)
-    }
-    fn inspect(&mut self, now: Millis, n: &str) -> Result<OpId, LockError> {
-        self.inner.inspect(now, n)
+    fn start_operation(&mut self, now: Millis, op: Operation) -> Result<OpId, LockError> {
+        self.inner.start_operation(now, op)
     }
     fn cancel(&mut self, now: Millis, op: OpId) {
         self.inner.cancel(now, op)

@@ -794,7 +794,8 @@ impl EtcdModel {
     }
 
     fn dispatch(&mut self, now: Millis, req: &HttpRequest) -> Result<Reply, GwError> {
-        let path = req.url.find("/v3/").map_or("", |i| &req.url[i..]).to_string();
+        let url = req.target.url().unwrap_or("");
+        let path = url.find("/v3/").map_or("", |i| &url[i..]).to_string();
         *self.requests.entry(path.clone()).or_insert(0) += 1;
         let known = [
             "/v3/kv/range",

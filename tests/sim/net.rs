@@ -83,8 +83,8 @@ use std::cmp::Ordering;
 use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet, VecDeque};
 
 use edgelock::core::{
-    AcquireOptions, Event, HttpRequest, Input, LockId, LockMachine, Millis, OpId, RequestId, SeededEntropy, Transmit,
-    TransportError, Wait,
+    AcquireOptions, Event, HttpRequest, Input, LockError, LockId, LockInfo, LockMachine, LockMachineExt, LostReason, Millis, OpId,
+    RequestId, SeededEntropy, Transmit, TransportError, Wait,
 };
 
 /// Header the world adds to every request: the sending client's index.
@@ -783,8 +783,8 @@ impl<S: SimServer> World<S> {
 
     fn send(&mut self, c: usize, mut req: HttpRequest) {
         let id = req.id;
-        let Some(endpoint) = self.route(&req.url) else {
-            self.violations.push(format!("client {c} sent to an unknown URL {:?}", req.url));
+        let Some(endpoint) = self.route(req.target.url().unwrap_or("")) else {
+            self.violations.push(format!("client {c} sent to an unknown target {:?}", req.target));
             return;
         };
         if self.clients[c].inflight.contains_key(&id) {
@@ -798,7 +798,7 @@ impl<S: SimServer> World<S> {
         let now = self.now;
         self.log(|| {
             let body = String::from_utf8_lossy(&req.body);
-            format!("c{c} -> #{} {} {}", id.0, req.url, body)
+            format!("c{c} -> #{} {} {}", id.0, req.target, body)
         });
         // The driver's safety net, measured on the client's clock.
         if let Some(to) = req.timeout_ms {
@@ -1048,8 +1048,9 @@ impl<S: SimServer> World<S> {
 
     fn on_event(&mut self, c: usize, e: Event) {
         self.log(|| format!("c{c} event {e:?}"));
+        let e = Seen::from(e);
         match e {
-            Event::Acquired { op, lock } => {
+            Seen::Acquired { op, lock } => {
                 let token = lock.fencing_token;
                 if self.complete(c, op, Outcome::Acquired { lock: lock.id, token }).is_none() {
                     return;
@@ -1089,26 +1090,26 @@ impl<S: SimServer> World<S> {
                     self.user_release(c, lock.id);
                 }
             }
-            Event::NotAcquired { op } => {
+            Seen::NotAcquired { op } => {
                 self.complete(c, op, Outcome::NotAcquired);
                 self.op_finished(c, op);
             }
-            Event::Released { op, lock, held_until_release } => {
+            Seen::Released { op, lock, held_until_release } => {
                 self.complete(c, op, Outcome::Released { held_until_release });
                 self.clients[c].holdings.remove(&lock);
                 self.op_finished(c, op);
             }
-            Event::Extended { lock, expires_at, .. } | Event::Renewed { lock, expires_at } => {
+            Seen::Extended { lock, expires_at, .. } | Seen::Renewed { lock, expires_at } => {
                 match self.clients[c].holdings.get_mut(&lock) {
                     Some(h) => h.expires_at = expires_at,
                     None => self.violations.push(format!("client {c}: renewal of lock {lock:?} it does not hold")),
                 }
-                if let Event::Extended { op, .. } = e {
+                if let Seen::Extended { op, .. } = e {
                     self.complete(c, op, Outcome::Extended { expires_at });
                 }
             }
-            Event::Inspected { .. } => {}
-            Event::Closed { op } => {
+            Seen::Inspected { .. } => {}
+            Seen::Closed { op } => {
                 self.complete(c, op, Outcome::Closed);
                 if !self.clients[c].holdings.is_empty() {
                     self.violations.push(format!("client {c}: Closed while locks are neither released nor lost"));
@@ -1119,13 +1120,13 @@ impl<S: SimServer> World<S> {
                     self.all_closed_at = Some(self.now);
                 }
             }
-            Event::Failed { op, error } => {
+            Seen::Failed { op, error } => {
                 let outcome = Outcome::Failed { code: error.code(), message: error.to_string() };
                 let retryable = error.is_retryable();
                 self.complete(c, op, outcome);
                 self.op_failed(c, op, retryable);
             }
-            Event::Lost { lock, name, reason } => {
+            Seen::Lost { lock, name, reason } => {
                 if self.clients[c].holdings.remove(&lock).is_none() {
                     self.violations.push(format!("client {c}: Lost for lock {lock:?} ({name}) it does not hold"));
                 }
@@ -1576,5 +1577,39 @@ impl<S: SimServer> World<S> {
             }
         }
         s
+    }
+}
+
+/// The machine's events as the simulation records them: one variant per
+/// outcome, flattened from `Event::Completed`.
+#[derive(Debug)]
+enum Seen {
+    Acquired { op: OpId, lock: LockInfo },
+    NotAcquired { op: OpId },
+    Released { op: OpId, lock: LockId, held_until_release: bool },
+    Extended { op: OpId, lock: LockId, expires_at: Millis },
+    Renewed { lock: LockId, expires_at: Millis },
+    Inspected { op: OpId },
+    Closed { op: OpId },
+    Failed { op: OpId, error: LockError },
+    Lost { lock: LockId, name: String, reason: LostReason },
+}
+
+impl From<Event> for Seen {
+    fn from(e: Event) -> Self {
+        use edgelock::core::Outcome as Done;
+        match e {
+            Event::Completed { op, result: Ok(Done::Acquired(lock)) } => Seen::Acquired { op, lock },
+            Event::Completed { op, result: Ok(Done::NotAcquired) } => Seen::NotAcquired { op },
+            Event::Completed { op, result: Ok(Done::Released { lock, held_until_release }) } => {
+                Seen::Released { op, lock, held_until_release }
+            }
+            Event::Completed { op, result: Ok(Done::Extended { lock, expires_at }) } => Seen::Extended { op, lock, expires_at },
+            Event::Completed { op, result: Ok(Done::Inspected(_)) } => Seen::Inspected { op },
+            Event::Completed { op, result: Ok(Done::Closed) } => Seen::Closed { op },
+            Event::Completed { op, result: Err(error) } => Seen::Failed { op, error },
+            Event::Renewed { lock, expires_at } => Seen::Renewed { lock, expires_at },
+            Event::Lost { lock, name, reason } => Seen::Lost { lock, name, reason },
+        }
     }
 }

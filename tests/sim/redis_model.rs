@@ -383,7 +383,7 @@ impl RedisModel {
             }
         }
         let b64 = Self::header(req, "upstash-encoding").is_some_and(|v| v.eq_ignore_ascii_case("base64"));
-        let path = req.url.splitn(4, '/').nth(3).unwrap_or("");
+        let path = req.target.url().unwrap_or("").splitn(4, '/').nth(3).unwrap_or("");
         let Ok(body) = serde_json::from_slice::<Value>(&req.body) else {
             return full(400, json!({"error": "ERR failed to parse command"}));
         };
@@ -423,7 +423,7 @@ impl RedisModel {
     }
 
     fn webdis(&mut self, req: &HttpRequest, client: Option<usize>, g: Millis) -> Reply {
-        let path = req.url.splitn(4, '/').nth(3).unwrap_or("");
+        let path = req.target.url().unwrap_or("").splitn(4, '/').nth(3).unwrap_or("");
         if !path.is_empty() {
             return Reply::Full { status: 500, body: b"the model takes commands in the POST body only".to_vec() };
         }

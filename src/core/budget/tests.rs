@@ -3,6 +3,7 @@
 //! every operation it stops must end with `BudgetExhausted`.
 
 use super::*;
+use crate::core::{LockMachineExt, Outcome};
 use crate::core::redis::scripts::Script;
 use crate::core::redis::{RedisConfig, RedisMachine, RedisNode, RedlockConfig, RedlockMachine};
 use crate::core::SeededEntropy;
@@ -66,14 +67,14 @@ impl<M: LockMachine> Harness<M> {
 
     fn failure_of(&self, op: OpId) -> Option<&LockError> {
         self.events.iter().find_map(|e| match e {
-            Event::Failed { op: o, error } if *o == op => Some(error),
+            Event::Completed { op: o, result: Err(error) } if *o == op => Some(error),
             _ => None,
         })
     }
 
     fn acquired(&self, op: OpId) -> Option<LockId> {
         self.events.iter().find_map(|e| match e {
-            Event::Acquired { op: o, lock } if *o == op => Some(lock.id),
+            Event::Completed { op: o, result: Ok(Outcome::Acquired(lock)) } if *o == op => Some(lock.id),
             _ => None,
         })
     }
@@ -149,7 +150,7 @@ fn the_reserve_is_kept_for_the_release_of_a_held_lock() {
     let rel = h.m.release(h.now, lock).unwrap();
     h.run(0, free);
     assert!(
-        h.events.iter().any(|e| matches!(e, Event::Released { op, held_until_release: true, .. } if *op == rel)),
+        h.events.iter().any(|e| matches!(e, Event::Completed { op, result: Ok(Outcome::Released { held_until_release: true, .. }) } if *op == rel)),
         "{:?}",
         h.events
     );
@@ -196,7 +197,7 @@ fn a_budget_of_zero_refuses_everything_without_sending() {
     assert!(matches!(r, Err(LockError::BudgetExhausted { budget: 0, .. })), "{r:?}");
     let c = h.m.close(h.now);
     h.run(0, free);
-    assert!(h.events.iter().any(|e| matches!(e, Event::Closed { op } if *op == c)));
+    assert!(h.events.iter().any(|e| matches!(e, Event::Completed { op, result: Ok(Outcome::Closed) } if *op == c)));
     assert_eq!(h.m.sent(), 0);
 }
 

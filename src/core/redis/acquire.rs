@@ -257,8 +257,8 @@ impl Engine {
         // No op: the user already got its answer (close).
         let Some(op) = task.op else { return false };
         match next {
-            Next::NotAcquired => self.out.event(Event::NotAcquired { op }),
-            Next::Fail(error) => self.out.event(Event::Failed { op, error }),
+            Next::NotAcquired => self.out.complete(op, Ok(Outcome::NotAcquired)),
+            Next::Fail(error) => self.out.fail(op, error),
             Next::Retry { .. } => {}
         }
         false
@@ -294,7 +294,7 @@ impl Engine {
             last_error: None,
         };
         self.locks.insert(id, held);
-        self.out.event(Event::Acquired { op, lock: info });
+        self.out.complete(op, Ok(Outcome::Acquired(info)));
         a.phase = Phase::Done;
     }
 

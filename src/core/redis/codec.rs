@@ -7,7 +7,7 @@ use base64::Engine;
 use super::value::{RedisCommand, RedisValue, ReplyError};
 use super::{upstash, webdis, RedisNode, RedisProtocol};
 use crate::core::names::validate_base_url;
-use crate::core::{HttpRequest, LockError, Method, RequestId};
+use crate::core::{HttpRequest, LockError, Method, RequestId, Target};
 
 #[derive(Clone)]
 pub struct NodeCodec {
@@ -77,7 +77,7 @@ impl NodeCodec {
         Ok(HttpRequest {
             id,
             method: Method::Post,
-            url,
+            target: Target::Url(url),
             headers: self.headers.clone(),
             body,
             timeout_ms: Some(timeout_ms),
@@ -157,16 +157,16 @@ mod tests {
         let cmd = RedisCommand::new("GET").arg("a/../b?c#d");
         let u = NodeCodec::new(&node(RedisProtocol::Upstash, Some("sekrit-token"))).unwrap();
         let r = u.encode(RequestId(1), &cmd, 500).unwrap();
-        assert_eq!(r.url, "http://127.0.0.1:7379/");
+        assert_eq!(r.target.url(), Some("http://127.0.0.1:7379/"));
         assert_eq!(r.method, Method::Post);
         let mut n = node(RedisProtocol::Upstash, Some("t"));
         n.url = "https://gw.example/redis/".into();
-        assert_eq!(NodeCodec::new(&n).unwrap().encode(RequestId(9), &cmd, 1).unwrap().url, "https://gw.example/redis");
+        assert_eq!(NodeCodec::new(&n).unwrap().encode(RequestId(9), &cmd, 1).unwrap().target.url(), Some("https://gw.example/redis"));
         assert!(r.headers.contains(&("Authorization".into(), "Bearer sekrit-token".into())));
         assert!(!format!("{r:?}").contains("sekrit"));
         let w = NodeCodec::new(&node(RedisProtocol::Webdis, None)).unwrap();
         let r = w.encode(RequestId(2), &cmd, 500).unwrap();
-        assert_eq!(r.url, "http://127.0.0.1:7379/");
+        assert_eq!(r.target.url(), Some("http://127.0.0.1:7379/"));
         assert_eq!(r.body, b"GET/a%2F%2E%2E%2Fb%3Fc%23d".to_vec());
         let wa = NodeCodec::new(&node(RedisProtocol::Webdis, Some("user:pw"))).unwrap();
         let r = wa.encode(RequestId(3), &cmd, 500).unwrap();

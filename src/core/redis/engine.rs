@@ -249,7 +249,7 @@ impl Engine {
     fn maybe_finish_close(&mut self) {
         if self.closed && self.tasks.is_empty() && self.locks.is_empty() {
             for op in std::mem::take(&mut self.close_ops) {
-                self.out.event(Event::Closed { op });
+                self.out.complete(op, Ok(Outcome::Closed));
             }
         }
     }
@@ -373,6 +373,16 @@ impl Engine {
 
     // ---------------------------------------------------------------- user side
 
+    pub(crate) fn start_operation(&mut self, now: Millis, op: Operation) -> Result<OpId, LockError> {
+        match op {
+            Operation::Acquire { name, kind: _, options } => self.acquire(now, &name, &options),
+            Operation::Release { lock } => self.release(now, lock),
+            Operation::Extend { lock, ttl_ms } => self.extend(now, lock, ttl_ms),
+            Operation::Resume { handle } => self.resume(now, &handle),
+            Operation::Inspect { name } => self.inspect(now, &name),
+        }
+    }
+
     pub(crate) fn cancel(&mut self, now: Millis, op: OpId) {
         let Some(tid) = self.tasks.iter().find(|(_, t)| t.op == Some(op)).map(|(tid, _)| *tid) else {
             return;
@@ -406,7 +416,7 @@ impl Engine {
             }
             if let Some(op) = task.op.take() {
                 let error = self.closed_error();
-                self.out.event(Event::Failed { op, error });
+                self.out.fail(op, error);
             }
             match &mut task.kind {
                 TaskKind::Acquire(a) => {
@@ -422,7 +432,7 @@ impl Engine {
                 let r = h.renewal.take();
                 self.drop_round(r);
                 self.record_ended(id, &h.name);
-                self.out.event(Event::Lost { lock: id, name: h.name.clone(), reason: LostReason::ClientClosed });
+                self.out.lost(id, h.name.clone(), LostReason::ClientClosed);
                 self.release_in_background(h, now);
             }
         }

@@ -90,7 +90,7 @@ impl Engine {
                 h.expires_at = exp;
                 h.last_error = None;
                 h.next_renewal = h.renew.then(|| round.started + h.ttl / 3);
-                self.out.event(Event::Renewed { lock: id, expires_at: exp });
+                self.out.renewed(id, exp);
                 return;
             }
         }
@@ -115,7 +115,7 @@ impl Engine {
         let r = h.renewal.take();
         self.drop_round(r);
         self.record_ended(id, &h.name);
-        self.out.event(Event::Lost { lock: id, name: h.name.clone(), reason });
+        self.out.lost(id, h.name.clone(), reason);
         self.release_in_background(h, now);
     }
 
@@ -125,7 +125,7 @@ impl Engine {
         }
         let op = self.out.op_id();
         let Some(mut h) = self.locks.remove(&lock) else {
-            self.out.event(Event::Released { op, lock, held_until_release: false });
+            self.out.complete(op, Ok(Outcome::Released { lock, held_until_release: false }));
             return Ok(op);
         };
         let r = h.renewal.take();
@@ -156,13 +156,13 @@ impl Engine {
             None => self.record_ended(lock.id, &lock.name),
             Some(op) if settled => {
                 self.record_ended(lock.id, &lock.name);
-                self.out.event(Event::Released { op, lock: lock.id, held_until_release: c.yes >= q });
+                self.out.complete(op, Ok(Outcome::Released { lock: lock.id, held_until_release: c.yes >= q }));
             }
             Some(op) => {
                 // Nothing definite: keep the lock (without renewals) so that the
                 // user can retry; it expires on its own otherwise.
                 let error = self.round_error(&lock.name, c.first_error.as_ref(), c.yes);
-                self.out.event(Event::Failed { op, error });
+                self.out.fail(op, error);
                 if !self.closed {
                     let mut lock = lock;
                     lock.renew = false;
@@ -188,7 +188,7 @@ impl Engine {
         let Some(h) = self.locks.get(&lock) else {
             let name = self.ended_name(lock);
             let error = LockError::NotHeld { backend: self.backend_str(), name };
-            self.out.event(Event::Failed { op, error });
+            self.out.fail(op, error);
             return Ok(op);
         };
         let ttl = ttl_ms.unwrap_or(h.ttl);
@@ -216,7 +216,7 @@ impl Engine {
         let c = count_flags(&round);
         let Some(h) = self.locks.get_mut(&lock).filter(|h| &h.token == token) else {
             let error = LockError::NotHeld { backend, name: task.name.clone() };
-            self.out.event(Event::Failed { op, error });
+            self.out.fail(op, error);
             return false;
         };
         if c.yes >= q {
@@ -227,18 +227,18 @@ impl Engine {
                 if h.renew {
                     h.next_renewal = Some(round.started + ttl / 3);
                 }
-                self.out.event(Event::Extended { op, lock, expires_at: exp });
+                self.out.complete(op, Ok(Outcome::Extended { lock, expires_at: exp }));
                 return false;
             }
         }
         if c.no > n - q {
             let error = LockError::Lost { backend, name: task.name.clone(), reason: LostReason::KeyGone.to_string() };
-            self.out.event(Event::Failed { op, error });
+            self.out.fail(op, error);
             self.lose(lock, LostReason::KeyGone, now);
             return false;
         }
         let error = self.round_error(&task.name, c.first_error.as_ref(), c.yes);
-        self.out.event(Event::Failed { op, error });
+        self.out.fail(op, error);
         false
     }
 }

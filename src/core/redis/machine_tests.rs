@@ -93,7 +93,7 @@ fn acquired(events: &[Event]) -> LockInfo {
     events
         .iter()
         .find_map(|e| match e {
-            Event::Acquired { lock, .. } => Some(lock.clone()),
+            Event::Completed { result: Ok(Outcome::Acquired(lock)), .. } => Some(lock.clone()),
             _ => None,
         })
         .unwrap_or_else(|| panic!("no Acquired in {events:?}"))
@@ -109,7 +109,7 @@ fn uncontended_redlock_is_one_parallel_round_each_way() {
     h.m.acquire(h.now, "job", &opts(Wait::Forever)).unwrap();
     let reqs = h.take();
     assert_eq!(reqs.len(), 5);
-    let urls: std::collections::BTreeSet<_> = reqs.iter().map(|r| r.url.clone()).collect();
+    let urls: std::collections::BTreeSet<_> = reqs.iter().map(|r| r.target.clone()).collect();
     assert_eq!(urls.len(), 5, "one request per node");
     assert!(reqs.iter().all(|r| script_of(r) == scripts::Script::Acquire && r.timeout_ms == Some(1_000)));
     for (i, r) in reqs.iter().enumerate() {
@@ -129,7 +129,7 @@ fn uncontended_redlock_is_one_parallel_round_each_way() {
         h.answer(r, r#"{"result":1}"#);
     }
     let ev = h.take_events();
-    assert!(matches!(ev.as_slice(), [Event::Released { held_until_release: true, .. }]), "{ev:?}");
+    assert!(matches!(ev.as_slice(), [Event::Completed { result: Ok(Outcome::Released { held_until_release: true, .. }), .. }]), "{ev:?}");
     assert!(h.take().is_empty());
     assert_eq!(h.m.live_count(), 0);
 }
@@ -208,8 +208,8 @@ fn failed_attempt_deletes_where_the_key_may_be_and_retries_then_no_quorum() {
     h.advance_to(h.now + 1_000);
     assert_eq!(h.cancelled, [reqs[4].id], "timed out");
     let cleanup = h.take();
-    let urls: Vec<&String> = cleanup.iter().map(|r| &r.url).collect();
-    assert_eq!(urls, [&reqs[0].url, &reqs[2].url, &reqs[3].url, &reqs[4].url], "granted and unknown nodes, not the holder's");
+    let urls: Vec<&Target> = cleanup.iter().map(|r| &r.target).collect();
+    assert_eq!(urls, [&reqs[0].target, &reqs[2].target, &reqs[3].target, &reqs[4].target], "granted and unknown nodes, not the holder's");
     assert!(cleanup.iter().all(|r| script_of(r) == scripts::Script::Release));
     for r in &cleanup {
         h.answer(r, r#"{"result":1}"#);
@@ -221,7 +221,7 @@ fn failed_attempt_deletes_where_the_key_may_be_and_retries_then_no_quorum() {
     }
     let ev = h.take_events();
     match ev.as_slice() {
-        [Event::Failed { op: o, error: LockError::NoQuorum { granted: 0, needed: 3, .. } }] => assert_eq!(*o, op),
+        [Event::Completed { op: o, result: Err(LockError::NoQuorum { granted: 0, needed: 3, .. }) }] => assert_eq!(*o, op),
         other => panic!("{other:?}"),
     }
     assert_eq!(h.m.live_count(), 0);
@@ -256,7 +256,7 @@ fn try_on_a_held_lock_is_not_acquired_and_sends_nothing_more() {
     let op = h.m.acquire(h.now, "job", &opts(Wait::Try)).unwrap();
     let r = h.take();
     h.answer(&r[0], r#"{"result":[0,4,500]}"#);
-    assert_eq!(h.take_events(), [Event::NotAcquired { op }]);
+    assert_eq!(h.take_events(), [Event::Completed { op, result: Ok(Outcome::NotAcquired) }]);
     assert!(h.take().is_empty());
     assert_eq!(h.m.live_count(), 0);
 }
@@ -272,7 +272,7 @@ fn wait_for_times_out_at_its_deadline() {
         }
         let ev = h.take_events();
         if !ev.is_empty() {
-            assert!(matches!(ev.as_slice(), [Event::Failed { op: o, error: LockError::Timeout { .. } }] if *o == op), "{ev:?}");
+            assert!(matches!(ev.as_slice(), [Event::Completed { op: o, result: Err(LockError::Timeout { .. }) }] if *o == op), "{ev:?}");
             break;
         }
         let t = h.next_timer();
@@ -296,7 +296,7 @@ fn cancel_waits_for_the_attempt_in_flight_and_deletes_its_key() {
     assert_eq!(script_of(&del[0]), scripts::Script::Release);
     h.answer(&del[0], r#"{"result":1}"#);
     let ev = h.take_events();
-    assert!(matches!(ev.as_slice(), [Event::Failed { error: LockError::Aborted { .. }, .. }]), "{ev:?}");
+    assert!(matches!(ev.as_slice(), [Event::Completed { result: Err(LockError::Aborted { .. }), .. }]), "{ev:?}");
     assert_eq!(h.m.live_count(), 0);
 }
 
@@ -313,7 +313,7 @@ fn a_timed_out_acquire_deletes_its_possible_key_before_failing() {
     assert!(h.take_events().is_empty());
     h.answer(&del[0], r#"{"result":0}"#);
     let ev = h.take_events();
-    assert!(matches!(ev.as_slice(), [Event::Failed { error: LockError::Transport { .. }, .. }]), "{ev:?}");
+    assert!(matches!(ev.as_slice(), [Event::Completed { result: Err(LockError::Transport { .. }), .. }]), "{ev:?}");
 }
 
 #[test]
@@ -344,7 +344,7 @@ fn watchdog_renews_at_a_third_and_reports_a_lost_key() {
     h.answer(&r[0], r#"{"result":0}"#);
     assert_eq!(h.m.live_count(), 0);
     let op = h.m.release(h.now, lock.id).unwrap();
-    assert_eq!(h.take_events(), [Event::Released { op, lock: lock.id, held_until_release: false }]);
+    assert_eq!(h.take_events(), [Event::Completed { op, result: Ok(Outcome::Released { lock: lock.id, held_until_release: false }) }]);
 }
 
 #[test]
@@ -383,7 +383,7 @@ fn webdis_nodes_speak_percent_encoded_bodies() {
     let mut h = Harness::new(RedisMachine::new(cfg, Box::new(SeededEntropy::new(1))).unwrap());
     h.m.acquire(h.now, "a/../b?.json", &opts(Wait::Try)).unwrap();
     let r = h.take();
-    assert_eq!(r[0].url, "http://127.0.0.1:7379/");
+    assert_eq!(r[0].target.url(), Some("http://127.0.0.1:7379/"));
     let args = webdis::decode_body(&r[0].body);
     assert_eq!(args[0], b"EVAL");
     assert_eq!(args[3], b"{edgelock:a/../b?.json}");
@@ -402,7 +402,7 @@ fn backend_errors_fail_the_single_node_with_the_nodes_error() {
     assert!(h.take().is_empty());
     let ev = h.take_events();
     match ev.as_slice() {
-        [Event::Failed { error: LockError::Backend { status: Some(401), message, .. }, .. }] => {
+        [Event::Completed { result: Err(LockError::Backend { status: Some(401), message, .. }), .. }] => {
             assert!(!message.contains("tok-secret"))
         }
         other => panic!("{other:?}"),
@@ -423,7 +423,7 @@ fn close_releases_held_locks_then_reports_closed() {
     let releases = h.take();
     assert_eq!(releases.len(), 3);
     let ev = h.take_events();
-    assert_eq!(ev[0], Event::Failed { op: waiting, error: LockError::Closed { backend: "redlock" } });
+    assert_eq!(ev[0], Event::Completed { op: waiting, result: Err(LockError::Closed { backend: "redlock" }) });
     assert!(matches!(&ev[1], Event::Lost { reason: LostReason::ClientClosed, .. }), "{ev:?}");
     for r in &releases {
         h.answer(r, r#"{"result":1}"#);
@@ -437,7 +437,7 @@ fn close_releases_held_locks_then_reports_closed() {
     for r in &cleanup {
         h.answer(r, r#"{"result":1}"#);
     }
-    assert_eq!(h.take_events(), [Event::Closed { op: close }]);
+    assert_eq!(h.take_events(), [Event::Completed { op: close, result: Ok(Outcome::Closed) }]);
     assert_eq!(h.m.live_count(), 0);
     assert!(h.m.acquire(h.now, "c", &opts(Wait::Try)).is_err());
 }
@@ -469,7 +469,7 @@ fn resume_and_inspect() {
     other.fail(&r[2]);
     let ev = other.take_events();
     match ev.as_slice() {
-        [Event::Inspected { status, .. }] => {
+        [Event::Completed { result: Ok(Outcome::Inspected(status)), .. }] => {
             assert!(!status.held, "one of the two answering nodes has it: {status:?}");
             assert_eq!(status.fencing_token, Some(5));
         }
@@ -481,7 +481,7 @@ fn resume_and_inspect() {
     other.answer(&r[1], r#"{"result":[1,0,8000,4]}"#);
     other.fail(&r[2]);
     match other.take_events().as_slice() {
-        [Event::Inspected { status, .. }] => {
+        [Event::Completed { result: Ok(Outcome::Inspected(status)), .. }] => {
             assert!(status.held);
             assert_eq!(status.remaining_ms, Some(8_000));
         }
@@ -521,7 +521,7 @@ fn a_manual_extend_during_a_renewal_does_not_make_the_timer_spin() {
     let ext = h.take();
     h.now += 5;
     h.answer(&ext[0], r#"{"result":1}"#);
-    assert!(matches!(h.take_events().as_slice(), [Event::Extended { .. }]));
+    assert!(matches!(h.take_events().as_slice(), [Event::Completed { result: Ok(Outcome::Extended { .. }), .. }]));
     // The renewal is still in flight: the next timer is its timeout, not a
     // renewal that is already due.
     assert!(h.next_timer() > h.now, "{} <= {}", h.next_timer(), h.now);

@@ -140,38 +140,18 @@ macro_rules! delegate_lock_machine {
             fn backend(&self) -> $crate::core::BackendKind {
                 self.engine.s.backend
             }
-            fn acquire(
+            fn capabilities(&self) -> $crate::core::Capabilities {
+                $crate::core::Capabilities { kinds: $crate::core::Capabilities::EXCLUSIVE_ONLY, per_lock_ttl: true }
+            }
+            fn live_count(&self) -> usize {
+                self.engine.live_count()
+            }
+            fn start_operation(
                 &mut self,
                 now: $crate::core::Millis,
-                name: &str,
-                opts: &$crate::core::AcquireOptions,
+                op: $crate::core::Operation,
             ) -> Result<$crate::core::OpId, $crate::core::LockError> {
-                self.engine.acquire(now, name, opts)
-            }
-            fn release(
-                &mut self,
-                now: $crate::core::Millis,
-                lock: $crate::core::LockId,
-            ) -> Result<$crate::core::OpId, $crate::core::LockError> {
-                self.engine.release(now, lock)
-            }
-            fn extend(
-                &mut self,
-                now: $crate::core::Millis,
-                lock: $crate::core::LockId,
-                ttl_ms: Option<u64>,
-            ) -> Result<$crate::core::OpId, $crate::core::LockError> {
-                self.engine.extend(now, lock, ttl_ms)
-            }
-            fn resume(
-                &mut self,
-                now: $crate::core::Millis,
-                handle: &$crate::core::LockHandle,
-            ) -> Result<$crate::core::OpId, $crate::core::LockError> {
-                self.engine.resume(now, handle)
-            }
-            fn inspect(&mut self, now: $crate::core::Millis, name: &str) -> Result<$crate::core::OpId, $crate::core::LockError> {
-                self.engine.inspect(now, name)
+                self.engine.start_operation(now, op)
             }
             fn cancel(&mut self, now: $crate::core::Millis, op: $crate::core::OpId) {
                 self.engine.cancel(now, op)
@@ -193,9 +173,6 @@ macro_rules! delegate_lock_machine {
             }
             fn poll_timeout(&self) -> Option<$crate::core::Millis> {
                 self.engine.poll_timeout()
-            }
-            fn live_count(&self) -> usize {
-                self.engine.live_count()
             }
         }
     };

@@ -93,16 +93,16 @@ impl Engine {
                         last_error: None,
                     },
                 );
-                self.out.event(Event::Acquired { op, lock: info });
+                self.out.complete(op, Ok(Outcome::Acquired(info)));
             }
             None if mine.len() + failed >= q && failed > 0 => {
                 let error = self.round_error(&task.name, Round::first_error(&parsed), mine.len());
-                self.out.event(Event::Failed { op, error });
+                self.out.fail(op, error);
             }
             None => {
                 let reason = "the handle's key is no longer held by its owner".to_string();
                 let error = LockError::Lost { backend, name: task.name.clone(), reason };
-                self.out.event(Event::Failed { op, error });
+                self.out.fail(op, error);
             }
         }
         false
@@ -131,7 +131,7 @@ impl Engine {
         let q = self.q();
         if answers.len() < q {
             let error = self.round_error(&task.name, Round::first_error(&parsed), answers.len());
-            self.out.event(Event::Failed { op, error });
+            self.out.fail(op, error);
             return false;
         }
         let existing: Vec<&StatusReply> = answers.iter().filter(|s| s.exists).collect();
@@ -145,7 +145,7 @@ impl Engine {
             remaining_ms,
             waiters: Vec::new(),
         };
-        self.out.event(Event::Inspected { op, status });
+        self.out.complete(op, Ok(Outcome::Inspected(status)));
         false
     }
 }

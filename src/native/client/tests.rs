@@ -260,20 +260,14 @@ impl LockMachine for PanicsOnInspect {
     fn backend(&self) -> crate::core::BackendKind {
         self.0.backend()
     }
-    fn acquire(&mut self, now: u64, name: &str, o: &AcquireOptions) -> Result<crate::core::OpId, LockError> {
-        self.0.acquire(now, name, o)
+    fn capabilities(&self) -> crate::core::Capabilities {
+        self.0.capabilities()
     }
-    fn release(&mut self, now: u64, l: crate::core::LockId) -> Result<crate::core::OpId, LockError> {
-        self.0.release(now, l)
-    }
-    fn extend(&mut self, now: u64, l: crate::core::LockId, t: Option<u64>) -> Result<crate::core::OpId, LockError> {
-        self.0.extend(now, l, t)
-    }
-    fn resume(&mut self, now: u64, h: &LockHandle) -> Result<crate::core::OpId, LockError> {
-        self.0.resume(now, h)
-    }
-    fn inspect(&mut self, _now: u64, _n: &str) -> Result<crate::core::OpId, LockError> {
-        panic!("deliberate machine bug (test)")
+    fn start_operation(&mut self, now: u64, op: Operation) -> Result<crate::core::OpId, LockError> {
+        if let Operation::Inspect { .. } = op {
+            panic!("deliberate machine bug (test)")
+        }
+        self.0.start_operation(now, op)
     }
     fn cancel(&mut self, now: u64, op: crate::core::OpId) {
         self.0.cancel(now, op)
@@ -290,7 +284,7 @@ impl LockMachine for PanicsOnInspect {
     fn poll_transmit(&mut self) -> Option<crate::core::Transmit> {
         self.0.poll_transmit()
     }
-    fn poll_event(&mut self) -> Option<Event> {
+    fn poll_event(&mut self) -> Option<crate::core::Event> {
         self.0.poll_event()
     }
     fn poll_timeout(&self) -> Option<u64> {

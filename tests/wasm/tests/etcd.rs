@@ -11,7 +11,8 @@ use std::rc::Rc;
 use base64::Engine;
 use edgelock::core::etcd::{EtcdConfig, EtcdMachine};
 use edgelock::js::bindings::RawLocks;
-use edgelock::js::{Driver, JsEntropy, LockNotice, OpOutput};
+use edgelock::core::{Operation, Outcome};
+use edgelock::js::{Driver, JsEntropy, LockNotice};
 use edgelock::{AcquireOptions, LockError, LockInfo, Wait};
 use js_sys::{Function, Object, Promise, Reflect};
 use wasm_bindgen::{JsCast, JsValue};
@@ -34,7 +35,7 @@ fn driver() -> Driver {
     cfg.request_timeout_ms = 1000;
     let machine =
         EtcdMachine::new(cfg, Box::new(JsEntropy::new().expect("crypto"))).expect("config");
-    Driver::new(Box::new(machine), None).expect("driver")
+    Driver::new(Box::new(machine), None, None).expect("driver")
 }
 
 fn unique(base: &str) -> String {
@@ -62,21 +63,21 @@ const TRY: AcquireOptions = AcquireOptions {
 };
 
 async fn acquired(d: &Driver, name: &str, opts: &AcquireOptions) -> LockInfo {
-    match d.acquire(name, opts).expect("valid").1.await {
-        Ok(OpOutput::Acquired(lock)) => lock,
+    match d.start(Operation::acquire(name, *opts)).expect("valid").1.await {
+        Ok(Outcome::Acquired(lock)) => lock,
         other => panic!("expected Acquired, got {other:?}"),
     }
 }
 
 async fn released(d: &Driver, lock: &LockInfo) -> bool {
-    match d.release(lock.id).expect("valid").await {
-        Ok(OpOutput::Released { held_until_release }) => held_until_release,
+    match d.start(Operation::Release { lock: lock.id }).expect("valid").1.await {
+        Ok(Outcome::Released { held_until_release, .. }) => held_until_release,
         other => panic!("expected Released, got {other:?}"),
     }
 }
 
 async fn closed(d: &Driver) {
-    assert_eq!(d.close().expect("close").await, Ok(OpOutput::Closed));
+    assert_eq!(d.close().expect("close").await, Ok(Outcome::Closed));
     assert_eq!(d.live_count(), 0, "something is still alive after close");
 }
 
@@ -131,8 +132,8 @@ async fn exclusion_try_release_and_fencing() {
         "expiresAt {expires} vs now {now_epoch}"
     );
     assert_eq!(
-        b.acquire(&name, &TRY).expect("valid").1.await,
-        Ok(OpOutput::NotAcquired)
+        b.start(Operation::acquire(&name, *&TRY)).expect("valid").1.await,
+        Ok(Outcome::NotAcquired)
     );
     assert_eq!(key_count(&format!("wasm/{name}/")).await, 1);
     assert!(released(&a, &first).await);
@@ -150,12 +151,12 @@ async fn waiter_is_granted_after_release() {
     let (a, b) = (driver(), driver());
     let name = unique("wait");
     let held = acquired(&a, &name, &WAIT).await;
-    let (_, waiting) = b.acquire(&name, &WAIT).expect("valid");
+    let (_, waiting) = b.start(Operation::acquire(&name, *&WAIT)).expect("valid");
     sleep(300).await;
     assert_eq!(key_count(&format!("wasm/{name}/")).await, 2);
     assert!(released(&a, &held).await);
     let next = match waiting.await {
-        Ok(OpOutput::Acquired(l)) => l,
+        Ok(Outcome::Acquired(l)) => l,
         other => panic!("waiter: {other:?}"),
     };
     assert!(next.fencing_token > held.fencing_token);
@@ -169,7 +170,7 @@ async fn cancel_removes_the_waiting_key() {
     let (a, b) = (driver(), driver());
     let name = unique("cancel");
     let held = acquired(&a, &name, &WAIT).await;
-    let (op, waiting) = b.acquire(&name, &WAIT).expect("valid");
+    let (op, waiting) = b.start(Operation::acquire(&name, *&WAIT)).expect("valid");
     sleep(200).await;
     b.cancel(op);
     assert!(matches!(waiting.await, Err(LockError::Aborted { .. })));
@@ -225,8 +226,10 @@ fn message_of(e: &JsValue) -> String {
 
 #[wasm_bindgen_test]
 async fn raw_locks_round_trip_and_error_codes() {
-    let bad = RawLocks::etcd(
+    let bad = RawLocks::connect(
+        "etcd",
         r#"{"endpoints":["http://x"],"headers":{"Authorization":7},"prefix":"s3cret-value"}"#,
+        None,
         None,
     );
     let Err(e) = bad else {
@@ -234,7 +237,7 @@ async fn raw_locks_round_trip_and_error_codes() {
     };
     assert_eq!(code_of(&e), "INVALID_ARGUMENT");
     assert!(!message_of(&e).contains("s3cret"), "{}", message_of(&e));
-    let Err(e) = RawLocks::etcd(r#"{"endpoints":[],"tll":1}"#, None) else {
+    let Err(e) = RawLocks::connect("etcd", r#"{"endpoints":[],"tll":1}"#, None, None) else {
         panic!("unknown field accepted")
     };
     assert_eq!(code_of(&e), "INVALID_ARGUMENT");
@@ -243,7 +246,7 @@ async fn raw_locks_round_trip_and_error_codes() {
         r#"{{"endpoints":["{}"],"prefix":"wasm","sessionTtlMs":3000,"requestTimeoutMs":1000}}"#,
         etcd_url()
     );
-    let raw = RawLocks::etcd(&options, None).expect("valid options");
+    let raw = RawLocks::connect("etcd", &options, None, None).expect("valid options");
     assert_eq!(raw.backend(), "etcd");
     let Err(e) = raw.acquire("x".into(), false, Some(1.5), None, None) else {
         panic!("waitMs 1.5 accepted")

@@ -189,10 +189,7 @@ impl EtcdMachine {
             revision: a.my_rev as u64,
         };
         self.locks.insert(lock, HeldLock { name: a.name.clone(), key: a.key.clone(), rev: a.my_rev, lease, releasing: false });
-        self.out.event(Event::Acquired {
-            op,
-            lock: LockInfo { id: lock, name: a.name, fencing_token: a.my_rev as u64, expires_at, handle },
-        });
+        self.out.complete(op, Ok(Outcome::Acquired(LockInfo { id: lock, name: a.name, fencing_token: a.my_rev as u64, expires_at, handle })));
     }
 
     pub(super) fn on_watch_chunk(&mut self, now: Millis, id: RequestId, data: &[u8]) {
@@ -330,8 +327,8 @@ impl EtcdMachine {
 
     pub(super) fn report_ending(&mut self, op: OpId, _name: &str, ending: Ending) {
         match ending {
-            Ending::NotAcquired => self.out.event(Event::NotAcquired { op }),
-            Ending::Error(error) => self.out.event(Event::Failed { op, error }),
+            Ending::NotAcquired => self.out.complete(op, Ok(Outcome::NotAcquired)),
+            Ending::Error(error) => self.out.fail(op, error),
         }
     }
 

@@ -7,118 +7,19 @@ impl LockMachine for EtcdMachine {
         BackendKind::Etcd
     }
 
-    fn acquire(&mut self, now: Millis, name: &str, opts: &AcquireOptions) -> Result<OpId, LockError> {
-        self.check_open()?;
-        validate_name(name)?;
-        if let Some(ttl) = opts.ttl_ms {
-            crate::core::names::validate_ttl("ttlMs", ttl)?;
-        }
-        let deadline = match opts.wait {
-            Wait::For(ms) => Some(now.saturating_add(ms)),
-            Wait::Try | Wait::Forever => None,
-        };
-        let nonce = random_hex(self.entropy.as_mut(), 8).into_bytes();
-        let op = self.new_op(OpKind::Acquire(Acquire {
-            name: name.to_string(),
-            lock_prefix: self.lock_prefix(name),
-            wait: opts.wait,
-            deadline,
-            lease: None,
-            key: Vec::new(),
-            my_rev: 0,
-            phase: AcqPhase::LocalQueue,
-            retry_at: None,
-            ending: None,
-            restarts: 0,
-            nonce,
-        }));
-        if self.claim_name(name, op) {
-            if let Some(a) = self.acquire_mut(op) {
-                a.phase = AcqPhase::NeedLease;
-            }
-            self.acquire_step(now, op);
-        } else if opts.wait == Wait::Try {
-            // This client itself holds or is acquiring the name.
-            self.finish_acquire(now, op, Ending::NotAcquired);
-        }
-        Ok(op)
+    fn capabilities(&self) -> Capabilities {
+        // The TTL is the session lease's, shared by every lock of the client.
+        Capabilities { kinds: Capabilities::EXCLUSIVE_ONLY, per_lock_ttl: false }
     }
 
-    fn release(&mut self, now: Millis, lock: LockId) -> Result<OpId, LockError> {
-        if self.closed {
-            return Err(LockError::Closed { backend: BACKEND });
+    fn start_operation(&mut self, now: Millis, op: Operation) -> Result<OpId, LockError> {
+        match op {
+            Operation::Acquire { name, kind: _, options } => self.start_acquire(now, &name, &options),
+            Operation::Release { lock } => self.start_release(now, lock),
+            Operation::Extend { lock, ttl_ms: _ } => self.start_extend(now, lock),
+            Operation::Resume { handle } => self.start_resume(now, &handle),
+            Operation::Inspect { name } => self.start_inspect(now, &name),
         }
-        let op = self.new_op(OpKind::Release { lock });
-        let Some(held) = self.locks.get(&lock) else {
-            // Idempotent: already released or lost.
-            self.ops.remove(&op);
-            self.out.event(Event::Released { op, lock, held_until_release: false });
-            return Ok(op);
-        };
-        let body = gw::delete_if_revision(&held.key, held.rev);
-        if let Some(l) = self.locks.get_mut(&lock) {
-            l.releasing = true;
-        }
-        let req = self.send(now, Purpose::Op(op), "/v3/kv/txn", body, false);
-        if let Some(o) = self.ops.get_mut(&op) {
-            o.req = Some(req);
-        }
-        Ok(op)
-    }
-
-    fn extend(&mut self, now: Millis, lock: LockId, _ttl_ms: Option<u64>) -> Result<OpId, LockError> {
-        self.check_open()?;
-        let held = match self.locks.get(&lock) {
-            Some(h) if !h.releasing => h,
-            Some(h) => return Err(LockError::NotHeld { backend: BACKEND, name: h.name.clone() }),
-            None => return Err(LockError::NotHeld { backend: BACKEND, name: "<released or lost lock>".into() }),
-        };
-        let lease = held.lease;
-        let op = self.new_op(OpKind::Extend { lock, phase: ExtendPhase::KeepAlive });
-        let req = self.send_keepalive(now, lease, Purpose::Op(op));
-        if let Some(o) = self.ops.get_mut(&op) {
-            o.req = Some(req);
-        }
-        Ok(op)
-    }
-
-    fn resume(&mut self, now: Millis, handle: &LockHandle) -> Result<OpId, LockError> {
-        self.check_open()?;
-        validate_name(&handle.name)?;
-        if handle.backend != BackendKind::Etcd {
-            return Err(LockError::invalid(format!("handle is for the {} backend, not etcd", handle.backend.as_str())));
-        }
-        let prefix = String::from_utf8_lossy(&self.lock_prefix(&handle.name)).into_owned();
-        let lease: i64 = handle.owner.parse().map_err(|_| LockError::invalid("handle owner is not an etcd lease id"))?;
-        if !handle.key.starts_with(&prefix) || handle.key != format!("{prefix}{lease:x}") {
-            return Err(LockError::invalid("handle key does not belong to this lock name and prefix"));
-        }
-        if handle.revision == 0 || handle.revision > i64::MAX as u64 || handle.fencing_token != handle.revision {
-            return Err(LockError::invalid("handle revision/fencing token is not valid"));
-        }
-        let op = self.new_op(OpKind::Resume { handle: handle.clone(), lease, phase: ResumePhase::ReadKey });
-        if !self.claim_name(&handle.name, op) {
-            self.unqueue_local(&handle.name, op);
-            self.ops.remove(&op);
-            return Err(LockError::invalid(format!("lock {:?} is already held or being acquired by this client", handle.name)));
-        }
-        let req = self.send(now, Purpose::Op(op), "/v3/kv/range", gw::range_key(handle.key.as_bytes()), false);
-        if let Some(o) = self.ops.get_mut(&op) {
-            o.req = Some(req);
-        }
-        Ok(op)
-    }
-
-    fn inspect(&mut self, now: Millis, name: &str) -> Result<OpId, LockError> {
-        self.check_open()?;
-        validate_name(name)?;
-        let op = self.new_op(OpKind::Inspect { name: name.to_string(), status: None });
-        let body = gw::range_prefix_ascending(&self.lock_prefix(name));
-        let req = self.send(now, Purpose::Op(op), "/v3/kv/range", body, false);
-        if let Some(o) = self.ops.get_mut(&op) {
-            o.req = Some(req);
-        }
-        Ok(op)
     }
 
     fn cancel(&mut self, now: Millis, op: OpId) {
@@ -134,7 +35,7 @@ impl LockMachine for EtcdMachine {
     fn close(&mut self, now: Millis) -> OpId {
         let op = self.out.op_id();
         if self.closed || self.closing.is_some() {
-            self.out.event(Event::Closed { op });
+            self.out.complete(op, Ok(Outcome::Closed));
             return op;
         }
         self.closing = Some(op);
@@ -143,13 +44,13 @@ impl LockMachine for EtcdMachine {
         for id in ops {
             if let Some(o) = self.ops.remove(&id) {
                 self.cancel_request(o.req);
-                self.out.event(Event::Failed { op: id, error: LockError::Closed { backend: BACKEND } });
+                self.out.fail(id, LockError::Closed { backend: BACKEND });
             }
         }
         let locks: Vec<LockId> = self.locks.keys().copied().collect();
         for lock in locks {
             if let Some(l) = self.locks.remove(&lock) {
-                self.out.event(Event::Lost { lock, name: l.name, reason: LostReason::ClientClosed });
+                self.out.lost(lock, l.name, LostReason::ClientClosed);
             }
         }
         let pending: Vec<RequestId> = self.requests.keys().copied().collect();
@@ -288,5 +189,132 @@ impl LockMachine for EtcdMachine {
 
     fn live_count(&self) -> usize {
         self.ops.len() + self.locks.len() + self.orphans.len()
+    }
+}
+
+impl EtcdMachine {
+    fn start_acquire(&mut self, now: Millis, name: &str, opts: &AcquireOptions) -> Result<OpId, LockError> {
+        self.check_open()?;
+        validate_name(name)?;
+        if let Some(ttl) = opts.ttl_ms {
+            crate::core::names::validate_ttl("ttlMs", ttl)?;
+        }
+        let deadline = match opts.wait {
+            Wait::For(ms) => Some(now.saturating_add(ms)),
+            Wait::Try | Wait::Forever => None,
+        };
+        let nonce = random_hex(self.entropy.as_mut(), 8).into_bytes();
+        let op = self.new_op(OpKind::Acquire(Acquire {
+            name: name.to_string(),
+            lock_prefix: self.lock_prefix(name),
+            wait: opts.wait,
+            deadline,
+            lease: None,
+            key: Vec::new(),
+            my_rev: 0,
+            phase: AcqPhase::LocalQueue,
+            retry_at: None,
+            ending: None,
+            restarts: 0,
+            nonce,
+        }));
+        if self.claim_name(name, op) {
+            if let Some(a) = self.acquire_mut(op) {
+                a.phase = AcqPhase::NeedLease;
+            }
+            self.acquire_step(now, op);
+        } else if opts.wait == Wait::Try {
+            // This client itself holds or is acquiring the name.
+            self.finish_acquire(now, op, Ending::NotAcquired);
+        }
+        Ok(op)
+    }
+
+    fn start_release(&mut self, now: Millis, lock: LockId) -> Result<OpId, LockError> {
+        if self.closed {
+            return Err(LockError::Closed { backend: BACKEND });
+        }
+        let op = self.new_op(OpKind::Release { lock });
+        let Some(held) = self.locks.get(&lock) else {
+            // Idempotent: already released or lost.
+            self.ops.remove(&op);
+            self.out.complete(op, Ok(Outcome::Released { lock, held_until_release: false }));
+            return Ok(op);
+        };
+        let body = gw::delete_if_revision(&held.key, held.rev);
+        if let Some(l) = self.locks.get_mut(&lock) {
+            l.releasing = true;
+        }
+        let req = self.send(now, Purpose::Op(op), "/v3/kv/txn", body, false);
+        if let Some(o) = self.ops.get_mut(&op) {
+            o.req = Some(req);
+        }
+        Ok(op)
+    }
+
+    fn start_extend(&mut self, now: Millis, lock: LockId) -> Result<OpId, LockError> {
+        self.check_open()?;
+        let op = self.new_op(OpKind::Extend { lock, phase: ExtendPhase::KeepAlive });
+        // Like every other outcome, "not held" completes the operation (the
+        // Redis machine answers the same way).
+        let held = match self.locks.get(&lock) {
+            Some(h) if !h.releasing => h,
+            Some(h) => {
+                let name = h.name.clone();
+                self.ops.remove(&op);
+                self.out.fail(op, LockError::NotHeld { backend: BACKEND, name });
+                return Ok(op);
+            }
+            None => {
+                self.ops.remove(&op);
+                self.out.fail(op, LockError::NotHeld { backend: BACKEND, name: "<released or lost lock>".into() });
+                return Ok(op);
+            }
+        };
+        let lease = held.lease;
+        let req = self.send_keepalive(now, lease, Purpose::Op(op));
+        if let Some(o) = self.ops.get_mut(&op) {
+            o.req = Some(req);
+        }
+        Ok(op)
+    }
+
+    fn start_resume(&mut self, now: Millis, handle: &LockHandle) -> Result<OpId, LockError> {
+        self.check_open()?;
+        validate_name(&handle.name)?;
+        if handle.backend != BackendKind::Etcd {
+            return Err(LockError::invalid(format!("handle is for the {} backend, not etcd", handle.backend.as_str())));
+        }
+        let prefix = String::from_utf8_lossy(&self.lock_prefix(&handle.name)).into_owned();
+        let lease: i64 = handle.owner.parse().map_err(|_| LockError::invalid("handle owner is not an etcd lease id"))?;
+        if !handle.key.starts_with(&prefix) || handle.key != format!("{prefix}{lease:x}") {
+            return Err(LockError::invalid("handle key does not belong to this lock name and prefix"));
+        }
+        if handle.revision == 0 || handle.revision > i64::MAX as u64 || handle.fencing_token != handle.revision {
+            return Err(LockError::invalid("handle revision/fencing token is not valid"));
+        }
+        let op = self.new_op(OpKind::Resume { handle: handle.clone(), lease, phase: ResumePhase::ReadKey });
+        if !self.claim_name(&handle.name, op) {
+            self.unqueue_local(&handle.name, op);
+            self.ops.remove(&op);
+            return Err(LockError::invalid(format!("lock {:?} is already held or being acquired by this client", handle.name)));
+        }
+        let req = self.send(now, Purpose::Op(op), "/v3/kv/range", gw::range_key(handle.key.as_bytes()), false);
+        if let Some(o) = self.ops.get_mut(&op) {
+            o.req = Some(req);
+        }
+        Ok(op)
+    }
+
+    fn start_inspect(&mut self, now: Millis, name: &str) -> Result<OpId, LockError> {
+        self.check_open()?;
+        validate_name(name)?;
+        let op = self.new_op(OpKind::Inspect { name: name.to_string(), status: None });
+        let body = gw::range_prefix_ascending(&self.lock_prefix(name));
+        let req = self.send(now, Purpose::Op(op), "/v3/kv/range", body, false);
+        if let Some(o) = self.ops.get_mut(&op) {
+            o.req = Some(req);
+        }
+        Ok(op)
     }
 }

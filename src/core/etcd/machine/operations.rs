@@ -13,13 +13,13 @@ impl EtcdMachine {
                 let lock = *lock;
                 self.ops.remove(&op);
                 let Some(held) = self.locks.get(&lock) else {
-                    return self.out.event(Event::Released { op, lock, held_until_release: false });
+                    return self.out.complete(op, Ok(Outcome::Released { lock, held_until_release: false }));
                 };
                 let name = held.name.clone();
                 match result.and_then(|(s, b)| gw::parse::<TxnResponse>(s, &b).map_err(Failure::Gateway)) {
                     Ok(t) => {
                         self.locks.remove(&lock);
-                        self.out.event(Event::Released { op, lock, held_until_release: t.succeeded });
+                        self.out.complete(op, Ok(Outcome::Released { lock, held_until_release: t.succeeded }));
                         self.free_name(now, &name);
                     }
                     Err(f) => {
@@ -27,7 +27,7 @@ impl EtcdMachine {
                         if let Some(h) = self.locks.remove(&lock) {
                             self.orphans.push(Orphan { name: h.name, key: h.key, rev: Some(h.rev), lease: h.lease, retry_at: now + ORPHAN_RETRY_MS, req: None });
                         }
-                        self.out.event(Event::Failed { op, error: self.backend_error(&name, f) });
+                        self.out.fail(op, self.backend_error(&name, f));
                     }
                 }
             }
@@ -35,7 +35,7 @@ impl EtcdMachine {
                 let (lock, phase) = (*lock, *phase);
                 let Some(held) = self.locks.get(&lock) else {
                     self.ops.remove(&op);
-                    return self.out.event(Event::Failed { op, error: LockError::NotHeld { backend: BACKEND, name: "<released or lost lock>".into() } });
+                    return self.out.fail(op, LockError::NotHeld { backend: BACKEND, name: "<released or lost lock>".into() });
                 };
                 let (name, lease, key, rev) = (held.name.clone(), held.lease, held.key.clone(), held.rev);
                 match phase {
@@ -52,12 +52,12 @@ impl EtcdMachine {
                         }
                         Err(Ok(reason)) => {
                             self.ops.remove(&op);
-                            self.out.event(Event::Failed { op, error: LockError::Lost { backend: BACKEND, name, reason: reason.to_string() } });
+                            self.out.fail(op, LockError::Lost { backend: BACKEND, name, reason: reason.to_string() });
                             self.lease_lost(now, lease, reason);
                         }
                         Err(Err(f)) => {
                             self.ops.remove(&op);
-                            self.out.event(Event::Failed { op, error: self.backend_error(&name, f) });
+                            self.out.fail(op, self.backend_error(&name, f));
                         }
                     },
                     ExtendPhase::CheckKey => {
@@ -65,17 +65,17 @@ impl EtcdMachine {
                         match result.and_then(|(s, b)| gw::parse::<RangeResponse>(s, &b).map_err(Failure::Gateway)) {
                             Ok(r) if r.kvs.iter().any(|kv| kv.key == key && kv.create_revision == rev) => {
                                 let expires_at = self.leases.get(&lease).map(|l| l.expires_at).unwrap_or(now);
-                                self.out.event(Event::Extended { op, lock, expires_at });
+                                self.out.complete(op, Ok(Outcome::Extended { lock, expires_at }));
                             }
                             Ok(_) if self.locks.get(&lock).map(|l| l.releasing).unwrap_or(true) => {
                                 // Released meanwhile: the key is gone by our own hand.
-                                self.out.event(Event::Failed { op, error: LockError::NotHeld { backend: BACKEND, name } });
+                                self.out.fail(op, LockError::NotHeld { backend: BACKEND, name });
                             }
                             Ok(_) => {
-                                self.out.event(Event::Failed { op, error: LockError::Lost { backend: BACKEND, name, reason: LostReason::KeyGone.to_string() } });
+                                self.out.fail(op, LockError::Lost { backend: BACKEND, name, reason: LostReason::KeyGone.to_string() });
                                 self.lose_lock(now, lock, LostReason::KeyGone);
                             }
-                            Err(f) => self.out.event(Event::Failed { op, error: self.backend_error(&name, f) }),
+                            Err(f) => self.out.fail(op, self.backend_error(&name, f)),
                         }
                     }
                 }
@@ -104,10 +104,7 @@ impl EtcdMachine {
                             self.ops.remove(&op);
                             let lock = self.out.lock_id();
                             self.locks.insert(lock, HeldLock { name: handle.name.clone(), key: handle.key.as_bytes().to_vec(), rev: handle.revision as i64, lease, releasing: false });
-                            self.out.event(Event::Acquired {
-                                op,
-                                lock: LockInfo { id: lock, name: handle.name.clone(), fencing_token: handle.fencing_token, expires_at, handle },
-                            });
+                            self.out.complete(op, Ok(Outcome::Acquired(LockInfo { id: lock, name: handle.name.clone(), fencing_token: handle.fencing_token, expires_at, handle })));
                         }
                         Err(Ok(reason)) => {
                             self.drop_lease_if_unused(lease, op);
@@ -148,7 +145,7 @@ impl EtcdMachine {
                                 }
                                 _ => {
                                     self.ops.remove(&op);
-                                    self.out.event(Event::Inspected { op, status: st });
+                                    self.out.complete(op, Ok(Outcome::Inspected(st)));
                                 }
                             }
                         }
@@ -161,7 +158,7 @@ impl EtcdMachine {
                                 st.remaining_ms = (t.TTL > 0).then(|| (t.TTL as u64).saturating_mul(1000));
                             }
                         }
-                        self.out.event(Event::Inspected { op, status: st });
+                        self.out.complete(op, Ok(Outcome::Inspected(st)));
                     }
                 }
             }
@@ -179,11 +176,11 @@ impl EtcdMachine {
         if let Some(OpKind::Resume { handle, .. }) = self.ops.get(&op).map(|o| &o.kind) {
             let name = handle.name.clone();
             self.ops.remove(&op);
-            self.out.event(Event::Failed { op, error });
+            self.out.fail(op, error);
             return self.free_name(now, &name);
         }
         self.ops.remove(&op);
-        self.out.event(Event::Failed { op, error });
+        self.out.fail(op, error);
     }
 
     pub(super) fn new_op(&mut self, kind: OpKind) -> OpId {
@@ -206,7 +203,7 @@ impl EtcdMachine {
             if !outstanding {
                 self.closing = None;
                 self.closed = true;
-                self.out.event(Event::Closed { op });
+                self.out.complete(op, Ok(Outcome::Closed));
             }
         }
     }

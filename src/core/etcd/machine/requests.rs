@@ -18,7 +18,7 @@ impl EtcdMachine {
         self.out.send(HttpRequest {
             id,
             method: Method::Post,
-            url: format!("{}{}", self.endpoints[endpoint], path),
+            target: Target::Url(format!("{}{}", self.endpoints[endpoint], path)),
             headers,
             body: body.clone(),
             timeout_ms: Some(self.request_timeout_ms),

@@ -152,7 +152,7 @@ impl EtcdMachine {
             Ok(expires_at) => {
                 let renewed: Vec<LockId> = self.locks.iter().filter(|(_, l)| l.lease == lease).map(|(id, _)| *id).collect();
                 for lock in renewed {
-                    self.out.event(Event::Renewed { lock, expires_at });
+                    self.out.renewed(lock, expires_at);
                 }
             }
             Err(Ok(reason)) => self.lease_lost(now, lease, reason),
@@ -245,7 +245,7 @@ impl EtcdMachine {
 
     pub(super) fn lose_lock(&mut self, now: Millis, lock: LockId, reason: LostReason) {
         if let Some(l) = self.locks.remove(&lock) {
-            self.out.event(Event::Lost { lock, name: l.name.clone(), reason });
+            self.out.lost(lock, l.name.clone(), reason);
             self.free_name(now, &l.name);
         }
     }

@@ -15,7 +15,7 @@ use base64::Engine as _;
 use edgelock::core::etcd::{EtcdConfig, EtcdMachine};
 use edgelock::core::json_stream::JsonObjectSplitter;
 use edgelock::core::redis::{scripts, upstash, webdis, RedisConfig, RedisMachine, RedisNode, RedisProtocol, RedlockConfig, RedlockFencing, RedlockMachine};
-use edgelock::core::{AcquireOptions, Event, HttpRequest, Input, LockHandle, LockId, LockMachine, OpId, SeededEntropy, Transmit, Wait};
+use edgelock::core::{AcquireOptions, Event, HttpRequest, Input, LockHandle, LockId, LockMachine, LockMachineExt, OpId, Outcome, SeededEntropy, Transmit, Wait};
 
 use super::models::{EtcdModel, Proto, RedisModel, Reply};
 use super::panics::{in_case, take_last_panic};
@@ -114,7 +114,7 @@ impl World {
         if self.codec == Codec::Etcd {
             return self.etcd.reply(req);
         }
-        match self.redis.iter_mut().find(|(base, _, _)| req.url.starts_with(base.as_str())) {
+        match self.redis.iter_mut().find(|(base, _, _)| req.target.url().is_some_and(|u| u.starts_with(base.as_str()))) {
             Some((_, proto, model)) => model.reply(req, *proto, now),
             None => Reply::Whole { status: 404, body: b"no such node".to_vec() },
         }
@@ -273,7 +273,7 @@ impl Session {
         while let Some(t) = m.poll_transmit() {
             match t {
                 Transmit::Send(r) => {
-                    if !self.bases.iter().any(|b| r.url.starts_with(b.as_str())) {
+                    if !self.bases.iter().any(|b| r.target.url().is_some_and(|u| u.starts_with(b.as_str()))) {
                         st.foreign_urls += 1;
                     }
                     self.pending.push(r);
@@ -285,15 +285,15 @@ impl Session {
         }
         while let Some(e) = m.poll_event() {
             match e {
-                Event::Acquired { lock, .. } => {
+                Event::Completed { result: Ok(Outcome::Acquired(lock)), .. } => {
                     st.acquired += 1;
                     self.held.push((lock.id, lock.handle));
                 }
-                Event::Released { lock, .. } => {
+                Event::Completed { result: Ok(Outcome::Released { lock, .. }), .. } => {
                     st.released += 1;
                     self.held.retain(|(l, _)| *l != lock);
                 }
-                Event::Failed { error, .. } => {
+                Event::Completed { result: Err(error), .. } => {
                     st.failed += 1;
                     scan(&format!("{error} {error:?}"), st);
                 }
@@ -302,11 +302,12 @@ impl Session {
                     self.held.retain(|(l, _)| *l != lock);
                     scan(&format!("{reason} {reason:?}"), st);
                 }
-                Event::Closed { .. } => {
+                Event::Completed { result: Ok(Outcome::Closed), .. } => {
                     st.closed += 1;
                     self.closed = true;
                 }
-                Event::Extended { .. } | Event::Renewed { .. } | Event::Inspected { .. } | Event::NotAcquired { .. } => {}
+                Event::Completed { result: Ok(Outcome::Extended { .. } | Outcome::Inspected(_) | Outcome::NotAcquired), .. }
+                | Event::Renewed { .. } => {}
             }
         }
     }

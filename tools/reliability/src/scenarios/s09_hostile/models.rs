@@ -227,7 +227,7 @@ impl EtcdModel {
     /// The valid reply to `req` (and its effect on the store).
     pub fn reply(&mut self, req: &HttpRequest) -> Reply {
         let body: Value = serde_json::from_slice(&req.body).unwrap_or(Value::Null);
-        match path_of(&req.url) {
+        match path_of(req.target.url().unwrap_or("")) {
             "/v3/lease/grant" => {
                 self.next_lease += 1;
                 let ttl = int(body.get("TTL")).max(2);

@@ -13,7 +13,7 @@ use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
 use edgelock::core::etcd::{EtcdConfig, EtcdMachine};
 use edgelock::core::redis::{RedisConfig, RedisMachine, RedisNode, RedlockConfig, RedlockMachine};
-use edgelock::core::{AcquireOptions, LockMachine, SeededEntropy, Wait};
+use edgelock::core::{AcquireOptions, LockMachine, LockMachineExt, SeededEntropy, Wait};
 use edgelock::native::{Client, OsEntropy};
 use edgelock_devtools::{http_request, EtcdServer, RedisServer, RespValue, UpstashGateway, Webdis};
 use serde_json::{json, Value};

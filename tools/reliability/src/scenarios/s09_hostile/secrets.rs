@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use edgelock::core::etcd::EtcdConfig;
 use edgelock::core::redis::{RedisConfig, RedisMachine, RedisNode, RedlockConfig, RedlockMachine};
-use edgelock::core::{AcquireOptions, HttpRequest, LockError, Method, RequestId, Wait};
+use edgelock::core::{AcquireOptions, HttpRequest, LockError, Method, RequestId, Target, Wait};
 use edgelock::native::{Client, OsEntropy};
 use edgelock_devtools::http1::{read_body, read_head, request_body_kind};
 use serde_json::json;
@@ -142,7 +142,7 @@ fn serve(stream: TcpStream, c: &Ctx) -> io::Result<()> {
     let n = c.served.fetch_add(1, Ordering::SeqCst) + 1;
     let out = if n <= c.hostile_after {
         let path = head.start_line.split(' ').nth(1).unwrap_or("/");
-        let req = HttpRequest { id: RequestId(n as u64), method: Method::Post, url: format!("http://{}{path}", c.addr), headers: Vec::new(), body, timeout_ms: None, stream: false };
+        let req = HttpRequest { id: RequestId(n as u64), method: Method::Post, target: Target::Url(format!("http://{}{path}", c.addr)), headers: Vec::new(), body, timeout_ms: None, stream: false };
         let mut st = c.state.lock().unwrap_or_else(|p| p.into_inner());
         let reply = if c.etcd { st.etcd.reply(&req) } else { st.redis.reply(&req, Proto::Upstash, now_ms(c.start)) };
         match reply {

@@ -10,7 +10,7 @@ use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
 use edgelock::core::etcd::{EtcdConfig, EtcdMachine};
 use edgelock::core::redis::{RedisConfig, RedisMachine, RedisNode};
-use edgelock::core::{random_hex, AcquireOptions, Input, LockMachine, Transmit, Wait};
+use edgelock::core::{random_hex, AcquireOptions, Input, LockMachine, LockMachineExt, Transmit, Wait};
 use edgelock::native::OsEntropy;
 use serde_json::{json, Value};
 
@@ -93,7 +93,7 @@ fn etcd_machine_nonces(n: usize, r: &mut TokenResults) -> Vec<String> {
             let Some(t) = m.poll_transmit() else { break };
             let Transmit::Send(req) = t else { continue };
             let body: Value = serde_json::from_slice(&req.body).unwrap_or(Value::Null);
-            let reply = if req.url.ends_with("/v3/lease/grant") {
+            let reply = if req.target.url().is_some_and(|u| u.ends_with("/v3/lease/grant")) {
                 json!({"header": header, "ID": "7", "TTL": "10"})
             } else if let Some(put) = body.pointer("/success/0/request_put") {
                 let nonce = put.get("value").and_then(Value::as_str).and_then(|v| B64.decode(v).ok()).unwrap_or_default();
