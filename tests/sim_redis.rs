@@ -12,7 +12,7 @@
 //!   it): single node without restarts; Redlock `Strict` under loss, long
 //!   delays, partitions, pauses and — in `restarts` — node restarts without
 //!   persistence (delayed restarts), where a failure must also violate the
-//!   documented precondition to be accepted; Redlock `Folded` (the default)
+//!   documented precondition to be accepted; Redlock `Folded` (opt-in; `Strict` is the default)
 //!   on networks where every attempt reaches every node, with client pauses
 //!   (the case fencing exists for);
 //! - validity is never reported above what a quorum holds: whenever a client

@@ -5,9 +5,9 @@ use std::io::Write;
 use std::process::{Child, Command, ExitStatus};
 use std::time::{Duration, Instant};
 
-use edgelock::core::redis::{RedisConfig, RedisMachine, RedisNode, RedlockConfig, RedlockMachine};
-use edgelock::core::{AcquireOptions, LockMachine, LockStatus, Wait};
-use edgelock::native::{Client, EtcdConfig, Lock, OsEntropy};
+use edgelock::core::redis::{RedisConfig, RedisNode, RedlockConfig};
+use edgelock::core::{AcquireOptions, BackendSpec, LockStatus, Wait};
+use edgelock::native::{Client, EtcdConfig, Lock};
 use edgelock::LockError;
 
 const USAGE: &str = "\
@@ -262,7 +262,7 @@ fn connect(o: &Options) -> Result<Client, Exit> {
                 cfg.request_timeout_ms = cfg.request_timeout_ms.min(t / 2).max(1);
             }
             cfg.headers = o.headers.clone();
-            Client::etcd(cfg).map_err(|e| Exit::lock(&e))
+            Client::connect(BackendSpec::Etcd(cfg)).map_err(|e| Exit::lock(&e))
         }
         Backend::Redis(urls) => {
             let token = o
@@ -271,7 +271,7 @@ fn connect(o: &Options) -> Result<Client, Exit> {
                 .or_else(|| std::env::var("EDGELOCK_REDIS_TOKEN").ok())
                 .or_else(|| std::env::var("UPSTASH_REDIS_REST_TOKEN").ok());
             let nodes = urls.iter().map(|u| redis_node(u, token.as_deref())).collect::<Result<Vec<_>, _>>()?;
-            let machine: Box<dyn LockMachine + Send> = if let [node] = nodes.as_slice() {
+            let spec = if let [node] = nodes.as_slice() {
                 let mut cfg = RedisConfig::new(node.clone());
                 if let Some(p) = &o.prefix {
                     cfg.prefix = p.clone();
@@ -280,7 +280,7 @@ fn connect(o: &Options) -> Result<Client, Exit> {
                     cfg.ttl_ms = t;
                     cfg.request_timeout_ms = cfg.request_timeout_ms.min(t / 2).max(1);
                 }
-                Box::new(RedisMachine::new(cfg, Box::new(OsEntropy)).map_err(|e| Exit::lock(&e))?)
+                BackendSpec::Redis(cfg)
             } else {
                 let mut cfg = RedlockConfig::new(nodes);
                 if let Some(p) = &o.prefix {
@@ -290,9 +290,9 @@ fn connect(o: &Options) -> Result<Client, Exit> {
                     cfg.ttl_ms = t;
                     cfg.request_timeout_ms = cfg.request_timeout_ms.min(t / 4).max(1);
                 }
-                Box::new(RedlockMachine::new(cfg, Box::new(OsEntropy)).map_err(|e| Exit::lock(&e))?)
+                BackendSpec::Redlock(cfg)
             };
-            Client::try_from_machine(machine).map_err(|e| Exit::lock(&e))
+            Client::connect(spec).map_err(|e| Exit::lock(&e))
         }
     }
 }

@@ -117,9 +117,6 @@ impl fmt::Display for LockError {
 
 impl std::error::Error for LockError {}
 
-/// Make a backend-provided text safe and short enough to put in an error message:
-/// at most 200 characters, control characters replaced, and any word that looks
-/// like a bearer credential or one of `secrets` removed.
 /// Control characters replaced, nothing cut or redacted: for backend texts
 /// that are redacted later by [`sanitize_detail`] (a cut made before the
 /// redaction could leave a prefix of a secret behind).
@@ -127,6 +124,9 @@ pub fn clean_control(raw: &str) -> String {
     raw.chars().map(|c| if c.is_control() { ' ' } else { c }).collect()
 }
 
+/// Make a backend-provided text safe and short enough to put in an error message:
+/// at most 200 characters, control characters replaced, and any word that looks
+/// like a bearer credential or one of `secrets` removed.
 pub fn sanitize_detail(raw: &str, secrets: &[&str]) -> String {
     // Redact before truncating, so that no prefix of a secret survives a cut.
     let mut s = raw.to_string();

@@ -7,7 +7,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::driver::{self, Call, Clock, Completion, LockShared, Msg};
-use crate::core::etcd::{EtcdConfig, EtcdMachine};
+use crate::core::etcd::EtcdConfig;
+use crate::core::BackendSpec;
 use crate::core::{AcquireOptions, LockError, LockHandle, LockInfo, LockMachine, LockStatus, LostReason, Operation, Wait};
 
 /// A handle to one lock client (one backend session) running on its own driver
@@ -43,11 +44,17 @@ impl Client {
     /// endpoints only: the native driver has no TLS). One session lease is
     /// shared by every lock of this client.
     pub fn etcd(cfg: EtcdConfig) -> Result<Client, LockError> {
-        if cfg.endpoints.iter().any(|e| e.get(..8).is_some_and(|s| s.eq_ignore_ascii_case("https://"))) {
+        Client::connect(BackendSpec::Etcd(cfg))
+    }
+
+    /// A client for any backend of the registry (etcd, one Redis node,
+    /// Redlock), built by [`BackendSpec::build`] with the OS's entropy.
+    /// `https://` URLs are refused: the native driver has no TLS.
+    pub fn connect(spec: BackendSpec) -> Result<Client, LockError> {
+        if spec.urls().iter().any(|u| u.get(..8).is_some_and(|s| s.eq_ignore_ascii_case("https://"))) {
             return Err(LockError::invalid(super::http::HTTPS_UNSUPPORTED));
         }
-        let machine = EtcdMachine::new(cfg, Box::new(super::OsEntropy))?;
-        Client::try_from_machine(Box::new(machine))
+        Client::try_from_machine(spec.build(Box::new(super::OsEntropy))?)
     }
 
     /// Runs any lock machine (Redis, Redlock, …) on a new driver thread.

@@ -45,12 +45,12 @@ enum Phase {
     Attempt,
     /// Strict fencing: raising the counters to `fence` before handing out.
     Raise { fence: u64 },
-    Cleanup { next: Next },
+    Cleanup { next: AfterCleanup },
     /// Handed out (or given up): the task is over.
     Done,
 }
 
-enum Next {
+enum AfterCleanup {
     Retry { at: Millis },
     NotAcquired,
     Fail(LockError),
@@ -110,7 +110,7 @@ impl Engine {
             match std::mem::replace(&mut a.phase, Phase::Attempt) {
                 Phase::Sleep { until } => {
                     if let Some(e) = a.abort.clone() {
-                        return self.finish(task, Next::Fail(e));
+                        return self.finish(task, AfterCleanup::Fail(e));
                     }
                     if now < until {
                         a.phase = Phase::Sleep { until };
@@ -129,8 +129,8 @@ impl Engine {
                     task.round = None;
                     let TaskKind::Acquire(a) = &mut task.kind else { return false };
                     match (a.abort.clone(), next) {
-                        (Some(e), _) => return self.finish(task, Next::Fail(e)),
-                        (None, Next::Retry { at }) => a.phase = Phase::Sleep { until: at },
+                        (Some(e), _) => return self.finish(task, AfterCleanup::Fail(e)),
+                        (None, AfterCleanup::Retry { at }) => a.phase = Phase::Sleep { until: at },
                         (None, next) => return self.finish(task, next),
                     }
                 }
@@ -141,7 +141,7 @@ impl Engine {
     fn after_attempt(&mut self, tid: u64, task: &mut Task, now: Millis) {
         let Some(round) = task.round.take() else { return self.set_done(task) };
         let parsed = round.parsed(scripts::parse_acquire);
-        let n = self.n();
+        let n = self.node_count();
         let mut granted = 0;
         let mut held_pttls = Vec::new();
         let mut fence = 0u64;
@@ -163,7 +163,7 @@ impl Engine {
         }
         let TaskKind::Acquire(a) = &mut task.kind else { return };
         if let Some(e) = a.abort.clone() {
-            return self.cleanup(tid, task, maybe_ours, Next::Fail(e), now);
+            return self.cleanup(tid, task, maybe_ours, AfterCleanup::Fail(e), now);
         }
         let next = match verdict(n, granted, held_pttls.len()) {
             AttemptVerdict::Quorum => match expires_at(a.attempt_start, now, a.ttl, self.s.drift_factor) {
@@ -199,11 +199,11 @@ impl Engine {
         let all = self.all_nodes();
         let TaskKind::Acquire(a) = &mut task.kind else { return };
         if let Some(e) = a.abort.clone() {
-            return self.cleanup(tid, task, all, Next::Fail(e), now);
+            return self.cleanup(tid, task, all, AfterCleanup::Fail(e), now);
         }
         let exp = expires_at(a.attempt_start, now, a.ttl, self.s.drift_factor);
         match exp {
-            Some(exp) if still_ours >= self.q() => self.grant(task, fence, exp),
+            Some(exp) if still_ours >= self.quorum_size() => self.grant(task, fence, exp),
             _ => {
                 let e = self.round_error(&task.name, super::round::Round::first_error(&parsed), still_ours);
                 let next = self.unavailable_next(task, e, now);
@@ -212,22 +212,22 @@ impl Engine {
         }
     }
 
-    fn unavailable_next(&mut self, task: &mut Task, error: LockError, now: Millis) -> Next {
-        let TaskKind::Acquire(a) = &mut task.kind else { return Next::Fail(error) };
+    fn unavailable_next(&mut self, task: &mut Task, error: LockError, now: Millis) -> AfterCleanup {
+        let TaskKind::Acquire(a) = &mut task.kind else { return AfterCleanup::Fail(error) };
         a.unavailable += 1;
         if a.wait == Wait::Try || a.unavailable > self.s.retry_count {
-            return Next::Fail(error);
+            return AfterCleanup::Fail(error);
         }
         let j = self.s.retry_jitter_ms;
         let delay = self.s.retry_delay_ms.saturating_sub(j) + jitter(self.entropy.as_mut(), j.saturating_mul(2));
         Self::bounded_by_deadline(a, &task.name, self.s.backend, now, now + delay.max(1))
     }
 
-    fn contended_next(&mut self, task: &mut Task, held_pttls: Vec<Option<u64>>, now: Millis) -> Next {
-        let n = self.n();
-        let TaskKind::Acquire(a) = &mut task.kind else { return Next::NotAcquired };
+    fn contended_next(&mut self, task: &mut Task, held_pttls: Vec<Option<u64>>, now: Millis) -> AfterCleanup {
+        let n = self.node_count();
+        let TaskKind::Acquire(a) = &mut task.kind else { return AfterCleanup::NotAcquired };
         if a.wait == Wait::Try {
-            return Next::NotAcquired;
+            return AfterCleanup::NotAcquired;
         }
         let base = free_quorum_in(n, held_pttls).map_or(self.s.retry_delay_ms, |p| p.min(self.s.retry_delay_ms));
         let delay = base + jitter(self.entropy.as_mut(), self.s.retry_jitter_ms);
@@ -235,16 +235,16 @@ impl Engine {
     }
 
     /// A retry at `at`, or at the wait deadline (one last attempt), or a timeout.
-    fn bounded_by_deadline(a: &Acquire, name: &str, backend: BackendKind, now: Millis, at: Millis) -> Next {
+    fn bounded_by_deadline(a: &Acquire, name: &str, backend: BackendKind, now: Millis, at: Millis) -> AfterCleanup {
         match a.deadline {
-            Some(d) if now >= d => Next::Fail(LockError::Timeout { backend: backend.as_str(), name: name.to_string() }),
-            Some(d) => Next::Retry { at: at.min(d) },
-            None => Next::Retry { at },
+            Some(d) if now >= d => AfterCleanup::Fail(LockError::Timeout { backend: backend.as_str(), name: name.to_string() }),
+            Some(d) => AfterCleanup::Retry { at: at.min(d) },
+            None => AfterCleanup::Retry { at },
         }
     }
 
     /// Deletes this attempt's key where it may exist, then continues with `next`.
-    fn cleanup(&mut self, tid: u64, task: &mut Task, targets: Vec<bool>, next: Next, now: Millis) {
+    fn cleanup(&mut self, tid: u64, task: &mut Task, targets: Vec<bool>, next: AfterCleanup, now: Millis) {
         let TaskKind::Acquire(a) = &mut task.kind else { return };
         a.phase = Phase::Cleanup { next };
         if targets.iter().any(|t| *t) {
@@ -253,13 +253,13 @@ impl Engine {
         }
     }
 
-    fn finish(&mut self, task: &mut Task, next: Next) -> bool {
+    fn finish(&mut self, task: &mut Task, next: AfterCleanup) -> bool {
         // No op: the user already got its answer (close).
         let Some(op) = task.op else { return false };
         match next {
-            Next::NotAcquired => self.out.complete(op, Ok(Outcome::NotAcquired)),
-            Next::Fail(error) => self.out.fail(op, error),
-            Next::Retry { .. } => {}
+            AfterCleanup::NotAcquired => self.out.complete(op, Ok(Outcome::NotAcquired)),
+            AfterCleanup::Fail(error) => self.out.fail(op, error),
+            AfterCleanup::Retry { .. } => {}
         }
         false
     }

@@ -113,11 +113,11 @@ impl Engine {
         }
     }
 
-    pub(super) fn n(&self) -> usize {
+    pub(super) fn node_count(&self) -> usize {
         self.nodes.len()
     }
 
-    pub(super) fn q(&self) -> usize {
+    pub(super) fn quorum_size(&self) -> usize {
         quorum(self.nodes.len())
     }
 
@@ -132,7 +132,7 @@ impl Engine {
     }
 
     pub(super) fn all_nodes(&self) -> Vec<bool> {
-        vec![true; self.n()]
+        vec![true; self.node_count()]
     }
 
     pub(super) fn closed_error(&self) -> LockError {
@@ -142,12 +142,12 @@ impl Engine {
     /// The error for a round that did not reach a quorum: the node's own
     /// error on a single node, `NoQuorum` on several.
     pub(super) fn round_error(&self, name: &str, first_error: Option<&NodeError>, granted: usize) -> LockError {
-        if self.n() == 1 {
+        if self.node_count() == 1 {
             first_error
                 .unwrap_or(&NodeError::Redis("no usable answer".into()))
                 .to_lock_error(self.backend_str(), name)
         } else {
-            LockError::NoQuorum { backend: self.backend_str(), name: name.to_string(), granted, needed: self.q() }
+            LockError::NoQuorum { backend: self.backend_str(), name: name.to_string(), granted, needed: self.quorum_size() }
         }
     }
 

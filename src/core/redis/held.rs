@@ -22,20 +22,22 @@ use crate::core::names::validate_ttl;
 use crate::core::*;
 
 /// How a round of extend or release scripts came out.
+/// How the nodes answered an owner-checked script: done on our key, not
+/// our key (gone or foreign), or no usable answer.
 struct FlagCount {
-    yes: usize,
-    no: usize,
+    confirmed: usize,
+    refused: usize,
     failed: usize,
     first_error: Option<super::round::NodeError>,
 }
 
 fn count_flags(round: &Round) -> FlagCount {
     let parsed = round.parsed(scripts::parse_flag);
-    let mut c = FlagCount { yes: 0, no: 0, failed: 0, first_error: Round::first_error(&parsed).cloned() };
+    let mut c = FlagCount { confirmed: 0, refused: 0, failed: 0, first_error: Round::first_error(&parsed).cloned() };
     for (_, r) in &parsed {
         match r {
-            Ok(true) => c.yes += 1,
-            Ok(false) => c.no += 1,
+            Ok(true) => c.confirmed += 1,
+            Ok(false) => c.refused += 1,
             Err(_) => c.failed += 1,
         }
     }
@@ -77,7 +79,7 @@ impl Engine {
     }
 
     pub(super) fn step_renewal(&mut self, id: LockId, now: Millis) {
-        let (n, q, drift) = (self.n(), self.q(), self.s.drift_factor);
+        let (n, q, drift) = (self.node_count(), self.quorum_size(), self.s.drift_factor);
         let retry_delay = self.s.retry_delay_ms;
         let Some(h) = self.locks.get_mut(&id) else { return };
         if h.renewal.as_ref().map_or(true, |r| !r.is_done()) {
@@ -85,7 +87,7 @@ impl Engine {
         }
         let Some(round) = h.renewal.take() else { return };
         let c = count_flags(&round);
-        if c.yes >= q {
+        if c.confirmed >= q {
             if let Some(exp) = expires_at(round.started, now, h.ttl, drift) {
                 h.expires_at = exp;
                 h.last_error = None;
@@ -94,12 +96,12 @@ impl Engine {
                 return;
             }
         }
-        if c.no > n - q {
+        if c.refused > n - q {
             return self.lose(id, LostReason::KeyGone, now);
         }
         h.last_error = Some(match &c.first_error {
             Some(e) => e.to_lock_error(self.s.backend.as_str(), &h.name).to_string(),
-            None => format!("only {} of {} nodes confirmed the renewal in time", c.yes, n),
+            None => format!("only {} of {} nodes confirmed the renewal in time", c.confirmed, n),
         });
         // Try again soon, while validity remains; expiry ends it otherwise.
         let retry = now + (h.ttl / 10).clamp(1, retry_delay.max(1));
@@ -150,18 +152,18 @@ impl Engine {
         let Some(round) = task.round.take() else { return false };
         let TaskKind::Release { lock } = std::mem::replace(&mut task.kind, TaskKind::Inspect) else { return false };
         let c = count_flags(&round);
-        let (n, q) = (self.n(), self.q());
-        let settled = c.yes >= q || c.failed == 0 || c.no > n - q;
+        let (n, q) = (self.node_count(), self.quorum_size());
+        let settled = c.confirmed >= q || c.failed == 0 || c.refused > n - q;
         match task.op {
             None => self.record_ended(lock.id, &lock.name),
             Some(op) if settled => {
                 self.record_ended(lock.id, &lock.name);
-                self.out.complete(op, Ok(Outcome::Released { lock: lock.id, held_until_release: c.yes >= q }));
+                self.out.complete(op, Ok(Outcome::Released { lock: lock.id, held_until_release: c.confirmed >= q }));
             }
             Some(op) => {
                 // Nothing definite: keep the lock (without renewals) so that the
                 // user can retry; it expires on its own otherwise.
-                let error = self.round_error(&lock.name, c.first_error.as_ref(), c.yes);
+                let error = self.round_error(&lock.name, c.first_error.as_ref(), c.confirmed);
                 self.out.fail(op, error);
                 if !self.closed {
                     let mut lock = lock;
@@ -212,14 +214,14 @@ impl Engine {
         let Some(round) = task.round.take() else { return false };
         let TaskKind::Extend { lock, ttl, ref token } = task.kind else { return false };
         let Some(op) = task.op else { return false };
-        let (n, q, drift, backend) = (self.n(), self.q(), self.s.drift_factor, self.backend_str());
+        let (n, q, drift, backend) = (self.node_count(), self.quorum_size(), self.s.drift_factor, self.backend_str());
         let c = count_flags(&round);
         let Some(h) = self.locks.get_mut(&lock).filter(|h| &h.token == token) else {
             let error = LockError::NotHeld { backend, name: task.name.clone() };
             self.out.fail(op, error);
             return false;
         };
-        if c.yes >= q {
+        if c.confirmed >= q {
             if let Some(exp) = expires_at(round.started, now, ttl, drift) {
                 h.ttl = ttl;
                 h.expires_at = exp;
@@ -231,13 +233,13 @@ impl Engine {
                 return false;
             }
         }
-        if c.no > n - q {
+        if c.refused > n - q {
             let error = LockError::Lost { backend, name: task.name.clone(), reason: LostReason::KeyGone.to_string() };
             self.out.fail(op, error);
             self.lose(lock, LostReason::KeyGone, now);
             return false;
         }
-        let error = self.round_error(&task.name, c.first_error.as_ref(), c.yes);
+        let error = self.round_error(&task.name, c.first_error.as_ref(), c.confirmed);
         self.out.fail(op, error);
         false
     }

@@ -58,7 +58,7 @@ impl Engine {
         let mine: Vec<u64> =
             parsed.iter().filter_map(|(_, r)| r.as_ref().ok().filter(|s| s.mine).and_then(|s| s.pttl)).collect();
         let failed = parsed.iter().filter(|(_, r)| r.is_err()).count();
-        let q = self.q();
+        let q = self.quorum_size();
         let backend = self.backend_str();
         // The key lives at least `pttl` past the round's start on each node.
         let exp = kth_largest(mine.clone(), q)
@@ -128,7 +128,7 @@ impl Engine {
         let (Some(round), Some(op)) = (task.round.take(), task.op) else { return false };
         let parsed = round.parsed(scripts::parse_status);
         let answers: Vec<StatusReply> = parsed.iter().filter_map(|(_, r)| r.as_ref().ok().copied()).collect();
-        let q = self.q();
+        let q = self.quorum_size();
         if answers.len() < q {
             let error = self.round_error(&task.name, Round::first_error(&parsed), answers.len());
             self.out.fail(op, error);

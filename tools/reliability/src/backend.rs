@@ -2,9 +2,9 @@
 //! told on their command line), and how to build its client.
 
 use edgelock::core::etcd::EtcdConfig;
-use edgelock::core::redis::{RedisConfig, RedisMachine, RedisNode, RedlockConfig, RedlockFencing, RedlockMachine};
-use edgelock::core::LockError;
-use edgelock::native::{Client, OsEntropy};
+use edgelock::core::redis::{RedisConfig, RedisNode, RedlockConfig, RedlockFencing};
+use edgelock::core::{BackendSpec as Registry, LockError};
+use edgelock::native::Client;
 use serde::{Deserialize, Serialize};
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -55,7 +55,7 @@ impl BackendSpec {
                 let mut cfg = EtcdConfig::new(endpoints.clone());
                 cfg.session_ttl_ms = *ttl_ms;
                 cfg.request_timeout_ms = *request_timeout_ms;
-                Client::etcd(cfg)
+                Client::connect(Registry::Etcd(cfg))
             }
             BackendSpec::Redis { node, token, ttl_ms, request_timeout_ms } => {
                 let mut cfg = RedisConfig::new(RedisNode::from_spec(node, token.as_deref())?);
@@ -63,7 +63,7 @@ impl BackendSpec {
                 cfg.request_timeout_ms = *request_timeout_ms;
                 cfg.retry_delay_ms = 50;
                 cfg.retry_jitter_ms = 50;
-                Client::try_from_machine(Box::new(RedisMachine::new(cfg, Box::new(OsEntropy))?))
+                Client::connect(Registry::Redis(cfg))
             }
             BackendSpec::Redlock { nodes, token, ttl_ms, request_timeout_ms, folded } => {
                 let nodes = nodes.iter().map(|n| RedisNode::from_spec(n, token.as_deref())).collect::<Result<Vec<_>, _>>()?;
@@ -73,7 +73,7 @@ impl BackendSpec {
                 cfg.retry_delay_ms = 50;
                 cfg.retry_jitter_ms = 50;
                 cfg.fencing = if *folded { RedlockFencing::Folded } else { RedlockFencing::Strict };
-                Client::try_from_machine(Box::new(RedlockMachine::new(cfg, Box::new(OsEntropy))?))
+                Client::connect(Registry::Redlock(cfg))
             }
         }
     }
