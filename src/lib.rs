@@ -1,3 +1,4 @@
+#![warn(missing_docs, unreachable_pub)]
 //! edgelock: distributed locks over HTTP, from one sans-IO core.
 //!
 //! - [`core`]: the protocol machines (etcd lease/revision recipe, Redis single

@@ -79,6 +79,7 @@ impl<M: LockMachine> Budgeted<M> {
         self.sent
     }
 
+    /// Requests this machine may send in its life (the `budget` given to [`Budgeted::new`]).
     pub fn budget(&self) -> u32 {
         self.budget
     }
@@ -88,6 +89,7 @@ impl<M: LockMachine> Budgeted<M> {
         self.exhausted
     }
 
+    /// The wrapped machine.
     pub fn inner(&self) -> &M {
         &self.inner
     }

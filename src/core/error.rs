@@ -8,33 +8,98 @@
 
 use std::fmt;
 
+/// Why a lock operation failed. Marked `#[non_exhaustive]`: new variants may
+/// be added; [`LockError::code`] gives each one a stable string.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum LockError {
     /// Rejected before any request was sent (bad name, TTL, URL, option, handle).
-    InvalidArgument { message: String },
+    InvalidArgument {
+        /// What was wrong with the argument.
+        message: String,
+    },
     /// A waiting acquire ran out of its wait time (its key, if any, is removed).
-    Timeout { backend: &'static str, name: String },
+    Timeout {
+        /// Backend name (`etcd`, `redis`, `redlock`).
+        backend: &'static str,
+        /// The lock's name.
+        name: String,
+    },
     /// The operation was cancelled by the caller (its key, if any, is removed).
-    Aborted { backend: &'static str, name: String },
+    Aborted {
+        /// Backend name (`etcd`, `redis`, `redlock`).
+        backend: &'static str,
+        /// The lock's name.
+        name: String,
+    },
     /// Redlock could not get a majority of nodes (after all retries).
-    NoQuorum { backend: &'static str, name: String, granted: usize, needed: usize },
+    NoQuorum {
+        /// Backend name (`etcd`, `redis`, `redlock`).
+        backend: &'static str,
+        /// The lock's name.
+        name: String,
+        /// Nodes that granted the lock.
+        granted: usize,
+        /// Nodes needed for a majority.
+        needed: usize,
+    },
     /// The lock was lost (lease expired, key deleted, renewal failed).
-    Lost { backend: &'static str, name: String, reason: String },
+    Lost {
+        /// Backend name (`etcd`, `redis`, `redlock`).
+        backend: &'static str,
+        /// The lock's name.
+        name: String,
+        /// What made the client consider the lock lost.
+        reason: String,
+    },
     /// Release/extend of a lock this client does not hold (any more).
-    NotHeld { backend: &'static str, name: String },
+    NotHeld {
+        /// Backend name (`etcd`, `redis`, `redlock`).
+        backend: &'static str,
+        /// The lock's name.
+        name: String,
+    },
     /// The backend answered, but with an error or something the client cannot
     /// accept (HTTP 4xx/5xx, malformed or hostile reply).
-    Backend { backend: &'static str, name: String, status: Option<u16>, message: String },
+    Backend {
+        /// Backend name (`etcd`, `redis`, `redlock`).
+        backend: &'static str,
+        /// The lock's name.
+        name: String,
+        /// HTTP status of the reply, if the error came with one.
+        status: Option<u16>,
+        /// The backend's error, or what was wrong with its reply (never a secret).
+        message: String,
+    },
     /// No answer: connection refused, reset, or request timeout, on every endpoint tried.
-    Transport { backend: &'static str, name: String, message: String },
+    Transport {
+        /// Backend name (`etcd`, `redis`, `redlock`).
+        backend: &'static str,
+        /// The lock's name.
+        name: String,
+        /// What went wrong on the last attempt.
+        message: String,
+    },
     /// A subrequest budget (Workers) would be exceeded by the next request.
-    BudgetExhausted { backend: &'static str, name: String, budget: u32 },
+    BudgetExhausted {
+        /// Backend name (`etcd`, `redis`, `redlock`).
+        backend: &'static str,
+        /// The lock's name.
+        name: String,
+        /// The request budget that would be exceeded.
+        budget: u32,
+    },
     /// The client was closed.
-    Closed { backend: &'static str },
+    Closed {
+        /// Backend name (`etcd`, `redis`, `redlock`).
+        backend: &'static str,
+    },
     /// A bug in edgelock: a state the code does not expect. Please report it
     /// with the message.
-    Internal { message: String },
+    Internal {
+        /// Description of the unexpected state.
+        message: String,
+    },
 }
 
 /// Every stable code [`LockError::code`] can return, in one place: the npm

@@ -8,6 +8,8 @@
 /// its object is hostile or broken.
 pub const MAX_MESSAGE_BYTES: usize = 4 * 1024 * 1024;
 
+/// Incremental splitter: feed it chunks with [`push`](Self::push) and get back
+/// each complete top-level JSON object.
 #[derive(Default, Debug)]
 pub struct JsonObjectSplitter {
     buf: Vec<u8>,
@@ -17,14 +19,17 @@ pub struct JsonObjectSplitter {
     started: bool,
 }
 
+/// Why [`JsonObjectSplitter::push`] rejected its input.
 #[derive(Debug, PartialEq, Eq)]
 pub enum SplitError {
     /// Bytes outside any object that are not whitespace, or unbalanced braces.
     Malformed,
+    /// A single object grew beyond [`MAX_MESSAGE_BYTES`].
     TooLarge,
 }
 
 impl JsonObjectSplitter {
+    /// An empty splitter, expecting the start of an object.
     pub fn new() -> Self {
         Self::default()
     }

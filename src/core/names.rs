@@ -10,6 +10,7 @@ pub const MAX_NAME_BYTES: usize = 512;
 /// Longest TTL accepted (one day): beyond that a lock is a configuration error.
 pub const MAX_TTL_MS: u64 = 24 * 60 * 60 * 1000;
 
+/// Checks a lock name: not empty, at most [`MAX_NAME_BYTES`] bytes, no NUL.
 pub fn validate_name(name: &str) -> Result<(), LockError> {
     if name.is_empty() {
         return Err(LockError::invalid("lock name must not be empty"));
@@ -26,6 +27,8 @@ pub fn validate_name(name: &str) -> Result<(), LockError> {
     Ok(())
 }
 
+/// Checks a TTL-like setting called `what` (named in the error): above 0 and at
+/// most [`MAX_TTL_MS`].
 pub fn validate_ttl(what: &str, ttl_ms: u64) -> Result<(), LockError> {
     if ttl_ms == 0 {
         return Err(LockError::invalid(format!("{what} must be greater than 0 ms")));

@@ -6,6 +6,8 @@ use super::operation::Outcome;
 use super::types::*;
 use super::LockError;
 
+/// Allocates request, operation and lock ids, and queues the transmits and
+/// events a machine hands out through its `poll_transmit` / `poll_event`.
 #[derive(Default, Debug)]
 pub struct Outbox {
     next_request: u64,
@@ -16,21 +18,26 @@ pub struct Outbox {
 }
 
 impl Outbox {
+    /// A fresh request id (never reused by this outbox).
     pub fn request_id(&mut self) -> RequestId {
         self.next_request += 1;
         RequestId(self.next_request)
     }
+    /// A fresh operation id (never reused by this outbox).
     pub fn op_id(&mut self) -> OpId {
         self.next_op += 1;
         OpId(self.next_op)
     }
+    /// A fresh lock id (never reused by this outbox).
     pub fn lock_id(&mut self) -> LockId {
         self.next_lock += 1;
         LockId(self.next_lock)
     }
+    /// Queues `req` for the driver to send.
     pub fn send(&mut self, req: HttpRequest) {
         self.transmits.push_back(Transmit::Send(req));
     }
+    /// Queues a cancel of request `id` for the driver.
     pub fn cancel(&mut self, id: RequestId) {
         self.transmits.push_back(Transmit::Cancel(id));
     }
@@ -50,9 +57,11 @@ impl Outbox {
     pub fn lost(&mut self, lock: LockId, name: String, reason: LostReason) {
         self.events.push_back(Event::Lost { lock, name, reason });
     }
+    /// The next request or cancel for the driver, oldest first.
     pub fn poll_transmit(&mut self) -> Option<Transmit> {
         self.transmits.pop_front()
     }
+    /// The next event for the driver, oldest first.
     pub fn poll_event(&mut self) -> Option<Event> {
         self.events.pop_front()
     }

@@ -23,13 +23,17 @@ pub struct OpId(pub u64);
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct LockId(pub u64);
 
+/// HTTP method of an [`HttpRequest`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Method {
+    /// `GET`.
     Get,
+    /// `POST`.
     Post,
 }
 
 impl Method {
+    /// The method as written on the request line.
     pub fn as_str(self) -> &'static str {
         match self {
             Method::Get => "GET",
@@ -83,7 +87,10 @@ pub struct HttpRequest {
     pub method: Method,
     /// Where it goes.
     pub target: Target,
+    /// Header names and values, in order (`Debug` redacts secret ones, see
+    /// [`is_secret_header`]).
     pub headers: Vec<(String, String)>,
+    /// Request body (empty for none).
     pub body: Vec<u8>,
     /// The core enforces this itself (it emits [`Transmit::Cancel`] when it runs
     /// out); drivers may use it as a safety net for connect/read timeouts.
@@ -122,6 +129,7 @@ impl std::fmt::Debug for HttpRequest {
 /// What the core asks a driver to do.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Transmit {
+    /// Perform this request and answer it with [`Input`]s carrying its id.
     Send(HttpRequest),
     /// Abort a request (timeout, cancelled waiter, closed watch). The driver must
     /// not deliver anything more for this id; late deliveries are ignored anyway.
@@ -154,13 +162,33 @@ impl std::fmt::Display for TransportError {
 pub enum Input {
     /// The whole response of a non-streaming request, or a non-2xx response to a
     /// streaming one.
-    Response { id: RequestId, status: u16, body: Vec<u8> },
+    Response {
+        /// The request answered.
+        id: RequestId,
+        /// HTTP status code.
+        status: u16,
+        /// The whole body.
+        body: Vec<u8>,
+    },
     /// The next piece of a 2xx streaming body (any split; the core reassembles).
-    Chunk { id: RequestId, data: Vec<u8> },
+    Chunk {
+        /// The request answered.
+        id: RequestId,
+        /// The next bytes of the body.
+        data: Vec<u8>,
+    },
     /// The 2xx streaming body ended.
-    StreamEnd { id: RequestId },
+    StreamEnd {
+        /// The request answered.
+        id: RequestId,
+    },
     /// No (complete) response.
-    Failed { id: RequestId, error: TransportError },
+    Failed {
+        /// The request that failed.
+        id: RequestId,
+        /// Why there is no response.
+        error: TransportError,
+    },
 }
 
 impl Input {
@@ -180,7 +208,7 @@ impl Input {
 /// How long an acquire may wait for a held lock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Wait {
-    /// Try once: if someone else holds the lock, finish with [`Event::NotAcquired`].
+    /// Try once: if someone else holds the lock, finish with [`Outcome::NotAcquired`](crate::core::Outcome::NotAcquired).
     Try,
     /// Wait up to this many milliseconds, then fail with `LockError::Timeout`.
     For(u64),
@@ -188,8 +216,10 @@ pub enum Wait {
     Forever,
 }
 
+/// How one acquire behaves. The default waits forever and uses the client's TTL.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AcquireOptions {
+    /// How long to wait while someone else holds the lock.
     pub wait: Wait,
     /// Per-lock TTL (Redis backends). `None` uses the client default. The etcd
     /// backend's TTL is its session lease's TTL and ignores this.
@@ -202,15 +232,21 @@ impl Default for AcquireOptions {
     }
 }
 
+/// Which backend a lock lives on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum BackendKind {
+    /// etcd v3 through its JSON gateway.
     Etcd,
+    /// A single Redis node (Upstash REST or Webdis).
     Redis,
+    /// Redlock over several Redis nodes.
     Redlock,
 }
 
 impl BackendKind {
+    /// Lowercase name (`etcd`, `redis`, `redlock`), as used in error messages and
+    /// serialised handles.
     pub fn as_str(self) -> &'static str {
         match self {
             BackendKind::Etcd => "etcd",
@@ -228,7 +264,9 @@ impl BackendKind {
 pub struct LockHandle {
     /// Format version, currently 1.
     pub v: u32,
+    /// The backend that holds the lock.
     pub backend: BackendKind,
+    /// The lock's name.
     pub name: String,
     /// The backend key that represents the lock.
     pub key: String,
@@ -257,10 +295,10 @@ impl std::fmt::Debug for LockHandle {
 
 pub(crate) mod u64_as_string {
     use serde::{Deserialize, Deserializer, Serializer};
-    pub fn serialize<S: Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<S: Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(&v.to_string())
     }
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
         #[derive(Deserialize)]
         #[serde(untagged)]
         enum Num {
@@ -277,7 +315,9 @@ pub(crate) mod u64_as_string {
 /// A lock this client holds.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LockInfo {
+    /// The lock's id within its machine.
     pub id: LockId,
+    /// The lock's name.
     pub name: String,
     /// Strictly increases across successive holders of `name`. Pass it to the
     /// resource you protect and have it reject lower tokens.
@@ -285,16 +325,21 @@ pub struct LockInfo {
     /// Conservative end of validity on the driver's clock ([`Millis`]): measured
     /// from when the request that established it was *sent*, minus drift.
     pub expires_at: Millis,
+    /// Lets another process resume the lock (contains the owner credential).
     pub handle: LockHandle,
 }
 
 /// What a backend can tell about a lock name (for `status` / `GET /locks/:name`).
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct LockStatus {
+    /// The name asked about.
     pub name: String,
+    /// Whether the lock is held (by anyone).
     pub held: bool,
     /// Backend-specific holder identity (etcd: key; Redis: not revealed).
     pub holder: Option<String>,
+    /// etcd: the holder's token (its key's create revision); Redis/Redlock: the
+    /// highest fencing counter the nodes report.
     pub fencing_token: Option<u64>,
     /// Remaining lifetime of the holder as the backend reports it.
     pub remaining_ms: Option<u64>,
@@ -359,6 +404,7 @@ pub enum Event {
 /// an RNG itself. Production drivers use the OS CSPRNG (`getrandom`), tests a
 /// seeded generator.
 pub trait Entropy {
+    /// Fills `buf` with random bytes.
     fn fill(&mut self, buf: &mut [u8]);
 }
 
@@ -390,9 +436,11 @@ pub fn random_hex(entropy: &mut dyn Entropy, n: usize) -> String {
 pub struct SeededEntropy(u64);
 
 impl SeededEntropy {
+    /// A generator starting from `seed`: the same seed gives the same sequence.
     pub fn new(seed: u64) -> Self {
         SeededEntropy(seed)
     }
+    /// The next value of the sequence.
     pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;

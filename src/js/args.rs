@@ -4,7 +4,7 @@ use crate::core::LockError;
 
 /// A millisecond (or id) argument from JavaScript: a whole, non-negative,
 /// exactly representable number.
-pub fn whole_number(what: &str, value: f64) -> Result<u64, LockError> {
+pub(crate) fn whole_number(what: &str, value: f64) -> Result<u64, LockError> {
     const MAX_SAFE: f64 = 9_007_199_254_740_991.0;
     if !value.is_finite() || value < 0.0 || value.fract() != 0.0 || value > MAX_SAFE {
         // The value itself is not formatted: f64 Display costs ~12 KiB of wasm,

@@ -22,6 +22,7 @@ use crate::core::{
     OpId, Operation, Outcome, Wait,
 };
 
+/// One lock client (any backend) as JavaScript sees it.
 #[wasm_bindgen]
 pub struct RawLocks {
     driver: Driver,

@@ -54,12 +54,14 @@ pub struct Clock {
 }
 
 impl Clock {
+    /// A clock starting now.
     pub fn new() -> Self {
         // Touch the offset now so that it is taken before the first lock exists.
         let _ = epoch_offset();
         Clock { last: Cell::new(0) }
     }
 
+    /// Milliseconds since the clock started (never backwards).
     pub fn now(&self) -> Millis {
         let raw = raw_now();
         let ms = if raw.is_finite() && raw > 0.0 {

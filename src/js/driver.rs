@@ -32,13 +32,18 @@ use crate::core::{
 /// Something that happened to a held lock outside any operation.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum LockNotice {
+    /// Automatic renewal moved the lock's validity forward.
     Renewed {
+        /// The renewed lock.
         lock: LockId,
+        /// Its new conservative end of validity.
         expires_at: Millis,
     },
-    /// Always a `LockError::Lost`.
+    /// The lock was lost.
     Lost {
+        /// The lost lock.
         lock: LockId,
+        /// Always a `LockError::Lost`.
         error: LockError,
     },
 }
@@ -156,6 +161,7 @@ impl Driver {
         Ok(Driver { inner })
     }
 
+    /// The machine's backend.
     pub fn backend(&self) -> BackendKind {
         self.inner.backend
     }
@@ -170,10 +176,12 @@ impl Driver {
         super::clock::to_epoch_ms(at)
     }
 
+    /// The driver's clock.
     pub fn now(&self) -> Millis {
         self.inner.clock.now()
     }
 
+    /// Operations and locks the machine still tracks (0 while borrowed).
     pub fn live_count(&self) -> usize {
         self.inner
             .state

@@ -4,6 +4,7 @@
 use crate::core::{Entropy, LockError};
 
 #[derive(Debug, Clone, Copy)]
+/// `crypto.getRandomValues` as the core's entropy source.
 pub struct JsEntropy;
 
 impl JsEntropy {

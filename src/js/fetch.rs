@@ -16,7 +16,7 @@ const MAX_ERROR_CHARS: usize = 200;
 
 /// Runs `req` and hands each resulting input to `deliver`, which returns false
 /// once the request is no longer wanted (cancelled): reading stops there.
-pub async fn perform(
+pub(crate) async fn perform(
     fetch: &Function,
     bindings: Option<&JsValue>,
     req: &HttpRequest,
@@ -200,7 +200,7 @@ fn call_method(target: &JsValue, name: &str) -> Result<JsValue, String> {
 /// A short description of a thrown JS value: `message`, plus the `cause`'s code
 /// or message where runtimes put the real reason (Node: "fetch failed" with
 /// `cause.code = "ECONNREFUSED"`).
-pub fn error_text(e: &JsValue) -> String {
+pub(crate) fn error_text(e: &JsValue) -> String {
     let field = |v: &JsValue, k: &str| {
         Reflect::get(v, &JsValue::from_str(k))
             .ok()

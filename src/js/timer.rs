@@ -18,13 +18,13 @@ fn global_fn(name: &str) -> Option<Function> {
 }
 
 /// Schedules `callback` after `delay_ms`; returns the runtime's handle.
-pub fn set_timeout(callback: &Function, delay_ms: u64) -> Option<JsValue> {
+pub(crate) fn set_timeout(callback: &Function, delay_ms: u64) -> Option<JsValue> {
     let set = global_fn("setTimeout")?;
     let delay = JsValue::from_f64(delay_ms.min(MAX_DELAY_MS) as f64);
     set.call2(&js_sys::global(), callback, &delay).ok()
 }
 
-pub fn clear_timeout(handle: &JsValue) {
+pub(crate) fn clear_timeout(handle: &JsValue) {
     if let Some(clear) = global_fn("clearTimeout") {
         let _ = clear.call1(&js_sys::global(), handle);
     }

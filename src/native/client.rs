@@ -196,6 +196,7 @@ impl fmt::Debug for Lock {
 }
 
 impl Lock {
+    /// The lock's name.
     pub fn name(&self) -> &str {
         &self.info.name
     }
@@ -212,6 +213,7 @@ impl Lock {
         &self.info.handle
     }
 
+    /// The lock as it was granted (id, name, fencing token, handle).
     pub fn info(&self) -> &LockInfo {
         &self.info
     }
@@ -226,6 +228,7 @@ impl Lock {
         Duration::from_millis(st.expires_at.saturating_sub(self.client.inner.clock.now()))
     }
 
+    /// True once the lock was lost (see [`Lock::lost_reason`]).
     pub fn is_lost(&self) -> bool {
         self.shared.state().lost.is_some()
     }
@@ -313,10 +316,13 @@ impl fmt::Debug for CancelToken {
 }
 
 impl CancelToken {
+    /// A token that is not cancelled.
     pub fn new() -> Self {
         Self::default()
     }
 
+    /// Cancels: every acquire waiting on this token, and every later one given it,
+    /// fails with `LockError::Aborted`.
     pub fn cancel(&self) {
         let mut st = self.state();
         st.cancelled = true;
@@ -325,6 +331,7 @@ impl CancelToken {
         }
     }
 
+    /// Whether [`cancel`](Self::cancel) was called.
     pub fn is_cancelled(&self) -> bool {
         self.state().cancelled
     }

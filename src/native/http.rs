@@ -29,6 +29,7 @@ const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(60);
 const READ_BUF: usize = 16 * 1024;
 
+/// The transport error message for an `https://` URL (the native driver has no TLS).
 pub const HTTPS_UNSUPPORTED: &str = "https is not supported by the native driver; use the JS package or an http endpoint";
 
 /// A parsed `http://` URL.
@@ -36,12 +37,15 @@ pub const HTTPS_UNSUPPORTED: &str = "https is not supported by the native driver
 pub struct Url {
     /// Host without brackets (an IPv6 literal is bare here).
     pub host: String,
+    /// Port, 80 when the URL names none.
     pub port: u16,
     /// Path (and anything after it), always starting with `/`.
     pub path: String,
 }
 
 impl Url {
+    /// Parses an `http://host[:port][/path]` URL; rejects `https://`, credentials,
+    /// whitespace and control characters.
     pub fn parse(url: &str) -> Result<Url, TransportError> {
         if url.get(..6).is_some_and(|p| p.eq_ignore_ascii_case("https:")) {
             return Err(TransportError::Connect(HTTPS_UNSUPPORTED.to_string()));
@@ -111,18 +115,25 @@ fn short(s: &str) -> String {
 /// One request to perform.
 #[derive(Clone, Debug)]
 pub struct Request<'a> {
+    /// Request method (`GET`, `POST`).
     pub method: &'a str,
+    /// Absolute `http://` URL.
     pub url: &'a str,
+    /// Header names and values.
     pub headers: &'a [(String, String)],
+    /// Request body.
     pub body: &'a [u8],
     /// Connect timeout, and (non-streaming) the deadline for the whole response;
     /// (streaming) the deadline for the response head only.
     pub timeout: Option<Duration>,
 }
 
+/// A complete HTTP response.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Response {
+    /// HTTP status code.
     pub status: u16,
+    /// The whole body, after transfer decoding.
     pub body: Vec<u8>,
 }
 
@@ -150,10 +161,13 @@ struct CancelState {
 }
 
 impl CancelHandle {
+    /// A handle for a request not cancelled yet.
     pub fn new() -> Self {
         Self::default()
     }
 
+    /// Cancels the request: shuts its socket down if it has one, otherwise makes it
+    /// fail as soon as it connects.
     pub fn cancel(&self) {
         let mut st = lock(&self.inner);
         st.cancelled = true;
@@ -162,6 +176,7 @@ impl CancelHandle {
         }
     }
 
+    /// Whether [`cancel`](Self::cancel) was called.
     pub fn is_cancelled(&self) -> bool {
         lock(&self.inner).cancelled
     }
@@ -210,6 +225,7 @@ enum Attempt<T> {
 }
 
 impl HttpClient {
+    /// A client with an empty connection pool.
     pub fn new() -> Self {
         Self::default()
     }

@@ -35,7 +35,7 @@ fn de_b64<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
 
 /// `/v3/lease/timetolive` with `keys: true`: the keys attached to a lease.
 #[derive(Debug, Default, Deserialize, Clone, PartialEq, Eq)]
-pub struct LeaseKeys {
+pub(super) struct LeaseKeys {
     #[serde(default, deserialize_with = "de_b64_list")]
     pub keys: Vec<Vec<u8>>,
 }
@@ -46,13 +46,13 @@ fn de_b64_list<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<Vec<u8>>, D
 }
 
 #[derive(Debug, Default, Deserialize, Clone, PartialEq, Eq)]
-pub struct Header {
+pub(super) struct Header {
     #[serde(default, deserialize_with = "de_i64")]
     pub revision: i64,
 }
 
 #[derive(Debug, Default, Deserialize, Clone, PartialEq, Eq)]
-pub struct KeyValue {
+pub(super) struct KeyValue {
     #[serde(default, deserialize_with = "de_b64")]
     pub key: Vec<u8>,
     #[serde(default, deserialize_with = "de_i64")]
@@ -66,7 +66,7 @@ pub struct KeyValue {
 }
 
 #[derive(Debug, Default, Deserialize, Clone, PartialEq, Eq)]
-pub struct RangeResponse {
+pub(super) struct RangeResponse {
     #[serde(default)]
     pub header: Header,
     #[serde(default)]
@@ -74,14 +74,14 @@ pub struct RangeResponse {
 }
 
 #[derive(Debug, Default, Deserialize, Clone, PartialEq, Eq)]
-pub struct ResponseOp {
+pub(super) struct ResponseOp {
     pub response_range: Option<RangeResponse>,
     pub response_put: Option<Value>,
     pub response_delete_range: Option<Value>,
 }
 
 #[derive(Debug, Default, Deserialize, Clone, PartialEq, Eq)]
-pub struct TxnResponse {
+pub(super) struct TxnResponse {
     #[serde(default)]
     pub header: Header,
     #[serde(default)]
@@ -92,14 +92,14 @@ pub struct TxnResponse {
 
 impl TxnResponse {
     /// The i-th range response of the executed branch.
-    pub fn range(&self, i: usize) -> Option<&RangeResponse> {
+    pub(super) fn range(&self, i: usize) -> Option<&RangeResponse> {
         self.responses.iter().filter_map(|r| r.response_range.as_ref()).nth(i)
     }
 }
 
 #[derive(Debug, Default, Deserialize, Clone, PartialEq, Eq)]
 #[allow(non_snake_case)]
-pub struct LeaseGrantResponse {
+pub(super) struct LeaseGrantResponse {
     #[serde(default, deserialize_with = "de_i64")]
     pub ID: i64,
     #[serde(default, deserialize_with = "de_i64")]
@@ -112,7 +112,7 @@ pub struct LeaseGrantResponse {
 /// means the lease no longer exists.
 #[derive(Debug, Default, Deserialize, Clone, PartialEq, Eq)]
 #[allow(non_snake_case)]
-pub struct LeaseTtl {
+pub(super) struct LeaseTtl {
     #[serde(default, deserialize_with = "de_i64")]
     pub ID: i64,
     #[serde(default, deserialize_with = "de_i64")]
@@ -126,7 +126,7 @@ struct Wrapped<T> {
 }
 
 #[derive(Debug, Default, Deserialize, Clone, PartialEq, Eq)]
-pub struct WatchEvent {
+pub(super) struct WatchEvent {
     #[serde(default, rename = "type")]
     pub kind: Option<String>,
     #[serde(default)]
@@ -134,7 +134,7 @@ pub struct WatchEvent {
 }
 
 #[derive(Debug, Default, Deserialize, Clone, PartialEq, Eq)]
-pub struct WatchResponse {
+pub(super) struct WatchResponse {
     #[serde(default)]
     pub header: Header,
     #[serde(default)]
@@ -148,14 +148,14 @@ pub struct WatchResponse {
 }
 
 impl WatchResponse {
-    pub fn has_delete(&self) -> bool {
+    pub(super) fn has_delete(&self) -> bool {
         self.events.iter().any(|e| e.kind.as_deref() == Some("DELETE"))
     }
 }
 
 /// A reply that is not what we asked for.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum GatewayError {
+pub(super) enum GatewayError {
     /// The server said the lease does not exist (expired or revoked).
     LeaseNotFound,
     /// Worth retrying on another endpoint: 5xx, unavailable, leader changes.
@@ -167,14 +167,14 @@ pub enum GatewayError {
 }
 
 impl GatewayError {
-    pub fn message(&self) -> String {
+    pub(super) fn message(&self) -> String {
         match self {
             GatewayError::LeaseNotFound => "requested lease not found".into(),
             GatewayError::Retryable { message, .. } | GatewayError::Fatal { message, .. } => message.clone(),
             GatewayError::Malformed(m) => format!("malformed reply: {m}"),
         }
     }
-    pub fn status(&self) -> Option<u16> {
+    pub(super) fn status(&self) -> Option<u16> {
         match self {
             GatewayError::Retryable { status, .. } | GatewayError::Fatal { status, .. } => Some(*status),
             _ => None,
@@ -186,7 +186,7 @@ impl GatewayError {
 const RETRYABLE_GRPC: &[i64] = &[1, 4, 8, 10, 13, 14];
 
 /// Classifies a non-2xx answer (or a 2xx carrying an error object).
-pub fn classify_error(status: u16, body: &[u8]) -> GatewayError {
+pub(super) fn classify_error(status: u16, body: &[u8]) -> GatewayError {
     let parsed: Option<Value> = serde_json::from_slice(body).ok();
     let message = parsed
         .as_ref()
@@ -209,7 +209,7 @@ pub fn classify_error(status: u16, body: &[u8]) -> GatewayError {
 }
 
 /// Parses a 2xx unary reply into `T`, treating an embedded error object as an error.
-pub fn parse<T: for<'de> Deserialize<'de>>(status: u16, body: &[u8]) -> Result<T, GatewayError> {
+pub(super) fn parse<T: for<'de> Deserialize<'de>>(status: u16, body: &[u8]) -> Result<T, GatewayError> {
     if !(200..300).contains(&status) {
         return Err(classify_error(status, body));
     }
@@ -224,7 +224,7 @@ pub fn parse<T: for<'de> Deserialize<'de>>(status: u16, body: &[u8]) -> Result<T
 }
 
 /// Parses a reply of a streaming endpoint used unary (keepalive): `{"result": T}`.
-pub fn parse_wrapped<T: for<'de> Deserialize<'de>>(status: u16, body: &[u8]) -> Result<T, GatewayError> {
+pub(super) fn parse_wrapped<T: for<'de> Deserialize<'de>>(status: u16, body: &[u8]) -> Result<T, GatewayError> {
     if !(200..300).contains(&status) {
         return Err(classify_error(status, body));
     }
@@ -236,16 +236,16 @@ pub fn parse_wrapped<T: for<'de> Deserialize<'de>>(status: u16, body: &[u8]) -> 
 }
 
 /// Parses one message of the watch stream.
-pub fn parse_watch_message(msg: &[u8]) -> Result<WatchResponse, GatewayError> {
+pub(super) fn parse_watch_message(msg: &[u8]) -> Result<WatchResponse, GatewayError> {
     parse_wrapped(200, msg)
 }
 
-pub fn b64(bytes: &[u8]) -> String {
+pub(super) fn b64(bytes: &[u8]) -> String {
     B64.encode(bytes)
 }
 
 /// The first key after every key with prefix `p` (etcd's `range_end` for a prefix).
-pub fn prefix_end(p: &[u8]) -> Vec<u8> {
+pub(super) fn prefix_end(p: &[u8]) -> Vec<u8> {
     let mut end = p.to_vec();
     while let Some(last) = end.pop() {
         if last < 0xff {
@@ -258,16 +258,16 @@ pub fn prefix_end(p: &[u8]) -> Vec<u8> {
 
 // ---- request bodies -------------------------------------------------------
 
-pub fn lease_grant(ttl_s: i64) -> Value {
+pub(super) fn lease_grant(ttl_s: i64) -> Value {
     json!({ "TTL": ttl_s.to_string() })
 }
 
-pub fn lease_id(id: i64) -> Value {
+pub(super) fn lease_id(id: i64) -> Value {
     json!({ "ID": id.to_string() })
 }
 
 /// `/v3/lease/timetolive` asking for the lease's keys.
-pub fn lease_keys(id: i64) -> Value {
+pub(super) fn lease_keys(id: i64) -> Value {
     json!({ "ID": id.to_string(), "keys": true })
 }
 
@@ -275,7 +275,7 @@ pub fn lease_keys(id: i64) -> Value {
 /// lease and read the two newest keys under the lock's prefix (ours and our
 /// predecessor); otherwise (a retry whose first attempt did apply) read our key,
 /// whose value (the attempt's nonce) tells whether it is really this attempt's.
-pub fn acquire_txn(key: &[u8], lock_prefix: &[u8], lease: i64, nonce: &[u8]) -> Value {
+pub(super) fn acquire_txn(key: &[u8], lock_prefix: &[u8], lease: i64, nonce: &[u8]) -> Value {
     json!({
         "compare": [{ "key": b64(key), "target": "CREATE", "result": "EQUAL", "create_revision": "0" }],
         "success": [
@@ -289,7 +289,7 @@ pub fn acquire_txn(key: &[u8], lock_prefix: &[u8], lease: i64, nonce: &[u8]) -> 
 
 /// Reads our key and the waiter directly ahead of us (largest create revision
 /// below ours) in one round trip.
-pub fn predecessor_txn(key: &[u8], lock_prefix: &[u8], my_rev: i64) -> Value {
+pub(super) fn predecessor_txn(key: &[u8], lock_prefix: &[u8], my_rev: i64) -> Value {
     json!({
         "compare": [],
         "success": [
@@ -302,34 +302,34 @@ pub fn predecessor_txn(key: &[u8], lock_prefix: &[u8], my_rev: i64) -> Value {
 }
 
 /// Deletes exactly one incarnation of a key: only if its create revision is `rev`.
-pub fn delete_if_revision(key: &[u8], rev: i64) -> Value {
+pub(super) fn delete_if_revision(key: &[u8], rev: i64) -> Value {
     json!({
         "compare": [{ "key": b64(key), "target": "CREATE", "result": "EQUAL", "create_revision": rev.to_string() }],
         "success": [ { "request_delete_range": { "key": b64(key) } } ]
     })
 }
 
-pub fn delete_key(key: &[u8]) -> Value {
+pub(super) fn delete_key(key: &[u8]) -> Value {
     json!({ "key": b64(key) })
 }
 
 /// Reads several keys in one round trip (checking that held keys still exist).
-pub fn read_keys_txn<'a>(keys: impl Iterator<Item = &'a [u8]>) -> Value {
+pub(super) fn read_keys_txn<'a>(keys: impl Iterator<Item = &'a [u8]>) -> Value {
     let ops: Vec<Value> = keys.map(|k| json!({ "request_range": { "key": b64(k), "keys_only": true } })).collect();
     json!({ "compare": [], "success": ops })
 }
 
-pub fn range_key(key: &[u8]) -> Value {
+pub(super) fn range_key(key: &[u8]) -> Value {
     json!({ "key": b64(key) })
 }
 
-pub fn range_prefix_ascending(lock_prefix: &[u8]) -> Value {
+pub(super) fn range_prefix_ascending(lock_prefix: &[u8]) -> Value {
     json!({ "key": b64(lock_prefix), "range_end": b64(&prefix_end(lock_prefix)),
             "sort_order": "ASCEND", "sort_target": "CREATE", "keys_only": true, "limit": "1000" })
 }
 
 /// Watch one key for its deletion, replaying from `start_revision`.
-pub fn watch_delete(key: &[u8], start_revision: i64) -> Value {
+pub(super) fn watch_delete(key: &[u8], start_revision: i64) -> Value {
     json!({ "create_request": { "key": b64(key), "start_revision": start_revision.to_string(), "filters": ["NOPUT"] } })
 }
 

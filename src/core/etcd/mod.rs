@@ -79,11 +79,16 @@ impl std::fmt::Debug for EtcdConfig {
     }
 }
 
+/// Default [`EtcdConfig::prefix`].
 pub const DEFAULT_PREFIX: &str = "edgelock";
+/// Default [`EtcdConfig::session_ttl_ms`] (10 s).
 pub const DEFAULT_SESSION_TTL_MS: u64 = 10_000;
+/// Default [`EtcdConfig::request_timeout_ms`] (5 s).
 pub const DEFAULT_REQUEST_TIMEOUT_MS: u64 = 5_000;
 
 impl EtcdConfig {
+    /// A configuration for `endpoints` with every other setting at its default
+    /// (no extra headers).
     pub fn new(endpoints: Vec<String>) -> Self {
         EtcdConfig {
             endpoints,

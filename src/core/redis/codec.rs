@@ -9,6 +9,8 @@ use super::{upstash, webdis, RedisNode, RedisProtocol};
 use crate::core::names::validate_base_url;
 use crate::core::{HttpRequest, LockError, Method, RequestId, Target};
 
+/// One node's protocol, base URL and credentials: turns commands into
+/// [`HttpRequest`]s and answers into [`RedisValue`]s. `Debug` omits the credentials.
 #[derive(Clone)]
 pub struct NodeCodec {
     protocol: RedisProtocol,
@@ -26,6 +28,8 @@ impl std::fmt::Debug for NodeCodec {
 }
 
 impl NodeCodec {
+    /// Validates the node's URL and token and prepares its headers (authorization
+    /// and content type).
     pub fn new(node: &RedisNode) -> Result<Self, LockError> {
         let base = validate_base_url(&node.url)?;
         let mut headers = Vec::new();
@@ -54,10 +58,12 @@ impl NodeCodec {
         Ok(NodeCodec { protocol: node.protocol, base, headers, secret: token.map(str::to_string) })
     }
 
+    /// The protocol this node speaks.
     pub fn protocol(&self) -> RedisProtocol {
         self.protocol
     }
 
+    /// The validated base URL, without a trailing slash.
     pub fn base_url(&self) -> &str {
         &self.base
     }

@@ -36,7 +36,7 @@ pub(crate) struct Settings {
 }
 
 /// Random bytes in an owner token (hex-encoded: twice as many characters).
-pub const TOKEN_BYTES: usize = 20;
+pub(super) const TOKEN_BYTES: usize = 20;
 
 /// Names of locks that ended, kept for messages (bounded).
 const ENDED_NAMES_KEPT: usize = 1024;

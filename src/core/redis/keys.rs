@@ -16,8 +16,11 @@
 
 use crate::core::LockError;
 
+/// Longest key prefix accepted, in bytes.
 pub const MAX_PREFIX_BYTES: usize = 128;
 
+/// Checks a key prefix: at most [`MAX_PREFIX_BYTES`] bytes, no braces (they would
+/// change the hash tag) and no control characters.
 pub fn validate_prefix(prefix: &str) -> Result<(), LockError> {
     if prefix.len() > MAX_PREFIX_BYTES {
         return Err(LockError::invalid(format!("key prefix is longer than {MAX_PREFIX_BYTES} bytes")));
@@ -28,10 +31,12 @@ pub fn validate_prefix(prefix: &str) -> Result<(), LockError> {
     Ok(())
 }
 
+/// The lock key of `name`: `{<prefix>:<name>}`.
 pub fn lock_key(prefix: &str, name: &str) -> String {
     format!("{{{prefix}:{name}}}")
 }
 
+/// The fencing counter's key for a lock key: `<lock_key>:fence`.
 pub fn fence_key(lock_key: &str) -> String {
     format!("{lock_key}:fence")
 }

@@ -47,15 +47,20 @@ pub enum RedisProtocol {
 pub struct RedisNode {
     /// `http(s)://host[:port][/base]`, without query or credentials.
     pub url: String,
+    /// How the node is reached.
     pub protocol: RedisProtocol,
+    /// Upstash: the REST token (required; sent as a bearer token). Webdis:
+    /// `user:password` for its HTTP Basic ACL, if any. `Debug` redacts it.
     pub token: Option<String>,
 }
 
 impl RedisNode {
+    /// An Upstash REST node with its token.
     pub fn upstash(url: impl Into<String>, token: impl Into<String>) -> Self {
         RedisNode { url: url.into(), protocol: RedisProtocol::Upstash, token: Some(token.into()) }
     }
 
+    /// A Webdis node without credentials.
     pub fn webdis(url: impl Into<String>) -> Self {
         RedisNode { url: url.into(), protocol: RedisProtocol::Webdis, token: None }
     }

@@ -44,6 +44,8 @@ pub enum AttemptVerdict {
     Contended,
 }
 
+/// Classifies one attempt on `n` nodes, of which `granted` gave us the lock and
+/// `held_by_others` answered that someone else holds it.
 pub fn verdict(n: usize, granted: usize, held_by_others: usize) -> AttemptVerdict {
     let q = quorum(n);
     if granted >= q {

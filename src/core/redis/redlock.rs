@@ -102,26 +102,36 @@ pub enum RedlockFencing {
     Strict,
 }
 
+/// Configuration of a Redlock client; [`RedlockConfig::new`] gives the defaults.
 #[derive(Clone, Debug)]
 pub struct RedlockConfig {
+    /// The independent Redis nodes (1 to [`MAX_NODES`], none listed twice); a
+    /// quorum is a majority of them.
     pub nodes: Vec<RedisNode>,
     /// Keys are `{<prefix>:<name>}` and `{<prefix>:<name>}:fence` on every node.
     pub prefix: String,
+    /// Default lock TTL (per-acquire `AcquireOptions::ttl_ms` overrides it).
     pub ttl_ms: u64,
     /// Clock-drift allowance per ms of TTL (0.01 = 1 %), plus 2 ms.
     pub drift_factor: f64,
     /// Retries when too few nodes are reachable, before `NoQuorum`.
     pub retry_count: u32,
+    /// Pause between two attempts of an acquire (see `retry_jitter_ms`).
     pub retry_delay_ms: u64,
     /// Retry delays are `retry_delay_ms ± retry_jitter_ms`.
     pub retry_jitter_ms: u64,
+    /// Renew held locks at TTL/3 until released.
     pub auto_extend: bool,
     /// Per node and request.
     pub request_timeout_ms: u64,
+    /// How fencing tokens are kept increasing across nodes (default
+    /// [`RedlockFencing::Strict`]).
     pub fencing: RedlockFencing,
 }
 
 impl RedlockConfig {
+    /// A configuration for `nodes`: prefix `edgelock`, 10 s TTL, drift factor 0.01,
+    /// 10 retries 200 ± 100 ms apart, auto-extend, 1 s request timeout, strict fencing.
     pub fn new(nodes: Vec<RedisNode>) -> Self {
         RedlockConfig {
             nodes,
@@ -138,11 +148,15 @@ impl RedlockConfig {
     }
 }
 
+/// Redlock over several independent Redis nodes (see the module docs) as a
+/// sans-IO [`LockMachine`](crate::core::LockMachine).
 pub struct RedlockMachine {
     pub(super) engine: Engine,
 }
 
 impl RedlockMachine {
+    /// Validates `cfg` (1 to [`MAX_NODES`] distinct nodes, prefix, TTL, drift,
+    /// retries) and builds the machine. Nothing is sent before the first operation.
     pub fn new(cfg: RedlockConfig, entropy: Box<dyn Entropy + Send>) -> Result<Self, LockError> {
         if cfg.nodes.is_empty() || cfg.nodes.len() > MAX_NODES {
             return Err(LockError::invalid(format!("Redlock needs between 1 and {MAX_NODES} nodes")));

@@ -8,12 +8,20 @@ use crate::core::{LockError, Millis, RequestId};
 /// Why a node gave no usable answer.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum NodeError {
+    /// The request timed out (the core's deadline or the driver's).
     Timeout,
     /// The request certainly did not reach the node (connection refused).
     NotSent(String),
+    /// The connection broke, or the answer came in an unexpected form; the node
+    /// may have run the command.
     Transport(String),
     /// HTTP-level refusal or an unusable body.
-    Http { status: Option<u16>, message: String },
+    Http {
+        /// The HTTP status, when there was a response.
+        status: Option<u16>,
+        /// What was wrong, already sanitized.
+        message: String,
+    },
     /// Redis ran the script and returned an error, or a reply of the wrong shape.
     Redis(String),
 }
@@ -27,6 +35,7 @@ impl NodeError {
         !matches!(self, NodeError::NotSent(_) | NodeError::Http { status: Some(401 | 403), .. })
     }
 
+    /// The [`LockError`] reporting this node error for lock `name` on `backend`.
     pub fn to_lock_error(&self, backend: &'static str, name: &str) -> LockError {
         let name = name.to_string();
         match self {
@@ -38,27 +47,40 @@ impl NodeError {
     }
 }
 
+/// One node's part in a round.
 #[derive(Clone, Debug)]
 pub enum Slot {
     /// Not part of this round.
     Skipped,
-    Pending { id: RequestId, deadline: Millis },
+    /// The node's request is in flight.
+    Pending {
+        /// The request sent to the node.
+        id: RequestId,
+        /// When it times out.
+        deadline: Millis,
+    },
+    /// The node answered, or gave no usable answer.
     Done(Result<RedisValue, NodeError>),
 }
 
+/// One command sent to a set of nodes in parallel, and their answers so far.
 #[derive(Debug)]
 pub struct Round {
+    /// The command every node in the round runs.
     pub cmd: RedisCommand,
     /// When the first request of the round was handed to the driver.
     pub started: Millis,
+    /// One slot per node, by node index.
     pub slots: Vec<Slot>,
 }
 
 impl Round {
+    /// True once no node's request is in flight.
     pub fn is_done(&self) -> bool {
         !self.slots.iter().any(|s| matches!(s, Slot::Pending { .. }))
     }
 
+    /// The earliest deadline among the requests in flight.
     pub fn next_deadline(&self) -> Option<Millis> {
         self.slots
             .iter()
@@ -69,6 +91,7 @@ impl Round {
             .min()
     }
 
+    /// Ids of the requests still in flight.
     pub fn pending_ids(&self) -> Vec<RequestId> {
         self.slots
             .iter()

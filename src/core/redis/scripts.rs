@@ -58,15 +58,21 @@ return {1, mine, redis.call('PTTL', KEYS[1]), f}";
 /// Which script a command runs (the simulation's Redis model matches on this).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Script {
+    /// [`ACQUIRE`].
     Acquire,
+    /// [`EXTEND`].
     Extend,
+    /// [`RELEASE`].
     Release,
+    /// [`STATUS`].
     Status,
 }
 
 impl Script {
+    /// Every script.
     pub const ALL: [Script; 4] = [Script::Acquire, Script::Extend, Script::Release, Script::Status];
 
+    /// The Lua source sent with `EVAL`.
     pub fn text(self) -> &'static str {
         match self {
             Script::Acquire => ACQUIRE,
@@ -76,6 +82,7 @@ impl Script {
         }
     }
 
+    /// The script whose source is exactly `text`, if any.
     pub fn from_text(text: &[u8]) -> Option<Script> {
         Script::ALL.into_iter().find(|s| s.text().as_bytes() == text)
     }
@@ -85,14 +92,19 @@ fn eval(script: Script, key: &str, fence_key: &str) -> RedisCommand {
     RedisCommand::new("EVAL").arg(script.text()).arg("2").arg(key).arg(fence_key)
 }
 
+/// `EVAL` of [`ACQUIRE`]: take `key` for owner `token` for `ttl_ms` if it is free.
 pub fn acquire(key: &str, fence_key: &str, token: &str, ttl_ms: u64) -> RedisCommand {
     eval(Script::Acquire, key, fence_key).arg(token).arg(ttl_ms.to_string())
 }
 
+/// `EVAL` of [`EXTEND`]: set `key`'s TTL to `ttl_ms` if it holds `token`,
+/// raising the fencing counter to at least `fence_floor`.
 pub fn extend(key: &str, fence_key: &str, token: &str, ttl_ms: u64, fence_floor: u64) -> RedisCommand {
     eval(Script::Extend, key, fence_key).arg(token).arg(ttl_ms.to_string()).arg(fence_floor.to_string())
 }
 
+/// `EVAL` of [`RELEASE`]: delete `key` if it holds `token`, raising the
+/// fencing counter to at least `fence_floor`.
 pub fn release(key: &str, fence_key: &str, token: &str, fence_floor: u64) -> RedisCommand {
     eval(Script::Release, key, fence_key).arg(token).arg(fence_floor.to_string())
 }
@@ -103,19 +115,29 @@ pub fn status(key: &str, fence_key: &str, token: Option<&str>) -> RedisCommand {
     eval(Script::Status, key, fence_key).arg(token.unwrap_or("-"))
 }
 
+/// A parsed reply of [`ACQUIRE`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AcquireReply {
     /// The key is ours; `fence` is the node's counter after the increment.
-    Granted { fence: u64 },
+    Granted {
+        /// The node's fencing counter after the increment.
+        fence: u64,
+    },
     /// Someone else holds it for `pttl` more ms (`None`: a key without
     /// expiry); `fence` as above.
-    Held { fence: u64, pttl: Option<u64> },
+    Held {
+        /// The node's fencing counter after the increment.
+        fence: u64,
+        /// The holder's remaining ms; `None` for a key without expiry.
+        pttl: Option<u64>,
+    },
 }
 
 fn counter(v: i64) -> Result<u64, String> {
     u64::try_from(v).map_err(|_| format!("negative fencing counter {v}"))
 }
 
+/// Parses a reply of [`ACQUIRE`]; the error describes an unexpected reply.
 pub fn parse_acquire(v: &RedisValue) -> Result<AcquireReply, String> {
     match v.as_ints().as_deref() {
         Some([1, fence, _]) => Ok(AcquireReply::Granted { fence: counter(*fence)? }),
@@ -140,15 +162,20 @@ pub fn parse_flag(v: &RedisValue) -> Result<bool, String> {
     }
 }
 
+/// A parsed reply of [`STATUS`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct StatusReply {
+    /// The lock key exists.
     pub exists: bool,
+    /// The key holds the token asked about.
     pub mine: bool,
     /// Remaining ms; `None` for a key without expiry or no key.
     pub pttl: Option<u64>,
+    /// The node's fencing counter.
     pub fence: u64,
 }
 
+/// Parses a reply of [`STATUS`]; the error describes an unexpected reply.
 pub fn parse_status(v: &RedisValue) -> Result<StatusReply, String> {
     match v.as_ints().as_deref() {
         Some([e @ (0 | 1), m @ (0 | 1), pttl, fence]) => Ok(StatusReply {

@@ -25,13 +25,17 @@ use super::engine::{Engine, Settings};
 use super::{delegate_lock_machine, validate_common, RedisNode, DEFAULT_DRIFT_FACTOR};
 use crate::core::{BackendKind, Entropy, LockError};
 
+/// Configuration of a single-node Redis client; [`RedisConfig::new`] gives the
+/// defaults.
 #[derive(Clone, Debug)]
 pub struct RedisConfig {
+    /// The Redis node.
     pub node: RedisNode,
     /// Keys are `{<prefix>:<name>}` and `{<prefix>:<name>}:fence`.
     pub prefix: String,
     /// Default lock TTL (per-acquire `AcquireOptions::ttl_ms` overrides it).
     pub ttl_ms: u64,
+    /// Per-request timeout.
     pub request_timeout_ms: u64,
     /// Renew held locks at TTL/3 until released.
     pub auto_extend: bool,
@@ -42,6 +46,8 @@ pub struct RedisConfig {
 }
 
 impl RedisConfig {
+    /// A configuration for `node`: prefix `edgelock`, 10 s TTL, 5 s request timeout,
+    /// auto-extend, retries after at most 200 ms plus up to 100 ms of jitter.
     pub fn new(node: RedisNode) -> Self {
         RedisConfig {
             node,
@@ -55,11 +61,15 @@ impl RedisConfig {
     }
 }
 
+/// The single-node Redis lock (see the module docs) as a sans-IO
+/// [`LockMachine`](crate::core::LockMachine).
 pub struct RedisMachine {
     pub(super) engine: Engine,
 }
 
 impl RedisMachine {
+    /// Validates `cfg` and builds the machine. Nothing is sent before the first
+    /// operation.
     pub fn new(cfg: RedisConfig, entropy: Box<dyn Entropy + Send>) -> Result<Self, LockError> {
         validate_common(
             &cfg.prefix,

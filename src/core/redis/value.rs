@@ -6,14 +6,17 @@ use std::fmt;
 /// One Redis command: the name and its arguments, each an arbitrary byte string.
 #[derive(Clone, PartialEq, Eq)]
 pub struct RedisCommand {
+    /// The command name, then its arguments.
     pub args: Vec<Vec<u8>>,
 }
 
 impl RedisCommand {
+    /// The command `name`, without arguments yet.
     pub fn new(name: &str) -> Self {
         RedisCommand { args: vec![name.as_bytes().to_vec()] }
     }
 
+    /// Appends one argument.
     pub fn arg(mut self, a: impl AsRef<[u8]>) -> Self {
         self.args.push(a.as_ref().to_vec());
         self
@@ -36,15 +39,20 @@ impl fmt::Debug for RedisCommand {
 /// protocol distinguishes them reliably, and nothing here needs to.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum RedisValue {
+    /// No value (e.g. a missing key).
     Nil,
+    /// An integer reply.
     Int(i64),
+    /// A string reply (bulk or status), as bytes.
     Bulk(Vec<u8>),
+    /// An array reply.
     Array(Vec<RedisValue>),
     /// A Redis error reply (`-ERR ...`): the command ran and failed.
     Error(String),
 }
 
 impl RedisValue {
+    /// The integer of an `Int` reply.
     pub fn as_int(&self) -> Option<i64> {
         match self {
             RedisValue::Int(i) => Some(*i),

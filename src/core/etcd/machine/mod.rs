@@ -37,6 +37,8 @@ const KEYS_PER_CHECK: usize = 100;
 /// could be granted; beyond that the backend is misbehaving.
 const MAX_RESTARTS: u32 = 5;
 
+/// The etcd lock recipe (see the `core::etcd` module docs) as a sans-IO
+/// [`LockMachine`]: one session lease per client, shared by all its locks.
 pub struct EtcdMachine {
     endpoints: Vec<String>,
     current_endpoint: usize,
@@ -202,6 +204,8 @@ impl Failure {
 }
 
 impl EtcdMachine {
+    /// Validates `cfg` and builds the machine. Nothing is sent before the first
+    /// operation (the session lease is granted lazily).
     pub fn new(cfg: EtcdConfig, entropy: Box<dyn Entropy + Send>) -> Result<Self, LockError> {
         let endpoints = cfg.validate()?;
         Ok(EtcdMachine {
