@@ -5,8 +5,18 @@
 
 import { RawLocks } from "./edgelock_wasm.js";
 
-// The one list of codes lives in the Rust core (error::ERROR_CODES).
-const CODES = new Set(RawLocks.errorCodes());
+// The one list of codes lives in the Rust core (error::ERROR_CODES). Read on
+// first use: in browsers and workerd the wasm is instantiated after this
+// module is evaluated.
+let CODES = null;
+function isCode(code) {
+  try {
+    CODES ??= new Set(RawLocks.errorCodes());
+  } catch {
+    return false; // the wasm is not instantiated: nothing it threw can carry a code
+  }
+  return CODES.has(code);
+}
 
 /** Every failure of this package is a LockError with a stable `code`. */
 export class LockError extends Error {
@@ -23,7 +33,7 @@ function invalid(message) {
 
 function toLockError(e, cause) {
   if (e instanceof LockError) return e;
-  if (e !== null && typeof e === "object" && CODES.has(e.code)) {
+  if (e !== null && typeof e === "object" && isCode(e.code)) {
     return new LockError(e.code, String(e.message), cause === undefined ? undefined : { cause });
   }
   // A trap or a bug, never a backend reply: keep the original as the cause.
