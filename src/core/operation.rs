@@ -209,10 +209,6 @@ impl Outcome {
 pub struct Capabilities {
     /// The lock kinds its recipe grants.
     pub kinds: &'static [KindFamily],
-    /// Whether `AcquireOptions::ttl_ms` / `Extend { ttl_ms }` set a per-lock
-    /// TTL (Redis); where false they are validated and the session's TTL
-    /// applies (etcd: the session lease).
-    pub per_lock_ttl: bool,
 }
 
 impl Capabilities {
@@ -248,7 +244,7 @@ mod tests {
 
     #[test]
     fn unsupported_kinds_are_refused_with_invalid_argument() {
-        let caps = Capabilities { kinds: Capabilities::EXCLUSIVE_ONLY, per_lock_ttl: true };
+        let caps = Capabilities { kinds: Capabilities::EXCLUSIVE_ONLY };
         let acquire = |kind| Operation::Acquire { name: "a".into(), kind, options: AcquireOptions::default() };
         assert!(caps.check(BackendKind::Redis, &acquire(LockKind::Exclusive)).is_ok());
         let e = caps.check(BackendKind::Etcd, &acquire(LockKind::Shared)).unwrap_err();
@@ -256,7 +252,7 @@ mod tests {
         assert!(e.to_string().contains("etcd backend does not offer shared locks"), "{e}");
         let e = caps.check(BackendKind::Redis, &acquire(LockKind::Permits { limit: 3 })).unwrap_err();
         assert!(e.to_string().contains("permits"), "{e}");
-        let all = Capabilities { kinds: &[KindFamily::Exclusive, KindFamily::Permits], per_lock_ttl: false };
+        let all = Capabilities { kinds: &[KindFamily::Exclusive, KindFamily::Permits] };
         assert!(all.check(BackendKind::Redis, &acquire(LockKind::Permits { limit: 3 })).is_ok());
         assert_eq!(all.check(BackendKind::Redis, &acquire(LockKind::Permits { limit: 0 })).unwrap_err().code(), "INVALID_ARGUMENT");
         assert!(caps.check(BackendKind::Redis, &Operation::Inspect { name: "a".into() }).is_ok());

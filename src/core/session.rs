@@ -180,17 +180,20 @@ impl<T> Session<T> {
     /// Closes the machine once; every caller's `reply` is answered with
     /// `Outcome::Closed` when it has released everything.
     pub fn close(&mut self, now: Millis, reply: Option<T>) {
-        if self.closed {
-            if let Some(reply) = reply {
-                self.queue.push_back(Output::Done { op: OpId(0), reply: Some(reply), result: Ok(Outcome::Closed) });
+        match (self.close_op, self.closed) {
+            // Already closed: answer at once, under the close's own id.
+            (Some(op), true) => {
+                if let Some(reply) = reply {
+                    self.queue.push_back(Output::Done { op, reply: Some(reply), result: Ok(Outcome::Closed) });
+                }
             }
-            return;
+            (Some(_), false) => self.close_replies.extend(reply),
+            (None, _) => {
+                self.close_replies.extend(reply);
+                self.close_op = Some(self.machine.close(now));
+                self.collect();
+            }
         }
-        self.close_replies.extend(reply);
-        if self.close_op.is_none() {
-            self.close_op = Some(self.machine.close(now));
-        }
-        self.collect();
     }
 
     // ---- handle_*

@@ -262,7 +262,7 @@ impl LockMachine for FakeLockMachine {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities { kinds: Capabilities::EXCLUSIVE_ONLY, per_lock_ttl: true }
+        Capabilities { kinds: Capabilities::EXCLUSIVE_ONLY }
     }
 
     fn live_count(&self) -> usize {

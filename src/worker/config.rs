@@ -28,9 +28,9 @@ use crate::core::{BackendSpec, LockError};
 /// revokes the invocation's session lease.
 pub fn cleanup_requests(backend: &BackendSpec) -> u32 {
     match backend {
+        BackendSpec::Etcd(_) => 2,
         BackendSpec::Redis(_) => 1,
         BackendSpec::Redlock(c) => c.nodes.len() as u32,
-        _ => 2,
     }
 }
 

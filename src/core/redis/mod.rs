@@ -146,7 +146,7 @@ macro_rules! delegate_lock_machine {
                 self.engine.s.backend
             }
             fn capabilities(&self) -> $crate::core::Capabilities {
-                $crate::core::Capabilities { kinds: $crate::core::Capabilities::EXCLUSIVE_ONLY, per_lock_ttl: true }
+                $crate::core::Capabilities { kinds: $crate::core::Capabilities::EXCLUSIVE_ONLY }
             }
             fn live_count(&self) -> usize {
                 self.engine.live_count()

@@ -87,7 +87,7 @@ fn close_answers_every_caller_once_and_reports_held_locks_lost() {
 }
 
 #[test]
-fn a_cancelled_request_is_cancelled_once_and_its_answer_dropped() {
+fn cancel_ends_a_waiting_acquire_with_aborted_and_nothing_left() {
     let mut s = session();
     let op = s.start(0, Operation::acquire("a", AcquireOptions { wait: Wait::For(50), ttl_ms: None }), Some(1)).unwrap();
     let (out, _) = drain(&mut s);

@@ -8,8 +8,7 @@ impl LockMachine for EtcdMachine {
     }
 
     fn capabilities(&self) -> Capabilities {
-        // The TTL is the session lease's, shared by every lock of the client.
-        Capabilities { kinds: Capabilities::EXCLUSIVE_ONLY, per_lock_ttl: false }
+        Capabilities { kinds: Capabilities::EXCLUSIVE_ONLY }
     }
 
     fn start_operation(&mut self, now: Millis, op: Operation) -> Result<OpId, LockError> {
@@ -254,24 +253,18 @@ impl EtcdMachine {
 
     fn start_extend(&mut self, now: Millis, lock: LockId) -> Result<OpId, LockError> {
         self.check_open()?;
-        let op = self.new_op(OpKind::Extend { lock, phase: ExtendPhase::KeepAlive });
-        // Like every other outcome, "not held" completes the operation (the
-        // Redis machine answers the same way).
-        let held = match self.locks.get(&lock) {
-            Some(h) if !h.releasing => h,
-            Some(h) => {
-                let name = h.name.clone();
-                self.ops.remove(&op);
+        let lease = match self.locks.get(&lock) {
+            Some(h) if !h.releasing => h.lease,
+            // Like every other outcome, "not held" completes the operation
+            // (the Redis machine answers the same way).
+            other => {
+                let name = other.map_or_else(|| "<released or lost lock>".to_string(), |h| h.name.clone());
+                let op = self.out.op_id();
                 self.out.fail(op, LockError::NotHeld { backend: BACKEND, name });
                 return Ok(op);
             }
-            None => {
-                self.ops.remove(&op);
-                self.out.fail(op, LockError::NotHeld { backend: BACKEND, name: "<released or lost lock>".into() });
-                return Ok(op);
-            }
         };
-        let lease = held.lease;
+        let op = self.new_op(OpKind::Extend { lock, phase: ExtendPhase::KeepAlive });
         let req = self.send_keepalive(now, lease, Purpose::Op(op));
         if let Some(o) = self.ops.get_mut(&op) {
             o.req = Some(req);
