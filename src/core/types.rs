@@ -216,6 +216,16 @@ pub enum Wait {
     Forever,
 }
 
+impl Wait {
+    /// When a wait that starts at `now` runs out (`None`: it never does).
+    pub fn deadline(self, now: Millis) -> Option<Millis> {
+        match self {
+            Wait::For(ms) => Some(now.saturating_add(ms)),
+            Wait::Try | Wait::Forever => None,
+        }
+    }
+}
+
 /// How one acquire behaves. The default waits forever and uses the client's TTL.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AcquireOptions {

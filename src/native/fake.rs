@@ -213,10 +213,7 @@ impl FakeLockMachine {
             return Err(LockError::Closed { backend: "etcd" });
         }
         let op = self.out.op_id();
-        let deadline = match opts.wait {
-            Wait::For(ms) => Some(now + ms),
-            _ => None,
-        };
+        let deadline = opts.wait.deadline(now);
         self.ops.insert(op, FakeOp::Acquire { name: name.to_string(), wait: opts.wait, deadline, inflight: None });
         self.start_acquire_request(op);
         Ok(op)

@@ -81,10 +81,7 @@ impl Engine {
         super::validate_lock_ttl(ttl, self.s.request_timeout_ms, self.s.drift_factor)?;
         let op = self.out.op_id();
         let (key, fence_key) = self.keys_for(name);
-        let deadline = match opts.wait {
-            Wait::For(ms) => Some(now.saturating_add(ms)),
-            Wait::Try | Wait::Forever => None,
-        };
+        let deadline = opts.wait.deadline(now);
         let a = Acquire {
             wait: opts.wait,
             deadline,

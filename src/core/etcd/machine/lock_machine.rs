@@ -198,10 +198,7 @@ impl EtcdMachine {
         if let Some(ttl) = opts.ttl_ms {
             crate::core::names::validate_ttl("ttlMs", ttl)?;
         }
-        let deadline = match opts.wait {
-            Wait::For(ms) => Some(now.saturating_add(ms)),
-            Wait::Try | Wait::Forever => None,
-        };
+        let deadline = opts.wait.deadline(now);
         let nonce = random_hex(self.entropy.as_mut(), 8).into_bytes();
         let op = self.new_op(OpKind::Acquire(Acquire {
             name: name.to_string(),
