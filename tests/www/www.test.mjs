@@ -144,9 +144,10 @@ async function exercise(page, backend, { pause = true, stopNode = false, screens
     await page.click('#node-buttons button[data-node="0"]');
     await page.waitForSelector('#node-buttons button.stopped[data-node="0"]', { timeout: 5_000 });
     const before = await page.evaluate((id) => window.__edgelockDemo.holds.filter((h) => h.run === id).length, runId);
+    const ts = Date.now();
     await page.waitForFunction(([id, n]) => window.__edgelockDemo.holds.filter((h) => h.run === id).length >= n,
       [runId, before + 5], { timeout: 30_000 });
-    log(`${label}: 5 more acquisitions with Redis node 1 stopped`);
+    log(`${label}: 5 more acquisitions with Redis node 1 stopped, in ${Date.now() - ts} ms`);
   }
 
   await page.waitForTimeout(600); // let the timeline show the handoffs that followed
