@@ -13,6 +13,7 @@ pub mod names;
 pub mod operation;
 pub mod outbox;
 pub mod redis;
+pub(crate) mod runtime;
 pub mod session;
 pub mod types;
 

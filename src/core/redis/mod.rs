@@ -9,20 +9,23 @@
 //!
 //! Layout: `value` (commands and replies), `upstash` / `webdis` (the two
 //! HTTP codecs), `codec` (one node), `scripts` (the Lua scripts), `keys`,
-//! `quorum` (pure arithmetic), and the shared machine in `engine`,
-//! `acquire`, `held`, `query`; `single` and `redlock` are the public faces.
+//! `quorum` (pure arithmetic), `round` (one command's answers from a set of
+//! nodes); the shared machine: `engine` (the scheduler) runs the tasks of
+//! `tasks/` (one state machine per file) through the one interface in
+//! `task`, each step given the `context` (settings, nodes, runtime, held
+//! locks); `single` and `redlock` are the public faces.
 
-mod acquire;
 pub mod codec;
+mod context;
 mod engine;
-mod held;
 pub mod keys;
-mod query;
 pub mod quorum;
 pub mod redlock;
 pub mod round;
 pub mod scripts;
 pub mod single;
+mod task;
+mod tasks;
 pub mod upstash;
 pub mod value;
 pub mod webdis;
@@ -143,7 +146,7 @@ macro_rules! delegate_lock_machine {
     ($t:ty) => {
         impl $crate::core::LockMachine for $t {
             fn backend(&self) -> $crate::core::BackendKind {
-                self.engine.s.backend
+                self.engine.backend()
             }
             fn capabilities(&self) -> $crate::core::Capabilities {
                 $crate::core::Capabilities { kinds: $crate::core::Capabilities::EXCLUSIVE_ONLY }

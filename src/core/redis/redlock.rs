@@ -79,7 +79,8 @@
 //! ("delayed restart"), or a quorum may be formed twice.
 
 use super::codec::NodeCodec;
-use super::engine::{Engine, Settings};
+use super::context::Settings;
+use super::engine::Engine;
 use super::{delegate_lock_machine, validate_common, RedisNode};
 use crate::core::{BackendKind, Entropy, LockError};
 

@@ -1,6 +1,6 @@
-//! One round: the same script sent to a set of nodes in parallel, each
-//! request with its own timeout, complete when every node has answered,
-//! failed or timed out.
+//! One round: the same script sent to a set of nodes in parallel, complete
+//! when every node has answered, failed or timed out (the requests and their
+//! deadlines live in the core's runtime; a round only collects answers).
 
 use super::value::{RedisCommand, RedisValue};
 use crate::core::{LockError, Millis, RequestId};
@@ -53,12 +53,7 @@ pub enum Slot {
     /// Not part of this round.
     Skipped,
     /// The node's request is in flight.
-    Pending {
-        /// The request sent to the node.
-        id: RequestId,
-        /// When it times out.
-        deadline: Millis,
-    },
+    Pending(RequestId),
     /// The node answered, or gave no usable answer.
     Done(Result<RedisValue, NodeError>),
 }
@@ -80,26 +75,16 @@ impl Round {
         !self.slots.iter().any(|s| matches!(s, Slot::Pending { .. }))
     }
 
-    /// The earliest deadline among the requests in flight.
-    pub fn next_deadline(&self) -> Option<Millis> {
-        self.slots
-            .iter()
-            .filter_map(|s| match s {
-                Slot::Pending { deadline, .. } => Some(*deadline),
-                _ => None,
-            })
-            .min()
-    }
-
-    /// Ids of the requests still in flight.
-    pub fn pending_ids(&self) -> Vec<RequestId> {
-        self.slots
-            .iter()
-            .filter_map(|s| match s {
-                Slot::Pending { id, .. } => Some(*id),
-                _ => None,
-            })
-            .collect()
+    /// Records node `node`'s answer to request `id`; false when the round
+    /// was not waiting for that request.
+    pub fn answer(&mut self, node: usize, id: RequestId, result: Result<RedisValue, NodeError>) -> bool {
+        match self.slots.get_mut(node) {
+            Some(slot) if matches!(&*slot, Slot::Pending(i) if *i == id) => {
+                *slot = Slot::Done(result);
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Results of the nodes that took part, by node index.
@@ -128,5 +113,29 @@ impl Round {
     /// The first node error, if any (single-node error reports).
     pub fn first_error<T>(parsed: &[(usize, Result<T, NodeError>)]) -> Option<&NodeError> {
         parsed.iter().find_map(|(_, r)| r.as_ref().err())
+    }
+}
+
+/// How the nodes answered an owner-checked script (extend, release): done
+/// on our key, not our key (gone or foreign), or no usable answer.
+pub(super) struct FlagCount {
+    pub confirmed: usize,
+    pub refused: usize,
+    pub failed: usize,
+    pub first_error: Option<NodeError>,
+}
+
+impl FlagCount {
+    pub(super) fn of(round: &Round) -> FlagCount {
+        let parsed = round.parsed(super::scripts::parse_flag);
+        let mut c = FlagCount { confirmed: 0, refused: 0, failed: 0, first_error: Round::first_error(&parsed).cloned() };
+        for (_, r) in &parsed {
+            match r {
+                Ok(true) => c.confirmed += 1,
+                Ok(false) => c.refused += 1,
+                Err(_) => c.failed += 1,
+            }
+        }
+        c
     }
 }

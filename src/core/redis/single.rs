@@ -21,7 +21,8 @@
 //! must survive restarts).
 
 use super::codec::NodeCodec;
-use super::engine::{Engine, Settings};
+use super::context::Settings;
+use super::engine::Engine;
 use super::{delegate_lock_machine, validate_common, RedisNode, DEFAULT_DRIFT_FACTOR};
 use crate::core::{BackendKind, Entropy, LockError};
 

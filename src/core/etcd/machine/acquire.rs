@@ -37,6 +37,9 @@ impl EtcdMachine {
         a.key = key;
         a.lease = Some(lease);
         a.phase = AcqPhase::Txn;
+        // The lease is in use from now on: its timers must run.
+        self.arm_lease(lease);
+        let Some(a) = self.acquire_mut(op) else { return };
         let body = gw::acquire_txn(&a.key, &a.lock_prefix, lease, &a.nonce);
         let req = self.send(now, Purpose::Op(op), "/v3/kv/txn", body, false);
         if let Some(o) = self.ops.get_mut(&op) {
@@ -47,7 +50,8 @@ impl EtcdMachine {
     pub(super) fn send_predecessor_check(&mut self, now: Millis, op: OpId) {
         let Some(a) = self.acquire_mut(op) else { return };
         a.phase = AcqPhase::Predecessor;
-        a.retry_at = None;
+        self.set_recheck(op, None);
+        let Some(a) = self.acquire_mut(op) else { return };
         let body = gw::predecessor_txn(&a.key, &a.lock_prefix, a.my_rev);
         let req = self.send(now, Purpose::Op(op), "/v3/kv/txn", body, false);
         if let Some(o) = self.ops.get_mut(&op) {
@@ -178,7 +182,8 @@ impl EtcdMachine {
             }
         };
         let Some(Op { kind: OpKind::Acquire(a), .. }) = self.ops.remove(&op) else { return };
-        let lock = self.out.lock_id();
+        self.clear_acquire_timers(op);
+        let lock = self.rt.out.lock_id();
         let handle = LockHandle {
             v: 1,
             backend: BackendKind::Etcd,
@@ -189,11 +194,11 @@ impl EtcdMachine {
             revision: a.my_rev as u64,
         };
         self.locks.insert(lock, HeldLock { name: a.name.clone(), key: a.key.clone(), rev: a.my_rev, lease, releasing: false });
-        self.out.complete(op, Ok(Outcome::Acquired(LockInfo { id: lock, name: a.name, fencing_token: a.my_rev as u64, expires_at, handle })));
+        self.rt.out.complete(op, Ok(Outcome::Acquired(LockInfo { id: lock, name: a.name, fencing_token: a.my_rev as u64, expires_at, handle })));
     }
 
     pub(super) fn on_watch_chunk(&mut self, now: Millis, id: RequestId, data: &[u8]) {
-        let Some(p) = self.requests.get_mut(&id) else { return };
+        let Some(p) = self.rt.requests.owner_mut(id) else { return };
         let Purpose::Op(op) = p.purpose else { return };
         let Some(splitter) = p.splitter.as_mut() else { return };
         let messages = match splitter.push(data) {
@@ -211,12 +216,8 @@ impl EtcdMachine {
                     return self.send_predecessor_check(now, op);
                 }
                 Ok(w) if w.created => {
-                    if let Some(p) = self.requests.get_mut(&id) {
-                        p.deadline = None;
-                    }
-                    if let Some(a) = self.acquire_mut(op) {
-                        a.retry_at = Some(now + WATCH_REFRESH_MS);
-                    }
+                    self.rt.requests.keep_open(id);
+                    self.set_recheck(op, Some(now + WATCH_REFRESH_MS));
                 }
                 Ok(_) => {}
                 Err(_) => return self.watch_broken(now, id, op),
@@ -224,25 +225,28 @@ impl EtcdMachine {
         }
     }
 
-    /// A watch request (already taken out of `requests`) ended or failed:
-    /// its waiter re-checks (see [`Self::watch_broken`]).
+    /// A watch request (already taken out of the requests in flight) ended
+    /// or failed: its waiter re-checks (see [`Self::watch_broken`]).
     pub(super) fn stream_ended(&mut self, now: Millis, id: RequestId, p: Pending) {
         if let Purpose::Op(op) = p.purpose {
-            self.requests.insert(id, p);
-            self.watch_broken(now, id, op);
+            self.recheck_later(now, id, op);
         }
     }
 
     /// The watch ended or failed: re-check after a short jittered pause.
     pub(super) fn watch_broken(&mut self, now: Millis, id: RequestId, op: OpId) {
         self.cancel_request(Some(id));
+        self.recheck_later(now, id, op);
+    }
+
+    fn recheck_later(&mut self, now: Millis, id: RequestId, op: OpId) {
         let delay = WATCH_RETRY_MS + jitter(self.entropy.as_mut(), WATCH_RETRY_MS);
         if let Some(o) = self.ops.get_mut(&op) {
             if o.req == Some(id) {
                 o.req = None;
             }
-            if let OpKind::Acquire(a) = &mut o.kind {
-                a.retry_at = Some(now + delay);
+            if matches!(o.kind, OpKind::Acquire(_)) {
+                self.set_recheck(op, Some(now + delay));
             }
         }
     }
@@ -250,8 +254,12 @@ impl EtcdMachine {
     /// Remove our key (if it may exist), then report `ending`.
     pub(super) fn cleanup(&mut self, now: Millis, op: OpId, ending: Ending) {
         let Some(o) = self.ops.get_mut(&op) else { return };
+        if !matches!(o.kind, OpKind::Acquire(_)) {
+            return;
+        }
+        self.set_recheck(op, None);
+        let Some(o) = self.ops.get_mut(&op) else { return };
         let OpKind::Acquire(a) = &mut o.kind else { return };
-        a.retry_at = None;
         if matches!(a.phase, AcqPhase::Txn | AcqPhase::RemoveStale) && o.req.is_some() {
             // The txn in flight may still apply after anything we send now:
             // wait for its answer, which tells exactly which key to delete.
@@ -318,6 +326,7 @@ impl EtcdMachine {
             };
             if let Some(Op { kind: OpKind::Acquire(a), .. }) = self.ops.remove(&op) {
                 self.orphans.push(orphan);
+                self.arm_orphans();
                 self.report_ending(op, &a.name, ending);
             }
             return;
@@ -327,13 +336,14 @@ impl EtcdMachine {
 
     pub(super) fn report_ending(&mut self, op: OpId, _name: &str, ending: Ending) {
         match ending {
-            Ending::NotAcquired => self.out.complete(op, Ok(Outcome::NotAcquired)),
-            Ending::Error(error) => self.out.fail(op, error),
+            Ending::NotAcquired => self.rt.out.complete(op, Ok(Outcome::NotAcquired)),
+            Ending::Error(error) => self.rt.out.fail(op, error),
         }
     }
 
     pub(super) fn finish_acquire(&mut self, now: Millis, op: OpId, ending: Ending) {
         let Some(o) = self.ops.remove(&op) else { return };
+        self.clear_acquire_timers(op);
         self.cancel_request(o.req);
         let OpKind::Acquire(a) = o.kind else { return };
         self.report_ending(op, &a.name, ending);
@@ -352,6 +362,7 @@ impl EtcdMachine {
         } else {
             self.orphans[i].req = None;
             self.orphans[i].retry_at = now + ORPHAN_RETRY_MS;
+            self.arm_orphans();
         }
     }
 }

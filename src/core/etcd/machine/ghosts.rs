@@ -32,6 +32,7 @@ impl EtcdMachine {
             }
             self.busy_names.insert(name.clone(), VecDeque::new());
             self.orphans.push(Orphan { name, key, rev: None, lease, retry_at: now, req: None });
+            self.arm_orphans();
         }
     }
 

@@ -32,32 +32,34 @@ impl LockMachine for EtcdMachine {
     }
 
     fn close(&mut self, now: Millis) -> OpId {
-        let op = self.out.op_id();
-        if self.closed || self.closing.is_some() {
-            self.out.complete(op, Ok(Outcome::Closed));
+        let op = self.rt.out.op_id();
+        if !self.rt.closing.begin(op) {
+            // Answered with the first close, once its drain is over.
+            self.maybe_closed();
             return op;
         }
-        self.closing = Some(op);
         // Pending operations end now; revoking the leases removes their keys.
         let ops: Vec<OpId> = self.ops.keys().copied().collect();
         for id in ops {
             if let Some(o) = self.ops.remove(&id) {
                 self.cancel_request(o.req);
-                self.out.fail(id, LockError::Closed { backend: BACKEND });
+                self.rt.out.fail(id, LockError::Closed { backend: BACKEND });
             }
         }
         let locks: Vec<LockId> = self.locks.keys().copied().collect();
         for lock in locks {
             if let Some(l) = self.locks.remove(&lock) {
-                self.out.lost(lock, l.name, LostReason::ClientClosed);
+                self.rt.out.lost(lock, l.name, LostReason::ClientClosed);
             }
         }
-        let pending: Vec<RequestId> = self.requests.keys().copied().collect();
+        let pending: Vec<RequestId> = self.rt.requests.iter().map(|(id, _)| id).collect();
         for id in pending {
             self.cancel_request(Some(id));
         }
         self.grant = None;
         self.orphans.clear();
+        // Nothing is due any more: the leases are revoked below.
+        self.rt.timers = Default::default();
         self.busy_names.clear();
         let leases: Vec<i64> = std::mem::take(&mut self.leases).into_keys().collect();
         self.session_lease = None;
@@ -72,19 +74,17 @@ impl LockMachine for EtcdMachine {
         let id = input.id();
         match input {
             Input::Chunk { data, .. } => {
-                if self.requests.contains_key(&id) {
+                if self.rt.requests.owner(id).is_some() {
                     self.on_watch_chunk(now, id, &data);
                 }
             }
             Input::StreamEnd { .. } => {
-                if let Some(p) = self.requests.get(&id) {
-                    if let Purpose::Op(op) = p.purpose {
-                        self.watch_broken(now, id, op);
-                    }
+                if let Some(p) = self.rt.requests.finish(id) {
+                    self.stream_ended(now, id, p);
                 }
             }
             Input::Response { status, body, .. } => {
-                let Some(p) = self.requests.remove(&id) else { return };
+                let Some(p) = self.rt.requests.finish(id) else { return };
                 if p.splitter.is_some() {
                     // A streaming request answered whole: an error reply.
                     return self.stream_ended(now, id, p);
@@ -98,92 +98,33 @@ impl LockMachine for EtcdMachine {
                 self.dispatch(now, id, p, Ok((status, body)));
             }
             Input::Failed { error, .. } => {
-                let Some(p) = self.requests.remove(&id) else { return };
-                if p.splitter.is_some() {
-                    return self.stream_ended(now, id, p);
-                }
-                self.on_failure(now, id, p, Failure::Transport(error));
+                let Some(p) = self.rt.requests.finish(id) else { return };
+                self.on_request_failed(now, id, p, error);
             }
         }
     }
 
     fn handle_timeout(&mut self, now: Millis) {
         // 1. Requests past their deadline.
-        let expired: Vec<RequestId> = self.requests.iter().filter(|(_, p)| p.deadline.map(|d| d <= now).unwrap_or(false)).map(|(id, _)| *id).collect();
-        for id in expired {
-            self.out.cancel(id);
-            self.handle_input(now, Input::Failed { id, error: TransportError::Timeout });
+        for (id, p) in self.rt.expire(now) {
+            self.on_request_failed(now, id, p, TransportError::Timeout);
         }
-        // 2. Leases: lost when their conservative expiry passes, renewed when due.
-        let lease_ids: Vec<i64> = self.leases.keys().copied().collect();
-        for lease in lease_ids {
-            if !self.lease_in_use(lease) {
-                continue;
-            }
-            let Some(l) = self.leases.get(&lease) else { continue };
-            if l.expires_at <= now {
-                self.lease_lost(now, lease, LostReason::Expired);
-            } else if l.next_keepalive <= now && l.keepalive.is_none() {
-                self.renew(now, lease);
-            }
-        }
-        // 3. Acquire deadlines and scheduled re-checks.
-        let ops: Vec<OpId> = self.ops.keys().copied().collect();
-        for op in ops {
-            let Some(a) = self.acquire_mut(op) else { continue };
-            if a.phase == AcqPhase::Cleanup || a.ending.is_some() {
-                continue;
-            }
-            if a.deadline.map(|d| d <= now).unwrap_or(false) {
-                let name = a.name.clone();
-                if a.phase == AcqPhase::LocalQueue {
-                    self.finish_acquire(now, op, Ending::Error(LockError::Timeout { backend: BACKEND, name }));
-                } else {
-                    self.cleanup(now, op, Ending::Error(LockError::Timeout { backend: BACKEND, name }));
-                }
-            } else if a.retry_at.map(|t| t <= now).unwrap_or(false) {
-                a.retry_at = None;
-                // A watch due for its refresh is replaced, not doubled.
-                if a.phase == AcqPhase::Watch {
-                    let req = self.ops.get_mut(&op).and_then(|o| o.req.take());
-                    self.cancel_request(req);
-                }
-                self.send_predecessor_check(now, op);
-            }
-        }
-        // 4. Orphaned keys.
-        for i in 0..self.orphans.len() {
-            if self.orphans[i].req.is_none() && self.orphans[i].retry_at <= now {
-                let o = &self.orphans[i];
-                let (path, body) = match o.rev {
-                    Some(rev) => ("/v3/kv/txn", gw::delete_if_revision(&o.key, rev)),
-                    None => ("/v3/kv/deleterange", gw::delete_key(&o.key)),
-                };
-                let req = self.send(now, Purpose::Orphan, path, body, false);
-                self.orphans[i].req = Some(req);
-            }
+        // 2. The timer table (see `timers.rs`), earliest first.
+        for key in self.rt.timers.take_due(now) {
+            self.on_timer(now, key);
         }
     }
 
     fn poll_transmit(&mut self) -> Option<Transmit> {
-        self.out.poll_transmit()
+        self.rt.poll_transmit()
     }
 
     fn poll_event(&mut self) -> Option<Event> {
-        self.out.poll_event()
+        self.rt.poll_event()
     }
 
     fn poll_timeout(&self) -> Option<Millis> {
-        let requests = self.requests.values().map(|p| p.deadline);
-        let leases = self.leases.iter().filter(|(id, _)| self.lease_in_use(**id)).flat_map(|(_, l)| {
-            [Some(l.expires_at), if l.keepalive.is_none() { Some(l.next_keepalive) } else { None }]
-        });
-        let ops = self.ops.values().flat_map(|o| match &o.kind {
-            OpKind::Acquire(a) if a.phase != AcqPhase::Cleanup && a.ending.is_none() => [a.deadline, a.retry_at],
-            _ => [None, None],
-        });
-        let orphans = self.orphans.iter().map(|o| if o.req.is_none() { Some(o.retry_at) } else { None });
-        earliest(requests.chain(leases).chain(ops).chain(orphans))
+        self.rt.poll_timeout()
     }
 
     fn live_count(&self) -> usize {
@@ -192,6 +133,14 @@ impl LockMachine for EtcdMachine {
 }
 
 impl EtcdMachine {
+    /// A request failed or timed out (already out of the requests in flight).
+    fn on_request_failed(&mut self, now: Millis, id: RequestId, p: Pending, error: TransportError) {
+        if p.splitter.is_some() {
+            return self.stream_ended(now, id, p);
+        }
+        self.on_failure(now, id, p, Failure::Transport(error));
+    }
+
     fn start_acquire(&mut self, now: Millis, name: &str, opts: &AcquireOptions) -> Result<OpId, LockError> {
         self.check_open()?;
         validate_name(name)?;
@@ -204,16 +153,17 @@ impl EtcdMachine {
             name: name.to_string(),
             lock_prefix: self.lock_prefix(name),
             wait: opts.wait,
-            deadline,
             lease: None,
             key: Vec::new(),
             my_rev: 0,
             phase: AcqPhase::LocalQueue,
-            retry_at: None,
             ending: None,
             restarts: 0,
             nonce,
         }));
+        if let Some(deadline) = deadline {
+            self.rt.timers.set(TimerKey::AcquireDeadline(op), deadline);
+        }
         if self.claim_name(name, op) {
             if let Some(a) = self.acquire_mut(op) {
                 a.phase = AcqPhase::NeedLease;
@@ -227,14 +177,14 @@ impl EtcdMachine {
     }
 
     fn start_release(&mut self, now: Millis, lock: LockId) -> Result<OpId, LockError> {
-        if self.closed {
+        if self.rt.closing.drained() {
             return Err(LockError::Closed { backend: BACKEND });
         }
         let op = self.new_op(OpKind::Release { lock });
         let Some(held) = self.locks.get(&lock) else {
             // Idempotent: already released or lost.
             self.ops.remove(&op);
-            self.out.complete(op, Ok(Outcome::Released { lock, held_until_release: false }));
+            self.rt.out.complete(op, Ok(Outcome::Released { lock, held_until_release: false }));
             return Ok(op);
         };
         let body = gw::delete_if_revision(&held.key, held.rev);
@@ -256,8 +206,8 @@ impl EtcdMachine {
             // (the Redis machine answers the same way).
             other => {
                 let name = other.map_or_else(|| "<released or lost lock>".to_string(), |h| h.name.clone());
-                let op = self.out.op_id();
-                self.out.fail(op, LockError::NotHeld { backend: BACKEND, name });
+                let op = self.rt.out.op_id();
+                self.rt.out.fail(op, LockError::NotHeld { backend: BACKEND, name });
                 return Ok(op);
             }
         };

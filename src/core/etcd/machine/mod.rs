@@ -8,7 +8,7 @@ use super::gateway::{self as gw, GatewayError, LeaseGrantResponse, LeaseKeys, Le
 use super::{escape_name, EtcdConfig};
 use crate::core::json_stream::JsonObjectSplitter;
 use crate::core::names::validate_name;
-use crate::core::outbox::{earliest, Outbox};
+use crate::core::runtime::Runtime;
 use crate::core::*;
 
 mod requests;
@@ -18,6 +18,9 @@ mod acquire;
 mod operations;
 mod ghosts;
 mod lock_machine;
+mod timers;
+
+use timers::TimerKey;
 
 const BACKEND: &str = "etcd";
 
@@ -47,8 +50,8 @@ pub struct EtcdMachine {
     request_timeout_ms: u64,
     headers: Vec<(String, String)>,
     entropy: Box<dyn Entropy + Send>,
-    out: Outbox,
-    requests: BTreeMap<RequestId, Pending>,
+    /// Outbox, requests in flight (owned by what they are for), close state.
+    rt: Runtime<Pending, TimerKey>,
     leases: BTreeMap<i64, Lease>,
     session_lease: Option<i64>,
     grant: Option<RequestId>,
@@ -64,16 +67,12 @@ pub struct EtcdMachine {
     /// still apply later and leave a key nobody uses on the session lease
     /// (see `ghosts.rs`). From then on every renewal also sweeps the lease.
     ghost_risk: bool,
-    closing: Option<OpId>,
-    closed: bool,
 }
 
 struct Pending {
     purpose: Purpose,
     path: &'static str,
     body: Vec<u8>,
-    /// None once a stream is established (a watch may wait indefinitely).
-    deadline: Option<Millis>,
     endpoint: usize,
     attempt: u32,
     sent_at: Millis,
@@ -156,13 +155,10 @@ struct Acquire {
     name: String,
     lock_prefix: Vec<u8>,
     wait: Wait,
-    deadline: Option<Millis>,
     lease: Option<i64>,
     key: Vec<u8>,
     my_rev: i64,
     phase: AcqPhase,
-    /// When set, a re-check is scheduled for this time (after a broken watch).
-    retry_at: Option<Millis>,
     ending: Option<Ending>,
     restarts: u32,
     /// Random value stored in our key: a key found with another value is a
@@ -216,8 +212,7 @@ impl EtcdMachine {
             request_timeout_ms: cfg.request_timeout_ms,
             headers: cfg.headers,
             entropy,
-            out: Outbox::default(),
-            requests: BTreeMap::new(),
+            rt: Runtime::default(),
             leases: BTreeMap::new(),
             session_lease: None,
             grant: None,
@@ -226,8 +221,6 @@ impl EtcdMachine {
             busy_names: BTreeMap::new(),
             orphans: Vec::new(),
             ghost_risk: false,
-            closing: None,
-            closed: false,
         })
     }
 

@@ -13,21 +13,22 @@ impl EtcdMachine {
                 let lock = *lock;
                 self.ops.remove(&op);
                 let Some(held) = self.locks.get(&lock) else {
-                    return self.out.complete(op, Ok(Outcome::Released { lock, held_until_release: false }));
+                    return self.rt.out.complete(op, Ok(Outcome::Released { lock, held_until_release: false }));
                 };
                 let name = held.name.clone();
                 match result.and_then(|(s, b)| gw::parse::<TxnResponse>(s, &b).map_err(Failure::Gateway)) {
                     Ok(t) => {
                         self.locks.remove(&lock);
-                        self.out.complete(op, Ok(Outcome::Released { lock, held_until_release: t.succeeded }));
+                        self.rt.out.complete(op, Ok(Outcome::Released { lock, held_until_release: t.succeeded }));
                         self.free_name(now, &name);
                     }
                     Err(f) => {
                         // Give up on the lock locally; keep deleting it in the background.
                         if let Some(h) = self.locks.remove(&lock) {
                             self.orphans.push(Orphan { name: h.name, key: h.key, rev: Some(h.rev), lease: h.lease, retry_at: now + ORPHAN_RETRY_MS, req: None });
+                            self.arm_orphans();
                         }
-                        self.out.fail(op, self.backend_error(&name, f));
+                        self.rt.out.fail(op, self.backend_error(&name, f));
                     }
                 }
             }
@@ -35,7 +36,7 @@ impl EtcdMachine {
                 let (lock, phase) = (*lock, *phase);
                 let Some(held) = self.locks.get(&lock) else {
                     self.ops.remove(&op);
-                    return self.out.fail(op, LockError::NotHeld { backend: BACKEND, name: "<released or lost lock>".into() });
+                    return self.rt.out.fail(op, LockError::NotHeld { backend: BACKEND, name: "<released or lost lock>".into() });
                 };
                 let (name, lease, key, rev) = (held.name.clone(), held.lease, held.key.clone(), held.rev);
                 match phase {
@@ -52,12 +53,12 @@ impl EtcdMachine {
                         }
                         Err(Ok(reason)) => {
                             self.ops.remove(&op);
-                            self.out.fail(op, LockError::Lost { backend: BACKEND, name, reason: reason.to_string() });
+                            self.rt.out.fail(op, LockError::Lost { backend: BACKEND, name, reason: reason.to_string() });
                             self.lease_lost(now, lease, reason);
                         }
                         Err(Err(f)) => {
                             self.ops.remove(&op);
-                            self.out.fail(op, self.backend_error(&name, f));
+                            self.rt.out.fail(op, self.backend_error(&name, f));
                         }
                     },
                     ExtendPhase::CheckKey => {
@@ -65,17 +66,17 @@ impl EtcdMachine {
                         match result.and_then(|(s, b)| gw::parse::<RangeResponse>(s, &b).map_err(Failure::Gateway)) {
                             Ok(r) if r.kvs.iter().any(|kv| kv.key == key && kv.create_revision == rev) => {
                                 let expires_at = self.leases.get(&lease).map(|l| l.expires_at).unwrap_or(now);
-                                self.out.complete(op, Ok(Outcome::Extended { lock, expires_at }));
+                                self.rt.out.complete(op, Ok(Outcome::Extended { lock, expires_at }));
                             }
                             Ok(_) if self.locks.get(&lock).map(|l| l.releasing).unwrap_or(true) => {
                                 // Released meanwhile: the key is gone by our own hand.
-                                self.out.fail(op, LockError::NotHeld { backend: BACKEND, name });
+                                self.rt.out.fail(op, LockError::NotHeld { backend: BACKEND, name });
                             }
                             Ok(_) => {
-                                self.out.fail(op, LockError::Lost { backend: BACKEND, name, reason: LostReason::KeyGone.to_string() });
+                                self.rt.out.fail(op, LockError::Lost { backend: BACKEND, name, reason: LostReason::KeyGone.to_string() });
                                 self.lose_lock(now, lock, LostReason::KeyGone);
                             }
-                            Err(f) => self.out.fail(op, self.backend_error(&name, f)),
+                            Err(f) => self.rt.out.fail(op, self.backend_error(&name, f)),
                         }
                     }
                 }
@@ -102,9 +103,9 @@ impl EtcdMachine {
                     ResumePhase::KeepAlive => match self.apply_keepalive(lease, sent_at, result) {
                         Ok(expires_at) => {
                             self.ops.remove(&op);
-                            let lock = self.out.lock_id();
+                            let lock = self.rt.out.lock_id();
                             self.locks.insert(lock, HeldLock { name: handle.name.clone(), key: handle.key.as_bytes().to_vec(), rev: handle.revision as i64, lease, releasing: false });
-                            self.out.complete(op, Ok(Outcome::Acquired(LockInfo { id: lock, name: handle.name.clone(), fencing_token: handle.fencing_token, expires_at, handle })));
+                            self.rt.out.complete(op, Ok(Outcome::Acquired(LockInfo { id: lock, name: handle.name.clone(), fencing_token: handle.fencing_token, expires_at, handle })));
                         }
                         Err(Ok(reason)) => {
                             self.drop_lease_if_unused(lease, op);
@@ -145,7 +146,7 @@ impl EtcdMachine {
                                 }
                                 _ => {
                                     self.ops.remove(&op);
-                                    self.out.complete(op, Ok(Outcome::Inspected(st)));
+                                    self.rt.out.complete(op, Ok(Outcome::Inspected(st)));
                                 }
                             }
                         }
@@ -158,7 +159,7 @@ impl EtcdMachine {
                                 st.remaining_ms = (t.TTL > 0).then(|| (t.TTL as u64).saturating_mul(1000));
                             }
                         }
-                        self.out.complete(op, Ok(Outcome::Inspected(st)));
+                        self.rt.out.complete(op, Ok(Outcome::Inspected(st)));
                     }
                 }
             }
@@ -176,35 +177,25 @@ impl EtcdMachine {
         if let Some(OpKind::Resume { handle, .. }) = self.ops.get(&op).map(|o| &o.kind) {
             let name = handle.name.clone();
             self.ops.remove(&op);
-            self.out.fail(op, error);
+            self.rt.out.fail(op, error);
             return self.free_name(now, &name);
         }
         self.ops.remove(&op);
-        self.out.fail(op, error);
+        self.rt.out.fail(op, error);
     }
 
     pub(super) fn new_op(&mut self, kind: OpKind) -> OpId {
-        let op = self.out.op_id();
+        let op = self.rt.out.op_id();
         self.ops.insert(op, Op { req: None, kind });
         op
     }
 
     pub(super) fn check_open(&self) -> Result<(), LockError> {
-        if self.closed || self.closing.is_some() {
-            Err(LockError::Closed { backend: BACKEND })
-        } else {
-            Ok(())
-        }
+        self.rt.closing.check_open(BackendKind::Etcd)
     }
 
     pub(super) fn maybe_closed(&mut self) {
-        if let Some(op) = self.closing {
-            let outstanding = self.requests.values().any(|p| p.purpose == Purpose::CloseStep);
-            if !outstanding {
-                self.closing = None;
-                self.closed = true;
-                self.out.complete(op, Ok(Outcome::Closed));
-            }
-        }
+        let outstanding = self.rt.requests.any(|p| p.purpose == Purpose::CloseStep);
+        self.rt.closing.finish_if(!outstanding, &mut self.rt.out);
     }
 }

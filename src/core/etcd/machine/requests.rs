@@ -11,41 +11,28 @@ impl EtcdMachine {
     }
 
     pub(super) fn send_raw(&mut self, now: Millis, purpose: Purpose, path: &'static str, body: Vec<u8>, stream: bool, attempt: u32) -> RequestId {
-        let id = self.out.request_id();
         let endpoint = self.current_endpoint % self.endpoints.len();
         let mut headers = vec![("content-type".to_string(), "application/json".to_string())];
         headers.extend(self.headers.iter().cloned());
-        self.out.send(HttpRequest {
-            id,
+        let request = HttpRequest {
+            id: RequestId(0),
             method: Method::Post,
             target: Target::Url(format!("{}{}", self.endpoints[endpoint], path)),
             headers,
             body: body.clone(),
             timeout_ms: Some(self.request_timeout_ms),
             stream,
-        });
-        self.requests.insert(
-            id,
-            Pending {
-                purpose,
-                path,
-                body,
-                deadline: Some(now + self.request_timeout_ms),
-                endpoint,
-                attempt,
-                sent_at: now,
-                splitter: stream.then(JsonObjectSplitter::new),
-            },
-        );
-        id
+        };
+        let pending = Pending { purpose, path, body, endpoint, attempt, sent_at: now, splitter: stream.then(JsonObjectSplitter::new) };
+        match self.rt.send(now, pending, |id| Ok::<_, std::convert::Infallible>(HttpRequest { id, ..request })) {
+            Ok(id) => id,
+            Err(never) => match never {},
+        }
     }
 
     pub(super) fn cancel_request(&mut self, id: Option<RequestId>) {
-        if let Some(id) = id {
-            if let Some(p) = self.requests.remove(&id) {
-                self.note_unknown_outcome(&p);
-                self.out.cancel(id);
-            }
+        if let Some(p) = id.and_then(|id| self.rt.cancel(id)) {
+            self.note_unknown_outcome(&p);
         }
     }
 
@@ -67,7 +54,7 @@ impl EtcdMachine {
             }
         }
         let is_stream = p.splitter.is_some();
-        if f.retryable() && !is_stream && p.attempt < self.max_attempts() && !self.closed {
+        if f.retryable() && !is_stream && p.attempt < self.max_attempts() && !self.rt.closing.drained() {
             let new_id = self.send_raw(now, p.purpose, p.path, p.body, false, p.attempt + 1);
             self.retarget(p.purpose, id, new_id);
             return;
@@ -80,11 +67,12 @@ impl EtcdMachine {
     /// (on the next endpoint) and watch again.
     fn restart_watches_on(&mut self, now: Millis, endpoint: usize, failed: RequestId) {
         let watches: Vec<(RequestId, OpId)> = self
+            .rt
             .requests
             .iter()
-            .filter(|(id, p)| **id != failed && p.endpoint == endpoint && p.splitter.is_some())
+            .filter(|(id, p)| *id != failed && p.endpoint == endpoint && p.splitter.is_some())
             .filter_map(|(id, p)| match p.purpose {
-                Purpose::Op(op) => Some((*id, op)),
+                Purpose::Op(op) => Some((id, op)),
                 _ => None,
             })
             .collect();

@@ -66,6 +66,7 @@ impl EtcdMachine {
             Lease { ttl_ms, expires_at: Self::expiry(sent_at, grant.TTL), next_keepalive: sent_at.saturating_add(ttl_ms / 3), keepalive: None, check: None, checked: Vec::new(), sweep: None },
         );
         self.session_lease = Some(grant.ID);
+        self.arm_lease(grant.ID);
         let waiting: Vec<OpId> = self.acquires_in(AcqPhase::NeedLease);
         for op in waiting {
             self.acquire_step(now, op);
@@ -136,7 +137,9 @@ impl EtcdMachine {
                 l.expires_at = l.expires_at.max(exp);
                 l.ttl_ms = (k.TTL as u64).saturating_mul(1000);
                 l.next_keepalive = l.next_keepalive.max(sent_at.saturating_add(l.ttl_ms / 3));
-                Ok(l.expires_at)
+                let expires_at = l.expires_at;
+                self.arm_lease(lease);
+                Ok(expires_at)
             }
             Ok(_) | Err(Failure::Gateway(GatewayError::LeaseNotFound)) => Err(Ok(LostReason::RenewalFailed("the lease no longer exists".into()))),
             Err(f) => Err(Err(f)),
@@ -152,7 +155,7 @@ impl EtcdMachine {
             Ok(expires_at) => {
                 let renewed: Vec<LockId> = self.locks.iter().filter(|(_, l)| l.lease == lease).map(|(id, _)| *id).collect();
                 for lock in renewed {
-                    self.out.renewed(lock, expires_at);
+                    self.rt.out.renewed(lock, expires_at);
                 }
             }
             Err(Ok(reason)) => self.lease_lost(now, lease, reason),
@@ -161,6 +164,7 @@ impl EtcdMachine {
                 if let Some(l) = self.leases.get_mut(&lease) {
                     l.next_keepalive = now + (l.ttl_ms / 10).clamp(100, 1_000);
                 }
+                self.arm_lease(lease);
             }
         }
     }
@@ -209,6 +213,7 @@ impl EtcdMachine {
         }
         let orphan_names: Vec<String> = self.orphans.iter().filter(|o| o.lease == lease).map(|o| o.name.clone()).collect();
         self.orphans.retain(|o| o.lease != lease);
+        self.arm_orphans();
         for name in orphan_names {
             self.free_name(now, &name);
         }
@@ -233,7 +238,7 @@ impl EtcdMachine {
                         a.lease = None;
                         a.my_rev = 0;
                         a.phase = AcqPhase::NeedLease;
-                        a.retry_at = None;
+                        self.set_recheck(op, None);
                         self.cancel_request(req);
                         self.acquire_step(now, op);
                     }
@@ -245,7 +250,7 @@ impl EtcdMachine {
 
     pub(super) fn lose_lock(&mut self, now: Millis, lock: LockId, reason: LostReason) {
         if let Some(l) = self.locks.remove(&lock) {
-            self.out.lost(lock, l.name.clone(), reason);
+            self.rt.out.lost(lock, l.name.clone(), reason);
             self.free_name(now, &l.name);
         }
     }

@@ -1,0 +1,315 @@
+//! Acquiring: attempts, cleanup after a failed attempt, waiting and retries.
+//!
+//! One attempt = one round of the acquire script to every node, with a fresh
+//! owner token. It succeeds with a quorum of grants while
+//! `ttl − elapsed − drift > 0`, `elapsed` counted from the start of *this*
+//! attempt. Otherwise every node that granted, or whose answer is unknown
+//! (error, timeout), gets an owner-checked delete before anything else
+//! happens; nodes that answered "held by someone else" cannot have our key.
+//!
+//! Then:
+//! - contention (the answering nodes could have formed a quorum): `Wait::Try`
+//!   ends with `NotAcquired`; a waiter sleeps until the other holders' keys
+//!   would let a quorum go free (their PTTL), but at most `retry_delay`,
+//!   plus a random `0..=retry_jitter` — so a released lock is noticed within
+//!   one retry delay and an expiring one right when it expires;
+//! - unavailability (too few answers, or a grant that came too late): retried
+//!   after `retry_delay ± retry_jitter` up to `retry_count` times, then the
+//!   operation fails (`NoQuorum` on Redlock, the node's error on one node).
+//!
+//! A cancel (or close) never interrupts a round in flight: its outcome is
+//! awaited (bounded by the request timeout), then cleaned up, so no key is
+//! left behind by a request whose result was unknown at cancel time.
+
+use super::super::context::{Context, Held, TOKEN_BYTES};
+use super::super::quorum::{expires_at, free_quorum_in, verdict, AttemptVerdict};
+use super::super::round::Round;
+use super::super::scripts::{self, AcquireReply};
+use super::super::task::{Next, OnClose, Task};
+use crate::core::names::validate_name;
+use crate::core::*;
+
+/// What stays the same across an acquire's attempts, and its counters.
+struct Attempts {
+    /// `None` once the user got an answer some other way (close).
+    op: Option<OpId>,
+    backend: BackendKind,
+    name: String,
+    key: String,
+    fence_key: String,
+    wait: Wait,
+    deadline: Option<Millis>,
+    ttl: u64,
+    /// The current attempt's owner token.
+    token: String,
+    attempt_start: Millis,
+    unavailable: u32,
+    /// Set by cancel/close: end with this error once nothing is left behind.
+    abort: Option<LockError>,
+}
+
+/// Where the acquire is; each phase waits for one thing.
+enum Phase {
+    /// Waiting for the next attempt.
+    Sleep { until: Millis },
+    /// The acquire script's round is out.
+    Attempt,
+    /// Strict fencing: raising the counters to `fence` before handing out.
+    Raise { fence: u64 },
+    /// Deleting this attempt's key where it may exist, then `next`.
+    Cleanup { next: AfterCleanup },
+}
+
+enum AfterCleanup {
+    Retry { at: Millis },
+    NotAcquired,
+    Fail(LockError),
+}
+
+/// An acquire (see the module docs).
+pub(in super::super) struct AcquireTask {
+    a: Attempts,
+    phase: Phase,
+}
+
+impl AcquireTask {
+    /// Validates the request; the first attempt runs at the first step.
+    pub(in super::super) fn new(cx: &mut Context, now: Millis, name: &str, opts: &AcquireOptions) -> Result<Self, LockError> {
+        validate_name(name)?;
+        let ttl = opts.ttl_ms.unwrap_or(cx.s.ttl_ms);
+        super::super::validate_lock_ttl(ttl, cx.s.request_timeout_ms, cx.s.drift_factor)?;
+        let (key, fence_key) = cx.keys_for(name);
+        let a = Attempts {
+            op: Some(cx.rt.out.op_id()),
+            backend: cx.s.backend,
+            name: name.to_string(),
+            key,
+            fence_key,
+            wait: opts.wait,
+            deadline: opts.wait.deadline(now),
+            ttl,
+            token: String::new(),
+            attempt_start: now,
+            unavailable: 0,
+            abort: None,
+        };
+        Ok(AcquireTask { a, phase: Phase::Sleep { until: now } })
+    }
+}
+
+impl Task for AcquireTask {
+    fn op(&self) -> Option<OpId> {
+        self.a.op
+    }
+
+    fn cancel(&mut self) {
+        let error = LockError::Aborted { backend: self.a.backend.as_str(), name: self.a.name.clone() };
+        self.a.abort(error);
+    }
+
+    fn on_close(&mut self, error: &LockError) -> OnClose {
+        self.a.op = None;
+        self.a.abort(error.clone());
+        OnClose::Detach
+    }
+
+    fn step(self: Box<Self>, cx: &mut Context, round: Option<Round>, now: Millis) -> Next {
+        let AcquireTask { a, phase } = *self;
+        match (phase, round) {
+            (Phase::Sleep { until }, _) => a.attempt(cx, until, now),
+            (Phase::Attempt, Some(round)) => a.after_attempt(cx, round, now),
+            (Phase::Raise { fence }, Some(round)) => a.after_raise(cx, round, fence, now),
+            (Phase::Cleanup { next }, _) => a.after_cleanup(cx, next, now),
+            // The engine steps a task without a round only when it asked for none.
+            (Phase::Attempt | Phase::Raise { .. }, None) => {
+                let error = LockError::internal("an acquire was stepped without the round it waits for");
+                a.finish(cx, AfterCleanup::Fail(error))
+            }
+        }
+    }
+}
+
+impl Attempts {
+    fn abort(&mut self, error: LockError) {
+        if self.abort.is_none() {
+            self.abort = Some(error);
+        }
+    }
+
+    fn into_task(self, phase: Phase) -> AcquireTask {
+        AcquireTask { a: self, phase }
+    }
+
+    /// A new attempt with a fresh owner token, once `until` has come.
+    fn attempt(mut self, cx: &mut Context, until: Millis, now: Millis) -> Next {
+        if let Some(e) = self.abort.clone() {
+            return self.finish(cx, AfterCleanup::Fail(e));
+        }
+        if now < until {
+            return Next::sleep(self.into_task(Phase::Sleep { until }), until);
+        }
+        self.token = random_hex(cx.entropy.as_mut(), TOKEN_BYTES);
+        self.attempt_start = now;
+        let cmd = scripts::acquire(&self.key, &self.fence_key, &self.token, self.ttl);
+        Next::round(self.into_task(Phase::Attempt), cmd, cx.all_nodes())
+    }
+
+    fn after_attempt(mut self, cx: &mut Context, round: Round, now: Millis) -> Next {
+        let parsed = round.parsed(scripts::parse_acquire);
+        let n = cx.node_count();
+        let mut granted = 0;
+        let mut held_pttls = Vec::new();
+        let mut fence = 0u64;
+        let mut maybe_ours = vec![false; n];
+        for (i, r) in &parsed {
+            match r {
+                Ok(AcquireReply::Granted { fence: f }) => {
+                    granted += 1;
+                    maybe_ours[*i] = true;
+                    fence = fence.max(*f);
+                }
+                // Every answering node's counter counts, granted or not.
+                Ok(AcquireReply::Held { fence: f, pttl }) => {
+                    held_pttls.push(*pttl);
+                    fence = fence.max(*f);
+                }
+                Err(e) => maybe_ours[*i] = e.maybe_applied(),
+            }
+        }
+        if let Some(e) = self.abort.clone() {
+            return self.cleanup(cx, maybe_ours, AfterCleanup::Fail(e), now);
+        }
+        let next = match verdict(n, granted, held_pttls.len()) {
+            AttemptVerdict::Quorum => match expires_at(self.attempt_start, now, self.ttl, cx.s.drift_factor) {
+                Some(_) if cx.s.strict_fencing && n > 1 => {
+                    let cmd = scripts::extend(&self.key, &self.fence_key, &self.token, self.ttl, fence);
+                    return Next::round(self.into_task(Phase::Raise { fence }), cmd, cx.all_nodes());
+                }
+                Some(exp) => return self.grant(cx, fence, exp),
+                None => {
+                    let e = LockError::Transport {
+                        backend: cx.backend_str(),
+                        name: self.name.clone(),
+                        message: "the nodes answered too late: the TTL was used up before the lock could be handed out".into(),
+                    };
+                    self.unavailable_next(cx, e, now)
+                }
+            },
+            AttemptVerdict::Unavailable => {
+                let e = cx.round_error(&self.name, Round::first_error(&parsed), granted);
+                self.unavailable_next(cx, e, now)
+            }
+            AttemptVerdict::Contended => self.contended_next(cx, held_pttls, now),
+        };
+        self.cleanup(cx, maybe_ours, next, now)
+    }
+
+    fn after_raise(mut self, cx: &mut Context, round: Round, fence: u64, now: Millis) -> Next {
+        let parsed = round.parsed(scripts::parse_flag);
+        let still_ours = parsed.iter().filter(|(_, r)| matches!(r, Ok(true))).count();
+        let all = cx.all_nodes();
+        if let Some(e) = self.abort.clone() {
+            return self.cleanup(cx, all, AfterCleanup::Fail(e), now);
+        }
+        match expires_at(self.attempt_start, now, self.ttl, cx.s.drift_factor) {
+            Some(exp) if still_ours >= cx.quorum_size() => self.grant(cx, fence, exp),
+            _ => {
+                let e = cx.round_error(&self.name, Round::first_error(&parsed), still_ours);
+                let next = self.unavailable_next(cx, e, now);
+                self.cleanup(cx, all, next, now)
+            }
+        }
+    }
+
+    fn after_cleanup(self, cx: &mut Context, next: AfterCleanup, now: Millis) -> Next {
+        match (self.abort.clone(), next) {
+            (Some(e), _) => self.finish(cx, AfterCleanup::Fail(e)),
+            (None, AfterCleanup::Retry { at }) => self.attempt(cx, at, now),
+            (None, next) => self.finish(cx, next),
+        }
+    }
+
+    fn unavailable_next(&mut self, cx: &mut Context, error: LockError, now: Millis) -> AfterCleanup {
+        self.unavailable += 1;
+        if self.wait == Wait::Try || self.unavailable > cx.s.retry_count {
+            return AfterCleanup::Fail(error);
+        }
+        let j = cx.s.retry_jitter_ms;
+        let delay = cx.s.retry_delay_ms.saturating_sub(j) + jitter(cx.entropy.as_mut(), j.saturating_mul(2));
+        self.bounded_by_deadline(now, now + delay.max(1))
+    }
+
+    fn contended_next(&mut self, cx: &mut Context, held_pttls: Vec<Option<u64>>, now: Millis) -> AfterCleanup {
+        if self.wait == Wait::Try {
+            return AfterCleanup::NotAcquired;
+        }
+        let retry_delay = cx.s.retry_delay_ms;
+        let base = free_quorum_in(cx.node_count(), held_pttls).map_or(retry_delay, |p| p.min(retry_delay));
+        let delay = base + jitter(cx.entropy.as_mut(), cx.s.retry_jitter_ms);
+        self.bounded_by_deadline(now, now + delay.max(1))
+    }
+
+    /// A retry at `at`, or at the wait deadline (one last attempt), or a timeout.
+    fn bounded_by_deadline(&self, now: Millis, at: Millis) -> AfterCleanup {
+        match self.deadline {
+            Some(d) if now >= d => AfterCleanup::Fail(LockError::Timeout { backend: self.backend.as_str(), name: self.name.clone() }),
+            Some(d) => AfterCleanup::Retry { at: at.min(d) },
+            None => AfterCleanup::Retry { at },
+        }
+    }
+
+    /// Deletes this attempt's key where it may exist, then continues with `next`.
+    fn cleanup(self, cx: &mut Context, targets: Vec<bool>, next: AfterCleanup, now: Millis) -> Next {
+        if !targets.iter().any(|t| *t) {
+            return self.after_cleanup(cx, next, now);
+        }
+        let cmd = scripts::release(&self.key, &self.fence_key, &self.token, 0);
+        Next::round(self.into_task(Phase::Cleanup { next }), cmd, targets)
+    }
+
+    /// Reports the end of an acquire that got no lock.
+    fn finish(self, cx: &mut Context, next: AfterCleanup) -> Next {
+        // No op: the user already got its answer (close).
+        if let Some(op) = self.op {
+            match next {
+                AfterCleanup::NotAcquired => cx.rt.out.complete(op, Ok(Outcome::NotAcquired)),
+                AfterCleanup::Fail(error) => cx.rt.out.fail(op, error),
+                AfterCleanup::Retry { .. } => {}
+            }
+        }
+        Next::Done
+    }
+
+    /// Hands the lock out: `fence` is its token, `exp` its validity end.
+    fn grant(self, cx: &mut Context, fence: u64, exp: Millis) -> Next {
+        let Some(op) = self.op else { return Next::Done };
+        let id = cx.rt.out.lock_id();
+        let handle = LockHandle {
+            v: 1,
+            backend: cx.s.backend,
+            name: self.name.clone(),
+            key: self.key.clone(),
+            owner: self.token.clone(),
+            fencing_token: fence,
+            revision: 0,
+        };
+        let info = LockInfo { id, name: self.name.clone(), fencing_token: fence, expires_at: exp, handle };
+        let renew_at = self.attempt_start + self.ttl / 3;
+        let held = Held {
+            id,
+            name: self.name,
+            key: self.key,
+            fence_key: self.fence_key,
+            token: self.token,
+            ttl: self.ttl,
+            fencing_token: fence,
+            expires_at: exp,
+            renew: cx.s.auto_extend,
+            renewal: None,
+            last_error: None,
+        };
+        cx.hold(held, renew_at);
+        cx.rt.out.complete(op, Ok(Outcome::Acquired(info)));
+        Next::Done
+    }
+}

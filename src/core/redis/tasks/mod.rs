@@ -1,0 +1,10 @@
+//! The engine's tasks, one state machine per file: `acquire` (attempts,
+//! cleanup, waiting), `release` (also the background delete of a lost
+//! lock's keys), `extend`, `renew` (the watchdog), `resume`, `inspect`.
+
+pub(super) mod acquire;
+pub(super) mod extend;
+pub(super) mod inspect;
+pub(super) mod release;
+pub(super) mod renew;
+pub(super) mod resume;

@@ -1,0 +1,115 @@
+//! Resume: adopt a lock from its handle, after checking on the nodes that
+//! the handle's owner token still holds the key on a quorum.
+
+use super::super::context::{Context, Held, TOKEN_BYTES};
+use super::super::quorum::{drift_ms, kth_largest};
+use super::super::round::Round;
+use super::super::scripts;
+use super::super::task::{Next, Task};
+use crate::core::names::validate_name;
+use crate::core::*;
+
+fn is_token(s: &str) -> bool {
+    s.len() == TOKEN_BYTES * 2 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+pub(in super::super) struct ResumeTask {
+    op: OpId,
+    handle: LockHandle,
+    fence_key: String,
+    started: bool,
+}
+
+impl ResumeTask {
+    /// Validates `handle` against this machine before anything is sent.
+    pub(in super::super) fn new(cx: &mut Context, handle: &LockHandle) -> Result<Self, LockError> {
+        if handle.v != 1 {
+            return Err(LockError::invalid(format!("unsupported lock handle version {}", handle.v)));
+        }
+        if handle.backend != cx.s.backend {
+            return Err(LockError::invalid(format!(
+                "the handle is for the {} backend, this client is {}",
+                handle.backend.as_str(),
+                cx.backend_str()
+            )));
+        }
+        validate_name(&handle.name)?;
+        let (key, fence_key) = cx.keys_for(&handle.name);
+        if handle.key != key {
+            return Err(LockError::invalid("the handle's key does not match its name and this client's prefix"));
+        }
+        if !is_token(&handle.owner) {
+            return Err(LockError::invalid("the handle's owner token is malformed"));
+        }
+        Ok(ResumeTask { op: cx.rt.out.op_id(), handle: handle.clone(), fence_key, started: false })
+    }
+}
+
+impl Task for ResumeTask {
+    fn op(&self) -> Option<OpId> {
+        Some(self.op)
+    }
+
+    fn step(self: Box<Self>, cx: &mut Context, round: Option<Round>, now: Millis) -> Next {
+        let ResumeTask { op, handle, fence_key, started } = *self;
+        let round = match round {
+            Some(round) => round,
+            None if !started => {
+                let cmd = scripts::status(&handle.key, &fence_key, Some(&handle.owner));
+                return Next::round(ResumeTask { op, handle, fence_key, started: true }, cmd, cx.all_nodes());
+            }
+            None => {
+                cx.rt.out.fail(op, LockError::internal("a resume was stepped without its round"));
+                return Next::Done;
+            }
+        };
+        let parsed = round.parsed(scripts::parse_status);
+        let mine: Vec<u64> =
+            parsed.iter().filter_map(|(_, r)| r.as_ref().ok().filter(|s| s.mine).and_then(|s| s.pttl)).collect();
+        let failed = parsed.iter().filter(|(_, r)| r.is_err()).count();
+        let q = cx.quorum_size();
+        // The key lives at least `pttl` past the round's start on each node.
+        let exp = kth_largest(mine.clone(), q)
+            .and_then(|p| (round.started + p).checked_sub(drift_ms(p, cx.s.drift_factor)))
+            .filter(|e| *e > now);
+        match exp {
+            Some(exp) => {
+                let id = cx.rt.out.lock_id();
+                let ttl = cx.s.ttl_ms;
+                let info = LockInfo {
+                    id,
+                    name: handle.name.clone(),
+                    fencing_token: handle.fencing_token,
+                    expires_at: exp,
+                    handle: handle.clone(),
+                };
+                let held = Held {
+                    id,
+                    name: handle.name,
+                    key: handle.key,
+                    fence_key,
+                    token: handle.owner,
+                    ttl,
+                    fencing_token: handle.fencing_token,
+                    expires_at: exp,
+                    renew: cx.s.auto_extend,
+                    renewal: None,
+                    last_error: None,
+                };
+                // Soon: the remaining lifetime is whatever the previous owner left.
+                cx.hold(held, now + (ttl / 3).min((exp - now) / 2));
+                cx.rt.out.complete(op, Ok(Outcome::Acquired(info)));
+            }
+            None if mine.len() + failed >= q && failed > 0 => {
+                let error = cx.round_error(&handle.name, Round::first_error(&parsed), mine.len());
+                cx.rt.out.fail(op, error);
+            }
+            None => {
+                let reason = "the handle's key is no longer held by its owner".to_string();
+                let error = LockError::Lost { backend: cx.backend_str(), name: handle.name, reason };
+                cx.rt.out.fail(op, error);
+            }
+        }
+        Next::Done
+    }
+}
