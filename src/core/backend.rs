@@ -3,8 +3,9 @@
 //! npm bindings, the Worker, the CLI and the reliability tool alike.
 //!
 //! The serialised form is one JSON spelling (camelCase, the npm package's
-//! options), read by [`BackendSpec::from_json`]. Unknown fields are rejected
-//! so that a misspelt option fails loudly instead of silently using a default.
+//! options), read by [`BackendSpec::from_json`] and written by
+//! [`BackendSpec::to_json`]. Unknown fields are rejected so that a misspelt
+//! option fails loudly instead of silently using a default.
 //!
 //! A new backend is one more [`BackendSpec`] variant, its options struct
 //! here, and its machine.
@@ -12,7 +13,7 @@
 use std::collections::BTreeMap;
 
 use serde::de::DeserializeOwned;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::core::etcd::{EtcdConfig, EtcdMachine};
 use crate::core::redis::{RedisConfig, RedisMachine, RedisNode, RedisProtocol, RedlockConfig, RedlockFencing, RedlockMachine};
@@ -51,6 +52,19 @@ impl BackendSpec {
         })
     }
 
+    /// The JSON [`from_json`](Self::from_json) reads back to this spec, with
+    /// every option spelled out. It carries the credentials (tokens, header
+    /// values) of the spec: treat it as a secret, like the spec itself.
+    pub fn to_json(&self) -> String {
+        let json = match self {
+            BackendSpec::Etcd(c) => serde_json::to_string(&EtcdOptions::from_config(c)),
+            BackendSpec::Redis(c) => serde_json::to_string(&RedisOptions::from_config(c)),
+            BackendSpec::Redlock(c) => serde_json::to_string(&RedlockOptions::from_config(c)),
+        };
+        // Plain strings, numbers and booleans: serialising cannot fail.
+        json.unwrap_or_default()
+    }
+
     /// Builds the lock machine, validating every option first.
     pub fn build(self, entropy: Box<dyn Entropy + Send>) -> Result<Box<dyn LockMachine + Send>, LockError> {
         Ok(match self {
@@ -70,7 +84,7 @@ impl BackendSpec {
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct EtcdOptions {
     endpoints: Vec<String>,
@@ -81,6 +95,16 @@ struct EtcdOptions {
 }
 
 impl EtcdOptions {
+    fn from_config(c: &EtcdConfig) -> Self {
+        EtcdOptions {
+            endpoints: c.endpoints.clone(),
+            prefix: Some(c.prefix.clone()),
+            session_ttl_ms: Some(c.session_ttl_ms),
+            request_timeout_ms: Some(c.request_timeout_ms),
+            headers: Some(c.headers.iter().cloned().collect()),
+        }
+    }
+
     fn into_config(self) -> EtcdConfig {
         let mut cfg = EtcdConfig::new(self.endpoints);
         if let Some(p) = self.prefix {
@@ -99,7 +123,7 @@ impl EtcdOptions {
     }
 }
 
-#[derive(Deserialize, Clone, Copy, Default)]
+#[derive(Deserialize, Serialize, Clone, Copy, Default)]
 #[serde(rename_all = "lowercase")]
 enum ProtocolName {
     #[default]
@@ -107,7 +131,7 @@ enum ProtocolName {
     Webdis,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct NodeOptions {
     url: String,
@@ -117,6 +141,14 @@ struct NodeOptions {
 }
 
 impl NodeOptions {
+    fn from_node(n: &RedisNode) -> Self {
+        let protocol = match n.protocol {
+            RedisProtocol::Upstash => ProtocolName::Upstash,
+            RedisProtocol::Webdis => ProtocolName::Webdis,
+        };
+        NodeOptions { url: n.url.clone(), protocol, token: n.token.clone() }
+    }
+
     fn into_node(self) -> RedisNode {
         let protocol = match self.protocol {
             ProtocolName::Upstash => RedisProtocol::Upstash,
@@ -130,7 +162,7 @@ impl NodeOptions {
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct RedisOptions {
     // The node's fields inline (serde's `flatten` does not combine with
@@ -148,6 +180,21 @@ struct RedisOptions {
 }
 
 impl RedisOptions {
+    fn from_config(c: &RedisConfig) -> Self {
+        let node = NodeOptions::from_node(&c.node);
+        RedisOptions {
+            url: node.url,
+            protocol: node.protocol,
+            token: node.token,
+            prefix: Some(c.prefix.clone()),
+            ttl_ms: Some(c.ttl_ms),
+            request_timeout_ms: Some(c.request_timeout_ms),
+            auto_extend: Some(c.auto_extend),
+            retry_delay_ms: Some(c.retry_delay_ms),
+            retry_jitter_ms: Some(c.retry_jitter_ms),
+        }
+    }
+
     fn into_config(self) -> RedisConfig {
         let node = NodeOptions {
             url: self.url,
@@ -166,14 +213,14 @@ impl RedisOptions {
     }
 }
 
-#[derive(Deserialize, Clone, Copy)]
+#[derive(Deserialize, Serialize, Clone, Copy)]
 #[serde(rename_all = "lowercase")]
 enum FencingName {
     Folded,
     Strict,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct RedlockOptions {
     nodes: Vec<NodeOptions>,
@@ -189,6 +236,24 @@ struct RedlockOptions {
 }
 
 impl RedlockOptions {
+    fn from_config(c: &RedlockConfig) -> Self {
+        RedlockOptions {
+            nodes: c.nodes.iter().map(NodeOptions::from_node).collect(),
+            prefix: Some(c.prefix.clone()),
+            ttl_ms: Some(c.ttl_ms),
+            drift_factor: Some(c.drift_factor),
+            retry_count: Some(c.retry_count),
+            retry_delay_ms: Some(c.retry_delay_ms),
+            retry_jitter_ms: Some(c.retry_jitter_ms),
+            auto_extend: Some(c.auto_extend),
+            request_timeout_ms: Some(c.request_timeout_ms),
+            fencing: Some(match c.fencing {
+                RedlockFencing::Folded => FencingName::Folded,
+                RedlockFencing::Strict => FencingName::Strict,
+            }),
+        }
+    }
+
     fn into_config(self) -> RedlockConfig {
         let mut cfg =
             RedlockConfig::new(self.nodes.into_iter().map(NodeOptions::into_node).collect());
@@ -258,6 +323,30 @@ mod tests {
         let redlock = BackendSpec::from_json(BackendKind::Redlock, json).unwrap();
         assert!(!format!("{redlock:?}").contains("t0k3n-secret"), "{redlock:?}");
         assert_eq!(redlock.build(Box::new(SeededEntropy::new(1))).unwrap().backend(), BackendKind::Redlock);
+    }
+
+    #[test]
+    fn to_json_reads_back_to_the_same_spec() {
+        let mut etcd = EtcdConfig::new(vec!["http://127.0.0.1:2379".into(), "http://127.0.0.1:2380".into()]);
+        etcd.prefix = "jobs".into();
+        etcd.session_ttl_ms = 7_000;
+        etcd.headers = vec![("authorization".into(), "Bearer x".into())];
+        let mut redis = RedisConfig::new(RedisNode::webdis("http://127.0.0.1:7379"));
+        redis.ttl_ms = 4_321;
+        redis.auto_extend = false;
+        let mut redlock = RedlockConfig::new(vec![RedisNode::upstash("http://a:1", "t1"), RedisNode::webdis("http://b:1")]);
+        redlock.fencing = RedlockFencing::Strict;
+        redlock.drift_factor = 0.02;
+        redlock.retry_count = 3;
+        for spec in [BackendSpec::Etcd(etcd), BackendSpec::Redis(redis), BackendSpec::Redlock(redlock)] {
+            let json = spec.to_json();
+            let back = BackendSpec::from_json(spec.kind(), &json).unwrap();
+            // Debug hides secrets, so compare the JSON of both and the one secret-free view.
+            assert_eq!(back.to_json(), json);
+            assert_eq!(format!("{back:?}"), format!("{spec:?}"));
+        }
+        let json = BackendSpec::Redis(RedisConfig::new(RedisNode::upstash("https://x", "tok"))).to_json();
+        assert!(json.contains(r#""protocol":"upstash""#) && json.contains(r#""token":"tok""#) && json.contains(r#""ttlMs":10000"#), "{json}");
     }
 
     #[test]
