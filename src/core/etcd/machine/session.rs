@@ -21,7 +21,8 @@ impl EtcdMachine {
             match self.leases.get(&id) {
                 // A fresh grant leaves ~99% of the TTL; an idle lease older than
                 // 2/3 of it is too close to expiry to put a new key on.
-                Some(l) if l.expires_at > now + l.ttl_ms / 3 => return Some(id),
+                // Saturating: `ttl_ms` is the backend's number (a hostile one can be huge).
+                Some(l) if l.expires_at > now.saturating_add(l.ttl_ms / 3) => return Some(id),
                 _ => {
                     // Drop it if nothing uses it; it expires on its own.
                     self.session_lease = None;
@@ -253,5 +254,32 @@ impl EtcdMachine {
             self.rt.out.lost(lock, l.name.clone(), reason);
             self.free_name(now, &l.name);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A hostile lease grant with the largest TTL etcd's JSON can carry, and
+    /// a clock far along, once overflowed `now + ttl / 3` (found by
+    /// reliability scenario 9a, whose driver jumps to the machine's timers).
+    #[test]
+    fn a_huge_granted_ttl_is_no_panic() {
+        let mut m = EtcdMachine::new(EtcdConfig::new(vec!["http://127.0.0.1:2379".into()]), Box::new(SeededEntropy::new(1))).unwrap();
+        let now = 1_000;
+        m.acquire(now, "job", &AcquireOptions::default()).unwrap();
+        let Some(Transmit::Send(grant)) = m.poll_transmit() else { panic!("no lease grant sent") };
+        let body = br#"{"ID":"7","TTL":"9223372036854775807"}"#.to_vec();
+        m.handle_input(now + 1, Input::Response { id: grant.id, status: 200, body });
+        // The lease is usable: the acquire's txn goes out on it.
+        let Some(Transmit::Send(txn)) = m.poll_transmit() else { panic!("no txn after the grant") };
+        assert!(txn.target.to_string().ends_with("/v3/kv/txn"), "{}", txn.target);
+        // Much later (a driver follows the machine's own far-off timers), a
+        // second acquire checks whether the lease can still carry a key.
+        let later = u64::MAX / 10 * 9;
+        m.handle_timeout(later);
+        m.acquire(later, "other", &AcquireOptions::default()).unwrap();
+        assert!(std::iter::from_fn(|| m.poll_transmit()).any(|t| matches!(t, Transmit::Send(_))));
     }
 }

@@ -70,7 +70,7 @@ impl Task for ResumeTask {
         let q = cx.quorum_size();
         // The key lives at least `pttl` past the round's start on each node.
         let exp = kth_largest(mine.clone(), q)
-            .and_then(|p| (round.started + p).checked_sub(drift_ms(p, cx.s.drift_factor)))
+            .and_then(|p| round.started.saturating_add(p).checked_sub(drift_ms(p, cx.s.drift_factor)))
             .filter(|e| *e > now);
         match exp {
             Some(exp) => {
