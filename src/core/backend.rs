@@ -177,6 +177,7 @@ struct RedisOptions {
     auto_extend: Option<bool>,
     retry_delay_ms: Option<u64>,
     retry_jitter_ms: Option<u64>,
+    max_subscriptions: Option<usize>,
 }
 
 impl RedisOptions {
@@ -192,6 +193,7 @@ impl RedisOptions {
             auto_extend: Some(c.auto_extend),
             retry_delay_ms: Some(c.retry_delay_ms),
             retry_jitter_ms: Some(c.retry_jitter_ms),
+            max_subscriptions: Some(c.max_subscriptions),
         }
     }
 
@@ -209,6 +211,7 @@ impl RedisOptions {
         set(&mut cfg.auto_extend, self.auto_extend);
         set(&mut cfg.retry_delay_ms, self.retry_delay_ms);
         set(&mut cfg.retry_jitter_ms, self.retry_jitter_ms);
+        set(&mut cfg.max_subscriptions, self.max_subscriptions);
         cfg
     }
 }
@@ -233,6 +236,7 @@ struct RedlockOptions {
     auto_extend: Option<bool>,
     request_timeout_ms: Option<u64>,
     fencing: Option<FencingName>,
+    max_subscriptions: Option<usize>,
 }
 
 impl RedlockOptions {
@@ -251,6 +255,7 @@ impl RedlockOptions {
                 RedlockFencing::Folded => FencingName::Folded,
                 RedlockFencing::Strict => FencingName::Strict,
             }),
+            max_subscriptions: Some(c.max_subscriptions),
         }
     }
 
@@ -265,6 +270,7 @@ impl RedlockOptions {
         set(&mut cfg.retry_jitter_ms, self.retry_jitter_ms);
         set(&mut cfg.auto_extend, self.auto_extend);
         set(&mut cfg.request_timeout_ms, self.request_timeout_ms);
+        set(&mut cfg.max_subscriptions, self.max_subscriptions);
         set(
             &mut cfg.fencing,
             self.fencing.map(|f| match f {

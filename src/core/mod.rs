@@ -15,6 +15,7 @@ pub mod outbox;
 pub mod redis;
 pub(crate) mod runtime;
 pub mod session;
+pub mod sse_stream;
 pub mod types;
 
 pub use backend::BackendSpec;

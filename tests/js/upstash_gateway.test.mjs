@@ -203,6 +203,147 @@ test('CORS: preflight answers the headers @upstash/redis sends', async () => {
   assert.equal(get.headers.get('access-control-allow-origin'), '*');
 });
 
+describe('pub/sub: @upstash/redis subscribe/psubscribe over the gateway event stream', () => {
+  // Counted on the Redis side through the plain command route.
+  const numsub = async (ch) => (await plain.exec(['PUBSUB', 'NUMSUB', ch]))[1];
+  const numpat = () => plain.exec(['PUBSUB', 'NUMPAT']);
+  const until = (what, cond, timeoutMs = 3_000) =>
+    waitFor(async () => assert.ok(await cond(), what), timeoutMs);
+
+  test('redis.subscribe receives what redis.publish sends, unsubscribe releases the Redis connection', async () => {
+    // A space and non-ASCII: the client puts the channel in the URL path as
+    // is, fetch percent-encodes it, the gateway decodes it.
+    const ch = 'js:news é 1';
+    const sub = redis.subscribe(ch);
+    const counts = [];
+    const messages = [];
+    const perChannel = [];
+    const errors = [];
+    sub.on('subscribe', (n) => counts.push(n));
+    sub.on('message', (m) => messages.push(m));
+    sub.on(`message:${ch}`, (m) => perChannel.push(m));
+    sub.on('error', (e) => errors.push(e));
+    await until('subscribe event', () => counts.length === 1);
+    assert.deepEqual(counts, [1]);
+    assert.equal(await numsub(ch), 1);
+
+    assert.equal(await redis.publish(ch, 'hello, world'), 1);
+    assert.equal(await redis.publish(ch, { a: 1, b: 'x, y', u: 'ü ✓' }), 1);
+    assert.equal(await plain.publish(ch, 'héllo, wörld ✓ 😀'), 1);
+    assert.equal(await redis.publish(ch, 42), 1);
+    await until('4 messages', () => messages.length === 4);
+    assert.deepEqual(messages, [
+      { channel: ch, message: 'hello, world' },
+      { channel: ch, message: { a: 1, b: 'x, y', u: 'ü ✓' } },
+      { channel: ch, message: 'héllo, wörld ✓ 😀' },
+      { channel: ch, message: 42 },
+    ]);
+    assert.deepEqual(perChannel, messages);
+
+    await sub.unsubscribe();
+    assert.deepEqual(sub.getSubscribedChannels(), []);
+    // The abort closes the HTTP connection; the gateway sees EOF and drops
+    // its dedicated Redis connection although nothing more is published.
+    await until('NUMSUB back to 0', async () => (await numsub(ch)) === 0);
+    assert.equal(await redis.publish(ch, 'after'), 0);
+    assert.deepEqual(errors, []);
+  });
+
+  test('redis.psubscribe gets pmessage with pattern, channel and message', async () => {
+    const sub = redis.psubscribe('js:user:*');
+    const counts = [];
+    const got = [];
+    const errors = [];
+    sub.on('psubscribe', (n) => counts.push(n));
+    sub.on('pmessage', (m) => got.push(m));
+    sub.on('error', (e) => errors.push(e));
+    await until('psubscribe event', () => counts.length === 1);
+    assert.deepEqual(counts, [1]);
+    assert.equal(await numpat(), 1);
+    assert.equal(await redis.publish('js:user:42', { id: 42, s: 'a, b' }), 1);
+    assert.equal(await redis.publish('js:other:1', 'not for us'), 0);
+    assert.equal(await redis.publish('js:user:7', JSON.stringify('hi, there')), 1);
+    await until('2 pmessages', () => got.length === 2);
+    assert.deepEqual(got, [
+      { pattern: 'js:user:*', channel: 'js:user:42', message: { id: 42, s: 'a, b' } },
+      { pattern: 'js:user:*', channel: 'js:user:7', message: 'hi, there' },
+    ]);
+    assert.deepEqual(errors, []);
+    // Unlike `message`, the client JSON.parses `pmessage` payloads without a
+    // fallback: a bare string (sent raw, as the real gateway does) becomes an
+    // error event on its side.
+    assert.equal(await redis.publish('js:user:8', 'plain text'), 1);
+    await until('parse error event', () => errors.length === 1);
+    assert.match(errors[0].message, /Failed to parse message/);
+    assert.equal(got.length, 2);
+    await sub.unsubscribe();
+    await until('NUMPAT back to 0', async () => (await numpat()) === 0);
+  });
+
+  test('several channels: one stream each, unsubscribing one keeps the other', async () => {
+    const sub = redis.subscribe(['js:a', 'js:b']);
+    const messages = [];
+    sub.on('message', (m) => messages.push(m));
+    await until('both subscribed', async () => (await numsub('js:a')) === 1 && (await numsub('js:b')) === 1);
+    await redis.publish('js:a', 'to a');
+    await redis.publish('js:b', 'to b');
+    await until('2 messages', () => messages.length === 2);
+    await sub.unsubscribe(['js:a']);
+    assert.deepEqual(sub.getSubscribedChannels(), ['js:b']);
+    await until('js:a released', async () => (await numsub('js:a')) === 0);
+    assert.equal(await numsub('js:b'), 1);
+    await redis.publish('js:b', 'still b');
+    await until('3 messages', () => messages.length === 3);
+    assert.deepEqual(messages, [
+      { channel: 'js:a', message: 'to a' },
+      { channel: 'js:b', message: 'to b' },
+      { channel: 'js:b', message: 'still b' },
+    ]);
+    await sub.unsubscribe();
+    await until('js:b released', async () => (await numsub('js:b')) === 0);
+  });
+
+  test('a wrong token surfaces as an error event (HTTP 401)', async () => {
+    const bad = new Redis({ url, token: 'wrong-token', retry: false });
+    const sub = bad.subscribe('js:secret');
+    const errors = [];
+    sub.on('error', (e) => errors.push(e));
+    await until('error event', () => errors.length === 1);
+    assert.equal(errors[0].name, 'UpstashError');
+    assert.match(errors[0].message, /Unauthorized/);
+    assert.equal(await numsub('js:secret'), 0);
+    await sub.unsubscribe();
+  });
+
+  test('raw fetch: the exact SSE bytes', async () => {
+    const ac = new AbortController();
+    const res = await fetch(`${url}/subscribe/js:raw`, {
+      method: 'POST',
+      headers: { Authorization: `Bearer ${TOKEN}`, Accept: 'text/event-stream' },
+      signal: ac.signal,
+    });
+    assert.equal(res.status, 200);
+    assert.equal(res.headers.get('content-type'), 'text/event-stream');
+    const reader = res.body.getReader();
+    const decoder = new TextDecoder();
+    let text = '';
+    const readUntil = async (want) => {
+      while (!text.includes(want)) {
+        const { value, done } = await reader.read();
+        assert.ok(!done, `stream ended before ${JSON.stringify(want)}`);
+        text += decoder.decode(value, { stream: true });
+      }
+    };
+    await readUntil('\n\n');
+    assert.equal(text, 'data: subscribe,js:raw,1\n\n');
+    await plain.publish('js:raw', 'a,b, c');
+    await readUntil('a,b, c\n\n');
+    assert.equal(text, 'data: subscribe,js:raw,1\n\ndata: message,js:raw,a,b, c\n\n');
+    ac.abort();
+    await until('released after abort', async () => (await numsub('js:raw')) === 0);
+  });
+});
+
 describe('testenv.mjs helper', () => {
   test('starts redis + gateway + webdis, usable with @upstash/redis, stops cleanly', async () => {
     const env = await startTestenv({ redis: 2, gateway: true, webdis: true });

@@ -317,9 +317,15 @@ impl RedisModel {
                 if ttl == 0 {
                     return err("ERR invalid expire time in 'set' command");
                 }
-                let f = match self.incr(fence, g) {
-                    Ok(f) => f,
-                    Err(e) => return e,
+                // ARGV[3] == "1": count every attempt (Redlock), else grants only.
+                let every = arg(2) == b"1";
+                let f = if every || self.alive(key, g).is_none() {
+                    match self.incr(fence, g) {
+                        Ok(f) => f,
+                        Err(e) => return e,
+                    }
+                } else {
+                    self.fence_value(fence, g)
                 };
                 if self.alive(key, g).is_none() {
                     self.set(key, token.clone(), Some(ttl), g);

@@ -91,6 +91,26 @@ impl NodeCodec {
         })
     }
 
+    /// The streaming request that subscribes this node to `channel` (a
+    /// [`wake_channel`](super::subscription::wake_channel): URL-safe by
+    /// construction); its stream is read by a
+    /// [`PushDecoder`](super::subscription::PushDecoder). `timeout_ms` bounds
+    /// the wait for the server's confirmation; after it the stream stays open.
+    pub fn subscribe(&self, id: RequestId, channel: &str, timeout_ms: u64) -> Result<HttpRequest, LockError> {
+        if !channel.bytes().all(|b| b.is_ascii_alphanumeric() || b == b':') {
+            return Err(LockError::internal("a wake-up channel name that is not URL-safe"));
+        }
+        let auth = self.headers.iter().filter(|(k, _)| k == "Authorization").cloned();
+        let (method, url, headers) = match self.protocol {
+            RedisProtocol::Upstash => {
+                let accept = ("Accept".to_string(), "text/event-stream".to_string());
+                (Method::Post, format!("{}/subscribe/{channel}", self.base), auth.chain([accept]).collect())
+            }
+            RedisProtocol::Webdis => (Method::Get, format!("{}/SUBSCRIBE/{channel}", self.base), auth.collect()),
+        };
+        Ok(HttpRequest { id, method, target: Target::Url(url), headers, body: Vec::new(), timeout_ms: Some(timeout_ms), stream: true })
+    }
+
     /// The answer to a request made by [`encode`](Self::encode) for `cmd`.
     pub fn decode(&self, cmd: &RedisCommand, status: u16, body: &[u8]) -> Result<RedisValue, ReplyError> {
         let r = match self.protocol {

@@ -10,6 +10,7 @@ use super::codec::NodeCodec;
 use super::keys::{fence_key, lock_key};
 use super::quorum::quorum;
 use super::round::NodeError;
+use super::subscription::PushDecoder;
 use crate::core::runtime::Runtime;
 use crate::core::*;
 
@@ -28,7 +29,15 @@ pub(crate) struct Settings {
     pub retry_jitter_ms: u64,
     /// Raise the quorum's counters before handing a lock out (Redlock only).
     pub strict_fencing: bool,
+    /// Subscription streams this machine may hold open at once (0: waiters
+    /// only poll). A Workers invocation may hold 6 connections open.
+    pub max_subscriptions: usize,
 }
+
+/// A waiter whose wake-up streams are live still attempts this often at
+/// least (a publish can be lost with its connection; an expired holder
+/// publishes nothing, but then its PTTL is the waiter's timer anyway).
+pub(super) const PUSH_FALLBACK_MS: u64 = 2_000;
 
 /// Random bytes in an owner token (hex-encoded: twice as many characters).
 pub(super) const TOKEN_BYTES: usize = 20;
@@ -52,8 +61,21 @@ pub(super) enum TimerKey {
     Renewal(LockId),
 }
 
-/// A request in flight belongs to a task's round, for one node.
-pub(super) type RequestOwner = (TaskId, usize);
+/// Who a request in flight belongs to.
+pub(super) enum RequestOwner {
+    /// Node `node`'s answer to task `task`'s round.
+    Round { task: TaskId, node: usize },
+    /// Task `task`'s wake-up subscription on node `node`, with its decoder.
+    Stream { task: TaskId, node: usize, decoder: PushDecoder },
+}
+
+impl RequestOwner {
+    pub(super) fn task(&self) -> TaskId {
+        match self {
+            RequestOwner::Round { task, .. } | RequestOwner::Stream { task, .. } => *task,
+        }
+    }
+}
 
 /// A lock this machine holds.
 pub(super) struct Held {

@@ -10,9 +10,10 @@
 use std::collections::BTreeMap;
 
 use super::codec::NodeCodec;
-use super::context::{Context, Settings, Spawn, TaskId, TimerKey};
+use super::context::{Context, RequestOwner, Settings, Spawn, TaskId, TimerKey};
 use super::round::{NodeError, Round, Slot};
-use super::task::{Next, OnClose, Task};
+use super::subscription::{PushDecoder, PushFrame};
+use super::task::{Next, OnClose, Push, Task};
 use super::tasks::{acquire::AcquireTask, extend, inspect::InspectTask, release::ReleaseTask, renew::RenewTask, resume::ResumeTask};
 use super::value::RedisCommand;
 use crate::core::*;
@@ -26,15 +27,25 @@ struct Running {
     round: Option<Round>,
 }
 
+/// A task's wake-up subscription on one node.
+enum Sub {
+    /// The streaming request is out (confirmed or not yet).
+    Open { id: RequestId, failures: u32 },
+    /// It ended; opened again from `retry_at` on (backing off).
+    Down { retry_at: Millis, failures: u32 },
+}
+
 pub(crate) struct Engine {
     cx: Context,
     tasks: BTreeMap<TaskId, Running>,
+    /// Wake-up subscriptions, by task and node (see [`Task::listens`]).
+    subs: BTreeMap<(TaskId, usize), Sub>,
     next_task: u64,
 }
 
 impl Engine {
     pub(crate) fn new(s: Settings, nodes: Vec<NodeCodec>, entropy: Box<dyn Entropy + Send>) -> Self {
-        Engine { cx: Context::new(s, nodes, entropy), tasks: BTreeMap::new(), next_task: 0 }
+        Engine { cx: Context::new(s, nodes, entropy), tasks: BTreeMap::new(), subs: BTreeMap::new(), next_task: 0 }
     }
 
     pub(crate) fn backend(&self) -> BackendKind {
@@ -62,12 +73,14 @@ impl Engine {
             match task.step(&mut self.cx, round.take(), now) {
                 Next::Done => {
                     self.cx.rt.timers.clear(TimerKey::Task(tid));
+                    self.close_streams(tid);
                     return;
                 }
                 Next::Sleep { task: t, until } if until <= now => task = t,
                 Next::Sleep { task: t, until } => {
                     self.cx.rt.timers.set(TimerKey::Task(tid), until);
                     self.tasks.insert(tid, Running { op: t.op(), task: t, round: None });
+                    self.sync_streams(tid, now);
                     return;
                 }
                 Next::Round { task: t, cmd, targets } => {
@@ -75,6 +88,7 @@ impl Engine {
                     let r = self.send_round(tid, cmd, &targets, now);
                     if !r.is_done() {
                         self.tasks.insert(tid, Running { op: t.op(), task: t, round: Some(r) });
+                        self.sync_streams(tid, now);
                         return;
                     }
                     // Nothing could be sent: the answers are all known now.
@@ -96,7 +110,7 @@ impl Engine {
                 if !targets.get(i).copied().unwrap_or(false) {
                     return Slot::Skipped;
                 }
-                match cx.rt.send(now, (tid, i), |id| node.encode(id, &cmd, timeout)) {
+                match cx.rt.send(now, RequestOwner::Round { task: tid, node: i }, |id| node.encode(id, &cmd, timeout)) {
                     Ok(id) => Slot::Pending(id),
                     Err(e) => Slot::Done(Err(NodeError::NotSent(e.to_string()))),
                 }
@@ -127,8 +141,112 @@ impl Engine {
     fn stop(&mut self, tid: TaskId) -> Option<Running> {
         let running = self.tasks.remove(&tid)?;
         self.cx.rt.timers.clear(TimerKey::Task(tid));
-        self.cx.rt.cancel_where(|(t, _)| *t == tid);
+        self.cx.rt.cancel_where(|o| o.task() == tid);
+        self.subs.retain(|(t, _), _| *t != tid);
         Some(running)
+    }
+
+    // ---------------------------------------------------------------- wake-up streams
+
+    /// Opens or closes task `tid`'s subscriptions to match what it
+    /// [listens](Task::listens) to: one per node, within the machine's
+    /// `max_subscriptions` (nodes beyond it are left to the task's timer),
+    /// a failed one again only after its back-off.
+    fn sync_streams(&mut self, tid: TaskId, now: Millis) {
+        let Some(channel) = self.tasks.get(&tid).and_then(|r| r.task.listens()).map(str::to_string) else {
+            self.close_streams(tid);
+            return;
+        };
+        for node in 0..self.cx.node_count() {
+            let failures = match self.subs.get(&(tid, node)) {
+                Some(Sub::Open { .. }) => continue,
+                Some(Sub::Down { retry_at, .. }) if now < *retry_at => continue,
+                Some(Sub::Down { failures, .. }) => *failures,
+                None => 0,
+            };
+            let open = self.subs.values().filter(|s| matches!(s, Sub::Open { .. })).count();
+            if open >= self.cx.s.max_subscriptions {
+                return;
+            }
+            let cx = &mut self.cx;
+            let Some(codec) = cx.nodes.get(node) else { return };
+            let owner = RequestOwner::Stream { task: tid, node, decoder: PushDecoder::new(codec.protocol()) };
+            let timeout = cx.s.request_timeout_ms;
+            let sub = match cx.rt.send(now, owner, |id| codec.subscribe(id, &channel, timeout)) {
+                Ok(id) => Sub::Open { id, failures },
+                Err(_) => Sub::Down { retry_at: self.backoff(now, failures + 1), failures: failures + 1 },
+            };
+            self.subs.insert((tid, node), sub);
+        }
+    }
+
+    /// Closes every subscription of task `tid`.
+    fn close_streams(&mut self, tid: TaskId) {
+        let keys: Vec<(TaskId, usize)> = self.subs.range((tid, 0)..=(tid, usize::MAX)).map(|(k, _)| *k).collect();
+        for key in keys {
+            if let Some(Sub::Open { id, .. }) = self.subs.remove(&key) {
+                self.cx.rt.cancel(id);
+            }
+        }
+    }
+
+    /// When a subscription that failed `failures` times in a row may be
+    /// opened again: the retry delay, doubling up to 32 times it.
+    fn backoff(&self, now: Millis, failures: u32) -> Millis {
+        let factor = 1u64 << failures.saturating_sub(1).min(5);
+        now.saturating_add(self.cx.s.retry_delay_ms.max(1).saturating_mul(factor))
+    }
+
+    /// Input for a subscription's streaming request `id`.
+    fn stream_input(&mut self, id: RequestId, input: Input, now: Millis) {
+        let Some(RequestOwner::Stream { task, node, .. }) = self.cx.rt.requests.owner(id) else { return };
+        let (tid, node) = (*task, *node);
+        let Input::Chunk { data, .. } = input else {
+            // Refused (non-2xx), ended or failed: the task falls back to its timer.
+            self.cx.rt.requests.finish(id);
+            return self.stream_down(tid, node, now);
+        };
+        let Some(RequestOwner::Stream { decoder, .. }) = self.cx.rt.requests.owner_mut(id) else { return };
+        let frames = match decoder.push(&data) {
+            Ok(frames) => frames,
+            Err(_) => {
+                self.cx.rt.cancel(id);
+                return self.stream_down(tid, node, now);
+            }
+        };
+        for frame in frames {
+            let push = match frame {
+                PushFrame::Subscribed => {
+                    self.cx.rt.requests.keep_open(id);
+                    self.subs.insert((tid, node), Sub::Open { id, failures: 0 });
+                    Push::Live
+                }
+                PushFrame::Message(_) => Push::Message,
+            };
+            self.push(tid, node, push, now);
+        }
+    }
+
+    /// Subscription (`tid`, `node`) is gone: open it again after its back-off.
+    fn stream_down(&mut self, tid: TaskId, node: usize, now: Millis) {
+        let failures = match self.subs.get(&(tid, node)) {
+            Some(Sub::Open { failures, .. } | Sub::Down { failures, .. }) => failures + 1,
+            None => return,
+        };
+        self.subs.insert((tid, node), Sub::Down { retry_at: self.backoff(now, failures), failures });
+        self.push(tid, node, Push::Down, now);
+    }
+
+    /// Tells task `tid` about its subscription to `node`; steps it if it
+    /// sleeps and asks to.
+    fn push(&mut self, tid: TaskId, node: usize, push: Push, now: Millis) {
+        let Some(running) = self.tasks.get_mut(&tid) else { return };
+        let wake = running.task.on_push(node, push, now) && running.round.is_none();
+        if wake {
+            self.wake(tid, now);
+        } else {
+            self.sync_streams(tid, now);
+        }
     }
 
     /// Carries out what tasks asked for, then finishes a close once nothing
@@ -159,7 +277,11 @@ impl Engine {
 
     pub(crate) fn handle_input(&mut self, now: Millis, input: Input) {
         let id = input.id();
-        let Some((tid, node)) = self.cx.rt.requests.finish(id) else { return };
+        if matches!(self.cx.rt.requests.owner(id), Some(RequestOwner::Stream { .. })) {
+            self.stream_input(id, input, now);
+            return self.settle(now);
+        }
+        let Some(RequestOwner::Round { task: tid, node }) = self.cx.rt.requests.finish(id) else { return };
         let Some(codec) = self.cx.nodes.get(node) else { return };
         let Some(round) = self.tasks.get_mut(&tid).and_then(|r| r.round.as_mut()) else { return };
         let result = match input {
@@ -172,7 +294,7 @@ impl Engine {
             }
             Input::Failed { error, .. } => Err(NodeError::Transport(codec.scrub(&error.to_string()))),
             Input::Chunk { .. } | Input::StreamEnd { .. } => {
-                // No Redis request streams (yet): drop the rest of it.
+                // A command's answer never streams: drop the rest of it.
                 self.cx.rt.out.cancel(id);
                 Err(NodeError::Transport("unexpected streamed answer".into()))
             }
@@ -186,7 +308,15 @@ impl Engine {
     pub(crate) fn handle_timeout(&mut self, now: Millis) {
         // 1. Requests past their deadline.
         let mut waiting = Vec::new();
-        for (id, (tid, node)) in self.cx.rt.expire(now) {
+        for (id, owner) in self.cx.rt.expire(now) {
+            let (tid, node) = match owner {
+                RequestOwner::Round { task, node } => (task, node),
+                // A subscription not confirmed in time.
+                RequestOwner::Stream { task, node, .. } => {
+                    self.stream_down(task, node, now);
+                    continue;
+                }
+            };
             if let Some(round) = self.tasks.get_mut(&tid).and_then(|r| r.round.as_mut()) {
                 round.answer(node, id, Err(NodeError::Timeout));
                 waiting.push(tid);
@@ -271,6 +401,7 @@ impl Engine {
     pub(crate) fn cancel(&mut self, now: Millis, op: OpId) {
         let Some((&tid, running)) = self.tasks.iter_mut().find(|(_, r)| r.op == Some(op)) else { return };
         running.task.cancel();
+        self.sync_streams(tid, now);
         self.wake(tid, now);
         self.settle(now);
     }
@@ -293,6 +424,7 @@ impl Engine {
                 OnClose::Finish => continue,
                 OnClose::Detach => {
                     running.op = None;
+                    self.sync_streams(tid, now);
                     self.wake(tid, now);
                 }
                 OnClose::Stop => {

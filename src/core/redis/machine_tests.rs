@@ -70,16 +70,19 @@ fn upstash_nodes(n: usize) -> Vec<RedisNode> {
 }
 
 /// A Redlock harness. These tests script one-round exchanges, so they start
-/// from Folded fencing; Strict (the default) has its own tests below.
+/// from Folded fencing; Strict (the default) has its own tests below. Their
+/// waiters poll; the push wake-up has its own tests (`push_tests`).
 fn redlock(n: usize, f: impl FnOnce(&mut RedlockConfig)) -> Harness<RedlockMachine> {
     let mut cfg = RedlockConfig::new(upstash_nodes(n));
     cfg.fencing = RedlockFencing::Folded;
+    cfg.max_subscriptions = 0;
     f(&mut cfg);
     Harness::new(RedlockMachine::new(cfg, Box::new(SeededEntropy::new(7))).unwrap())
 }
 
 fn single(f: impl FnOnce(&mut RedisConfig)) -> Harness<RedisMachine> {
     let mut cfg = RedisConfig::new(RedisNode::upstash("http://10.0.0.1:8080", "tok-secret"));
+    cfg.max_subscriptions = 0;
     f(&mut cfg);
     Harness::new(RedisMachine::new(cfg, Box::new(SeededEntropy::new(7))).unwrap())
 }
@@ -529,3 +532,5 @@ fn a_manual_extend_during_a_renewal_does_not_make_the_timer_spin() {
     assert!(matches!(h.take_events().as_slice(), [Event::Renewed { .. }]));
     assert!(h.next_timer() > h.now);
 }
+
+mod push;

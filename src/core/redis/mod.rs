@@ -24,6 +24,7 @@ pub mod redlock;
 pub mod round;
 pub mod scripts;
 pub mod single;
+pub mod subscription;
 mod task;
 mod tasks;
 pub mod upstash;
@@ -106,6 +107,11 @@ impl std::fmt::Debug for RedisNode {
 
 /// The clock-drift factor of the single-node lock (Redlock's is configurable).
 pub const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
+
+/// Wake-up subscriptions a machine holds open at once by default: enough
+/// for 16 waiters on 4 nodes; a Workers invocation needs far fewer (it may
+/// hold 6 connections open) and its binding sets its own.
+pub const DEFAULT_MAX_SUBSCRIPTIONS: usize = 64;
 
 /// A lock TTL must be valid and leave room for the drift allowance.
 pub(crate) fn validate_lock_ttl(ttl_ms: u64, _request_timeout_ms: u64, drift_factor: f64) -> Result<(), LockError> {

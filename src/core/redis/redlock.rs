@@ -128,6 +128,9 @@ pub struct RedlockConfig {
     /// How fencing tokens are kept increasing across nodes (default
     /// [`RedlockFencing::Strict`]).
     pub fencing: RedlockFencing,
+    /// Wake-up subscriptions open at once (a waiter opens one per node); 0
+    /// makes waiters poll. See [`super::subscription`].
+    pub max_subscriptions: usize,
 }
 
 impl RedlockConfig {
@@ -145,6 +148,7 @@ impl RedlockConfig {
             auto_extend: true,
             request_timeout_ms: 1_000,
             fencing: RedlockFencing::default(),
+            max_subscriptions: super::DEFAULT_MAX_SUBSCRIPTIONS,
         }
     }
 }
@@ -190,6 +194,7 @@ impl RedlockMachine {
             retry_delay_ms: cfg.retry_delay_ms,
             retry_jitter_ms: cfg.retry_jitter_ms,
             strict_fencing: cfg.fencing == RedlockFencing::Strict,
+            max_subscriptions: cfg.max_subscriptions,
         };
         Ok(RedlockMachine { engine: Engine::new(settings, nodes, entropy) })
     }

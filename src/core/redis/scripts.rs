@@ -14,15 +14,23 @@
 
 use super::value::{RedisCommand, RedisValue};
 
-/// `INCR` the fencing counter (every attempt, granted or not, so that a
-/// later attempt reaching this node always sees a larger value), then
-/// `SET key token NX PX ttl`: `{1, counter, 0}` when set, otherwise
-/// `{0, counter, pttl-of-holder}`.
-pub const ACQUIRE: &str = "-- edgelock acquire v1
-local f = redis.call('INCR', KEYS[2])
+/// `SET key token NX PX ttl` and the fencing counter, atomically:
+/// `{1, counter, 0}` when set, otherwise `{0, counter, pttl-of-holder}`.
+///
+/// With `ARGV[3] == "1"` (Redlock) the counter is `INCR`ed on every attempt,
+/// granted or not, so that a later attempt reaching this node always sees a
+/// larger value (the cross-node argument in [`super::redlock`] needs it).
+/// Otherwise (one node) it moves only on a grant, so tokens count holders
+/// and a refused attempt changes nothing.
+pub const ACQUIRE: &str = "-- edgelock acquire v2
+local every = ARGV[3] == '1'
+local f
+if every then f = redis.call('INCR', KEYS[2]) end
 if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  if not every then f = redis.call('INCR', KEYS[2]) end
   return {1, f, 0}
 end
+if not every then f = tonumber(redis.call('GET', KEYS[2]) or '0') or 0 end
 return {0, f, redis.call('PTTL', KEYS[1])}";
 
 /// Raise the counter to `ARGV[3]`; if the key holds our token, `PEXPIRE` it
@@ -37,12 +45,17 @@ end
 return 0";
 
 /// Raise the counter to `ARGV[2]`; delete the key only if it holds our token
-/// (1 if deleted, else 0). Never a blind `DEL`.
-pub const RELEASE: &str = "-- edgelock release v1
+/// (1 if deleted, else 0). Never a blind `DEL`. A delete publishes
+/// `released:<ARGV[2]>` on the wake-up channel `ARGV[3]` (see
+/// [`super::subscription`]) so that waiters attempt at once; nothing is
+/// published when the key was not ours (it expired: waiters' timers cover it).
+pub const RELEASE: &str = "-- edgelock release v2
 local f = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
 if f < tonumber(ARGV[2]) then redis.call('SET', KEYS[2], ARGV[2]) end
 if redis.call('GET', KEYS[1]) == ARGV[1] then
-  return redis.call('DEL', KEYS[1])
+  redis.call('DEL', KEYS[1])
+  redis.call('PUBLISH', ARGV[3], 'released:' .. ARGV[2])
+  return 1
 end
 return 0";
 
@@ -92,9 +105,11 @@ fn eval(script: Script, key: &str, fence_key: &str) -> RedisCommand {
     RedisCommand::new("EVAL").arg(script.text()).arg("2").arg(key).arg(fence_key)
 }
 
-/// `EVAL` of [`ACQUIRE`]: take `key` for owner `token` for `ttl_ms` if it is free.
-pub fn acquire(key: &str, fence_key: &str, token: &str, ttl_ms: u64) -> RedisCommand {
-    eval(Script::Acquire, key, fence_key).arg(token).arg(ttl_ms.to_string())
+/// `EVAL` of [`ACQUIRE`]: take `key` for owner `token` for `ttl_ms` if it
+/// is free; `count_every_attempt` for Redlock (see [`ACQUIRE`]).
+pub fn acquire(key: &str, fence_key: &str, token: &str, ttl_ms: u64, count_every_attempt: bool) -> RedisCommand {
+    let every = if count_every_attempt { "1" } else { "0" };
+    eval(Script::Acquire, key, fence_key).arg(token).arg(ttl_ms.to_string()).arg(every)
 }
 
 /// `EVAL` of [`EXTEND`]: set `key`'s TTL to `ttl_ms` if it holds `token`,
@@ -104,9 +119,10 @@ pub fn extend(key: &str, fence_key: &str, token: &str, ttl_ms: u64, fence_floor:
 }
 
 /// `EVAL` of [`RELEASE`]: delete `key` if it holds `token`, raising the
-/// fencing counter to at least `fence_floor`.
+/// fencing counter to at least `fence_floor` and waking `key`'s waiters.
 pub fn release(key: &str, fence_key: &str, token: &str, fence_floor: u64) -> RedisCommand {
-    eval(Script::Release, key, fence_key).arg(token).arg(fence_floor.to_string())
+    let channel = super::subscription::wake_channel(key);
+    eval(Script::Release, key, fence_key).arg(token).arg(fence_floor.to_string()).arg(channel)
 }
 
 /// `token` `None` asks about the key without claiming it (inspect).
@@ -213,9 +229,9 @@ mod tests {
             assert_eq!(Script::from_text(s.text().as_bytes()), Some(s));
         }
         assert_eq!(Script::from_text(b"return 1"), None);
-        let cmd = acquire("k", "k:fence", "ab", 100);
+        let cmd = acquire("k", "k:fence", "ab", 100, true);
         assert_eq!(Script::from_text(&cmd.args[1]), Some(Script::Acquire));
-        assert_eq!(cmd.args[2..], [b"2".to_vec(), b"k".to_vec(), b"k:fence".to_vec(), b"ab".to_vec(), b"100".to_vec()]);
+        assert_eq!(cmd.args[2..], [b"2".to_vec(), b"k".to_vec(), b"k:fence".to_vec(), b"ab".to_vec(), b"100".to_vec(), b"1".to_vec()]);
     }
 
     #[test]

@@ -44,6 +44,9 @@ pub struct RedisConfig {
     pub retry_delay_ms: u64,
     /// Random extra pause, `0..=retry_jitter_ms`.
     pub retry_jitter_ms: u64,
+    /// Wake-up subscriptions (one streaming request per waiting acquire)
+    /// open at once; 0 makes waiters poll. See [`super::subscription`].
+    pub max_subscriptions: usize,
 }
 
 impl RedisConfig {
@@ -58,6 +61,7 @@ impl RedisConfig {
             auto_extend: true,
             retry_delay_ms: 200,
             retry_jitter_ms: 100,
+            max_subscriptions: super::DEFAULT_MAX_SUBSCRIPTIONS,
         }
     }
 }
@@ -92,6 +96,7 @@ impl RedisMachine {
             retry_delay_ms: cfg.retry_delay_ms,
             retry_jitter_ms: cfg.retry_jitter_ms,
             strict_fencing: false,
+            max_subscriptions: cfg.max_subscriptions,
         };
         Ok(RedisMachine { engine: Engine::new(settings, vec![node], entropy) })
     }

@@ -21,6 +21,20 @@ pub(super) trait Task: Send {
     /// its first step and when its sleep ended (or it was aborted).
     fn step(self: Box<Self>, cx: &mut Context, round: Option<Round>, now: Millis) -> Next;
 
+    /// The wake-up channel this task wants to hear while it waits (see
+    /// [`super::subscription`]); the engine keeps one subscription per node
+    /// open for it, and closes them when this turns `None` or the task ends.
+    fn listens(&self) -> Option<&str> {
+        None
+    }
+
+    /// Something happened on the task's subscription to `node`. `true`
+    /// asks for a step now if the task sleeps (a task in a round remembers
+    /// it for when the round ends).
+    fn on_push(&mut self, _node: usize, _push: Push, _now: Millis) -> bool {
+        false
+    }
+
     /// The user cancelled the operation: end with `Aborted` as soon as
     /// nothing is left behind. Short tasks let their answer decide.
     fn cancel(&mut self) {}
@@ -62,4 +76,15 @@ pub(super) enum OnClose {
     /// Stop now: the engine answers its operation with `Closed` and cancels
     /// its requests.
     Stop,
+}
+
+/// An event of a task's wake-up subscription on one node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Push {
+    /// The server confirmed it: no later publish is missed while it lasts.
+    Live,
+    /// A message arrived (a holder released).
+    Message,
+    /// The stream ended, failed, timed out or could not be read.
+    Down,
 }

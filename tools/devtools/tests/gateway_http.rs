@@ -1,10 +1,10 @@
 //! The Upstash gateway over raw HTTP, against a real redis-server.
 
-use std::io::{BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use edgelock_devtools::http1::read_response;
+use edgelock_devtools::http1::{read_head, read_response, Head};
 use edgelock_devtools::{
     http_request, GatewayConfig, HttpResponse, RedisServer, RespValue, UpstashGateway,
 };
@@ -268,8 +268,8 @@ fn path_form_is_byte_exact_and_appends_body_and_query() {
     assert_eq!(r.status, 405);
     let r = http_request("HEAD", &format!("{}/get/n", gw.url()), &h, b"", T).unwrap();
     assert_eq!((r.status, r.body.len()), (200, 0));
-    let r = http_request("POST", &format!("{}/subscribe/chan", gw.url()), &h, b"", T).unwrap();
-    assert_eq!(r.status, 400);
+    let r = http_request("POST", &format!("{}/monitor", gw.url()), &h, b"", T).unwrap();
+    assert_eq!(r.status, 400, "no /monitor stream");
 }
 
 #[test]
@@ -517,7 +517,6 @@ fn stop_closes_open_connections() {
     let addr = gw.addr();
     gw.stop();
     let mut rest = Vec::new();
-    use std::io::Read;
     assert_eq!(
         r.read_to_end(&mut rest).unwrap_or(0),
         0,
@@ -527,4 +526,406 @@ fn stop_closes_open_connections() {
         TcpStream::connect_timeout(&addr, Duration::from_millis(500)).is_err(),
         "listener closed"
     );
+}
+
+// ---------------------------------------------------------------------------
+// /subscribe and /psubscribe event streams
+// ---------------------------------------------------------------------------
+
+/// An open event stream read straight off the socket.
+struct Sse {
+    status: u16,
+    head: Head,
+    chunked: bool,
+    r: BufReader<TcpStream>,
+    /// Decoded body bytes not yet returned as events.
+    buf: Vec<u8>,
+}
+
+/// Sends one raw request (`extra` header lines end in CRLF) and reads the
+/// response head, leaving the body on the socket.
+fn open_stream(gw: &UpstashGateway, request_line: &str, extra: &str, body: &str) -> Sse {
+    let mut s = TcpStream::connect(gw.addr()).unwrap();
+    s.set_read_timeout(Some(T)).unwrap();
+    let req = format!(
+        "{request_line}\r\nHost: 127.0.0.1\r\n{extra}Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(req.as_bytes()).unwrap();
+    let mut r = BufReader::new(s);
+    let head = read_head(&mut r).unwrap().expect("a response");
+    let status = head.start_line.split(' ').nth(1).unwrap().parse().unwrap();
+    let chunked = head
+        .header("transfer-encoding")
+        .is_some_and(|t| t.eq_ignore_ascii_case("chunked"));
+    Sse {
+        status,
+        head,
+        chunked,
+        r,
+        buf: Vec::new(),
+    }
+}
+
+/// What `@upstash/redis` 1.39 sends to open a subscription (see
+/// `SubscribeCommand`): POST, JSON body `[]`, SSE headers, its usual ones.
+fn client_headers() -> String {
+    format!(
+        "Authorization: Bearer {TOKEN}\r\nAccept: text/event-stream\r\nCache-Control: no-cache\r\n\
+         Connection: keep-alive\r\nContent-Type: application/json\r\nUpstash-Encoding: base64\r\n\
+         upstash-sync-token: \r\n"
+    )
+}
+
+fn subscribe(gw: &UpstashGateway, path: &str) -> Sse {
+    let s = open_stream(
+        gw,
+        &format!("POST {path} HTTP/1.1"),
+        &client_headers(),
+        "[]",
+    );
+    assert_eq!(s.status, 200, "{:?}", s.head);
+    s
+}
+
+impl Sse {
+    /// The next raw chunk of a chunked body (`None` at the last chunk).
+    fn raw_chunk(&mut self) -> Option<Vec<u8>> {
+        let mut line = String::new();
+        self.r.read_line(&mut line).unwrap();
+        let n = usize::from_str_radix(line.trim_end(), 16)
+            .unwrap_or_else(|_| panic!("bad chunk size line {line:?}"));
+        let mut data = vec![0; n + 2];
+        self.r.read_exact(&mut data).unwrap();
+        assert!(data.ends_with(b"\r\n"), "chunk not ended by CRLF");
+        data.truncate(n);
+        (n > 0).then_some(data)
+    }
+
+    /// The next event, without its terminating blank line; `None` at the
+    /// end of the body.
+    fn event(&mut self) -> Option<Vec<u8>> {
+        loop {
+            if let Some(i) = self.buf.windows(2).position(|w| w == b"\n\n") {
+                let ev = self.buf[..i].to_vec();
+                self.buf.drain(..i + 2);
+                return Some(ev);
+            }
+            if self.chunked {
+                let chunk = self.raw_chunk()?;
+                self.buf.extend(chunk);
+            } else {
+                let mut b = [0u8; 4096];
+                match self.r.read(&mut b).unwrap() {
+                    0 => return None,
+                    n => self.buf.extend_from_slice(&b[..n]),
+                }
+            }
+        }
+    }
+
+    fn expect(&mut self, want: &str) {
+        let got = self.event().expect("an event");
+        assert_eq!(
+            String::from_utf8_lossy(&got),
+            want,
+            "raw event bytes {got:?}"
+        );
+    }
+}
+
+fn publish(gw: &UpstashGateway, channel: &str, payload: &str) -> Value {
+    post(gw, "/", &json!(["PUBLISH", channel, payload]), &[])
+        .json()
+        .unwrap()
+}
+
+fn numsub(redis: &RedisServer, channel: &[u8]) -> i64 {
+    let v = redis
+        .redis_command(&[b"PUBSUB", b"NUMSUB", channel])
+        .unwrap();
+    v.as_array().unwrap()[1].as_int().unwrap()
+}
+
+/// Redis clients in pub/sub mode, from `CLIENT LIST TYPE pubsub`.
+fn pubsub_clients(redis: &RedisServer) -> usize {
+    let v = redis
+        .redis_command(&[b"CLIENT", b"LIST", b"TYPE", b"pubsub"])
+        .unwrap();
+    v.as_text()
+        .unwrap()
+        .lines()
+        .filter(|l| !l.is_empty())
+        .count()
+}
+
+fn wait_until(what: &str, within: Duration, mut ok: impl FnMut() -> bool) -> Duration {
+    let start = Instant::now();
+    while !ok() {
+        assert!(start.elapsed() < within, "{what}: not within {within:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    start.elapsed()
+}
+
+#[test]
+fn subscribe_streams_messages_in_upstash_sse_framing() {
+    let (redis, gw) = setup();
+    let before = gw.request_count();
+    let mut s = subscribe(&gw, "/subscribe/ch");
+    assert_eq!(s.head.header("content-type"), Some("text/event-stream"));
+    assert_eq!(s.head.header("cache-control"), Some("no-cache"));
+    assert_eq!(s.head.header("access-control-allow-origin"), Some("*"));
+    assert!(s.chunked, "{:?}", s.head);
+    // The exact bytes: one chunk per event, LF line ends, a blank line after.
+    assert_eq!(s.raw_chunk().unwrap(), b"data: subscribe,ch,1\n\n");
+    assert_eq!(
+        gw.request_count(),
+        before + 1,
+        "a subscription is a request"
+    );
+    assert_eq!(gw.subscription_count(), 1);
+    assert_eq!(numsub(&redis, b"ch"), 1);
+
+    // Published through the gateway's command route (the pool is untouched
+    // by the subscription).
+    assert_eq!(publish(&gw, "ch", "hello, world"), json!({"result": 1}));
+    assert_eq!(s.raw_chunk().unwrap(), b"data: message,ch,hello, world\n\n");
+    // Raw payloads, not base64, although the request said Upstash-Encoding: base64.
+    let uni = "héllo, wörld ✓ 😀 ,a,,b, {\"x\":[1,2]}";
+    assert_eq!(publish(&gw, "ch", uni), json!({"result": 1}));
+    s.expect(&format!("data: message,ch,{uni}"));
+    publish(&gw, "ch", "");
+    s.expect("data: message,ch,");
+    // Line breaks: one `data: ` line per line (SSE).
+    publish(&gw, "ch", "line1\nline2\r\nline3");
+    s.expect("data: message,ch,line1\ndata: line2\ndata: line3");
+    // Bytes that are not UTF-8 pass through unchanged.
+    redis
+        .redis_command(&[b"PUBLISH", b"ch", b"\xff\x00z"])
+        .unwrap();
+    assert_eq!(s.event().unwrap(), b"data: message,ch,\xff\x00z");
+    // Other channels are not delivered.
+    publish(&gw, "other", "nope");
+    publish(&gw, "ch", "last");
+    s.expect("data: message,ch,last");
+    assert_eq!(gw.subscription_count(), 1);
+}
+
+#[test]
+fn several_channels_percent_decoding_psubscribe_and_query_token() {
+    let (redis, gw) = setup();
+    // Channels are path segments, percent-decoded like every path argument.
+    let mut s = subscribe(&gw, "/subscribe/a/caf%C3%A9%2Fx%20y/");
+    s.expect("data: subscribe,a,1");
+    s.expect("data: subscribe,café/x y,2");
+    assert_eq!(numsub(&redis, "café/x y".as_bytes()), 1);
+    assert_eq!(publish(&gw, "café/x y", "1,2"), json!({"result": 1}));
+    s.expect("data: message,café/x y,1,2");
+    publish(&gw, "a", "to a");
+    s.expect("data: message,a,to a");
+
+    // Patterns, with GET and the token in the query (EventSource style).
+    let mut p = open_stream(
+        &gw,
+        &format!("GET /psubscribe/user:*/chat:%3F?_token={TOKEN} HTTP/1.1"),
+        "Accept: text/event-stream\r\n",
+        "",
+    );
+    assert_eq!(p.status, 200);
+    p.expect("data: psubscribe,user:*,1");
+    p.expect("data: psubscribe,chat:?,2");
+    assert_eq!(
+        redis
+            .redis_command(&[b"PUBSUB", b"NUMPAT"])
+            .unwrap()
+            .as_int(),
+        Some(2)
+    );
+    assert_eq!(publish(&gw, "user:42", "p, 1"), json!({"result": 1}));
+    p.expect("data: pmessage,user:*,user:42,p, 1");
+    publish(&gw, "other:1", "nope");
+    publish(&gw, "chat:x", "hi");
+    p.expect("data: pmessage,chat:?,chat:x,hi");
+    // One publish reaching both a channel and a pattern subscription.
+    assert_eq!(publish(&gw, "a", "both"), json!({"result": 1}));
+    s.expect("data: message,a,both");
+
+    // HTTP/1.0 has no chunked encoding: the body ends when the connection does.
+    let mut h = open_stream(
+        &gw,
+        "POST /subscribe/old HTTP/1.0",
+        &format!("Authorization: Bearer {TOKEN}\r\n"),
+        "",
+    );
+    assert_eq!(h.status, 200);
+    assert!(!h.chunked && h.head.header("transfer-encoding").is_none());
+    h.expect("data: subscribe,old,1");
+    publish(&gw, "old", "still works");
+    h.expect("data: message,old,still works");
+    assert_eq!(gw.subscription_count(), 3);
+}
+
+#[test]
+fn subscribe_needs_the_token_and_a_channel() {
+    let (redis, gw) = setup();
+    for (headers, query) in [
+        (vec![], ""),
+        (vec![("Authorization", "Bearer wrong")], ""),
+        (vec![], "?_token=wrong"),
+    ] {
+        for path in ["/subscribe/ch", "/psubscribe/c*"] {
+            let mut hs = headers.clone();
+            hs.push(("Accept", "text/event-stream"));
+            let r =
+                http_request("POST", &format!("{}{path}{query}", gw.url()), &hs, b"[]", T).unwrap();
+            assert_eq!(
+                (r.status, r.json().unwrap()),
+                (401, json!({"error": "Unauthorized"})),
+                "{path}{query}"
+            );
+            assert_eq!(r.header("access-control-allow-origin"), Some("*"));
+        }
+    }
+    let (k, v) = auth();
+    let h = [(k, v.as_str())];
+    for path in ["/subscribe", "/subscribe/", "/psubscribe"] {
+        let r = http_request("POST", &format!("{}{path}", gw.url()), &h, b"", T).unwrap();
+        assert_eq!(r.status, 400, "{path}");
+        assert!(r.json().unwrap()["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("ERR wrong number of arguments"));
+    }
+    let r = http_request("DELETE", &format!("{}/subscribe/ch", gw.url()), &h, b"", T).unwrap();
+    assert_eq!(r.status, 405);
+    // A refused subscription keeps the connection usable (keep-alive).
+    let rs = raw(
+        &gw,
+        format!(
+            "POST /subscribe/ch HTTP/1.1\r\nContent-Length: 0\r\n\r\n\
+             POST / HTTP/1.1\r\nAuthorization: Bearer {TOKEN}\r\nContent-Length: 8\r\n\r\n[\"PING\"]"
+        )
+        .as_bytes(),
+        2,
+    );
+    assert_eq!((rs[0].status, rs[1].status), (401, 200));
+    // The CORS preflight of a subscription needs no token.
+    let r = http_request(
+        "OPTIONS",
+        &format!("{}/subscribe/ch", gw.url()),
+        &[("Access-Control-Request-Method", "POST")],
+        b"",
+        T,
+    )
+    .unwrap();
+    assert_eq!(r.status, 204);
+    assert_eq!((numsub(&redis, b"ch"), gw.subscription_count()), (0, 0));
+}
+
+#[test]
+fn client_disconnect_releases_the_redis_connection() {
+    let (redis, gw) = setup();
+    let base = pubsub_clients(&redis);
+    for path in ["/subscribe/ch", "/psubscribe/ch*"] {
+        let mut s = subscribe(&gw, path);
+        s.event().unwrap();
+        assert_eq!(pubsub_clients(&redis), base + 1, "own Redis connection");
+        assert_eq!(gw.subscription_count(), 1);
+        // Nothing is ever published: only the client's EOF ends it.
+        drop(s);
+        let took = wait_until("redis subscriber released", Duration::from_secs(3), || {
+            numsub(&redis, b"ch") == 0
+                && redis
+                    .redis_command(&[b"PUBSUB", b"NUMPAT"])
+                    .unwrap()
+                    .as_int()
+                    == Some(0)
+                && pubsub_clients(&redis) == base
+                && gw.subscription_count() == 0
+        });
+        eprintln!("{path}: released {took:?} after the client closed");
+    }
+    // A client that half-closes (shutdown write) is gone too.
+    let s = subscribe(&gw, "/subscribe/ch");
+    s.r.get_ref().shutdown(std::net::Shutdown::Write).unwrap();
+    wait_until("released after half-close", Duration::from_secs(3), || {
+        numsub(&redis, b"ch") == 0 && gw.subscription_count() == 0
+    });
+    // Many open-and-drop cycles leave nothing behind.
+    for _ in 0..20 {
+        let mut s = subscribe(&gw, "/subscribe/ch");
+        s.event().unwrap();
+    }
+    wait_until("20 subscriptions released", Duration::from_secs(3), || {
+        numsub(&redis, b"ch") == 0 && pubsub_clients(&redis) == base && gw.subscription_count() == 0
+    });
+    assert_eq!(post(&gw, "/", &json!(["PING"]), &[]).status, 200);
+}
+
+#[test]
+fn stopping_the_gateway_ends_open_subscriptions() {
+    let (redis, mut gw) = setup();
+    let mut a = subscribe(&gw, "/subscribe/ch");
+    let mut b = subscribe(&gw, "/psubscribe/p*");
+    a.event().unwrap();
+    b.event().unwrap();
+    assert_eq!(gw.subscription_count(), 2);
+    let start = Instant::now();
+    gw.stop();
+    assert!(
+        start.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        start.elapsed()
+    );
+    assert_eq!(gw.subscription_count(), 0, "stop() waits for them");
+    for s in [&mut a, &mut b] {
+        let mut rest = Vec::new();
+        let _ = s.r.read_to_end(&mut rest);
+        assert!(!rest.windows(5).any(|w| w == b"data:"), "{rest:?}");
+    }
+    wait_until("redis subscribers gone", Duration::from_secs(3), || {
+        numsub(&redis, b"ch") == 0
+            && redis
+                .redis_command(&[b"PUBSUB", b"NUMPAT"])
+                .unwrap()
+                .as_int()
+                == Some(0)
+    });
+    drop(gw);
+}
+
+#[test]
+fn redis_going_away_ends_the_stream_cleanly() {
+    let mut redis = RedisServer::start().unwrap();
+    let mut cfg = GatewayConfig::new(redis.addr());
+    cfg.redis_timeout = Duration::from_millis(500);
+    let gw = UpstashGateway::start_with(cfg).unwrap();
+    let mut s = open_stream(&gw, "POST /subscribe/ch HTTP/1.1", "", "");
+    assert_eq!(s.status, 200);
+    s.expect("data: subscribe,ch,1");
+    redis.kill();
+    // The terminating chunk, then the connection closes.
+    assert_eq!(s.event(), None);
+    wait_until("subscription gone", Duration::from_secs(3), || {
+        gw.subscription_count() == 0
+    });
+    // Redis down: a plain error reply instead of a stream.
+    let r = http_request("POST", &format!("{}/subscribe/ch", gw.url()), &[], b"", T).unwrap();
+    assert_eq!(r.status, 503, "{}", r.text());
+    redis.restart().unwrap();
+    let mut s = open_stream(&gw, "POST /subscribe/ch HTTP/1.1", "", "");
+    s.expect("data: subscribe,ch,1");
+    // Paused Redis: the subscribe confirmation times out → 504.
+    redis.pause().unwrap();
+    let r = http_request("POST", &format!("{}/subscribe/x", gw.url()), &[], b"", T).unwrap();
+    assert_eq!(r.status, 504, "{}", r.text());
+    // ...and the open stream still ends as soon as its client leaves.
+    drop(s);
+    wait_until(
+        "released while redis is paused",
+        Duration::from_secs(3),
+        || gw.subscription_count() == 0,
+    );
+    redis.resume().unwrap();
 }

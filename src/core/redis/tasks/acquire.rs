@@ -9,10 +9,17 @@
 //!
 //! Then:
 //! - contention (the answering nodes could have formed a quorum): `Wait::Try`
-//!   ends with `NotAcquired`; a waiter sleeps until the other holders' keys
-//!   would let a quorum go free (their PTTL), but at most `retry_delay`,
-//!   plus a random `0..=retry_jitter` — so a released lock is noticed within
-//!   one retry delay and an expiring one right when it expires;
+//!   ends with `NotAcquired`; a waiter subscribes to the lock's wake-up
+//!   channel on every node (see [`subscription`](super::super::subscription):
+//!   a release publishes there) and sleeps until the other holders' keys
+//!   would let a quorum go free (their PTTL), but at most `retry_delay` —
+//!   or [`PUSH_FALLBACK_MS`] once enough subscriptions are confirmed that
+//!   any holder's release reaches one of them — plus a random
+//!   `0..=retry_jitter`. A message, and the confirmation of a subscription
+//!   (a release published before it was live is then covered), make the
+//!   next attempt happen at once (right after the round in flight, if any);
+//!   so does a subscription that goes down, after which the short timer
+//!   applies until it is confirmed again;
 //! - unavailability (too few answers, or a grant that came too late): retried
 //!   after `retry_delay ± retry_jitter` up to `retry_count` times, then the
 //!   operation fails (`NoQuorum` on Redlock, the node's error on one node).
@@ -21,11 +28,12 @@
 //! awaited (bounded by the request timeout), then cleaned up, so no key is
 //! left behind by a request whose result was unknown at cancel time.
 
-use super::super::context::{Context, Held, TOKEN_BYTES};
+use super::super::context::{Context, Held, PUSH_FALLBACK_MS, TOKEN_BYTES};
 use super::super::quorum::{expires_at, free_quorum_in, verdict, AttemptVerdict};
 use super::super::round::Round;
 use super::super::scripts::{self, AcquireReply};
-use super::super::task::{Next, OnClose, Task};
+use super::super::subscription::wake_channel;
+use super::super::task::{Next, OnClose, Push, Task};
 use crate::core::names::validate_name;
 use crate::core::*;
 
@@ -46,6 +54,13 @@ struct Attempts {
     unavailable: u32,
     /// Set by cancel/close: end with this error once nothing is left behind.
     abort: Option<LockError>,
+    /// The lock's wake-up channel, listened to once an attempt met contention.
+    channel: String,
+    listening: bool,
+    /// Per node: its subscription is confirmed.
+    live: Vec<bool>,
+    /// Attempt at once: something happened since the current attempt began.
+    woken: bool,
 }
 
 /// Where the acquire is; each phase waits for one thing.
@@ -83,7 +98,7 @@ impl AcquireTask {
             op: Some(cx.rt.out.op_id()),
             backend: cx.s.backend,
             name: name.to_string(),
-            key,
+            key: key.clone(),
             fence_key,
             wait: opts.wait,
             deadline: opts.wait.deadline(now),
@@ -92,6 +107,10 @@ impl AcquireTask {
             attempt_start: now,
             unavailable: 0,
             abort: None,
+            channel: wake_channel(&key),
+            listening: false,
+            live: vec![false; cx.node_count()],
+            woken: false,
         };
         Ok(AcquireTask { a, phase: Phase::Sleep { until: now } })
     }
@@ -111,6 +130,24 @@ impl Task for AcquireTask {
         self.a.op = None;
         self.a.abort(error.clone());
         OnClose::Detach
+    }
+
+    fn listens(&self) -> Option<&str> {
+        (self.a.listening && self.a.abort.is_none()).then_some(self.a.channel.as_str())
+    }
+
+    fn on_push(&mut self, node: usize, push: Push, now: Millis) -> bool {
+        if let Some(live) = self.a.live.get_mut(node) {
+            *live = push != Push::Down;
+        }
+        self.a.woken = true;
+        match &mut self.phase {
+            Phase::Sleep { until } => {
+                *until = now;
+                true
+            }
+            _ => false,
+        }
     }
 
     fn step(self: Box<Self>, cx: &mut Context, round: Option<Round>, now: Millis) -> Next {
@@ -145,12 +182,13 @@ impl Attempts {
         if let Some(e) = self.abort.clone() {
             return self.finish(cx, AfterCleanup::Fail(e));
         }
-        if now < until {
+        if now < until && !self.woken {
             return Next::sleep(self.into_task(Phase::Sleep { until }), until);
         }
+        self.woken = false;
         self.token = random_hex(cx.entropy.as_mut(), TOKEN_BYTES);
         self.attempt_start = now;
-        let cmd = scripts::acquire(&self.key, &self.fence_key, &self.token, self.ttl);
+        let cmd = scripts::acquire(&self.key, &self.fence_key, &self.token, self.ttl, cx.node_count() > 1);
         Next::round(self.into_task(Phase::Attempt), cmd, cx.all_nodes())
     }
 
@@ -243,10 +281,21 @@ impl Attempts {
         if self.wait == Wait::Try {
             return AfterCleanup::NotAcquired;
         }
-        let retry_delay = cx.s.retry_delay_ms;
-        let base = free_quorum_in(cx.node_count(), held_pttls).map_or(retry_delay, |p| p.min(retry_delay));
+        self.listening = true;
+        if self.woken {
+            return self.bounded_by_deadline(now, now);
+        }
+        let cap = if self.push_covers(cx) { PUSH_FALLBACK_MS.max(cx.s.retry_delay_ms) } else { cx.s.retry_delay_ms };
+        let base = free_quorum_in(cx.node_count(), held_pttls).map_or(cap, |p| p.min(cap));
         let delay = base + jitter(cx.entropy.as_mut(), cx.s.retry_jitter_ms);
         self.bounded_by_deadline(now, now + delay.max(1))
+    }
+
+    /// Whether every holder's release publishes on a confirmed subscription:
+    /// a holder has a quorum of nodes, so `n − quorum + 1` live ones meet it.
+    fn push_covers(&self, cx: &Context) -> bool {
+        let live = self.live.iter().filter(|l| **l).count();
+        live > cx.node_count() - cx.quorum_size()
     }
 
     /// A retry at `at`, or at the wait deadline (one last attempt), or a timeout.

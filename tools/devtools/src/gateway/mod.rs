@@ -19,6 +19,23 @@
 //! - `Upstash-Encoding: base64` → every string in the result is base64 of its
 //!   bytes, except the status reply `OK` (what the official client sends by
 //!   default and decodes). `Upstash-Response-Format: resp2` → raw RESP bytes.
+//! - Pub/sub as server-sent events (see [`subscribe`]):
+//!   `POST|GET /subscribe/<channel>[/<channel>...]` and
+//!   `/psubscribe/<pattern>[/...]` (path segments percent-decoded, one Redis
+//!   argument each; the request body, `[]` from the client, is ignored).
+//!   Answer: `200`, `Content-Type: text/event-stream`, chunked (HTTP/1.0:
+//!   until close), one chunk per event, each event `data: <fields>\n\n`
+//!   with the fields of the Redis push message joined by `,`:
+//!   `data: subscribe,ch,1`, `data: message,ch,<payload>`,
+//!   `data: psubscribe,p*,1`, `data: pmessage,p*,ch,<payload>`. Payloads are
+//!   the raw bytes (never base64, whatever `Upstash-Encoding` says); line
+//!   breaks inside one become further `data: ` lines. Each subscription has
+//!   its own Redis connection (never the command pool) and ends, releasing
+//!   it, as soon as the client closes its socket (EOF, no keepalive bytes),
+//!   when Redis closes (terminating chunk) or when the gateway stops. Errors
+//!   before the stream starts are ordinary JSON replies (401, 400 without a
+//!   channel, 503/504 when Redis is down/paused). A subscription counts as
+//!   one request and one command.
 //! - Auth: `Authorization: Bearer <token>` or `?_token=`; otherwise HTTP 401
 //!   `{"error":"Unauthorized"}`. The token is never logged or echoed.
 //! - CORS: `Access-Control-Allow-Origin: *` on every reply; `OPTIONS`
@@ -30,13 +47,14 @@
 //! not UTF-8 come back as U+FFFD; with `Upstash-Encoding: base64` they are
 //! exact. That is the protocol's limit, not the gateway's.
 //!
-//! Not supported: `/subscribe`, `/psubscribe`, `/monitor` (event streams),
-//! read-your-writes sync tokens (no replicas here), and commands that would
-//! change a pooled connection's state (MULTI, WATCH, SELECT, SUBSCRIBE,
-//! CLIENT, blocking pops, ...), which are refused with HTTP 400.
+//! Not supported: `/monitor` (event stream), read-your-writes sync tokens
+//! (no replicas here), and commands that would change a pooled connection's
+//! state (MULTI, WATCH, SELECT, SUBSCRIBE in a command body, CLIENT, blocking
+//! pops, ...), which are refused with HTTP 400.
 
 mod pool;
 pub mod protocol;
+pub mod subscribe;
 
 use std::collections::HashMap;
 use std::io::{self, BufReader, Write};
@@ -44,7 +62,7 @@ use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::http1::{self, read_body, read_head, request_body_kind};
 use crate::redis::RedisServer;
@@ -89,6 +107,9 @@ struct Shared {
     pool: RedisPool,
     stop: AtomicBool,
     conns: Mutex<HashMap<u64, TcpStream>>,
+    /// The dedicated Redis connection of every open subscription.
+    subs: Mutex<HashMap<u64, TcpStream>>,
+    next_sub: AtomicU64,
     requests: AtomicU64,
     commands: AtomicU64,
 }
@@ -127,6 +148,8 @@ impl UpstashGateway {
             cfg,
             stop: AtomicBool::new(false),
             conns: Mutex::new(HashMap::new()),
+            subs: Mutex::new(HashMap::new()),
+            next_sub: AtomicU64::new(0),
             requests: AtomicU64::new(0),
             commands: AtomicU64::new(0),
         });
@@ -154,17 +177,29 @@ impl UpstashGateway {
         self.addr
     }
 
-    /// HTTP requests answered so far (preflights included).
+    /// HTTP requests answered so far (preflights and subscriptions included).
     pub fn request_count(&self) -> u64 {
         self.shared.requests.load(Ordering::SeqCst)
     }
 
-    /// Redis commands sent so far (a pipeline of 3 counts 3).
+    /// Redis commands sent so far (a pipeline of 3 counts 3, a subscription 1).
     pub fn command_count(&self) -> u64 {
         self.shared.commands.load(Ordering::SeqCst)
     }
 
-    /// Stops accepting, closes every open connection and joins the accept thread.
+    /// Subscriptions (`/subscribe`, `/psubscribe` streams) open right now,
+    /// each holding its own Redis connection.
+    pub fn subscription_count(&self) -> usize {
+        self.shared
+            .subs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .len()
+    }
+
+    /// Stops accepting, closes every open connection, ends every open
+    /// subscription (waiting up to 2 s for their threads to release their
+    /// Redis connections) and joins the accept thread.
     pub fn stop(&mut self) {
         self.shared.stop.store(true, Ordering::SeqCst);
         // Wake the blocking accept().
@@ -176,6 +211,19 @@ impl UpstashGateway {
             std::mem::take(&mut *self.shared.conns.lock().unwrap_or_else(|p| p.into_inner()));
         for (_, c) in conns {
             let _ = c.shutdown(Shutdown::Both);
+        }
+        let deadline = Instant::now() + Duration::from_secs(2);
+        loop {
+            {
+                let subs = self.shared.subs.lock().unwrap_or_else(|p| p.into_inner());
+                if subs.is_empty() || Instant::now() >= deadline {
+                    break;
+                }
+                for s in subs.values() {
+                    let _ = s.shutdown(Shutdown::Both);
+                }
+            }
+            thread::sleep(Duration::from_millis(10));
         }
     }
 
@@ -242,6 +290,7 @@ fn reason(status: u16) -> &'static str {
         401 => "Unauthorized",
         405 => "Method Not Allowed",
         413 => "Payload Too Large",
+        502 => "Bad Gateway",
         503 => "Service Unavailable",
         504 => "Gateway Timeout",
         _ => "Unknown",
@@ -371,6 +420,36 @@ fn serve_connection(stream: TcpStream, shared: &Shared) -> io::Result<()> {
             Some((p, q)) => (p, Some(q)),
             None => (target, None),
         };
+        if method != "OPTIONS" {
+            if let Some((kind, channels)) = subscribe::route(path) {
+                // An event stream: it owns the connection until it ends.
+                let reply = if authorized(shared, query, &head.headers) {
+                    match subscribe::serve(
+                        shared,
+                        reader.get_ref(),
+                        method,
+                        path,
+                        kind,
+                        channels,
+                        version == "HTTP/1.0",
+                    ) {
+                        Ok(()) => return Ok(()),
+                        Err(r) => r,
+                    }
+                } else {
+                    Reply::error(401, "Unauthorized")
+                };
+                shared.requests.fetch_add(1, Ordering::SeqCst);
+                if shared.cfg.verbose {
+                    eprintln!("upstash-gateway: {method} {path} -> {}", reply.status);
+                }
+                write_reply(&mut writer, &reply, keep_alive, method == "HEAD")?;
+                if !keep_alive {
+                    return Ok(());
+                }
+                continue;
+            }
+        }
         let reply = respond(shared, method, path, query, &head.headers, &body);
         shared.requests.fetch_add(1, Ordering::SeqCst);
         shared.commands.fetch_add(reply.commands, Ordering::SeqCst);
@@ -397,13 +476,8 @@ fn respond(
         // Preflights carry no credentials; answer them before auth.
         return protocol::preflight(headers);
     }
-    if let Some(token) = &shared.cfg.token {
-        let q = protocol::parse_query(query.unwrap_or(""));
-        let ok = protocol::request_token(headers, &q)
-            .is_some_and(|t| protocol::constant_time_eq(&t, token.as_bytes()));
-        if !ok {
-            return Reply::error(401, "Unauthorized");
-        }
+    if !authorized(shared, query, headers) {
+        return Reply::error(401, "Unauthorized");
     }
     protocol::handle(
         &shared.pool,
@@ -415,4 +489,14 @@ fn respond(
             body,
         },
     )
+}
+
+/// The bearer token check shared by every route (always true without a token).
+fn authorized(shared: &Shared, query: Option<&str>, headers: &[(String, String)]) -> bool {
+    let Some(token) = &shared.cfg.token else {
+        return true;
+    };
+    let q = protocol::parse_query(query.unwrap_or(""));
+    protocol::request_token(headers, &q)
+        .is_some_and(|t| protocol::constant_time_eq(&t, token.as_bytes()))
 }

@@ -324,14 +324,9 @@ pub fn handle(pool: &RedisPool, req: &Request<'_>) -> Reply {
             (Ok(cmds), Format::Json { base64 }) => multi_exec(pool, cmds, base64),
             (Err(e), _) => Reply::error(400, &e),
         },
-        p if ["/subscribe", "/psubscribe", "/monitor"]
-            .iter()
-            .any(|s| p == *s || p.starts_with(&format!("{s}/"))) =>
-        {
-            Reply::error(
-                400,
-                "ERR streaming endpoints are not supported by this gateway",
-            )
+        // `/subscribe` and `/psubscribe` never get here (see `super::subscribe`).
+        p if p == "/monitor" || p.starts_with("/monitor/") => {
+            Reply::error(400, "ERR /monitor is not supported by this gateway")
         }
         p => {
             let mut segments: Vec<&str> = p.trim_start_matches('/').split('/').collect();
