@@ -23,6 +23,8 @@ const TOKEN: &str = "push-test-token-0123456789";
 struct Sent {
     stream: bool,
     url: String,
+    /// A script command: sent as EVALSHA (true) or EVAL (false).
+    evalsha: Option<bool>,
 }
 
 /// A machine wrapper that records every request it sends.
@@ -56,7 +58,9 @@ impl<M: LockMachine> LockMachine for Recording<M> {
     fn poll_transmit(&mut self) -> Option<Transmit> {
         let t = self.inner.poll_transmit();
         if let Some(Transmit::Send(r)) = &t {
-            let sent = Sent { stream: r.stream, url: r.target.url().unwrap_or("").to_string() };
+            let body = String::from_utf8_lossy(&r.body);
+            let evalsha = if body.contains("EVALSHA") { Some(true) } else if body.contains("EVAL") { Some(false) } else { None };
+            let sent = Sent { stream: r.stream, url: r.target.url().unwrap_or("").to_string(), evalsha };
             self.log.lock().unwrap().push(sent);
         }
         t
@@ -289,4 +293,30 @@ fn without_subscriptions_waiters_poll() {
     let (_w, l) = t.join().unwrap().unwrap();
     assert!(streams_sent(&log).is_empty());
     assert!(l.release().unwrap());
+}
+
+/// Scripts travel as `EVALSHA` once a node has run them (a few hundred
+/// bytes less per request); after `SCRIPT FLUSH` (what a restart does to
+/// the cache) the `NOSCRIPT` answer brings the whole `EVAL` back, and the
+/// lock keeps working. Real servers, both protocols.
+#[test]
+fn scripts_go_by_sha_and_survive_a_flushed_script_cache() {
+    let redis = RedisServer::start().expect("redis");
+    let webdis = Webdis::start(&redis).expect("webdis");
+    let gateway = UpstashGateway::start(&redis, TOKEN).expect("gateway");
+    for (label, node) in [("webdis", RedisNode::webdis(webdis.url())), ("upstash", RedisNode::upstash(gateway.url(), TOKEN))] {
+        redis.redis_command(&[b"SCRIPT", b"FLUSH"]).expect("SCRIPT FLUSH");
+        let (c, log) = single(node);
+        let whole = |log: &Log| log.lock().unwrap().iter().filter(|s| !s.stream && s.evalsha == Some(false)).count();
+        let by_sha = |log: &Log| log.lock().unwrap().iter().filter(|s| !s.stream && s.evalsha == Some(true)).count();
+        for _ in 0..3 {
+            assert!(c.acquire("sha/job", None).unwrap().release().unwrap());
+        }
+        assert_eq!((whole(&log), by_sha(&log)), (2, 4), "{label}: acquire and release whole once each, then by SHA");
+        redis.redis_command(&[b"SCRIPT", b"FLUSH"]).expect("SCRIPT FLUSH");
+        let l = c.acquire("sha/job", None).expect("after NOSCRIPT");
+        assert!(l.release().unwrap());
+        assert_eq!((whole(&log), by_sha(&log)), (4, 6), "{label}: each script refused once by SHA, then sent whole");
+        c.close().unwrap();
+    }
 }

@@ -103,11 +103,17 @@ fn eight_clients_fifty_acquisitions_on_five_nodes_are_mutually_exclusive() {
 }
 
 #[test]
-fn uncontended_acquire_and_release_cost_one_parallel_round_each_way_with_folded_fencing() {
+fn uncontended_acquire_and_release_cost_one_parallel_round_each_way_with_either_fencing() {
+    for fencing in [RedlockFencing::Folded, RedlockFencing::Strict] {
+        uncontended_rounds(fencing);
+    }
+}
+
+fn uncontended_rounds(fencing: RedlockFencing) {
     let nodes = nodes(5);
     let sent = Arc::new(AtomicUsize::new(0));
     let mut cfg = redlock_cfg(&nodes);
-    cfg.fencing = RedlockFencing::Folded;
+    cfg.fencing = fencing;
     let machine = RedlockMachine::new(cfg, Box::new(OsEntropy)).unwrap();
     let c = Client::from_machine(Box::new(Counting { inner: machine, sent: sent.clone() }));
     let gw_before: Vec<u64> = nodes.iter().map(|n| n.gateway.request_count()).collect();
@@ -266,7 +272,15 @@ fn strict_fencing_tokens_keep_increasing_across_node_restarts() {
     for round in 0..4 {
         let before = sent.load(Ordering::SeqCst);
         let lock = c.acquire("fenced", None).unwrap();
-        assert_eq!(sent.load(Ordering::SeqCst) - before, 10, "strict fencing: two rounds of 5");
+        let sent_now = sent.load(Ordering::SeqCst) - before;
+        if round == 0 {
+            assert_eq!(sent_now, 5, "strict fencing, counters in agreement: the raise is skipped");
+        } else {
+            // Restarted nodes lag: the raise round is back (plus a NOSCRIPT
+            // resend per restarted node and script, and whatever a node still
+            // starting up costs).
+            assert!(sent_now >= 10, "strict fencing after restarts: attempt and raise ({sent_now})");
+        }
         assert!(lock.fencing_token() > last, "round {round}: {} after {last}", lock.fencing_token());
         last = lock.fencing_token();
         assert!(lock.release().unwrap());

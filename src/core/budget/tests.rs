@@ -47,7 +47,7 @@ impl<M: LockMachine> Harness<M> {
             if let Some(r) = self.inflight.first().cloned() {
                 self.inflight.remove(0);
                 let args: Vec<String> = serde_json::from_slice(&r.body).unwrap();
-                let script = Script::from_text(args[1].as_bytes()).unwrap();
+                let script = Script::from_text(args[1].as_bytes()).or_else(|| Script::from_sha1(args[1].as_bytes())).unwrap();
                 let body = reply(script).as_bytes().to_vec();
                 self.m.handle_input(self.now, Input::Response { id: r.id, status: 200, body });
                 self.drain();
@@ -178,7 +178,7 @@ fn redlock_rounds_stop_mid_round_and_clean_up_within_the_budget() {
         let reqs = std::mem::take(&mut h.inflight);
         for r in reqs {
             let args: Vec<String> = serde_json::from_slice(&r.body).unwrap();
-            let script = Script::from_text(args[1].as_bytes()).unwrap();
+            let script = Script::from_text(args[1].as_bytes()).or_else(|| Script::from_sha1(args[1].as_bytes())).unwrap();
             let reply = if h.m.sent() <= 3 { held(script) } else { free(script) };
             h.m.handle_input(h.now, Input::Response { id: r.id, status: 200, body: reply.as_bytes().to_vec() });
             h.drain();

@@ -10,6 +10,7 @@ use super::codec::NodeCodec;
 use super::keys::{fence_key, lock_key};
 use super::quorum::quorum;
 use super::round::NodeError;
+use super::scripts::Script;
 use super::subscription::PushDecoder;
 use crate::core::runtime::Runtime;
 use crate::core::*;
@@ -110,10 +111,14 @@ pub(crate) struct Context {
     ended: BTreeMap<LockId, String>,
     pub(super) spawned: Vec<Spawn>,
     pub(super) stopped: Vec<TaskId>,
+    /// Per node: the scripts its script cache holds, as far as we know
+    /// (their commands then go as `EVALSHA`).
+    cached: Vec<[bool; Script::ALL.len()]>,
 }
 
 impl Context {
     pub(super) fn new(s: Settings, nodes: Vec<NodeCodec>, entropy: Box<dyn Entropy + Send>) -> Self {
+        let n = nodes.len();
         Context {
             s,
             nodes,
@@ -123,6 +128,17 @@ impl Context {
             ended: BTreeMap::new(),
             spawned: Vec::new(),
             stopped: Vec::new(),
+            cached: vec![[false; Script::ALL.len()]; n],
+        }
+    }
+
+    pub(super) fn script_cached(&self, node: usize, script: Script) -> bool {
+        self.cached.get(node).is_some_and(|c| c[script.index()])
+    }
+
+    pub(super) fn set_script_cached(&mut self, node: usize, script: Script, cached: bool) {
+        if let Some(c) = self.cached.get_mut(node) {
+            c[script.index()] = cached;
         }
     }
 

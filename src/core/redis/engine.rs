@@ -15,8 +15,12 @@ use super::round::{NodeError, Round, Slot};
 use super::subscription::{PushDecoder, PushFrame};
 use super::task::{Next, OnClose, Push, Task};
 use super::tasks::{acquire::AcquireTask, extend, inspect::InspectTask, release::ReleaseTask, renew::RenewTask, resume::ResumeTask};
-use super::value::RedisCommand;
+use super::scripts::{self, Script};
+use super::value::{RedisCommand, RedisValue};
 use crate::core::*;
+
+/// What webdis' reply to an `EVALSHA` is named after.
+static EVALSHA: std::sync::LazyLock<RedisCommand> = std::sync::LazyLock::new(|| RedisCommand::new("EVALSHA"));
 
 /// A task the engine keeps: waiting for its round, or asleep (its timer is
 /// `TimerKey::Task`).
@@ -100,23 +104,46 @@ impl Engine {
 
     /// Sends `cmd` to every node with `targets[i]`, as task `tid`'s round.
     fn send_round(&mut self, tid: TaskId, cmd: RedisCommand, targets: &[bool], now: Millis) -> Round {
+        let n = self.cx.node_count();
+        let mut round = Round { cmd, started: now, slots: vec![Slot::Skipped; n], sha: vec![false; n] };
+        for node in (0..n).filter(|i| targets.get(*i).copied().unwrap_or(false)) {
+            (round.slots[node], round.sha[node]) = self.send_to(tid, node, &round.cmd, now);
+        }
+        round
+    }
+
+    /// Sends `cmd` to `node` for task `tid`'s round: as `EVALSHA` when the
+    /// node is known to cache the script (see [`scripts::as_evalsha`]).
+    /// Returns the node's slot and whether it went as `EVALSHA`.
+    fn send_to(&mut self, tid: TaskId, node: usize, cmd: &RedisCommand, now: Millis) -> (Slot, bool) {
         let cx = &mut self.cx;
+        let cached = Script::of_command(cmd).filter(|s| cmd.name() == b"EVAL" && cx.script_cached(node, *s));
+        let sha = cached.map(|s| scripts::as_evalsha(cmd, s));
+        let wire = sha.as_ref().unwrap_or(cmd);
         let timeout = cx.s.request_timeout_ms;
-        let slots = cx
-            .nodes
-            .iter()
-            .enumerate()
-            .map(|(i, node)| {
-                if !targets.get(i).copied().unwrap_or(false) {
-                    return Slot::Skipped;
-                }
-                match cx.rt.send(now, RequestOwner::Round { task: tid, node: i }, |id| node.encode(id, &cmd, timeout)) {
-                    Ok(id) => Slot::Pending(id),
-                    Err(e) => Slot::Done(Err(NodeError::NotSent(e.to_string()))),
-                }
-            })
-            .collect();
-        Round { cmd, started: now, slots }
+        let Some(codec) = cx.nodes.get(node) else {
+            return (Slot::Done(Err(NodeError::NotSent("no such node".into()))), false);
+        };
+        match cx.rt.send(now, RequestOwner::Round { task: tid, node }, |id| codec.encode(id, wire, timeout)) {
+            Ok(id) => (Slot::Pending(id), sha.is_some()),
+            Err(e) => (Slot::Done(Err(NodeError::NotSent(e.to_string()))), false),
+        }
+    }
+
+    /// Node `node` answered `result` to `round.cmd` sent as `EVALSHA` or
+    /// not (`sha`): learns whether it caches the script. `true` when the
+    /// answer is `NOSCRIPT` and the command must go again as `EVAL`.
+    fn learn_script_cache(&mut self, node: usize, cmd: &RedisCommand, sha: bool, result: &Result<RedisValue, NodeError>) -> bool {
+        let (Some(script), Ok(v)) = (Script::of_command(cmd), result) else { return false };
+        if scripts::is_noscript(v) {
+            self.cx.set_script_cached(node, script, false);
+            return sha;
+        }
+        // A script that ran is in the cache now; another error says nothing.
+        if !matches!(v, RedisValue::Error(_)) {
+            self.cx.set_script_cached(node, script, true);
+        }
+        false
     }
 
     /// Steps task `tid` if its round is complete.
@@ -284,9 +311,11 @@ impl Engine {
         let Some(RequestOwner::Round { task: tid, node }) = self.cx.rt.requests.finish(id) else { return };
         let Some(codec) = self.cx.nodes.get(node) else { return };
         let Some(round) = self.tasks.get_mut(&tid).and_then(|r| r.round.as_mut()) else { return };
+        let sha = round.sha.get(node).copied().unwrap_or(false);
         let result = match input {
+            // Webdis names its reply after the command as sent.
             Input::Response { status, body, .. } => codec
-                .decode(&round.cmd, status, &body)
+                .decode(if sha { &EVALSHA } else { &round.cmd }, status, &body)
                 .map_err(|e| NodeError::Http { status: e.status, message: e.message }),
             Input::Failed { error: TransportError::Timeout, .. } => Err(NodeError::Timeout),
             Input::Failed { error: error @ TransportError::Connect(_), .. } => {
@@ -299,6 +328,20 @@ impl Engine {
                 Err(NodeError::Transport("unexpected streamed answer".into()))
             }
         };
+        let cmd = round.cmd.clone();
+        if self.learn_script_cache(node, &cmd, sha, &result) {
+            // NOSCRIPT: the node lost its script cache. Send the EVAL instead,
+            // in the same round.
+            let (slot, sha) = self.send_to(tid, node, &cmd, now);
+            if let Some(round) = self.tasks.get_mut(&tid).and_then(|r| r.round.as_mut()) {
+                if matches!(round.slots.get(node), Some(Slot::Pending(i)) if *i == id) {
+                    (round.slots[node], round.sha[node]) = (slot, sha);
+                }
+            }
+            self.round_progress(tid, now);
+            return self.settle(now);
+        }
+        let Some(round) = self.tasks.get_mut(&tid).and_then(|r| r.round.as_mut()) else { return };
         if round.answer(node, id, result) {
             self.round_progress(tid, now);
         }

@@ -89,7 +89,7 @@ fn single(f: impl FnOnce(&mut RedisConfig)) -> Harness<RedisMachine> {
 
 fn script_of(req: &HttpRequest) -> scripts::Script {
     let args: Vec<String> = serde_json::from_slice(&req.body).unwrap();
-    scripts::Script::from_text(args[1].as_bytes()).unwrap()
+    scripts::Script::from_text(args[1].as_bytes()).or_else(|| scripts::Script::from_sha1(args[1].as_bytes())).unwrap()
 }
 
 fn acquired(events: &[Event]) -> LockInfo {
@@ -140,6 +140,36 @@ fn uncontended_redlock_is_one_parallel_round_each_way() {
 #[test]
 fn strict_fencing_is_the_default() {
     assert_eq!(RedlockConfig::new(upstash_nodes(3)).fencing, RedlockFencing::Strict);
+}
+
+/// Steady state: every node answered with its counter at the token, so the
+/// raise would change nothing anywhere: it is skipped (2 rounds per
+/// acquire+release, like Folded). One silent or lagging node brings it back.
+#[test]
+fn strict_fencing_skips_the_raise_exactly_when_it_is_a_no_op_everywhere() {
+    for (case, counters, silent) in [("all at 9", [9, 9, 9, 9, 9], None), ("one lags", [9, 9, 9, 9, 8], None), ("one silent", [9, 9, 9, 9, 9], Some(4))] {
+        let mut h = redlock(5, |c| c.fencing = RedlockFencing::Strict);
+        h.m.acquire(h.now, "job", &opts(Wait::Forever)).unwrap();
+        for (i, r) in h.take().iter().enumerate() {
+            if silent == Some(i) {
+                h.fail(r);
+            } else if i == 4 {
+                // The fifth node is held by someone else (still answers its counter).
+                h.answer(r, &format!(r#"{{"result":[0,{},500]}}"#, counters[i]));
+            } else {
+                h.answer(r, &format!(r#"{{"result":[1,{},0]}}"#, counters[i]));
+            }
+        }
+        let events = h.take_events();
+        let sent = h.take();
+        if case == "all at 9" {
+            assert_eq!(acquired(&events).fencing_token, 9, "{case}");
+            assert!(sent.is_empty(), "{case}: no raise round");
+        } else {
+            assert!(events.is_empty(), "{case}: not handed out before the raise");
+            assert_eq!(sent.iter().filter(|r| script_of(r) == scripts::Script::Extend).count(), 5, "{case}");
+        }
+    }
 }
 
 #[test]
@@ -534,3 +564,34 @@ fn a_manual_extend_during_a_renewal_does_not_make_the_timer_spin() {
 }
 
 mod push;
+
+/// A script goes as `EVAL` until the node has run it, then as `EVALSHA`;
+/// `NOSCRIPT` (a restart emptied the cache) sends the `EVAL` again within
+/// the same round.
+#[test]
+fn scripts_go_by_sha_once_cached_and_fall_back_on_noscript() {
+    let mut h = single(|_| {});
+    let name_of = |r: &HttpRequest| serde_json::from_slice::<Vec<String>>(&r.body).unwrap()[0].clone();
+    h.m.acquire(h.now, "job", &opts(Wait::Forever)).unwrap();
+    let r = h.take();
+    assert_eq!(name_of(&r[0]), "EVAL");
+    h.answer(&r[0], r#"{"result":[1,1,0]}"#);
+    let lock = acquired(&h.take_events()).id;
+    h.m.release(h.now, lock).unwrap();
+    let r = h.take();
+    assert_eq!(name_of(&r[0]), "EVAL", "the release script was never run on this node");
+    h.answer(&r[0], r#"{"result":1}"#);
+    h.take_events();
+    h.m.acquire(h.now, "job", &opts(Wait::Forever)).unwrap();
+    let r = h.take();
+    assert_eq!(name_of(&r[0]), "EVALSHA");
+    let args: Vec<String> = serde_json::from_slice(&r[0].body).unwrap();
+    assert_eq!(args[1], scripts::Script::Acquire.sha1());
+    assert!(r[0].body.len() < 200, "{} bytes", r[0].body.len());
+    h.answer(&r[0], r#"{"error":"NOSCRIPT No matching script. Please use EVAL."}"#);
+    assert!(h.take_events().is_empty(), "NOSCRIPT is not an answer");
+    let r = h.take();
+    assert_eq!(name_of(&r[0]), "EVAL", "sent again whole");
+    h.answer(&r[0], r#"{"result":[1,2,0]}"#);
+    assert_eq!(acquired(&h.take_events()).fencing_token, 2);
+}

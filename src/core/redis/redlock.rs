@@ -16,8 +16,9 @@
 //! decides (see `acquire.rs`). Renewal (TTL/3) and extend succeed on a
 //! quorum; the lock is lost when more than N − quorum nodes report the key
 //! gone or foreign, or when the validity runs out before a renewal
-//! succeeds. Uncontended, an acquire is two parallel rounds with the default
-//! Strict fencing (one with Folded) and a release is one.
+//! succeeds. Uncontended, an acquire is one parallel round in the steady
+//! state (two with Strict fencing when the nodes' counters disagree, see
+//! below) and a release is one.
 //!
 //! # Fencing tokens across independent counters
 //!
@@ -58,6 +59,17 @@
 //! the lock out after a quorum of raise confirmations is NOT safe: the
 //! attempt round may have lost the answer of the one node whose counter was
 //! above T (the restart simulation found it).
+//!
+//! The raise round is skipped exactly when it would change no counter: when
+//! **every** node answered the attempt and each reported its counter at T.
+//! Then the granting quorum's own acquire scripts already left "counter ≥ T
+//! and H's key in place" on a quorum, atomically — R1 exists at the grant
+//! without a second round — and no node can hold a counter above T that
+//! the attempt did not see. That is the steady state (every attempt moves
+//! every node's counter together), so an uncontended acquire is one round;
+//! a restarted, lagging or silent node brings the round back until the
+//! counters agree again. A quorum at T is not enough (the silent node may
+//! be the one above T: the case above).
 //!
 //! **[`RedlockFencing::Folded`]** (opt-in) hands the lock out after one
 //! round and folds the raise into the holder's first renewal (at TTL/3) or

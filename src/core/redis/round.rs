@@ -67,6 +67,8 @@ pub struct Round {
     pub started: Millis,
     /// One slot per node, by node index.
     pub slots: Vec<Slot>,
+    /// Per node: its request went as `EVALSHA` (see `scripts::as_evalsha`).
+    pub sha: Vec<bool>,
 }
 
 impl Round {

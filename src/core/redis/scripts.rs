@@ -34,15 +34,21 @@ if not every then f = tonumber(redis.call('GET', KEYS[2]) or '0') or 0 end
 return {0, f, redis.call('PTTL', KEYS[1])}";
 
 /// Raise the counter to `ARGV[3]`; if the key holds our token, `PEXPIRE` it
-/// to `ARGV[2]` ms and return 1, else 0.
-pub const EXTEND: &str = "-- edgelock extend v1
+/// to `ARGV[2]` ms. Returns `{1, counter}` when it was ours, else
+/// `{0, counter}`, the counter as it is after the raise: a Redlock raise
+/// round learns from it that a node's counter is above the token it is
+/// about to hand out (that node's attempt answer was lost).
+pub const EXTEND: &str = "-- edgelock extend v2
 local f = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
-if f < tonumber(ARGV[3]) then redis.call('SET', KEYS[2], ARGV[3]) end
+if f < tonumber(ARGV[3]) then
+  f = tonumber(ARGV[3])
+  redis.call('SET', KEYS[2], ARGV[3])
+end
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  return 1
+  return {1, f}
 end
-return 0";
+return {0, f}";
 
 /// Raise the counter to `ARGV[2]`; delete the key only if it holds our token
 /// (1 if deleted, else 0). Never a blind `DEL`. A delete publishes
@@ -99,6 +105,50 @@ impl Script {
     pub fn from_text(text: &[u8]) -> Option<Script> {
         Script::ALL.into_iter().find(|s| s.text().as_bytes() == text)
     }
+
+    /// The SHA-1 of the source, as `EVALSHA` names it (lowercase hex).
+    pub fn sha1(self) -> String {
+        sha1_smol::Sha1::from(self.text()).digest().to_string()
+    }
+
+    /// The script whose SHA-1 is `sha` (any case), if any.
+    pub fn from_sha1(sha: &[u8]) -> Option<Script> {
+        Script::ALL.into_iter().find(|s| s.sha1().as_bytes().eq_ignore_ascii_case(sha))
+    }
+
+    /// The script an `EVAL` or `EVALSHA` command runs, if it is one of ours.
+    pub fn of_command(cmd: &RedisCommand) -> Option<Script> {
+        let source = cmd.args.get(1)?;
+        match cmd.name() {
+            b"EVAL" => Script::from_text(source),
+            b"EVALSHA" => Script::from_sha1(source),
+            _ => None,
+        }
+    }
+
+    /// Index in [`Script::ALL`].
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// The `EVALSHA` form of an `EVAL` of `script`: the same keys and arguments,
+/// the source replaced by its SHA-1 (about 400 bytes less per request).
+/// Redis answers `NOSCRIPT` when its script cache lacks it (first use on a
+/// node, a restart, `SCRIPT FLUSH`): the engine then sends the `EVAL`, which
+/// also caches the script.
+pub fn as_evalsha(cmd: &RedisCommand, script: Script) -> RedisCommand {
+    let mut args = cmd.args.clone();
+    if args.len() > 1 {
+        args[0] = b"EVALSHA".to_vec();
+        args[1] = script.sha1().into_bytes();
+    }
+    RedisCommand { args }
+}
+
+/// Whether a reply says the node's script cache lacks the script.
+pub fn is_noscript(v: &RedisValue) -> bool {
+    matches!(v, RedisValue::Error(e) if e.starts_with("NOSCRIPT"))
 }
 
 fn eval(script: Script, key: &str, fence_key: &str) -> RedisCommand {
@@ -171,9 +221,22 @@ pub fn parse_acquire(v: &RedisValue) -> Result<AcquireReply, String> {
 
 /// Extend and release: 1 = done on our key, 0 = the key is not ours.
 pub fn parse_flag(v: &RedisValue) -> Result<bool, String> {
-    match v.as_int() {
-        Some(1) => Ok(true),
-        Some(0) => Ok(false),
+    parse_flag_and_counter(v).map(|(flag, _)| flag)
+}
+
+/// Extend (`{flag, counter}`) and release (`flag`): the flag, and the
+/// node's fencing counter when the script reports it.
+pub fn parse_flag_and_counter(v: &RedisValue) -> Result<(bool, Option<u64>), String> {
+    let flag = |f: i64| match f {
+        1 => Ok(true),
+        0 => Ok(false),
+        _ => Err(format!("unexpected reply {}", describe(v))),
+    };
+    if let Some(f) = v.as_int() {
+        return Ok((flag(f)?, None));
+    }
+    match v.as_ints().as_deref() {
+        Some([f, c]) => Ok((flag(*f)?, Some(counter(*c)?))),
         _ => Err(format!("unexpected reply {}", describe(v))),
     }
 }
@@ -235,6 +298,25 @@ mod tests {
     }
 
     #[test]
+    fn evalsha_names_the_script_by_its_sha1() {
+        // The SHA-1 of "return 1" as Redis computes it (SCRIPT LOAD).
+        assert_eq!(sha1_smol::Sha1::from("return 1").digest().to_string(), "e0e1f9fabfc9d4800c877a703b823ac0578ff8db");
+        let cmd = release("k", "k:fence", "ab", 3);
+        let sha = as_evalsha(&cmd, Script::Release);
+        assert_eq!(sha.name(), b"EVALSHA");
+        assert_eq!(sha.args[1], Script::Release.sha1().into_bytes());
+        assert_eq!(sha.args[2..], cmd.args[2..]);
+        assert_eq!(Script::of_command(&sha), Some(Script::Release));
+        assert_eq!(Script::of_command(&cmd), Some(Script::Release));
+        assert_eq!(Script::of_command(&RedisCommand::new("GET").arg("x")), None);
+        assert!(is_noscript(&RedisValue::Error("NOSCRIPT No matching script. Please use EVAL.".into())));
+        assert!(!is_noscript(&RedisValue::Error("ERR x".into())));
+        for (i, s) in Script::ALL.into_iter().enumerate() {
+            assert_eq!(s.index(), i);
+        }
+    }
+
+    #[test]
     fn parses_replies() {
         assert_eq!(parse_acquire(&ints(&[1, 7, 0])), Ok(AcquireReply::Granted { fence: 7 }));
         assert_eq!(parse_acquire(&ints(&[0, 7, 900])), Ok(AcquireReply::Held { fence: 7, pttl: Some(900) }));
@@ -244,6 +326,10 @@ mod tests {
         assert!(parse_acquire(&ints(&[2, 7, 0])).is_err());
         assert!(parse_acquire(&RedisValue::Error("ERR".into())).is_err());
         assert_eq!(parse_flag(&RedisValue::Int(1)), Ok(true));
+        assert_eq!(parse_flag(&ints(&[1, 9])), Ok(true));
+        assert_eq!(parse_flag_and_counter(&ints(&[0, 9])), Ok((false, Some(9))));
+        assert!(parse_flag_and_counter(&ints(&[1, -9])).is_err());
+        assert!(parse_flag_and_counter(&ints(&[2, 9])).is_err());
         assert_eq!(parse_flag(&RedisValue::Int(0)), Ok(false));
         assert!(parse_flag(&RedisValue::Nil).is_err());
         assert_eq!(

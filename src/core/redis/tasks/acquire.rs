@@ -199,27 +199,35 @@ impl Attempts {
         let mut held_pttls = Vec::new();
         let mut fence = 0u64;
         let mut maybe_ours = vec![false; n];
+        // Each node's counter as it answered (None: no answer).
+        let mut counters = vec![None; n];
         for (i, r) in &parsed {
             match r {
                 Ok(AcquireReply::Granted { fence: f }) => {
                     granted += 1;
                     maybe_ours[*i] = true;
                     fence = fence.max(*f);
+                    counters[*i] = Some(*f);
                 }
                 // Every answering node's counter counts, granted or not.
                 Ok(AcquireReply::Held { fence: f, pttl }) => {
                     held_pttls.push(*pttl);
                     fence = fence.max(*f);
+                    counters[*i] = Some(*f);
                 }
                 Err(e) => maybe_ours[*i] = e.maybe_applied(),
             }
         }
+        // The raise would set every node's counter to at least `fence`: a
+        // no-op exactly when every node answered with its counter there
+        // already. A quorum at `fence` is not enough: a silent node may lag.
+        let raise_is_noop = counters.iter().all(|c| *c == Some(fence));
         if let Some(e) = self.abort.clone() {
             return self.cleanup(cx, maybe_ours, AfterCleanup::Fail(e), now);
         }
         let next = match verdict(n, granted, held_pttls.len()) {
             AttemptVerdict::Quorum => match expires_at(self.attempt_start, now, self.ttl, cx.s.drift_factor) {
-                Some(_) if cx.s.strict_fencing && n > 1 => {
+                Some(_) if cx.s.strict_fencing && n > 1 && !raise_is_noop => {
                     let cmd = scripts::extend(&self.key, &self.fence_key, &self.token, self.ttl, fence);
                     return Next::round(self.into_task(Phase::Raise { fence }), cmd, cx.all_nodes());
                 }
@@ -243,13 +251,22 @@ impl Attempts {
     }
 
     fn after_raise(mut self, cx: &mut Context, round: Round, fence: u64, now: Millis) -> Next {
-        let parsed = round.parsed(scripts::parse_flag);
-        let still_ours = parsed.iter().filter(|(_, r)| matches!(r, Ok(true))).count();
+        let parsed = round.parsed(scripts::parse_flag_and_counter);
+        let still_ours = parsed.iter().filter(|(_, r)| matches!(r, Ok((true, _)))).count();
+        // A node whose attempt answer was lost may hold a counter above the
+        // token: then the token must rise to it, and a quorum must be raised
+        // to the new token before anything is handed out.
+        let above = parsed.iter().filter_map(|(_, r)| r.as_ref().ok().and_then(|(_, c)| *c)).max().filter(|c| *c > fence);
         let all = cx.all_nodes();
         if let Some(e) = self.abort.clone() {
             return self.cleanup(cx, all, AfterCleanup::Fail(e), now);
         }
         match expires_at(self.attempt_start, now, self.ttl, cx.s.drift_factor) {
+            Some(_) if still_ours >= cx.quorum_size() && above.is_some() => {
+                let fence = above.unwrap_or(fence);
+                let cmd = scripts::extend(&self.key, &self.fence_key, &self.token, self.ttl, fence);
+                Next::round(self.into_task(Phase::Raise { fence }), cmd, all)
+            }
             Some(exp) if still_ours >= cx.quorum_size() => self.grant(cx, fence, exp),
             _ => {
                 let e = cx.round_error(&self.name, Round::first_error(&parsed), still_ours);
