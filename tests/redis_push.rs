@@ -320,3 +320,69 @@ fn scripts_go_by_sha_and_survive_a_flushed_script_cache() {
         c.close().unwrap();
     }
 }
+
+fn fair_client(node: RedisNode) -> Client {
+    let mut cfg = RedisConfig::new(node);
+    cfg.ttl_ms = 30_000;
+    cfg.fair = true;
+    Client::from_machine(Box::new(RedisMachine::new(cfg, Box::new(OsEntropy)).expect("config")))
+}
+
+fn queue_len(redis: &RedisServer, name: &str) -> i64 {
+    let q = edgelock::core::redis::keys::queue_key(&lock_key("edgelock", name));
+    redis.redis_command(&[b"LLEN", q.as_bytes()]).expect("LLEN").as_int().unwrap_or(-1)
+}
+
+/// Fair mode: 8 waiters queued one after the other get the lock in arrival
+/// order, each woken alone by its predecessor's release; a queued waiter
+/// that vanished without leaving (an entry whose lease nobody renews) is
+/// skipped once its lease is over; a waiter that gives up leaves at once.
+#[test]
+fn fair_mode_hands_off_in_arrival_order_and_survives_a_vanished_waiter() {
+    let redis = RedisServer::start().expect("redis");
+    let gateway = UpstashGateway::start(&redis, TOKEN).expect("gateway");
+    let webdis = Webdis::start(&redis).expect("webdis");
+    let name = "fair/job";
+    let holder = fair_client(RedisNode::upstash(gateway.url(), TOKEN));
+    let lock = holder.acquire(name, None).unwrap();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut threads = Vec::new();
+    for i in 0..8 {
+        if i == 3 {
+            // A waiter that vanished: queued with a 2 s lease, never renewed.
+            let key = lock_key("edgelock", name);
+            let t = redis.redis_command(&[b"TIME"]).unwrap();
+            let secs: u64 = t.as_array().unwrap()[0].as_text().unwrap().parse().unwrap();
+            let exp = (secs * 1000 + 2_000).to_string();
+            let q = edgelock::core::redis::keys::queue_key(&key);
+            let l = edgelock::core::redis::keys::leases_key(&key);
+            redis.redis_command(&[b"RPUSH", q.as_bytes(), b"vanished"]).unwrap();
+            redis.redis_command(&[b"ZADD", l.as_bytes(), exp.as_bytes(), b"vanished"]).unwrap();
+        }
+        let node = if i % 2 == 0 { RedisNode::upstash(gateway.url(), TOKEN) } else { RedisNode::webdis(webdis.url()) };
+        let c = fair_client(node);
+        let order = order.clone();
+        threads.push(thread::spawn(move || {
+            let l = c.acquire(name, Some(Duration::from_secs(60))).expect("fair waiter acquires");
+            order.lock().unwrap().push(i);
+            thread::sleep(Duration::from_millis(20));
+            assert!(l.release().unwrap());
+            c.close().unwrap();
+        }));
+        let queued = i + 1 + usize::from(i >= 3);
+        eventually("the waiter joined the queue", || queue_len(&redis, name) == queued as i64);
+    }
+    // A waiter that gives up leaves the queue at once.
+    let quitter = fair_client(RedisNode::webdis(webdis.url()));
+    assert!(matches!(quitter.acquire(name, Some(Duration::from_millis(300))), Err(LockError::Timeout { .. })));
+    assert_eq!(queue_len(&redis, name), 9, "the quitter left the queue");
+    let start = Instant::now();
+    assert!(lock.release().unwrap());
+    for t in threads {
+        t.join().expect("waiter thread");
+    }
+    assert_eq!(*order.lock().unwrap(), (0..8).collect::<Vec<_>>(), "arrival order");
+    assert!(start.elapsed() < Duration::from_secs(20), "{:?}", start.elapsed());
+    assert_eq!(queue_len(&redis, name), 0);
+    holder.close().unwrap();
+}

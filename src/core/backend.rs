@@ -178,6 +178,7 @@ struct RedisOptions {
     retry_delay_ms: Option<u64>,
     retry_jitter_ms: Option<u64>,
     max_subscriptions: Option<usize>,
+    fair: Option<bool>,
 }
 
 impl RedisOptions {
@@ -194,6 +195,7 @@ impl RedisOptions {
             retry_delay_ms: Some(c.retry_delay_ms),
             retry_jitter_ms: Some(c.retry_jitter_ms),
             max_subscriptions: Some(c.max_subscriptions),
+            fair: Some(c.fair),
         }
     }
 
@@ -212,6 +214,7 @@ impl RedisOptions {
         set(&mut cfg.retry_delay_ms, self.retry_delay_ms);
         set(&mut cfg.retry_jitter_ms, self.retry_jitter_ms);
         set(&mut cfg.max_subscriptions, self.max_subscriptions);
+        set(&mut cfg.fair, self.fair);
         cfg
     }
 }

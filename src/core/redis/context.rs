@@ -33,12 +33,22 @@ pub(crate) struct Settings {
     /// Subscription streams this machine may hold open at once (0: waiters
     /// only poll). A Workers invocation may hold 6 connections open.
     pub max_subscriptions: usize,
+    /// Waiters queue in arrival order (one node only, see `ACQUIRE_FAIR`).
+    pub fair: bool,
 }
 
 /// A waiter whose wake-up streams are live still attempts this often at
 /// least (a publish can be lost with its connection; an expired holder
 /// publishes nothing, but then its PTTL is the waiter's timer anyway).
 pub(super) const PUSH_FALLBACK_MS: u64 = 2_000;
+
+/// A fair waiter's place in the queue lasts this long unless renewed; it
+/// renews at every attempt, and attempts at least every third of it, so a
+/// waiter that died blocks the queue for at most this long.
+pub(super) const QUEUE_LEASE_MS: u64 = 3 * PUSH_FALLBACK_MS;
+
+/// Random bytes in a fair waiter's id (published: not a secret).
+pub(super) const WAITER_BYTES: usize = 8;
 
 /// Random bytes in an owner token (hex-encoded: twice as many characters).
 pub(super) const TOKEN_BYTES: usize = 20;

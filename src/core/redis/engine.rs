@@ -248,7 +248,7 @@ impl Engine {
                     self.subs.insert((tid, node), Sub::Open { id, failures: 0 });
                     Push::Live
                 }
-                PushFrame::Message(_) => Push::Message,
+                PushFrame::Message(payload) => Push::Message(payload),
             };
             self.push(tid, node, push, now);
         }

@@ -2,6 +2,9 @@
 //!
 //! - lock key: `{<prefix>:<name>}`
 //! - fencing counter: `{<prefix>:<name>}:fence`
+//! - fair queue (option `fair`): `{<prefix>:<name>}:queue` (waiter ids in
+//!   arrival order) and `{<prefix>:<name>}:leases` (each waiter's lease);
+//!   both expire when no waiter has renewed its lease for a lease period
 //!
 //! The braces make the pair one Redis Cluster hash slot, so that a script
 //! may touch both (Upstash and any cluster require it). Redis hashes the
@@ -39,6 +42,16 @@ pub fn lock_key(prefix: &str, name: &str) -> String {
 /// The fencing counter's key for a lock key: `<lock_key>:fence`.
 pub fn fence_key(lock_key: &str) -> String {
     format!("{lock_key}:fence")
+}
+
+/// A fair lock's queue of waiter ids (a list): `<lock_key>:queue`.
+pub fn queue_key(lock_key: &str) -> String {
+    format!("{lock_key}:queue")
+}
+
+/// A fair lock's waiter leases (a sorted set): `<lock_key>:leases`.
+pub fn leases_key(lock_key: &str) -> String {
+    format!("{lock_key}:leases")
 }
 
 /// The text Redis Cluster hashes for `key`.

@@ -207,6 +207,7 @@ impl RedlockMachine {
             retry_jitter_ms: cfg.retry_jitter_ms,
             strict_fencing: cfg.fencing == RedlockFencing::Strict,
             max_subscriptions: cfg.max_subscriptions,
+            fair: false,
         };
         Ok(RedlockMachine { engine: Engine::new(settings, nodes, entropy) })
     }

@@ -55,15 +55,81 @@ return {0, f}";
 /// `released:<ARGV[2]>` on the wake-up channel `ARGV[3]` (see
 /// [`super::subscription`]) so that waiters attempt at once; nothing is
 /// published when the key was not ours (it expired: waiters' timers cover it).
-pub const RELEASE: &str = "-- edgelock release v2
+/// When a fair queue (`KEYS[3]`, leases in `KEYS[4]`) has a live head, the
+/// payload names it, `released:<fence>:<waiter>`, and only that waiter
+/// attempts; a dead head (lease over) is not named, so every waiter
+/// attempts and the fair acquire script drops it.
+pub const RELEASE: &str = "-- edgelock release v3
 local f = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
 if f < tonumber(ARGV[2]) then redis.call('SET', KEYS[2], ARGV[2]) end
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', ARGV[3], 'released:' .. ARGV[2])
-  return 1
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+local msg = 'released:' .. ARGV[2]
+local head = redis.call('LINDEX', KEYS[3], 0)
+if head then
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  if tonumber(redis.call('ZSCORE', KEYS[4], head) or '0') > now then msg = msg .. ':' .. head end
 end
-return 0";
+redis.call('PUBLISH', ARGV[3], msg)
+return 1";
+
+/// The fair acquire (one node, option `fair`): a FIFO queue of waiter ids
+/// (`KEYS[3]`, a list) with a lease each (`KEYS[4]`, a sorted set scored by
+/// the server's `TIME` in ms, never a client clock). Dead heads (lease
+/// over) are dropped first; then the lock is taken (`SET NX PX`) only if
+/// the queue is empty or its head is this waiter (`ARGV[3]`), which then
+/// leaves the queue: `{1, counter, 0}`, the counter moving on grants only.
+/// Otherwise, with a lease (`ARGV[4]` ms > 0; 0 for a try, which never
+/// queues), the waiter joins the tail (keeping its place if it is already
+/// queued) and its lease is renewed: `{0, counter, wait}`, `wait` the
+/// holder's PTTL, or while the lock is free but another waiter heads the
+/// queue, that head's remaining lease.
+pub const ACQUIRE_FAIR: &str = "-- edgelock fair acquire v1
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local head = redis.call('LINDEX', KEYS[3], 0)
+while head do
+  if tonumber(redis.call('ZSCORE', KEYS[4], head) or '0') > now then break end
+  redis.call('LPOP', KEYS[3])
+  redis.call('ZREM', KEYS[4], head)
+  head = redis.call('LINDEX', KEYS[3], 0)
+end
+if (not head or head == ARGV[3]) and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  if head then
+    redis.call('LPOP', KEYS[3])
+    redis.call('ZREM', KEYS[4], head)
+  end
+  return {1, redis.call('INCR', KEYS[2]), 0}
+end
+local f = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+local lease = tonumber(ARGV[4])
+if lease > 0 then
+  if not redis.call('ZSCORE', KEYS[4], ARGV[3]) then redis.call('RPUSH', KEYS[3], ARGV[3]) end
+  redis.call('ZADD', KEYS[4], now + lease, ARGV[3])
+  redis.call('PEXPIRE', KEYS[3], lease)
+  redis.call('PEXPIRE', KEYS[4], lease)
+  head = redis.call('LINDEX', KEYS[3], 0)
+end
+local wait = redis.call('PTTL', KEYS[1])
+if wait == -2 and head and head ~= ARGV[3] then
+  wait = math.max(0, tonumber(redis.call('ZSCORE', KEYS[4], head) or '0') - now)
+end
+return {0, f, wait}";
+
+/// A fair waiter gives up: it leaves the queue (`ARGV[1]` its id) and, if
+/// the lock is free, wakes the new head (`ARGV[2]` the wake-up channel).
+pub const LEAVE: &str = "-- edgelock fair leave v1
+redis.call('LREM', KEYS[3], 0, ARGV[1])
+redis.call('ZREM', KEYS[4], ARGV[1])
+if redis.call('EXISTS', KEYS[1]) == 0 then
+  local head = redis.call('LINDEX', KEYS[3], 0)
+  if head then
+    local f = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+    redis.call('PUBLISH', ARGV[2], 'released:' .. f .. ':' .. head)
+  end
+end
+return 1";
 
 /// `{exists, is-ours (ARGV[1]), pttl, counter}`; pttl is -2 when absent.
 pub const STATUS: &str = "-- edgelock status v1
@@ -85,11 +151,15 @@ pub enum Script {
     Release,
     /// [`STATUS`].
     Status,
+    /// [`ACQUIRE_FAIR`].
+    AcquireFair,
+    /// [`LEAVE`].
+    Leave,
 }
 
 impl Script {
     /// Every script.
-    pub const ALL: [Script; 4] = [Script::Acquire, Script::Extend, Script::Release, Script::Status];
+    pub const ALL: [Script; 6] = [Script::Acquire, Script::Extend, Script::Release, Script::Status, Script::AcquireFair, Script::Leave];
 
     /// The Lua source sent with `EVAL`.
     pub fn text(self) -> &'static str {
@@ -98,6 +168,8 @@ impl Script {
             Script::Extend => EXTEND,
             Script::Release => RELEASE,
             Script::Status => STATUS,
+            Script::AcquireFair => ACQUIRE_FAIR,
+            Script::Leave => LEAVE,
         }
     }
 
@@ -168,11 +240,33 @@ pub fn extend(key: &str, fence_key: &str, token: &str, ttl_ms: u64, fence_floor:
     eval(Script::Extend, key, fence_key).arg(token).arg(ttl_ms.to_string()).arg(fence_floor.to_string())
 }
 
+/// The four keys of a script that knows the fair queue.
+fn eval_queue(script: Script, key: &str, fence_key: &str) -> RedisCommand {
+    RedisCommand::new("EVAL")
+        .arg(script.text())
+        .arg("4")
+        .arg(key)
+        .arg(fence_key)
+        .arg(super::keys::queue_key(key))
+        .arg(super::keys::leases_key(key))
+}
+
 /// `EVAL` of [`RELEASE`]: delete `key` if it holds `token`, raising the
 /// fencing counter to at least `fence_floor` and waking `key`'s waiters.
 pub fn release(key: &str, fence_key: &str, token: &str, fence_floor: u64) -> RedisCommand {
     let channel = super::subscription::wake_channel(key);
-    eval(Script::Release, key, fence_key).arg(token).arg(fence_floor.to_string()).arg(channel)
+    eval_queue(Script::Release, key, fence_key).arg(token).arg(fence_floor.to_string()).arg(channel)
+}
+
+/// `EVAL` of [`ACQUIRE_FAIR`] for waiter `waiter` (queueing with a lease of
+/// `lease_ms`, 0 for a try).
+pub fn acquire_fair(key: &str, fence_key: &str, token: &str, ttl_ms: u64, waiter: &str, lease_ms: u64) -> RedisCommand {
+    eval_queue(Script::AcquireFair, key, fence_key).arg(token).arg(ttl_ms.to_string()).arg(waiter).arg(lease_ms.to_string())
+}
+
+/// `EVAL` of [`LEAVE`]: waiter `waiter` leaves `key`'s fair queue.
+pub fn leave(key: &str, fence_key: &str, waiter: &str) -> RedisCommand {
+    eval_queue(Script::Leave, key, fence_key).arg(waiter).arg(super::subscription::wake_channel(key))
 }
 
 /// `token` `None` asks about the key without claiming it (inspect).

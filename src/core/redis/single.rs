@@ -47,6 +47,10 @@ pub struct RedisConfig {
     /// Wake-up subscriptions (one streaming request per waiting acquire)
     /// open at once; 0 makes waiters poll. See [`super::subscription`].
     pub max_subscriptions: usize,
+    /// Fair lock (like Redisson's `getFairLock`): waiters queue in arrival
+    /// order in Redis, only the head may take the lock, and a release wakes
+    /// only the head. Off by default (see the README for the measurements).
+    pub fair: bool,
 }
 
 impl RedisConfig {
@@ -62,6 +66,7 @@ impl RedisConfig {
             retry_delay_ms: 200,
             retry_jitter_ms: 100,
             max_subscriptions: super::DEFAULT_MAX_SUBSCRIPTIONS,
+            fair: false,
         }
     }
 }
@@ -97,6 +102,7 @@ impl RedisMachine {
             retry_jitter_ms: cfg.retry_jitter_ms,
             strict_fencing: false,
             max_subscriptions: cfg.max_subscriptions,
+            fair: cfg.fair,
         };
         Ok(RedisMachine { engine: Engine::new(settings, vec![node], entropy) })
     }

@@ -79,12 +79,12 @@ pub(super) enum OnClose {
 }
 
 /// An event of a task's wake-up subscription on one node.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub(super) enum Push {
     /// The server confirmed it: no later publish is missed while it lasts.
     Live,
-    /// A message arrived (a holder released).
-    Message,
+    /// A message arrived (a holder released), with its payload.
+    Message(Vec<u8>),
     /// The stream ended, failed, timed out or could not be read.
     Down,
 }

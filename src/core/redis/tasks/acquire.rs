@@ -28,7 +28,7 @@
 //! awaited (bounded by the request timeout), then cleaned up, so no key is
 //! left behind by a request whose result was unknown at cancel time.
 
-use super::super::context::{Context, Held, PUSH_FALLBACK_MS, TOKEN_BYTES};
+use super::super::context::{Context, Held, PUSH_FALLBACK_MS, QUEUE_LEASE_MS, TOKEN_BYTES, WAITER_BYTES};
 use super::super::quorum::{expires_at, free_quorum_in, verdict, AttemptVerdict};
 use super::super::round::Round;
 use super::super::scripts::{self, AcquireReply};
@@ -61,6 +61,9 @@ struct Attempts {
     live: Vec<bool>,
     /// Attempt at once: something happened since the current attempt began.
     woken: bool,
+    /// Fair lock: this waiter's id in the queue, and whether it may be in it.
+    fair: Option<String>,
+    queued: bool,
 }
 
 /// Where the acquire is; each phase waits for one thing.
@@ -73,6 +76,8 @@ enum Phase {
     Raise { fence: u64 },
     /// Deleting this attempt's key where it may exist, then `next`.
     Cleanup { next: AfterCleanup },
+    /// Fair lock: leaving the queue before reporting `next`.
+    Leave { next: AfterCleanup },
 }
 
 enum AfterCleanup {
@@ -111,6 +116,8 @@ impl AcquireTask {
             listening: false,
             live: vec![false; cx.node_count()],
             woken: false,
+            fair: cx.s.fair.then(|| random_hex(cx.entropy.as_mut(), WAITER_BYTES)),
+            queued: false,
         };
         Ok(AcquireTask { a, phase: Phase::Sleep { until: now } })
     }
@@ -140,6 +147,13 @@ impl Task for AcquireTask {
         if let Some(live) = self.a.live.get_mut(node) {
             *live = push != Push::Down;
         }
+        if let (Push::Message(payload), Some(me)) = (&push, &self.a.fair) {
+            // `released:<fence>:<head>`: a release for another queued waiter.
+            let head = payload.splitn(3, |b| *b == b':').nth(2);
+            if head.is_some_and(|h| h != me.as_bytes()) {
+                return false;
+            }
+        }
         self.a.woken = true;
         match &mut self.phase {
             Phase::Sleep { until } => {
@@ -157,6 +171,7 @@ impl Task for AcquireTask {
             (Phase::Attempt, Some(round)) => a.after_attempt(cx, round, now),
             (Phase::Raise { fence }, Some(round)) => a.after_raise(cx, round, fence, now),
             (Phase::Cleanup { next }, _) => a.after_cleanup(cx, next, now),
+            (Phase::Leave { next }, _) => a.report(cx, next),
             // The engine steps a task without a round only when it asked for none.
             (Phase::Attempt | Phase::Raise { .. }, None) => {
                 let error = LockError::internal("an acquire was stepped without the round it waits for");
@@ -188,7 +203,15 @@ impl Attempts {
         self.woken = false;
         self.token = random_hex(cx.entropy.as_mut(), TOKEN_BYTES);
         self.attempt_start = now;
-        let cmd = scripts::acquire(&self.key, &self.fence_key, &self.token, self.ttl, cx.node_count() > 1);
+        let cmd = match &self.fair {
+            Some(waiter) => {
+                // A try never queues; a waiter joins (or renews its place).
+                let lease = if self.wait == Wait::Try { 0 } else { QUEUE_LEASE_MS };
+                self.queued |= lease > 0;
+                scripts::acquire_fair(&self.key, &self.fence_key, &self.token, self.ttl, waiter, lease)
+            }
+            None => scripts::acquire(&self.key, &self.fence_key, &self.token, self.ttl, cx.node_count() > 1),
+        };
         Next::round(self.into_task(Phase::Attempt), cmd, cx.all_nodes())
     }
 
@@ -302,7 +325,11 @@ impl Attempts {
         if self.woken {
             return self.bounded_by_deadline(now, now);
         }
-        let cap = if self.push_covers(cx) { PUSH_FALLBACK_MS.max(cx.s.retry_delay_ms) } else { cx.s.retry_delay_ms };
+        let mut cap = if self.push_covers(cx) { PUSH_FALLBACK_MS.max(cx.s.retry_delay_ms) } else { cx.s.retry_delay_ms };
+        if self.fair.is_some() {
+            // Renew the queue lease well before it runs out.
+            cap = cap.min(QUEUE_LEASE_MS / 3);
+        }
         let base = free_quorum_in(cx.node_count(), held_pttls).map_or(cap, |p| p.min(cap));
         let delay = base + jitter(cx.entropy.as_mut(), cx.s.retry_jitter_ms);
         self.bounded_by_deadline(now, now + delay.max(1))
@@ -333,8 +360,22 @@ impl Attempts {
         Next::round(self.into_task(Phase::Cleanup { next }), cmd, targets)
     }
 
+    /// Ends an acquire that got no lock: a fair waiter first leaves the
+    /// queue (waking the next one if the lock is free), so that it does not
+    /// hold the others up until its lease runs out.
+    fn finish(mut self, cx: &mut Context, next: AfterCleanup) -> Next {
+        match (&self.fair, self.queued) {
+            (Some(waiter), true) => {
+                self.queued = false;
+                let cmd = scripts::leave(&self.key, &self.fence_key, waiter);
+                Next::round(self.into_task(Phase::Leave { next }), cmd, cx.all_nodes())
+            }
+            _ => self.report(cx, next),
+        }
+    }
+
     /// Reports the end of an acquire that got no lock.
-    fn finish(self, cx: &mut Context, next: AfterCleanup) -> Next {
+    fn report(self, cx: &mut Context, next: AfterCleanup) -> Next {
         // No op: the user already got its answer (close).
         if let Some(op) = self.op {
             match next {
