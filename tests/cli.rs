@@ -126,6 +126,10 @@ fn concurrent_runs_never_overlap_on_redlock_and_on_one_upstash_node() {
     let gateway = UpstashGateway::start(&redis[0], "cli-test-token").expect("gateway");
     let node = format!("upstash+{}", gateway.url());
     assert_runs_never_overlap(&["--redis", &node], &[("EDGELOCK_REDIS_TOKEN", "cli-test-token")]);
+    assert_runs_never_overlap(&["--redis", &node, "--fair"], &[("EDGELOCK_REDIS_TOKEN", "cli-test-token")]);
+    // --fair is a single-node lock.
+    let out = output(&["run", "--redis", &nodes, "--fair", "n", "--", "true"]);
+    assert_eq!(out.status.code(), Some(64), "{}", text(&out.stderr));
     // Without the token the gateway's node is refused before any request.
     let out = edgelock(&["status", "--redis", &node, "n"]).env_remove("EDGELOCK_REDIS_TOKEN").env_remove("UPSTASH_REDIS_REST_TOKEN").output().expect("run");
     assert_eq!(out.status.code(), Some(64), "{}", text(&out.stderr));

@@ -46,6 +46,8 @@ OPTIONS:
                       requests time out after min(5000, MS/2) ms
     --wait MS         give up after waiting MS ms for the lock (default: forever)
     --try             do not wait: exit 73 at once if the lock is held
+    --fair            one Redis node only: wait in a FIFO queue kept in Redis
+                      (waiters get the lock in arrival order)
     --header 'K: V'   extra HTTP header for every request (e.g. authorization);
                       may be repeated
     --json            (status) print JSON
@@ -157,6 +159,7 @@ struct Options {
     ttl_ms: Option<u64>,
     wait_ms: Option<u64>,
     try_only: bool,
+    fair: bool,
     json: bool,
     headers: Vec<(String, String)>,
     name: String,
@@ -166,7 +169,7 @@ struct Options {
 fn parse(args: &[String], is_run: bool) -> Result<Options, Exit> {
     let mut backend = None;
     let (mut prefix, mut ttl_ms, mut wait_ms) = (None, None, None);
-    let (mut try_only, mut json) = (false, false);
+    let (mut try_only, mut json, mut fair) = (false, false, false);
     let mut headers = Vec::new();
     let mut token = None;
     let mut names = Vec::new();
@@ -215,6 +218,7 @@ fn parse(args: &[String], is_run: bool) -> Result<Options, Exit> {
             "--ttl" if is_run => ttl_ms = Some(parse_ms("--ttl", &value("milliseconds")?)?),
             "--wait" if is_run => wait_ms = Some(parse_ms("--wait", &value("milliseconds")?)?),
             "--try" if is_run && inline.is_none() => try_only = true,
+            "--fair" if is_run && inline.is_none() => fair = true,
             "--json" if !is_run && inline.is_none() => json = true,
             "--header" => {
                 let h = value("'Name: value'")?;
@@ -227,6 +231,9 @@ fn parse(args: &[String], is_run: bool) -> Result<Options, Exit> {
         }
     }
     let backend = backend.ok_or_else(|| Exit::usage("--etcd URL or --redis URL is required"))?;
+    if fair && !matches!(&backend, Backend::Redis(urls) if urls.len() == 1) {
+        return Err(Exit::usage("--fair needs exactly one --redis URL (the fair queue is a single-node lock)"));
+    }
     if try_only && wait_ms.is_some() {
         return Err(Exit::usage("--try and --wait exclude each other"));
     }
@@ -241,7 +248,7 @@ fn parse(args: &[String], is_run: bool) -> Result<Options, Exit> {
     if !is_run && !command.is_empty() {
         return Err(Exit::usage("`status` takes no command"));
     }
-    Ok(Options { backend, token, prefix, ttl_ms, wait_ms, try_only, json, headers, name, command })
+    Ok(Options { backend, token, prefix, ttl_ms, wait_ms, try_only, fair, json, headers, name, command })
 }
 
 fn parse_ms(flag: &str, v: &str) -> Result<u64, Exit> {
@@ -273,6 +280,7 @@ fn connect(o: &Options) -> Result<Client, Exit> {
             let nodes = urls.iter().map(|u| redis_node(u, token.as_deref())).collect::<Result<Vec<_>, _>>()?;
             let spec = if let [node] = nodes.as_slice() {
                 let mut cfg = RedisConfig::new(node.clone());
+                cfg.fair = o.fair;
                 if let Some(p) = &o.prefix {
                     cfg.prefix = p.clone();
                 }
