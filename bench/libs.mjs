@@ -4,6 +4,7 @@
 //   const release = await c.acquire(name, { signal });   // waits until held
 //   await release();
 //   await c.close();
+//   c.log                                   // this client's request log (bench/reqlog.mjs), if measurable
 // `counter` says which request counter applies: "http" (fetch calls),
 // "redis" (commands processed by the redis-servers) or "etcd" (gRPC calls
 // started by etcd; etcd's JSON gateway turns each HTTP call into one).
@@ -14,6 +15,7 @@ import NodeRedlock from "redlock";
 import { Mutex, RedlockMutex } from "redis-semaphore";
 import { Lock as UpstashLock } from "@upstash/lock";
 import { Redis as UpstashRedis } from "@upstash/redis";
+import { countingFetch, logIoredis, withLog } from "./reqlog.mjs";
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
@@ -23,9 +25,16 @@ function abortError() {
   return e;
 }
 
-/** Wraps an edgelock client: releases are the Lock's own release(). */
-function edgelockClient(client) {
+/**
+ * An edgelock client built by `build(fetch)` with a counting fetch; releases
+ * are the Lock's own release().
+ */
+function edgelockClient(build) {
+  const log = [];
+  const client = build(countingFetch(log));
   return {
+    log,
+    unit: "HTTP req",
     async acquire(name, { signal } = {}) {
       const lock = await client.acquire(name, signal ? { signal } : {});
       return () => lock.release();
@@ -34,8 +43,8 @@ function edgelockClient(client) {
   };
 }
 
-function ioredisClients(env, n) {
-  return env.redis.slice(0, n).map((r) => new IORedis({ host: "127.0.0.1", port: r.port, lazyConnect: false, maxRetriesPerRequest: 2 }));
+function ioredisClients(env, n, log) {
+  return env.redis.slice(0, n).map((r) => logIoredis(new IORedis({ host: "127.0.0.1", port: r.port, lazyConnect: false, maxRetriesPerRequest: 2 }), log));
 }
 
 /**
@@ -50,7 +59,7 @@ export function libraries(env) {
     "edgelock-etcd": {
       label: "edgelock EtcdLocks", group: "etcd", counter: "etcd", edgelock: true,
       note: "npm package in Node, defaults (session lease 10 s, waits on a watch)",
-      make: () => edgelockClient(new EtcdLocks({ endpoints: env.etcd_urls })),
+      make: () => edgelockClient((fetch) => new EtcdLocks({ endpoints: env.etcd_urls, fetch })),
     },
     etcd3: {
       label: "etcd3 Lock", group: "etcd", counter: "etcd",
@@ -77,25 +86,33 @@ export function libraries(env) {
     },
     "edgelock-redis": {
       label: "edgelock RedisLocks (upstash)", group: "redis-http", counter: "http", edgelock: true,
-      note: "Upstash REST via the local gateway; defaults (ttl 10 s, retry 200 ms + 0..100 ms jitter capped by the holder's PTTL)",
-      make: () => edgelockClient(new RedisLocks({ url: gw[0], protocol: "upstash", token })),
+      note: "Upstash REST via the local gateway; defaults (ttl 10 s; push wake-up: a waiter subscribes to the lock's release channel, `POST /subscribe/…` as server-sent events, and attempts on each message; while subscribed it also attempts every min(holder's PTTL, 2 s), otherwise every 200 ms + 0..100 ms jitter)",
+      make: () => edgelockClient((fetch) => new RedisLocks({ url: gw[0], protocol: "upstash", token, fetch })),
     },
     "edgelock-redis-webdis": {
       label: "edgelock RedisLocks (webdis)", group: "redis-http", counter: "http", edgelock: true, extra: true,
-      note: "Webdis HTTP; defaults",
-      make: () => edgelockClient(new RedisLocks({ url: webdis[0], protocol: "webdis" })),
+      note: "Webdis HTTP; defaults (push wake-up over `GET /SUBSCRIBE/…`, a chunked JSON stream)",
+      make: () => edgelockClient((fetch) => new RedisLocks({ url: webdis[0], protocol: "webdis", fetch })),
+    },
+    "edgelock-redis-fair": {
+      label: "edgelock RedisLocks fair (upstash)", group: "redis-http", counter: "http", edgelock: true, extra: true, fair: true,
+      note: "as edgelock RedisLocks (upstash) with `fair: true`: a FIFO queue of waiters, a release wakes only the queue head",
+      make: () => edgelockClient((fetch) => new RedisLocks({ url: gw[0], protocol: "upstash", token, fair: true, fetch })),
     },
     "upstash-lock": {
       label: "@upstash/lock", group: "redis-http", counter: "http",
       note: "@upstash/redis via the same gateway; lease 10 s, retry every 100 ms (its default delay) without an attempt limit",
       make: () => {
         const redis = new UpstashRedis({ url: gw[0], token });
+        const log = [];
         return {
+          log,
+          unit: "HTTP req",
           async acquire(name) {
             const lock = new UpstashLock({ id: name, redis, lease: 10_000, retry: { attempts: Infinity, delay: 100 } });
-            if (!(await lock.acquire())) throw new Error("@upstash/lock: not acquired");
+            if (!(await withLog(log, () => lock.acquire()))) throw new Error("@upstash/lock: not acquired");
             return async () => {
-              if (!(await lock.release())) throw new Error("@upstash/lock: release found another owner");
+              if (!(await withLog(log, () => lock.release()))) throw new Error("@upstash/lock: release found another owner");
             };
           },
           close: async () => {},
@@ -106,8 +123,11 @@ export function libraries(env) {
       label: "redis-semaphore Mutex", group: "redis-http", counter: "redis", tcp: true,
       note: "ioredis TCP to the same redis-server; defaults (lockTimeout 10 s, retryInterval 10 ms) except acquireTimeout 60 s",
       make: () => {
-        const [redis] = ioredisClients(env, 1);
+        const log = [];
+        const [redis] = ioredisClients(env, 1, log);
         return {
+          log,
+          unit: "Redis cmd",
           async acquire(name) {
             const m = new Mutex(redis, name, { acquireTimeout: 60_000 });
             await m.acquire();
@@ -119,22 +139,25 @@ export function libraries(env) {
     },
     "edgelock-redlock": {
       label: "edgelock Redlock (3× upstash)", group: "redlock", counter: "http", edgelock: true,
-      note: "3 nodes, each its own gateway; defaults (strict fencing: two rounds per acquire; retry 200 ± 100 ms) except retryCount 1000",
-      make: () => edgelockClient(new EdgeRedlock({ nodes: gw.map((url) => ({ url, protocol: "upstash", token })), retryCount: 1000 })),
+      note: "3 nodes, each its own gateway; defaults (strict fencing, whose raise round is skipped when every node answered at the token; push wake-up on every node; retry 200 ± 100 ms) except retryCount 1000",
+      make: () => edgelockClient((fetch) => new EdgeRedlock({ nodes: gw.map((url) => ({ url, protocol: "upstash", token })), retryCount: 1000, fetch })),
     },
     "edgelock-redlock-webdis": {
       label: "edgelock Redlock (3× webdis)", group: "redlock", counter: "http", edgelock: true, extra: true,
       note: "3 webdis nodes; defaults except retryCount 1000",
-      make: () => edgelockClient(new EdgeRedlock({ nodes: webdis.map((url) => ({ url, protocol: "webdis" })), retryCount: 1000 })),
+      make: () => edgelockClient((fetch) => new EdgeRedlock({ nodes: webdis.map((url) => ({ url, protocol: "webdis" })), retryCount: 1000, fetch })),
     },
     "node-redlock": {
       label: "redlock@5 (3× ioredis)", group: "redlock", counter: "redis", tcp: true,
       note: "ioredis TCP to the same 3 redis-servers; defaults (retry 200 ± 100 ms) except retryCount -1 (unlimited)",
       make: () => {
-        const clients = ioredisClients(env, 3);
+        const log = [];
+        const clients = ioredisClients(env, 3, log);
         const redlock = new NodeRedlock(clients, { retryCount: -1 });
         redlock.on("error", () => {});
         return {
+          log,
+          unit: "Redis cmd",
           async acquire(name) {
             const lock = await redlock.acquire([name], 10_000);
             return () => lock.release();
@@ -147,8 +170,11 @@ export function libraries(env) {
       label: "redis-semaphore RedlockMutex (3×)", group: "redlock", counter: "redis", tcp: true,
       note: "ioredis TCP to the same 3 redis-servers; defaults except acquireTimeout 60 s",
       make: () => {
-        const clients = ioredisClients(env, 3);
+        const log = [];
+        const clients = ioredisClients(env, 3, log);
         return {
+          log,
+          unit: "Redis cmd",
           async acquire(name) {
             const m = new RedlockMutex(clients, name, { acquireTimeout: 60_000 });
             await m.acquire();

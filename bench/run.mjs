@@ -5,11 +5,16 @@
 // BENCH_QUICK=1 shortens every phase (for checking the harness, not for numbers).
 
 // Count every fetch (edgelock and @upstash/redis both use globalThis.fetch):
-// installed before any client library is loaded.
+// installed before any client library is loaded. Calls made inside a
+// `withLog` context (bench/reqlog.mjs) are also logged for that client.
+import { requestContext, logFetch, countBetween } from "./reqlog.mjs";
+
 const realFetch = globalThis.fetch;
 export const httpCount = { n: 0 };
 globalThis.fetch = (...args) => {
   httpCount.n += 1;
+  const log = requestContext.getStore();
+  if (log) logFetch(log, args[0]);
   return realFetch(...args);
 };
 
@@ -19,6 +24,7 @@ const { writeFileSync } = await import("node:fs");
 const path = await import("node:path");
 const { startTestenv, repoRoot } = await import("../tests/js/testenv.mjs");
 const { libraries } = await import("./libs.mjs");
+const { RedisLocks } = await import("../pkg/index.node.mjs");
 const IORedis = (await import("ioredis")).default;
 const { footprint } = await import("./footprint.mjs");
 const { writeReport } = await import("./report.mjs");
@@ -45,6 +51,22 @@ const t0All = now();
 log("starting testenv (etcd 1, redis 3, webdis, Upstash gateway)");
 const env = await startTestenv({ etcd: 1, redis: 3, webdis: true, gateway: true });
 const libs = libraries(env);
+log(`webdis ${env.webdis_urls.length}, gateways ${env.gateway_urls.length}`);
+
+// --- is `fair: true` accepted by this build? --------------------------------------
+// Constructing the client is enough: unknown options are refused synchronously
+// with INVALID_ARGUMENT (the core's options parser denies unknown fields).
+const fairProbe = { supported: false, note: "" };
+try {
+  const c = new RedisLocks({ url: env.gateway_urls[0], protocol: "upstash", token: env.token, fair: true });
+  await c.close();
+  fairProbe.supported = true;
+} catch (e) {
+  if (e?.code !== "INVALID_ARGUMENT") throw e;
+  fairProbe.note = `the core refused \`fair: true\` (INVALID_ARGUMENT: ${e.message}); fair rows skipped`;
+  delete libs["edgelock-redis-fair"];
+}
+log(fairProbe.supported ? "fair: true accepted" : fairProbe.note);
 const admin = env.redis.map((r) => new IORedis({ host: "127.0.0.1", port: r.port }));
 
 // --- request counters -------------------------------------------------------
@@ -75,11 +97,38 @@ async function readCounter(kind) {
 const results = {
   started: new Date().toISOString(),
   config: CFG,
-  libs: Object.fromEntries(Object.entries(libs).map(([id, l]) => [id, { label: l.label, group: l.group, note: l.note, counter: l.counter, edgelock: !!l.edgelock, tcp: !!l.tcp }])),
+  libs: Object.fromEntries(Object.entries(libs).map(([id, l]) => [id, { label: l.label, group: l.group, note: l.note, counter: l.counter, edgelock: !!l.edgelock, tcp: !!l.tcp, fair: !!l.fair }])),
   uncontended: {},
   handoff: {},
   contended: {},
+  fair: fairProbe,
+  skipped: {},
+  fairQueueMax: {},
 };
+if (!fairProbe.supported) results.skipped["edgelock-redis-fair"] = fairProbe.note;
+
+// Longest fair queue seen on the first redis-server while `fn` runs (polled
+// every 100 ms): shows whether `fair: true` actually engaged a queue.
+async function watchQueue(name, fn) {
+  const key = `{edgelock:${name}}:queue`;
+  let max = 0;
+  let running = true;
+  const poller = (async () => {
+    while (running) {
+      try {
+        max = Math.max(max, await admin[0].llen(key));
+      } catch { /* not a list (yet) */ }
+      await sleep(100);
+    }
+  })();
+  try {
+    return await fn();
+  } finally {
+    running = false;
+    await poller;
+    if (results.fairQueueMax) results.fairQueueMax[name] = max;
+  }
+}
 
 // --- 1. uncontended ---------------------------------------------------------
 async function uncontended() {
@@ -129,28 +178,45 @@ async function uncontended() {
 }
 
 // --- 2. handoff ---------------------------------------------------------------
-const HANDOFF_IDS = ["edgelock-etcd", "etcd3", "edgelock-redis", "upstash-lock", "redis-semaphore", "edgelock-redlock", "node-redlock"];
+// Latency from the holder's release call to the waiter's acquire resolving,
+// and the requests the waiter sent (its own log) between the two and over
+// its whole wait (subscription streams counted apart).
+const HANDOFF_IDS = ["edgelock-etcd", "etcd3", "edgelock-redis", "edgelock-redis-webdis", "edgelock-redis-fair", "upstash-lock", "redis-semaphore",
+  "edgelock-redlock", "edgelock-redlock-webdis", "node-redlock"].filter((id) => libs[id]);
+const mean = (xs) => (xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : NaN);
 async function handoff() {
-  const state = Object.fromEntries(HANDOFF_IDS.map((id) => [id, { holder: libs[id].make(), waiter: libs[id].make(), lat: [], early: 0, errors: 0 }]));
+  const state = Object.fromEntries(HANDOFF_IDS.map((id) => [id, { holder: libs[id].make(), waiter: libs[id].make(), lat: [], after: [], whole: [], streams: [], wake: [], early: 0, errors: 0 }]));
   for (let round = 0; round < CFG.handoffs; round += 1) {
     for (const id of HANDOFF_IDS) {
       const s = state[id];
       const name = `handoff-${id}`;
-      try {
+      const once = async () => {
         const releaseHolder = await s.holder.acquire(name);
         let heldAt = NaN;
+        const waitStart = now();
         const waiting = s.waiter.acquire(name).then((release) => {
           heldAt = now();
           return release;
         });
-        // The waiter is blocked (polling or watching) for a random while before the release.
+        // The waiter is blocked (polling, watching or subscribed) for a random while before the release.
         await sleep(50 + Math.random() * 100);
         const releasedAt = now();
         if (!Number.isNaN(heldAt)) s.early += 1; // the waiter got in while the holder held: exclusion lost
         await releaseHolder();
         const releaseWaiter = await waiting;
         s.lat.push(heldAt - releasedAt);
+        if (s.waiter.log) {
+          s.after.push(countBetween(s.waiter.log, releasedAt, heldAt)[0]);
+          const first = s.waiter.log.find((e) => e.t >= releasedAt && e.t <= heldAt);
+          if (first) s.wake.push(first.t - releasedAt);
+          const [all, streams] = countBetween(s.waiter.log, waitStart, heldAt);
+          s.whole.push(all);
+          s.streams.push(streams);
+        }
         await releaseWaiter();
+      };
+      try {
+        await once();
       } catch (e) {
         s.errors += 1;
         if (s.errors === 1) log(`${id} handoff error: ${e?.message ?? e}`);
@@ -164,13 +230,16 @@ async function handoff() {
     results.handoff[id] = {
       n: s.lat.length, p50: quantile(s.lat, 0.5), p99: quantile(s.lat, 0.99),
       max: Math.max(...s.lat), samples: s.lat.map((x) => Math.round(x * 10) / 10),
+      wakeP50: quantile(s.wake, 0.5),
+      waiterRequestsAfterRelease: mean(s.after), waiterRequestsAfterReleaseMax: s.after.length ? Math.max(...s.after) : NaN,
+      waiterRequestsWholeWait: mean(s.whole), waiterStreamsWholeWait: mean(s.streams), requestUnit: s.waiter.unit,
       exclusionViolations: s.early, errors: s.errors,
     };
   }
 }
 
 // --- 3. contended -------------------------------------------------------------
-const CONTENDED_IDS = ["edgelock-etcd", "etcd3", "edgelock-redis", "upstash-lock", "redis-semaphore", "edgelock-redlock", "node-redlock"];
+const CONTENDED_IDS = ["edgelock-etcd", "etcd3", "edgelock-redis", "edgelock-redis-fair", "upstash-lock", "redis-semaphore", "edgelock-redlock", "node-redlock"].filter((id) => libs[id]);
 async function contendedOne(id) {
   const lib = libs[id];
   const clients = Array.from({ length: CFG.contendedClients }, () => lib.make());
@@ -226,6 +295,8 @@ async function contendedOne(id) {
   }));
   clearTimeout(timer);
   const elapsed = Math.min(now(), deadline) - start;
+  const windowEnd = Math.min(now(), deadline);
+  const requests = clients[0].log ? clients.reduce((sum, c) => sum + countBetween(c.log, start, windowEnd)[0], 0) : NaN;
   await Promise.allSettled(clients.map((c) => c.close()));
   const total = counts.reduce((a, b) => a + b, 0);
   if (firstError) log(`${id} contended errors (${errors}): ${firstError}`);
@@ -235,14 +306,19 @@ async function contendedOne(id) {
     fairShare: 1 / clients.length,
     maxWait: waits.length ? Math.max(...waits) : NaN, p50Wait: quantile(waits, 0.5),
     overlaps, lostUpdates: total - counter, errors, firstError,
+    requestsPerAcquisition: total ? requests / total : NaN, requestUnit: clients[0].unit,
   };
 }
 
 // --- native Rust driver (examples/bench_native.rs), same backends ----------------
+const NATIVE_NOTE = "blocking Rust client (`edgelock::native::Client`, std::net HTTP/1.1 keep-alive), release build, defaults as the Node row of the same backend; run right after the Node rows, not interleaved";
 const NATIVE_LIBS = {
-  "native-etcd": { label: "edgelock native Rust (etcd)", group: "etcd", counter: "etcd", edgelock: true, native: true },
-  "native-redis": { label: "edgelock native Rust (upstash)", group: "redis-http", counter: "http", edgelock: true, native: true },
-  "native-redlock": { label: "edgelock native Rust (Redlock 3× upstash)", group: "redlock", counter: "http", edgelock: true, native: true },
+  "native-etcd": { label: "edgelock native Rust (etcd)", group: "etcd", counter: "http", edgelock: true, native: true, node: "edgelock-etcd" },
+  "native-redis": { label: "edgelock native Rust (upstash)", group: "redis-http", counter: "http", edgelock: true, native: true, node: "edgelock-redis" },
+  "native-redis-webdis": { label: "edgelock native Rust (webdis)", group: "redis-http", counter: "http", edgelock: true, native: true, node: "edgelock-redis-webdis" },
+  "native-redis-fair": { label: "edgelock native Rust fair (upstash)", group: "redis-http", counter: "http", edgelock: true, native: true, fair: true, node: "edgelock-redis-fair" },
+  "native-redlock": { label: "edgelock native Rust (Redlock 3× upstash)", group: "redlock", counter: "http", edgelock: true, native: true, node: "edgelock-redlock" },
+  "native-redlock-webdis": { label: "edgelock native Rust (Redlock 3× webdis)", group: "redlock", counter: "http", edgelock: true, native: true, node: "edgelock-redlock-webdis" },
 };
 async function native() {
   const bin = process.env.BENCH_NATIVE_BIN;
@@ -251,41 +327,63 @@ async function native() {
     return;
   }
   const { execFile } = await import("node:child_process");
-  const args = [String(CFG.uncontendedSliceMs), String(CFG.uncontendedRounds), String(CFG.handoffs), env.etcd_urls[0], env.gateway_urls.join(","), env.token];
+  const config = JSON.stringify({
+    sliceMs: CFG.uncontendedSliceMs, rounds: CFG.uncontendedRounds, handoffs: CFG.handoffs,
+    etcd: env.etcd_urls[0], gateways: env.gateway_urls, webdis: env.webdis_urls,
+  });
   const stdout = await new Promise((resolve, reject) =>
-    execFile(bin, args, { timeout: 120_000 }, (err, out, errOut) => (err ? reject(new Error(`${err.message}\n${errOut}`)) : resolve(out))));
+    execFile(bin, [config], { timeout: 180_000, env: { ...process.env, BENCH_TOKEN: env.token } },
+      (err, out, errOut) => (err ? reject(new Error(`${err.message}\n${errOut}`)) : resolve(out))));
   const r = JSON.parse(stdout);
   for (const [id, l] of Object.entries(NATIVE_LIBS)) {
-    results.libs[id] = { ...l, note: "blocking Rust client (`edgelock::native::Client`, std::net HTTP/1.1 keep-alive), release build, defaults; run right after the Node rows, not interleaved" };
-    if (r.uncontended[id]) results.uncontended[id] = { ...r.uncontended[id], requestsPerOp: NaN };
-    if (r.handoff[id]) results.handoff[id] = r.handoff[id];
+    if (r.skipped?.[id]) {
+      results.skipped[id] = `the core refused the options (${r.skipped[id]}); row skipped`;
+      continue;
+    }
+    results.libs[id] = { ...l, note: NATIVE_NOTE };
+    if (r.uncontended[id]) results.uncontended[id] = r.uncontended[id];
+    if (r.handoff[id]) results.handoff[id] = { ...r.handoff[id], requestUnit: "HTTP req" };
   }
 }
 
 // --- run ----------------------------------------------------------------------
+results.phaseSec = {};
+const phase = async (name, fn) => {
+  const t = now();
+  try {
+    return await fn();
+  } finally {
+    results.phaseSec[name] = Math.round((now() - t) / 100) / 10;
+  }
+};
+results.phaseSec.setup = Math.round((now() - t0All) / 100) / 10;
 try {
   log("1/4 uncontended");
-  await uncontended();
+  await phase("uncontended", uncontended);
   log("2/4 handoff");
-  await handoff();
+  // The fair lock's queue is watched on the first redis-server for the whole phase.
+  await phase("handoff", () => (libs["edgelock-redis-fair"] ? watchQueue("handoff-edgelock-redis-fair", handoff) : handoff()));
   log("native Rust driver (uncontended + handoff)");
   try {
-    await native();
+    // The native fair lock's queue is watched on the first redis-server for the whole native run.
+    await phase("native", () => watchQueue("handoff-native-redis-fair", () => native()));
   } catch (e) {
     log(`native rows failed: ${e.message}`);
     results.nativeError = e.message;
   }
   log("3/4 contended");
-  for (const id of CONTENDED_IDS) {
-    results.contended[id] = await contendedOne(id);
-    log(`contended ${id}: ${results.contended[id].perSec.toFixed(1)}/s`);
-  }
+  await phase("contended", async () => {
+    for (const id of CONTENDED_IDS) {
+      results.contended[id] = libs[id].fair ? await watchQueue(`contended-${id}`, () => contendedOne(id)) : await contendedOne(id);
+      log(`contended ${id}: ${results.contended[id].perSec.toFixed(1)}/s`);
+    }
+  });
 } finally {
   await Promise.allSettled(admin.map((c) => c.quit()));
   await env.stop();
 }
 log("4/4 footprint");
-results.footprint = await footprint(CFG.instantiateRuns);
+results.footprint = await phase("footprint", () => footprint(CFG.instantiateRuns));
 results.elapsedSec = (now() - t0All) / 1000;
 const out = path.join(repoRoot, "bench", "results.json");
 writeFileSync(out, JSON.stringify(results, null, 2));

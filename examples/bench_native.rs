@@ -1,11 +1,25 @@
 //! Benchmark driver for the native (blocking Rust) client, run by
 //! `bench/run.mjs` against the backends it started:
 //!
-//! `bench_native <slice-ms> <rounds> <handoffs> <etcd-url> <gateway-urls,> <token>`
+//! `BENCH_TOKEN=<gateway token> bench_native '<json config>'`
 //!
-//! Prints one JSON object: uncontended acquire+release (ops/s, p50/p99 ms) for
-//! etcd, Redis (Upstash REST) and Redlock (3× Upstash REST), and handoff
-//! latency (release call → waiter holds) for etcd and Redis.
+//! with the config `{"sliceMs":400,"rounds":6,"handoffs":32,"etcd":"http://…",
+//! "gateways":["http://…",…],"webdis":["http://…",…]}` (the token travels in the
+//! environment, not in argv where `ps` shows it).
+//!
+//! Prints one JSON object:
+//! - `uncontended`: acquire+release in a loop (ops/s, p50/p99 ms, requests per
+//!   op) for etcd, Redis (Upstash REST and Webdis) and Redlock (3× Upstash
+//!   REST and 3× Webdis);
+//! - `handoff`: latency from the holder's release call to the waiter holding,
+//!   and the requests the waiter sent between the two (and during its whole
+//!   wait), for the same configurations plus the single-node `fair: true`
+//!   lock when the core accepts that option;
+//! - `skipped`: configurations the core refused (id → message).
+//!
+//! Requests are counted by wrapping each client's lock machine: every
+//! `Transmit::Send` the driver takes from it is one HTTP request (a
+//! subscription stream counts as one, when it is opened).
 //! Build: `cargo build --release --features native --example bench_native`.
 
 #[cfg(not(feature = "native"))]
@@ -24,14 +38,112 @@ fn main() {
 
 #[cfg(feature = "native")]
 mod bench {
-    use std::sync::mpsc;
+    use std::sync::{mpsc, Arc, Mutex};
     use std::thread;
     use std::time::{Duration, Instant};
 
-    use edgelock::core::redis::{RedisConfig, RedisMachine, RedisNode, RedlockConfig, RedlockMachine};
-    use edgelock::native::{Client, EtcdConfig, OsEntropy};
+    use edgelock::core::{
+        BackendKind, BackendSpec, Capabilities, Event, Input, LockError, LockMachine, Millis, OpId, Operation, Transmit,
+    };
+    use edgelock::native::{Client, OsEntropy};
+    use serde_json::{json, Map, Value};
 
-    type Factory = Box<dyn Fn() -> Result<Client, String>>;
+    /// When each request was sent, and whether it was a stream (a subscription or watch).
+    type ReqLog = Arc<Mutex<Vec<(Instant, bool)>>>;
+
+    /// A lock machine that records every request it hands to the driver.
+    struct Counted {
+        inner: Box<dyn LockMachine + Send>,
+        log: ReqLog,
+    }
+
+    impl LockMachine for Counted {
+        fn backend(&self) -> BackendKind {
+            self.inner.backend()
+        }
+        fn capabilities(&self) -> Capabilities {
+            self.inner.capabilities()
+        }
+        fn live_count(&self) -> usize {
+            self.inner.live_count()
+        }
+        fn start(&mut self, now: Millis, op: Operation) -> Result<OpId, LockError> {
+            self.inner.start(now, op)
+        }
+        fn start_operation(&mut self, now: Millis, op: Operation) -> Result<OpId, LockError> {
+            self.inner.start_operation(now, op)
+        }
+        fn cancel(&mut self, now: Millis, op: OpId) {
+            self.inner.cancel(now, op)
+        }
+        fn close(&mut self, now: Millis) -> OpId {
+            self.inner.close(now)
+        }
+        fn handle_input(&mut self, now: Millis, input: Input) {
+            self.inner.handle_input(now, input)
+        }
+        fn handle_timeout(&mut self, now: Millis) {
+            self.inner.handle_timeout(now)
+        }
+        fn poll_transmit(&mut self) -> Option<Transmit> {
+            let t = self.inner.poll_transmit();
+            if let Some(Transmit::Send(req)) = &t {
+                if let Ok(mut log) = self.log.lock() {
+                    log.push((Instant::now(), req.stream));
+                }
+            }
+            t
+        }
+        fn poll_event(&mut self) -> Option<Event> {
+            self.inner.poll_event()
+        }
+        fn poll_timeout(&self) -> Option<Millis> {
+            self.inner.poll_timeout()
+        }
+    }
+
+    /// One configuration: its id, backend kind and JSON options (the npm spelling).
+    struct Lib {
+        id: &'static str,
+        kind: BackendKind,
+        options: Value,
+        /// Also run in the uncontended phase (the fair lock is measured in handoffs only).
+        uncontended: bool,
+    }
+
+    struct Instrumented {
+        client: Client,
+        log: ReqLog,
+    }
+
+    impl Lib {
+        fn make(&self) -> Result<Instrumented, LockError> {
+            let spec = BackendSpec::from_json(self.kind, &self.options.to_string())?;
+            let machine = spec.build(Box::new(OsEntropy))?;
+            let log: ReqLog = Arc::default();
+            let client = Client::try_from_machine(Box::new(Counted { inner: machine, log: log.clone() }))?;
+            Ok(Instrumented { client, log })
+        }
+    }
+
+    fn count_between(log: &ReqLog, from: Instant, to: Instant) -> (usize, usize) {
+        let log = log.lock().map(|l| l.clone()).unwrap_or_default();
+        let inside = log.iter().filter(|(t, _)| *t >= from && *t <= to);
+        let (mut all, mut streams) = (0, 0);
+        for (_, stream) in inside {
+            all += 1;
+            if *stream {
+                streams += 1;
+            }
+        }
+        (all, streams)
+    }
+
+    /// The first request of `log` sent between `from` and `to`.
+    fn first_between(log: &ReqLog, from: Instant, to: Instant) -> Option<Instant> {
+        let log = log.lock().ok()?;
+        log.iter().map(|(t, _)| *t).filter(|t| *t >= from && *t <= to).min()
+    }
 
     fn quantile(xs: &[f64], q: f64) -> f64 {
         let mut s = xs.to_vec();
@@ -43,11 +155,19 @@ mod bench {
         s.get(i).copied().unwrap_or(f64::NAN)
     }
 
-    fn json_num(x: f64) -> String {
-        if x.is_finite() {
-            format!("{x:.4}")
+    fn mean(xs: &[f64]) -> f64 {
+        if xs.is_empty() {
+            f64::NAN
         } else {
-            "null".to_string()
+            xs.iter().sum::<f64>() / xs.len() as f64
+        }
+    }
+
+    fn num(x: f64) -> Value {
+        if x.is_finite() {
+            json!((x * 10_000.0).round() / 10_000.0)
+        } else {
+            Value::Null
         }
     }
 
@@ -55,121 +175,214 @@ mod bench {
         d.as_secs_f64() * 1000.0
     }
 
+    fn str_field(cfg: &Value, key: &str) -> Result<String, String> {
+        cfg.get(key).and_then(Value::as_str).map(str::to_string).ok_or(format!("config: {key} missing"))
+    }
+
+    fn list_field(cfg: &Value, key: &str) -> Result<Vec<String>, String> {
+        let list = cfg.get(key).and_then(Value::as_array).ok_or(format!("config: {key} missing"))?;
+        Ok(list.iter().filter_map(Value::as_str).map(str::to_string).collect())
+    }
+
+    fn libs(cfg: &Value, token: &str) -> Result<Vec<Lib>, String> {
+        let etcd = str_field(cfg, "etcd")?;
+        let gws = list_field(cfg, "gateways")?;
+        let webdis = list_field(cfg, "webdis")?;
+        let first_gw = gws.first().cloned().ok_or("config: no gateway URL")?;
+        let first_webdis = webdis.first().cloned().ok_or("config: no webdis URL")?;
+        let upstash_nodes: Vec<Value> = gws.iter().map(|u| json!({"url": u, "protocol": "upstash", "token": token})).collect();
+        let webdis_nodes: Vec<Value> = webdis.iter().map(|u| json!({"url": u, "protocol": "webdis"})).collect();
+        Ok(vec![
+            Lib { id: "native-etcd", kind: BackendKind::Etcd, options: json!({"endpoints": [etcd]}), uncontended: true },
+            Lib {
+                id: "native-redis",
+                kind: BackendKind::Redis,
+                options: json!({"url": first_gw, "protocol": "upstash", "token": token}),
+                uncontended: true,
+            },
+            Lib {
+                id: "native-redis-webdis",
+                kind: BackendKind::Redis,
+                options: json!({"url": first_webdis, "protocol": "webdis"}),
+                uncontended: true,
+            },
+            Lib {
+                id: "native-redis-fair",
+                kind: BackendKind::Redis,
+                options: json!({"url": first_gw, "protocol": "upstash", "token": token, "fair": true}),
+                uncontended: false,
+            },
+            // retryCount as in the Node rows: a waiter must not run out of retries.
+            Lib {
+                id: "native-redlock",
+                kind: BackendKind::Redlock,
+                options: json!({"nodes": upstash_nodes, "retryCount": 1000}),
+                uncontended: true,
+            },
+            Lib {
+                id: "native-redlock-webdis",
+                kind: BackendKind::Redlock,
+                options: json!({"nodes": webdis_nodes, "retryCount": 1000}),
+                uncontended: true,
+            },
+        ])
+    }
+
     pub fn run(args: Vec<String>) -> Result<(), String> {
-        let [slice, rounds, handoffs, etcd, gateways, token] = args.as_slice() else {
-            return Err("usage: bench_native <slice-ms> <rounds> <handoffs> <etcd-url> <gateway-urls,> <token>".into());
+        let [config] = args.as_slice() else {
+            return Err("usage: BENCH_TOKEN=<token> bench_native '<json config>'".into());
         };
-        let slice = Duration::from_millis(slice.parse().map_err(|_| "bad slice-ms")?);
-        let rounds: usize = rounds.parse().map_err(|_| "bad rounds")?;
-        let handoffs: usize = handoffs.parse().map_err(|_| "bad handoffs")?;
-        let gws: Vec<String> = gateways.split(',').map(str::to_string).collect();
-        let first_gw = gws.first().cloned().ok_or("no gateway URL")?;
+        let cfg: Value = serde_json::from_str(config).map_err(|e| format!("config: {e}"))?;
+        let slice = Duration::from_millis(cfg.get("sliceMs").and_then(Value::as_u64).ok_or("config: sliceMs")?);
+        let rounds = cfg.get("rounds").and_then(Value::as_u64).ok_or("config: rounds")? as usize;
+        let handoffs = cfg.get("handoffs").and_then(Value::as_u64).ok_or("config: handoffs")? as usize;
+        let token = std::env::var("BENCH_TOKEN").unwrap_or_default();
+        let all = libs(&cfg, &token)?;
 
-        let etcd_url = etcd.clone();
-        let tok = token.clone();
-        let tok2 = token.clone();
-        let libs: Vec<(&str, Factory)> = vec![
-            ("native-etcd", Box::new(move || Client::etcd(EtcdConfig::new(vec![etcd_url.clone()])).map_err(|e| e.to_string()))),
-            (
-                "native-redis",
-                Box::new(move || {
-                    let m = RedisMachine::new(RedisConfig::new(RedisNode::upstash(first_gw.clone(), tok.clone())), Box::new(OsEntropy))
-                        .map_err(|e| e.to_string())?;
-                    Client::try_from_machine(Box::new(m)).map_err(|e| e.to_string())
-                }),
-            ),
-            (
-                "native-redlock",
-                Box::new(move || {
-                    let nodes = gws.iter().map(|u| RedisNode::upstash(u.clone(), tok2.clone())).collect();
-                    let m = RedlockMachine::new(RedlockConfig::new(nodes), Box::new(OsEntropy)).map_err(|e| e.to_string())?;
-                    Client::try_from_machine(Box::new(m)).map_err(|e| e.to_string())
-                }),
-            ),
-        ];
+        // Which configurations the core accepts (the fair lock may not exist yet).
+        let mut skipped = Map::new();
+        let mut usable = Vec::new();
+        for lib in &all {
+            match lib.make() {
+                Ok(c) => {
+                    let _ = c.client.close();
+                    usable.push(lib);
+                }
+                Err(e) if e.code() == "INVALID_ARGUMENT" => {
+                    skipped.insert(lib.id.into(), json!(e.to_string()));
+                }
+                Err(e) => return Err(format!("{}: {e}", lib.id)),
+            }
+        }
 
-        let mut out = Vec::new();
         // Uncontended, interleaved rounds after a warm-up.
-        let clients: Vec<Client> = libs.iter().map(|(_, f)| f()).collect::<Result<_, _>>()?;
-        let mut lat: Vec<Vec<f64>> = vec![Vec::new(); clients.len()];
-        let mut busy = vec![Duration::ZERO; clients.len()];
-        let mut errors = vec![0u64; clients.len()];
+        let unc_libs: Vec<&Lib> = usable.iter().copied().filter(|l| l.uncontended).collect();
+        let clients: Vec<Instrumented> = unc_libs.iter().map(|l| l.make().map_err(|e| format!("{}: {e}", l.id))).collect::<Result<_, _>>()?;
+        let n = clients.len();
+        let mut lat: Vec<Vec<f64>> = vec![Vec::new(); n];
+        let mut busy = vec![Duration::ZERO; n];
+        let mut errors = vec![0u64; n];
+        let mut requests = vec![0usize; n];
         for (i, c) in clients.iter().enumerate() {
+            let name = format!("unc-{}", unc_libs[i].id);
             for _ in 0..5 {
-                let name = format!("unc-{}", libs.get(i).map_or("x", |l| l.0));
-                c.acquire(&name, None).and_then(|l| l.release()).map_err(|e| e.to_string())?;
+                c.client.acquire(&name, None).and_then(|l| l.release()).map_err(|e| format!("{}: {e}", unc_libs[i].id))?;
             }
         }
         for _ in 0..rounds {
             for (i, c) in clients.iter().enumerate() {
-                let name = format!("unc-{}", libs.get(i).map_or("x", |l| l.0));
+                let name = format!("unc-{}", unc_libs[i].id);
                 let start = Instant::now();
                 while start.elapsed() < slice {
                     let t = Instant::now();
-                    match c.acquire(&name, None).and_then(|l| l.release()) {
+                    match c.client.acquire(&name, None).and_then(|l| l.release()) {
                         Ok(_) => lat[i].push(ms(t.elapsed())),
                         Err(_) => errors[i] += 1,
                     }
                 }
-                busy[i] += start.elapsed();
+                let end = Instant::now();
+                busy[i] += end - start;
+                requests[i] += count_between(&c.log, start, end).0;
             }
         }
+        let mut uncontended = Map::new();
         for (i, c) in clients.iter().enumerate() {
-            let _ = c.close();
-            let id = libs.get(i).map_or("x", |l| l.0);
-            out.push(format!(
-                "\"{id}\":{{\"ops\":{},\"opsPerSec\":{},\"p50\":{},\"p99\":{},\"errors\":{}}}",
-                lat[i].len(),
-                json_num(lat[i].len() as f64 / busy[i].as_secs_f64()),
-                json_num(quantile(&lat[i], 0.5)),
-                json_num(quantile(&lat[i], 0.99)),
-                errors[i]
-            ));
+            let _ = c.client.close();
+            let ops = lat[i].len();
+            uncontended.insert(
+                unc_libs[i].id.into(),
+                json!({
+                    "ops": ops,
+                    "opsPerSec": num(ops as f64 / busy[i].as_secs_f64()),
+                    "p50": num(quantile(&lat[i], 0.5)),
+                    "p99": num(quantile(&lat[i], 0.99)),
+                    "requestsPerOp": num(if ops > 0 { requests[i] as f64 / ops as f64 } else { f64::NAN }),
+                    "errors": errors[i],
+                }),
+            );
         }
-        let uncontended = out.join(",");
 
-        // Handoff: the waiter blocks in its own thread; latency from the release call to it holding.
-        let mut hand = Vec::new();
-        for (id, f) in libs.iter().take(2) {
-            let holder = f()?;
-            let waiter = f()?;
-            let name = format!("handoff-{id}");
+        // Handoff: the waiter blocks in its own thread; latency from the
+        // release call to it holding; the waiter's own requests counted from
+        // its log, between the release call and the grant.
+        let mut hand = Map::new();
+        for lib in &usable {
+            let (holder, waiter) = match (lib.make(), lib.make()) {
+                (Ok(h), Ok(w)) => (h, w),
+                (Err(e), _) | (_, Err(e)) => return Err(format!("{}: {e}", lib.id)),
+            };
+            let name = format!("handoff-{}", lib.id);
             let mut samples = Vec::new();
+            let (mut after, mut whole, mut streams, mut wake) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
             let mut early = 0u64;
+            let mut errs = 0u64;
             for k in 0..handoffs {
-                let held = holder.acquire(&name, None).map_err(|e| e.to_string())?;
+                let held = match holder.client.acquire(&name, None) {
+                    Ok(l) => l,
+                    Err(_) => {
+                        errs += 1;
+                        continue;
+                    }
+                };
                 let (tx, rx) = mpsc::channel();
-                let w = waiter.clone();
+                let w = waiter.client.clone();
                 let n = name.clone();
+                let wait_start = Instant::now();
                 let th = thread::spawn(move || {
-                    let r = w.acquire(&n, None);
-                    let at = Instant::now();
-                    let _ = tx.send(at);
+                    let r = w.acquire(&n, Some(Duration::from_secs(30)));
+                    let _ = tx.send(Instant::now());
                     r.and_then(|l| l.release())
                 });
                 thread::sleep(Duration::from_millis(50 + (k as u64 * 37) % 100));
                 let released_at = Instant::now();
-                if rx.try_recv().is_ok() {
-                    early += 1;
+                let mut got = rx.try_recv().ok();
+                if got.is_some() {
+                    early += 1; // the waiter got in while the holder held: exclusion lost
                 }
-                held.release().map_err(|e| e.to_string())?;
-                let got = rx.recv().map_err(|_| "waiter thread failed")?;
-                th.join().map_err(|_| "waiter panicked")?.map_err(|e| e.to_string())?;
-                samples.push(ms(got.saturating_duration_since(released_at)));
+                if held.release().is_err() {
+                    errs += 1;
+                }
+                if got.is_none() {
+                    got = rx.recv().ok();
+                }
+                let ok = matches!(th.join(), Ok(Ok(_)));
+                match got {
+                    Some(at) if ok => {
+                        samples.push(ms(at.saturating_duration_since(released_at)));
+                        after.push(count_between(&waiter.log, released_at, at).0 as f64);
+                        if let Some(first) = first_between(&waiter.log, released_at, at) {
+                            wake.push(ms(first - released_at));
+                        }
+                        let (w_all, w_streams) = count_between(&waiter.log, wait_start, at);
+                        whole.push(w_all as f64);
+                        streams.push(w_streams as f64);
+                    }
+                    _ => errs += 1,
+                }
             }
-            let _ = holder.close();
-            let _ = waiter.close();
-            let list: Vec<String> = samples.iter().map(|x| format!("{x:.1}")).collect();
-            hand.push(format!(
-                "\"{id}\":{{\"n\":{},\"p50\":{},\"p99\":{},\"max\":{},\"samples\":[{}],\"exclusionViolations\":{early},\"errors\":0}}",
-                samples.len(),
-                json_num(quantile(&samples, 0.5)),
-                json_num(quantile(&samples, 0.99)),
-                json_num(samples.iter().copied().fold(f64::NAN, f64::max)),
-                list.join(",")
-            ));
+            let _ = holder.client.close();
+            let _ = waiter.client.close();
+            let list: Vec<Value> = samples.iter().map(|x| num((x * 10.0).round() / 10.0)).collect();
+            hand.insert(
+                lib.id.into(),
+                json!({
+                    "n": samples.len(),
+                    "p50": num(quantile(&samples, 0.5)),
+                    "p99": num(quantile(&samples, 0.99)),
+                    "max": num(samples.iter().copied().fold(f64::NAN, f64::max)),
+                    "samples": list,
+                    "wakeP50": num(quantile(&wake, 0.5)),
+                    "waiterRequestsAfterRelease": num(mean(&after)),
+                    "waiterRequestsAfterReleaseMax": num(after.iter().copied().fold(f64::NAN, f64::max)),
+                    "waiterRequestsWholeWait": num(mean(&whole)),
+                    "waiterStreamsWholeWait": num(mean(&streams)),
+                    "exclusionViolations": early,
+                    "errors": errs,
+                }),
+            );
         }
-        println!("{{\"uncontended\":{{{uncontended}}},\"handoff\":{{{}}}}}", hand.join(","));
+        let out = json!({ "uncontended": uncontended, "handoff": hand, "skipped": skipped });
+        println!("{out}");
         Ok(())
     }
 }

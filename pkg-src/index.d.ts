@@ -130,6 +130,17 @@ export interface RedisLocksOptions extends RedisNode {
   retryDelayMs?: number;
   /** Random extra pause per attempt (default 100). */
   retryJitterMs?: number;
+  /**
+   * Push wake-up: a waiting acquire subscribes to its lock's release channel
+   * (one streaming request: Upstash `POST /subscribe/…` as server-sent events,
+   * Webdis `GET /SUBSCRIBE/…`) and attempts again as soon as the holder
+   * releases, instead of after `retryDelayMs`; while subscribed it still
+   * attempts every min(holder's remaining TTL, 2 s). This caps the streams
+   * this client holds open at once over all its waiters; waiters beyond it
+   * poll, and 0 makes every waiter poll. Default 64; the `workerd` export
+   * defaults to 5 (a Workers invocation may hold only 6 connections open).
+   */
+  maxSubscriptions?: number;
   /** The only transport used (default: `globalThis.fetch`). */
   fetch?: typeof fetch;
   /** Named bindings (objects with a `fetch(url, init)` method, such as a Durable Object stub) that a backend may target instead of a URL. */
@@ -149,6 +160,20 @@ export interface RedlockOptions {
   retryDelayMs?: number;
   /** Random ± jitter on the retry delay (default 100). */
   retryJitterMs?: number;
+  /**
+   * Push wake-up: a waiting acquire subscribes to its lock's release channel
+   * on each node (one streaming request per node, first node first) and
+   * attempts again as soon as a holder releases, instead of after
+   * `retryDelayMs`; while enough nodes are subscribed that any holder's
+   * release reaches one of them it still attempts every min(remaining TTL,
+   * 2 s), otherwise every `retryDelayMs`. This caps the streams this client
+   * holds open at once over all its waiters and nodes; nodes beyond it are
+   * left to the timer, and 0 makes every waiter poll. Default 64; the
+   * `workerd` export defaults to max(0, 6 − nodes.length) (a Workers
+   * invocation may hold only 6 connections open: the cap plus one attempt
+   * round must fit), so a waiter on 5 nodes subscribes on the first only.
+   */
+  maxSubscriptions?: number;
   /** Per-node request timeout (default 1000). */
   requestTimeoutMs?: number;
   /** Key prefix (default `edgelock`). */

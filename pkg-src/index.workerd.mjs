@@ -3,7 +3,35 @@
 // imports as compiled WebAssembly.Module objects) and instantiated synchronously.
 import wasmModule from "./edgelock_wasm_bg.wasm";
 import { initSync } from "./edgelock_wasm.js";
+import { RedisLocks as AnyRedisLocks, Redlock as AnyRedlock } from "./api.mjs";
 
 initSync({ module: wasmModule });
 
-export { EtcdLocks, RedisLocks, Redlock, LockError } from "./api.mjs";
+// A Workers invocation may hold only 6 connections open at once (more wait
+// for one to close). A waiting acquire holds its push wake-up subscriptions
+// open (one streaming request per subscribed node) and sends one attempt
+// round to every node, so the default cap on subscriptions leaves room for
+// that round: max(0, 6 − nodes). The nodes it does not cover are left to the
+// retry timer. An explicit `maxSubscriptions` is kept as given.
+const OPEN_CONNECTIONS = 6;
+
+function workersDefaults(options, nodes) {
+  if (options === null || typeof options !== "object" || options.maxSubscriptions !== undefined) return options;
+  return { ...options, maxSubscriptions: Math.max(0, OPEN_CONNECTIONS - nodes) };
+}
+
+/** Locks on one Redis node; waiters hold at most 5 wake-up subscriptions by default. */
+export class RedisLocks extends AnyRedisLocks {
+  constructor(options) {
+    super(workersDefaults(options, 1));
+  }
+}
+
+/** Redlock; waiters hold at most max(0, 6 − nodes) wake-up subscriptions by default. */
+export class Redlock extends AnyRedlock {
+  constructor(options) {
+    super(workersDefaults(options, Array.isArray(options?.nodes) ? options.nodes.length : 0));
+  }
+}
+
+export { EtcdLocks, LockError } from "./api.mjs";

@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
 # Benchmarks edgelock against the peer lock libraries (etcd3, redlock@5 over
 # ioredis, redis-semaphore, @upstash/lock over @upstash/redis), side by side on
-# local backends started by the devtools `testenv`. Bounded (about 3 minutes).
+# local backends started by the devtools `testenv`, from Node (npm package) and
+# native Rust (examples/bench_native.rs): uncontended ops/s and requests per op,
+# handoff latency and the waiter's requests per handoff (Redis push wake-up on
+# the Upstash gateway, Webdis and Redlock), 16-client contention fairness
+# (default and `fair: true` when the core accepts it), footprint. Bounded
+# (about 3 minutes of measuring after the builds).
 # Writes BENCHMARKS.md, bench/handoff.svg and bench/results.json.
 #   BENCH_SKIP_SETUP=1   do not run scripts/setup.sh first
 #   BENCH_REBUILD_PKG=1  rebuild pkg/ even if it exists (otherwise built only when missing)

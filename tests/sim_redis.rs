@@ -22,10 +22,21 @@
 //! - no ghost renewals: a client never renews a key of a name it no longer
 //!   wants, beyond the network's delay;
 //! - calm runs: every operation completes as the world expects, nothing is
-//!   lost, no lock key remains after every client closed.
+//!   lost, no lock key remains after every client closed;
+//! - push wake-up (on in every run, `max_subscriptions` sometimes 1 or 2):
+//!   the nodes speak pub/sub on both protocols (tests/sim/redis_model.rs)
+//!   and the world carries the subscription streams with the network's
+//!   faults (delays, loss as broken streams, partitions, node restarts end
+//!   them), cut at random bytes, several events per chunk, and hostile
+//!   chunks spliced in; a client keeps a subscription open only while one of
+//!   its acquires waits, never more than `max_subscriptions`, and none is
+//!   left open anywhere at the end; on calm networks the same seeds run with
+//!   and without push, and push must save attempts per grant.
 //!
 //! `SIM_SEEDS=N` sets the seed count; `SIM_SEED=N` replays one seed (with
-//! `SIM_TRACE=1`, printing its step log).
+//! `SIM_TRACE=1`, printing its step log); `SIM_MAX_SUBSCRIPTIONS=n` overrides
+//! every machine's `max_subscriptions` (0: replay a seed without push);
+//! `SIM_KEEP_GOING=1` runs every seed and lists every failure.
 
 mod sim {
     pub mod net;
@@ -56,6 +67,10 @@ const STOP_AT_MS: Millis = 200_000;
 enum Mode {
     /// Random N ∈ {1, 3, 5}, either fencing mode, every fault but restarts.
     Main,
+    /// Like `Main` but always calm (no fault at all), with push wake-up on
+    /// (`max_subscriptions` at its default) or off (0): the same seed gives
+    /// the same setup either way, for comparing attempts per grant.
+    Calm { push: bool },
     /// Redlock Strict with node restarts (delayed restarts) and other faults.
     Restarts,
     /// Node clocks jumping forward by more than the drift budget: the
@@ -79,6 +94,8 @@ struct Setup {
     nodes: usize,
     protos: Vec<Proto>,
     fencing: Option<RedlockFencing>,
+    /// The machines' `max_subscriptions` (0: waiters poll).
+    max_subscriptions: usize,
     /// No faults at all: liveness checks apply.
     calm: bool,
     /// Only client pauses (and clock drift): every attempt reaches every node.
@@ -104,6 +121,20 @@ struct Stats {
     /// Restart runs whose token inversion was outside the stated precondition.
     outside_guarantee: u64,
     sim_ms: u64,
+    /// Subscription streams the nodes opened.
+    subscriptions: u64,
+    /// Messages the nodes queued on subscription streams.
+    push_messages: u64,
+    /// Acquire attempts (acquire-script runs on the nodes / N).
+    attempts: u64,
+    /// Hostile chunks the network spliced into streams.
+    hostile_chunks: u64,
+    /// Stream chunks the network delivered.
+    stream_chunks: u64,
+    /// Messages published by attempts' cleanups (`released:0`).
+    cleanup_messages: u64,
+    /// (attempts, grants) of the runs with 1, 3 and 5 nodes.
+    by_nodes: [(u64, u64); 3],
 }
 
 impl Stats {
@@ -118,6 +149,20 @@ impl Stats {
         self.validity_reports += o.validity_reports;
         self.outside_guarantee += o.outside_guarantee;
         self.sim_ms += o.sim_ms;
+        self.subscriptions += o.subscriptions;
+        self.push_messages += o.push_messages;
+        self.attempts += o.attempts;
+        self.hostile_chunks += o.hostile_chunks;
+        self.stream_chunks += o.stream_chunks;
+        self.cleanup_messages += o.cleanup_messages;
+        for (a, b) in self.by_nodes.iter_mut().zip(o.by_nodes) {
+            a.0 += b.0;
+            a.1 += b.1;
+        }
+    }
+
+    fn attempts_per_grant(&self) -> f64 {
+        self.attempts as f64 / self.grants.max(1) as f64
     }
 }
 
@@ -132,18 +177,25 @@ fn pick<T: Copy>(rng: &mut SimRng, xs: &[T]) -> T {
 fn build(seed: u64, mode: Mode) -> (World<RedisModel>, Setup) {
     let mut rng = SimRng::new(seed ^ 0x5EED_F4ED_1500_0000_u64);
     let nodes = match mode {
-        Mode::Main => pick(&mut rng, &[1, 3, 5]),
+        Mode::Main | Mode::Calm { .. } => pick(&mut rng, &[1, 3, 5]),
         Mode::Restarts => pick(&mut rng, &[3, 5]),
         Mode::BeyondBound | Mode::BeyondBoundValidity => 3,
     };
     let fencing = match mode {
         _ if nodes == 1 => None,
-        Mode::Main => Some(pick(&mut rng, &[RedlockFencing::Folded, RedlockFencing::Strict])),
+        Mode::Main | Mode::Calm { .. } => Some(pick(&mut rng, &[RedlockFencing::Folded, RedlockFencing::Strict])),
         Mode::Restarts | Mode::BeyondBound | Mode::BeyondBoundValidity => Some(RedlockFencing::Strict),
     };
     // Folded fencing is only promised while every attempt reaches every node.
     let folded = fencing == Some(RedlockFencing::Folded);
-    let calm = mode == Mode::Main && rng.chance(0.3);
+    let calm = match mode {
+        Mode::Main => rng.chance(0.3),
+        Mode::Calm { .. } => {
+            rng.chance(0.3); // the same draws as `Main`
+            true
+        }
+        _ => false,
+    };
     let pauses_only = !calm && (folded || mode.beyond_bound());
     let ttl_ms = pick(&mut rng, &[1_000, 2_000, 3_000, 5_000]);
     let timeouts: Vec<u64> = [150, 300, 600, 1_000].into_iter().filter(|t| *t <= ttl_ms / 3).collect();
@@ -156,6 +208,12 @@ fn build(seed: u64, mode: Mode) -> (World<RedisModel>, Setup) {
     };
     let mut net = NetConfig::calm();
     net.delay = (1, rng.range(3, 30));
+    // Not faults: stream chunks cut at random bytes into up to 6 pieces, and
+    // sometimes several server writes in one chunk.
+    net.split_chunk = 0.3;
+    net.split_pieces = 6;
+    net.stream_coalesce = 0.25;
+    net.coalesce_hold_ms = 30;
     if !calm && !pauses_only {
         net.faults_until = FAULT_WINDOW_MS;
         net.long_delay_chance = pick(&mut rng, &[0.0, 0.01, 0.03]);
@@ -164,6 +222,8 @@ fn build(seed: u64, mode: Mode) -> (World<RedisModel>, Setup) {
         net.response_loss = pick(&mut rng, &[0.0, 0.01, 0.05]);
         net.reset_chance = 0.3;
         net.late_after_cancel = 0.2;
+        net.stream_break = pick(&mut rng, &[0.0, 0.02, 0.1]);
+        net.stream_garbage = pick(&mut rng, &[0.0, 0.05, 0.2]);
     }
     let protos: Vec<Proto> = (0..nodes).map(|_| if rng.chance(0.5) { Proto::Upstash } else { Proto::Webdis }).collect();
     let mut node_clocks = Vec::new();
@@ -179,11 +239,25 @@ fn build(seed: u64, mode: Mode) -> (World<RedisModel>, Setup) {
         node_clocks.push(c);
     }
     let ghost_grace = request_timeout_ms + net.long_delay_max.max(net.delay.1) * 2 + 100;
+    // Mostly the default; sometimes so few that some waiters (or nodes) are
+    // left to their timers.
+    let max_subscriptions = match mode {
+        Mode::Calm { push: false } => 0,
+        Mode::Calm { push: true } => edgelock::core::redis::DEFAULT_MAX_SUBSCRIPTIONS,
+        _ => {
+            let d = edgelock::core::redis::DEFAULT_MAX_SUBSCRIPTIONS;
+            pick(&mut rng, &[d, d, d, 1, 2])
+        }
+    };
+    // SIM_MAX_SUBSCRIPTIONS=n overrides it (after the same draws: the rest of
+    // the setup stays the seed's), e.g. 0 to replay a seed without push.
+    let max_subscriptions = std::env::var("SIM_MAX_SUBSCRIPTIONS").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(max_subscriptions);
     let setup = Setup {
         mode,
         nodes,
         protos: protos.clone(),
         fencing,
+        max_subscriptions,
         calm,
         pauses_only,
         ttl_ms,
@@ -216,6 +290,7 @@ fn build(seed: u64, mode: Mode) -> (World<RedisModel>, Setup) {
                 cfg.request_timeout_ms = request_timeout_ms;
                 cfg.retry_delay_ms = retry_delay_ms;
                 cfg.retry_jitter_ms = retry_jitter_ms;
+                cfg.max_subscriptions = max_subscriptions;
                 Box::new(RedisMachine::new(cfg, Box::new(rng.fork())).expect("valid config"))
             }
             Some(f) => {
@@ -226,6 +301,7 @@ fn build(seed: u64, mode: Mode) -> (World<RedisModel>, Setup) {
                 cfg.retry_jitter_ms = retry_jitter_ms;
                 cfg.retry_count = rng.range(2, 10) as u32;
                 cfg.fencing = f;
+                cfg.max_subscriptions = max_subscriptions;
                 Box::new(RedlockMachine::new(cfg, Box::new(rng.fork())).expect("valid config"))
             }
         };
@@ -369,6 +445,21 @@ impl RedisChecks {
             }
             self.log_seen[i] = log.len();
         }
+        // Subscriptions live exactly as long as a waiting acquire: the task
+        // that owns them closes them when it stops listening (granted,
+        // refused, timed out, cancelled, the machine closed).
+        for c in 0..w.client_count() {
+            let flights = w.stream_flights(c);
+            if flights > 0 && !w.waiting_acquire(c) {
+                return Err(format!("client {c} keeps {flights} subscription stream(s) open with no acquire waiting (t={})", w.now));
+            }
+            if flights > self.setup.max_subscriptions {
+                return Err(format!(
+                    "client {c} has {flights} subscription streams open, over max_subscriptions = {}",
+                    self.setup.max_subscriptions
+                ));
+            }
+        }
         if self.setup.calm && w.all_closed_at == Some(w.now) {
             for i in 0..self.setup.nodes {
                 for (k, _) in w.server(i).keys(w.now) {
@@ -401,7 +492,20 @@ fn strict_precondition_held(w: &World<RedisModel>, checks: &RedisChecks) -> Resu
             }
         }
     }
-    let owner2 = owner2.ok_or("owner of the second holder unknown")?;
+    // Without a raise round (skipped: every counter was at the token) the
+    // owner is known from the grant itself.
+    let owner2 = owner2
+        .or_else(|| {
+            (0..w.endpoint_count()).find_map(|i| {
+                w.server(i).log.iter().rev().find_map(|r| match r {
+                    Rec::Granted { key: k, owner, client: Some(c), fence, .. } if *k == key && *c == last.client && *fence == last.token => {
+                        Some(owner.clone())
+                    }
+                    _ => None,
+                })
+            })
+        })
+        .ok_or("owner of the second holder unknown")?;
     let mut why = String::new();
     for i in 0..w.endpoint_count() {
         let m = w.server(i);
@@ -409,9 +513,16 @@ fn strict_precondition_held(w: &World<RedisModel>, checks: &RedisChecks) -> Resu
             Rec::Granted { key: k, owner, t, .. } if *k == key && *owner == owner2 => Some(*t),
             _ => None,
         });
+        // H1's key in place with the node's counter at ≥ its token: a raise
+        // it confirmed, or (raise skipped) its own grant there.
         let raised_at = m.log.iter().find_map(|r| match r {
             Rec::Raised { key: k, owner, t, ours: true, floor, .. }
                 if *k == key && owner.as_slice() == owner1.as_bytes() && *floor >= prev.token && granted_at.is_some_and(|tg| *t <= tg) =>
+            {
+                Some(*t)
+            }
+            Rec::Granted { key: k, owner, t, fence, .. }
+                if *k == key && owner.as_slice() == owner1.as_bytes() && *fence >= prev.token && granted_at.is_some_and(|tg| *t <= tg) =>
             {
                 Some(*t)
             }
@@ -467,6 +578,18 @@ fn run_seed(seed: u64, mode: Mode, trace: bool) -> Result<Stats, Failure> {
             validity_reports: checks.validity_reports,
             outside_guarantee: outside,
             sim_ms: w.now,
+            subscriptions: (0..setup.nodes).map(|i| w.server(i).subscriptions).sum(),
+            push_messages: (0..setup.nodes).map(|i| w.server(i).deliveries).sum(),
+            attempts: (0..setup.nodes).map(|i| w.server(i).acquire_evals).sum::<u64>() / setup.nodes as u64,
+            hostile_chunks: w.hostile_chunks,
+            stream_chunks: w.stream_chunks,
+            cleanup_messages: (0..setup.nodes).map(|i| w.server(i).cleanup_deliveries).sum(),
+            by_nodes: {
+                let attempts = (0..setup.nodes).map(|i| w.server(i).acquire_evals).sum::<u64>() / setup.nodes as u64;
+                let mut b = [(0, 0); 3];
+                b[setup.nodes / 2] = (attempts, w.grants.len() as u64);
+                b
+            },
         }),
     }
 }
@@ -487,6 +610,25 @@ fn final_checks(w: &World<RedisModel>, setup: &Setup) -> Result<(), String> {
                 return Err(format!("node {i} still has key {:?} after the world went quiet", String::from_utf8_lossy(&k)));
             }
         }
+    }
+    // No subscription outlives the run: every stream a client opened was
+    // closed by it (or ended by the network), on both sides of the wire.
+    for c in 0..w.client_count() {
+        if w.stream_flights(c) != 0 {
+            return Err(format!("client {c} still has {} subscription stream(s) in flight at the end", w.stream_flights(c)));
+        }
+    }
+    if w.open_stream_count() != 0 {
+        return Err(format!("the network still carries {} stream(s) at the end", w.open_stream_count()));
+    }
+    for i in 0..setup.nodes {
+        let open = w.server(i).open_subscriptions();
+        if open != 0 {
+            return Err(format!("node {i} still has {open} subscription(s) open at the end"));
+        }
+    }
+    if setup.max_subscriptions == 0 && (0..setup.nodes).any(|i| w.server(i).subscriptions > 0) {
+        return Err("a subscription was opened with max_subscriptions = 0".into());
     }
     if setup.calm {
         w.check_calm_run()?;
@@ -510,8 +652,9 @@ fn report_failure(seed: u64, mode: Mode, test: &str, first_message: &str) -> Str
 }
 
 /// Runs seeds `0..n` (or `SIM_SEED`) on up to 4 threads; panics with the
-/// lowest failing seed, its replay command and its history.
-fn sweep(test: &str, default_seeds: u64, mode: Mode) -> Stats {
+/// lowest failing seed, its replay command and its history. `SIM_SEEDS`
+/// sets `n` (divided by `divisor`).
+fn sweep(test: &str, default_seeds: u64, divisor: u64, mode: Mode) -> Stats {
     if let Ok(one) = std::env::var("SIM_SEED") {
         let seed: u64 = one.trim().parse().expect("SIM_SEED must be a number");
         match run_seed(seed, mode, true) {
@@ -532,23 +675,32 @@ fn sweep(test: &str, default_seeds: u64, mode: Mode) -> Stats {
             Err((msg, _, _)) => panic!("{}", report_failure(seed, mode, test, &msg)),
         }
     }
-    let seeds: u64 = std::env::var("SIM_SEEDS").ok().and_then(|s| s.trim().parse().ok()).unwrap_or(default_seeds);
+    let seeds: u64 =
+        std::env::var("SIM_SEEDS").ok().and_then(|s| s.trim().parse::<u64>().ok()).map_or(default_seeds, |n| (n / divisor.max(1)).max(1));
     let started = std::time::Instant::now();
     let workers = std::thread::available_parallelism().map_or(2, |n| n.get()).clamp(1, 4) as u64;
-    let results: Vec<(Stats, Option<(u64, String)>)> = std::thread::scope(|scope| {
+    // SIM_KEEP_GOING=1: run every seed and list every failure (triage).
+    let keep_going = std::env::var("SIM_KEEP_GOING").is_ok();
+    let results: Vec<(Stats, Vec<(u64, String)>)> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..workers)
             .map(|k| {
                 scope.spawn(move || {
                     let mut stats = Stats::default();
+                    let mut failures = Vec::new();
                     let mut seed = k;
                     while seed < seeds {
                         match run_seed(seed, mode, false) {
                             Ok(s) => stats.add(&s),
-                            Err((msg, _, _)) => return (stats, Some((seed, msg))),
+                            Err((msg, _, _)) => {
+                                failures.push((seed, msg));
+                                if !keep_going {
+                                    break;
+                                }
+                            }
                         }
                         seed += workers;
                     }
-                    (stats, None)
+                    (stats, failures)
                 })
             })
             .collect();
@@ -558,8 +710,16 @@ fn sweep(test: &str, default_seeds: u64, mode: Mode) -> Stats {
     for (s, _) in &results {
         total.add(s);
     }
+    if keep_going {
+        let mut all: Vec<&(u64, String)> = results.iter().flat_map(|(_, f)| f).collect();
+        all.sort_by_key(|(s, _)| *s);
+        eprintln!("{test}: {} failing seeds", all.len());
+        for (seed, msg) in all {
+            eprintln!("  seed {seed}: {msg}");
+        }
+    }
     eprintln!(
-        "{test}: {} seeds ({} calm) in {:.1} s: {} ops, {} grants, {} lost, {} HTTP requests, {} node restarts, {} validity reports checked, {} inversions outside the stated precondition, {} simulated minutes",
+        "{test}: {} seeds ({} calm) in {:.1} s: {} ops, {} grants, {} lost, {} HTTP requests, {} node restarts, {} validity reports checked, {} inversions outside the stated precondition, {} simulated minutes; push: {} subscriptions, {} messages, {} stream chunks ({} hostile), {:.2} attempts per grant",
         total.seeds,
         total.calm,
         started.elapsed().as_secs_f64(),
@@ -570,9 +730,14 @@ fn sweep(test: &str, default_seeds: u64, mode: Mode) -> Stats {
         total.restarts,
         total.validity_reports,
         total.outside_guarantee,
-        total.sim_ms / 60_000
+        total.sim_ms / 60_000,
+        total.subscriptions,
+        total.push_messages,
+        total.stream_chunks,
+        total.hostile_chunks,
+        total.attempts_per_grant()
     );
-    if let Some((seed, msg)) = results.iter().filter_map(|(_, f)| f.clone()).min_by_key(|(s, _)| *s) {
+    if let Some((seed, msg)) = results.iter().flat_map(|(_, f)| f.iter().cloned()).min_by_key(|(s, _)| *s) {
         panic!("{}", report_failure(seed, mode, test, &msg));
     }
     total
@@ -580,16 +745,70 @@ fn sweep(test: &str, default_seeds: u64, mode: Mode) -> Stats {
 
 #[test]
 fn simulation() {
-    let s = sweep("simulation", 2000, Mode::Main);
+    let s = sweep("simulation", 2000, 1, Mode::Main);
     assert!(s.grants > s.seeds, "the workload should acquire locks: {s:?}");
+    // Enough seeds for every kind of run (a handful may have no waiter).
+    if s.seeds >= 200 {
+        assert!(s.subscriptions > 0 && s.push_messages > 0, "waiters should subscribe and hear releases: {s:?}");
+        assert!(s.hostile_chunks > 0, "the network should splice hostile chunks into streams: {s:?}");
+    }
 }
 
 #[test]
 fn restarts() {
-    let s = sweep("restarts", 1000, Mode::Restarts);
+    let s = sweep("restarts", 1000, 1, Mode::Restarts);
     assert!(s.restarts > 0, "{s:?}");
     // The precondition is about rare combinations; it must not be the norm.
     assert!(s.outside_guarantee * 20 <= s.seeds.max(20), "{s:?}");
+}
+
+/// Push is really used: on calm networks, the same seeds run with push
+/// wake-up (default `max_subscriptions`) and without (0, waiters poll).
+/// With push, waiters subscribe, hear releases, and need fewer acquire
+/// attempts per grant; without it, nothing subscribes. Every safety check
+/// and the calm-run checks apply to both.
+#[test]
+fn push_saves_attempts_on_calm_networks() {
+    let with = sweep("push_on_calm", 300, 8, Mode::Calm { push: true });
+    let without = sweep("push_off_calm", 300, 8, Mode::Calm { push: false });
+    let per_grant = |(a, g): (u64, u64)| a as f64 / g.max(1) as f64;
+    let mut lines = vec![format!(
+        "calm networks, same seeds: {:.3} attempts per grant with push ({} attempts, {} grants, {} subscriptions, {} messages of which {} from attempts' cleanups), {:.3} without ({} attempts, {} grants)",
+        with.attempts_per_grant(),
+        with.attempts,
+        with.grants,
+        with.subscriptions,
+        with.push_messages,
+        with.cleanup_messages,
+        without.attempts_per_grant(),
+        without.attempts,
+        without.grants
+    )];
+    for (i, n) in [1, 3, 5].into_iter().enumerate() {
+        lines.push(format!(
+            "  N = {n}: {:.3} attempts per grant with push ({} / {}), {:.3} without ({} / {})",
+            per_grant(with.by_nodes[i]),
+            with.by_nodes[i].0,
+            with.by_nodes[i].1,
+            per_grant(without.by_nodes[i]),
+            without.by_nodes[i].0,
+            without.by_nodes[i].1
+        ));
+    }
+    let summary = lines.join("\n");
+    eprintln!("{summary}");
+    if std::env::var("SIM_SEED").is_ok() {
+        return;
+    }
+    assert!(with.subscriptions > 0 && with.push_messages > 0, "{with:?}");
+    assert_eq!(without.subscriptions, 0, "{without:?}");
+    // Per node count, so that a failure says where push costs attempts.
+    for (i, n) in [1, 3, 5].into_iter().enumerate() {
+        assert!(
+            per_grant(with.by_nodes[i]) < per_grant(without.by_nodes[i]),
+            "N = {n}: push should save attempts:\n{summary}"
+        );
+    }
 }
 
 /// The checkers are not blind: when node clocks jump forward by more than
@@ -709,4 +928,111 @@ fn node_clocks_drive_expiry() {
     assert!(m.get(b"k", 2_454).is_some());
     m.advance(2_455);
     assert!(m.get(b"k", 2_455).is_none());
+}
+
+/// Pub/sub on both protocols, from the client's own requests
+/// (`NodeCodec::subscribe`, the release script) to the bytes on the stream
+/// and back through the client's decoder: the confirmation, one message per
+/// release that deleted the key, nothing for one that did not, nothing after
+/// the stream closed.
+#[test]
+fn the_model_streams_subscriptions_like_the_real_servers() {
+    use edgelock::core::redis::codec::NodeCodec;
+    use edgelock::core::redis::scripts;
+    use edgelock::core::redis::subscription::{wake_channel, PushDecoder, PushFrame};
+    use edgelock::core::redis::RedisProtocol;
+
+    for proto in [Proto::Upstash, Proto::Webdis] {
+        let (node, protocol) = match proto {
+            Proto::Upstash => (RedisNode::upstash("http://r:7379", TOKEN), RedisProtocol::Upstash),
+            Proto::Webdis => (RedisNode::webdis("http://r:7379"), RedisProtocol::Webdis),
+        };
+        let codec = NodeCodec::new(&node).unwrap();
+        let mut m = RedisModel::new(proto, (proto == Proto::Upstash).then(|| TOKEN.to_string()), NodeClock::default());
+        let key = lock_key(PREFIX, "a/b c");
+        let fence = format!("{key}:fence");
+        let channel = wake_channel(&key);
+        let sub = codec.subscribe(RequestId(5), &channel, 1_000).unwrap();
+        assert_eq!(m.handle(1, &sub), Reply::Stream { status: 200 }, "{proto:?}");
+        let confirm = match proto {
+            Proto::Upstash => format!("data: subscribe,{channel},1\n\n"),
+            Proto::Webdis => format!(r#"{{"SUBSCRIBE":["subscribe","{channel}",1]}}"#),
+        };
+        assert_eq!(m.drain_stream_chunks(1), vec![(RequestId(5), confirm.into_bytes())], "{proto:?}");
+        let run = |m: &mut RedisModel, id: u64, cmd: &RedisCommand, t: Millis| {
+            let (status, body) = full(m.handle(t, &codec.encode(RequestId(id), cmd, 1_000).unwrap()));
+            codec.decode(cmd, status, &body).unwrap()
+        };
+        run(&mut m, 6, &scripts::acquire(&key, &fence, "aa", 1_000, false), 2);
+        // Not the owner: nothing deleted, nothing published.
+        assert_eq!(run(&mut m, 7, &scripts::release(&key, &fence, "bb", 1), 3), RedisValue::Int(0));
+        assert!(m.drain_stream_chunks(3).is_empty(), "{proto:?}");
+        assert_eq!(run(&mut m, 8, &scripts::release(&key, &fence, "aa", 1), 4), RedisValue::Int(1));
+        let chunks = m.drain_stream_chunks(4);
+        let message = match proto {
+            Proto::Upstash => format!("data: message,{channel},released:1\n\n"),
+            Proto::Webdis => format!(r#"{{"SUBSCRIBE":["message","{channel}","released:1"]}}"#),
+        };
+        assert_eq!(chunks, vec![(RequestId(5), message.clone().into_bytes())], "{proto:?}");
+        let mut d = PushDecoder::new(protocol);
+        let mut frames = Vec::new();
+        // Byte by byte: the client reassembles.
+        let mut all = match proto {
+            Proto::Upstash => format!("data: subscribe,{channel},1\n\n").into_bytes(),
+            Proto::Webdis => format!(r#"{{"SUBSCRIBE":["subscribe","{channel}",1]}}"#).into_bytes(),
+        };
+        all.extend_from_slice(message.as_bytes());
+        for b in all {
+            frames.extend(d.push(&[b]).unwrap());
+        }
+        assert_eq!(frames, vec![PushFrame::Subscribed, PushFrame::Message(b"released:1".to_vec())], "{proto:?}");
+        assert_eq!(m.subscriptions, 1);
+        assert_eq!((m.publishes, m.deliveries), (1, 1), "{proto:?}");
+        // Closed: the subscription is gone, a later release reaches nobody.
+        m.stream_closed(RequestId(5));
+        assert_eq!(m.open_subscriptions(), 0);
+        run(&mut m, 9, &scripts::acquire(&key, &fence, "cc", 1_000, false), 5);
+        assert_eq!(run(&mut m, 10, &scripts::release(&key, &fence, "cc", 2), 6), RedisValue::Int(1));
+        assert!(m.drain_stream_chunks(6).is_empty(), "{proto:?}");
+        // A restart ends every subscription.
+        assert_eq!(m.handle(7, &codec.subscribe(RequestId(11), &channel, 1_000).unwrap()), Reply::Stream { status: 200 });
+        m.crash_restart(8);
+        assert_eq!(m.open_subscriptions(), 0);
+        assert!(m.drain_stream_chunks(8).is_empty());
+    }
+    // Upstash: authorization first, then at least one channel.
+    let mut m = RedisModel::new(Proto::Upstash, Some(TOKEN.into()), NodeClock::default());
+    let sub = |url: &str, headers: Vec<(String, String)>| HttpRequest {
+        id: RequestId(1),
+        method: Method::Post,
+        target: Target::Url(url.into()),
+        headers,
+        body: Vec::new(),
+        timeout_ms: None,
+        stream: true,
+    };
+    assert_eq!(full(m.handle(1, &sub("http://r:7379/subscribe/ch", vec![]))).0, 401);
+    let auth = vec![("Authorization".to_string(), format!("Bearer {TOKEN}"))];
+    assert_eq!(full(m.handle(1, &sub("http://r:7379/subscribe/", auth.clone()))).0, 400);
+    assert_eq!(m.handle(1, &sub("http://r:7379/subscribe/a%3Ab/c/", auth)), Reply::Stream { status: 200 });
+    assert_eq!(
+        m.drain_stream_chunks(1).into_iter().map(|(_, c)| String::from_utf8(c).unwrap()).collect::<Vec<_>>(),
+        vec!["data: subscribe,a:b,1\n\n", "data: subscribe,c,2\n\n"]
+    );
+    // Webdis: the name as sent is the key; a GET of any command works, and
+    // SUBSCRIBE without a channel is an ordinary (failing) command.
+    let mut m = RedisModel::new(Proto::Webdis, None, NodeClock::default());
+    let mut get = |path: &str| {
+        let mut r = request(&format!("http://r:7379/{path}"), vec![], Vec::new());
+        r.method = Method::Get;
+        m.handle(1, &r)
+    };
+    assert_eq!(get("subscribe/x"), Reply::Stream { status: 200 });
+    assert_eq!(full(get("SET/k/v")), (200, br#"{"SET":[true,"OK"]}"#.to_vec()));
+    assert_eq!(full(get("PUBLISH/x/hi")), (200, br#"{"PUBLISH":1}"#.to_vec()));
+    assert_eq!(full(get("SUBSCRIBE")).0, 200);
+    assert_eq!(
+        m.drain_stream_chunks(1).into_iter().map(|(_, c)| String::from_utf8(c).unwrap()).collect::<Vec<_>>(),
+        vec![r#"{"subscribe":["subscribe","x",1]}"#, r#"{"subscribe":["message","x","hi"]}"#]
+    );
 }

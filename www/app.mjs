@@ -105,7 +105,9 @@ function makeClient(run, worker) {
         requestTimeoutMs: 2000, ...redisPolling, fetch });
     case "redlock":
       return new Redlock({ nodes: cfg.webdis.map((url) => ({ url, protocol: "webdis" })), ttlMs: run.ttlMs,
-        requestTimeoutMs: 500, retryCount: 20, ...redisPolling, fetch });
+        // Polling: with push, every release woke all six Redlock waiters for a
+        // round on all five nodes and the page stalled (see the README).
+        requestTimeoutMs: 500, retryCount: 20, ...redisPolling, maxSubscriptions: 0, fetch });
     default:
       throw new Error(`unknown backend ${run.backend}`);
   }

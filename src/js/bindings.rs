@@ -52,6 +52,20 @@ impl RawLocks {
         build().map_err(|e| to_js_error(&e))
     }
 
+    /// Caps the streaming requests (etcd watches, Redis wake-up
+    /// subscriptions) this module keeps open to one origin, over all its
+    /// clients; `undefined` lifts the cap. The browser entry sets it (a
+    /// browser opens about 6 connections per origin); see `js/streams.rs`.
+    #[wasm_bindgen(js_name = limitStreamsPerOrigin)]
+    pub fn limit_streams_per_origin(limit: Option<f64>) -> Result<(), JsValue> {
+        let limit = limit
+            .map(|n| whole_number("stream limit", n))
+            .transpose()
+            .map_err(|e| to_js_error(&e))?;
+        super::streams::set_limit(limit.map(|n| usize::try_from(n).unwrap_or(usize::MAX)));
+        Ok(())
+    }
+
     /// Every stable error code, from the one list in the Rust core.
     #[wasm_bindgen(js_name = errorCodes)]
     pub fn error_codes() -> Array {

@@ -4,6 +4,9 @@
 //!
 //! - `Output::Send` starts a task that calls the `fetch` function (or a
 //!   binding's `fetch`) with an `AbortController`; `Output::Cancel` aborts it.
+//!   A streaming request first takes a slot of its origin (see [`streams`]):
+//!   where the runtime caps open streams per origin, one beyond the cap fails
+//!   at once.
 //! - User operations return an [`OpFuture`] completed by their
 //!   `Output::Done`; `Lost`/`Renewed` go to the lock listener.
 //! - The machine is never borrowed while JavaScript code of the user runs:
@@ -22,7 +25,7 @@ use wasm_bindgen::{JsCast, JsValue};
 use web_sys::AbortController;
 
 use super::clock::Clock;
-use super::{fetch, timer};
+use super::{fetch, streams, timer};
 use crate::core::session::{Output, Session};
 use crate::core::{
     BackendKind, HttpRequest, Input, LockError, LockId, LockMachine, Millis, OpId, Operation,
@@ -263,19 +266,22 @@ impl Driver {
 
     fn send(&self, req: HttpRequest) {
         let id = req.id;
+        let slot = if req.stream {
+            match streams::open(&req.target) {
+                Ok(slot) => Some(slot),
+                Err(limit) => {
+                    let error = crate::core::TransportError::Connect(format!(
+                        "not opened: {limit} streams to this origin are already open in this page"
+                    ));
+                    return self.fail_later(id, error);
+                }
+            }
+        } else {
+            None
+        };
         let controller = match AbortController::new() {
             Ok(c) => c,
-            Err(e) => {
-                let weak = Rc::downgrade(&self.inner);
-                let error = crate::core::TransportError::Connect(fetch::error_text(&e));
-                // Delivered from a fresh task: never feed the machine from inside a step.
-                wasm_bindgen_futures::spawn_local(async move {
-                    if let Some(inner) = weak.upgrade() {
-                        Driver { inner }.deliver_input(Input::Failed { id, error });
-                    }
-                });
-                return;
-            }
+            Err(e) => return self.fail_later(id, crate::core::TransportError::Connect(fetch::error_text(&e))),
         };
         let signal = controller.signal();
         if let Ok(mut st) = self.inner.state.try_borrow_mut() {
@@ -292,6 +298,19 @@ impl Driver {
                 None => false,
             })
             .await;
+            // The stream ended, failed or was aborted: its connection is free.
+            drop(slot);
+        });
+    }
+
+    /// Answers request `id` with a failure without sending it, from a fresh
+    /// task: never feed the machine from inside a step.
+    fn fail_later(&self, id: RequestId, error: crate::core::TransportError) {
+        let weak = Rc::downgrade(&self.inner);
+        wasm_bindgen_futures::spawn_local(async move {
+            if let Some(inner) = weak.upgrade() {
+                Driver { inner }.deliver_input(Input::Failed { id, error });
+            }
         });
     }
 

@@ -14,6 +14,7 @@ pub mod clock;
 pub mod driver;
 pub mod entropy;
 mod fetch;
+mod streams;
 mod args;
 mod timer;
 

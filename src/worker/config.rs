@@ -11,6 +11,7 @@
 //! | `EDGELOCK_REDIS_TOKEN` | secret: the Upstash REST token (node `i` of Redlock: `EDGELOCK_REDIS_TOKEN_<i>` first) |
 //! | `EDGELOCK_PREFIX`, `EDGELOCK_TTL_MS`, `EDGELOCK_REQUEST_TIMEOUT_MS` | lock key prefix, lock TTL (etcd: session lease TTL), per-request timeout |
 //! | `EDGELOCK_SUBREQUEST_BUDGET` | subrequests one invocation may make (default 50, the free plan's limit) |
+//! | `EDGELOCK_MAX_SUBSCRIPTIONS` | Redis push wake-up streams a waiting invocation holds open (default 5 on one node, 0 on Redlock, see [`workers_max_subscriptions`]; 0 polls) |
 //! | `EDGELOCK_FENCED_URL` | the fenced resource the demo job writes to |
 //! | `EDGELOCK_JOB_MS` | how long the demo job works (default 20 ms) |
 //! | `EDGELOCK_DEFAULT_WAIT_MS` | wait of `POST /jobs/:name/run` without `waitMs`/`ifAvailable` (default 10000) |
@@ -46,6 +47,28 @@ pub struct Config {
 }
 
 pub const DEFAULT_SUBREQUEST_BUDGET: u32 = 50;
+
+/// Connections a Workers invocation may hold open at once; more wait until
+/// one closes.
+pub const OPEN_CONNECTIONS: usize = 6;
+
+/// The default cap on a Redis client's wake-up subscriptions in a Worker.
+/// A waiting acquire holds one streaming request open per subscribed node
+/// and sends an attempt round to all `nodes` at once, so the two together
+/// must stay within [`OPEN_CONNECTIONS`] (`EDGELOCK_MAX_SUBSCRIPTIONS` = 3
+/// on three Redlock nodes, 1 on five). The default subscribes on one node
+/// (5) and not on Redlock (0: the waiter polls): every release wakes every
+/// Redlock waiter for a round on every node, and a burst of 20 concurrent
+/// short jobs then spent more than the invocation's 50 subrequests
+/// (measured by the Worker suite), where polling stays under 30. Each
+/// subscription is a subrequest: the budget counts it.
+pub fn workers_max_subscriptions(nodes: usize) -> usize {
+    if nodes > 1 {
+        return 0;
+    }
+    OPEN_CONNECTIONS.saturating_sub(nodes)
+}
+
 /// Longest a request may ask to wait or work: a Worker invocation is not a daemon.
 pub const MAX_WAIT_MS: u64 = 15 * 60 * 1000;
 
@@ -71,6 +94,10 @@ impl Config {
             .map(|_| num("EDGELOCK_REQUEST_TIMEOUT_MS", 0, 600_000))
             .transpose()?;
         let prefix = var("EDGELOCK_PREFIX");
+        let max_subscriptions = var("EDGELOCK_MAX_SUBSCRIPTIONS")
+            .map(|_| num("EDGELOCK_MAX_SUBSCRIPTIONS", 0, 1_000))
+            .transpose()?
+            .map(|n| n as usize);
         let backend = match backend_name.trim() {
             "etcd" => {
                 let endpoints = list(&var("EDGELOCK_ETCD_ENDPOINTS").unwrap_or_default());
@@ -109,6 +136,7 @@ impl Config {
                 if let Some(t) = timeout {
                     cfg.request_timeout_ms = t;
                 }
+                cfg.max_subscriptions = max_subscriptions.unwrap_or(workers_max_subscriptions(1));
                 BackendSpec::Redis(cfg)
             }
             "redlock" => {
@@ -139,6 +167,8 @@ impl Config {
                 if let Some(t) = timeout {
                     cfg.request_timeout_ms = t;
                 }
+                cfg.max_subscriptions =
+                    max_subscriptions.unwrap_or(workers_max_subscriptions(cfg.nodes.len()));
                 BackendSpec::Redlock(cfg)
             }
             _ => {

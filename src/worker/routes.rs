@@ -20,7 +20,7 @@ use serde_json::{json, Value};
 use super::client::{Acquired, LockClient};
 use super::config::{Config, MAX_WAIT_MS};
 use super::job::{self, JOB_SUBREQUESTS};
-use crate::core::{AcquireOptions, LockError, LockHandle, LockInfo, Wait};
+use crate::core::{AcquireOptions, BackendSpec, LockError, LockHandle, LockInfo, Wait};
 
 pub struct Reply {
     pub status: u16,
@@ -149,6 +149,11 @@ pub async fn handle(
             "service": "edgelock job coordinator",
             "backend": cfg.backend.kind().as_str(),
             "subrequestBudget": cfg.subrequest_budget,
+            "maxSubscriptions": match &cfg.backend {
+                BackendSpec::Redis(c) => json!(c.max_subscriptions),
+                BackendSpec::Redlock(c) => json!(c.max_subscriptions),
+                BackendSpec::Etcd(_) => Value::Null,
+            },
             "routes": ["POST /jobs/:name/run", "POST /jobs/:name/start", "POST /jobs/:name/finish", "GET /locks/:name"],
         })),
         ("POST", ["jobs", name, action @ ("run" | "start" | "finish")]) => {

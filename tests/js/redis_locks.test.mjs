@@ -6,6 +6,7 @@ import assert from "node:assert/strict";
 import { RedisLocks, Redlock, LockError } from "edgelock";
 import { startTestenv } from "./testenv.mjs";
 import { eventually, freePort } from "./support/etcd.mjs";
+import { wakeSubscribers } from "./support/redis.mjs";
 
 let env;
 const clients = [];
@@ -170,5 +171,122 @@ describe("Redlock over 3 nodes (2 via the Upstash gateway, 1 via Webdis)", () =>
     const name = unique("nq");
     await rejectsWith(r.acquire(name, { waitMs: 5000 }), "NO_QUORUM");
     assert.equal(await redis(0, "EXISTS", lockKey(name)), 0, "a failed Redlock attempt left its key");
+  });
+});
+
+// Push wake-up: a release publishes on the lock's channel and a waiter
+// subscribed to it (Upstash: POST /subscribe as server-sent events; Webdis:
+// GET /SUBSCRIBE, chunked JSON) attempts at once. The waiters here poll only
+// every 5 s (retryDelayMs), so a handoff well under that was pushed.
+const SLOW_POLL = { retryDelayMs: 5000, retryJitterMs: 0 };
+/** Subscribers of lock `name`'s wake-up channel on Redis node `i`. */
+const subscribers = (i, name) => wakeSubscribers(env.gateway_urls[i], env.token, name);
+/** A fetch that records the URL of every request it makes. */
+function recordingFetch(urls) {
+  return (input, init) => {
+    urls.push(String(input));
+    return fetch(input, init);
+  };
+}
+
+for (const protocol of ["upstash", "webdis"]) {
+  describe(`push wake-up over ${protocol}`, () => {
+    const client = (extra = {}) => track(new RedisLocks({ ...nodes()[protocol], ttlMs: 10_000, requestTimeoutMs: 1000, ...extra }));
+
+    test("a waiter subscribes, is woken by the release long before its retry delay, then closes its stream", async () => {
+      const name = unique("push");
+      const holder = await client().acquire(name);
+      const urls = [];
+      const waiter = client({ ...SLOW_POLL, fetch: recordingFetch(urls) });
+      const waiting = waiter.acquire(name, { waitMs: 20_000 });
+      await eventually(async () => (await subscribers(0, name)) === 1, 3000, "the server to see the subscription");
+      const path = protocol === "upstash" ? "/subscribe/edgelock:wake:" : "/SUBSCRIBE/edgelock:wake:";
+      assert.equal(urls.filter((u) => u.includes(path)).length, 1, `one subscription request: ${urls.join(" ")}`);
+      await sleep(300); // the waiter sleeps now: only a push can wake it before 5 s
+      const t0 = Date.now();
+      await holder.release();
+      const lock = await waiting;
+      const handoff = Date.now() - t0;
+      assert.ok(handoff < 1000, `handoff took ${handoff} ms with a 5000 ms retry delay`);
+      assert.ok(lock.fencingToken > holder.fencingToken);
+      // The acquire is over: its stream was aborted and the server let it go.
+      await eventually(async () => (await subscribers(0, name)) === 0, 3000, "the subscription to close");
+      await lock.release();
+    });
+
+    test("aborting a subscribed waiter closes its stream", async () => {
+      const name = unique("push-abort");
+      const holder = await client().acquire(name);
+      const ctl = new AbortController();
+      const waiting = client(SLOW_POLL).acquire(name, { signal: ctl.signal });
+      await eventually(async () => (await subscribers(0, name)) === 1, 3000, "the subscription");
+      ctl.abort();
+      await rejectsWith(waiting, "ABORTED");
+      await eventually(async () => (await subscribers(0, name)) === 0, 3000, "the subscription to close");
+      await holder.release();
+    });
+
+    test("maxSubscriptions: 0 polls: no subscription request, the acquire still succeeds", async () => {
+      const name = unique("poll");
+      const holder = await client().acquire(name);
+      const urls = [];
+      const waiting = client({ maxSubscriptions: 0, retryDelayMs: 300, retryJitterMs: 0, fetch: recordingFetch(urls) })
+        .acquire(name, { waitMs: 20_000 });
+      await sleep(1000);
+      assert.equal(await subscribers(0, name), 0);
+      await holder.release();
+      const lock = await waiting;
+      assert.ok(urls.length >= 3, `it polled: ${urls.length} requests`);
+      assert.deepEqual(urls.filter((u) => /\/subscribe\//i.test(u)), [], "no subscription was requested");
+      await lock.release();
+    });
+  });
+}
+
+describe("push wake-up on Redlock (2 nodes via the gateway, 1 via Webdis)", () => {
+  const allNodes = () => [
+    { url: env.gateway_urls[0], token: env.token },
+    { url: env.gateway_urls[1], token: env.token },
+    { url: env.webdis_urls[2], protocol: "webdis" },
+  ];
+  const redlock = (extra = {}) => track(new Redlock({ nodes: allNodes(), ttlMs: 10_000, ...extra }));
+
+  test("a waiter subscribes on every node and is woken by the release", async () => {
+    const name = unique("rl-push");
+    const holder = await redlock().acquire(name);
+    const waiting = redlock(SLOW_POLL).acquire(name, { waitMs: 20_000 });
+    await eventually(async () => (await Promise.all([0, 1, 2].map((i) => subscribers(i, name)))).every((n) => n === 1),
+      3000, "a subscription on each node");
+    await sleep(300);
+    const t0 = Date.now();
+    await holder.release();
+    const lock = await waiting;
+    const handoff = Date.now() - t0;
+    assert.ok(handoff < 1000, `handoff took ${handoff} ms with a 5000 ms retry delay`);
+    await eventually(async () => (await Promise.all([0, 1, 2].map((i) => subscribers(i, name)))).every((n) => n === 0),
+      3000, "every subscription to close");
+    await lock.release();
+  });
+
+  test("maxSubscriptions caps the streams: 1 subscribes on the first node only", async () => {
+    const name = unique("rl-cap");
+    const holder = await redlock().acquire(name);
+    const waiting = redlock({ ...SLOW_POLL, maxSubscriptions: 1 }).acquire(name, { waitMs: 20_000 });
+    await eventually(async () => (await subscribers(0, name)) === 1, 3000, "the subscription on node 0");
+    await sleep(300);
+    assert.deepEqual(await Promise.all([0, 1, 2].map((i) => subscribers(i, name))), [1, 0, 0]);
+    // The holder holds node 0 too: its release reaches the one subscription.
+    const t0 = Date.now();
+    await holder.release();
+    const lock = await waiting;
+    assert.ok(Date.now() - t0 < 1000, `handoff took ${Date.now() - t0} ms`);
+    await lock.release();
+  });
+
+  test("maxSubscriptions must be a whole number ≥ 0", () => {
+    for (const bad of [-1, 1.5, "2"]) {
+      assert.throws(() => new Redlock({ nodes: allNodes(), maxSubscriptions: bad }), (e) => e.code === "INVALID_ARGUMENT", String(bad));
+      assert.throws(() => new RedisLocks({ ...nodes().webdis, maxSubscriptions: bad }), (e) => e.code === "INVALID_ARGUMENT", String(bad));
+    }
   });
 });

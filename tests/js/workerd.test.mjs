@@ -1,7 +1,11 @@
 // The package's "workerd" export running in workerd itself (the runtime of
 // Cloudflare Workers, from the `workerd` npm package): the .wasm is imported
 // as a module, and fetch, setTimeout, performance.now and
-// crypto.getRandomValues are workerd's. A Worker acquires a real etcd lock.
+// crypto.getRandomValues are workerd's. A Worker acquires a real etcd lock,
+// and a Redis waiter in a Worker is woken by push (its subscription stream
+// through workerd's fetch), with the workerd export's default cap on
+// subscriptions: max(0, 6 − nodes), since an invocation may hold only 6
+// connections open.
 // The modules are laid out the way wrangler bundles them: the entry resolved
 // through the package's export map, the .wasm as a separate Wasm module.
 import { after, before, test } from "node:test";
@@ -12,9 +16,12 @@ import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import { basename, dirname, join } from "node:path";
 import { eventually, freePort, startEtcd } from "./support/etcd.mjs";
+import { lockKey, wakeChannel } from "./support/redis.mjs";
+import { startTestenv } from "./testenv.mjs";
 
 const require = createRequire(import.meta.url);
 let etcd;
+let redis;
 let dir;
 let workerd;
 
@@ -29,9 +36,64 @@ function workerdBin() {
 }
 
 const WORKER = `
-import { EtcdLocks, LockError } from "edgelock";
+import { EtcdLocks, RedisLocks, Redlock, LockError } from "edgelock";
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+/** Subscribers of \`channel\` on each node, asked through its Upstash gateway. */
+async function numsub(gateways, token, channel) {
+  return Promise.all(gateways.map(async (url) => {
+    const r = await fetch(url, { method: "POST", headers: { authorization: "Bearer " + token }, body: JSON.stringify(["PUBSUB", "NUMSUB", channel]) });
+    return Number((await r.json()).result[1]);
+  }));
+}
+
+/**
+ * A holder and a waiter (retry delay 5 s: only a push wakes it sooner) on
+ * one lock; the subscriptions the servers saw during the wait, how long the
+ * handoff took after the release, and whether the streams closed after it.
+ */
+async function push(cfg) {
+  const Client = cfg.backend === "redlock" ? Redlock : RedisLocks;
+  const a = new Client(cfg.options);
+  const b = new Client({ ...cfg.options, ...cfg.waiter, retryDelayMs: 5000, retryJitterMs: 0 });
+  try {
+    const lock = await a.acquire(cfg.name);
+    const waiting = b.acquire(cfg.name, { waitMs: 20000 });
+    const until = Date.now() + 3000;
+    let seen = await numsub(cfg.gateways, cfg.token, cfg.channel);
+    while (seen.every((n) => n === 0) && Date.now() < until) {
+      await sleep(25);
+      seen = await numsub(cfg.gateways, cfg.token, cfg.channel);
+    }
+    await sleep(300);
+    const during = await numsub(cfg.gateways, cfg.token, cfg.channel);
+    const t0 = Date.now();
+    await lock.release();
+    const next = await waiting;
+    const handoff = Date.now() - t0;
+    let after = await numsub(cfg.gateways, cfg.token, cfg.channel);
+    for (let i = 0; i < 100 && after.some((n) => n > 0); i++) {
+      await sleep(25);
+      after = await numsub(cfg.gateways, cfg.token, cfg.channel);
+    }
+    await next.release();
+    return { during, after, handoff, first: String(lock.fencingToken), next: String(next.fencingToken) };
+  } finally {
+    await a.close();
+    await b.close();
+  }
+}
+
 export default {
   async fetch(req) {
+    if (new URL(req.url).pathname === "/push") {
+      try {
+        return Response.json(await push(await req.json()));
+      } catch (e) {
+        return Response.json({ error: String((e && e.stack) || e) }, { status: 500 });
+      }
+    }
     const etcd = new URL(req.url).searchParams.get("etcd");
     const opts = { endpoints: [etcd], prefix: "workerd", requestTimeoutMs: 1000 };
     const a = new EtcdLocks(opts);
@@ -59,6 +121,7 @@ export default {
 before(async () => {
   if (!workerdBin()) return;
   etcd = await startEtcd();
+  redis = await startTestenv({ redis: 5, webdis: true, gateway: true });
   dir = mkdtempSync(join(tmpdir(), "edgelock-workerd-"));
   const pkg = dirname(require.resolve("edgelock/package.json"));
   const manifest = JSON.parse(readFileSync(join(pkg, "package.json"), "utf8"));
@@ -97,6 +160,7 @@ after(async () => {
     await exited;
   }
   await etcd?.stop();
+  await redis?.stop();
   if (dir) rmSync(dir, { recursive: true, force: true });
 });
 
@@ -117,4 +181,68 @@ test("a Worker using the workerd export acquires, waits for and releases etcd lo
   assert.ok(BigInt(body.next) > BigInt(body.first));
   assert.equal(body.released, true);
   assert.equal(body.code, "INVALID_ARGUMENT");
+});
+
+/** Runs the Worker's push scenario (see WORKER) on `backend` with `options`. */
+async function pushInWorker(backend, options, waiter = {}) {
+  const name = `push-${backend}-${Math.random().toString(36).slice(2, 8)}`;
+  const nodes = backend === "redlock" ? options.nodes.length : 1;
+  const cfg = {
+    backend, options, waiter, name,
+    channel: wakeChannel(lockKey(name)),
+    // Node i's gateway and webdis front the same redis-server.
+    gateways: redis.gateway_urls.slice(0, nodes), token: redis.token,
+  };
+  const url = `http://127.0.0.1:${workerd.port}/push`;
+  const res = await eventually(async () => {
+    if (workerd.proc.exitCode !== null) throw new Error(`workerd exited: ${workerd.stderr}`);
+    return await fetch(url, { method: "POST", body: JSON.stringify(cfg) }).catch(() => null);
+  }, 20_000, "workerd to listen");
+  const body = await res.json();
+  assert.equal(res.status, 200, body.error ?? workerd.stderr);
+  assert.ok(BigInt(body.next) > BigInt(body.first));
+  assert.ok(body.after.every((n) => n === 0), `the streams closed after the acquire: ${body.after}`);
+  return body;
+}
+
+function needsWorkerd(t) {
+  if (workerdBin()) return false;
+  assert.ok(!process.env.EDGELOCK_REQUIRE_WORKERD, "EDGELOCK_REQUIRE_WORKERD is set but workerd is not installed");
+  t.skip("the workerd npm package is not installed (scripts/test-js.sh installs it)");
+  return true;
+}
+
+for (const protocol of ["webdis", "upstash"]) {
+  test(`a RedisLocks waiter in workerd is woken by push over ${protocol}`, async (t) => {
+    if (needsWorkerd(t)) return;
+    const node = protocol === "webdis" ? { url: redis.webdis_urls[0], protocol } : { url: redis.gateway_urls[0], token: redis.token };
+    const r = await pushInWorker("redis", { ...node, ttlMs: 10000, requestTimeoutMs: 1000 });
+    assert.deepEqual(r.during, [1], "the server saw the waiter's subscription");
+    assert.ok(r.handoff < 1000, `handoff took ${r.handoff} ms with a 5000 ms retry delay`);
+  });
+}
+
+test("a Redlock waiter on 3 nodes in workerd subscribes on all 3 (default cap 6 − 3) and is woken by push", async (t) => {
+  if (needsWorkerd(t)) return;
+  const nodes = [{ url: redis.webdis_urls[0], protocol: "webdis" }, { url: redis.gateway_urls[1], token: redis.token },
+    { url: redis.webdis_urls[2], protocol: "webdis" }];
+  const r = await pushInWorker("redlock", { nodes, ttlMs: 10000, requestTimeoutMs: 1000 });
+  assert.deepEqual(r.during, [1, 1, 1]);
+  assert.ok(r.handoff < 1000, `handoff took ${r.handoff} ms with a 5000 ms retry delay`);
+});
+
+test("a Redlock waiter on 5 nodes in workerd subscribes on the first only (default cap 6 − 5), within 6 open connections", async (t) => {
+  if (needsWorkerd(t)) return;
+  const nodes = redis.webdis_urls.slice(0, 5).map((url) => ({ url, protocol: "webdis" }));
+  assert.equal(nodes.length, 5);
+  const r = await pushInWorker("redlock", { nodes, ttlMs: 10000, requestTimeoutMs: 1000 });
+  assert.deepEqual(r.during, [1, 0, 0, 0, 0], "1 stream + a round of 5 attempts = 6 connections");
+  // The holder held node 0 as well: its release reached the one subscription.
+  assert.ok(r.handoff < 1000, `handoff took ${r.handoff} ms with a 5000 ms retry delay`);
+});
+
+test("an explicit maxSubscriptions in workerd is kept (0: the waiter polls)", async (t) => {
+  if (needsWorkerd(t)) return;
+  const r = await pushInWorker("redis", { url: redis.webdis_urls[0], protocol: "webdis", ttlMs: 10000 }, { maxSubscriptions: 0 });
+  assert.deepEqual(r.during, [0]);
 });

@@ -60,7 +60,10 @@
 //! period (everything in either direction vanishes); outages take an endpoint
 //! down (its streams break, connections are refused). Chunks of one stream are
 //! delivered in order (one TCP connection), and a lost chunk breaks the
-//! stream. Loss and long delays stop at `faults_until`; schedule partitions,
+//! stream; a chunk may be cut into pieces at random bytes (`split_chunk`,
+//! `split_pieces`), held back to travel with the next one (`stream_coalesce`),
+//! and — a fault — have a [`hostile_chunk`] spliced in (`stream_garbage`).
+//! Loss, long delays and hostile chunks stop at `faults_until`; schedule partitions,
 //! pauses and outages before it too, so that the run ends on a calm network. The driver keeps the driver-loop rules: a cancelled request's
 //! answer is dropped (except, rarely and on purpose, delivered late, which the
 //! machine must ignore), and a request that gets no answer ends with
@@ -137,6 +140,59 @@ impl<S: SimServer + ?Sized> SimServer for Box<S> {
     }
     fn crash_restart(&mut self, now: Millis) {
         (**self).crash_restart(now)
+    }
+}
+
+/// What a hostile middlebox or a broken server may splice into a stream:
+/// foreign or forged frames of either push protocol (server-sent events,
+/// concatenated JSON), frames with missing fields, unbalanced JSON, bare
+/// line breaks, NUL bytes, invalid UTF-8, random bytes, and (rarely) a line
+/// longer than any decoder accepts.
+pub fn hostile_chunk(rng: &mut SimRng) -> Vec<u8> {
+    const FIXED: &[&[u8]] = &[
+        b"\n",
+        b"\n\n",
+        b"\r\n",
+        b"data: message\n\n",
+        b"data: subscribe\n\n",
+        b"data: message,edgelock:wake:0,released:1\n\n",
+        b"data: subscribe,edgelock:wake:0,1\n\n",
+        b"data: unsubscribe,x,0\n\n",
+        b": keep-alive\n\n",
+        b"event: foo\nid: 7\nretry: 1\n\n",
+        b"data:\n\n",
+        b"data: \xff\xfe\xc0\x80\n\n",
+        b"{\"SUBSCRIBE\":[\"message\"]}",
+        b"{\"SUBSCRIBE\":[\"subscribe\",\"x\",1]}",
+        b"{\"SUBSCRIBE\":[\"message\",\"x\",\"released:1\"]}",
+        b"{\"SUBSCRIBE\":",
+        b"{\"SUBSCRIBE\":[\"message\",\"x\",\"\xff\"]}",
+        b"{\"GET\":\"x\"}",
+        b"{\"SUBSCRIBE\":[[[[[[[[[[]]]]]]]]]]}",
+        b"}",
+        b"]]]",
+        b"{{{{",
+        b"\"",
+        b"\0\0\0",
+        b"\xff\xfe\xfd",
+        b"\xc0\x80\xed\xa0\x80",
+        b"null",
+        b"HTTP/1.1 200 OK\r\n\r\n",
+    ];
+    match rng.below(10) {
+        0..=6 => FIXED[rng.below(FIXED.len() as u64) as usize].to_vec(),
+        7 | 8 => (0..rng.range(1, 64)).map(|_| rng.next_u64() as u8).collect(),
+        _ if rng.chance(0.2) => {
+            // Longer than any line or message the decoders accept.
+            let mut v = b"data: ".to_vec();
+            v.resize(70_000, b'a');
+            v
+        }
+        _ => {
+            let mut v = b"{\"SUBSCRIBE\":[\"message\",\"x\",\"".to_vec();
+            v.resize(rng.range(100, 5_000) as usize, b'z');
+            v
+        }
     }
 }
 
@@ -221,8 +277,19 @@ pub struct NetConfig {
     pub reset_chance: f64,
     /// Chance a stream chunk breaks its connection (the chunk and the stream are lost).
     pub stream_break: f64,
-    /// Chance a chunk is delivered in two pieces (exercises reassembly).
+    /// Chance a chunk is delivered in several pieces (exercises reassembly).
     pub split_chunk: f64,
+    /// Most pieces a split chunk is cut into, at random byte boundaries (2:
+    /// one cut).
+    pub split_pieces: usize,
+    /// Chance a stream chunk is held back and goes out together with the
+    /// stream's next chunk (several events in one read, like a TCP segment
+    /// carrying several writes), at the latest `coalesce_hold_ms` later.
+    pub stream_coalesce: f64,
+    pub coalesce_hold_ms: Millis,
+    /// Chance (before `faults_until`) that a hostile chunk (see
+    /// [`hostile_chunk`]) is spliced into a stream chunk at a random byte.
+    pub stream_garbage: f64,
     /// Chance the answer to a cancelled request is delivered anyway.
     pub late_after_cancel: f64,
     /// The driver's safety-net timeout fires this long after `timeout_ms`.
@@ -245,6 +312,10 @@ impl NetConfig {
             reset_chance: 0.0,
             stream_break: 0.0,
             split_chunk: 0.2,
+            split_pieces: 2,
+            stream_coalesce: 0.0,
+            coalesce_hold_ms: 0,
+            stream_garbage: 0.0,
             late_after_cancel: 0.0,
             driver_timeout_slack: 100,
             dead_connection_ms: 30_000,
@@ -438,6 +509,10 @@ struct OpenStream {
     endpoint: usize,
     /// Chunks of one connection arrive in order.
     last_delivery: Millis,
+    /// Bytes held back to go out with the next chunk (`stream_coalesce`).
+    held: Vec<u8>,
+    /// A `StreamFlush` for `held` is queued.
+    flush_queued: bool,
 }
 
 #[derive(Debug)]
@@ -446,6 +521,8 @@ enum Ev {
     Deliver { client: usize, input: Input },
     DriverTimeout { client: usize, id: RequestId },
     ServerStreamClosed { server: usize, wire: u64 },
+    /// Bytes held back on stream `wire` go out now.
+    StreamFlush { wire: u64 },
     User { client: usize, action: Action },
     PauseStart { client: usize },
     PauseEnd { client: usize },
@@ -519,6 +596,10 @@ pub struct World<S: SimServer> {
     /// `history` indices of the ops completed in the current step (for checks).
     pub completed_this_step: Vec<usize>,
     pub steps: u64,
+    /// Hostile chunks spliced into streams (`stream_garbage`).
+    pub hostile_chunks: u64,
+    /// Stream chunks delivered to clients (pieces counted once per chunk).
+    pub stream_chunks: u64,
 }
 
 impl<S: SimServer> World<S> {
@@ -554,6 +635,8 @@ impl<S: SimServer> World<S> {
             all_closed_at: None,
             completed_this_step: Vec::new(),
             steps: 0,
+            hostile_chunks: 0,
+            stream_chunks: 0,
         }
     }
 
@@ -638,6 +721,25 @@ impl<S: SimServer> World<S> {
         self.push(o.from, Ev::OutageStart { endpoint: o.endpoint });
         self.push(o.until, Ev::OutageEnd { endpoint: o.endpoint });
         self.outages.push(o);
+    }
+
+    /// Streams the network carries right now (answered by a server, not yet
+    /// ended, broken or cancelled).
+    pub fn open_stream_count(&self) -> usize {
+        self.streams.len()
+    }
+
+    /// Streaming requests client `c` sent and has neither seen end nor cancelled.
+    pub fn stream_flights(&self, c: usize) -> usize {
+        self.clients[c].inflight.values().filter(|f| f.stream).count()
+    }
+
+    /// Whether client `c` has an acquire that waits (not `Try`) and has not completed.
+    pub fn waiting_acquire(&self, c: usize) -> bool {
+        self.clients[c].ops.values().any(|&i| {
+            let r = &self.history[i];
+            r.outcome == Outcome::Pending && matches!(r.what, What::Acquire { wait, .. } if wait != Wait::Try)
+        })
     }
 
     pub fn partitions(&self) -> &[Partition] {
@@ -910,7 +1012,8 @@ impl<S: SimServer> World<S> {
                 if stream_cancelled {
                     self.servers[server].stream_closed(RequestId(wire));
                 } else {
-                    self.streams.insert(wire, OpenStream { client: c, id, endpoint, last_delivery: self.now });
+                    let s = OpenStream { client: c, id, endpoint, last_delivery: self.now, held: Vec::new(), flush_queued: false };
+                    self.streams.insert(wire, s);
                 }
             }
             Reply::Stream { status } => self.respond(c, endpoint, id, Input::Response { id, status, body: Vec::new() }),
@@ -964,32 +1067,96 @@ impl<S: SimServer> World<S> {
     }
 
     fn stream_chunk(&mut self, wire: u64, data: Vec<u8>) {
-        let Some(s) = self.streams.get(&wire) else { return };
-        let (c, id, last_delivery, endpoint) = (s.client, s.id, s.last_delivery, s.endpoint);
-        let server = self.routes[endpoint].1;
-        let partition_end = self.partitioned(c, endpoint, self.now);
-        if partition_end.is_some() || (self.faulty() && self.rng.chance(self.net.stream_break)) {
-            self.log(|| format!("   stream c{c}#{} breaks", id.0));
-            self.streams.remove(&wire);
-            self.servers[server].stream_closed(RequestId(wire));
-            // The client notices once packets flow again.
-            let d = self.delay();
-            let at = partition_end.unwrap_or(self.now) + d;
-            let error = TransportError::Io("stream connection broken".into());
-            self.push(at, Ev::Deliver { client: c, input: Input::Failed { id, error } });
+        if !self.streams.contains_key(&wire) || self.stream_breaks(wire) {
             return;
+        }
+        if self.rng.chance(self.net.stream_coalesce) {
+            let hold = self.rng.range(1, self.net.coalesce_hold_ms.max(1));
+            let now = self.now;
+            let Some(s) = self.streams.get_mut(&wire) else { return };
+            s.held.extend_from_slice(&data);
+            if !s.flush_queued {
+                s.flush_queued = true;
+                self.push(now + hold, Ev::StreamFlush { wire });
+            }
+            return;
+        }
+        let held = self.streams.get_mut(&wire).map(|s| std::mem::take(&mut s.held)).unwrap_or_default();
+        let data = if held.is_empty() { data } else { [held, data].concat() };
+        self.stream_send(wire, data);
+    }
+
+    /// The bytes held back on stream `wire` go out (if it still exists).
+    fn stream_flush(&mut self, wire: u64) {
+        let Some(s) = self.streams.get_mut(&wire) else { return };
+        s.flush_queued = false;
+        if s.held.is_empty() || self.stream_breaks(wire) {
+            return;
+        }
+        let held = self.streams.get_mut(&wire).map(|s| std::mem::take(&mut s.held)).unwrap_or_default();
+        self.stream_send(wire, held);
+    }
+
+    /// A partition or a seeded break ends stream `wire` now (the server is
+    /// told at once, the client once packets flow again): true if it broke.
+    fn stream_breaks(&mut self, wire: u64) -> bool {
+        let Some(s) = self.streams.get(&wire) else { return true };
+        let (c, id, endpoint) = (s.client, s.id, s.endpoint);
+        let partition_end = self.partitioned(c, endpoint, self.now);
+        if partition_end.is_none() && !(self.faulty() && self.rng.chance(self.net.stream_break)) {
+            return false;
+        }
+        let server = self.routes[endpoint].1;
+        self.log(|| format!("   stream c{c}#{} breaks", id.0));
+        self.streams.remove(&wire);
+        self.servers[server].stream_closed(RequestId(wire));
+        let d = self.delay();
+        let at = partition_end.unwrap_or(self.now) + d;
+        let error = TransportError::Io("stream connection broken".into());
+        self.push(at, Ev::Deliver { client: c, input: Input::Failed { id, error } });
+        true
+    }
+
+    /// Delivers `data` on stream `wire`: after the stream's earlier chunks,
+    /// sometimes with a hostile chunk spliced in, sometimes in pieces.
+    fn stream_send(&mut self, wire: u64, mut data: Vec<u8>) {
+        let Some(s) = self.streams.get(&wire) else { return };
+        let (c, id, last_delivery) = (s.client, s.id, s.last_delivery);
+        if self.faulty() && self.rng.chance(self.net.stream_garbage) {
+            let junk = hostile_chunk(&mut self.rng);
+            self.hostile_chunks += 1;
+            let at = self.rng.below(data.len() as u64 + 1) as usize;
+            self.log(|| format!("   hostile chunk of {} bytes into c{c}#{} at byte {at}", junk.len(), id.0));
+            data.splice(at..at, junk);
         }
         let d = self.delay();
         let at = (self.now + d).max(last_delivery);
         if let Some(s) = self.streams.get_mut(&wire) {
             s.last_delivery = at;
         }
+        self.stream_chunks += 1;
+        let mut pieces = Vec::new();
         if data.len() > 1 && self.rng.chance(self.net.split_chunk) {
-            let cut = 1 + self.rng.below(data.len() as u64 - 1) as usize;
-            let (a, b) = data.split_at(cut);
-            self.push(at, Ev::Deliver { client: c, input: Input::Chunk { id, data: a.to_vec() } });
-            self.push(at, Ev::Deliver { client: c, input: Input::Chunk { id, data: b.to_vec() } });
+            if self.net.split_pieces <= 2 {
+                let cut = 1 + self.rng.below(data.len() as u64 - 1) as usize;
+                let (a, b) = data.split_at(cut);
+                pieces.push(a.to_vec());
+                pieces.push(b.to_vec());
+            } else {
+                let n = self.rng.range(2, (self.net.split_pieces as u64).min(data.len() as u64)) as usize;
+                let mut cuts: Vec<usize> = (1..n).map(|_| 1 + self.rng.below(data.len() as u64 - 1) as usize).collect();
+                cuts.sort_unstable();
+                cuts.dedup();
+                let mut start = 0;
+                for cut in cuts.into_iter().chain(std::iter::once(data.len())) {
+                    pieces.push(data[start..cut].to_vec());
+                    start = cut;
+                }
+            }
         } else {
+            pieces.push(data);
+        }
+        for data in pieces {
             self.push(at, Ev::Deliver { client: c, input: Input::Chunk { id, data } });
         }
     }
@@ -1344,6 +1511,7 @@ impl<S: SimServer> World<S> {
         match ev {
             Ev::Arrive { wire, endpoint, req } => self.arrive(wire, endpoint, req),
             Ev::ServerStreamClosed { server, wire } => self.servers[server].stream_closed(RequestId(wire)),
+            Ev::StreamFlush { wire } => self.stream_flush(wire),
             Ev::OutageStart { endpoint } => self.outage_start(endpoint),
             Ev::OutageEnd { endpoint } => self.outage_end(endpoint),
             Ev::PauseStart { client } => {

@@ -15,6 +15,11 @@
 //!   keeps running.
 //! - Every grant, raise and restart is logged with the global time and the
 //!   client, for the simulation's fencing and validity checks.
+//! - Pub/sub: a subscription request opens a stream (see "Pub/sub" below);
+//!   the release script's `PUBLISH` (and a plain `PUBLISH`) delivers the
+//!   message on every open subscription of the channel on this node, as the
+//!   stream's next chunk. A restart ends every subscription (the world
+//!   breaks the streams when the node goes down).
 //!
 //! Webdis details reproduced (Debian's 0.1.9, checked with curl): the command
 //! is the POST body `NAME/arg/...`; a `?` ends it (query string); a `.ext`
@@ -24,6 +29,22 @@
 //! replies are `{"NAME": value}`, statuses `[true,"OK"]`, errors
 //! `[false,"ERR ..."]`, a non-UTF-8 string makes the reply `{}` and is dropped
 //! from arrays, a NUL truncates a string, a nested array becomes `null`.
+//!
+//! Pub/sub, as the real servers frame it:
+//! - Upstash REST (framed like the local gateway, tools/devtools/src/gateway/
+//!   subscribe.rs, which `@upstash/redis` reads): authorization first (401),
+//!   then `GET|POST /subscribe/<channel>[/<channel>...]` (segments
+//!   percent-decoded, body ignored; no channel: 400) answers a 200 event
+//!   stream: `data: subscribe,<channel>,<count>` per channel, then
+//!   `data: message,<channel>,<payload>` per publish, each event followed by
+//!   a blank line (a line break in a field starts a new `data: ` line).
+//! - Webdis 0.1.9: the command comes from the URL path of a GET (the POST
+//!   body otherwise, as above); `SUBSCRIBE/<channel>[/...]` (name in any
+//!   case, at least one channel) answers a 200 chunked stream of
+//!   `{"<name as sent>":["subscribe","<channel>",<count>]}` and then
+//!   `{"<name>":["message","<channel>","<payload>"]}`, not separated (the
+//!   strings as jansson sees them: cut at NUL, dropped unless UTF-8).
+//! - `PSUBSCRIBE` is not modelled (edgelock never sends it): 501.
 
 #![allow(dead_code)]
 
@@ -33,7 +54,7 @@ use std::hash::{Hash, Hasher};
 
 use base64::Engine;
 use edgelock::core::redis::scripts::Script;
-use edgelock::core::{HttpRequest, Millis, RequestId};
+use edgelock::core::{HttpRequest, Method, Millis, RequestId};
 use serde_json::{json, Value};
 
 use super::net::{Reply, SimServer, CLIENT_HEADER};
@@ -127,6 +148,14 @@ enum MValue {
     Err(String),
 }
 
+/// One open subscription (a streaming response).
+#[derive(Clone, Debug)]
+struct Subscription {
+    /// Webdis: the command name as the client wrote it (the JSON key).
+    webdis_verb: Option<String>,
+    channels: Vec<Vec<u8>>,
+}
+
 pub struct RedisModel {
     pub proto: Proto,
     /// Upstash bearer token required (None: no auth).
@@ -138,8 +167,25 @@ pub struct RedisModel {
     /// HTTP requests answered.
     pub requests: u64,
     scripts: HashMap<u64, Script>,
+    /// Scripts in this node's script cache (`EVAL` adds, a restart empties it).
+    cached: std::collections::HashSet<Script>,
     /// The latest global instant the model has seen (expiry searches start there).
     last_seen: Millis,
+    /// Open subscriptions by wire id (ordered: deliveries are deterministic).
+    subs: BTreeMap<u64, Subscription>,
+    /// Stream bytes not yet handed to the world.
+    out: Vec<(RequestId, Vec<u8>)>,
+    /// Subscription streams opened (confirmed) so far.
+    pub subscriptions: u64,
+    /// PUBLISHes run (by the release script or directly).
+    pub publishes: u64,
+    /// Messages queued on subscription streams.
+    pub deliveries: u64,
+    /// Of those, `released:0`: what an acquire attempt's cleanup (an
+    /// owner-checked delete of its own key, fencing floor 0) publishes.
+    pub cleanup_deliveries: u64,
+    /// Runs of the acquire script (attempts reaching this node).
+    pub acquire_evals: u64,
 }
 
 fn text_hash(b: &[u8]) -> u64 {
@@ -154,6 +200,13 @@ fn err(m: &str) -> MValue {
 
 fn parse_u64(b: &[u8]) -> Option<u64> {
     std::str::from_utf8(b).ok()?.parse().ok()
+}
+
+/// How many keys an edgelock script call names: the lock and its fencing
+/// counter, and (release, since the fair lock) the fair queue and its leases,
+/// which the model keeps empty (it does not model the fair lock).
+fn script_keys(numkeys: &[u8], rest: &[Vec<u8>]) -> Option<usize> {
+    parse_u64(numkeys).map(|n| n as usize).filter(|n| (*n == 2 || *n == 4) && rest.len() >= *n)
 }
 
 fn parse_i64(b: &[u8]) -> Option<i64> {
@@ -172,7 +225,15 @@ impl RedisModel {
             restarts: Vec::new(),
             requests: 0,
             scripts,
+            cached: Default::default(),
             last_seen: 0,
+            subs: BTreeMap::new(),
+            out: Vec::new(),
+            subscriptions: 0,
+            publishes: 0,
+            deliveries: 0,
+            cleanup_deliveries: 0,
+            acquire_evals: 0,
         }
     }
 
@@ -269,10 +330,20 @@ impl RedisModel {
                 let Some(&s) = self.scripts.get(&text_hash(script)) else {
                     return err("ERR the model knows only edgelock's scripts (unknown script text)");
                 };
-                if parse_u64(numkeys) != Some(2) || rest.len() < 2 {
-                    return err("ERR edgelock scripts take 2 keys");
-                }
-                self.eval(s, &rest[0], &rest[1], &rest[2..], client, g)
+                let Some(nk) = script_keys(numkeys, rest) else {
+                    return err("ERR edgelock scripts take 2 keys (4 with the fair queue's)");
+                };
+                self.cached.insert(s);
+                self.eval(s, &rest[0], &rest[1], &rest[nk..], client, g)
+            }
+            ("EVALSHA", [sha, numkeys, rest @ ..]) => {
+                let Some(s) = Script::from_sha1(sha).filter(|s| self.cached.contains(s)) else {
+                    return err("NOSCRIPT No matching script. Please use EVAL.");
+                };
+                let Some(nk) = script_keys(numkeys, rest) else {
+                    return err("ERR edgelock scripts take 2 keys (4 with the fair queue's)");
+                };
+                self.eval(s, &rest[0], &rest[1], &rest[nk..], client, g)
             }
             ("GET", [k]) => self.get(k, g).map_or(MValue::Nil, MValue::Bulk),
             ("PTTL", [k]) => MValue::Int(self.pttl_int(k, g)),
@@ -280,6 +351,7 @@ impl RedisModel {
                 MValue::Int(keys.iter().filter(|k| self.data.remove(k.as_slice()).is_some()).count() as i64)
             }
             ("INCR", [k]) => self.incr(k, g).map_or_else(|e| e, MValue::Int),
+            ("PUBLISH", [channel, message]) => MValue::Int(self.publish(channel, message) as i64),
             ("SET", [k, v, opts @ ..]) => {
                 let mut nx = false;
                 let mut px = None;
@@ -313,6 +385,7 @@ impl RedisModel {
         let num = |i: usize| argv.get(i).and_then(|a| parse_u64(a));
         match s {
             Script::Acquire => {
+                self.acquire_evals += 1;
                 let (Some(ttl), token) = (num(1), arg(0)) else { return err("ERR bad acquire arguments") };
                 if ttl == 0 {
                     return err("ERR invalid expire time in 'set' command");
@@ -348,7 +421,7 @@ impl RedisModel {
                         self.data.insert(key.to_vec(), e);
                     }
                 }
-                MValue::Int(ours as i64)
+                MValue::Arr(vec![MValue::Int(ours as i64), MValue::Int(self.fence_value(fence, g))])
             }
             Script::Release => {
                 let (Some(floor), token) = (num(1), arg(0)) else { return err("ERR bad release arguments") };
@@ -357,9 +430,22 @@ impl RedisModel {
                 self.log.push(Rec::Raised { key: key.to_vec(), owner: token, client, t: g, floor, ours, renew: false });
                 if ours {
                     self.data.remove(key);
+                    // `redis.call('PUBLISH', ARGV[3], 'released:' .. ARGV[2])`:
+                    // without ARGV[3] the call fails after the DEL (a Lua error
+                    // does not undo what the script already did).
+                    let Some(channel) = argv.get(2) else {
+                        return err("ERR Lua redis lib command arguments must be strings or integers");
+                    };
+                    // An attempt's cleanup (floor 0) publishes nothing.
+                    if arg(1) != b"0" {
+                        let payload = [b"released:".as_slice(), &arg(1)].concat();
+                        self.publish(channel, &payload);
+                    }
                 }
                 MValue::Int(ours as i64)
             }
+            // The fair lock (one node, `fair`) is not modelled: the simulation never enables it.
+            Script::AcquireFair | Script::Leave => err("ERR model: the fair lock's scripts are not modelled"),
             Script::Status => {
                 let f = self.fence_value(fence, g);
                 match self.get(key, g) {
@@ -390,6 +476,9 @@ impl RedisModel {
         }
         let b64 = Self::header(req, "upstash-encoding").is_some_and(|v| v.eq_ignore_ascii_case("base64"));
         let path = req.target.url().unwrap_or("").splitn(4, '/').nth(3).unwrap_or("");
+        if let Some(reply) = self.upstash_subscribe(req, path) {
+            return reply;
+        }
         let Ok(body) = serde_json::from_slice::<Value>(&req.body) else {
             return full(400, json!({"error": "ERR failed to parse command"}));
         };
@@ -430,10 +519,14 @@ impl RedisModel {
 
     fn webdis(&mut self, req: &HttpRequest, client: Option<usize>, g: Millis) -> Reply {
         let path = req.target.url().unwrap_or("").splitn(4, '/').nth(3).unwrap_or("");
-        if !path.is_empty() {
-            return Reply::Full { status: 500, body: b"the model takes commands in the POST body only".to_vec() };
-        }
-        let mut body: &[u8] = &req.body;
+        // A GET carries the command in its path, a POST in its body.
+        let mut body: &[u8] = match req.method {
+            Method::Get => path.as_bytes(),
+            Method::Post if path.is_empty() => &req.body,
+            Method::Post => {
+                return Reply::Full { status: 500, body: b"the model takes POSTed commands in the body only".to_vec() };
+            }
+        };
         if let Some(q) = body.iter().position(|&b| b == b'?') {
             body = &body[..q];
         }
@@ -456,14 +549,154 @@ impl RedisModel {
         }
         let mut args = vec![name.clone()];
         args.extend(segs.map(webdis_decode));
-        let v = self.run(&args, client, g);
         let verb = String::from_utf8_lossy(&name).to_string();
+        // webdis' cmd_is_subscribe_args: the name in any case, and at least one argument.
+        if args.len() >= 2 && name.eq_ignore_ascii_case(b"PSUBSCRIBE") {
+            return Reply::Full { status: 501, body: b"model: PSUBSCRIBE is not modelled".to_vec() };
+        }
+        if args.len() >= 2 && name.eq_ignore_ascii_case(b"SUBSCRIBE") {
+            let channels = args[1..].to_vec();
+            return self.open_subscription(req.id, Subscription { webdis_verb: Some(verb), channels });
+        }
+        let v = self.run(&args, client, g);
         let body = match webdis_json(&v, true) {
             Some(j) => json!({ verb: j }),
             None => json!({}),
         };
         Reply::Full { status: 200, body: serde_json::to_vec(&body).unwrap_or_default() }
     }
+
+    /// Upstash's `/subscribe/<channel>[/...]` route (after authorization),
+    /// `None` for any other path.
+    fn upstash_subscribe(&mut self, req: &HttpRequest, path: &str) -> Option<Reply> {
+        let path = path.split('?').next().unwrap_or("");
+        let (pattern, rest) = if let Some(r) = path.strip_prefix("subscribe") {
+            (false, r)
+        } else if let Some(r) = path.strip_prefix("psubscribe") {
+            (true, r)
+        } else {
+            return None;
+        };
+        let rest = match rest {
+            "" => "",
+            r => r.strip_prefix('/')?,
+        };
+        let full = |status: u16, v: Value| Reply::Full { status, body: serde_json::to_vec(&v).unwrap_or_default() };
+        if pattern {
+            return Some(full(501, json!({"error": "model: psubscribe is not modelled"})));
+        }
+        let mut segments: Vec<&str> = rest.split('/').collect();
+        if segments.last() == Some(&"") {
+            segments.pop();
+        }
+        if segments.is_empty() {
+            return Some(full(400, json!({"error": "ERR wrong number of arguments for 'subscribe' command"})));
+        }
+        let channels = segments.iter().map(|s| webdis_decode_percent(s.as_bytes())).collect();
+        Some(self.open_subscription(req.id, Subscription { webdis_verb: None, channels }))
+    }
+
+    /// Registers a subscription stream (`wire` is its request's wire id)
+    /// and queues one confirmation per channel, counting like Redis (the
+    /// connection's subscriptions so far).
+    fn open_subscription(&mut self, wire: RequestId, sub: Subscription) -> Reply {
+        let mut distinct: Vec<&Vec<u8>> = Vec::new();
+        for ch in &sub.channels {
+            if !distinct.contains(&ch) {
+                distinct.push(ch);
+            }
+            let event = match &sub.webdis_verb {
+                None => sse_event(&[b"subscribe", ch, distinct.len().to_string().as_bytes()]),
+                Some(verb) => webdis_event(verb, &[json!("subscribe"), c_string(ch).map_or(Value::Null, Value::String), json!(distinct.len())]),
+            };
+            self.out.push((wire, event));
+        }
+        self.subs.insert(wire.0, sub);
+        self.subscriptions += 1;
+        Reply::Stream { status: 200 }
+    }
+
+    /// `PUBLISH channel payload`: queued on every open subscription of
+    /// `channel`; returns how many received it.
+    fn publish(&mut self, channel: &[u8], payload: &[u8]) -> usize {
+        self.publishes += 1;
+        let mut n = 0;
+        for (wire, sub) in &self.subs {
+            if !sub.channels.iter().any(|c| c == channel) {
+                continue;
+            }
+            let event = match &sub.webdis_verb {
+                None => sse_event(&[b"message", channel, payload]),
+                Some(verb) => {
+                    // jansson drops a string it cannot hold from the array.
+                    let items: Vec<Value> =
+                        [b"message".as_slice(), channel, payload].iter().filter_map(|b| c_string(b).map(Value::String)).collect();
+                    webdis_event(verb, &items)
+                }
+            };
+            self.out.push((RequestId(*wire), event));
+            n += 1;
+        }
+        self.deliveries += n as u64;
+        if payload == b"released:0" {
+            self.cleanup_deliveries += n as u64;
+        }
+        n
+    }
+
+    /// Subscription streams open right now.
+    pub fn open_subscriptions(&self) -> usize {
+        self.subs.len()
+    }
+}
+
+/// One server-sent event the way the Upstash gateway frames a push message:
+/// the fields joined with `,`, one `data: ` line per line of that, a blank line.
+fn sse_event(fields: &[&[u8]]) -> Vec<u8> {
+    let data = fields.join(&b","[..]);
+    let mut out = Vec::with_capacity(data.len() + 16);
+    let mut rest = &data[..];
+    loop {
+        out.extend_from_slice(b"data: ");
+        match rest.iter().position(|&b| b == b'\n' || b == b'\r') {
+            Some(i) => {
+                out.extend_from_slice(&rest[..i]);
+                out.push(b'\n');
+                let skip = if rest[i] == b'\r' && rest.get(i + 1) == Some(&b'\n') { 2 } else { 1 };
+                rest = &rest[i + skip..];
+            }
+            None => {
+                out.extend_from_slice(rest);
+                out.extend_from_slice(b"\n\n");
+                return out;
+            }
+        }
+    }
+}
+
+/// One webdis push message: `{"<verb>":[items]}`.
+fn webdis_event(verb: &str, items: &[Value]) -> Vec<u8> {
+    serde_json::to_vec(&json!({ verb: items })).unwrap_or_default()
+}
+
+/// `%XX` decoding only (Upstash path segments; `+` stays).
+fn webdis_decode_percent(seg: &[u8]) -> Vec<u8> {
+    let hex = |b: u8| (b as char).to_digit(16).map(|d| d as u8);
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < seg.len() {
+        match (seg[i], seg.get(i + 1).copied().and_then(hex), seg.get(i + 2).copied().and_then(hex)) {
+            (b'%', Some(h), Some(l)) => {
+                out.push(h << 4 | l);
+                i += 3;
+            }
+            (b, _, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    out
 }
 
 fn webdis_decode(seg: &[u8]) -> Vec<u8> {
@@ -535,10 +768,14 @@ impl SimServer for RedisModel {
     }
 
     fn drain_stream_chunks(&mut self, _now: Millis) -> Vec<(RequestId, Vec<u8>)> {
-        Vec::new()
+        std::mem::take(&mut self.out)
     }
 
-    fn stream_closed(&mut self, _id: RequestId) {}
+    /// The client went away (or the connection broke): the subscription ends.
+    fn stream_closed(&mut self, id: RequestId) {
+        self.subs.remove(&id.0);
+        self.out.retain(|(w, _)| *w != id);
+    }
 
     fn advance(&mut self, now: Millis) {
         self.last_seen = self.last_seen.max(now);
@@ -553,6 +790,11 @@ impl SimServer for RedisModel {
     fn crash_restart(&mut self, now: Millis) {
         self.last_seen = self.last_seen.max(now);
         self.data.clear();
+        self.cached.clear();
+        // Its streams broke when it went down (the world closed them); a
+        // restarted Redis has no subscribers.
+        self.subs.clear();
+        self.out.clear();
         self.restarts.push(now);
     }
 }

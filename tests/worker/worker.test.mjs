@@ -13,6 +13,8 @@ import {
   startBackends,
   startWorkers,
 } from './support.mjs';
+import { gatewayCommand, lockKey, wakeChannel } from '../js/support/redis.mjs';
+import { spawnWithJsonLine, findDevtoolsBin, stopChild } from '../js/testenv.mjs';
 
 let env;
 before(async () => {
@@ -26,6 +28,28 @@ after(async () => {
 // waiting, too few to wait long (etcd: lease + txn, then the watch is refused;
 // Redis: a few polls; Redlock: two rounds of three).
 const SMALL_BUDGET = { etcd: 5, 'redis (webdis)': 6, 'redis (upstash)': 6, redlock: 10 };
+
+// The Redis nodes (testenv indices) each backend's bindings use: node i's
+// webdis and gateway front the same redis-server.
+const REDIS_NODES = { 'redis (webdis)': [0], 'redis (upstash)': [1], redlock: [0, 1, 2] };
+// The default cap on wake-up subscriptions: max(0, 6 − nodes) on one node,
+// 0 on Redlock (a burst of waiters would spend the budget on wake-ups).
+const DEFAULT_MAX_SUBSCRIPTIONS = { etcd: null, 'redis (webdis)': 5, 'redis (upstash)': 5, redlock: 0 };
+
+/** Subscribers of `channel` on each of the testenv Redis nodes `indices`. */
+async function numsub(e, indices, channel) {
+  return Promise.all(indices.map(async (i) => Number((await gatewayCommand(e.gateway_urls[i], e.token, 'PUBSUB', 'NUMSUB', channel))[1])));
+}
+async function until(check, ms, what) {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const v = await check();
+    if (v) return v;
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 25));
+  }
+}
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 const slug = (s) => s.replace(/[^a-z]+/g, '-').replace(/-$/, '');
 const uniq = (s) => `${s}-${Date.now().toString(36)}-${Math.random().toString(36).slice(2, 6)}`;
@@ -69,6 +93,8 @@ for (const backend of ['etcd', 'redis (webdis)', 'redis (upstash)', 'redlock']) 
       w = await startWorkers({
         main: common,
         budget: { ...common, EDGELOCK_SUBREQUEST_BUDGET: String(SMALL_BUDGET[backend]) },
+        // Push on Redlock is opt-in in a Worker: 3 nodes, 3 subscriptions.
+        push: backend === 'redlock' ? { ...common, EDGELOCK_MAX_SUBSCRIPTIONS: '3' } : common,
         down: { ...common, ...(await downBindings(backend)) },
       });
     });
@@ -114,6 +140,47 @@ for (const backend of ['etcd', 'redis (webdis)', 'redis (upstash)', 'redlock']) 
       for (const r of results) assert.equal(r.outcome, 'ok', JSON.stringify(r));
       await assertSerialRuns(env, cronJob, 10);
     });
+
+    test('GET / names the default cap on wake-up subscriptions: max(0, 6 − nodes)', async () => {
+      const r = await w.call(null, 'GET', '/');
+      assert.equal(r.status, 200, r.text);
+      assert.equal(r.body.maxSubscriptions, DEFAULT_MAX_SUBSCRIPTIONS[backend]);
+    });
+
+    if (backend !== 'etcd') {
+      test('a waiting run is woken by push: one subscription per node, within the subrequest budget, stream closed after', async () => {
+        const job = uniq('push');
+        const nodes = REDIS_NODES[backend];
+        const channel = wakeChannel(lockKey(job, `wt-${slug(backend)}`));
+        const held = await w.call('push', 'POST', `/jobs/${job}/start`);
+        assert.equal(held.status, 200, held.text);
+        const waiting = w.call('push', 'POST', `/jobs/${job}/run?waitMs=30000`);
+        await until(async () => (await numsub(env, nodes, channel)).every((n) => n === 1), 5000, 'a subscription on every node');
+        // Held 3 s: a waiter polling every 200–300 ms would make 10+ attempts;
+        // a subscribed one attempts on confirmation, once on its 2 s fallback
+        // timer and on the release's message.
+        await sleep(3000);
+        assert.deepEqual(await numsub(env, nodes, channel), nodes.map(() => 1), 'still subscribed');
+        const done = await w.call('push', 'POST', `/jobs/${job}/finish`, held.body);
+        assert.equal(done.status, 200, done.text);
+        const r = await waiting;
+        assert.equal(r.status, 200, r.text);
+        assert.ok(BigInt(r.body.token) > BigInt(held.body.token));
+        assert.ok(r.body.started - done.body.finished < 1000, `woken ${r.body.started - done.body.finished} ms after the release`);
+        const { lock, total, budget } = r.body.subrequests;
+        assert.ok(total <= budget, `within the budget: ${JSON.stringify(r.body.subrequests)}`);
+        // Push: per node the subscription, the first attempt, one per
+        // confirmation (up to one per node), one on the 2 s fallback timer,
+        // one on the release's message, Redlock's fencing round and the
+        // release — at most 8 on one node, 3 × 10 on three. Polling every
+        // 200–300 ms for over 3 s: at least 11 on one node, 3 × 12 on three.
+        assert.ok(lock >= 3 * nodes.length, `the subscriptions are counted: ${lock}`);
+        const pushBound = nodes.length === 1 ? 8 : 10 * nodes.length;
+        assert.ok(lock <= pushBound, `${lock} lock subrequests for ${nodes.length} node(s): it did not poll`);
+        console.log(`# ${backend}: a 3 s wait woken by push = ${lock} lock subrequests`);
+        await until(async () => (await numsub(env, nodes, channel)).every((n) => n === 0), 3000, 'the streams to close');
+      });
+    }
 
     test('busy: 409 BUSY with ifAvailable, 504 TIMEOUT after waitMs; GET /locks shows the holder', async () => {
       const job = uniq('busy');
@@ -209,3 +276,63 @@ for (const backend of ['etcd', 'redis (webdis)', 'redis (upstash)', 'redlock']) 
     });
   });
 }
+
+// Redlock over 5 nodes: an invocation may hold only 6 connections open, so
+// by default a waiter subscribes on the first node only (1 stream + a round
+// of 5 attempts) and leaves the other four to its timer.
+describe('Worker on Redlock over 5 nodes: the subscription cap', { timeout: 300_000 }, () => {
+  let five;
+  let w;
+  before(async () => {
+    const e = { ...process.env };
+    delete e.EDGELOCK_TESTENV_TOKEN;
+    const { child, info } = await spawnWithJsonLine(findDevtoolsBin('testenv'), ['--redis', '5', '--webdis', '--gateway'], { env: e, timeoutMs: 120_000 });
+    child.unref();
+    five = { ...info, stop: () => stopChild(child) };
+    const common = {
+      EDGELOCK_BACKEND: 'redlock',
+      EDGELOCK_REDLOCK_NODES: five.webdis_urls.map((u) => `webdis+${u}`).join(','),
+      EDGELOCK_PREFIX: 'wt5',
+      EDGELOCK_JOB_MS: '20',
+    };
+    w = await startWorkers({ main: { ...common, EDGELOCK_MAX_SUBSCRIPTIONS: '1' }, polling: { ...common, EDGELOCK_MAX_SUBSCRIPTIONS: '0' } });
+  });
+  after(async () => {
+    await w?.dispose();
+    await five?.stop();
+  });
+
+  test('by default a waiter subscribes on node 0 only and is woken there by the release', async () => {
+    assert.equal((await w.call('main', 'GET', '/')).body.maxSubscriptions, 1);
+    const job = uniq('cap');
+    const channel = wakeChannel(lockKey(job, 'wt5'));
+    const held = await w.call('main', 'POST', `/jobs/${job}/start`);
+    assert.equal(held.status, 200, held.text);
+    const waiting = w.call('main', 'POST', `/jobs/${job}/run?waitMs=30000`);
+    await until(async () => (await numsub(five, [0], channel))[0] === 1, 5000, 'the subscription on node 0');
+    await sleep(500);
+    assert.deepEqual(await numsub(five, [0, 1, 2, 3, 4], channel), [1, 0, 0, 0, 0]);
+    const done = await w.call('main', 'POST', `/jobs/${job}/finish`, held.body);
+    assert.equal(done.status, 200, done.text);
+    const r = await waiting;
+    assert.equal(r.status, 200, r.text);
+    assert.ok(r.body.started - done.body.finished < 1000, `woken ${r.body.started - done.body.finished} ms after the release`);
+    assert.ok(r.body.subrequests.total <= r.body.subrequests.budget, JSON.stringify(r.body.subrequests));
+    await until(async () => (await numsub(five, [0], channel))[0] === 0, 3000, 'the stream to close');
+  });
+
+  test('EDGELOCK_MAX_SUBSCRIPTIONS=0: the waiter polls, no subscription', async () => {
+    assert.equal((await w.call('polling', 'GET', '/')).body.maxSubscriptions, 0);
+    const job = uniq('poll');
+    const channel = wakeChannel(lockKey(job, 'wt5'));
+    const held = await w.call('polling', 'POST', `/jobs/${job}/start`);
+    assert.equal(held.status, 200, held.text);
+    const waiting = w.call('polling', 'POST', `/jobs/${job}/run?waitMs=30000`);
+    await sleep(800);
+    assert.deepEqual(await numsub(five, [0, 1, 2, 3, 4], channel), [0, 0, 0, 0, 0]);
+    const done = await w.call('polling', 'POST', `/jobs/${job}/finish`, held.body);
+    assert.equal(done.status, 200, done.text);
+    const r = await waiting;
+    assert.equal(r.status, 200, r.text);
+  });
+});

@@ -9,6 +9,10 @@
 // higher and the paused holder's late write is rejected. On Redlock it also
 // stops one Redis node and checks that acquisitions go on. A last, shorter run
 // on one Redis node through the Upstash gateway checks holds and tokens only.
+// On Redlock and on the gateway it also asks the Redis servers (PUBSUB
+// NUMSUB) whether the page's waiters hold push wake-up subscriptions: some,
+// never more than 4 per origin (the browser entry's cap: a browser opens
+// about 6 connections per origin), and none once the run is stopped.
 // Screenshots (1280×800 and a 390 px phone width) go to .test-output/www/.
 
 import { spawn } from 'node:child_process';
@@ -83,6 +87,26 @@ function runData(page, runId) {
   }, runId);
 }
 
+/** A raw command through an Upstash gateway of the dev server's testenv. */
+async function redisCommand(url, token, ...cmd) {
+  const r = await fetch(url, {
+    method: 'POST', headers: { authorization: `Bearer ${token}` }, body: JSON.stringify(cmd), signal: AbortSignal.timeout(3000),
+  });
+  const body = await r.json();
+  if (!r.ok || body.error) throw new Error(`${cmd[0]}: ${JSON.stringify(body)}`);
+  return body.result;
+}
+
+/** Wake-up subscribers on each Redis node (all `edgelock:wake:*` channels). */
+async function wakeSubscriptions(cfg) {
+  return Promise.all(cfg.gateway.map(async (url) => {
+    const channels = await redisCommand(url, cfg.token, 'PUBSUB', 'CHANNELS', 'edgelock:wake:*');
+    if (channels.length === 0) return 0;
+    const counts = await redisCommand(url, cfg.token, 'PUBSUB', 'NUMSUB', ...channels);
+    return counts.filter((_, i) => i % 2 === 1).reduce((a, b) => a + Number(b), 0);
+  }));
+}
+
 function checkHolds(label, holds) {
   check(holds.length >= ACQUISITIONS, `${label}: only ${holds.length} acquisitions`);
   const sorted = [...holds].sort((a, b) => a.acquiredAt - b.acquiredAt);
@@ -104,7 +128,7 @@ function checkHolds(label, holds) {
   log(`${label}: ${holds.length} holds, none overlapping, tokens strictly increasing (${sorted[0].token} → ${sorted.at(-1).token})`);
 }
 
-async function exercise(page, backend, { pause = true, stopNode = false, screenshot }) {
+async function exercise(page, backend, { pause = true, stopNode = false, screenshot, redisConfig = null }) {
   const label = backend;
   await page.selectOption('#backend', backend);
   await page.fill('#workers', String(WORKERS));
@@ -119,10 +143,27 @@ async function exercise(page, backend, { pause = true, stopNode = false, screens
   const lanesBusy = await page.evaluate((id) => new Set(window.__edgelockDemo.holds.filter((h) => h.run === id).map((h) => h.worker)).size, runId);
   check(lanesBusy >= 2, `${label}: only ${lanesBusy} worker(s) ever held the lock`);
 
+  if (redisConfig) {
+    // The waiters hold wake-up subscriptions, at most 4 per origin.
+    const max = redisConfig.gateway.map(() => 0);
+    for (let i = 0; i < 20; i++) {
+      (await wakeSubscriptions(redisConfig)).forEach((n, j) => { max[j] = Math.max(max[j], n); });
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    if (label === 'redlock') {
+      check(max.every((n) => n === 0), `${label}: the demo's Redlock polls, yet subscriptions were seen: ${max.join(', ')}`);
+    } else {
+      check(max.some((n) => n > 0), `${label}: no wake-up subscription seen on the Redis nodes`);
+    }
+    check(max.every((n) => n <= 4), `${label}: more than 4 subscriptions per origin: ${max.join(', ')}`);
+    log(`${label}: wake-up subscriptions per Redis node during the run, at most: ${max.join(', ')}`);
+  }
+
   if (!pause) {
     await page.click('#start'); // Stop
     await page.waitForFunction((id) => window.__edgelockDemo.runs.find((r) => r.id === id)?.stoppedAt !== undefined,
       runId, { timeout: 20_000 });
+    if (redisConfig) await checkStreamsClosed(label, redisConfig);
     const data = await runData(page, runId);
     checkHolds(label, data.holds);
     check(data.lost.length === 0, `${label}: unexpected lost-lock event: ${data.lost[0]?.message}`);
@@ -162,6 +203,7 @@ async function exercise(page, backend, { pause = true, stopNode = false, screens
   await page.waitForFunction((id) => window.__edgelockDemo.runs.find((r) => r.id === id)?.stoppedAt !== undefined,
     runId, { timeout: 20_000 });
 
+  if (redisConfig) await checkStreamsClosed(label, redisConfig);
   const data = await runData(page, runId);
   checkHolds(label, data.holds);
   check(data.lost.length === 1, `${label}: expected one lost-lock event, got ${data.lost.length}`);
@@ -179,6 +221,17 @@ async function exercise(page, backend, { pause = true, stopNode = false, screens
     `its late write was rejected (resource at ${stale.resourceToken})`);
   if (data.errors.length) log(`${label}: ${data.errors.length} acquire error(s), e.g. ${data.errors[0].code}: ${data.errors[0].message}`);
   return shot;
+}
+
+/** After Stop: every wake-up subscription of the page is gone from the servers. */
+async function checkStreamsClosed(label, redisConfig) {
+  const deadline = Date.now() + 5000;
+  let counts;
+  while ((counts = await wakeSubscriptions(redisConfig)).some((n) => n > 0)) {
+    check(Date.now() < deadline, `${label}: subscriptions still open after Stop: ${counts.join(', ')}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  log(`${label}: every wake-up subscription closed after Stop`);
 }
 
 async function main() {
@@ -201,11 +254,12 @@ async function main() {
     const bootError = await page.evaluate(() => window.__edgelockDemo.bootError);
     check(!bootError, `page failed to start: ${bootError}`);
 
+    const redisConfig = await (await fetch(new URL('config.json', info.url))).json();
     const shots = [];
     shots.push(await exercise(page, 'etcd', { screenshot: 'www-etcd-1280x800.png' }));
-    shots.push(await exercise(page, 'redlock', { stopNode: true, screenshot: 'www-redlock-1280x800.png' }));
+    shots.push(await exercise(page, 'redlock', { stopNode: true, screenshot: 'www-redlock-1280x800.png', redisConfig }));
     // One Redis node through the Upstash-compatible gateway (bearer token): a shorter check.
-    await exercise(page, 'redis-upstash', { pause: false });
+    await exercise(page, 'redis-upstash', { pause: false, redisConfig });
 
     // The same page at phone width (the stopped run's timeline stays on screen).
     await page.setViewportSize({ width: 390, height: 844 });

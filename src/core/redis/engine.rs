@@ -244,8 +244,13 @@ impl Engine {
         for frame in frames {
             let push = match frame {
                 PushFrame::Subscribed => {
+                    // Only a stream still open (an earlier frame may have ended its task).
+                    let Some(Sub::Open { id: open, failures }) = self.subs.get_mut(&(tid, node)) else { continue };
+                    if *open != id {
+                        continue;
+                    }
+                    *failures = 0;
                     self.cx.rt.requests.keep_open(id);
-                    self.subs.insert((tid, node), Sub::Open { id, failures: 0 });
                     Push::Live
                 }
                 PushFrame::Message(payload) => Push::Message(payload),

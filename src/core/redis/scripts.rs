@@ -54,7 +54,11 @@ return {0, f}";
 /// (1 if deleted, else 0). Never a blind `DEL`. A delete publishes
 /// `released:<ARGV[2]>` on the wake-up channel `ARGV[3]` (see
 /// [`super::subscription`]) so that waiters attempt at once; nothing is
-/// published when the key was not ours (it expired: waiters' timers cover it).
+/// published when the key was not ours (it expired: waiters' timers cover it),
+/// nor by the cleanup of a failed attempt (`ARGV[2]` = 0: such a key was
+/// never handed out, and waking every waiter after each split Redlock vote
+/// made them all attempt, split again and clean up again — a storm the
+/// simulation measured at 89 % of all messages).
 /// When a fair queue (`KEYS[3]`, leases in `KEYS[4]`) has a live head, the
 /// payload names it, `released:<fence>:<waiter>`, and only that waiter
 /// attempts; a dead head (lease over) is not named, so every waiter
@@ -64,6 +68,7 @@ local f = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
 if f < tonumber(ARGV[2]) then redis.call('SET', KEYS[2], ARGV[2]) end
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1])
+if ARGV[2] == '0' then return 1 end
 local msg = 'released:' .. ARGV[2]
 local head = redis.call('LINDEX', KEYS[3], 0)
 if head then

@@ -39,10 +39,11 @@ async function requestExample(client: LockClient): Promise<number> {
 
 function redisExamples(): LockClient[] {
   const upstash = new RedisLocks({ url: "https://example.upstash.io", token: "t", ttlMs: 30_000 });
-  const webdis = new RedisLocks({ url: "http://127.0.0.1:7379", protocol: "webdis" });
+  const webdis = new RedisLocks({ url: "http://127.0.0.1:7379", protocol: "webdis", maxSubscriptions: 0 });
   const redlock = new Redlock({
     nodes: [{ url: "http://a:7379", protocol: "webdis" }, { url: "https://b.upstash.io", token: "t" }],
     ttlMs: 10_000, driftFactor: 0.01, retryCount: 3, retryDelayMs: 200, retryJitterMs: 100, autoExtend: true,
+    maxSubscriptions: 4,
   });
   return [upstash, webdis, redlock];
 }

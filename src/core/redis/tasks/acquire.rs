@@ -37,6 +37,10 @@ use super::super::task::{Next, OnClose, Push, Task};
 use crate::core::names::validate_name;
 use crate::core::*;
 
+/// Raise rounds after the first, when a node reports a counter above the
+/// token (its attempt answer was lost, or other waiters moved it since).
+const MAX_EXTRA_RAISES: u32 = 2;
+
 /// What stays the same across an acquire's attempts, and its counters.
 struct Attempts {
     /// `None` once the user got an answer some other way (close).
@@ -64,6 +68,14 @@ struct Attempts {
     /// Fair lock: this waiter's id in the queue, and whether it may be in it.
     fair: Option<String>,
     queued: bool,
+    /// The payload of the message that last woke this waiter.
+    last_wake: Option<Vec<u8>>,
+    /// Woken by a message (not by its stream's confirmation or loss), and
+    /// when the last attempt a message caused began.
+    pushed: bool,
+    last_push_attempt: Option<Millis>,
+    /// Raise rounds of the current attempt (bounded: see `after_raise`).
+    raises: u32,
 }
 
 /// Where the acquire is; each phase waits for one thing.
@@ -118,6 +130,10 @@ impl AcquireTask {
             woken: false,
             fair: cx.s.fair.then(|| random_hex(cx.entropy.as_mut(), WAITER_BYTES)),
             queued: false,
+            last_wake: None,
+            pushed: false,
+            last_push_attempt: None,
+            raises: 0,
         };
         Ok(AcquireTask { a, phase: Phase::Sleep { until: now } })
     }
@@ -146,6 +162,14 @@ impl Task for AcquireTask {
     fn on_push(&mut self, node: usize, push: Push, now: Millis) -> bool {
         if let Some(live) = self.a.live.get_mut(node) {
             *live = push != Push::Down;
+        }
+        if let Push::Message(payload) = &push {
+            // One release publishes on every node it held: wake once.
+            if self.a.last_wake.as_deref() == Some(payload.as_slice()) {
+                return false;
+            }
+            self.a.last_wake = Some(payload.clone());
+            self.a.pushed = true;
         }
         if let (Push::Message(payload), Some(me)) = (&push, &self.a.fair) {
             // `released:<fence>:<head>`: a release for another queued waiter.
@@ -200,7 +224,21 @@ impl Attempts {
         if now < until && !self.woken {
             return Next::sleep(self.into_task(Phase::Sleep { until }), until);
         }
+        if self.woken && std::mem::take(&mut self.pushed) {
+            // The first message is acted on at once (the handoff); after
+            // that a waiter attempts on messages at most once per retry
+            // delay, so a burst of releases costs it no more than polling
+            // (a Worker's subrequest budget is counted per invocation).
+            let earliest = self.last_push_attempt.map_or(now, |t| t.saturating_add(cx.s.retry_delay_ms));
+            if now < earliest {
+                self.woken = false;
+                let at = self.deadline.map_or(earliest, |d| earliest.min(d));
+                return Next::sleep(self.into_task(Phase::Sleep { until: at }), at);
+            }
+            self.last_push_attempt = Some(now);
+        }
         self.woken = false;
+        self.raises = 0;
         self.token = random_hex(cx.entropy.as_mut(), TOKEN_BYTES);
         self.attempt_start = now;
         let cmd = match &self.fair {
@@ -285,12 +323,21 @@ impl Attempts {
             return self.cleanup(cx, all, AfterCleanup::Fail(e), now);
         }
         match expires_at(self.attempt_start, now, self.ttl, cx.s.drift_factor) {
-            Some(_) if still_ours >= cx.quorum_size() && above.is_some() => {
+            // Other waiters' attempts keep moving the counters: raise again
+            // at most twice, then give the attempt up as unavailable.
+            Some(_) if still_ours >= cx.quorum_size() && above.is_some() && self.raises < MAX_EXTRA_RAISES => {
+                self.raises += 1;
                 let fence = above.unwrap_or(fence);
                 let cmd = scripts::extend(&self.key, &self.fence_key, &self.token, self.ttl, fence);
                 Next::round(self.into_task(Phase::Raise { fence }), cmd, all)
             }
-            Some(exp) if still_ours >= cx.quorum_size() => self.grant(cx, fence, exp),
+            Some(exp) if still_ours >= cx.quorum_size() && above.is_none() => self.grant(cx, fence, exp),
+            // The counters would not settle: other waiters are attempting.
+            // That is contention (a try is not acquired), not unavailability.
+            Some(_) if still_ours >= cx.quorum_size() => {
+                let next = self.contended_next(cx, Vec::new(), now);
+                self.cleanup(cx, all, next, now)
+            }
             _ => {
                 let e = cx.round_error(&self.name, Round::first_error(&parsed), still_ours);
                 let next = self.unavailable_next(cx, e, now);
@@ -302,6 +349,11 @@ impl Attempts {
     fn after_cleanup(self, cx: &mut Context, next: AfterCleanup, now: Millis) -> Next {
         match (self.abort.clone(), next) {
             (Some(e), _) => self.finish(cx, AfterCleanup::Fail(e)),
+            // The cleanup took us past the wait bound: no further attempt.
+            (None, AfterCleanup::Retry { .. }) if self.deadline.is_some_and(|d| now > d) => {
+                let e = LockError::Timeout { backend: self.backend.as_str(), name: self.name.clone() };
+                self.finish(cx, AfterCleanup::Fail(e))
+            }
             (None, AfterCleanup::Retry { at }) => self.attempt(cx, at, now),
             (None, next) => self.finish(cx, next),
         }

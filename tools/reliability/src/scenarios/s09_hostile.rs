@@ -11,6 +11,12 @@
 //!   mutated replies in 9a): it appears in no error or loss text.
 //! - 9d: 10⁶ owner tokens (10⁵ short) made the way the machines make them,
 //!   from the OS CSPRNG: 0 duplicates.
+//! - 9e: hostile Redis push wake-up streams: the stream decoders
+//!   (`SseSplitter`, `PushDecoder` on both protocols) fed split hostile
+//!   frames (0 panics, bounded memory, cut-invariant on valid streams), and
+//!   waiting acquires whose subscriptions get hostile streams (never the
+//!   lock, 0 panics, every wait ends within its bound). 9a's sessions also
+//!   meet hostile push streams.
 //!
 //! Everything in 9a is deterministic: a panicking session is reported with
 //! its codec and seed (and the input that hit it), which reproduce it.
@@ -20,6 +26,7 @@ mod models;
 mod mutate;
 mod names;
 mod panics;
+mod push;
 mod rng;
 mod secrets;
 mod tokens;
@@ -67,6 +74,7 @@ fn fuzz_report(mode: &Mode) -> (ScenarioReport, Vec<(fuzz::Codec, fuzz::Stats)>)
     r.figure("sessions/s", rate(total.sessions, took));
     r.figure("panics", total.panics);
     r.figure("direct decoder calls", total.direct_calls);
+    r.figure("subscriptions answered / with a hostile push stream", format!("{} / {}", total.subscriptions, total.hostile_push_streams));
     r.figure("acquired / released / lost / failed events", format!("{} / {} / {} / {}", total.acquired, total.released, total.lost, total.failed));
     r.check("no panic on any hostile reply", total.panics == 0, if total.samples.is_empty() { "0 panics".to_string() } else { total.samples.join(" | ") });
     r.check(
@@ -178,10 +186,82 @@ fn tokens_report(mode: &Mode) -> ScenarioReport {
     r
 }
 
+fn push_report(mode: &Mode) -> ScenarioReport {
+    let decoder_target: u64 = mode.pick(4_000, 40_000);
+    let wait_target: u64 = mode.pick(800, 8_000);
+    let cap = mode.pick(Duration::from_secs(20), Duration::from_secs(120));
+    let st = push::run(cap, 2, decoder_target, wait_target);
+    let mut r = ScenarioReport::new("9e", TITLE, "redis (upstash SSE, webdis JSON), redlock", "hostile push wake-up streams");
+    r.figure("decoder cases (streams through SseSplitter + both PushDecoders)", st.decoder_cases);
+    r.figure("chunks / bytes fed", format!("{} / {}", st.decoder_chunks, st.decoder_bytes));
+    r.figure("over-long lines refused (> MAX_LINE_BYTES)", st.long_lines_refused);
+    r.figure("over-large JSON objects refused (> MAX_MESSAGE_BYTES)", st.huge_objects_refused);
+    r.figure("frames decoded (forged ones included)", st.frames);
+    r.figure("waiting acquires against hostile streams", st.wait_sessions);
+    r.figure("subscriptions answered / stream inputs fed", format!("{} / {}", st.streams_answered, st.stream_inputs));
+    r.figure("script requests sent by the waiters", st.attempts);
+    r.figure("latest end past the wait (ms)", st.max_end_past_wait);
+    r.figure("waits past their bound / never ended", st.overruns);
+    r.figure("attempts started after the deadline (sessions)", format!("{} ({})", st.late_attempts, st.late_sessions));
+    r.figure("panics", st.panics);
+    r.figure("decoder cases/s, waiting sessions/s (per thread)", format!("{} / {}", rate(st.decoder_cases, st.decoder_time), rate(st.wait_sessions, st.wait_time)));
+    let samples = if st.samples.is_empty() { "none".to_string() } else { st.samples.join(" | ") };
+    r.check("no panic on any hostile push stream", st.panics == 0, if st.panics == 0 { "0 panics".to_string() } else { samples.clone() });
+    r.check(
+        "decoders keep their bounds (a line over MAX_LINE_BYTES refused as it grows past it, never below) and decode valid streams the same however cut",
+        st.violations == st.overruns + st.wrongly_acquired && st.long_lines_refused > 0,
+        if st.violations == st.overruns + st.wrongly_acquired { format!("{} over-long lines refused", st.long_lines_refused) } else { samples.clone() },
+    );
+    r.check(
+        "a waiting acquire never gets a lock held by another owner and ends within its wait bound (w + 4 request timeouts: the round in flight at the deadline, its cleanup, the core's one late attempt and its cleanup)",
+        st.overruns == 0 && st.wrongly_acquired == 0 && st.wait_sessions > 0,
+        if st.overruns == 0 && st.wrongly_acquired == 0 {
+            format!(
+                "{} sessions; latest end {} ms past the wait ({} ms in sessions without a late attempt)",
+                st.wait_sessions, st.max_end_past_wait, st.max_end_past_wait_in_time
+            )
+        } else {
+            format!("{} overruns, {} acquired: {samples}", st.overruns, st.wrongly_acquired)
+        },
+    );
+    r.check(
+        "no acquire attempt starts after the wait's deadline (`Wait::For`: \"wait up to this many milliseconds, then fail\")",
+        st.late_attempts == 0,
+        format!(
+            "{} late attempts in {} of {} sessions (a retry planned before a cleanup round that ends past the deadline is still made){}",
+            st.late_attempts,
+            st.late_sessions,
+            st.wait_sessions,
+            st.samples.iter().filter(|s| s.contains("after the For(")).take(2).map(|s| format!("; {s}")).collect::<String>()
+        ),
+    );
+    r.check("the sentinel appears in no error text", st.sentinel_hits == 0, format!("{} texts checked", st.error_texts));
+    r.check(
+        &format!("at least {decoder_target} decoder cases and {wait_target} waiting sessions"),
+        st.decoder_cases >= decoder_target && st.wait_sessions >= wait_target,
+        format!("{} and {} in {:.1} s", st.decoder_cases, st.wait_sessions, st.elapsed.as_secs_f64()),
+    );
+    r.note(
+        "Hostile frames: lines just over and far over MAX_LINE_BYTES, an unclosed JSON string (sometimes past 4 MiB), invalid \
+         UTF-8, NUL bytes, the fields of `subscribe` / `message` missing, unbalanced and 100 000-deep JSON, the other \
+         protocol's framing, CR-only line ends, floods of forged confirmations and messages, comments and other SSE fields, \
+         the echoed sentinel, random bytes, and mutations of all of these; cut at random bytes (sometimes into single bytes). \
+         A waiting session's lock is held forever; its subscriptions are answered with such streams, part at once and part \
+         over the wait, ending, failing, refused or never ending; 10 % are never answered. A reported seed replays alone with \
+         `S09_PUSH_SEED=<hex seed> reliability --only 9`.",
+    );
+    r.duration = st.elapsed;
+    r
+}
+
 pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
+    if std::env::var("S09_ONLY_PUSH").is_ok() {
+        return vec![push_report(mode)];
+    }
     let (fuzz, per_codec) = fuzz_report(mode);
     let names = names_report();
     let secrets = secrets_report(&per_codec);
     let tokens = tokens_report(mode);
-    vec![fuzz, names, secrets, tokens]
+    let push = push_report(mode);
+    vec![fuzz, names, secrets, tokens, push]
 }

@@ -14,10 +14,12 @@ use base64::Engine as _;
 
 use edgelock::core::etcd::{EtcdConfig, EtcdMachine};
 use edgelock::core::json_stream::JsonObjectSplitter;
+use edgelock::core::redis::subscription::PushDecoder;
+use edgelock::core::sse_stream::SseSplitter;
 use edgelock::core::redis::{scripts, upstash, webdis, RedisConfig, RedisMachine, RedisNode, RedisProtocol, RedlockConfig, RedlockFencing, RedlockMachine};
 use edgelock::core::{AcquireOptions, Event, HttpRequest, Input, LockHandle, LockId, LockMachine, LockMachineExt, OpId, Outcome, SeededEntropy, Transmit, Wait};
 
-use super::models::{EtcdModel, Proto, RedisModel, Reply};
+use super::models::{subscription_channel, EtcdModel, Proto, RedisModel, Reply};
 use super::panics::{in_case, take_last_panic};
 use super::mutate::{deliver, mutate_body};
 use super::rng::{mix, Rng};
@@ -67,6 +69,10 @@ pub struct Stats {
     pub leak_samples: Vec<String>,
     pub foreign_urls: u64,
     pub closed: u64,
+    /// Subscription requests (Redis push wake-up) answered, and of those
+    /// answered with a hostile push stream (`push::hostile_stream`).
+    pub subscriptions: u64,
+    pub hostile_push_streams: u64,
     pub elapsed: Duration,
 }
 
@@ -86,6 +92,8 @@ impl Stats {
         self.sentinel_fragments += o.sentinel_fragments;
         self.foreign_urls += o.foreign_urls;
         self.closed += o.closed;
+        self.subscriptions += o.subscriptions;
+        self.hostile_push_streams += o.hostile_push_streams;
         self.elapsed = self.elapsed.max(o.elapsed);
         for s in &o.samples {
             let site = s.split(" at ").nth(1).and_then(|r| r.split(';').next()).unwrap_or("");
@@ -118,6 +126,11 @@ impl World {
             Some((_, proto, model)) => model.reply(req, *proto, now),
             None => Reply::Whole { status: 404, body: b"no such node".to_vec() },
         }
+    }
+
+    /// The protocol of the Redis node `req` goes to.
+    fn redis_proto(&self, req: &HttpRequest) -> Option<Proto> {
+        self.redis.iter().find(|(base, _, _)| req.target.url().is_some_and(|u| u.starts_with(base.as_str()))).map(|(_, p, _)| *p)
     }
 
     fn bases(&self, etcd_endpoints: &[String]) -> Vec<String> {
@@ -225,14 +238,18 @@ fn feed_direct(codec: Codec, status: u16, body: &[u8], st: &mut Stats) {
             parse_all(&v);
         }
         let _ = upstash::decode_pipeline(status, body, 2, true);
-        st.direct_calls += 2;
+        // The push wake-up stream decoders (server-sent events).
+        let _ = SseSplitter::new().push(body);
+        let _ = PushDecoder::new(RedisProtocol::Upstash).push(body);
+        st.direct_calls += 4;
     }
     if matches!(codec, Codec::Webdis | Codec::Redlock) {
         if let Ok(v) = webdis::decode_reply(status, body, b"EVAL") {
             parse_all(&v);
         }
         let _ = webdis::decode_body(body);
-        st.direct_calls += 2;
+        let _ = PushDecoder::new(RedisProtocol::Webdis).push(body);
+        st.direct_calls += 3;
     }
 }
 
@@ -426,7 +443,20 @@ fn run_session(codec: Codec, seed: u64, st: &mut Stats, last: &mut Last) {
             }
             let reply = world.reply(&req, now);
             let hostile = rng.chance(hostile_pct);
-            let (inputs, h) = deliver(&mut rng, &req, &reply, hostile, &echo_of(&req));
+            // A Redis subscription: sometimes a hostile push stream instead
+            // of a mutation of the valid one.
+            let push = match world.redis_proto(&req) {
+                Some(proto) if req.stream => subscription_channel(&req, proto).map(|c| (proto, c)),
+                _ => None,
+            };
+            st.subscriptions += u64::from(push.is_some());
+            let (inputs, h) = match push {
+                Some((proto, channel)) if hostile && rng.chance(50) => {
+                    st.hostile_push_streams += 1;
+                    (super::push::hostile_stream(&mut rng, proto, req.id, &channel), 1)
+                }
+                _ => deliver(&mut rng, &req, &reply, hostile, &echo_of(&req)),
+            };
             st.hostile += h;
             for input in inputs {
                 if hostile {

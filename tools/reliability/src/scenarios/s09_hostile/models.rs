@@ -10,6 +10,7 @@ use std::sync::OnceLock;
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
 use edgelock::core::redis::scripts::Script;
+use edgelock::core::redis::subscription::wake_channel;
 use edgelock::core::redis::webdis;
 use edgelock::core::HttpRequest;
 use serde_json::{json, Value};
@@ -357,13 +358,22 @@ impl RedisModel {
 
     /// The script's result: an integer or a flat array of integers.
     fn run(&mut self, args: &[Vec<u8>], now: u64) -> Result<Vec<i64>, String> {
+        // Since the fair lock the release script also names the fair queue
+        // and its leases (4 keys); this model keeps no queue: drop them.
+        let mut args = args.to_vec();
+        if args.get(2).map(Vec::as_slice) == Some(b"4") && args.len() >= 7 {
+            args.drain(5..7);
+        }
         let arg = |i: usize| args.get(i).cloned().unwrap_or_default();
         let num = |i: usize| std::str::from_utf8(&arg(i)).ok().and_then(|s| s.parse::<i64>().ok()).unwrap_or(0);
-        if arg(0) != b"EVAL" {
-            return Err("ERR unknown command".into());
-        }
+        let script = match arg(0).as_slice() {
+            b"EVAL" => Script::from_text(&arg(1)),
+            // This model keeps every script cached (no restarts).
+            b"EVALSHA" => Script::from_sha1(&arg(1)),
+            _ => return Err("ERR unknown command".into()),
+        };
         let (key, fence, token) = (arg(3), arg(4), arg(5));
-        match Script::from_text(&arg(1)) {
+        match script {
             Some(Script::Acquire) => {
                 let f = self.raise(&fence, 0).saturating_add(1);
                 self.fences.insert(fence.clone(), f);
@@ -376,13 +386,13 @@ impl RedisModel {
                 }
             }
             Some(Script::Extend) => {
-                self.raise(&fence, num(7));
+                let f = self.raise(&fence, num(7));
                 match self.live(&key, now) {
                     Some((t, _)) if t == token => {
                         self.locks.insert(key, (t, now.saturating_add(num(6).max(1) as u64)));
-                        Ok(vec![1])
+                        Ok(vec![1, f])
                     }
-                    _ => Ok(vec![0]),
+                    _ => Ok(vec![0, f]),
                 }
             }
             Some(Script::Release) => {
@@ -402,16 +412,22 @@ impl RedisModel {
                     Some((t, exp)) => Ok(vec![1, i64::from(t == token), exp.saturating_sub(now).min(i64::MAX as u64) as i64, f]),
                 }
             }
+            // The fair lock is not modelled (the fuzzer never enables it).
+            Some(Script::AcquireFair | Script::Leave) => Err("ERR fair-lock scripts are not modelled".into()),
             None => Err("NOSCRIPT unknown script".into()),
         }
     }
 
     /// The valid reply to `req` in `proto`'s format.
     pub fn reply(&mut self, req: &HttpRequest, proto: Proto, now: u64) -> Reply {
+        if let Some(channel) = subscription_channel(req, proto) {
+            return self.subscribe(&channel, proto, now);
+        }
         let args: Vec<Vec<u8>> = match proto {
             Proto::Upstash => serde_json::from_slice::<Vec<String>>(&req.body).unwrap_or_default().into_iter().map(String::into_bytes).collect(),
             Proto::Webdis => webdis_args(&req.body),
         };
+        let verb = args.first().map_or_else(String::new, |v| String::from_utf8_lossy(v).into_owned());
         let result = self.run(&args, now);
         let value = match &result {
             Ok(ints) if ints.len() == 1 => json!(ints[0]),
@@ -421,10 +437,53 @@ impl RedisModel {
         let body = match (proto, result.is_ok()) {
             (Proto::Upstash, true) => json!({ "result": value }),
             (Proto::Upstash, false) => json!({ "error": value }),
-            (Proto::Webdis, true) => json!({ "EVAL": value }),
-            (Proto::Webdis, false) => json!({ "EVAL": [false, value] }),
+            // Webdis keys the reply by the command name as sent (EVAL or EVALSHA).
+            (Proto::Webdis, true) => json!({ verb: value }),
+            (Proto::Webdis, false) => json!({ verb: [false, value] }),
         };
         let status = if proto == Proto::Upstash && result.is_err() { 400 } else { 200 };
         Reply::Whole { status, body: body.to_string().into_bytes() }
+    }
+}
+
+/// The channel of a subscription request (`POST <base>/subscribe/<ch>` on
+/// Upstash, `GET <base>/SUBSCRIBE/<ch>` on webdis), if it is one.
+pub fn subscription_channel(req: &HttpRequest, proto: Proto) -> Option<String> {
+    let path = path_of(req.target.url().unwrap_or(""));
+    let prefix = match proto {
+        Proto::Upstash => "/subscribe/",
+        Proto::Webdis => "/SUBSCRIBE/",
+    };
+    path.strip_prefix(prefix).filter(|c| !c.is_empty() && !c.contains('/')).map(str::to_string)
+}
+
+/// One push event in `proto`'s framing: `kind`, the channel, then the count
+/// (a number) or the payload (a string).
+pub fn push_event(proto: Proto, kind: &str, channel: &str, last: &Value) -> Vec<u8> {
+    match proto {
+        Proto::Upstash => {
+            let last = last.as_str().map_or_else(|| last.to_string(), str::to_string);
+            format!("data: {kind},{channel},{last}\n\n").into_bytes()
+        }
+        Proto::Webdis => json!({ "SUBSCRIBE": [kind, channel, last] }).to_string().into_bytes(),
+    }
+}
+
+impl RedisModel {
+    /// A subscription: confirmed at once. A foreign holder of the lock the
+    /// channel belongs to releases right after (the etcd model's watched
+    /// predecessor goes away the same way), which publishes on it, so that
+    /// the waiter's next attempt walks on into a grant.
+    fn subscribe(&mut self, channel: &str, proto: Proto, now: u64) -> Reply {
+        let mut messages = vec![push_event(proto, "subscribe", channel, &json!(1))];
+        let key = self.locks.keys().find(|k| wake_channel(&String::from_utf8_lossy(k)) == channel).cloned();
+        if let Some(key) = key {
+            if self.live(&key, now).is_some_and(|(owner, _)| owner == b"foreign-owner") {
+                self.locks.remove(&key);
+                let fence = self.fences.get(&[key.as_slice(), b":fence"].concat()).copied().unwrap_or(0);
+                messages.push(push_event(proto, "message", channel, &json!(format!("released:{fence}"))));
+            }
+        }
+        Reply::Stream { messages }
     }
 }
