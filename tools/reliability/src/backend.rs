@@ -63,6 +63,9 @@ impl BackendSpec {
                 cfg.request_timeout_ms = *request_timeout_ms;
                 cfg.retry_delay_ms = 50;
                 cfg.retry_jitter_ms = 50;
+                if let Some(n) = std::env::var("RELIABILITY_REDIS_MAX_SUBSCRIPTIONS").ok().and_then(|v| v.parse().ok()) {
+                    cfg.max_subscriptions = n;
+                }
                 Client::connect(Registry::Redis(cfg))
             }
             BackendSpec::Redlock { nodes, token, ttl_ms, request_timeout_ms, folded } => {
