@@ -16,6 +16,8 @@ use edgelock::core::*;
 use edgelock::native::{Client, OsEntropy};
 use edgelock_devtools::{RedisServer, UpstashGateway, Webdis};
 
+mod common;
+
 const TOKEN: &str = "push-test-token-0123456789";
 
 /// What a client sent: streaming (a subscription) or not (a script), and its URL.
@@ -27,60 +29,18 @@ struct Sent {
     evalsha: Option<bool>,
 }
 
-/// A machine wrapper that records every request it sends.
-struct Recording<M> {
-    inner: M,
-    log: Arc<Mutex<Vec<Sent>>>,
-}
-
-impl<M: LockMachine> LockMachine for Recording<M> {
-    fn backend(&self) -> BackendKind {
-        self.inner.backend()
-    }
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-    fn start_operation(&mut self, now: Millis, op: Operation) -> Result<OpId, LockError> {
-        self.inner.start_operation(now, op)
-    }
-    fn cancel(&mut self, now: Millis, op: OpId) {
-        self.inner.cancel(now, op)
-    }
-    fn close(&mut self, now: Millis) -> OpId {
-        self.inner.close(now)
-    }
-    fn handle_input(&mut self, now: Millis, i: Input) {
-        self.inner.handle_input(now, i)
-    }
-    fn handle_timeout(&mut self, now: Millis) {
-        self.inner.handle_timeout(now)
-    }
-    fn poll_transmit(&mut self) -> Option<Transmit> {
-        let t = self.inner.poll_transmit();
-        if let Some(Transmit::Send(r)) = &t {
-            let body = String::from_utf8_lossy(&r.body);
-            let evalsha = if body.contains("EVALSHA") { Some(true) } else if body.contains("EVAL") { Some(false) } else { None };
-            let sent = Sent { stream: r.stream, url: r.target.url().unwrap_or("").to_string(), evalsha };
-            self.log.lock().unwrap().push(sent);
-        }
-        t
-    }
-    fn poll_event(&mut self) -> Option<Event> {
-        self.inner.poll_event()
-    }
-    fn poll_timeout(&self) -> Option<Millis> {
-        self.inner.poll_timeout()
-    }
-    fn live_count(&self) -> usize {
-        self.inner.live_count()
-    }
-}
-
 type Log = Arc<Mutex<Vec<Sent>>>;
 
+/// A client whose every request is recorded in the returned log.
 fn recorded(machine: impl LockMachine + Send + 'static) -> (Client, Log) {
     let log = Log::default();
-    (Client::from_machine(Box::new(Recording { inner: machine, log: log.clone() })), log)
+    let sink = log.clone();
+    let on_send = Box::new(move |r: &HttpRequest| {
+        let body = String::from_utf8_lossy(&r.body);
+        let evalsha = if body.contains("EVALSHA") { Some(true) } else if body.contains("EVAL") { Some(false) } else { None };
+        sink.lock().unwrap().push(Sent { stream: r.stream, url: r.target.url().unwrap_or("").to_string(), evalsha });
+    });
+    (Client::from_machine(Box::new(common::Observing { inner: machine, on_send })), log)
 }
 
 /// A single-node client whose poll is slow (5 s): only a push can make it quick.

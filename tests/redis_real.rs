@@ -20,7 +20,6 @@ use edgelock::native::{Client, OsEntropy};
 use edgelock_devtools::{RedisServer, UpstashGateway, Webdis};
 
 mod common;
-use common::Counting;
 
 const TOKEN: &str = "test-token-0123456789";
 
@@ -115,7 +114,7 @@ fn uncontended_rounds(fencing: RedlockFencing) {
     let mut cfg = redlock_cfg(&nodes);
     cfg.fencing = fencing;
     let machine = RedlockMachine::new(cfg, Box::new(OsEntropy)).unwrap();
-    let c = Client::from_machine(Box::new(Counting { inner: machine, sent: sent.clone() }));
+    let c = Client::from_machine(Box::new(common::counting(machine, sent.clone())));
     let gw_before: Vec<u64> = nodes.iter().map(|n| n.gateway.request_count()).collect();
     let lock = c.acquire("solo", None).unwrap();
     assert_eq!(sent.load(Ordering::SeqCst), 5, "acquire: one request per node");
@@ -267,7 +266,7 @@ fn strict_fencing_tokens_keep_increasing_across_node_restarts() {
     cfg.fencing = RedlockFencing::Strict;
     let sent = Arc::new(AtomicUsize::new(0));
     let machine = RedlockMachine::new(cfg, Box::new(OsEntropy)).unwrap();
-    let c = Client::from_machine(Box::new(Counting { inner: machine, sent: sent.clone() }));
+    let c = Client::from_machine(Box::new(common::counting(machine, sent.clone())));
     let mut last = 0;
     for round in 0..4 {
         let before = sent.load(Ordering::SeqCst);

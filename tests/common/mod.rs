@@ -8,13 +8,14 @@ use std::time::Duration;
 use edgelock::core::*;
 use edgelock::native::Client;
 
-/// Counts the HTTP requests a machine emits (wraps it; changes nothing).
-pub struct Counting<M> {
+/// Calls `on_send` with every HTTP request a machine emits (wraps it;
+/// changes nothing else).
+pub struct Observing<M> {
     pub inner: M,
-    pub sent: Arc<AtomicUsize>,
+    pub on_send: Box<dyn FnMut(&HttpRequest) + Send>,
 }
 
-impl<M: LockMachine> LockMachine for Counting<M> {
+impl<M: LockMachine> LockMachine for Observing<M> {
     fn backend(&self) -> BackendKind {
         self.inner.backend()
     }
@@ -38,8 +39,8 @@ impl<M: LockMachine> LockMachine for Counting<M> {
     }
     fn poll_transmit(&mut self) -> Option<Transmit> {
         let t = self.inner.poll_transmit();
-        if let Some(Transmit::Send(_)) = &t {
-            self.sent.fetch_add(1, Ordering::SeqCst);
+        if let Some(Transmit::Send(r)) = &t {
+            (self.on_send)(r);
         }
         t
     }
@@ -54,10 +55,15 @@ impl<M: LockMachine> LockMachine for Counting<M> {
     }
 }
 
+/// Counts the HTTP requests `machine` emits into `sent`.
+pub fn counting<M: LockMachine>(machine: M, sent: Arc<AtomicUsize>) -> Observing<M> {
+    Observing { inner: machine, on_send: Box::new(move |_| { sent.fetch_add(1, Ordering::SeqCst); }) }
+}
+
 /// Wraps a machine in a counting client; returns the client and its counter.
 pub fn counting_client<M: LockMachine + Send + 'static>(machine: M) -> (Client, Arc<AtomicUsize>) {
     let sent = Arc::new(AtomicUsize::new(0));
-    (Client::from_machine(Box::new(Counting { inner: machine, sent: sent.clone() })), sent)
+    (Client::from_machine(Box::new(counting(machine, sent.clone()))), sent)
 }
 
 /// Every client loops `rounds` times: acquire `name`, do a deliberately racy
