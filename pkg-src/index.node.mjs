@@ -3,7 +3,38 @@
 // works too (Node >= 20.19 / 22.12 load ES modules from require()).
 import { readFileSync } from "node:fs";
 import { initSync } from "./edgelock_wasm.js";
+import { EtcdLocks as AnyEtcdLocks, RedisLocks as AnyRedisLocks, Redlock as AnyRedlock } from "./api.mjs";
+import { nodeHttpFetch } from "./node_http.mjs";
 
 initSync({ module: readFileSync(new URL("./edgelock_wasm_bg.wasm", import.meta.url)) });
 
-export { EtcdLocks, RedisLocks, Redlock, LockError } from "./api.mjs";
+// Requests go over node:http(s) with keep-alive unless the options name a
+// `fetch` (see node_http.mjs for why). Anything that is not an options object
+// goes through unchanged, to be refused by the shared argument checks.
+function nodeDefaults(options) {
+  if (options === null || typeof options !== "object" || options.fetch !== undefined) return options;
+  return { ...options, fetch: nodeHttpFetch };
+}
+
+/** Locks on etcd v3 through its JSON gateway; requests over node:http unless `fetch` is given. */
+export class EtcdLocks extends AnyEtcdLocks {
+  constructor(options) {
+    super(nodeDefaults(options));
+  }
+}
+
+/** Locks on one Redis node; requests over node:http(s) unless `fetch` is given. */
+export class RedisLocks extends AnyRedisLocks {
+  constructor(options) {
+    super(nodeDefaults(options));
+  }
+}
+
+/** Redlock over N Redis nodes; requests over node:http(s) unless `fetch` is given. */
+export class Redlock extends AnyRedlock {
+  constructor(options) {
+    super(nodeDefaults(options));
+  }
+}
+
+export { LockError } from "./api.mjs";
