@@ -100,7 +100,7 @@ export interface EtcdLocksOptions {
   requestTimeoutMs?: number;
   /** Extra headers on every request, e.g. `Authorization`. */
   headers?: Record<string, string>;
-  /** The only transport used (default: `globalThis.fetch`; in Node, node:http(s) with keep-alive connections). */
+  /** The only transport used (default: `globalThis.fetch`). */
   fetch?: typeof fetch;
   /** Named bindings (objects with a `fetch(url, init)` method, such as a Durable Object stub) that a backend may target instead of a URL. */
   bindings?: Record<string, { fetch(input: string, init?: unknown): Promise<unknown> }>;
@@ -141,16 +141,7 @@ export interface RedisLocksOptions extends RedisNode {
    * defaults to 5 (a Workers invocation may hold only 6 connections open).
    */
   maxSubscriptions?: number;
-  /**
-   * After an attempt a wake-up message caused, a waiter acts on later
-   * messages at most once per this many ms (default 0: on every message, at
-   * once; the `workerd` export defaults to `retryDelayMs`). Set it to
-   * `retryDelayMs` where each request costs (a Workers
-   * invocation's subrequest budget) so that a burst of releases costs a
-   * waiter no more requests than polling.
-   */
-  wakeGapMs?: number;
-  /** The only transport used (default: `globalThis.fetch`; in Node, node:http(s) with keep-alive connections). */
+  /** The only transport used (default: `globalThis.fetch`). */
   fetch?: typeof fetch;
   /** Named bindings (objects with a `fetch(url, init)` method, such as a Durable Object stub) that a backend may target instead of a URL. */
   bindings?: Record<string, { fetch(input: string, init?: unknown): Promise<unknown> }>;
@@ -183,15 +174,6 @@ export interface RedlockOptions {
    * round must fit), so a waiter on 5 nodes subscribes on the first only.
    */
   maxSubscriptions?: number;
-  /**
-   * After an attempt a wake-up message caused, a waiter acts on later
-   * messages at most once per this many ms (default 0: on every message, at
-   * once; the `workerd` export defaults to `retryDelayMs`). Set it to
-   * `retryDelayMs` where each request costs (a Workers
-   * invocation's subrequest budget) so that a burst of releases costs a
-   * waiter no more requests than polling.
-   */
-  wakeGapMs?: number;
   /** Per-node request timeout (default 1000). */
   requestTimeoutMs?: number;
   /** Key prefix (default `edgelock`). */
@@ -205,7 +187,7 @@ export interface RedlockOptions {
    * hand the next holder a lower token.
    */
   fencing?: "folded" | "strict";
-  /** The only transport used (default: `globalThis.fetch`; in Node, node:http(s) with keep-alive connections). */
+  /** The only transport used (default: `globalThis.fetch`). */
   fetch?: typeof fetch;
   /** Named bindings (objects with a `fetch(url, init)` method, such as a Durable Object stub) that a backend may target instead of a URL. */
   bindings?: Record<string, { fetch(input: string, init?: unknown): Promise<unknown> }>;

@@ -12,31 +12,22 @@ initSync({ module: wasmModule });
 // open (one streaming request per subscribed node) and sends one attempt
 // round to every node, so the default cap on subscriptions leaves room for
 // that round: max(0, 6 − nodes). The nodes it does not cover are left to the
-// retry timer. Every request counts against the invocation's subrequest
-// limit, so a waiter acts on wake-up messages at most once per retry delay
-// after the first (`wakeGapMs`): a burst of releases then costs it no more
-// than polling. Options given explicitly are kept as given.
+// retry timer. An explicit `maxSubscriptions` is kept as given.
 const OPEN_CONNECTIONS = 6;
-const RETRY_DELAY_MS = 200; // the core's default retryDelayMs
 
 function workersDefaults(options, nodes) {
-  if (options === null || typeof options !== "object") return options;
-  const o = { ...options };
-  o.maxSubscriptions ??= Math.max(0, OPEN_CONNECTIONS - nodes);
-  if (o.wakeGapMs === undefined && (o.retryDelayMs === undefined || typeof o.retryDelayMs === "number")) {
-    o.wakeGapMs = o.retryDelayMs ?? RETRY_DELAY_MS;
-  }
-  return o;
+  if (options === null || typeof options !== "object" || options.maxSubscriptions !== undefined) return options;
+  return { ...options, maxSubscriptions: Math.max(0, OPEN_CONNECTIONS - nodes) };
 }
 
-/** Locks on one Redis node; waiters hold at most 5 wake-up subscriptions and act on a message at most once per retry delay by default. */
+/** Locks on one Redis node; waiters hold at most 5 wake-up subscriptions by default. */
 export class RedisLocks extends AnyRedisLocks {
   constructor(options) {
     super(workersDefaults(options, 1));
   }
 }
 
-/** Redlock; waiters hold at most max(0, 6 − nodes) wake-up subscriptions and act on a message at most once per retry delay by default. */
+/** Redlock; waiters hold at most max(0, 6 − nodes) wake-up subscriptions by default. */
 export class Redlock extends AnyRedlock {
   constructor(options) {
     super(workersDefaults(options, Array.isArray(options?.nodes) ? options.nodes.length : 0));

@@ -178,7 +178,6 @@ struct RedisOptions {
     retry_delay_ms: Option<u64>,
     retry_jitter_ms: Option<u64>,
     max_subscriptions: Option<usize>,
-    wake_gap_ms: Option<u64>,
     fair: Option<bool>,
 }
 
@@ -196,7 +195,6 @@ impl RedisOptions {
             retry_delay_ms: Some(c.retry_delay_ms),
             retry_jitter_ms: Some(c.retry_jitter_ms),
             max_subscriptions: Some(c.max_subscriptions),
-            wake_gap_ms: Some(c.wake_gap_ms),
             fair: Some(c.fair),
         }
     }
@@ -216,7 +214,6 @@ impl RedisOptions {
         set(&mut cfg.retry_delay_ms, self.retry_delay_ms);
         set(&mut cfg.retry_jitter_ms, self.retry_jitter_ms);
         set(&mut cfg.max_subscriptions, self.max_subscriptions);
-        set(&mut cfg.wake_gap_ms, self.wake_gap_ms);
         set(&mut cfg.fair, self.fair);
         cfg
     }
@@ -243,7 +240,6 @@ struct RedlockOptions {
     request_timeout_ms: Option<u64>,
     fencing: Option<FencingName>,
     max_subscriptions: Option<usize>,
-    wake_gap_ms: Option<u64>,
 }
 
 impl RedlockOptions {
@@ -263,7 +259,6 @@ impl RedlockOptions {
                 RedlockFencing::Strict => FencingName::Strict,
             }),
             max_subscriptions: Some(c.max_subscriptions),
-            wake_gap_ms: Some(c.wake_gap_ms),
         }
     }
 
@@ -279,7 +274,6 @@ impl RedlockOptions {
         set(&mut cfg.auto_extend, self.auto_extend);
         set(&mut cfg.request_timeout_ms, self.request_timeout_ms);
         set(&mut cfg.max_subscriptions, self.max_subscriptions);
-        set(&mut cfg.wake_gap_ms, self.wake_gap_ms);
         set(
             &mut cfg.fencing,
             self.fencing.map(|f| match f {

@@ -137,9 +137,6 @@ impl Config {
                     cfg.request_timeout_ms = t;
                 }
                 cfg.max_subscriptions = max_subscriptions.unwrap_or(workers_max_subscriptions(1));
-                // The invocation's subrequest budget: a burst of releases
-                // costs a waiter no more attempts than polling would.
-                cfg.wake_gap_ms = cfg.retry_delay_ms;
                 BackendSpec::Redis(cfg)
             }
             "redlock" => {
@@ -172,7 +169,6 @@ impl Config {
                 }
                 cfg.max_subscriptions =
                     max_subscriptions.unwrap_or(workers_max_subscriptions(cfg.nodes.len()));
-                cfg.wake_gap_ms = cfg.retry_delay_ms;
                 BackendSpec::Redlock(cfg)
             }
             _ => {

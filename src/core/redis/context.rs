@@ -33,10 +33,6 @@ pub(crate) struct Settings {
     /// Subscription streams this machine may hold open at once (0: waiters
     /// only poll). A Workers invocation may hold 6 connections open.
     pub max_subscriptions: usize,
-    /// After an attempt a wake-up message caused, the next message-caused
-    /// attempt waits at least this long (0: every message is acted on at
-    /// once). For callers with a request budget (a Worker invocation).
-    pub wake_gap_ms: u64,
     /// Waiters queue in arrival order (one node only, see `ACQUIRE_FAIR`).
     pub fair: bool,
 }

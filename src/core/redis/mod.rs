@@ -132,7 +132,6 @@ pub(crate) fn validate_common(
     drift_factor: f64,
     retry_delay_ms: u64,
     retry_jitter_ms: u64,
-    wake_gap_ms: u64,
 ) -> Result<(), LockError> {
     keys::validate_prefix(prefix)?;
     if !(0.0..0.5).contains(&drift_factor) || !drift_factor.is_finite() {
@@ -144,9 +143,6 @@ pub(crate) fn validate_common(
     }
     if retry_delay_ms > 600_000 || retry_jitter_ms > 600_000 {
         return Err(LockError::invalid("retry_delay_ms and retry_jitter_ms must be at most 600000"));
-    }
-    if wake_gap_ms > 600_000 {
-        return Err(LockError::invalid("wake_gap_ms must be at most 600000"));
     }
     Ok(())
 }

@@ -143,12 +143,6 @@ pub struct RedlockConfig {
     /// Wake-up subscriptions open at once (a waiter opens one per node); 0
     /// makes waiters poll. See [`super::subscription`].
     pub max_subscriptions: usize,
-    /// After an attempt that a wake-up message caused, a waiter acts on
-    /// later messages at most this often (0, the default: on every message,
-    /// at once). A caller that pays per request (a Workers invocation's
-    /// subrequest budget) sets its retry delay here, so that a burst of
-    /// releases costs a waiter no more requests than polling would.
-    pub wake_gap_ms: u64,
 }
 
 impl RedlockConfig {
@@ -167,7 +161,6 @@ impl RedlockConfig {
             request_timeout_ms: 1_000,
             fencing: RedlockFencing::default(),
             max_subscriptions: super::DEFAULT_MAX_SUBSCRIPTIONS,
-            wake_gap_ms: 0,
         }
     }
 }
@@ -192,7 +185,6 @@ impl RedlockMachine {
             cfg.drift_factor,
             cfg.retry_delay_ms,
             cfg.retry_jitter_ms,
-            cfg.wake_gap_ms,
         )?;
         if cfg.retry_count > 10_000 {
             return Err(LockError::invalid("retry_count must be at most 10000"));
@@ -215,7 +207,6 @@ impl RedlockMachine {
             retry_jitter_ms: cfg.retry_jitter_ms,
             strict_fencing: cfg.fencing == RedlockFencing::Strict,
             max_subscriptions: cfg.max_subscriptions,
-            wake_gap_ms: cfg.wake_gap_ms,
             fair: false,
         };
         Ok(RedlockMachine { engine: Engine::new(settings, nodes, entropy) })

@@ -47,12 +47,6 @@ pub struct RedisConfig {
     /// Wake-up subscriptions (one streaming request per waiting acquire)
     /// open at once; 0 makes waiters poll. See [`super::subscription`].
     pub max_subscriptions: usize,
-    /// After an attempt that a wake-up message caused, a waiter acts on
-    /// later messages at most this often (0, the default: on every message,
-    /// at once). A caller that pays per request (a Workers invocation's
-    /// subrequest budget) sets its retry delay here, so that a burst of
-    /// releases costs a waiter no more requests than polling would.
-    pub wake_gap_ms: u64,
     /// Fair lock (like Redisson's `getFairLock`): waiters queue in arrival
     /// order in Redis, only the head may take the lock, and a release wakes
     /// only the head. Off by default (see the README for the measurements).
@@ -72,7 +66,6 @@ impl RedisConfig {
             retry_delay_ms: 200,
             retry_jitter_ms: 100,
             max_subscriptions: super::DEFAULT_MAX_SUBSCRIPTIONS,
-            wake_gap_ms: 0,
             fair: false,
         }
     }
@@ -95,7 +88,6 @@ impl RedisMachine {
             DEFAULT_DRIFT_FACTOR,
             cfg.retry_delay_ms,
             cfg.retry_jitter_ms,
-            cfg.wake_gap_ms,
         )?;
         let node = NodeCodec::new(&cfg.node)?;
         let settings = Settings {
@@ -110,7 +102,6 @@ impl RedisMachine {
             retry_jitter_ms: cfg.retry_jitter_ms,
             strict_fencing: false,
             max_subscriptions: cfg.max_subscriptions,
-            wake_gap_ms: cfg.wake_gap_ms,
             fair: cfg.fair,
         };
         Ok(RedisMachine { engine: Engine::new(settings, vec![node], entropy) })

@@ -222,37 +222,3 @@ fn webdis_subscriptions_are_gets_read_as_json_objects() {
     h.chunk(&s[0], &format!(r#"age","{channel}","released:4"]}}"#));
     assert_eq!(h.take().len(), 1, "woken by the split message");
 }
-
-/// Every message is acted on at once by default (a contended lock's
-/// throughput depends on it); with `wake_gap_ms` (a Worker's budget) the
-/// messages after the first are acted on at most once per gap.
-#[test]
-fn messages_wake_at_once_unless_a_wake_gap_is_set() {
-    for gap in [0u64, 200] {
-        let mut h = single_push(|c| c.wake_gap_ms = gap);
-        h.m.acquire(h.now, "job", &opts(Wait::Forever)).unwrap();
-        let r = h.take();
-        h.answer(&r[0], HELD);
-        let (s, _) = h.take_split();
-        h.chunk(&s[0], "data: subscribe,c,1\n\n");
-        let r = h.take();
-        h.answer(&r[0], HELD);
-        // Three releases 10 ms apart, each lost to another client.
-        let mut attempts = Vec::new();
-        for i in 0..3 {
-            h.now += 10;
-            h.chunk(&s[0], &format!("data: message,c,released:{}\n\n", 4 + i));
-            let r = h.take();
-            attempts.push(r.len());
-            if let Some(req) = r.first() {
-                h.answer(req, HELD);
-            }
-        }
-        if gap == 0 {
-            assert_eq!(attempts, vec![1, 1, 1], "no gap: every message makes an attempt at once");
-        } else {
-            assert_eq!(attempts, vec![1, 0, 0], "a gap: the messages after the first wait for it");
-            assert_eq!(h.next_timer(), h.now - 20 + gap, "the next attempt at the first one + the gap");
-        }
-    }
-}

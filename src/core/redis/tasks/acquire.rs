@@ -224,16 +224,12 @@ impl Attempts {
         if now < until && !self.woken {
             return Next::sleep(self.into_task(Phase::Sleep { until }), until);
         }
-        if self.woken && std::mem::take(&mut self.pushed) && cx.s.wake_gap_ms > 0 {
-            // A caller that pays per request (a Worker's subrequest budget)
-            // asked for a gap: the first message is acted on at once (the
-            // handoff); after that a waiter attempts on messages at most
-            // once per gap, so a burst of releases costs it no more than
-            // polling. Without a budget there is no gap: a waiter that
-            // skipped handoffs lost them to the holder's next acquire and
-            // to other waiters, and a contended lock's throughput fell to
-            // about one grant per gap per waiter (reliability 10c).
-            let earliest = self.last_push_attempt.map_or(now, |t| t.saturating_add(cx.s.wake_gap_ms));
+        if self.woken && std::mem::take(&mut self.pushed) {
+            // The first message is acted on at once (the handoff); after
+            // that a waiter attempts on messages at most once per retry
+            // delay, so a burst of releases costs it no more than polling
+            // (a Worker's subrequest budget is counted per invocation).
+            let earliest = self.last_push_attempt.map_or(now, |t| t.saturating_add(cx.s.retry_delay_ms));
             if now < earliest {
                 self.woken = false;
                 let at = self.deadline.map_or(earliest, |d| earliest.min(d));
