@@ -100,7 +100,7 @@ export interface EtcdLocksOptions {
   requestTimeoutMs?: number;
   /** Extra headers on every request, e.g. `Authorization`. */
   headers?: Record<string, string>;
-  /** The only transport used (default: `globalThis.fetch`). */
+  /** The only transport used (default: `globalThis.fetch`; in Node, node:http(s) with keep-alive connections). */
   fetch?: typeof fetch;
   /** Named bindings (objects with a `fetch(url, init)` method, such as a Durable Object stub) that a backend may target instead of a URL. */
   bindings?: Record<string, { fetch(input: string, init?: unknown): Promise<unknown> }>;
@@ -141,7 +141,7 @@ export interface RedisLocksOptions extends RedisNode {
    * defaults to 5 (a Workers invocation may hold only 6 connections open).
    */
   maxSubscriptions?: number;
-  /** The only transport used (default: `globalThis.fetch`). */
+  /** The only transport used (default: `globalThis.fetch`; in Node, node:http(s) with keep-alive connections). */
   fetch?: typeof fetch;
   /** Named bindings (objects with a `fetch(url, init)` method, such as a Durable Object stub) that a backend may target instead of a URL. */
   bindings?: Record<string, { fetch(input: string, init?: unknown): Promise<unknown> }>;
@@ -187,7 +187,7 @@ export interface RedlockOptions {
    * hand the next holder a lower token.
    */
   fencing?: "folded" | "strict";
-  /** The only transport used (default: `globalThis.fetch`). */
+  /** The only transport used (default: `globalThis.fetch`; in Node, node:http(s) with keep-alive connections). */
   fetch?: typeof fetch;
   /** Named bindings (objects with a `fetch(url, init)` method, such as a Durable Object stub) that a backend may target instead of a URL. */
   bindings?: Record<string, { fetch(input: string, init?: unknown): Promise<unknown> }>;
