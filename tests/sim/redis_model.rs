@@ -162,6 +162,9 @@ pub struct RedisModel {
     pub token: Option<String>,
     pub clock: NodeClock,
     data: HashMap<Vec<u8>, Entry>,
+    /// The waiters' queue of a lock key (`KEYS[3]` / `KEYS[4]` of the queued
+    /// scripts), in arrival order: waiter id and lease end on the node's clock.
+    queues: HashMap<Vec<u8>, Vec<(Vec<u8>, u64)>>,
     pub log: Vec<Rec>,
     pub restarts: Vec<Millis>,
     /// HTTP requests answered.
@@ -203,8 +206,8 @@ fn parse_u64(b: &[u8]) -> Option<u64> {
 }
 
 /// How many keys an edgelock script call names: the lock and its fencing
-/// counter, and (release, since the fair lock) the fair queue and its leases,
-/// which the model keeps empty (it does not model the fair lock).
+/// counter, and (release, the queued acquire, leave) the waiters' queue and
+/// its leases, which the model keeps beside the key (see `queues`).
 fn script_keys(numkeys: &[u8], rest: &[Vec<u8>]) -> Option<usize> {
     parse_u64(numkeys).map(|n| n as usize).filter(|n| (*n == 2 || *n == 4) && rest.len() >= *n)
 }
@@ -221,6 +224,7 @@ impl RedisModel {
             token,
             clock,
             data: HashMap::new(),
+            queues: HashMap::new(),
             log: Vec::new(),
             restarts: Vec::new(),
             requests: 0,
@@ -303,6 +307,41 @@ impl RedisModel {
         let f = self.get(fence, g).and_then(|v| parse_u64(&v)).unwrap_or(0);
         if f < floor {
             self.set(fence, floor.to_string().into_bytes(), None, g);
+        }
+    }
+
+    /// Drops the queue's dead heads (lease over on the node's clock) and
+    /// returns the live head, as the queued acquire script does; a queue
+    /// whose every lease is over is gone (its keys' PEXPIRE).
+    fn prune_dead_heads(&mut self, key: &[u8], g: Millis) -> Option<Vec<u8>> {
+        let now = self.now_local(g);
+        let q = self.queues.get_mut(key)?;
+        if q.iter().all(|(_, until)| *until <= now) {
+            self.queues.remove(key);
+            return None;
+        }
+        while q.first().is_some_and(|(_, until)| *until <= now) {
+            q.remove(0);
+        }
+        q.first().map(|(w, _)| w.clone())
+    }
+
+    /// The release script's view: the head if its lease is live (nothing is dropped).
+    fn live_head(&self, key: &[u8], g: Millis) -> Option<Vec<u8>> {
+        let now = self.now_local(g);
+        self.queues.get(key)?.first().filter(|(_, until)| *until > now).map(|(w, _)| w.clone())
+    }
+
+    fn lease_of(&self, key: &[u8], waiter: &[u8]) -> Option<u64> {
+        self.queues.get(key)?.iter().find(|(w, _)| w == waiter).map(|(_, u)| *u)
+    }
+
+    fn leave_queue(&mut self, key: &[u8], waiter: &[u8]) {
+        if let Some(q) = self.queues.get_mut(key) {
+            q.retain(|(w, _)| w != waiter);
+            if q.is_empty() {
+                self.queues.remove(key);
+            }
         }
     }
 
@@ -436,16 +475,72 @@ impl RedisModel {
                     let Some(channel) = argv.get(2) else {
                         return err("ERR Lua redis lib command arguments must be strings or integers");
                     };
-                    // An attempt's cleanup (floor 0) publishes nothing.
+                    // An attempt's cleanup (floor 0) publishes nothing; a
+                    // live queue head is named (only it attempts).
                     if arg(1) != b"0" {
-                        let payload = [b"released:".as_slice(), &arg(1)].concat();
+                        let mut payload = [b"released:".as_slice(), &arg(1)].concat();
+                        if let Some(head) = self.live_head(key, g) {
+                            payload.push(b':');
+                            payload.extend_from_slice(&head);
+                        }
                         self.publish(channel, &payload);
                     }
                 }
                 MValue::Int(ours as i64)
             }
-            // The fair lock (one node, `fair`) is not modelled: the simulation never enables it.
-            Script::AcquireFair | Script::Leave => err("ERR model: the fair lock's scripts are not modelled"),
+            Script::AcquireQueued => {
+                self.acquire_evals += 1;
+                let (Some(ttl), Some(lease), token, waiter) = (num(1), num(3), arg(0), arg(2)) else {
+                    return err("ERR bad queued acquire arguments");
+                };
+                if ttl == 0 {
+                    return err("ERR invalid expire time in 'set' command");
+                }
+                let fair = arg(4) == b"1";
+                let now = self.now_local(g);
+                let head = self.prune_dead_heads(key, g);
+                let may = !fair || head.as_ref().map_or(true, |h| *h == waiter);
+                if may && self.alive(key, g).is_none() {
+                    let f = match self.incr(fence, g) {
+                        Ok(f) => f,
+                        Err(e) => return e,
+                    };
+                    self.set(key, token.clone(), Some(ttl), g);
+                    self.log.push(Rec::Granted { key: key.to_vec(), owner: token, client, t: g, fence: f as u64 });
+                    self.leave_queue(key, &waiter);
+                    return MValue::Arr(vec![MValue::Int(1), MValue::Int(f), MValue::Int(0)]);
+                }
+                let f = self.fence_value(fence, g);
+                let mut head = head;
+                if lease > 0 {
+                    let q = self.queues.entry(key.to_vec()).or_default();
+                    match q.iter_mut().find(|(w, _)| *w == waiter) {
+                        Some(entry) => entry.1 = now + lease,
+                        None => q.push((waiter.clone(), now + lease)),
+                    }
+                    head = q.first().map(|(w, _)| w.clone());
+                }
+                let mut wait = self.pttl_int(key, g);
+                if wait == -2 {
+                    if let Some((h, until)) = head.filter(|h| *h != waiter).and_then(|h| self.lease_of(key, &h).map(|u| (h, u))) {
+                        let _ = h;
+                        wait = until.saturating_sub(now) as i64;
+                    }
+                }
+                MValue::Arr(vec![MValue::Int(0), MValue::Int(f), MValue::Int(wait)])
+            }
+            Script::Leave => {
+                let waiter = arg(0);
+                self.leave_queue(key, &waiter);
+                if self.alive(key, g).is_none() {
+                    if let (Some(head), Some(channel)) = (self.queues.get(key).and_then(|q| q.first()).map(|(w, _)| w.clone()), argv.get(1)) {
+                        let f = self.fence_value(fence, g);
+                        let payload = format!("released:{f}:").into_bytes().into_iter().chain(head).collect::<Vec<u8>>();
+                        self.publish(channel, &payload);
+                    }
+                }
+                MValue::Int(1)
+            }
             Script::Status => {
                 let f = self.fence_value(fence, g);
                 match self.get(key, g) {
@@ -790,6 +885,7 @@ impl SimServer for RedisModel {
     fn crash_restart(&mut self, now: Millis) {
         self.last_seen = self.last_seen.max(now);
         self.data.clear();
+        self.queues.clear();
         self.cached.clear();
         // Its streams broke when it went down (the world closed them); a
         // restarted Redis has no subscribers.

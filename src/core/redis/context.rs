@@ -33,7 +33,8 @@ pub(crate) struct Settings {
     /// Subscription streams this machine may hold open at once (0: waiters
     /// only poll). A Workers invocation may hold 6 connections open.
     pub max_subscriptions: usize,
-    /// Waiters queue in arrival order (one node only, see `ACQUIRE_FAIR`).
+    /// Only the waiters' queue head may take a free lock (one node only, see
+    /// `ACQUIRE_QUEUED`).
     pub fair: bool,
 }
 

@@ -2,7 +2,8 @@
 //!
 //! - lock key: `{<prefix>:<name>}`
 //! - fencing counter: `{<prefix>:<name>}:fence`
-//! - fair queue (option `fair`): `{<prefix>:<name>}:queue` (waiter ids in
+//! - waiters' queue (one node: the waiters of any lock, see
+//!   `scripts::ACQUIRE_QUEUED`): `{<prefix>:<name>}:queue` (waiter ids in
 //!   arrival order) and `{<prefix>:<name>}:leases` (each waiter's lease);
 //!   both expire when no waiter has renewed its lease for a lease period
 //!

@@ -59,10 +59,11 @@ return {0, f}";
 /// never handed out, and waking every waiter after each split Redlock vote
 /// made them all attempt, split again and clean up again — a storm the
 /// simulation measured at 89 % of all messages).
-/// When a fair queue (`KEYS[3]`, leases in `KEYS[4]`) has a live head, the
-/// payload names it, `released:<fence>:<waiter>`, and only that waiter
-/// attempts; a dead head (lease over) is not named, so every waiter
-/// attempts and the fair acquire script drops it.
+/// When the waiters' queue (`KEYS[3]`, leases in `KEYS[4]`, see
+/// [`ACQUIRE_QUEUED`]) has a live head, the payload names it,
+/// `released:<fence>:<waiter>`, and only that waiter attempts; a dead head
+/// (lease over) is not named, so every waiter attempts and the queued
+/// acquire script drops it.
 pub const RELEASE: &str = "-- edgelock release v3
 local f = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
 if f < tonumber(ARGV[2]) then redis.call('SET', KEYS[2], ARGV[2]) end
@@ -79,18 +80,21 @@ end
 redis.call('PUBLISH', ARGV[3], msg)
 return 1";
 
-/// The fair acquire (one node, option `fair`): a FIFO queue of waiter ids
-/// (`KEYS[3]`, a list) with a lease each (`KEYS[4]`, a sorted set scored by
-/// the server's `TIME` in ms, never a client clock). Dead heads (lease
-/// over) are dropped first; then the lock is taken (`SET NX PX`) only if
-/// the queue is empty or its head is this waiter (`ARGV[3]`), which then
-/// leaves the queue: `{1, counter, 0}`, the counter moving on grants only.
-/// Otherwise, with a lease (`ARGV[4]` ms > 0; 0 for a try, which never
-/// queues), the waiter joins the tail (keeping its place if it is already
-/// queued) and its lease is renewed: `{0, counter, wait}`, `wait` the
-/// holder's PTTL, or while the lock is free but another waiter heads the
-/// queue, that head's remaining lease.
-pub const ACQUIRE_FAIR: &str = "-- edgelock fair acquire v1
+/// The queued acquire (one node): a FIFO queue of waiter ids (`KEYS[3]`, a
+/// list) with a lease each (`KEYS[4]`, a sorted set scored by the server's
+/// `TIME` in ms, never a client clock). Dead heads (lease over) are dropped
+/// first. Then the lock is taken (`SET NX PX`): with `ARGV[5] == '1'` (the
+/// fair lock) only if the queue is empty or its head is this waiter
+/// (`ARGV[3]`); otherwise (a waiter of the default lock) whenever it is
+/// free, so the queue decides only whom a release wakes ([`RELEASE`] names
+/// the live head), not who may take it. A granted waiter leaves the queue:
+/// `{1, counter, 0}`, the counter moving on grants only. Otherwise, with a
+/// lease (`ARGV[4]` ms > 0; 0 for a try, which never queues), the waiter
+/// joins the tail (keeping its place if it is already queued) and its lease
+/// is renewed: `{0, counter, wait}`, `wait` the holder's PTTL, or while the
+/// lock is free but another waiter heads a fair queue, that head's
+/// remaining lease.
+pub const ACQUIRE_QUEUED: &str = "-- edgelock queued acquire v2
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local head = redis.call('LINDEX', KEYS[3], 0)
@@ -100,11 +104,8 @@ while head do
   redis.call('ZREM', KEYS[4], head)
   head = redis.call('LINDEX', KEYS[3], 0)
 end
-if (not head or head == ARGV[3]) and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  if head then
-    redis.call('LPOP', KEYS[3])
-    redis.call('ZREM', KEYS[4], head)
-  end
+if (ARGV[5] ~= '1' or not head or head == ARGV[3]) and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  if redis.call('ZREM', KEYS[4], ARGV[3]) == 1 then redis.call('LREM', KEYS[3], 1, ARGV[3]) end
   return {1, redis.call('INCR', KEYS[2]), 0}
 end
 local f = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
@@ -122,9 +123,9 @@ if wait == -2 and head and head ~= ARGV[3] then
 end
 return {0, f, wait}";
 
-/// A fair waiter gives up: it leaves the queue (`ARGV[1]` its id) and, if
+/// A queued waiter gives up: it leaves the queue (`ARGV[1]` its id) and, if
 /// the lock is free, wakes the new head (`ARGV[2]` the wake-up channel).
-pub const LEAVE: &str = "-- edgelock fair leave v1
+pub const LEAVE: &str = "-- edgelock leave v1
 redis.call('LREM', KEYS[3], 0, ARGV[1])
 redis.call('ZREM', KEYS[4], ARGV[1])
 if redis.call('EXISTS', KEYS[1]) == 0 then
@@ -156,15 +157,15 @@ pub enum Script {
     Release,
     /// [`STATUS`].
     Status,
-    /// [`ACQUIRE_FAIR`].
-    AcquireFair,
+    /// [`ACQUIRE_QUEUED`].
+    AcquireQueued,
     /// [`LEAVE`].
     Leave,
 }
 
 impl Script {
     /// Every script.
-    pub const ALL: [Script; 6] = [Script::Acquire, Script::Extend, Script::Release, Script::Status, Script::AcquireFair, Script::Leave];
+    pub const ALL: [Script; 6] = [Script::Acquire, Script::Extend, Script::Release, Script::Status, Script::AcquireQueued, Script::Leave];
 
     /// The Lua source sent with `EVAL`.
     pub fn text(self) -> &'static str {
@@ -173,7 +174,7 @@ impl Script {
             Script::Extend => EXTEND,
             Script::Release => RELEASE,
             Script::Status => STATUS,
-            Script::AcquireFair => ACQUIRE_FAIR,
+            Script::AcquireQueued => ACQUIRE_QUEUED,
             Script::Leave => LEAVE,
         }
     }
@@ -245,7 +246,7 @@ pub fn extend(key: &str, fence_key: &str, token: &str, ttl_ms: u64, fence_floor:
     eval(Script::Extend, key, fence_key).arg(token).arg(ttl_ms.to_string()).arg(fence_floor.to_string())
 }
 
-/// The four keys of a script that knows the fair queue.
+/// The four keys of a script that knows the waiters' queue.
 fn eval_queue(script: Script, key: &str, fence_key: &str) -> RedisCommand {
     RedisCommand::new("EVAL")
         .arg(script.text())
@@ -263,13 +264,18 @@ pub fn release(key: &str, fence_key: &str, token: &str, fence_floor: u64) -> Red
     eval_queue(Script::Release, key, fence_key).arg(token).arg(fence_floor.to_string()).arg(channel)
 }
 
-/// `EVAL` of [`ACQUIRE_FAIR`] for waiter `waiter` (queueing with a lease of
-/// `lease_ms`, 0 for a try).
-pub fn acquire_fair(key: &str, fence_key: &str, token: &str, ttl_ms: u64, waiter: &str, lease_ms: u64) -> RedisCommand {
-    eval_queue(Script::AcquireFair, key, fence_key).arg(token).arg(ttl_ms.to_string()).arg(waiter).arg(lease_ms.to_string())
+/// `EVAL` of [`ACQUIRE_QUEUED`] for waiter `waiter` (queueing with a lease
+/// of `lease_ms`, 0 for a try); `fair`: only the queue's head may take it.
+pub fn acquire_queued(key: &str, fence_key: &str, token: &str, ttl_ms: u64, waiter: &str, lease_ms: u64, fair: bool) -> RedisCommand {
+    eval_queue(Script::AcquireQueued, key, fence_key)
+        .arg(token)
+        .arg(ttl_ms.to_string())
+        .arg(waiter)
+        .arg(lease_ms.to_string())
+        .arg(if fair { "1" } else { "0" })
 }
 
-/// `EVAL` of [`LEAVE`]: waiter `waiter` leaves `key`'s fair queue.
+/// `EVAL` of [`LEAVE`]: waiter `waiter` leaves `key`'s queue.
 pub fn leave(key: &str, fence_key: &str, waiter: &str) -> RedisCommand {
     eval_queue(Script::Leave, key, fence_key).arg(waiter).arg(super::subscription::wake_channel(key))
 }

@@ -1,11 +1,15 @@
 //! The single-node Redis lock.
 //!
 //! - acquire: one `EVAL` of [`scripts::ACQUIRE`](super::scripts::ACQUIRE):
-//!   `INCR` of the fencing counter and `SET key token NX PX ttl`; the lock's
-//!   fencing token is the counter (every attempt increments it, so successive
-//!   tokens increase but are not consecutive). A waiter that finds the key held retries
-//!   after the holder's remaining PTTL, but at most `retry_delay_ms`, plus
-//!   `0..=retry_jitter_ms` of jitter.
+//!   `SET key token NX PX ttl` and, on a grant, `INCR` of the fencing
+//!   counter (tokens count holders). A waiter that found the key held
+//!   subscribes to the lock's wake-up channel and attempts again through
+//!   [`scripts::ACQUIRE_QUEUED`](super::scripts::ACQUIRE_QUEUED), which puts
+//!   it in the waiters' queue: a release names the queue's live head, and
+//!   only that waiter attempts at once (see the README for the
+//!   measurements); the others sleep until `min(holder's PTTL, 2 s)`, or
+//!   `retry_delay_ms` while no subscription is confirmed, plus
+//!   `0..=retry_jitter_ms` of jitter. With `fair`, only the head may take it.
 //! - the owner token is 20 random bytes (40 hex characters) from the
 //!   injected [`Entropy`], fresh for every attempt;
 //! - release and extend are owner-checked Lua scripts; a watchdog renews at
@@ -47,9 +51,10 @@ pub struct RedisConfig {
     /// Wake-up subscriptions (one streaming request per waiting acquire)
     /// open at once; 0 makes waiters poll. See [`super::subscription`].
     pub max_subscriptions: usize,
-    /// Fair lock (like Redisson's `getFairLock`): waiters queue in arrival
-    /// order in Redis, only the head may take the lock, and a release wakes
-    /// only the head. Off by default (see the README for the measurements).
+    /// Fair lock (like Redisson's `getFairLock`): every attempt goes through
+    /// the waiters' queue and only its head may take the lock (without it,
+    /// waiters queue too, so that a release wakes only the head, but anyone
+    /// may take a free lock). Off by default (see the README for why).
     pub fair: bool,
 }
 

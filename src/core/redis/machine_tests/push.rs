@@ -155,13 +155,27 @@ fn the_stream_ends_with_the_acquire() {
                     let t = h.next_timer();
                     assert!(t <= 1_000 + 3_000, "{how}: no timer past the bound");
                     h.advance_to(t);
-                    for r in h.take().into_iter().filter(|r| !r.stream) {
-                        h.answer(&r, HELD);
+                    // Answered until nothing is left out: the last refusal is followed by the leave.
+                    loop {
+                        let sent: Vec<_> = h.take().into_iter().filter(|r| !r.stream).collect();
+                        if sent.is_empty() {
+                            break;
+                        }
+                        for r in sent {
+                            h.answer(&r, if script_of(&r) == scripts::Script::Leave { r#"{"result":1}"# } else { HELD });
+                        }
                     }
                 }
             }
         }
         h.drain();
+        // A waiter that gives up leaves the waiters' queue first (the
+        // timed-out one has already been answered in the loop above).
+        let leave: Vec<_> = h.take().into_iter().filter(|r| !r.stream).collect();
+        if how != "deadline" {
+            assert_eq!(leave.iter().map(script_of).collect::<Vec<_>>(), vec![scripts::Script::Leave], "{how}");
+            h.answer(&leave[0], r#"{"result":1}"#);
+        }
         assert!(h.cancelled.contains(&s[0].id), "{how}: stream closed");
         assert_eq!(h.m.live_count(), 0, "{how}");
     }
@@ -221,4 +235,33 @@ fn webdis_subscriptions_are_gets_read_as_json_objects() {
     h.answer(&r[0], r#"{"EVAL":[0,4,9000]}"#);
     h.chunk(&s[0], &format!(r#"age","{channel}","released:4"]}}"#));
     assert_eq!(h.take().len(), 1, "woken by the split message");
+}
+
+/// The default lock's waiters join the waiters' queue once they wait (the
+/// first attempt is a plain `SET NX`), without the fair flag; a release
+/// that names another waiter as the queue's head wakes only that one.
+#[test]
+fn a_waiter_of_the_default_lock_queues_and_wakes_only_when_named() {
+    let mut h = single_push(|_| {});
+    h.m.acquire(h.now, "job", &opts(Wait::Forever)).unwrap();
+    let r = h.take();
+    assert_eq!(script_of(&r[0]), scripts::Script::Acquire, "the first attempt does not queue");
+    h.answer(&r[0], HELD);
+    let (s, _) = h.take_split();
+    h.chunk(&s[0], "data: subscribe,c,1\n\n");
+    let r = h.take();
+    assert_eq!(script_of(&r[0]), scripts::Script::AcquireQueued, "a waiter queues");
+    let argv = &r[0].body;
+    let text = String::from_utf8_lossy(argv);
+    assert!(text.ends_with(r#""6000","0"]"#), "a 6 s lease, not fair: {text}");
+    h.answer(&r[0], HELD);
+    h.now += 10;
+    h.chunk(&s[0], "data: message,c,released:4:someoneelse\n\n");
+    assert!(h.take().is_empty(), "a release that wakes another queued waiter");
+    h.now += 10;
+    h.chunk(&s[0], "data: message,c,released:5\n\n");
+    let r = h.take();
+    assert_eq!(r.len(), 1, "a release naming no head wakes every waiter");
+    h.answer(&r[0], GRANTED);
+    assert_eq!(acquired(&h.take_events()).fencing_token, 5);
 }

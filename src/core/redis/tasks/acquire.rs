@@ -65,8 +65,9 @@ struct Attempts {
     live: Vec<bool>,
     /// Attempt at once: something happened since the current attempt began.
     woken: bool,
-    /// Fair lock: this waiter's id in the queue, and whether it may be in it.
-    fair: Option<String>,
+    /// One node: this waiter's id in the waiters' queue (which a release
+    /// reads to wake only its head), and whether it may be in it.
+    waiter: Option<String>,
     queued: bool,
     /// The payload of the message that last woke this waiter.
     last_wake: Option<Vec<u8>>,
@@ -88,7 +89,7 @@ enum Phase {
     Raise { fence: u64 },
     /// Deleting this attempt's key where it may exist, then `next`.
     Cleanup { next: AfterCleanup },
-    /// Fair lock: leaving the queue before reporting `next`.
+    /// A queued waiter leaving the queue before reporting `next`.
     Leave { next: AfterCleanup },
 }
 
@@ -128,7 +129,7 @@ impl AcquireTask {
             listening: false,
             live: vec![false; cx.node_count()],
             woken: false,
-            fair: cx.s.fair.then(|| random_hex(cx.entropy.as_mut(), WAITER_BYTES)),
+            waiter: (cx.node_count() == 1).then(|| random_hex(cx.entropy.as_mut(), WAITER_BYTES)),
             queued: false,
             last_wake: None,
             pushed: false,
@@ -171,7 +172,7 @@ impl Task for AcquireTask {
             self.a.last_wake = Some(payload.clone());
             self.a.pushed = true;
         }
-        if let (Push::Message(payload), Some(me)) = (&push, &self.a.fair) {
+        if let (Push::Message(payload), Some(me)) = (&push, &self.a.waiter) {
             // `released:<fence>:<head>`: a release for another queued waiter.
             let head = payload.splitn(3, |b| *b == b':').nth(2);
             if head.is_some_and(|h| h != me.as_bytes()) {
@@ -241,14 +242,17 @@ impl Attempts {
         self.raises = 0;
         self.token = random_hex(cx.entropy.as_mut(), TOKEN_BYTES);
         self.attempt_start = now;
-        let cmd = match &self.fair {
-            Some(waiter) => {
-                // A try never queues; a waiter joins (or renews its place).
+        let cmd = match &self.waiter {
+            // One node: a fair lock's every attempt goes through the queue
+            // (a try never queues); a waiter of the default lock joins it
+            // once it waits (its first attempt met contention), so that a
+            // release wakes one waiter, not all of them.
+            Some(waiter) if cx.s.fair || self.listening => {
                 let lease = if self.wait == Wait::Try { 0 } else { QUEUE_LEASE_MS };
                 self.queued |= lease > 0;
-                scripts::acquire_fair(&self.key, &self.fence_key, &self.token, self.ttl, waiter, lease)
+                scripts::acquire_queued(&self.key, &self.fence_key, &self.token, self.ttl, waiter, lease, cx.s.fair)
             }
-            None => scripts::acquire(&self.key, &self.fence_key, &self.token, self.ttl, cx.node_count() > 1),
+            _ => scripts::acquire(&self.key, &self.fence_key, &self.token, self.ttl, cx.node_count() > 1),
         };
         Next::round(self.into_task(Phase::Attempt), cmd, cx.all_nodes())
     }
@@ -378,7 +382,7 @@ impl Attempts {
             return self.bounded_by_deadline(now, now);
         }
         let mut cap = if self.push_covers(cx) { PUSH_FALLBACK_MS.max(cx.s.retry_delay_ms) } else { cx.s.retry_delay_ms };
-        if self.fair.is_some() {
+        if self.waiter.is_some() {
             // Renew the queue lease well before it runs out.
             cap = cap.min(QUEUE_LEASE_MS / 3);
         }
@@ -412,11 +416,11 @@ impl Attempts {
         Next::round(self.into_task(Phase::Cleanup { next }), cmd, targets)
     }
 
-    /// Ends an acquire that got no lock: a fair waiter first leaves the
+    /// Ends an acquire that got no lock: a queued waiter first leaves the
     /// queue (waking the next one if the lock is free), so that it does not
     /// hold the others up until its lease runs out.
     fn finish(mut self, cx: &mut Context, next: AfterCleanup) -> Next {
-        match (&self.fair, self.queued) {
+        match (&self.waiter, self.queued) {
             (Some(waiter), true) => {
                 self.queued = false;
                 let cmd = scripts::leave(&self.key, &self.fence_key, waiter);

@@ -358,8 +358,9 @@ impl RedisModel {
 
     /// The script's result: an integer or a flat array of integers.
     fn run(&mut self, args: &[Vec<u8>], now: u64) -> Result<Vec<i64>, String> {
-        // Since the fair lock the release script also names the fair queue
-        // and its leases (4 keys); this model keeps no queue: drop them.
+        // The release, queued acquire and leave scripts also name the
+        // waiters' queue and its leases (4 keys); this model keeps no queue
+        // (a queued acquire is an acquire, a leave does nothing): drop them.
         let mut args = args.to_vec();
         if args.get(2).map(Vec::as_slice) == Some(b"4") && args.len() >= 7 {
             args.drain(5..7);
@@ -374,7 +375,7 @@ impl RedisModel {
         };
         let (key, fence, token) = (arg(3), arg(4), arg(5));
         match script {
-            Some(Script::Acquire) => {
+            Some(Script::Acquire | Script::AcquireQueued) => {
                 let f = self.raise(&fence, 0).saturating_add(1);
                 self.fences.insert(fence.clone(), f);
                 match self.live(&key, now) {
@@ -412,8 +413,7 @@ impl RedisModel {
                     Some((t, exp)) => Ok(vec![1, i64::from(t == token), exp.saturating_sub(now).min(i64::MAX as u64) as i64, f]),
                 }
             }
-            // The fair lock is not modelled (the fuzzer never enables it).
-            Some(Script::AcquireFair | Script::Leave) => Err("ERR fair-lock scripts are not modelled".into()),
+            Some(Script::Leave) => Ok(vec![1]),
             None => Err("NOSCRIPT unknown script".into()),
         }
     }
