@@ -29,9 +29,9 @@ function abortError() {
  * An edgelock client built by `build(fetch)` with a counting fetch; releases
  * are the Lock's own release().
  */
-function edgelockClient(build) {
+function edgelockClient(build, transport) {
   const log = [];
-  const client = build(countingFetch(log));
+  const client = build(countingFetch(log, transport));
   return {
     log,
     unit: "HTTP req",
@@ -58,7 +58,7 @@ export function libraries(env) {
   return {
     "edgelock-etcd": {
       label: "edgelock EtcdLocks", group: "etcd", counter: "etcd", edgelock: true,
-      note: "npm package in Node, defaults (session lease 10 s, waits on a watch)",
+      note: "npm package in Node, defaults (the Node entry sends over node:http with keep-alive; session lease 10 s, waits on a watch)",
       make: () => edgelockClient((fetch) => new EtcdLocks({ endpoints: env.etcd_urls, fetch })),
     },
     etcd3: {
@@ -86,8 +86,13 @@ export function libraries(env) {
     },
     "edgelock-redis": {
       label: "edgelock RedisLocks (upstash)", group: "redis-http", counter: "http", edgelock: true,
-      note: "Upstash REST via the local gateway; defaults (ttl 10 s; push wake-up: a waiter subscribes to the lock's release channel, `POST /subscribe/…` as server-sent events, and attempts on each message; while subscribed it also attempts every min(holder's PTTL, 2 s), otherwise every 200 ms + 0..100 ms jitter)",
+      note: "Upstash REST via the local gateway; defaults (node:http keep-alive transport, the Node entry's default; ttl 10 s; push wake-up: a waiter subscribes to the lock's release channel, `POST /subscribe/…` as server-sent events, and attempts on each message; while subscribed it also attempts every min(holder's PTTL, 2 s), otherwise every 200 ms + 0..100 ms jitter)",
       make: () => edgelockClient((fetch) => new RedisLocks({ url: gw[0], protocol: "upstash", token, fetch })),
+    },
+    "edgelock-redis-fetch": {
+      label: "edgelock RedisLocks (upstash, Node fetch)", group: "redis-http", counter: "http", edgelock: true, extra: true,
+      note: "as edgelock RedisLocks (upstash), with `fetch: globalThis.fetch` instead of the Node entry's default node:http transport (what every other runtime uses); uncontended only",
+      make: () => edgelockClient((fetch) => new RedisLocks({ url: gw[0], protocol: "upstash", token, fetch }), "fetch"),
     },
     "edgelock-redis-webdis": {
       label: "edgelock RedisLocks (webdis)", group: "redis-http", counter: "http", edgelock: true, extra: true,

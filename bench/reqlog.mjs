@@ -3,7 +3,9 @@
 // time window (say, from the holder's release call to the waiter's grant).
 //
 // - edgelock: the client's `fetch` option (its only transport) is a counting
-//   wrapper around globalThis.fetch;
+//   wrapper around the package's Node default transport (node:http with
+//   keep-alive, pkg/node_http.mjs), or around globalThis.fetch for the row
+//   that measures edgelock with Node's fetch;
 // - @upstash/redis (under @upstash/lock) calls the global fetch: run.mjs's
 //   global wrapper logs into the log of the AsyncLocalStorage context the
 //   adapter runs the library's acquire/release in (its retry loop is an
@@ -13,8 +15,11 @@
 // Entries are { t: performance.now() at the call, stream: subscription/watch stream }.
 import { AsyncLocalStorage } from "node:async_hooks";
 import { performance } from "node:perf_hooks";
+import { nodeHttpFetch } from "../pkg/node_http.mjs";
 
 export const requestContext = new AsyncLocalStorage();
+/** HTTP requests sent by every client: the global fetch wrapper (run.mjs) and `countingFetch` add to it. */
+export const httpCount = { n: 0 };
 
 const STREAM_URL = /\/subscribe\/|\/v3\/watch/i;
 function urlOf(input) {
@@ -28,11 +33,22 @@ export function logFetch(log, input) {
   log.push({ t: performance.now(), stream: STREAM_URL.test(urlOf(input)) });
 }
 
-/** A fetch that logs every call into `log`, then calls the global fetch (still counted globally). */
-export function countingFetch(log) {
+/**
+ * A fetch that logs every call into `log`, then sends it with the package's
+ * Node default transport (counted in `httpCount`), or with the global fetch
+ * when `transport` is "fetch" (counted by run.mjs's global wrapper).
+ */
+export function countingFetch(log, transport = "node-http") {
+  if (transport === "fetch") {
+    return (input, init) => {
+      logFetch(log, input);
+      return globalThis.fetch(input, init);
+    };
+  }
   return (input, init) => {
     logFetch(log, input);
-    return globalThis.fetch(input, init);
+    httpCount.n += 1;
+    return nodeHttpFetch(input, init);
   };
 }
 

@@ -4,13 +4,13 @@
 //
 // BENCH_QUICK=1 shortens every phase (for checking the harness, not for numbers).
 
-// Count every fetch (edgelock and @upstash/redis both use globalThis.fetch):
+// Count every fetch (@upstash/redis uses globalThis.fetch; edgelock's Node
+// default transport is counted by its wrapper in bench/reqlog.mjs):
 // installed before any client library is loaded. Calls made inside a
 // `withLog` context (bench/reqlog.mjs) are also logged for that client.
-import { requestContext, logFetch, countBetween } from "./reqlog.mjs";
+import { requestContext, logFetch, countBetween, httpCount } from "./reqlog.mjs";
 
 const realFetch = globalThis.fetch;
-export const httpCount = { n: 0 };
 globalThis.fetch = (...args) => {
   httpCount.n += 1;
   const log = requestContext.getStore();

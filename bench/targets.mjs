@@ -115,10 +115,11 @@ export function targetsSection(res) {
   // D. uncontended vs @upstash/lock
   out.push("### D. Uncontended acquire + release vs @upstash/lock (same gateway)", "");
   const uu = u["upstash-lock"];
-  const dRows = [["edgelock RedisLocks (npm, Node)", "edgelock-redis"], ["edgelock native Rust", "native-redis"]].filter(([, id]) => u[id])
+  const dRows = [["edgelock RedisLocks (npm, Node: node:http, the default)", "edgelock-redis"], ["edgelock RedisLocks (npm, Node, `fetch: globalThis.fetch`)", "edgelock-redis-fetch"], ["edgelock native Rust", "native-redis"]].filter(([, id]) => u[id])
     .map(([label, id]) => [`**${label}**`, f0(u[id].opsPerSec), f2(u[id].p50), f0(uu?.opsPerSec), f2(uu?.p50), ratio(u[id].opsPerSec, uu?.opsPerSec)]);
   out.push(table(["edgelock client", "ops/s", "p50 ms", "@upstash/lock ops/s", "@upstash/lock p50 ms", "edgelock ÷ @upstash/lock"], dRows), "",
-    "The Node row is interleaved with @upstash/lock round by round (same process, same gateway); the native Rust row runs after all Node rows, so its ratio also carries the machine's drift between the two.", "");
+    "The Node rows are interleaved with @upstash/lock round by round (same process, same gateway); the native Rust row runs after all Node rows, so its ratio also carries the machine's drift between the two. " +
+    "In Node the package sends over `node:http` with keep-alive by default; the `fetch` row is the same client given Node's global `fetch` (the transport @upstash/redis uses, and edgelock's in browsers, Deno and Workers), so the difference between the two rows is the transport alone.", "");
 
   // E. Redlock requests per uncontended op
   out.push("### E. Redlock requests per uncontended acquire + release", "");
@@ -130,7 +131,7 @@ export function targetsSection(res) {
 
   // how measured
   out.push("**How measured.** Handoff: a holder (its own client) holds the lock while a waiter (a second client) has been waiting for 50–150 ms, then releases; latency is from the release call to the waiter's acquire returning, in the same process (Node: `performance.now()`, holder and waiter on one event loop, as for every peer; native Rust: `Instant`, the waiter blocked in its own thread). " +
-    "Requests are counted per client, not from a global counter: in Node every edgelock client gets a counting wrapper as its `fetch` option (its only transport), @upstash/redis's calls of the global `fetch` are attributed through an `AsyncLocalStorage` context around @upstash/lock's acquire and release, and the TCP peers' ioredis connections have `sendCommand` wrapped (so their unit is Redis commands); in native Rust the lock machine is wrapped and every request it hands to the driver (`Transmit::Send`) is logged. " +
+    "Requests are counted per client, not from a global counter: in Node every edgelock client gets a counting wrapper as its `fetch` option (its only transport; the wrapper sends with the package's default node:http transport, or with the global `fetch` for the row that measures it), @upstash/redis's calls of the global `fetch` are attributed through an `AsyncLocalStorage` context around @upstash/lock's acquire and release, and the TCP peers' ioredis connections have `sendCommand` wrapped (so their unit is Redis commands); in native Rust the lock machine is wrapped and every request it hands to the driver (`Transmit::Send`) is logged. " +
     "Each log entry carries its send time, so a handoff's count is the waiter's entries between the release call and the grant. Uncontended requests per op: the global fetch counter (HTTP), Redis `INFO` command counts (TCP peers) or the native wrapper, over the measured slices divided by the operations. " +
     `Fairness: ${res.config.contendedClients} clients loop on one lock; requests per acquisition sums every client's log over the measured window. The \`fair: true\` rows run only when the core accepts the option (constructing a client with it; a refusal is INVALID_ARGUMENT and is reported above), and the fair queue's length is polled on the server (\`LLEN {edgelock:<name>}:queue\`) to show it engaged.`, "");
   return out;
