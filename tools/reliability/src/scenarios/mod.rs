@@ -19,9 +19,17 @@ pub mod s10_load;
 #[derive(Clone, Copy, Debug)]
 pub struct Mode {
     pub short: bool,
+    /// Only the etcd variants (`--etcd-only`: the test suite's run against
+    /// another etcd version).
+    pub etcd_only: bool,
 }
 
 impl Mode {
+    /// Whether the Redis and Redlock variants run.
+    pub fn redis(&self) -> bool {
+        !self.etcd_only
+    }
+
     /// `short` in the short run, `long` otherwise.
     pub fn pick<T>(&self, short: T, long: T) -> T {
         if self.short {
@@ -37,21 +45,23 @@ pub struct Scenario {
     pub title: &'static str,
     /// Part of the short run.
     pub in_short: bool,
+    /// Has an etcd variant (runs with `--etcd-only`).
+    pub etcd: bool,
     pub run: fn(&Mode) -> Vec<ScenarioReport>,
 }
 
 /// Every scenario, in report order.
 pub fn all() -> Vec<Scenario> {
     vec![
-        Scenario { id: "1", title: "holder paused past its TTL", in_short: true, run: s01_paused_holder::run },
-        Scenario { id: "2", title: "etcd leader paused, then killed", in_short: false, run: s02_etcd_leader::run },
-        Scenario { id: "3", title: "client-backend partition", in_short: false, run: s03_partition::run },
-        Scenario { id: "4", title: "response lost after apply", in_short: true, run: s04_cut_response::run },
-        Scenario { id: "5", title: "Redlock node restart without persistence", in_short: false, run: s05_redlock_restart::run },
-        Scenario { id: "6", title: "Redlock node clock jump and drift", in_short: false, run: s06_redlock_clock::run },
-        Scenario { id: "7", title: "TTL/2 delay on 2 of 5 Redlock nodes", in_short: false, run: s07_slow_nodes::run },
-        Scenario { id: "8", title: "late release after expiry", in_short: true, run: s08_late_release::run },
-        Scenario { id: "9", title: "hostile input", in_short: true, run: s09_hostile::run },
-        Scenario { id: "10", title: "load: 64 clients per backend", in_short: true, run: s10_load::run },
+        Scenario { id: "1", title: "holder paused past its TTL", in_short: true, etcd: true, run: s01_paused_holder::run },
+        Scenario { id: "2", title: "etcd leader paused, then killed", in_short: false, etcd: true, run: s02_etcd_leader::run },
+        Scenario { id: "3", title: "client-backend partition", in_short: false, etcd: true, run: s03_partition::run },
+        Scenario { id: "4", title: "response lost after apply", in_short: true, etcd: true, run: s04_cut_response::run },
+        Scenario { id: "5", title: "Redlock node restart without persistence", in_short: false, etcd: false, run: s05_redlock_restart::run },
+        Scenario { id: "6", title: "Redlock node clock jump and drift", in_short: false, etcd: false, run: s06_redlock_clock::run },
+        Scenario { id: "7", title: "TTL/2 delay on 2 of 5 Redlock nodes", in_short: false, etcd: false, run: s07_slow_nodes::run },
+        Scenario { id: "8", title: "late release after expiry", in_short: true, etcd: true, run: s08_late_release::run },
+        Scenario { id: "9", title: "hostile input", in_short: true, etcd: false, run: s09_hostile::run },
+        Scenario { id: "10", title: "load: 64 clients per backend", in_short: true, etcd: true, run: s10_load::run },
     ]
 }

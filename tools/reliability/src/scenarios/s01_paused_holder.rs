@@ -33,6 +33,9 @@ pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
         }
         Err(e) => ScenarioReport::failed_to_run("1a", TITLE, "etcd", &format!("etcd: {e}")),
     });
+    if !mode.redis() {
+        return out;
+    }
     out.push(match RedisNodes::start(1, false) {
         Ok(nodes) => {
             let spec = BackendSpec::Redis { node: nodes.webdis_specs()[0].clone(), token: None, ttl_ms: TTL_MS, request_timeout_ms: 1_000 };

@@ -84,6 +84,7 @@ pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
         }
     }
     match RedisNodes::start(5, false) {
+        _ if !mode.redis() => {}
         Ok(nodes) => {
             out.push(timed("3b", "redlock ×5", &mut || redlock_one_node(mode, &nodes)));
             out.push(timed("3d", "redlock ×5", &mut || redlock_client_partitioned(mode, &nodes)));

@@ -64,7 +64,7 @@ impl Cut {
     }
 }
 
-pub fn run(_mode: &Mode) -> Vec<ScenarioReport> {
+pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
     let mut out = Vec::new();
     let etcd = [("4a", Cut::All), ("4b", Cut::ThenPartition), ("4c", Cut::FirstOfThree)];
     match EtcdNodes::start(3, EtcdOptions::default()) {
@@ -77,6 +77,9 @@ pub fn run(_mode: &Mode) -> Vec<ScenarioReport> {
             }
         }
         Err(e) => out.extend(etcd.iter().map(|(id, _)| ScenarioReport::failed_to_run(id, TITLE, "etcd", &format!("etcd cluster: {e}")))),
+    }
+    if !mode.redis() {
+        return out;
     }
     let redis = [("4d", Cut::All), ("4e", Cut::ThenPartition)];
     match RedisNodes::start(1, false) {

@@ -40,6 +40,9 @@ pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
         Ok(etcd) => out.push(report("8a", "etcd", trials, || etcd_target(&etcd))),
         Err(e) => out.push(ScenarioReport::failed_to_run("8a", TITLE, "etcd", &e.to_string())),
     }
+    if !mode.redis() {
+        return out;
+    }
     match RedisNodes::start(1, false) {
         Ok(nodes) => out.push(report("8b", "redis (webdis)", trials, || redis_target(&nodes))),
         Err(e) => out.push(ScenarioReport::failed_to_run("8b", TITLE, "redis (webdis)", &e.to_string())),
