@@ -100,6 +100,13 @@ export interface EtcdLocksOptions {
   requestTimeoutMs?: number;
   /** Extra headers on every request, e.g. `Authorization`. */
   headers?: Record<string, string>;
+  /**
+   * etcd authentication: the client turns these into a token
+   * (`/v3/auth/authenticate`), sends it on every request and fetches a new
+   * one when etcd says it expired. Never in a message. Excludes an
+   * `Authorization` header.
+   */
+  auth?: { username: string; password: string };
   /** The only transport used (default: `globalThis.fetch`; in Node, node:http(s) with keep-alive connections). */
   fetch?: typeof fetch;
   /** Named bindings (objects with a `fetch(url, init)` method, such as a Durable Object stub) that a backend may target instead of a URL. */

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use edgelock::core::redis::{RedisConfig, RedisNode, RedlockConfig};
 use edgelock::core::{AcquireOptions, BackendSpec, LockStatus, Wait};
-use edgelock::native::{Client, EtcdConfig, Lock};
+use edgelock::native::{Client, EtcdAuth, EtcdConfig, Lock};
 use edgelock::LockError;
 
 const USAGE: &str = "\
@@ -39,6 +39,9 @@ OPTIONS:
                       $EDGELOCK_REDIS_TOKEN / $UPSTASH_REDIS_REST_TOKEN)
     --token T         Upstash bearer token (prefer the environment variable:
                       arguments are visible to other local users)
+    --etcd-user U     etcd authentication as user U; the password comes from
+                      $EDGELOCK_ETCD_PASSWORD (never an argument); tokens are
+                      renewed when etcd says they expired
     --prefix P        key prefix (default: edgelock)
     --ttl MS          etcd: session lease TTL; Redis: lock TTL, renewed at TTL/3
                       (ms, default 10000; etcd: at least 1000);
@@ -162,6 +165,7 @@ struct Options {
     fair: bool,
     json: bool,
     headers: Vec<(String, String)>,
+    etcd_user: Option<String>,
     name: String,
     command: Vec<String>,
 }
@@ -172,6 +176,7 @@ fn parse(args: &[String], is_run: bool) -> Result<Options, Exit> {
     let (mut try_only, mut json, mut fair) = (false, false, false);
     let mut headers = Vec::new();
     let mut token = None;
+    let mut etcd_user = None;
     let mut names = Vec::new();
     let mut command = Vec::new();
     let mut i = 0;
@@ -215,6 +220,7 @@ fn parse(args: &[String], is_run: bool) -> Result<Options, Exit> {
             }
             "--prefix" => prefix = Some(value("a prefix")?),
             "--token" => token = Some(value("a token")?),
+            "--etcd-user" => etcd_user = Some(value("a user name")?),
             "--ttl" if is_run => ttl_ms = Some(parse_ms("--ttl", &value("milliseconds")?)?),
             "--wait" if is_run => wait_ms = Some(parse_ms("--wait", &value("milliseconds")?)?),
             "--try" if is_run && inline.is_none() => try_only = true,
@@ -234,6 +240,9 @@ fn parse(args: &[String], is_run: bool) -> Result<Options, Exit> {
     if fair && !matches!(&backend, Backend::Redis(urls) if urls.len() == 1) {
         return Err(Exit::usage("--fair needs exactly one --redis URL (the fair queue is a single-node lock)"));
     }
+    if etcd_user.is_some() && !matches!(backend, Backend::Etcd(_)) {
+        return Err(Exit::usage("--etcd-user needs --etcd"));
+    }
     if try_only && wait_ms.is_some() {
         return Err(Exit::usage("--try and --wait exclude each other"));
     }
@@ -248,7 +257,7 @@ fn parse(args: &[String], is_run: bool) -> Result<Options, Exit> {
     if !is_run && !command.is_empty() {
         return Err(Exit::usage("`status` takes no command"));
     }
-    Ok(Options { backend, token, prefix, ttl_ms, wait_ms, try_only, fair, json, headers, name, command })
+    Ok(Options { backend, token, prefix, ttl_ms, wait_ms, try_only, fair, json, headers, etcd_user, name, command })
 }
 
 fn parse_ms(flag: &str, v: &str) -> Result<u64, Exit> {
@@ -269,6 +278,11 @@ fn connect(o: &Options) -> Result<Client, Exit> {
                 cfg.request_timeout_ms = cfg.request_timeout_ms.min(t / 2).max(1);
             }
             cfg.headers = o.headers.clone();
+            if let Some(user) = &o.etcd_user {
+                let password = std::env::var("EDGELOCK_ETCD_PASSWORD")
+                    .map_err(|_| Exit::usage("--etcd-user needs the password in $EDGELOCK_ETCD_PASSWORD"))?;
+                cfg.auth = Some(EtcdAuth { username: user.clone(), password });
+            }
             Client::connect(BackendSpec::Etcd(cfg)).map_err(|e| Exit::lock(&e))
         }
         Backend::Redis(urls) => {

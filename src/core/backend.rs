@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::core::etcd::{EtcdConfig, EtcdMachine};
+use crate::core::etcd::{Authenticated, EtcdAuth, EtcdConfig, EtcdMachine};
 use crate::core::redis::{RedisConfig, RedisMachine, RedisNode, RedisProtocol, RedlockConfig, RedlockFencing, RedlockMachine};
 use crate::core::{BackendKind, Entropy, LockError, LockMachine};
 
@@ -68,7 +68,14 @@ impl BackendSpec {
     /// Builds the lock machine, validating every option first.
     pub fn build(self, entropy: Box<dyn Entropy + Send>) -> Result<Box<dyn LockMachine + Send>, LockError> {
         Ok(match self {
-            BackendSpec::Etcd(cfg) => Box::new(EtcdMachine::new(cfg, entropy)?),
+            BackendSpec::Etcd(mut cfg) => match cfg.auth.take() {
+                Some(auth) => {
+                    let (prefix, timeout) = (cfg.prefix.clone(), cfg.request_timeout_ms);
+                    cfg.auth = Some(auth.clone());
+                    Box::new(Authenticated::new(EtcdMachine::new(cfg, entropy)?, auth, &prefix, timeout))
+                }
+                None => Box::new(EtcdMachine::new(cfg, entropy)?),
+            },
             BackendSpec::Redis(cfg) => Box::new(RedisMachine::new(cfg, entropy)?),
             BackendSpec::Redlock(cfg) => Box::new(RedlockMachine::new(cfg, entropy)?),
         })
@@ -92,6 +99,15 @@ struct EtcdOptions {
     session_ttl_ms: Option<u64>,
     request_timeout_ms: Option<u64>,
     headers: Option<BTreeMap<String, String>>,
+    auth: Option<AuthOptions>,
+}
+
+/// `auth: { username, password }` (the spelling of the etcd3 npm client).
+#[derive(Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+struct AuthOptions {
+    username: String,
+    password: String,
 }
 
 impl EtcdOptions {
@@ -102,6 +118,7 @@ impl EtcdOptions {
             session_ttl_ms: Some(c.session_ttl_ms),
             request_timeout_ms: Some(c.request_timeout_ms),
             headers: Some(c.headers.iter().cloned().collect()),
+            auth: c.auth.as_ref().map(|a| AuthOptions { username: a.username.clone(), password: a.password.clone() }),
         }
     }
 
@@ -119,6 +136,7 @@ impl EtcdOptions {
         if let Some(h) = self.headers {
             cfg.headers = h.into_iter().collect();
         }
+        cfg.auth = self.auth.map(|a| EtcdAuth { username: a.username, password: a.password });
         cfg
     }
 }
@@ -339,7 +357,8 @@ mod tests {
         let mut etcd = EtcdConfig::new(vec!["http://127.0.0.1:2379".into(), "http://127.0.0.1:2380".into()]);
         etcd.prefix = "jobs".into();
         etcd.session_ttl_ms = 7_000;
-        etcd.headers = vec![("authorization".into(), "Bearer x".into())];
+        etcd.headers = vec![("x-tenant".into(), "t1".into())];
+        etcd.auth = Some(EtcdAuth { username: "locker".into(), password: "pw-secret".into() });
         let mut redis = RedisConfig::new(RedisNode::webdis("http://127.0.0.1:7379"));
         redis.ttl_ms = 4_321;
         redis.auto_extend = false;

@@ -14,5 +14,5 @@ mod driver;
 #[cfg(test)]
 mod fake;
 
-pub use crate::core::etcd::EtcdConfig;
+pub use crate::core::etcd::{EtcdAuth, EtcdConfig};
 pub use client::{CancelToken, Client, Lock};

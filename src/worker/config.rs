@@ -6,6 +6,7 @@
 //! | `EDGELOCK_BACKEND` | `etcd`, `redis` or `redlock` |
 //! | `EDGELOCK_ETCD_ENDPOINTS` | etcd gateway URLs, comma-separated |
 //! | `EDGELOCK_ETCD_AUTHORIZATION` | secret: `Authorization` header for etcd (optional) |
+//! | `EDGELOCK_ETCD_USER`, `EDGELOCK_ETCD_PASSWORD` | etcd authentication: user name, and the password as a secret (tokens are fetched and renewed by the client) |
 //! | `EDGELOCK_REDIS_URL` | one node: `upstash+https://…` or `webdis+http://…` (a bare `http(s)://` URL is Upstash) |
 //! | `EDGELOCK_REDLOCK_NODES` | Redlock nodes, comma-separated, in the same form |
 //! | `EDGELOCK_REDIS_TOKEN` | secret: the Upstash REST token (node `i` of Redlock: `EDGELOCK_REDIS_TOKEN_<i>` first) |
@@ -109,6 +110,12 @@ impl Config {
                 let mut cfg = EtcdConfig::new(endpoints);
                 if let Some(auth) = var("EDGELOCK_ETCD_AUTHORIZATION") {
                     cfg.headers.push(("Authorization".into(), auth));
+                }
+                if let Some(username) = var("EDGELOCK_ETCD_USER") {
+                    let password = var("EDGELOCK_ETCD_PASSWORD").ok_or_else(|| {
+                        LockError::invalid("EDGELOCK_ETCD_USER needs the secret EDGELOCK_ETCD_PASSWORD")
+                    })?;
+                    cfg.auth = Some(crate::core::etcd::EtcdAuth { username, password });
                 }
                 if let Some(p) = prefix {
                     cfg.prefix = p;

@@ -43,9 +43,11 @@
 //! One client acquiring the same name twice queues locally (FIFO) behind its
 //! own earlier acquisition instead of colliding on the same key.
 
+mod auth;
 mod gateway;
 mod machine;
 
+pub use auth::Authenticated;
 pub use machine::EtcdMachine;
 
 use crate::core::names::{validate_base_url, validate_ttl};
@@ -64,6 +66,24 @@ pub struct EtcdConfig {
     pub request_timeout_ms: u64,
     /// Extra headers on every request (e.g. `Authorization`); never logged.
     pub headers: Vec<(String, String)>,
+    /// etcd authentication: a user name and password turned into a token
+    /// (see [`Authenticated`]); `None` for an etcd without auth.
+    pub auth: Option<EtcdAuth>,
+}
+
+/// etcd credentials (`/v3/auth/authenticate`). `Debug` shows the user only.
+#[derive(Clone, PartialEq, Eq)]
+pub struct EtcdAuth {
+    /// The etcd user.
+    pub username: String,
+    /// Its password; never in a message, a log or `Debug` output.
+    pub password: String,
+}
+
+impl std::fmt::Debug for EtcdAuth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdAuth").field("username", &self.username).field("password", &"[redacted]").finish()
+    }
 }
 
 impl std::fmt::Debug for EtcdConfig {
@@ -75,6 +95,7 @@ impl std::fmt::Debug for EtcdConfig {
             .field("session_ttl_ms", &self.session_ttl_ms)
             .field("request_timeout_ms", &self.request_timeout_ms)
             .field("header_names", &names)
+            .field("auth", &self.auth)
             .finish()
     }
 }
@@ -96,6 +117,7 @@ impl EtcdConfig {
             session_ttl_ms: DEFAULT_SESSION_TTL_MS,
             request_timeout_ms: DEFAULT_REQUEST_TIMEOUT_MS,
             headers: Vec::new(),
+            auth: None,
         }
     }
 
@@ -114,6 +136,15 @@ impl EtcdConfig {
             return Err(LockError::invalid("sessionTtlMs must be at least 1000 (etcd leases have whole-second TTLs)"));
         }
         validate_ttl("requestTimeoutMs", self.request_timeout_ms)?;
+        if let Some(a) = &self.auth {
+            let bad = |s: &str| s.is_empty() || s.len() > 1024 || s.contains('\0');
+            if bad(&a.username) || bad(&a.password) {
+                return Err(LockError::invalid("etcd auth: username and password must be 1..=1024 bytes without NUL"));
+            }
+            if self.headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("authorization")) {
+                return Err(LockError::invalid("etcd auth and an Authorization header exclude each other"));
+            }
+        }
         for (k, v) in &self.headers {
             let bad = |s: &str| s.chars().any(|c| c == '\r' || c == '\n' || c == '\0');
             if k.is_empty() || bad(k) || bad(v) || k.contains(':') || k.contains(' ') {
