@@ -68,6 +68,11 @@ pub fn acquire(client: &Client, cfg: &ContenderCfg, history: &History) -> Option
             None
         }
         Err(e) => {
+            // Only codes go into the history; RELIABILITY_LOG_ERRORS=1 shows
+            // the messages (which never carry a secret) when investigating.
+            if std::env::var_os("RELIABILITY_LOG_ERRORS").is_some() {
+                eprintln!("[{}] acquire {:?}: {e}", cfg.id, cfg.lock);
+            }
             record(history, cfg, OpKind::Acquire, start, Outcome::Fail(e.code().into()), None);
             None
         }
