@@ -57,14 +57,14 @@ export WASM_BINDGEN_BIN="$HOME/.cargo/bin/wasm-bindgen"
 export ESBUILD_BIN="$root/$npm_dir/node_modules/.bin/esbuild"
 export WRANGLER_SEND_METRICS=false CLOUDFLARE_CF_FETCH_ENABLED=false
 
-worker-build --release --no-opt --out-dir build --features worker >&2
+CARGO_PROFILE_RELEASE_OPT_LEVEL=${CARGO_PROFILE_RELEASE_OPT_LEVEL:-z} worker-build --release --no-opt --out-dir build --features worker >&2
 
 wasm=build/index_bg.wasm
 [ -f "$wasm" ] || { echo "build-worker: $wasm was not produced" >&2; exit 1; }
 if [ "${EDGELOCK_WORKER_NO_OPT:-}" != 1 ]; then
   # The features rustc enables by default for wasm32-unknown-unknown (and
   # worker-build's own list); workerd has them all.
-  "$npm_dir/node_modules/.bin/wasm-opt" -Os --strip-debug --strip-producers \
+  "$npm_dir/node_modules/.bin/wasm-opt" -Oz --strip-debug --strip-producers \
     --enable-bulk-memory --enable-nontrapping-float-to-int --enable-sign-ext \
     --enable-mutable-globals --enable-reference-types --enable-multivalue \
     --enable-exception-handling \

@@ -12,8 +12,10 @@
 
 use std::collections::BTreeMap;
 
-use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::core::json_fields::{string_item, Fields};
 
 use crate::core::etcd::{Authenticated, EtcdAuth, EtcdConfig, EtcdMachine};
 use crate::core::redis::{RedisConfig, RedisMachine, RedisNode, RedisProtocol, RedlockConfig, RedlockFencing, RedlockMachine};
@@ -46,9 +48,9 @@ impl BackendSpec {
     /// Error messages never repeat a value (it could be a misplaced token).
     pub fn from_json(kind: BackendKind, json: &str) -> Result<BackendSpec, LockError> {
         Ok(match kind {
-            BackendKind::Etcd => BackendSpec::Etcd(parse::<EtcdOptions>("etcd options", json)?.into_config()),
-            BackendKind::Redis => BackendSpec::Redis(parse::<RedisOptions>("Redis options", json)?.into_config()),
-            BackendKind::Redlock => BackendSpec::Redlock(parse::<RedlockOptions>("Redlock options", json)?.into_config()),
+            BackendKind::Etcd => BackendSpec::Etcd(parse("etcd options", json, EtcdOptions::read)?.into_config()),
+            BackendKind::Redis => BackendSpec::Redis(parse("Redis options", json, RedisOptions::read)?.into_config()),
+            BackendKind::Redlock => BackendSpec::Redlock(parse("Redlock options", json, RedlockOptions::read)?.into_config()),
         })
     }
 
@@ -91,8 +93,8 @@ impl BackendSpec {
     }
 }
 
-#[derive(Deserialize, Serialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
 struct EtcdOptions {
     endpoints: Vec<String>,
     prefix: Option<String>,
@@ -103,14 +105,32 @@ struct EtcdOptions {
 }
 
 /// `auth: { username, password }` (the spelling of the etcd3 npm client).
-#[derive(Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
+#[derive(Serialize)]
 struct AuthOptions {
     username: String,
     password: String,
 }
 
+impl AuthOptions {
+    fn read(v: &Value) -> Result<Self, String> {
+        let f = Fields::new(v, &["username", "password"])?;
+        Ok(AuthOptions { username: f.str("username")?, password: f.str("password")? })
+    }
+}
+
 impl EtcdOptions {
+    fn read(v: &Value) -> Result<Self, String> {
+        let f = Fields::new(v, &["endpoints", "prefix", "sessionTtlMs", "requestTimeoutMs", "headers", "auth"])?;
+        Ok(EtcdOptions {
+            endpoints: f.list("endpoints", string_item)?,
+            prefix: f.opt_str("prefix")?,
+            session_ttl_ms: f.opt_u64("sessionTtlMs")?,
+            request_timeout_ms: f.opt_u64("requestTimeoutMs")?,
+            headers: f.opt_string_map("headers")?.map(|h| h.into_iter().collect()),
+            auth: f.opt_object("auth")?.map(|a| AuthOptions::read(a).map_err(|e| format!("`auth`: {e}"))).transpose()?,
+        })
+    }
+
     fn from_config(c: &EtcdConfig) -> Self {
         EtcdOptions {
             endpoints: c.endpoints.clone(),
@@ -141,7 +161,7 @@ impl EtcdOptions {
     }
 }
 
-#[derive(Deserialize, Serialize, Clone, Copy, Default)]
+#[derive(Serialize, Clone, Copy, Default)]
 #[serde(rename_all = "lowercase")]
 enum ProtocolName {
     #[default]
@@ -149,16 +169,27 @@ enum ProtocolName {
     Webdis,
 }
 
-#[derive(Deserialize, Serialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
 struct NodeOptions {
     url: String,
-    #[serde(default)]
     protocol: ProtocolName,
     token: Option<String>,
 }
 
+/// `protocol`, read by index into [`PROTOCOLS`].
+const PROTOCOLS: [(&str, ProtocolName); 2] = [("upstash", ProtocolName::Upstash), ("webdis", ProtocolName::Webdis)];
+
+fn read_protocol(f: &Fields<'_>) -> Result<ProtocolName, String> {
+    Ok(f.opt_choice("protocol", &PROTOCOLS.map(|p| p.0))?.map_or(ProtocolName::default(), |i| PROTOCOLS[i].1))
+}
+
 impl NodeOptions {
+    fn read(v: &Value) -> Result<Self, String> {
+        let f = Fields::new(v, &["url", "protocol", "token"])?;
+        Ok(NodeOptions { url: f.str("url")?, protocol: read_protocol(&f)?, token: f.opt_str("token")? })
+    }
+
     fn from_node(n: &RedisNode) -> Self {
         let protocol = match n.protocol {
             RedisProtocol::Upstash => ProtocolName::Upstash,
@@ -180,13 +211,12 @@ impl NodeOptions {
     }
 }
 
-#[derive(Deserialize, Serialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
 struct RedisOptions {
     // The node's fields inline (serde's `flatten` does not combine with
     // `deny_unknown_fields`).
     url: String,
-    #[serde(default)]
     protocol: ProtocolName,
     token: Option<String>,
     prefix: Option<String>,
@@ -200,6 +230,26 @@ struct RedisOptions {
 }
 
 impl RedisOptions {
+    fn read(v: &Value) -> Result<Self, String> {
+        let f = Fields::new(
+            v,
+            &["url", "protocol", "token", "prefix", "ttlMs", "requestTimeoutMs", "autoExtend", "retryDelayMs", "retryJitterMs", "maxSubscriptions", "fair"],
+        )?;
+        Ok(RedisOptions {
+            url: f.str("url")?,
+            protocol: read_protocol(&f)?,
+            token: f.opt_str("token")?,
+            prefix: f.opt_str("prefix")?,
+            ttl_ms: f.opt_u64("ttlMs")?,
+            request_timeout_ms: f.opt_u64("requestTimeoutMs")?,
+            auto_extend: f.opt_bool("autoExtend")?,
+            retry_delay_ms: f.opt_u64("retryDelayMs")?,
+            retry_jitter_ms: f.opt_u64("retryJitterMs")?,
+            max_subscriptions: f.opt_usize("maxSubscriptions")?,
+            fair: f.opt_bool("fair")?,
+        })
+    }
+
     fn from_config(c: &RedisConfig) -> Self {
         let node = NodeOptions::from_node(&c.node);
         RedisOptions {
@@ -237,15 +287,15 @@ impl RedisOptions {
     }
 }
 
-#[derive(Deserialize, Serialize, Clone, Copy)]
+#[derive(Serialize, Clone, Copy)]
 #[serde(rename_all = "lowercase")]
 enum FencingName {
     Folded,
     Strict,
 }
 
-#[derive(Deserialize, Serialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
 struct RedlockOptions {
     nodes: Vec<NodeOptions>,
     prefix: Option<String>,
@@ -261,6 +311,30 @@ struct RedlockOptions {
 }
 
 impl RedlockOptions {
+    fn read(v: &Value) -> Result<Self, String> {
+        let f = Fields::new(
+            v,
+            &[
+                "nodes", "prefix", "ttlMs", "driftFactor", "retryCount", "retryDelayMs", "retryJitterMs", "autoExtend",
+                "requestTimeoutMs", "fencing", "maxSubscriptions",
+            ],
+        )?;
+        const FENCING: [(&str, FencingName); 2] = [("folded", FencingName::Folded), ("strict", FencingName::Strict)];
+        Ok(RedlockOptions {
+            nodes: f.list("nodes", NodeOptions::read)?,
+            prefix: f.opt_str("prefix")?,
+            ttl_ms: f.opt_u64("ttlMs")?,
+            drift_factor: f.opt_f64("driftFactor")?,
+            retry_count: f.opt_u32("retryCount")?,
+            retry_delay_ms: f.opt_u64("retryDelayMs")?,
+            retry_jitter_ms: f.opt_u64("retryJitterMs")?,
+            auto_extend: f.opt_bool("autoExtend")?,
+            request_timeout_ms: f.opt_u64("requestTimeoutMs")?,
+            fencing: f.opt_choice("fencing", &FENCING.map(|p| p.0))?.map(|i| FENCING[i].1),
+            max_subscriptions: f.opt_usize("maxSubscriptions")?,
+        })
+    }
+
     fn from_config(c: &RedlockConfig) -> Self {
         RedlockOptions {
             nodes: c.nodes.iter().map(NodeOptions::from_node).collect(),
@@ -309,12 +383,13 @@ fn set<T>(field: &mut T, value: Option<T>) {
     }
 }
 
-/// Parses `json` as the options of `what`. Error messages keep serde's
-/// description of the problem (field names, expected types) but drop every
-/// quoted value, which could be a token put in the wrong field.
-pub fn parse<T: DeserializeOwned>(what: &str, json: &str) -> Result<T, LockError> {
-    serde_json::from_str(json)
-        .map_err(|e| LockError::invalid(format!("{what}: {}", drop_quoted(&e.to_string()))))
+/// Parses `json` as the options of `what` with `read`. Error messages name
+/// fields and expected types but never repeat a value, which could be a
+/// token put in the wrong field (JSON syntax errors drop quoted text).
+pub(crate) fn parse<T>(what: &str, json: &str, read: impl FnOnce(&Value) -> Result<T, String>) -> Result<T, LockError> {
+    let v: Value = serde_json::from_str(json)
+        .map_err(|e| LockError::invalid(format!("{what}: {}", drop_quoted(&e.to_string()))))?;
+    read(&v).map_err(|e| LockError::invalid(format!("{what}: {e}")))
 }
 
 fn drop_quoted(message: &str) -> String {

@@ -22,7 +22,9 @@
 //! `Aborted`, `Transport`, `Timeout` or `NoQuorum` report
 //! `BudgetExhausted` instead: that is why they failed.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
+
+use crate::core::runtime::VecMap;
 
 use super::operation::{Capabilities, Operation};
 use super::types::*;
@@ -43,9 +45,9 @@ pub struct Budgeted<M> {
     budget: u32,
     reserve: u32,
     sent: u32,
-    ops: HashMap<OpId, OpInfo>,
+    ops: VecMap<OpId, OpInfo>,
     /// Pending when the budget ran out: their failures become `BudgetExhausted`.
-    affected: HashSet<OpId>,
+    affected: VecMap<OpId, ()>,
     /// Sends not performed; answered with a failure on the next timeout.
     withheld: Vec<RequestId>,
     /// Set once the budget ran out; cancelled ops may then use the reserve.
@@ -65,8 +67,8 @@ impl<M: LockMachine> Budgeted<M> {
             budget,
             reserve: reserve.min(budget),
             sent: 0,
-            ops: HashMap::new(),
-            affected: HashSet::new(),
+            ops: VecMap::new(),
+            affected: VecMap::new(),
             withheld: Vec::new(),
             exhausted: false,
             queued_cancels: VecDeque::new(),
@@ -132,7 +134,7 @@ impl<M: LockMachine> Budgeted<M> {
         self.exhausted = true;
         let pending: Vec<(OpId, bool)> = self.ops.iter().map(|(op, o)| (*op, o.cleanup)).collect();
         for (op, cleanup) in pending {
-            if self.affected.insert(op) && !cleanup {
+            if self.affected.insert(op, ()).is_none() && !cleanup {
                 self.inner.cancel(self.now, op);
             }
         }
@@ -151,7 +153,7 @@ impl<M: LockMachine> Budgeted<M> {
     fn translate(&mut self, e: Event) -> Event {
         let Event::Completed { op, result } = e else { return e };
         let info = self.ops.remove(&op);
-        let affected = self.affected.remove(&op);
+        let affected = self.affected.remove(&op).is_some();
         match result {
             Err(error) if affected && budget_caused(&error) => {
                 let name = error_name(&error).or(info.map(|i| i.name)).unwrap_or_default();

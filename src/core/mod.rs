@@ -3,10 +3,12 @@
 //! reads, no sockets, no async runtime, no wasm-bindgen (see `machine` for the
 //! driver loop).
 
+pub mod b64;
 pub mod backend;
 pub mod budget;
 pub mod error;
 pub mod etcd;
+pub(crate) mod json_fields;
 pub mod json_stream;
 pub mod machine;
 pub mod names;

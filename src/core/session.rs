@@ -59,7 +59,9 @@
 //! in flight (cancelled, or answered already) are dropped and reported by
 //! `handle_input` returning false; `now` must not go backwards.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
+
+use crate::core::runtime::VecMap;
 
 use super::operation::{Operation, Outcome};
 use super::types::*;
@@ -111,9 +113,9 @@ pub enum Output<T> {
 pub struct Session<T> {
     machine: Box<dyn LockMachine + Send>,
     /// Requests sent and not yet finally answered or cancelled.
-    inflight: HashSet<RequestId>,
+    inflight: VecMap<RequestId, ()>,
     /// Callers waiting for their operation.
-    waiting: HashMap<OpId, T>,
+    waiting: VecMap<OpId, T>,
     /// The machine's close operation, once asked for, and every caller of close.
     close_op: Option<OpId>,
     close_replies: Vec<T>,
@@ -126,8 +128,8 @@ impl<T> Session<T> {
     pub fn new(machine: Box<dyn LockMachine + Send>) -> Self {
         Session {
             machine,
-            inflight: HashSet::new(),
-            waiting: HashMap::new(),
+            inflight: VecMap::new(),
+            waiting: VecMap::new(),
             close_op: None,
             close_replies: Vec::new(),
             closed: false,
@@ -202,7 +204,7 @@ impl<T> Session<T> {
     /// not in flight: cancelled by the machine, or already finally answered.
     pub fn handle_input(&mut self, now: Millis, input: Input) -> bool {
         let id = input.id();
-        if !self.inflight.contains(&id) {
+        if !self.inflight.contains_key(&id) {
             return false;
         }
         if input.is_final() {
@@ -241,11 +243,11 @@ impl<T> Session<T> {
                 progressed = true;
                 match t {
                     Transmit::Send(req) => {
-                        self.inflight.insert(req.id);
+                        self.inflight.insert(req.id, ());
                         self.queue.push_back(Output::Send(req));
                     }
                     Transmit::Cancel(id) => {
-                        if self.inflight.remove(&id) {
+                        if self.inflight.remove(&id).is_some() {
                             self.queue.push_back(Output::Cancel(id));
                         }
                     }

@@ -290,6 +290,28 @@ pub struct LockHandle {
     pub revision: u64,
 }
 
+impl LockHandle {
+    /// Reads the JSON of a handle (as its `Serialize` writes it and the npm
+    /// package's `toJSON()` returns it); unknown fields are ignored. The same
+    /// rules as the derived `Deserialize`, without its code in the wasm.
+    pub fn from_json(json: &str) -> Result<LockHandle, crate::core::LockError> {
+        crate::core::backend::parse("lock handle", json, |v| {
+            let f = crate::core::json_fields::Fields::lenient(v)?;
+            let backend = ["etcd", "redis", "redlock"];
+            const KINDS: [BackendKind; 3] = [BackendKind::Etcd, BackendKind::Redis, BackendKind::Redlock];
+            Ok(LockHandle {
+                v: f.opt_u32("v")?.ok_or("missing field `v`")?,
+                backend: KINDS[f.opt_choice("backend", &backend)?.ok_or("missing field `backend`")?],
+                name: f.str("name")?,
+                key: f.str("key")?,
+                owner: f.str("owner")?,
+                fencing_token: f.opt_u64_or_string("fencingToken")?.ok_or("missing field `fencingToken`")?,
+                revision: f.opt_u64_or_string("revision")?.unwrap_or(0),
+            })
+        })
+    }
+}
+
 impl std::fmt::Debug for LockHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LockHandle")

@@ -15,7 +15,6 @@ use super::clock::to_epoch_ms;
 use super::args::whole_number;
 use super::driver::{Driver, LockNotice};
 use super::entropy::JsEntropy;
-use crate::core::backend;
 use crate::core::error::ERROR_CODES;
 use crate::core::{
     AcquireOptions, BackendKind, BackendSpec, LockError, LockHandle, LockId, LockInfo, LockStatus,
@@ -172,8 +171,7 @@ impl RawLocks {
 
     /// Adopts a lock from the JSON of a handle made by `toJSON()`.
     pub fn resume(&self, handle_json: &str) -> Result<Promise, JsValue> {
-        let handle: LockHandle =
-            backend::parse("lock handle", handle_json).map_err(|e| to_js_error(&e))?;
+        let handle = LockHandle::from_json(handle_json).map_err(|e| to_js_error(&e))?;
         let (_, done) = self.driver.start(Operation::Resume { handle }).map_err(|e| to_js_error(&e))?;
         Ok(future_to_promise(async move {
             match done.await.and_then(Outcome::into_acquired) {

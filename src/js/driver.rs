@@ -13,7 +13,6 @@
 //!   outputs are collected first and acted on after the borrow ends.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::{Rc, Weak};
@@ -25,6 +24,7 @@ use wasm_bindgen::{JsCast, JsValue};
 use web_sys::AbortController;
 
 use super::clock::Clock;
+use crate::core::runtime::VecMap;
 use super::{fetch, streams, timer};
 use crate::core::session::{Output, Session};
 use crate::core::{
@@ -92,7 +92,7 @@ struct ArmedTimer {
 struct State {
     session: Session<Rc<OpSlot>>,
     /// The I/O side of requests in flight (the session keeps the logical side).
-    inflight: HashMap<RequestId, AbortController>,
+    inflight: VecMap<RequestId, AbortController>,
     timer: Option<ArmedTimer>,
 }
 
@@ -150,7 +150,7 @@ impl Driver {
             Inner {
                 state: RefCell::new(State {
                     session: Session::new(machine),
-                    inflight: HashMap::new(),
+                    inflight: VecMap::new(),
                     timer: None,
                 }),
                 fetch,

@@ -14,14 +14,14 @@
 //! pause. Node (no such limit) and workerd (its limit is per invocation, so
 //! per client: `maxSubscriptions`) set none.
 
+use crate::core::runtime::VecMap;
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
 
 use crate::core::Target;
 
 thread_local! {
     static LIMIT: Cell<Option<usize>> = const { Cell::new(None) };
-    static OPEN: RefCell<HashMap<String, usize>> = RefCell::new(HashMap::new());
+    static OPEN: RefCell<VecMap<String, usize>> = RefCell::new(VecMap::new());
 }
 
 /// Sets (or, with `None`, lifts) the per-origin limit for streams opened from now on.
@@ -61,7 +61,7 @@ pub(crate) fn open(target: &Target) -> Result<StreamSlot, usize> {
     let origin = origin_of(url);
     OPEN.with(|open| {
         let mut open = open.borrow_mut();
-        let n = open.entry(origin.clone()).or_insert(0);
+        let n = open.get_or_insert_with(origin.clone(), || 0);
         if *n >= limit {
             return Err(limit);
         }

@@ -26,7 +26,9 @@
 //! password are scrubbed from every answer before the machine (which builds
 //! the error messages) sees it, and `Debug` shows neither.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use crate::core::runtime::VecMap;
 
 use serde_json::Value;
 
@@ -56,9 +58,9 @@ pub struct Authenticated<M> {
     /// The machine's requests held back until there is a token.
     held: Vec<HttpRequest>,
     /// Requests out with a token, kept to be sent again after a 401.
-    out_with_token: HashMap<RequestId, HttpRequest>,
+    out_with_token: VecMap<RequestId, HttpRequest>,
     /// A request sent again goes out under an id of ours: ours -> the machine's.
-    alias: HashMap<RequestId, RequestId>,
+    alias: VecMap<RequestId, RequestId>,
     /// Requests already sent again once (by the machine's id).
     resent: Vec<RequestId>,
     transmits: VecDeque<Transmit>,
@@ -77,8 +79,8 @@ impl<M: LockMachine> Authenticated<M> {
             token: None,
             pending_auth: None,
             held: Vec::new(),
-            out_with_token: HashMap::new(),
-            alias: HashMap::new(),
+            out_with_token: VecMap::new(),
+            alias: VecMap::new(),
             resent: Vec::new(),
             transmits: VecDeque::new(),
             next_own_id: OWN_IDS_FROM,

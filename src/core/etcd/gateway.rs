@@ -9,85 +9,166 @@
 //! mapped from the gRPC code. `count` in a range ignores `max_create_revision`,
 //! so only `kvs` is trusted.
 
-use base64::engine::general_purpose::STANDARD as B64;
-use base64::Engine;
-use serde::Deserialize;
-use serde_json::{json, Value};
+use crate::core::b64;
+use serde_json::{json, Map, Value};
+
+/// A gateway message read out of a parsed [`Value`] by hand. A derived
+/// `Deserialize` per message type cost about 4 KiB of wasm each (twice, for
+/// `from_slice` and `from_value`); one `Value` parser serves them all. The
+/// rules are serde's `#[serde(default)]` ones: an absent field takes its
+/// default, a present field of the wrong type (`null` included) is an error.
+pub(super) trait FromJson: Sized {
+    fn from_json(v: &Value) -> Result<Self, String>;
+}
+
+fn object<'a>(v: &'a Value, what: &str) -> Result<&'a Map<String, Value>, String> {
+    v.as_object().ok_or_else(|| format!("{what}: expected an object"))
+}
 
 /// int64 that the gateway sends as a string (or, from other gateways, a number).
-fn de_i64<'de, D: serde::Deserializer<'de>>(d: D) -> Result<i64, D::Error> {
-    #[derive(Deserialize)]
-    #[serde(untagged)]
-    enum N {
-        S(String),
-        I(i64),
-    }
-    match N::deserialize(d)? {
-        N::I(i) => Ok(i),
-        N::S(s) => s.parse().map_err(serde::de::Error::custom),
+fn int(o: &Map<String, Value>, key: &str) -> Result<i64, String> {
+    match o.get(key) {
+        None => Ok(0),
+        Some(Value::String(s)) => s.parse().map_err(|_| format!("{key}: not an integer")),
+        Some(Value::Number(n)) => n.as_i64().ok_or_else(|| format!("{key}: not an int64")),
+        Some(_) => Err(format!("{key}: expected an integer")),
     }
 }
 
-fn de_b64<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
-    let s = String::deserialize(d)?;
-    B64.decode(s.as_bytes()).map_err(serde::de::Error::custom)
+fn flag(o: &Map<String, Value>, key: &str) -> Result<bool, String> {
+    match o.get(key) {
+        None => Ok(false),
+        Some(v) => v.as_bool().ok_or_else(|| format!("{key}: expected a boolean")),
+    }
+}
+
+fn bytes(v: &Value, key: &str) -> Result<Vec<u8>, String> {
+    let s = v.as_str().ok_or_else(|| format!("{key}: expected a base64 string"))?;
+    b64::decode(s.as_bytes()).ok_or_else(|| format!("{key}: invalid base64"))
+}
+
+fn b64_field(o: &Map<String, Value>, key: &str) -> Result<Vec<u8>, String> {
+    o.get(key).map_or(Ok(Vec::new()), |v| bytes(v, key))
+}
+
+fn list<T>(o: &Map<String, Value>, key: &str, item: impl Fn(&Value) -> Result<T, String>) -> Result<Vec<T>, String> {
+    match o.get(key) {
+        None => Ok(Vec::new()),
+        Some(Value::Array(a)) => a.iter().map(item).collect(),
+        Some(_) => Err(format!("{key}: expected an array")),
+    }
+}
+
+fn nested<T: FromJson + Default>(o: &Map<String, Value>, key: &str) -> Result<T, String> {
+    o.get(key).map_or(Ok(T::default()), T::from_json)
+}
+
+/// An `Option` field: absent and `null` are both `None`.
+fn optional<T: FromJson>(o: &Map<String, Value>, key: &str) -> Result<Option<T>, String> {
+    match o.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => T::from_json(v).map(Some),
+    }
+}
+
+impl FromJson for Value {
+    fn from_json(v: &Value) -> Result<Self, String> {
+        Ok(v.clone())
+    }
 }
 
 /// `/v3/lease/timetolive` with `keys: true`: the keys attached to a lease.
-#[derive(Debug, Default, Deserialize, Clone, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub(super) struct LeaseKeys {
-    #[serde(default, deserialize_with = "de_b64_list")]
     pub keys: Vec<Vec<u8>>,
 }
 
-fn de_b64_list<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<Vec<u8>>, D::Error> {
-    let list = Vec::<String>::deserialize(d)?;
-    list.iter().map(|s| B64.decode(s.as_bytes()).map_err(serde::de::Error::custom)).collect()
+impl FromJson for LeaseKeys {
+    fn from_json(v: &Value) -> Result<Self, String> {
+        Ok(LeaseKeys { keys: list(object(v, "lease keys")?, "keys", |k| bytes(k, "keys"))? })
+    }
 }
 
-#[derive(Debug, Default, Deserialize, Clone, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub(super) struct Header {
-    #[serde(default, deserialize_with = "de_i64")]
     pub revision: i64,
 }
 
-#[derive(Debug, Default, Deserialize, Clone, PartialEq, Eq)]
+impl FromJson for Header {
+    fn from_json(v: &Value) -> Result<Self, String> {
+        Ok(Header { revision: int(object(v, "header")?, "revision")? })
+    }
+}
+
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub(super) struct KeyValue {
-    #[serde(default, deserialize_with = "de_b64")]
     pub key: Vec<u8>,
-    #[serde(default, deserialize_with = "de_i64")]
     pub create_revision: i64,
-    #[serde(default, deserialize_with = "de_i64")]
     pub mod_revision: i64,
-    #[serde(default, deserialize_with = "de_i64")]
     pub lease: i64,
-    #[serde(default, deserialize_with = "de_b64")]
     pub value: Vec<u8>,
 }
 
-#[derive(Debug, Default, Deserialize, Clone, PartialEq, Eq)]
+impl FromJson for KeyValue {
+    fn from_json(v: &Value) -> Result<Self, String> {
+        let o = object(v, "kv")?;
+        Ok(KeyValue {
+            key: b64_field(o, "key")?,
+            create_revision: int(o, "create_revision")?,
+            mod_revision: int(o, "mod_revision")?,
+            lease: int(o, "lease")?,
+            value: b64_field(o, "value")?,
+        })
+    }
+}
+
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub(super) struct RangeResponse {
-    #[serde(default)]
     pub header: Header,
-    #[serde(default)]
     pub kvs: Vec<KeyValue>,
 }
 
-#[derive(Debug, Default, Deserialize, Clone, PartialEq, Eq)]
+impl FromJson for RangeResponse {
+    fn from_json(v: &Value) -> Result<Self, String> {
+        let o = object(v, "range response")?;
+        Ok(RangeResponse { header: nested(o, "header")?, kvs: list(o, "kvs", KeyValue::from_json)? })
+    }
+}
+
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub(super) struct ResponseOp {
     pub response_range: Option<RangeResponse>,
     pub response_put: Option<Value>,
     pub response_delete_range: Option<Value>,
 }
 
-#[derive(Debug, Default, Deserialize, Clone, PartialEq, Eq)]
+impl FromJson for ResponseOp {
+    fn from_json(v: &Value) -> Result<Self, String> {
+        let o = object(v, "txn response op")?;
+        Ok(ResponseOp {
+            response_range: optional(o, "response_range")?,
+            response_put: optional(o, "response_put")?,
+            response_delete_range: optional(o, "response_delete_range")?,
+        })
+    }
+}
+
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub(super) struct TxnResponse {
-    #[serde(default)]
     pub header: Header,
-    #[serde(default)]
     pub succeeded: bool,
-    #[serde(default)]
     pub responses: Vec<ResponseOp>,
+}
+
+impl FromJson for TxnResponse {
+    fn from_json(v: &Value) -> Result<Self, String> {
+        let o = object(v, "txn response")?;
+        Ok(TxnResponse {
+            header: nested(o, "header")?,
+            succeeded: flag(o, "succeeded")?,
+            responses: list(o, "responses", ResponseOp::from_json)?,
+        })
+    }
 }
 
 impl TxnResponse {
@@ -97,54 +178,79 @@ impl TxnResponse {
     }
 }
 
-#[derive(Debug, Default, Deserialize, Clone, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 #[allow(non_snake_case)]
 pub(super) struct LeaseGrantResponse {
-    #[serde(default, deserialize_with = "de_i64")]
     pub ID: i64,
-    #[serde(default, deserialize_with = "de_i64")]
     pub TTL: i64,
-    #[serde(default)]
     pub error: Option<String>,
+}
+
+impl FromJson for LeaseGrantResponse {
+    fn from_json(v: &Value) -> Result<Self, String> {
+        let o = object(v, "lease grant")?;
+        let error = match o.get("error") {
+            None | Some(Value::Null) => None,
+            Some(e) => Some(e.as_str().ok_or("error: expected a string")?.to_string()),
+        };
+        Ok(LeaseGrantResponse { ID: int(o, "ID")?, TTL: int(o, "TTL")?, error })
+    }
 }
 
 /// Keepalive and timetolive share the fields we need: a TTL ≤ 0 (or absent)
 /// means the lease no longer exists.
-#[derive(Debug, Default, Deserialize, Clone, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 #[allow(non_snake_case)]
 pub(super) struct LeaseTtl {
-    #[serde(default, deserialize_with = "de_i64")]
     pub ID: i64,
-    #[serde(default, deserialize_with = "de_i64")]
     pub TTL: i64,
 }
 
-#[derive(Debug, Deserialize)]
-struct Wrapped<T> {
-    result: Option<T>,
-    error: Option<Value>,
+impl FromJson for LeaseTtl {
+    fn from_json(v: &Value) -> Result<Self, String> {
+        let o = object(v, "lease")?;
+        Ok(LeaseTtl { ID: int(o, "ID")?, TTL: int(o, "TTL")? })
+    }
 }
 
-#[derive(Debug, Default, Deserialize, Clone, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub(super) struct WatchEvent {
-    #[serde(default, rename = "type")]
+    /// The event's `type` (`PUT` is the default and omitted, `DELETE`).
     pub kind: Option<String>,
-    #[serde(default)]
     pub kv: KeyValue,
 }
 
-#[derive(Debug, Default, Deserialize, Clone, PartialEq, Eq)]
+impl FromJson for WatchEvent {
+    fn from_json(v: &Value) -> Result<Self, String> {
+        let o = object(v, "watch event")?;
+        let kind = match o.get("type") {
+            None | Some(Value::Null) => None,
+            Some(t) => Some(t.as_str().ok_or("type: expected a string")?.to_string()),
+        };
+        Ok(WatchEvent { kind, kv: nested(o, "kv")? })
+    }
+}
+
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub(super) struct WatchResponse {
-    #[serde(default)]
     pub header: Header,
-    #[serde(default)]
     pub created: bool,
-    #[serde(default)]
     pub canceled: bool,
-    #[serde(default, deserialize_with = "de_i64")]
     pub compact_revision: i64,
-    #[serde(default)]
     pub events: Vec<WatchEvent>,
+}
+
+impl FromJson for WatchResponse {
+    fn from_json(v: &Value) -> Result<Self, String> {
+        let o = object(v, "watch response")?;
+        Ok(WatchResponse {
+            header: nested(o, "header")?,
+            created: flag(o, "created")?,
+            canceled: flag(o, "canceled")?,
+            compact_revision: int(o, "compact_revision")?,
+            events: list(o, "events", WatchEvent::from_json)?,
+        })
+    }
 }
 
 impl WatchResponse {
@@ -209,7 +315,7 @@ pub(super) fn classify_error(status: u16, body: &[u8]) -> GatewayError {
 }
 
 /// Parses a 2xx unary reply into `T`, treating an embedded error object as an error.
-pub(super) fn parse<T: for<'de> Deserialize<'de>>(status: u16, body: &[u8]) -> Result<T, GatewayError> {
+pub(super) fn parse<T: FromJson>(status: u16, body: &[u8]) -> Result<T, GatewayError> {
     if !(200..300).contains(&status) {
         return Err(classify_error(status, body));
     }
@@ -220,19 +326,23 @@ pub(super) fn parse<T: for<'de> Deserialize<'de>>(status: u16, body: &[u8]) -> R
     if v.get("error").is_some() {
         return Err(classify_error(status, body));
     }
-    serde_json::from_value(v).map_err(|e| GatewayError::Malformed(e.to_string()))
+    T::from_json(&v).map_err(GatewayError::Malformed)
 }
 
 /// Parses a reply of a streaming endpoint used unary (keepalive): `{"result": T}`.
-pub(super) fn parse_wrapped<T: for<'de> Deserialize<'de>>(status: u16, body: &[u8]) -> Result<T, GatewayError> {
+pub(super) fn parse_wrapped<T: FromJson>(status: u16, body: &[u8]) -> Result<T, GatewayError> {
     if !(200..300).contains(&status) {
         return Err(classify_error(status, body));
     }
-    let w: Wrapped<T> = serde_json::from_slice(body).map_err(|e| GatewayError::Malformed(e.to_string()))?;
-    if w.error.is_some() {
+    let v: Value = serde_json::from_slice(body).map_err(|e| GatewayError::Malformed(e.to_string()))?;
+    let o = object(&v, "reply").map_err(GatewayError::Malformed)?;
+    if o.get("error").is_some_and(|e| !e.is_null()) {
         return Err(classify_error(status, body));
     }
-    w.result.ok_or_else(|| GatewayError::Malformed("missing result".into()))
+    match o.get("result") {
+        None | Some(Value::Null) => Err(GatewayError::Malformed("missing result".into())),
+        Some(r) => T::from_json(r).map_err(GatewayError::Malformed),
+    }
 }
 
 /// Parses one message of the watch stream.
@@ -241,7 +351,7 @@ pub(super) fn parse_watch_message(msg: &[u8]) -> Result<WatchResponse, GatewayEr
 }
 
 pub(super) fn b64(bytes: &[u8]) -> String {
-    B64.encode(bytes)
+    b64::encode(bytes)
 }
 
 /// The first key after every key with prefix `p` (etcd's `range_end` for a prefix).

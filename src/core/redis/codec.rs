@@ -2,7 +2,6 @@
 //! credentials, turning commands into [`HttpRequest`]s and answers back into
 //! [`RedisValue`]s.
 
-use base64::Engine;
 
 use super::value::{RedisCommand, RedisValue, ReplyError};
 use super::{upstash, webdis, RedisNode, RedisProtocol};
@@ -49,7 +48,7 @@ impl NodeCodec {
             RedisProtocol::Webdis => {
                 // Webdis ACLs authenticate with HTTP Basic "user:password".
                 if let Some(t) = token {
-                    let b = base64::engine::general_purpose::STANDARD.encode(t.as_bytes());
+                    let b = crate::core::b64::encode(t.as_bytes());
                     headers.push(("Authorization".to_string(), format!("Basic {b}")));
                 }
                 headers.push(("Content-Type".to_string(), "text/plain".to_string()));

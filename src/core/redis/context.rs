@@ -4,7 +4,7 @@
 //! What only the engine can do (start a background task, stop a lock's
 //! renewal) a task asks for through [`Context::spawned`] / [`Context::stopped`].
 
-use std::collections::BTreeMap;
+use crate::core::runtime::VecMap;
 
 use super::codec::NodeCodec;
 use super::keys::{fence_key, lock_key};
@@ -118,8 +118,8 @@ pub(crate) struct Context {
     pub(super) nodes: Vec<NodeCodec>,
     pub(super) entropy: Box<dyn Entropy + Send>,
     pub(super) rt: Runtime<RequestOwner, TimerKey>,
-    pub(super) locks: BTreeMap<LockId, Held>,
-    ended: BTreeMap<LockId, String>,
+    pub(super) locks: VecMap<LockId, Held>,
+    ended: VecMap<LockId, String>,
     pub(super) spawned: Vec<Spawn>,
     pub(super) stopped: Vec<TaskId>,
     /// Per node: the scripts its script cache holds, as far as we know
@@ -135,8 +135,8 @@ impl Context {
             nodes,
             entropy,
             rt: Runtime::default(),
-            locks: BTreeMap::new(),
-            ended: BTreeMap::new(),
+            locks: VecMap::new(),
+            ended: VecMap::new(),
             spawned: Vec::new(),
             stopped: Vec::new(),
             cached: vec![[false; Script::ALL.len()]; n],

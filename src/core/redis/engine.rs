@@ -7,7 +7,7 @@
 //! except that it reports the node's own error instead of `NoQuorum` and
 //! does not retry an unreachable node.
 
-use std::collections::BTreeMap;
+use crate::core::runtime::VecMap;
 
 use super::codec::NodeCodec;
 use super::context::{Context, RequestOwner, Settings, Spawn, TaskId, TimerKey};
@@ -41,15 +41,15 @@ enum Sub {
 
 pub(crate) struct Engine {
     cx: Context,
-    tasks: BTreeMap<TaskId, Running>,
+    tasks: VecMap<TaskId, Running>,
     /// Wake-up subscriptions, by task and node (see [`Task::listens`]).
-    subs: BTreeMap<(TaskId, usize), Sub>,
+    subs: VecMap<(TaskId, usize), Sub>,
     next_task: u64,
 }
 
 impl Engine {
     pub(crate) fn new(s: Settings, nodes: Vec<NodeCodec>, entropy: Box<dyn Entropy + Send>) -> Self {
-        Engine { cx: Context::new(s, nodes, entropy), tasks: BTreeMap::new(), subs: BTreeMap::new(), next_task: 0 }
+        Engine { cx: Context::new(s, nodes, entropy), tasks: VecMap::new(), subs: VecMap::new(), next_task: 0 }
     }
 
     pub(crate) fn backend(&self) -> BackendKind {

@@ -69,7 +69,7 @@ pub fn free_quorum_in(n: usize, mut pttls: Vec<Option<u64>>) -> Option<u64> {
         return Some(0);
     }
     let need = q - free_now;
-    pttls.sort_by_key(|p| p.unwrap_or(u64::MAX));
+    crate::core::runtime::small_sort::sort_by_key(&mut pttls, |p| p.unwrap_or(u64::MAX));
     pttls.get(need - 1).copied().flatten()
 }
 
@@ -79,7 +79,7 @@ pub fn kth_largest(mut values: Vec<u64>, k: usize) -> Option<u64> {
     if k == 0 || k > values.len() {
         return None;
     }
-    values.sort_unstable_by(|a, b| b.cmp(a));
+    crate::core::runtime::small_sort::sort_by_key(&mut values, |v| std::cmp::Reverse(*v));
     values.get(k - 1).copied()
 }
 

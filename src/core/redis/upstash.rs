@@ -17,7 +17,6 @@
 //!
 //! Keys never appear in the URL.
 
-use base64::Engine;
 use serde_json::Value;
 
 use super::value::{RedisCommand, RedisValue, ReplyError};
@@ -74,7 +73,7 @@ fn text(s: &str) -> String {
 /// is taken as it is (a server that ignores the header).
 fn string_value(s: &str, base64: bool) -> RedisValue {
     if base64 && s != "OK" {
-        if let Ok(bytes) = base64::engine::general_purpose::STANDARD.decode(s) {
+        if let Some(bytes) = crate::core::b64::decode(s.as_bytes()) {
             return RedisValue::Bulk(bytes);
         }
     }
@@ -154,7 +153,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn b64(b: &[u8]) -> String {
-        base64::engine::general_purpose::STANDARD.encode(b)
+        crate::core::b64::encode(b)
     }
 
     #[test]

@@ -10,11 +10,14 @@
 
 mod closing;
 mod requests;
+pub(crate) mod small_sort;
 mod timers;
+mod vec_map;
 
 pub(crate) use closing::Closing;
 pub(crate) use requests::Requests;
 pub(crate) use timers::Timers;
+pub(crate) use vec_map::VecMap;
 
 use super::outbox::Outbox;
 use super::{Event, HttpRequest, Millis, RequestId, Transmit};

@@ -1,6 +1,6 @@
 //! Requests in flight, each with its owner and its deadline.
 
-use std::collections::BTreeMap;
+use crate::core::runtime::VecMap;
 
 use crate::core::outbox::Outbox;
 use crate::core::{HttpRequest, Millis, RequestId};
@@ -18,12 +18,12 @@ struct InFlight<O> {
 /// cancelled. Every request has a deadline (its `timeout_ms`); past it the
 /// machine's `handle_timeout` takes it out with [`Requests::expire`].
 pub(crate) struct Requests<O> {
-    map: BTreeMap<RequestId, InFlight<O>>,
+    map: VecMap<RequestId, InFlight<O>>,
 }
 
 impl<O> Default for Requests<O> {
     fn default() -> Self {
-        Requests { map: BTreeMap::new() }
+        Requests { map: VecMap::new() }
     }
 }
 

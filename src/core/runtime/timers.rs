@@ -2,54 +2,53 @@
 //! machine needs is a key here, so `poll_timeout` is one lookup and
 //! `handle_timeout` one sweep.
 
-use std::collections::{BTreeMap, BTreeSet};
-
 use crate::core::Millis;
 
 /// Timers by key: at most one per key; setting a key again moves it.
+/// A plain `Vec`: a machine arms a handful to a few hundred timers, and a
+/// scan is cheaper in code (wasm bytes per key type) than two B-trees.
 pub(crate) struct Timers<K: Ord + Copy> {
-    by_key: BTreeMap<K, Millis>,
-    by_time: BTreeSet<(Millis, K)>,
+    armed: Vec<(Millis, K)>,
 }
 
 impl<K: Ord + Copy> Default for Timers<K> {
     fn default() -> Self {
-        Timers { by_key: BTreeMap::new(), by_time: BTreeSet::new() }
+        Timers { armed: Vec::new() }
     }
 }
 
 impl<K: Ord + Copy> Timers<K> {
     /// Arms `key` for `at` (replacing an earlier setting).
     pub(crate) fn set(&mut self, key: K, at: Millis) {
-        self.clear(key);
-        self.by_key.insert(key, at);
-        self.by_time.insert((at, key));
+        match self.armed.iter_mut().find(|(_, k)| *k == key) {
+            Some(slot) => slot.0 = at,
+            None => self.armed.push((at, key)),
+        }
     }
 
     /// Disarms `key`.
     pub(crate) fn clear(&mut self, key: K) {
-        if let Some(at) = self.by_key.remove(&key) {
-            self.by_time.remove(&(at, key));
-        }
+        self.armed.retain(|(_, k)| *k != key);
     }
 
     /// The earliest armed timer.
     pub(crate) fn next(&self) -> Option<Millis> {
-        self.by_time.first().map(|(at, _)| *at)
+        self.armed.iter().map(|(at, _)| *at).min()
     }
 
-    /// Disarms and returns every key due at `now`, earliest first.
+    /// Disarms and returns every key due at `now`, earliest first (ties in key order).
     pub(crate) fn take_due(&mut self, now: Millis) -> Vec<K> {
-        let mut due = Vec::new();
-        while let Some(&(at, key)) = self.by_time.first() {
-            if at > now {
-                break;
+        let mut due: Vec<(Millis, K)> = Vec::new();
+        self.armed.retain(|&(at, k)| {
+            if at <= now {
+                due.push((at, k));
+                false
+            } else {
+                true
             }
-            self.by_time.pop_first();
-            self.by_key.remove(&key);
-            due.push(key);
-        }
-        due
+        });
+        crate::core::runtime::small_sort::sort_by_key(&mut due, |d| *d);
+        due.into_iter().map(|(_, k)| k).collect()
     }
 }
 

@@ -1,6 +1,8 @@
 //! `EtcdMachine`: the etcd recipe (see the module docs) as a sans-IO state machine.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
+
+use crate::core::runtime::VecMap;
 
 use serde_json::Value;
 
@@ -52,14 +54,14 @@ pub struct EtcdMachine {
     entropy: Box<dyn Entropy + Send>,
     /// Outbox, requests in flight (owned by what they are for), close state.
     rt: Runtime<Pending, TimerKey>,
-    leases: BTreeMap<i64, Lease>,
+    leases: VecMap<i64, Lease>,
     session_lease: Option<i64>,
     grant: Option<RequestId>,
-    ops: BTreeMap<OpId, Op>,
-    locks: BTreeMap<LockId, HeldLock>,
+    ops: VecMap<OpId, Op>,
+    locks: VecMap<LockId, HeldLock>,
     /// Names this client is using (acquiring, holding or cleaning up), with the
     /// local acquires queued behind the current user.
-    busy_names: BTreeMap<String, VecDeque<OpId>>,
+    busy_names: VecMap<String, VecDeque<OpId>>,
     /// Keys whose deletion could not be confirmed; retried until done or the
     /// lease is gone. Their names stay busy meanwhile.
     orphans: Vec<Orphan>,
@@ -213,12 +215,12 @@ impl EtcdMachine {
             headers: cfg.headers,
             entropy,
             rt: Runtime::default(),
-            leases: BTreeMap::new(),
+            leases: VecMap::new(),
             session_lease: None,
             grant: None,
-            ops: BTreeMap::new(),
-            locks: BTreeMap::new(),
-            busy_names: BTreeMap::new(),
+            ops: VecMap::new(),
+            locks: VecMap::new(),
+            busy_names: VecMap::new(),
             orphans: Vec::new(),
             ghost_risk: false,
         })

@@ -91,7 +91,7 @@ impl EtcdMachine {
                             if let Some(Op { kind: OpKind::Resume { phase, .. }, .. }) = self.ops.get_mut(&op) {
                                 *phase = ResumePhase::KeepAlive;
                             }
-                            self.leases.entry(lease).or_insert(Lease { ttl_ms: self.session_ttl_ms, expires_at: 0, next_keepalive: now, keepalive: None, check: None, checked: Vec::new(), sweep: None });
+                            self.leases.get_or_insert_with(lease, || Lease { ttl_ms: self.session_ttl_ms, expires_at: 0, next_keepalive: now, keepalive: None, check: None, checked: Vec::new(), sweep: None });
                             let r = self.send_keepalive(now, lease, Purpose::Op(op));
                             if let Some(o) = self.ops.get_mut(&op) {
                                 o.req = Some(r);
@@ -124,7 +124,7 @@ impl EtcdMachine {
                     None => match result.and_then(|(s, b)| gw::parse::<RangeResponse>(s, &b).map_err(Failure::Gateway)) {
                         Ok(r) => {
                             let mut kvs = r.kvs;
-                            kvs.sort_by_key(|kv| kv.create_revision);
+                            crate::core::runtime::small_sort::sort_by_key(&mut kvs, |kv| kv.create_revision);
                             let holder = kvs.first().cloned();
                             let st = LockStatus {
                                 name: name.clone(),
