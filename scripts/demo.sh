@@ -4,8 +4,14 @@
 # lock, each printing the fencing token it was granted.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/setup.sh
 say() { printf '\n\033[1m%s\033[0m\n' "$*"; }
+# The CLI part needs only the backends (Debian packages, seconds); the rest of
+# the set-up (the wasm tools compile for minutes on a fresh machine) runs in
+# the background meanwhile and is waited for before the Worker and the page.
+bash scripts/setup.sh --backends
+SETUP_LOG=$(mktemp)
+bash scripts/setup.sh >"$SETUP_LOG" 2>&1 &
+SETUP_PID=$!
 
 say "Building the edgelock CLI and the dev tools"
 cargo build --quiet --features native --bin edgelock
@@ -19,7 +25,7 @@ mkfifo "$FIFO"
 exec 9<>"$FIFO"
 "$BIN/testenv" --etcd 1 --redis 5 --webdis --gateway --token demo-token <"$FIFO" >"$WORK/env.json" 2>"$WORK/testenv.log" &
 TESTENV_PID=$!
-cleanup() { exec 9>&-; wait "$TESTENV_PID" 2>/dev/null || true; rm -rf "$WORK"; }
+cleanup() { exec 9>&-; wait "$TESTENV_PID" 2>/dev/null || true; rm -rf "$WORK" "$SETUP_LOG"; }
 trap cleanup EXIT
 for _ in $(seq 1 300); do [ -s "$WORK/env.json" ] && break; sleep 0.1; done
 [ -s "$WORK/env.json" ] || { cat "$WORK/testenv.log" >&2; echo "backends did not start" >&2; exit 1; }
@@ -56,6 +62,9 @@ EDGELOCK_REDIS_TOKEN=demo-token run_contenders "one Redis node over the Upstash 
 
 say "Lock status now (nobody holds it):"
 "$BIN/edgelock" status --etcd "$ETCD" demo-job || true
+say "Waiting for the rest of the set-up (wasm tools, etcd 3.5, npm packages)"
+if ! wait "$SETUP_PID"; then cat "$SETUP_LOG" >&2; echo "set-up failed" >&2; exit 1; fi
+grep -E 'tools\]|ready' "$SETUP_LOG" || true
 say "Cloudflare Worker job coordinator under wrangler dev (loopback, offline)"
 bash scripts/demo-worker.sh
 say "Live demo page in the browser: open the URL printed below (Ctrl-C stops it)"
