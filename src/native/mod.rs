@@ -9,10 +9,13 @@ pub mod entropy;
 pub mod http;
 
 pub use entropy::OsEntropy;
+mod async_client;
 mod client;
 mod driver;
+mod oneshot;
 #[cfg(test)]
 mod fake;
 
 pub use crate::core::etcd::{EtcdAuth, EtcdConfig};
+pub use async_client::{AsyncClient, AsyncLock, LostFuture};
 pub use client::{CancelToken, Client, Lock};
