@@ -168,7 +168,7 @@ fn a_grant_that_arrived_before_the_drop_is_released() {
 }
 
 #[test]
-fn a_grant_after_the_drop_is_released_by_the_driver() {
+fn a_drop_while_the_acquire_is_in_flight_leaves_nothing_held() {
     let server = ToyServer::start();
     // The server holds the acquire back: the grant lands after the drop.
     server.set_acquire_delay(Duration::from_millis(300));
@@ -271,4 +271,57 @@ fn blocking_and_async_handles_share_one_session() {
     // The lock keeps the session alive; its blocking twin releases it.
     assert!(lock.into_blocking().release().unwrap());
     assert_eq!(server.holder("shared"), None);
+}
+
+/// TEST-ONLY: a machine that cannot abort an acquire (as when its request
+/// was already applied), so a dropped acquire still completes with a grant.
+struct IgnoresCancel(FakeLockMachine);
+
+impl LockMachine for IgnoresCancel {
+    fn backend(&self) -> crate::core::BackendKind {
+        self.0.backend()
+    }
+    fn capabilities(&self) -> crate::core::Capabilities {
+        self.0.capabilities()
+    }
+    fn start_operation(&mut self, now: u64, op: Operation) -> Result<crate::core::OpId, LockError> {
+        self.0.start_operation(now, op)
+    }
+    fn cancel(&mut self, _now: u64, _op: crate::core::OpId) {}
+    fn close(&mut self, now: u64) -> crate::core::OpId {
+        self.0.close(now)
+    }
+    fn handle_input(&mut self, now: u64, i: crate::core::Input) {
+        self.0.handle_input(now, i)
+    }
+    fn handle_timeout(&mut self, now: u64) {
+        self.0.handle_timeout(now)
+    }
+    fn poll_transmit(&mut self) -> Option<crate::core::Transmit> {
+        self.0.poll_transmit()
+    }
+    fn poll_event(&mut self) -> Option<crate::core::Event> {
+        self.0.poll_event()
+    }
+    fn poll_timeout(&self) -> Option<u64> {
+        self.0.poll_timeout()
+    }
+    fn live_count(&self) -> usize {
+        self.0.live_count()
+    }
+}
+
+#[test]
+fn a_grant_completed_after_the_drop_is_released_by_the_driver() {
+    let server = ToyServer::start();
+    server.set_acquire_delay(Duration::from_millis(300));
+    let c = AsyncClient::try_from_machine(Box::new(IgnoresCancel(FakeLockMachine::new(server.base(), TTL_MS)))).unwrap();
+    let (counter, waker) = park_waker();
+    let mut fut = Box::pin(c.acquire("after", None));
+    assert!(poll_once(&mut fut, &waker).is_pending());
+    thread::sleep(Duration::from_millis(50));
+    drop(fut); // the acquire request is still on its way
+    eventually("the grant is given back: acquire + release requests", || server.requests() == 2);
+    eventually("nothing is left held", || server.holder("after").is_none());
+    assert_eq!(counter.wakes.load(Ordering::SeqCst), 0, "a dropped future is never woken");
 }
