@@ -63,7 +63,7 @@ impl Exec for Tokio {
 struct Smol;
 
 thread_local! {
-    static SMOL: smol::LocalExecutor<'static> = smol::LocalExecutor::new();
+    static SMOL: smol::LocalExecutor<'static> = const { smol::LocalExecutor::new() };
 }
 
 impl Exec for Smol {
@@ -92,20 +92,27 @@ const TOKEN: &str = "test-token-0123456789";
 
 /// One backend, started for one test.
 enum Servers {
-    Etcd(EtcdServer),
-    Redis { redis: RedisServer, webdis: Webdis, gateway: UpstashGateway },
+    Etcd(Box<EtcdServer>),
+    Redis(Box<RedisStack>),
+}
+
+/// A Redis reachable through webdis and through the Upstash-compatible gateway.
+struct RedisStack {
+    redis: RedisServer,
+    webdis: Webdis,
+    gateway: UpstashGateway,
 }
 
 impl Servers {
     fn etcd() -> Servers {
-        Servers::Etcd(EtcdServer::start().expect("start etcd"))
+        Servers::Etcd(Box::new(EtcdServer::start().expect("start etcd")))
     }
 
     fn redis() -> Servers {
         let redis = RedisServer::start().expect("start redis-server");
         let webdis = Webdis::start(&redis).expect("start webdis");
         let gateway = UpstashGateway::start(&redis, TOKEN).expect("start the gateway");
-        Servers::Redis { redis, webdis, gateway }
+        Servers::Redis(Box::new(RedisStack { redis, webdis, gateway }))
     }
 
     /// A new client (a new session). Short TTLs (renewal every second) so that
@@ -122,8 +129,8 @@ impl Servers {
                 cfg.session_ttl_ms = 3_000;
                 BackendSpec::Etcd(cfg)
             }
-            Servers::Redis { webdis, gateway, .. } => {
-                let node = if webdis_node { RedisNode::webdis(webdis.url()) } else { RedisNode::upstash(gateway.url(), TOKEN) };
+            Servers::Redis(r) => {
+                let node = if webdis_node { RedisNode::webdis(r.webdis.url()) } else { RedisNode::upstash(r.gateway.url(), TOKEN) };
                 let mut cfg = RedisConfig::new(node);
                 cfg.ttl_ms = 3_000;
                 cfg.retry_delay_ms = 50;
@@ -138,7 +145,7 @@ impl Servers {
     fn is_free(&self, name: &str) -> bool {
         match self {
             Servers::Etcd(etcd) => etcd_keys(etcd, name).is_empty(),
-            Servers::Redis { redis, .. } => redis_holder(redis, name).is_none(),
+            Servers::Redis(r) => redis_holder(&r.redis, name).is_none(),
         }
     }
 
@@ -146,7 +153,7 @@ impl Servers {
     fn key_count(&self, name: &str) -> usize {
         match self {
             Servers::Etcd(etcd) => etcd_keys(etcd, name).len(),
-            Servers::Redis { redis, .. } => usize::from(redis_holder(redis, name).is_some()),
+            Servers::Redis(r) => usize::from(redis_holder(&r.redis, name).is_some()),
         }
     }
 
@@ -156,8 +163,8 @@ impl Servers {
             Servers::Etcd(etcd) => {
                 etcd_raw(etcd, "/v3/kv/deleterange", json!({"key": b64(lock.handle().key.as_bytes())}));
             }
-            Servers::Redis { redis, .. } => {
-                redis.redis_command(&[b"DEL", lock_key("edgelock", lock.name()).as_bytes()]).expect("DEL");
+            Servers::Redis(r) => {
+                r.redis.redis_command(&[b"DEL", lock_key("edgelock", lock.name()).as_bytes()]).expect("DEL");
             }
         }
     }
@@ -270,7 +277,7 @@ async fn fifty_tasks_on_one_thread<E: Exec>(servers: &Servers) {
     for t in tasks {
         t.await;
     }
-    let tokens = tokens.borrow();
+    let tokens = tokens.borrow().clone();
     assert_eq!(tokens.len(), 50);
     assert!(tokens.windows(2).all(|w| w[0] < w[1]), "tokens must increase in grant order: {tokens:?}");
     assert_eq!(threads.borrow().len(), 1, "all 50 tasks ran on one thread");

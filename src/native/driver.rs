@@ -65,11 +65,12 @@ pub(crate) enum ReplyTo {
 }
 
 impl ReplyTo {
-    /// Hands the reply back when nobody receives it any more.
-    fn send(self, reply: Reply) -> Result<(), Reply> {
+    /// False when nobody receives the reply any more (it is dropped; the
+    /// caller of `deliver` still knows what it granted and cleans up).
+    fn deliver(self, reply: Reply) -> bool {
         match self {
-            ReplyTo::Blocking(tx) => tx.send(reply).map_err(|e| e.0),
-            ReplyTo::Future(tx) => tx.send(reply),
+            ReplyTo::Blocking(tx) => tx.send(reply).is_ok(),
+            ReplyTo::Future(tx) => tx.send(reply).is_ok(),
         }
     }
 }
@@ -330,7 +331,7 @@ impl Driver {
                     }
                     Err(e) => {
                         if let Some(r) = reply {
-                            let _ = r.send(Err(e));
+                            r.deliver(Err(e));
                         }
                     }
                 }
@@ -416,7 +417,7 @@ impl Driver {
             _ => None,
         };
         let reply = result.map(|outcome| Completion { outcome, lock: lock.as_ref().map(|(_, s)| s.clone()) });
-        let delivered = caller.is_some_and(|c| c.reply.send(reply).is_ok());
+        let delivered = caller.is_some_and(|c| c.reply.deliver(reply));
         if let (false, Some((id, _))) = (delivered, lock) {
             // Nobody takes this lock (the caller is gone): give it back.
             let now = self.clock.now();
