@@ -6,7 +6,7 @@ use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::driver::{self, Call, Clock, Completion, LockShared, Msg};
+use super::driver::{self, Call, Clock, Completion, LockShared, Msg, ReplyTo};
 use crate::core::etcd::EtcdConfig;
 use crate::core::BackendSpec;
 use crate::core::{AcquireOptions, LockError, LockHandle, LockInfo, LockMachine, LockStatus, LostReason, Operation, Wait};
@@ -88,15 +88,8 @@ impl Client {
     /// Acquires `name`, waiting at most `wait` (`None`: until granted).
     /// A wait that runs out is `LockError::Timeout`.
     pub fn acquire(&self, name: &str, wait: Option<Duration>) -> Result<Lock, LockError> {
-        let wait = match wait {
-            None => Wait::Forever,
-            Some(d) => Wait::For(u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
-        };
-        match self.acquire_with(name, AcquireOptions { wait, ttl_ms: None }, None)? {
-            Some(lock) => Ok(lock),
-            // Only `Wait::Try` reports "not acquired"; treat a stray one as a timeout.
-            None => Err(LockError::Timeout { backend: self.backend(), name: name.to_string() }),
-        }
+        let granted = self.acquire_with(name, AcquireOptions { wait: wait_of(wait), ttl_ms: None }, None)?;
+        self.must_hold(name, granted)
     }
 
     /// Acquires with full options. `Ok(None)`: `Wait::Try` found the lock held.
@@ -108,7 +101,7 @@ impl Client {
         let ticket = cancel.map(|_| self.inner.next_ticket.fetch_add(1, Ordering::Relaxed));
         let call = Call::Start(Operation::acquire(name, opts));
         let (reply_tx, reply_rx) = channel();
-        self.send(Msg::Call { call, reply: Some(reply_tx), ticket })?;
+        self.send(Msg::Call { call, reply: Some(ReplyTo::Blocking(reply_tx)), ticket })?;
         // Registered after the call was sent, so a cancel always reaches the
         // driver after the operation it targets.
         if let (Some(tok), Some(t)) = (cancel, ticket) {
@@ -118,11 +111,7 @@ impl Client {
         if let (Some(tok), Some(t)) = (cancel, ticket) {
             tok.unregister(t);
         }
-        let done = reply.map_err(|_| self.closed())??;
-        match done.outcome.into_acquired()? {
-            Some(info) => Ok(Some(self.lock_from(info, done.lock)?)),
-            None => Ok(None),
-        }
+        self.acquired(reply.map_err(|_| self.closed())??)
     }
 
     /// Tries once: `Ok(None)` if someone else holds the lock.
@@ -133,45 +122,106 @@ impl Client {
     /// Adopts a lock described by a handle (from [`Lock::handle`], possibly of
     /// another process), after the backend confirms it is still held.
     pub fn resume(&self, handle: &LockHandle) -> Result<Lock, LockError> {
-        let done = self.call(Call::Start(Operation::Resume { handle: handle.clone() }))?;
-        match done.outcome.into_acquired()? {
-            Some(info) => self.lock_from(info, done.lock),
-            None => Err(LockError::internal("a resume completed with NotAcquired")),
-        }
+        self.resumed(self.call(resume_call(handle))?)
     }
 
     /// Who holds `name`, and who waits for it.
     pub fn inspect(&self, name: &str) -> Result<LockStatus, LockError> {
-        self.call(Call::Start(Operation::Inspect { name: name.to_string() }))?.outcome.into_inspected()
+        self.call(inspect_call(name))?.outcome.into_inspected()
     }
 
     /// Releases every lock (their `Lock`s report [`LostReason::ClientClosed`]),
     /// ends the session and stops the driver thread. Idempotent; later calls on
     /// this client fail with `LockError::Closed`.
     pub fn close(&self) -> Result<(), LockError> {
-        match self.call(Call::Close) {
-            Ok(_) | Err(LockError::Closed { .. }) => Ok(()),
-            Err(e) => Err(e),
-        }
+        closed_result(self.call(Call::Close))
     }
 
-    fn send(&self, msg: Msg) -> Result<(), LockError> {
+    /// An async handle on the same session (same driver thread, same locks).
+    pub fn to_async(&self) -> super::AsyncClient {
+        super::AsyncClient::from(self.clone())
+    }
+
+    pub(super) fn send(&self, msg: Msg) -> Result<(), LockError> {
         self.inner.tx.send(msg).map_err(|_| self.closed())
+    }
+
+    /// A fresh ticket by which `Msg::CancelTicket` can find an operation.
+    pub(super) fn next_ticket(&self) -> u64 {
+        self.inner.next_ticket.fetch_add(1, Ordering::Relaxed)
     }
 
     fn call(&self, call: Call) -> Result<Completion, LockError> {
         let (reply_tx, reply_rx) = channel();
-        self.send(Msg::Call { call, reply: Some(reply_tx), ticket: None })?;
+        self.send(Msg::Call { call, reply: Some(ReplyTo::Blocking(reply_tx)), ticket: None })?;
         reply_rx.recv().map_err(|_| self.closed())?
     }
 
-    fn closed(&self) -> LockError {
+    pub(super) fn closed(&self) -> LockError {
         LockError::Closed { backend: self.backend() }
     }
 
-    fn lock_from(&self, info: LockInfo, shared: Option<Arc<LockShared>>) -> Result<Lock, LockError> {
+    pub(super) fn lock_from(&self, info: LockInfo, shared: Option<Arc<LockShared>>) -> Result<Lock, LockError> {
         let shared = shared.ok_or_else(|| LockError::internal("the driver handed out a lock without its state"))?;
         Ok(Lock { client: self.clone(), info, shared, finished: false })
+    }
+
+    // The readings of a completion below are shared with the async API, so
+    // that both report the same outcomes and errors.
+
+    /// An acquire's completion: `Some(lock)`, or `None` when a try found it held.
+    pub(super) fn acquired(&self, done: Completion) -> Result<Option<Lock>, LockError> {
+        match done.outcome.into_acquired()? {
+            Some(info) => Ok(Some(self.lock_from(info, done.lock)?)),
+            None => Ok(None),
+        }
+    }
+
+    /// `acquire` (not `acquire_with`) promises a lock or an error.
+    pub(super) fn must_hold(&self, name: &str, granted: Option<Lock>) -> Result<Lock, LockError> {
+        // Only `Wait::Try` reports "not acquired"; treat a stray one as a timeout.
+        granted.ok_or_else(|| LockError::Timeout { backend: self.backend(), name: name.to_string() })
+    }
+
+    pub(super) fn resumed(&self, done: Completion) -> Result<Lock, LockError> {
+        match done.outcome.into_acquired()? {
+            Some(info) => self.lock_from(info, done.lock),
+            None => Err(LockError::internal("a resume completed with NotAcquired")),
+        }
+    }
+}
+
+/// `None` waits until granted; a wait too long for `u64` milliseconds is forever in practice.
+pub(super) fn wait_of(wait: Option<Duration>) -> Wait {
+    match wait {
+        None => Wait::Forever,
+        Some(d) => Wait::For(u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+    }
+}
+
+pub(super) fn resume_call(handle: &LockHandle) -> Call {
+    Call::Start(Operation::Resume { handle: handle.clone() })
+}
+
+pub(super) fn inspect_call(name: &str) -> Call {
+    Call::Start(Operation::Inspect { name: name.to_string() })
+}
+
+/// Closing is idempotent: a client already closed is not an error.
+pub(super) fn closed_result(r: Result<Completion, LockError>) -> Result<(), LockError> {
+    match r {
+        Ok(_) | Err(LockError::Closed { .. }) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// A release's completion: whether the lock was held until this release.
+pub(super) fn release_result(r: Result<Completion, LockError>) -> Result<bool, LockError> {
+    match r.and_then(|c| c.outcome.into_released()) {
+        Ok(held_until_release) => Ok(held_until_release),
+        // Lost meanwhile: nothing of someone else's was touched.
+        Err(LockError::NotHeld { .. }) | Err(LockError::Lost { .. }) => Ok(false),
+        Err(e) => Err(e),
     }
 }
 
@@ -255,25 +305,49 @@ impl Lock {
     /// Extends the lock's validity (`ttl` where the backend supports per-lock
     /// TTLs; etcd renews its session lease instead).
     pub fn extend(&self, ttl: Option<Duration>) -> Result<(), LockError> {
-        if let Some(reason) = self.lost_reason() {
-            return Err(self.lost_error(&reason));
-        }
-        let ttl_ms = ttl.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-        self.client.call(Call::Start(Operation::Extend { lock: self.info.id, ttl_ms }))?.outcome.into_extended().map(|_| ())
+        let call = self.extend_call(ttl)?;
+        self.client.call(call)?.outcome.into_extended().map(|_| ())
     }
 
     /// Releases the lock. `Ok(true)`: it was held until this release;
     /// `Ok(false)`: it had already been lost (nothing of someone else's was touched).
     pub fn release(mut self) -> Result<bool, LockError> {
+        match self.release_call() {
+            Some(call) => release_result(self.client.call(call)),
+            None => Ok(false),
+        }
+    }
+
+    /// Wraps this lock for the async API (same lock, same session).
+    pub fn into_async(self) -> super::AsyncLock {
+        super::AsyncLock::from(self)
+    }
+
+    pub(super) fn client(&self) -> &Client {
+        &self.client
+    }
+
+    pub(super) fn shared(&self) -> &Arc<LockShared> {
+        &self.shared
+    }
+
+    /// The extend request, or `Lost` at once when the loss is already known.
+    pub(super) fn extend_call(&self, ttl: Option<Duration>) -> Result<Call, LockError> {
+        if let Some(reason) = self.lost_reason() {
+            return Err(self.lost_error(&reason));
+        }
+        let ttl_ms = ttl.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        Ok(Call::Start(Operation::Extend { lock: self.info.id, ttl_ms }))
+    }
+
+    /// Marks the lock as explicitly released (dropping it sends nothing more)
+    /// and returns the release request, or `None` when it is already lost.
+    pub(super) fn release_call(&mut self) -> Option<Call> {
         self.finished = true;
         if self.is_lost() {
-            return Ok(false);
+            return None;
         }
-        match self.client.call(Call::Start(Operation::Release { lock: self.info.id })).and_then(|c| c.outcome.into_released()) {
-            Ok(held_until_release) => Ok(held_until_release),
-            Err(LockError::NotHeld { .. }) | Err(LockError::Lost { .. }) => Ok(false),
-            Err(e) => Err(e),
-        }
+        Some(Call::Start(Operation::Release { lock: self.info.id }))
     }
 
     fn lost_error(&self, reason: &LostReason) -> LockError {
@@ -355,4 +429,4 @@ impl CancelToken {
 }
 
 #[cfg(test)]
-mod tests;
+pub(super) mod tests;

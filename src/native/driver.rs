@@ -11,10 +11,12 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Condvar, Mutex};
+use std::task::{Context, Poll, Waker};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use super::http::{CancelHandle, HttpClient, Request, StreamOutcome};
+use super::oneshot;
 use crate::core::session::{Output, Session};
 use crate::core::{HttpRequest, Input, LockError, LockId, LockMachine, LostReason, Millis, OpId, Operation, Outcome, RequestId};
 
@@ -54,10 +56,30 @@ pub(crate) struct Completion {
 
 pub(crate) type Reply = Result<Completion, LockError>;
 
+/// Where an operation's [`Reply`] goes: a blocked caller's channel or an
+/// async caller's future. Either way a failed send means the caller is gone.
+#[derive(Clone)]
+pub(crate) enum ReplyTo {
+    Blocking(Sender<Reply>),
+    Future(oneshot::Sender<Reply>),
+}
+
+impl ReplyTo {
+    /// False when nobody receives the reply any more (it is dropped; the
+    /// caller of `deliver` still knows what it granted and cleans up).
+    fn deliver(self, reply: Reply) -> bool {
+        match self {
+            ReplyTo::Blocking(tx) => tx.send(reply).is_ok(),
+            ReplyTo::Future(tx) => tx.send(reply).is_ok(),
+        }
+    }
+}
+
 pub(crate) enum Msg {
     /// `reply: None` for fire-and-forget calls (release on drop). `ticket`
-    /// lets a [`CancelToken`](super::CancelToken) find the operation later.
-    Call { call: Call, reply: Option<Sender<Reply>>, ticket: Option<u64> },
+    /// lets a [`CancelToken`](super::CancelToken) or a dropped async acquire
+    /// find the operation later.
+    Call { call: Call, reply: Option<ReplyTo>, ticket: Option<u64> },
     CancelTicket(u64),
     /// Every handle is gone: close the machine in the background and exit.
     Shutdown,
@@ -65,7 +87,8 @@ pub(crate) enum Msg {
 }
 
 /// State of one held lock, shared between the driver thread and the user's
-/// `Lock`. Updated on `Renewed`/`Extended`; `Lost` marks it and wakes waiters.
+/// `Lock`. Updated on `Renewed`/`Extended`; `Lost` marks it and wakes waiters
+/// (threads on the condvar, async tasks through their registered wakers).
 #[derive(Default)]
 pub(crate) struct LockShared {
     state: Mutex<LockState>,
@@ -79,6 +102,16 @@ pub(crate) struct LockState {
     /// No longer held for a reason other than loss (released, client closed).
     pub ended: bool,
     subscribers: Vec<Sender<LostReason>>,
+    /// Async waiters for loss or end, by the id each `LostFuture` got from
+    /// `next_waiter` (one entry per future, replaced on every poll).
+    wakers: Vec<(u64, Waker)>,
+    next_waiter: u64,
+}
+
+impl LockState {
+    fn take_wakers(&mut self) -> Vec<Waker> {
+        self.wakers.drain(..).map(|(_, w)| w).collect()
+    }
 }
 
 impl LockShared {
@@ -102,16 +135,50 @@ impl LockShared {
             }
             st.lost = Some(reason);
         }
+        let wakers = st.take_wakers();
         drop(st);
         self.changed.notify_all();
+        // Outside the lock: a woken task may poll (and lock) at once.
+        wakers.into_iter().for_each(Waker::wake);
     }
 
     pub(crate) fn mark_ended(&self) {
         let mut st = self.state();
         st.ended = true;
         st.subscribers.clear(); // disconnects receivers: "ended without loss"
+        let wakers = st.take_wakers();
         drop(st);
         self.changed.notify_all();
+        wakers.into_iter().for_each(Waker::wake);
+    }
+
+    /// The async twin of [`wait_lost`](Self::wait_lost) without a timeout:
+    /// `Ready(Some)` once lost, `Ready(None)` once ended otherwise, else the
+    /// waker is kept under `*waiter` (assigned on the first pending poll).
+    pub(crate) fn poll_lost(&self, waiter: &mut Option<u64>, cx: &mut Context<'_>) -> Poll<Option<LostReason>> {
+        let mut st = self.state();
+        if st.lost.is_some() || st.ended {
+            return Poll::Ready(st.lost.clone());
+        }
+        let id = match *waiter {
+            Some(id) => id,
+            None => {
+                st.next_waiter += 1;
+                *waiter = Some(st.next_waiter);
+                st.next_waiter
+            }
+        };
+        match st.wakers.iter_mut().find(|(i, _)| *i == id) {
+            Some((_, w)) if w.will_wake(cx.waker()) => {}
+            Some((_, w)) => *w = cx.waker().clone(),
+            None => st.wakers.push((id, cx.waker().clone())),
+        }
+        Poll::Pending
+    }
+
+    /// Forgets a dropped `LostFuture`'s waker.
+    pub(crate) fn forget_waiter(&self, id: u64) {
+        self.state().wakers.retain(|(i, _)| *i != id);
     }
 
     /// A receiver that gets the loss reason once (immediately if already lost)
@@ -153,7 +220,7 @@ impl LockShared {
 
 /// Who waits for an operation: the caller's channel and its cancel ticket.
 struct Caller {
-    reply: Sender<Reply>,
+    reply: ReplyTo,
     ticket: Option<u64>,
 }
 
@@ -264,7 +331,7 @@ impl Driver {
                     }
                     Err(e) => {
                         if let Some(r) = reply {
-                            let _ = r.send(Err(e));
+                            r.deliver(Err(e));
                         }
                     }
                 }
@@ -350,7 +417,7 @@ impl Driver {
             _ => None,
         };
         let reply = result.map(|outcome| Completion { outcome, lock: lock.as_ref().map(|(_, s)| s.clone()) });
-        let delivered = caller.is_some_and(|c| c.reply.send(reply).is_ok());
+        let delivered = caller.is_some_and(|c| c.reply.deliver(reply));
         if let (false, Some((id, _))) = (delivered, lock) {
             // Nobody takes this lock (the caller is gone): give it back.
             let now = self.clock.now();

@@ -1,6 +1,14 @@
-//! Blocking native driver (feature `native`): a small HTTP/1.1 client on
+//! Native driver (feature `native`): a small blocking HTTP/1.1 client on
 //! `std::net`, a driver thread that runs one [`LockMachine`](crate::core::LockMachine),
-//! and the user-facing [`Client`] / [`Lock`] API.
+//! and two user-facing APIs over it:
+//!
+//! - blocking: [`Client`] / [`Lock`] (cancel a wait with [`CancelToken`]);
+//! - async: [`AsyncClient`] / [`AsyncLock`] / [`LostFuture`], futures completed
+//!   by the driver thread, so they run under any executor (tokio, async-std,
+//!   smol, …) while the crate depends on none; cancel by dropping the future.
+//!
+//! Both share one session when converted ([`Client::to_async`],
+//! [`AsyncClient::to_blocking`]).
 //!
 //! Only `http://` endpoints are supported here (no TLS dependency); use the JS
 //! package or a local TLS-terminating proxy for `https://`.
@@ -9,10 +17,13 @@ pub mod entropy;
 pub mod http;
 
 pub use entropy::OsEntropy;
+mod async_client;
 mod client;
 mod driver;
+mod oneshot;
 #[cfg(test)]
 mod fake;
 
 pub use crate::core::etcd::{EtcdAuth, EtcdConfig};
+pub use async_client::{AsyncClient, AsyncLock, LostFuture};
 pub use client::{CancelToken, Client, Lock};

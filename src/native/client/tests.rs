@@ -254,7 +254,7 @@ fn errors_come_back_as_lock_errors() {
 }
 
 /// TEST-ONLY: a machine with a bug (it panics on inspect) that holds a lock.
-struct PanicsOnInspect(FakeLockMachine);
+pub(crate) struct PanicsOnInspect(pub(crate) FakeLockMachine);
 
 impl LockMachine for PanicsOnInspect {
     fn backend(&self) -> crate::core::BackendKind {
