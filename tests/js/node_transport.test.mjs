@@ -1,7 +1,8 @@
 // The Node entry's default transport (pkg/node_http.mjs, installed with the
 // package): the Fetch subset the wasm driver reads, keep-alive reuse, a
 // stale pooled socket sent again once, aborts mid-body and mid-stream, and
-// that a client built without `fetch` uses it (not globalThis.fetch).
+// that a client built without `fetch` uses it (not globalThis.fetch) in Node
+// and Bun; Deno's entry uses Deno's fetch instead.
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import http from "node:http";
@@ -10,6 +11,7 @@ import { createRequire } from "node:module";
 import path from "node:path";
 import { pathToFileURL } from "node:url";
 import { RedisLocks } from "edgelock";
+import { runtime } from "./support/runtime.mjs";
 import { startTestenv } from "./testenv.mjs";
 
 // The package's exports map names only ".": load the file by its path.
@@ -121,12 +123,22 @@ describe("node:http transport", () => {
   });
 });
 
-describe("the Node entry's default transport", () => {
+// Node and Bun resolve the package's `node` / `bun` condition (index.node.mjs,
+// node:http); Deno its `deno` condition (index.deno.mjs, Deno's own fetch).
+const expected = runtime === "deno"
+  ? { entry: "index.deno.mjs", transport: "globalThis.fetch" }
+  : { entry: "index.node.mjs", transport: "node:http" };
+
+describe(`the entry ${runtime} resolves and its default transport`, () => {
   let env;
   before(async () => { env = await startTestenv({ redis: 1, gateway: true }); });
   after(async () => { await env?.stop(); });
 
-  test("a client built without fetch never calls globalThis.fetch", async (t) => {
+  test(`"edgelock" resolves to ${expected.entry}`, () => {
+    assert.equal(path.basename(new URL(import.meta.resolve("edgelock")).pathname), expected.entry);
+  });
+
+  test(`a client built without fetch sends over ${expected.transport}`, async (t) => {
     const original = globalThis.fetch;
     let calls = 0;
     globalThis.fetch = (...a) => { calls += 1; return original(...a); };
@@ -139,6 +151,7 @@ describe("the Node entry's default transport", () => {
     } finally {
       await c.close();
     }
-    assert.equal(calls, 0);
+    if (expected.transport === "node:http") assert.equal(calls, 0);
+    else assert.ok(calls >= 2, `globalThis.fetch called ${calls} times for an acquire and a release`);
   });
 });
