@@ -21,6 +21,34 @@ const { nodeHttpFetch } = await import(pathToFileURL(path.join(pkgDir, "node_htt
 const text = async (r) => new TextDecoder().decode(await r.arrayBuffer());
 const listen = (server) => new Promise((r) => server.listen(0, "127.0.0.1", () => r(`http://127.0.0.1:${server.address().port}`)));
 
+/**
+ * Answers the first request on each connection with keep-alive (and no
+ * Keep-Alive timeout hint), then resets the connection on the next one: a
+ * server that dropped an idle connection the client still pools. `fetchFn`
+ * must send the second request again, once, on a new connection.
+ */
+async function replacesClosedPooledConnection(fetchFn) {
+  let connections = 0;
+  const flaky = net.createServer((sock) => {
+    connections += 1;
+    let served = false;
+    sock.on("data", () => {
+      if (served) { sock.resetAndDestroy(); return; }
+      served = true;
+      sock.write("HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: keep-alive\r\n\r\nok");
+    });
+    sock.on("error", () => {});
+  });
+  const url = await listen(flaky);
+  try {
+    assert.equal(await text(await fetchFn(url, { method: "POST", body: "1" })), "ok");
+    assert.equal(await text(await fetchFn(url, { method: "POST", body: "2" })), "ok");
+    assert.equal(connections, 2, "the second request went out again on a second connection");
+  } finally {
+    flaky.close();
+  }
+}
+
 describe("node:http transport", () => {
   let server;
   let base;
@@ -98,36 +126,15 @@ describe("node:http transport", () => {
   });
 
   test("a pooled connection the server closed silently is replaced, once, on a new connection", async () => {
-    // Answers the first request on each connection with keep-alive (and no
-    // Keep-Alive timeout hint), then resets the connection on the next one:
-    // a server that dropped an idle connection the client still pools.
-    let connections = 0;
-    const flaky = net.createServer((sock) => {
-      connections += 1;
-      let served = false;
-      sock.on("data", () => {
-        if (served) { sock.resetAndDestroy(); return; }
-        served = true;
-        sock.write("HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: keep-alive\r\n\r\nok");
-      });
-      sock.on("error", () => {});
-    });
-    const url = await listen(flaky);
-    try {
-      assert.equal(await text(await nodeHttpFetch(url, { method: "POST", body: "1" })), "ok");
-      assert.equal(await text(await nodeHttpFetch(url, { method: "POST", body: "2" })), "ok");
-      assert.equal(connections, 2, "the second request went out again on a second connection");
-    } finally {
-      flaky.close();
-    }
+    await replacesClosedPooledConnection(nodeHttpFetch);
   });
 });
 
 // Node and Bun resolve the package's `node` / `bun` condition (index.node.mjs,
 // node:http); Deno its `deno` condition (index.deno.mjs, Deno's own fetch).
 const expected = runtime === "deno"
-  ? { entry: "index.deno.mjs", transport: "globalThis.fetch" }
-  : { entry: "index.node.mjs", transport: "node:http" };
+  ? { entry: "index.deno.mjs", transport: "globalThis.fetch", fetch: globalThis.fetch }
+  : { entry: "index.node.mjs", transport: "node:http", fetch: nodeHttpFetch };
 
 describe(`the entry ${runtime} resolves and its default transport`, () => {
   let env;
@@ -136,6 +143,13 @@ describe(`the entry ${runtime} resolves and its default transport`, () => {
 
   test(`"edgelock" resolves to ${expected.entry}`, () => {
     assert.equal(path.basename(new URL(import.meta.resolve("edgelock")).pathname), expected.entry);
+  });
+
+  // Why Deno's entry may use Deno's fetch (and Bun's may not use Bun's, which
+  // fails this with ECONNRESET): a lock request must survive a keep-alive
+  // connection the server closed while it sat in the pool.
+  test(`the default transport (${expected.transport}) sends again on a pooled connection the server had closed`, async () => {
+    await replacesClosedPooledConnection(expected.fetch);
   });
 
   test(`a client built without fetch sends over ${expected.transport}`, async (t) => {
