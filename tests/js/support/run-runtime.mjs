@@ -1,5 +1,5 @@
 // Runs test files under Deno or Bun (run with Node by scripts/test-js.sh):
-//   node support/run-runtime.mjs deno|bun BINARY [--counts-out F] [--compare F] FILE...
+//   node support/run-runtime.mjs deno|bun BINARY [--compare COUNTS.json] FILE...
 // The files are the same node:test files `node --test` runs: Deno runs them
 // with `deno test` (its node:test maps describe/test onto Deno.test steps),
 // Bun with `bun test` (which runs node:test's describe/test itself). Each file
@@ -7,24 +7,22 @@
 // JUnit report; a file passes when the runner exits 0 and its report lists
 // at least one test, no failure and no skipped test. EDGELOCK_JS_NO_SKIP=1
 // turns the tests' own conditional skips into failures (Deno's node:test
-// reports `t.skip()` as a pass). --counts-out writes the tests per file as
-// JSON; --compare fails when another runtime's counts (such a file) differ.
+// reports `t.skip()` as a pass). --compare takes the tests per file that
+// Node ran (support/count-reporter.mjs) and fails a file whose count differs.
 import { spawn, spawnSync } from "node:child_process";
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { existsSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import path from "node:path";
 
 const [kind, bin, ...rest] = process.argv.slice(2);
-let countsOut = null;
 let compare = null;
 const files = [];
 for (let i = 0; i < rest.length; i += 1) {
-  if (rest[i] === "--counts-out") countsOut = rest[(i += 1)];
-  else if (rest[i] === "--compare") compare = rest[(i += 1)];
+  if (rest[i] === "--compare") compare = rest[(i += 1)];
   else files.push(rest[i]);
 }
 if (!["deno", "bun"].includes(kind) || !bin || files.length === 0) {
-  console.error("usage: run-runtime.mjs deno|bun BINARY [--counts-out F] [--compare F] FILE...");
+  console.error("usage: run-runtime.mjs deno|bun BINARY [--compare COUNTS.json] FILE...");
   process.exit(2);
 }
 
@@ -101,15 +99,14 @@ try {
 } finally {
   rmSync(dir, { recursive: true, force: true });
 }
-if (countsOut) writeFileSync(countsOut, `${JSON.stringify(counts)}\n`);
 if (compare) {
   if (!existsSync(compare)) {
     problems.push(`no test counts to compare with at ${compare}`);
   } else {
     const other = JSON.parse(readFileSync(compare, "utf8"));
     for (const file of files) {
-      if (other[file] !== undefined && other[file] !== counts[file]) {
-        problems.push(`${file}: ${counts[file]} tests under ${kind}, ${other[file]} in ${path.basename(compare)}`);
+      if (counts[file] !== undefined && other[file] !== counts[file]) {
+        problems.push(`${file}: ${counts[file]} tests under ${kind}, ${other[file] ?? "none"} under Node`);
       }
     }
   }
