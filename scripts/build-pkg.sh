@@ -58,7 +58,7 @@ mv "$stage/opt.wasm" "$wasm"
 rm -rf pkg
 mkdir pkg
 cp "$stage/edgelock_wasm.js" "$wasm" pkg/
-cp pkg-src/api.mjs pkg-src/index.node.mjs pkg-src/node_http.mjs pkg-src/index.browser.mjs pkg-src/index.workerd.mjs \
+cp pkg-src/api.mjs pkg-src/index.node.mjs pkg-src/node_http.mjs pkg-src/index.deno.mjs pkg-src/index.browser.mjs pkg-src/index.workerd.mjs \
    pkg-src/index.d.ts pkg-src/README.md pkg-src/LICENSE pkg/
 version=$(sed -n 's/^version = "\([^"]*\)"$/\1/p' Cargo.toml | head -n 1)
 node -e '

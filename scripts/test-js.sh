@@ -5,11 +5,16 @@
 #   3. node --test in tests/js (package behaviour against etcd / Redis /
 #      Redlock, fresh-directory install in Node and headless Chromium, the
 #      workerd export in workerd, tsc --noEmit of the TypeScript example)
-#   4. wasm-pack test --node and --headless --chrome on tests/wasm against a
+#   4. the package's behavioural tests (the same node:test files) again under
+#      Deno (`deno test`) and Bun (`bun test`), pinned in scripts/js-runtimes.sh;
+#      tests/js/support/run-runtime.mjs fails a file that ran no test,
+#      skipped one, or ran a different number of tests than under Node
+#   5. wasm-pack test --node and --headless --chrome on tests/wasm against a
 #      real etcd (its URL baked in at compile time via EDGELOCK_WASM_TEST_ETCD)
 # Servers come from the devtools `testenv` (tools/devtools), each run its own.
 # Needs: etcd, redis-server, webdis, chromium + chromedriver (Debian
-# packages), node >= 20, npm. CHROMEDRIVER overrides /usr/bin/chromedriver.
+# packages), node >= 20, npm; Deno and Bun from npm (scripts/js-runtimes.sh).
+# CHROMEDRIVER overrides /usr/bin/chromedriver.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -61,7 +66,22 @@ tarball=$(cd "$work" && npm pack "$root/pkg" --loglevel=error | tail -n 1)
     "$work/$tarball" "workerd@$WORKERD_VERSION"
 )
 export EDGELOCK_REQUIRE_WORKERD=1
-phase "node --test (tests/js)" bash -c 'cd tests/js && node --test'
+# Node's usual report (spec on a terminal, else TAP) plus the tests per file
+# as JSON, which the Deno and Bun phases must match.
+node_report=spec
+[ -t 1 ] || node_report=tap
+phase "node --test (tests/js)" bash -c 'cd tests/js && node --test --test-reporter="$1" --test-reporter-destination=stdout \
+  --test-reporter=./support/count-reporter.mjs --test-reporter-destination="$2"' _ "$node_report" "$work/node-counts.json"
+
+# Deno and Bun: the files about the package's behaviour against the backends
+# (not the Node-specific install / types / workerd ones).
+runtime_files=(etcd_locks.test.mjs redis_locks.test.mjs upstash_gateway.test.mjs etcd_auth.test.mjs node_transport.test.mjs)
+# A failed install fails the phase (the runner is then not found), not the script.
+deno_bin=$(bash scripts/js-runtimes.sh deno) || deno_bin=deno-not-installed
+bun_bin=$(bash scripts/js-runtimes.sh bun) || bun_bin=bun-not-installed
+run_runtime() { (cd tests/js && node support/run-runtime.mjs "$@"); }
+phase "deno test (tests/js)" run_runtime deno "$deno_bin" --compare "$work/node-counts.json" "${runtime_files[@]}"
+phase "bun test (tests/js)" run_runtime bun "$bun_bin" --compare "$work/node-counts.json" "${runtime_files[@]}"
 
 echo "== starting testenv for the wasm-bindgen tests (tests/wasm)"
 mkfifo "$work/testenv.in"

@@ -3,11 +3,11 @@
 // scripts/test-js.sh).
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
-import { spawn } from "node:child_process";
 import { createRequire } from "node:module";
 import { createServer } from "node:http";
 import { EtcdLocks, LockError } from "edgelock";
 import { eventually, freePort, startEtcd } from "./support/etcd.mjs";
+import { runModule, skipUnlessRequired } from "./support/runtime.mjs";
 
 let etcd;
 const clients = [];
@@ -197,25 +197,10 @@ describe("lost locks", () => {
 });
 
 describe("toJSON() / resume()", () => {
-  function runNode(code, env = {}) {
-    return new Promise((resolve, reject) => {
-      const p = spawn(process.execPath, ["--input-type=module", "-e", code], {
-        cwd: import.meta.dirname ?? new URL(".", import.meta.url).pathname,
-        env: { ...process.env, ...env },
-        stdio: ["ignore", "pipe", "pipe"],
-      });
-      let out = "";
-      let err = "";
-      p.stdout.on("data", (d) => { out += d; });
-      p.stderr.on("data", (d) => { err += d; });
-      p.on("exit", (code) => (code === 0 ? resolve(out.trim()) : reject(new Error(`child failed (${code}): ${err}`))));
-    });
-  }
-
   test("a handle from one process is resumed and released by another", async () => {
     const name = uniqueName("handoff");
     // Process 1 acquires and exits without releasing (its lease outlives it).
-    const handleJson = await runNode(`
+    const handleJson = await runModule(`
       import { EtcdLocks } from "edgelock";
       const c = new EtcdLocks({ endpoints: [process.env.ETCD], prefix: "js", sessionTtlMs: 5000, requestTimeoutMs: 1000 });
       const lock = await c.acquire(process.env.NAME);
@@ -227,7 +212,7 @@ describe("toJSON() / resume()", () => {
     assert.equal(handle.backend, "etcd");
     assert.equal((await keysOf(name)).length, 1);
     // Process 2 resumes it, keeps it alive past the original lease TTL, releases it.
-    const out = await runNode(`
+    const out = await runModule(`
       import { EtcdLocks } from "edgelock";
       const c = new EtcdLocks({ endpoints: [process.env.ETCD], prefix: "js", sessionTtlMs: 5000, requestTimeoutMs: 1000 });
       const lock = await c.resume(JSON.parse(process.env.HANDLE));
@@ -331,7 +316,7 @@ describe("transport", () => {
 describe("module formats", () => {
   test("require() loads the same API (Node >= 20.19)", (t) => {
     const [major, minor] = process.versions.node.split(".").map(Number);
-    if (major === 20 && minor < 19) return t.skip("require(esm) needs Node >= 20.19");
+    if (major === 20 && minor < 19) return skipUnlessRequired(t, "require(esm) needs Node >= 20.19");
     const require = createRequire(import.meta.url);
     const cjs = require("edgelock");
     assert.equal(typeof cjs.EtcdLocks, "function");
@@ -339,7 +324,7 @@ describe("module formats", () => {
   });
 
   test("Symbol.asyncDispose releases a lock and closes a client", async (t) => {
-    if (typeof Symbol.asyncDispose !== "symbol") return t.skip("no Symbol.asyncDispose in this runtime");
+    if (typeof Symbol.asyncDispose !== "symbol") return skipUnlessRequired(t, "no Symbol.asyncDispose in this runtime");
     const c = new EtcdLocks({ endpoints: [etcd.url], prefix: "js", sessionTtlMs: 3000, requestTimeoutMs: 1000 });
     const name = uniqueName("dispose");
     const lock = await c.acquire(name);

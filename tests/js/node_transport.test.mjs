@@ -1,7 +1,8 @@
 // The Node entry's default transport (pkg/node_http.mjs, installed with the
 // package): the Fetch subset the wasm driver reads, keep-alive reuse, a
 // stale pooled socket sent again once, aborts mid-body and mid-stream, and
-// that a client built without `fetch` uses it (not globalThis.fetch).
+// that a client built without `fetch` uses it (not globalThis.fetch) in Node
+// and Bun; Deno's entry uses Deno's fetch instead.
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
 import http from "node:http";
@@ -10,6 +11,7 @@ import { createRequire } from "node:module";
 import path from "node:path";
 import { pathToFileURL } from "node:url";
 import { RedisLocks } from "edgelock";
+import { runtime } from "./support/runtime.mjs";
 import { startTestenv } from "./testenv.mjs";
 
 // The package's exports map names only ".": load the file by its path.
@@ -18,6 +20,34 @@ const { nodeHttpFetch } = await import(pathToFileURL(path.join(pkgDir, "node_htt
 
 const text = async (r) => new TextDecoder().decode(await r.arrayBuffer());
 const listen = (server) => new Promise((r) => server.listen(0, "127.0.0.1", () => r(`http://127.0.0.1:${server.address().port}`)));
+
+/**
+ * Answers the first request on each connection with keep-alive (and no
+ * Keep-Alive timeout hint), then resets the connection on the next one: a
+ * server that dropped an idle connection the client still pools. `fetchFn`
+ * must send the second request again, once, on a new connection.
+ */
+async function replacesClosedPooledConnection(fetchFn) {
+  let connections = 0;
+  const flaky = net.createServer((sock) => {
+    connections += 1;
+    let served = false;
+    sock.on("data", () => {
+      if (served) { sock.resetAndDestroy(); return; }
+      served = true;
+      sock.write("HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: keep-alive\r\n\r\nok");
+    });
+    sock.on("error", () => {});
+  });
+  const url = await listen(flaky);
+  try {
+    assert.equal(await text(await fetchFn(url, { method: "POST", body: "1" })), "ok");
+    assert.equal(await text(await fetchFn(url, { method: "POST", body: "2" })), "ok");
+    assert.equal(connections, 2, "the second request went out again on a second connection");
+  } finally {
+    flaky.close();
+  }
+}
 
 describe("node:http transport", () => {
   let server;
@@ -96,37 +126,33 @@ describe("node:http transport", () => {
   });
 
   test("a pooled connection the server closed silently is replaced, once, on a new connection", async () => {
-    // Answers the first request on each connection with keep-alive (and no
-    // Keep-Alive timeout hint), then resets the connection on the next one:
-    // a server that dropped an idle connection the client still pools.
-    let connections = 0;
-    const flaky = net.createServer((sock) => {
-      connections += 1;
-      let served = false;
-      sock.on("data", () => {
-        if (served) { sock.resetAndDestroy(); return; }
-        served = true;
-        sock.write("HTTP/1.1 200 OK\r\ncontent-length: 2\r\nconnection: keep-alive\r\n\r\nok");
-      });
-      sock.on("error", () => {});
-    });
-    const url = await listen(flaky);
-    try {
-      assert.equal(await text(await nodeHttpFetch(url, { method: "POST", body: "1" })), "ok");
-      assert.equal(await text(await nodeHttpFetch(url, { method: "POST", body: "2" })), "ok");
-      assert.equal(connections, 2, "the second request went out again on a second connection");
-    } finally {
-      flaky.close();
-    }
+    await replacesClosedPooledConnection(nodeHttpFetch);
   });
 });
 
-describe("the Node entry's default transport", () => {
+// Node and Bun resolve the package's `node` / `bun` condition (index.node.mjs,
+// node:http); Deno its `deno` condition (index.deno.mjs, Deno's own fetch).
+const expected = runtime === "deno"
+  ? { entry: "index.deno.mjs", transport: "globalThis.fetch", fetch: globalThis.fetch }
+  : { entry: "index.node.mjs", transport: "node:http", fetch: nodeHttpFetch };
+
+describe(`the entry ${runtime} resolves and its default transport`, () => {
   let env;
   before(async () => { env = await startTestenv({ redis: 1, gateway: true }); });
   after(async () => { await env?.stop(); });
 
-  test("a client built without fetch never calls globalThis.fetch", async (t) => {
+  test(`"edgelock" resolves to ${expected.entry}`, () => {
+    assert.equal(path.basename(new URL(import.meta.resolve("edgelock")).pathname), expected.entry);
+  });
+
+  // Why Deno's entry may use Deno's fetch (and Bun's may not use Bun's, which
+  // fails this with ECONNRESET): a lock request must survive a keep-alive
+  // connection the server closed while it sat in the pool.
+  test(`the default transport (${expected.transport}) sends again on a pooled connection the server had closed`, async () => {
+    await replacesClosedPooledConnection(expected.fetch);
+  });
+
+  test(`a client built without fetch sends over ${expected.transport}`, async (t) => {
     const original = globalThis.fetch;
     let calls = 0;
     globalThis.fetch = (...a) => { calls += 1; return original(...a); };
@@ -139,6 +165,7 @@ describe("the Node entry's default transport", () => {
     } finally {
       await c.close();
     }
-    assert.equal(calls, 0);
+    if (expected.transport === "node:http") assert.equal(calls, 0);
+    else assert.ok(calls >= 2, `globalThis.fetch called ${calls} times for an acquire and a release`);
   });
 });
