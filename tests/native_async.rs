@@ -17,14 +17,16 @@ use std::sync::Arc;
 use std::task::{Context, Wake, Waker};
 use std::time::{Duration, Instant};
 
-use base64::Engine;
 use edgelock::core::etcd::EtcdConfig;
 use edgelock::core::redis::keys::lock_key;
 use edgelock::core::redis::{RedisConfig, RedisNode};
 use edgelock::core::{BackendSpec, LockError, LostReason};
 use edgelock::native::{AsyncClient, AsyncLock};
 use edgelock_devtools::{EtcdServer, RedisServer, UpstashGateway, Webdis};
-use serde_json::{json, Value};
+use serde_json::json;
+
+mod common;
+use common::etcd_raw::{b64, keys_of, raw};
 
 type LocalBoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + 'a>>;
 
@@ -144,7 +146,7 @@ impl Servers {
     /// Nothing on the server holds `name` (etcd: not even a waiter's key).
     fn is_free(&self, name: &str) -> bool {
         match self {
-            Servers::Etcd(etcd) => etcd_keys(etcd, name).is_empty(),
+            Servers::Etcd(etcd) => keys_of(etcd, name).is_empty(),
             Servers::Redis(r) => redis_holder(&r.redis, name).is_none(),
         }
     }
@@ -152,7 +154,7 @@ impl Servers {
     /// Keys on the server for `name` (etcd: holder and waiters; Redis: the holder).
     fn key_count(&self, name: &str) -> usize {
         match self {
-            Servers::Etcd(etcd) => etcd_keys(etcd, name).len(),
+            Servers::Etcd(etcd) => keys_of(etcd, name).len(),
             Servers::Redis(r) => usize::from(redis_holder(&r.redis, name).is_some()),
         }
     }
@@ -161,34 +163,13 @@ impl Servers {
     fn delete_behind_the_clients_back(&self, lock: &AsyncLock) {
         match self {
             Servers::Etcd(etcd) => {
-                etcd_raw(etcd, "/v3/kv/deleterange", json!({"key": b64(lock.handle().key.as_bytes())}));
+                raw(etcd, "/v3/kv/deleterange", json!({"key": b64(lock.handle().key.as_bytes())}));
             }
             Servers::Redis(r) => {
                 r.redis.redis_command(&[b"DEL", lock_key("edgelock", lock.name()).as_bytes()]).expect("DEL");
             }
         }
     }
-}
-
-fn b64(s: &[u8]) -> String {
-    base64::engine::general_purpose::STANDARD.encode(s)
-}
-
-fn etcd_raw(etcd: &EtcdServer, path: &str, body: Value) -> Value {
-    let http = edgelock::native::http::HttpClient::new();
-    let url = format!("{}{}", etcd.url(), path);
-    let body = serde_json::to_vec(&body).unwrap();
-    let headers = vec![("content-type".to_string(), "application/json".to_string())];
-    let req = edgelock::native::http::Request { method: "POST", url: &url, headers: &headers, body: &body, timeout: Some(Duration::from_secs(5)) };
-    let resp = http.send(&req, &edgelock::native::http::CancelHandle::new()).expect("raw etcd call");
-    serde_json::from_slice(&resp.body).expect("json")
-}
-
-fn etcd_keys(etcd: &EtcdServer, name: &str) -> Vec<String> {
-    let prefix = format!("edgelock/{name}/");
-    let end = format!("edgelock/{name}0");
-    let v = etcd_raw(etcd, "/v3/kv/range", json!({"key": b64(prefix.as_bytes()), "range_end": b64(end.as_bytes())}));
-    v["kvs"].as_array().cloned().unwrap_or_default().iter().map(|kv| kv["key"].as_str().unwrap_or("").to_string()).collect()
 }
 
 fn redis_holder(redis: &RedisServer, name: &str) -> Option<Vec<u8>> {

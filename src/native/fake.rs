@@ -565,3 +565,75 @@ fn client_gone(w: &TcpStream) -> bool {
     let _ = w.set_nonblocking(false);
     gone
 }
+
+/// TEST-ONLY: a [`FakeLockMachine`] with one deliberate fault, for the
+/// drivers' failure paths: a bug (it panics on inspect) or a machine that
+/// cannot abort an acquire (as when its request was already applied, so a
+/// dropped acquire still completes with a grant).
+pub(crate) struct Faulty {
+    inner: FakeLockMachine,
+    panic_on_inspect: bool,
+    ignore_cancel: bool,
+}
+
+impl Faulty {
+    pub(crate) fn panics_on_inspect(inner: FakeLockMachine) -> Self {
+        Faulty { inner, panic_on_inspect: true, ignore_cancel: false }
+    }
+    pub(crate) fn ignores_cancel(inner: FakeLockMachine) -> Self {
+        Faulty { inner, panic_on_inspect: false, ignore_cancel: true }
+    }
+}
+
+impl LockMachine for Faulty {
+    fn backend(&self) -> crate::core::BackendKind {
+        self.inner.backend()
+    }
+    fn capabilities(&self) -> crate::core::Capabilities {
+        self.inner.capabilities()
+    }
+    fn start_operation(&mut self, now: u64, op: Operation) -> Result<OpId, LockError> {
+        if self.panic_on_inspect && matches!(op, Operation::Inspect { .. }) {
+            panic!("deliberate machine bug (test)")
+        }
+        self.inner.start_operation(now, op)
+    }
+    fn cancel(&mut self, now: u64, op: OpId) {
+        if !self.ignore_cancel {
+            self.inner.cancel(now, op)
+        }
+    }
+    fn close(&mut self, now: u64) -> OpId {
+        self.inner.close(now)
+    }
+    fn handle_input(&mut self, now: u64, i: crate::core::Input) {
+        self.inner.handle_input(now, i)
+    }
+    fn handle_timeout(&mut self, now: u64) {
+        self.inner.handle_timeout(now)
+    }
+    fn poll_transmit(&mut self) -> Option<crate::core::Transmit> {
+        self.inner.poll_transmit()
+    }
+    fn poll_event(&mut self) -> Option<crate::core::Event> {
+        self.inner.poll_event()
+    }
+    fn poll_timeout(&self) -> Option<u64> {
+        self.inner.poll_timeout()
+    }
+    fn live_count(&self) -> usize {
+        self.inner.live_count()
+    }
+}
+
+/// TEST-ONLY: polls `cond` for up to 5 s, then fails naming `what`.
+pub(crate) fn eventually(what: &str, cond: impl Fn() -> bool) {
+    let t = std::time::Instant::now();
+    while t.elapsed() < Duration::from_secs(5) {
+        if cond() {
+            return;
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+    panic!("timed out waiting for: {what}");
+}

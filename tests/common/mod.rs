@@ -1,6 +1,8 @@
 //! Helpers shared by the real-server test files (`mod common;` in each).
 #![allow(dead_code)]
 
+pub mod etcd_raw;
+
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -4,7 +4,7 @@
 //! (tokio, smol) are exercised in `tests/native_async.rs`.
 
 use super::*;
-use crate::native::client::tests::PanicsOnInspect;
+use crate::native::fake::{eventually, Faulty};
 use crate::native::fake::{FakeLockMachine, ToyServer};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Wake, Waker};
@@ -53,18 +53,6 @@ fn block_on<F: Future>(fut: F) -> F::Output {
 /// Polls once with a waker that counts its wake-ups.
 fn poll_once<F: Future + Unpin>(fut: &mut F, waker: &Waker) -> Poll<F::Output> {
     Pin::new(fut).poll(&mut Context::from_waker(waker))
-}
-
-/// Polls `cond` for up to 5 s.
-fn eventually(what: &str, cond: impl Fn() -> bool) {
-    let t = Instant::now();
-    while t.elapsed() < Duration::from_secs(5) {
-        if cond() {
-            return;
-        }
-        thread::sleep(Duration::from_millis(10));
-    }
-    panic!("timed out waiting for: {what}");
 }
 
 #[test]
@@ -241,7 +229,7 @@ fn dropping_an_async_lock_releases_it() {
 #[test]
 fn a_driver_that_dies_fails_pending_futures_with_closed() {
     let server = ToyServer::start();
-    let c = AsyncClient::try_from_machine(Box::new(PanicsOnInspect(FakeLockMachine::new(server.base(), TTL_MS)))).unwrap();
+    let c = AsyncClient::try_from_machine(Box::new(Faulty::panics_on_inspect(FakeLockMachine::new(server.base(), TTL_MS)))).unwrap();
     let lock = block_on(c.acquire("p", None)).unwrap();
     let lost = lock.lost();
     assert!(matches!(block_on(c.inspect("p")), Err(LockError::Closed { .. })));
@@ -273,49 +261,11 @@ fn blocking_and_async_handles_share_one_session() {
     assert_eq!(server.holder("shared"), None);
 }
 
-/// TEST-ONLY: a machine that cannot abort an acquire (as when its request
-/// was already applied), so a dropped acquire still completes with a grant.
-struct IgnoresCancel(FakeLockMachine);
-
-impl LockMachine for IgnoresCancel {
-    fn backend(&self) -> crate::core::BackendKind {
-        self.0.backend()
-    }
-    fn capabilities(&self) -> crate::core::Capabilities {
-        self.0.capabilities()
-    }
-    fn start_operation(&mut self, now: u64, op: Operation) -> Result<crate::core::OpId, LockError> {
-        self.0.start_operation(now, op)
-    }
-    fn cancel(&mut self, _now: u64, _op: crate::core::OpId) {}
-    fn close(&mut self, now: u64) -> crate::core::OpId {
-        self.0.close(now)
-    }
-    fn handle_input(&mut self, now: u64, i: crate::core::Input) {
-        self.0.handle_input(now, i)
-    }
-    fn handle_timeout(&mut self, now: u64) {
-        self.0.handle_timeout(now)
-    }
-    fn poll_transmit(&mut self) -> Option<crate::core::Transmit> {
-        self.0.poll_transmit()
-    }
-    fn poll_event(&mut self) -> Option<crate::core::Event> {
-        self.0.poll_event()
-    }
-    fn poll_timeout(&self) -> Option<u64> {
-        self.0.poll_timeout()
-    }
-    fn live_count(&self) -> usize {
-        self.0.live_count()
-    }
-}
-
 #[test]
 fn a_grant_completed_after_the_drop_is_released_by_the_driver() {
     let server = ToyServer::start();
     server.set_acquire_delay(Duration::from_millis(300));
-    let c = AsyncClient::try_from_machine(Box::new(IgnoresCancel(FakeLockMachine::new(server.base(), TTL_MS)))).unwrap();
+    let c = AsyncClient::try_from_machine(Box::new(Faulty::ignores_cancel(FakeLockMachine::new(server.base(), TTL_MS)))).unwrap();
     let (counter, waker) = park_waker();
     let mut fut = Box::pin(c.acquire("after", None));
     assert!(poll_once(&mut fut, &waker).is_pending());

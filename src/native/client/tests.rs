@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::core::LostReason;
-use crate::native::fake::{FakeLockMachine, ToyServer};
+use crate::native::fake::{eventually, FakeLockMachine, Faulty, ToyServer};
 use std::thread;
 use std::time::Instant;
 
@@ -11,18 +11,6 @@ const TTL_MS: u64 = 30_000;
 
 fn client(server: &ToyServer, ttl_ms: u64) -> Client {
     Client::from_machine(Box::new(FakeLockMachine::new(server.base(), ttl_ms)))
-}
-
-/// Polls `cond` for up to 5 s.
-fn eventually(what: &str, cond: impl Fn() -> bool) {
-    let t = Instant::now();
-    while t.elapsed() < Duration::from_secs(5) {
-        if cond() {
-            return;
-        }
-        thread::sleep(Duration::from_millis(10));
-    }
-    panic!("timed out waiting for: {what}");
 }
 
 #[test]
@@ -253,52 +241,10 @@ fn errors_come_back_as_lock_errors() {
     assert!(err.to_string().contains("https is not supported"), "{err}");
 }
 
-/// TEST-ONLY: a machine with a bug (it panics on inspect) that holds a lock.
-pub(crate) struct PanicsOnInspect(pub(crate) FakeLockMachine);
-
-impl LockMachine for PanicsOnInspect {
-    fn backend(&self) -> crate::core::BackendKind {
-        self.0.backend()
-    }
-    fn capabilities(&self) -> crate::core::Capabilities {
-        self.0.capabilities()
-    }
-    fn start_operation(&mut self, now: u64, op: Operation) -> Result<crate::core::OpId, LockError> {
-        if let Operation::Inspect { .. } = op {
-            panic!("deliberate machine bug (test)")
-        }
-        self.0.start_operation(now, op)
-    }
-    fn cancel(&mut self, now: u64, op: crate::core::OpId) {
-        self.0.cancel(now, op)
-    }
-    fn close(&mut self, now: u64) -> crate::core::OpId {
-        self.0.close(now)
-    }
-    fn handle_input(&mut self, now: u64, i: crate::core::Input) {
-        self.0.handle_input(now, i)
-    }
-    fn handle_timeout(&mut self, now: u64) {
-        self.0.handle_timeout(now)
-    }
-    fn poll_transmit(&mut self) -> Option<crate::core::Transmit> {
-        self.0.poll_transmit()
-    }
-    fn poll_event(&mut self) -> Option<crate::core::Event> {
-        self.0.poll_event()
-    }
-    fn poll_timeout(&self) -> Option<u64> {
-        self.0.poll_timeout()
-    }
-    fn live_count(&self) -> usize {
-        self.0.live_count()
-    }
-}
-
 #[test]
 fn a_panicking_machine_fails_calls_instead_of_hanging_them() {
     let server = ToyServer::start();
-    let c = Client::from_machine(Box::new(PanicsOnInspect(FakeLockMachine::new(server.base(), TTL_MS))));
+    let c = Client::from_machine(Box::new(Faulty::panics_on_inspect(FakeLockMachine::new(server.base(), TTL_MS))));
     let lock = c.acquire("p", None).unwrap();
     assert!(matches!(c.inspect("p"), Err(LockError::Closed { .. })));
     assert_eq!(lock.wait_lost(Some(Duration::from_secs(5))), Some(LostReason::ClientClosed));
