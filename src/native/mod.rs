@@ -2,11 +2,14 @@
 //! `std::net`, a driver thread that runs one [`LockMachine`](crate::core::LockMachine),
 //! and the user-facing [`Client`] / [`Lock`] API.
 //!
-//! Only `http://` endpoints are supported here (no TLS dependency); use the JS
-//! package or a local TLS-terminating proxy for `https://`.
+//! `https://` endpoints are served through rustls ([`tls`]): the platform's
+//! root certificates by default, or a CA file, and a client certificate for
+//! mutual TLS (etcd's `--client-cert-auth`), configured by [`TlsConfig`] in
+//! [`ClientOptions`] for [`Client::connect_with`].
 
 pub mod entropy;
 pub mod http;
+pub mod tls;
 
 pub use entropy::OsEntropy;
 mod client;
@@ -15,4 +18,5 @@ mod driver;
 mod fake;
 
 pub use crate::core::etcd::{EtcdAuth, EtcdConfig};
-pub use client::{CancelToken, Client, Lock};
+pub use client::{CancelToken, Client, ClientOptions, Lock};
+pub use tls::TlsConfig;
