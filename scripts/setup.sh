@@ -9,7 +9,9 @@ SUDO=""
 if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
 
 # 1. Debian packages: the real backends and the browser for tests.
-APT_PKGS=(etcd-server etcd-client redis-server webdis faketime binaryen chromium chromium-driver curl ca-certificates gzip iproute2 procps)
+# openssl makes the TLS tests' certificates; stunnel4 puts TLS in front of the
+# plain-HTTP Upstash gateway (tests/native_tls.rs, tools/devtools/src/tls.rs).
+APT_PKGS=(etcd-server etcd-client redis-server webdis faketime binaryen chromium chromium-driver curl ca-certificates gzip iproute2 procps openssl stunnel4)
 missing=()
 for p in "${APT_PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

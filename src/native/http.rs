@@ -827,3 +827,5 @@ impl Conn {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tls_tests;

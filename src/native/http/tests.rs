@@ -42,7 +42,7 @@ impl TestServer {
 }
 
 /// Reads one request (head + Content-Length body); None at EOF.
-fn read_request(r: &mut BufReader<TcpStream>) -> Option<(String, Vec<u8>)> {
+pub(super) fn read_request(r: &mut impl BufRead) -> Option<(String, Vec<u8>)> {
     let mut head = String::new();
     loop {
         let mut line = String::new();
