@@ -84,6 +84,18 @@ impl Client {
     /// and checked here: a missing or invalid one, like a platform without root
     /// certificates for an `https://` URL, is `LockError::InvalidArgument`
     /// before any request.
+    ///
+    /// ```no_run
+    /// use edgelock::core::BackendSpec;
+    /// use edgelock::native::{Client, ClientOptions, EtcdConfig, TlsConfig};
+    ///
+    /// let tls = TlsConfig::new()
+    ///     .with_ca_file("/etc/etcd/pki/ca.pem")
+    ///     .with_client_cert("/etc/etcd/pki/client.pem", "/etc/etcd/pki/client-key.pem");
+    /// let spec = BackendSpec::Etcd(EtcdConfig::new(vec!["https://etcd-1:2379".into()]));
+    /// let client = Client::connect_with(spec, &ClientOptions::new().with_tls(tls))?;
+    /// # Ok::<(), edgelock::LockError>(())
+    /// ```
     pub fn connect_with(spec: BackendSpec, options: &ClientOptions) -> Result<Client, LockError> {
         let https = spec.urls().iter().any(|u| u.get(..8).is_some_and(|s| s.eq_ignore_ascii_case("https://")));
         let machine = spec.build(Box::new(super::OsEntropy))?;
