@@ -15,7 +15,7 @@ use edgelock::core::redis::subscription::wake_channel;
 use edgelock::core::redis::{keys::lock_key, RedisConfig, RedisMachine, RedisNode};
 use edgelock::core::*;
 use edgelock::native::{CancelToken, Client, ClientOptions, OsEntropy, TlsConfig};
-use edgelock_devtools::{EtcdOptions, EtcdServer, EtcdTls, RedisServer, TestPki, TlsFront, UpstashGateway};
+use edgelock_devtools::{EtcdOptions, EtcdServer, EtcdTls, RedisServer, TestPki, TlsFront, UpstashGateway, Webdis};
 
 mod common;
 
@@ -187,43 +187,65 @@ fn recorded_redis_client(node: RedisNode, tls: &TlsConfig) -> (Client, Log) {
     (client, log)
 }
 
+/// Subscribers of `channel` on the Redis server itself.
+fn subscribers(redis: &RedisServer, channel: &str) -> i64 {
+    let v = redis.redis_command(&[b"PUBSUB", b"NUMSUB", channel.as_bytes()]).expect("PUBSUB NUMSUB");
+    format!("{v:?}").rsplit(|c: char| !c.is_ascii_digit()).find(|s| !s.is_empty()).and_then(|s| s.parse().ok()).unwrap_or(-1)
+}
+
+/// A holder and a waiter on one Redis node reached through `front` (TLS): the
+/// waiter's subscription streams over TLS and the holder's release wakes it
+/// long before its 20 s poll.
+fn waiter_wakes_by_push_over_tls(redis: &RedisServer, front: &TlsFront, node: RedisNode, pki: &TestPki, label: &str) {
+    let tls = TlsConfig::new().with_ca_file(pki.ca_cert());
+    let (holder, _) = recorded_redis_client(node.clone(), &tls);
+    let (waiter, log) = recorded_redis_client(node, &tls);
+    let name = format!("tls/push/{label}");
+    let channel = wake_channel(&lock_key("edgelock", &name));
+
+    let lock = holder.acquire(&name, None).expect("holder acquires over https");
+    let t = {
+        let name = name.clone();
+        thread::spawn(move || {
+            let l = waiter.acquire(&name, Some(Duration::from_secs(60))).expect("waiter acquires");
+            (waiter, l)
+        })
+    };
+    eventually("the waiter's subscription is live through TLS", || subscribers(redis, &channel) == 1);
+    let released_at = Instant::now();
+    let token = lock.fencing_token();
+    assert!(lock.release().expect("release over https"));
+    let (waiter, l) = t.join().expect("waiter thread");
+    assert!(released_at.elapsed() < Duration::from_secs(10), "{label}: woken by push, not the 20 s poll: {:?}", released_at.elapsed());
+    assert_eq!(l.fencing_token(), token + 1);
+    let sent = log.lock().unwrap().clone();
+    let streams: Vec<_> = sent.iter().filter(|(stream, _)| *stream).collect();
+    assert_eq!(streams.len(), 1, "{label}: one subscription: {sent:?}");
+    assert!(streams[0].1.starts_with(&front.url()) && streams[0].1.ends_with(&channel), "{:?}", streams[0]);
+    assert!(sent.iter().all(|(_, url)| url.starts_with("https://")), "{sent:?}");
+    eventually("the subscription is closed", || subscribers(redis, &channel) == 0);
+    assert!(l.release().unwrap());
+    waiter.close().unwrap();
+    holder.close().unwrap();
+}
+
 #[test]
 fn a_redis_lock_through_the_upstash_gateway_behind_tls_wakes_its_waiter_by_push() {
     let pki = TestPki::generate().expect("openssl PKI");
     let redis = RedisServer::start().expect("redis");
     let gateway = UpstashGateway::start(&redis, TOKEN).expect("gateway");
     let front = TlsFront::start(gateway.port(), &pki).expect("stunnel in front of the gateway");
-    let node = RedisNode::upstash(front.url(), TOKEN);
-    let tls = TlsConfig::new().with_ca_file(pki.ca_cert());
-    let (holder, _) = recorded_redis_client(node.clone(), &tls);
-    let (waiter, log) = recorded_redis_client(node, &tls);
-    let name = "tls/push";
-    let channel = wake_channel(&lock_key("edgelock", name));
-
-    let lock = holder.acquire(name, None).expect("holder acquires over https");
-    let t = thread::spawn(move || {
-        let l = waiter.acquire(name, Some(Duration::from_secs(60))).expect("waiter acquires");
-        (waiter, l)
-    });
-    eventually("the waiter's subscription is live through TLS", || gateway.subscription_count() == 1);
-    let released_at = Instant::now();
-    let token = lock.fencing_token();
-    assert!(lock.release().expect("release over https"));
-    let (waiter, l) = t.join().expect("waiter thread");
-    assert!(released_at.elapsed() < Duration::from_secs(10), "woken by push, not the 20 s poll: {:?}", released_at.elapsed());
-    assert_eq!(l.fencing_token(), token + 1);
-    let sent = log.lock().unwrap().clone();
-    let streams: Vec<_> = sent.iter().filter(|(stream, _)| *stream).collect();
-    assert_eq!(streams.len(), 1, "one subscription: {sent:?}");
-    assert!(streams[0].1.starts_with(&front.url()) && streams[0].1.ends_with(&channel), "{:?}", streams[0]);
-    assert!(sent.iter().all(|(_, url)| url.starts_with("https://")), "{sent:?}");
-    eventually("the subscription is closed", || gateway.subscription_count() == 0);
-    assert!(l.release().unwrap());
-    // Keep-alive: the gateway saw every request, through few TLS connections
-    // (stunnel opens one backend connection per TLS connection).
+    waiter_wakes_by_push_over_tls(&redis, &front, RedisNode::upstash(front.url(), TOKEN), &pki, "upstash");
     assert!(gateway.request_count() >= 5, "{}", gateway.request_count());
-    waiter.close().unwrap();
-    holder.close().unwrap();
+}
+
+#[test]
+fn a_redis_lock_through_webdis_behind_tls_wakes_its_waiter_by_push() {
+    let pki = TestPki::generate().expect("openssl PKI");
+    let redis = RedisServer::start().expect("redis");
+    let webdis = Webdis::start(&redis).expect("webdis");
+    let front = TlsFront::start(webdis.port(), &pki).expect("stunnel in front of webdis");
+    waiter_wakes_by_push_over_tls(&redis, &front, RedisNode::webdis(front.url()), &pki, "webdis");
 }
 
 fn cli(args: &[&str]) -> std::process::Output {

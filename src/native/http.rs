@@ -439,8 +439,8 @@ enum ExchangeError {
 fn io_err(e: std::io::Error) -> TransportError {
     // A TLS alert or protocol error from rustls, e.g. a server that rejects a
     // missing client certificate only after the handshake (TLS 1.3).
-    if let Some(m) = tls::describe_io_error(&e, None) {
-        return TransportError::Io(m);
+    if let Some(t) = tls::io_error(&e, None) {
+        return t;
     }
     match e.kind() {
         ErrorKind::TimedOut | ErrorKind::WouldBlock => TransportError::Timeout,

@@ -26,7 +26,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::{AlertDescription, CertificateError, ClientConfig, RootCertStore};
 
-use crate::core::LockError;
+use crate::core::{LockError, TransportError};
 
 /// TLS settings of the native driver (an I/O concern: the core never sees them).
 ///
@@ -192,12 +192,22 @@ impl TlsConnector {
     }
 }
 
-/// The message for an I/O error that carries a rustls error (rustls wraps its
-/// errors in `io::Error`s of kind `InvalidData`); `None` for other errors.
-/// `host` is known during the handshake, where certificates are verified.
-pub(crate) fn describe_io_error(e: &std::io::Error, host: Option<&str>) -> Option<String> {
+/// The transport error for an I/O error that carries a rustls error (rustls
+/// wraps its errors in `io::Error`s of kind `InvalidData`); `None` for other
+/// errors. `host` is known during the handshake, where certificates are verified.
+///
+/// A refusal (bad certificate, alert about ours) is a `Connect` error even when
+/// it arrives at the first read: in TLS 1.3 the server checks the client's
+/// certificate after the client considers the handshake done, and either way
+/// the HTTP request was never processed (so it is safe to send again).
+pub(crate) fn io_error(e: &std::io::Error, host: Option<&str>) -> Option<TransportError> {
     let tls = e.get_ref()?.downcast_ref::<rustls::Error>()?;
-    Some(describe(tls, host))
+    let refused = matches!(
+        tls,
+        rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented | rustls::Error::AlertReceived(_)
+    ) && !matches!(tls, rustls::Error::AlertReceived(AlertDescription::CloseNotify));
+    let message = describe(tls, host);
+    Some(if refused { TransportError::Connect(message) } else { TransportError::Io(message) })
 }
 
 /// One sentence per failure a user can act on.

@@ -41,8 +41,9 @@ impl Stream {
         let Stream::Tls(s) = self else { return Ok(()) };
         while s.conn.is_handshaking() {
             if let Err(e) = s.conn.complete_io(&mut s.sock) {
-                let message = match tls::describe_io_error(&e, Some(host)) {
-                    Some(m) => m,
+                let message = match tls::io_error(&e, Some(host)) {
+                    Some(TransportError::Connect(m) | TransportError::Io(m)) => m,
+                    Some(TransportError::Timeout) => return Err(TransportError::Timeout),
                     None if matches!(e.kind(), ErrorKind::TimedOut | ErrorKind::WouldBlock) => return Err(TransportError::Timeout),
                     None if e.kind() == ErrorKind::UnexpectedEof => {
                         format!("TLS: {host} closed the connection during the handshake (is it an https endpoint?)")
