@@ -151,8 +151,9 @@ pub enum StreamOutcome {
 }
 
 /// Cancels one in-flight request from any thread: the (TCP) socket is shut
-/// down, so a blocked read or write returns at once, under TLS as well. Cancelling before the connection
-/// exists makes the request fail as soon as it gets one.
+/// down, so a blocked read or write returns at once, under TLS as well.
+/// Cancelling before the connection exists makes the request fail as soon as
+/// it gets one.
 #[derive(Clone, Default, Debug)]
 pub struct CancelHandle {
     inner: Arc<Mutex<CancelState>>,
