@@ -32,7 +32,9 @@ mkdir -p "$CACHE"
 
 # 1. Debian packages: the real backends, and (full set-up) the browser for tests.
 BACKEND_PKGS=(etcd-server etcd-client redis-server webdis curl ca-certificates gzip iproute2 procps)
-APT_PKGS=("${BACKEND_PKGS[@]}" faketime binaryen chromium chromium-driver)
+# openssl makes the TLS tests' certificates; stunnel4 puts TLS in front of the
+# plain-HTTP Upstash gateway (tests/native_tls.rs, tools/devtools/src/tls.rs).
+APT_PKGS=("${BACKEND_PKGS[@]}" faketime binaryen chromium chromium-driver openssl stunnel4)
 if [ "${1:-}" = --backends ]; then APT_PKGS=("${BACKEND_PKGS[@]}"); fi
 apt_missing=()
 for p in "${APT_PKGS[@]}"; do

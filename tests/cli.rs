@@ -253,7 +253,9 @@ fn usage_and_backend_errors_have_their_exit_codes() {
     assert_eq!(output(&["run", "--etcd", &dead, "--try", "--wait", "5", "n", "--", "true"]).status.code(), Some(64));
     assert_eq!(output(&["run", "--etcd", &dead, "--bogus", "n", "--", "true"]).status.code(), Some(64));
     assert_eq!(output(&["run", "--etcd", "ftp://x", "n", "--", "true"]).status.code(), Some(64));
-    assert_eq!(output(&["run", "--etcd", "https://x", "n", "--", "true"]).status.code(), Some(64));
+    // https is supported (tests/native_tls.rs); a TLS file that cannot be read is a usage error.
+    assert_eq!(output(&["run", "--etcd", "https://x", "--ca-file", "/nonexistent.pem", "n", "--", "true"]).status.code(), Some(64));
+    assert_eq!(output(&["run", "--etcd", "https://x", "--key", "/k.pem", "n", "--", "true"]).status.code(), Some(64));
     assert_eq!(output(&["run", "--etcd", &dead, "--ttl", "10", "n", "--", "true"]).status.code(), Some(64));
     assert_eq!(output(&["frobnicate"]).status.code(), Some(64));
     let out = output(&["status", "--redis", "http://127.0.0.1:1", "n"]);

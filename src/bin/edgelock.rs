@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use edgelock::core::redis::{RedisConfig, RedisNode, RedlockConfig};
 use edgelock::core::{AcquireOptions, BackendSpec, LockStatus, Wait};
-use edgelock::native::{Client, EtcdAuth, EtcdConfig, Lock};
+use edgelock::native::{Client, ClientOptions, EtcdAuth, EtcdConfig, Lock, TlsConfig};
 use edgelock::LockError;
 
 const USAGE: &str = "\
@@ -29,12 +29,12 @@ edgelock exits 75.
 order (one `waiter:` line each), or one JSON object with --json.
 
 OPTIONS:
-    --etcd URLS       etcd gateway endpoint(s), comma-separated; http:// only
-                      (the native client has no TLS)
+    --etcd URLS       etcd gateway endpoint(s), comma-separated; http:// or
+                      https:// (see TLS below)
     --redis URLS      Redis node(s), comma-separated: one URL = single-node lock,
                       several = Redlock over independent nodes. Each URL names
-                      its protocol: webdis+http://HOST:PORT (Webdis) or
-                      upstash+http://HOST:PORT or a bare http(s):// URL
+                      its protocol: webdis+http(s)://HOST:PORT (Webdis) or
+                      upstash+http(s)://HOST:PORT or a bare http(s):// URL
                       (Upstash REST; the token comes from --token or
                       $EDGELOCK_REDIS_TOKEN / $UPSTASH_REDIS_REST_TOKEN)
     --token T         Upstash bearer token (prefer the environment variable:
@@ -53,6 +53,12 @@ OPTIONS:
                       (waiters get the lock in arrival order)
     --header 'K: V'   extra HTTP header for every request (e.g. authorization);
                       may be repeated
+    --ca-file PEM     https: trust the CA certificate(s) in this file instead
+                      of the system's roots (default: $EDGELOCK_CA_FILE)
+    --cert PEM        https: client certificate chain for mutual TLS (etcd
+                      --client-cert-auth); needs --key (default: $EDGELOCK_CERT)
+    --key PEM         https: the client certificate's private key, unencrypted
+                      PKCS#8/PKCS#1/SEC1 (default: $EDGELOCK_KEY)
     --json            (status) print JSON
     -h, --help        this text
     -V, --version     print the version
@@ -69,6 +75,13 @@ EXIT CODES:
     126   run: the command could not be executed; 127: it was not found
     The command's own codes may coincide with these; use --try/--wait
     consciously if you need to tell them apart.
+
+TLS:
+    https:// endpoints are verified against the system's root certificates
+    (/etc/ssl/certs; $SSL_CERT_FILE / $SSL_CERT_DIR) or the --ca-file CA(s).
+    A certificate that does not verify fails with exit 69 and says why;
+    there is no way to skip verification. Unreadable or invalid TLS files
+    exit 64 before any request.
 
 NOTES:
     If edgelock itself is killed (Ctrl-C, SIGKILL) it cannot release the lock;
@@ -166,6 +179,7 @@ struct Options {
     json: bool,
     headers: Vec<(String, String)>,
     etcd_user: Option<String>,
+    tls: TlsConfig,
     name: String,
     command: Vec<String>,
 }
@@ -177,6 +191,7 @@ fn parse(args: &[String], is_run: bool) -> Result<Options, Exit> {
     let mut headers = Vec::new();
     let mut token = None;
     let mut etcd_user = None;
+    let (mut ca_file, mut cert, mut key) = (None, None, None);
     let mut names = Vec::new();
     let mut command = Vec::new();
     let mut i = 0;
@@ -221,6 +236,9 @@ fn parse(args: &[String], is_run: bool) -> Result<Options, Exit> {
             "--prefix" => prefix = Some(value("a prefix")?),
             "--token" => token = Some(value("a token")?),
             "--etcd-user" => etcd_user = Some(value("a user name")?),
+            "--ca-file" => ca_file = Some(value("a PEM file")?),
+            "--cert" => cert = Some(value("a PEM file")?),
+            "--key" => key = Some(value("a PEM file")?),
             "--ttl" if is_run => ttl_ms = Some(parse_ms("--ttl", &value("milliseconds")?)?),
             "--wait" if is_run => wait_ms = Some(parse_ms("--wait", &value("milliseconds")?)?),
             "--try" if is_run && inline.is_none() => try_only = true,
@@ -243,6 +261,7 @@ fn parse(args: &[String], is_run: bool) -> Result<Options, Exit> {
     if etcd_user.is_some() && !matches!(backend, Backend::Etcd(_)) {
         return Err(Exit::usage("--etcd-user needs --etcd"));
     }
+    let tls = tls_config(ca_file, cert, key)?;
     if try_only && wait_ms.is_some() {
         return Err(Exit::usage("--try and --wait exclude each other"));
     }
@@ -257,7 +276,27 @@ fn parse(args: &[String], is_run: bool) -> Result<Options, Exit> {
     if !is_run && !command.is_empty() {
         return Err(Exit::usage("`status` takes no command"));
     }
-    Ok(Options { backend, token, prefix, ttl_ms, wait_ms, try_only, fair, json, headers, etcd_user, name, command })
+    Ok(Options { backend, token, prefix, ttl_ms, wait_ms, try_only, fair, json, headers, etcd_user, tls, name, command })
+}
+
+/// TLS files from the flags, else from the environment (an empty variable
+/// counts as unset). The files are read by `Client::connect_with`.
+fn tls_config(ca_file: Option<String>, cert: Option<String>, key: Option<String>) -> Result<TlsConfig, Exit> {
+    let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    let ca_file = ca_file.or_else(|| env("EDGELOCK_CA_FILE"));
+    let cert = cert.or_else(|| env("EDGELOCK_CERT"));
+    let key = key.or_else(|| env("EDGELOCK_KEY"));
+    let mut tls = TlsConfig::new();
+    if let Some(ca) = ca_file {
+        tls = tls.with_ca_file(ca);
+    }
+    match (cert, key) {
+        (Some(c), Some(k)) => tls = tls.with_client_cert(c, k),
+        (None, None) => {}
+        (Some(_), None) => return Err(Exit::usage("--cert needs --key (the client certificate's private key)")),
+        (None, Some(_)) => return Err(Exit::usage("--key needs --cert (the client certificate)")),
+    }
+    Ok(tls)
 }
 
 fn parse_ms(flag: &str, v: &str) -> Result<u64, Exit> {
@@ -283,7 +322,7 @@ fn connect(o: &Options) -> Result<Client, Exit> {
                     .map_err(|_| Exit::usage("--etcd-user needs the password in $EDGELOCK_ETCD_PASSWORD"))?;
                 cfg.auth = Some(EtcdAuth { username: user.clone(), password });
             }
-            Client::connect(BackendSpec::Etcd(cfg)).map_err(|e| Exit::lock(&e))
+            Client::connect_with(BackendSpec::Etcd(cfg), &ClientOptions::new().with_tls(o.tls.clone())).map_err(|e| Exit::lock(&e))
         }
         Backend::Redis(urls) => {
             let token = o
@@ -314,12 +353,12 @@ fn connect(o: &Options) -> Result<Client, Exit> {
                 }
                 BackendSpec::Redlock(cfg)
             };
-            Client::connect(spec).map_err(|e| Exit::lock(&e))
+            Client::connect_with(spec, &ClientOptions::new().with_tls(o.tls.clone())).map_err(|e| Exit::lock(&e))
         }
     }
 }
 
-/// `webdis+http://…`, `upstash+http://…` or a bare Upstash URL → a node (parsed by the core).
+/// `webdis+http(s)://…`, `upstash+http(s)://…` or a bare Upstash URL → a node (parsed by the core).
 fn redis_node(url: &str, token: Option<&str>) -> Result<RedisNode, Exit> {
     RedisNode::from_spec(url, token).map_err(|e| Exit::lock(&e))
 }

@@ -73,6 +73,11 @@ impl AsyncClient {
         Client::connect(spec).map(AsyncClient::from)
     }
 
+    /// With options (TLS: a CA file, a client certificate), as [`Client::connect_with`].
+    pub fn connect_with(spec: BackendSpec, options: &super::ClientOptions) -> Result<AsyncClient, LockError> {
+        Client::connect_with(spec, options).map(AsyncClient::from)
+    }
+
     /// A client for an etcd cluster through its JSON gateway, as [`Client::etcd`].
     pub fn etcd(cfg: EtcdConfig) -> Result<AsyncClient, LockError> {
         Client::etcd(cfg).map(AsyncClient::from)

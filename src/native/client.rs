@@ -7,9 +7,33 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::driver::{self, Call, Clock, Completion, LockShared, Msg, ReplyTo};
+use super::http::HttpClient;
+use super::tls::TlsConfig;
 use crate::core::etcd::EtcdConfig;
 use crate::core::BackendSpec;
 use crate::core::{AcquireOptions, LockError, LockHandle, LockInfo, LockMachine, LockStatus, LostReason, Operation, Wait};
+
+/// Options of the native driver: I/O settings the core never sees. Build with
+/// `ClientOptions::new().with_tls(…)` (fields may be added later).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ClientOptions {
+    /// TLS for `https://` endpoints (default: platform roots, no client certificate).
+    pub tls: TlsConfig,
+}
+
+impl ClientOptions {
+    /// The defaults.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets the TLS settings.
+    pub fn with_tls(mut self, tls: TlsConfig) -> Self {
+        self.tls = tls;
+        self
+    }
+}
 
 /// A handle to one lock client (one backend session) running on its own driver
 /// thread. Cheap to clone; all clones share the session. When the last clone
@@ -40,21 +64,45 @@ impl fmt::Debug for Client {
 }
 
 impl Client {
-    /// A client for an etcd cluster through its JSON gateway (`http://`
-    /// endpoints only: the native driver has no TLS). One session lease is
-    /// shared by every lock of this client.
+    /// A client for an etcd cluster through its JSON gateway (`http://` or
+    /// `https://` endpoints; for a private CA or a client certificate use
+    /// [`Client::connect_with`]). One session lease is shared by every lock of
+    /// this client.
     pub fn etcd(cfg: EtcdConfig) -> Result<Client, LockError> {
         Client::connect(BackendSpec::Etcd(cfg))
     }
 
     /// A client for any backend of the registry (etcd, one Redis node,
     /// Redlock), built by [`BackendSpec::build`] with the OS's entropy.
-    /// `https://` URLs are refused: the native driver has no TLS.
+    /// `https://` URLs trust the platform's root certificates; see
+    /// [`Client::connect_with`] for other TLS settings.
     pub fn connect(spec: BackendSpec) -> Result<Client, LockError> {
-        if spec.urls().iter().any(|u| u.get(..8).is_some_and(|s| s.eq_ignore_ascii_case("https://"))) {
-            return Err(LockError::invalid(super::http::HTTPS_UNSUPPORTED));
+        Client::connect_with(spec, &ClientOptions::default())
+    }
+
+    /// Like [`Client::connect`], with driver options (TLS). TLS files are read
+    /// and checked here: a missing or invalid one, like a platform without root
+    /// certificates for an `https://` URL, is `LockError::InvalidArgument`
+    /// before any request.
+    ///
+    /// ```no_run
+    /// use edgelock::core::BackendSpec;
+    /// use edgelock::native::{Client, ClientOptions, EtcdConfig, TlsConfig};
+    ///
+    /// let tls = TlsConfig::new()
+    ///     .with_ca_file("/etc/etcd/pki/ca.pem")
+    ///     .with_client_cert("/etc/etcd/pki/client.pem", "/etc/etcd/pki/client-key.pem");
+    /// let spec = BackendSpec::Etcd(EtcdConfig::new(vec!["https://etcd-1:2379".into()]));
+    /// let client = Client::connect_with(spec, &ClientOptions::new().with_tls(tls))?;
+    /// # Ok::<(), edgelock::LockError>(())
+    /// ```
+    pub fn connect_with(spec: BackendSpec, options: &ClientOptions) -> Result<Client, LockError> {
+        let https = spec.urls().iter().any(|u| u.get(..8).is_some_and(|s| s.eq_ignore_ascii_case("https://")));
+        let machine = spec.build(Box::new(super::OsEntropy))?;
+        if https && options.tls.is_default() {
+            super::tls::default_connector()?; // fail now, not at the first request
         }
-        Client::try_from_machine(spec.build(Box::new(super::OsEntropy))?)
+        Client::start(machine, HttpClient::with_tls(&options.tls)?)
     }
 
     /// Runs any lock machine (Redis, Redlock, …) on a new driver thread.
@@ -70,9 +118,19 @@ impl Client {
 
     /// Like [`Client::from_machine`], but reports a failure to start the driver thread.
     pub fn try_from_machine(m: Box<dyn LockMachine + Send>) -> Result<Client, LockError> {
+        Client::start(m, HttpClient::new())
+    }
+
+    /// Runs any lock machine with driver options (TLS); an invalid TLS file is
+    /// `LockError::InvalidArgument`.
+    pub fn try_from_machine_with(m: Box<dyn LockMachine + Send>, options: &ClientOptions) -> Result<Client, LockError> {
+        Client::start(m, HttpClient::with_tls(&options.tls)?)
+    }
+
+    fn start(m: Box<dyn LockMachine + Send>, http: HttpClient) -> Result<Client, LockError> {
         let backend = m.backend().as_str();
         let clock = Clock::new();
-        let (tx, backend) = driver::spawn(m, clock).map_err(|e| LockError::Transport {
+        let (tx, backend) = driver::spawn(m, clock, http).map_err(|e| LockError::Transport {
             backend,
             name: String::new(),
             message: format!("cannot start the driver thread: {e}"),

@@ -225,7 +225,7 @@ struct Caller {
 }
 
 /// Starts the driver thread. The machine is moved onto it.
-pub(crate) fn spawn(machine: Box<dyn LockMachine + Send>, clock: Clock) -> std::io::Result<(Sender<Msg>, &'static str)> {
+pub(crate) fn spawn(machine: Box<dyn LockMachine + Send>, clock: Clock, http: HttpClient) -> std::io::Result<(Sender<Msg>, &'static str)> {
     let backend = machine.backend().as_str();
     let session = Session::new(machine);
     let (tx, rx) = channel();
@@ -236,7 +236,7 @@ pub(crate) fn spawn(machine: Box<dyn LockMachine + Send>, clock: Clock) -> std::
             rx,
             tx: worker_tx,
             clock,
-            http: HttpClient::new(),
+            http,
             inflight: HashMap::new(),
             local: VecDeque::new(),
             tickets: HashMap::new(),

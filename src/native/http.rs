@@ -1,6 +1,8 @@
-//! A minimal blocking HTTP/1.1 client on `std::net`: plain `http://` only,
-//! keep-alive pooling per host:port, Content-Length / chunked / close-delimited
-//! bodies, a streaming mode (etcd watches) and cancellation from another thread.
+//! A minimal blocking HTTP/1.1 client on `std::net`: `http://` and `https://`
+//! (TLS through rustls, see [`crate::native::tls`]), keep-alive pooling per
+//! scheme:host:port, Content-Length / chunked / close-delimited bodies, a
+//! streaming mode (etcd watches, Redis subscriptions) and cancellation from
+//! another thread.
 //!
 //! Every limit is enforced while reading, so a hostile or broken server yields a
 //! [`TransportError`], never a panic or unbounded memory.
@@ -11,7 +13,11 @@ use std::net::{Shutdown, SocketAddr, TcpStream, ToSocketAddrs};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use crate::core::TransportError;
+use crate::core::{LockError, TransportError};
+use crate::native::tls::{self, TlsConfig, TlsConnector};
+
+mod stream;
+use stream::Stream;
 
 /// Largest whole (non-streamed) response body accepted.
 pub const MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
@@ -29,31 +35,29 @@ const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const DEFAULT_READ_TIMEOUT: Duration = Duration::from_secs(60);
 const READ_BUF: usize = 16 * 1024;
 
-/// The transport error message for an `https://` URL (the native driver has no TLS).
-pub const HTTPS_UNSUPPORTED: &str = "https is not supported by the native driver; use the JS package or an http endpoint";
-
-/// A parsed `http://` URL.
+/// A parsed `http://` or `https://` URL.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Url {
+    /// `https://`: the connection is TLS.
+    pub tls: bool,
     /// Host without brackets (an IPv6 literal is bare here).
     pub host: String,
-    /// Port, 80 when the URL names none.
+    /// Port; 80 (http) or 443 (https) when the URL names none.
     pub port: u16,
     /// Path (and anything after it), always starting with `/`.
     pub path: String,
 }
 
 impl Url {
-    /// Parses an `http://host[:port][/path]` URL; rejects `https://`, credentials,
+    /// Parses an `http(s)://host[:port][/path]` URL; rejects credentials,
     /// whitespace and control characters.
     pub fn parse(url: &str) -> Result<Url, TransportError> {
-        if url.get(..6).is_some_and(|p| p.eq_ignore_ascii_case("https:")) {
-            return Err(TransportError::Connect(HTTPS_UNSUPPORTED.to_string()));
-        }
-        let rest = match url.get(..7) {
-            Some(p) if p.eq_ignore_ascii_case("http://") => &url[7..],
-            _ => return Err(TransportError::Connect(format!("unsupported URL {:?}: expected http://", short(url)))),
+        let (tls, rest) = match (url.get(..7), url.get(..8)) {
+            (Some(p), _) if p.eq_ignore_ascii_case("http://") => (false, &url[7..]),
+            (_, Some(p)) if p.eq_ignore_ascii_case("https://") => (true, &url[8..]),
+            _ => return Err(TransportError::Connect(format!("unsupported URL {:?}: expected http:// or https://", short(url)))),
         };
+        let default_port = if tls { 443 } else { 80 };
         if url.bytes().any(|b| b <= b' ' || b == 0x7f) {
             return Err(TransportError::Connect("URL contains whitespace or control characters".into()));
         }
@@ -70,34 +74,34 @@ impl Url {
             let after = &v6[end + 1..];
             let port = match after.strip_prefix(':') {
                 Some(p) => parse_port(p)?,
-                None if after.is_empty() => 80,
+                None if after.is_empty() => default_port,
                 None => return Err(TransportError::Connect("garbage after IPv6 literal in URL".into())),
             };
             (host, port)
         } else {
             match authority.rsplit_once(':') {
                 Some((h, p)) => (h, parse_port(p)?),
-                None => (authority, 80),
+                None => (authority, default_port),
             }
         };
         if host.is_empty() {
             return Err(TransportError::Connect("URL has no host".into()));
         }
-        Ok(Url { host: host.to_string(), port, path: path.to_string() })
+        Ok(Url { tls, host: host.to_string(), port, path: path.to_string() })
     }
 
     /// The value of the `Host` header.
     fn host_header(&self) -> String {
         let host = if self.host.contains(':') { format!("[{}]", self.host) } else { self.host.clone() };
-        if self.port == 80 {
+        if self.port == if self.tls { 443 } else { 80 } {
             host
         } else {
             format!("{host}:{}", self.port)
         }
     }
 
-    fn pool_key(&self) -> (String, u16) {
-        (self.host.to_ascii_lowercase(), self.port)
+    fn pool_key(&self) -> PoolKey {
+        (self.tls, self.host.to_ascii_lowercase(), self.port)
     }
 }
 
@@ -117,7 +121,7 @@ fn short(s: &str) -> String {
 pub struct Request<'a> {
     /// Request method (`GET`, `POST`).
     pub method: &'a str,
-    /// Absolute `http://` URL.
+    /// Absolute `http://` or `https://` URL.
     pub url: &'a str,
     /// Header names and values.
     pub headers: &'a [(String, String)],
@@ -146,9 +150,10 @@ pub enum StreamOutcome {
     Whole(Response),
 }
 
-/// Cancels one in-flight request from any thread: the socket is shut down, so a
-/// blocked read or write returns at once. Cancelling before the connection
-/// exists makes the request fail as soon as it gets one.
+/// Cancels one in-flight request from any thread: the (TCP) socket is shut
+/// down, so a blocked read or write returns at once, under TLS as well.
+/// Cancelling before the connection exists makes the request fail as soon as
+/// it gets one.
 #[derive(Clone, Default, Debug)]
 pub struct CancelHandle {
     inner: Arc<Mutex<CancelState>>,
@@ -202,13 +207,19 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Idle keep-alive connections by (lowercased host, port).
-type Pool = HashMap<(String, u16), Vec<TcpStream>>;
+/// (https, lowercased host, port).
+type PoolKey = (bool, String, u16);
+/// Idle keep-alive connections by [`PoolKey`].
+type Pool = HashMap<PoolKey, Vec<Stream>>;
 
-/// A blocking HTTP/1.1 client with a keep-alive pool. Cheap to clone (shared pool).
+/// A blocking HTTP/1.1 client with a keep-alive pool. Cheap to clone (shared
+/// pool and TLS configuration).
 #[derive(Clone, Default)]
 pub struct HttpClient {
     idle: Arc<Mutex<Pool>>,
+    /// `None`: https uses [`TlsConfig::default`] (platform roots), loaded on
+    /// first use.
+    tls: Option<TlsConnector>,
 }
 
 impl std::fmt::Debug for HttpClient {
@@ -225,9 +236,23 @@ enum Attempt<T> {
 }
 
 impl HttpClient {
-    /// A client with an empty connection pool.
+    /// A client with an empty connection pool; https trusts the platform's roots.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A client whose https connections use `tls`. Reads and checks the files
+    /// now: an unreadable or invalid one is `LockError::InvalidArgument`.
+    pub fn with_tls(tls: &TlsConfig) -> Result<Self, LockError> {
+        let tls = if tls.is_default() { None } else { Some(tls.load()?) };
+        Ok(HttpClient { idle: Arc::default(), tls })
+    }
+
+    fn tls_connector(&self) -> Result<TlsConnector, TransportError> {
+        match &self.tls {
+            Some(c) => Ok(c.clone()),
+            None => tls::default_connector().map_err(|e| TransportError::Connect(e.to_string())),
+        }
     }
 
     /// Number of idle pooled connections (tests).
@@ -271,7 +296,8 @@ impl HttpClient {
                 Attempt::StaleConnection(e) => return Err(e),
             }
         }
-        let conn = connect(&url, req.timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT))?;
+        let tcp = connect(&url, req.timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT))?;
+        let conn = if url.tls { Stream::tls(&self.tls_connector()?, &url.host, tcp)? } else { Stream::Plain(tcp) };
         match self.attempt(conn, false, &url, &head, req, cancel, started, sink, streaming) {
             Attempt::Done(r) => r,
             Attempt::StaleConnection(e) => Err(e),
@@ -281,7 +307,7 @@ impl HttpClient {
     #[allow(clippy::too_many_arguments)]
     fn attempt(
         &self,
-        stream: TcpStream,
+        stream: Stream,
         reused: bool,
         url: &Url,
         head: &[u8],
@@ -291,12 +317,17 @@ impl HttpClient {
         sink: &mut dyn FnMut(&[u8]),
         streaming: bool,
     ) -> Attempt<StreamOutcome> {
-        if !cancel.attach(&stream) {
+        if !cancel.attach(stream.tcp()) {
             return Attempt::Done(Err(TransportError::Io("request cancelled".into())));
         }
         let deadline = started + req.timeout.unwrap_or(DEFAULT_READ_TIMEOUT);
         let mut conn = Conn::new(stream, Some(deadline));
-        let result = exchange(&mut conn, head, req.body, sink, streaming, reused);
+        // A fresh connection's TLS handshake runs with the cancel handle
+        // attached and within the request's deadline.
+        let result = match conn.handshake(&url.host) {
+            Ok(()) => exchange(&mut conn, head, req.body, sink, streaming, reused),
+            Err(e) => Err(ExchangeError::Other(e)),
+        };
         cancel.detach();
         match result {
             Ok((outcome, reusable)) => {
@@ -317,7 +348,7 @@ impl HttpClient {
         }
     }
 
-    fn take_idle(&self, url: &Url) -> Option<TcpStream> {
+    fn take_idle(&self, url: &Url) -> Option<Stream> {
         let mut idle = lock(&self.idle);
         let list = idle.get_mut(&url.pool_key())?;
         while let Some(s) = list.pop() {
@@ -328,7 +359,7 @@ impl HttpClient {
         None
     }
 
-    fn put_idle(&self, url: &Url, stream: TcpStream) {
+    fn put_idle(&self, url: &Url, stream: Stream) {
         let mut idle = lock(&self.idle);
         let list = idle.entry(url.pool_key()).or_default();
         if list.len() < MAX_IDLE_PER_HOST {
@@ -338,8 +369,10 @@ impl HttpClient {
 }
 
 /// A cheap check that an idle connection was not closed by the server (EOF or
-/// unexpected data waiting): peek without blocking.
-fn still_open(s: &TcpStream) -> bool {
+/// unexpected data waiting, such as a TLS close_notify): peek at the TCP
+/// socket without blocking.
+fn still_open(s: &Stream) -> bool {
+    let s = s.tcp();
     if s.set_nonblocking(true).is_err() {
         return false;
     }
@@ -405,6 +438,11 @@ enum ExchangeError {
 }
 
 fn io_err(e: std::io::Error) -> TransportError {
+    // A TLS alert or protocol error from rustls, e.g. a server that rejects a
+    // missing client certificate only after the handshake (TLS 1.3).
+    if let Some(t) = tls::io_error(&e, None) {
+        return t;
+    }
     match e.kind() {
         ErrorKind::TimedOut | ErrorKind::WouldBlock => TransportError::Timeout,
         _ => TransportError::Io(e.to_string()),
@@ -448,7 +486,7 @@ fn exchange(
     if stream_it {
         // A watch may stay silent for a long time: only cancellation ends it.
         conn.deadline = None;
-        if conn.stream.set_read_timeout(None).is_err() {
+        if conn.stream.tcp().set_read_timeout(None).is_err() {
             return Err(ExchangeError::Other(TransportError::Io("cannot configure socket".into())));
         }
     }
@@ -469,7 +507,7 @@ fn exchange(
         }
     };
     let reusable = read_body(conn, &framing, &mut deliver).map_err(ExchangeError::Other)?;
-    let reusable = reusable && head.keep_alive && conn.buffered() == 0;
+    let reusable = reusable && head.keep_alive && conn.buffered() == 0 && conn.stream.is_clean();
     let outcome = if stream_it { StreamOutcome::Ended } else { StreamOutcome::Whole(Response { status: head.status, body }) };
     Ok((outcome, reusable))
 }
@@ -689,9 +727,9 @@ fn parse_chunk_size(line: &[u8]) -> Result<u64, TransportError> {
     u64::from_str_radix(digits, 16).map_err(|_| TransportError::Io(format!("invalid chunk size ({} bytes)", digits.len())))
 }
 
-/// A socket with a small read buffer and an optional overall deadline.
+/// A socket (plain or TLS) with a small read buffer and an optional overall deadline.
 struct Conn {
-    stream: TcpStream,
+    stream: Stream,
     buf: Box<[u8]>,
     start: usize,
     end: usize,
@@ -699,8 +737,15 @@ struct Conn {
 }
 
 impl Conn {
-    fn new(stream: TcpStream, deadline: Option<Instant>) -> Self {
+    fn new(stream: Stream, deadline: Option<Instant>) -> Self {
         Conn { stream, buf: vec![0u8; READ_BUF].into_boxed_slice(), start: 0, end: 0, deadline }
+    }
+
+    /// Completes a fresh TLS connection's handshake (no-op for plain TCP and
+    /// for TLS connections that already carried a request).
+    fn handshake(&mut self, host: &str) -> Result<(), TransportError> {
+        self.arm_timeout()?;
+        self.stream.handshake(host)
     }
 
     fn buffered(&self) -> usize {
@@ -713,8 +758,8 @@ impl Conn {
             if left.is_zero() {
                 return Err(TransportError::Timeout);
             }
-            self.stream.set_read_timeout(Some(left)).map_err(io_err)?;
-            self.stream.set_write_timeout(Some(left)).map_err(io_err)?;
+            self.stream.tcp().set_read_timeout(Some(left)).map_err(io_err)?;
+            self.stream.tcp().set_write_timeout(Some(left)).map_err(io_err)?;
         }
         Ok(())
     }
@@ -783,3 +828,5 @@ impl Conn {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tls_tests;

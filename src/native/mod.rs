@@ -10,11 +10,14 @@
 //! Both share one session when converted ([`Client::to_async`],
 //! [`AsyncClient::to_blocking`]).
 //!
-//! Only `http://` endpoints are supported here (no TLS dependency); use the JS
-//! package or a local TLS-terminating proxy for `https://`.
+//! `https://` endpoints are served through rustls ([`tls`]): the platform's
+//! root certificates by default, or a CA file, and a client certificate for
+//! mutual TLS (etcd's `--client-cert-auth`), configured by [`TlsConfig`] in
+//! [`ClientOptions`] for [`Client::connect_with`].
 
 pub mod entropy;
 pub mod http;
+pub mod tls;
 
 pub use entropy::OsEntropy;
 mod async_client;
@@ -26,4 +29,5 @@ mod fake;
 
 pub use crate::core::etcd::{EtcdAuth, EtcdConfig};
 pub use async_client::{AsyncClient, AsyncLock, LostFuture};
-pub use client::{CancelToken, Client, Lock};
+pub use client::{CancelToken, Client, ClientOptions, Lock};
+pub use tls::TlsConfig;

@@ -243,8 +243,10 @@ fn invalid_arguments_are_refused_like_the_blocking_api() {
     let c = client(&server, TTL_MS);
     assert!(matches!(block_on(c.acquire("", None)), Err(LockError::InvalidArgument { .. })));
     assert_eq!(server.requests(), 0);
-    let err = AsyncClient::connect(crate::core::BackendSpec::Etcd(EtcdConfig::new(vec!["https://example.invalid".into()]))).unwrap_err();
-    assert!(err.to_string().contains("https is not supported"), "{err}");
+    // A TLS option naming a file that does not exist: refused at construction.
+    let opts = crate::native::ClientOptions::new().with_tls(crate::native::TlsConfig::new().with_ca_file("/nonexistent/edgelock-ca.pem"));
+    let err = AsyncClient::connect_with(crate::core::BackendSpec::Etcd(EtcdConfig::new(vec!["https://example.invalid".into()])), &opts).unwrap_err();
+    assert!(matches!(err, LockError::InvalidArgument { .. }), "{err}");
 }
 
 #[test]

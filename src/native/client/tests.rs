@@ -236,9 +236,11 @@ fn errors_come_back_as_lock_errors() {
     let c = Client::from_machine(Box::new(FakeLockMachine::new(dead, TTL_MS)));
     let err = c.acquire("x", None).unwrap_err();
     assert!(matches!(err, LockError::Transport { .. }), "{err:?}");
-    let c = Client::from_machine(Box::new(FakeLockMachine::new("https://example.invalid".into(), TTL_MS)));
+    // https to a plain-HTTP server: a TRANSPORT error saying so, never a silent downgrade.
+    let c = Client::from_machine(Box::new(FakeLockMachine::new(server.base().replacen("http://", "https://", 1), TTL_MS)));
     let err = c.acquire("x", None).unwrap_err();
-    assert!(err.to_string().contains("https is not supported"), "{err}");
+    assert!(matches!(err, LockError::Transport { .. }), "{err:?}");
+    assert!(err.to_string().contains("TLS"), "{err}");
 }
 
 #[test]

@@ -42,7 +42,7 @@ impl TestServer {
 }
 
 /// Reads one request (head + Content-Length body); None at EOF.
-fn read_request(r: &mut BufReader<TcpStream>) -> Option<(String, Vec<u8>)> {
+pub(super) fn read_request(r: &mut impl BufRead) -> Option<(String, Vec<u8>)> {
     let mut head = String::new();
     loop {
         let mut line = String::new();
@@ -72,20 +72,21 @@ fn get<'a>(url: &'a str, headers: &'a [(String, String)]) -> Request<'a> {
 fn parses_urls() {
     assert_eq!(
         Url::parse("http://127.0.0.1:2379/v3/kv/txn").unwrap(),
-        Url { host: "127.0.0.1".into(), port: 2379, path: "/v3/kv/txn".into() }
+        Url { tls: false, host: "127.0.0.1".into(), port: 2379, path: "/v3/kv/txn".into() }
     );
-    assert_eq!(Url::parse("http://[::1]:8080/x").unwrap(), Url { host: "::1".into(), port: 8080, path: "/x".into() });
+    assert_eq!(Url::parse("http://[::1]:8080/x").unwrap(), Url { tls: false, host: "::1".into(), port: 8080, path: "/x".into() });
     assert_eq!(Url::parse("http://[::1]").unwrap().port, 80);
-    assert_eq!(Url::parse("HTTP://example.com").unwrap(), Url { host: "example.com".into(), port: 80, path: "/".into() });
+    assert_eq!(Url::parse("HTTP://example.com").unwrap(), Url { tls: false, host: "example.com".into(), port: 80, path: "/".into() });
     assert_eq!(Url::parse("http://[::1]:8080/").unwrap().host_header(), "[::1]:8080");
     assert_eq!(Url::parse("http://h/").unwrap().host_header(), "h");
     for bad in ["ftp://x", "http://", "http://h:0/", "http://h:99999", "http://[::1", "http://[::1]x", "http://u@h/", "http://h /", "", "h", "abcde€", "http€://x"] {
         assert!(Url::parse(bad).is_err(), "{bad}");
     }
-    match Url::parse("https://x.example") {
-        Err(TransportError::Connect(m)) => assert_eq!(m, HTTPS_UNSUPPORTED),
-        other => panic!("{other:?}"),
-    }
+    let https = Url::parse("HTTPS://x.example/p").unwrap();
+    assert_eq!((https.tls, https.port, https.host_header()), (true, 443, "x.example".to_string()));
+    assert_eq!(Url::parse("https://x.example:8443").unwrap().host_header(), "x.example:8443");
+    assert_eq!(Url::parse("https://x.example:80").unwrap().host_header(), "x.example:80");
+    assert!(!Url::parse("http://x.example").unwrap().tls);
 }
 
 #[test]

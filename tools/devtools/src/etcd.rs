@@ -2,7 +2,7 @@
 //! `EDGELOCK_ETCD_BIN` names, such as etcd 3.5; JSON gateway on /v3/).
 
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -36,6 +36,22 @@ pub struct EtcdOptions {
     pub extra_args: Vec<String>,
     /// How long to wait for `POST /v3/kv/range` to answer.
     pub start_timeout: Duration,
+    /// Serve clients over https (see [`EtcdTls`]).
+    pub tls: Option<EtcdTls>,
+}
+
+/// TLS on etcd's client port (the JSON gateway shares it): `--cert-file`,
+/// `--key-file`, and with `client_ca_file` `--client-cert-auth
+/// --trusted-ca-file` (clients must present a certificate that CA signed).
+///
+/// Such a member also listens on a second, plain-http client port on
+/// loopback ([`EtcdServer::probe_url`]): devtools has no TLS client, and its
+/// readiness and status checks go there. Tests use [`EtcdServer::url`].
+#[derive(Debug, Clone)]
+pub struct EtcdTls {
+    pub cert_file: PathBuf,
+    pub key_file: PathBuf,
+    pub client_ca_file: Option<PathBuf>,
 }
 
 impl Default for EtcdOptions {
@@ -47,6 +63,7 @@ impl Default for EtcdOptions {
             election_ms: None,
             extra_args: Vec::new(),
             start_timeout: Duration::from_secs(15),
+            tls: None,
         }
     }
 }
@@ -57,6 +74,8 @@ pub struct EtcdServer {
     name: String,
     client_port: u16,
     peer_port: u16,
+    /// With TLS: the extra plain-http client port (readiness, status).
+    probe_port: Option<u16>,
     proc: ProcessGuard,
     dir: TempDir,
 }
@@ -74,10 +93,15 @@ struct MemberPlan {
     name: String,
     client_port: u16,
     peer_port: u16,
+    probe_port: Option<u16>,
 }
 
 fn peer_url(port: u16) -> String {
     format!("http://127.0.0.1:{port}")
+}
+
+fn client_url(port: u16, tls: bool) -> String {
+    format!("{}://127.0.0.1:{port}", if tls { "https" } else { "http" })
 }
 
 fn spawn_member(
@@ -87,7 +111,11 @@ fn spawn_member(
     opts: &EtcdOptions,
 ) -> io::Result<EtcdServer> {
     let dir = TempDir::new(&format!("etcd-{}", plan.client_port))?;
-    let client = peer_url(plan.client_port);
+    let client = client_url(plan.client_port, opts.tls.is_some());
+    let listen = match plan.probe_port {
+        Some(probe) => format!("{client},{}", peer_url(probe)),
+        None => client.clone(),
+    };
     let peer = peer_url(plan.peer_port);
     let mut spec = ProcessSpec::new(etcd_bin(), dir.path().join("etcd.log"))
         .args(["--name", &plan.name])
@@ -95,7 +123,7 @@ fn spawn_member(
         .arg(dir.path().join("data"))
         .args([
             "--listen-client-urls",
-            &client,
+            &listen,
             "--advertise-client-urls",
             &client,
         ])
@@ -140,12 +168,19 @@ fn spawn_member(
     if let Some(e) = opts.election_ms {
         spec = spec.args(["--election-timeout".to_string(), e.to_string()]);
     }
+    if let Some(tls) = &opts.tls {
+        spec = spec.arg("--cert-file").arg(&tls.cert_file).arg("--key-file").arg(&tls.key_file);
+        if let Some(ca) = &tls.client_ca_file {
+            spec = spec.arg("--client-cert-auth").arg("--trusted-ca-file").arg(ca);
+        }
+    }
     spec = spec.args(opts.extra_args.iter().cloned());
     let proc = ProcessGuard::spawn(spec)?;
     Ok(EtcdServer {
         name: plan.name.clone(),
         client_port: plan.client_port,
         peer_port: plan.peer_port,
+        probe_port: plan.probe_port,
         proc,
         dir,
     })
@@ -172,12 +207,14 @@ fn cluster_token() -> String {
 
 /// Starts `n` members and waits until every one answers a (linearizable) read.
 fn start_members(n: usize, opts: &EtcdOptions) -> io::Result<Vec<EtcdServer>> {
-    let ports = free_ports(2 * n)?;
+    let per = if opts.tls.is_some() { 3 } else { 2 };
+    let ports = free_ports(per * n)?;
     let plans: Vec<MemberPlan> = (0..n)
         .map(|i| MemberPlan {
             name: format!("m{i}"),
-            client_port: ports[2 * i],
-            peer_port: ports[2 * i + 1],
+            client_port: ports[per * i],
+            peer_port: ports[per * i + 1],
+            probe_port: (per == 3).then(|| ports[per * i + 2]),
         })
         .collect();
     let initial: Vec<String> = plans
@@ -191,7 +228,7 @@ fn start_members(n: usize, opts: &EtcdOptions) -> io::Result<Vec<EtcdServer>> {
         members.push(spawn_member(p, &initial, &token, opts)?);
     }
     for m in &mut members {
-        let url = m.url();
+        let url = m.probe_url();
         m.proc.wait_ready(
             &format!("etcd member {}", m.name),
             opts.start_timeout,
@@ -225,9 +262,15 @@ impl EtcdServer {
             .ok_or_else(|| io::Error::other("no etcd member"))
     }
 
-    /// Client URL, `http://127.0.0.1:<client port>`.
+    /// Client URL, `http://127.0.0.1:<client port>` (`https://` with TLS).
     pub fn url(&self) -> String {
-        peer_url(self.client_port)
+        client_url(self.client_port, self.probe_port.is_some())
+    }
+
+    /// A plain-http client URL: [`EtcdServer::url`], or with TLS the extra
+    /// plain listener (see [`EtcdTls`]).
+    pub fn probe_url(&self) -> String {
+        peer_url(self.probe_port.unwrap_or(self.client_port))
     }
 
     pub fn name(&self) -> &str {
@@ -280,7 +323,7 @@ impl EtcdServer {
 
     /// Waits until this member answers a linearizable read.
     pub fn wait_ready(&mut self, timeout: Duration) -> io::Result<()> {
-        let url = self.url();
+        let url = self.probe_url();
         let name = format!("etcd member {}", self.name);
         self.proc
             .wait_ready(&name, timeout, || kv_range_answers(&url))
@@ -290,7 +333,7 @@ impl EtcdServer {
     pub fn status(&self, timeout: Duration) -> io::Result<EtcdStatus> {
         let r = http_request(
             "POST",
-            &format!("{}/v3/maintenance/status", self.url()),
+            &format!("{}/v3/maintenance/status", self.probe_url()),
             &[("Content-Type", "application/json")],
             b"{}",
             timeout,

@@ -13,6 +13,9 @@
 //!   [`gateway`]); also the `upstash-gateway` binary.
 //! - [`FencedResource`]: a tiny HTTP resource that rejects stale fencing
 //!   tokens and logs every attempt; also the `fenced-resource` binary.
+//! - [`TestPki`]: a CA, server and client certificates made with `openssl`;
+//!   [`EtcdTls`] serves etcd over https with them, [`TlsFront`] (`stunnel4`)
+//!   puts TLS in front of a plain-HTTP server (the gateway, webdis).
 //! - [`Env`]: all of the above at once; also the `testenv` binary, which
 //!   prints the URLs as one JSON line for Node tests and benchmarks.
 //!
@@ -31,11 +34,12 @@ pub mod redis;
 pub mod resp;
 pub mod serve_cli;
 pub mod tempdir;
+pub mod tls;
 pub mod webdis;
 
 pub use env::{Env, EnvBuilder};
 pub use fault_proxy::{Fault, FaultProxy};
-pub use etcd::{etcd_bin, EtcdCluster, EtcdOptions, EtcdServer, EtcdStatus};
+pub use etcd::{etcd_bin, EtcdCluster, EtcdOptions, EtcdServer, EtcdStatus, EtcdTls};
 pub use fenced::FencedResource;
 pub use gateway::{GatewayConfig, UpstashGateway};
 pub use http1::{http_request, HttpResponse};
@@ -44,4 +48,5 @@ pub use process::{ProcessGuard, ProcessSpec};
 pub use redis::{RedisOptions, RedisServer};
 pub use resp::{RespConn, RespValue};
 pub use tempdir::TempDir;
+pub use tls::{TestPki, TlsFront};
 pub use webdis::Webdis;
