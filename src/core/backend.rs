@@ -113,22 +113,26 @@ struct AuthOptions {
 
 impl AuthOptions {
     fn read(v: &Value) -> Result<Self, String> {
-        let f = Fields::new(v, &["username", "password"])?;
-        Ok(AuthOptions { username: f.str("username")?, password: f.str("password")? })
+        let f = Fields::new(v)?;
+        let out = AuthOptions { username: f.str("username")?, password: f.str("password")? };
+        f.finish()?;
+        Ok(out)
     }
 }
 
 impl EtcdOptions {
     fn read(v: &Value) -> Result<Self, String> {
-        let f = Fields::new(v, &["endpoints", "prefix", "sessionTtlMs", "requestTimeoutMs", "headers", "auth"])?;
-        Ok(EtcdOptions {
+        let f = Fields::new(v)?;
+        let out = EtcdOptions {
             endpoints: f.list("endpoints", string_item)?,
             prefix: f.opt_str("prefix")?,
             session_ttl_ms: f.opt_u64("sessionTtlMs")?,
             request_timeout_ms: f.opt_u64("requestTimeoutMs")?,
             headers: f.opt_string_map("headers")?.map(|h| h.into_iter().collect()),
             auth: f.opt_object("auth")?.map(|a| AuthOptions::read(a).map_err(|e| format!("`auth`: {e}"))).transpose()?,
-        })
+        };
+        f.finish()?;
+        Ok(out)
     }
 
     fn from_config(c: &EtcdConfig) -> Self {
@@ -186,8 +190,10 @@ fn read_protocol(f: &Fields<'_>) -> Result<ProtocolName, String> {
 
 impl NodeOptions {
     fn read(v: &Value) -> Result<Self, String> {
-        let f = Fields::new(v, &["url", "protocol", "token"])?;
-        Ok(NodeOptions { url: f.str("url")?, protocol: read_protocol(&f)?, token: f.opt_str("token")? })
+        let f = Fields::new(v)?;
+        let out = NodeOptions { url: f.str("url")?, protocol: read_protocol(&f)?, token: f.opt_str("token")? };
+        f.finish()?;
+        Ok(out)
     }
 
     fn from_node(n: &RedisNode) -> Self {
@@ -231,11 +237,8 @@ struct RedisOptions {
 
 impl RedisOptions {
     fn read(v: &Value) -> Result<Self, String> {
-        let f = Fields::new(
-            v,
-            &["url", "protocol", "token", "prefix", "ttlMs", "requestTimeoutMs", "autoExtend", "retryDelayMs", "retryJitterMs", "maxSubscriptions", "fair"],
-        )?;
-        Ok(RedisOptions {
+        let f = Fields::new(v)?;
+        let out = RedisOptions {
             url: f.str("url")?,
             protocol: read_protocol(&f)?,
             token: f.opt_str("token")?,
@@ -247,7 +250,9 @@ impl RedisOptions {
             retry_jitter_ms: f.opt_u64("retryJitterMs")?,
             max_subscriptions: f.opt_usize("maxSubscriptions")?,
             fair: f.opt_bool("fair")?,
-        })
+        };
+        f.finish()?;
+        Ok(out)
     }
 
     fn from_config(c: &RedisConfig) -> Self {
@@ -312,15 +317,9 @@ struct RedlockOptions {
 
 impl RedlockOptions {
     fn read(v: &Value) -> Result<Self, String> {
-        let f = Fields::new(
-            v,
-            &[
-                "nodes", "prefix", "ttlMs", "driftFactor", "retryCount", "retryDelayMs", "retryJitterMs", "autoExtend",
-                "requestTimeoutMs", "fencing", "maxSubscriptions",
-            ],
-        )?;
+        let f = Fields::new(v)?;
         const FENCING: [(&str, FencingName); 2] = [("folded", FencingName::Folded), ("strict", FencingName::Strict)];
-        Ok(RedlockOptions {
+        let out = RedlockOptions {
             nodes: f.list("nodes", NodeOptions::read)?,
             prefix: f.opt_str("prefix")?,
             ttl_ms: f.opt_u64("ttlMs")?,
@@ -332,7 +331,9 @@ impl RedlockOptions {
             request_timeout_ms: f.opt_u64("requestTimeoutMs")?,
             fencing: f.opt_choice("fencing", &FENCING.map(|p| p.0))?.map(|i| FENCING[i].1),
             max_subscriptions: f.opt_usize("maxSubscriptions")?,
-        })
+        };
+        f.finish()?;
+        Ok(out)
     }
 
     fn from_config(c: &RedlockConfig) -> Self {

@@ -293,10 +293,11 @@ pub struct LockHandle {
 impl LockHandle {
     /// Reads the JSON of a handle (as its `Serialize` writes it and the npm
     /// package's `toJSON()` returns it); unknown fields are ignored. The same
-    /// rules as the derived `Deserialize`, without its code in the wasm.
+    /// rules as the derived `Deserialize`, without its code in the wasm
+    /// (no `finish`: the handle format may grow fields).
     pub fn from_json(json: &str) -> Result<LockHandle, crate::core::LockError> {
         crate::core::backend::parse("lock handle", json, |v| {
-            let f = crate::core::json_fields::Fields::lenient(v)?;
+            let f = crate::core::json_fields::Fields::new(v)?;
             let backend = ["etcd", "redis", "redlock"];
             const KINDS: [BackendKind; 3] = [BackendKind::Etcd, BackendKind::Redis, BackendKind::Redlock];
             Ok(LockHandle {
