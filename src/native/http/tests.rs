@@ -221,10 +221,18 @@ fn streaming_delivers_chunks_as_they_arrive_and_cancel_stops_it() {
         // Hold the stream open (like an idle watch) until the test ends.
         let _ = lock(&release_rx).recv();
     });
-    let client = HttpClient::new();
+    let result = silent_stream_stays_open_until_cancelled(HttpClient::new(), server.url("/v3/watch"));
+    assert!(result.is_err(), "{result:?}");
+    drop(release_tx);
+}
+
+/// Streams from `url` (a server that sends one chunk, then stays silent):
+/// the first chunk arrives, the stream stays open past the head deadline
+/// (500 ms), and a cancel ends it within 2 s. Returns what the request
+/// returned. Shared by the plain and the TLS stream tests.
+pub(super) fn silent_stream_stays_open_until_cancelled(client: HttpClient, url: String) -> Result<StreamOutcome, TransportError> {
     let cancel = CancelHandle::new();
     let (chunk_tx, chunk_rx) = mpsc::channel::<Vec<u8>>();
-    let url = server.url("/v3/watch");
     let c2 = cancel.clone();
     let worker = thread::spawn(move || {
         let req = Request { method: "POST", url: &url, headers: &[], body: b"{}", timeout: Some(Duration::from_millis(500)) };
@@ -235,13 +243,12 @@ fn streaming_delivers_chunks_as_they_arrive_and_cancel_stops_it() {
     // deadline (500 ms) would have passed if it applied to the body.
     assert_eq!(chunk_rx.recv_timeout(Duration::from_secs(5)).unwrap(), b"first\n");
     thread::sleep(Duration::from_millis(700));
-    assert!(!worker.is_finished(), "a silent stream must stay open");
+    assert!(!worker.is_finished(), "a silent stream must stay open past the head deadline");
     let t = Instant::now();
     cancel.cancel();
     let result = worker.join().unwrap();
-    assert!(result.is_err(), "{result:?}");
-    assert!(t.elapsed() < Duration::from_secs(2));
-    drop(release_tx);
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    result
 }
 
 #[test]
