@@ -23,5 +23,5 @@ pub mod types;
 pub use backend::BackendSpec;
 pub use error::LockError;
 pub use machine::{LockMachine, LockMachineExt};
-pub use operation::{Capabilities, KindFamily, LockKind, Operation, Outcome};
+pub use operation::{Capabilities, KindFamily, LockKind, Operation, Outcome, MAX_PERMITS};
 pub use types::*;

@@ -26,7 +26,29 @@ pub enum LockKind {
     },
 }
 
+/// The largest `limit` a semaphore may have. Every backend keeps one slot
+/// record per permit, and etcd's transactions are capped at 128 operations.
+pub const MAX_PERMITS: u32 = 100;
+
 impl LockKind {
+    /// A semaphore of `limit` permits, checked: `INVALID_ARGUMENT` for 0 or
+    /// above [`MAX_PERMITS`].
+    pub fn permits(limit: u64) -> Result<LockKind, LockError> {
+        if limit == 0 || limit > MAX_PERMITS as u64 {
+            return Err(LockError::invalid(format!("a semaphore's limit must be an integer in 1..={MAX_PERMITS}, not {limit}")));
+        }
+        Ok(LockKind::Permits { limit: limit as u32 })
+    }
+
+    /// The kind's name and parameter, for messages ("exclusive", "shared",
+    /// "permit of a semaphore of 3").
+    pub fn describe(self) -> String {
+        match self {
+            LockKind::Permits { limit } => format!("permit of a semaphore of {limit}"),
+            k => k.as_str().to_string(),
+        }
+    }
+
     /// The kind's name in messages and capability lists.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -224,8 +246,8 @@ impl Capabilities {
     /// machine does not grant, or for an impossible parameter.
     pub fn check(&self, backend: BackendKind, op: &Operation) -> Result<(), LockError> {
         let Operation::Acquire { kind, .. } = op else { return Ok(()) };
-        if let LockKind::Permits { limit: 0 } = kind {
-            return Err(LockError::invalid("a semaphore's limit must be at least 1"));
+        if let LockKind::Permits { limit } = kind {
+            LockKind::permits(*limit as u64)?;
         }
         if !self.supports(*kind) {
             return Err(LockError::invalid(format!(

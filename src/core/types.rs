@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::operation::Outcome;
+use super::operation::{LockKind, Outcome, MAX_PERMITS};
 
 /// Milliseconds on the driver's clock. The origin is arbitrary, but it must never
 /// go backwards within one machine's life (drivers use a monotonic clock).
@@ -269,8 +269,13 @@ impl BackendKind {
 /// A serialisable description of a held lock, enough for another process to
 /// resume (verify, extend, release) it. It contains the owner credential
 /// (etcd lease id, Redis random token): treat it like a secret.
-#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+///
+/// JSON (as `Serialize` writes it and the npm package's `toJSON()` returns it):
+/// `{"v":1,"backend":"etcd","name":…,"key":…,"owner":…,"fencingToken":"7","revision":"7"}`,
+/// plus `"mode":"shared"` for a shared hold, or `"mode":"permit","limit":3,"slot":1`
+/// for a semaphore permit. A handle without `mode` is exclusive (every handle
+/// written before lock kinds existed).
+#[derive(Clone, PartialEq, Eq)]
 pub struct LockHandle {
     /// Format version, currently 1.
     pub v: u32,
@@ -283,23 +288,34 @@ pub struct LockHandle {
     /// etcd: the lease id (decimal); Redis/Redlock: the random owner token (hex).
     pub owner: String,
     /// Decimal string so that JSON consumers never lose precision.
-    #[serde(with = "u64_as_string")]
     pub fencing_token: u64,
     /// etcd: create revision of `key`; Redis/Redlock: 0.
-    #[serde(with = "u64_as_string", default)]
     pub revision: u64,
+    /// The kind of hold (exclusive, shared, or a permit of a semaphore of `limit`).
+    pub kind: LockKind,
+    /// A permit's slot in `0..limit`; `None` for other kinds.
+    pub slot: Option<u32>,
 }
 
 impl LockHandle {
     /// Reads the JSON of a handle (as its `Serialize` writes it and the npm
-    /// package's `toJSON()` returns it); unknown fields are ignored. The same
-    /// rules as the derived `Deserialize`, without its code in the wasm
-    /// (no `finish`: the handle format may grow fields).
+    /// package's `toJSON()` returns it); unknown fields are ignored (no
+    /// `finish`: the handle format may grow fields).
     pub fn from_json(json: &str) -> Result<LockHandle, crate::core::LockError> {
         crate::core::backend::parse("lock handle", json, |v| {
             let f = crate::core::json_fields::Fields::new(v)?;
             let backend = ["etcd", "redis", "redlock"];
             const KINDS: [BackendKind; 3] = [BackendKind::Etcd, BackendKind::Redis, BackendKind::Redlock];
+            let mode = f.opt_choice("mode", &["exclusive", "shared", "permit"])?.unwrap_or(0);
+            let limit = f.opt_u32("limit")?;
+            let slot = f.opt_u32("slot")?;
+            let kind = match (mode, limit, slot) {
+                (0, None, None) => LockKind::Exclusive,
+                (1, None, None) => LockKind::Shared,
+                (2, Some(limit), Some(slot)) if limit >= 1 && limit <= MAX_PERMITS && slot < limit => LockKind::Permits { limit },
+                (2, _, _) => return Err(format!("a permit's handle needs `limit` in 1..={MAX_PERMITS} and `slot` below it")),
+                _ => return Err("`limit` and `slot` belong to a permit's handle (`mode`: `permit`)".into()),
+            };
             Ok(LockHandle {
                 v: f.opt_u32("v")?.ok_or("missing field `v`")?,
                 backend: KINDS[f.opt_choice("backend", &backend)?.ok_or("missing field `backend`")?],
@@ -308,8 +324,60 @@ impl LockHandle {
                 owner: f.str("owner")?,
                 fencing_token: f.opt_u64_or_string("fencingToken")?.ok_or("missing field `fencingToken`")?,
                 revision: f.opt_u64_or_string("revision")?.unwrap_or(0),
+                kind,
+                slot: if mode == 2 { slot } else { None },
             })
         })
+    }
+
+    /// Refuses (`INVALID_ARGUMENT`) a handle whose kind is not `expected`:
+    /// a permit of a semaphore of 3 is not resumed as a shared hold, nor as a
+    /// permit of a semaphore of 5.
+    pub fn check_kind(&self, expected: LockKind) -> Result<(), crate::core::LockError> {
+        if self.kind == expected {
+            return Ok(());
+        }
+        Err(crate::core::LockError::invalid(format!(
+            "the handle is of a {} hold, not the {} asked for",
+            self.kind.describe(),
+            expected.describe()
+        )))
+    }
+}
+
+impl Serialize for LockHandle {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let extra = match self.kind {
+            LockKind::Exclusive => 0,
+            LockKind::Shared => 1,
+            LockKind::Permits { .. } => 3,
+        };
+        let mut m = s.serialize_map(Some(7 + extra))?;
+        m.serialize_entry("v", &self.v)?;
+        m.serialize_entry("backend", self.backend.as_str())?;
+        m.serialize_entry("name", &self.name)?;
+        m.serialize_entry("key", &self.key)?;
+        m.serialize_entry("owner", &self.owner)?;
+        m.serialize_entry("fencingToken", &self.fencing_token.to_string())?;
+        m.serialize_entry("revision", &self.revision.to_string())?;
+        match self.kind {
+            LockKind::Exclusive => {}
+            LockKind::Shared => m.serialize_entry("mode", "shared")?,
+            LockKind::Permits { limit } => {
+                m.serialize_entry("mode", "permit")?;
+                m.serialize_entry("limit", &limit)?;
+                m.serialize_entry("slot", &self.slot.unwrap_or(0))?;
+            }
+        }
+        m.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for LockHandle {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = serde_json::Value::deserialize(d)?;
+        LockHandle::from_json(&v.to_string()).map_err(serde::de::Error::custom)
     }
 }
 
@@ -322,26 +390,9 @@ impl std::fmt::Debug for LockHandle {
             .field("owner", &"<redacted>")
             .field("fencing_token", &self.fencing_token)
             .field("revision", &self.revision)
+            .field("kind", &self.kind)
+            .field("slot", &self.slot)
             .finish()
-    }
-}
-
-pub(crate) mod u64_as_string {
-    use serde::{Deserialize, Deserializer, Serializer};
-    pub(crate) fn serialize<S: Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
-        s.serialize_str(&v.to_string())
-    }
-    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Num {
-            S(String),
-            N(u64),
-        }
-        match Num::deserialize(d)? {
-            Num::N(n) => Ok(n),
-            Num::S(s) => s.parse().map_err(serde::de::Error::custom),
-        }
     }
 }
 
@@ -362,6 +413,32 @@ pub struct LockInfo {
     pub handle: LockHandle,
 }
 
+impl LockInfo {
+    /// The kind of hold (from the handle).
+    pub fn kind(&self) -> LockKind {
+        self.handle.kind
+    }
+
+    /// A permit's slot in `0..limit` (from the handle); `None` for other kinds.
+    pub fn slot(&self) -> Option<u32> {
+        self.handle.slot
+    }
+}
+
+/// One holder or waiter of a name, as [`LockStatus`] lists them.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct Holder {
+    /// Backend-specific identity (etcd: the key; Redis: a short, non-secret id
+    /// or empty where the backend does not reveal one).
+    pub id: String,
+    /// What it holds or waits for.
+    pub kind: LockKind,
+    /// A permit's slot (holders of a semaphore only).
+    pub slot: Option<u32>,
+    /// Its fencing token where the backend knows it (holders).
+    pub fencing_token: Option<u64>,
+}
+
 /// What a backend can tell about a lock name (for `status` / `GET /locks/:name`).
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct LockStatus {
@@ -378,6 +455,14 @@ pub struct LockStatus {
     pub remaining_ms: Option<u64>,
     /// Waiters in grant order, where the backend can tell (etcd).
     pub waiters: Vec<String>,
+    /// A semaphore's limit, as stored with its permits (`None`: not a
+    /// semaphore, or no permit is held or queued).
+    pub limit: Option<u32>,
+    /// Every holder (an exclusive holder, the shared holders, or the permits
+    /// with their slots), oldest first where the backend can tell.
+    pub holders: Vec<Holder>,
+    /// Waiters with what they wait for, in grant order where the backend can tell.
+    pub queued: Vec<Holder>,
 }
 
 /// Why a held lock was lost.
@@ -489,5 +574,49 @@ impl Entropy for SeededEntropy {
             let v = self.next_u64().to_le_bytes();
             chunk.copy_from_slice(&v[..chunk.len()]);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn handle(kind: LockKind, slot: Option<u32>) -> LockHandle {
+        LockHandle { v: 1, backend: BackendKind::Redis, name: "n".into(), key: "k".into(), owner: "o".into(), fencing_token: u64::MAX, revision: 7, kind, slot }
+    }
+
+    #[test]
+    fn handles_round_trip_with_their_kind() {
+        for h in [handle(LockKind::Exclusive, None), handle(LockKind::Shared, None), handle(LockKind::Permits { limit: 3 }, Some(2))] {
+            let json = serde_json::to_string(&h).unwrap();
+            assert_eq!(LockHandle::from_json(&json).unwrap(), h, "{json}");
+            assert_eq!(serde_json::from_str::<LockHandle>(&json).unwrap(), h);
+        }
+        let json = serde_json::to_string(&handle(LockKind::Permits { limit: 3 }, Some(2))).unwrap();
+        assert!(json.contains(r#""mode":"permit","limit":3,"slot":2"#), "{json}");
+        assert!(json.contains(r#""fencingToken":"18446744073709551615""#), "{json}");
+        // A handle written before kinds existed is exclusive.
+        let old = r#"{"v":1,"backend":"etcd","name":"a","key":"k","owner":"1","fencingToken":"5","revision":"5"}"#;
+        assert_eq!(LockHandle::from_json(old).unwrap().kind, LockKind::Exclusive);
+    }
+
+    #[test]
+    fn inconsistent_kinds_in_a_handle_are_refused() {
+        let base = r#""v":1,"backend":"redis","name":"a","key":"k","owner":"1","fencingToken":"5""#;
+        for extra in [r#""mode":"permit""#, r#""mode":"permit","limit":3,"slot":3"#, r#""mode":"permit","limit":0,"slot":0"#,
+                      r#""mode":"shared","limit":3"#, r#""slot":1"#, r#""mode":"writer""#, r#""mode":"permit","limit":101,"slot":1"#] {
+            let e = LockHandle::from_json(&format!("{{{base},{extra}}}")).unwrap_err();
+            assert_eq!(e.code(), "INVALID_ARGUMENT", "{extra}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_handle_of_one_kind_is_not_resumed_as_another() {
+        let h = handle(LockKind::Permits { limit: 3 }, Some(0));
+        assert!(h.check_kind(LockKind::Permits { limit: 3 }).is_ok());
+        let e = h.check_kind(LockKind::Permits { limit: 5 }).unwrap_err();
+        assert_eq!(e.code(), "INVALID_ARGUMENT");
+        assert!(e.to_string().contains("is of a permit of a semaphore of 3 hold, not the permit of a semaphore of 5 asked for"), "{e}");
+        assert_eq!(handle(LockKind::Shared, None).check_kind(LockKind::Exclusive).unwrap_err().code(), "INVALID_ARGUMENT");
     }
 }

@@ -18,7 +18,7 @@ use super::client::{self, Client, Lock};
 use super::driver::{Call, LockShared, Msg, Reply, ReplyTo};
 use super::oneshot;
 use crate::core::etcd::EtcdConfig;
-use crate::core::{AcquireOptions, BackendSpec, LockError, LockHandle, LockInfo, LockMachine, LockStatus, LostReason, Operation, Outcome, Wait};
+use crate::core::{AcquireOptions, BackendSpec, LockError, LockKind, LockHandle, LockInfo, LockMachine, LockStatus, LostReason, Operation, Outcome, Wait};
 
 /// An async handle to one lock client (one backend session on its own driver
 /// thread). Same operations, outcomes and errors as the blocking
@@ -109,7 +109,13 @@ impl AsyncClient {
     /// Drop the future to abort a waiting acquire (there is no `CancelToken`
     /// argument: dropping is the async cancellation).
     pub async fn acquire_with(&self, name: &str, opts: AcquireOptions) -> Result<Option<AsyncLock>, LockError> {
-        let done = Pending::start(&self.client, Call::Start(Operation::acquire(name, opts)), true)?.await?;
+        self.acquire_kind(name, LockKind::Exclusive, opts).await
+    }
+
+    /// Acquires a hold of `kind` on `name` (see [`Client::acquire_kind`]).
+    pub async fn acquire_kind(&self, name: &str, kind: LockKind, opts: AcquireOptions) -> Result<Option<AsyncLock>, LockError> {
+        let op = Operation::Acquire { name: name.to_string(), kind, options: opts };
+        let done = Pending::start(&self.client, Call::Start(op), true)?.await?;
         Ok(self.client.acquired(done)?.map(AsyncLock::from))
     }
 
@@ -169,6 +175,16 @@ impl AsyncLock {
     /// the protected resource and have it reject lower tokens.
     pub fn fencing_token(&self) -> u64 {
         self.lock.fencing_token()
+    }
+
+    /// The kind of hold (exclusive, shared, or a semaphore's permit).
+    pub fn kind(&self) -> LockKind {
+        self.lock.kind()
+    }
+
+    /// A permit's slot in `0..limit`; `None` for other kinds.
+    pub fn slot(&self) -> Option<u32> {
+        self.lock.slot()
     }
 
     /// A serialisable handle for [`AsyncClient::resume`]. Contains the owner

@@ -11,7 +11,7 @@ use super::http::HttpClient;
 use super::tls::TlsConfig;
 use crate::core::etcd::EtcdConfig;
 use crate::core::BackendSpec;
-use crate::core::{AcquireOptions, LockError, LockHandle, LockInfo, LockMachine, LockStatus, LostReason, Operation, Wait};
+use crate::core::{AcquireOptions, LockError, LockKind, LockHandle, LockInfo, LockMachine, LockStatus, LostReason, Operation, Wait};
 
 /// Options of the native driver: I/O settings the core never sees. Build with
 /// `ClientOptions::new().with_tls(…)` (fields may be added later).
@@ -153,11 +153,20 @@ impl Client {
     /// Acquires with full options. `Ok(None)`: `Wait::Try` found the lock held.
     /// `cancel` aborts a waiting acquire from another thread (`LockError::Aborted`).
     pub fn acquire_with(&self, name: &str, opts: AcquireOptions, cancel: Option<&CancelToken>) -> Result<Option<Lock>, LockError> {
+        self.acquire_kind(name, LockKind::Exclusive, opts, cancel)
+    }
+
+    /// Acquires a hold of `kind` on `name`: a shared hold of a read-write lock
+    /// ([`LockKind::Shared`]; the writer side is [`LockKind::Exclusive`]) or a
+    /// permit of a semaphore ([`LockKind::permits`]). Otherwise as
+    /// [`Client::acquire_with`]. A kind the backend does not offer is
+    /// `INVALID_ARGUMENT` before any request.
+    pub fn acquire_kind(&self, name: &str, kind: LockKind, opts: AcquireOptions, cancel: Option<&CancelToken>) -> Result<Option<Lock>, LockError> {
         if cancel.is_some_and(CancelToken::is_cancelled) {
             return Err(LockError::Aborted { backend: self.backend(), name: name.to_string() });
         }
         let ticket = cancel.map(|_| self.inner.next_ticket.fetch_add(1, Ordering::Relaxed));
-        let call = Call::Start(Operation::acquire(name, opts));
+        let call = Call::Start(Operation::Acquire { name: name.to_string(), kind, options: opts });
         let (reply_tx, reply_rx) = channel();
         self.send(Msg::Call { call, reply: Some(ReplyTo::Blocking(reply_tx)), ticket })?;
         // Registered after the call was sent, so a cancel always reaches the
@@ -313,6 +322,16 @@ impl Lock {
     /// the protected resource and have it reject lower tokens.
     pub fn fencing_token(&self) -> u64 {
         self.info.fencing_token
+    }
+
+    /// The kind of hold (exclusive, shared, or a semaphore's permit).
+    pub fn kind(&self) -> LockKind {
+        self.info.kind()
+    }
+
+    /// A permit's slot in `0..limit`; `None` for other kinds.
+    pub fn slot(&self) -> Option<u32> {
+        self.info.slot()
     }
 
     /// A serialisable handle for [`Client::resume`]. Contains the owner

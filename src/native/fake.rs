@@ -110,6 +110,8 @@ impl FakeLockMachine {
             owner: token.to_string(),
             fencing_token: token,
             revision: token,
+            kind: crate::core::LockKind::Exclusive,
+            slot: None,
         };
         let lock = LockInfo { id, name, fencing_token: token, expires_at: now + self.ttl_ms, handle };
         self.out.complete(op, Ok(Outcome::Acquired(lock)));
@@ -166,6 +168,8 @@ impl FakeLockMachine {
                             fencing_token: token,
                             remaining_ms: None,
                             waiters: vec![],
+                            holders: token.map(|t| crate::core::Holder { id: format!("fake/{name}"), fencing_token: Some(t), ..Default::default() }).into_iter().collect(),
+                            ..Default::default()
                         };
                         self.out.complete(op, Ok(Outcome::Inspected(status)));
                     }

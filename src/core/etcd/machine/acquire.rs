@@ -192,6 +192,8 @@ impl EtcdMachine {
             owner: lease.to_string(),
             fencing_token: a.my_rev as u64,
             revision: a.my_rev as u64,
+            kind: LockKind::Exclusive,
+            slot: None,
         };
         self.locks.insert(lock, HeldLock { name: a.name.clone(), key: a.key.clone(), rev: a.my_rev, lease, releasing: false });
         self.rt.out.complete(op, Ok(Outcome::Acquired(LockInfo { id: lock, name: a.name, fencing_token: a.my_rev as u64, expires_at, handle })));

@@ -133,6 +133,9 @@ impl EtcdMachine {
                                 fencing_token: holder.as_ref().map(|kv| kv.create_revision as u64),
                                 remaining_ms: None,
                                 waiters: kvs.iter().skip(1).map(|kv| String::from_utf8_lossy(&kv.key).into_owned()).collect(),
+                                holders: holder.iter().map(|kv| Holder { id: String::from_utf8_lossy(&kv.key).into_owned(), fencing_token: Some(kv.create_revision as u64), ..Default::default() }).collect(),
+                                queued: kvs.iter().skip(1).map(|kv| Holder { id: String::from_utf8_lossy(&kv.key).into_owned(), ..Default::default() }).collect(),
+                                limit: None,
                             };
                             match holder {
                                 Some(h) if h.lease != 0 => {

@@ -455,6 +455,8 @@ impl Attempts {
             owner: self.token.clone(),
             fencing_token: fence,
             revision: 0,
+            kind: LockKind::Exclusive,
+            slot: None,
         };
         let info = LockInfo { id, name: self.name.clone(), fencing_token: fence, expires_at: exp, handle };
         let renew_at = self.attempt_start + self.ttl / 3;

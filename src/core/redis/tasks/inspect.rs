@@ -58,6 +58,9 @@ impl Task for InspectTask {
             fencing_token: answers.iter().map(|s| s.fence).max(),
             remaining_ms,
             waiters: Vec::new(),
+            // Redis does not reveal who holds (the token is the owner credential).
+            holders: if held { vec![Holder::default()] } else { Vec::new() },
+            ..Default::default()
         };
         cx.rt.out.complete(op, Ok(Outcome::Inspected(status)));
         Next::Done
