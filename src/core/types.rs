@@ -208,7 +208,7 @@ impl Input {
 /// How long an acquire may wait for a held lock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Wait {
-    /// Try once: if someone else holds the lock, finish with [`Outcome::NotAcquired`](crate::core::Outcome::NotAcquired).
+    /// Try once: if someone else holds the lock, finish with [`Outcome::NotAcquired`].
     Try,
     /// Wait up to this many milliseconds, then fail with `LockError::Timeout`.
     For(u64),
