@@ -95,6 +95,9 @@ pub(super) struct Held {
     pub name: String,
     pub key: String,
     pub fence_key: String,
+    /// Whose waiters its release wakes: the lock key itself, or for a
+    /// permit its semaphore's base (`keys::permit_base`).
+    pub wake_base: String,
     pub token: String,
     pub ttl: u64,
     pub fencing_token: u64,

@@ -424,7 +424,7 @@ impl Engine {
     pub(crate) fn start_operation(&mut self, now: Millis, op: Operation) -> Result<OpId, LockError> {
         self.cx.rt.closing.check_open(self.cx.s.backend)?;
         let task: Box<dyn Task> = match op {
-            Operation::Acquire { name, kind: _, options } => Box::new(AcquireTask::new(&mut self.cx, now, &name, &options)?),
+            Operation::Acquire { name, kind, options } => Box::new(AcquireTask::new(&mut self.cx, now, &name, kind, &options)?),
             Operation::Release { lock } => {
                 let op = self.cx.rt.out.op_id();
                 let Some(h) = self.cx.take_lock(lock) else {

@@ -6,6 +6,13 @@
 //!   `scripts::ACQUIRE_QUEUED`): `{<prefix>:<name>}:queue` (waiter ids in
 //!   arrival order) and `{<prefix>:<name>}:leases` (each waiter's lease);
 //!   both expire when no waiter has renewed its lease for a lease period
+//! - semaphore (see [`super::semaphore`]): permit slots
+//!   `{<prefix>:<name>}:permit:<k>` for `k` in `0..limit` (each the owner
+//!   token of one permit, with the permit's TTL), the limit record
+//!   `{<prefix>:<name>}:limit` (no expiry), and the base
+//!   `{<prefix>:<name>}:permit` whose queue, leases and wake-up channel the
+//!   semaphore's waiters share (the base key itself is never written); the
+//!   fencing counter is the name's, shared with the exclusive lock
 //!
 //! The braces make the pair one Redis Cluster hash slot, so that a script
 //! may touch both (Upstash and any cluster require it). Redis hashes the
@@ -55,6 +62,27 @@ pub fn leases_key(lock_key: &str) -> String {
     format!("{lock_key}:leases")
 }
 
+/// The base of a semaphore's waiters (queue, leases, wake-up channel):
+/// `<lock_key>:permit`. No value is ever stored under it.
+pub fn permit_base(lock_key: &str) -> String {
+    format!("{lock_key}:permit")
+}
+
+/// Permit slot `slot` of a semaphore: `<lock_key>:permit:<slot>`.
+pub fn permit_key(lock_key: &str, slot: u32) -> String {
+    format!("{lock_key}:permit:{slot}")
+}
+
+/// Slots `0..count` of a semaphore, in order.
+pub fn permit_keys(lock_key: &str, count: u32) -> Vec<String> {
+    (0..count).map(|k| permit_key(lock_key, k)).collect()
+}
+
+/// A semaphore's limit record: `<lock_key>:limit`.
+pub fn limit_key(lock_key: &str) -> String {
+    format!("{lock_key}:limit")
+}
+
 /// The text Redis Cluster hashes for `key`.
 pub fn hash_tag(key: &str) -> &str {
     if let Some(open) = key.find('{') {
@@ -76,6 +104,10 @@ mod tests {
     fn examples() {
         assert_eq!(lock_key("edgelock", "jobs/nightly"), "{edgelock:jobs/nightly}");
         assert_eq!(fence_key("{edgelock:a}"), "{edgelock:a}:fence");
+        assert_eq!(permit_key("{edgelock:a}", 2), "{edgelock:a}:permit:2");
+        assert_eq!(permit_keys("{edgelock:a}", 2), ["{edgelock:a}:permit:0", "{edgelock:a}:permit:1"]);
+        assert_eq!(limit_key("{edgelock:a}"), "{edgelock:a}:limit");
+        assert_eq!(queue_key(&permit_base("{edgelock:a}")), "{edgelock:a}:permit:queue");
         assert_eq!(hash_tag("{edgelock:a}b}"), "edgelock:a");
         assert!(validate_prefix("edgelock").is_ok());
         assert!(validate_prefix("").is_ok());
@@ -89,6 +121,11 @@ mod tests {
             let k = lock_key(&prefix, &name);
             let f = fence_key(&k);
             prop_assert_eq!(hash_tag(&k), hash_tag(&f));
+            // Every key a semaphore script declares shares the tag too.
+            let base = permit_base(&k);
+            for other in [queue_key(&base), leases_key(&base), limit_key(&k), permit_key(&k, 0), permit_key(&k, 99), base.clone()] {
+                prop_assert_eq!(hash_tag(&k), hash_tag(&other));
+            }
             let expected = format!("{}:", prefix);
             prop_assert!(hash_tag(&k).starts_with(&expected));
         }

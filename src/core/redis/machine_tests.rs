@@ -503,8 +503,8 @@ fn resume_and_inspect() {
     assert!(other.m.resume(other.now, &bad).is_err());
     other.m.inspect(other.now, "a").unwrap();
     let r = other.take();
-    other.answer(&r[0], r#"{"result":[1,0,9000,4]}"#);
-    other.answer(&r[1], r#"{"result":[0,0,-2,5]}"#);
+    other.answer(&r[0], r#"{"result":[1,9000,4,0]}"#);
+    other.answer(&r[1], r#"{"result":[0,-2,5,0]}"#);
     other.fail(&r[2]);
     let ev = other.take_events();
     match ev.as_slice() {
@@ -516,8 +516,8 @@ fn resume_and_inspect() {
     }
     other.m.inspect(other.now, "a").unwrap();
     let r = other.take();
-    other.answer(&r[0], r#"{"result":[1,0,9000,4]}"#);
-    other.answer(&r[1], r#"{"result":[1,0,8000,4]}"#);
+    other.answer(&r[0], r#"{"result":[1,9000,4,0]}"#);
+    other.answer(&r[1], r#"{"result":[1,8000,4,0]}"#);
     other.fail(&r[2]);
     match other.take_events().as_slice() {
         [Event::Completed { result: Ok(Outcome::Inspected(status)), .. }] => {

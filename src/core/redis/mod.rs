@@ -7,6 +7,9 @@
 //!   protocol; quorum, validity with drift, retries with jitter, and fencing
 //!   tokens across nodes (see [`redlock`] for the scheme and its guarantee).
 //!
+//! Both grant exclusive locks and semaphore permits ([`semaphore`]); shared
+//! holds are refused with `INVALID_ARGUMENT`.
+//!
 //! Layout: `value` (commands and replies), `upstash` / `webdis` (the two
 //! HTTP codecs), `codec` (one node), `scripts` (the Lua scripts), `keys`,
 //! `quorum` (pure arithmetic), `round` (one command's answers from a set of
@@ -23,6 +26,7 @@ pub mod quorum;
 pub mod redlock;
 pub mod round;
 pub mod scripts;
+pub mod semaphore;
 pub mod single;
 pub mod subscription;
 mod task;
@@ -155,7 +159,7 @@ macro_rules! delegate_lock_machine {
                 self.engine.backend()
             }
             fn capabilities(&self) -> $crate::core::Capabilities {
-                $crate::core::Capabilities { kinds: $crate::core::Capabilities::EXCLUSIVE_ONLY }
+                $crate::core::Capabilities { kinds: &[$crate::core::KindFamily::Exclusive, $crate::core::KindFamily::Permits] }
             }
             fn live_count(&self) -> usize {
                 self.engine.live_count()

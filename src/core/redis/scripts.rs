@@ -146,6 +146,110 @@ local mine = 0
 if v == ARGV[1] then mine = 1 end
 return {1, mine, redis.call('PTTL', KEYS[1]), f}";
 
+/// A permit of a semaphore (see [`super::semaphore`]), atomically.
+///
+/// `KEYS[1]` the fencing counter, `KEYS[2]` the limit record, `KEYS[3]` /
+/// `KEYS[4]` the semaphore's waiters' queue and leases, `KEYS[5..]` the
+/// slot keys `0..d` (`d` ≥ the limit asked for: every slot the script may
+/// read is declared). `ARGV`: token, ttl ms, limit, preferred slot (`-1`:
+/// the lowest free one), `1` to count every attempt (Redlock, as
+/// [`ACQUIRE`]), the waiter's id (`-` for none: Redlock, or one node's
+/// first attempt) and its queue lease in ms (0: do not queue).
+///
+/// The limit record is checked first and nothing is touched on a refusal:
+/// a stored limit other than the one asked for is replaced only while every
+/// slot of the stored limit is free (`{2, 0, 0, -1, stored, 0}` otherwise:
+/// the caller asked for a different limit than the holders'), and when the
+/// stored limit has more slots than were declared the script cannot look
+/// at them: `{3, 0, 0, -1, stored, 0}` asks for a new attempt declaring
+/// them. Then the free slots are read (PTTL, the server's own clock) and
+/// one is taken with `SET PX`: `{1, counter, 0, slot, lo, hi}`, or, with
+/// none free (or the preferred one held), `{0, counter, wait, -1, lo,
+/// hi}`, `wait` 0 when another slot is free, else the smallest PTTL of the
+/// held slots (the earliest one frees itself). `lo` / `hi` are the other
+/// free slots as a bit mask (slots 0..49 and 50..99: exact in a Lua
+/// double), so that a Redlock retry can choose a slot free on a quorum.
+/// The waiters' queue is that of [`ACQUIRE_QUEUED`] (never fair: the queue
+/// decides whom a release wakes, not who may take a slot).
+pub const ACQUIRE_PERMIT: &str = "-- edgelock acquire permit v1
+local limit = tonumber(ARGV[3])
+local stored = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+if stored ~= limit then
+  if stored > #KEYS - 4 then return {3, 0, 0, -1, stored, 0} end
+  for i = 1, stored do
+    if redis.call('EXISTS', KEYS[4 + i]) == 1 then return {2, 0, 0, -1, stored, 0} end
+  end
+  redis.call('SET', KEYS[2], ARGV[3])
+end
+local every = ARGV[5] == '1'
+local f
+if every then f = redis.call('INCR', KEYS[1]) end
+local waiter = ARGV[6] ~= '-'
+local now = 0
+if waiter then
+  local t = redis.call('TIME')
+  now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local head = redis.call('LINDEX', KEYS[3], 0)
+  while head do
+    if tonumber(redis.call('ZSCORE', KEYS[4], head) or '0') > now then break end
+    redis.call('LPOP', KEYS[3])
+    redis.call('ZREM', KEYS[4], head)
+    head = redis.call('LINDEX', KEYS[3], 0)
+  end
+end
+local pref = tonumber(ARGV[4])
+local slot, lo, hi, wait = -1, 0, 0, -1
+for i = 0, limit - 1 do
+  local p = redis.call('PTTL', KEYS[5 + i])
+  if p == -2 then
+    if slot < 0 and (pref < 0 or pref == i) then slot = i
+    elseif i < 50 then lo = lo + 2 ^ i
+    else hi = hi + 2 ^ (i - 50) end
+  elseif p >= 0 and (wait < 0 or p < wait) then wait = p end
+end
+if slot >= 0 then
+  redis.call('SET', KEYS[5 + slot], ARGV[1], 'PX', ARGV[2])
+  if not every then f = redis.call('INCR', KEYS[1]) end
+  if waiter and redis.call('ZREM', KEYS[4], ARGV[6]) == 1 then redis.call('LREM', KEYS[3], 1, ARGV[6]) end
+  return {1, f, 0, slot, lo, hi}
+end
+if not every then f = tonumber(redis.call('GET', KEYS[1]) or '0') or 0 end
+local lease = tonumber(ARGV[7])
+if waiter and lease > 0 then
+  if not redis.call('ZSCORE', KEYS[4], ARGV[6]) then redis.call('RPUSH', KEYS[3], ARGV[6]) end
+  redis.call('ZADD', KEYS[4], now + lease, ARGV[6])
+  redis.call('PEXPIRE', KEYS[3], lease)
+  redis.call('PEXPIRE', KEYS[4], lease)
+end
+if lo + hi > 0 then wait = 0 end
+return {0, f, wait, -1, lo, hi}";
+
+/// The cleanup of a permit attempt whose outcome is unknown or that did
+/// not reach a quorum: delete every slot key (`KEYS`) that holds the
+/// attempt's token `ARGV[1]` (one node picks the slot itself, so the
+/// caller may not know which). Returns how many it deleted (0 or 1: a
+/// token is fresh per attempt). Publishes nothing: nothing was handed out.
+pub const PERMIT_CLEANUP: &str = "-- edgelock permit cleanup v1
+local n = 0
+for i = 1, #KEYS do
+  if redis.call('GET', KEYS[i]) == ARGV[1] then
+    redis.call('DEL', KEYS[i])
+    n = n + 1
+  end
+end
+return n";
+
+/// What inspect reads about a name, for any kind: `KEYS[1]` the lock key,
+/// `KEYS[2]` the counter, `KEYS[3]` the limit record, `KEYS[4..]` slot
+/// keys. `{exists, pttl, counter, stored limit (0: none), pttl of each
+/// declared slot...}` (PTTL: -2 free, -1 no expiry). Inspect declares no
+/// slot first and asks again with the stored limit's slots if there is one.
+pub const INSPECT: &str = "-- edgelock inspect v1
+local r = {redis.call('EXISTS', KEYS[1]), redis.call('PTTL', KEYS[1]),
+  tonumber(redis.call('GET', KEYS[2]) or '0') or 0, tonumber(redis.call('GET', KEYS[3]) or '0') or 0}
+for i = 4, #KEYS do r[#r + 1] = redis.call('PTTL', KEYS[i]) end
+return r";
+
 /// Which script a command runs (the simulation's Redis model matches on this).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Script {
@@ -161,11 +265,27 @@ pub enum Script {
     AcquireQueued,
     /// [`LEAVE`].
     Leave,
+    /// [`ACQUIRE_PERMIT`].
+    AcquirePermit,
+    /// [`PERMIT_CLEANUP`].
+    PermitCleanup,
+    /// [`INSPECT`].
+    Inspect,
 }
 
 impl Script {
     /// Every script.
-    pub const ALL: [Script; 6] = [Script::Acquire, Script::Extend, Script::Release, Script::Status, Script::AcquireQueued, Script::Leave];
+    pub const ALL: [Script; 9] = [
+        Script::Acquire,
+        Script::Extend,
+        Script::Release,
+        Script::Status,
+        Script::AcquireQueued,
+        Script::Leave,
+        Script::AcquirePermit,
+        Script::PermitCleanup,
+        Script::Inspect,
+    ];
 
     /// The Lua source sent with `EVAL`.
     pub fn text(self) -> &'static str {
@@ -176,6 +296,9 @@ impl Script {
             Script::Status => STATUS,
             Script::AcquireQueued => ACQUIRE_QUEUED,
             Script::Leave => LEAVE,
+            Script::AcquirePermit => ACQUIRE_PERMIT,
+            Script::PermitCleanup => PERMIT_CLEANUP,
+            Script::Inspect => INSPECT,
         }
     }
 
@@ -246,28 +369,36 @@ pub fn extend(key: &str, fence_key: &str, token: &str, ttl_ms: u64, fence_floor:
     eval(Script::Extend, key, fence_key).arg(token).arg(ttl_ms.to_string()).arg(fence_floor.to_string())
 }
 
-/// The four keys of a script that knows the waiters' queue.
-fn eval_queue(script: Script, key: &str, fence_key: &str) -> RedisCommand {
+/// The four keys of a script that knows the waiters' queue: `key`, the
+/// counter, and the queue and leases of `wake_base` (the lock key itself
+/// for a lock, the semaphore's base for a permit).
+fn eval_queue(script: Script, key: &str, fence_key: &str, wake_base: &str) -> RedisCommand {
     RedisCommand::new("EVAL")
         .arg(script.text())
         .arg("4")
         .arg(key)
         .arg(fence_key)
-        .arg(super::keys::queue_key(key))
-        .arg(super::keys::leases_key(key))
+        .arg(super::keys::queue_key(wake_base))
+        .arg(super::keys::leases_key(wake_base))
 }
 
 /// `EVAL` of [`RELEASE`]: delete `key` if it holds `token`, raising the
 /// fencing counter to at least `fence_floor` and waking `key`'s waiters.
 pub fn release(key: &str, fence_key: &str, token: &str, fence_floor: u64) -> RedisCommand {
-    let channel = super::subscription::wake_channel(key);
-    eval_queue(Script::Release, key, fence_key).arg(token).arg(fence_floor.to_string()).arg(channel)
+    release_waking(key, fence_key, key, token, fence_floor)
+}
+
+/// [`release`] of `key` waking the waiters of `wake_base` (its queue's
+/// head, on its channel): a permit's release wakes its semaphore's waiters.
+pub fn release_waking(key: &str, fence_key: &str, wake_base: &str, token: &str, fence_floor: u64) -> RedisCommand {
+    let channel = super::subscription::wake_channel(wake_base);
+    eval_queue(Script::Release, key, fence_key, wake_base).arg(token).arg(fence_floor.to_string()).arg(channel)
 }
 
 /// `EVAL` of [`ACQUIRE_QUEUED`] for waiter `waiter` (queueing with a lease
 /// of `lease_ms`, 0 for a try); `fair`: only the queue's head may take it.
 pub fn acquire_queued(key: &str, fence_key: &str, token: &str, ttl_ms: u64, waiter: &str, lease_ms: u64, fair: bool) -> RedisCommand {
-    eval_queue(Script::AcquireQueued, key, fence_key)
+    eval_queue(Script::AcquireQueued, key, fence_key, key)
         .arg(token)
         .arg(ttl_ms.to_string())
         .arg(waiter)
@@ -277,7 +408,81 @@ pub fn acquire_queued(key: &str, fence_key: &str, token: &str, ttl_ms: u64, wait
 
 /// `EVAL` of [`LEAVE`]: waiter `waiter` leaves `key`'s queue.
 pub fn leave(key: &str, fence_key: &str, waiter: &str) -> RedisCommand {
-    eval_queue(Script::Leave, key, fence_key).arg(waiter).arg(super::subscription::wake_channel(key))
+    eval_queue(Script::Leave, key, fence_key, key).arg(waiter).arg(super::subscription::wake_channel(key))
+}
+
+/// [`LEAVE`] of a semaphore's queue (`base`, see [`super::keys::permit_base`]).
+/// The script wakes the new head when its `KEYS[1]` does not exist: here
+/// the base, which never does, so the head is always woken (it cannot tell
+/// whether a slot is free without declaring them all; a spurious wake-up
+/// costs one attempt).
+pub fn leave_permits(base: &str, fence_key: &str, waiter: &str) -> RedisCommand {
+    eval_queue(Script::Leave, base, fence_key, base).arg(waiter).arg(super::subscription::wake_channel(base))
+}
+
+/// The parameters of an [`ACQUIRE_PERMIT`] attempt.
+#[derive(Clone, Copy, Debug)]
+pub struct PermitAttempt<'a> {
+    /// The name's fencing counter.
+    pub fence_key: &'a str,
+    /// The limit record.
+    pub limit_key: &'a str,
+    /// The semaphore's base (its waiters' queue and leases).
+    pub base: &'a str,
+    /// Slot keys `0..d`, `d` ≥ `limit`.
+    pub slots: &'a [String],
+    /// The attempt's owner token (a secret: never in `Debug` of a reply).
+    pub token: &'a str,
+    /// The permit's TTL.
+    pub ttl_ms: u64,
+    /// The semaphore's limit.
+    pub limit: u32,
+    /// Exactly this slot (Redlock), or the lowest free one (`None`).
+    pub preferred: Option<u32>,
+    /// Count every attempt (Redlock).
+    pub count_every_attempt: bool,
+    /// The waiter's id and queue lease (one node, once it waits).
+    pub waiter: Option<(&'a str, u64)>,
+}
+
+/// `EVAL` of [`ACQUIRE_PERMIT`].
+pub fn acquire_permit(p: &PermitAttempt<'_>) -> RedisCommand {
+    let mut cmd = RedisCommand::new("EVAL")
+        .arg(Script::AcquirePermit.text())
+        .arg((4 + p.slots.len()).to_string())
+        .arg(p.fence_key)
+        .arg(p.limit_key)
+        .arg(super::keys::queue_key(p.base))
+        .arg(super::keys::leases_key(p.base));
+    for k in p.slots {
+        cmd = cmd.arg(k.as_str());
+    }
+    let (waiter, lease) = p.waiter.unwrap_or(("-", 0));
+    cmd.arg(p.token)
+        .arg(p.ttl_ms.to_string())
+        .arg(p.limit.to_string())
+        .arg(p.preferred.map_or_else(|| "-1".to_string(), |k| k.to_string()))
+        .arg(if p.count_every_attempt { "1" } else { "0" })
+        .arg(waiter)
+        .arg(lease.to_string())
+}
+
+/// `EVAL` of [`PERMIT_CLEANUP`]: delete whichever of `slots` holds `token`.
+pub fn permit_cleanup(slots: &[String], token: &str) -> RedisCommand {
+    let mut cmd = RedisCommand::new("EVAL").arg(Script::PermitCleanup.text()).arg(slots.len().to_string());
+    for k in slots {
+        cmd = cmd.arg(k.as_str());
+    }
+    cmd.arg(token)
+}
+
+/// `EVAL` of [`INSPECT`] of a lock key, its counter, its limit record and `slots`.
+pub fn inspect(key: &str, fence_key: &str, limit_key: &str, slots: &[String]) -> RedisCommand {
+    let mut cmd = RedisCommand::new("EVAL").arg(Script::Inspect.text()).arg((3 + slots.len()).to_string()).arg(key).arg(fence_key).arg(limit_key);
+    for k in slots {
+        cmd = cmd.arg(k.as_str());
+    }
+    cmd
 }
 
 /// `token` `None` asks about the key without claiming it (inspect).
@@ -372,6 +577,112 @@ pub fn parse_status(v: &RedisValue) -> Result<StatusReply, String> {
     }
 }
 
+/// The free slots a node reported (bit `k` set: slot `k` is free).
+pub type FreeSlots = u128;
+
+/// A parsed reply of [`ACQUIRE_PERMIT`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PermitReply {
+    /// Slot `slot` is ours; `fence` the counter (after the increment),
+    /// `free` the other free slots.
+    Granted {
+        /// The node's fencing counter.
+        fence: u64,
+        /// The slot taken.
+        slot: u32,
+        /// The other slots free on the node.
+        free: FreeSlots,
+    },
+    /// No slot for us: `wait` ms until the earliest held slot frees itself
+    /// (0 while another slot is free; `None`: held slots without expiry).
+    Busy {
+        /// The node's fencing counter.
+        fence: u64,
+        /// When a slot is expected to free itself.
+        wait: Option<u64>,
+        /// The slots free on the node.
+        free: FreeSlots,
+    },
+    /// The node's semaphore has limit `stored` and holders: nothing was taken.
+    LimitMismatch {
+        /// The limit the holders use.
+        stored: u32,
+    },
+    /// The node's stored limit has more slots than the attempt declared.
+    NeedsSlots {
+        /// The stored limit.
+        stored: u32,
+    },
+}
+
+fn mask(lo: i64, hi: i64) -> Option<FreeSlots> {
+    const HALF: i64 = 1 << 50;
+    ((0..HALF).contains(&lo) && (0..HALF).contains(&hi)).then(|| lo as u128 | ((hi as u128) << 50))
+}
+
+/// Parses a reply of [`ACQUIRE_PERMIT`] to an attempt for `limit` permits;
+/// the error describes an unexpected reply (a slot out of range, a bad mask).
+pub fn parse_acquire_permit(v: &RedisValue, limit: u32) -> Result<PermitReply, String> {
+    let bad = || format!("unexpected permit reply {}", describe(v));
+    let stored = |s: i64| u32::try_from(s).ok().filter(|s| *s >= 1 && *s <= crate::core::MAX_PERMITS);
+    let in_limit = |free: FreeSlots| free >> limit == 0;
+    match v.as_ints().as_deref() {
+        Some([1, fence, 0, slot, lo, hi]) => {
+            let slot = u32::try_from(*slot).ok().filter(|s| *s < limit).ok_or_else(bad)?;
+            let free = mask(*lo, *hi).filter(|f| in_limit(*f)).ok_or_else(bad)?;
+            Ok(PermitReply::Granted { fence: counter(*fence)?, slot, free })
+        }
+        Some([0, fence, wait, -1, lo, hi]) => Ok(PermitReply::Busy {
+            fence: counter(*fence)?,
+            wait: u64::try_from(*wait).ok(),
+            free: mask(*lo, *hi).filter(|f| in_limit(*f)).ok_or_else(bad)?,
+        }),
+        Some([2, 0, 0, -1, s, 0]) => Ok(PermitReply::LimitMismatch { stored: stored(*s).ok_or_else(bad)? }),
+        Some([3, 0, 0, -1, s, 0]) => Ok(PermitReply::NeedsSlots { stored: stored(*s).ok_or_else(bad)? }),
+        _ => Err(bad()),
+    }
+}
+
+/// A parsed reply of [`INSPECT`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InspectReply {
+    /// The exclusive lock key exists.
+    pub exists: bool,
+    /// Its remaining ms (`None`: no key, or no expiry).
+    pub pttl: Option<u64>,
+    /// The name's fencing counter.
+    pub fence: u64,
+    /// The semaphore's stored limit (`None`: never a semaphore).
+    pub limit: Option<u32>,
+    /// Per declared slot: `None` free, else its remaining ms
+    /// (`u64::MAX`: no expiry).
+    pub slots: Vec<Option<u64>>,
+}
+
+/// Parses a reply of [`INSPECT`] declaring `declared` slots.
+pub fn parse_inspect(v: &RedisValue, declared: usize) -> Result<InspectReply, String> {
+    let bad = || format!("unexpected inspect reply {}", describe(v));
+    let ints = v.as_ints().ok_or_else(bad)?;
+    let [e @ (0 | 1), pttl, fence, limit, slots @ ..] = ints.as_slice() else { return Err(bad()) };
+    if slots.len() != declared {
+        return Err(bad());
+    }
+    Ok(InspectReply {
+        exists: *e == 1,
+        pttl: u64::try_from(*pttl).ok().filter(|_| *e == 1),
+        fence: counter(*fence)?,
+        // A record out of range is not a semaphore edgelock wrote.
+        limit: u32::try_from(*limit).ok().filter(|l| *l >= 1 && *l <= crate::core::MAX_PERMITS),
+        slots: slots
+            .iter()
+            .map(|p| match *p {
+                -2 => None,
+                p => Some(u64::try_from(p).unwrap_or(u64::MAX)),
+            })
+            .collect(),
+    })
+}
+
 /// A reply described without its content (it may hold keys).
 fn describe(v: &RedisValue) -> String {
     match v {
@@ -446,5 +757,68 @@ mod tests {
             Ok(StatusReply { exists: false, mine: false, pttl: None, fence: 3 })
         );
         assert!(parse_status(&ints(&[1, 1, 50])).is_err());
+    }
+
+    #[test]
+    fn permit_commands_declare_every_key_they_touch() {
+        let slots = crate::core::redis::keys::permit_keys("{e:s}", 3);
+        let p = PermitAttempt {
+            fence_key: "{e:s}:fence",
+            limit_key: "{e:s}:limit",
+            base: "{e:s}:permit",
+            slots: &slots,
+            token: "ab",
+            ttl_ms: 100,
+            limit: 3,
+            preferred: Some(2),
+            count_every_attempt: true,
+            waiter: None,
+        };
+        let cmd = acquire_permit(&p);
+        assert_eq!(Script::of_command(&cmd), Some(Script::AcquirePermit));
+        let args: Vec<String> = cmd.args[2..].iter().map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+        assert_eq!(
+            args,
+            ["7", "{e:s}:fence", "{e:s}:limit", "{e:s}:permit:queue", "{e:s}:permit:leases", "{e:s}:permit:0", "{e:s}:permit:1", "{e:s}:permit:2",
+             "ab", "100", "3", "2", "1", "-", "0"]
+        );
+        let one = acquire_permit(&PermitAttempt { preferred: None, count_every_attempt: false, waiter: Some(("w1", 6000)), ..p });
+        assert_eq!(one.args[args.len() + 2 - 4..].iter().map(|a| String::from_utf8_lossy(a).into_owned()).collect::<Vec<_>>(), ["-1", "0", "w1", "6000"]);
+        let c = permit_cleanup(&slots, "ab");
+        assert_eq!(Script::of_command(&c), Some(Script::PermitCleanup));
+        assert_eq!(c.args[2], b"3");
+        let r = release_waking("{e:s}:permit:1", "{e:s}:fence", "{e:s}:permit", "ab", 4);
+        assert_eq!(r.args[5], b"{e:s}:permit:queue");
+        assert_eq!(r.args[9], crate::core::redis::subscription::wake_channel("{e:s}:permit").into_bytes());
+        let i = inspect("{e:s}", "{e:s}:fence", "{e:s}:limit", &slots[..1]);
+        assert_eq!(Script::of_command(&i), Some(Script::Inspect));
+        assert_eq!(i.args[2], b"4");
+    }
+
+    #[test]
+    fn parses_permit_replies() {
+        assert_eq!(parse_acquire_permit(&ints(&[1, 7, 0, 2, 0b011, 0]), 3), Ok(PermitReply::Granted { fence: 7, slot: 2, free: 0b011 }));
+        assert_eq!(
+            parse_acquire_permit(&ints(&[0, 7, 0, -1, 0, 1]), 100),
+            Ok(PermitReply::Busy { fence: 7, wait: Some(0), free: 1 << 50 })
+        );
+        assert_eq!(parse_acquire_permit(&ints(&[0, 7, 900, -1, 0, 0]), 3), Ok(PermitReply::Busy { fence: 7, wait: Some(900), free: 0 }));
+        assert_eq!(parse_acquire_permit(&ints(&[0, 7, -1, -1, 0, 0]), 3), Ok(PermitReply::Busy { fence: 7, wait: None, free: 0 }));
+        assert_eq!(parse_acquire_permit(&ints(&[2, 0, 0, -1, 5, 0]), 3), Ok(PermitReply::LimitMismatch { stored: 5 }));
+        assert_eq!(parse_acquire_permit(&ints(&[3, 0, 0, -1, 5, 0]), 3), Ok(PermitReply::NeedsSlots { stored: 5 }));
+        // A slot or a free slot beyond the limit, a stored limit out of
+        // range, a negative counter, a short reply: all refused.
+        for bad in [[1, 7, 0, 3, 0, 0], [1, 7, 0, 0, 0b1000, 0], [2, 0, 0, -1, 101, 0], [3, 0, 0, -1, 0, 0], [1, -7, 0, 0, 0, 0], [0, 7, 0, -1, -1, 0]] {
+            assert!(parse_acquire_permit(&ints(&bad), 3).is_err(), "{bad:?}");
+        }
+        assert!(parse_acquire_permit(&ints(&[1, 7, 0, 0]), 3).is_err());
+        assert!(parse_acquire_permit(&RedisValue::Error("ERR x".into()), 3).is_err());
+        assert_eq!(
+            parse_inspect(&ints(&[0, -2, 9, 3, 500, -2, -1]), 3),
+            Ok(InspectReply { exists: false, pttl: None, fence: 9, limit: Some(3), slots: vec![Some(500), None, Some(u64::MAX)] })
+        );
+        assert_eq!(parse_inspect(&ints(&[1, 40, 9, 0]), 0).map(|r| (r.exists, r.pttl, r.limit)), Ok((true, Some(40), None)));
+        assert!(parse_inspect(&ints(&[1, 40, 9, 0]), 1).is_err());
+        assert!(parse_inspect(&ints(&[2, 40, 9, 0]), 0).is_err());
     }
 }

@@ -27,11 +27,19 @@
 //! A cancel (or close) never interrupts a round in flight: its outcome is
 //! awaited (bounded by the request timeout), then cleaned up, so no key is
 //! left behind by a request whose result was unknown at cancel time.
+//!
+//! A semaphore's permit (see [`semaphore`](super::super::semaphore)) goes
+//! the same way with its own attempt script: the granted slot's key is then
+//! the held key (raise round, grant), a cleanup deletes the attempt's token
+//! from whichever slot holds it, and its waiters share the semaphore's
+//! queue and channel.
 
 use super::super::context::{Context, Held, PUSH_FALLBACK_MS, QUEUE_LEASE_MS, TOKEN_BYTES, WAITER_BYTES};
 use super::super::quorum::{expires_at, free_quorum_in, verdict, AttemptVerdict};
-use super::super::round::Round;
-use super::super::scripts::{self, AcquireReply};
+use super::super::keys::{limit_key, permit_base, permit_key, permit_keys};
+use super::super::round::{NodeError, Round};
+use super::super::scripts::{self, AcquireReply, FreeSlots, PermitReply};
+use super::super::semaphore::{choose_slot, limit_mismatch};
 use super::super::subscription::wake_channel;
 use super::super::task::{Next, OnClose, Push, Task};
 use crate::core::names::validate_name;
@@ -77,6 +85,55 @@ struct Attempts {
     last_push_attempt: Option<Millis>,
     /// Raise rounds of the current attempt (bounded: see `after_raise`).
     raises: u32,
+    /// A semaphore's permit (`None`: an exclusive lock).
+    permit: Option<Permit>,
+}
+
+/// What a permit's attempts keep (see the module docs).
+struct Permit {
+    limit: u32,
+    /// The name's lock key, whose slots are `keys::permit_key`.
+    lock_key: String,
+    /// The semaphore's waiters' base (queue, leases, channel).
+    base: String,
+    limit_key: String,
+    /// The slot keys every attempt declares: `0..limit`, or more when a
+    /// node's stored limit is larger (the script must see its slots).
+    declared: Vec<String>,
+    /// Redlock: per node, the slots it last reported free (the next
+    /// attempt names the slot free on the most).
+    free: Vec<FreeSlots>,
+}
+
+/// How an attempt's round turned out, whatever its script.
+struct Tally {
+    granted: usize,
+    held_pttls: Vec<Option<u64>>,
+    fence: u64,
+    maybe_ours: Vec<bool>,
+    /// Each node's counter as it answered (None: no answer).
+    counters: Vec<Option<u64>>,
+    first_error: Option<NodeError>,
+}
+
+impl Tally {
+    fn new(n: usize) -> Tally {
+        Tally { granted: 0, held_pttls: Vec::new(), fence: 0, maybe_ours: vec![false; n], counters: vec![None; n], first_error: None }
+    }
+
+    fn answered(&mut self, node: usize, fence: u64) {
+        self.fence = self.fence.max(fence);
+        if let Some(c) = self.counters.get_mut(node) {
+            *c = Some(fence);
+        }
+    }
+
+    fn failed(&mut self, node: usize, e: &NodeError) {
+        if let Some(m) = self.maybe_ours.get_mut(node) {
+            *m = e.maybe_applied();
+        }
+        self.first_error.get_or_insert_with(|| e.clone());
+    }
 }
 
 /// Where the acquire is; each phase waits for one thing.
@@ -107,11 +164,29 @@ pub(in super::super) struct AcquireTask {
 
 impl AcquireTask {
     /// Validates the request; the first attempt runs at the first step.
-    pub(in super::super) fn new(cx: &mut Context, now: Millis, name: &str, opts: &AcquireOptions) -> Result<Self, LockError> {
+    pub(in super::super) fn new(cx: &mut Context, now: Millis, name: &str, kind: LockKind, opts: &AcquireOptions) -> Result<Self, LockError> {
         validate_name(name)?;
         let ttl = opts.ttl_ms.unwrap_or(cx.s.ttl_ms);
         super::super::validate_lock_ttl(ttl, cx.s.request_timeout_ms, cx.s.drift_factor)?;
         let (key, fence_key) = cx.keys_for(name);
+        let permit = match kind {
+            LockKind::Exclusive => None,
+            LockKind::Permits { limit } => {
+                // The capabilities check refused these already; the core
+                // must not trust its caller for the slot arithmetic.
+                LockKind::permits(u64::from(limit))?;
+                Some(Permit {
+                    limit,
+                    base: permit_base(&key),
+                    limit_key: limit_key(&key),
+                    declared: permit_keys(&key, limit),
+                    lock_key: key.clone(),
+                    free: Vec::new(),
+                })
+            }
+            other => return Err(LockError::invalid(format!("the {} backend does not offer {} locks", cx.backend_str(), other.as_str()))),
+        };
+        let channel = wake_channel(permit.as_ref().map_or(&key, |p| &p.base));
         let a = Attempts {
             op: Some(cx.rt.out.op_id()),
             backend: cx.s.backend,
@@ -125,7 +200,7 @@ impl AcquireTask {
             attempt_start: now,
             unavailable: 0,
             abort: None,
-            channel: wake_channel(&key),
+            channel,
             listening: false,
             live: vec![false; cx.node_count()],
             woken: false,
@@ -135,6 +210,7 @@ impl AcquireTask {
             pushed: false,
             last_push_attempt: None,
             raises: 0,
+            permit,
         };
         Ok(AcquireTask { a, phase: Phase::Sleep { until: now } })
     }
@@ -242,6 +318,11 @@ impl Attempts {
         self.raises = 0;
         self.token = random_hex(cx.entropy.as_mut(), TOKEN_BYTES);
         self.attempt_start = now;
+        if let Some(p) = self.permit.take() {
+            let cmd = self.permit_attempt(cx, &p);
+            self.permit = Some(p);
+            return Next::round(self.into_task(Phase::Attempt), cmd, cx.all_nodes());
+        }
         let cmd = match &self.waiter {
             // One node: a fair lock's every attempt goes through the queue
             // (a try never queues); a waiter of the default lock joins it
@@ -257,32 +338,120 @@ impl Attempts {
         Next::round(self.into_task(Phase::Attempt), cmd, cx.all_nodes())
     }
 
-    fn after_attempt(mut self, cx: &mut Context, round: Round, now: Millis) -> Next {
-        let parsed = round.parsed(scripts::parse_acquire);
-        let n = cx.node_count();
-        let mut granted = 0;
-        let mut held_pttls = Vec::new();
-        let mut fence = 0u64;
-        let mut maybe_ours = vec![false; n];
-        // Each node's counter as it answered (None: no answer).
-        let mut counters = vec![None; n];
-        for (i, r) in &parsed {
+    /// The attempt script of a permit: one node takes the lowest free slot
+    /// and queues once it waits; Redlock names one slot on every node.
+    fn permit_attempt(&mut self, cx: &mut Context, p: &Permit) -> super::super::value::RedisCommand {
+        let redlock = cx.node_count() > 1;
+        let preferred = redlock.then(|| choose_slot(p.limit, &p.free, cx.entropy.as_mut()));
+        let waiter = match &self.waiter {
+            Some(w) if self.listening => {
+                let lease = if self.wait == Wait::Try { 0 } else { QUEUE_LEASE_MS };
+                self.queued |= lease > 0;
+                Some((w.as_str(), lease))
+            }
+            _ => None,
+        };
+        scripts::acquire_permit(&scripts::PermitAttempt {
+            fence_key: &self.fence_key,
+            limit_key: &p.limit_key,
+            base: &p.base,
+            slots: &p.declared,
+            token: &self.token,
+            ttl_ms: self.ttl,
+            limit: p.limit,
+            preferred,
+            count_every_attempt: redlock,
+            waiter,
+        })
+    }
+
+    fn after_attempt(self, cx: &mut Context, round: Round, now: Millis) -> Next {
+        if self.permit.is_some() {
+            return self.after_permit_attempt(cx, round, now);
+        }
+        let mut t = Tally::new(cx.node_count());
+        for (i, r) in round.parsed(scripts::parse_acquire) {
             match r {
                 Ok(AcquireReply::Granted { fence: f }) => {
-                    granted += 1;
-                    maybe_ours[*i] = true;
-                    fence = fence.max(*f);
-                    counters[*i] = Some(*f);
+                    t.granted += 1;
+                    t.maybe_ours[i] = true;
+                    t.answered(i, f);
                 }
                 // Every answering node's counter counts, granted or not.
                 Ok(AcquireReply::Held { fence: f, pttl }) => {
-                    held_pttls.push(*pttl);
-                    fence = fence.max(*f);
-                    counters[*i] = Some(*f);
+                    t.held_pttls.push(pttl);
+                    t.answered(i, f);
                 }
-                Err(e) => maybe_ours[*i] = e.maybe_applied(),
+                Err(e) => t.failed(i, &e),
             }
         }
+        self.decide(cx, t, now)
+    }
+
+    /// A permit attempt's answers: a refused limit ends the acquire, a
+    /// node's larger stored limit repeats the attempt with its slots; the
+    /// rest is a lock's attempt on the slot the nodes granted.
+    fn after_permit_attempt(mut self, cx: &mut Context, round: Round, now: Millis) -> Next {
+        let Some(mut p) = self.permit.take() else { return self.decide(cx, Tally::new(cx.node_count()), now) };
+        let n = cx.node_count();
+        let mut t = Tally::new(n);
+        let (mut mismatch, mut needs) = (None, None);
+        let mut slot = None;
+        p.free = Vec::with_capacity(n);
+        for (i, r) in round.parsed(|v| scripts::parse_acquire_permit(v, p.limit)) {
+            match r {
+                Ok(PermitReply::Granted { fence, slot: k, free }) => {
+                    // Redlock names one slot, so every grant is of it; a
+                    // grant of another would be a protocol error, and the
+                    // cleanup deletes by token wherever it landed.
+                    t.maybe_ours[i] = true;
+                    if slot.is_none_or(|s| s == k) {
+                        slot = Some(k);
+                        t.granted += 1;
+                    }
+                    t.answered(i, fence);
+                    // Free again if this attempt is cleaned up.
+                    p.free.push(free | (1 << k));
+                }
+                Ok(PermitReply::Busy { fence, wait, free }) => {
+                    t.held_pttls.push(wait);
+                    t.answered(i, fence);
+                    p.free.push(free);
+                }
+                Ok(PermitReply::LimitMismatch { stored }) => mismatch = Some(stored),
+                Ok(PermitReply::NeedsSlots { stored }) if stored as usize > p.declared.len() => {
+                    needs = needs.max(Some(stored));
+                }
+                Ok(PermitReply::NeedsSlots { .. }) => t.failed(i, &NodeError::Redis("a permit attempt asked for slots it was given".into())),
+                Err(e) => t.failed(i, &e),
+            }
+        }
+        let lock_key = p.lock_key.clone();
+        let limit = p.limit;
+        if let Some(stored) = needs {
+            p.declared = permit_keys(&lock_key, stored);
+        }
+        self.permit = Some(p);
+        if let Some(stored) = mismatch {
+            let next = AfterCleanup::Fail(limit_mismatch(&self.name, stored, limit));
+            return self.cleanup(cx, t.maybe_ours, next, now);
+        }
+        if needs.is_some() && self.abort.is_none() {
+            // Not contention nor unavailability: the same attempt again,
+            // declaring the stored limit's slots.
+            return self.cleanup(cx, t.maybe_ours, AfterCleanup::Retry { at: now }, now);
+        }
+        if let Some(k) = slot {
+            self.key = permit_key(&lock_key, k);
+        }
+        self.decide(cx, t, now)
+    }
+
+    /// What an attempt's tally leads to: the grant (after the raise round
+    /// where strict fencing needs one), or a cleanup and the next step.
+    fn decide(mut self, cx: &mut Context, t: Tally, now: Millis) -> Next {
+        let n = cx.node_count();
+        let Tally { granted, held_pttls, fence, maybe_ours, counters, first_error } = t;
         // The raise would set every node's counter to at least `fence`: a
         // no-op exactly when every node answered with its counter there
         // already. A quorum at `fence` is not enough: a silent node may lag.
@@ -307,7 +476,7 @@ impl Attempts {
                 }
             },
             AttemptVerdict::Unavailable => {
-                let e = cx.round_error(&self.name, Round::first_error(&parsed), granted);
+                let e = cx.round_error(&self.name, first_error.as_ref(), granted);
                 self.unavailable_next(cx, e, now)
             }
             AttemptVerdict::Contended => self.contended_next(cx, held_pttls, now),
@@ -412,7 +581,11 @@ impl Attempts {
         if !targets.iter().any(|t| *t) {
             return self.after_cleanup(cx, next, now);
         }
-        let cmd = scripts::release(&self.key, &self.fence_key, &self.token, 0);
+        let cmd = match &self.permit {
+            // One node chose the slot itself: the token may be in any.
+            Some(p) => scripts::permit_cleanup(&p.declared, &self.token),
+            None => scripts::release(&self.key, &self.fence_key, &self.token, 0),
+        };
         Next::round(self.into_task(Phase::Cleanup { next }), cmd, targets)
     }
 
@@ -423,7 +596,10 @@ impl Attempts {
         match (&self.waiter, self.queued) {
             (Some(waiter), true) => {
                 self.queued = false;
-                let cmd = scripts::leave(&self.key, &self.fence_key, waiter);
+                let cmd = match &self.permit {
+                    Some(p) => scripts::leave_permits(&p.base, &self.fence_key, waiter),
+                    None => scripts::leave(&self.key, &self.fence_key, waiter),
+                };
                 Next::round(self.into_task(Phase::Leave { next }), cmd, cx.all_nodes())
             }
             _ => self.report(cx, next),
@@ -455,9 +631,10 @@ impl Attempts {
             owner: self.token.clone(),
             fencing_token: fence,
             revision: 0,
-            kind: LockKind::Exclusive,
-            slot: None,
+            kind: self.permit.as_ref().map_or(LockKind::Exclusive, |p| LockKind::Permits { limit: p.limit }),
+            slot: self.permit.as_ref().and_then(|p| self.key.strip_prefix(p.base.as_str())?.strip_prefix(':')?.parse().ok()),
         };
+        let wake_base = self.permit.as_ref().map_or_else(|| self.key.clone(), |p| p.base.clone());
         let info = LockInfo { id, name: self.name.clone(), fencing_token: fence, expires_at: exp, handle };
         let renew_at = self.attempt_start + self.ttl / 3;
         let held = Held {
@@ -465,6 +642,7 @@ impl Attempts {
             name: self.name,
             key: self.key,
             fence_key: self.fence_key,
+            wake_base,
             token: self.token,
             ttl: self.ttl,
             fencing_token: fence,

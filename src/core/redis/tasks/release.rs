@@ -44,7 +44,7 @@ impl Task for ReleaseTask {
         let ReleaseTask { op, mut lock } = *self;
         let Some(round) = round else {
             let h = &lock;
-            let cmd = scripts::release(&h.key, &h.fence_key, &h.token, h.fencing_token);
+            let cmd = scripts::release_waking(&h.key, &h.fence_key, &h.wake_base, &h.token, h.fencing_token);
             return Next::round(ReleaseTask { op, lock }, cmd, cx.all_nodes());
         };
         let c = FlagCount::of(&round);

@@ -1,7 +1,9 @@
 //! Resume: adopt a lock from its handle, after checking on the nodes that
-//! the handle's owner token still holds the key on a quorum.
+//! the handle's owner token still holds the key on a quorum. A permit's
+//! handle resumes as that permit: its key must be its slot's key.
 
 use super::super::context::{Context, Held, TOKEN_BYTES};
+use super::super::keys::{permit_base, permit_key};
 use super::super::quorum::{drift_ms, kth_largest};
 use super::super::round::Round;
 use super::super::scripts;
@@ -17,6 +19,8 @@ pub(in super::super) struct ResumeTask {
     op: OpId,
     handle: LockHandle,
     fence_key: String,
+    /// Whose waiters the resumed lock's release wakes (see `Held`).
+    wake_base: String,
     started: bool,
 }
 
@@ -35,13 +39,26 @@ impl ResumeTask {
         }
         validate_name(&handle.name)?;
         let (key, fence_key) = cx.keys_for(&handle.name);
-        if handle.key != key {
-            return Err(LockError::invalid("the handle's key does not match its name and this client's prefix"));
+        // A handle resumes as the kind it was granted as: a permit on its
+        // slot's key (waking its semaphore's waiters), a lock on the lock key.
+        let (expected, wake_base) = match (handle.kind, handle.slot) {
+            (LockKind::Exclusive, None) => (key.clone(), key),
+            (LockKind::Permits { limit }, Some(slot)) if slot < limit => {
+                LockKind::permits(u64::from(limit))?;
+                (permit_key(&key, slot), permit_base(&key))
+            }
+            (LockKind::Permits { .. }, _) => return Err(LockError::invalid("a permit's handle needs a slot below its limit")),
+            (kind, _) => {
+                return Err(LockError::invalid(format!("the {} backend does not offer {} locks", cx.backend_str(), kind.as_str())))
+            }
+        };
+        if handle.key != expected {
+            return Err(LockError::invalid("the handle's key does not match its name, kind and this client's prefix"));
         }
         if !is_token(&handle.owner) {
             return Err(LockError::invalid("the handle's owner token is malformed"));
         }
-        Ok(ResumeTask { op: cx.rt.out.op_id(), handle: handle.clone(), fence_key, started: false })
+        Ok(ResumeTask { op: cx.rt.out.op_id(), handle: handle.clone(), fence_key, wake_base, started: false })
     }
 }
 
@@ -51,12 +68,12 @@ impl Task for ResumeTask {
     }
 
     fn step(self: Box<Self>, cx: &mut Context, round: Option<Round>, now: Millis) -> Next {
-        let ResumeTask { op, handle, fence_key, started } = *self;
+        let ResumeTask { op, handle, fence_key, wake_base, started } = *self;
         let round = match round {
             Some(round) => round,
             None if !started => {
                 let cmd = scripts::status(&handle.key, &fence_key, Some(&handle.owner));
-                return Next::round(ResumeTask { op, handle, fence_key, started: true }, cmd, cx.all_nodes());
+                return Next::round(ResumeTask { op, handle, fence_key, wake_base, started: true }, cmd, cx.all_nodes());
             }
             None => {
                 cx.rt.out.fail(op, LockError::internal("a resume was stepped without its round"));
@@ -88,6 +105,7 @@ impl Task for ResumeTask {
                     name: handle.name,
                     key: handle.key,
                     fence_key,
+                    wake_base,
                     token: handle.owner,
                     ttl,
                     fencing_token: handle.fencing_token,
