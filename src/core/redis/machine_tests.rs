@@ -601,3 +601,201 @@ fn scripts_go_by_sha_once_cached_and_fall_back_on_noscript() {
     h.answer(&r[0], r#"{"result":[1,2,0]}"#);
     assert_eq!(acquired(&h.take_events()).fencing_token, 2);
 }
+
+mod permits {
+    use super::*;
+    use scripts::Script;
+
+    fn args_of(req: &HttpRequest) -> Vec<String> {
+        serde_json::from_slice(&req.body).unwrap()
+    }
+
+    fn acquire_permits<M: LockMachine>(h: &mut Harness<M>, limit: u32, wait: Wait) {
+        let op = Operation::Acquire { name: "s".into(), kind: LockKind::Permits { limit }, options: opts(wait) };
+        h.m.start_operation(h.now, op).unwrap();
+    }
+
+    fn failed(events: &[Event]) -> LockError {
+        events
+            .iter()
+            .find_map(|e| match e {
+                Event::Completed { result: Err(e), .. } => Some(e.clone()),
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("no error in {events:?}"))
+    }
+
+    #[test]
+    fn one_node_takes_the_slot_the_script_picked_and_its_release_wakes_the_semaphore() {
+        let mut h = single(|_| {});
+        acquire_permits(&mut h, 3, Wait::Forever);
+        let r = h.take();
+        assert_eq!(r.len(), 1);
+        assert_eq!(script_of(&r[0]), Script::AcquirePermit);
+        let a = args_of(&r[0]);
+        // 4 + 3 keys, every slot declared; no preferred slot, no queue yet.
+        assert_eq!(a[2..10], ["7", "{edgelock:s}:fence", "{edgelock:s}:limit", "{edgelock:s}:permit:queue", "{edgelock:s}:permit:leases",
+                              "{edgelock:s}:permit:0", "{edgelock:s}:permit:1", "{edgelock:s}:permit:2"]);
+        assert_eq!(a[11..], ["10000", "3", "-1", "0", "-", "0"]);
+        h.answer(&r[0], r#"{"result":[1,5,0,1,1,0]}"#);
+        let lock = acquired(&h.take_events());
+        assert_eq!((lock.kind(), lock.slot(), lock.fencing_token), (LockKind::Permits { limit: 3 }, Some(1), 5));
+        assert_eq!(lock.handle.key, "{edgelock:s}:permit:1");
+        h.m.release(h.now, lock.id).unwrap();
+        let r = h.take();
+        assert_eq!(script_of(&r[0]), Script::Release);
+        let a = args_of(&r[0]);
+        assert_eq!(a[3..7], ["{edgelock:s}:permit:1", "{edgelock:s}:fence", "{edgelock:s}:permit:queue", "{edgelock:s}:permit:leases"]);
+        assert_eq!(a[8..], ["5".to_string(), subscription::wake_channel("{edgelock:s}:permit")]);
+    }
+
+    #[test]
+    fn a_waiter_queues_on_the_semaphore_and_a_try_does_not() {
+        let mut h = single(|_| {});
+        acquire_permits(&mut h, 2, Wait::Try);
+        let r = h.take();
+        h.answer(&r[0], r#"{"result":[0,5,700,-1,0,0]}"#);
+        assert!(matches!(h.take_events().as_slice(), [Event::Completed { result: Ok(Outcome::NotAcquired), .. }]));
+        assert!(h.take().is_empty(), "a try leaves nothing to clean up");
+        acquire_permits(&mut h, 2, Wait::Forever);
+        let r = h.take();
+        h.answer(&r[0], r#"{"result":[0,5,700,-1,0,0]}"#);
+        // Sleeps until the earliest slot frees itself (capped), then queues.
+        let at = h.next_timer();
+        assert!(at > h.now && at <= h.now + 700 + 100, "{at}");
+        h.advance_to(at);
+        let r = h.take();
+        let a = args_of(&r[0]);
+        assert_eq!(a[a.len() - 2..][1], "6000", "queued with a lease: {a:?}");
+        assert_ne!(a[a.len() - 2], "-");
+    }
+
+    #[test]
+    fn another_limit_while_held_is_invalid_argument_and_takes_nothing() {
+        let mut h = single(|_| {});
+        acquire_permits(&mut h, 5, Wait::Forever);
+        let r = h.take();
+        h.answer(&r[0], r#"{"result":[2,0,0,-1,3,0]}"#);
+        let e = failed(&h.take_events());
+        assert_eq!(e.code(), "INVALID_ARGUMENT");
+        assert!(e.to_string().contains("has limit 3, not 5"), "{e}");
+        assert!(h.take().is_empty(), "nothing to clean up: nothing was taken");
+    }
+
+    #[test]
+    fn a_larger_stored_limit_repeats_the_attempt_with_its_slots() {
+        let mut h = single(|_| {});
+        acquire_permits(&mut h, 2, Wait::Forever);
+        let r = h.take();
+        assert_eq!(args_of(&r[0])[2], "6");
+        h.answer(&r[0], r#"{"result":[3,0,0,-1,5,0]}"#);
+        let r = h.take();
+        assert_eq!(r.len(), 1);
+        let a = args_of(&r[0]);
+        assert_eq!(a[2], "9", "4 + 5 slots declared");
+        assert_eq!(a[a.len() - 5], "2", "still asking for 2");
+        h.answer(&r[0], r#"{"result":[2,0,0,-1,5,0]}"#);
+        assert_eq!(failed(&h.take_events()).code(), "INVALID_ARGUMENT");
+    }
+
+    #[test]
+    fn redlock_needs_a_quorum_on_one_slot_and_retries_on_the_slot_free_on_most() {
+        let mut h = redlock(3, |c| c.retry_jitter_ms = 0);
+        acquire_permits(&mut h, 3, Wait::Forever);
+        let r = h.take();
+        assert_eq!(r.len(), 3);
+        let pref: Vec<String> = r.iter().map(|q| args_of(q)[13].clone()).collect();
+        assert!(pref.iter().all(|p| *p == pref[0] && p != "-1"), "one named slot on every node: {pref:?}");
+        let k: u32 = pref[0].parse().unwrap();
+        let other = (k + 1) % 3;
+        // Node 0 grants k; nodes 1 and 2 hold k but have `other` free.
+        h.answer(&r[0], &format!(r#"{{"result":[1,4,0,{k},0,0]}}"#));
+        for q in &r[1..] {
+            h.answer(q, &format!(r#"{{"result":[0,4,0,-1,{},0]}}"#, 1 << other));
+        }
+        let c = h.take();
+        assert_eq!(c.len(), 1, "the partial grant is cleaned up");
+        assert_eq!(script_of(&c[0]), Script::PermitCleanup);
+        assert_eq!(c[0].target, r[0].target);
+        h.answer(&c[0], r#"{"result":1}"#);
+        let at = h.next_timer();
+        h.advance_to(at);
+        let r = h.take();
+        assert!(r.iter().all(|q| args_of(q)[13] == other.to_string()), "the retry names the slot free on all three");
+        for q in &r {
+            h.answer(q, &format!(r#"{{"result":[1,5,0,{other},0,0]}}"#));
+        }
+        let lock = acquired(&h.take_events());
+        assert_eq!((lock.slot(), lock.fencing_token), (Some(other), 5));
+        assert_eq!(lock.handle.key, format!("{{edgelock:s}}:permit:{other}"));
+    }
+
+    #[test]
+    fn shared_holds_and_bad_limits_are_refused_before_sending() {
+        let mut h = single(|_| {});
+        for kind in [LockKind::Shared, LockKind::Permits { limit: 0 }, LockKind::Permits { limit: 101 }] {
+            let op = Operation::Acquire { name: "s".into(), kind, options: opts(Wait::Try) };
+            assert_eq!(h.m.start_operation(h.now, op).unwrap_err().code(), "INVALID_ARGUMENT", "{kind:?}");
+        }
+        let op = Operation::Acquire { name: "s".into(), kind: LockKind::Permits { limit: 3 }, options: AcquireOptions { wait: Wait::Try, ttl_ms: Some(2) } };
+        assert_eq!(h.m.start_operation(h.now, op).unwrap_err().code(), "INVALID_ARGUMENT", "a ttl is checked as for a lock");
+        assert!(h.take().is_empty());
+        assert!(h.m.capabilities().supports(LockKind::Permits { limit: 3 }));
+        assert!(!h.m.capabilities().supports(LockKind::Shared));
+    }
+
+    #[test]
+    fn a_permit_resumes_as_that_permit() {
+        let mut h = single(|_| {});
+        acquire_permits(&mut h, 3, Wait::Forever);
+        let r = h.take();
+        h.answer(&r[0], r#"{"result":[1,5,0,2,3,0]}"#);
+        let lock = acquired(&h.take_events());
+        let mut other = single(|_| {});
+        other.m.resume(other.now, &lock.handle).unwrap();
+        let r = other.take();
+        assert_eq!(script_of(&r[0]), Script::Status);
+        assert_eq!(args_of(&r[0])[3], "{edgelock:s}:permit:2");
+        other.answer(&r[0], r#"{"result":[1,1,9000,5]}"#);
+        let resumed = acquired(&other.take_events());
+        assert_eq!((resumed.kind(), resumed.slot()), (LockKind::Permits { limit: 3 }, Some(2)));
+        // Its release wakes the semaphore's waiters.
+        other.m.release(other.now, resumed.id).unwrap();
+        let a = args_of(&other.take()[0]);
+        assert_eq!(a[5], "{edgelock:s}:permit:queue");
+        for bad in [
+            LockHandle { slot: Some(1), ..lock.handle.clone() },
+            LockHandle { slot: Some(3), key: "{edgelock:s}:permit:3".into(), ..lock.handle.clone() },
+            LockHandle { kind: LockKind::Exclusive, slot: None, ..lock.handle.clone() },
+            LockHandle { kind: LockKind::Shared, slot: None, key: "{edgelock:s}".into(), ..lock.handle.clone() },
+        ] {
+            assert_eq!(other.m.resume(other.now, &bad).unwrap_err().code(), "INVALID_ARGUMENT", "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn inspect_reads_the_slots_of_a_semaphore_in_a_second_round() {
+        let mut h = redlock(3, |_| {});
+        h.m.inspect(h.now, "s").unwrap();
+        let r = h.take();
+        assert!(r.iter().all(|q| script_of(q) == Script::Inspect && args_of(q)[2] == "3"));
+        for q in &r {
+            h.answer(q, r#"{"result":[0,-2,9,3]}"#);
+        }
+        let r = h.take();
+        assert!(r.iter().all(|q| args_of(q)[2] == "6"), "the 3 slots declared");
+        // Slot 0 held on all, slot 2 on one node only (no quorum).
+        h.answer(&r[0], r#"{"result":[0,-2,9,3,900,-2,500]}"#);
+        h.answer(&r[1], r#"{"result":[0,-2,9,3,800,-2,-2]}"#);
+        h.answer(&r[2], r#"{"result":[0,-2,10,3,700,-2,-2]}"#);
+        match h.take_events().as_slice() {
+            [Event::Completed { result: Ok(Outcome::Inspected(s)), .. }] => {
+                assert!(s.held);
+                assert_eq!(s.limit, Some(3));
+                assert_eq!(s.holders, [Holder { id: String::new(), kind: LockKind::Permits { limit: 3 }, slot: Some(0), fencing_token: None }]);
+                assert_eq!((s.remaining_ms, s.fencing_token), (Some(800), Some(10)));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}
