@@ -718,9 +718,9 @@ mod permits {
         assert_eq!(script_of(&c[0]), Script::PermitCleanup);
         assert_eq!(c[0].target, r[0].target);
         h.answer(&c[0], r#"{"result":1}"#);
-        let at = h.next_timer();
-        h.advance_to(at);
+        // A slot is free on a quorum: the retry goes at once (no timer).
         let r = h.take();
+        assert_eq!(r.len(), 3);
         assert!(r.iter().all(|q| args_of(q)[13] == other.to_string()), "the retry names the slot free on all three");
         for q in &r {
             h.answer(q, &format!(r#"{{"result":[1,5,0,{other},0,0]}}"#));
@@ -728,6 +728,19 @@ mod permits {
         let lock = acquired(&h.take_events());
         assert_eq!((lock.slot(), lock.fencing_token), (Some(other), 5));
         assert_eq!(lock.handle.key, format!("{{edgelock:s}}:permit:{other}"));
+    }
+
+    #[test]
+    fn redlock_waits_when_no_slot_is_free_on_a_quorum() {
+        let mut h = redlock(3, |c| c.retry_jitter_ms = 0);
+        acquire_permits(&mut h, 2, Wait::Forever);
+        let r = h.take();
+        // Every slot held everywhere, the earliest frees in 300 ms.
+        for q in &r {
+            h.answer(q, r#"{"result":[0,4,300,-1,0,0]}"#);
+        }
+        assert!(h.take().is_empty(), "nothing to clean up, no retry at once");
+        assert_eq!(h.next_timer(), h.now + 200, "the retry delay caps the wait");
     }
 
     #[test]

@@ -103,7 +103,15 @@ struct Permit {
     /// Redlock: per node, the slots it last reported free (the next
     /// attempt names the slot free on the most).
     free: Vec<FreeSlots>,
+    /// Redlock: attempts in a row repeated at once because another slot
+    /// was free on a quorum (bounded: see [`MAX_SLOT_RETRIES`]).
+    slot_retries: u32,
 }
+
+/// A Redlock permit attempt that met its named slot held while another
+/// slot is free on a quorum is repeated at once (a try too: a permit is
+/// free), at most this many times in a row; then it waits as contention.
+const MAX_SLOT_RETRIES: u32 = 3;
 
 /// How an attempt's round turned out, whatever its script.
 struct Tally {
@@ -182,6 +190,7 @@ impl AcquireTask {
                     declared: permit_keys(&key, limit),
                     lock_key: key.clone(),
                     free: Vec::new(),
+                    slot_retries: 0,
                 })
             }
             other => return Err(LockError::invalid(format!("the {} backend does not offer {} locks", cx.backend_str(), other.as_str()))),
@@ -431,14 +440,20 @@ impl Attempts {
         if let Some(stored) = needs {
             p.declared = permit_keys(&lock_key, stored);
         }
+        // Another slot is free on a quorum: name it at once.
+        let q = cx.quorum_size();
+        let contended = t.granted < q && t.granted + t.held_pttls.len() >= q;
+        let free_on_quorum = (0..limit).any(|k| p.free.iter().filter(|f| (*f >> k) & 1 == 1).count() >= q);
+        let slot_retry = n > 1 && contended && free_on_quorum && p.slot_retries < MAX_SLOT_RETRIES;
+        p.slot_retries = if slot_retry { p.slot_retries + 1 } else { 0 };
         self.permit = Some(p);
         if let Some(stored) = mismatch {
             let next = AfterCleanup::Fail(limit_mismatch(&self.name, stored, limit));
             return self.cleanup(cx, t.maybe_ours, next, now);
         }
-        if needs.is_some() && self.abort.is_none() {
+        if (needs.is_some() || slot_retry) && self.abort.is_none() {
             // Not contention nor unavailability: the same attempt again,
-            // declaring the stored limit's slots.
+            // declaring the stored limit's slots, or naming a free slot.
             return self.cleanup(cx, t.maybe_ours, AfterCleanup::Retry { at: now }, now);
         }
         if let Some(k) = slot {
