@@ -78,7 +78,10 @@
 //! client's own clock passes the lock's `expires_at` (updated by `Renewed` and
 //! `Extended`). At most one client may believe it holds a given name at any
 //! instant; fencing tokens of successive grants of a name must strictly
-//! increase.
+//! increase. With a semaphore workload ([`World::set_acquire_kind`] with
+//! `LockKind::Permits`): at most `limit` clients believe they hold a permit
+//! of a name at once, never two the same slot (the same key), and tokens
+//! strictly increase across successive grants of a slot.
 
 #![allow(dead_code)]
 
@@ -86,8 +89,8 @@ use std::cmp::Ordering;
 use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet, VecDeque};
 
 use edgelock::core::{
-    AcquireOptions, Event, HttpRequest, Input, LockError, LockId, LockInfo, LockMachine, LockMachineExt, LostReason, Millis, OpId,
-    RequestId, SeededEntropy, Transmit, TransportError, Wait,
+    AcquireOptions, Event, HttpRequest, Input, LockError, LockId, LockInfo, LockKind, LockMachine, LockMachineExt, LostReason, Millis,
+    OpId, Operation, RequestId, SeededEntropy, Transmit, TransportError, Wait,
 };
 
 /// Header the world adds to every request: the sending client's index.
@@ -420,6 +423,8 @@ pub struct Grant {
     pub client: usize,
     pub lock: LockId,
     pub name: String,
+    /// The granted key (a permit's: its slot's).
+    pub key: String,
     pub token: u64,
     pub at: Millis,
 }
@@ -557,6 +562,8 @@ impl Ord for Queued {
 pub type Check<'a, S> = dyn FnMut(&World<S>) -> Result<(), String> + 'a;
 
 pub struct World<S: SimServer> {
+    /// What the workload's acquires ask for (exclusive unless set).
+    acquire_kind: LockKind,
     pub seed: u64,
     pub now: Millis,
     pub rng: SimRng,
@@ -605,6 +612,7 @@ pub struct World<S: SimServer> {
 impl<S: SimServer> World<S> {
     pub fn new(seed: u64, net: NetConfig) -> Self {
         World {
+            acquire_kind: LockKind::Exclusive,
             seed,
             now: 0,
             rng: SimRng::new(seed),
@@ -753,6 +761,12 @@ impl<S: SimServer> World<S> {
     }
 
     /// Start every client's script at a small random offset.
+    /// Makes the workload's acquires ask for `kind` (a semaphore's permits:
+    /// the checks then admit up to `limit` holders of a name, one per slot).
+    pub fn set_acquire_kind(&mut self, kind: LockKind) {
+        self.acquire_kind = kind;
+    }
+
     pub fn start_workload(&mut self, cfg: WorkloadConfig) {
         let stop_at = cfg.stop_at;
         self.workload = Some(cfg);
@@ -846,15 +860,32 @@ impl<S: SimServer> World<S> {
 
     fn check_generic(&mut self) {
         let believers = self.believers();
+        let limit = match self.acquire_kind {
+            LockKind::Permits { limit } => limit as usize,
+            _ => 1,
+        };
         for (i, a) in believers.iter().enumerate() {
-            for b in &believers[i + 1..] {
+            let mut others = HashSet::new();
+            for b in &believers {
                 if a.name == b.name && a.client != b.client {
-                    let v = format!(
-                        "two clients believe they hold {:?} at t={}: client {} (token {}, since {}, expires_at {} local) and client {} (token {}, since {}, expires_at {} local)",
-                        a.name, self.now, a.client, a.token, a.since, a.expires_at, b.client, b.token, b.since, b.expires_at
-                    );
-                    self.violations.push(v);
+                    others.insert(b.client);
                 }
+            }
+            let same_slot = believers[i + 1..].iter().find(|b| b.name == a.name && b.client != a.client && (limit == 1 || b.key == a.key));
+            if let Some(b) = same_slot {
+                let v = format!(
+                    "two clients believe they hold {:?} (key {:?}) at t={}: client {} (token {}, since {}, expires_at {} local) and client {} (token {}, since {}, expires_at {} local)",
+                    a.name, a.key, self.now, a.client, a.token, a.since, a.expires_at, b.client, b.token, b.since, b.expires_at
+                );
+                self.violations.push(v);
+            } else if others.len() + 1 > limit {
+                self.violations.push(format!(
+                    "{} clients believe they hold a permit of {:?} (limit {limit}) at t={}: {:?}",
+                    others.len() + 1,
+                    a.name,
+                    self.now,
+                    believers.iter().filter(|b| b.name == a.name).map(|b| (b.client, b.key.clone(), b.token)).collect::<Vec<_>>()
+                ));
             }
         }
     }
@@ -1222,15 +1253,18 @@ impl<S: SimServer> World<S> {
                 if self.complete(c, op, Outcome::Acquired { lock: lock.id, token }).is_none() {
                     return;
                 }
-                if let Some(last) = self.grants.iter().rev().find(|g| g.name == lock.name) {
+                // A semaphore's tokens order the holders of each slot (its key).
+                let permits = matches!(self.acquire_kind, LockKind::Permits { .. });
+                if let Some(last) = self.grants.iter().rev().find(|g| g.name == lock.name && (!permits || g.key == lock.handle.key)) {
                     if token <= last.token {
                         self.violations.push(format!(
-                            "fencing token of {:?} did not increase: client {c} got {token} at t={} after client {} got {} at t={}",
-                            lock.name, self.now, last.client, last.token, last.at
+                            "fencing token of {:?} (key {:?}) did not increase: client {c} got {token} at t={} after client {} got {} at t={}",
+                            lock.name, lock.handle.key, self.now, last.client, last.token, last.at
                         ));
                     }
                 }
-                self.grants.push(Grant { client: c, lock: lock.id, name: lock.name.clone(), token, at: self.now });
+                let key = lock.handle.key.clone();
+                self.grants.push(Grant { client: c, lock: lock.id, name: lock.name.clone(), key, token, at: self.now });
                 self.clients[c].holdings.insert(
                     lock.id,
                     Holding {
@@ -1430,7 +1464,8 @@ impl<S: SimServer> World<S> {
                 };
                 let opts = AcquireOptions { wait, ttl_ms: w.ttl_ms };
                 self.log(|| format!("c{c} user acquire {name:?} {wait:?}"));
-                match self.clients[c].machine.acquire(local, &name, &opts) {
+                let op = Operation::Acquire { name: name.clone(), kind: self.acquire_kind, options: opts };
+                match self.clients[c].machine.start(local, op) {
                     Ok(op) => {
                         self.record(c, op, What::Acquire { name, wait });
                         self.clients[c].script = Script::Acquiring { op };

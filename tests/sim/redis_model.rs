@@ -6,7 +6,8 @@
 //! - Keys expire by the node's **own** clock ([`NodeClock`]: offset, rate
 //!   error in ppm, and jumps at given global instants), like Redis, which
 //!   stores an absolute expiry time and compares it with its wall clock.
-//! - `EVAL` runs edgelock's four Lua scripts atomically. The model does not
+//! - `EVAL` runs edgelock's Lua scripts atomically (the lock's, and the
+//!   semaphore's permit acquire, cleanup and the inspect script). The model does not
 //!   interpret Lua: it recognises each script by a hash of its text and
 //!   applies that script's semantics natively (an unknown script is an
 //!   error, so a changed script cannot go unnoticed). Plain GET, SET (with NX
@@ -162,8 +163,9 @@ pub struct RedisModel {
     pub token: Option<String>,
     pub clock: NodeClock,
     data: HashMap<Vec<u8>, Entry>,
-    /// The waiters' queue of a lock key (`KEYS[3]` / `KEYS[4]` of the queued
-    /// scripts), in arrival order: waiter id and lease end on the node's clock.
+    /// The waiters' queue under its queue key (`KEYS[3]` of the queued
+    /// scripts and the release; the leases, `KEYS[4]`, are kept beside each
+    /// waiter), in arrival order: waiter id and lease end on the node's clock.
     queues: HashMap<Vec<u8>, Vec<(Vec<u8>, u64)>>,
     pub log: Vec<Rec>,
     pub restarts: Vec<Millis>,
@@ -205,11 +207,20 @@ fn parse_u64(b: &[u8]) -> Option<u64> {
     std::str::from_utf8(b).ok()?.parse().ok()
 }
 
-/// How many keys an edgelock script call names: the lock and its fencing
-/// counter, and (release, the queued acquire, leave) the waiters' queue and
-/// its leases, which the model keeps beside the key (see `queues`).
-fn script_keys(numkeys: &[u8], rest: &[Vec<u8>]) -> Option<usize> {
-    parse_u64(numkeys).map(|n| n as usize).filter(|n| (*n == 2 || *n == 4) && rest.len() >= *n)
+/// How many keys an edgelock script call names, if right for the script:
+/// the lock and its fencing counter; with the waiters' queue and its leases
+/// (release, the queued acquire, leave); the permit acquire's counter,
+/// limit record, queue, leases and at least one slot; the cleanup's slots;
+/// inspect's lock key, counter, limit record and any slots.
+fn script_keys(s: Script, numkeys: &[u8], rest: &[Vec<u8>]) -> Option<usize> {
+    let ok = |n: usize| match s {
+        Script::Acquire | Script::Extend | Script::Status => n == 2,
+        Script::Release | Script::AcquireQueued | Script::Leave => n == 4,
+        Script::AcquirePermit => n >= 5,
+        Script::PermitCleanup => n >= 1,
+        Script::Inspect => n >= 3,
+    };
+    parse_u64(numkeys).map(|n| n as usize).filter(|n| ok(*n) && rest.len() >= *n)
 }
 
 fn parse_i64(b: &[u8]) -> Option<i64> {
@@ -369,20 +380,20 @@ impl RedisModel {
                 let Some(&s) = self.scripts.get(&text_hash(script)) else {
                     return err("ERR the model knows only edgelock's scripts (unknown script text)");
                 };
-                let Some(nk) = script_keys(numkeys, rest) else {
-                    return err("ERR edgelock scripts take 2 keys (4 with the fair queue's)");
+                let Some(nk) = script_keys(s, numkeys, rest) else {
+                    return err("ERR wrong number of keys for this edgelock script");
                 };
                 self.cached.insert(s);
-                self.eval(s, &rest[0], &rest[1], &rest[nk..], client, g)
+                self.eval(s, &rest[..nk], &rest[nk..], client, g)
             }
             ("EVALSHA", [sha, numkeys, rest @ ..]) => {
                 let Some(s) = Script::from_sha1(sha).filter(|s| self.cached.contains(s)) else {
                     return err("NOSCRIPT No matching script. Please use EVAL.");
                 };
-                let Some(nk) = script_keys(numkeys, rest) else {
-                    return err("ERR edgelock scripts take 2 keys (4 with the fair queue's)");
+                let Some(nk) = script_keys(s, numkeys, rest) else {
+                    return err("ERR wrong number of keys for this edgelock script");
                 };
-                self.eval(s, &rest[0], &rest[1], &rest[nk..], client, g)
+                self.eval(s, &rest[..nk], &rest[nk..], client, g)
             }
             ("GET", [k]) => self.get(k, g).map_or(MValue::Nil, MValue::Bulk),
             ("PTTL", [k]) => MValue::Int(self.pttl_int(k, g)),
@@ -419,10 +430,43 @@ impl RedisModel {
         }
     }
 
-    fn eval(&mut self, s: Script, key: &[u8], fence: &[u8], argv: &[Vec<u8>], client: Option<usize>, g: Millis) -> MValue {
+    fn eval(&mut self, s: Script, keys: &[Vec<u8>], argv: &[Vec<u8>], client: Option<usize>, g: Millis) -> MValue {
         let arg = |i: usize| argv.get(i).cloned().unwrap_or_default();
         let num = |i: usize| argv.get(i).and_then(|a| parse_u64(a));
+        let empty = Vec::new();
+        let (key, fence) = (keys.first().unwrap_or(&empty).as_slice(), keys.get(1).unwrap_or(&empty).as_slice());
+        // The queue lives under its own key (a permit's release names its
+        // semaphore's queue, not its slot's).
+        let qkey = keys.get(2).unwrap_or(&empty).clone();
         match s {
+            Script::AcquirePermit => return self.acquire_permit(keys, argv, client, g),
+            Script::PermitCleanup => {
+                let token = arg(0);
+                let mut n = 0;
+                for k in keys {
+                    if self.get(k, g).as_deref() == Some(token.as_slice()) {
+                        self.data.remove(k);
+                        self.log.push(Rec::Raised { key: k.clone(), owner: token.clone(), client, t: g, floor: 0, ours: true, renew: false });
+                        n += 1;
+                    }
+                }
+                return MValue::Int(n);
+            }
+            Script::Inspect => {
+                let limit = keys.get(2).and_then(|k| self.get(k, g)).and_then(|v| parse_i64(&v)).unwrap_or(0);
+                let mut out = vec![
+                    MValue::Int(self.alive(key, g).is_some() as i64),
+                    MValue::Int(self.pttl_int(key, g)),
+                    MValue::Int(self.fence_value(fence, g)),
+                    MValue::Int(limit),
+                ];
+                out.extend(keys[3..].iter().map(|k| MValue::Int(self.pttl_int(k, g))));
+                return MValue::Arr(out);
+            }
+            _ => {}
+        }
+        match s {
+            Script::AcquirePermit | Script::PermitCleanup | Script::Inspect => err("ERR unreachable"),
             Script::Acquire => {
                 self.acquire_evals += 1;
                 let (Some(ttl), token) = (num(1), arg(0)) else { return err("ERR bad acquire arguments") };
@@ -479,7 +523,7 @@ impl RedisModel {
                     // live queue head is named (only it attempts).
                     if arg(1) != b"0" {
                         let mut payload = [b"released:".as_slice(), &arg(1)].concat();
-                        if let Some(head) = self.live_head(key, g) {
+                        if let Some(head) = self.live_head(&qkey, g) {
                             payload.push(b':');
                             payload.extend_from_slice(&head);
                         }
@@ -498,7 +542,7 @@ impl RedisModel {
                 }
                 let fair = arg(4) == b"1";
                 let now = self.now_local(g);
-                let head = self.prune_dead_heads(key, g);
+                let head = self.prune_dead_heads(&qkey, g);
                 let may = !fair || head.as_ref().map_or(true, |h| *h == waiter);
                 if may && self.alive(key, g).is_none() {
                     let f = match self.incr(fence, g) {
@@ -507,22 +551,17 @@ impl RedisModel {
                     };
                     self.set(key, token.clone(), Some(ttl), g);
                     self.log.push(Rec::Granted { key: key.to_vec(), owner: token, client, t: g, fence: f as u64 });
-                    self.leave_queue(key, &waiter);
+                    self.leave_queue(&qkey, &waiter);
                     return MValue::Arr(vec![MValue::Int(1), MValue::Int(f), MValue::Int(0)]);
                 }
                 let f = self.fence_value(fence, g);
                 let mut head = head;
                 if lease > 0 {
-                    let q = self.queues.entry(key.to_vec()).or_default();
-                    match q.iter_mut().find(|(w, _)| *w == waiter) {
-                        Some(entry) => entry.1 = now + lease,
-                        None => q.push((waiter.clone(), now + lease)),
-                    }
-                    head = q.first().map(|(w, _)| w.clone());
+                    head = self.join_queue(&qkey, &waiter, now + lease);
                 }
                 let mut wait = self.pttl_int(key, g);
                 if wait == -2 {
-                    if let Some((h, until)) = head.filter(|h| *h != waiter).and_then(|h| self.lease_of(key, &h).map(|u| (h, u))) {
+                    if let Some((h, until)) = head.filter(|h| *h != waiter).and_then(|h| self.lease_of(&qkey, &h).map(|u| (h, u))) {
                         let _ = h;
                         wait = until.saturating_sub(now) as i64;
                     }
@@ -531,9 +570,9 @@ impl RedisModel {
             }
             Script::Leave => {
                 let waiter = arg(0);
-                self.leave_queue(key, &waiter);
+                self.leave_queue(&qkey, &waiter);
                 if self.alive(key, g).is_none() {
-                    if let (Some(head), Some(channel)) = (self.queues.get(key).and_then(|q| q.first()).map(|(w, _)| w.clone()), argv.get(1)) {
+                    if let (Some(head), Some(channel)) = (self.queues.get(&qkey).and_then(|q| q.first()).map(|(w, _)| w.clone()), argv.get(1)) {
                         let f = self.fence_value(fence, g);
                         let payload = format!("released:{f}:").into_bytes().into_iter().chain(head).collect::<Vec<u8>>();
                         self.publish(channel, &payload);
@@ -554,6 +593,101 @@ impl RedisModel {
                 }
             }
         }
+    }
+
+    /// Adds (or renews) `waiter` in the queue under `qkey` until `until`;
+    /// returns the head.
+    fn join_queue(&mut self, qkey: &[u8], waiter: &[u8], until: u64) -> Option<Vec<u8>> {
+        let q = self.queues.entry(qkey.to_vec()).or_default();
+        match q.iter_mut().find(|(w, _)| *w == waiter) {
+            Some(entry) => entry.1 = until,
+            None => q.push((waiter.to_vec(), until)),
+        }
+        q.first().map(|(w, _)| w.clone())
+    }
+
+    /// `ACQUIRE_PERMIT` (see its documentation in `scripts.rs`).
+    fn acquire_permit(&mut self, keys: &[Vec<u8>], argv: &[Vec<u8>], client: Option<usize>, g: Millis) -> MValue {
+        self.acquire_evals += 1;
+        let arg = |i: usize| argv.get(i).cloned().unwrap_or_default();
+        let num = |i: usize| argv.get(i).and_then(|a| parse_u64(a));
+        let ints = |v: [i64; 6]| MValue::Arr(v.into_iter().map(MValue::Int).collect());
+        let [fence, limit_key, qkey, _leases, slots @ ..] = keys else { return err("ERR permit keys") };
+        let (token, Some(ttl), Some(limit), Some(pref), every, waiter, Some(lease)) =
+            (arg(0), num(1), num(2), argv.get(3).and_then(|a| parse_i64(a)), arg(4) == b"1", arg(5), num(6))
+        else {
+            return err("ERR bad permit acquire arguments");
+        };
+        let limit = limit as usize;
+        if ttl == 0 {
+            return err("ERR invalid expire time in 'set' command");
+        }
+        if limit > slots.len() {
+            // Lua: `redis.call('PTTL', nil)` fails.
+            return err("ERR Lua redis lib command arguments must be strings or integers");
+        }
+        let stored = self.get(limit_key, g).and_then(|v| parse_u64(&v)).unwrap_or(0) as usize;
+        if stored != limit {
+            if stored > slots.len() {
+                return ints([3, 0, 0, -1, stored as i64, 0]);
+            }
+            if slots[..stored].iter().any(|k| self.alive(k, g).is_some()) {
+                return ints([2, 0, 0, -1, stored as i64, 0]);
+            }
+            self.set(limit_key, limit.to_string().into_bytes(), None, g);
+        }
+        let mut f = 0;
+        if every {
+            f = match self.incr(fence, g) {
+                Ok(f) => f,
+                Err(e) => return e,
+            };
+        }
+        let waiting = waiter != b"-";
+        if waiting {
+            self.prune_dead_heads(qkey, g);
+        }
+        let (mut slot, mut lo, mut hi, mut wait) = (-1i64, 0i64, 0i64, -1i64);
+        for (i, k) in slots[..limit].iter().enumerate() {
+            let p = self.pttl_int(k, g);
+            if p == -2 {
+                if slot < 0 && (pref < 0 || pref == i as i64) {
+                    slot = i as i64;
+                } else if i < 50 {
+                    lo += 1 << i;
+                } else {
+                    hi += 1 << (i - 50);
+                }
+            } else if p >= 0 && (wait < 0 || p < wait) {
+                wait = p;
+            }
+        }
+        if slot >= 0 {
+            let k = slots[slot as usize].clone();
+            self.set(&k, token.clone(), Some(ttl), g);
+            if !every {
+                f = match self.incr(fence, g) {
+                    Ok(f) => f,
+                    Err(e) => return e,
+                };
+            }
+            self.log.push(Rec::Granted { key: k, owner: token, client, t: g, fence: f as u64 });
+            if waiting {
+                self.leave_queue(qkey, &waiter);
+            }
+            return ints([1, f, 0, slot, lo, hi]);
+        }
+        if !every {
+            f = self.fence_value(fence, g);
+        }
+        if waiting && lease > 0 {
+            let now = self.now_local(g);
+            self.join_queue(qkey, &waiter, now + lease);
+        }
+        if lo + hi > 0 {
+            wait = 0;
+        }
+        ints([0, f, wait, -1, lo, hi])
     }
 
     // ------------------------------------------------------------ protocols
