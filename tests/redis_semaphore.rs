@@ -168,10 +168,10 @@ fn semaphore_scenario(via: Via) {
     assert!(take(&fourth, 3, Wait::Try).unwrap().is_none());
 
     // Another limit while permits are held: INVALID_ARGUMENT, nothing taken.
-    let e = take(&fourth, 5, Wait::Try).err().expect("refused");
+    let e = take(&fourth, 5, Wait::Try).expect_err("refused");
     assert_eq!(e.code(), "INVALID_ARGUMENT", "{e}");
     assert!(e.to_string().contains("has limit 3, not 5"), "{e}");
-    let e = take(&fourth, 2, Wait::Forever).err().expect("refused");
+    let e = take(&fourth, 2, Wait::Forever).expect_err("refused");
     assert_eq!(e.code(), "INVALID_ARGUMENT", "{e}");
     for n in &s.nodes {
         assert_eq!(n.get(&limit_key(&lock_key("edgelock", NAME))).as_deref(), Some(&b"3"[..]));
@@ -209,7 +209,7 @@ fn semaphore_scenario(via: Via) {
     let freed = released.slot().unwrap();
     let released_at = Instant::now();
     assert!(released.release().unwrap());
-    let (lock, got_at, fourth) = waiter.join().unwrap();
+    let (lock, got_at, _fourth) = waiter.join().unwrap();
     let lock = lock.unwrap().expect("granted after the release");
     let woke_in = got_at - released_at;
     eprintln!("{via:?}: the waiter got the freed permit {woke_in:?} after the release ({} scripts)", scripts_since(&fourth_log, released_at));

@@ -420,8 +420,8 @@ pub fn leave_permits(base: &str, fence_key: &str, waiter: &str) -> RedisCommand 
     eval_queue(Script::Leave, base, fence_key, base).arg(waiter).arg(super::subscription::wake_channel(base))
 }
 
-/// The parameters of an [`ACQUIRE_PERMIT`] attempt.
-#[derive(Clone, Copy, Debug)]
+/// The parameters of an [`ACQUIRE_PERMIT`] attempt (`Debug` redacts the token).
+#[derive(Clone, Copy)]
 pub struct PermitAttempt<'a> {
     /// The name's fencing counter.
     pub fence_key: &'a str,
@@ -443,6 +443,20 @@ pub struct PermitAttempt<'a> {
     pub count_every_attempt: bool,
     /// The waiter's id and queue lease (one node, once it waits).
     pub waiter: Option<(&'a str, u64)>,
+}
+
+impl std::fmt::Debug for PermitAttempt<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PermitAttempt")
+            .field("fence_key", &self.fence_key)
+            .field("slots", &self.slots.len())
+            .field("token", &"<redacted>")
+            .field("ttl_ms", &self.ttl_ms)
+            .field("limit", &self.limit)
+            .field("preferred", &self.preferred)
+            .field("waiter", &self.waiter)
+            .finish()
+    }
 }
 
 /// `EVAL` of [`ACQUIRE_PERMIT`].
@@ -617,7 +631,7 @@ pub enum PermitReply {
 
 fn mask(lo: i64, hi: i64) -> Option<FreeSlots> {
     const HALF: i64 = 1 << 50;
-    ((0..HALF).contains(&lo) && (0..HALF).contains(&hi)).then(|| lo as u128 | ((hi as u128) << 50))
+    ((0..HALF).contains(&lo) && (0..HALF).contains(&hi)).then_some(lo as u128 | ((hi as u128) << 50))
 }
 
 /// Parses a reply of [`ACQUIRE_PERMIT`] to an attempt for `limit` permits;
@@ -775,6 +789,7 @@ mod tests {
             waiter: None,
         };
         let cmd = acquire_permit(&p);
+        assert!(!format!("{p:?}").contains("\"ab\""), "the token stays out of Debug");
         assert_eq!(Script::of_command(&cmd), Some(Script::AcquirePermit));
         let args: Vec<String> = cmd.args[2..].iter().map(|a| String::from_utf8_lossy(a).into_owned()).collect();
         assert_eq!(

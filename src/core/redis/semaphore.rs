@@ -16,7 +16,10 @@
 //! - **One node**: the script takes the lowest free slot; a waiter joins the
 //!   semaphore's queue (as a lock's waiter does, see
 //!   [`ACQUIRE_QUEUED`](super::scripts::ACQUIRE_QUEUED)), so a release wakes
-//!   its live head only.
+//!   its live head only. The single-node `fair` option does not apply to
+//!   permits: the queue decides whom a release wakes, not who may take a
+//!   free slot. A waiter that gives up wakes the new head without knowing
+//!   whether a slot is free (one spurious attempt at most).
 //! - **Redlock**: a permit needs a quorum of nodes granting *the same*
 //!   slot (as redis-semaphore's `RedlockSemaphore`): every attempt names
 //!   one slot. The first attempt picks it at random (injected entropy); the

@@ -103,6 +103,8 @@ struct Permit {
     /// Redlock: per node, the slots it last reported free (the next
     /// attempt names the slot free on the most).
     free: Vec<FreeSlots>,
+    /// The slot the current attempt was granted (where it was).
+    slot: Option<u32>,
     /// Redlock: attempts in a row repeated at once because another slot
     /// was free on a quorum (bounded: see [`MAX_SLOT_RETRIES`]).
     slot_retries: u32,
@@ -190,6 +192,7 @@ impl AcquireTask {
                     declared: permit_keys(&key, limit),
                     lock_key: key.clone(),
                     free: Vec::new(),
+                    slot: None,
                     slot_retries: 0,
                 })
             }
@@ -414,7 +417,7 @@ impl Attempts {
                     // grant of another would be a protocol error, and the
                     // cleanup deletes by token wherever it landed.
                     t.maybe_ours[i] = true;
-                    if slot.is_none_or(|s| s == k) {
+                    if slot.is_none() || slot == Some(k) {
                         slot = Some(k);
                         t.granted += 1;
                     }
@@ -446,6 +449,7 @@ impl Attempts {
         let free_on_quorum = (0..limit).any(|k| p.free.iter().filter(|f| (*f >> k) & 1 == 1).count() >= q);
         let slot_retry = n > 1 && contended && free_on_quorum && p.slot_retries < MAX_SLOT_RETRIES;
         p.slot_retries = if slot_retry { p.slot_retries + 1 } else { 0 };
+        p.slot = slot;
         self.permit = Some(p);
         if let Some(stored) = mismatch {
             let next = AfterCleanup::Fail(limit_mismatch(&self.name, stored, limit));
@@ -647,7 +651,7 @@ impl Attempts {
             fencing_token: fence,
             revision: 0,
             kind: self.permit.as_ref().map_or(LockKind::Exclusive, |p| LockKind::Permits { limit: p.limit }),
-            slot: self.permit.as_ref().and_then(|p| self.key.strip_prefix(p.base.as_str())?.strip_prefix(':')?.parse().ok()),
+            slot: self.permit.as_ref().and_then(|p| p.slot),
         };
         let wake_base = self.permit.as_ref().map_or_else(|| self.key.clone(), |p| p.base.clone());
         let info = LockInfo { id, name: self.name.clone(), fencing_token: fence, expires_at: exp, handle };
