@@ -29,7 +29,8 @@ const GRANTED: &[u8] = br#"{"result":[1,7,10000]}"#;
 #[test]
 fn an_unsupported_kind_is_refused_before_anything_is_sent() {
     let mut s = session();
-    let op = Operation::Acquire { name: "a".into(), kind: LockKind::Permits { limit: 2 }, options: AcquireOptions::default() };
+    // Redis grants exclusive locks and permits, not shared holds.
+    let op = Operation::Acquire { name: "a".into(), kind: LockKind::Shared, options: AcquireOptions::default() };
     let e = s.start(0, op, Some(1)).unwrap_err();
     assert_eq!(e.code(), "INVALID_ARGUMENT");
     let (out, wake) = drain(&mut s);
