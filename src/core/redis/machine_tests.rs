@@ -744,6 +744,24 @@ mod permits {
     }
 
     #[test]
+    fn redlock_repeats_at_most_three_attempts_at_once_when_slots_keep_moving() {
+        let mut h = redlock(3, |c| c.retry_jitter_ms = 0);
+        acquire_permits(&mut h, 2, Wait::Forever);
+        for attempt in 0..4 {
+            let r = h.take();
+            assert_eq!(r.len(), 3, "attempt {attempt} goes at once");
+            let a = args_of(&r[0]);
+            let k: u32 = a[a.len() - 4].parse().unwrap();
+            // Someone else keeps taking the named slot; the other is free.
+            for q in &r {
+                h.answer(q, &format!(r#"{{"result":[0,4,0,-1,{},0]}}"#, 1 << (1 - k)));
+            }
+        }
+        assert!(h.take().is_empty(), "the fourth contended attempt waits");
+        assert_eq!(h.next_timer(), h.now + 200, "a split vote waits the retry delay, not 0 ms");
+    }
+
+    #[test]
     fn shared_holds_and_bad_limits_are_refused_before_sending() {
         let mut h = single(|_| {});
         for kind in [LockKind::Shared, LockKind::Permits { limit: 0 }, LockKind::Permits { limit: 101 }] {

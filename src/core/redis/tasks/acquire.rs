@@ -463,6 +463,15 @@ impl Attempts {
         if let Some(k) = slot {
             self.key = permit_key(&lock_key, k);
         }
+        if n > 1 && !slot_retry {
+            // "Another slot is free" (wait 0) after the quick retries ran
+            // out is a split vote, not a time: wait as for the lock's.
+            for w in &mut t.held_pttls {
+                if *w == Some(0) {
+                    *w = None;
+                }
+            }
+        }
         self.decide(cx, t, now)
     }
 
