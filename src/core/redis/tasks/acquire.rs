@@ -36,11 +36,10 @@
 
 use super::super::context::{Context, Held, PUSH_FALLBACK_MS, QUEUE_LEASE_MS, TOKEN_BYTES, WAITER_BYTES};
 use super::super::quorum::{expires_at, free_quorum_in, verdict, AttemptVerdict};
-use super::super::keys::{limit_key, permit_base, permit_key, permit_keys};
 use super::super::round::{NodeError, Round};
-use super::super::scripts::{self, AcquireReply, FreeSlots, PermitReply};
-use super::super::semaphore::{choose_slot, limit_mismatch};
+use super::super::scripts::{self, AcquireReply};
 use super::super::subscription::wake_channel;
+use super::permit::{Permit, PermitRound};
 use super::super::task::{Next, OnClose, Push, Task};
 use crate::core::names::validate_name;
 use crate::core::*;
@@ -89,56 +88,30 @@ struct Attempts {
     permit: Option<Permit>,
 }
 
-/// What a permit's attempts keep (see the module docs).
-struct Permit {
-    limit: u32,
-    /// The name's lock key, whose slots are `keys::permit_key`.
-    lock_key: String,
-    /// The semaphore's waiters' base (queue, leases, channel).
-    base: String,
-    limit_key: String,
-    /// The slot keys every attempt declares: `0..limit`, or more when a
-    /// node's stored limit is larger (the script must see its slots).
-    declared: Vec<String>,
-    /// Redlock: per node, the slots it last reported free (the next
-    /// attempt names the slot free on the most).
-    free: Vec<FreeSlots>,
-    /// The slot the current attempt was granted (where it was).
-    slot: Option<u32>,
-    /// Redlock: attempts in a row repeated at once because another slot
-    /// was free on a quorum (bounded: see [`MAX_SLOT_RETRIES`]).
-    slot_retries: u32,
-}
-
-/// A Redlock permit attempt that met its named slot held while another
-/// slot is free on a quorum is repeated at once (a try too: a permit is
-/// free), at most this many times in a row; then it waits as contention.
-const MAX_SLOT_RETRIES: u32 = 3;
-
 /// How an attempt's round turned out, whatever its script.
-struct Tally {
-    granted: usize,
-    held_pttls: Vec<Option<u64>>,
+pub(super) struct Tally {
+    pub(super) granted: usize,
+    pub(super) held_pttls: Vec<Option<u64>>,
     fence: u64,
-    maybe_ours: Vec<bool>,
+    pub(super) maybe_ours: Vec<bool>,
     /// Each node's counter as it answered (None: no answer).
     counters: Vec<Option<u64>>,
     first_error: Option<NodeError>,
 }
 
 impl Tally {
-    fn new(n: usize) -> Tally {
+    pub(super) fn new(n: usize) -> Tally {
         Tally { granted: 0, held_pttls: Vec::new(), fence: 0, maybe_ours: vec![false; n], counters: vec![None; n], first_error: None }
     }
 
-    fn answered(&mut self, node: usize, fence: u64) {
+    pub(super) fn answered(&mut self, node: usize, fence: u64) {
         self.fence = self.fence.max(fence);
         if let Some(c) = self.counters.get_mut(node) {
             *c = Some(fence);
         }
     }
 
-    fn failed(&mut self, node: usize, e: &NodeError) {
+    pub(super) fn failed(&mut self, node: usize, e: &NodeError) {
         if let Some(m) = self.maybe_ours.get_mut(node) {
             *m = e.maybe_applied();
         }
@@ -185,20 +158,11 @@ impl AcquireTask {
                 // The capabilities check refused these already; the core
                 // must not trust its caller for the slot arithmetic.
                 LockKind::permits(u64::from(limit))?;
-                Some(Permit {
-                    limit,
-                    base: permit_base(&key),
-                    limit_key: limit_key(&key),
-                    declared: permit_keys(&key, limit),
-                    lock_key: key.clone(),
-                    free: Vec::new(),
-                    slot: None,
-                    slot_retries: 0,
-                })
+                Some(Permit::new(&key, limit))
             }
             other => return Err(LockError::invalid(format!("the {} backend does not offer {} locks", cx.backend_str(), other.as_str()))),
         };
-        let channel = wake_channel(permit.as_ref().map_or(&key, |p| &p.base));
+        let channel = wake_channel(permit.as_ref().map_or(key.as_str(), Permit::base));
         let a = Attempts {
             op: Some(cx.rt.out.op_id()),
             backend: cx.s.backend,
@@ -350,11 +314,9 @@ impl Attempts {
         Next::round(self.into_task(Phase::Attempt), cmd, cx.all_nodes())
     }
 
-    /// The attempt script of a permit: one node takes the lowest free slot
-    /// and queues once it waits; Redlock names one slot on every node.
+    /// The attempt script of a permit; one node's waiter joins the
+    /// semaphore's queue once it waits (never fair, see `semaphore`).
     fn permit_attempt(&mut self, cx: &mut Context, p: &Permit) -> super::super::value::RedisCommand {
-        let redlock = cx.node_count() > 1;
-        let preferred = redlock.then(|| choose_slot(p.limit, &p.free, cx.entropy.as_mut()));
         let waiter = match &self.waiter {
             Some(w) if self.listening => {
                 let lease = if self.wait == Wait::Try { 0 } else { QUEUE_LEASE_MS };
@@ -363,18 +325,7 @@ impl Attempts {
             }
             _ => None,
         };
-        scripts::acquire_permit(&scripts::PermitAttempt {
-            fence_key: &self.fence_key,
-            limit_key: &p.limit_key,
-            base: &p.base,
-            slots: &p.declared,
-            token: &self.token,
-            ttl_ms: self.ttl,
-            limit: p.limit,
-            preferred,
-            count_every_attempt: redlock,
-            waiter,
-        })
+        p.attempt(cx, &self.fence_key, &self.token, self.ttl, waiter)
     }
 
     fn after_attempt(self, cx: &mut Context, round: Round, now: Millis) -> Next {
@@ -400,79 +351,25 @@ impl Attempts {
         self.decide(cx, t, now)
     }
 
-    /// A permit attempt's answers: a refused limit ends the acquire, a
-    /// node's larger stored limit repeats the attempt with its slots; the
-    /// rest is a lock's attempt on the slot the nodes granted.
+    /// A permit attempt's answers (see `permit.rs`): the slot granted
+    /// becomes the key the raise round and the grant work on.
     fn after_permit_attempt(mut self, cx: &mut Context, round: Round, now: Millis) -> Next {
         let Some(mut p) = self.permit.take() else { return self.decide(cx, Tally::new(cx.node_count()), now) };
-        let n = cx.node_count();
-        let mut t = Tally::new(n);
-        let (mut mismatch, mut needs) = (None, None);
-        let mut slot = None;
-        p.free = Vec::with_capacity(n);
-        for (i, r) in round.parsed(|v| scripts::parse_acquire_permit(v, p.limit)) {
-            match r {
-                Ok(PermitReply::Granted { fence, slot: k, free }) => {
-                    // Redlock names one slot, so every grant is of it; a
-                    // grant of another would be a protocol error, and the
-                    // cleanup deletes by token wherever it landed.
-                    t.maybe_ours[i] = true;
-                    if slot.is_none() || slot == Some(k) {
-                        slot = Some(k);
-                        t.granted += 1;
-                    }
-                    t.answered(i, fence);
-                    // Free again if this attempt is cleaned up.
-                    p.free.push(free | (1 << k));
-                }
-                Ok(PermitReply::Busy { fence, wait, free }) => {
-                    t.held_pttls.push(wait);
-                    t.answered(i, fence);
-                    p.free.push(free);
-                }
-                Ok(PermitReply::LimitMismatch { stored }) => mismatch = Some(stored),
-                Ok(PermitReply::NeedsSlots { stored }) if stored as usize > p.declared.len() => {
-                    needs = needs.max(Some(stored));
-                }
-                Ok(PermitReply::NeedsSlots { .. }) => t.failed(i, &NodeError::Redis("a permit attempt asked for slots it was given".into())),
-                Err(e) => t.failed(i, &e),
-            }
+        let answer = p.tally(cx, &round, &self.name);
+        if let Some(key) = p.slot_key() {
+            self.key = key;
         }
-        let lock_key = p.lock_key.clone();
-        let limit = p.limit;
-        if let Some(stored) = needs {
-            p.declared = permit_keys(&lock_key, stored);
-        }
-        // Another slot is free on a quorum: name it at once.
-        let q = cx.quorum_size();
-        let contended = t.granted < q && t.granted + t.held_pttls.len() >= q;
-        let free_on_quorum = (0..limit).any(|k| p.free.iter().filter(|f| (*f >> k) & 1 == 1).count() >= q);
-        let slot_retry = n > 1 && contended && free_on_quorum && p.slot_retries < MAX_SLOT_RETRIES;
-        p.slot_retries = if slot_retry { p.slot_retries + 1 } else { 0 };
-        p.slot = slot;
         self.permit = Some(p);
-        if let Some(stored) = mismatch {
-            let next = AfterCleanup::Fail(limit_mismatch(&self.name, stored, limit));
-            return self.cleanup(cx, t.maybe_ours, next, now);
-        }
-        if (needs.is_some() || slot_retry) && self.abort.is_none() {
-            // Not contention nor unavailability: the same attempt again,
-            // declaring the stored limit's slots, or naming a free slot.
-            return self.cleanup(cx, t.maybe_ours, AfterCleanup::Retry { at: now }, now);
-        }
-        if let Some(k) = slot {
-            self.key = permit_key(&lock_key, k);
-        }
-        if n > 1 && !slot_retry {
-            // "Another slot is free" (wait 0) after the quick retries ran
-            // out is a split vote, not a time: wait as for the lock's.
-            for w in &mut t.held_pttls {
-                if *w == Some(0) {
-                    *w = None;
-                }
+        match answer {
+            PermitRound::Refused { error, maybe_ours } => self.cleanup(cx, maybe_ours, AfterCleanup::Fail(error), now),
+            PermitRound::Repeat { maybe_ours } if self.abort.is_none() => self.cleanup(cx, maybe_ours, AfterCleanup::Retry { at: now }, now),
+            PermitRound::Repeat { maybe_ours } => {
+                let mut t = Tally::new(cx.node_count());
+                t.maybe_ours = maybe_ours;
+                self.decide(cx, t, now)
             }
+            PermitRound::Tallied(t) => self.decide(cx, t, now),
         }
-        self.decide(cx, t, now)
     }
 
     /// What an attempt's tally leads to: the grant (after the raise round
@@ -611,7 +508,7 @@ impl Attempts {
         }
         let cmd = match &self.permit {
             // One node chose the slot itself: the token may be in any.
-            Some(p) => scripts::permit_cleanup(&p.declared, &self.token),
+            Some(p) => p.cleanup(&self.token),
             None => scripts::release(&self.key, &self.fence_key, &self.token, 0),
         };
         Next::round(self.into_task(Phase::Cleanup { next }), cmd, targets)
@@ -625,7 +522,7 @@ impl Attempts {
             (Some(waiter), true) => {
                 self.queued = false;
                 let cmd = match &self.permit {
-                    Some(p) => scripts::leave_permits(&p.base, &self.fence_key, waiter),
+                    Some(p) => p.leave(&self.fence_key, waiter),
                     None => scripts::leave(&self.key, &self.fence_key, waiter),
                 };
                 Next::round(self.into_task(Phase::Leave { next }), cmd, cx.all_nodes())
@@ -659,10 +556,10 @@ impl Attempts {
             owner: self.token.clone(),
             fencing_token: fence,
             revision: 0,
-            kind: self.permit.as_ref().map_or(LockKind::Exclusive, |p| LockKind::Permits { limit: p.limit }),
-            slot: self.permit.as_ref().and_then(|p| p.slot),
+            kind: self.permit.as_ref().map_or(LockKind::Exclusive, |p| LockKind::Permits { limit: p.limit() }),
+            slot: self.permit.as_ref().and_then(Permit::slot),
         };
-        let wake_base = self.permit.as_ref().map_or_else(|| self.key.clone(), |p| p.base.clone());
+        let wake_base = self.permit.as_ref().map_or_else(|| self.key.clone(), |p| p.base().to_string());
         let info = LockInfo { id, name: self.name.clone(), fencing_token: fence, expires_at: exp, handle };
         let renew_at = self.attempt_start + self.ttl / 3;
         let held = Held {
