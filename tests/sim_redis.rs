@@ -34,12 +34,15 @@
 //!   and without push, and push must save attempts per grant.
 //!
 //! - semaphores (`semaphores`): the same faults with every acquire asking
-//!   for a permit of a limit-L semaphore (L below the client count): never
-//!   more than L clients believe they hold a permit of a name, never two
-//!   the same slot, per-slot tokens strictly increase (the world checks
-//!   them), the validity check holds for each permit's slot key, and some
-//!   seeds must see permits held concurrently; with node clocks jumping
-//!   beyond the bound, the checker must catch a slot held twice.
+//!   for a permit of a limit-L semaphore (L below the client count; in some
+//!   runs some acquires ask for L + 1): never more than L clients believe
+//!   they hold a permit of a name, all of one limit, never two the same
+//!   slot, per-slot tokens strictly increase (the world checks them), and on
+//!   one node every grant of a name gets a higher token than the last; the
+//!   validity check holds for each permit's slot key; some seeds must see
+//!   permits held concurrently, and limits refused and changed; with node
+//!   clocks jumping beyond the bound, the checker must catch a slot held
+//!   twice.
 //!
 //! `SIM_SEEDS=N` sets the seed count; `SIM_SEED=N` replays one seed (with
 //! `SIM_TRACE=1`, printing its step log); `SIM_MAX_SUBSCRIPTIONS=n` overrides
@@ -125,6 +128,8 @@ struct Setup {
     ghost_grace: Millis,
     /// The semaphore's limit (permit modes).
     limit: Option<u32>,
+    /// Some acquires ask for `limit + 1` instead.
+    mixed_limits: bool,
 }
 
 #[derive(Default, Debug, Clone, Copy)]
@@ -156,6 +161,10 @@ struct Stats {
     by_nodes: [(u64, u64); 3],
     /// Runs in which two or more clients held permits of one name at once.
     concurrent: u64,
+    /// Acquires refused for asking another limit than the holders'.
+    limits_refused: u64,
+    /// Runs in which the other limit was granted too (the limit changed).
+    limits_changed: u64,
 }
 
 impl Stats {
@@ -177,6 +186,8 @@ impl Stats {
         self.stream_chunks += o.stream_chunks;
         self.cleanup_messages += o.cleanup_messages;
         self.concurrent += o.concurrent;
+        self.limits_refused += o.limits_refused;
+        self.limits_changed += o.limits_changed;
         for (a, b) in self.by_nodes.iter_mut().zip(o.by_nodes) {
             a.0 += b.0;
             a.1 += b.1;
@@ -289,6 +300,7 @@ fn build(seed: u64, mode: Mode) -> (World<RedisModel>, Setup) {
         node_clocks: node_clocks.clone(),
         ghost_grace,
         limit: None,
+        mixed_limits: false,
     };
 
     let mut w: World<RedisModel> = World::new(seed, net);
@@ -385,7 +397,14 @@ fn build(seed: u64, mode: Mode) -> (World<RedisModel>, Setup) {
         // Drawn last: the other modes' seeds keep their setups. Below the
         // client count, so that permits run out.
         let limit = rng.range(1, clients as u64 - 1) as u32;
-        w.set_acquire_kind(LockKind::Permits { limit });
+        let mut kinds = vec![LockKind::Permits { limit }];
+        // Sometimes a client asks for another limit: refused while permits
+        // of the stored one are held, the limit changing once none is.
+        if rng.chance(0.3) {
+            kinds.push(LockKind::Permits { limit: limit + 1 });
+        }
+        setup.mixed_limits = kinds.len() > 1;
+        w.set_acquire_kinds(kinds);
         setup.limit = Some(limit);
     }
     (w, setup)
@@ -405,6 +424,8 @@ struct RedisChecks {
     keys: Vec<(String, Vec<u8>)>,
     /// Two or more clients held permits of one name at once.
     concurrent: bool,
+    /// Limits held at some point (several: the limit changed).
+    limits_held: Vec<LockKind>,
 }
 
 impl RedisChecks {
@@ -419,6 +440,7 @@ impl RedisChecks {
             log_seen: vec![0; setup.nodes],
             keys,
             concurrent: false,
+            limits_held: Vec::new(),
         }
     }
 
@@ -433,6 +455,9 @@ impl RedisChecks {
         let believers = w.believers();
         for (i, a) in believers.iter().enumerate() {
             self.concurrent |= believers[i + 1..].iter().any(|b| b.name == a.name && b.client != a.client);
+            if !self.limits_held.contains(&a.kind) {
+                self.limits_held.push(a.kind);
+            }
         }
         // Validity at every report: a quorum holds the key past E.
         for b in believers {
@@ -625,6 +650,12 @@ fn run_seed(seed: u64, mode: Mode, trace: bool) -> Result<Stats, Failure> {
             stream_chunks: w.stream_chunks,
             cleanup_messages: (0..setup.nodes).map(|i| w.server(i).cleanup_deliveries).sum(),
             concurrent: checks.concurrent as u64,
+            limits_refused: w
+                .history
+                .iter()
+                .filter(|r| matches!(r.outcome, sim::net::Outcome::Failed { code: "INVALID_ARGUMENT", .. }))
+                .count() as u64,
+            limits_changed: (checks.limits_held.len() > 1) as u64,
             by_nodes: {
                 let attempts = (0..setup.nodes).map(|i| w.server(i).acquire_evals).sum::<u64>() / setup.nodes as u64;
                 let mut b = [(0, 0); 3];
@@ -638,6 +669,33 @@ fn run_seed(seed: u64, mode: Mode, trace: bool) -> Result<Stats, Failure> {
 fn final_checks(w: &World<RedisModel>, setup: &Setup) -> Result<(), String> {
     if !w.all_done() {
         return Err("not every client finished its close".into());
+    }
+    // One node counts every grant of a name, whatever its slot: in the
+    // node's order (clients may hear of their grants in another), and no
+    // two permits handed out share a token.
+    if let (Some(_), 1) = (setup.limit, setup.nodes) {
+        for name in &setup.names {
+            let mut tokens: Vec<u64> = w.grants.iter().filter(|g| g.name == *name).map(|g| g.token).collect();
+            let slot_prefix = format!("{}:permit:", lock_key(PREFIX, name)).into_bytes();
+            let on_node: Vec<u64> = w
+                .server(0)
+                .log
+                .iter()
+                .filter_map(|r| match r {
+                    Rec::Granted { key, fence, .. } if key.starts_with(&slot_prefix) => Some(*fence),
+                    _ => None,
+                })
+                .collect();
+            if let Some(p) = on_node.windows(2).position(|t| t[1] <= t[0]) {
+                return Err(format!("one node: {name:?}'s permits were granted token {} after {}", on_node[p + 1], on_node[p]));
+            }
+            let n = tokens.len();
+            tokens.sort_unstable();
+            tokens.dedup();
+            if tokens.len() != n {
+                return Err(format!("one node: two permits of {name:?} were handed out with the same token"));
+            }
+        }
     }
     for c in 0..w.client_count() {
         if w.machine(c).live_count() != 0 {
@@ -808,9 +866,14 @@ fn restarts() {
 #[test]
 fn semaphores() {
     let s = sweep("semaphores", 300, 4, Mode::Permits);
+    eprintln!(
+        "semaphores: {} runs with permits held concurrently, {} acquires refused for another limit, {} runs where the limit changed",
+        s.concurrent, s.limits_refused, s.limits_changed
+    );
     assert!(s.grants > s.seeds, "the workload should acquire permits: {s:?}");
     if s.seeds >= 50 {
         assert!(s.concurrent * 4 >= s.seeds, "permits should often be held concurrently: {s:?}");
+        assert!(s.limits_refused > 0 && s.limits_changed > 0, "another limit should be refused, and granted once free: {s:?}");
     }
 }
 

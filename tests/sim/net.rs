@@ -78,10 +78,11 @@
 //! client's own clock passes the lock's `expires_at` (updated by `Renewed` and
 //! `Extended`). At most one client may believe it holds a given name at any
 //! instant; fencing tokens of successive grants of a name must strictly
-//! increase. With a semaphore workload ([`World::set_acquire_kind`] with
+//! increase. With a semaphore workload ([`World::set_acquire_kinds`] with
 //! `LockKind::Permits`): at most `limit` clients believe they hold a permit
-//! of a name at once, never two the same slot (the same key), and tokens
-//! strictly increase across successive grants of a slot.
+//! of a name at once, all of the same limit, never two the same slot (the
+//! same key), and tokens strictly increase across successive grants of a
+//! slot.
 
 #![allow(dead_code)]
 
@@ -435,6 +436,8 @@ pub struct Believer {
     pub client: usize,
     pub lock: LockId,
     pub name: String,
+    /// What it holds (from its handle).
+    pub kind: LockKind,
     pub token: u64,
     pub key: String,
     pub owner: String,
@@ -447,6 +450,7 @@ pub struct Believer {
 #[derive(Clone, Debug)]
 struct Holding {
     name: String,
+    kind: LockKind,
     token: u64,
     key: String,
     owner: String,
@@ -562,8 +566,9 @@ impl Ord for Queued {
 pub type Check<'a, S> = dyn FnMut(&World<S>) -> Result<(), String> + 'a;
 
 pub struct World<S: SimServer> {
-    /// What the workload's acquires ask for (exclusive unless set).
-    acquire_kind: LockKind,
+    /// What the workload's acquires ask for, one drawn per acquire
+    /// (exclusive unless set).
+    acquire_kinds: Vec<LockKind>,
     pub seed: u64,
     pub now: Millis,
     pub rng: SimRng,
@@ -612,7 +617,7 @@ pub struct World<S: SimServer> {
 impl<S: SimServer> World<S> {
     pub fn new(seed: u64, net: NetConfig) -> Self {
         World {
-            acquire_kind: LockKind::Exclusive,
+            acquire_kinds: vec![LockKind::Exclusive],
             seed,
             now: 0,
             rng: SimRng::new(seed),
@@ -761,10 +766,14 @@ impl<S: SimServer> World<S> {
     }
 
     /// Start every client's script at a small random offset.
-    /// Makes the workload's acquires ask for `kind` (a semaphore's permits:
-    /// the checks then admit up to `limit` holders of a name, one per slot).
-    pub fn set_acquire_kind(&mut self, kind: LockKind) {
-        self.acquire_kind = kind;
+    /// Makes the workload's acquires ask for one of `kinds`, drawn per
+    /// acquire (a semaphore's permits: the checks then admit up to `limit`
+    /// holders of a name, all of one limit, one per slot; with several
+    /// kinds, an acquire refused with `INVALID_ARGUMENT` is expected).
+    pub fn set_acquire_kinds(&mut self, kinds: Vec<LockKind>) {
+        if !kinds.is_empty() {
+            self.acquire_kinds = kinds;
+        }
     }
 
     pub fn start_workload(&mut self, cfg: WorkloadConfig) {
@@ -831,6 +840,7 @@ impl<S: SimServer> World<S> {
                         client: ci,
                         lock: *lock,
                         name: h.name.clone(),
+                        kind: h.kind,
                         token: h.token,
                         key: h.key.clone(),
                         owner: h.owner.clone(),
@@ -860,22 +870,24 @@ impl<S: SimServer> World<S> {
 
     fn check_generic(&mut self) {
         let believers = self.believers();
-        let limit = match self.acquire_kind {
-            LockKind::Permits { limit } => limit as usize,
-            _ => 1,
-        };
         for (i, a) in believers.iter().enumerate() {
+            let limit = match a.kind {
+                LockKind::Permits { limit } => limit as usize,
+                _ => 1,
+            };
             let mut others = HashSet::new();
             for b in &believers {
                 if a.name == b.name && a.client != b.client {
                     others.insert(b.client);
                 }
             }
-            let same_slot = believers[i + 1..].iter().find(|b| b.name == a.name && b.client != a.client && (limit == 1 || b.key == a.key));
-            if let Some(b) = same_slot {
+            let clash = believers[i + 1..]
+                .iter()
+                .find(|b| b.name == a.name && b.client != a.client && (limit == 1 || b.key == a.key || b.kind != a.kind));
+            if let Some(b) = clash {
                 let v = format!(
-                    "two clients believe they hold {:?} (key {:?}) at t={}: client {} (token {}, since {}, expires_at {} local) and client {} (token {}, since {}, expires_at {} local)",
-                    a.name, a.key, self.now, a.client, a.token, a.since, a.expires_at, b.client, b.token, b.since, b.expires_at
+                    "two clients believe they hold {:?} (key {:?}, {:?} and {:?}) at t={}: client {} (token {}, since {}, expires_at {} local) and client {} (token {}, since {}, expires_at {} local)",
+                    a.name, a.key, a.kind, b.kind, self.now, a.client, a.token, a.since, a.expires_at, b.client, b.token, b.since, b.expires_at
                 );
                 self.violations.push(v);
             } else if others.len() + 1 > limit {
@@ -1254,7 +1266,7 @@ impl<S: SimServer> World<S> {
                     return;
                 }
                 // A semaphore's tokens order the holders of each slot (its key).
-                let permits = matches!(self.acquire_kind, LockKind::Permits { .. });
+                let permits = matches!(lock.handle.kind, LockKind::Permits { .. });
                 if let Some(last) = self.grants.iter().rev().find(|g| g.name == lock.name && (!permits || g.key == lock.handle.key)) {
                     if token <= last.token {
                         self.violations.push(format!(
@@ -1269,6 +1281,7 @@ impl<S: SimServer> World<S> {
                     lock.id,
                     Holding {
                         name: lock.name.clone(),
+                        kind: lock.handle.kind,
                         token,
                         key: lock.handle.key.clone(),
                         owner: lock.handle.owner.clone(),
@@ -1464,7 +1477,10 @@ impl<S: SimServer> World<S> {
                 };
                 let opts = AcquireOptions { wait, ttl_ms: w.ttl_ms };
                 self.log(|| format!("c{c} user acquire {name:?} {wait:?}"));
-                let op = Operation::Acquire { name: name.clone(), kind: self.acquire_kind, options: opts };
+                // One draw only when there is a choice: other runs keep their sequences.
+                let kinds = &self.acquire_kinds;
+                let kind = if kinds.len() > 1 { kinds[self.rng.below(kinds.len() as u64) as usize] } else { kinds[0] };
+                let op = Operation::Acquire { name: name.clone(), kind, options: opts };
                 match self.clients[c].machine.start(local, op) {
                     Ok(op) => {
                         self.record(c, op, What::Acquire { name, wait });
@@ -1671,6 +1687,8 @@ impl<S: SimServer> World<S> {
         for r in &self.history {
             let ok = match (&r.what, &r.outcome) {
                 (_, Outcome::Pending) => false,
+                // Another limit than the holders': refused, whatever the wait.
+                (What::Acquire { .. }, Outcome::Failed { code: "INVALID_ARGUMENT", .. }) => self.acquire_kinds.len() > 1,
                 (What::Acquire { wait: Wait::Forever, .. }, Outcome::Failed { code, .. }) => {
                     *code == "ABORTED" && r.cancelled_at.is_some()
                 }
