@@ -245,6 +245,9 @@ fn semaphore_scenario(via: Via) {
     assert!(t0.elapsed() >= Duration::from_millis(300), "granted before the TTL: {:?}", t0.elapsed());
     assert_eq!(next.slot(), Some(freed_slot));
     tokens.granted(&next);
+    // Owner-checked on the server: the expired permit's handle resumes nothing.
+    let e = other.resume(expiring.handle()).expect_err("the slot is the next holder's");
+    assert_eq!(e.code(), "LOST", "{e}");
     assert!(!expiring.release().unwrap(), "the expired holder learns it had lost it");
     assert!(s.holding(freed_slot, &next.handle().owner) >= s.quorum(), "the next holder's permit is intact");
 

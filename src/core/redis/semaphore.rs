@@ -60,7 +60,9 @@
 //! Inspect has only a name: its script reads the lock key, the counter and
 //! the limit record at once; a name with a limit record is a semaphore, and
 //! a second round reads its slots. Holders are listed by slot, never with
-//! a token (the owner credential).
+//! a token (the owner credential); `LockStatus::limit` is the stored limit
+//! while a permit is held, and `remaining_ms` the time until the first held
+//! permit frees itself (a quorum's view on Redlock).
 
 use super::scripts::FreeSlots;
 use crate::core::{jitter, Entropy, LockError};
