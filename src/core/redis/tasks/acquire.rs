@@ -39,8 +39,8 @@ use super::super::quorum::{expires_at, free_quorum_in, verdict, AttemptVerdict};
 use super::super::round::{NodeError, Round};
 use super::super::scripts::{self, AcquireReply};
 use super::super::subscription::wake_channel;
-use super::permit::{Permit, PermitRound};
 use super::super::task::{Next, OnClose, Push, Task};
+use super::permit::{Permit, PermitRound};
 use crate::core::names::validate_name;
 use crate::core::*;
 
