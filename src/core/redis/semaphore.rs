@@ -24,8 +24,12 @@
 //!   slot (as redis-semaphore's `RedlockSemaphore`): every attempt names
 //!   one slot. The first attempt picks it at random (injected entropy); the
 //!   replies carry each node's free slots, and a retry picks the slot free
-//!   on the most nodes ([`choose_slot`]). Validity, cleanup of partial
-//!   grants, retries with jitter and strict fencing are the lock's.
+//!   on the most nodes ([`choose_slot`]); an attempt whose named slot was
+//!   held while another was free on a quorum is repeated at once (at most
+//!   three times in a row, then it waits like a split vote). Validity,
+//!   cleanup of partial grants, retries with jitter and strict fencing are
+//!   the lock's. Uncontended, an acquire and a release are one round each
+//!   (one request per node), as for the lock.
 //!
 //! # The limit
 //!
@@ -37,7 +41,9 @@
 //! is always below the stored limit (a record changes only while its slots
 //! are all free), so checking the stored limit's slots is enough; a script
 //! reads only keys it declared, so an attempt that declared fewer slots
-//! than the stored limit is told so and repeated with them.
+//! than the stored limit is told so and repeated with them. A slot key left
+//! by a partial Redlock grant whose cleanup failed counts as held until it
+//! expires (a refusal then errs on the safe side).
 //!
 //! # Fencing
 //!
