@@ -226,6 +226,10 @@ fn feed_direct(codec: Codec, status: u16, body: &[u8], st: &mut Stats) {
         let _ = scripts::parse_acquire(v);
         let _ = scripts::parse_flag(v);
         let _ = scripts::parse_status(v);
+        let _ = scripts::parse_inspect(v, 0);
+        let _ = scripts::parse_inspect(v, 3);
+        let _ = scripts::parse_acquire_permit(v, 3);
+        let _ = scripts::parse_acquire_permit(v, 100);
     };
     if matches!(codec, Codec::Etcd) {
         let mut s = JsonObjectSplitter::new();

@@ -414,6 +414,19 @@ impl RedisModel {
                 }
             }
             Some(Script::Leave) => Ok(vec![1]),
+            // Inspect: the lock key, and no semaphore (this model keeps none:
+            // the scenario takes locks only); a declared slot is free.
+            Some(Script::Inspect) => {
+                let f = self.raise(&fence, 0);
+                let slots = usize::try_from(num(2).saturating_sub(3)).unwrap_or(0);
+                let mut r = match self.live(&key, now) {
+                    None => vec![0, -2, f, 0],
+                    Some((_, exp)) => vec![1, exp.saturating_sub(now).min(i64::MAX as u64) as i64, f, 0],
+                };
+                r.extend(std::iter::repeat(-2).take(slots));
+                Ok(r)
+            }
+            Some(Script::AcquirePermit | Script::PermitCleanup) => Err("ERR semaphores are not modelled here".into()),
             None => Err("NOSCRIPT unknown script".into()),
         }
     }
