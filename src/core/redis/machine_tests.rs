@@ -829,4 +829,51 @@ mod permits {
             other => panic!("{other:?}"),
         }
     }
+
+    use proptest::strategy::Strategy;
+
+    proptest::proptest! {
+        /// Hostile replies to permit scripts (any integers, any length) never
+        /// panic the machine, and never hand out a slot outside the limit.
+        #[test]
+        fn hostile_permit_replies_never_panic_nor_grant_a_bad_slot(
+            nodes in proptest::sample::select(vec![1usize, 3]),
+            replies in proptest::collection::vec(
+                proptest::prop_oneof![
+                    // Near the real shape: codes, counters, waits, slots (some out of range), masks.
+                    (-1i64..4, -1i64..10, -2i64..5, -1i64..5, -1i64..16, -1i64..2).prop_map(|(a, b, c, d, e, f)| vec![a, b, c, d, e, f]),
+                    proptest::collection::vec(-3i64..200, 0..8),
+                ],
+                1..40,
+            ),
+        ) {
+            let mut cfg = RedlockConfig::new(upstash_nodes(nodes));
+            (cfg.fencing, cfg.max_subscriptions, cfg.retry_count) = (RedlockFencing::Strict, 0, 2);
+            let mut h = Harness::new(RedlockMachine::new(cfg, Box::new(SeededEntropy::new(3))).unwrap());
+            acquire_permits(&mut h, 3, Wait::For(2_000));
+            h.m.inspect(h.now, "s").unwrap();
+            let mut replies = replies.into_iter().cycle().take(200);
+            for _ in 0..200 {
+                let reqs = h.take();
+                if reqs.is_empty() {
+                    match h.m.poll_timeout() {
+                        Some(t) => h.advance_to(t.max(h.now)),
+                        None => break,
+                    }
+                    continue;
+                }
+                for r in &reqs {
+                    let v = replies.next().unwrap_or_default();
+                    h.answer(r, &format!(r#"{{"result":{v:?}}}"#));
+                }
+            }
+            for e in h.take_events() {
+                if let Event::Completed { result: Ok(Outcome::Acquired(l)), .. } = e {
+                    proptest::prop_assert!(l.slot().is_some_and(|k| k < 3), "{l:?}");
+                    let slot = l.slot().unwrap_or(0);
+                    proptest::prop_assert_eq!(l.handle.key, format!("{{edgelock:s}}:permit:{slot}"));
+                }
+            }
+        }
+    }
 }
