@@ -429,18 +429,124 @@ pub(super) fn read_keys_txn<'a>(keys: impl Iterator<Item = &'a [u8]>) -> Value {
     json!({ "compare": [], "success": ops })
 }
 
-pub(super) fn range_key(key: &[u8]) -> Value {
-    json!({ "key": b64(key) })
+/// Reads several keys with their values in one round trip (a resumed
+/// permit's keys must carry its semaphore's limit).
+pub(super) fn read_values_txn<'a>(keys: impl Iterator<Item = &'a [u8]>) -> Value {
+    let ops: Vec<Value> = keys.map(|k| json!({ "request_range": { "key": b64(k) } })).collect();
+    json!({ "compare": [], "success": ops })
 }
 
+/// Every key of a name, oldest first, with values (a semaphore's carry its limit).
 pub(super) fn range_prefix_ascending(lock_prefix: &[u8]) -> Value {
     json!({ "key": b64(lock_prefix), "range_end": b64(&prefix_end(lock_prefix)),
-            "sort_order": "ASCEND", "sort_target": "CREATE", "keys_only": true, "limit": "1000" })
+            "sort_order": "ASCEND", "sort_target": "CREATE", "limit": "1000" })
 }
 
 /// Watch one key for its deletion, replaying from `start_revision`.
 pub(super) fn watch_delete(key: &[u8], start_revision: i64) -> Value {
     json!({ "create_request": { "key": b64(key), "start_revision": start_revision.to_string(), "filters": ["NOPUT"] } })
+}
+
+// ---- semaphores (see `machine/permits.rs` for the key layout) ------------
+
+/// A range `[start, end)` sorted by create revision, with values (a
+/// semaphore's keys carry its limit in their value).
+fn range_by_create(start: &[u8], end: &[u8], order: &str, limit: u32, max_create_revision: Option<i64>) -> Value {
+    let mut r = json!({ "key": b64(start), "range_end": b64(end), "sort_order": order, "sort_target": "CREATE", "limit": limit.to_string() });
+    if let (Some(max), Some(o)) = (max_create_revision, r.as_object_mut()) {
+        o.insert("max_create_revision".into(), json!(max.to_string()));
+    }
+    json!({ "request_range": r })
+}
+
+/// Every slot key (`[start, end)`), sorted by key.
+fn slot_range(slots: (&[u8], &[u8])) -> Value {
+    json!({ "request_range": { "key": b64(slots.0), "range_end": b64(slots.1) } })
+}
+
+/// A permit's acquire: if our queue key does not exist, create it bound to
+/// the lease, then read (1) the oldest `limit + 1` queue keys, (2) the two
+/// newest (ours and our predecessor) and (3) every slot key; otherwise (a
+/// retry whose first attempt applied) read our key.
+pub(super) fn permit_acquire_txn(key: &[u8], queue: (&[u8], &[u8]), slots: (&[u8], &[u8]), lease: i64, value: &[u8], limit: u32) -> Value {
+    json!({
+        "compare": [{ "key": b64(key), "target": "CREATE", "result": "EQUAL", "create_revision": "0" }],
+        "success": [
+            { "request_put": { "key": b64(key), "value": b64(value), "lease": lease.to_string() } },
+            range_by_create(queue.0, queue.1, "ASCEND", limit.saturating_add(1), None),
+            range_by_create(queue.0, queue.1, "DESCEND", 2, None),
+            slot_range(slots)
+        ],
+        "failure": [ { "request_range": { "key": b64(key) } } ]
+    })
+}
+
+/// A waiting permit's re-check, with the same reads as its acquire: our key,
+/// the oldest `limit + 1` queue keys up to ours, our predecessor (the newest
+/// key below ours), and every slot key.
+pub(super) fn permit_check_txn(key: &[u8], my_rev: i64, queue: (&[u8], &[u8]), slots: (&[u8], &[u8]), limit: u32) -> Value {
+    json!({
+        "compare": [],
+        "success": [
+            { "request_range": { "key": b64(key) } },
+            range_by_create(queue.0, queue.1, "ASCEND", limit.saturating_add(1), Some(my_rev)),
+            range_by_create(queue.0, queue.1, "DESCEND", 1, Some(my_rev.saturating_sub(1))),
+            slot_range(slots)
+        ]
+    })
+}
+
+/// Claims slot key `slot` for the holder of queue key `key` (created at
+/// `my_rev`): only if the slot is free and our key is still that
+/// incarnation. The claim puts our queue key again (same value and lease, so
+/// its create revision stays): that PUT wakes the waiter watching us. On
+/// failure, reads our key and every slot key to choose again.
+pub(super) fn claim_slot_txn(slot: &[u8], key: &[u8], my_rev: i64, lease: i64, value: &[u8], slots: (&[u8], &[u8])) -> Value {
+    json!({
+        "compare": [
+            { "key": b64(slot), "target": "CREATE", "result": "EQUAL", "create_revision": "0" },
+            { "key": b64(key), "target": "CREATE", "result": "EQUAL", "create_revision": my_rev.to_string() }
+        ],
+        "success": [
+            { "request_put": { "key": b64(slot), "value": b64(value), "lease": lease.to_string() } },
+            { "request_put": { "key": b64(key), "value": b64(value), "lease": lease.to_string() } }
+        ],
+        "failure": [ { "request_range": { "key": b64(key) } }, slot_range(slots) ]
+    })
+}
+
+/// Deletes exactly the given key incarnations, all or none (a permit's
+/// queue key and slot key): a late release never touches newer keys.
+pub(super) fn delete_all_if_revisions(keys: &[(&[u8], i64)]) -> Value {
+    let compare: Vec<Value> = keys
+        .iter()
+        .map(|(k, rev)| json!({ "key": b64(k), "target": "CREATE", "result": "EQUAL", "create_revision": rev.to_string() }))
+        .collect();
+    let success: Vec<Value> = keys.iter().map(|(k, _)| json!({ "request_delete_range": { "key": b64(k) } })).collect();
+    json!({ "compare": compare, "success": success })
+}
+
+/// Deletes `key` only while it holds `value` (a slot we may have claimed
+/// with an unanswered txn: ours carries our acquisition's value).
+pub(super) fn delete_if_value(key: &[u8], value: &[u8]) -> Value {
+    json!({
+        "compare": [{ "key": b64(key), "target": "VALUE", "result": "EQUAL", "value": b64(value) }],
+        "success": [ { "request_delete_range": { "key": b64(key) } } ]
+    })
+}
+
+/// Watch every DELETE in `[start, end)` from `start_revision` (the first
+/// waiter of a semaphore: any holder leaving may promote it; holders'
+/// claim PUTs are filtered out by the server).
+pub(super) fn watch_range_deletes(start: &[u8], end: &[u8], start_revision: i64) -> Value {
+    json!({ "create_request": { "key": b64(start), "range_end": b64(end), "start_revision": start_revision.to_string(), "filters": ["NOPUT"] } })
+}
+
+/// Watch one key for any event from `start_revision` (a later waiter of a
+/// semaphore watches its predecessor: DELETE when it leaves, PUT when it is
+/// promoted and claims its slot).
+pub(super) fn watch_key(key: &[u8], start_revision: i64) -> Value {
+    json!({ "create_request": { "key": b64(key), "start_revision": start_revision.to_string() } })
 }
 
 #[cfg(test)]

@@ -1,0 +1,363 @@
+//! Semaphore permits (`LockKind::Permits { limit }`): the queue, the slots,
+//! and how a waiter becomes a holder (the recipe is in the `core::etcd`
+//! module docs).
+//!
+//! Key layout under a name's prefix `P = <prefix>/<escaped name>/`:
+//!
+//! - queue keys `P<lease hex>.<n>`: one per acquisition (`n` is the acquire's
+//!   operation id), so one client can hold several permits of one semaphore
+//!   at once. The queue range is `[P, P"g")`: lease-hex keys only ('.' and
+//!   the hex digits sort below 'g').
+//! - slot keys `P"s/"<k>` for `k` in `0..limit` ('s' sorts after 'g': outside
+//!   the queue range), bound to the holder's session lease like its queue key.
+//!
+//! Every key's value is `p<limit>:<random>`: the limit is stored with the
+//! semaphore's keys, and no key outlives its holders.
+
+use super::*;
+
+/// A permit acquisition's own state (next to the common [`Acquire`] fields).
+pub(super) struct PermitAcquire {
+    pub(super) limit: u32,
+    /// The slot of the claim in flight (or last sent).
+    pub(super) claiming: Option<u32>,
+    /// Claims sent so far; bounded, since each lost race means someone
+    /// else took a slot, which can only happen `limit` times in a row.
+    pub(super) claims: u32,
+    /// A claim whose outcome is unknown may have created this slot key.
+    pub(super) maybe_slot: Option<u32>,
+}
+
+/// How long a holder that finds every slot taken waits before looking
+/// again. Only a key left on a lease by a txn that applied after its
+/// client gave up (swept, or gone with the lease) can cause it.
+const NO_FREE_SLOT_RETRY_MS: u64 = 1_000;
+
+/// What a key's value says about the name it belongs to.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum KeyKind {
+    /// A permit of a semaphore of this limit.
+    Permit(u32),
+    /// Anything else: an exclusive lock's key (its value is a bare nonce).
+    Plain,
+}
+
+/// The value of every key of one permit acquisition.
+pub(super) fn permit_value(limit: u32, random: &str) -> Vec<u8> {
+    format!("p{limit}:{random}").into_bytes()
+}
+
+pub(super) fn key_kind(value: &[u8]) -> KeyKind {
+    let Some(rest) = value.strip_prefix(b"p") else { return KeyKind::Plain };
+    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+    if digits == 0 || digits > 3 || rest.get(digits) != Some(&b':') {
+        return KeyKind::Plain;
+    }
+    match std::str::from_utf8(&rest[..digits]).ok().and_then(|d| d.parse().ok()) {
+        Some(limit) => KeyKind::Permit(limit),
+        None => KeyKind::Plain,
+    }
+}
+
+/// End of the queue range of a name's prefix (`P"g"`).
+pub(super) fn queue_end(lock_prefix: &[u8]) -> Vec<u8> {
+    [lock_prefix, b"g"].concat()
+}
+
+/// The slot keys' range `[P"s/", P"s0")`.
+pub(super) fn slots_range(lock_prefix: &[u8]) -> (Vec<u8>, Vec<u8>) {
+    ([lock_prefix, b"s/"].concat(), [lock_prefix, b"s0"].concat())
+}
+
+pub(super) fn slot_key(lock_prefix: &[u8], slot: u32) -> Vec<u8> {
+    [lock_prefix, format!("s/{slot}").as_bytes()].concat()
+}
+
+/// The slot number of a slot key (`None` for anything else in the range).
+pub(super) fn slot_of(lock_prefix: &[u8], key: &[u8]) -> Option<u32> {
+    let rest = key.strip_prefix(lock_prefix)?.strip_prefix(b"s/")?;
+    let text = std::str::from_utf8(rest).ok()?;
+    // Canonical decimal only: "01" is not slot 1.
+    let n: u32 = text.parse().ok()?;
+    (n.to_string() == text).then_some(n)
+}
+
+/// The queue key of permit acquisition `op` on `lease`.
+pub(super) fn queue_key(lock_prefix: &[u8], lease: i64, op: OpId) -> Vec<u8> {
+    [lock_prefix, format!("{lease:x}.{}", op.0).as_bytes()].concat()
+}
+
+/// Whether `suffix` (after the name's prefix) is a permit queue key of `lease`.
+pub(super) fn is_queue_suffix_of(suffix: &str, lease: i64) -> bool {
+    suffix
+        .strip_prefix(&format!("{lease:x}."))
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// Where a permit acquisition stands after a read of its semaphore.
+enum Standing {
+    /// Among the first `limit` queue keys, at this index.
+    Holder(usize),
+    /// Exactly `limit` keys before it: watches the range for deletes.
+    FirstWaiter,
+    /// Further back: watches its predecessor.
+    Behind(Vec<u8>),
+    /// Nothing to go by (no predecessor although not among the first
+    /// `limit + 1`, a reply cut short): look again shortly.
+    Unclear,
+}
+
+impl EtcdMachine {
+    pub(super) fn permit_mut(&mut self, op: OpId) -> Option<(&mut Acquire, u32)> {
+        let a = self.acquire_mut(op)?;
+        let limit = a.permit.as_ref()?.limit;
+        Some((a, limit))
+    }
+
+    /// The re-check txn of a waiting permit (see `send_predecessor_check`).
+    pub(super) fn permit_check_body(a: &Acquire, limit: u32) -> Value {
+        let (s0, s1) = slots_range(&a.lock_prefix);
+        gw::permit_check_txn(&a.key, a.my_rev, (&a.lock_prefix, &queue_end(&a.lock_prefix)), (&s0, &s1), limit)
+    }
+
+    pub(super) fn permit_acquire_body(a: &Acquire, lease: i64, limit: u32) -> Value {
+        let (s0, s1) = slots_range(&a.lock_prefix);
+        gw::permit_acquire_txn(&a.key, (&a.lock_prefix, &queue_end(&a.lock_prefix)), (&s0, &s1), lease, &a.nonce, limit)
+    }
+
+    /// A permit acquire's txn answered (parsed, with a positive revision).
+    /// `Txn` (whose compare failed) is handled with the lock's: it learns
+    /// our key's revision and re-checks.
+    pub(super) fn on_permit_txn(&mut self, now: Millis, op: OpId, phase: AcqPhase, txn: TxnResponse) {
+        let Some((a, _)) = self.permit_mut(op) else { return };
+        let revision = txn.header.revision;
+        let ranges = |n: usize| (0..n).map(|i| txn.range(i).map(|r| r.kvs.clone())).collect::<Option<Vec<_>>>();
+        match phase {
+            AcqPhase::Txn => {
+                let Some(mut r) = ranges(3) else { return self.malformed(now, op, "permit txn reply without its ranges") };
+                a.my_rev = revision;
+                let my_rev = a.my_rev;
+                let (slots, newest, oldest) = (r.pop().unwrap_or_default(), r.pop().unwrap_or_default(), r.pop().unwrap_or_default());
+                let key = a.key.clone();
+                let pred = newest.into_iter().find(|kv| kv.key != key && kv.create_revision < my_rev);
+                self.permit_evaluate(now, op, revision, oldest, pred, slots)
+            }
+            AcqPhase::Predecessor => {
+                let Some(mut r) = ranges(4) else { return self.malformed(now, op, "permit re-check reply without its ranges") };
+                let (slots, pred, oldest, own) = (r.pop().unwrap_or_default(), r.pop().unwrap_or_default(), r.pop().unwrap_or_default(), r.pop().unwrap_or_default());
+                if !own.iter().any(|kv| kv.key == a.key && kv.create_revision == a.my_rev) {
+                    return self.restart_acquire(now, op);
+                }
+                self.permit_evaluate(now, op, revision, oldest, pred.into_iter().next(), slots)
+            }
+            AcqPhase::Claim => {
+                if txn.succeeded {
+                    let slot = a.permit.as_ref().and_then(|p| p.claiming);
+                    return match slot {
+                        Some(slot) => self.grant_lock(now, op, Some((slot, revision))),
+                        None => self.malformed(now, op, "a claim without a slot"),
+                    };
+                }
+                let Some(mut r) = ranges(2) else { return self.malformed(now, op, "claim reply without its ranges") };
+                let (slots, own) = (r.pop().unwrap_or_default(), r.pop().unwrap_or_default());
+                if !own.iter().any(|kv| kv.key == a.key && kv.create_revision == a.my_rev) {
+                    return self.restart_acquire(now, op);
+                }
+                // Lost a race for the slot (or an earlier attempt of this
+                // claim applied): look at the slots again.
+                self.permit_claim(now, op, revision, 0, slots)
+            }
+            _ => {}
+        }
+    }
+
+    /// Decides from the oldest `limit + 1` queue keys (up to ours), our
+    /// predecessor and the slot keys: refuse a mismatched limit, claim a
+    /// slot, or wait.
+    fn permit_evaluate(&mut self, now: Millis, op: OpId, revision: i64, oldest: Vec<gw::KeyValue>, pred: Option<gw::KeyValue>, slots: Vec<gw::KeyValue>) {
+        let Some((a, limit)) = self.permit_mut(op) else { return };
+        // The oldest key decides the semaphore's limit: a newer key with
+        // another limit is a mistaken client about to remove its key, and
+        // must not make the right ones fail. An exclusive lock's key
+        // anywhere we look means the name is not a semaphore at all.
+        let mismatch = match oldest.first().map(|kv| key_kind(&kv.value)) {
+            Some(KeyKind::Permit(l)) if l != limit => Some(format!("semaphore {:?} has limit {l}, not {limit}", a.name)),
+            _ if oldest.iter().chain(pred.iter()).any(|kv| key_kind(&kv.value) == KeyKind::Plain) => {
+                Some(format!("{:?} is an exclusive lock, not a semaphore of {limit}", a.name))
+            }
+            _ => None,
+        };
+        if let Some(message) = mismatch {
+            return self.cleanup(now, op, Ending::Error(LockError::invalid(message)));
+        }
+        let standing = match oldest.iter().position(|kv| kv.key == a.key) {
+            Some(i) if i < limit as usize => Standing::Holder(i),
+            Some(_) => Standing::FirstWaiter,
+            None => match pred {
+                Some(p) if oldest.len() > limit as usize => Standing::Behind(p.key),
+                _ => Standing::Unclear,
+            },
+        };
+        let lock_prefix = a.lock_prefix.clone();
+        match standing {
+            Standing::Holder(i) => self.permit_claim(now, op, revision, i, slots),
+            _ if a.wait == Wait::Try => self.cleanup(now, op, Ending::NotAcquired),
+            Standing::FirstWaiter => {
+                let body = gw::watch_range_deletes(&lock_prefix, &queue_end(&lock_prefix), revision.saturating_add(1));
+                self.permit_watch(now, op, body)
+            }
+            Standing::Behind(pred) => self.permit_watch(now, op, gw::watch_key(&pred, revision.saturating_add(1))),
+            Standing::Unclear => {
+                a.phase = AcqPhase::Watch;
+                self.set_recheck(op, Some(now + WATCH_RETRY_MS));
+            }
+        }
+    }
+
+    fn permit_watch(&mut self, now: Millis, op: OpId, body: Value) {
+        if let Some(a) = self.acquire_mut(op) {
+            a.phase = AcqPhase::Watch;
+        }
+        let req = self.send(now, Purpose::Op(op), "/v3/watch", body, true);
+        if let Some(o) = self.ops.get_mut(&op) {
+            o.req = Some(req);
+        }
+    }
+
+    /// We hold a permit: adopt a slot key that is already ours (an earlier
+    /// claim of this acquisition applied), or claim a free one.
+    fn permit_claim(&mut self, now: Millis, op: OpId, revision: i64, position: usize, slots: Vec<gw::KeyValue>) {
+        let Some((a, limit)) = self.permit_mut(op) else { return };
+        let (lease, lock_prefix, value) = (a.lease.unwrap_or(0), a.lock_prefix.clone(), a.nonce.clone());
+        let mut taken = Vec::new();
+        for kv in &slots {
+            let Some(slot) = slot_of(&lock_prefix, &kv.key) else { continue };
+            if kv.value == value && kv.lease == lease && kv.create_revision > 0 {
+                // Ours, read at `revision` on our lease: the lease was alive then.
+                let _ = revision;
+                return self.grant_lock(now, op, Some((slot, kv.create_revision)));
+            }
+            taken.push(slot);
+        }
+        // A slot whose deletion by us is pending (a ghost, or a key of a
+        // lost permit) is not free yet: its blind delete may be retried.
+        let pending = |s: u32| self.orphans.iter().any(|o| o.key == slot_key(&lock_prefix, s));
+        let free: Vec<u32> = (0..limit).filter(|s| !taken.contains(s) && !pending(*s)).collect();
+        let Some((a, _)) = self.permit_mut(op) else { return };
+        let Some(p) = a.permit.as_mut() else { return };
+        p.claims += 1;
+        if p.claims > limit.saturating_add(MAX_RESTARTS) {
+            return self.malformed(now, op, "no slot could be claimed");
+        }
+        if free.is_empty() {
+            // Every slot is taken, by keys we do not see as holders (a slot
+            // key left behind by a txn that applied late): wait until it is
+            // swept or gone with its lease.
+            a.phase = AcqPhase::Watch;
+            return self.set_recheck(op, Some(now + NO_FREE_SLOT_RETRY_MS));
+        }
+        // Holders promoted at once start at different free slots.
+        let slot = free[(position + p.claims as usize - 1) % free.len()];
+        p.claiming = Some(slot);
+        a.phase = AcqPhase::Claim;
+        let (s0, s1) = slots_range(&lock_prefix);
+        let body = gw::claim_slot_txn(&slot_key(&lock_prefix, slot), &a.key, a.my_rev, lease, &value, (&s0, &s1));
+        let req = self.send(now, Purpose::Op(op), "/v3/kv/txn", body, false);
+        if let Some(o) = self.ops.get_mut(&op) {
+            o.req = Some(req);
+        }
+    }
+
+    pub(super) fn malformed(&mut self, now: Millis, op: OpId, message: &str) {
+        let name = self.op_name(op);
+        let error = LockError::Backend { backend: BACKEND, name, status: None, message: format!("malformed reply: {message}") };
+        self.cleanup(now, op, Ending::Error(error));
+    }
+
+    /// A permit acquire is giving up while a claim's outcome is unknown:
+    /// the slot key it may have created (with our value) is deleted in the
+    /// background, like any key whose deletion is not confirmed yet.
+    pub(super) fn forget_maybe_slot(&mut self, now: Millis, op: OpId) {
+        let Some(a) = self.acquire_mut(op) else { return };
+        let Some(p) = a.permit.as_mut() else { return };
+        let Some(slot) = p.maybe_slot.take().or(p.claiming.take()) else { return };
+        let orphan = Orphan {
+            name: a.name.clone(),
+            key: slot_key(&a.lock_prefix, slot),
+            rev: None,
+            value: Some(a.nonce.clone()),
+            holds_name: false,
+            lease: a.lease.unwrap_or(0),
+            retry_at: now,
+            req: None,
+        };
+        self.orphans.push(orphan);
+        self.arm_orphans();
+    }
+}
+
+/// What an inspect reports about a semaphore, from every key of its name
+/// (oldest first); `None` when the name is not a semaphore (its oldest queue
+/// key is a lock's, or it has no keys).
+pub(super) fn semaphore_status(name: &str, lock_prefix: &[u8], kvs: &[gw::KeyValue]) -> Option<LockStatus> {
+    let end = queue_end(lock_prefix);
+    let queue: Vec<&gw::KeyValue> = kvs.iter().filter(|kv| kv.key.as_slice() < end.as_slice()).collect();
+    let slots: Vec<(u32, &gw::KeyValue)> = kvs.iter().filter_map(|kv| Some((slot_of(lock_prefix, &kv.key)?, kv))).collect();
+    let first = queue.first().map(|kv| &kv.value).or(slots.first().map(|(_, kv)| &kv.value))?;
+    let KeyKind::Permit(limit) = key_kind(first) else { return None };
+    let kind = LockKind::Permits { limit };
+    let text = |kv: &gw::KeyValue| String::from_utf8_lossy(&kv.key).into_owned();
+    // Holders are the slot keys (oldest first: `kvs` is in create order);
+    // the queue keys after the first `limit` wait.
+    let holders: Vec<Holder> = slots
+        .iter()
+        .map(|(slot, kv)| Holder { id: text(kv), kind, slot: Some(*slot), fencing_token: Some(kv.create_revision.max(0) as u64) })
+        .collect();
+    let queued: Vec<Holder> = queue.iter().skip(limit as usize).map(|kv| Holder { id: text(kv), kind, slot: None, fencing_token: None }).collect();
+    Some(LockStatus {
+        name: name.to_string(),
+        held: !holders.is_empty(),
+        holder: holders.first().map(|h| h.id.clone()),
+        fencing_token: holders.first().and_then(|h| h.fencing_token),
+        remaining_ms: None,
+        waiters: queued.iter().map(|h| h.id.clone()).collect(),
+        limit: Some(limit),
+        holders,
+        queued,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_carry_the_limit() {
+        assert_eq!(key_kind(&permit_value(3, "ab12")), KeyKind::Permit(3));
+        assert_eq!(key_kind(&permit_value(100, "x")), KeyKind::Permit(100));
+        for plain in [&b"0123abcd"[..], b"", b"p", b"p:1", b"px:1", b"p3", b"p1000:x", b"q3:x"] {
+            assert_eq!(key_kind(plain), KeyKind::Plain, "{:?}", String::from_utf8_lossy(plain));
+        }
+    }
+
+    #[test]
+    fn key_layout_keeps_queue_and_slots_apart() {
+        let p = b"el/sem/";
+        let q = queue_key(p, 0x1f, OpId(7));
+        assert_eq!(q, b"el/sem/1f.7");
+        let end = queue_end(p);
+        let (s0, s1) = slots_range(p);
+        // Queue keys (lease hex, '.', digits) are inside [P, P"g"); slot keys outside.
+        assert!(q.as_slice() >= &p[..] && q < end);
+        let top = queue_key(p, i64::MAX, OpId(u64::MAX));
+        assert!(top < end, "{}", String::from_utf8_lossy(&top));
+        let slot = slot_key(p, 99);
+        assert!(slot >= end && slot >= s0 && slot < s1);
+        assert_eq!(slot_of(p, &slot), Some(99));
+        assert_eq!(slot_of(p, b"el/sem/s/01"), None);
+        assert_eq!(slot_of(p, b"el/sem/s/x"), None);
+        assert_eq!(slot_of(p, &q), None);
+        assert!(is_queue_suffix_of("1f.7", 0x1f));
+        assert!(!is_queue_suffix_of("1f", 0x1f) && !is_queue_suffix_of("1f.", 0x1f) && !is_queue_suffix_of("2f.7", 0x1f));
+    }
+}
