@@ -190,7 +190,8 @@ impl EtcdMachine {
             .flat_map(|r| r.kvs.iter().map(|kv| (kv.key.clone(), kv.create_revision)))
             .collect();
         for (lock, key, rev) in targets {
-            let still_ours = self.locks.get(&lock).map(|l| l.key == key && l.rev == rev && !l.releasing).unwrap_or(false);
+            // (A permit's target is either of its two keys.)
+            let still_ours = self.locks.get(&lock).is_some_and(|l| !l.releasing && l.keys().iter().any(|(k, r)| *k == key && *r == rev));
             if still_ours && !present.iter().any(|(k, r)| *k == key && *r == rev) {
                 self.lose_lock(now, lock, LostReason::KeyGone);
             }
