@@ -86,8 +86,8 @@ use std::cmp::Ordering;
 use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet, VecDeque};
 
 use edgelock::core::{
-    AcquireOptions, Event, HttpRequest, Input, LockError, LockId, LockInfo, LockMachine, LockMachineExt, LostReason, Millis, OpId,
-    RequestId, SeededEntropy, Transmit, TransportError, Wait,
+    AcquireOptions, Event, HttpRequest, Input, LockError, LockId, LockInfo, LockKind, LockMachine, LockMachineExt, LostReason, Millis,
+    OpId, Operation, RequestId, SeededEntropy, Transmit, TransportError, Wait,
 };
 
 /// Header the world adds to every request: the sending client's index.
@@ -421,6 +421,10 @@ pub struct Grant {
     pub lock: LockId,
     pub name: String,
     pub token: u64,
+    /// A permit's slot (`None` for a lock).
+    pub slot: Option<u32>,
+    /// The handle's revision (etcd: the create revision of the queue key).
+    pub revision: u64,
     pub at: Millis,
 }
 
@@ -431,6 +435,8 @@ pub struct Believer {
     pub lock: LockId,
     pub name: String,
     pub token: u64,
+    /// A permit's slot (`None` for a lock).
+    pub slot: Option<u32>,
     pub key: String,
     pub owner: String,
     pub revision: u64,
@@ -443,6 +449,7 @@ pub struct Believer {
 struct Holding {
     name: String,
     token: u64,
+    slot: Option<u32>,
     key: String,
     owner: String,
     revision: u64,
@@ -584,6 +591,9 @@ pub struct World<S: SimServer> {
     stop_at: Option<Millis>,
     /// A run taking more steps than this fails (a client flooding the network).
     pub max_steps: u64,
+    /// What every scripted acquire asks for (the checks follow it: a
+    /// semaphore admits `limit` believers per name, one per slot).
+    pub kind: LockKind,
     pub history: Vec<OpRecord>,
     pub grants: Vec<Grant>,
     pub losts: Vec<LostRecord>,
@@ -627,6 +637,7 @@ impl<S: SimServer> World<S> {
             release_attempts: HashMap::new(),
             stop_at: None,
             max_steps: 100_000,
+            kind: LockKind::Exclusive,
             history: Vec::new(),
             grants: Vec::new(),
             losts: Vec::new(),
@@ -818,6 +829,7 @@ impl<S: SimServer> World<S> {
                         lock: *lock,
                         name: h.name.clone(),
                         token: h.token,
+                        slot: h.slot,
                         key: h.key.clone(),
                         owner: h.owner.clone(),
                         revision: h.revision,
@@ -846,6 +858,9 @@ impl<S: SimServer> World<S> {
 
     fn check_generic(&mut self) {
         let believers = self.believers();
+        if let LockKind::Permits { limit } = self.kind {
+            return self.check_permits(&believers, limit);
+        }
         for (i, a) in believers.iter().enumerate() {
             for b in &believers[i + 1..] {
                 if a.name == b.name && a.client != b.client {
@@ -854,6 +869,27 @@ impl<S: SimServer> World<S> {
                         a.name, self.now, a.client, a.token, a.since, a.expires_at, b.client, b.token, b.since, b.expires_at
                     );
                     self.violations.push(v);
+                }
+            }
+        }
+    }
+
+    /// A semaphore: at most `limit` believers per name, and never two
+    /// believers of one slot (whichever clients they are).
+    fn check_permits(&mut self, believers: &[Believer], limit: u32) {
+        for (i, a) in believers.iter().enumerate() {
+            let count = believers.iter().filter(|b| b.name == a.name).count();
+            if count > limit as usize {
+                let who: Vec<String> = believers.iter().filter(|b| b.name == a.name).map(|b| format!("client {} slot {:?} token {}", b.client, b.slot, b.token)).collect();
+                self.violations.push(format!("{count} believe they hold a permit of {:?} (limit {limit}) at t={}: {}", a.name, self.now, who.join(", ")));
+                return;
+            }
+            for b in &believers[i + 1..] {
+                if a.name == b.name && a.slot == b.slot {
+                    self.violations.push(format!(
+                        "two holders believe they hold slot {:?} of {:?} at t={}: client {} (token {}, since {}) and client {} (token {}, since {})",
+                        a.slot, a.name, self.now, a.client, a.token, a.since, b.client, b.token, b.since
+                    ));
                 }
             }
         }
@@ -1222,7 +1258,10 @@ impl<S: SimServer> World<S> {
                 if self.complete(c, op, Outcome::Acquired { lock: lock.id, token }).is_none() {
                     return;
                 }
-                if let Some(last) = self.grants.iter().rev().find(|g| g.name == lock.name) {
+                // A semaphore's tokens increase per slot: concurrent holders'
+                // grants reach their clients in any order.
+                let slot = lock.slot();
+                if let Some(last) = self.grants.iter().rev().find(|g| g.name == lock.name && g.slot == slot) {
                     if token <= last.token {
                         self.violations.push(format!(
                             "fencing token of {:?} did not increase: client {c} got {token} at t={} after client {} got {} at t={}",
@@ -1230,12 +1269,13 @@ impl<S: SimServer> World<S> {
                         ));
                     }
                 }
-                self.grants.push(Grant { client: c, lock: lock.id, name: lock.name.clone(), token, at: self.now });
+                self.grants.push(Grant { client: c, lock: lock.id, name: lock.name.clone(), token, slot, revision: lock.handle.revision, at: self.now });
                 self.clients[c].holdings.insert(
                     lock.id,
                     Holding {
                         name: lock.name.clone(),
                         token,
+                        slot,
                         key: lock.handle.key.clone(),
                         owner: lock.handle.owner.clone(),
                         revision: lock.handle.revision,
@@ -1430,7 +1470,8 @@ impl<S: SimServer> World<S> {
                 };
                 let opts = AcquireOptions { wait, ttl_ms: w.ttl_ms };
                 self.log(|| format!("c{c} user acquire {name:?} {wait:?}"));
-                match self.clients[c].machine.acquire(local, &name, &opts) {
+                let acquire = Operation::Acquire { name: name.clone(), kind: self.kind, options: opts };
+                match self.clients[c].machine.start(local, acquire) {
                     Ok(op) => {
                         self.record(c, op, What::Acquire { name, wait });
                         self.clients[c].script = Script::Acquiring { op };

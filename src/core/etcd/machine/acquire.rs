@@ -316,7 +316,12 @@ impl EtcdMachine {
         }
         a.phase = AcqPhase::Cleanup;
         a.ending = Some(ending);
-        let body = if a.my_rev > 0 { gw::delete_if_revision(&a.key, a.my_rev) } else { gw::delete_key(&a.key) };
+        let claimed = a.permit.as_ref().and_then(|p| p.claimed).map(|(slot, rev)| (permits::slot_key(&a.lock_prefix, slot), rev));
+        let body = match claimed {
+            Some((slot_key, rev)) if a.my_rev > 0 => gw::delete_all_if_revisions(&[(&a.key, a.my_rev), (&slot_key, rev)]),
+            _ if a.my_rev > 0 => gw::delete_if_revision(&a.key, a.my_rev),
+            _ => gw::delete_key(&a.key),
+        };
         let path = if a.my_rev > 0 { "/v3/kv/txn" } else { "/v3/kv/deleterange" };
         self.cancel_request(req);
         let req = self.send(now, Purpose::Op(op), path, body, false);
@@ -335,10 +340,23 @@ impl EtcdMachine {
             return self.finish_acquire(now, op, ending);
         }
         if phase == AcqPhase::Claim {
-            // Our key exists at `my_rev`; the claimed slot may (its delete
-            // compares the value, so a slot we did not get is left alone).
+            // Our key exists at `my_rev`. A claim that applied is undone with
+            // it in one txn; one whose outcome is unknown is deleted in the
+            // background (comparing the value: a slot we did not get is left alone).
             a.phase = AcqPhase::Watch;
-            self.forget_maybe_slot(now, op);
+            match result.ok().and_then(|(s, b)| gw::parse::<TxnResponse>(s, &b).ok()) {
+                Some(t) if t.succeeded && t.header.revision > 0 => {
+                    if let Some(p) = a.permit.as_mut() {
+                        p.claimed = p.claiming.take().map(|slot| (slot, t.header.revision));
+                    }
+                }
+                Some(_) => {
+                    if let Some(p) = a.permit.as_mut() {
+                        p.claiming = None;
+                    }
+                }
+                None => self.forget_maybe_slot(now, op),
+            }
             return self.cleanup(now, op, ending);
         }
         let txn = result.ok().and_then(|(s, b)| gw::parse::<TxnResponse>(s, &b).ok());
@@ -376,6 +394,11 @@ impl EtcdMachine {
                 req: None,
             };
             if let Some(Op { kind: OpKind::Acquire(a), .. }) = self.ops.remove(&op) {
+                if let Some((slot, rev)) = a.permit.as_ref().and_then(|p| p.claimed) {
+                    let key = permits::slot_key(&a.lock_prefix, slot);
+                    let (name, lease, retry_at) = (orphan.name.clone(), orphan.lease, orphan.retry_at);
+                    self.orphans.push(Orphan { name, key, rev: Some(rev), value: None, holds_name: false, lease, retry_at, req: None });
+                }
                 self.orphans.push(orphan);
                 self.arm_orphans();
                 self.report_ending(op, &a.name, ending);

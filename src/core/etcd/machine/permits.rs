@@ -26,6 +26,9 @@ pub(super) struct PermitAcquire {
     pub(super) claims: u32,
     /// A claim whose outcome is unknown may have created this slot key.
     pub(super) maybe_slot: Option<u32>,
+    /// The slot (and its key's create revision) a claim got while the
+    /// acquire was already ending: its cleanup deletes it with the queue key.
+    pub(super) claimed: Option<(u32, i64)>,
 }
 
 /// How long a holder that finds every slot taken waits before looking
