@@ -584,6 +584,58 @@ mod tests {
         assert!(parse_watch_message(w).unwrap().has_delete());
     }
 
+    fn unb64(v: &Value) -> Vec<u8> {
+        b64::decode(v.as_str().unwrap().as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn permit_bodies() {
+        let queue: (&[u8], &[u8]) = (b"el/s/", b"el/s/g");
+        let slots: (&[u8], &[u8]) = (b"el/s/s/", b"el/s/s0");
+        let t = permit_acquire_txn(b"el/s/1f.3", queue, slots, 31, b"p3:ab", 3);
+        assert_eq!(t["compare"][0]["create_revision"], "0");
+        let put = &t["success"][0]["request_put"];
+        assert_eq!((unb64(&put["key"]), unb64(&put["value"]), put["lease"].as_str()), (b"el/s/1f.3".to_vec(), b"p3:ab".to_vec(), Some("31")));
+        let oldest = &t["success"][1]["request_range"];
+        assert_eq!((unb64(&oldest["key"]), unb64(&oldest["range_end"])), (b"el/s/".to_vec(), b"el/s/g".to_vec()));
+        assert_eq!((&oldest["sort_order"], &oldest["sort_target"], &oldest["limit"]), (&json!("ASCEND"), &json!("CREATE"), &json!("4")));
+        assert!(oldest.get("keys_only").is_none(), "values carry the limit");
+        assert_eq!((&t["success"][2]["request_range"]["sort_order"], &t["success"][2]["request_range"]["limit"]), (&json!("DESCEND"), &json!("2")));
+        assert_eq!(unb64(&t["success"][3]["request_range"]["range_end"]), b"el/s/s0");
+        assert_eq!(unb64(&t["failure"][0]["request_range"]["key"]), b"el/s/1f.3");
+
+        let c = permit_check_txn(b"el/s/1f.3", 10, queue, slots, 3);
+        assert_eq!(c["success"][1]["request_range"]["max_create_revision"], "10");
+        assert_eq!(c["success"][1]["request_range"]["limit"], "4");
+        assert_eq!(c["success"][2]["request_range"]["max_create_revision"], "9");
+        assert_eq!(c["success"][2]["request_range"]["limit"], "1");
+
+        let claim = claim_slot_txn(b"el/s/s/2", b"el/s/1f.3", 10, 31, b"p3:ab", slots);
+        assert_eq!(unb64(&claim["compare"][0]["key"]), b"el/s/s/2");
+        assert_eq!(claim["compare"][0]["create_revision"], "0");
+        assert_eq!((unb64(&claim["compare"][1]["key"]), &claim["compare"][1]["create_revision"]), (b"el/s/1f.3".to_vec(), &json!("10")));
+        for (i, key) in [(0, &b"el/s/s/2"[..]), (1, b"el/s/1f.3")] {
+            let put = &claim["success"][i]["request_put"];
+            assert_eq!((unb64(&put["key"]), unb64(&put["value"]), &put["lease"]), (key.to_vec(), b"p3:ab".to_vec(), &json!("31")));
+        }
+        assert_eq!(claim["failure"].as_array().map(Vec::len), Some(2));
+
+        let d = delete_all_if_revisions(&[(b"el/s/1f.3", 10), (b"el/s/s/2", 11)]);
+        assert_eq!((&d["compare"][0]["create_revision"], &d["compare"][1]["create_revision"]), (&json!("10"), &json!("11")));
+        assert_eq!(unb64(&d["success"][1]["request_delete_range"]["key"]), b"el/s/s/2");
+        let v = delete_if_value(b"el/s/s/2", b"p3:ab");
+        assert_eq!((&v["compare"][0]["target"], unb64(&v["compare"][0]["value"])), (&json!("VALUE"), b"p3:ab".to_vec()));
+
+        let w = watch_range_deletes(b"el/s/", b"el/s/g", 12);
+        assert_eq!((&w["create_request"]["filters"], &w["create_request"]["start_revision"]), (&json!(["NOPUT"]), &json!("12")));
+        let w = watch_key(b"el/s/2a.1", 12);
+        assert!(w["create_request"].get("filters").is_none() && w["create_request"].get("range_end").is_none());
+        // A promotion is a PUT event (no "type"): a permit's waiter sees it.
+        let put = br#"{"result":{"header":{"revision":"12"},"events":[{"kv":{"key":"ZWwvcy8yYS4x","create_revision":"7","mod_revision":"12"}}]}}"#;
+        let m = parse_watch_message(put).unwrap();
+        assert!(!m.has_delete() && m.events.len() == 1 && m.events[0].kind.is_none());
+    }
+
     #[test]
     fn prefix_ends() {
         assert_eq!(prefix_end(b"a/"), b"a0");

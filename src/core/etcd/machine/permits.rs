@@ -363,4 +363,183 @@ mod tests {
         assert!(is_queue_suffix_of("1f.7", 0x1f));
         assert!(!is_queue_suffix_of("1f", 0x1f) && !is_queue_suffix_of("1f.", 0x1f) && !is_queue_suffix_of("2f.7", 0x1f));
     }
+    // ---- the machine, scripted: requests out, hand-written etcd replies in ----
+
+    use crate::core::b64;
+    use serde_json::{json, Value};
+
+    const LEASE: i64 = 0x1f;
+
+    struct Script {
+        m: EtcdMachine,
+        now: Millis,
+    }
+
+    fn kv(key: &[u8], rev: i64, value: &str, lease: i64) -> Value {
+        json!({ "key": b64::encode(key), "create_revision": rev.to_string(), "mod_revision": rev.to_string(), "value": b64::encode(value.as_bytes()), "lease": lease.to_string() })
+    }
+
+    fn range(kvs: Vec<Value>) -> Value {
+        json!({ "response_range": { "header": {}, "kvs": kvs } })
+    }
+
+    impl Script {
+        /// A machine whose permit acquire (`limit`, `wait`) has sent its
+        /// acquire txn on session lease `LEASE`; returns it and the txn's body.
+        fn acquire(limit: u32, wait: Wait) -> (Script, Value) {
+            let mut m = EtcdMachine::new(EtcdConfig::new(vec!["http://127.0.0.1:2379".into()]), Box::new(SeededEntropy::new(3))).unwrap();
+            let op = Operation::Acquire { name: "sem".into(), kind: LockKind::Permits { limit }, options: AcquireOptions { wait, ttl_ms: None } };
+            m.start(1_000, op).unwrap();
+            let mut s = Script { m, now: 1_000 };
+            let grant = s.sent("/v3/lease/grant");
+            s.reply(grant.0, json!({ "ID": LEASE.to_string(), "TTL": "10" }));
+            let txn = s.sent("/v3/kv/txn");
+            (s, txn.1)
+        }
+
+        /// The next request sent, which must go to `path`: its id and body.
+        fn sent(&mut self, path: &str) -> (RequestId, Value) {
+            loop {
+                match self.m.poll_transmit() {
+                    Some(Transmit::Send(r)) => {
+                        assert!(r.target.to_string().ends_with(path), "expected {path}, sent {}", r.target);
+                        return (r.id, serde_json::from_slice(&r.body).unwrap());
+                    }
+                    Some(Transmit::Cancel(_)) => continue,
+                    None => panic!("nothing sent (expected {path})"),
+                }
+            }
+        }
+
+        fn reply(&mut self, id: RequestId, body: Value) {
+            self.now += 5;
+            self.m.handle_input(self.now, Input::Response { id, status: 200, body: serde_json::to_vec(&body).unwrap() });
+        }
+
+        fn txn_reply(&mut self, id: RequestId, revision: i64, succeeded: bool, responses: Vec<Value>) {
+            self.reply(id, json!({ "header": { "revision": revision.to_string() }, "succeeded": succeeded, "responses": responses }));
+        }
+
+        fn completed(&mut self) -> Result<Outcome, LockError> {
+            loop {
+                match self.m.poll_event() {
+                    Some(Event::Completed { result, .. }) => return result,
+                    Some(_) => continue,
+                    None => panic!("the operation did not complete"),
+                }
+            }
+        }
+    }
+
+    fn our_key(txn: &Value) -> Vec<u8> {
+        b64::decode(txn["success"][0]["request_put"]["key"].as_str().unwrap().as_bytes()).unwrap()
+    }
+
+    fn our_value(txn: &Value) -> String {
+        String::from_utf8(b64::decode(txn["success"][0]["request_put"]["value"].as_str().unwrap().as_bytes()).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn a_holder_claims_a_free_slot_and_its_token_is_the_slot_keys_revision() {
+        let (mut s, txn) = Script::acquire(3, Wait::Forever);
+        let (key, value) = (our_key(&txn), our_value(&txn));
+        assert!(key.starts_with(b"edgelock/sem/1f."), "{}", String::from_utf8_lossy(&key));
+        assert!(value.starts_with("p3:"), "{value}");
+        let id = RequestId(2);
+        // One other holder (slot 0) before us.
+        let other = kv(b"edgelock/sem/2a.1", 5, "p3:x", 0x2a);
+        let ours = kv(&key, 10, &value, LEASE);
+        let slot0 = kv(b"edgelock/sem/s/0", 6, "p3:x", 0x2a);
+        s.txn_reply(id, 10, true, vec![json!({"response_put": {}}), range(vec![other.clone(), ours.clone()]), range(vec![ours, other]), range(vec![slot0])]);
+        let (claim, body) = s.sent("/v3/kv/txn");
+        let slot_key = b64::decode(body["compare"][0]["key"].as_str().unwrap().as_bytes()).unwrap();
+        // Free are 1 and 2; at position 1 we start at the second of them, so
+        // that holders promoted at once (positions 0, 1, ...) do not collide.
+        assert_eq!(slot_key, b"edgelock/sem/s/2");
+        assert_eq!(body["compare"][1]["create_revision"], "10", "only while our key is that incarnation");
+        assert_eq!(body["success"][1]["request_put"]["key"], b64::encode(&key), "the claim puts our queue key again");
+        s.txn_reply(claim, 11, true, vec![json!({"response_put": {}}), json!({"response_put": {}})]);
+        let Ok(Outcome::Acquired(info)) = s.completed() else { panic!("not acquired") };
+        assert_eq!((info.fencing_token, info.slot(), info.handle.revision), (11, Some(2), 10));
+        assert_eq!(info.kind(), LockKind::Permits { limit: 3 });
+    }
+
+    #[test]
+    fn a_lost_race_for_a_slot_tries_another_and_an_own_slot_is_adopted() {
+        let (mut s, txn) = Script::acquire(2, Wait::Forever);
+        let (key, value) = (our_key(&txn), our_value(&txn));
+        let ours = kv(&key, 10, &value, LEASE);
+        s.txn_reply(RequestId(2), 10, true, vec![json!({"response_put": {}}), range(vec![ours.clone()]), range(vec![ours.clone()]), range(vec![])]);
+        let (claim, body) = s.sent("/v3/kv/txn");
+        assert_eq!(body["compare"][0]["key"], b64::encode(b"edgelock/sem/s/0"));
+        // Someone took slot 0 first: the failure branch shows it.
+        let taken = kv(b"edgelock/sem/s/0", 11, "p2:y", 0x2a);
+        s.txn_reply(claim, 11, false, vec![range(vec![ours.clone()]), range(vec![taken.clone()])]);
+        let (claim, body) = s.sent("/v3/kv/txn");
+        assert_eq!(body["compare"][0]["key"], b64::encode(b"edgelock/sem/s/1"), "another free slot");
+        // That claim's answer was lost, its retry's compare fails: slot 1 is ours.
+        let mine = kv(b"edgelock/sem/s/1", 12, &value, LEASE);
+        s.txn_reply(claim, 13, false, vec![range(vec![ours]), range(vec![taken, mine])]);
+        let Ok(Outcome::Acquired(info)) = s.completed() else { panic!("not acquired") };
+        assert_eq!((info.fencing_token, info.slot()), (12, Some(1)));
+    }
+
+    #[test]
+    fn a_different_limit_is_invalid_argument_and_our_key_is_deleted() {
+        let (mut s, txn) = Script::acquire(3, Wait::Forever);
+        let (key, value) = (our_key(&txn), our_value(&txn));
+        let older = kv(b"edgelock/sem/2a.1", 5, "p5:x", 0x2a);
+        let ours = kv(&key, 10, &value, LEASE);
+        s.txn_reply(RequestId(2), 10, true, vec![json!({"response_put": {}}), range(vec![older.clone(), ours.clone()]), range(vec![ours, older]), range(vec![])]);
+        let (del, body) = s.sent("/v3/kv/txn");
+        assert_eq!(body["compare"][0]["create_revision"], "10");
+        assert_eq!(body["success"][0]["request_delete_range"]["key"], b64::encode(&key));
+        s.txn_reply(del, 11, true, vec![]);
+        let e = s.completed().unwrap_err();
+        assert_eq!(e.code(), "INVALID_ARGUMENT");
+        assert!(e.to_string().contains("semaphore \"sem\" has limit 5, not 3"), "{e}");
+        assert_eq!(s.m.live_count(), 0);
+    }
+
+    #[test]
+    fn the_first_waiter_watches_the_queue_for_deletes_and_a_later_one_its_predecessor() {
+        // Limit 1: one holder before us makes us the first waiter.
+        let (mut s, txn) = Script::acquire(1, Wait::Forever);
+        let (key, value) = (our_key(&txn), our_value(&txn));
+        let holder = kv(b"edgelock/sem/2a.1", 5, "p1:x", 0x2a);
+        let ours = kv(&key, 10, &value, LEASE);
+        s.txn_reply(RequestId(2), 10, true, vec![json!({"response_put": {}}), range(vec![holder.clone(), ours.clone()]), range(vec![ours.clone(), holder.clone()]), range(vec![])]);
+        let (_, watch) = s.sent("/v3/watch");
+        let w = &watch["create_request"];
+        assert_eq!((w["key"].as_str(), w["range_end"].as_str()), (Some(b64::encode(b"edgelock/sem/").as_str()), Some(b64::encode(b"edgelock/sem/g").as_str())));
+        assert_eq!(w["filters"], json!(["NOPUT"]));
+        assert_eq!(w["start_revision"], "11");
+
+        // Behind a first waiter: watch it alone, for any event.
+        let (mut s, txn) = Script::acquire(1, Wait::Forever);
+        let (key, value) = (our_key(&txn), our_value(&txn));
+        let first = kv(b"edgelock/sem/3b.1", 7, "p1:y", 0x3b);
+        let ours = kv(&key, 10, &value, LEASE);
+        s.txn_reply(RequestId(2), 10, true, vec![json!({"response_put": {}}), range(vec![holder, first.clone()]), range(vec![ours, first]), range(vec![])]);
+        let (watch_id, watch) = s.sent("/v3/watch");
+        assert_eq!(watch["create_request"], json!({ "key": b64::encode(b"edgelock/sem/3b.1"), "start_revision": "11" }));
+        // Its PUT (a promotion) wakes us: a re-check reading up to our revision.
+        s.m.handle_input(s.now, Input::Chunk { id: watch_id, data: br#"{"result":{"header":{"revision":"12"},"events":[{"kv":{"key":"ZWRnZWxvY2svc2VtLzNiLjE=","create_revision":"7","mod_revision":"12"}}]}}"#.to_vec() });
+        let (_, check) = s.sent("/v3/kv/txn");
+        assert_eq!(check["success"][1]["request_range"]["max_create_revision"], "10");
+        assert_eq!(check["success"][2]["request_range"]["max_create_revision"], "9");
+    }
+
+    #[test]
+    fn a_try_behind_the_holders_is_not_acquired_and_leaves_no_key() {
+        let (mut s, txn) = Script::acquire(1, Wait::Try);
+        let (key, value) = (our_key(&txn), our_value(&txn));
+        let holder = kv(b"edgelock/sem/2a.1", 5, "p1:x", 0x2a);
+        let ours = kv(&key, 10, &value, LEASE);
+        s.txn_reply(RequestId(2), 10, true, vec![json!({"response_put": {}}), range(vec![holder.clone(), ours.clone()]), range(vec![ours, holder]), range(vec![])]);
+        let (del, body) = s.sent("/v3/kv/txn");
+        assert_eq!(body["success"][0]["request_delete_range"]["key"], b64::encode(&key));
+        s.txn_reply(del, 11, true, vec![]);
+        assert_eq!(s.completed().unwrap(), Outcome::NotAcquired);
+    }
 }
