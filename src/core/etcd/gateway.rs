@@ -535,6 +535,17 @@ pub(super) fn delete_if_value(key: &[u8], value: &[u8]) -> Value {
     })
 }
 
+/// Deletes `key` only while it is bound to `lease`: a key found on our
+/// lease whose revision we do not know (a ghost). A semaphore's slot keys
+/// are named by slot, not by lease: a blind delete could hit another
+/// client's slot created since.
+pub(super) fn delete_if_lease(key: &[u8], lease: i64) -> Value {
+    json!({
+        "compare": [{ "key": b64(key), "target": "LEASE", "result": "EQUAL", "lease": lease.to_string() }],
+        "success": [ { "request_delete_range": { "key": b64(key) } } ]
+    })
+}
+
 /// Watch every DELETE in `[start, end)` from `start_revision` (the first
 /// waiter of a semaphore: any holder leaving may promote it; holders'
 /// claim PUTs are filtered out by the server).

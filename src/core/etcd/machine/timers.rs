@@ -103,7 +103,7 @@ impl EtcdMachine {
                         let (path, body) = match (o.rev, &o.value) {
                             (Some(rev), _) => ("/v3/kv/txn", gw::delete_if_revision(&o.key, rev)),
                             (None, Some(value)) => ("/v3/kv/txn", gw::delete_if_value(&o.key, value)),
-                            (None, None) => ("/v3/kv/deleterange", gw::delete_key(&o.key)),
+                            (None, None) => ("/v3/kv/txn", gw::delete_if_lease(&o.key, o.lease)),
                         };
                         let req = self.send(now, Purpose::Orphan, path, body, false);
                         self.orphans[i].req = Some(req);
