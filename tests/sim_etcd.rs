@@ -536,6 +536,16 @@ fn safety_checker_catches_clocks_slower_than_budgeted() {
     assert!(caught > 0, "no seed with 30%-slow clocks broke the at-most-one-believer property: the checker is blind");
 }
 
+/// The semaphore checks are not vacuous either: with 30%-slow clocks some
+/// seeds must show a permit believed after its keys died.
+#[test]
+fn semaphore_checker_catches_clocks_slower_than_budgeted() {
+    let fixed = Fixed { calm: Some(false), ppm: Some(-300_000), permits: Some(2), ..Fixed::default() };
+    let caught = (0..100).filter(|seed| matches!(run_seed(*seed, fixed, false), Err((msg, _, _)) if msg.contains("believe"))).count();
+    eprintln!("{caught} of 100 semaphore seeds with 30%-slow clocks broke a believer check");
+    assert!(caught > 0, "no semaphore seed with 30%-slow clocks broke a believer check: the checker is blind");
+}
+
 /// Request timeouts as long as the session TTL (the default 5 s timeout with
 /// a 5 s session): the machine must either refuse the configuration or still
 /// acquire and release on a calm network.
