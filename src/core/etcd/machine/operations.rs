@@ -230,7 +230,10 @@ impl EtcdMachine {
             self.ops.remove(&op);
             self.rt.out.fail(op, error);
             // A permit's resume never claimed its name locally.
-            return if claimed { self.free_name(now, &name) } else {};
+            if claimed {
+                self.free_name(now, &name);
+            }
+            return;
         }
         self.ops.remove(&op);
         self.rt.out.fail(op, error);
