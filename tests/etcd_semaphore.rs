@@ -343,6 +343,11 @@ fn a_different_limit_is_refused_and_leaves_nothing_behind() {
         assert!(err.to_string().contains("has limit 3, not 5"), "{err}");
         assert_eq!(keys_of(&etcd, "limits"), before, "nothing left behind");
     }
+    // Nor is a semaphore's name an exclusive lock.
+    let err = b.acquire("limits", Some(Duration::from_secs(2))).unwrap_err();
+    assert_eq!(err.code(), "INVALID_ARGUMENT", "{err}");
+    assert!(err.to_string().contains("is a semaphore of 3, not an exclusive lock"), "{err}");
+    assert_eq!(keys_of(&etcd, "limits"), before, "nothing left behind");
     // An exclusive lock's name is not a semaphore either.
     let lock = b.acquire("plain", None).unwrap();
     let err = a.acquire_kind("plain", permits(2), opts(Wait::Try), None).unwrap_err();

@@ -383,15 +383,19 @@ pub(super) fn lease_keys(id: i64) -> Value {
 
 /// The acquire transaction: if our key does not exist, create it bound to the
 /// lease and read the two newest keys under the lock's prefix (ours and our
-/// predecessor); otherwise (a retry whose first attempt did apply) read our key,
-/// whose value (the attempt's nonce) tells whether it is really this attempt's.
+/// predecessor) and the oldest one, with its value (a semaphore's keys carry
+/// their limit: a lock's acquire on a semaphore's name is refused);
+/// otherwise (a retry whose first attempt did apply) read our key, whose
+/// value (the attempt's nonce) tells whether it is really this attempt's.
 pub(super) fn acquire_txn(key: &[u8], lock_prefix: &[u8], lease: i64, nonce: &[u8]) -> Value {
     json!({
         "compare": [{ "key": b64(key), "target": "CREATE", "result": "EQUAL", "create_revision": "0" }],
         "success": [
             { "request_put": { "key": b64(key), "value": b64(nonce), "lease": lease.to_string() } },
             { "request_range": { "key": b64(lock_prefix), "range_end": b64(&prefix_end(lock_prefix)),
-                                 "sort_order": "DESCEND", "sort_target": "CREATE", "limit": "2", "keys_only": true } }
+                                 "sort_order": "DESCEND", "sort_target": "CREATE", "limit": "2", "keys_only": true } },
+            { "request_range": { "key": b64(lock_prefix), "range_end": b64(&prefix_end(lock_prefix)),
+                                 "sort_order": "ASCEND", "sort_target": "CREATE", "limit": "1" } }
         ],
         "failure": [ { "request_range": { "key": b64(key) } } ]
     })
@@ -636,6 +640,11 @@ mod tests {
         assert_eq!(unb64(&d["success"][1]["request_delete_range"]["key"]), b"el/s/s/2");
         let v = delete_if_value(b"el/s/s/2", b"p3:ab");
         assert_eq!((&v["compare"][0]["target"], unb64(&v["compare"][0]["value"])), (&json!("VALUE"), b"p3:ab".to_vec()));
+
+        // A lock's acquire also reads the oldest key, with its value.
+        let lock = acquire_txn(b"el/s/1f", b"el/s/", 31, b"ab");
+        let oldest = &lock["success"][2]["request_range"];
+        assert_eq!((&oldest["sort_order"], &oldest["limit"], oldest.get("keys_only")), (&json!("ASCEND"), &json!("1"), None));
 
         let w = watch_range_deletes(b"el/s/", b"el/s/g", 12);
         assert_eq!((&w["create_request"]["filters"], &w["create_request"]["start_revision"]), (&json!(["NOPUT"]), &json!("12")));

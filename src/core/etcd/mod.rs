@@ -11,8 +11,9 @@
 //!   contain the keys of lock `a/b`.
 //! - **Acquire** is ONE txn: if our key's create revision is 0, put it bound to
 //!   the lease and read the two newest keys under the lock's prefix (ours and
-//!   the one just before it); otherwise (a retry whose first attempt applied)
-//!   read our key. No predecessor means we hold the lock.
+//!   the one just before it) and the oldest one (if that is a semaphore's,
+//!   the name is refused with `INVALID_ARGUMENT`); otherwise (a retry whose
+//!   first attempt applied) read our key. No predecessor means we hold the lock.
 //! - **Waiting**: watch only the predecessor (the key with the largest create
 //!   revision below ours) for its DELETE, from the revision at which we saw it,
 //!   then re-check (our key + the new predecessor in one txn). Waiters are thus

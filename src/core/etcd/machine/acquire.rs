@@ -119,6 +119,13 @@ impl EtcdMachine {
         }
         let (predecessor, own_present) = match phase {
             AcqPhase::Txn if txn.succeeded => {
+                // The oldest key decides what the name is: a semaphore's
+                // (its value carries the limit) is no lock to wait for.
+                if let Some(permits::KeyKind::Permit(limit)) = txn.range(1).and_then(|r| r.kvs.first()).map(|kv| permits::key_kind(&kv.value)) {
+                    a.my_rev = revision;
+                    let message = format!("{name:?} is a semaphore of {limit}, not an exclusive lock");
+                    return self.cleanup(now, op, Ending::Error(LockError::invalid(message)));
+                }
                 a.my_rev = revision;
                 let newest = txn.range(0).map(|r| r.kvs.clone()).unwrap_or_default();
                 let pred = newest.iter().find(|kv| kv.key != a.key && kv.create_revision < a.my_rev).map(|kv| kv.key.clone());
