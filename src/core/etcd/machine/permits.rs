@@ -248,16 +248,16 @@ impl EtcdMachine {
         let free: Vec<u32> = (0..limit).filter(|s| !taken.contains(s) && !pending(*s)).collect();
         let Some((a, _)) = self.permit_mut(op) else { return };
         let Some(p) = a.permit.as_mut() else { return };
-        p.claims += 1;
-        if p.claims > limit.saturating_add(MAX_RESTARTS) {
-            return self.malformed(now, op, "no slot could be claimed");
-        }
         if free.is_empty() {
             // Every slot is taken, by keys we do not see as holders (a slot
             // key left behind by a txn that applied late): wait until it is
-            // swept or gone with its lease.
+            // swept or gone with its lease, as long as the acquire may wait.
             a.phase = AcqPhase::Watch;
             return self.set_recheck(op, Some(now + NO_FREE_SLOT_RETRY_MS));
+        }
+        p.claims += 1;
+        if p.claims > limit.saturating_add(MAX_RESTARTS) {
+            return self.malformed(now, op, "no slot could be claimed");
         }
         // Holders promoted at once start at different free slots.
         let slot = free[(position + p.claims as usize - 1) % free.len()];
@@ -528,6 +528,23 @@ mod tests {
         let (_, check) = s.sent("/v3/kv/txn");
         assert_eq!(check["success"][1]["request_range"]["max_create_revision"], "10");
         assert_eq!(check["success"][2]["request_range"]["max_create_revision"], "9");
+    }
+
+    #[test]
+    fn a_holder_finding_every_slot_taken_looks_again_later() {
+        let (mut s, txn) = Script::acquire(1, Wait::Forever);
+        let (key, value) = (our_key(&txn), our_value(&txn));
+        let ours = kv(&key, 10, &value, LEASE);
+        // Slot 0 is held by a key no holder accounts for (a late claim's leftover).
+        let stray = kv(b"edgelock/sem/s/0", 8, "p1:z", 0x2a);
+        s.txn_reply(RequestId(2), 10, true, vec![json!({"response_put": {}}), range(vec![ours.clone()]), range(vec![ours]), range(vec![stray])]);
+        assert!(s.m.poll_transmit().is_none(), "no claim of a taken slot");
+        let at = s.m.poll_timeout().unwrap();
+        assert!(at >= s.now + NO_FREE_SLOT_RETRY_MS - 5 && at <= s.now + NO_FREE_SLOT_RETRY_MS, "re-check in {} ms", at - s.now);
+        s.now = at;
+        s.m.handle_timeout(at);
+        let (_, check) = s.sent("/v3/kv/txn");
+        assert_eq!(check["success"][1]["request_range"]["max_create_revision"], "10", "a re-check");
     }
 
     #[test]
