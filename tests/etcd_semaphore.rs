@@ -285,6 +285,7 @@ fn release_extend_resume_and_a_late_release_does_not_touch_the_next_holder() {
     let resumed = b.resume(&handle).expect("still held");
     assert_eq!((resumed.fencing_token(), resumed.slot()), (lock.fencing_token(), Some(0)));
     resumed.extend(None).expect("the resumed permit extends");
+    assert_eq!(b.resume(&handle).unwrap_err().code(), "INVALID_ARGUMENT", "the same permit is not adopted twice");
     assert!(resumed.release().unwrap());
     assert!(keys_of(&etcd, "handoff").is_empty(), "the release deleted both keys");
     assert_eq!(b.resume(&handle).unwrap_err().code(), "LOST");

@@ -261,8 +261,12 @@ impl EtcdMachine {
         if handle.revision == 0 || handle.revision > i64::MAX as u64 || !tokens_ok {
             return Err(LockError::invalid("handle revision/fencing token is not valid"));
         }
+        // Permits have keys of their own per acquisition (no local claim of
+        // the name), but the same permit is not adopted twice.
+        if handle.slot.is_some() && self.locks.values().any(|l| l.key == handle.key.as_bytes()) {
+            return Err(LockError::invalid(format!("this permit of {:?} is already held by this client", handle.name)));
+        }
         let op = self.new_op(OpKind::Resume { handle: handle.clone(), lease, phase: ResumePhase::ReadKey });
-        // Permits have keys of their own per acquisition: no local claim.
         if handle.slot.is_none() && !self.claim_name(&handle.name, op) {
             self.unqueue_local(&handle.name, op);
             self.ops.remove(&op);
