@@ -491,13 +491,14 @@ fn simulation() {
     sweep("simulation", 2000, Fixed::default());
 }
 
-/// Semaphores (limit 2 or 3, more clients than permits) under the same
+/// Semaphores (limit 1, 2 or 3, more clients than permits) under the same
 /// faults: never more than `limit` believers per name nor two per slot,
 /// believers' keys real and among the first `limit`, per-slot tokens
 /// strictly increasing, FIFO grants in calm runs.
 #[test]
 fn semaphore_simulation() {
-    sweep("semaphore_simulation", 600, Fixed { permits: Some(2), ..Fixed::default() });
+    sweep("semaphore_simulation", 200, Fixed { permits: Some(1), ..Fixed::default() });
+    sweep("semaphore_simulation", 500, Fixed { permits: Some(2), ..Fixed::default() });
     sweep("semaphore_simulation", 300, Fixed { permits: Some(3), ..Fixed::default() });
 }
 
