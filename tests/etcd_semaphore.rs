@@ -412,3 +412,70 @@ fn uncontended_permit_costs_three_requests_once_the_session_exists() {
     }
 }
 
+
+/// Keys on our session lease that nothing of ours uses — a queue key and a
+/// slot key, as a claim that applied after we gave up would leave — are
+/// swept once a txn outcome was unknown, and the permits become free.
+#[test]
+fn ghost_queue_and_slot_keys_on_the_session_lease_are_swept() {
+    use edgelock_devtools::{Fault, FaultProxy};
+    let etcd = EtcdServer::start().expect("start etcd");
+    let upstream: std::net::SocketAddr = etcd.url().trim_start_matches("http://").parse().unwrap();
+    let proxy = FaultProxy::start(upstream).unwrap();
+    let mut cfg = EtcdConfig::new(vec![proxy.url()]);
+    cfg.request_timeout_ms = 500;
+    cfg.session_ttl_ms = 3_000;
+    let c = Client::etcd(cfg).unwrap();
+    let held = take(&c, "keeps-the-session", 2);
+    let lease: i64 = held.handle().owner.parse().unwrap();
+    // One txn whose answer is lost: from now on the client sweeps.
+    proxy.set(Fault::CutResponse);
+    assert!(c.acquire_kind("cut", permits(2), opts(Wait::Try), None).is_err());
+    proxy.set(Fault::Pass);
+    for key in [format!("edgelock/ghost/{lease:x}.999"), "edgelock/ghost/s/0".to_string()] {
+        raw(&etcd, "/v3/kv/put", json!({"key": b64(key.as_bytes()), "value": b64(b"p1:late"), "lease": lease.to_string()}));
+    }
+    assert_eq!(keys_of(&etcd, "ghost").len(), 2);
+    let other = client(&etcd);
+    let lock = other.acquire_kind("ghost", permits(1), opts(Wait::For(8_000)), None).unwrap().expect("the ghosts are swept within a few renewal rounds");
+    assert_eq!(lock.slot(), Some(0));
+    assert!(lock.release().unwrap());
+    assert!(!held.is_lost(), "the real permit is untouched");
+    assert!(held.release().unwrap());
+}
+
+/// Through a proxy that blackholes, then cuts every answer: no permit is
+/// falsely granted, and whatever the cut requests left behind is gone
+/// within the lease TTL, so another client gets every permit.
+#[test]
+fn through_a_fault_proxy_no_false_permit_and_nothing_left_behind() {
+    use edgelock_devtools::{Fault, FaultProxy};
+    let etcd = EtcdServer::start().expect("start etcd");
+    let upstream: std::net::SocketAddr = etcd.url().trim_start_matches("http://").parse().unwrap();
+    let proxy = FaultProxy::start(upstream).unwrap();
+    let mut cfg = EtcdConfig::new(vec![proxy.url()]);
+    cfg.request_timeout_ms = 400;
+    cfg.session_ttl_ms = 3_000;
+    let c = Client::etcd(cfg).unwrap();
+    take(&c, "warm", 2).release().unwrap();
+    proxy.set(Fault::Blackhole);
+    let err = c.acquire_kind("cut", permits(2), opts(Wait::Try), None).unwrap_err();
+    assert_eq!(err.code(), "TRANSPORT", "{err}");
+    proxy.set(Fault::CutResponse);
+    for _ in 0..2 {
+        let err = c.acquire_kind("cut", permits(2), opts(Wait::Try), None).unwrap_err();
+        assert_eq!(err.code(), "TRANSPORT", "{err}");
+    }
+    proxy.set(Fault::Pass);
+    let other = client(&etcd);
+    let both: Vec<Lock> = (0..2)
+        .map(|_| other.acquire_kind("cut", permits(2), opts(Wait::For(8_000)), None).unwrap().expect("free within the TTL"))
+        .collect();
+    assert_eq!(keys_of(&etcd, "cut").len(), 4, "only the new holders' queue and slot keys");
+    for l in both {
+        assert!(l.release().unwrap());
+    }
+    // The faulted client recovers too.
+    let l = c.acquire_kind("cut", permits(2), opts(Wait::For(8_000)), None).unwrap().expect("recovered");
+    assert!(l.release().unwrap());
+}
