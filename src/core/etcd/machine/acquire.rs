@@ -312,7 +312,7 @@ impl EtcdMachine {
         if a.phase == AcqPhase::Claim {
             // The claim's answer was an error: its slot key may exist.
             a.phase = AcqPhase::Watch;
-            self.forget_maybe_slot(now, op);
+            self.forget_unanswered_claim(now, op);
         }
         let Some(o) = self.ops.get_mut(&op) else { return };
         let OpKind::Acquire(a) = &mut o.kind else { return };
@@ -362,7 +362,7 @@ impl EtcdMachine {
                         p.claiming = None;
                     }
                 }
-                None => self.forget_maybe_slot(now, op),
+                None => self.forget_unanswered_claim(now, op),
             }
             return self.cleanup(now, op, ending);
         }

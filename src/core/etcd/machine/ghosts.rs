@@ -44,7 +44,7 @@ impl EtcdMachine {
     fn key_in_use(&self, key: &[u8]) -> bool {
         let claimed = |a: &Acquire| {
             a.permit.as_ref().is_some_and(|p| {
-                [p.claiming, p.maybe_slot].into_iter().flatten().any(|s| permits::slot_key(&a.lock_prefix, s) == key)
+                p.claiming.is_some_and(|s| permits::slot_key(&a.lock_prefix, s) == key)
             })
         };
         self.locks.values().any(|l| l.keys().iter().any(|(k, _)| k == key))

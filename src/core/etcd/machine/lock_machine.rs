@@ -152,7 +152,7 @@ impl EtcdMachine {
         let random = random_hex(self.entropy.as_mut(), 8);
         let (nonce, permit) = match kind {
             LockKind::Permits { limit } => {
-                (permits::permit_value(limit, &random), Some(permits::PermitAcquire { limit, claiming: None, claims: 0, maybe_slot: None, claimed: None }))
+                (permits::permit_value(limit, &random), Some(permits::PermitAcquire { limit, claiming: None, claims: 0, claimed: None }))
             }
             LockKind::Exclusive => (random.into_bytes(), None),
             other => return Err(LockError::invalid(format!("the etcd backend does not offer {} locks", other.as_str()))),

@@ -23,7 +23,7 @@ impl EtcdMachine {
                                 if !t.succeeded {
                                     // One of a permit's two keys was gone: the
                                     // other, if still ours, goes in the background.
-                                    self.orphan_keys_of(now, h, now);
+                                    self.orphan_keys_of(h, now);
                                 }
                             } else {
                                 self.free_name(now, &name);
@@ -34,7 +34,7 @@ impl EtcdMachine {
                     Err(f) => {
                         // Give up on the lock locally; keep deleting it in the background.
                         if let Some(h) = self.locks.remove(&lock) {
-                            self.orphan_keys_of(now, h, now + ORPHAN_RETRY_MS);
+                            self.orphan_keys_of(h, now + ORPHAN_RETRY_MS);
                         }
                         self.rt.out.fail(op, self.backend_error(&name, f));
                     }
@@ -198,8 +198,7 @@ impl EtcdMachine {
 
     /// Gives up on a held lock's keys locally and deletes each (that
     /// incarnation) in the background, from `retry_at`.
-    pub(super) fn orphan_keys_of(&mut self, now: Millis, h: HeldLock, retry_at: Millis) {
-        let _ = now;
+    pub(super) fn orphan_keys_of(&mut self, h: HeldLock, retry_at: Millis) {
         let permit = h.slot.is_some();
         for (key, rev) in h.keys() {
             self.orphans.push(Orphan { name: h.name.clone(), key, rev: Some(rev), value: None, holds_name: !permit, lease: h.lease, retry_at, req: None });

@@ -24,8 +24,6 @@ pub(super) struct PermitAcquire {
     /// Claims sent so far; bounded, since each lost race means someone
     /// else took a slot, which can only happen `limit` times in a row.
     pub(super) claims: u32,
-    /// A claim whose outcome is unknown may have created this slot key.
-    pub(super) maybe_slot: Option<u32>,
     /// The slot (and its key's create revision) a claim got while the
     /// acquire was already ending: its cleanup deletes it with the queue key.
     pub(super) claimed: Option<(u32, i64)>,
@@ -168,7 +166,7 @@ impl EtcdMachine {
                 }
                 // Lost a race for the slot (or an earlier attempt of this
                 // claim applied): look at the slots again.
-                self.permit_claim(now, op, revision, 0, slots)
+                self.permit_claim(now, op, 0, slots)
             }
             _ => {}
         }
@@ -203,7 +201,7 @@ impl EtcdMachine {
         };
         let lock_prefix = a.lock_prefix.clone();
         match standing {
-            Standing::Holder(i) => self.permit_claim(now, op, revision, i, slots),
+            Standing::Holder(i) => self.permit_claim(now, op, i, slots),
             _ if a.wait == Wait::Try => self.cleanup(now, op, Ending::NotAcquired),
             Standing::FirstWaiter => {
                 let body = gw::watch_range_deletes(&lock_prefix, &queue_end(&lock_prefix), revision.saturating_add(1));
@@ -229,15 +227,14 @@ impl EtcdMachine {
 
     /// We hold a permit: adopt a slot key that is already ours (an earlier
     /// claim of this acquisition applied), or claim a free one.
-    fn permit_claim(&mut self, now: Millis, op: OpId, revision: i64, position: usize, slots: Vec<gw::KeyValue>) {
+    fn permit_claim(&mut self, now: Millis, op: OpId, position: usize, slots: Vec<gw::KeyValue>) {
         let Some((a, limit)) = self.permit_mut(op) else { return };
         let (lease, lock_prefix, value) = (a.lease.unwrap_or(0), a.lock_prefix.clone(), a.nonce.clone());
         let mut taken = Vec::new();
         for kv in &slots {
             let Some(slot) = slot_of(&lock_prefix, &kv.key) else { continue };
             if kv.value == value && kv.lease == lease && kv.create_revision > 0 {
-                // Ours, read at `revision` on our lease: the lease was alive then.
-                let _ = revision;
+                // Ours, read on our lease: the lease was alive at that revision.
                 return self.grant_lock(now, op, Some((slot, kv.create_revision)));
             }
             taken.push(slot);
@@ -280,10 +277,10 @@ impl EtcdMachine {
     /// A permit acquire is giving up while a claim's outcome is unknown:
     /// the slot key it may have created (with our value) is deleted in the
     /// background, like any key whose deletion is not confirmed yet.
-    pub(super) fn forget_maybe_slot(&mut self, now: Millis, op: OpId) {
+    pub(super) fn forget_unanswered_claim(&mut self, now: Millis, op: OpId) {
         let Some(a) = self.acquire_mut(op) else { return };
         let Some(p) = a.permit.as_mut() else { return };
-        let Some(slot) = p.maybe_slot.take().or(p.claiming.take()) else { return };
+        let Some(slot) = p.claiming.take() else { return };
         let orphan = Orphan {
             name: a.name.clone(),
             key: slot_key(&a.lock_prefix, slot),

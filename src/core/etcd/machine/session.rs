@@ -243,7 +243,7 @@ impl EtcdMachine {
                         a.phase = AcqPhase::NeedLease;
                         if let Some(p) = a.permit.as_mut() {
                             // Its slot key, if a claim applied, died with the lease.
-                            (p.claiming, p.maybe_slot, p.claims) = (None, None, 0);
+                            (p.claiming, p.claims) = (None, 0);
                         }
                         self.set_recheck(op, None);
                         self.cancel_request(req);
@@ -264,7 +264,7 @@ impl EtcdMachine {
                 // One of a permit's keys is gone, the other may not be: on a
                 // lease that lives on, a slot key without its holder would
                 // take a permit away from everyone until the session ends.
-                self.orphan_keys_of(now, l, now);
+                self.orphan_keys_of(l, now);
             }
         }
     }
