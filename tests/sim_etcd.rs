@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use edgelock::core::etcd::{EtcdConfig, EtcdMachine};
 use edgelock::core::{HttpRequest, Method, Millis, RequestId, Target};
 use sim::etcd_model::EtcdModel;
-use sim::net::{Clock, NetConfig, Outage, Outcome, Partition, Pause, Reply, SimRng, SimServer, What, WorkloadConfig, World};
+use sim::net::{Believer, Clock, NetConfig, Outage, Outcome, Partition, Pause, Reply, SimRng, SimServer, What, WorkloadConfig, World};
 
 const PREFIX: &str = "edgelock";
 const NAMES: [&str; 3] = ["job", "a/b", "ü%x"];
@@ -35,6 +35,8 @@ struct Setup {
     /// How long a client may keep renewing a lease that carries a key it has
     /// no use for (a failed cleanup) before that counts as a leak.
     ghost_grace: Millis,
+    /// The semaphore's limit in a permits run.
+    permits: Option<u32>,
 }
 
 #[derive(Default, Debug, Clone, Copy)]
@@ -78,6 +80,9 @@ struct Fixed {
     timing: Option<(u64, u64)>,
     /// Every client's clock rate error (parts per million).
     ppm: Option<i64>,
+    /// Every acquire asks for a permit of a semaphore of this limit
+    /// (`None`: exclusive locks).
+    permits: Option<u32>,
 }
 
 fn build(seed: u64, fixed: Fixed) -> (World<EtcdModel>, Setup) {
@@ -89,7 +94,11 @@ fn build(seed: u64, fixed: Fixed) -> (World<EtcdModel>, Setup) {
     let timeouts: Vec<u64> = [300, 1_000, 2_000, 5_000].into_iter().filter(|t| *t <= ttl_ms / 2).collect();
     let request_timeout_ms = timeouts[rng.below(timeouts.len() as u64) as usize];
     let (ttl_ms, request_timeout_ms) = fixed.timing.unwrap_or((ttl_ms, request_timeout_ms));
-    let clients = rng.range(2, 5) as usize;
+    // A semaphore needs more clients than permits to be contended.
+    let clients = match fixed.permits {
+        Some(limit) => rng.range(limit as u64 + 1, limit as u64 + 4) as usize,
+        None => rng.range(2, 5) as usize,
+    };
     let endpoints = rng.range(1, 3) as usize;
     let names: Vec<String> = NAMES[..rng.range(1, 2) as usize].iter().map(|s| s.to_string()).collect();
     let mut net = NetConfig::calm();
@@ -105,11 +114,16 @@ fn build(seed: u64, fixed: Fixed) -> (World<EtcdModel>, Setup) {
         net.late_after_cancel = 0.2;
     }
     let ghost_grace = 2 * ttl_ms + 2 * request_timeout_ms + net.long_delay_max + 1_000;
-    let setup = Setup { calm, ttl_ms, request_timeout_ms, clients, endpoints, names: names.clone(), ghost_grace };
+    let setup = Setup { calm, ttl_ms, request_timeout_ms, clients, endpoints, names: names.clone(), ghost_grace, permits: fixed.permits };
 
     let mut w: World<EtcdModel> = World::new(seed, net);
     // Seeds take ~1,200 steps at most; 20x that means a client floods the network.
     w.max_steps = 25_000;
+    if let Some(limit) = fixed.permits {
+        w.set_acquire_kinds(vec![edgelock::core::LockKind::Permits { limit }]);
+        // More clients, each acquire a few requests more.
+        w.max_steps = 60_000;
+    }
     // Large lease ids, as real etcd hands out (~2^62): they must survive JSON.
     let lease_base = (1i64 << 62) + rng.below(1 << 40) as i64;
     let mut model = EtcdModel::new(lease_base);
@@ -191,25 +205,9 @@ impl EtcdChecks {
         // A believer's lock is real: its key exists with the token as create
         // revision, on its (live) lease, and is the oldest key of the lock.
         for b in w.believers() {
-            let Some(kv) = m.kv(b.key.as_bytes()) else {
-                return Err(format!(
-                    "client {} believes it holds {:?} (token {}, expires_at {} local) but its key {:?} is gone from etcd",
-                    b.client, b.name, b.token, b.expires_at, b.key
-                ));
-            };
-            if kv.create_revision as u64 != b.token || kv.lease.to_string() != b.owner {
-                return Err(format!(
-                    "client {} believes it holds {:?} with token {} / lease {}, but etcd has create_revision {} / lease {}",
-                    b.client, b.name, b.token, b.owner, kv.create_revision, kv.lease
-                ));
-            }
-            let dir = &b.key[..b.key.rfind('/').map_or(0, |i| i + 1)];
-            let oldest = m.keys_with_prefix(dir.as_bytes()).map(|(_, kv)| kv.create_revision).min();
-            if oldest != Some(kv.create_revision) {
-                return Err(format!(
-                    "client {} believes it holds {:?} (token {}), but an older key (create_revision {:?}) exists",
-                    b.client, b.name, b.token, oldest
-                ));
+            match self.setup.permits {
+                Some(limit) => check_permit_believer(m, &b, limit)?,
+                None => check_lock_believer(m, &b)?,
             }
         }
         // Keys nobody has a use for.
@@ -217,7 +215,9 @@ impl EtcdChecks {
         let mut seen = Vec::new();
         for (key, kv) in m.keys_with_prefix(root.as_bytes()) {
             let text = String::from_utf8_lossy(key);
-            let segment = text[root.len()..].rsplit_once('/').map(|(n, _)| n.to_string()).unwrap_or_default();
+            // Escaped names contain no '/': the first segment is the name (a
+            // lock's key, a permit's queue key, or a semaphore's `s/<slot>`).
+            let segment = text[root.len()..].split_once('/').map(|(n, _)| n.to_string()).unwrap_or_default();
             let name = self.setup.names.iter().find(|n| escape(n) == segment);
             let lease = m.lease(kv.lease);
             let (Some(name), Some(lease), Some(client)) = (name, lease, lease.and_then(|l| l.granted_by)) else {
@@ -244,6 +244,77 @@ impl EtcdChecks {
         }
         Ok(())
     }
+}
+
+/// A lock's believer: its key exists with the token as create revision, on
+/// its (live) lease, and is the oldest key of the lock.
+fn check_lock_believer(m: &EtcdModel, b: &Believer) -> Result<(), String> {
+    let Some(kv) = m.kv(b.key.as_bytes()) else {
+        return Err(format!(
+            "client {} believes it holds {:?} (token {}, expires_at {} local) but its key {:?} is gone from etcd",
+            b.client, b.name, b.token, b.expires_at, b.key
+        ));
+    };
+    if kv.create_revision as u64 != b.token || kv.lease.to_string() != b.owner {
+        return Err(format!(
+            "client {} believes it holds {:?} with token {} / lease {}, but etcd has create_revision {} / lease {}",
+            b.client, b.name, b.token, b.owner, kv.create_revision, kv.lease
+        ));
+    }
+    let dir = &b.key[..b.key.rfind('/').map_or(0, |i| i + 1)];
+    let oldest = m.keys_with_prefix(dir.as_bytes()).map(|(_, kv)| kv.create_revision).min();
+    if oldest != Some(kv.create_revision) {
+        return Err(format!(
+            "client {} believes it holds {:?} (token {}), but an older key (create_revision {:?}) exists",
+            b.client, b.name, b.token, oldest
+        ));
+    }
+    Ok(())
+}
+
+/// A permit's believer: its queue key (the handle's revision) and its slot
+/// key (the token) exist on its (live) lease, and the queue key is among the
+/// first `limit` of the semaphore's queue by create revision.
+fn check_permit_believer(m: &EtcdModel, b: &Believer, limit: u32) -> Result<(), String> {
+    let who = format!("client {} believes it holds slot {:?} of {:?} (token {}, revision {})", b.client, b.slot, b.name, b.token, b.revision);
+    let dir = b.key[..b.key.rfind('/').map_or(0, |i| i + 1)].to_string();
+    let slot_key = format!("{dir}s/{}", b.slot.ok_or_else(|| format!("{who}: a permit without a slot"))?);
+    for (key, rev) in [(b.key.as_str(), b.revision), (slot_key.as_str(), b.token)] {
+        match m.kv(key.as_bytes()) {
+            Some(kv) if kv.create_revision as u64 == rev && kv.lease.to_string() == b.owner => {}
+            Some(kv) => {
+                return Err(format!("{who}, but etcd has {key:?} at create_revision {} / lease {} (expected {rev} / {})", kv.create_revision, kv.lease, b.owner))
+            }
+            None => return Err(format!("{who}, but its key {key:?} is gone from etcd")),
+        }
+    }
+    let end = format!("{dir}g");
+    let mut queue: Vec<i64> =
+        m.keys_with_prefix(dir.as_bytes()).filter(|(k, _)| k.as_slice() < end.as_bytes()).map(|(_, kv)| kv.create_revision).collect();
+    queue.sort();
+    let position = queue.iter().position(|r| *r as u64 == b.revision).unwrap_or(usize::MAX);
+    if position >= limit as usize {
+        return Err(format!("{who}, but its queue key is at position {position} of {queue:?} (limit {limit})"));
+    }
+    Ok(())
+}
+
+/// FIFO in a calm run: an acquire that queued after another (a higher
+/// queue revision) is never granted clearly before it (more than `slack`
+/// ms: holders promoted by one release claim their slots in any order).
+fn check_fifo(w: &World<EtcdModel>, slack: Millis) -> Result<(), String> {
+    for (i, a) in w.grants.iter().enumerate() {
+        for b in &w.grants[i + 1..] {
+            // `b` was granted after `a`: clearly after only if it queued after.
+            if a.name == b.name && b.revision < a.revision && b.at > a.at + slack {
+                return Err(format!(
+                    "calm run: {:?} granted out of order: client {} (queued at revision {}) at t={} after client {} (queued at revision {}) at t={}",
+                    a.name, b.client, b.revision, b.at, a.client, a.revision, a.at
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Runs one seed; on failure returns the message and the world.
@@ -302,6 +373,9 @@ fn final_checks(w: &World<EtcdModel>, setup: &Setup) -> Result<(), String> {
     }
     if setup.calm {
         w.check_calm_run()?;
+        if setup.permits.is_some() {
+            check_fifo(w, 1_000)?;
+        }
     }
     Ok(())
 }
@@ -417,6 +491,17 @@ fn simulation() {
     sweep("simulation", 2000, Fixed::default());
 }
 
+/// Semaphores (limit 1, 2 or 3, more clients than permits) under the same
+/// faults: never more than `limit` believers per name nor two per slot,
+/// believers' keys real and among the first `limit`, per-slot tokens
+/// strictly increasing, FIFO grants in calm runs.
+#[test]
+fn semaphore_simulation() {
+    sweep("semaphore_simulation", 200, Fixed { permits: Some(1), ..Fixed::default() });
+    sweep("semaphore_simulation", 500, Fixed { permits: Some(2), ..Fixed::default() });
+    sweep("semaphore_simulation", 300, Fixed { permits: Some(3), ..Fixed::default() });
+}
+
 /// A seed replays exactly: same steps, same messages, same outcome.
 #[test]
 fn simulation_is_deterministic() {
@@ -450,6 +535,16 @@ fn safety_checker_catches_clocks_slower_than_budgeted() {
     }
     eprintln!("{caught} of 100 seeds with 30%-slow clocks broke the at-most-one-believer property");
     assert!(caught > 0, "no seed with 30%-slow clocks broke the at-most-one-believer property: the checker is blind");
+}
+
+/// The semaphore checks are not vacuous either: with 30%-slow clocks some
+/// seeds must show a permit believed after its keys died.
+#[test]
+fn semaphore_checker_catches_clocks_slower_than_budgeted() {
+    let fixed = Fixed { calm: Some(false), ppm: Some(-300_000), permits: Some(2), ..Fixed::default() };
+    let caught = (0..100).filter(|seed| matches!(run_seed(*seed, fixed, false), Err((msg, _, _)) if msg.contains("believe"))).count();
+    eprintln!("{caught} of 100 semaphore seeds with 30%-slow clocks broke a believer check");
+    assert!(caught > 0, "no semaphore seed with 30%-slow clocks broke a believer check: the checker is blind");
 }
 
 /// Request timeouts as long as the session TTL (the default 5 s timeout with

@@ -427,6 +427,10 @@ pub struct Grant {
     /// The granted key (a permit's: its slot's).
     pub key: String,
     pub token: u64,
+    /// A permit's slot (`None` for a lock).
+    pub slot: Option<u32>,
+    /// The handle's revision (etcd: the create revision of the queue key).
+    pub revision: u64,
     pub at: Millis,
 }
 
@@ -439,6 +443,8 @@ pub struct Believer {
     /// What it holds (from its handle).
     pub kind: LockKind,
     pub token: u64,
+    /// A permit's slot (`None` for a lock).
+    pub slot: Option<u32>,
     pub key: String,
     pub owner: String,
     pub revision: u64,
@@ -452,6 +458,7 @@ struct Holding {
     name: String,
     kind: LockKind,
     token: u64,
+    slot: Option<u32>,
     key: String,
     owner: String,
     revision: u64,
@@ -842,6 +849,7 @@ impl<S: SimServer> World<S> {
                         name: h.name.clone(),
                         kind: h.kind,
                         token: h.token,
+                        slot: h.slot,
                         key: h.key.clone(),
                         owner: h.owner.clone(),
                         revision: h.revision,
@@ -870,6 +878,12 @@ impl<S: SimServer> World<S> {
 
     fn check_generic(&mut self) {
         let believers = self.believers();
+        // One semaphore limit for every acquire: per name at most `limit`
+        // believers (also several on one client), never two on one slot.
+        if let [LockKind::Permits { limit }] = self.acquire_kinds.as_slice() {
+            let limit = *limit;
+            return self.check_permits(&believers, limit);
+        }
         for (i, a) in believers.iter().enumerate() {
             let limit = match a.kind {
                 LockKind::Permits { limit } => limit as usize,
@@ -898,6 +912,27 @@ impl<S: SimServer> World<S> {
                     self.now,
                     believers.iter().filter(|b| b.name == a.name).map(|b| (b.client, b.key.clone(), b.token)).collect::<Vec<_>>()
                 ));
+            }
+        }
+    }
+
+    /// A semaphore: at most `limit` believers per name, and never two
+    /// believers of one slot (whichever clients they are).
+    fn check_permits(&mut self, believers: &[Believer], limit: u32) {
+        for (i, a) in believers.iter().enumerate() {
+            let count = believers.iter().filter(|b| b.name == a.name).count();
+            if count > limit as usize {
+                let who: Vec<String> = believers.iter().filter(|b| b.name == a.name).map(|b| format!("client {} slot {:?} token {}", b.client, b.slot, b.token)).collect();
+                self.violations.push(format!("{count} believe they hold a permit of {:?} (limit {limit}) at t={}: {}", a.name, self.now, who.join(", ")));
+                return;
+            }
+            for b in &believers[i + 1..] {
+                if a.name == b.name && a.slot == b.slot {
+                    self.violations.push(format!(
+                        "two holders believe they hold slot {:?} of {:?} at t={}: client {} (token {}, since {}) and client {} (token {}, since {})",
+                        a.slot, a.name, self.now, a.client, a.token, a.since, b.client, b.token, b.since
+                    ));
+                }
             }
         }
     }
@@ -1265,9 +1300,10 @@ impl<S: SimServer> World<S> {
                 if self.complete(c, op, Outcome::Acquired { lock: lock.id, token }).is_none() {
                     return;
                 }
-                // A semaphore's tokens order the holders of each slot (its key).
-                let permits = matches!(lock.handle.kind, LockKind::Permits { .. });
-                if let Some(last) = self.grants.iter().rev().find(|g| g.name == lock.name && (!permits || g.key == lock.handle.key)) {
+                // A semaphore's tokens increase per slot: concurrent holders'
+                // grants reach their clients in any order.
+                let slot = lock.slot();
+                if let Some(last) = self.grants.iter().rev().find(|g| g.name == lock.name && g.slot == slot) {
                     if token <= last.token {
                         self.violations.push(format!(
                             "fencing token of {:?} (key {:?}) did not increase: client {c} got {token} at t={} after client {} got {} at t={}",
@@ -1276,13 +1312,14 @@ impl<S: SimServer> World<S> {
                     }
                 }
                 let key = lock.handle.key.clone();
-                self.grants.push(Grant { client: c, lock: lock.id, name: lock.name.clone(), key, token, at: self.now });
+                self.grants.push(Grant { client: c, lock: lock.id, name: lock.name.clone(), key, token, slot, revision: lock.handle.revision, at: self.now });
                 self.clients[c].holdings.insert(
                     lock.id,
                     Holding {
                         name: lock.name.clone(),
                         kind: lock.handle.kind,
                         token,
+                        slot,
                         key: lock.handle.key.clone(),
                         owner: lock.handle.owner.clone(),
                         revision: lock.handle.revision,

@@ -383,15 +383,19 @@ pub(super) fn lease_keys(id: i64) -> Value {
 
 /// The acquire transaction: if our key does not exist, create it bound to the
 /// lease and read the two newest keys under the lock's prefix (ours and our
-/// predecessor); otherwise (a retry whose first attempt did apply) read our key,
-/// whose value (the attempt's nonce) tells whether it is really this attempt's.
+/// predecessor) and the oldest one, with its value (a semaphore's keys carry
+/// their limit: a lock's acquire on a semaphore's name is refused);
+/// otherwise (a retry whose first attempt did apply) read our key, whose
+/// value (the attempt's nonce) tells whether it is really this attempt's.
 pub(super) fn acquire_txn(key: &[u8], lock_prefix: &[u8], lease: i64, nonce: &[u8]) -> Value {
     json!({
         "compare": [{ "key": b64(key), "target": "CREATE", "result": "EQUAL", "create_revision": "0" }],
         "success": [
             { "request_put": { "key": b64(key), "value": b64(nonce), "lease": lease.to_string() } },
             { "request_range": { "key": b64(lock_prefix), "range_end": b64(&prefix_end(lock_prefix)),
-                                 "sort_order": "DESCEND", "sort_target": "CREATE", "limit": "2", "keys_only": true } }
+                                 "sort_order": "DESCEND", "sort_target": "CREATE", "limit": "2", "keys_only": true } },
+            { "request_range": { "key": b64(lock_prefix), "range_end": b64(&prefix_end(lock_prefix)),
+                                 "sort_order": "ASCEND", "sort_target": "CREATE", "limit": "1" } }
         ],
         "failure": [ { "request_range": { "key": b64(key) } } ]
     })
@@ -429,18 +433,135 @@ pub(super) fn read_keys_txn<'a>(keys: impl Iterator<Item = &'a [u8]>) -> Value {
     json!({ "compare": [], "success": ops })
 }
 
-pub(super) fn range_key(key: &[u8]) -> Value {
-    json!({ "key": b64(key) })
+/// Reads several keys with their values in one round trip (a resumed
+/// permit's keys must carry its semaphore's limit).
+pub(super) fn read_values_txn<'a>(keys: impl Iterator<Item = &'a [u8]>) -> Value {
+    let ops: Vec<Value> = keys.map(|k| json!({ "request_range": { "key": b64(k) } })).collect();
+    json!({ "compare": [], "success": ops })
 }
 
+/// Every key of a name, oldest first, with values (a semaphore's carry its limit).
 pub(super) fn range_prefix_ascending(lock_prefix: &[u8]) -> Value {
     json!({ "key": b64(lock_prefix), "range_end": b64(&prefix_end(lock_prefix)),
-            "sort_order": "ASCEND", "sort_target": "CREATE", "keys_only": true, "limit": "1000" })
+            "sort_order": "ASCEND", "sort_target": "CREATE", "limit": "1000" })
 }
 
 /// Watch one key for its deletion, replaying from `start_revision`.
 pub(super) fn watch_delete(key: &[u8], start_revision: i64) -> Value {
     json!({ "create_request": { "key": b64(key), "start_revision": start_revision.to_string(), "filters": ["NOPUT"] } })
+}
+
+// ---- semaphores (see `machine/permits.rs` for the key layout) ------------
+
+/// A range `[start, end)` sorted by create revision, with values (a
+/// semaphore's keys carry its limit in their value).
+fn range_by_create(start: &[u8], end: &[u8], order: &str, limit: u32, max_create_revision: Option<i64>) -> Value {
+    let mut r = json!({ "key": b64(start), "range_end": b64(end), "sort_order": order, "sort_target": "CREATE", "limit": limit.to_string() });
+    if let (Some(max), Some(o)) = (max_create_revision, r.as_object_mut()) {
+        o.insert("max_create_revision".into(), json!(max.to_string()));
+    }
+    json!({ "request_range": r })
+}
+
+/// Every slot key (`[start, end)`), sorted by key.
+fn slot_range(slots: (&[u8], &[u8])) -> Value {
+    json!({ "request_range": { "key": b64(slots.0), "range_end": b64(slots.1) } })
+}
+
+/// A permit's acquire: if our queue key does not exist, create it bound to
+/// the lease, then read (1) the oldest `limit + 1` queue keys, (2) the two
+/// newest (ours and our predecessor) and (3) every slot key; otherwise (a
+/// retry whose first attempt applied) read our key.
+pub(super) fn permit_acquire_txn(key: &[u8], queue: (&[u8], &[u8]), slots: (&[u8], &[u8]), lease: i64, value: &[u8], limit: u32) -> Value {
+    json!({
+        "compare": [{ "key": b64(key), "target": "CREATE", "result": "EQUAL", "create_revision": "0" }],
+        "success": [
+            { "request_put": { "key": b64(key), "value": b64(value), "lease": lease.to_string() } },
+            range_by_create(queue.0, queue.1, "ASCEND", limit.saturating_add(1), None),
+            range_by_create(queue.0, queue.1, "DESCEND", 2, None),
+            slot_range(slots)
+        ],
+        "failure": [ { "request_range": { "key": b64(key) } } ]
+    })
+}
+
+/// A waiting permit's re-check, with the same reads as its acquire: our key,
+/// the oldest `limit + 1` queue keys up to ours, our predecessor (the newest
+/// key below ours), and every slot key.
+pub(super) fn permit_check_txn(key: &[u8], my_rev: i64, queue: (&[u8], &[u8]), slots: (&[u8], &[u8]), limit: u32) -> Value {
+    json!({
+        "compare": [],
+        "success": [
+            { "request_range": { "key": b64(key) } },
+            range_by_create(queue.0, queue.1, "ASCEND", limit.saturating_add(1), Some(my_rev)),
+            range_by_create(queue.0, queue.1, "DESCEND", 1, Some(my_rev.saturating_sub(1))),
+            slot_range(slots)
+        ]
+    })
+}
+
+/// Claims slot key `slot` for the holder of queue key `key` (created at
+/// `my_rev`): only if the slot is free and our key is still that
+/// incarnation. The claim puts our queue key again (same value and lease, so
+/// its create revision stays): that PUT wakes the waiter watching us. On
+/// failure, reads our key and every slot key to choose again.
+pub(super) fn claim_slot_txn(slot: &[u8], key: &[u8], my_rev: i64, lease: i64, value: &[u8], slots: (&[u8], &[u8])) -> Value {
+    json!({
+        "compare": [
+            { "key": b64(slot), "target": "CREATE", "result": "EQUAL", "create_revision": "0" },
+            { "key": b64(key), "target": "CREATE", "result": "EQUAL", "create_revision": my_rev.to_string() }
+        ],
+        "success": [
+            { "request_put": { "key": b64(slot), "value": b64(value), "lease": lease.to_string() } },
+            { "request_put": { "key": b64(key), "value": b64(value), "lease": lease.to_string() } }
+        ],
+        "failure": [ { "request_range": { "key": b64(key) } }, slot_range(slots) ]
+    })
+}
+
+/// Deletes exactly the given key incarnations, all or none (a permit's
+/// queue key and slot key): a late release never touches newer keys.
+pub(super) fn delete_all_if_revisions(keys: &[(&[u8], i64)]) -> Value {
+    let compare: Vec<Value> = keys
+        .iter()
+        .map(|(k, rev)| json!({ "key": b64(k), "target": "CREATE", "result": "EQUAL", "create_revision": rev.to_string() }))
+        .collect();
+    let success: Vec<Value> = keys.iter().map(|(k, _)| json!({ "request_delete_range": { "key": b64(k) } })).collect();
+    json!({ "compare": compare, "success": success })
+}
+
+/// Deletes `key` only while it holds `value` (a slot we may have claimed
+/// with an unanswered txn: ours carries our acquisition's value).
+pub(super) fn delete_if_value(key: &[u8], value: &[u8]) -> Value {
+    json!({
+        "compare": [{ "key": b64(key), "target": "VALUE", "result": "EQUAL", "value": b64(value) }],
+        "success": [ { "request_delete_range": { "key": b64(key) } } ]
+    })
+}
+
+/// Deletes `key` only while it is bound to `lease`: a key found on our
+/// lease whose revision we do not know (a ghost). A semaphore's slot keys
+/// are named by slot, not by lease: a blind delete could hit another
+/// client's slot created since.
+pub(super) fn delete_if_lease(key: &[u8], lease: i64) -> Value {
+    json!({
+        "compare": [{ "key": b64(key), "target": "LEASE", "result": "EQUAL", "lease": lease.to_string() }],
+        "success": [ { "request_delete_range": { "key": b64(key) } } ]
+    })
+}
+
+/// Watch every DELETE in `[start, end)` from `start_revision` (the first
+/// waiter of a semaphore: any holder leaving may promote it; holders'
+/// claim PUTs are filtered out by the server).
+pub(super) fn watch_range_deletes(start: &[u8], end: &[u8], start_revision: i64) -> Value {
+    json!({ "create_request": { "key": b64(start), "range_end": b64(end), "start_revision": start_revision.to_string(), "filters": ["NOPUT"] } })
+}
+
+/// Watch one key for any event from `start_revision` (a later waiter of a
+/// semaphore watches its predecessor: DELETE when it leaves, PUT when it is
+/// promoted and claims its slot).
+pub(super) fn watch_key(key: &[u8], start_revision: i64) -> Value {
+    json!({ "create_request": { "key": b64(key), "start_revision": start_revision.to_string() } })
 }
 
 #[cfg(test)]
@@ -476,6 +597,63 @@ mod tests {
 
         let w = br#"{"result":{"header":{"revision":"4"},"events":[{"type":"DELETE","kv":{"key":"ZWwveC8x","mod_revision":"4"}}]}}"#;
         assert!(parse_watch_message(w).unwrap().has_delete());
+    }
+
+    fn unb64(v: &Value) -> Vec<u8> {
+        b64::decode(v.as_str().unwrap().as_bytes()).unwrap()
+    }
+
+    #[test]
+    fn permit_bodies() {
+        let queue: (&[u8], &[u8]) = (b"el/s/", b"el/s/g");
+        let slots: (&[u8], &[u8]) = (b"el/s/s/", b"el/s/s0");
+        let t = permit_acquire_txn(b"el/s/1f.3", queue, slots, 31, b"p3:ab", 3);
+        assert_eq!(t["compare"][0]["create_revision"], "0");
+        let put = &t["success"][0]["request_put"];
+        assert_eq!((unb64(&put["key"]), unb64(&put["value"]), put["lease"].as_str()), (b"el/s/1f.3".to_vec(), b"p3:ab".to_vec(), Some("31")));
+        let oldest = &t["success"][1]["request_range"];
+        assert_eq!((unb64(&oldest["key"]), unb64(&oldest["range_end"])), (b"el/s/".to_vec(), b"el/s/g".to_vec()));
+        assert_eq!((&oldest["sort_order"], &oldest["sort_target"], &oldest["limit"]), (&json!("ASCEND"), &json!("CREATE"), &json!("4")));
+        assert!(oldest.get("keys_only").is_none(), "values carry the limit");
+        assert_eq!((&t["success"][2]["request_range"]["sort_order"], &t["success"][2]["request_range"]["limit"]), (&json!("DESCEND"), &json!("2")));
+        assert_eq!(unb64(&t["success"][3]["request_range"]["range_end"]), b"el/s/s0");
+        assert_eq!(unb64(&t["failure"][0]["request_range"]["key"]), b"el/s/1f.3");
+
+        let c = permit_check_txn(b"el/s/1f.3", 10, queue, slots, 3);
+        assert_eq!(c["success"][1]["request_range"]["max_create_revision"], "10");
+        assert_eq!(c["success"][1]["request_range"]["limit"], "4");
+        assert_eq!(c["success"][2]["request_range"]["max_create_revision"], "9");
+        assert_eq!(c["success"][2]["request_range"]["limit"], "1");
+
+        let claim = claim_slot_txn(b"el/s/s/2", b"el/s/1f.3", 10, 31, b"p3:ab", slots);
+        assert_eq!(unb64(&claim["compare"][0]["key"]), b"el/s/s/2");
+        assert_eq!(claim["compare"][0]["create_revision"], "0");
+        assert_eq!((unb64(&claim["compare"][1]["key"]), &claim["compare"][1]["create_revision"]), (b"el/s/1f.3".to_vec(), &json!("10")));
+        for (i, key) in [(0, &b"el/s/s/2"[..]), (1, b"el/s/1f.3")] {
+            let put = &claim["success"][i]["request_put"];
+            assert_eq!((unb64(&put["key"]), unb64(&put["value"]), &put["lease"]), (key.to_vec(), b"p3:ab".to_vec(), &json!("31")));
+        }
+        assert_eq!(claim["failure"].as_array().map(Vec::len), Some(2));
+
+        let d = delete_all_if_revisions(&[(b"el/s/1f.3", 10), (b"el/s/s/2", 11)]);
+        assert_eq!((&d["compare"][0]["create_revision"], &d["compare"][1]["create_revision"]), (&json!("10"), &json!("11")));
+        assert_eq!(unb64(&d["success"][1]["request_delete_range"]["key"]), b"el/s/s/2");
+        let v = delete_if_value(b"el/s/s/2", b"p3:ab");
+        assert_eq!((&v["compare"][0]["target"], unb64(&v["compare"][0]["value"])), (&json!("VALUE"), b"p3:ab".to_vec()));
+
+        // A lock's acquire also reads the oldest key, with its value.
+        let lock = acquire_txn(b"el/s/1f", b"el/s/", 31, b"ab");
+        let oldest = &lock["success"][2]["request_range"];
+        assert_eq!((&oldest["sort_order"], &oldest["limit"], oldest.get("keys_only")), (&json!("ASCEND"), &json!("1"), None));
+
+        let w = watch_range_deletes(b"el/s/", b"el/s/g", 12);
+        assert_eq!((&w["create_request"]["filters"], &w["create_request"]["start_revision"]), (&json!(["NOPUT"]), &json!("12")));
+        let w = watch_key(b"el/s/2a.1", 12);
+        assert!(w["create_request"].get("filters").is_none() && w["create_request"].get("range_end").is_none());
+        // A promotion is a PUT event (no "type"): a permit's waiter sees it.
+        let put = br#"{"result":{"header":{"revision":"12"},"events":[{"kv":{"key":"ZWwvcy8yYS4x","create_revision":"7","mod_revision":"12"}}]}}"#;
+        let m = parse_watch_message(put).unwrap();
+        assert!(!m.has_delete() && m.events.len() == 1 && m.events[0].kind.is_none());
     }
 
     #[test]

@@ -11,8 +11,9 @@
 //!   contain the keys of lock `a/b`.
 //! - **Acquire** is ONE txn: if our key's create revision is 0, put it bound to
 //!   the lease and read the two newest keys under the lock's prefix (ours and
-//!   the one just before it); otherwise (a retry whose first attempt applied)
-//!   read our key. No predecessor means we hold the lock.
+//!   the one just before it) and the oldest one (if that is a semaphore's,
+//!   the name is refused with `INVALID_ARGUMENT`); otherwise (a retry whose
+//!   first attempt applied) read our key. No predecessor means we hold the lock.
 //! - **Waiting**: watch only the predecessor (the key with the largest create
 //!   revision below ours) for its DELETE, from the revision at which we saw it,
 //!   then re-check (our key + the new predecessor in one txn). Waiters are thus
@@ -42,6 +43,60 @@
 //!
 //! One client acquiring the same name twice queues locally (FIFO) behind its
 //! own earlier acquisition instead of colliding on the same key.
+//!
+//! # Semaphores (`LockKind::Permits { limit }`, `machine/permits.rs`)
+//!
+//! - **Keys** under the name's prefix `P`: a queue key `P<lease hex>.<n>` per
+//!   acquisition (`n` is its operation id, so one client can hold several
+//!   permits at once; permits never queue locally), in the queue range
+//!   `[P, P"g")`; slot keys `P"s/"<k>` for `k` in `0..limit`, outside that
+//!   range. Both are bound to the session lease. Every key's value is
+//!   `p<limit>:<random>`: the limit is stored with the semaphore, and no key
+//!   outlives its holders.
+//! - **Holding rule**: the first `limit` queue keys by create revision hold a
+//!   permit; waiters are served FIFO.
+//! - **Acquire** is one txn: put our queue key if absent, and read the oldest
+//!   `limit + 1` queue keys, the two newest (ours and our predecessor) and the
+//!   slot keys. The oldest key decides the limit: if it carries another
+//!   limit, or any key read is an exclusive lock's, our key is deleted and
+//!   the acquire fails with `INVALID_ARGUMENT` (a newer key with another
+//!   limit is a mistaken client about to leave, and makes nobody else fail).
+//! - **Claiming a slot**, once among the first `limit`: one txn, if slot `k`
+//!   does not exist and our queue key is still that incarnation, puts the
+//!   slot key and puts our queue key again (same value and lease, so its
+//!   create revision stays). A lost race re-reads the slots and tries another
+//!   free one (bounded); a slot key already carrying our value (an earlier,
+//!   unanswered attempt applied) is adopted. A holder always finds a free
+//!   slot: slot keys belong to holders, and a holder's two keys share a lease
+//!   and are deleted together (release, cleanup and lease expiry all delete
+//!   both; a permit lost because one of them vanished deletes the other).
+//! - **Waiting without a herd**: the first waiter (exactly `limit` keys
+//!   before it) watches the queue range for DELETEs only (`NOPUT`), and
+//!   re-checks on each; every later waiter watches only its predecessor for
+//!   any event: a DELETE when it leaves, a PUT when it is promoted and
+//!   claims its slot. A release thus wakes the first waiter, whose claim wakes
+//!   the next one, which becomes the first waiter: two re-checks per
+//!   handoff, whatever the queue length. The lock's watch refresh, re-check
+//!   timers and failover restarts apply unchanged.
+//! - **Release** is one txn deleting exactly our queue key and slot key
+//!   incarnations (both create revisions compared, all or none). **Lost**,
+//!   **extend** and the periodic key check work as for a lock, over both
+//!   keys. **Resume** of a permit's handle (key = queue key, `revision` = its
+//!   create revision, `slot`, `fencingToken` = the slot key's create
+//!   revision) reads both keys, on the handle's lease, with the handle's limit.
+//!   The ghost sweep knows queue and slot keys too.
+//!
+//! **What a permit's token guarantees.** A permit's fencing token is its
+//! slot key's create revision. etcd revisions are global and strictly
+//! increase, and slot `k` is only created while no incarnation of it exists,
+//! so the successive holders of one slot get strictly increasing tokens, and
+//! no two grants of the name ever share a token. A resource protected per
+//! slot (one connection, one worker index per slot) can therefore reject a
+//! stale holder exactly as with a lock: remember the highest token seen for
+//! slot `k` and refuse lower ones. Tokens are *not* ordered across slots by
+//! grant time: two holders promoted together may claim in either order, so
+//! a resource that admits `limit` concurrent users must check per slot
+//! (`LockInfo::slot`), never "token greater than the last one seen".
 
 mod auth;
 mod gateway;

@@ -32,15 +32,19 @@ impl EtcdMachine {
         }
         let Some(lease) = self.usable_session_lease(now) else { return };
         let Some(a) = self.acquire_mut(op) else { return };
-        let mut key = a.lock_prefix.clone();
-        key.extend_from_slice(format!("{lease:x}").as_bytes());
-        a.key = key;
+        a.key = match &a.permit {
+            Some(_) => permits::queue_key(&a.lock_prefix, lease, op),
+            None => [a.lock_prefix.as_slice(), format!("{lease:x}").as_bytes()].concat(),
+        };
         a.lease = Some(lease);
         a.phase = AcqPhase::Txn;
         // The lease is in use from now on: its timers must run.
         self.arm_lease(lease);
         let Some(a) = self.acquire_mut(op) else { return };
-        let body = gw::acquire_txn(&a.key, &a.lock_prefix, lease, &a.nonce);
+        let body = match &a.permit {
+            Some(p) => Self::permit_acquire_body(a, lease, p.limit),
+            None => gw::acquire_txn(&a.key, &a.lock_prefix, lease, &a.nonce),
+        };
         let req = self.send(now, Purpose::Op(op), "/v3/kv/txn", body, false);
         if let Some(o) = self.ops.get_mut(&op) {
             o.req = Some(req);
@@ -52,7 +56,10 @@ impl EtcdMachine {
         a.phase = AcqPhase::Predecessor;
         self.set_recheck(op, None);
         let Some(a) = self.acquire_mut(op) else { return };
-        let body = gw::predecessor_txn(&a.key, &a.lock_prefix, a.my_rev);
+        let body = match &a.permit {
+            Some(p) => Self::permit_check_body(a, p.limit),
+            None => gw::predecessor_txn(&a.key, &a.lock_prefix, a.my_rev),
+        };
         let req = self.send(now, Purpose::Op(op), "/v3/kv/txn", body, false);
         if let Some(o) = self.ops.get_mut(&op) {
             o.req = Some(req);
@@ -100,12 +107,25 @@ impl EtcdMachine {
         };
         let Some(a) = self.acquire_mut(op) else { return };
         let revision = txn.header.revision;
+        if a.permit.is_some() && (phase != AcqPhase::Txn || txn.succeeded) {
+            if revision <= 0 {
+                return self.malformed(now, op, "txn reply without revision");
+            }
+            return self.on_permit_txn(now, op, phase, txn);
+        }
         let malformed = |m: &str| LockError::Backend { backend: BACKEND, name: name.clone(), status: None, message: format!("malformed reply: {m}") };
         if revision <= 0 || txn.range(0).is_none() {
             return self.cleanup(now, op, Ending::Error(malformed("txn reply without revision or range")));
         }
         let (predecessor, own_present) = match phase {
             AcqPhase::Txn if txn.succeeded => {
+                // The oldest key decides what the name is: a semaphore's
+                // (its value carries the limit) is no lock to wait for.
+                if let Some(permits::KeyKind::Permit(limit)) = txn.range(1).and_then(|r| r.kvs.first()).map(|kv| permits::key_kind(&kv.value)) {
+                    a.my_rev = revision;
+                    let message = format!("{name:?} is a semaphore of {limit}, not an exclusive lock");
+                    return self.cleanup(now, op, Ending::Error(LockError::invalid(message)));
+                }
                 a.my_rev = revision;
                 let newest = txn.range(0).map(|r| r.kvs.clone()).unwrap_or_default();
                 let pred = newest.iter().find(|kv| kv.key != a.key && kv.create_revision < a.my_rev).map(|kv| kv.key.clone());
@@ -148,17 +168,10 @@ impl EtcdMachine {
             _ => return,
         };
         if !own_present || a.my_rev <= 0 {
-            // Our key vanished (deleted, or the lease expired): start over.
-            a.restarts += 1;
-            if a.restarts > MAX_RESTARTS {
-                return self.cleanup(now, op, Ending::Error(malformed("our key keeps vanishing")));
-            }
-            a.phase = AcqPhase::NeedLease;
-            a.my_rev = 0;
-            return self.acquire_step(now, op);
+            return self.restart_acquire(now, op);
         }
         match predecessor {
-            None => self.grant_lock(now, op),
+            None => self.grant_lock(now, op, None),
             Some(_) if a.wait == Wait::Try => self.cleanup(now, op, Ending::NotAcquired),
             Some(pred) => {
                 a.phase = AcqPhase::Watch;
@@ -171,8 +184,26 @@ impl EtcdMachine {
         }
     }
 
-    /// Our key is the lowest: hand the lock out if our lease is still valid.
-    pub(super) fn grant_lock(&mut self, now: Millis, op: OpId) {
+    /// Our key vanished (deleted, or the lease expired): start over.
+    pub(super) fn restart_acquire(&mut self, now: Millis, op: OpId) {
+        let Some(a) = self.acquire_mut(op) else { return };
+        a.restarts += 1;
+        if a.restarts > MAX_RESTARTS {
+            return self.malformed(now, op, "our key keeps vanishing");
+        }
+        a.phase = AcqPhase::NeedLease;
+        a.my_rev = 0;
+        if let Some(p) = a.permit.as_mut() {
+            // A slot claimed on the vanished key's lease went with it.
+            (p.claiming, p.claims) = (None, 0);
+        }
+        self.acquire_step(now, op)
+    }
+
+    /// Our key is the lowest (a lock), or we claimed `slot` = (slot, its
+    /// key's create revision) of a semaphore: hand the hold out if our lease
+    /// is still valid.
+    pub(super) fn grant_lock(&mut self, now: Millis, op: OpId, slot: Option<(u32, i64)>) {
         let Some(a) = self.acquire_mut(op) else { return };
         let lease = a.lease.unwrap_or(0);
         let expires_at = match self.leases.get(&lease) {
@@ -184,19 +215,25 @@ impl EtcdMachine {
         let Some(Op { kind: OpKind::Acquire(a), .. }) = self.ops.remove(&op) else { return };
         self.clear_acquire_timers(op);
         let lock = self.rt.out.lock_id();
+        // A permit's token is its slot key's create revision (see the module docs).
+        let (kind, token) = match (&a.permit, slot) {
+            (Some(p), Some((_, rev))) => (LockKind::Permits { limit: p.limit }, rev),
+            _ => (LockKind::Exclusive, a.my_rev),
+        };
         let handle = LockHandle {
             v: 1,
             backend: BackendKind::Etcd,
             name: a.name.clone(),
             key: String::from_utf8_lossy(&a.key).into_owned(),
             owner: lease.to_string(),
-            fencing_token: a.my_rev as u64,
+            fencing_token: token as u64,
             revision: a.my_rev as u64,
-            kind: LockKind::Exclusive,
-            slot: None,
+            kind,
+            slot: slot.map(|s| s.0),
         };
-        self.locks.insert(lock, HeldLock { name: a.name.clone(), key: a.key.clone(), rev: a.my_rev, lease, releasing: false });
-        self.rt.out.complete(op, Ok(Outcome::Acquired(LockInfo { id: lock, name: a.name, fencing_token: a.my_rev as u64, expires_at, handle })));
+        let slot = slot.map(|(s, rev)| (s, permits::slot_key(&a.lock_prefix, s), rev));
+        self.locks.insert(lock, HeldLock { name: a.name.clone(), key: a.key.clone(), rev: a.my_rev, lease, slot, releasing: false });
+        self.rt.out.complete(op, Ok(Outcome::Acquired(LockInfo { id: lock, name: a.name, fencing_token: token as u64, expires_at, handle })));
     }
 
     pub(super) fn on_watch_chunk(&mut self, now: Millis, id: RequestId, data: &[u8]) {
@@ -208,8 +245,11 @@ impl EtcdMachine {
             Err(_) => return self.watch_broken(now, id, op),
         };
         for m in messages {
+            // A semaphore's waiter re-checks on any event it watches for
+            // (its predecessor's promotion is a PUT); a lock's on a delete.
+            let permit = matches!(self.ops.get(&op).map(|o| &o.kind), Some(OpKind::Acquire(a)) if a.permit.is_some());
             match gw::parse_watch_message(&m) {
-                Ok(w) if w.canceled || w.compact_revision > 0 || w.has_delete() => {
+                Ok(w) if w.canceled || w.compact_revision > 0 || w.has_delete() || (permit && !w.events.is_empty()) => {
                     // The predecessor went away (or the watch can't tell): re-check.
                     self.cancel_request(Some(id));
                     if let Some(o) = self.ops.get_mut(&op) {
@@ -262,13 +302,20 @@ impl EtcdMachine {
         self.set_recheck(op, None);
         let Some(o) = self.ops.get_mut(&op) else { return };
         let OpKind::Acquire(a) = &mut o.kind else { return };
-        if matches!(a.phase, AcqPhase::Txn | AcqPhase::RemoveStale) && o.req.is_some() {
+        if matches!(a.phase, AcqPhase::Txn | AcqPhase::RemoveStale | AcqPhase::Claim) && o.req.is_some() {
             // The txn in flight may still apply after anything we send now:
             // wait for its answer, which tells exactly which key to delete.
             a.ending = Some(ending);
             return;
         }
         let req = o.req.take();
+        if a.phase == AcqPhase::Claim {
+            // The claim's answer was an error: its slot key may exist.
+            a.phase = AcqPhase::Watch;
+            self.forget_unanswered_claim(now, op);
+        }
+        let Some(o) = self.ops.get_mut(&op) else { return };
+        let OpKind::Acquire(a) = &mut o.kind else { return };
         let has_key = matches!(a.phase, AcqPhase::Txn | AcqPhase::Predecessor | AcqPhase::Watch);
         if !has_key || a.lease.is_none() {
             self.cancel_request(req);
@@ -276,7 +323,12 @@ impl EtcdMachine {
         }
         a.phase = AcqPhase::Cleanup;
         a.ending = Some(ending);
-        let body = if a.my_rev > 0 { gw::delete_if_revision(&a.key, a.my_rev) } else { gw::delete_key(&a.key) };
+        let claimed = a.permit.as_ref().and_then(|p| p.claimed).map(|(slot, rev)| (permits::slot_key(&a.lock_prefix, slot), rev));
+        let body = match claimed {
+            Some((slot_key, rev)) if a.my_rev > 0 => gw::delete_all_if_revisions(&[(&a.key, a.my_rev), (&slot_key, rev)]),
+            _ if a.my_rev > 0 => gw::delete_if_revision(&a.key, a.my_rev),
+            _ => gw::delete_key(&a.key),
+        };
         let path = if a.my_rev > 0 { "/v3/kv/txn" } else { "/v3/kv/deleterange" };
         self.cancel_request(req);
         let req = self.send(now, Purpose::Op(op), path, body, false);
@@ -293,6 +345,26 @@ impl EtcdMachine {
             // Nothing of this attempt was created.
             a.phase = AcqPhase::NeedLease;
             return self.finish_acquire(now, op, ending);
+        }
+        if phase == AcqPhase::Claim {
+            // Our key exists at `my_rev`. A claim that applied is undone with
+            // it in one txn; one whose outcome is unknown is deleted in the
+            // background (comparing the value: a slot we did not get is left alone).
+            a.phase = AcqPhase::Watch;
+            match result.ok().and_then(|(s, b)| gw::parse::<TxnResponse>(s, &b).ok()) {
+                Some(t) if t.succeeded && t.header.revision > 0 => {
+                    if let Some(p) = a.permit.as_mut() {
+                        p.claimed = p.claiming.take().map(|slot| (slot, t.header.revision));
+                    }
+                }
+                Some(_) => {
+                    if let Some(p) = a.permit.as_mut() {
+                        p.claiming = None;
+                    }
+                }
+                None => self.forget_unanswered_claim(now, op),
+            }
+            return self.cleanup(now, op, ending);
         }
         let txn = result.ok().and_then(|(s, b)| gw::parse::<TxnResponse>(s, &b).ok());
         match txn {
@@ -322,11 +394,18 @@ impl EtcdMachine {
                 name: a.name.clone(),
                 key: a.key.clone(),
                 rev: (a.my_rev > 0).then_some(a.my_rev),
+                value: None,
+                holds_name: a.permit.is_none(),
                 lease: a.lease.unwrap_or(0),
                 retry_at: now + ORPHAN_RETRY_MS,
                 req: None,
             };
             if let Some(Op { kind: OpKind::Acquire(a), .. }) = self.ops.remove(&op) {
+                if let Some((slot, rev)) = a.permit.as_ref().and_then(|p| p.claimed) {
+                    let key = permits::slot_key(&a.lock_prefix, slot);
+                    let (name, lease, retry_at) = (orphan.name.clone(), orphan.lease, orphan.retry_at);
+                    self.orphans.push(Orphan { name, key, rev: Some(rev), value: None, holds_name: false, lease, retry_at, req: None });
+                }
                 self.orphans.push(orphan);
                 self.arm_orphans();
                 self.report_ending(op, &a.name, ending);
@@ -349,7 +428,9 @@ impl EtcdMachine {
         self.cancel_request(o.req);
         let OpKind::Acquire(a) = o.kind else { return };
         self.report_ending(op, &a.name, ending);
-        if a.phase == AcqPhase::LocalQueue {
+        if a.permit.is_some() {
+            // Permits never claim their name locally.
+        } else if a.phase == AcqPhase::LocalQueue {
             self.unqueue_local(&a.name, op);
         } else {
             self.free_name(now, &a.name);
@@ -360,7 +441,9 @@ impl EtcdMachine {
         let Some(i) = self.orphans.iter().position(|o| o.req == Some(id)) else { return };
         if matches!(&result, Ok((s, _)) if (200..300).contains(s)) {
             let o = self.orphans.remove(i);
-            self.free_name(now, &o.name);
+            if o.holds_name {
+                self.free_name(now, &o.name);
+            }
         } else {
             self.orphans[i].req = None;
             self.orphans[i].retry_at = now + ORPHAN_RETRY_MS;

@@ -25,34 +25,49 @@ impl EtcdMachine {
             if self.key_in_use(&key) {
                 continue;
             }
-            let Some(name) = self.name_of_key(&key, lease) else { continue };
-            if self.busy_names.contains_key(&name) {
+            let Some((name, permit)) = self.name_of_key(&key, lease) else { continue };
+            if permit {
+                // A permit's queue key is never reused (its suffix is the
+                // acquire's id), and no claim picks a slot whose deletion
+                // is pending (`permit_claim`): the name stays free.
+            } else if self.busy_names.contains_key(&name) {
                 // An operation of ours is on this name: its key, not a ghost.
                 continue;
+            } else {
+                self.busy_names.insert(name.clone(), VecDeque::new());
             }
-            self.busy_names.insert(name.clone(), VecDeque::new());
-            self.orphans.push(Orphan { name, key, rev: None, lease, retry_at: now, req: None });
+            self.orphans.push(Orphan { name, key, rev: None, value: None, holds_name: !permit, lease, retry_at: now, req: None });
             self.arm_orphans();
         }
     }
 
     fn key_in_use(&self, key: &[u8]) -> bool {
-        self.locks.values().any(|l| l.key == key)
+        let claimed = |a: &Acquire| {
+            a.permit.as_ref().is_some_and(|p| {
+                p.claiming.is_some_and(|s| permits::slot_key(&a.lock_prefix, s) == key)
+            })
+        };
+        self.locks.values().any(|l| l.keys().iter().any(|(k, _)| k == key))
             || self.orphans.iter().any(|o| o.key == key)
-            || self.ops.values().any(|o| matches!(&o.kind, OpKind::Acquire(a) if a.key == key))
+            || self.ops.values().any(|o| matches!(&o.kind, OpKind::Acquire(a) if a.key == key || claimed(a)))
     }
 
-    /// The lock name of `<prefix>/<escaped name>/<lease hex>`, if `key` is
-    /// one of our keys on `lease`.
-    fn name_of_key(&self, key: &[u8], lease: i64) -> Option<String> {
+    /// The lock name of one of our keys on `lease`, and whether it is a
+    /// semaphore's: `<prefix>/<escaped name>/<lease hex>` (a lock),
+    /// `…/<lease hex>.<n>` (a permit's queue key) or `…/s/<k>` (a slot).
+    fn name_of_key(&self, key: &[u8], lease: i64) -> Option<(String, bool)> {
         let text = std::str::from_utf8(key).ok()?;
         let rest = text.strip_prefix(self.prefix.as_str())?.strip_prefix('/')?;
-        let (escaped, owner) = rest.rsplit_once('/')?;
+        // Escaped names contain no '/'.
+        let (escaped, tail) = rest.split_once('/')?;
+        let name = unescape_name(escaped)?;
         // Keys are named after the lease exactly as `acquire_step` does.
-        if owner != format!("{lease:x}") {
-            return None;
+        if tail == format!("{lease:x}") {
+            return Some((name, false));
         }
-        unescape_name(escaped)
+        let lock_prefix = self.lock_prefix(&name);
+        let permit = permits::is_queue_suffix_of(tail, lease) || permits::slot_of(&lock_prefix, key).is_some();
+        permit.then_some((name, true))
     }
 }
 

@@ -8,12 +8,13 @@ impl LockMachine for EtcdMachine {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities { kinds: Capabilities::EXCLUSIVE_ONLY }
+        // Shared holds (read-write locks) are not implemented on etcd yet.
+        Capabilities { kinds: &[KindFamily::Exclusive, KindFamily::Permits] }
     }
 
     fn start_operation(&mut self, now: Millis, op: Operation) -> Result<OpId, LockError> {
         match op {
-            Operation::Acquire { name, kind: _, options } => self.start_acquire(now, &name, &options),
+            Operation::Acquire { name, kind, options } => self.start_acquire(now, &name, kind, &options),
             Operation::Release { lock } => self.start_release(now, lock),
             Operation::Extend { lock, ttl_ms: _ } => self.start_extend(now, lock),
             Operation::Resume { handle } => self.start_resume(now, &handle),
@@ -141,14 +142,22 @@ impl EtcdMachine {
         self.on_failure(now, id, p, Failure::Transport(error));
     }
 
-    fn start_acquire(&mut self, now: Millis, name: &str, opts: &AcquireOptions) -> Result<OpId, LockError> {
+    fn start_acquire(&mut self, now: Millis, name: &str, kind: LockKind, opts: &AcquireOptions) -> Result<OpId, LockError> {
         self.check_open()?;
         validate_name(name)?;
         if let Some(ttl) = opts.ttl_ms {
             crate::core::names::validate_ttl("ttlMs", ttl)?;
         }
         let deadline = opts.wait.deadline(now);
-        let nonce = random_hex(self.entropy.as_mut(), 8).into_bytes();
+        let random = random_hex(self.entropy.as_mut(), 8);
+        let (nonce, permit) = match kind {
+            LockKind::Permits { limit } => {
+                (permits::permit_value(limit, &random), Some(permits::PermitAcquire { limit, claiming: None, claims: 0, claimed: None }))
+            }
+            LockKind::Exclusive => (random.into_bytes(), None),
+            other => return Err(LockError::invalid(format!("the etcd backend does not offer {} locks", other.as_str()))),
+        };
+        let is_permit = permit.is_some();
         let op = self.new_op(OpKind::Acquire(Acquire {
             name: name.to_string(),
             lock_prefix: self.lock_prefix(name),
@@ -160,11 +169,14 @@ impl EtcdMachine {
             ending: None,
             restarts: 0,
             nonce,
+            permit,
         }));
         if let Some(deadline) = deadline {
             self.rt.timers.set(TimerKey::AcquireDeadline(op), deadline);
         }
-        if self.claim_name(name, op) {
+        // Permits have keys of their own per acquisition: one client may
+        // hold several permits of a semaphore, so they never queue locally.
+        if is_permit || self.claim_name(name, op) {
             if let Some(a) = self.acquire_mut(op) {
                 a.phase = AcqPhase::NeedLease;
             }
@@ -187,7 +199,13 @@ impl EtcdMachine {
             self.rt.out.complete(op, Ok(Outcome::Released { lock, held_until_release: false }));
             return Ok(op);
         };
-        let body = gw::delete_if_revision(&held.key, held.rev);
+        // Exactly this incarnation of each key (a permit: its queue key and
+        // its slot key), all or none: a late release never touches a newer holder.
+        let keys = held.keys();
+        let body = match keys.as_slice() {
+            [(key, rev)] => gw::delete_if_revision(key, *rev),
+            keys => gw::delete_all_if_revisions(&keys.iter().map(|(k, r)| (k.as_slice(), *r)).collect::<Vec<_>>()),
+        };
         if let Some(l) = self.locks.get_mut(&lock) {
             l.releasing = true;
         }
@@ -227,19 +245,36 @@ impl EtcdMachine {
         }
         let prefix = String::from_utf8_lossy(&self.lock_prefix(&handle.name)).into_owned();
         let lease: i64 = handle.owner.parse().map_err(|_| LockError::invalid("handle owner is not an etcd lease id"))?;
-        if !handle.key.starts_with(&prefix) || handle.key != format!("{prefix}{lease:x}") {
+        let suffix = handle.key.strip_prefix(&prefix).unwrap_or("");
+        let (key_ok, tokens_ok) = match (handle.kind, handle.slot) {
+            (LockKind::Exclusive, None) => (suffix == format!("{lease:x}"), handle.fencing_token == handle.revision),
+            // A permit's token is its slot key's create revision, which is
+            // created after its queue key.
+            (LockKind::Permits { limit }, Some(slot)) if slot < limit && limit <= MAX_PERMITS => {
+                (permits::is_queue_suffix_of(suffix, lease), handle.fencing_token > handle.revision && handle.fencing_token <= i64::MAX as u64)
+            }
+            (kind, _) => return Err(LockError::invalid(format!("the etcd backend does not offer {} holds", kind.describe()))),
+        };
+        if !key_ok {
             return Err(LockError::invalid("handle key does not belong to this lock name and prefix"));
         }
-        if handle.revision == 0 || handle.revision > i64::MAX as u64 || handle.fencing_token != handle.revision {
+        if handle.revision == 0 || handle.revision > i64::MAX as u64 || !tokens_ok {
             return Err(LockError::invalid("handle revision/fencing token is not valid"));
         }
+        // Permits have keys of their own per acquisition (no local claim of
+        // the name), but the same permit is not adopted twice.
+        if handle.slot.is_some() && self.locks.values().any(|l| l.key == handle.key.as_bytes()) {
+            return Err(LockError::invalid(format!("this permit of {:?} is already held by this client", handle.name)));
+        }
         let op = self.new_op(OpKind::Resume { handle: handle.clone(), lease, phase: ResumePhase::ReadKey });
-        if !self.claim_name(&handle.name, op) {
+        if handle.slot.is_none() && !self.claim_name(&handle.name, op) {
             self.unqueue_local(&handle.name, op);
             self.ops.remove(&op);
             return Err(LockError::invalid(format!("lock {:?} is already held or being acquired by this client", handle.name)));
         }
-        let req = self.send(now, Purpose::Op(op), "/v3/kv/range", gw::range_key(handle.key.as_bytes()), false);
+        let keys = self.resume_keys(handle);
+        let body = gw::read_values_txn(keys.iter().map(|(k, _)| k.as_slice()));
+        let req = self.send(now, Purpose::Op(op), "/v3/kv/txn", body, false);
         if let Some(o) = self.ops.get_mut(&op) {
             o.req = Some(req);
         }

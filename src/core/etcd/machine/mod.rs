@@ -19,6 +19,7 @@ mod local_names;
 mod acquire;
 mod operations;
 mod ghosts;
+mod permits;
 mod lock_machine;
 mod timers;
 
@@ -114,15 +115,36 @@ struct HeldLock {
     key: Vec<u8>,
     rev: i64,
     lease: i64,
+    /// A semaphore permit's slot: (slot, slot key, its create revision = the
+    /// fencing token). `None` for an exclusive lock.
+    slot: Option<(u32, Vec<u8>, i64)>,
     /// A release is in flight: a check that misses the key is the release's
     /// own doing, not a loss.
     releasing: bool,
+}
+
+impl HeldLock {
+    /// Every key of the hold with its create revision: the lock's key, and a
+    /// permit's slot key.
+    fn keys(&self) -> Vec<(Vec<u8>, i64)> {
+        let mut keys = vec![(self.key.clone(), self.rev)];
+        if let Some((_, key, rev)) = &self.slot {
+            keys.push((key.clone(), *rev));
+        }
+        keys
+    }
 }
 
 struct Orphan {
     name: String,
     key: Vec<u8>,
     rev: Option<i64>,
+    /// Delete only while the key holds this value (a slot key an unanswered
+    /// claim may have created: ours carries our acquisition's value).
+    value: Option<Vec<u8>>,
+    /// The name stays busy locally until this key is gone (an exclusive
+    /// lock's key is reused by the next acquire; a permit's never is).
+    holds_name: bool,
     lease: i64,
     retry_at: Millis,
     req: Option<RequestId>,
@@ -165,8 +187,11 @@ struct Acquire {
     restarts: u32,
     /// Random value stored in our key: a key found with another value is a
     /// leftover of an earlier incarnation and must never be adopted (its
-    /// revision, as a fencing token, would go backwards).
+    /// revision, as a fencing token, would go backwards). A permit's is
+    /// `p<limit>:<random>`, so that every key of a semaphore carries its limit.
     nonce: Vec<u8>,
+    /// A semaphore permit's state; `None` for an exclusive lock.
+    permit: Option<permits::PermitAcquire>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -176,6 +201,8 @@ enum AcqPhase {
     Txn,
     Predecessor,
     Watch,
+    /// A permit holder's claim of a slot key is in flight.
+    Claim,
     /// Deleting a leftover key of ours before trying again.
     RemoveStale,
     Cleanup,

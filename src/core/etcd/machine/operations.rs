@@ -18,15 +18,23 @@ impl EtcdMachine {
                 let name = held.name.clone();
                 match result.and_then(|(s, b)| gw::parse::<TxnResponse>(s, &b).map_err(Failure::Gateway)) {
                     Ok(t) => {
-                        self.locks.remove(&lock);
+                        if let Some(h) = self.locks.remove(&lock) {
+                            if h.slot.is_some() {
+                                if !t.succeeded {
+                                    // One of a permit's two keys was gone: the
+                                    // other, if still ours, goes in the background.
+                                    self.orphan_keys_of(h, now);
+                                }
+                            } else {
+                                self.free_name(now, &name);
+                            }
+                        }
                         self.rt.out.complete(op, Ok(Outcome::Released { lock, held_until_release: t.succeeded }));
-                        self.free_name(now, &name);
                     }
                     Err(f) => {
                         // Give up on the lock locally; keep deleting it in the background.
                         if let Some(h) = self.locks.remove(&lock) {
-                            self.orphans.push(Orphan { name: h.name, key: h.key, rev: Some(h.rev), lease: h.lease, retry_at: now + ORPHAN_RETRY_MS, req: None });
-                            self.arm_orphans();
+                            self.orphan_keys_of(h, now + ORPHAN_RETRY_MS);
                         }
                         self.rt.out.fail(op, self.backend_error(&name, f));
                     }
@@ -38,7 +46,7 @@ impl EtcdMachine {
                     self.ops.remove(&op);
                     return self.rt.out.fail(op, LockError::NotHeld { backend: BACKEND, name: "<released or lost lock>".into() });
                 };
-                let (name, lease, key, rev) = (held.name.clone(), held.lease, held.key.clone(), held.rev);
+                let (name, lease, keys) = (held.name.clone(), held.lease, held.keys());
                 match phase {
                     ExtendPhase::KeepAlive => match self.apply_keepalive(lease, sent_at, result) {
                         Ok(_) => {
@@ -46,7 +54,8 @@ impl EtcdMachine {
                                 *phase = ExtendPhase::CheckKey;
                                 let _ = req;
                             }
-                            let r = self.send(now, Purpose::Op(op), "/v3/kv/range", gw::range_key(&key), false);
+                            let body = gw::read_keys_txn(keys.iter().map(|(k, _)| k.as_slice()));
+                            let r = self.send(now, Purpose::Op(op), "/v3/kv/txn", body, false);
                             if let Some(o) = self.ops.get_mut(&op) {
                                 o.req = Some(r);
                             }
@@ -63,8 +72,8 @@ impl EtcdMachine {
                     },
                     ExtendPhase::CheckKey => {
                         self.ops.remove(&op);
-                        match result.and_then(|(s, b)| gw::parse::<RangeResponse>(s, &b).map_err(Failure::Gateway)) {
-                            Ok(r) if r.kvs.iter().any(|kv| kv.key == key && kv.create_revision == rev) => {
+                        match result.and_then(|(s, b)| gw::parse::<TxnResponse>(s, &b).map_err(Failure::Gateway)) {
+                            Ok(t) if keys.iter().all(|(k, rev)| t.responses.iter().filter_map(|r| r.response_range.as_ref()).flat_map(|r| &r.kvs).any(|kv| kv.key == *k && kv.create_revision == *rev)) => {
                                 let expires_at = self.leases.get(&lease).map(|l| l.expires_at).unwrap_or(now);
                                 self.rt.out.complete(op, Ok(Outcome::Extended { lock, expires_at }));
                             }
@@ -85,8 +94,15 @@ impl EtcdMachine {
                 let (handle, lease, phase) = (handle.clone(), *lease, *phase);
                 let lost = |reason: &str| LockError::Lost { backend: BACKEND, name: handle.name.clone(), reason: reason.to_string() };
                 match phase {
-                    ResumePhase::ReadKey => match result.and_then(|(s, b)| gw::parse::<RangeResponse>(s, &b).map_err(Failure::Gateway)) {
-                        Ok(r) if r.kvs.iter().any(|kv| kv.key == handle.key.as_bytes() && kv.create_revision == handle.revision as i64 && kv.lease == lease) => {
+                    ResumePhase::ReadKey => match result.and_then(|(s, b)| gw::parse::<TxnResponse>(s, &b).map_err(Failure::Gateway)) {
+                        Ok(t) if self.resume_keys(&handle).iter().all(|(k, rev)| {
+                            // Each key still that incarnation, on the handle's
+                            // lease (a permit's also with its semaphore's limit).
+                            t.responses.iter().filter_map(|r| r.response_range.as_ref()).flat_map(|r| &r.kvs).any(|kv| {
+                                kv.key == *k && kv.create_revision == *rev && kv.lease == lease
+                                    && (handle.slot.is_none() || permits::key_kind(&kv.value) == permits::KeyKind::Permit(match handle.kind { LockKind::Permits { limit } => limit, _ => 0 }))
+                            })
+                        }) => {
                             // Is it still the holder? No key of the lock may be older.
                             if let Some(Op { kind: OpKind::Resume { phase, .. }, .. }) = self.ops.get_mut(&op) {
                                 *phase = ResumePhase::KeepAlive;
@@ -104,7 +120,8 @@ impl EtcdMachine {
                         Ok(expires_at) => {
                             self.ops.remove(&op);
                             let lock = self.rt.out.lock_id();
-                            self.locks.insert(lock, HeldLock { name: handle.name.clone(), key: handle.key.as_bytes().to_vec(), rev: handle.revision as i64, lease, releasing: false });
+                            let slot = handle.slot.map(|s| (s, permits::slot_key(&self.lock_prefix(&handle.name), s), handle.fencing_token as i64));
+                            self.locks.insert(lock, HeldLock { name: handle.name.clone(), key: handle.key.as_bytes().to_vec(), rev: handle.revision as i64, lease, slot, releasing: false });
                             self.rt.out.complete(op, Ok(Outcome::Acquired(LockInfo { id: lock, name: handle.name.clone(), fencing_token: handle.fencing_token, expires_at, handle })));
                         }
                         Err(Ok(reason)) => {
@@ -125,6 +142,13 @@ impl EtcdMachine {
                         Ok(r) => {
                             let mut kvs = r.kvs;
                             crate::core::runtime::small_sort::sort_by_key(&mut kvs, |kv| kv.create_revision);
+                            let lock_prefix = self.lock_prefix(&name);
+                            let (st, holder) = match permits::semaphore_status(&name, &lock_prefix, &kvs) {
+                                Some(st) => {
+                                    let oldest = st.holders.first().and_then(|h| kvs.iter().find(|kv| kv.key == h.id.as_bytes()).cloned());
+                                    (st, oldest)
+                                }
+                                None => {
                             let holder = kvs.first().cloned();
                             let st = LockStatus {
                                 name: name.clone(),
@@ -136,6 +160,9 @@ impl EtcdMachine {
                                 holders: holder.iter().map(|kv| Holder { id: String::from_utf8_lossy(&kv.key).into_owned(), fencing_token: Some(kv.create_revision as u64), ..Default::default() }).collect(),
                                 queued: kvs.iter().skip(1).map(|kv| Holder { id: String::from_utf8_lossy(&kv.key).into_owned(), ..Default::default() }).collect(),
                                 limit: None,
+                            };
+                            (st, holder)
+                                }
                             };
                             match holder {
                                 Some(h) if h.lease != 0 => {
@@ -169,6 +196,26 @@ impl EtcdMachine {
         }
     }
 
+    /// Gives up on a held lock's keys locally and deletes each (that
+    /// incarnation) in the background, from `retry_at`.
+    pub(super) fn orphan_keys_of(&mut self, h: HeldLock, retry_at: Millis) {
+        let permit = h.slot.is_some();
+        for (key, rev) in h.keys() {
+            self.orphans.push(Orphan { name: h.name.clone(), key, rev: Some(rev), value: None, holds_name: !permit, lease: h.lease, retry_at, req: None });
+        }
+        self.arm_orphans();
+    }
+
+    /// The keys (and create revisions) a handle names: its key, and a
+    /// permit's slot key.
+    pub(super) fn resume_keys(&self, handle: &LockHandle) -> Vec<(Vec<u8>, i64)> {
+        let mut keys = vec![(handle.key.as_bytes().to_vec(), handle.revision as i64)];
+        if let Some(slot) = handle.slot {
+            keys.push((permits::slot_key(&self.lock_prefix(&handle.name), slot), handle.fencing_token as i64));
+        }
+        keys
+    }
+
     pub(super) fn drop_lease_if_unused(&mut self, lease: i64, op: OpId) {
         let resumed_elsewhere = self.ops.iter().any(|(id, o)| *id != op && matches!(&o.kind, OpKind::Resume { lease: l, .. } if *l == lease));
         if !self.lease_in_use(lease) && !resumed_elsewhere && self.session_lease != Some(lease) {
@@ -178,10 +225,14 @@ impl EtcdMachine {
 
     pub(super) fn fail_op(&mut self, now: Millis, op: OpId, error: LockError) {
         if let Some(OpKind::Resume { handle, .. }) = self.ops.get(&op).map(|o| &o.kind) {
-            let name = handle.name.clone();
+            let (name, claimed) = (handle.name.clone(), handle.slot.is_none());
             self.ops.remove(&op);
             self.rt.out.fail(op, error);
-            return self.free_name(now, &name);
+            // A permit's resume never claimed its name locally.
+            if claimed {
+                self.free_name(now, &name);
+            }
+            return;
         }
         self.ops.remove(&op);
         self.rt.out.fail(op, error);

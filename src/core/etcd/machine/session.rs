@@ -104,7 +104,8 @@ impl EtcdMachine {
             .locks
             .iter()
             .filter(|(_, l)| l.lease == lease && !l.releasing)
-            .map(|(id, l)| (*id, l.key.clone(), l.rev))
+            // A permit is checked by both its keys: its queue key and its slot.
+            .flat_map(|(id, l)| l.keys().into_iter().map(move |(key, rev)| (*id, key, rev)))
             .take(KEYS_PER_CHECK)
             .collect();
         let check = if targets.is_empty() {
@@ -189,7 +190,8 @@ impl EtcdMachine {
             .flat_map(|r| r.kvs.iter().map(|kv| (kv.key.clone(), kv.create_revision)))
             .collect();
         for (lock, key, rev) in targets {
-            let still_ours = self.locks.get(&lock).map(|l| l.key == key && l.rev == rev && !l.releasing).unwrap_or(false);
+            // (A permit's target is either of its two keys.)
+            let still_ours = self.locks.get(&lock).is_some_and(|l| !l.releasing && l.keys().iter().any(|(k, r)| *k == key && *r == rev));
             if still_ours && !present.iter().any(|(k, r)| *k == key && *r == rev) {
                 self.lose_lock(now, lock, LostReason::KeyGone);
             }
@@ -239,6 +241,10 @@ impl EtcdMachine {
                         a.lease = None;
                         a.my_rev = 0;
                         a.phase = AcqPhase::NeedLease;
+                        if let Some(p) = a.permit.as_mut() {
+                            // Its slot key, if a claim applied, died with the lease.
+                            (p.claiming, p.claims) = (None, 0);
+                        }
                         self.set_recheck(op, None);
                         self.cancel_request(req);
                         self.acquire_step(now, op);
@@ -251,8 +257,15 @@ impl EtcdMachine {
 
     pub(super) fn lose_lock(&mut self, now: Millis, lock: LockId, reason: LostReason) {
         if let Some(l) = self.locks.remove(&lock) {
-            self.rt.out.lost(lock, l.name.clone(), reason);
-            self.free_name(now, &l.name);
+            self.rt.out.lost(lock, l.name.clone(), reason.clone());
+            if l.slot.is_none() {
+                self.free_name(now, &l.name);
+            } else if reason == LostReason::KeyGone {
+                // One of a permit's keys is gone, the other may not be: on a
+                // lease that lives on, a slot key without its holder would
+                // take a permit away from everyone until the session ends.
+                self.orphan_keys_of(l, now);
+            }
         }
     }
 }

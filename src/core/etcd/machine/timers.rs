@@ -100,9 +100,10 @@ impl EtcdMachine {
                 for i in 0..self.orphans.len() {
                     if self.orphans[i].req.is_none() && self.orphans[i].retry_at <= now {
                         let o = &self.orphans[i];
-                        let (path, body) = match o.rev {
-                            Some(rev) => ("/v3/kv/txn", gw::delete_if_revision(&o.key, rev)),
-                            None => ("/v3/kv/deleterange", gw::delete_key(&o.key)),
+                        let (path, body) = match (o.rev, &o.value) {
+                            (Some(rev), _) => ("/v3/kv/txn", gw::delete_if_revision(&o.key, rev)),
+                            (None, Some(value)) => ("/v3/kv/txn", gw::delete_if_value(&o.key, value)),
+                            (None, None) => ("/v3/kv/txn", gw::delete_if_lease(&o.key, o.lease)),
                         };
                         let req = self.send(now, Purpose::Orphan, path, body, false);
                         self.orphans[i].req = Some(req);
