@@ -38,12 +38,12 @@ pub(crate) fn lock_kind(mode: &JsValue, limit: &JsValue) -> Result<LockKind, Loc
     let limit = if limit.is_undefined() {
         None
     } else {
-        Some(limit.as_f64().ok_or_else(|| invalid_limit())?)
+        Some(limit.as_f64().ok_or_else(invalid_limit)?)
     };
     kind_of(mode.as_deref(), limit)
 }
 
-/// [`lock_kind`] on plain values (shared with tests on the host).
+/// [`lock_kind`] on plain values.
 pub(crate) fn kind_of(mode: Option<&str>, limit: Option<f64>) -> Result<LockKind, LockError> {
     match (mode, limit) {
         (Some(_), Some(_)) => Err(LockError::invalid(
