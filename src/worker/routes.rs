@@ -10,7 +10,8 @@
 //!   "At most N at once": `limit` (or the job's entry in
 //!   `EDGELOCK_JOB_LIMITS`) takes one of N permits of a semaphore instead of
 //!   the exclusive lock; the reply then has `mode: "permit"`, `limit` and the
-//!   permit's `slot`. A `limit` that contradicts the configured one is 400.
+//!   permit's `slot`, and the job writes to the resource `name#slot`. A
+//!   `limit` that contradicts the configured one is 400.
 //! - `POST /jobs/:name/start` — acquire and answer the lock's handle without
 //!   releasing (the first half of a job that spans two invocations);
 //!   `POST /jobs/:name/finish` with that handle as body — resume, run the
@@ -282,9 +283,15 @@ async fn run_held(
     let token = lock.fencing_token;
     let expires_at = client.to_epoch_ms(lock.expires_at);
     let held = lock.clone();
+    // A permit's runs write to the slot's own resource: concurrent holders of
+    // one semaphore have no common order, each slot's successive holders do.
+    let resource = match lock.slot() {
+        Some(slot) => format!("{name}#{slot}"),
+        None => name.to_string(),
+    };
     let ran = job::run(
         cfg.fenced_url.as_deref(),
-        name,
+        &resource,
         token,
         job_ms.unwrap_or(cfg.job_ms),
         invocation,
