@@ -10,7 +10,7 @@
 //!   "At most N at once": `limit` (or the job's entry in
 //!   `EDGELOCK_JOB_LIMITS`) takes one of N permits of a semaphore instead of
 //!   the exclusive lock; the reply then has `mode: "permit"`, `limit` and the
-//!   permit's `slot`, and the job writes to the resource `name#slot`. A
+//!   permit's `slot`, and the job writes to the resource `name.slot`. A
 //!   `limit` that contradicts the configured one is 400.
 //! - `POST /jobs/:name/start` — acquire and answer the lock's handle without
 //!   releasing (the first half of a job that spans two invocations);
@@ -286,7 +286,7 @@ async fn run_held(
     // A permit's runs write to the slot's own resource: concurrent holders of
     // one semaphore have no common order, each slot's successive holders do.
     let resource = match lock.slot() {
-        Some(slot) => format!("{name}#{slot}"),
+        Some(slot) => format!("{name}.{slot}"),
         None => name.to_string(),
     };
     let ran = job::run(
