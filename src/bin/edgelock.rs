@@ -29,7 +29,8 @@ Lock kinds: by default the lock is exclusive (one holder at a time).
 `--limit N` takes one of N permits of a semaphore instead (at most N
 concurrent holders of NAME; every holder must give the same N): CMD also
 gets EDGELOCK_SLOT, the permit's slot in 0..N (distinct among the current
-holders: use it to pick a resource) and EDGELOCK_LOCK_LIMIT=N. `--shared`
+holders: use it to pick a resource) and EDGELOCK_LOCK_LIMIT=N, and the
+stderr line reads `edgelock: acquired NAME slot=S/N token=T`. `--shared`
 takes a shared (reader) hold of a read-write lock: any number of shared
 holders, but none while an exclusive holder (a plain `run`) holds it. A
 backend that does not offer a kind refuses it with exit 64 before sending
@@ -39,7 +40,7 @@ EDGELOCK_LOCK_MODE (exclusive, shared or permit).
 `status` prints the holder's key, its fencing token and the waiters in grant
 order (one `waiter:` line each), then, for every holder, one
 `hold: mode=M [slot=S] [token=T] [id=ID]` line and, for every waiter, one
-`queued: mode=M [limit=N] [id=ID]` line, and `limit: N` for a semaphore;
+`queued: mode=M [limit=N] [id=ID]` line (after `limit: N` for a semaphore);
 or one JSON object with --json (`holders` / `queued`: {id, mode, limit,
 slot, fencingToken}).
 
