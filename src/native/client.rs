@@ -343,6 +343,8 @@ impl fmt::Debug for Lock {
         f.debug_struct("Lock")
             .field("name", &self.info.name)
             .field("fencing_token", &self.info.fencing_token)
+            .field("kind", &self.info.kind())
+            .field("slot", &self.info.slot())
             .field("lost", &self.is_lost())
             .finish_non_exhaustive()
     }

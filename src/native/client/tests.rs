@@ -270,5 +270,7 @@ fn kinds_the_backend_does_not_offer_are_refused_before_any_request() {
     // Exclusive still works through the same entry point.
     let lock = c.try_acquire_kind("k", LockKind::Exclusive).unwrap().expect("free");
     assert_eq!((lock.kind(), lock.slot()), (LockKind::Exclusive, None));
+    let debug = format!("{lock:?}");
+    assert!(debug.contains("kind: Exclusive, slot: None"), "{debug}");
     assert!(lock.release().unwrap());
 }
