@@ -287,6 +287,12 @@ fn lock_kind_flags_are_checked_before_any_request() {
             assert_eq!(out.status.code(), Some(64), "{args:?}: {}", text(&out.stderr));
             assert!(text(&out.stderr).contains("--limit"), "{args:?}: {}", text(&out.stderr));
         }
+        // The fair queue is for exclusive holders only.
+        if backend[0] == "--redis" {
+            let out = output(&["run", backend[0], backend[1], "--fair", "--limit", "2", "n", "--", "true"]);
+            assert_eq!(out.status.code(), Some(64), "{}", text(&out.stderr));
+            assert!(text(&out.stderr).contains("--fair applies to the exclusive lock"), "{}", text(&out.stderr));
+        }
         // `status` takes no kind.
         assert_eq!(output(&["status", backend[0], backend[1], "--limit", "3", "n"]).status.code(), Some(64));
         assert_eq!(output(&["status", backend[0], backend[1], "--shared", "n"]).status.code(), Some(64));

@@ -66,7 +66,8 @@ OPTIONS:
     --wait MS         give up after waiting MS ms for the lock (default: forever)
     --try             do not wait: exit 73 at once if the lock is held
     --fair            one Redis node only: wait in a FIFO queue kept in Redis
-                      (waiters get the lock in arrival order)
+                      (waiters get the lock in arrival order); exclusive
+                      locks only
     --limit N         (run) take one of N permits of a semaphore (1..=100)
                       instead of the exclusive lock; exports EDGELOCK_SLOT
     --shared          (run) take a shared (reader) hold of a read-write lock;
@@ -296,6 +297,11 @@ fn parse(args: &[String], is_run: bool) -> Result<Options, Exit> {
         (None, true) => LockKind::Shared,
         (None, false) => LockKind::Exclusive,
     };
+    if fair && kind != LockKind::Exclusive {
+        // The Redis recipe's fair queue orders exclusive holders only; a
+        // silently unfair semaphore would surprise.
+        return Err(Exit::usage("--fair applies to the exclusive lock, not to --limit or --shared"));
+    }
     let name = match names.as_slice() {
         [n] => n.clone(),
         [] => return Err(Exit::usage("missing lock NAME")),
