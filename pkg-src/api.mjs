@@ -97,6 +97,13 @@ function optionsJson(options, what) {
   return { json, fetch, bindings };
 }
 
+/**
+ * The largest `limit` a semaphore may have (the Rust core's `MAX_PERMITS`:
+ * every backend keeps one slot record per permit, and etcd caps a
+ * transaction at 128 operations). A larger `limit` is `INVALID_ARGUMENT`.
+ */
+export const MAX_PERMITS = 100;
+
 const INTERNAL = Symbol("edgelock.internal");
 const hasAsyncDispose = typeof Symbol.asyncDispose === "symbol";
 
@@ -108,6 +115,9 @@ class Lock {
   #token;
   #expiresAt;
   #handle;
+  #mode;
+  #limit;
+  #slot;
   #controller = new AbortController();
   #state = "held"; // "held" | "released" | "lost"
   #lostError = null;
@@ -121,9 +131,18 @@ class Lock {
     this.#token = BigInt(info.fencingToken);
     this.#expiresAt = info.expiresAt;
     this.#handle = info.handle;
+    this.#mode = info.mode;
+    this.#limit = info.limit;
+    this.#slot = info.slot;
   }
 
   get name() { return this.#name; }
+  /** "exclusive" (the default), "shared" (a reader of a read-write lock) or "permit" (of a semaphore). */
+  get mode() { return this.#mode; }
+  /** A permit's semaphore limit; null for other modes. */
+  get limit() { return this.#limit; }
+  /** A permit's slot in 0..limit (distinct among the current holders); null for other modes. */
+  get slot() { return this.#slot; }
   /** Strictly increases across successive holders of this name: pass it to the protected resource. */
   get fencingToken() { return this.#token; }
   /** Aborted when the lock is lost (reason: LockError "LOST") or released (reason: LockError "NOT_HELD"). */
@@ -185,9 +204,16 @@ if (hasAsyncDispose) {
   });
 }
 
-const ACQUIRE_OPTIONS = ["waitMs", "signal", "ttlMs"];
-const TRY_OPTIONS = ["signal", "ttlMs"];
-const REQUEST_OPTIONS = ["ifAvailable", "waitMs", "signal", "ttlMs"];
+// `mode` and `limit` (the lock kind) go to the Rust side as given: it checks
+// and converts them (src/js/args.rs), before any request.
+const ACQUIRE_OPTIONS = ["mode", "limit", "waitMs", "signal", "ttlMs"];
+const TRY_OPTIONS = ["mode", "limit", "signal", "ttlMs"];
+const REQUEST_OPTIONS = ["mode", "limit", "ifAvailable", "waitMs", "signal", "ttlMs"];
+
+/** A status holder or waiter, with its fencing token as a bigint. */
+function holderFromRaw(h) {
+  return { id: h.id, mode: h.mode, limit: h.limit, slot: h.slot, fencingToken: h.fencingToken === null ? null : BigInt(h.fencingToken) };
+}
 
 /** What EtcdLocks, RedisLocks and Redlock share: everything but the constructor. */
 class LockClient {
@@ -220,7 +246,7 @@ class LockClient {
     const waitMs = checkMs(o.waitMs, "waitMs", 0);
     const ttlMs = checkMs(o.ttlMs, "ttlMs", 1);
     const signal = checkSignal(o.signal);
-    const info = await this.#call((raw) => raw.acquire(name, false, waitMs, ttlMs, signal), signal);
+    const info = await this.#call((raw) => raw.acquireKind(name, o.mode, o.limit, false, waitMs, ttlMs, signal), signal);
     return this.#adopt(info);
   }
 
@@ -229,7 +255,7 @@ class LockClient {
     checkName(name);
     const ttlMs = checkMs(o.ttlMs, "ttlMs", 1);
     const signal = checkSignal(o.signal);
-    const info = await this.#call((raw) => raw.acquire(name, true, undefined, ttlMs, signal), signal);
+    const info = await this.#call((raw) => raw.acquireKind(name, o.mode, o.limit, true, undefined, ttlMs, signal), signal);
     return info === null ? null : this.#adopt(info);
   }
 
@@ -265,6 +291,27 @@ class LockClient {
     else throw invalid("resume() needs the object returned by lock.toJSON()");
     const info = await this.#call((raw) => raw.resume(json));
     return this.#adopt(info);
+  }
+
+  /**
+   * Who holds `name` and who waits for it, as the backend tells:
+   * `{ name, held, holder, fencingToken, remainingMs, waiters, limit, holders, queued }`;
+   * `holders` / `queued` list `{ id, mode, limit, slot, fencingToken }`.
+   */
+  async status(name) {
+    checkName(name);
+    const s = await this.#call((raw) => raw.inspect(name));
+    return {
+      name: s.name,
+      held: s.held,
+      holder: s.holder,
+      fencingToken: s.fencingToken === null ? null : BigInt(s.fencingToken),
+      remainingMs: s.remainingMs,
+      waiters: s.waiters,
+      limit: s.limit,
+      holders: s.holders.map(holderFromRaw),
+      queued: s.queued.map(holderFromRaw),
+    };
   }
 
   /** Releases every held lock and ends the session. Idempotent. */

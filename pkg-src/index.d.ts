@@ -30,7 +30,36 @@ export declare class LockError extends Error {
   readonly code: LockErrorCode;
 }
 
+/** The largest semaphore `limit` (100); a larger one is `INVALID_ARGUMENT`. */
+export declare const MAX_PERMITS: 100;
+
+/** What kind of hold a lock is: `exclusive` (a mutex, the default), `shared` (a reader of a read-write lock), `permit` (one of a semaphore's `limit`). */
+export type LockMode = "exclusive" | "shared" | "permit";
+
+/**
+ * The kind of hold an acquire asks for, as in the Web Locks API: nothing or
+ * `mode: "exclusive"` for a mutex (the writer side of a read-write lock),
+ * `mode: "shared"` for a reader (refused with `INVALID_ARGUMENT` by a
+ * backend that does not offer read-write locks), or `limit` for a permit of
+ * a semaphore of `limit` (a whole number in 1..=`MAX_PERMITS`; every holder
+ * of a name must use the same limit). `mode` and `limit` exclude each other.
+ */
+export type KindOptions =
+  | { mode?: "exclusive" | "shared"; limit?: undefined }
+  | { limit: number; mode?: undefined };
+
+/** Options that ask for a semaphore's permit. */
+export interface PermitOptions {
+  /** At most this many holders at once (1..=`MAX_PERMITS`). */
+  limit: number;
+  mode?: undefined;
+}
+
 export interface AcquireOptions {
+  /** `exclusive` (default) or `shared` (a reader); excludes `limit`. */
+  mode?: "exclusive" | "shared";
+  /** A permit of a semaphore admitting this many holders at once; excludes `mode`. */
+  limit?: number;
   /** Give up with `TIMEOUT` after this many ms (default: wait until granted or aborted). */
   waitMs?: number;
   /** Aborting cancels the acquire (`ABORTED`); any key it created is removed. */
@@ -40,6 +69,10 @@ export interface AcquireOptions {
 }
 
 export interface TryAcquireOptions {
+  /** `exclusive` (default) or `shared` (a reader); excludes `limit`. */
+  mode?: "exclusive" | "shared";
+  /** A permit of a semaphore admitting this many holders at once; excludes `mode`. */
+  limit?: number;
   signal?: AbortSignal;
   ttlMs?: number;
 }
@@ -59,10 +92,22 @@ export interface LockHandleJSON {
   /** Decimal string (a JSON number could lose precision). */
   fencingToken: string;
   revision: string;
+  /** Absent for an exclusive hold. */
+  mode?: "shared" | "permit";
+  /** A permit's semaphore limit. */
+  limit?: number;
+  /** A permit's slot. */
+  slot?: number;
 }
 
 export interface Lock {
   readonly name: string;
+  /** The kind of hold. */
+  readonly mode: LockMode;
+  /** A permit's semaphore limit; `null` for other modes. */
+  readonly limit: number | null;
+  /** A permit's slot in `0..limit`, distinct among the current holders; `null` for other modes. */
+  readonly slot: number | null;
   /** Strictly increases across successive holders of `name`. */
   readonly fencingToken: bigint;
   /** Aborted when the lock is lost (reason: LockError `LOST`) or released (reason: LockError `NOT_HELD`). */
@@ -76,12 +121,60 @@ export interface Lock {
   [Symbol.asyncDispose](): Promise<void>;
 }
 
+/** A permit of a semaphore: what an acquire with `limit` returns. */
+export interface PermitLock extends Lock {
+  readonly mode: "permit";
+  readonly limit: number;
+  readonly slot: number;
+}
+
+/** A holder or waiter of a name, as `status()` lists them. */
+export interface LockHolder {
+  /** Backend-specific identity (etcd: its key; Redis: a short non-secret id, or empty). */
+  id: string;
+  mode: LockMode;
+  /** A permit's semaphore limit; `null` for other modes. */
+  limit: number | null;
+  /** A permit holder's slot; `null` for waiters and other modes. */
+  slot: number | null;
+  /** Its fencing token where the backend knows it (holders). */
+  fencingToken: bigint | null;
+}
+
+/** What `status(name)` tells about a name. */
+export interface LockStatus {
+  name: string;
+  /** Whether anyone holds it. */
+  held: boolean;
+  /** Backend-specific identity of the (oldest) holder (etcd: its key; Redis: `null`). */
+  holder: string | null;
+  /** etcd: the holder's token; Redis/Redlock: the highest fencing counter the nodes report. */
+  fencingToken: bigint | null;
+  /** Remaining lifetime of the holder as the backend reports it. */
+  remainingMs: number | null;
+  /** Waiters' ids in grant order, where the backend can tell (etcd). */
+  waiters: string[];
+  /** A semaphore's limit as stored with its permits (`null`: not a semaphore, or nothing held or queued). */
+  limit: number | null;
+  /** Every holder: the exclusive holder, the shared holders, or the permits with their slots. */
+  holders: LockHolder[];
+  /** Waiters with what they wait for, in grant order where the backend can tell. */
+  queued: LockHolder[];
+}
+
 export interface LockClient {
-  acquire(name: string, opts?: AcquireOptions): Promise<Lock>;
-  tryAcquire(name: string, opts?: TryAcquireOptions): Promise<Lock | null>;
+  /** A permit of a semaphore of `opts.limit` (at most `limit` holders at once). */
+  acquire(name: string, opts: AcquireOptions & PermitOptions): Promise<PermitLock>;
+  acquire(name: string, opts?: AcquireOptions & KindOptions): Promise<Lock>;
+  tryAcquire(name: string, opts: TryAcquireOptions & PermitOptions): Promise<PermitLock | null>;
+  tryAcquire(name: string, opts?: TryAcquireOptions & KindOptions): Promise<Lock | null>;
   request<T>(name: string, callback: (lock: Lock) => Promise<T> | T): Promise<T>;
-  request<T>(name: string, opts: RequestOptions & { ifAvailable: true }, callback: (lock: Lock | null) => Promise<T> | T): Promise<T>;
-  request<T>(name: string, opts: RequestOptions, callback: (lock: Lock | null) => Promise<T> | T): Promise<T>;
+  request<T>(name: string, opts: RequestOptions & PermitOptions & { ifAvailable: true }, callback: (lock: PermitLock | null) => Promise<T> | T): Promise<T>;
+  request<T>(name: string, opts: RequestOptions & PermitOptions, callback: (lock: PermitLock | null) => Promise<T> | T): Promise<T>;
+  request<T>(name: string, opts: RequestOptions & KindOptions & { ifAvailable: true }, callback: (lock: Lock | null) => Promise<T> | T): Promise<T>;
+  request<T>(name: string, opts: RequestOptions & KindOptions, callback: (lock: Lock | null) => Promise<T> | T): Promise<T>;
+  /** Who holds `name` (with modes and slots) and who waits for it. */
+  status(name: string): Promise<LockStatus>;
   /** Adopts a lock serialised by `toJSON()`; rejects with `LOST` if it is no longer held. */
   resume(handle: LockHandleJSON | string): Promise<Lock>;
   /** Releases every lock and ends the session. Idempotent. */
@@ -203,11 +296,18 @@ export interface RedlockOptions {
 export declare class EtcdLocks implements LockClient {
   /** Throws LockError `INVALID_ARGUMENT` synchronously for invalid options. */
   constructor(options: EtcdLocksOptions);
-  acquire(name: string, opts?: AcquireOptions): Promise<Lock>;
-  tryAcquire(name: string, opts?: TryAcquireOptions): Promise<Lock | null>;
+  /** A permit of a semaphore of `opts.limit` (at most `limit` holders at once). */
+  acquire(name: string, opts: AcquireOptions & PermitOptions): Promise<PermitLock>;
+  acquire(name: string, opts?: AcquireOptions & KindOptions): Promise<Lock>;
+  tryAcquire(name: string, opts: TryAcquireOptions & PermitOptions): Promise<PermitLock | null>;
+  tryAcquire(name: string, opts?: TryAcquireOptions & KindOptions): Promise<Lock | null>;
   request<T>(name: string, callback: (lock: Lock) => Promise<T> | T): Promise<T>;
-  request<T>(name: string, opts: RequestOptions & { ifAvailable: true }, callback: (lock: Lock | null) => Promise<T> | T): Promise<T>;
-  request<T>(name: string, opts: RequestOptions, callback: (lock: Lock | null) => Promise<T> | T): Promise<T>;
+  request<T>(name: string, opts: RequestOptions & PermitOptions & { ifAvailable: true }, callback: (lock: PermitLock | null) => Promise<T> | T): Promise<T>;
+  request<T>(name: string, opts: RequestOptions & PermitOptions, callback: (lock: PermitLock | null) => Promise<T> | T): Promise<T>;
+  request<T>(name: string, opts: RequestOptions & KindOptions & { ifAvailable: true }, callback: (lock: Lock | null) => Promise<T> | T): Promise<T>;
+  request<T>(name: string, opts: RequestOptions & KindOptions, callback: (lock: Lock | null) => Promise<T> | T): Promise<T>;
+  /** Who holds `name` (with modes and slots) and who waits for it. */
+  status(name: string): Promise<LockStatus>;
   resume(handle: LockHandleJSON | string): Promise<Lock>;
   close(): Promise<void>;
   [Symbol.asyncDispose](): Promise<void>;
@@ -215,11 +315,18 @@ export declare class EtcdLocks implements LockClient {
 
 export declare class RedisLocks implements LockClient {
   constructor(options: RedisLocksOptions);
-  acquire(name: string, opts?: AcquireOptions): Promise<Lock>;
-  tryAcquire(name: string, opts?: TryAcquireOptions): Promise<Lock | null>;
+  /** A permit of a semaphore of `opts.limit` (at most `limit` holders at once). */
+  acquire(name: string, opts: AcquireOptions & PermitOptions): Promise<PermitLock>;
+  acquire(name: string, opts?: AcquireOptions & KindOptions): Promise<Lock>;
+  tryAcquire(name: string, opts: TryAcquireOptions & PermitOptions): Promise<PermitLock | null>;
+  tryAcquire(name: string, opts?: TryAcquireOptions & KindOptions): Promise<Lock | null>;
   request<T>(name: string, callback: (lock: Lock) => Promise<T> | T): Promise<T>;
-  request<T>(name: string, opts: RequestOptions & { ifAvailable: true }, callback: (lock: Lock | null) => Promise<T> | T): Promise<T>;
-  request<T>(name: string, opts: RequestOptions, callback: (lock: Lock | null) => Promise<T> | T): Promise<T>;
+  request<T>(name: string, opts: RequestOptions & PermitOptions & { ifAvailable: true }, callback: (lock: PermitLock | null) => Promise<T> | T): Promise<T>;
+  request<T>(name: string, opts: RequestOptions & PermitOptions, callback: (lock: PermitLock | null) => Promise<T> | T): Promise<T>;
+  request<T>(name: string, opts: RequestOptions & KindOptions & { ifAvailable: true }, callback: (lock: Lock | null) => Promise<T> | T): Promise<T>;
+  request<T>(name: string, opts: RequestOptions & KindOptions, callback: (lock: Lock | null) => Promise<T> | T): Promise<T>;
+  /** Who holds `name` (with modes and slots) and who waits for it. */
+  status(name: string): Promise<LockStatus>;
   resume(handle: LockHandleJSON | string): Promise<Lock>;
   close(): Promise<void>;
   [Symbol.asyncDispose](): Promise<void>;
@@ -227,11 +334,18 @@ export declare class RedisLocks implements LockClient {
 
 export declare class Redlock implements LockClient {
   constructor(options: RedlockOptions);
-  acquire(name: string, opts?: AcquireOptions): Promise<Lock>;
-  tryAcquire(name: string, opts?: TryAcquireOptions): Promise<Lock | null>;
+  /** A permit of a semaphore of `opts.limit` (at most `limit` holders at once). */
+  acquire(name: string, opts: AcquireOptions & PermitOptions): Promise<PermitLock>;
+  acquire(name: string, opts?: AcquireOptions & KindOptions): Promise<Lock>;
+  tryAcquire(name: string, opts: TryAcquireOptions & PermitOptions): Promise<PermitLock | null>;
+  tryAcquire(name: string, opts?: TryAcquireOptions & KindOptions): Promise<Lock | null>;
   request<T>(name: string, callback: (lock: Lock) => Promise<T> | T): Promise<T>;
-  request<T>(name: string, opts: RequestOptions & { ifAvailable: true }, callback: (lock: Lock | null) => Promise<T> | T): Promise<T>;
-  request<T>(name: string, opts: RequestOptions, callback: (lock: Lock | null) => Promise<T> | T): Promise<T>;
+  request<T>(name: string, opts: RequestOptions & PermitOptions & { ifAvailable: true }, callback: (lock: PermitLock | null) => Promise<T> | T): Promise<T>;
+  request<T>(name: string, opts: RequestOptions & PermitOptions, callback: (lock: PermitLock | null) => Promise<T> | T): Promise<T>;
+  request<T>(name: string, opts: RequestOptions & KindOptions & { ifAvailable: true }, callback: (lock: Lock | null) => Promise<T> | T): Promise<T>;
+  request<T>(name: string, opts: RequestOptions & KindOptions, callback: (lock: Lock | null) => Promise<T> | T): Promise<T>;
+  /** Who holds `name` (with modes and slots) and who waits for it. */
+  status(name: string): Promise<LockStatus>;
   resume(handle: LockHandleJSON | string): Promise<Lock>;
   close(): Promise<void>;
   [Symbol.asyncDispose](): Promise<void>;

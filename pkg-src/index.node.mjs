@@ -37,4 +37,4 @@ export class Redlock extends AnyRedlock {
   }
 }
 
-export { LockError } from "./api.mjs";
+export { LockError, MAX_PERMITS } from "./api.mjs";

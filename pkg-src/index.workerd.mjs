@@ -34,4 +34,4 @@ export class Redlock extends AnyRedlock {
   }
 }
 
-export { EtcdLocks, LockError } from "./api.mjs";
+export { EtcdLocks, LockError, MAX_PERMITS } from "./api.mjs";

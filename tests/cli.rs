@@ -269,4 +269,159 @@ fn usage_and_backend_errors_have_their_exit_codes() {
     let help = output(&["--help"]);
     assert_eq!(help.status.code(), Some(0));
     assert!(text(&help.stdout).contains("EXIT CODES"));
+    assert!(text(&help.stdout).contains("--limit N"));
+}
+
+#[test]
+fn lock_kind_flags_are_checked_before_any_request() {
+    // A dead endpoint: 64 (not 69) proves nothing was sent.
+    let dead = format!("http://127.0.0.1:{}", free_port());
+    let dead_node = format!("webdis+{dead}");
+    for backend in [["--etcd", dead.as_str()], ["--redis", dead_node.as_str()]] {
+        for bad in [&["--limit", "0"][..], &["--limit", "x"], &["--limit", "-1"], &["--limit", "1.5"], &["--limit", "101"], &["--limit"],
+                    &["--limit", "3", "--shared"], &["--shared", "--limit=2"]] {
+            let mut args = vec!["run", backend[0], backend[1]];
+            args.extend_from_slice(bad);
+            args.extend_from_slice(&["n", "--", "true"]);
+            let out = output(&args);
+            assert_eq!(out.status.code(), Some(64), "{args:?}: {}", text(&out.stderr));
+            assert!(text(&out.stderr).contains("--limit"), "{args:?}: {}", text(&out.stderr));
+        }
+        // The fair queue is for exclusive holders only.
+        if backend[0] == "--redis" {
+            let out = output(&["run", backend[0], backend[1], "--fair", "--limit", "2", "n", "--", "true"]);
+            assert_eq!(out.status.code(), Some(64), "{}", text(&out.stderr));
+            assert!(text(&out.stderr).contains("--fair applies to the exclusive lock"), "{}", text(&out.stderr));
+        }
+        // `status` takes no kind.
+        assert_eq!(output(&["status", backend[0], backend[1], "--limit", "3", "n"]).status.code(), Some(64));
+        assert_eq!(output(&["status", backend[0], backend[1], "--shared", "n"]).status.code(), Some(64));
+        // No backend offers read-write locks yet: refused before any request.
+        let out = output(&["run", backend[0], backend[1], "--shared", "n", "--", "true"]);
+        assert_eq!(out.status.code(), Some(64), "{}", text(&out.stderr));
+        assert!(text(&out.stderr).contains("does not offer shared locks"), "{}", text(&out.stderr));
+    }
+}
+
+/// `edgelock run --limit 3` holders: the first stderr line names the slot;
+/// CMD writes `$EDGELOCK_SLOT $EDGELOCK_LOCK_MODE $EDGELOCK_LOCK_LIMIT
+/// $EDGELOCK_FENCING_TOKEN` to `out` and sleeps.
+fn spawn_permit(backend: &[&str], env: &[(&str, &str)], name: &str, out: &std::path::Path) -> (Child, u32, u64) {
+    let script = format!(
+        "echo \"$EDGELOCK_SLOT $EDGELOCK_LOCK_MODE $EDGELOCK_LOCK_LIMIT $EDGELOCK_FENCING_TOKEN\" > {}; sleep 30",
+        out.display()
+    );
+    let mut args = vec!["run"];
+    args.extend_from_slice(backend);
+    args.extend_from_slice(&["--limit", "3", "--ttl", "3000", "--wait", "10000", name, "--", "sh", "-c", &script]);
+    let mut child = edgelock(&args).envs(env.iter().copied()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("spawn edgelock");
+    let mut err = BufReader::new(child.stderr.take().expect("stderr"));
+    let mut line = String::new();
+    err.read_line(&mut line).expect("read stderr");
+    // `edgelock: acquired NAME slot=S/3 token=T`
+    let parsed = line.trim().strip_prefix(&format!("edgelock: acquired {name} slot=")).and_then(|rest| {
+        let (slot, token) = rest.split_once("/3 token=")?;
+        Some((slot.parse().ok()?, token.parse().ok()?))
+    });
+    let (slot, token) = parsed.unwrap_or_else(|| panic!("unexpected first stderr line {line:?}"));
+    thread::spawn(move || {
+        let _ = err.read_to_end(&mut Vec::new());
+    });
+    (child, slot, token)
+}
+
+/// Three concurrent `run --limit 3` hold distinct `EDGELOCK_SLOT`s, a fourth
+/// `--try` is refused (73), and `status` lists the three permits with their
+/// slots and the limit (text and JSON).
+fn assert_permits(backend: &[&str], env: &[(&str, &str)]) {
+    let name = format!("sem-{}", free_port());
+    let dir = std::env::temp_dir().join(format!("edgelock-cli-permits-{}-{}", std::process::id(), free_port()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let mut holders = Vec::new();
+    for i in 0..3 {
+        holders.push(spawn_permit(backend, env, &name, &dir.join(format!("run{i}"))));
+    }
+    let mut slots: Vec<u32> = holders.iter().map(|h| h.1).collect();
+    slots.sort();
+    assert_eq!(slots, [0, 1, 2], "distinct slots");
+    // What CMD saw in its environment.
+    for (i, (_, slot, token)) in holders.iter().enumerate() {
+        let f = dir.join(format!("run{i}"));
+        let seen = (0..100)
+            .find_map(|_| {
+                let s = std::fs::read_to_string(&f).ok().filter(|s| s.ends_with('\n'));
+                if s.is_none() {
+                    thread::sleep(Duration::from_millis(50));
+                }
+                s
+            })
+            .expect("the command wrote its environment");
+        assert_eq!(seen.trim(), format!("{slot} permit 3 {token}"), "run {i}");
+    }
+
+    let mut args = vec!["run"];
+    args.extend_from_slice(backend);
+    args.extend_from_slice(&["--limit", "3", "--try", &name, "--", "true"]);
+    let out = edgelock(&args).envs(env.iter().copied()).output().expect("run");
+    assert_eq!(out.status.code(), Some(73), "a 4th permit: {}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("every permit"), "{}", text(&out.stderr));
+
+    let mut args = vec!["status"];
+    args.extend_from_slice(backend);
+    args.extend_from_slice(&["--json", &name]);
+    let out = edgelock(&args).envs(env.iter().copied()).output().expect("status");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(status["held"], true, "{status}");
+    assert_eq!(status["limit"], 3, "{status}");
+    let listed = status["holders"].as_array().expect("holders");
+    assert_eq!(listed.len(), 3, "{status}");
+    let mut listed_slots: Vec<u64> = listed.iter().map(|h| h["slot"].as_u64().expect("slot")).collect();
+    listed_slots.sort();
+    assert_eq!(listed_slots, [0, 1, 2], "{status}");
+    assert!(listed.iter().all(|h| h["mode"] == "permit" && h["limit"] == 3), "{status}");
+
+    args.retain(|a| *a != "--json");
+    let out = edgelock(&args).envs(env.iter().copied()).output().expect("status");
+    let plain = text(&out.stdout);
+    assert!(plain.contains("limit: 3\n"), "{plain}");
+    for slot in 0..3 {
+        // `hold: mode=permit slot=S [token=T] [id=ID]` (Redis tells neither token nor id).
+        let line = format!("hold: mode=permit slot={slot}");
+        let n = plain.lines().filter(|l| *l == line || l.starts_with(&format!("{line} "))).count();
+        assert_eq!(n, 1, "{plain}");
+    }
+
+    // A holder that ends gives its slot back: the next run gets that slot.
+    let (mut gone, freed, _) = holders.remove(1);
+    let _ = gone.kill();
+    let _ = gone.wait();
+    let (mut next, slot, _) = spawn_permit(backend, env, &name, &dir.join("next"));
+    assert_eq!(slot, freed, "the freed slot is reused");
+    for (mut h, _, _) in holders {
+        let _ = h.kill();
+        let _ = h.wait();
+    }
+    let _ = next.kill();
+    let _ = next.wait();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn permits_on_etcd_give_concurrent_runs_distinct_slots() {
+    let etcd = Etcd::start();
+    let url = etcd.url();
+    assert_permits(&["--etcd", &url], &[]);
+}
+
+#[test]
+fn permits_on_redis_give_concurrent_runs_distinct_slots() {
+    let redis: Vec<RedisServer> = (0..3).map(|_| RedisServer::start().expect("redis-server")).collect();
+    let gateway = UpstashGateway::start(&redis[0], "cli-test-token").expect("gateway");
+    let node = format!("upstash+{}", gateway.url());
+    assert_permits(&["--redis", &node], &[("EDGELOCK_REDIS_TOKEN", "cli-test-token")]);
+    let webdis: Vec<Webdis> = redis.iter().map(|r| Webdis::start(r).expect("webdis")).collect();
+    assert_permits(&["--redis", &format!("webdis+{}", webdis[1].url())], &[]);
+    let nodes = webdis.iter().map(|w| format!("webdis+{}", w.url())).collect::<Vec<_>>().join(",");
+    assert_permits(&["--redis", &nodes], &[]);
 }

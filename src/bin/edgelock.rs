@@ -6,7 +6,7 @@ use std::process::{Child, Command, ExitStatus};
 use std::time::{Duration, Instant};
 
 use edgelock::core::redis::{RedisConfig, RedisNode, RedlockConfig};
-use edgelock::core::{AcquireOptions, BackendSpec, LockStatus, Wait};
+use edgelock::core::{AcquireOptions, BackendSpec, Holder, LockKind, LockStatus, Wait, MAX_PERMITS};
 use edgelock::native::{Client, ClientOptions, EtcdAuth, EtcdConfig, Lock, TlsConfig};
 use edgelock::LockError;
 
@@ -14,7 +14,7 @@ const USAGE: &str = "\
 edgelock - distributed locks over HTTP (etcd JSON gateway)
 
 USAGE:
-    edgelock run --etcd URL[,URL...] [OPTIONS] NAME -- CMD [ARGS...]
+    edgelock run --etcd URL[,URL...] [OPTIONS] [--limit N | --shared] NAME -- CMD [ARGS...]
     edgelock status --etcd URL[,URL...] [--prefix P] [--json] NAME
     edgelock --help | --version
 
@@ -25,8 +25,24 @@ resource you protect) and EDGELOCK_LOCK_NAME in its environment. If the lock
 is lost while CMD runs, CMD is sent SIGTERM, then SIGKILL after 5 s, and
 edgelock exits 75.
 
+Lock kinds: by default the lock is exclusive (one holder at a time).
+`--limit N` takes one of N permits of a semaphore instead (at most N
+concurrent holders of NAME; every holder must give the same N): CMD also
+gets EDGELOCK_SLOT, the permit's slot in 0..N (distinct among the current
+holders: use it to pick a resource) and EDGELOCK_LOCK_LIMIT=N, and the
+stderr line reads `edgelock: acquired NAME slot=S/N token=T`. `--shared`
+takes a shared (reader) hold of a read-write lock: any number of shared
+holders, but none while an exclusive holder (a plain `run`) holds it. A
+backend that does not offer a kind refuses it with exit 64 before sending
+anything (today every backend refuses --shared). CMD gets
+EDGELOCK_LOCK_MODE (exclusive, shared or permit).
+
 `status` prints the holder's key, its fencing token and the waiters in grant
-order (one `waiter:` line each), or one JSON object with --json.
+order (one `waiter:` line each), then, for every holder, one
+`hold: mode=M [slot=S] [token=T] [id=ID]` line and, for every waiter, one
+`queued: mode=M [limit=N] [id=ID]` line (after `limit: N` for a semaphore);
+or one JSON object with --json (`holders` / `queued`: {id, mode, limit,
+slot, fencingToken}).
 
 OPTIONS:
     --etcd URLS       etcd gateway endpoint(s), comma-separated; http:// or
@@ -50,7 +66,12 @@ OPTIONS:
     --wait MS         give up after waiting MS ms for the lock (default: forever)
     --try             do not wait: exit 73 at once if the lock is held
     --fair            one Redis node only: wait in a FIFO queue kept in Redis
-                      (waiters get the lock in arrival order)
+                      (waiters get the lock in arrival order); exclusive
+                      locks only
+    --limit N         (run) take one of N permits of a semaphore (1..=100)
+                      instead of the exclusive lock; exports EDGELOCK_SLOT
+    --shared          (run) take a shared (reader) hold of a read-write lock;
+                      excludes --limit
     --header 'K: V'   extra HTTP header for every request (e.g. authorization);
                       may be repeated
     --ca-file PEM     https: trust the CA certificate(s) in this file instead
@@ -66,7 +87,8 @@ OPTIONS:
 EXIT CODES:
     0     success (run: the command exited 0)
     N     run: the command's own exit code (128+S if killed by signal S)
-    64    usage error (bad option, name, URL or TTL)
+    64    usage error (bad option, name, URL, TTL or --limit; a lock kind
+          the backend does not offer)
     69    backend unavailable or failing (TRANSPORT / BACKEND errors)
     70    other error
     73    run --try: the lock is held by someone else
@@ -176,6 +198,7 @@ struct Options {
     wait_ms: Option<u64>,
     try_only: bool,
     fair: bool,
+    kind: LockKind,
     json: bool,
     headers: Vec<(String, String)>,
     etcd_user: Option<String>,
@@ -187,7 +210,8 @@ struct Options {
 fn parse(args: &[String], is_run: bool) -> Result<Options, Exit> {
     let mut backend = None;
     let (mut prefix, mut ttl_ms, mut wait_ms) = (None, None, None);
-    let (mut try_only, mut json, mut fair) = (false, false, false);
+    let (mut try_only, mut json, mut fair, mut shared) = (false, false, false, false);
+    let mut limit = None;
     let mut headers = Vec::new();
     let mut token = None;
     let mut etcd_user = None;
@@ -243,6 +267,8 @@ fn parse(args: &[String], is_run: bool) -> Result<Options, Exit> {
             "--wait" if is_run => wait_ms = Some(parse_ms("--wait", &value("milliseconds")?)?),
             "--try" if is_run && inline.is_none() => try_only = true,
             "--fair" if is_run && inline.is_none() => fair = true,
+            "--shared" if is_run && inline.is_none() => shared = true,
+            "--limit" if is_run => limit = Some(parse_limit(&value("a number of permits")?)?),
             "--json" if !is_run && inline.is_none() => json = true,
             "--header" => {
                 let h = value("'Name: value'")?;
@@ -265,6 +291,17 @@ fn parse(args: &[String], is_run: bool) -> Result<Options, Exit> {
     if try_only && wait_ms.is_some() {
         return Err(Exit::usage("--try and --wait exclude each other"));
     }
+    let kind = match (limit, shared) {
+        (Some(_), true) => return Err(Exit::usage("--limit and --shared exclude each other")),
+        (Some(kind), false) => kind,
+        (None, true) => LockKind::Shared,
+        (None, false) => LockKind::Exclusive,
+    };
+    if fair && kind != LockKind::Exclusive {
+        // The Redis recipe's fair queue orders exclusive holders only; a
+        // silently unfair semaphore would surprise.
+        return Err(Exit::usage("--fair applies to the exclusive lock, not to --limit or --shared"));
+    }
     let name = match names.as_slice() {
         [n] => n.clone(),
         [] => return Err(Exit::usage("missing lock NAME")),
@@ -276,7 +313,7 @@ fn parse(args: &[String], is_run: bool) -> Result<Options, Exit> {
     if !is_run && !command.is_empty() {
         return Err(Exit::usage("`status` takes no command"));
     }
-    Ok(Options { backend, token, prefix, ttl_ms, wait_ms, try_only, fair, json, headers, etcd_user, tls, name, command })
+    Ok(Options { backend, token, prefix, ttl_ms, wait_ms, try_only, fair, kind, json, headers, etcd_user, tls, name, command })
 }
 
 /// TLS files from the flags, else from the environment (an empty variable
@@ -297,6 +334,28 @@ fn tls_config(ca_file: Option<String>, cert: Option<String>, key: Option<String>
         (None, Some(_)) => return Err(Exit::usage("--key needs --cert (the client certificate)")),
     }
     Ok(tls)
+}
+
+/// `--limit N`: a semaphore of N permits, N in 1..=MAX_PERMITS.
+fn parse_limit(v: &str) -> Result<LockKind, Exit> {
+    let bad = || Exit::usage(format!("--limit needs a whole number of permits in 1..={MAX_PERMITS}, got {v:?}"));
+    let n = v.trim().parse::<u64>().map_err(|_| bad())?;
+    LockKind::permits(n).map_err(|_| bad())
+}
+
+/// A kind's name as handles, `status` and EDGELOCK_LOCK_MODE spell it.
+fn mode_name(kind: LockKind) -> &'static str {
+    match kind {
+        LockKind::Permits { .. } => "permit",
+        other => other.as_str(),
+    }
+}
+
+fn limit_of(kind: LockKind) -> Option<u32> {
+    match kind {
+        LockKind::Permits { limit } => Some(limit),
+        _ => None,
+    }
 }
 
 fn parse_ms(flag: &str, v: &str) -> Result<u64, Exit> {
@@ -390,7 +449,44 @@ fn status_text(s: &LockStatus) -> String {
     for w in &s.waiters {
         out.push_str(&format!("waiter: {w}\n"));
     }
+    if let Some(l) = s.limit {
+        out.push_str(&format!("limit: {l}\n"));
+    }
+    for h in &s.holders {
+        out.push_str(&format!("hold: {}\n", holder_text(h, true)));
+    }
+    for q in &s.queued {
+        out.push_str(&format!("queued: {}\n", holder_text(q, false)));
+    }
     out
+}
+
+/// `mode=M [limit=N] [slot=S] [token=T] [id=ID]` (holders show their slot,
+/// waiters the limit they wait for).
+fn holder_text(h: &Holder, holding: bool) -> String {
+    let mut out = format!("mode={}", mode_name(h.kind));
+    match (holding, h.slot, limit_of(h.kind)) {
+        (true, Some(slot), _) => out.push_str(&format!(" slot={slot}")),
+        (false, _, Some(limit)) => out.push_str(&format!(" limit={limit}")),
+        _ => {}
+    }
+    if let Some(t) = h.fencing_token {
+        out.push_str(&format!(" token={t}"));
+    }
+    if !h.id.is_empty() {
+        out.push_str(&format!(" id={}", h.id));
+    }
+    out
+}
+
+fn holder_json(h: &Holder) -> serde_json::Value {
+    serde_json::json!({
+        "id": h.id,
+        "mode": mode_name(h.kind),
+        "limit": limit_of(h.kind),
+        "slot": h.slot,
+        "fencingToken": h.fencing_token.map(|t| t.to_string()),
+    })
 }
 
 fn status_json(s: &LockStatus) -> String {
@@ -402,6 +498,9 @@ fn status_json(s: &LockStatus) -> String {
         "fencingToken": s.fencing_token.map(|t| t.to_string()),
         "remainingMs": s.remaining_ms,
         "waiters": s.waiters,
+        "limit": s.limit,
+        "holders": s.holders.iter().map(holder_json).collect::<Vec<_>>(),
+        "queued": s.queued.iter().map(holder_json).collect::<Vec<_>>(),
     })
     .to_string()
 }
@@ -419,12 +518,21 @@ fn hold_and_run(client: &Client, o: &Options) -> Result<i32, Exit> {
         (false, Some(ms)) => Wait::For(ms),
         (false, None) => Wait::Forever,
     };
-    let lock = match client.acquire_with(&o.name, AcquireOptions { wait, ttl_ms: None }, None) {
+    let lock = match client.acquire_kind(&o.name, o.kind, AcquireOptions { wait, ttl_ms: None }, None) {
         Ok(Some(lock)) => lock,
+        Ok(None) if limit_of(o.kind).is_some() => {
+            return Err(Exit { code: EX_BUSY, message: format!("every permit of {:?} is taken", o.name) })
+        }
         Ok(None) => return Err(Exit { code: EX_BUSY, message: format!("lock {:?} is held by someone else", o.name) }),
         Err(e) => return Err(Exit::lock(&e)),
     };
-    eprintln!("edgelock: acquired {} token={}", o.name, lock.fencing_token());
+    // The token stays last on the line: scripts read it after `token=`.
+    let held = match (lock.kind(), lock.slot()) {
+        (LockKind::Permits { limit }, Some(slot)) => format!(" slot={slot}/{limit}"),
+        (LockKind::Exclusive, _) => String::new(),
+        (kind, _) => format!(" {}", mode_name(kind)),
+    };
+    eprintln!("edgelock: acquired {}{held} token={}", o.name, lock.fencing_token());
     let (program, args) = match o.command.split_first() {
         Some(split) => split,
         None => return Err(Exit::usage("missing command")),
@@ -433,6 +541,9 @@ fn hold_and_run(client: &Client, o: &Options) -> Result<i32, Exit> {
         .args(args)
         .env("EDGELOCK_FENCING_TOKEN", lock.fencing_token().to_string())
         .env("EDGELOCK_LOCK_NAME", &o.name)
+        .env("EDGELOCK_LOCK_MODE", mode_name(lock.kind()))
+        .envs(lock.slot().map(|slot| ("EDGELOCK_SLOT", slot.to_string())))
+        .envs(limit_of(lock.kind()).map(|limit| ("EDGELOCK_LOCK_LIMIT", limit.to_string())))
         .spawn();
     let mut child = match spawned {
         Ok(c) => c,

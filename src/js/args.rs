@@ -1,6 +1,9 @@
-//! Argument conversions from JavaScript values.
+//! Argument conversions from JavaScript values, and of lock kinds both ways:
+//! the one place where `mode` / `limit` become a [`LockKind`] and back.
 
-use crate::core::LockError;
+use wasm_bindgen::JsValue;
+
+use crate::core::{LockError, LockKind, MAX_PERMITS};
 
 /// A millisecond (or id) argument from JavaScript: a whole, non-negative,
 /// exactly representable number.
@@ -14,4 +17,71 @@ pub(crate) fn whole_number(what: &str, value: f64) -> Result<u64, LockError> {
         )));
     }
     Ok(value as u64)
+}
+
+/// The kind an acquire asks for, from its `mode` and `limit` options as
+/// JavaScript passed them (`undefined` when absent):
+///
+/// - neither, or `mode: "exclusive"`: [`LockKind::Exclusive`];
+/// - `mode: "shared"`: [`LockKind::Shared`] (the reader side of a read-write lock);
+/// - `limit: n` (a whole number in `1..=MAX_PERMITS`): [`LockKind::Permits`].
+///
+/// Anything else is `INVALID_ARGUMENT`: a `limit` that is not a number
+/// (`"3"` is refused, not coerced), not whole, out of range, or given
+/// together with a `mode`; a `mode` that is not one of the two strings.
+pub(crate) fn lock_kind(mode: &JsValue, limit: &JsValue) -> Result<LockKind, LockError> {
+    let mode = if mode.is_undefined() {
+        None
+    } else {
+        Some(mode.as_string().ok_or_else(|| LockError::invalid("mode must be \"exclusive\" or \"shared\""))?)
+    };
+    let limit = if limit.is_undefined() {
+        None
+    } else {
+        Some(limit.as_f64().ok_or_else(invalid_limit)?)
+    };
+    kind_of(mode.as_deref(), limit)
+}
+
+/// [`lock_kind`] on plain values.
+pub(crate) fn kind_of(mode: Option<&str>, limit: Option<f64>) -> Result<LockKind, LockError> {
+    match (mode, limit) {
+        (Some(_), Some(_)) => Err(LockError::invalid(
+            "limit and mode exclude each other: a semaphore's permits are counted, not shared",
+        )),
+        (None, Some(n)) => {
+            if !n.is_finite() || n.fract() != 0.0 || n < 1.0 || n > MAX_PERMITS as f64 {
+                return Err(invalid_limit());
+            }
+            LockKind::permits(n as u64)
+        }
+        (None | Some("exclusive"), None) => Ok(LockKind::Exclusive),
+        (Some("shared"), None) => Ok(LockKind::Shared),
+        (Some("permit"), None) => Err(LockError::invalid("a permit is asked for with { limit: n }, not with a mode")),
+        (Some(other), None) => Err(LockError::invalid(format!(
+            "unknown mode {:?} (expected \"exclusive\" or \"shared\")",
+            other.chars().take(20).collect::<String>()
+        ))),
+    }
+}
+
+fn invalid_limit() -> LockError {
+    LockError::invalid(format!("limit must be a whole number in 1..={MAX_PERMITS} (a semaphore's permits)"))
+}
+
+/// A kind's `mode` as JavaScript sees it (the handle JSON's spelling).
+pub(crate) fn mode_name(kind: LockKind) -> &'static str {
+    match kind {
+        LockKind::Exclusive => "exclusive",
+        LockKind::Shared => "shared",
+        LockKind::Permits { .. } => "permit",
+    }
+}
+
+/// A semaphore's limit, `None` for other kinds.
+pub(crate) fn limit_of(kind: LockKind) -> Option<u32> {
+    match kind {
+        LockKind::Permits { limit } => Some(limit),
+        _ => None,
+    }
 }

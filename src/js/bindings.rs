@@ -12,13 +12,13 @@ use wasm_bindgen_futures::future_to_promise;
 use web_sys::AbortSignal;
 
 use super::clock::to_epoch_ms;
-use super::args::whole_number;
+use super::args::{limit_of, lock_kind, mode_name, whole_number};
 use super::driver::{Driver, LockNotice};
 use super::entropy::JsEntropy;
 use crate::core::error::ERROR_CODES;
 use crate::core::{
-    AcquireOptions, BackendKind, BackendSpec, LockError, LockHandle, LockId, LockInfo, LockStatus,
-    OpId, Operation, Outcome, Wait,
+    AcquireOptions, BackendKind, BackendSpec, Holder, LockError, LockHandle, LockId, LockInfo, LockKind,
+    LockStatus, OpId, Operation, Outcome, Wait,
 };
 
 /// One lock client (any backend) as JavaScript sees it.
@@ -100,6 +100,7 @@ impl RawLocks {
 
     /// Resolves to a lock object, or `null` for a `tryOnly` acquire that found
     /// the lock held. `waitMs` undefined waits until granted or aborted.
+    /// An exclusive hold (see [`RawLocks::acquire_kind`] for the others).
     pub fn acquire(
         &self,
         name: String,
@@ -108,34 +109,26 @@ impl RawLocks {
         ttl_ms: Option<f64>,
         signal: Option<AbortSignal>,
     ) -> Result<Promise, JsValue> {
-        let backend = self.driver.backend().as_str();
-        let opts = (|| -> Result<AcquireOptions, LockError> {
-            let wait = match (try_only, wait_ms) {
-                (true, _) => Wait::Try,
-                (false, Some(ms)) => Wait::For(whole_number("waitMs", ms)?),
-                (false, None) => Wait::Forever,
-            };
-            let ttl_ms = ttl_ms.map(|t| whole_number("ttlMs", t)).transpose()?;
-            Ok(AcquireOptions { wait, ttl_ms })
-        })()
-        .map_err(|e| to_js_error(&e))?;
-        if signal.as_ref().is_some_and(|s| s.aborted()) {
-            return Err(to_js_error(&LockError::Aborted { backend, name }));
-        }
-        let (op, done) = self
-            .driver
-            .start(Operation::acquire(name, opts))
-            .map_err(|e| to_js_error(&e))?;
-        let hook = signal.and_then(|s| AbortHook::attach(s, self.driver.clone(), op));
-        Ok(future_to_promise(async move {
-            let result = done.await;
-            drop(hook);
-            match result.and_then(Outcome::into_acquired) {
-                Ok(Some(lock)) => Ok(lock_to_js(&lock)),
-                Ok(None) => Ok(JsValue::NULL),
-                Err(e) => Err(to_js_error(&e)),
-            }
-        }))
+        self.start_acquire(name, Ok(LockKind::Exclusive), try_only, wait_ms, ttl_ms, signal)
+    }
+
+    /// Like `acquire`, for the kind that `mode` and `limit` (the options as
+    /// JavaScript gave them, `undefined` when absent) ask for: exclusive by
+    /// default, `mode: "shared"`, or `limit: n` for a permit of a semaphore
+    /// of `n`. Bad values are `INVALID_ARGUMENT` before any request.
+    #[wasm_bindgen(js_name = acquireKind)]
+    #[allow(clippy::too_many_arguments)]
+    pub fn acquire_kind(
+        &self,
+        name: String,
+        mode: JsValue,
+        limit: JsValue,
+        try_only: bool,
+        wait_ms: Option<f64>,
+        ttl_ms: Option<f64>,
+        signal: Option<AbortSignal>,
+    ) -> Result<Promise, JsValue> {
+        self.start_acquire(name, lock_kind(&mode, &limit), try_only, wait_ms, ttl_ms, signal)
     }
 
     /// Resolves to `true` if the lock was still held until this release.
@@ -182,7 +175,9 @@ impl RawLocks {
         }))
     }
 
-    /// Resolves to `{ name, held, holder, fencingToken, remainingMs, waiters }`.
+    /// Resolves to `{ name, held, holder, fencingToken, remainingMs, waiters,
+    /// limit, holders, queued }` (`holders` / `queued`: `{ id, mode, limit,
+    /// slot, fencingToken }` each).
     pub fn inspect(&self, name: String) -> Result<Promise, JsValue> {
         let (_, done) = self.driver.start(Operation::Inspect { name }).map_err(|e| to_js_error(&e))?;
         Ok(future_to_promise(async move {
@@ -218,6 +213,46 @@ impl RawLocks {
     pub fn driver(&self) -> &Driver {
         &self.driver
     }
+
+    fn start_acquire(
+        &self,
+        name: String,
+        kind: Result<LockKind, LockError>,
+        try_only: bool,
+        wait_ms: Option<f64>,
+        ttl_ms: Option<f64>,
+        signal: Option<AbortSignal>,
+    ) -> Result<Promise, JsValue> {
+        let backend = self.driver.backend().as_str();
+        let (kind, opts) = (|| -> Result<(LockKind, AcquireOptions), LockError> {
+            let kind = kind?;
+            let wait = match (try_only, wait_ms) {
+                (true, _) => Wait::Try,
+                (false, Some(ms)) => Wait::For(whole_number("waitMs", ms)?),
+                (false, None) => Wait::Forever,
+            };
+            let ttl_ms = ttl_ms.map(|t| whole_number("ttlMs", t)).transpose()?;
+            Ok((kind, AcquireOptions { wait, ttl_ms }))
+        })()
+        .map_err(|e| to_js_error(&e))?;
+        if signal.as_ref().is_some_and(|s| s.aborted()) {
+            return Err(to_js_error(&LockError::Aborted { backend, name }));
+        }
+        let (op, done) = self
+            .driver
+            .start(Operation::Acquire { name, kind, options: opts })
+            .map_err(|e| to_js_error(&e))?;
+        let hook = signal.and_then(|s| AbortHook::attach(s, self.driver.clone(), op));
+        Ok(future_to_promise(async move {
+            let result = done.await;
+            drop(hook);
+            match result.and_then(Outcome::into_acquired) {
+                Ok(Some(lock)) => Ok(lock_to_js(&lock)),
+                Ok(None) => Ok(JsValue::NULL),
+                Err(e) => Err(to_js_error(&e)),
+            }
+        }))
+    }
 }
 
 /// Cancels an operation when an `AbortSignal` fires; removes its listener when dropped.
@@ -248,12 +283,27 @@ fn set(target: &Object, key: &str, value: &JsValue) {
     let _ = Reflect::set(target, &JsValue::from_str(key), value);
 }
 
-/// `{ lockId, name, fencingToken (decimal string), expiresAt (ms since epoch), handle (JSON) }`.
+/// A number, or `null` for `None`.
+fn opt_u32(v: Option<u32>) -> JsValue {
+    v.map(|n| JsValue::from_f64(n as f64)).unwrap_or(JsValue::NULL)
+}
+
+/// `mode` ("exclusive" | "shared" | "permit"), `limit` and `slot` (numbers
+/// for a permit, `null` otherwise) of a hold.
+fn set_kind(o: &Object, kind: LockKind, slot: Option<u32>) {
+    set(o, "mode", &mode_name(kind).into());
+    set(o, "limit", &opt_u32(limit_of(kind)));
+    set(o, "slot", &opt_u32(if limit_of(kind).is_some() { slot } else { None }));
+}
+
+/// `{ lockId, name, fencingToken (decimal string), expiresAt (ms since epoch),
+/// handle (JSON), mode, limit, slot }`.
 fn lock_to_js(lock: &LockInfo) -> JsValue {
     let o = Object::new();
     set(&o, "lockId", &(lock.id.0 as f64).into());
     set(&o, "name", &lock.name.as_str().into());
     set(&o, "fencingToken", &lock.fencing_token.to_string().into());
+    set_kind(&o, lock.kind(), lock.slot());
     set(&o, "expiresAt", &to_epoch_ms(lock.expires_at).into());
     let handle = serde_json::to_string(&lock.handle).unwrap_or_default();
     set(&o, "handle", &handle.into());
@@ -288,6 +338,26 @@ fn status_to_js(s: &LockStatus) -> JsValue {
     );
     let waiters: Array = s.waiters.iter().map(|w| JsValue::from_str(w)).collect();
     set(&o, "waiters", &waiters);
+    set(&o, "limit", &opt_u32(s.limit));
+    let holders: Array = s.holders.iter().map(holder_to_js).collect();
+    set(&o, "holders", &holders);
+    let queued: Array = s.queued.iter().map(holder_to_js).collect();
+    set(&o, "queued", &queued);
+    o.into()
+}
+
+/// `{ id, mode, limit, slot, fencingToken (decimal string or null) }`.
+fn holder_to_js(h: &Holder) -> JsValue {
+    let o = Object::new();
+    set(&o, "id", &h.id.as_str().into());
+    set_kind(&o, h.kind, h.slot);
+    set(
+        &o,
+        "fencingToken",
+        &h.fencing_token
+            .map(|t| JsValue::from_str(&t.to_string()))
+            .unwrap_or(JsValue::NULL),
+    );
     o.into()
 }
 

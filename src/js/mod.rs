@@ -15,7 +15,7 @@ pub mod driver;
 pub mod entropy;
 mod fetch;
 mod streams;
-mod args;
+pub(crate) mod args;
 mod timer;
 
 pub use driver::{Driver, LockNotice, OpFuture};

@@ -124,6 +124,24 @@ impl AsyncClient {
         self.acquire_with(name, AcquireOptions { wait: Wait::Try, ttl_ms: None }).await
     }
 
+    /// Tries once for a hold of `kind` (see [`Client::try_acquire_kind`]).
+    ///
+    /// ```no_run
+    /// # async fn f() -> Result<(), edgelock::LockError> {
+    /// use edgelock::core::LockKind;
+    /// use edgelock::native::{AsyncClient, EtcdConfig};
+    ///
+    /// let client = AsyncClient::etcd(EtcdConfig::new(vec!["http://127.0.0.1:2379".into()]))?;
+    /// if let Some(permit) = client.try_acquire_kind("renders", LockKind::permits(3)?).await? {
+    ///     println!("slot {:?}", permit.slot());
+    ///     permit.release().await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_acquire_kind(&self, name: &str, kind: LockKind) -> Result<Option<AsyncLock>, LockError> {
+        self.acquire_kind(name, kind, AcquireOptions { wait: Wait::Try, ttl_ms: None }).await
+    }
+
     /// Adopts a lock described by a handle, after the backend confirms it is
     /// still held (see [`Client::resume`]).
     pub async fn resume(&self, handle: &LockHandle) -> Result<AsyncLock, LockError> {

@@ -161,6 +161,23 @@ impl Client {
     /// permit of a semaphore ([`LockKind::permits`]). Otherwise as
     /// [`Client::acquire_with`]. A kind the backend does not offer is
     /// `INVALID_ARGUMENT` before any request.
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use edgelock::core::{AcquireOptions, LockKind, Wait};
+    /// use edgelock::native::{Client, EtcdConfig};
+    ///
+    /// let client = Client::etcd(EtcdConfig::new(vec!["http://127.0.0.1:2379".into()]))?;
+    /// // At most 3 holders of "renders" at once; each permit has its own slot.
+    /// let kind = LockKind::permits(3)?;
+    /// let opts = AcquireOptions { wait: Wait::For(30_000), ttl_ms: None };
+    /// if let Some(permit) = client.acquire_kind("renders", kind, opts, None)? {
+    ///     let slot = permit.slot().expect("a permit has a slot"); // in 0..3
+    ///     println!("slot {slot}, token {}", permit.fencing_token());
+    ///     permit.release()?;
+    /// }
+    /// # Ok::<(), edgelock::LockError>(())
+    /// ```
     pub fn acquire_kind(&self, name: &str, kind: LockKind, opts: AcquireOptions, cancel: Option<&CancelToken>) -> Result<Option<Lock>, LockError> {
         if cancel.is_some_and(CancelToken::is_cancelled) {
             return Err(LockError::Aborted { backend: self.backend(), name: name.to_string() });
@@ -184,6 +201,25 @@ impl Client {
     /// Tries once: `Ok(None)` if someone else holds the lock.
     pub fn try_acquire(&self, name: &str) -> Result<Option<Lock>, LockError> {
         self.acquire_with(name, AcquireOptions { wait: Wait::Try, ttl_ms: None }, None)
+    }
+
+    /// Tries once for a hold of `kind` (see [`Client::acquire_kind`]):
+    /// `Ok(None)` if it cannot be granted now (every permit of a semaphore is
+    /// taken, or an exclusive holder is in the way).
+    ///
+    /// ```no_run
+    /// use edgelock::core::LockKind;
+    /// use edgelock::native::{Client, EtcdConfig};
+    ///
+    /// let client = Client::etcd(EtcdConfig::new(vec!["http://127.0.0.1:2379".into()]))?;
+    /// match client.try_acquire_kind("renders", LockKind::permits(3)?)? {
+    ///     Some(permit) => { /* one of 3 slots: permit.slot() */ permit.release()?; }
+    ///     None => println!("all 3 permits are taken"),
+    /// }
+    /// # Ok::<(), edgelock::LockError>(())
+    /// ```
+    pub fn try_acquire_kind(&self, name: &str, kind: LockKind) -> Result<Option<Lock>, LockError> {
+        self.acquire_kind(name, kind, AcquireOptions { wait: Wait::Try, ttl_ms: None }, None)
     }
 
     /// Adopts a lock described by a handle (from [`Lock::handle`], possibly of
@@ -307,6 +343,8 @@ impl fmt::Debug for Lock {
         f.debug_struct("Lock")
             .field("name", &self.info.name)
             .field("fencing_token", &self.info.fencing_token)
+            .field("kind", &self.info.kind())
+            .field("slot", &self.info.slot())
             .field("lost", &self.is_lost())
             .finish_non_exhaustive()
     }

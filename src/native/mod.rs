@@ -31,3 +31,4 @@ pub use crate::core::etcd::{EtcdAuth, EtcdConfig};
 pub use async_client::{AsyncClient, AsyncLock, LostFuture};
 pub use client::{CancelToken, Client, ClientOptions, Lock};
 pub use tls::TlsConfig;
+pub use crate::core::{LockKind, MAX_PERMITS};

@@ -22,13 +22,13 @@ use wasm_bindgen::{JsCast, JsValue};
 
 use super::config::{cleanup_requests, Config};
 use crate::core::budget::Budgeted;
-use crate::core::{AcquireOptions, LockError, LockHandle, LockId, LockInfo, LockStatus, Operation};
+use crate::core::{AcquireOptions, LockError, LockHandle, LockId, LockInfo, LockKind, LockStatus, Operation};
 use crate::js::{Driver, JsEntropy};
 
 /// How an acquire ended when it did not fail.
 pub enum Acquired {
     Held(LockInfo),
-    /// `ifAvailable` found it held by someone else.
+    /// `ifAvailable` found it held by someone else (or every permit taken).
     Busy,
 }
 
@@ -59,8 +59,9 @@ impl LockClient {
         self.driver.to_epoch_ms(at)
     }
 
-    pub async fn acquire(&self, name: &str, opts: &AcquireOptions) -> Result<Acquired, LockError> {
-        let (_, done) = self.driver.start(Operation::acquire(name, *opts))?;
+    pub async fn acquire(&self, name: &str, kind: LockKind, opts: &AcquireOptions) -> Result<Acquired, LockError> {
+        let op = Operation::Acquire { name: name.to_string(), kind, options: *opts };
+        let (_, done) = self.driver.start(op)?;
         Ok(match done.await?.into_acquired()? {
             Some(lock) => Acquired::Held(lock),
             None => Acquired::Busy,

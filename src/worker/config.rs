@@ -17,13 +17,14 @@
 //! | `EDGELOCK_JOB_MS` | how long the demo job works (default 20 ms) |
 //! | `EDGELOCK_DEFAULT_WAIT_MS` | wait of `POST /jobs/:name/run` without `waitMs`/`ifAvailable` (default 10000) |
 //! | `EDGELOCK_CRON_JOB`, `EDGELOCK_CRON_WAIT_MS` | job the cron trigger runs (default `cron`) and how long it waits for the lock (default 0: skip when busy) |
+//! | `EDGELOCK_JOB_LIMITS` | jobs that may run N at once, `name=N` comma-separated (e.g. `renders=3,thumbs=5`): each run takes one of N permits of a semaphore instead of the exclusive lock (the cron job too, if listed) |
 //!
 //! Values are strings; numbers may also be given as numbers. Nothing here
 //! ever puts a value of a token binding into a message.
 
 use crate::core::etcd::EtcdConfig;
 use crate::core::redis::{RedisConfig, RedisNode, RedlockConfig};
-use crate::core::{BackendSpec, LockError};
+use crate::core::{BackendSpec, LockError, LockKind, MAX_PERMITS};
 
 /// Requests kept back for releasing and cleaning up when the budget runs
 /// low: one owner-checked delete per Redis node; etcd deletes the key and
@@ -45,6 +46,34 @@ pub struct Config {
     pub default_wait_ms: u64,
     pub cron_job: String,
     pub cron_wait_ms: u64,
+    /// `EDGELOCK_JOB_LIMITS`: jobs that run at most N at once, by name.
+    pub job_limits: Vec<(String, LockKind)>,
+}
+
+impl Config {
+    /// The configured kind of job `name`: a semaphore's permit if
+    /// `EDGELOCK_JOB_LIMITS` names it, else `None`.
+    pub fn job_kind(&self, name: &str) -> Option<LockKind> {
+        self.job_limits.iter().find(|(n, _)| n == name).map(|(_, k)| *k)
+    }
+}
+
+/// `name=N,name=N` → the jobs' semaphores (N in 1..=MAX_PERMITS).
+fn job_limits(v: &str) -> Result<Vec<(String, LockKind)>, LockError> {
+    list(v)
+        .into_iter()
+        .map(|entry| {
+            let parsed = entry.rsplit_once('=').and_then(|(name, n)| {
+                let kind = LockKind::permits(n.trim().parse::<u64>().ok()?).ok()?;
+                Some((name.trim().to_string(), kind)).filter(|(name, _)| !name.is_empty())
+            });
+            parsed.ok_or_else(|| {
+                LockError::invalid(format!(
+                    "EDGELOCK_JOB_LIMITS must list name=N entries with N in 1..={MAX_PERMITS}, comma-separated"
+                ))
+            })
+        })
+        .collect()
 }
 
 pub const DEFAULT_SUBREQUEST_BUDGET: u32 = 50;
@@ -200,6 +229,7 @@ impl Config {
                 .filter(|j| !j.trim().is_empty())
                 .unwrap_or_else(|| "cron".into()),
             cron_wait_ms: num("EDGELOCK_CRON_WAIT_MS", 0, MAX_WAIT_MS)?,
+            job_limits: job_limits(&var("EDGELOCK_JOB_LIMITS").unwrap_or_default())?,
         })
     }
 }

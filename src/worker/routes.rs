@@ -3,16 +3,21 @@
 //! the core's; this only converts arguments and results.
 //!
 //! - `POST /jobs/:name/run` — acquire (`waitMs`, `ifAvailable`, `ttlMs`,
-//!   `jobMs` from the query or a JSON body), run the demo job with the fencing
+//!   `jobMs`, `limit` from the query or a JSON body), run the demo job with the fencing
 //!   token, release. 200 with the token; 409 `BUSY` when `ifAvailable` found
 //!   it held; 504 `TIMEOUT`; 503 `BUDGET`; 502 for backend failures; 409
 //!   `FENCED` if the resource refused the token.
+//!   "At most N at once": `limit` (or the job's entry in
+//!   `EDGELOCK_JOB_LIMITS`) takes one of N permits of a semaphore instead of
+//!   the exclusive lock; the reply then has `mode: "permit"`, `limit` and the
+//!   permit's `slot`, and the job writes to the resource `name.slot`. A
+//!   `limit` that contradicts the configured one is 400.
 //! - `POST /jobs/:name/start` — acquire and answer the lock's handle without
 //!   releasing (the first half of a job that spans two invocations);
 //!   `POST /jobs/:name/finish` with that handle as body — resume, run the
 //!   job, release.
 //! - `GET /locks/:name` — holder, fencing token, expiry and waiters where the
-//!   backend can tell.
+//!   backend can tell; `limit`, `holders` and `queued` with modes and slots.
 
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -20,7 +25,8 @@ use serde_json::{json, Value};
 use super::client::{Acquired, LockClient};
 use super::config::{Config, MAX_WAIT_MS};
 use super::job::{self, JOB_SUBREQUESTS};
-use crate::core::{AcquireOptions, BackendSpec, LockError, LockHandle, LockInfo, Wait};
+use crate::core::{AcquireOptions, BackendSpec, Holder, LockError, LockHandle, LockInfo, LockKind, Wait};
+use crate::js::args::{limit_of, mode_name};
 
 pub struct Reply {
     pub status: u16,
@@ -71,6 +77,8 @@ pub struct RunOptions {
     pub if_available: Option<bool>,
     pub ttl_ms: Option<u64>,
     pub job_ms: Option<u64>,
+    /// At most this many runs of the job at once (a semaphore's permits).
+    pub limit: Option<u64>,
 }
 
 impl RunOptions {
@@ -80,7 +88,7 @@ impl RunOptions {
         } else {
             serde_json::from_slice(body).map_err(|_| {
                 LockError::invalid(
-                    "the body must be a JSON object with waitMs, ifAvailable, ttlMs or jobMs",
+                    "the body must be a JSON object with waitMs, ifAvailable, ttlMs, jobMs or limit (whole numbers)",
                 )
             })?
         };
@@ -101,9 +109,14 @@ impl RunOptions {
                 "ttlMs" => opts.ttl_ms = Some(number()?),
                 "jobMs" => opts.job_ms = Some(number()?),
                 "ifAvailable" => opts.if_available = Some(matches!(v, "" | "1" | "true")),
+                "limit" => {
+                    opts.limit = Some(v.parse::<u64>().map_err(|_| {
+                        LockError::invalid("limit must be a whole number of permits")
+                    })?)
+                }
                 _ => {
                     return Err(LockError::invalid(
-                        "unknown query parameter (waitMs, ifAvailable, ttlMs, jobMs)",
+                        "unknown query parameter (waitMs, ifAvailable, ttlMs, jobMs, limit)",
                     ))
                 }
             }
@@ -119,6 +132,23 @@ impl RunOptions {
             }
         }
         Ok(opts)
+    }
+
+    /// The kind of hold for job `name`: the request's `limit`, else the
+    /// job's `EDGELOCK_JOB_LIMITS` entry, else exclusive. A request's limit
+    /// must agree with a configured one (holders of one semaphore must
+    /// count the same permits).
+    pub fn kind(&self, cfg: &Config, name: &str) -> Result<LockKind, LockError> {
+        let asked = self.limit.map(LockKind::permits).transpose()?;
+        match (asked, cfg.job_kind(name)) {
+            (Some(a), Some(c)) if a != c => Err(LockError::invalid(format!(
+                "job {name:?} runs as a {} (EDGELOCK_JOB_LIMITS), not as a {}",
+                c.describe(),
+                a.describe()
+            ))),
+            (Some(k), _) | (None, Some(k)) => Ok(k),
+            (None, None) => Ok(LockKind::Exclusive),
+        }
     }
 
     fn acquire_options(&self, default_wait_ms: u64) -> AcquireOptions {
@@ -155,6 +185,7 @@ pub async fn handle(
                 BackendSpec::Etcd(_) => Value::Null,
             },
             "routes": ["POST /jobs/:name/run", "POST /jobs/:name/start", "POST /jobs/:name/finish", "GET /locks/:name"],
+            "jobLimits": cfg.job_limits.iter().map(|(n, k)| (n.clone(), json!(limit_of(*k)))).collect::<serde_json::Map<_, _>>(),
         })),
         ("POST", ["jobs", name, action @ ("run" | "start" | "finish")]) => {
             let name = match decode_segment(name) {
@@ -193,25 +224,43 @@ fn subrequests(cfg: &Config, lock: u32, job: u32) -> Value {
     json!({ "lock": lock, "job": job, "total": lock + job, "budget": cfg.subrequest_budget })
 }
 
+/// The kind of a held lock for a reply: `mode`, and `limit` / `slot` for a permit.
+fn with_kind(reply: Reply, lock: &LockInfo) -> Reply {
+    match limit_of(lock.kind()) {
+        Some(limit) => reply
+            .with("mode", json!(mode_name(lock.kind())))
+            .with("limit", json!(limit))
+            .with("slot", json!(lock.slot())),
+        None => reply.with("mode", json!(mode_name(lock.kind()))),
+    }
+}
+
+fn busy(name: &str, kind: LockKind) -> Reply {
+    let message = match limit_of(kind) {
+        Some(limit) => format!("job {name:?} already runs {limit} times at once"),
+        None => format!("job {name:?} is running in another invocation"),
+    };
+    Reply::coded(409, "BUSY", message)
+}
+
 /// Acquire, run, release: the body of `POST /jobs/:name/run` and of the cron trigger.
 pub async fn run_job(cfg: &Config, name: &str, opts: &RunOptions, invocation: &str) -> Reply {
+    let kind = match opts.kind(cfg, name) {
+        Ok(k) => k,
+        Err(e) => return Reply::lock_error(&e),
+    };
     let client = match client(cfg) {
         Ok(c) => c,
         Err(e) => return Reply::lock_error(&e),
     };
     let acquired = client
-        .acquire(name, &opts.acquire_options(cfg.default_wait_ms))
+        .acquire(name, kind, &opts.acquire_options(cfg.default_wait_ms))
         .await;
     let lock = match acquired {
         Ok(Acquired::Held(lock)) => lock,
         Ok(Acquired::Busy) => {
             client.close().await;
-            return Reply::coded(
-                409,
-                "BUSY",
-                format!("job {name:?} is running in another invocation"),
-            )
-            .with("subrequests", subrequests(cfg, client.subrequests(), 0));
+            return busy(name, kind).with("subrequests", subrequests(cfg, client.subrequests(), 0));
         }
         Err(e) => {
             client.close().await;
@@ -233,9 +282,16 @@ async fn run_held(
 ) -> Reply {
     let token = lock.fencing_token;
     let expires_at = client.to_epoch_ms(lock.expires_at);
+    let held = lock.clone();
+    // A permit's runs write to the slot's own resource: concurrent holders of
+    // one semaphore have no common order, each slot's successive holders do.
+    let resource = match lock.slot() {
+        Some(slot) => format!("{name}.{slot}"),
+        None => name.to_string(),
+    };
     let ran = job::run(
         cfg.fenced_url.as_deref(),
-        name,
+        &resource,
         token,
         job_ms.unwrap_or(cfg.job_ms),
         invocation,
@@ -269,7 +325,7 @@ async fn run_held(
         Ok(held) => json!({ "released": true, "heldUntilRelease": held }),
         Err(e) => json!({ "released": false, "code": e.code(), "error": e.to_string() }),
     };
-    reply
+    with_kind(reply, &held)
         .with("token", json!(token.to_string()))
         .with("release", released)
         .with(
@@ -281,25 +337,28 @@ async fn run_held(
 /// Acquire and hand out the handle; the lock stays held (until its lease or
 /// TTL runs out) for a later invocation to resume.
 async fn start_job(cfg: &Config, name: &str, opts: &RunOptions) -> Reply {
+    let kind = match opts.kind(cfg, name) {
+        Ok(k) => k,
+        Err(e) => return Reply::lock_error(&e),
+    };
     let client = match client(cfg) {
         Ok(c) => c,
         Err(e) => return Reply::lock_error(&e),
     };
     let reply = match client
-        .acquire(name, &opts.acquire_options(cfg.default_wait_ms))
+        .acquire(name, kind, &opts.acquire_options(cfg.default_wait_ms))
         .await
     {
-        Ok(Acquired::Held(lock)) => Reply::ok(json!({
-            "job": name,
-            "token": lock.fencing_token.to_string(),
-            "expiresAt": client.to_epoch_ms(lock.expires_at),
-            "handle": serde_json::to_value(&lock.handle).unwrap_or(Value::Null),
-        })),
-        Ok(Acquired::Busy) => Reply::coded(
-            409,
-            "BUSY",
-            format!("job {name:?} is running in another invocation"),
+        Ok(Acquired::Held(lock)) => with_kind(
+            Reply::ok(json!({
+                "job": name,
+                "token": lock.fencing_token.to_string(),
+                "expiresAt": client.to_epoch_ms(lock.expires_at),
+                "handle": serde_json::to_value(&lock.handle).unwrap_or(Value::Null),
+            })),
+            &lock,
         ),
+        Ok(Acquired::Busy) => busy(name, kind),
         Err(e) => Reply::lock_error(&e),
     };
     // No close: closing would release the lock. Dropping the client stops
@@ -322,6 +381,10 @@ async fn finish_job(cfg: &Config, name: &str, body: &[u8], invocation: &str) -> 
         Ok(_) => return Reply::lock_error(&LockError::invalid("the handle is for another job")),
         Err(e) => return Reply::lock_error(&e),
     };
+    // A job configured to run N at once is finished only with a permit of N.
+    if let Some(Err(e)) = cfg.job_kind(name).map(|k| handle.check_kind(k)) {
+        return Reply::lock_error(&e);
+    }
     let client = match client(cfg) {
         Ok(c) => c,
         Err(e) => return Reply::lock_error(&e),
@@ -352,10 +415,24 @@ async fn lock_status(cfg: &Config, name: &str) -> Reply {
             "remainingMs": s.remaining_ms,
             "expiresAt": s.remaining_ms.map(|r| js_sys::Date::now() + r as f64),
             "waiters": s.waiters,
+            "limit": s.limit,
+            "holders": s.holders.iter().map(holder_json).collect::<Vec<_>>(),
+            "queued": s.queued.iter().map(holder_json).collect::<Vec<_>>(),
         })),
         Err(e) => Reply::lock_error(&e),
     };
     reply.with("subrequests", subrequests(cfg, client.subrequests(), 0))
+}
+
+/// `{ id, mode, limit, slot, token }` of a holder or waiter.
+fn holder_json(h: &Holder) -> Value {
+    json!({
+        "id": h.id,
+        "mode": mode_name(h.kind),
+        "limit": limit_of(h.kind),
+        "slot": h.slot,
+        "token": h.fencing_token.map(|t| t.to_string()),
+    })
 }
 
 /// A path segment, percent-decoded (lock names may contain `/` as `%2F`).

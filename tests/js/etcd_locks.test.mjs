@@ -8,6 +8,7 @@ import { createServer } from "node:http";
 import { EtcdLocks, LockError } from "edgelock";
 import { eventually, freePort, startEtcd } from "./support/etcd.mjs";
 import { runModule, skipUnlessRequired } from "./support/runtime.mjs";
+import { lockKindTests } from "./support/kinds.mjs";
 
 let etcd;
 const clients = [];
@@ -335,3 +336,6 @@ describe("module formats", () => {
     await rejectsWith(c.acquire(name), "CLOSED");
   });
 });
+
+// Semaphores (`limit`), read-write locks (`mode`) and status() with holders.
+lockKindTests("EtcdLocks", (extra = {}) => client({ prefix: "kinds", ...extra }), { queuedVisible: true });

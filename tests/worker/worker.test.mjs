@@ -336,3 +336,99 @@ describe('Worker on Redlock over 5 nodes: the subscription cap', { timeout: 300_
     assert.equal(r.status, 200, r.text);
   });
 });
+
+// "At most N at once": `limit` on the run/start routes, or the job's entry in
+// EDGELOCK_JOB_LIMITS, takes one of N permits of a semaphore (the backends
+// grant them; until then they refuse with INVALID_ARGUMENT before sending
+// anything). A permit's run writes to the resource `name.slot`.
+for (const backend of ['etcd', 'redis (upstash)', 'redlock']) {
+  describe(`Worker on ${backend}: jobs that run at most N at once`, { timeout: 300_000 }, () => {
+    let w;
+    const capped = uniq(`capped-${slug(backend)}`);
+    before(async () => {
+      w = await startWorkers({
+        main: {
+          ...backendBindings(env)[backend],
+          EDGELOCK_PREFIX: `wt-sem-${slug(backend)}`,
+          EDGELOCK_FENCED_URL: env.fenced_url,
+          EDGELOCK_JOB_MS: '20',
+          // Per backend: the fenced resource (and its tokens) is shared by all.
+          EDGELOCK_JOB_LIMITS: `${capped}=2, other=5`,
+        },
+      });
+    });
+    after(async () => {
+      await w?.dispose();
+    });
+
+    test('bad limits are 400 INVALID_ARGUMENT before any subrequest', async () => {
+      const job = uniq('bad-limit');
+      // The last case: `capped` runs 2 at once (EDGELOCK_JOB_LIMITS), 3 contradicts it.
+      for (const [target, query, body] of [[job, '?limit=0'], [job, '?limit=101'], [job, '?limit=x'], [job, '?limit=-1'],
+        [job, '', { limit: 1.5 }], [job, '', { limit: '3' }], [job, '', { limit: 0 }], [capped, '?limit=3']]) {
+        for (const route of ['run', 'start']) {
+          const r = await w.call(null, 'POST', `/jobs/${target}/${route}${query}`, body);
+          assert.equal(r.status, 400, `${route}${query} ${JSON.stringify(body)}: ${r.text}`);
+          assert.equal(r.body.code, 'INVALID_ARGUMENT', r.text);
+          assert.equal(r.body.subrequests?.lock ?? 0, 0, `nothing was sent: ${r.text}`);
+        }
+      }
+      const r = await w.call(null, 'GET', '/');
+      assert.deepEqual(r.body.jobLimits, { [capped]: 2, other: 5 });
+    });
+
+    test('limit=2: six concurrent runs, two at a time, each slot a serial fenced history', async () => {
+      const job = uniq('sem');
+      const replies = await Promise.all(
+        Array.from({ length: 6 }, () => w.call(null, 'POST', `/jobs/${job}/run?limit=2&waitMs=60000&jobMs=300`)),
+      );
+      for (const r of replies) {
+        assert.equal(r.status, 200, r.text);
+        assert.equal(r.body.mode, 'permit');
+        assert.equal(r.body.limit, 2);
+        assert.ok(r.body.slot === 0 || r.body.slot === 1, r.text);
+        assert.equal(r.body.accepted, true, r.text);
+      }
+      // Never more than two runs overlap in time, and two did.
+      const edges = replies.flatMap((r) => [[r.body.started, 1], [r.body.finished, -1]]).sort((a, b) => a[0] - b[0] || a[1] - b[1]);
+      let inside = 0;
+      let most = 0;
+      for (const [, d] of edges) most = Math.max(most, (inside += d));
+      assert.equal(most, 2, `at most and at least 2 at once: ${JSON.stringify(replies.map((r) => [r.body.slot, r.body.started, r.body.finished]))}`);
+      for (const slot of [0, 1]) {
+        const runs = replies.filter((r) => r.body.slot === slot).length;
+        await assertSerialRuns(env, `${job}.${slot}`, runs);
+      }
+    });
+
+    test('a configured job (EDGELOCK_JOB_LIMITS capped=2): 409 BUSY when both permits are held; GET /locks lists them', async () => {
+      const a = await w.call(null, 'POST', `/jobs/${capped}/start`);
+      const b = await w.call(null, 'POST', `/jobs/${capped}/start?limit=2`);
+      for (const r of [a, b]) {
+        assert.equal(r.status, 200, r.text);
+        assert.equal(r.body.mode, 'permit');
+        assert.equal(r.body.handle.mode, 'permit');
+        assert.equal(r.body.handle.limit, 2);
+      }
+      assert.deepEqual([a.body.slot, b.body.slot].sort(), [0, 1]);
+      const busy = await w.call(null, 'POST', `/jobs/${capped}/run?ifAvailable`);
+      assert.equal(busy.status, 409, busy.text);
+      assert.equal(busy.body.code, 'BUSY');
+      const status = await w.call(null, 'GET', `/locks/${capped}`);
+      assert.equal(status.status, 200, status.text);
+      assert.equal(status.body.limit, 2);
+      assert.deepEqual(status.body.holders.map((h) => [h.mode, h.slot]).sort(), [['permit', 0], ['permit', 1]]);
+      for (const r of [a, b]) {
+        const done = await w.call(null, 'POST', `/jobs/${capped}/finish`, r.body);
+        assert.equal(done.status, 200, done.text);
+        assert.equal(done.body.slot, r.body.slot);
+      }
+      // An exclusive handle does not finish a job that runs 2 at once.
+      const excl = await w.call(null, 'POST', `/jobs/${uniq('excl')}/start`);
+      assert.equal(excl.status, 200, excl.text);
+      const wrong = await w.call(null, 'POST', `/jobs/${capped}/finish`, { handle: { ...excl.body.handle, name: capped } });
+      assert.equal(wrong.status, 400, wrong.text);
+      assert.equal(wrong.body.code, 'INVALID_ARGUMENT');
+    });
+  });
+}

@@ -252,3 +252,25 @@ fn a_panicking_machine_fails_calls_instead_of_hanging_them() {
     assert_eq!(lock.wait_lost(Some(Duration::from_secs(5))), Some(LostReason::ClientClosed));
     assert!(matches!(c.acquire("q", None), Err(LockError::Closed { .. })));
 }
+
+#[test]
+fn kinds_the_backend_does_not_offer_are_refused_before_any_request() {
+    let server = ToyServer::start();
+    let c = client(&server, TTL_MS);
+    let before = server.requests();
+    for kind in [LockKind::Shared, LockKind::Permits { limit: 3 }] {
+        let e = c.try_acquire_kind("k", kind).unwrap_err();
+        assert_eq!(e.code(), "INVALID_ARGUMENT", "{kind:?}: {e}");
+        let e = c.acquire_kind("k", kind, AcquireOptions::default(), None).unwrap_err();
+        assert_eq!(e.code(), "INVALID_ARGUMENT", "{kind:?}: {e}");
+    }
+    let e = c.try_acquire_kind("k", LockKind::Permits { limit: 0 }).unwrap_err();
+    assert!(e.to_string().contains("limit"), "{e}");
+    assert_eq!(server.requests(), before, "nothing was sent");
+    // Exclusive still works through the same entry point.
+    let lock = c.try_acquire_kind("k", LockKind::Exclusive).unwrap().expect("free");
+    assert_eq!((lock.kind(), lock.slot()), (LockKind::Exclusive, None));
+    let debug = format!("{lock:?}");
+    assert!(debug.contains("kind: Exclusive, slot: None"), "{debug}");
+    assert!(lock.release().unwrap());
+}

@@ -1,8 +1,8 @@
 // Type-checked (tsc --noEmit, strict, skipLibCheck off) against the installed
 // package's declarations; never run. Lines marked @ts-expect-error must fail
 // to type-check, so the declarations are known to reject misuse.
-import { EtcdLocks, RedisLocks, Redlock, LockError } from "edgelock";
-import type { Lock, LockClient, LockErrorCode, LockHandleJSON } from "edgelock";
+import { EtcdLocks, RedisLocks, Redlock, LockError, MAX_PERMITS } from "edgelock";
+import type { Lock, LockClient, LockErrorCode, LockHandleJSON, LockHolder, LockMode, LockStatus, PermitLock } from "edgelock";
 
 async function etcdExample(): Promise<bigint> {
   const locks = new EtcdLocks({
@@ -35,6 +35,35 @@ async function requestExample(client: LockClient): Promise<number> {
   const m: string = await client.request("counter", { ifAvailable: true }, async (lock) => (lock === null ? "busy" : lock.name));
   const k: number = await client.request("counter", { waitMs: 100, ttlMs: 5_000 }, (lock) => (lock ? 1 : 0));
   return n + m.length + k;
+}
+
+async function kindsExample(client: LockClient): Promise<number> {
+  // A semaphore: at most 3 holders, each with its own slot.
+  const permit: PermitLock = await client.acquire("renders", { limit: 3, waitMs: 10_000 });
+  const slot: number = permit.slot;
+  const limit: number = permit.limit;
+  const mode: "permit" = permit.mode;
+  const handle: LockHandleJSON = permit.toJSON();
+  const handleSlot: number | undefined = handle.slot;
+  const resumed: Lock = await client.resume(handle);
+  const maybe: PermitLock | null = await client.tryAcquire("renders", { limit: MAX_PERMITS });
+  const viaRequest: number = await client.request("renders", { limit: 3 }, (p) => (p === null ? -1 : p.slot));
+  // Read-write: readers share, a writer (the default mode) excludes them.
+  const reader: Lock = await client.acquire("config", { mode: "shared" });
+  const writer: Lock = await client.acquire("config", { mode: "exclusive", ttlMs: 5_000 });
+  const m: LockMode = reader.mode;
+  const s: number | null = writer.slot;
+  const l: number | null = writer.limit;
+  const status: LockStatus = await client.status("renders");
+  const holders: LockHolder[] = status.holders;
+  const first = holders[0];
+  const firstSlot: number | null = first === undefined ? null : first.slot;
+  const token: bigint | null = status.fencingToken;
+  const queued: LockMode[] = status.queued.map((q) => q.mode);
+  const statusLimit: number | null = status.limit;
+  void mode; void handleSlot; void maybe; void m; void s; void l; void firstSlot; void token; void queued; void statusLimit;
+  await resumed.release();
+  return slot + limit + viaRequest;
 }
 
 function redisExamples(): LockClient[] {
@@ -77,7 +106,18 @@ async function misuse(locks: EtcdLocks, lock: Lock): Promise<void> {
   new RedisLocks({ url: "http://x", protocol: "resp" });
   // @ts-expect-error not a known error code
   const c: LockErrorCode = "OOPS";
+  // @ts-expect-error limit and mode exclude each other
+  await locks.acquire("x", { limit: 3, mode: "shared" });
+  // @ts-expect-error limit is a number
+  await locks.tryAcquire("x", { limit: "3" });
+  // @ts-expect-error not a mode an acquire can ask for
+  await locks.acquire("x", { mode: "permit" });
+  // @ts-expect-error an exclusive lock is not a PermitLock
+  const p: PermitLock = await locks.acquire("x");
+  // @ts-expect-error slot is read-only
+  lock.slot = 1;
+  void p;
   void t; void c;
 }
 
-export { etcdExample, requestExample, redisExamples, errorExample, misuse };
+export { etcdExample, requestExample, kindsExample, redisExamples, errorExample, misuse };
