@@ -5,7 +5,8 @@
 # native Rust (examples/bench_native.rs): uncontended ops/s and requests per op,
 # handoff latency and the waiter's requests per handoff (Redis push wake-up on
 # the Upstash gateway, Webdis and Redlock), 16-client contention fairness
-# (default and `fair: true` when the core accepts it), footprint. Bounded
+# (default and `fair: true` when the core accepts it), footprint; semaphores
+# of 3 next to redis-semaphore's Semaphore/RedlockSemaphore (bench/semaphore.mjs). Bounded
 # (about 3 minutes of measuring after the builds).
 # Writes BENCHMARKS.md, bench/handoff.svg and bench/results.json.
 #   BENCH_SKIP_SETUP=1   do not run scripts/setup.sh first
@@ -40,3 +41,5 @@ echo "== npm ci in bench/ (pinned peers)"
 echo "== running bench/run.mjs"
 node bench/run.mjs
 echo "== wrote BENCHMARKS.md and bench/handoff.svg"
+echo "== running bench/semaphore.mjs (semaphores next to redis-semaphore)"
+node bench/semaphore.mjs

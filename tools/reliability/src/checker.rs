@@ -21,12 +21,20 @@
 //! - **Stale writes rejected**: writes the resource refused (the fence at work).
 //! - **Acknowledged writes lost**: writes a client saw acknowledged that the
 //!   resource's log does not hold as accepted.
+//! - **Most concurrent holders per name** (believed): for a semaphore, the
+//!   largest number of clients that believed at one instant that they held
+//!   a permit of it (at most its limit when no fault breaks the lease's
+//!   assumptions). Holds are recorded per slot (`<name>#slot<k>`, see
+//!   `workload::hold_name`), so every check above applies per slot: a
+//!   permit's token is promised to increase across successive holders of
+//!   the same slot.
 
 use std::collections::{HashMap, HashSet};
 
 use serde_json::Value;
 
 use crate::history::{Op, OpKind, Outcome};
+use crate::workload::base_name;
 
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Verdict {
@@ -43,9 +51,16 @@ pub struct Verdict {
     pub errors: HashMap<String, usize>,
     /// Lost-lock signals received.
     pub lost_signals: usize,
+    /// Per lock or semaphore name: the most holders believed at one instant.
+    pub max_holders: HashMap<String, usize>,
 }
 
 impl Verdict {
+    /// The most concurrent holders believed of any one name.
+    pub fn max_holders_of_any(&self) -> usize {
+        self.max_holders.values().copied().max().unwrap_or(0)
+    }
+
     /// Errors other than the listed codes (expected by the scenario).
     pub fn unexpected_errors(&self, expected: &[&str]) -> usize {
         self.errors.iter().filter(|(k, _)| !expected.contains(&k.as_str())).map(|(_, v)| v).sum()
@@ -123,12 +138,38 @@ pub fn overlapping_holds(holds: &[Hold]) -> Vec<(Hold, Hold)> {
     pairs
 }
 
+/// Per name (the slot suffix dropped): the most holds that intersect at one
+/// instant. Holds are half-open `[from, to)`: one that ends exactly when
+/// another begins does not count twice.
+pub fn max_concurrent_holders(holds: &[Hold]) -> HashMap<String, usize> {
+    let mut edges: HashMap<&str, Vec<(f64, i32)>> = HashMap::new();
+    for h in holds.iter().filter(|h| h.to > h.from) {
+        let e = edges.entry(base_name(&h.lock)).or_default();
+        e.push((h.from, 1));
+        e.push((h.to, -1));
+    }
+    edges
+        .into_iter()
+        .map(|(name, mut e)| {
+            // Ends before starts at the same instant (-1 sorts first).
+            e.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+            let (mut now, mut most) = (0i32, 0i32);
+            for (_, d) in e {
+                now += d;
+                most = most.max(now);
+            }
+            (name.to_string(), most.max(0) as usize)
+        })
+        .collect()
+}
+
 /// Applies the checks to `ops` and the resource log (`GET /log`'s JSON).
 pub fn check(ops: &[Op], resource_log: &Value) -> Verdict {
     let mut v = Verdict::default();
     let hs = holds(ops);
     v.acquisitions = hs.len();
     v.overlaps_believed = overlapping_holds(&hs).len();
+    v.max_holders = max_concurrent_holders(&hs);
     for op in ops {
         match &op.outcome {
             Outcome::Unknown(_) => v.unknown += 1,
@@ -302,6 +343,38 @@ mod tests {
             {"seq": 2, "resource": "l", "token": "11", "accepted": true, "record": {"client": "c"}},
         ]});
         assert_eq!(check(&ops, &log).stale_accepted, 0);
+    }
+
+    #[test]
+    fn permits_are_judged_per_slot_and_counted_per_name() {
+        let at = |client: &str, lock: &str, kind, start, end, token| Op { lock: lock.into(), ..op(client, kind, start, end, token) };
+        // Three permits of `s` at once (slots 0, 1, 2), then slot 1 passes
+        // from b to d: no overlap per slot, three concurrent holders.
+        let ops = vec![
+            at("a", "s#slot0", OpKind::Acquire, 0.0, 1.0, Some(1)),
+            at("b", "s#slot1", OpKind::Acquire, 0.0, 1.0, Some(2)),
+            at("c", "s#slot2", OpKind::Acquire, 0.5, 2.0, Some(3)),
+            at("b", "s#slot1", OpKind::Release, 4.0, 5.0, Some(2)),
+            at("d", "s#slot1", OpKind::Acquire, 4.5, 6.0, Some(4)),
+            at("e", "other", OpKind::Acquire, 0.0, 1.0, Some(1)),
+        ];
+        let v = check(&ops, &json!({"entries": []}));
+        assert_eq!((v.overlaps_believed, v.token_inversions), (0, 0));
+        assert_eq!(v.max_holders.get("s"), Some(&3));
+        assert_eq!(v.max_holders.get("other"), Some(&1));
+        assert_eq!(v.max_holders_of_any(), 3);
+        // A fourth client believing it holds slot 0 alongside a is both an
+        // overlap on that slot and a fourth concurrent holder of `s`.
+        let mut bad = ops.clone();
+        bad.push(at("f", "s#slot0", OpKind::Acquire, 1.5, 3.0, Some(5)));
+        let v = check(&bad, &json!({"entries": []}));
+        assert_eq!((v.overlaps_believed, v.max_holders.get("s").copied()), (1, Some(4)));
+        // Writes are fenced per slot: slot 1's token 2 after slot 0's 5 is fine.
+        let log = json!({"entries": [
+            {"seq": 1, "resource": "s#slot0", "token": "5", "accepted": true, "record": {"client": "f"}},
+            {"seq": 2, "resource": "s#slot1", "token": "2", "accepted": true, "record": {"client": "b"}},
+        ]});
+        assert_eq!(check(&bad, &log).stale_accepted, 0);
     }
 
     #[test]

@@ -1,10 +1,18 @@
 //! The contender loop every scenario runs: acquire, write to the fenced
 //! resource under the token, hold, release; everything recorded.
+//!
+//! A contender with a `limit` takes permits of a semaphore instead of the
+//! lock. Its history names each hold by its slot (`<name>#slot<k>`, see
+//! [`hold_name`]) and it writes to that slot's resource: a permit's token is
+//! only promised to increase across successive holders of the same slot, so
+//! every per-lock check of the checker (overlaps, stale writes, token
+//! inversions) applies per slot, and the checker's per-name count of
+//! concurrent holders (`checker::max_concurrent_holders`) judges the limit.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use edgelock::core::{AcquireOptions, Wait};
+use edgelock::core::{AcquireOptions, LockKind, Wait};
 use edgelock::native::{Client, Lock};
 use serde::{Deserialize, Serialize};
 
@@ -32,6 +40,9 @@ pub struct ContenderCfg {
     /// Stop after this many acquire attempts.
     #[serde(default)]
     pub max_rounds: Option<u64>,
+    /// Take permits of a semaphore of this many instead of the lock.
+    #[serde(default)]
+    pub limit: Option<u32>,
 }
 
 impl ContenderCfg {
@@ -46,8 +57,33 @@ impl ContenderCfg {
             ttl_ms: None,
             blind_writes: false,
             max_rounds: None,
+            limit: None,
         }
     }
+
+    /// The kind of hold the contender asks for.
+    pub fn kind(&self) -> LockKind {
+        self.limit.map_or(LockKind::Exclusive, |limit| LockKind::Permits { limit })
+    }
+}
+
+/// The name a hold is recorded and fenced under: the lock's name, or for a
+/// permit `<name>#slot<k>` (see the module docs).
+pub fn hold_name(lock: &Lock) -> String {
+    match lock.slot() {
+        Some(slot) => slot_name(lock.name(), slot),
+        None => lock.name().to_string(),
+    }
+}
+
+/// `<name>#slot<k>`: one slot of a semaphore, as histories name it.
+pub fn slot_name(name: &str, slot: u32) -> String {
+    format!("{name}#slot{slot}")
+}
+
+/// The semaphore (or lock) name of a recorded hold name.
+pub fn base_name(hold: &str) -> &str {
+    hold.rsplit_once("#slot").map_or(hold, |(base, _)| base)
 }
 
 fn record(h: &History, cfg: &ContenderCfg, kind: OpKind, start: f64, outcome: Outcome, token: Option<u64>) {
@@ -58,9 +94,10 @@ fn record(h: &History, cfg: &ContenderCfg, kind: OpKind, start: f64, outcome: Ou
 pub fn acquire(client: &Client, cfg: &ContenderCfg, history: &History) -> Option<Lock> {
     let start = now_ms();
     let opts = AcquireOptions { wait: Wait::For(cfg.wait_ms), ttl_ms: cfg.ttl_ms };
-    match client.acquire_with(&cfg.lock, opts, None) {
+    match client.acquire_kind(&cfg.lock, cfg.kind(), opts, None) {
         Ok(Some(lock)) => {
-            record(history, cfg, OpKind::Acquire, start, Outcome::Ok, Some(lock.fencing_token()));
+            let op = Op { client: cfg.id.clone(), lock: hold_name(&lock), kind: OpKind::Acquire, start, end: now_ms(), outcome: Outcome::Ok, token: Some(lock.fencing_token()), write_id: None };
+            history.record(op);
             Some(lock)
         }
         Ok(None) => {
@@ -91,7 +128,7 @@ pub fn hold_and_release(lock: Lock, cfg: &ContenderCfg, resource: &ResourceClien
         if !cfg.blind_writes && lock.is_lost() {
             break;
         }
-        write_recorded(resource, history, &cfg.id, &cfg.lock, token);
+        write_recorded(resource, history, &cfg.id, &hold_name(&lock), token);
         if cfg.blind_writes {
             std::thread::sleep(slice);
         } else if lock.wait_lost(Some(slice)).is_some() {
@@ -119,7 +156,7 @@ pub fn release_recorded(lock: Lock, history: &History, client: &str) {
     if lock.is_lost() {
         return;
     }
-    let (name, token) = (lock.name().to_string(), lock.fencing_token());
+    let (name, token) = (hold_name(&lock), lock.fencing_token());
     let start = now_ms();
     let outcome = match lock.release() {
         Ok(true) => Outcome::Ok,
@@ -133,7 +170,7 @@ pub fn release_recorded(lock: Lock, history: &History, client: &str) {
 /// blocked on the lock's lost channel, which disconnects on release).
 pub fn watch_lost(lock: &Lock, history: &History, client: &str) -> Option<std::thread::JoinHandle<()>> {
     let rx = lock.lost();
-    let (h, client, name, token) = (history.clone(), client.to_string(), lock.name().to_string(), lock.fencing_token());
+    let (h, client, name, token) = (history.clone(), client.to_string(), hold_name(lock), lock.fencing_token());
     std::thread::Builder::new()
         .name("lost-watch".into())
         .spawn(move || {

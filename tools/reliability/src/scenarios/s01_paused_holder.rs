@@ -4,6 +4,10 @@
 //! holds the lock, as a process that was frozen would): its write after the
 //! pause must be refused by the fenced resource, and its client must tell it
 //! the lock was lost.
+//!
+//! 1d/1e run the same with a semaphore of [`PERMITS`]: the paused holder's
+//! slot is taken over by another client, whose writes to that slot's
+//! resource must fence the holder's late ones.
 
 use std::time::{Duration, Instant};
 
@@ -20,34 +24,40 @@ use crate::worker::{WorkerProcess, WorkerSpec};
 use crate::workload::ContenderCfg;
 
 const TTL_MS: u64 = 2_000;
+/// The limit of the semaphore variants (1d, 1e).
+const PERMITS: u32 = 2;
 const LOCK: &str = "paused-holder";
 
 pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
     let trials = mode.pick(1, 3);
     let mut out = Vec::new();
-    out.push(match EtcdServer::start() {
+    match EtcdServer::start() {
         Ok(etcd) => {
             let spec = BackendSpec::Etcd { endpoints: vec![etcd.url()], ttl_ms: TTL_MS, request_timeout_ms: 1_000 };
             let url = etcd.url();
-            trial_report("1a", &spec, trials, move || etcd_keys(&url, "edgelock/").map(|k| k.len()).unwrap_or(usize::MAX))
+            let keys = move || etcd_keys(&url, "edgelock/").map(|k| k.len()).unwrap_or(usize::MAX);
+            out.push(trial_report("1a", &spec, None, trials, &keys));
+            out.push(trial_report("1d", &spec, Some(PERMITS), trials, &keys));
         }
-        Err(e) => ScenarioReport::failed_to_run("1a", TITLE, "etcd", &format!("etcd: {e}")),
-    });
+        Err(e) => out.push(ScenarioReport::failed_to_run("1a", TITLE, "etcd", &format!("etcd: {e}"))),
+    }
     if !mode.redis() {
         return out;
     }
-    out.push(match RedisNodes::start(1, false) {
+    match RedisNodes::start(1, false) {
         Ok(nodes) => {
             let spec = BackendSpec::Redis { node: nodes.webdis_specs()[0].clone(), token: None, ttl_ms: TTL_MS, request_timeout_ms: 1_000 };
-            trial_report("1b", &spec, trials, move || nodes.lock_keys_left().iter().map(|k| k.unwrap_or(usize::MAX)).sum())
+            let keys = || nodes.lock_keys_left().iter().map(|k| k.unwrap_or(usize::MAX)).sum();
+            out.push(trial_report("1b", &spec, None, trials, &keys));
+            out.push(trial_report("1e", &spec, Some(PERMITS), trials, &keys));
         }
-        Err(e) => ScenarioReport::failed_to_run("1b", TITLE, "redis (webdis)", &format!("redis: {e}")),
-    });
+        Err(e) => out.push(ScenarioReport::failed_to_run("1b", TITLE, "redis (webdis)", &format!("redis: {e}"))),
+    }
     if !mode.short {
         out.push(match RedisNodes::start(5, false) {
             Ok(nodes) => {
                 let spec = BackendSpec::Redlock { nodes: nodes.webdis_specs(), token: None, ttl_ms: TTL_MS, request_timeout_ms: 1_000, folded: false };
-                trial_report("1c", &spec, trials, move || nodes.lock_keys_left().iter().map(|k| k.unwrap_or(usize::MAX)).sum())
+                trial_report("1c", &spec, None, trials, &|| nodes.lock_keys_left().iter().map(|k| k.unwrap_or(usize::MAX)).sum())
             }
             Err(e) => ScenarioReport::failed_to_run("1c", TITLE, "redlock (5 × webdis)", &format!("redis: {e}")),
         });
@@ -56,6 +66,7 @@ pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
 }
 
 const TITLE: &str = "holder paused (SIGSTOP) past its TTL";
+const TITLE_PERMITS: &str = "permit holder paused (SIGSTOP) past its TTL";
 
 /// What one pause trial measured.
 struct Trial {
@@ -68,16 +79,25 @@ struct Trial {
     acked_lost: usize,
 }
 
-fn trial_report(id: &str, spec: &BackendSpec, trials: usize, keys_left: impl Fn() -> usize) -> ScenarioReport {
+/// `limit`: the clients take permits of a semaphore of that many instead.
+fn trial_report(id: &str, spec: &BackendSpec, limit: Option<u32>, trials: usize, keys_left: &dyn Fn() -> usize) -> ScenarioReport {
     let backend = match spec.kind() {
         "redlock" => "redlock (5 × webdis)",
         "redis" => "redis (webdis)",
         k => k,
     };
-    let mut r = ScenarioReport::new(id, TITLE, backend, &format!("SIGSTOP the holder's process for TTL ({TTL_MS} ms) + until another client wrote; then SIGCONT"));
+    let (title, fault) = match limit {
+        Some(l) => (TITLE_PERMITS, format!("a semaphore of {l}: SIGSTOP the holder's process for TTL ({TTL_MS} ms) + until another client wrote under its slot; then SIGCONT")),
+        None => (TITLE, format!("SIGSTOP the holder's process for TTL ({TTL_MS} ms) + until another client wrote; then SIGCONT")),
+    };
+    let mut r = ScenarioReport::new(id, title, backend, &fault);
     let mut results = Vec::new();
     for t in 0..trials {
-        match one_trial(spec, &format!("{LOCK}-{t}")) {
+        let lock = match limit {
+            Some(_) => format!("{LOCK}-sem-{t}"),
+            None => format!("{LOCK}-{t}"),
+        };
+        match one_trial(spec, &lock, limit) {
             Ok(tr) => results.push(tr),
             Err(e) => {
                 r.check("trial ran", false, e);
@@ -115,7 +135,7 @@ fn fmt_list(v: &[f64]) -> String {
     v.iter().map(|x| format!("{x:.0}")).collect::<Vec<_>>().join(", ")
 }
 
-fn one_trial(spec: &BackendSpec, lock: &str) -> Result<Trial, String> {
+fn one_trial(spec: &BackendSpec, lock: &str, limit: Option<u32>) -> Result<Trial, String> {
     let fenced = FencedResource::start().map_err(|e| format!("fenced resource: {e}"))?;
     let resource = ResourceClient::new(&fenced.url());
     // The holder: one acquisition, three blind writes spread over 3 × TTL.
@@ -125,6 +145,7 @@ fn one_trial(spec: &BackendSpec, lock: &str) -> Result<Trial, String> {
         blind_writes: true,
         max_rounds: Some(1),
         wait_ms: 5_000,
+        limit,
         ..ContenderCfg::new("holder", lock)
     };
     let holder = WorkerProcess::spawn(&WorkerSpec { backend: spec.clone(), contender: holder_cfg, resource_url: fenced.url(), duration_ms: 30_000 })
@@ -133,14 +154,17 @@ fn one_trial(spec: &BackendSpec, lock: &str) -> Result<Trial, String> {
     if !first_write {
         return Err("the holder never acquired and wrote".into());
     }
+    // What the holder holds: the lock, or one slot of the semaphore.
+    let held = holder.history().ops().iter().find(|o| o.kind == OpKind::Write).map(|o| o.lock.clone()).unwrap_or_default();
     holder.pause().map_err(|e| format!("SIGSTOP: {e}"))?;
     let paused_at = now_ms();
 
     let others = History::new();
-    let tpl = ContenderCfg { hold_ms: 100, writes_per_hold: 2, wait_ms: 10_000, pause_ms: 50, ..ContenderCfg::new("", lock) };
+    let tpl = ContenderCfg { hold_ms: 100, writes_per_hold: 2, wait_ms: 10_000, pause_ms: 50, limit, ..ContenderCfg::new("", lock) };
     let crew = Crew::start(spec, contenders("other", 2, lock, &tpl), &resource, &others, Duration::from_secs(20));
-    // Hold the pause until a successor has written (at least TTL).
-    let successor_wrote = wait_for(Duration::from_millis(4 * TTL_MS + 5_000), || others.ops().iter().any(|o| o.kind == OpKind::Write && o.is_ok()));
+    // Hold the pause until a successor has written under what the holder
+    // held (at least TTL): for a semaphore, the holder's slot.
+    let successor_wrote = wait_for(Duration::from_millis(4 * TTL_MS + 5_000), || others.ops().iter().any(|o| o.kind == OpKind::Write && o.is_ok() && o.lock == held));
     let resumed_at = now_ms();
     holder.resume().map_err(|e| format!("SIGCONT: {e}"))?;
     let holder_history = holder.finish(Duration::from_millis(4 * TTL_MS + 5_000));
@@ -150,7 +174,7 @@ fn one_trial(spec: &BackendSpec, lock: &str) -> Result<Trial, String> {
     ops.extend(others.ops());
     let verdict = check(&ops, &fenced.log(None));
     let handoff_ms = if successor_wrote {
-        others.ops().iter().filter(|o| o.kind == OpKind::Acquire && o.is_ok()).map(|o| o.end - paused_at).reduce(f64::min)
+        others.ops().iter().filter(|o| o.kind == OpKind::Acquire && o.is_ok() && o.lock == held).map(|o| o.end - paused_at).reduce(f64::min)
     } else {
         None
     };

@@ -33,7 +33,7 @@ use crate::history::{now_ms, History, Op, OpKind, Outcome};
 use crate::infra::{contenders, Crew, EtcdNodes};
 use crate::report::ScenarioReport;
 use crate::resource::ResourceClient;
-use crate::workload::{acquire, release_recorded, watch_lost, write_recorded, ContenderCfg};
+use crate::workload::{acquire, hold_name, release_recorded, watch_lost, write_recorded, ContenderCfg};
 
 const TITLE: &str = "etcd leader paused, then killed";
 const TTL_MS: u64 = 4_000;
@@ -327,6 +327,8 @@ pub(super) struct Holder {
     pub client: Client,
     /// The owner in the lock's handle (for etcd: the lease id, decimal).
     pub lease: String,
+    /// What it holds, as histories name it (`workload::hold_name`).
+    pub held: String,
     stop: Arc<AtomicBool>,
     writer: JoinHandle<()>,
     watcher: Option<JoinHandle<()>>,
@@ -338,17 +340,18 @@ impl Holder {
         let lock = acquire(&client, &cfg, history).ok_or_else(|| format!("the holder could not acquire {}", cfg.lock))?;
         let token = lock.fencing_token();
         let lease = lock.handle().owner.clone();
+        let held = hold_name(&lock);
         let watcher = watch_lost(&lock, history, &cfg.id);
         let stop = Arc::new(AtomicBool::new(false));
-        let (s, res, h) = (stop.clone(), resource.clone(), history.clone());
+        let (s, res, h, name) = (stop.clone(), resource.clone(), history.clone(), held.clone());
         let writer = std::thread::spawn(move || {
             while !s.load(Ordering::SeqCst) {
-                write_recorded(&res, &h, &cfg.id, &cfg.lock, token);
+                write_recorded(&res, &h, &cfg.id, &name, token);
                 std::thread::sleep(every);
             }
             release_recorded(lock, &h, &cfg.id);
         });
-        Ok(Holder { client, lease, stop, writer, watcher })
+        Ok(Holder { client, lease, held, stop, writer, watcher })
     }
 
     /// Stops writing, releases the lock if it is still held, closes the client.

@@ -8,6 +8,10 @@
 //!   proxies, all blackholed) and a fresh probe client that keeps trying to
 //!   acquire while partitioned; contenders on direct endpoints.
 //!
+//! - 3e–3h: the same four with a semaphore of [`PERMITS`]: per slot no
+//!   overlap and 0 stale writes, never more than [`PERMITS`] holders, and
+//!   the partitioned holder learns Lost before anyone is granted its slot.
+//!
 //! Must hold: every operation ends within its bound (computed from the
 //! machines' retry policies, see [`etcd_acquire_bound`] and
 //! [`redlock_acquire_bound`]), no "acquired" while fully partitioned, a
@@ -42,6 +46,8 @@ const REDLOCK_TIMEOUT_MS: u64 = 500;
 const SLACK_MS: u64 = 1_500;
 const WAIT_MS: u64 = 3_000;
 const PROBE_WAIT_MS: u64 = 2_000;
+/// The limit of the semaphore variants (3e–3h).
+const PERMITS: u32 = 2;
 
 /// Longest an etcd acquire with `Wait::For(wait)` can take: each request is
 /// tried on up to n+1 endpoints (`max_attempts`), each attempt bounded by the
@@ -74,11 +80,13 @@ pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
     };
     match EtcdNodes::start(3, EtcdOptions::default()) {
         Ok(nodes) => {
-            out.push(timed("3a", "etcd", &mut || etcd_one_member(mode, &nodes)));
-            out.push(timed("3c", "etcd", &mut || etcd_client_partitioned(mode, &nodes)));
+            out.push(timed("3a", "etcd", &mut || etcd_one_member(mode, &nodes, None)));
+            out.push(timed("3c", "etcd", &mut || etcd_client_partitioned(mode, &nodes, None)));
+            out.push(timed("3e", "etcd", &mut || etcd_one_member(mode, &nodes, Some(PERMITS))));
+            out.push(timed("3g", "etcd", &mut || etcd_client_partitioned(mode, &nodes, Some(PERMITS))));
         }
         Err(e) => {
-            for id in ["3a", "3c"] {
+            for id in ["3a", "3c", "3e", "3g"] {
                 out.push(ScenarioReport::failed_to_run(id, TITLE, "etcd", &format!("etcd cluster: {e}")));
             }
         }
@@ -86,11 +94,13 @@ pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
     match RedisNodes::start(5, false) {
         _ if !mode.redis() => {}
         Ok(nodes) => {
-            out.push(timed("3b", "redlock ×5", &mut || redlock_one_node(mode, &nodes)));
-            out.push(timed("3d", "redlock ×5", &mut || redlock_client_partitioned(mode, &nodes)));
+            out.push(timed("3b", "redlock ×5", &mut || redlock_one_node(mode, &nodes, None)));
+            out.push(timed("3d", "redlock ×5", &mut || redlock_client_partitioned(mode, &nodes, None)));
+            out.push(timed("3f", "redlock ×5", &mut || redlock_one_node(mode, &nodes, Some(PERMITS))));
+            out.push(timed("3h", "redlock ×5", &mut || redlock_client_partitioned(mode, &nodes, Some(PERMITS))));
         }
         Err(e) => {
-            for id in ["3b", "3d"] {
+            for id in ["3b", "3d", "3f", "3h"] {
                 out.push(ScenarioReport::failed_to_run(id, TITLE, "redlock ×5", &format!("redis nodes: {e}")));
             }
         }
@@ -121,15 +131,30 @@ struct OneNode<'a> {
     release_bound: u64,
     bound_text: String,
     proxy: &'a FaultProxy,
+    /// Permits of a semaphore of this many instead of the lock.
+    limit: Option<u32>,
+}
+
+/// The limit checks of a semaphore variant: never more than `limit` holders.
+fn limit_check(r: &mut ScenarioReport, limit: Option<u32>, v: &crate::checker::Verdict) {
+    if let Some(l) = limit {
+        let most = v.max_holders_of_any();
+        r.figure("most concurrent holders of the semaphore", most);
+        r.check(&format!("never more than {l} holders at once"), most <= l as usize, most);
+    }
 }
 
 fn one_node(mode: &Mode, s: OneNode) -> Result<ScenarioReport, String> {
-    let mut r = ScenarioReport::new(s.id, TITLE, s.backend, s.fault);
+    let fault = match s.limit {
+        Some(l) => format!("{} (a semaphore of {l})", s.fault),
+        None => s.fault.to_string(),
+    };
+    let mut r = ScenarioReport::new(s.id, TITLE, s.backend, &fault);
     let fenced = FencedResource::start().map_err(|e| format!("fenced resource: {e}"))?;
     let resource = ResourceClient::new(&fenced.url());
     let history = History::new();
     let lock = format!("s3-{}", s.id);
-    let tpl = ContenderCfg { wait_ms: WAIT_MS, hold_ms: 150, writes_per_hold: 2, pause_ms: 50, ..ContenderCfg::new("", &lock) };
+    let tpl = ContenderCfg { wait_ms: WAIT_MS, hold_ms: 150, writes_per_hold: 2, pause_ms: 50, limit: s.limit, ..ContenderCfg::new("", &lock) };
     let crew = Crew::start(&s.spec, contenders("c", 3, &lock, &tpl), &resource, &history, Duration::from_secs(90));
     std::thread::sleep(Duration::from_millis(mode.pick(2_000, 3_000)));
     let t_fault = now_ms();
@@ -148,6 +173,7 @@ fn one_node(mode: &Mode, s: OneNode) -> Result<ScenarioReport, String> {
     bound_check(&mut r, "every release ends within its bound", max_duration(&ops, OpKind::Release, |_| true), s.release_bound, releases);
     r.check("no overlapping holds", v.overlaps_believed == 0, format!("{} overlaps in {} holds", v.overlaps_believed, v.acquisitions));
     r.check("0 stale writes accepted", v.stale_accepted == 0, format!("{} accepted, {} stale rejected", v.writes_accepted, v.stale_rejected));
+    limit_check(&mut r, s.limit, &v);
     r.figure("bounds", s.bound_text);
     r.figure("grants before / during / after the fault", format!("{} / {} / {}", grants_between(&ops, 0.0, t_fault), grants_between(&ops, t_fault, t_heal), grants_between(&ops, t_heal, f64::MAX)));
     r.figure("max acquire", max_duration(&ops, OpKind::Acquire, |_| true).map_or("-".into(), secs));
@@ -156,7 +182,7 @@ fn one_node(mode: &Mode, s: OneNode) -> Result<ScenarioReport, String> {
     Ok(r)
 }
 
-fn etcd_one_member(mode: &Mode, nodes: &EtcdNodes) -> Result<ScenarioReport, String> {
+fn etcd_one_member(mode: &Mode, nodes: &EtcdNodes, limit: Option<u32>) -> Result<ScenarioReport, String> {
     let n = nodes.proxies.len() as u64;
     let spec = BackendSpec::Etcd { endpoints: nodes.proxied_urls(), ttl_ms: ETCD_TTL_MS, request_timeout_ms: ETCD_TIMEOUT_MS };
     let (acquire_bound, release_bound) = (etcd_acquire_bound(WAIT_MS, n, ETCD_TIMEOUT_MS) + SLACK_MS, etcd_release_bound(n, ETCD_TIMEOUT_MS) + SLACK_MS);
@@ -164,17 +190,19 @@ fn etcd_one_member(mode: &Mode, nodes: &EtcdNodes) -> Result<ScenarioReport, Str
         "acquire wait {WAIT_MS} + 2×({n}+1)×{ETCD_TIMEOUT_MS} + {SLACK_MS} slack = {acquire_bound} ms; release ({n}+1)×{ETCD_TIMEOUT_MS} + {SLACK_MS} = {release_bound} ms"
     );
     let proxy = nodes.proxies.first().ok_or("no proxy")?;
-    one_node(mode, OneNode { id: "3a", backend: "etcd ×3", fault: "blackhole on member 0's proxy (clients use all 3)", spec, acquire_bound, release_bound, bound_text, proxy })
+    let id = if limit.is_some() { "3e" } else { "3a" };
+    one_node(mode, OneNode { id, backend: "etcd ×3", fault: "blackhole on member 0's proxy (clients use all 3)", spec, acquire_bound, release_bound, bound_text, proxy, limit })
 }
 
-fn redlock_one_node(mode: &Mode, nodes: &RedisNodes) -> Result<ScenarioReport, String> {
+fn redlock_one_node(mode: &Mode, nodes: &RedisNodes, limit: Option<u32>) -> Result<ScenarioReport, String> {
     let spec = BackendSpec::Redlock { nodes: nodes.proxied_specs(), token: None, ttl_ms: REDLOCK_TTL_MS, request_timeout_ms: REDLOCK_TIMEOUT_MS, folded: false };
     let (acquire_bound, release_bound) = (redlock_acquire_bound(WAIT_MS, REDLOCK_TIMEOUT_MS) + SLACK_MS, REDLOCK_TIMEOUT_MS + SLACK_MS);
     let bound_text = format!(
         "acquire wait {WAIT_MS} + 2×{REDLOCK_TIMEOUT_MS} + {SLACK_MS} slack = {acquire_bound} ms; release one round {REDLOCK_TIMEOUT_MS} + {SLACK_MS} = {release_bound} ms"
     );
     let proxy = nodes.proxies.first().ok_or("no proxy")?;
-    let mut r = one_node(mode, OneNode { id: "3b", backend: "redlock ×5", fault: "blackhole on 1 of 5 nodes' proxy", spec, acquire_bound, release_bound, bound_text, proxy })?;
+    let id = if limit.is_some() { "3f" } else { "3b" };
+    let mut r = one_node(mode, OneNode { id, backend: "redlock ×5", fault: "blackhole on 1 of 5 nodes' proxy", spec, acquire_bound, release_bound, bound_text, proxy, limit })?;
     // Keys the blackholed node kept (cleanups could not reach it) expire by PX.
     std::thread::sleep(Duration::from_millis(REDLOCK_TTL_MS + 500));
     let left: Vec<String> = nodes.lock_keys_left().iter().map(|k| k.map_or("?".into(), |n| n.to_string())).collect();
@@ -193,16 +221,26 @@ struct Partitioned<'a> {
     probe_bound: u64,
     bound_text: String,
     ttl_ms: u64,
+    /// Permits of a semaphore of this many instead of the lock.
+    limit: Option<u32>,
 }
 
 fn client_partitioned(mode: &Mode, s: Partitioned) -> Result<ScenarioReport, String> {
-    let mut r = ScenarioReport::new(s.id, TITLE, s.backend, "blackhole on every proxy of the holder and of a probe client");
+    let fault = match s.limit {
+        Some(l) => format!("blackhole on every proxy of the holder and of a probe client (a semaphore of {l})"),
+        None => "blackhole on every proxy of the holder and of a probe client".to_string(),
+    };
+    let mut r = ScenarioReport::new(s.id, TITLE, s.backend, &fault);
     let fenced = FencedResource::start().map_err(|e| format!("fenced resource: {e}"))?;
     let resource = ResourceClient::new(&fenced.url());
     let history = History::new();
     let lock = format!("s3-{}", s.id);
-    let holder = Holder::start(&s.partitioned, ContenderCfg { wait_ms: 5_000, ..ContenderCfg::new("holder", &lock) }, &resource, &history, Duration::from_millis(200))?;
-    let tpl = ContenderCfg { wait_ms: 10_000, hold_ms: 200, writes_per_hold: 2, pause_ms: 100, ..ContenderCfg::new("", &lock) };
+    let limit = s.limit;
+    let holder = Holder::start(&s.partitioned, ContenderCfg { wait_ms: 5_000, limit, ..ContenderCfg::new("holder", &lock) }, &resource, &history, Duration::from_millis(200))?;
+    // For a semaphore: the holder's slot, which the others may take only
+    // once the holder was told it lost its permit.
+    let held = holder.held.clone();
+    let tpl = ContenderCfg { wait_ms: 10_000, hold_ms: 200, writes_per_hold: 2, pause_ms: 100, limit, ..ContenderCfg::new("", &lock) };
     let crew = Crew::start(&s.direct, contenders("c", 2, &lock, &tpl), &resource, &history, Duration::from_secs(60));
     std::thread::sleep(Duration::from_millis(1_000));
 
@@ -216,7 +254,7 @@ fn client_partitioned(mode: &Mode, s: Partitioned) -> Result<ScenarioReport, Str
         let (spec, h, stop, lock) = (s.partitioned.clone(), history.clone(), stop.clone(), lock.clone());
         std::thread::spawn(move || {
             let Ok(client) = spec.client() else { return };
-            let cfg = ContenderCfg { wait_ms: PROBE_WAIT_MS, ..ContenderCfg::new("probe", &lock) };
+            let cfg = ContenderCfg { wait_ms: PROBE_WAIT_MS, limit, ..ContenderCfg::new("probe", &lock) };
             while !stop.load(Ordering::SeqCst) {
                 if let Some(l) = acquire(&client, &cfg, &h) {
                     drop(l);
@@ -226,7 +264,8 @@ fn client_partitioned(mode: &Mode, s: Partitioned) -> Result<ScenarioReport, Str
         })
     };
     let deadline = Instant::now() + Duration::from_millis(s.ttl_ms * 2 + mode.pick(6_000, 8_000));
-    while first_grant_after(&history.ops(), t_part, "holder").is_none() && Instant::now() < deadline {
+    let granted_held = |ops: &[Op]| ops.iter().any(|o| o.kind == OpKind::Acquire && o.is_ok() && o.client != "holder" && o.end > t_part && o.lock == held);
+    while !(first_grant_after(&history.ops(), t_part, "holder").is_some() && granted_held(&history.ops())) && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50));
     }
     std::thread::sleep(Duration::from_millis(1_000));
@@ -248,7 +287,7 @@ fn client_partitioned(mode: &Mode, s: Partitioned) -> Result<ScenarioReport, Str
     let lost = lost_at(&ops, "holder", t_part);
     let grant = ops
         .iter()
-        .filter(|o| o.kind == OpKind::Acquire && o.is_ok() && !partitioned(&o.client) && o.end > t_part)
+        .filter(|o| o.kind == OpKind::Acquire && o.is_ok() && !partitioned(&o.client) && o.end > t_part && o.lock == held)
         .map(|o| o.end)
         .min_by(f64::total_cmp);
     r.check("no \"acquired\" while fully partitioned", false_grants.is_empty(), format!("{} grants to partitioned clients in {probes} probe attempts", false_grants.len()));
@@ -262,6 +301,7 @@ fn client_partitioned(mode: &Mode, s: Partitioned) -> Result<ScenarioReport, Str
     r.check("the partitioned holder learns Lost before anyone else is granted", ok, detail);
     r.check("no overlapping holds", v.overlaps_believed == 0, format!("{} overlaps in {} holds", v.overlaps_believed, v.acquisitions));
     r.check("0 stale writes accepted", v.stale_accepted == 0, format!("{} accepted, {} stale rejected", v.writes_accepted, v.stale_rejected));
+    limit_check(&mut r, limit, &v);
     r.figure("bounds", s.bound_text);
     r.figure("holder learned Lost after", lost.map_or("never".into(), |l| secs(l - t_part)));
     r.figure("handoff (partition → next grant)", grant.map_or("none".into(), |g| secs(g - t_part)));
@@ -271,7 +311,7 @@ fn client_partitioned(mode: &Mode, s: Partitioned) -> Result<ScenarioReport, Str
     Ok(r)
 }
 
-fn etcd_client_partitioned(mode: &Mode, nodes: &EtcdNodes) -> Result<ScenarioReport, String> {
+fn etcd_client_partitioned(mode: &Mode, nodes: &EtcdNodes, limit: Option<u32>) -> Result<ScenarioReport, String> {
     let urls = nodes.cluster.urls();
     let proxies = urls.iter().map(|u| addr_of(u).and_then(FaultProxy::start)).collect::<std::io::Result<Vec<_>>>().map_err(|e| format!("proxies: {e}"))?;
     let n = proxies.len() as u64;
@@ -279,15 +319,17 @@ fn etcd_client_partitioned(mode: &Mode, nodes: &EtcdNodes) -> Result<ScenarioRep
     let bound_text = format!("probe acquire wait {PROBE_WAIT_MS} + 2×({n}+1)×{ETCD_TIMEOUT_MS} + {SLACK_MS} slack = {probe_bound} ms; session TTL {ETCD_TTL_MS} ms");
     let partitioned = BackendSpec::Etcd { endpoints: proxies.iter().map(FaultProxy::url).collect(), ttl_ms: ETCD_TTL_MS, request_timeout_ms: ETCD_TIMEOUT_MS };
     let direct = BackendSpec::Etcd { endpoints: urls, ttl_ms: ETCD_TTL_MS, request_timeout_ms: ETCD_TIMEOUT_MS };
-    client_partitioned(mode, Partitioned { id: "3c", backend: "etcd ×3", partitioned, direct, proxies, probe_bound, bound_text, ttl_ms: ETCD_TTL_MS })
+    let id = if limit.is_some() { "3g" } else { "3c" };
+    client_partitioned(mode, Partitioned { id, backend: "etcd ×3", partitioned, direct, proxies, probe_bound, bound_text, ttl_ms: ETCD_TTL_MS, limit })
 }
 
-fn redlock_client_partitioned(mode: &Mode, nodes: &RedisNodes) -> Result<ScenarioReport, String> {
+fn redlock_client_partitioned(mode: &Mode, nodes: &RedisNodes, limit: Option<u32>) -> Result<ScenarioReport, String> {
     let proxies = nodes.webdis.iter().map(|w| addr_of(&w.url()).and_then(FaultProxy::start)).collect::<std::io::Result<Vec<_>>>().map_err(|e| format!("proxies: {e}"))?;
     let probe_bound = redlock_acquire_bound(PROBE_WAIT_MS, REDLOCK_TIMEOUT_MS) + SLACK_MS;
     let bound_text = format!("probe acquire wait {PROBE_WAIT_MS} + 2×{REDLOCK_TIMEOUT_MS} + {SLACK_MS} slack = {probe_bound} ms; TTL {REDLOCK_TTL_MS} ms");
     let spec = |nodes: Vec<String>| BackendSpec::Redlock { nodes, token: None, ttl_ms: REDLOCK_TTL_MS, request_timeout_ms: REDLOCK_TIMEOUT_MS, folded: false };
     let partitioned = spec(proxies.iter().map(|p| format!("webdis+{}", p.url())).collect());
     let direct = spec(nodes.webdis_specs());
-    client_partitioned(mode, Partitioned { id: "3d", backend: "redlock ×5", partitioned, direct, proxies, probe_bound, bound_text, ttl_ms: REDLOCK_TTL_MS })
+    let id = if limit.is_some() { "3h" } else { "3d" };
+    client_partitioned(mode, Partitioned { id, backend: "redlock ×5", partitioned, direct, proxies, probe_bound, bound_text, ttl_ms: REDLOCK_TTL_MS, limit })
 }

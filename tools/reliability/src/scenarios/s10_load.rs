@@ -1,6 +1,9 @@
 //! Scenario 10: load. 64 concurrent clients (8 locks × 8 contenders) for 60 s
 //! on each backend, no faults: 0 stale writes accepted, no overlapping holds,
-//! no errors but wait timeouts, no keys left. Plus one long-running client in
+//! no errors but wait timeouts, no keys left. The same for semaphores
+//! (8 semaphores of [`PERMITS`] × 8 contenders; 10f–10h): per slot, 0 stale
+//! writes, 0 overlaps and 0 token inversions; per semaphore, never more than
+//! [`PERMITS`] holders at once, and that many reached. Plus one long-running client in
 //! its own process doing 100,000 acquire/release cycles while its resident
 //! memory is sampled: it must stay flat.
 
@@ -21,9 +24,12 @@ use crate::resource::ResourceClient;
 use crate::workload::ContenderCfg;
 
 const TITLE: &str = "load: 64 concurrent clients";
+const TITLE_PERMITS: &str = "load: 64 concurrent clients on semaphores";
 const LOCKS: usize = 8;
 const PER_LOCK: usize = 8;
 const TTL_MS: u64 = 5_000;
+/// The limit of the semaphores of 10f–10h.
+const PERMITS: u32 = 3;
 /// Error codes the scenario expects: a waiter giving up after `wait_ms`.
 const EXPECTED: &[&str] = &["TIMEOUT"];
 
@@ -35,7 +41,9 @@ pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
         Ok(etcd) => {
             let spec = BackendSpec::Etcd { endpoints: vec![etcd.url()], ttl_ms: TTL_MS, request_timeout_ms: 5_000 };
             let url = etcd.url();
-            out.push(load_report("10a", "etcd", &spec, secs, &|| etcd_keys(&url, "edgelock/").map(|k| k.len()).unwrap_or(usize::MAX)));
+            let keys = || etcd_keys(&url, "edgelock/").map(|k| k.len()).unwrap_or(usize::MAX);
+            out.push(load_report("10a", "etcd", &spec, secs, None, &keys));
+            out.push(load_report("10f", "etcd", &spec, secs, Some(PERMITS), &keys));
         }
         Err(e) => out.push(ScenarioReport::failed_to_run("10a", TITLE, "etcd", &e.to_string())),
     }
@@ -55,12 +63,14 @@ pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
             // acquisitions over 60 s; 0 stale writes). 10b therefore measures
             // polling waiters on webdis; 10c measures push on the gateway.
             std::env::set_var("RELIABILITY_REDIS_MAX_SUBSCRIPTIONS", "0");
-            out.push(load_report("10b", "redis (webdis, polling waiters)", &webdis, secs, &keys));
+            out.push(load_report("10b", "redis (webdis, polling waiters)", &webdis, secs, None, &keys));
             std::env::remove_var("RELIABILITY_REDIS_MAX_SUBSCRIPTIONS");
             let upstash = BackendSpec::Redis { node: nodes.upstash_specs()[0].clone(), token: Some(UPSTASH_TOKEN.into()), ttl_ms: TTL_MS, request_timeout_ms: 5_000 };
-            out.push(load_report("10c", "redis (Upstash REST)", &upstash, secs, &keys));
+            out.push(load_report("10c", "redis (Upstash REST)", &upstash, secs, None, &keys));
+            out.push(load_report("10g", "redis (Upstash REST)", &upstash, secs, Some(PERMITS), &keys));
             let redlock = BackendSpec::Redlock { nodes: nodes.webdis_specs(), token: None, ttl_ms: TTL_MS, request_timeout_ms: 2_000, folded: false };
-            out.push(load_report("10d", "redlock (5 × webdis)", &redlock, secs, &keys));
+            out.push(load_report("10d", "redlock (5 × webdis)", &redlock, secs, None, &keys));
+            out.push(load_report("10h", "redlock (5 × webdis)", &redlock, secs, Some(PERMITS), &keys));
             out.push(memory_report("10e", "redis (webdis)", &webdis, cycles));
         }
         Err(e) => out.push(ScenarioReport::failed_to_run("10b", TITLE, "redis", &e.to_string())),
@@ -76,16 +86,21 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[i.min(sorted.len() - 1)]
 }
 
-fn load_report(id: &str, backend: &str, spec: &BackendSpec, secs: u64, keys_left: &dyn Fn() -> usize) -> ScenarioReport {
+/// `limit`: the clients take permits of semaphores of that many instead.
+fn load_report(id: &str, backend: &str, spec: &BackendSpec, secs: u64, limit: Option<u32>, keys_left: &dyn Fn() -> usize) -> ScenarioReport {
     let n = LOCKS * PER_LOCK;
-    let mut r = ScenarioReport::new(id, TITLE, backend, &format!("none: {n} clients ({LOCKS} locks × {PER_LOCK}) for {secs} s"));
+    let (title, what) = match limit {
+        Some(l) => (TITLE_PERMITS, format!("semaphores of {l}")),
+        None => (TITLE, "locks".to_string()),
+    };
+    let mut r = ScenarioReport::new(id, title, backend, &format!("none: {n} clients ({LOCKS} {what} × {PER_LOCK}) for {secs} s"));
     let fenced = match FencedResource::start() {
         Ok(f) => f,
         Err(e) => return ScenarioReport::failed_to_run(id, TITLE, backend, &e.to_string()),
     };
     let resource = ResourceClient::new(&fenced.url());
     let history = History::new();
-    let tpl = ContenderCfg { hold_ms: 5, writes_per_hold: 1, wait_ms: 10_000, ..ContenderCfg::new("", "") };
+    let tpl = ContenderCfg { hold_ms: 5, writes_per_hold: 1, wait_ms: 10_000, limit, ..ContenderCfg::new("", "") };
     let cfgs: Vec<ContenderCfg> = (0..LOCKS).flat_map(|l| contenders(&format!("c{l}."), PER_LOCK, &format!("load-{l}"), &tpl)).collect();
     let started = Instant::now();
     let crew = Crew::start(spec, cfgs, &resource, &history, Duration::from_secs(secs));
@@ -104,7 +119,14 @@ fn load_report(id: &str, backend: &str, spec: &BackendSpec, secs: u64, keys_left
     r.figure("errors", v.errors_text());
     r.check("0 stale writes accepted", v.stale_accepted == 0, format!("{} accepted, {} rejected", v.stale_accepted, v.stale_rejected));
     r.check("fencing tokens follow grant order (0 inversions)", v.token_inversions == 0, v.token_inversions);
-    r.check("0 overlapping holds (no faults injected)", v.overlaps_believed == 0, v.overlaps_believed);
+    let overlaps = if limit.is_some() { "0 overlapping holds of one slot (no faults injected)" } else { "0 overlapping holds (no faults injected)" };
+    r.check(overlaps, v.overlaps_believed == 0, v.overlaps_believed);
+    if let Some(l) = limit {
+        let most = v.max_holders_of_any();
+        r.figure("most concurrent holders of one semaphore", most);
+        r.check(&format!("never more than {l} holders of a semaphore at once"), most <= l as usize, most);
+        r.check(&format!("{l} permits held at once (the semaphore is used)"), most == l as usize, most);
+    }
     r.check("0 errors other than wait timeouts", v.unexpected_errors(EXPECTED) == 0, v.errors_text());
     r.check("0 locks lost", v.lost_signals == 0, v.lost_signals);
     r.check("0 acknowledged writes lost", v.acked_lost == 0, v.acked_lost);
