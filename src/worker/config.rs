@@ -17,6 +17,8 @@
 //! | `EDGELOCK_JOB_MS` | how long the demo job works (default 20 ms) |
 //! | `EDGELOCK_DEFAULT_WAIT_MS` | wait of `POST /jobs/:name/run` without `waitMs`/`ifAvailable` (default 10000) |
 //! | `EDGELOCK_CRON_JOB`, `EDGELOCK_CRON_WAIT_MS` | job the cron trigger runs (default `cron`) and how long it waits for the lock (default 0: skip when busy) |
+//! | `EDGELOCK_API_TOKEN` | secret: the bearer token every route requires (all lock names); without it or the next, every route answers 403 (see [`super::auth`]) |
+//! | `EDGELOCK_API_TOKENS` | secret: tokens scoped to lock-name prefixes, `PREFIX=TOKEN` per line or comma |
 //!
 //! Values are strings; numbers may also be given as numbers. Nothing here
 //! ever puts a value of a token binding into a message.
@@ -24,6 +26,7 @@
 use crate::core::etcd::EtcdConfig;
 use crate::core::redis::{RedisConfig, RedisNode, RedlockConfig};
 use crate::core::{BackendSpec, LockError};
+use super::auth::AccessPolicy;
 
 /// Requests kept back for releasing and cleaning up when the budget runs
 /// low: one owner-checked delete per Redis node; etcd deletes the key and
@@ -45,6 +48,8 @@ pub struct Config {
     pub default_wait_ms: u64,
     pub cron_job: String,
     pub cron_wait_ms: u64,
+    /// Who may call the routes (`EDGELOCK_API_TOKEN` / `EDGELOCK_API_TOKENS`).
+    pub access: AccessPolicy,
 }
 
 pub const DEFAULT_SUBREQUEST_BUDGET: u32 = 50;
@@ -200,6 +205,10 @@ impl Config {
                 .filter(|j| !j.trim().is_empty())
                 .unwrap_or_else(|| "cron".into()),
             cron_wait_ms: num("EDGELOCK_CRON_WAIT_MS", 0, MAX_WAIT_MS)?,
+            access: AccessPolicy::from_secrets(
+                var("EDGELOCK_API_TOKEN").as_deref(),
+                var("EDGELOCK_API_TOKENS").as_deref(),
+            )?,
         })
     }
 }
