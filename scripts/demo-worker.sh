@@ -39,6 +39,11 @@ field() { node -e 'const j = JSON.parse(require("fs").readFileSync(process.argv[
 ETCD=$(field etcd_urls); GATEWAY=$(field gateway_urls); FENCED=$(field fenced_url)
 port=$(node -e 'const s = require("net").createServer().listen(0, "127.0.0.1", () => { console.log(s.address().port); s.close(); })')
 say "Backends: etcd $ETCD, Upstash gateway $GATEWAY, fenced resource $FENCED"
+# Every route needs the deployment's bearer token (src/worker/auth.rs): a
+# one-time token for this local demo (a deployment sets it with
+# `wrangler secret put EDGELOCK_API_TOKEN`).
+API_TOKEN=$(node -e 'console.log(require("crypto").randomBytes(24).toString("hex"))')
+AUTH="Authorization: Bearer $API_TOKEN"
 
 print_log() {
   node -e '
@@ -53,16 +58,17 @@ demo() { # label, wrangler --var args...
   local label=$1; shift
   say "wrangler dev on http://127.0.0.1:$port with the $label backend"
   EDGELOCK_WORKER_PREBUILT=1 tests/worker/node_modules/.bin/wrangler dev --ip 127.0.0.1 --port "$port" \
-    --test-scheduled --var "EDGELOCK_FENCED_URL:$FENCED" --var "EDGELOCK_CRON_WAIT_MS:10000" --var "EDGELOCK_CRON_JOB:nightly-$label" "$@" \
+    --test-scheduled --var "EDGELOCK_API_TOKEN:$API_TOKEN" --var "EDGELOCK_FENCED_URL:$FENCED" --var "EDGELOCK_CRON_WAIT_MS:10000" --var "EDGELOCK_CRON_JOB:nightly-$label" "$@" \
     >"$work/wrangler.log" 2>&1 9>&- &
   wrangler_pid=$!
-  for _ in $(seq 1 600); do curl -fs -o /dev/null "http://127.0.0.1:$port/" && break; sleep 0.1; done
-  curl -fs -o /dev/null "http://127.0.0.1:$port/" || { cat "$work/wrangler.log" >&2; exit 1; }
+  for _ in $(seq 1 600); do curl -fs -o /dev/null -H "$AUTH" "http://127.0.0.1:$port/" && break; sleep 0.1; done
+  curl -fs -o /dev/null -H "$AUTH" "http://127.0.0.1:$port/" || { cat "$work/wrangler.log" >&2; exit 1; }
+  printf 'without the token: HTTP %s\n' "$(curl -s -o /dev/null -w '%{http_code}' -X POST "http://127.0.0.1:$port/jobs/burst-$label/start")"
   local job="burst-$label"
   say "$BURST concurrent POST /jobs/$job/run and 3 cron events"
   local pids=()
   for _ in $(seq 1 "$BURST"); do
-    curl -s -X POST "http://127.0.0.1:$port/jobs/$job/run?waitMs=30000" -o /dev/null -w '%{http_code} ' &
+    curl -s -X POST -H "$AUTH" "http://127.0.0.1:$port/jobs/$job/run?waitMs=30000" -o /dev/null -w '%{http_code} ' &
     pids+=($!)
   done
   for _ in 1 2 3; do

@@ -18,6 +18,8 @@
 //! | `EDGELOCK_DEFAULT_WAIT_MS` | wait of `POST /jobs/:name/run` without `waitMs`/`ifAvailable` (default 10000) |
 //! | `EDGELOCK_CRON_JOB`, `EDGELOCK_CRON_WAIT_MS` | job the cron trigger runs (default `cron`) and how long it waits for the lock (default 0: skip when busy) |
 //! | `EDGELOCK_JOB_LIMITS` | jobs that may run N at once, `name=N` comma-separated (e.g. `renders=3,thumbs=5`): each run takes one of N permits of a semaphore instead of the exclusive lock (the cron job too, if listed) |
+//! | `EDGELOCK_API_TOKEN` | secret: the bearer token every route requires (all lock names); without it or the next, every route answers 403 (see [`super::auth`]) |
+//! | `EDGELOCK_API_TOKENS` | secret: tokens scoped to lock-name prefixes, `PREFIX=TOKEN` per line or comma |
 //!
 //! Values are strings; numbers may also be given as numbers. Nothing here
 //! ever puts a value of a token binding into a message.
@@ -25,6 +27,7 @@
 use crate::core::etcd::EtcdConfig;
 use crate::core::redis::{RedisConfig, RedisNode, RedlockConfig};
 use crate::core::{BackendSpec, LockError, LockKind, MAX_PERMITS};
+use super::auth::AccessPolicy;
 
 /// Requests kept back for releasing and cleaning up when the budget runs
 /// low: one owner-checked delete per Redis node; etcd deletes the key and
@@ -48,6 +51,8 @@ pub struct Config {
     pub cron_wait_ms: u64,
     /// `EDGELOCK_JOB_LIMITS`: jobs that run at most N at once, by name.
     pub job_limits: Vec<(String, LockKind)>,
+    /// Who may call the routes (`EDGELOCK_API_TOKEN` / `EDGELOCK_API_TOKENS`).
+    pub access: AccessPolicy,
 }
 
 impl Config {
@@ -230,6 +235,10 @@ impl Config {
                 .unwrap_or_else(|| "cron".into()),
             cron_wait_ms: num("EDGELOCK_CRON_WAIT_MS", 0, MAX_WAIT_MS)?,
             job_limits: job_limits(&var("EDGELOCK_JOB_LIMITS").unwrap_or_default())?,
+            access: AccessPolicy::from_secrets(
+                var("EDGELOCK_API_TOKEN").as_deref(),
+                var("EDGELOCK_API_TOKENS").as_deref(),
+            )?,
         })
     }
 }

@@ -7,6 +7,7 @@
 //! lets the resource it writes to refuse a stale holder.
 //!
 //! - [`config`]: backend and limits from the Worker's vars and secrets;
+//! - [`auth`]: the bearer tokens every route requires;
 //! - [`client`]: one lock client per invocation (the npm package's JS driver,
 //!   the core machine wrapped in a subrequest [`Budgeted`](crate::core::budget::Budgeted));
 //! - [`routes`]: the HTTP API and the job runs, on plain data;
@@ -17,6 +18,7 @@
 // shared between its own modules and need no API documentation.
 #![allow(missing_docs, unreachable_pub)]
 
+pub mod auth;
 pub mod client;
 pub mod config;
 pub mod job;
@@ -81,7 +83,9 @@ async fn main(mut req: Request, env: Env, _ctx: Context) -> worker::Result<Respo
         Vec::new()
     };
     let method = req.method().to_string();
-    let reply = routes::handle(&cfg, &method, url.path(), &query, &body, &invocation_id()).await;
+    let authorization = req.headers().get("Authorization").ok().flatten();
+    let call = routes::Call { method: &method, path: url.path(), query: &query, body: &body, authorization: authorization.as_deref() };
+    let reply = routes::handle(&cfg, &call, &invocation_id()).await;
     respond(reply)
 }
 

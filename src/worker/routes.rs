@@ -18,6 +18,12 @@
 //!   job, release.
 //! - `GET /locks/:name` — holder, fencing token, expiry and waiters where the
 //!   backend can tell; `limit`, `holders` and `queued` with modes and slots.
+//!
+//! Every route first checks the caller's `Authorization: Bearer <token>`
+//! against the deployment's tokens and the route's lock name (see
+//! [`super::auth`]): 401 `UNAUTHORIZED`, 403 `FORBIDDEN` (a token for
+//! other names) or 403 `NOT_CONFIGURED` (no token set: fails closed), before
+//! anything else is looked at.
 
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -164,16 +170,32 @@ impl RunOptions {
     }
 }
 
+/// One HTTP request, as the routes see it.
+pub struct Call<'a> {
+    pub method: &'a str,
+    pub path: &'a str,
+    pub query: &'a str,
+    pub body: &'a [u8],
+    /// The `Authorization` header, if any.
+    pub authorization: Option<&'a str>,
+}
+
+/// The lock name a route is about (`None`: a route about no lock, or a
+/// name that does not decode, which the route itself refuses).
+fn route_name(segments: &[&str]) -> Option<String> {
+    match segments {
+        ["jobs", name, _] | ["locks", name] => decode_segment(name).ok(),
+        _ => None,
+    }
+}
+
 /// Routes one HTTP request.
-pub async fn handle(
-    cfg: &Config,
-    method: &str,
-    path: &str,
-    query: &str,
-    body: &[u8],
-    invocation: &str,
-) -> Reply {
+pub async fn handle(cfg: &Config, call: &Call<'_>, invocation: &str) -> Reply {
+    let Call { method, path, query, body, .. } = *call;
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+    if let Err(r) = cfg.access.authorize(call.authorization, route_name(&segments).as_deref()) {
+        return Reply::coded(r.status, r.code, r.message);
+    }
     match (method, segments.as_slice()) {
         ("GET", [""]) => Reply::ok(json!({
             "service": "edgelock job coordinator",

@@ -49,6 +49,12 @@ export function backendBindings(env) {
 }
 
 /**
+ * The API token every test Worker is given (the secret `EDGELOCK_API_TOKEN`)
+ * unless its bindings say otherwise, and that `call` sends by default.
+ */
+export const TEST_API_TOKEN = 'test-api-token-0123456789abcdef';
+
+/**
  * One workerd running the Worker several times over, one named worker per
  * entry of `workers` ({ name: bindings }); the first is the entrypoint.
  */
@@ -64,7 +70,8 @@ export async function startWorkers(workers) {
       modulesRoot: buildDir,
       modulesRules: [{ type: 'CompiledWasm', include: ['**/*.wasm'] }],
       compatibilityDate: COMPATIBILITY_DATE,
-      bindings,
+      // A binding given as null is left unset (a Worker without that secret).
+      bindings: Object.fromEntries(Object.entries({ EDGELOCK_API_TOKEN: TEST_API_TOKEN, ...bindings }).filter(([, v]) => v !== null)),
     })),
   });
   await mf.ready;
@@ -72,12 +79,17 @@ export async function startWorkers(workers) {
   for (const name of Object.keys(workers)) fetchers[name] = await mf.getWorker(name);
   return {
     mf,
-    /** POST/GET to worker `name` (default: the entrypoint, through dispatchFetch). */
-    async call(name, method, urlPath, body) {
-      const init = { method };
+    /**
+     * POST/GET to worker `name` (default: the entrypoint, through
+     * dispatchFetch), with `Authorization: Bearer TEST_API_TOKEN` unless
+     * `authorization` says otherwise (null: no header).
+     */
+    async call(name, method, urlPath, body, { authorization = `Bearer ${TEST_API_TOKEN}` } = {}) {
+      const init = { method, headers: {} };
+      if (authorization !== null) init.headers.authorization = authorization;
       if (body !== undefined) {
         init.body = typeof body === 'string' ? body : JSON.stringify(body);
-        init.headers = { 'content-type': 'application/json' };
+        init.headers['content-type'] = 'application/json';
       }
       const url = `http://worker.test${urlPath}`;
       const res = name === null ? await mf.dispatchFetch(url, init) : await fetchers[name].fetch(url, init);

@@ -12,6 +12,7 @@ import {
   resourceLog,
   startBackends,
   startWorkers,
+  TEST_API_TOKEN,
 } from './support.mjs';
 import { gatewayCommand, lockKey, wakeChannel } from '../js/support/redis.mjs';
 import { spawnWithJsonLine, findDevtoolsBin, stopChild } from '../js/testenv.mjs';
@@ -432,3 +433,83 @@ for (const backend of ['etcd', 'redis (upstash)', 'redlock']) {
     });
   });
 }
+
+describe('Worker access control: every route needs the deployment\'s bearer token', { timeout: 120_000 }, () => {
+  let w;
+  const REPORTS_TOKEN = 'reports-only-token-0123456789';
+  before(async () => {
+    const common = { ...backendBindings(env).etcd, EDGELOCK_PREFIX: 'wt-auth', EDGELOCK_FENCED_URL: env.fenced_url, EDGELOCK_JOB_MS: '20', EDGELOCK_CRON_WAIT_MS: '0' };
+    w = await startWorkers({
+      main: { ...common, EDGELOCK_API_TOKENS: `reports-=${REPORTS_TOKEN}` },
+      // No token configured at all: fails closed.
+      open: { ...common, EDGELOCK_API_TOKEN: null, EDGELOCK_CRON_JOB: uniq('auth-cron') },
+    });
+  });
+  after(async () => {
+    await w?.dispose();
+  });
+
+  const routes = (job) => [
+    ['GET', '/'],
+    ['POST', `/jobs/${job}/run`],
+    ['POST', `/jobs/${job}/start`],
+    ['POST', `/jobs/${job}/finish`],
+    ['GET', `/locks/${job}`],
+  ];
+
+  /** `job` is free and nothing ran under it: the refused calls changed nothing. */
+  async function unchanged(job) {
+    const s = await w.call('main', 'GET', `/locks/${job}`);
+    assert.equal(s.status, 200, s.text);
+    assert.equal(s.body.held, false, `nobody holds ${job}: ${s.text}`);
+    assert.deepEqual(await resourceLog(env, job), [], 'no job ran');
+  }
+
+  test('no token, a wrong token, another scheme: 401 UNAUTHORIZED on every route, nothing changes', async () => {
+    const job = uniq('auth-none');
+    for (const authorization of [null, 'Bearer wrong-token-0123456789abcdef', `Basic ${TEST_API_TOKEN}`, TEST_API_TOKEN, 'Bearer ']) {
+      for (const [method, path] of routes(job)) {
+        const r = await w.call('main', method, path, method === 'POST' ? {} : undefined, { authorization });
+        assert.equal(r.status, 401, `${method} ${path} with ${authorization}: ${r.text}`);
+        assert.equal(r.body.code, 'UNAUTHORIZED');
+        assert.ok(!r.text.includes(TEST_API_TOKEN) && !r.text.includes(REPORTS_TOKEN), 'no token in the answer');
+      }
+    }
+    await unchanged(job);
+  });
+
+  test('a token scoped to a prefix: 403 FORBIDDEN outside it, allowed inside it', async () => {
+    const outside = uniq('auth-billing');
+    for (const [method, path] of routes(outside).slice(1)) {
+      const r = await w.call('main', method, path, method === 'POST' ? {} : undefined, { authorization: `Bearer ${REPORTS_TOKEN}` });
+      assert.equal(r.status, 403, `${method} ${path}: ${r.text}`);
+      assert.equal(r.body.code, 'FORBIDDEN');
+      assert.ok(!r.text.includes(REPORTS_TOKEN));
+    }
+    await unchanged(outside);
+    const inside = uniq('reports-nightly');
+    const path = `/jobs/${inside}/run`;
+    const r = await w.call('main', 'POST', path, undefined, { authorization: `Bearer ${REPORTS_TOKEN}` });
+    assert.equal(r.status, 200, r.text);
+    assert.equal((await resourceLog(env, inside)).length, 1, 'the job ran once');
+    // The all-names token works everywhere.
+    const all = await w.call('main', 'POST', `/jobs/${uniq('auth-all')}/run`);
+    assert.equal(all.status, 200, all.text);
+  });
+
+  test('a deployment without a token refuses every route with 403 NOT_CONFIGURED naming the secret; its cron still runs', async () => {
+    const job = uniq('auth-open');
+    for (const authorization of [null, `Bearer ${TEST_API_TOKEN}`]) {
+      for (const [method, path] of routes(job)) {
+        const r = await w.call('open', method, path, method === 'POST' ? {} : undefined, { authorization });
+        assert.equal(r.status, 403, `${method} ${path}: ${r.text}`);
+        assert.equal(r.body.code, 'NOT_CONFIGURED');
+        assert.match(r.body.error, /EDGELOCK_API_TOKEN/);
+        assert.match(r.body.error, /wrangler secret put/);
+      }
+    }
+    await unchanged(job);
+    const cron = await w.scheduled('open');
+    assert.equal(cron.outcome, 'ok', JSON.stringify(cron));
+  });
+});
