@@ -312,7 +312,7 @@ impl LockHandle {
             let kind = match (mode, limit, slot) {
                 (0, None, None) => LockKind::Exclusive,
                 (1, None, None) => LockKind::Shared,
-                (2, Some(limit), Some(slot)) if limit >= 1 && limit <= MAX_PERMITS && slot < limit => LockKind::Permits { limit },
+                (2, Some(limit), Some(slot)) if (1..=MAX_PERMITS).contains(&limit) && slot < limit => LockKind::Permits { limit },
                 (2, _, _) => return Err(format!("a permit's handle needs `limit` in 1..={MAX_PERMITS} and `slot` below it")),
                 _ => return Err("`limit` and `slot` belong to a permit's handle (`mode`: `permit`)".into()),
             };
