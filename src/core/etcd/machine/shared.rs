@@ -386,4 +386,60 @@ mod tests {
         s.txn_reply(read, 12, true, vec![range(vec![found])]);
         assert_eq!(s.completed().unwrap_err().code(), "LOST");
     }
+
+    use proptest::prelude::*;
+
+    fn arb_kv() -> impl Strategy<Value = Value> {
+        let keys = prop_oneof![Just("edgelock/rw/1f"), Just("edgelock/rw/3c"), Just("edgelock/rw/r/1f.1"), Just("edgelock/rw/r/2a.1"), Just("edgelock/rw/s/0"), Just("x")];
+        let values = prop_oneof![Just("r:x"), Just("p3:x"), Just("nonce"), Just(""), Just("p0:"), Just("p999999:x")];
+        (keys, any::<i64>(), prop_oneof![Just(-1i64), Just(0), 1i64..40], values).prop_map(|(k, r1, r2, v)| {
+            let rev = if r1 % 3 == 0 { r1 } else { r2 };
+            jkv(k.as_bytes(), rev, v)
+        })
+    }
+
+    fn arb_reply() -> impl Strategy<Value = Value> {
+        let op = prop_oneof![
+            3 => prop::collection::vec(arb_kv(), 0..3).prop_map(range),
+            1 => Just(json!({ "response_put": {} })),
+            1 => Just(json!({})),
+            1 => Just(json!({ "response_range": null })),
+        ];
+        (prop_oneof![Just(-5i64), Just(0), 1i64..40, any::<i64>()], any::<bool>(), prop::collection::vec(op, 0..4))
+            .prop_map(|(rev, ok, responses)| json!({ "header": { "revision": rev.to_string() }, "succeeded": ok, "responses": responses }))
+    }
+
+    proptest! {
+        /// Hostile, near-shape replies to a shared acquire's txn and its
+        /// re-checks: never a panic, and a grant only with a positive token
+        /// equal to its key's revision.
+        #[test]
+        fn hostile_replies_to_a_shared_acquire_never_panic(replies in prop::collection::vec(arb_reply(), 1..5), wait in prop_oneof![Just(Wait::Try), Just(Wait::Forever)]) {
+            let (mut s, mut id, _) = Script::acquire(LockKind::Shared, wait);
+            for reply in replies {
+                s.reply(id, reply);
+                let mut next = None;
+                while let Some(t) = s.m.poll_transmit() {
+                    if let Transmit::Send(r) = t {
+                        if r.stream {
+                            // Whatever it watches goes away: re-check.
+                            s.m.handle_input(s.now, Input::Chunk { id: r.id, data: br#"{"result":{"header":{"revision":"41"},"events":[{"type":"DELETE","kv":{}}]}}"#.to_vec() });
+                        } else {
+                            next = Some(r.id);
+                        }
+                    }
+                }
+                while let Some(e) = s.m.poll_event() {
+                    if let Event::Completed { result: Ok(Outcome::Acquired(info)), .. } = e {
+                        prop_assert!(info.fencing_token > 0 && info.fencing_token == info.handle.revision);
+                        prop_assert_eq!(info.kind(), LockKind::Shared);
+                    }
+                }
+                match next {
+                    Some(n) => id = n,
+                    None => break,
+                }
+            }
+        }
+    }
 }
