@@ -442,3 +442,48 @@ fn uncontended_shared_acquire_and_release_cost_two_requests() {
         assert_eq!(traffic.requests.load(Ordering::SeqCst) - before, 2, "acquire txn + release");
     }
 }
+
+#[test]
+fn a_reader_that_times_out_behind_a_writer_leaves_no_key() {
+    let etcd = EtcdServer::start().expect("start etcd");
+    let (a, b) = (client(&etcd), client(&etcd));
+    let w = write(&a, "timeout");
+    let started = Instant::now();
+    let err = b.acquire_kind("timeout", LockKind::Shared, opts(Wait::For(400)), None).unwrap_err();
+    assert_eq!(err.code(), "TIMEOUT", "{err}");
+    assert!(started.elapsed() >= Duration::from_millis(400));
+    assert_eq!(keys_of(&etcd, "timeout"), vec![w.handle().key.clone()], "only the writer's key");
+    // The same client's own reader waits behind its writer too.
+    assert!(try_read(&a, "timeout").is_none());
+    assert!(w.release().unwrap());
+    let r = try_read(&b, "timeout").expect("free");
+    assert!(r.release().unwrap());
+    assert!(keys_of(&etcd, "timeout").is_empty());
+}
+
+/// A reader key on our session lease that nothing of ours uses (as a shared
+/// acquire txn that applied after we gave up would leave) is swept once a
+/// txn outcome was unknown, and a writer gets the name.
+#[test]
+fn a_ghost_reader_key_on_the_session_lease_is_swept() {
+    use edgelock_devtools::{Fault, FaultProxy};
+    let etcd = EtcdServer::start().expect("start etcd");
+    let upstream: std::net::SocketAddr = etcd.url().trim_start_matches("http://").parse().unwrap();
+    let proxy = FaultProxy::start(upstream).unwrap();
+    let mut cfg = EtcdConfig::new(vec![proxy.url()]);
+    cfg.request_timeout_ms = 500;
+    cfg.session_ttl_ms = 3_000;
+    let c = Client::etcd(cfg).unwrap();
+    let held = read(&c, "keeps-the-session");
+    let lease: i64 = held.handle().owner.parse().unwrap();
+    proxy.set(Fault::CutResponse);
+    assert!(c.acquire_kind("cut", LockKind::Shared, opts(Wait::Try), None).is_err());
+    proxy.set(Fault::Pass);
+    let key = format!("edgelock/ghost/r/{lease:x}.999");
+    raw(&etcd, "/v3/kv/put", json!({"key": b64(key.as_bytes()), "value": b64(b"r:late"), "lease": lease.to_string()}));
+    let other = client(&etcd);
+    let w = other.acquire_kind("ghost", LockKind::Exclusive, opts(Wait::For(8_000)), None).unwrap().expect("the ghost is swept within a few renewal rounds");
+    assert!(w.release().unwrap());
+    assert!(!held.is_lost(), "the real reader is untouched");
+    assert!(held.release().unwrap());
+}
