@@ -266,7 +266,8 @@ impl EtcdMachine {
         // local claim of the name), but the same hold is not adopted twice.
         let own_key = handle.kind != LockKind::Exclusive;
         if own_key && self.locks.values().any(|l| l.key == handle.key.as_bytes()) {
-            return Err(LockError::invalid(format!("this {} hold of {:?} is already held by this client", handle.kind.as_str(), handle.name)));
+            let what = if handle.kind == LockKind::Shared { "shared hold" } else { "permit" };
+            return Err(LockError::invalid(format!("this {what} of {:?} is already held by this client", handle.name)));
         }
         let op = self.new_op(OpKind::Resume { handle: handle.clone(), lease, phase: ResumePhase::ReadKey });
         if !own_key && !self.claim_name(&handle.name, op) {

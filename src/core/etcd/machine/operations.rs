@@ -152,7 +152,7 @@ impl EtcdMachine {
                                     let oldest = st.holders.first().and_then(|h| kvs.iter().find(|kv| kv.key == h.id.as_bytes()).cloned());
                                     (st, oldest)
                                 }
-                                                None => {
+                                None => {
                                     // An exclusive holder, or the readers ahead of the oldest writer.
                                     let st = shared::rw_status(&name, &lock_prefix, &kvs);
                                     (st, kvs.first().cloned())
