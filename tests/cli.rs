@@ -228,6 +228,47 @@ fn try_wait_and_status_while_held() {
     assert!(t.elapsed() < Duration::from_secs(20));
 }
 
+/// `run --shared` on etcd: two readers run at once with
+/// `EDGELOCK_LOCK_MODE=shared`, an exclusive `--try` is busy (73) while they
+/// hold, and `status --json` lists both with mode `shared`.
+#[test]
+fn shared_runs_hold_together_on_etcd_and_exclude_a_writer() {
+    let etcd = Etcd::start();
+    let url = etcd.url();
+    let dir = std::env::temp_dir().join(format!("edgelock-cli-shared-{}-{}", std::process::id(), free_port()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let mut readers = Vec::new();
+    for i in 0..2 {
+        let script = format!("echo \"$EDGELOCK_LOCK_MODE $EDGELOCK_FENCING_TOKEN\" > {}; sleep 30", dir.join(format!("r{i}")).display());
+        readers.push(spawn_holder(&["run", "--etcd", &url, "--shared", "--ttl", "3000", "--wait", "10000", "cfg", "--", "sh", "-c", &script]));
+    }
+    for (i, (_, token)) in readers.iter().enumerate() {
+        let f = dir.join(format!("r{i}"));
+        let seen = (0..100)
+            .find_map(|_| {
+                let s = std::fs::read_to_string(&f).ok().filter(|s| s.ends_with('\n'));
+                if s.is_none() {
+                    thread::sleep(Duration::from_millis(50));
+                }
+                s
+            })
+            .expect("the command wrote its environment");
+        assert_eq!(seen.trim(), format!("shared {token}"), "reader {i}");
+    }
+    let out = output(&["run", "--etcd", &url, "--try", "cfg", "--", "true"]);
+    assert_eq!(out.status.code(), Some(73), "a writer while readers hold: {}", text(&out.stderr));
+    let out = output(&["status", "--etcd", &url, "--json", "cfg"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let modes: Vec<&str> = status["holders"].as_array().expect("holders").iter().filter_map(|h| h["mode"].as_str()).collect();
+    assert_eq!(modes, ["shared", "shared"], "{status}");
+    for (mut r, _) in readers {
+        let _ = r.kill();
+        let _ = r.wait();
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn losing_the_lock_kills_the_command_and_exits_75() {
     let etcd = Etcd::start();
@@ -296,10 +337,16 @@ fn lock_kind_flags_are_checked_before_any_request() {
         // `status` takes no kind.
         assert_eq!(output(&["status", backend[0], backend[1], "--limit", "3", "n"]).status.code(), Some(64));
         assert_eq!(output(&["status", backend[0], backend[1], "--shared", "n"]).status.code(), Some(64));
-        // No backend offers read-write locks yet: refused before any request.
+        // Read-write locks are etcd's (on Redis refused before any request);
+        // on etcd `--shared` is a valid request, here to a dead endpoint.
         let out = output(&["run", backend[0], backend[1], "--shared", "n", "--", "true"]);
-        assert_eq!(out.status.code(), Some(64), "{}", text(&out.stderr));
-        assert!(text(&out.stderr).contains("does not offer shared locks"), "{}", text(&out.stderr));
+        if backend[0] == "--etcd" {
+            assert_ne!(out.status.code(), Some(64), "{}", text(&out.stderr));
+            assert!(!text(&out.stderr).contains("does not offer shared locks"), "{}", text(&out.stderr));
+        } else {
+            assert_eq!(out.status.code(), Some(64), "{}", text(&out.stderr));
+            assert!(text(&out.stderr).contains("does not offer shared locks"), "{}", text(&out.stderr));
+        }
     }
 }
 

@@ -338,4 +338,4 @@ describe("module formats", () => {
 });
 
 // Semaphores (`limit`), read-write locks (`mode`) and status() with holders.
-lockKindTests("EtcdLocks", (extra = {}) => client({ prefix: "kinds", ...extra }), { queuedVisible: true });
+lockKindTests("EtcdLocks", (extra = {}) => client({ prefix: "kinds", ...extra }), { queuedVisible: true, sharedGranted: true });

@@ -432,6 +432,8 @@ pub struct Grant {
     /// The handle's revision (etcd: the create revision of the queue key).
     pub revision: u64,
     pub at: Millis,
+    /// What was granted (a read-write lock's shared or exclusive hold, a permit).
+    pub kind: LockKind,
 }
 
 /// A lock some client currently holds, as the world sees it (for backend checks).
@@ -887,8 +889,13 @@ impl<S: SimServer> World<S> {
         for (i, a) in believers.iter().enumerate() {
             let limit = match a.kind {
                 LockKind::Permits { limit } => limit as usize,
+                // Readers share with readers; a writer (limit 1) with nobody.
+                LockKind::Shared => usize::MAX,
                 _ => 1,
             };
+            // A reader and a writer clash even on one client (its writer
+            // queues behind its own reader, and the other way round).
+            let rw = a.kind == LockKind::Shared || believers.iter().any(|b| b.name == a.name && b.kind == LockKind::Shared);
             let mut others = HashSet::new();
             for b in &believers {
                 if a.name == b.name && a.client != b.client {
@@ -897,7 +904,7 @@ impl<S: SimServer> World<S> {
             }
             let clash = believers[i + 1..]
                 .iter()
-                .find(|b| b.name == a.name && b.client != a.client && (limit == 1 || b.key == a.key || b.kind != a.kind));
+                .find(|b| b.name == a.name && (b.client != a.client || rw) && (limit == 1 || b.key == a.key || b.kind != a.kind));
             if let Some(b) = clash {
                 let v = format!(
                     "two clients believe they hold {:?} (key {:?}, {:?} and {:?}) at t={}: client {} (token {}, since {}, expires_at {} local) and client {} (token {}, since {}, expires_at {} local)",
@@ -1303,7 +1310,19 @@ impl<S: SimServer> World<S> {
                 // A semaphore's tokens increase per slot: concurrent holders'
                 // grants reach their clients in any order.
                 let slot = lock.slot();
-                if let Some(last) = self.grants.iter().rev().find(|g| g.name == lock.name && g.slot == slot) {
+                // A read-write lock's readers share, so their grants reach
+                // their clients in any order: a writer's token is above every
+                // earlier grant's, a reader's above every earlier writer's.
+                let kind = lock.handle.kind;
+                let last = match kind {
+                    LockKind::Exclusive | LockKind::Shared => self
+                        .grants
+                        .iter()
+                        .filter(|g| g.name == lock.name && g.slot == slot && (kind == LockKind::Exclusive || g.kind != LockKind::Shared))
+                        .max_by_key(|g| g.token),
+                    _ => self.grants.iter().rev().find(|g| g.name == lock.name && g.slot == slot),
+                };
+                if let Some(last) = last {
                     if token <= last.token {
                         self.violations.push(format!(
                             "fencing token of {:?} (key {:?}) did not increase: client {c} got {token} at t={} after client {} got {} at t={}",
@@ -1312,7 +1331,7 @@ impl<S: SimServer> World<S> {
                     }
                 }
                 let key = lock.handle.key.clone();
-                self.grants.push(Grant { client: c, lock: lock.id, name: lock.name.clone(), key, token, slot, revision: lock.handle.revision, at: self.now });
+                self.grants.push(Grant { client: c, lock: lock.id, name: lock.name.clone(), key, token, slot, revision: lock.handle.revision, at: self.now, kind });
                 self.clients[c].holdings.insert(
                     lock.id,
                     Holding {

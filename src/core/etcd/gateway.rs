@@ -470,16 +470,18 @@ fn slot_range(slots: (&[u8], &[u8])) -> Value {
 
 /// A permit's acquire: if our queue key does not exist, create it bound to
 /// the lease, then read (1) the oldest `limit + 1` queue keys, (2) the two
-/// newest (ours and our predecessor) and (3) every slot key; otherwise (a
-/// retry whose first attempt applied) read our key.
-pub(super) fn permit_acquire_txn(key: &[u8], queue: (&[u8], &[u8]), slots: (&[u8], &[u8]), lease: i64, value: &[u8], limit: u32) -> Value {
+/// newest (ours and our predecessor), (3) every slot key and (4) whether
+/// any read-write lock reader key exists (a read-write lock's name is no
+/// semaphore); otherwise (a retry whose first attempt applied) read our key.
+pub(super) fn permit_acquire_txn(key: &[u8], queue: (&[u8], &[u8]), slots: (&[u8], &[u8]), readers: (&[u8], &[u8]), lease: i64, value: &[u8], limit: u32) -> Value {
     json!({
         "compare": [{ "key": b64(key), "target": "CREATE", "result": "EQUAL", "create_revision": "0" }],
         "success": [
             { "request_put": { "key": b64(key), "value": b64(value), "lease": lease.to_string() } },
             range_by_create(queue.0, queue.1, "ASCEND", limit.saturating_add(1), None),
             range_by_create(queue.0, queue.1, "DESCEND", 2, None),
-            slot_range(slots)
+            slot_range(slots),
+            { "request_range": { "key": b64(readers.0), "range_end": b64(readers.1), "limit": "1", "keys_only": true } }
         ],
         "failure": [ { "request_range": { "key": b64(key) } } ]
     })
@@ -557,6 +559,39 @@ pub(super) fn watch_range_deletes(start: &[u8], end: &[u8], start_revision: i64)
     json!({ "create_request": { "key": b64(start), "range_end": b64(end), "start_revision": start_revision.to_string(), "filters": ["NOPUT"] } })
 }
 
+// ---- read-write locks (see `machine/shared.rs` for the key layout) -------
+
+/// A shared hold's acquire: if our reader key does not exist, create it
+/// bound to the lease, then read (1) the newest key of the writers' range
+/// (an exclusive lock's keys; no reader key is in it, so any key found is
+/// older than ours) and (2) the oldest key of the whole name, both with
+/// values (a semaphore's keys carry its limit: a shared acquire of a
+/// semaphore's name is refused); otherwise (a retry whose first attempt
+/// applied) read our key.
+pub(super) fn shared_acquire_txn(key: &[u8], lock_prefix: &[u8], writers: (&[u8], &[u8]), lease: i64, value: &[u8]) -> Value {
+    json!({
+        "compare": [{ "key": b64(key), "target": "CREATE", "result": "EQUAL", "create_revision": "0" }],
+        "success": [
+            { "request_put": { "key": b64(key), "value": b64(value), "lease": lease.to_string() } },
+            range_by_create(writers.0, writers.1, "DESCEND", 1, None),
+            range_by_create(lock_prefix, &prefix_end(lock_prefix), "ASCEND", 1, None)
+        ],
+        "failure": [ { "request_range": { "key": b64(key) } } ]
+    })
+}
+
+/// A waiting reader's re-check: our key, and the newest key of the writers'
+/// range created before ours (with its value).
+pub(super) fn shared_check_txn(key: &[u8], writers: (&[u8], &[u8]), my_rev: i64) -> Value {
+    json!({
+        "compare": [],
+        "success": [
+            { "request_range": { "key": b64(key), "keys_only": true } },
+            range_by_create(writers.0, writers.1, "DESCEND", 1, Some(my_rev.saturating_sub(1)))
+        ]
+    })
+}
+
 /// Watch one key for any event from `start_revision` (a later waiter of a
 /// semaphore watches its predecessor: DELETE when it leaves, PUT when it is
 /// promoted and claims its slot).
@@ -607,7 +642,7 @@ mod tests {
     fn permit_bodies() {
         let queue: (&[u8], &[u8]) = (b"el/s/", b"el/s/g");
         let slots: (&[u8], &[u8]) = (b"el/s/s/", b"el/s/s0");
-        let t = permit_acquire_txn(b"el/s/1f.3", queue, slots, 31, b"p3:ab", 3);
+        let t = permit_acquire_txn(b"el/s/1f.3", queue, slots, (b"el/s/r/", b"el/s/r0"), 31, b"p3:ab", 3);
         assert_eq!(t["compare"][0]["create_revision"], "0");
         let put = &t["success"][0]["request_put"];
         assert_eq!((unb64(&put["key"]), unb64(&put["value"]), put["lease"].as_str()), (b"el/s/1f.3".to_vec(), b"p3:ab".to_vec(), Some("31")));
@@ -618,6 +653,8 @@ mod tests {
         assert_eq!((&t["success"][2]["request_range"]["sort_order"], &t["success"][2]["request_range"]["limit"]), (&json!("DESCEND"), &json!("2")));
         assert_eq!(unb64(&t["success"][3]["request_range"]["range_end"]), b"el/s/s0");
         assert_eq!(unb64(&t["failure"][0]["request_range"]["key"]), b"el/s/1f.3");
+        let readers = &t["success"][4]["request_range"];
+        assert_eq!((unb64(&readers["key"]), unb64(&readers["range_end"]), &readers["limit"]), (b"el/s/r/".to_vec(), b"el/s/r0".to_vec(), &json!("1")));
 
         let c = permit_check_txn(b"el/s/1f.3", 10, queue, slots, 3);
         assert_eq!(c["success"][1]["request_range"]["max_create_revision"], "10");
@@ -654,6 +691,31 @@ mod tests {
         let put = br#"{"result":{"header":{"revision":"12"},"events":[{"kv":{"key":"ZWwvcy8yYS4x","create_revision":"7","mod_revision":"12"}}]}}"#;
         let m = parse_watch_message(put).unwrap();
         assert!(!m.has_delete() && m.events.len() == 1 && m.events[0].kind.is_none());
+    }
+
+    #[test]
+    fn shared_bodies() {
+        let writers: (&[u8], &[u8]) = (b"el/rw/", b"el/rw/g");
+        let t = shared_acquire_txn(b"el/rw/r/1f.3", b"el/rw/", writers, 31, b"r:ab");
+        assert_eq!(t["compare"][0]["create_revision"], "0");
+        let put = &t["success"][0]["request_put"];
+        assert_eq!((unb64(&put["key"]), unb64(&put["value"]), put["lease"].as_str()), (b"el/rw/r/1f.3".to_vec(), b"r:ab".to_vec(), Some("31")));
+        // The newest writer key, with its value (a semaphore's carries a limit).
+        let newest = &t["success"][1]["request_range"];
+        assert_eq!((unb64(&newest["key"]), unb64(&newest["range_end"])), (b"el/rw/".to_vec(), b"el/rw/g".to_vec()));
+        assert_eq!((&newest["sort_order"], &newest["sort_target"], &newest["limit"]), (&json!("DESCEND"), &json!("CREATE"), &json!("1")));
+        assert!(newest.get("keys_only").is_none() && newest.get("max_create_revision").is_none());
+        // The oldest key of the whole name (reader keys included).
+        let oldest = &t["success"][2]["request_range"];
+        assert_eq!((unb64(&oldest["key"]), unb64(&oldest["range_end"])), (b"el/rw/".to_vec(), b"el/rw0".to_vec()));
+        assert_eq!((&oldest["sort_order"], &oldest["limit"]), (&json!("ASCEND"), &json!("1")));
+        assert_eq!(unb64(&t["failure"][0]["request_range"]["key"]), b"el/rw/r/1f.3");
+
+        let c = shared_check_txn(b"el/rw/r/1f.3", writers, 10);
+        assert_eq!(unb64(&c["success"][0]["request_range"]["key"]), b"el/rw/r/1f.3");
+        let w = &c["success"][1]["request_range"];
+        assert_eq!((unb64(&w["key"]), unb64(&w["range_end"]), &w["max_create_revision"], &w["limit"]), (b"el/rw/".to_vec(), b"el/rw/g".to_vec(), &json!("9"), &json!("1")));
+        assert_eq!(w["sort_order"], "DESCEND");
     }
 
     #[test]

@@ -11,8 +11,9 @@
 //!   contain the keys of lock `a/b`.
 //! - **Acquire** is ONE txn: if our key's create revision is 0, put it bound to
 //!   the lease and read the two newest keys under the lock's prefix (ours and
-//!   the one just before it) and the oldest one (if that is a semaphore's,
-//!   the name is refused with `INVALID_ARGUMENT`); otherwise (a retry whose
+//!   the one just before it, a read-write lock's reader key included) and the
+//!   oldest one (if that is a semaphore's, the name is refused with
+//!   `INVALID_ARGUMENT`); otherwise (a retry whose
 //!   first attempt applied) read our key. No predecessor means we hold the lock.
 //! - **Waiting**: watch only the predecessor (the key with the largest create
 //!   revision below ours) for its DELETE, from the revision at which we saw it,
@@ -97,6 +98,43 @@
 //! grant time: two holders promoted together may claim in either order, so
 //! a resource that admits `limit` concurrent users must check per slot
 //! (`LockInfo::slot`), never "token greater than the last one seen".
+//!
+//! # Read-write locks (`LockKind::Shared` readers, `machine/shared.rs`)
+//!
+//! Curator's `InterProcessReadWriteLock` on the lock's keys. A **writer** is
+//! the exclusive lock unchanged: its key `P<lease hex>` holds when no key of
+//! the name, reader or writer, has a lower create revision, and it watches
+//! its immediate predecessor (a reader key is an ordinary predecessor: its
+//! value `r:<random>` carries no semaphore limit). A **reader** puts a key
+//! of its own per acquisition, `P"r/"<lease hex>.<n>` (one client may hold
+//! several shared holds; readers never queue locally), bound to the session
+//! lease, outside the writers' range `[P, P"g")`; its acquire txn also reads
+//! the newest key of that range and the oldest key of the name. It holds
+//! when no writer key precedes it (readers ahead do not matter); otherwise
+//! it watches the newest writer key created before it for DELETE, then
+//! re-checks (our key + the newest writer below our revision, one txn). So
+//! readers arriving after a waiting writer queue behind it (a writer is never
+//! starved), a writer's release wakes exactly the readers between it and the
+//! next writer (one re-check each) and not that writer, which is woken only
+//! by its own predecessor. A semaphore's key among those read refuses a
+//! shared acquire with `INVALID_ARGUMENT`; a permit acquire reads the
+//! readers' range and is refused the same way when a reader key exists.
+//! Release, extend, the periodic key check, lease confirmation at grant,
+//! resume (`mode: "shared"`: the key must be a reader key of the handle's
+//! lease with a reader's value), cleanup and the ghost sweep are the lock's.
+//!
+//! **What a read-write lock's tokens guarantee.** Every hold's token is its
+//! key's create revision. A writer holds only once every key created before
+//! its own is gone, so its token is above the token of every earlier holder,
+//! shared or exclusive; a reader holds only once every writer key created
+//! before its own is gone, so its token is above every earlier writer's.
+//! Readers holding together have distinct tokens in no particular order
+//! (their grants may reach them in any order). A resource that remembers the
+//! highest token of a *write* and refuses any operation with a lower token
+//! therefore rejects a stale writer and a reader from before the last write;
+//! a resource that must also fence stale readers against a later writer
+//! should reject reads below the highest write token it has seen, never
+//! reads below the highest read token (concurrent readers are legitimate).
 
 mod auth;
 mod gateway;

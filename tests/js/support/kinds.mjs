@@ -5,7 +5,7 @@
 //
 // What a backend does not grant yet is refused with INVALID_ARGUMENT before
 // any request; semaphores (`limit`) are granted by the etcd and Redis
-// recipes, read-write locks (`mode: "shared"`) by none yet.
+// recipes, read-write locks (`mode: "shared"`) by etcd (`sharedGranted`).
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { LockError, MAX_PERMITS } from "edgelock";
@@ -53,9 +53,10 @@ export const BAD_KINDS = [
  * `make(extra)` returns a new client of the family (tracked and closed by
  * the caller's file), `extra` merged into its options (e.g. `{ fetch }`).
  * `label` names the family in test titles. `queuedVisible`: the backend
- * lists waiters in `status().queued` (etcd).
+ * lists waiters in `status().queued` (etcd). `sharedGranted`: the backend
+ * grants read-write locks (etcd).
  */
-export function lockKindTests(label, make, { queuedVisible = false } = {}) {
+export function lockKindTests(label, make, { queuedVisible = false, sharedGranted = false } = {}) {
   describe(`lock kinds (${label})`, () => {
     test("bad mode / limit is INVALID_ARGUMENT before any request, on acquire, tryAcquire and request", async () => {
       assert.equal(MAX_PERMITS, 100);
@@ -80,7 +81,32 @@ export function lockKindTests(label, make, { queuedVisible = false } = {}) {
       await lock.release();
     });
 
-    test('mode: "shared" is refused cleanly today (INVALID_ARGUMENT, nothing sent)', async () => {
+    if (sharedGranted) test('mode: "shared": readers share, a writer waits for them and they for it; status lists the modes', async () => {
+      const [c, d] = [make(), make()];
+      const name = unique("shared");
+      const r1 = await c.acquire(name, { mode: "shared", waitMs: 2000 });
+      const r2 = await d.tryAcquire(name, { mode: "shared" });
+      assert.ok(r2 !== null, "readers share");
+      for (const r of [r1, r2]) {
+        assert.equal(r.mode, "shared");
+        assert.equal(r.slot, null);
+        assert.equal(r.limit, null);
+        assert.equal(r.toJSON().mode, "shared");
+      }
+      assert.equal(await d.tryAcquire(name), null, "a writer waits for the readers");
+      const st = await c.status(name);
+      assert.deepEqual(st.holders.map((h) => h.mode), ["shared", "shared"]);
+      assert.deepEqual(st.holders.map((h) => h.fencingToken), [r1.fencingToken, r2.fencingToken]);
+      await r1.release();
+      await r2.release();
+      const w = await d.tryAcquire(name);
+      assert.ok(w !== null, "free once the readers left");
+      assert.ok(w.fencingToken > r2.fencingToken, "a writer's token is above every earlier holder's");
+      assert.equal(await c.tryAcquire(name, { mode: "shared" }), null, "a reader waits for the writer");
+      await w.release();
+    });
+
+    if (!sharedGranted) test('mode: "shared" is refused cleanly today (INVALID_ARGUMENT, nothing sent)', async () => {
       const counter = countingFetch();
       const c = make({ fetch: counter.fetch });
       const name = unique("shared");

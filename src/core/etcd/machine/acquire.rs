@@ -34,6 +34,7 @@ impl EtcdMachine {
         let Some(a) = self.acquire_mut(op) else { return };
         a.key = match &a.permit {
             Some(_) => permits::queue_key(&a.lock_prefix, lease, op),
+            None if a.shared => shared::reader_key(&a.lock_prefix, lease, op),
             None => [a.lock_prefix.as_slice(), format!("{lease:x}").as_bytes()].concat(),
         };
         a.lease = Some(lease);
@@ -43,6 +44,7 @@ impl EtcdMachine {
         let Some(a) = self.acquire_mut(op) else { return };
         let body = match &a.permit {
             Some(p) => Self::permit_acquire_body(a, lease, p.limit),
+            None if a.shared => Self::shared_acquire_body(a, lease),
             None => gw::acquire_txn(&a.key, &a.lock_prefix, lease, &a.nonce),
         };
         let req = self.send(now, Purpose::Op(op), "/v3/kv/txn", body, false);
@@ -58,6 +60,7 @@ impl EtcdMachine {
         let Some(a) = self.acquire_mut(op) else { return };
         let body = match &a.permit {
             Some(p) => Self::permit_check_body(a, p.limit),
+            None if a.shared => Self::shared_check_body(a),
             None => gw::predecessor_txn(&a.key, &a.lock_prefix, a.my_rev),
         };
         let req = self.send(now, Purpose::Op(op), "/v3/kv/txn", body, false);
@@ -112,6 +115,12 @@ impl EtcdMachine {
                 return self.malformed(now, op, "txn reply without revision");
             }
             return self.on_permit_txn(now, op, phase, txn);
+        }
+        if a.shared && (phase != AcqPhase::Txn || txn.succeeded) {
+            if revision <= 0 {
+                return self.malformed(now, op, "txn reply without revision");
+            }
+            return self.on_shared_txn(now, op, phase, txn);
         }
         let malformed = |m: &str| LockError::Backend { backend: BACKEND, name: name.clone(), status: None, message: format!("malformed reply: {m}") };
         if revision <= 0 || txn.range(0).is_none() {
@@ -218,6 +227,8 @@ impl EtcdMachine {
         // A permit's token is its slot key's create revision (see the module docs).
         let (kind, token) = match (&a.permit, slot) {
             (Some(p), Some((_, rev))) => (LockKind::Permits { limit: p.limit }, rev),
+            // A reader's token is its key's create revision, like a writer's.
+            _ if a.shared => (LockKind::Shared, a.my_rev),
             _ => (LockKind::Exclusive, a.my_rev),
         };
         let handle = LockHandle {
@@ -232,7 +243,7 @@ impl EtcdMachine {
             slot: slot.map(|s| s.0),
         };
         let slot = slot.map(|(s, rev)| (s, permits::slot_key(&a.lock_prefix, s), rev));
-        self.locks.insert(lock, HeldLock { name: a.name.clone(), key: a.key.clone(), rev: a.my_rev, lease, slot, releasing: false });
+        self.locks.insert(lock, HeldLock { name: a.name.clone(), key: a.key.clone(), rev: a.my_rev, lease, slot, shared: a.shared, releasing: false });
         self.rt.out.complete(op, Ok(Outcome::Acquired(LockInfo { id: lock, name: a.name, fencing_token: token as u64, expires_at, handle })));
     }
 
@@ -395,7 +406,7 @@ impl EtcdMachine {
                 key: a.key.clone(),
                 rev: (a.my_rev > 0).then_some(a.my_rev),
                 value: None,
-                holds_name: a.permit.is_none(),
+                holds_name: a.claims_name(),
                 lease: a.lease.unwrap_or(0),
                 retry_at: now + ORPHAN_RETRY_MS,
                 req: None,
@@ -428,8 +439,8 @@ impl EtcdMachine {
         self.cancel_request(o.req);
         let OpKind::Acquire(a) = o.kind else { return };
         self.report_ending(op, &a.name, ending);
-        if a.permit.is_some() {
-            // Permits never claim their name locally.
+        if !a.claims_name() {
+            // Permits and shared holds never claim their name locally.
         } else if a.phase == AcqPhase::LocalQueue {
             self.unqueue_local(&a.name, op);
         } else {

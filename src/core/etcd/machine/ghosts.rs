@@ -66,7 +66,8 @@ impl EtcdMachine {
             return Some((name, false));
         }
         let lock_prefix = self.lock_prefix(&name);
-        let permit = permits::is_queue_suffix_of(tail, lease) || permits::slot_of(&lock_prefix, key).is_some();
+        // A permit's and a reader's keys are per acquisition: neither claims the name.
+        let permit = permits::is_queue_suffix_of(tail, lease) || permits::slot_of(&lock_prefix, key).is_some() || shared::is_reader_suffix_of(tail, lease);
         permit.then_some((name, true))
     }
 }

@@ -8,8 +8,7 @@ impl LockMachine for EtcdMachine {
     }
 
     fn capabilities(&self) -> Capabilities {
-        // Shared holds (read-write locks) are not implemented on etcd yet.
-        Capabilities { kinds: &[KindFamily::Exclusive, KindFamily::Permits] }
+        Capabilities { kinds: &[KindFamily::Exclusive, KindFamily::Shared, KindFamily::Permits] }
     }
 
     fn start_operation(&mut self, now: Millis, op: Operation) -> Result<OpId, LockError> {
@@ -150,14 +149,14 @@ impl EtcdMachine {
         }
         let deadline = opts.wait.deadline(now);
         let random = random_hex(self.entropy.as_mut(), 8);
-        let (nonce, permit) = match kind {
+        let (nonce, permit, shared) = match kind {
             LockKind::Permits { limit } => {
-                (permits::permit_value(limit, &random), Some(permits::PermitAcquire { limit, claiming: None, claims: 0, claimed: None }))
+                (permits::permit_value(limit, &random), Some(permits::PermitAcquire { limit, claiming: None, claims: 0, claimed: None }), false)
             }
-            LockKind::Exclusive => (random.into_bytes(), None),
-            other => return Err(LockError::invalid(format!("the etcd backend does not offer {} locks", other.as_str()))),
+            LockKind::Exclusive => (random.into_bytes(), None, false),
+            LockKind::Shared => (shared::shared_value(&random), None, true),
         };
-        let is_permit = permit.is_some();
+        let own_key = permit.is_some() || shared;
         let op = self.new_op(OpKind::Acquire(Acquire {
             name: name.to_string(),
             lock_prefix: self.lock_prefix(name),
@@ -170,13 +169,14 @@ impl EtcdMachine {
             restarts: 0,
             nonce,
             permit,
+            shared,
         }));
         if let Some(deadline) = deadline {
             self.rt.timers.set(TimerKey::AcquireDeadline(op), deadline);
         }
-        // Permits have keys of their own per acquisition: one client may
-        // hold several permits of a semaphore, so they never queue locally.
-        if is_permit || self.claim_name(name, op) {
+        // Permits and shared holds have keys of their own per acquisition:
+        // one client may hold several of one name, so they never queue locally.
+        if own_key || self.claim_name(name, op) {
             if let Some(a) = self.acquire_mut(op) {
                 a.phase = AcqPhase::NeedLease;
             }
@@ -248,6 +248,7 @@ impl EtcdMachine {
         let suffix = handle.key.strip_prefix(&prefix).unwrap_or("");
         let (key_ok, tokens_ok) = match (handle.kind, handle.slot) {
             (LockKind::Exclusive, None) => (suffix == format!("{lease:x}"), handle.fencing_token == handle.revision),
+            (LockKind::Shared, None) => (shared::is_reader_suffix_of(suffix, lease), handle.fencing_token == handle.revision),
             // A permit's token is its slot key's create revision, which is
             // created after its queue key.
             (LockKind::Permits { limit }, Some(slot)) if slot < limit && limit <= MAX_PERMITS => {
@@ -261,13 +262,15 @@ impl EtcdMachine {
         if handle.revision == 0 || handle.revision > i64::MAX as u64 || !tokens_ok {
             return Err(LockError::invalid("handle revision/fencing token is not valid"));
         }
-        // Permits have keys of their own per acquisition (no local claim of
-        // the name), but the same permit is not adopted twice.
-        if handle.slot.is_some() && self.locks.values().any(|l| l.key == handle.key.as_bytes()) {
-            return Err(LockError::invalid(format!("this permit of {:?} is already held by this client", handle.name)));
+        // Permits and shared holds have keys of their own per acquisition (no
+        // local claim of the name), but the same hold is not adopted twice.
+        let own_key = handle.kind != LockKind::Exclusive;
+        if own_key && self.locks.values().any(|l| l.key == handle.key.as_bytes()) {
+            let what = if handle.kind == LockKind::Shared { "shared hold" } else { "permit" };
+            return Err(LockError::invalid(format!("this {what} of {:?} is already held by this client", handle.name)));
         }
         let op = self.new_op(OpKind::Resume { handle: handle.clone(), lease, phase: ResumePhase::ReadKey });
-        if handle.slot.is_none() && !self.claim_name(&handle.name, op) {
+        if !own_key && !self.claim_name(&handle.name, op) {
             self.unqueue_local(&handle.name, op);
             self.ops.remove(&op);
             return Err(LockError::invalid(format!("lock {:?} is already held or being acquired by this client", handle.name)));

@@ -20,6 +20,7 @@ mod acquire;
 mod operations;
 mod ghosts;
 mod permits;
+mod shared;
 mod lock_machine;
 mod timers;
 
@@ -118,12 +119,22 @@ struct HeldLock {
     /// A semaphore permit's slot: (slot, slot key, its create revision = the
     /// fencing token). `None` for an exclusive lock.
     slot: Option<(u32, Vec<u8>, i64)>,
+    /// A read-write lock's shared hold (a reader key of its own per
+    /// acquisition, like a permit's queue key).
+    shared: bool,
     /// A release is in flight: a check that misses the key is the release's
     /// own doing, not a loss.
     releasing: bool,
 }
 
 impl HeldLock {
+    /// Whether the hold owns its name locally: an exclusive lock's key is
+    /// named by the lease alone, so a second local acquire must wait for it;
+    /// permits and shared holds have keys of their own per acquisition.
+    fn claims_name(&self) -> bool {
+        self.slot.is_none() && !self.shared
+    }
+
     /// Every key of the hold with its create revision: the lock's key, and a
     /// permit's slot key.
     fn keys(&self) -> Vec<(Vec<u8>, i64)> {
@@ -192,6 +203,15 @@ struct Acquire {
     nonce: Vec<u8>,
     /// A semaphore permit's state; `None` for an exclusive lock.
     permit: Option<permits::PermitAcquire>,
+    /// The reader side of a read-write lock (`LockKind::Shared`).
+    shared: bool,
+}
+
+impl Acquire {
+    /// Whether the acquire claims its name locally (see [`HeldLock::claims_name`]).
+    fn claims_name(&self) -> bool {
+        self.permit.is_none() && !self.shared
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -25,7 +25,7 @@ impl EtcdMachine {
                                     // other, if still ours, goes in the background.
                                     self.orphan_keys_of(h, now);
                                 }
-                            } else {
+                            } else if h.claims_name() {
                                 self.free_name(now, &name);
                             }
                         }
@@ -100,7 +100,11 @@ impl EtcdMachine {
                             // lease (a permit's also with its semaphore's limit).
                             t.responses.iter().filter_map(|r| r.response_range.as_ref()).flat_map(|r| &r.kvs).any(|kv| {
                                 kv.key == *k && kv.create_revision == *rev && kv.lease == lease
-                                    && (handle.slot.is_none() || permits::key_kind(&kv.value) == permits::KeyKind::Permit(match handle.kind { LockKind::Permits { limit } => limit, _ => 0 }))
+                                    && match handle.kind {
+                                        LockKind::Permits { limit } => permits::key_kind(&kv.value) == permits::KeyKind::Permit(limit),
+                                        LockKind::Shared => shared::is_shared_value(&kv.value),
+                                        _ => true,
+                                    }
                             })
                         }) => {
                             // Is it still the holder? No key of the lock may be older.
@@ -121,7 +125,7 @@ impl EtcdMachine {
                             self.ops.remove(&op);
                             let lock = self.rt.out.lock_id();
                             let slot = handle.slot.map(|s| (s, permits::slot_key(&self.lock_prefix(&handle.name), s), handle.fencing_token as i64));
-                            self.locks.insert(lock, HeldLock { name: handle.name.clone(), key: handle.key.as_bytes().to_vec(), rev: handle.revision as i64, lease, slot, releasing: false });
+                            self.locks.insert(lock, HeldLock { name: handle.name.clone(), key: handle.key.as_bytes().to_vec(), rev: handle.revision as i64, lease, slot, shared: handle.kind == LockKind::Shared, releasing: false });
                             self.rt.out.complete(op, Ok(Outcome::Acquired(LockInfo { id: lock, name: handle.name.clone(), fencing_token: handle.fencing_token, expires_at, handle })));
                         }
                         Err(Ok(reason)) => {
@@ -149,19 +153,9 @@ impl EtcdMachine {
                                     (st, oldest)
                                 }
                                 None => {
-                            let holder = kvs.first().cloned();
-                            let st = LockStatus {
-                                name: name.clone(),
-                                held: holder.is_some(),
-                                holder: holder.as_ref().map(|kv| String::from_utf8_lossy(&kv.key).into_owned()),
-                                fencing_token: holder.as_ref().map(|kv| kv.create_revision as u64),
-                                remaining_ms: None,
-                                waiters: kvs.iter().skip(1).map(|kv| String::from_utf8_lossy(&kv.key).into_owned()).collect(),
-                                holders: holder.iter().map(|kv| Holder { id: String::from_utf8_lossy(&kv.key).into_owned(), fencing_token: Some(kv.create_revision as u64), ..Default::default() }).collect(),
-                                queued: kvs.iter().skip(1).map(|kv| Holder { id: String::from_utf8_lossy(&kv.key).into_owned(), ..Default::default() }).collect(),
-                                limit: None,
-                            };
-                            (st, holder)
+                                    // An exclusive holder, or the readers ahead of the oldest writer.
+                                    let st = shared::rw_status(&name, &lock_prefix, &kvs);
+                                    (st, kvs.first().cloned())
                                 }
                             };
                             match holder {
@@ -199,9 +193,9 @@ impl EtcdMachine {
     /// Gives up on a held lock's keys locally and deletes each (that
     /// incarnation) in the background, from `retry_at`.
     pub(super) fn orphan_keys_of(&mut self, h: HeldLock, retry_at: Millis) {
-        let permit = h.slot.is_some();
+        let holds_name = h.claims_name();
         for (key, rev) in h.keys() {
-            self.orphans.push(Orphan { name: h.name.clone(), key, rev: Some(rev), value: None, holds_name: !permit, lease: h.lease, retry_at, req: None });
+            self.orphans.push(Orphan { name: h.name.clone(), key, rev: Some(rev), value: None, holds_name, lease: h.lease, retry_at, req: None });
         }
         self.arm_orphans();
     }
@@ -225,7 +219,7 @@ impl EtcdMachine {
 
     pub(super) fn fail_op(&mut self, now: Millis, op: OpId, error: LockError) {
         if let Some(OpKind::Resume { handle, .. }) = self.ops.get(&op).map(|o| &o.kind) {
-            let (name, claimed) = (handle.name.clone(), handle.slot.is_none());
+            let (name, claimed) = (handle.name.clone(), handle.kind == LockKind::Exclusive);
             self.ops.remove(&op);
             self.rt.out.fail(op, error);
             // A permit's resume never claimed its name locally.

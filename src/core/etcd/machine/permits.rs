@@ -123,7 +123,8 @@ impl EtcdMachine {
 
     pub(super) fn permit_acquire_body(a: &Acquire, lease: i64, limit: u32) -> Value {
         let (s0, s1) = slots_range(&a.lock_prefix);
-        gw::permit_acquire_txn(&a.key, (&a.lock_prefix, &queue_end(&a.lock_prefix)), (&s0, &s1), lease, &a.nonce, limit)
+        let (r0, r1) = shared::readers_range(&a.lock_prefix);
+        gw::permit_acquire_txn(&a.key, (&a.lock_prefix, &queue_end(&a.lock_prefix)), (&s0, &s1), (&r0, &r1), lease, &a.nonce, limit)
     }
 
     /// A permit acquire's txn answered (parsed, with a positive revision).
@@ -135,10 +136,15 @@ impl EtcdMachine {
         let ranges = |n: usize| (0..n).map(|i| txn.range(i).map(|r| r.kvs.clone())).collect::<Option<Vec<_>>>();
         match phase {
             AcqPhase::Txn => {
-                let Some(mut r) = ranges(3) else { return self.malformed(now, op, "permit txn reply without its ranges") };
+                let Some(mut r) = ranges(4) else { return self.malformed(now, op, "permit txn reply without its ranges") };
                 a.my_rev = revision;
                 let my_rev = a.my_rev;
-                let (slots, newest, oldest) = (r.pop().unwrap_or_default(), r.pop().unwrap_or_default(), r.pop().unwrap_or_default());
+                let (readers, slots, newest, oldest) = (r.pop().unwrap_or_default(), r.pop().unwrap_or_default(), r.pop().unwrap_or_default(), r.pop().unwrap_or_default());
+                if !readers.is_empty() {
+                    // A read-write lock's reader: the name is no semaphore.
+                    let message = format!("{:?} is a read-write lock, not a semaphore of {}", a.name, a.permit.as_ref().map_or(0, |p| p.limit));
+                    return self.cleanup(now, op, Ending::Error(LockError::invalid(message)));
+                }
                 let key = a.key.clone();
                 let pred = newest.into_iter().find(|kv| kv.key != key && kv.create_revision < my_rev);
                 self.permit_evaluate(now, op, revision, oldest, pred, slots)
@@ -449,7 +455,7 @@ mod tests {
         let other = kv(b"edgelock/sem/2a.1", 5, "p3:x", 0x2a);
         let ours = kv(&key, 10, &value, LEASE);
         let slot0 = kv(b"edgelock/sem/s/0", 6, "p3:x", 0x2a);
-        s.txn_reply(id, 10, true, vec![json!({"response_put": {}}), range(vec![other.clone(), ours.clone()]), range(vec![ours, other]), range(vec![slot0])]);
+        s.txn_reply(id, 10, true, vec![json!({"response_put": {}}), range(vec![other.clone(), ours.clone()]), range(vec![ours, other]), range(vec![slot0]), range(vec![])]);
         let (claim, body) = s.sent("/v3/kv/txn");
         let slot_key = b64::decode(body["compare"][0]["key"].as_str().unwrap().as_bytes()).unwrap();
         // Free are 1 and 2; at position 1 we start at the second of them, so
@@ -468,7 +474,7 @@ mod tests {
         let (mut s, txn) = Script::acquire(2, Wait::Forever);
         let (key, value) = (our_key(&txn), our_value(&txn));
         let ours = kv(&key, 10, &value, LEASE);
-        s.txn_reply(RequestId(2), 10, true, vec![json!({"response_put": {}}), range(vec![ours.clone()]), range(vec![ours.clone()]), range(vec![])]);
+        s.txn_reply(RequestId(2), 10, true, vec![json!({"response_put": {}}), range(vec![ours.clone()]), range(vec![ours.clone()]), range(vec![]), range(vec![])]);
         let (claim, body) = s.sent("/v3/kv/txn");
         assert_eq!(body["compare"][0]["key"], b64::encode(b"edgelock/sem/s/0"));
         // Someone took slot 0 first: the failure branch shows it.
@@ -489,7 +495,7 @@ mod tests {
         let (key, value) = (our_key(&txn), our_value(&txn));
         let older = kv(b"edgelock/sem/2a.1", 5, "p5:x", 0x2a);
         let ours = kv(&key, 10, &value, LEASE);
-        s.txn_reply(RequestId(2), 10, true, vec![json!({"response_put": {}}), range(vec![older.clone(), ours.clone()]), range(vec![ours, older]), range(vec![])]);
+        s.txn_reply(RequestId(2), 10, true, vec![json!({"response_put": {}}), range(vec![older.clone(), ours.clone()]), range(vec![ours, older]), range(vec![]), range(vec![])]);
         let (del, body) = s.sent("/v3/kv/txn");
         assert_eq!(body["compare"][0]["create_revision"], "10");
         assert_eq!(body["success"][0]["request_delete_range"]["key"], b64::encode(&key));
@@ -507,7 +513,7 @@ mod tests {
         let (key, value) = (our_key(&txn), our_value(&txn));
         let holder = kv(b"edgelock/sem/2a.1", 5, "p1:x", 0x2a);
         let ours = kv(&key, 10, &value, LEASE);
-        s.txn_reply(RequestId(2), 10, true, vec![json!({"response_put": {}}), range(vec![holder.clone(), ours.clone()]), range(vec![ours.clone(), holder.clone()]), range(vec![])]);
+        s.txn_reply(RequestId(2), 10, true, vec![json!({"response_put": {}}), range(vec![holder.clone(), ours.clone()]), range(vec![ours.clone(), holder.clone()]), range(vec![]), range(vec![])]);
         let (_, watch) = s.sent("/v3/watch");
         let w = &watch["create_request"];
         assert_eq!((w["key"].as_str(), w["range_end"].as_str()), (Some(b64::encode(b"edgelock/sem/").as_str()), Some(b64::encode(b"edgelock/sem/g").as_str())));
@@ -519,7 +525,7 @@ mod tests {
         let (key, value) = (our_key(&txn), our_value(&txn));
         let first = kv(b"edgelock/sem/3b.1", 7, "p1:y", 0x3b);
         let ours = kv(&key, 10, &value, LEASE);
-        s.txn_reply(RequestId(2), 10, true, vec![json!({"response_put": {}}), range(vec![holder, first.clone()]), range(vec![ours, first]), range(vec![])]);
+        s.txn_reply(RequestId(2), 10, true, vec![json!({"response_put": {}}), range(vec![holder, first.clone()]), range(vec![ours, first]), range(vec![]), range(vec![])]);
         let (watch_id, watch) = s.sent("/v3/watch");
         assert_eq!(watch["create_request"], json!({ "key": b64::encode(b"edgelock/sem/3b.1"), "start_revision": "11" }));
         // Its PUT (a promotion) wakes us: a re-check reading up to our revision.
@@ -536,7 +542,7 @@ mod tests {
         let ours = kv(&key, 10, &value, LEASE);
         // Slot 0 is held by a key no holder accounts for (a late claim's leftover).
         let stray = kv(b"edgelock/sem/s/0", 8, "p1:z", 0x2a);
-        s.txn_reply(RequestId(2), 10, true, vec![json!({"response_put": {}}), range(vec![ours.clone()]), range(vec![ours]), range(vec![stray])]);
+        s.txn_reply(RequestId(2), 10, true, vec![json!({"response_put": {}}), range(vec![ours.clone()]), range(vec![ours]), range(vec![stray]), range(vec![])]);
         assert!(s.m.poll_transmit().is_none(), "no claim of a taken slot");
         let at = s.m.poll_timeout().unwrap();
         assert!(at >= s.now + NO_FREE_SLOT_RETRY_MS - 5 && at <= s.now + NO_FREE_SLOT_RETRY_MS, "re-check in {} ms", at - s.now);
@@ -552,7 +558,7 @@ mod tests {
         let (key, value) = (our_key(&txn), our_value(&txn));
         let holder = kv(b"edgelock/sem/2a.1", 5, "p1:x", 0x2a);
         let ours = kv(&key, 10, &value, LEASE);
-        s.txn_reply(RequestId(2), 10, true, vec![json!({"response_put": {}}), range(vec![holder.clone(), ours.clone()]), range(vec![ours, holder]), range(vec![])]);
+        s.txn_reply(RequestId(2), 10, true, vec![json!({"response_put": {}}), range(vec![holder.clone(), ours.clone()]), range(vec![ours, holder]), range(vec![]), range(vec![])]);
         let (del, body) = s.sent("/v3/kv/txn");
         assert_eq!(body["success"][0]["request_delete_range"]["key"], b64::encode(&key));
         s.txn_reply(del, 11, true, vec![]);

@@ -214,7 +214,9 @@ impl EtcdMachine {
         for lock in locks {
             self.lose_lock(now, lock, reason.clone());
         }
-        let orphan_names: Vec<String> = self.orphans.iter().filter(|o| o.lease == lease).map(|o| o.name.clone()).collect();
+        // Only orphans that hold their name locally free it (a permit's or
+        // reader's never claimed it: freeing would start another's waiter).
+        let orphan_names: Vec<String> = self.orphans.iter().filter(|o| o.lease == lease && o.holds_name).map(|o| o.name.clone()).collect();
         self.orphans.retain(|o| o.lease != lease);
         self.arm_orphans();
         for name in orphan_names {
@@ -258,9 +260,9 @@ impl EtcdMachine {
     pub(super) fn lose_lock(&mut self, now: Millis, lock: LockId, reason: LostReason) {
         if let Some(l) = self.locks.remove(&lock) {
             self.rt.out.lost(lock, l.name.clone(), reason.clone());
-            if l.slot.is_none() {
+            if l.claims_name() {
                 self.free_name(now, &l.name);
-            } else if reason == LostReason::KeyGone {
+            } else if l.slot.is_some() && reason == LostReason::KeyGone {
                 // One of a permit's keys is gone, the other may not be: on a
                 // lease that lives on, a slot key without its holder would
                 // take a permit away from everyone until the session ends.
