@@ -82,7 +82,10 @@
 //! `LockKind::Permits`): at most `limit` clients believe they hold a permit
 //! of a name at once, all of the same limit, never two the same slot (the
 //! same key), and tokens strictly increase across successive grants of a
-//! slot.
+//! slot. With `LockKind::Shared` among the kinds (a read-write lock), shared
+//! believers of a name may be many, never beside an exclusive one, and a
+//! shared grant's token is compared with earlier exclusive grants only
+//! (concurrent readers hear of their grants in any order).
 
 #![allow(dead_code)]
 
@@ -429,6 +432,8 @@ pub struct Grant {
     pub token: u64,
     /// A permit's slot (`None` for a lock).
     pub slot: Option<u32>,
+    /// A shared hold (a reader of a read-write lock).
+    pub shared: bool,
     /// The handle's revision (etcd: the create revision of the queue key).
     pub revision: u64,
     pub at: Millis,
@@ -887,8 +892,11 @@ impl<S: SimServer> World<S> {
         for (i, a) in believers.iter().enumerate() {
             let limit = match a.kind {
                 LockKind::Permits { limit } => limit as usize,
+                LockKind::Shared => usize::MAX,
                 _ => 1,
             };
+            // Readers share a name (and their readers' set key).
+            let both_shared = |b: &Believer| a.kind == LockKind::Shared && b.kind == LockKind::Shared;
             let mut others = HashSet::new();
             for b in &believers {
                 if a.name == b.name && a.client != b.client {
@@ -897,7 +905,7 @@ impl<S: SimServer> World<S> {
             }
             let clash = believers[i + 1..]
                 .iter()
-                .find(|b| b.name == a.name && b.client != a.client && (limit == 1 || b.key == a.key || b.kind != a.kind));
+                .find(|b| b.name == a.name && b.client != a.client && !both_shared(b) && (limit == 1 || b.key == a.key || b.kind != a.kind));
             if let Some(b) = clash {
                 let v = format!(
                     "two clients believe they hold {:?} (key {:?}, {:?} and {:?}) at t={}: client {} (token {}, since {}, expires_at {} local) and client {} (token {}, since {}, expires_at {} local)",
@@ -1301,9 +1309,10 @@ impl<S: SimServer> World<S> {
                     return;
                 }
                 // A semaphore's tokens increase per slot: concurrent holders'
-                // grants reach their clients in any order.
+                // grants reach their clients in any order (so do readers').
                 let slot = lock.slot();
-                if let Some(last) = self.grants.iter().rev().find(|g| g.name == lock.name && g.slot == slot) {
+                let shared = lock.kind() == LockKind::Shared;
+                if let Some(last) = self.grants.iter().rev().find(|g| g.name == lock.name && g.slot == slot && !(shared && g.shared)) {
                     if token <= last.token {
                         self.violations.push(format!(
                             "fencing token of {:?} (key {:?}) did not increase: client {c} got {token} at t={} after client {} got {} at t={}",
@@ -1312,7 +1321,7 @@ impl<S: SimServer> World<S> {
                     }
                 }
                 let key = lock.handle.key.clone();
-                self.grants.push(Grant { client: c, lock: lock.id, name: lock.name.clone(), key, token, slot, revision: lock.handle.revision, at: self.now });
+                self.grants.push(Grant { client: c, lock: lock.id, name: lock.name.clone(), key, token, slot, shared, revision: lock.handle.revision, at: self.now });
                 self.clients[c].holdings.insert(
                     lock.id,
                     Holding {
