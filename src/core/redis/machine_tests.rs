@@ -570,6 +570,7 @@ fn a_manual_extend_during_a_renewal_does_not_make_the_timer_spin() {
 }
 
 mod push;
+mod rwlock;
 
 /// A script goes as `EVAL` until the node has run it, then as `EVALSHA`;
 /// `NOSCRIPT` (a restart emptied the cache) sends the `EVAL` again within

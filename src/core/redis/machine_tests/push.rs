@@ -17,7 +17,7 @@ const HELD: &str = r#"{"result":[0,4,9000]}"#;
 const GRANTED: &str = r#"{"result":[1,5,0]}"#;
 
 impl<M: LockMachine> Harness<M> {
-    fn chunk(&mut self, stream: &HttpRequest, data: &str) {
+    pub(super) fn chunk(&mut self, stream: &HttpRequest, data: &str) {
         self.m.handle_input(self.now, Input::Chunk { id: stream.id, data: data.as_bytes().to_vec() });
         self.drain();
     }
@@ -28,7 +28,7 @@ impl<M: LockMachine> Harness<M> {
     }
 
     /// Splits what was sent into (streams, scripts).
-    fn take_split(&mut self) -> (Vec<HttpRequest>, Vec<HttpRequest>) {
+    pub(super) fn take_split(&mut self) -> (Vec<HttpRequest>, Vec<HttpRequest>) {
         self.take().into_iter().partition(|r| r.stream)
     }
 }
