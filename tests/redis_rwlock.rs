@@ -139,7 +139,7 @@ fn rwlock_scenario(via: Via) {
         assert_eq!(sent(log) - before, 1, "{via:?}: an uncontended shared acquire is one request");
         assert_eq!(lock.kind(), LockKind::Shared);
         assert!(node.is_reader(&lock.handle().owner));
-        assert!(tokens.last().is_none_or(|t| lock.fencing_token() > *t));
+        assert!(tokens.last().map_or(true, |t| lock.fencing_token() > *t));
         tokens.push(lock.fencing_token());
         held.push(lock);
     }
