@@ -28,8 +28,10 @@ const GRANTED: &[u8] = br#"{"result":[1,7,10000]}"#;
 
 #[test]
 fn an_unsupported_kind_is_refused_before_anything_is_sent() {
-    let mut s = session();
-    // Redis grants exclusive locks and permits, not shared holds.
+    // Redlock grants exclusive locks and permits, not shared holds.
+    let nodes = (1..=3).map(|p| RedisNode::upstash(format!("http://127.0.0.1:{p}"), "token")).collect();
+    let m = crate::core::redis::RedlockMachine::new(crate::core::redis::RedlockConfig::new(nodes), Box::new(SeededEntropy::new(1))).unwrap();
+    let mut s: Session<u32> = Session::new(Box::new(m));
     let op = Operation::Acquire { name: "a".into(), kind: LockKind::Shared, options: AcquireOptions::default() };
     let e = s.start(0, op, Some(1)).unwrap_err();
     assert_eq!(e.code(), "INVALID_ARGUMENT");

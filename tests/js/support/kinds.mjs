@@ -5,7 +5,8 @@
 //
 // What a backend does not grant yet is refused with INVALID_ARGUMENT before
 // any request; semaphores (`limit`) are granted by the etcd and Redis
-// recipes, read-write locks (`mode: "shared"`) by none yet.
+// recipes, read-write locks (`mode: "shared"`) by one Redis node
+// (`sharedGranted`).
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { LockError, MAX_PERMITS } from "edgelock";
@@ -53,9 +54,10 @@ export const BAD_KINDS = [
  * `make(extra)` returns a new client of the family (tracked and closed by
  * the caller's file), `extra` merged into its options (e.g. `{ fetch }`).
  * `label` names the family in test titles. `queuedVisible`: the backend
- * lists waiters in `status().queued` (etcd).
+ * lists waiters in `status().queued` (etcd). `sharedGranted`: the backend
+ * grants read-write locks (one Redis node).
  */
-export function lockKindTests(label, make, { queuedVisible = false } = {}) {
+export function lockKindTests(label, make, { queuedVisible = false, sharedGranted = false } = {}) {
   describe(`lock kinds (${label})`, () => {
     test("bad mode / limit is INVALID_ARGUMENT before any request, on acquire, tryAcquire and request", async () => {
       assert.equal(MAX_PERMITS, 100);
@@ -80,16 +82,44 @@ export function lockKindTests(label, make, { queuedVisible = false } = {}) {
       await lock.release();
     });
 
-    test('mode: "shared" is refused cleanly today (INVALID_ARGUMENT, nothing sent)', async () => {
-      const counter = countingFetch();
-      const c = make({ fetch: counter.fetch });
-      const name = unique("shared");
-      const e = await rejectsWith(c.acquire(name, { mode: "shared", waitMs: 100 }), "INVALID_ARGUMENT");
-      assert.match(e.message, /does not offer shared locks/);
-      await rejectsWith(c.tryAcquire(name, { mode: "shared" }), "INVALID_ARGUMENT");
-      await rejectsWith(c.request(name, { mode: "shared" }, () => assert.fail("called")), "INVALID_ARGUMENT");
-      assert.equal(counter.n, 0);
-    });
+    if (sharedGranted) {
+      test(`mode: "shared": readers side by side, no writer beside them; a writer's token is above every reader's`, async () => {
+        const [a, b, w] = [make(), make(), make()];
+        const name = unique("rw");
+        const r1 = await a.tryAcquire(name, { mode: "shared" });
+        const r2 = await b.acquire(name, { mode: "shared", waitMs: 1000 });
+        assert.ok(r1 !== null && r2 !== null, "readers share");
+        assert.equal(r1.mode, "shared");
+        assert.equal(r1.toJSON().mode, "shared");
+        assert.ok(r2.fencingToken > r1.fencingToken);
+        assert.equal(await w.tryAcquire(name), null, "no writer beside readers");
+        const s = await w.status(name);
+        assert.equal(s.holders.length, 2);
+        assert.ok(s.holders.every((h) => h.mode === "shared" && h.slot === null));
+        const shown = JSON.stringify(s, (k, v) => (typeof v === "bigint" ? String(v) : v));
+        assert.ok(!shown.includes(r1.toJSON().owner), "a reader's token leaked into the status");
+        const writer = w.acquire(name, { waitMs: 5000 });
+        await sleep(200);
+        await r1.release();
+        await r2.release();
+        const lock = await writer;
+        assert.equal(lock.mode, "exclusive");
+        assert.ok(lock.fencingToken > r2.fencingToken);
+        assert.equal(await a.tryAcquire(name, { mode: "shared" }), null, "no reader beside the writer");
+        await lock.release();
+      });
+    } else {
+      test('mode: "shared" is refused cleanly today (INVALID_ARGUMENT, nothing sent)', async () => {
+        const counter = countingFetch();
+        const c = make({ fetch: counter.fetch });
+        const name = unique("shared");
+        const e = await rejectsWith(c.acquire(name, { mode: "shared", waitMs: 100 }), "INVALID_ARGUMENT");
+        assert.match(e.message, /does not offer shared locks/);
+        await rejectsWith(c.tryAcquire(name, { mode: "shared" }), "INVALID_ARGUMENT");
+        await rejectsWith(c.request(name, { mode: "shared" }, () => assert.fail("called")), "INVALID_ARGUMENT");
+        assert.equal(counter.n, 0);
+      });
+    }
 
     test('an exclusive lock (default or mode: "exclusive") has mode "exclusive", no slot, and status lists it', async () => {
       const c = make();
