@@ -187,3 +187,53 @@ fn inspect_lists_readers_by_count() {
         other => panic!("{other:?}"),
     }
 }
+
+use proptest::strategy::Strategy;
+
+proptest::proptest! {
+    /// Hostile replies to the reader's and the writer's scripts (near the
+    /// real shapes, or any integers) never panic the machine; whatever it
+    /// grants is of the kind asked for, on that kind's key.
+    #[test]
+    fn hostile_replies_never_panic_nor_grant_the_wrong_kind(
+        writer in proptest::bool::ANY,
+        replies in proptest::collection::vec(
+            proptest::prop_oneof![
+                (-1i64..3, -1i64..10, -3i64..5000).prop_map(|(a, b, c)| vec![a, b, c]),
+                (-1i64..3, -1i64..10, -3i64..5, -1i64..4, -1i64..4, -3i64..5000).prop_map(|(a, b, c, d, e, f)| vec![a, b, c, d, e, f]),
+                proptest::collection::vec(-3i64..200, 0..8),
+            ],
+            1..40,
+        ),
+    ) {
+        let mut cfg = RedisConfig::new(RedisNode::upstash("http://10.0.0.1:8080", "tok-secret"));
+        cfg.max_subscriptions = 0;
+        let mut h = Harness::new(RedisMachine::new(cfg, Box::new(SeededEntropy::new(5))).unwrap());
+        let kind = if writer { LockKind::Exclusive } else { LockKind::Shared };
+        let op = Operation::Acquire { name: "cfg".into(), kind, options: opts(Wait::For(2_000)) };
+        h.m.start_operation(h.now, op).unwrap();
+        h.m.inspect(h.now, "cfg").unwrap();
+        let mut replies = replies.into_iter().cycle().take(200);
+        for _ in 0..200 {
+            let reqs = h.take();
+            if reqs.is_empty() {
+                match h.m.poll_timeout() {
+                    Some(t) => h.advance_to(t.max(h.now)),
+                    None => break,
+                }
+                continue;
+            }
+            for r in &reqs {
+                let v = replies.next().unwrap_or_default();
+                h.answer(r, &format!(r#"{{"result":{v:?}}}"#));
+            }
+        }
+        for e in h.take_events() {
+            if let Event::Completed { result: Ok(Outcome::Acquired(l)), .. } = e {
+                proptest::prop_assert_eq!(l.kind(), kind);
+                let key = if writer { "{edgelock:cfg}" } else { "{edgelock:cfg}:readers" };
+                proptest::prop_assert_eq!(l.handle.key.as_str(), key);
+            }
+        }
+    }
+}
