@@ -238,6 +238,16 @@ fn rwlock_scenario(via: Via) {
     assert!(!expiring.release().unwrap());
     assert!(node.is_reader(&staying.handle().owner), "a late release removed another reader");
     assert_eq!(long.inspect(NAME).unwrap().holders.len(), 1);
+
+    // A writer that gives up takes its intent along: readers are not held
+    // back until it expires.
+    let (quitter, _) = client(&node, via, 30_000, true);
+    let e = write(&quitter, Wait::For(300)).expect_err("readers hold");
+    assert_eq!(e.code(), "TIMEOUT", "{e}");
+    assert!(!node.exists(&intent), "the intent of a writer that gave up");
+    let (next, _) = client(&node, via, 30_000, true);
+    let joined = read(&next, Wait::Try).unwrap().expect("no intent left behind");
+    assert!(joined.release().unwrap());
     assert!(staying.release().unwrap());
     assert!(!long.inspect(NAME).unwrap().held);
 }

@@ -222,8 +222,8 @@ fn parse_u64(b: &[u8]) -> Option<u64> {
 fn script_keys(s: Script, numkeys: &[u8], rest: &[Vec<u8>]) -> Option<usize> {
     let ok = |n: usize| match s {
         Script::Extend | Script::Status | Script::ExtendShared | Script::StatusShared => n == 2,
-        Script::Release | Script::Leave | Script::Acquire | Script::AcquireShared => n == 4,
-        Script::ReleaseShared => n == 5,
+        Script::Release | Script::Acquire | Script::AcquireShared => n == 4,
+        Script::ReleaseShared | Script::Leave => n == 5,
         Script::AcquireQueued => n == 6,
         Script::AcquirePermit => n >= 5,
         Script::PermitCleanup => n >= 1,
@@ -653,11 +653,19 @@ impl RedisModel {
             Script::Leave => {
                 let waiter = arg(0);
                 self.leave_queue(&qkey, &waiter);
+                // The writer intent goes with a waiter that gives up.
+                let intent = keys.get(4).is_some_and(|k| self.data.remove(k.as_slice()).is_some_and(|e| e.expires_global.map_or(true, |x| x > g)));
                 if self.alive(key, g).is_none() {
-                    if let (Some(head), Some(channel)) = (self.queues.get(&qkey).and_then(|q| q.first()).map(|(w, _)| w.clone()), argv.get(1)) {
-                        let f = self.fence_value(fence, g);
-                        let payload = format!("released:{f}:").into_bytes().into_iter().chain(head).collect::<Vec<u8>>();
-                        self.publish(channel, &payload);
+                    let f = self.fence_value(fence, g);
+                    match (self.queues.get(&qkey).and_then(|q| q.first()).map(|(w, _)| w.clone()), argv.get(1)) {
+                        (Some(head), Some(channel)) => {
+                            let payload = format!("released:{f}:").into_bytes().into_iter().chain(head).collect::<Vec<u8>>();
+                            self.publish(channel, &payload);
+                        }
+                        (None, Some(channel)) if intent => {
+                            self.publish(channel, format!("released:{f}").as_bytes());
+                        }
+                        _ => {}
                     }
                 }
                 MValue::Int(1)

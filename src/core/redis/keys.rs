@@ -143,7 +143,7 @@ mod tests {
             let base = permit_base(&k);
             // And every key of the read-write lock's scripts.
             for other in [queue_key(&base), leases_key(&base), limit_key(&k), permit_key(&k, 0), permit_key(&k, 99), base.clone(),
-                          readers_key(&k), intent_key(&k), queue_key(&k), leases_key(&k)] {
+                          readers_key(&k), intent_key(&k), queue_key(&k), leases_key(&k), intent_key(&base)] {
                 prop_assert_eq!(hash_tag(&k), hash_tag(&other));
             }
             let expected = format!("{}:", prefix);

@@ -153,14 +153,23 @@ return {0, f, wait}";
 
 /// A queued waiter gives up: it leaves the queue (`ARGV[1]` its id) and, if
 /// the lock is free, wakes the new head (`ARGV[2]` the wake-up channel).
-pub const LEAVE: &str = "-- edgelock leave v1
+/// It also deletes the writer intent (`KEYS[5]`, see [`ACQUIRE`]), so that
+/// readers held back by a writer that gave up are not kept waiting for the
+/// intent to expire: when the queue is then empty and the lock free, the
+/// readers are woken (`released:<counter>`, naming nobody). Another waiting
+/// writer sets the intent again with its next attempt (the new head is
+/// woken at once).
+pub const LEAVE: &str = "-- edgelock leave v2
 redis.call('LREM', KEYS[3], 0, ARGV[1])
 redis.call('ZREM', KEYS[4], ARGV[1])
+local intent = redis.call('DEL', KEYS[5])
 if redis.call('EXISTS', KEYS[1]) == 0 then
+  local f = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
   local head = redis.call('LINDEX', KEYS[3], 0)
   if head then
-    local f = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
     redis.call('PUBLISH', ARGV[2], 'released:' .. f .. ':' .. head)
+  elseif intent == 1 then
+    redis.call('PUBLISH', ARGV[2], 'released:' .. f)
   end
 end
 return 1";
@@ -601,18 +610,34 @@ pub fn status_shared(readers_key: &str, fence_key: &str, token: &str) -> RedisCo
     eval(Script::StatusShared, readers_key, fence_key).arg(token)
 }
 
-/// `EVAL` of [`LEAVE`]: waiter `waiter` leaves `key`'s queue.
+/// `EVAL` of [`LEAVE`]: waiter `waiter` leaves `key`'s queue (and drops the
+/// writer intent of `key`).
 pub fn leave(key: &str, fence_key: &str, waiter: &str) -> RedisCommand {
-    eval_queue(Script::Leave, key, fence_key, key).arg(waiter).arg(super::subscription::wake_channel(key))
+    leave_of(key, fence_key, waiter)
+}
+
+/// [`LEAVE`] of the queue of `base` (a lock key, or a semaphore's base).
+fn leave_of(base: &str, fence_key: &str, waiter: &str) -> RedisCommand {
+    RedisCommand::new("EVAL")
+        .arg(Script::Leave.text())
+        .arg("5")
+        .arg(base)
+        .arg(fence_key)
+        .arg(super::keys::queue_key(base))
+        .arg(super::keys::leases_key(base))
+        .arg(super::keys::intent_key(base))
+        .arg(waiter)
+        .arg(super::subscription::wake_channel(base))
 }
 
 /// [`LEAVE`] of a semaphore's queue (`base`, see [`super::keys::permit_base`]).
 /// The script wakes the new head when its `KEYS[1]` does not exist: here
 /// the base, which never does, so the head is always woken (it cannot tell
 /// whether a slot is free without declaring them all; a spurious wake-up
-/// costs one attempt).
+/// costs one attempt). Its intent key (`<base>:wintent`) is never written:
+/// deleting it is a no-op.
 pub fn leave_permits(base: &str, fence_key: &str, waiter: &str) -> RedisCommand {
-    eval_queue(Script::Leave, base, fence_key, base).arg(waiter).arg(super::subscription::wake_channel(base))
+    leave_of(base, fence_key, waiter)
 }
 
 /// The parameters of an [`ACQUIRE_PERMIT`] attempt (`Debug` redacts the token).
@@ -1044,6 +1069,9 @@ mod tests {
         assert_eq!((Script::of_command(&e), strs(&e)[..3].to_vec()), (Some(Script::ExtendShared), vec!["2".into(), "{e:r}:readers".into(), "{e:r}:fence".into()]));
         let s = status_shared("{e:r}:readers", "{e:r}:fence", "ab");
         assert_eq!(Script::of_command(&s), Some(Script::StatusShared));
+        let l = leave("{e:r}", "{e:r}:fence", "w1");
+        assert_eq!(Script::of_command(&l), Some(Script::Leave));
+        assert_eq!(strs(&l)[..6], ["5", "{e:r}", "{e:r}:fence", "{e:r}:queue", "{e:r}:leases", "{e:r}:wintent"]);
         let i = inspect("{e:r}", "{e:r}:fence", "{e:r}:limit", &[]);
         assert_eq!(strs(&i), ["4", "{e:r}", "{e:r}:fence", "{e:r}:limit", "{e:r}:readers"]);
         // Every script's text is distinct (the model and EVALSHA tell them apart by it).

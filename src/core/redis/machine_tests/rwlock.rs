@@ -120,7 +120,7 @@ fn a_waiting_writer_sets_the_intent_and_a_try_does_not() {
     assert_eq!(args(&r[0]).last().map(String::as_str), Some("0"));
     h.answer(&r[0], r#"{"result":[0,4,700]}"#);
     h.take_events();
-    h.m.acquire(h.now, "cfg", &opts(Wait::Forever)).unwrap();
+    let op = h.m.acquire(h.now, "cfg", &opts(Wait::Forever)).unwrap();
     let r = h.take();
     assert_eq!(args(&r[0]).last().map(String::as_str), Some("6000"));
     // Readers hold (the wait is the last reader's lease end): it subscribes,
@@ -134,6 +134,34 @@ fn a_waiting_writer_sets_the_intent_and_a_try_does_not() {
     assert_eq!(args(&r[0]).last().map(String::as_str), Some("6000"));
     h.answer(&r[0], r#"{"result":[0,4,700]}"#);
     assert_eq!(h.next_timer(), h.now + 700, "the readers' lease end is the writer's timer");
+    // Giving up, it leaves the queue and drops its intent.
+    h.m.cancel(h.now, op);
+    let r = h.take();
+    let leave: Vec<&HttpRequest> = r.iter().filter(|q| !q.stream).collect();
+    assert_eq!(leave.len(), 1);
+    assert_eq!(script_of(leave[0]), Script::Leave);
+    assert_eq!(args(leave[0])[2..8], ["5", "{edgelock:cfg}", "{edgelock:cfg}:fence", "{edgelock:cfg}:queue", "{edgelock:cfg}:leases", "{edgelock:cfg}:wintent"]);
+}
+
+/// A writer refused once that gives up before it queued still drops its intent.
+#[test]
+fn a_writer_that_gives_up_after_one_attempt_drops_its_intent() {
+    let mut h = single(|_| {});
+    let op = h.m.acquire(h.now, "cfg", &opts(Wait::Forever)).unwrap();
+    let r = h.take();
+    assert_eq!(script_of(&r[0]), Script::Acquire);
+    h.answer(&r[0], r#"{"result":[0,4,5000]}"#);
+    assert!(h.take().is_empty(), "asleep (no subscription here)");
+    h.m.cancel(h.now, op);
+    let r = h.take();
+    assert_eq!(script_of(&r[0]), Script::Leave);
+    h.answer(&r[0], r#"{"result":1}"#);
+    assert!(matches!(h.take_events().as_slice(), [Event::Completed { result: Err(LockError::Aborted { .. }), .. }]));
+    // A try never set one: nothing to drop.
+    h.m.acquire(h.now, "cfg", &opts(Wait::Try)).unwrap();
+    let r = h.take();
+    h.answer(&r[0], r#"{"result":[0,4,5000]}"#);
+    assert!(h.take().is_empty());
 }
 
 /// A reader's handle resumes as a reader (membership checked); Redlock

@@ -80,7 +80,8 @@ struct Attempts {
     /// Attempt at once: something happened since the current attempt began.
     woken: bool,
     /// One node: this waiter's id in the waiters' queue (which a release
-    /// reads to wake only its head), and whether it may be in it.
+    /// reads to wake only its head), and whether it may be in it or may
+    /// have set the writer intent (either way it leaves when it gives up).
     waiter: Option<String>,
     queued: bool,
     /// The payload of the message that last woke this waiter.
@@ -494,6 +495,9 @@ impl Attempts {
         if self.wait == Wait::Try {
             return AfterCleanup::NotAcquired;
         }
+        // One node: a refused writer that waits has set the writer intent
+        // (see `ACQUIRE`), which it drops if it gives up.
+        self.queued |= self.waiter.is_some() && self.permit.is_none() && !self.shared;
         self.listening = true;
         if self.woken {
             return self.bounded_by_deadline(now, now);
@@ -540,7 +544,8 @@ impl Attempts {
 
     /// Ends an acquire that got no lock: a queued waiter first leaves the
     /// queue (waking the next one if the lock is free), so that it does not
-    /// hold the others up until its lease runs out.
+    /// hold the others up until its lease runs out; a writer also drops its
+    /// intent, so that readers are not held back by a writer that gave up.
     fn finish(mut self, cx: &mut Context, next: AfterCleanup) -> Next {
         match (&self.waiter, self.queued) {
             (Some(waiter), true) => {

@@ -366,7 +366,7 @@ impl RedisModel {
         };
         // The acquire, release, queued acquire and leave scripts also name
         // the waiters' queue and its leases, the readers and the writer
-        // intent (keys 3.., 4 or 6 keys in all); this model keeps no queue
+        // intent (keys 3.., 4 to 6 keys in all); this model keeps no queue
         // and no reader (a queued acquire is an acquire, a leave does
         // nothing): drop them, keeping the lock key and the counter.
         let mut args = args.to_vec();
