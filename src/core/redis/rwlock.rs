@@ -21,7 +21,10 @@
 //!   end). A refused writer that will wait (never a try) sets the intent
 //!   with a short `PX` (the queue lease, 6 s, renewed at each of its
 //!   attempts, at least every 2 s), so that readers arriving after it queue
-//!   behind it: readers cannot starve a writer. A grant deletes the intent.
+//!   behind it: readers cannot starve a writer. A grant deletes the intent,
+//!   and so does a writer that gives up ([`LEAVE`](super::scripts::LEAVE),
+//!   which then wakes the readers if nothing else waits); other waiting
+//!   writers set it again with their next attempt.
 //!   The added cost is a few commands inside the same script: still one
 //!   request per attempt.
 //! - A reader's release ([`RELEASE_SHARED`](super::scripts::RELEASE_SHARED))
@@ -39,6 +42,10 @@
 //!   live readers (never their tokens).
 //!
 //! The fair option orders writers only: a reader never joins the queue.
+//! The intent is one anonymous key: a writer that gives up deletes it even
+//! while other writers wait, and readers may slip in until one of those
+//! attempts again (at once if it heads the queue and the lock is free, else
+//! within 2 s); a writer that vanished leaves it for at most its 6 s.
 //!
 //! # Fencing
 //!
