@@ -59,6 +59,10 @@
 //!
 //! # Not here
 //!
+//! - **Older clients**: an edgelock from before read-write locks runs its
+//!   own (older) exclusive scripts, which do not look at the readers: every
+//!   client of a name must run this version before any of them takes it
+//!   shared.
 //! - **Redlock** refuses `Shared` with `INVALID_ARGUMENT`. The scripts would
 //!   run per node, but the guarantees would not fall out of them: a reader
 //!   and a writer each holding a quorum do meet on a node, yet the writer
