@@ -99,6 +99,11 @@ fn cancel_ends_a_waiting_acquire_with_aborted_and_nothing_left() {
     s.handle_input(1, Input::Response { id: first, status: 200, body: br#"{"result":[0,3,5000]}"#.to_vec() });
     drain(&mut s);
     s.cancel(2, op);
+    // A refused writer that gives up drops its writer intent (one request).
+    let (out, _) = drain(&mut s);
+    let leave = sends(&out);
+    assert_eq!(leave.len(), 1, "{out:?}");
+    s.handle_input(3, Input::Response { id: leave[0], status: 200, body: br#"{"result":1}"#.to_vec() });
     let (out, _) = drain(&mut s);
     assert!(out.iter().any(|o| matches!(o, Output::Done { reply: Some(1), result: Err(e), .. } if e.code() == "ABORTED")), "{out:?}");
     assert_eq!(s.live_count(), 0);
