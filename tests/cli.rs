@@ -337,15 +337,13 @@ fn lock_kind_flags_are_checked_before_any_request() {
         // `status` takes no kind.
         assert_eq!(output(&["status", backend[0], backend[1], "--limit", "3", "n"]).status.code(), Some(64));
         assert_eq!(output(&["status", backend[0], backend[1], "--shared", "n"]).status.code(), Some(64));
-        // Read-write locks are etcd's (on Redis refused before any request);
-        // on etcd `--shared` is a valid request, here to a dead endpoint.
+        // etcd and one Redis node grant read-write locks: `--shared` is a
+        // valid request, here to a dead endpoint (unreachable: 69 on Redis).
         let out = output(&["run", backend[0], backend[1], "--shared", "n", "--", "true"]);
-        if backend[0] == "--etcd" {
-            assert_ne!(out.status.code(), Some(64), "{}", text(&out.stderr));
-            assert!(!text(&out.stderr).contains("does not offer shared locks"), "{}", text(&out.stderr));
-        } else {
-            assert_eq!(out.status.code(), Some(64), "{}", text(&out.stderr));
-            assert!(text(&out.stderr).contains("does not offer shared locks"), "{}", text(&out.stderr));
+        assert_ne!(out.status.code(), Some(64), "{}", text(&out.stderr));
+        assert!(!text(&out.stderr).contains("does not offer shared locks"), "{}", text(&out.stderr));
+        if backend[0] == "--redis" {
+            assert_eq!(out.status.code(), Some(69), "{}", text(&out.stderr));
         }
     }
 }
@@ -471,4 +469,43 @@ fn permits_on_redis_give_concurrent_runs_distinct_slots() {
     assert_permits(&["--redis", &format!("webdis+{}", webdis[1].url())], &[]);
     let nodes = webdis.iter().map(|w| format!("webdis+{}", w.url())).collect::<Vec<_>>().join(",");
     assert_permits(&["--redis", &nodes], &[]);
+}
+
+/// `run --shared` on one Redis node: two readers run side by side (each
+/// sees `EDGELOCK_LOCK_MODE=shared`), an exclusive `--try` is refused (73)
+/// while they do, and `status` lists them as shared holders.
+#[test]
+fn shared_runs_overlap_on_one_redis_node_and_exclude_a_writer() {
+    let redis = RedisServer::start().expect("redis-server");
+    let webdis = Webdis::start(&redis).expect("webdis");
+    let node = format!("webdis+{}", webdis.url());
+    let dir = std::env::temp_dir().join(format!("edgelock-cli-shared-{}-{}", std::process::id(), free_port()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let reader = |i: usize| {
+        let out = dir.join(format!("r{i}"));
+        let script = format!("echo $EDGELOCK_LOCK_MODE > {}; sleep 2", out.display());
+        let child = edgelock(&["run", "--redis", &node, "--shared", "cfg", "--", "sh", "-c", &script]).stderr(Stdio::piped()).spawn().expect("spawn");
+        (child, out)
+    };
+    let started = Instant::now();
+    let (mut a, a_out) = reader(0);
+    let (mut b, b_out) = reader(1);
+    // Both hold once both wrote their mode.
+    while !(a_out.exists() && b_out.exists()) {
+        assert!(started.elapsed() < Duration::from_secs(10), "the readers did not both start");
+        thread::sleep(Duration::from_millis(20));
+    }
+    let writer = output(&["run", "--redis", &node, "--try", "cfg", "--", "true"]);
+    assert_eq!(writer.status.code(), Some(73), "a writer beside readers: {}", text(&writer.stderr));
+    let status = output(&["status", "--redis", &node, "cfg"]);
+    assert_eq!(status.status.code(), Some(0), "{}", text(&status.stderr));
+    assert_eq!(text(&status.stdout).matches("mode=shared").count(), 2, "{}", text(&status.stdout));
+    assert!(a.wait().expect("wait").success() && b.wait().expect("wait").success());
+    assert!(started.elapsed() < Duration::from_millis(3_900), "the readers ran one after the other: {:?}", started.elapsed());
+    for f in [a_out, b_out] {
+        assert_eq!(std::fs::read_to_string(f).expect("mode").trim(), "shared");
+    }
+    let writer = output(&["run", "--redis", &node, "--try", "cfg", "--", "true"]);
+    assert_eq!(writer.status.code(), Some(0), "{}", text(&writer.stderr));
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -56,7 +56,7 @@ mod sim {
 
 use std::collections::{HashMap, HashSet};
 
-use edgelock::core::redis::keys::lock_key;
+use edgelock::core::redis::keys::{lock_key, readers_key};
 use edgelock::core::redis::quorum::quorum;
 use edgelock::core::redis::{
     upstash, webdis, RedisCommand, RedisConfig, RedisMachine, RedisNode, RedisValue, RedlockConfig, RedlockFencing,
@@ -96,6 +96,12 @@ enum Mode {
     PermitsBeyondBound,
     /// `Restarts` with permits.
     PermitsRestarts,
+    /// Like `Main` on one node, every acquire drawn as a reader
+    /// (`LockKind::Shared`) or a writer (`Exclusive`) of a read-write lock.
+    ReadWrite,
+    /// `ReadWrite` with the node's clock jumping forward beyond the drift
+    /// budget (validity check off): the exclusion check must notice.
+    ReadWriteBeyondBound,
 }
 
 impl Mode {
@@ -107,13 +113,17 @@ impl Mode {
         matches!(self, Mode::Permits | Mode::PermitsBeyondBound | Mode::PermitsRestarts)
     }
 
+    fn read_write(self) -> bool {
+        matches!(self, Mode::ReadWrite | Mode::ReadWriteBeyondBound)
+    }
+
     fn beyond_bound(self) -> bool {
-        matches!(self, Mode::BeyondBound | Mode::BeyondBoundValidity | Mode::PermitsBeyondBound)
+        matches!(self, Mode::BeyondBound | Mode::BeyondBoundValidity | Mode::PermitsBeyondBound | Mode::ReadWriteBeyondBound)
     }
 
     /// The validity check is off: the exclusion check must notice.
     fn no_validity_check(self) -> bool {
-        matches!(self, Mode::BeyondBound | Mode::PermitsBeyondBound)
+        matches!(self, Mode::BeyondBound | Mode::PermitsBeyondBound | Mode::ReadWriteBeyondBound)
     }
 }
 
@@ -175,6 +185,10 @@ struct Stats {
     limits_refused: u64,
     /// Runs in which the other limit was granted too (the limit changed).
     limits_changed: u64,
+    /// Runs in which two readers of one name held at once.
+    shared_concurrent: u64,
+    /// Writers granted right after a reader of their name (read-write runs).
+    writers_after_readers: u64,
 }
 
 impl Stats {
@@ -198,6 +212,8 @@ impl Stats {
         self.concurrent += o.concurrent;
         self.limits_refused += o.limits_refused;
         self.limits_changed += o.limits_changed;
+        self.shared_concurrent += o.shared_concurrent;
+        self.writers_after_readers += o.writers_after_readers;
         for (a, b) in self.by_nodes.iter_mut().zip(o.by_nodes) {
             a.0 += b.0;
             a.1 += b.1;
@@ -223,18 +239,24 @@ fn build(seed: u64, mode: Mode) -> (World<RedisModel>, Setup) {
         Mode::Main | Mode::Calm { .. } | Mode::Permits => pick(&mut rng, &[1, 3, 5]),
         Mode::Restarts | Mode::PermitsRestarts => pick(&mut rng, &[3, 5]),
         Mode::BeyondBound | Mode::BeyondBoundValidity | Mode::PermitsBeyondBound => 3,
+        // Redlock refuses shared holds.
+        Mode::ReadWrite | Mode::ReadWriteBeyondBound => 1,
     };
     let fencing = match mode {
         _ if nodes == 1 => None,
         Mode::Main | Mode::Calm { .. } | Mode::Permits => Some(pick(&mut rng, &[RedlockFencing::Folded, RedlockFencing::Strict])),
-        Mode::Restarts | Mode::PermitsRestarts | Mode::BeyondBound | Mode::BeyondBoundValidity | Mode::PermitsBeyondBound => {
-            Some(RedlockFencing::Strict)
-        }
+        Mode::Restarts
+        | Mode::PermitsRestarts
+        | Mode::BeyondBound
+        | Mode::BeyondBoundValidity
+        | Mode::PermitsBeyondBound
+        | Mode::ReadWrite
+        | Mode::ReadWriteBeyondBound => Some(RedlockFencing::Strict),
     };
     // Folded fencing is only promised while every attempt reaches every node.
     let folded = fencing == Some(RedlockFencing::Folded);
     let calm = match mode {
-        Mode::Main | Mode::Permits => rng.chance(0.3),
+        Mode::Main | Mode::Permits | Mode::ReadWrite => rng.chance(0.3),
         Mode::Calm { .. } => {
             rng.chance(0.3); // the same draws as `Main`
             true
@@ -419,6 +441,9 @@ fn build(seed: u64, mode: Mode) -> (World<RedisModel>, Setup) {
         w.set_acquire_kinds(kinds);
         setup.limit = Some(limit);
     }
+    if mode.read_write() {
+        w.set_acquire_kinds(vec![LockKind::Exclusive, LockKind::Shared, LockKind::Shared]);
+    }
     (w, setup)
 }
 
@@ -438,6 +463,8 @@ struct RedisChecks {
     concurrent: bool,
     /// Limits held at some point (several: the limit changed).
     limits_held: Vec<LockKind>,
+    /// Two or more readers of one name held at once.
+    shared_concurrent: bool,
 }
 
 impl RedisChecks {
@@ -453,13 +480,15 @@ impl RedisChecks {
             keys,
             concurrent: false,
             limits_held: Vec::new(),
+            shared_concurrent: false,
         }
     }
 
-    /// The name whose lock key, or one of whose permit slot keys, `key` is.
+    /// The name whose lock key, readers' set, or one of whose permit slot keys, `key` is.
     fn name_of(&self, key: &[u8]) -> Option<&str> {
         let slot_of = |k: &[u8]| key.strip_prefix(k).and_then(|rest| rest.strip_prefix(b":permit:")).is_some_and(|d| !d.is_empty() && d.iter().all(u8::is_ascii_digit));
-        self.keys.iter().find(|(_, k)| k == key || slot_of(k)).map(|(n, _)| n.as_str())
+        let readers_of = |k: &[u8]| key.strip_prefix(k) == Some(b":readers".as_slice());
+        self.keys.iter().find(|(_, k)| k == key || slot_of(k) || readers_of(k)).map(|(n, _)| n.as_str())
     }
 
     fn check(&mut self, w: &World<RedisModel>) -> Result<(), String> {
@@ -467,6 +496,8 @@ impl RedisChecks {
         let believers = w.believers();
         for (i, a) in believers.iter().enumerate() {
             self.concurrent |= believers[i + 1..].iter().any(|b| b.name == a.name && b.client != a.client);
+            self.shared_concurrent |= a.kind == LockKind::Shared
+                && believers[i + 1..].iter().any(|b| b.name == a.name && b.client != a.client && b.kind == LockKind::Shared);
             if !self.limits_held.contains(&a.kind) {
                 self.limits_held.push(a.kind);
             }
@@ -482,6 +513,10 @@ impl RedisChecks {
             let holding = (0..self.setup.nodes)
                 .filter(|&i| {
                     let m = w.server(i);
+                    if b.kind == LockKind::Shared {
+                        // A reader: its token's lease in the readers' set.
+                        return m.reader_expires_global(b.key.as_bytes(), b.owner.as_bytes(), w.now).is_some_and(|x| x >= e_global);
+                    }
                     m.get(b.key.as_bytes(), w.now).as_deref() == Some(b.owner.as_bytes())
                         && m.expires_global(b.key.as_bytes(), w.now).is_some_and(|x| x >= e_global)
                 })
@@ -663,6 +698,8 @@ fn run_seed(seed: u64, mode: Mode, trace: bool) -> Result<Stats, Failure> {
             stream_chunks: w.stream_chunks,
             cleanup_messages: (0..setup.nodes).map(|i| w.server(i).cleanup_deliveries).sum(),
             concurrent: checks.concurrent as u64,
+            shared_concurrent: checks.shared_concurrent as u64,
+            writers_after_readers: writers_after_readers(&w, &setup),
             limits_refused: w
                 .history
                 .iter()
@@ -710,6 +747,9 @@ fn final_checks(w: &World<RedisModel>, setup: &Setup) -> Result<(), String> {
             }
         }
     }
+    if setup.mode.read_write() {
+        read_write_checks(w, setup)?;
+    }
     for c in 0..w.client_count() {
         if w.machine(c).live_count() != 0 {
             return Err(format!("client {c} reports {} live operations/locks after close", w.machine(c).live_count()));
@@ -747,6 +787,44 @@ fn final_checks(w: &World<RedisModel>, setup: &Setup) -> Result<(), String> {
         w.check_calm_run()?;
     }
     Ok(())
+}
+
+/// A read-write lock on one node: in the node's order, every writer's grant
+/// has a token above every earlier grant of its name (reader or writer);
+/// as the clients heard them, every writer's token is above every grant
+/// heard before it; no acquire was refused (both kinds are granted).
+fn read_write_checks(w: &World<RedisModel>, setup: &Setup) -> Result<(), String> {
+    for name in &setup.names {
+        let key = lock_key(PREFIX, name).into_bytes();
+        let readers = readers_key(&lock_key(PREFIX, name)).into_bytes();
+        let mut highest = 0;
+        for r in &w.server(0).log {
+            let Rec::Granted { key: k, fence, .. } = r else { continue };
+            if *k == key && *fence <= highest {
+                return Err(format!("one node: a writer of {name:?} was granted token {fence} after a grant of {highest}"));
+            }
+            if *k == key || *k == readers {
+                highest = highest.max(*fence);
+            }
+        }
+        let mut heard = 0;
+        for g in w.grants.iter().filter(|g| g.name == *name) {
+            if g.kind != LockKind::Shared && g.token <= heard {
+                return Err(format!("a writer of {name:?} got token {} at t={} after a grant of {heard} was handed out", g.token, g.at));
+            }
+            heard = heard.max(g.token);
+        }
+    }
+    if let Some(r) = w.history.iter().find(|r| matches!(r.outcome, sim::net::Outcome::Failed { code: "INVALID_ARGUMENT", .. })) {
+        return Err(format!("client {}: an acquire was refused with INVALID_ARGUMENT on one node", r.client));
+    }
+    Ok(())
+}
+
+/// Writers granted right after a reader of their name (the writer waited
+/// for readers, or came after them).
+fn writers_after_readers(w: &World<RedisModel>, setup: &Setup) -> u64 {
+    setup.names.iter().map(|n| w.grants.iter().filter(|g| g.name == *n).collect::<Vec<_>>().windows(2).filter(|p| p[0].kind == LockKind::Shared && p[1].kind != LockKind::Shared).count() as u64).sum()
 }
 
 fn report_failure(seed: u64, mode: Mode, test: &str, first_message: &str) -> String {
@@ -883,6 +961,44 @@ fn semaphore_restarts() {
     let s = sweep("semaphore_restarts", 150, 8, Mode::PermitsRestarts);
     assert!(s.restarts > 0 && s.grants > s.seeds, "{s:?}");
     assert!(s.outside_guarantee * 20 <= s.seeds.max(20), "{s:?}");
+}
+
+/// Read-write locks on one node under every fault but restarts: never a
+/// writer beside another holder of its name, readers side by side, and a
+/// writer's token above every earlier grant (see `read_write_checks`).
+#[test]
+fn read_write_locks() {
+    let s = sweep("read_write_locks", 300, 4, Mode::ReadWrite);
+    eprintln!(
+        "read_write_locks: {} runs with readers side by side, {} writers granted right after a reader",
+        s.shared_concurrent, s.writers_after_readers
+    );
+    assert!(s.grants > s.seeds, "the workload should acquire locks: {s:?}");
+    if s.seeds >= 50 {
+        assert!(s.shared_concurrent * 4 >= s.seeds, "readers should often hold side by side: {s:?}");
+        assert!(s.writers_after_readers > s.seeds, "writers should follow readers: {s:?}");
+    }
+}
+
+/// The read-write checks are not blind: the node's clock jumping forward
+/// beyond the drift budget ends leases early, and some seed must show a
+/// writer believed beside another holder of its name.
+#[test]
+fn read_write_checkers_catch_clock_jumps_beyond_the_bound() {
+    if std::env::var("SIM_SEED").is_ok() {
+        return;
+    }
+    let mut other = Vec::new();
+    let caught = (0..300).find(|&seed| match run_seed(seed, Mode::ReadWriteBeyondBound, false) {
+        Err((msg, _, _)) if msg.contains("believe they hold") => true,
+        Err((msg, _, _)) => {
+            other.push(format!("seed {seed}: {msg}"));
+            false
+        }
+        Ok(_) => false,
+    });
+    eprintln!("ReadWriteBeyondBound: caught by seed {caught:?}");
+    assert!(caught.is_some(), "no seed in 0..300 showed a writer beside another holder; other failures: {other:#?}");
 }
 
 /// Semaphores under every fault but restarts (see the module docs).
@@ -1123,7 +1239,7 @@ fn the_model_streams_subscriptions_like_the_real_servers() {
             let (status, body) = full(m.handle(t, &codec.encode(RequestId(id), cmd, 1_000).unwrap()));
             codec.decode(cmd, status, &body).unwrap()
         };
-        run(&mut m, 6, &scripts::acquire(&key, &fence, "aa", 1_000, false), 2);
+        run(&mut m, 6, &scripts::acquire(&key, &fence, "aa", 1_000, false, 0), 2);
         // Not the owner: nothing deleted, nothing published.
         assert_eq!(run(&mut m, 7, &scripts::release(&key, &fence, "bb", 1), 3), RedisValue::Int(0));
         assert!(m.drain_stream_chunks(3).is_empty(), "{proto:?}");
@@ -1151,7 +1267,7 @@ fn the_model_streams_subscriptions_like_the_real_servers() {
         // Closed: the subscription is gone, a later release reaches nobody.
         m.stream_closed(RequestId(5));
         assert_eq!(m.open_subscriptions(), 0);
-        run(&mut m, 9, &scripts::acquire(&key, &fence, "cc", 1_000, false), 5);
+        run(&mut m, 9, &scripts::acquire(&key, &fence, "cc", 1_000, false, 0), 5);
         assert_eq!(run(&mut m, 10, &scripts::release(&key, &fence, "cc", 2), 6), RedisValue::Int(1));
         assert!(m.drain_stream_chunks(6).is_empty(), "{proto:?}");
         // A restart ends every subscription.

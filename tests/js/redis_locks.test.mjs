@@ -294,8 +294,8 @@ describe("push wake-up on Redlock (2 nodes via the gateway, 1 via Webdis)", () =
 
 // Semaphores (`limit`), read-write locks (`mode`) and status() with holders,
 // on one node (both protocols) and on Redlock.
-lockKindTests("RedisLocks over upstash", (extra = {}) => track(new RedisLocks({ ...nodes().upstash, ttlMs: 5000, requestTimeoutMs: 1000, retryDelayMs: 50, ...extra })));
-lockKindTests("RedisLocks over webdis", (extra = {}) => track(new RedisLocks({ ...nodes().webdis, ttlMs: 5000, requestTimeoutMs: 1000, retryDelayMs: 50, ...extra })));
+lockKindTests("RedisLocks over upstash", (extra = {}) => track(new RedisLocks({ ...nodes().upstash, ttlMs: 5000, requestTimeoutMs: 1000, retryDelayMs: 50, ...extra })), { sharedGranted: true });
+lockKindTests("RedisLocks over webdis", (extra = {}) => track(new RedisLocks({ ...nodes().webdis, ttlMs: 5000, requestTimeoutMs: 1000, retryDelayMs: 50, ...extra })), { sharedGranted: true });
 lockKindTests("Redlock", (extra = {}) => track(new Redlock({
   nodes: [{ url: env.gateway_urls[0], token: env.token }, { url: env.gateway_urls[1], token: env.token }, { url: env.webdis_urls[2], protocol: "webdis" }],
   ttlMs: 5000, retryDelayMs: 50, ...extra,

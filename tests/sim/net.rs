@@ -82,7 +82,10 @@
 //! `LockKind::Permits`): at most `limit` clients believe they hold a permit
 //! of a name at once, all of the same limit, never two the same slot (the
 //! same key), and tokens strictly increase across successive grants of a
-//! slot.
+//! slot. With `LockKind::Shared` among the kinds (a read-write lock), shared
+//! believers of a name may be many, never beside an exclusive one, and a
+//! shared grant's token is compared with earlier exclusive grants only
+//! (concurrent readers hear of their grants in any order).
 
 #![allow(dead_code)]
 
@@ -896,6 +899,8 @@ impl<S: SimServer> World<S> {
             // A reader and a writer clash even on one client (its writer
             // queues behind its own reader, and the other way round).
             let rw = a.kind == LockKind::Shared || believers.iter().any(|b| b.name == a.name && b.kind == LockKind::Shared);
+            // Readers share a name (and, on Redis, their readers' set key).
+            let both_shared = |b: &Believer| a.kind == LockKind::Shared && b.kind == LockKind::Shared;
             let mut others = HashSet::new();
             for b in &believers {
                 if a.name == b.name && a.client != b.client {
@@ -904,7 +909,7 @@ impl<S: SimServer> World<S> {
             }
             let clash = believers[i + 1..]
                 .iter()
-                .find(|b| b.name == a.name && (b.client != a.client || rw) && (limit == 1 || b.key == a.key || b.kind != a.kind));
+                .find(|b| b.name == a.name && (b.client != a.client || rw) && !both_shared(b) && (limit == 1 || b.key == a.key || b.kind != a.kind));
             if let Some(b) = clash {
                 let v = format!(
                     "two clients believe they hold {:?} (key {:?}, {:?} and {:?}) at t={}: client {} (token {}, since {}, expires_at {} local) and client {} (token {}, since {}, expires_at {} local)",
@@ -1308,7 +1313,7 @@ impl<S: SimServer> World<S> {
                     return;
                 }
                 // A semaphore's tokens increase per slot: concurrent holders'
-                // grants reach their clients in any order.
+                // grants reach their clients in any order (so do readers').
                 let slot = lock.slot();
                 // A read-write lock's readers share, so their grants reach
                 // their clients in any order: a writer's token is above every

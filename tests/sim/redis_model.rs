@@ -6,8 +6,10 @@
 //! - Keys expire by the node's **own** clock ([`NodeClock`]: offset, rate
 //!   error in ppm, and jumps at given global instants), like Redis, which
 //!   stores an absolute expiry time and compares it with its wall clock.
-//! - `EVAL` runs edgelock's Lua scripts atomically (the lock's, and the
-//!   semaphore's permit acquire, cleanup and the inspect script). The model does not
+//! - `EVAL` runs edgelock's Lua scripts atomically (the lock's, the
+//!   semaphore's permit acquire, cleanup and the inspect script, and the
+//!   read-write lock's reader scripts; a reader set is kept as members with
+//!   their lease ends on the node's clock, the writer intent as a key). The model does not
 //!   interpret Lua: it recognises each script by a hash of its text and
 //!   applies that script's semantics natively (an unknown script is an
 //!   error, so a changed script cannot go unnoticed). Plain GET, SET (with NX
@@ -132,7 +134,8 @@ pub struct Entry {
 /// What the checks need to know about script runs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Rec {
-    /// The acquire script's SET took the key for `owner`; `fence` = counter after INCR.
+    /// The acquire script's SET took the key for `owner`; `fence` = counter
+    /// after INCR. A reader's grant names the readers' set as `key`.
     Granted { key: Vec<u8>, owner: Vec<u8>, client: Option<usize>, t: Millis, fence: u64 },
     /// An extend (`renew`) or release script raised the counter to ≥
     /// `floor` and found the key holding `owner` (`ours`), or not.
@@ -167,6 +170,9 @@ pub struct RedisModel {
     /// scripts and the release; the leases, `KEYS[4]`, are kept beside each
     /// waiter), in arrival order: waiter id and lease end on the node's clock.
     queues: HashMap<Vec<u8>, Vec<(Vec<u8>, u64)>>,
+    /// Read-write locks' readers under their set's key: owner token and
+    /// lease end on the node's clock (the scripts' `TIME`-scored sorted set).
+    readers: HashMap<Vec<u8>, Vec<(Vec<u8>, u64)>>,
     pub log: Vec<Rec>,
     pub restarts: Vec<Millis>,
     /// HTTP requests answered.
@@ -211,14 +217,17 @@ fn parse_u64(b: &[u8]) -> Option<u64> {
 /// the lock and its fencing counter; with the waiters' queue and its leases
 /// (release, the queued acquire, leave); the permit acquire's counter,
 /// limit record, queue, leases and at least one slot; the cleanup's slots;
-/// inspect's lock key, counter, limit record and any slots.
+/// inspect's lock key, counter, limit record, readers and any slots; the
+/// writer's acquire scripts also name the readers and the writer intent.
 fn script_keys(s: Script, numkeys: &[u8], rest: &[Vec<u8>]) -> Option<usize> {
     let ok = |n: usize| match s {
-        Script::Acquire | Script::Extend | Script::Status => n == 2,
-        Script::Release | Script::AcquireQueued | Script::Leave => n == 4,
+        Script::Extend | Script::Status | Script::ExtendShared | Script::StatusShared => n == 2,
+        Script::Release | Script::Acquire | Script::AcquireShared => n == 4,
+        Script::ReleaseShared | Script::Leave => n == 5,
+        Script::AcquireQueued => n == 6,
         Script::AcquirePermit => n >= 5,
         Script::PermitCleanup => n >= 1,
-        Script::Inspect => n >= 3,
+        Script::Inspect => n >= 4,
     };
     parse_u64(numkeys).map(|n| n as usize).filter(|n| ok(*n) && rest.len() >= *n)
 }
@@ -236,6 +245,7 @@ impl RedisModel {
             clock,
             data: HashMap::new(),
             queues: HashMap::new(),
+            readers: HashMap::new(),
             log: Vec::new(),
             restarts: Vec::new(),
             requests: 0,
@@ -290,6 +300,8 @@ impl RedisModel {
     /// Live keys (for leak checks), with their values.
     pub fn keys(&self, g: Millis) -> Vec<(Vec<u8>, Vec<u8>)> {
         let mut v: Vec<_> = self.data.keys().filter(|k| self.alive(k, g).is_some()).map(|k| (k.clone(), self.data[k].value.clone())).collect();
+        let now = self.now_local(g);
+        v.extend(self.readers.iter().filter(|(_, m)| m.iter().any(|(_, end)| *end > now)).map(|(k, _)| (k.clone(), b"<readers>".to_vec())));
         v.sort();
         v
     }
@@ -354,6 +366,36 @@ impl RedisModel {
                 self.queues.remove(key);
             }
         }
+    }
+
+    /// `ZREMRANGEBYSCORE readers -inf now`; the live readers' last lease end.
+    fn prune_readers(&mut self, key: &[u8], g: Millis) -> Option<u64> {
+        let now = self.now_local(g);
+        let r = self.readers.get_mut(key)?;
+        r.retain(|(_, end)| *end > now);
+        if r.is_empty() {
+            self.readers.remove(key);
+            return None;
+        }
+        r.iter().map(|(_, end)| *end).max()
+    }
+
+    /// The global instant at which reader `owner` of `key` leaves (None: not a live reader).
+    pub fn reader_expires_global(&self, key: &[u8], owner: &[u8], g: Millis) -> Option<Millis> {
+        let now = self.now_local(g);
+        let end = self.readers.get(key)?.iter().find(|(m, end)| m == owner && *end > now)?.1;
+        Some(self.clock.to_global(end, g).unwrap_or(Millis::MAX))
+    }
+
+    /// Live readers of `key`.
+    pub fn reader_count(&self, key: &[u8], g: Millis) -> usize {
+        let now = self.now_local(g);
+        self.readers.get(key).map_or(0, |r| r.iter().filter(|(_, end)| *end > now).count())
+    }
+
+    /// The wait a refused writer is told while readers hold: ms until the last lease ends.
+    fn readers_wait(&self, last: Option<u64>, g: Millis) -> i64 {
+        last.map_or(-2, |end| end.saturating_sub(self.now_local(g)) as i64)
     }
 
     fn fence_value(&self, fence: &[u8], g: Millis) -> i64 {
@@ -440,6 +482,9 @@ impl RedisModel {
         let qkey = keys.get(2).unwrap_or(&empty).clone();
         match s {
             Script::AcquirePermit => return self.acquire_permit(keys, argv, client, g),
+            Script::AcquireShared | Script::ExtendShared | Script::ReleaseShared | Script::StatusShared => {
+                return self.reader_script(s, keys, argv, client, g)
+            }
             Script::PermitCleanup => {
                 let token = arg(0);
                 let mut n = 0;
@@ -454,19 +499,30 @@ impl RedisModel {
             }
             Script::Inspect => {
                 let limit = keys.get(2).and_then(|k| self.get(k, g)).and_then(|v| parse_i64(&v)).unwrap_or(0);
+                let rkey = keys.get(3).unwrap_or(&empty);
+                let now = self.now_local(g);
+                let live: Vec<u64> = self.readers.get(rkey).map_or(Vec::new(), |r| r.iter().map(|(_, e)| *e).filter(|e| *e > now).collect());
                 let mut out = vec![
                     MValue::Int(self.alive(key, g).is_some() as i64),
                     MValue::Int(self.pttl_int(key, g)),
                     MValue::Int(self.fence_value(fence, g)),
                     MValue::Int(limit),
+                    MValue::Int(live.len() as i64),
+                    MValue::Int(live.iter().max().map_or(-2, |e| (e - now) as i64)),
                 ];
-                out.extend(keys[3..].iter().map(|k| MValue::Int(self.pttl_int(k, g))));
+                out.extend(keys[4..].iter().map(|k| MValue::Int(self.pttl_int(k, g))));
                 return MValue::Arr(out);
             }
             _ => {}
         }
         match s {
-            Script::AcquirePermit | Script::PermitCleanup | Script::Inspect => err("ERR unreachable"),
+            Script::AcquirePermit
+            | Script::PermitCleanup
+            | Script::Inspect
+            | Script::AcquireShared
+            | Script::ExtendShared
+            | Script::ReleaseShared
+            | Script::StatusShared => err("ERR unreachable"),
             Script::Acquire => {
                 self.acquire_evals += 1;
                 let (Some(ttl), token) = (num(1), arg(0)) else { return err("ERR bad acquire arguments") };
@@ -475,7 +531,14 @@ impl RedisModel {
                 }
                 // ARGV[3] == "1": count every attempt (Redlock), else grants only.
                 let every = arg(2) == b"1";
-                let f = if every || self.alive(key, g).is_none() {
+                let (Some(rkey), Some(ikey), Some(intent)) = (keys.get(2), keys.get(3), num(3)) else {
+                    return err("ERR bad acquire arguments");
+                };
+                // Readers hold: refused (as if the key were there), the
+                // wait being the last reader's lease end.
+                let last_reader = self.prune_readers(rkey, g);
+                let free = self.alive(key, g).is_none() && last_reader.is_none();
+                let f = if every || free {
                     match self.incr(fence, g) {
                         Ok(f) => f,
                         Err(e) => return e,
@@ -483,12 +546,20 @@ impl RedisModel {
                 } else {
                     self.fence_value(fence, g)
                 };
-                if self.alive(key, g).is_none() {
+                if free {
                     self.set(key, token.clone(), Some(ttl), g);
+                    self.data.remove(ikey.as_slice());
                     self.log.push(Rec::Granted { key: key.to_vec(), owner: token, client, t: g, fence: f as u64 });
                     MValue::Arr(vec![MValue::Int(1), MValue::Int(f), MValue::Int(0)])
                 } else {
-                    MValue::Arr(vec![MValue::Int(0), MValue::Int(f), MValue::Int(self.pttl_int(key, g))])
+                    if intent > 0 {
+                        self.set(ikey, b"1".to_vec(), Some(intent), g);
+                    }
+                    let mut wait = self.pttl_int(key, g);
+                    if wait == -2 {
+                        wait = self.readers_wait(last_reader, g);
+                    }
+                    MValue::Arr(vec![MValue::Int(0), MValue::Int(f), MValue::Int(wait)])
                 }
             }
             Script::Extend => {
@@ -541,15 +612,20 @@ impl RedisModel {
                     return err("ERR invalid expire time in 'set' command");
                 }
                 let fair = arg(4) == b"1";
+                let (Some(rkey), Some(ikey), Some(intent)) = (keys.get(4), keys.get(5), num(5)) else {
+                    return err("ERR bad queued acquire arguments");
+                };
                 let now = self.now_local(g);
                 let head = self.prune_dead_heads(&qkey, g);
+                let last_reader = self.prune_readers(rkey, g);
                 let may = !fair || head.as_ref().map_or(true, |h| *h == waiter);
-                if may && self.alive(key, g).is_none() {
+                if may && last_reader.is_none() && self.alive(key, g).is_none() {
                     let f = match self.incr(fence, g) {
                         Ok(f) => f,
                         Err(e) => return e,
                     };
                     self.set(key, token.clone(), Some(ttl), g);
+                    self.data.remove(ikey.as_slice());
                     self.log.push(Rec::Granted { key: key.to_vec(), owner: token, client, t: g, fence: f as u64 });
                     self.leave_queue(&qkey, &waiter);
                     return MValue::Arr(vec![MValue::Int(1), MValue::Int(f), MValue::Int(0)]);
@@ -559,7 +635,13 @@ impl RedisModel {
                 if lease > 0 {
                     head = self.join_queue(&qkey, &waiter, now + lease);
                 }
+                if intent > 0 {
+                    self.set(ikey, b"1".to_vec(), Some(intent), g);
+                }
                 let mut wait = self.pttl_int(key, g);
+                if wait == -2 {
+                    wait = self.readers_wait(last_reader, g);
+                }
                 if wait == -2 {
                     if let Some((h, until)) = head.filter(|h| *h != waiter).and_then(|h| self.lease_of(&qkey, &h).map(|u| (h, u))) {
                         let _ = h;
@@ -571,11 +653,19 @@ impl RedisModel {
             Script::Leave => {
                 let waiter = arg(0);
                 self.leave_queue(&qkey, &waiter);
+                // The writer intent goes with a waiter that gives up.
+                let intent = keys.get(4).is_some_and(|k| self.data.remove(k.as_slice()).is_some_and(|e| e.expires_global.map_or(true, |x| x > g)));
                 if self.alive(key, g).is_none() {
-                    if let (Some(head), Some(channel)) = (self.queues.get(&qkey).and_then(|q| q.first()).map(|(w, _)| w.clone()), argv.get(1)) {
-                        let f = self.fence_value(fence, g);
-                        let payload = format!("released:{f}:").into_bytes().into_iter().chain(head).collect::<Vec<u8>>();
-                        self.publish(channel, &payload);
+                    let f = self.fence_value(fence, g);
+                    match (self.queues.get(&qkey).and_then(|q| q.first()).map(|(w, _)| w.clone()), argv.get(1)) {
+                        (Some(head), Some(channel)) => {
+                            let payload = format!("released:{f}:").into_bytes().into_iter().chain(head).collect::<Vec<u8>>();
+                            self.publish(channel, &payload);
+                        }
+                        (None, Some(channel)) if intent => {
+                            self.publish(channel, format!("released:{f}").as_bytes());
+                        }
+                        _ => {}
                     }
                 }
                 MValue::Int(1)
@@ -592,6 +682,89 @@ impl RedisModel {
                     ]),
                 }
             }
+        }
+    }
+
+    /// The read-write lock's reader scripts (see their documentation in `scripts.rs`).
+    fn reader_script(&mut self, s: Script, keys: &[Vec<u8>], argv: &[Vec<u8>], client: Option<usize>, g: Millis) -> MValue {
+        let arg = |i: usize| argv.get(i).cloned().unwrap_or_default();
+        let num = |i: usize| argv.get(i).and_then(|a| parse_u64(a));
+        let ints = |v: &[i64]| MValue::Arr(v.iter().map(|i| MValue::Int(*i)).collect());
+        let now = self.now_local(g);
+        match (s, keys) {
+            (Script::AcquireShared, [key, fence, rkey, ikey]) => {
+                self.acquire_evals += 1;
+                let (token, Some(ttl)) = (arg(0), num(1)) else { return err("ERR bad shared acquire arguments") };
+                self.prune_readers(rkey, g);
+                let mut wait = self.pttl_int(key, g);
+                if wait == -2 {
+                    wait = self.pttl_int(ikey, g);
+                }
+                if wait != -2 {
+                    return ints(&[0, self.fence_value(fence, g), wait]);
+                }
+                let set = self.readers.entry(rkey.clone()).or_default();
+                match set.iter_mut().find(|(m, _)| *m == token) {
+                    Some(e) => e.1 = now + ttl,
+                    None => set.push((token.clone(), now + ttl)),
+                }
+                let f = match self.incr(fence, g) {
+                    Ok(f) => f,
+                    Err(e) => return e,
+                };
+                self.log.push(Rec::Granted { key: rkey.clone(), owner: token, client, t: g, fence: f as u64 });
+                ints(&[1, f, 0])
+            }
+            (Script::ExtendShared, [rkey, fence]) => {
+                let (token, Some(ttl), Some(floor)) = (arg(0), num(1), num(2)) else { return err("ERR bad shared extend arguments") };
+                self.raise(fence, floor, g);
+                self.prune_readers(rkey, g);
+                let entry = self.readers.get_mut(rkey).and_then(|r| r.iter_mut().find(|(m, _)| *m == token));
+                let ours = entry.is_some();
+                if let Some(e) = entry {
+                    e.1 = now + ttl;
+                }
+                self.log.push(Rec::Raised { key: rkey.clone(), owner: token, client, t: g, floor, ours, renew: true });
+                ints(&[ours as i64, self.fence_value(fence, g)])
+            }
+            (Script::ReleaseShared, [key, fence, qkey, _leases, rkey]) => {
+                let (token, Some(floor)) = (arg(0), num(1)) else { return err("ERR bad shared release arguments") };
+                self.raise(fence, floor, g);
+                self.prune_readers(rkey, g);
+                let ours = self.readers.get(rkey).is_some_and(|r| r.iter().any(|(m, _)| *m == token));
+                self.log.push(Rec::Raised { key: rkey.clone(), owner: token.clone(), client, t: g, floor, ours, renew: false });
+                if !ours {
+                    return MValue::Int(0);
+                }
+                if let Some(r) = self.readers.get_mut(rkey) {
+                    r.retain(|(m, _)| *m != token);
+                    if r.is_empty() {
+                        self.readers.remove(rkey);
+                    }
+                }
+                if self.readers.contains_key(rkey) || self.alive(key, g).is_some() {
+                    return MValue::Int(1);
+                }
+                let Some(channel) = argv.get(2) else {
+                    return err("ERR Lua redis lib command arguments must be strings or integers");
+                };
+                let mut payload = format!("released:{}", self.fence_value(fence, g)).into_bytes();
+                if let Some(head) = self.live_head(qkey, g) {
+                    payload.push(b':');
+                    payload.extend_from_slice(&head);
+                }
+                self.publish(channel, &payload);
+                MValue::Int(1)
+            }
+            (Script::StatusShared, [rkey, fence]) => {
+                let f = self.fence_value(fence, g);
+                let end = self.readers.get(rkey).and_then(|r| r.iter().find(|(m, _)| *m == arg(0))).map(|(_, e)| *e).filter(|e| *e > now);
+                match end {
+                    Some(e) => ints(&[1, 1, (e - now) as i64, f]),
+                    None => ints(&[0, 0, -2, f]),
+                }
+            }
+            _ => err("ERR wrong number of keys for this edgelock script"),
         }
     }
 
@@ -1009,17 +1182,23 @@ impl SimServer for RedisModel {
     fn advance(&mut self, now: Millis) {
         self.last_seen = self.last_seen.max(now);
         self.purge(now);
+        let keys: Vec<Vec<u8>> = self.readers.keys().cloned().collect();
+        for k in keys {
+            self.prune_readers(&k, now);
+        }
     }
 
-    /// When the next key expires (keys without expiry never do).
+    /// When the next key (or reader's lease) expires (keys without expiry never do).
     fn next_deadline(&self) -> Option<Millis> {
-        self.data.values().filter_map(|e| e.expires_global).min()
+        let readers = self.readers.values().flatten().filter_map(|(_, end)| self.clock.to_global(*end, self.last_seen));
+        self.data.values().filter_map(|e| e.expires_global).chain(readers).min()
     }
 
     fn crash_restart(&mut self, now: Millis) {
         self.last_seen = self.last_seen.max(now);
         self.data.clear();
         self.queues.clear();
+        self.readers.clear();
         self.cached.clear();
         // Its streams broke when it went down (the world closed them); a
         // restarted Redis has no subscribers.

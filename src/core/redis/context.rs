@@ -99,6 +99,9 @@ pub(super) struct Held {
     /// permit its semaphore's base (`keys::permit_base`).
     pub wake_base: String,
     pub token: String,
+    /// A reader of a read-write lock: `key` is then the readers' set and
+    /// `wake_base` the lock key (see `rwlock`).
+    pub shared: bool,
     pub ttl: u64,
     pub fencing_token: u64,
     pub expires_at: Millis,

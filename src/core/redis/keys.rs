@@ -13,6 +13,12 @@
 //!   `{<prefix>:<name>}:permit` whose queue, leases and wake-up channel the
 //!   semaphore's waiters share (the base key itself is never written); the
 //!   fencing counter is the name's, shared with the exclusive lock
+//! - read-write lock (see [`super::rwlock`]): the readers
+//!   `{<prefix>:<name>}:readers` (a sorted set: owner token → lease end in
+//!   the server's `TIME` ms, expiring with its last reader) and the writer
+//!   intent `{<prefix>:<name>}:wintent` (set with a short `PX` by a waiting
+//!   writer so that new readers queue behind it); the writer is the lock
+//!   key itself and the counter is the name's
 //!
 //! The braces make the pair one Redis Cluster hash slot, so that a script
 //! may touch both (Upstash and any cluster require it). Redis hashes the
@@ -83,6 +89,16 @@ pub fn limit_key(lock_key: &str) -> String {
     format!("{lock_key}:limit")
 }
 
+/// A read-write lock's readers (a sorted set): `<lock_key>:readers`.
+pub fn readers_key(lock_key: &str) -> String {
+    format!("{lock_key}:readers")
+}
+
+/// A read-write lock's writer intent: `<lock_key>:wintent`.
+pub fn intent_key(lock_key: &str) -> String {
+    format!("{lock_key}:wintent")
+}
+
 /// The text Redis Cluster hashes for `key`.
 pub fn hash_tag(key: &str) -> &str {
     if let Some(open) = key.find('{') {
@@ -107,6 +123,8 @@ mod tests {
         assert_eq!(permit_key("{edgelock:a}", 2), "{edgelock:a}:permit:2");
         assert_eq!(permit_keys("{edgelock:a}", 2), ["{edgelock:a}:permit:0", "{edgelock:a}:permit:1"]);
         assert_eq!(limit_key("{edgelock:a}"), "{edgelock:a}:limit");
+        assert_eq!(readers_key("{edgelock:a}"), "{edgelock:a}:readers");
+        assert_eq!(intent_key("{edgelock:a}"), "{edgelock:a}:wintent");
         assert_eq!(queue_key(&permit_base("{edgelock:a}")), "{edgelock:a}:permit:queue");
         assert_eq!(hash_tag("{edgelock:a}b}"), "edgelock:a");
         assert!(validate_prefix("edgelock").is_ok());
@@ -123,7 +141,9 @@ mod tests {
             prop_assert_eq!(hash_tag(&k), hash_tag(&f));
             // Every key a semaphore script declares shares the tag too.
             let base = permit_base(&k);
-            for other in [queue_key(&base), leases_key(&base), limit_key(&k), permit_key(&k, 0), permit_key(&k, 99), base.clone()] {
+            // And every key of the read-write lock's scripts.
+            for other in [queue_key(&base), leases_key(&base), limit_key(&k), permit_key(&k, 0), permit_key(&k, 99), base.clone(),
+                          readers_key(&k), intent_key(&k), queue_key(&k), leases_key(&k), intent_key(&base)] {
                 prop_assert_eq!(hash_tag(&k), hash_tag(&other));
             }
             let expected = format!("{}:", prefix);

@@ -7,8 +7,9 @@
 //!   protocol; quorum, validity with drift, retries with jitter, and fencing
 //!   tokens across nodes (see [`redlock`] for the scheme and its guarantee).
 //!
-//! Both grant exclusive locks and semaphore permits ([`semaphore`]); shared
-//! holds are refused with `INVALID_ARGUMENT`.
+//! Both grant exclusive locks and semaphore permits ([`semaphore`]); one
+//! node also grants shared holds of a read-write lock ([`rwlock`]), which
+//! Redlock refuses with `INVALID_ARGUMENT`.
 //!
 //! Layout: `value` (commands and replies), `upstash` / `webdis` (the two
 //! HTTP codecs), `codec` (one node), `scripts` (the Lua scripts), `keys`,
@@ -25,6 +26,7 @@ pub mod keys;
 pub mod quorum;
 pub mod redlock;
 pub mod round;
+pub mod rwlock;
 pub mod scripts;
 pub mod semaphore;
 pub mod single;
@@ -153,13 +155,13 @@ pub(crate) fn validate_common(
 
 /// Implements [`LockMachine`](crate::core::LockMachine) by delegating to the engine.
 macro_rules! delegate_lock_machine {
-    ($t:ty) => {
+    ($t:ty, [$($kind:ident),*]) => {
         impl $crate::core::LockMachine for $t {
             fn backend(&self) -> $crate::core::BackendKind {
                 self.engine.backend()
             }
             fn capabilities(&self) -> $crate::core::Capabilities {
-                $crate::core::Capabilities { kinds: &[$crate::core::KindFamily::Exclusive, $crate::core::KindFamily::Permits] }
+                $crate::core::Capabilities { kinds: &[$($crate::core::KindFamily::$kind),*] }
             }
             fn live_count(&self) -> usize {
                 self.engine.live_count()

@@ -213,4 +213,5 @@ impl RedlockMachine {
     }
 }
 
-delegate_lock_machine!(RedlockMachine);
+// Not `Shared`: see `rwlock.rs` for why Redlock refuses read-write locks.
+delegate_lock_machine!(RedlockMachine, [Exclusive, Permits]);

@@ -15,23 +15,41 @@
 use super::value::{RedisCommand, RedisValue};
 
 /// `SET key token NX PX ttl` and the fencing counter, atomically:
-/// `{1, counter, 0}` when set, otherwise `{0, counter, pttl-of-holder}`.
+/// `{1, counter, 0}` when set, otherwise `{0, counter, wait}`, `wait` the
+/// holder's PTTL (or, while readers hold, the end of the last reader's
+/// lease: the lock frees itself then at the latest).
 ///
 /// With `ARGV[3] == "1"` (Redlock) the counter is `INCR`ed on every attempt,
 /// granted or not, so that a later attempt reaching this node always sees a
 /// larger value (the cross-node argument in [`super::redlock`] needs it).
 /// Otherwise (one node) it moves only on a grant, so tokens count holders
 /// and a refused attempt changes nothing.
-pub const ACQUIRE: &str = "-- edgelock acquire v2
+///
+/// The writer side of the read-write lock (see [`super::rwlock`]): `KEYS[3]`
+/// the readers (expired ones are dropped first, by the server's `TIME`),
+/// `KEYS[4]` the writer intent. The lock is refused while any reader
+/// remains; a refused attempt with `ARGV[4]` ms > 0 (a writer that will
+/// wait, never a try) sets the intent for that long, so that new readers
+/// queue behind it; a grant deletes the intent (the lock key now keeps
+/// readers out; other waiting writers set it again at their next attempt).
+pub const ACQUIRE: &str = "-- edgelock acquire v3
 local every = ARGV[3] == '1'
 local f
 if every then f = redis.call('INCR', KEYS[2]) end
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
+if not last[2] and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   if not every then f = redis.call('INCR', KEYS[2]) end
+  redis.call('DEL', KEYS[4])
   return {1, f, 0}
 end
 if not every then f = tonumber(redis.call('GET', KEYS[2]) or '0') or 0 end
-return {0, f, redis.call('PTTL', KEYS[1])}";
+if tonumber(ARGV[4]) > 0 then redis.call('SET', KEYS[4], '1', 'PX', ARGV[4]) end
+local wait = redis.call('PTTL', KEYS[1])
+if wait == -2 and last[2] then wait = math.max(0, tonumber(last[2]) - now) end
+return {0, f, wait}";
 
 /// Raise the counter to `ARGV[3]`; if the key holds our token, `PEXPIRE` it
 /// to `ARGV[2]` ms. Returns `{1, counter}` when it was ours, else
@@ -94,7 +112,12 @@ return 1";
 /// is renewed: `{0, counter, wait}`, `wait` the holder's PTTL, or while the
 /// lock is free but another waiter heads a fair queue, that head's
 /// remaining lease.
-pub const ACQUIRE_QUEUED: &str = "-- edgelock queued acquire v2
+///
+/// The read-write lock's writer side, as in [`ACQUIRE`]: `KEYS[5]` the
+/// readers (the lock is refused while one remains; `wait` is then the end
+/// of the last reader's lease), `KEYS[6]` the writer intent, set for
+/// `ARGV[6]` ms by a refused attempt (0: not set) and deleted by a grant.
+pub const ACQUIRE_QUEUED: &str = "-- edgelock queued acquire v3
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local head = redis.call('LINDEX', KEYS[3], 0)
@@ -104,8 +127,11 @@ while head do
   redis.call('ZREM', KEYS[4], head)
   head = redis.call('LINDEX', KEYS[3], 0)
 end
-if (ARGV[5] ~= '1' or not head or head == ARGV[3]) and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now)
+local last = redis.call('ZRANGE', KEYS[5], -1, -1, 'WITHSCORES')
+if not last[2] and (ARGV[5] ~= '1' or not head or head == ARGV[3]) and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   if redis.call('ZREM', KEYS[4], ARGV[3]) == 1 then redis.call('LREM', KEYS[3], 1, ARGV[3]) end
+  redis.call('DEL', KEYS[6])
   return {1, redis.call('INCR', KEYS[2]), 0}
 end
 local f = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
@@ -117,7 +143,9 @@ if lease > 0 then
   redis.call('PEXPIRE', KEYS[4], lease)
   head = redis.call('LINDEX', KEYS[3], 0)
 end
+if tonumber(ARGV[6]) > 0 then redis.call('SET', KEYS[6], '1', 'PX', ARGV[6]) end
 local wait = redis.call('PTTL', KEYS[1])
+if wait == -2 and last[2] then wait = math.max(0, tonumber(last[2]) - now) end
 if wait == -2 and head and head ~= ARGV[3] then
   wait = math.max(0, tonumber(redis.call('ZSCORE', KEYS[4], head) or '0') - now)
 end
@@ -125,14 +153,23 @@ return {0, f, wait}";
 
 /// A queued waiter gives up: it leaves the queue (`ARGV[1]` its id) and, if
 /// the lock is free, wakes the new head (`ARGV[2]` the wake-up channel).
-pub const LEAVE: &str = "-- edgelock leave v1
+/// It also deletes the writer intent (`KEYS[5]`, see [`ACQUIRE`]), so that
+/// readers held back by a writer that gave up are not kept waiting for the
+/// intent to expire: when the queue is then empty and the lock free, the
+/// readers are woken (`released:<counter>`, naming nobody). Another waiting
+/// writer sets the intent again with its next attempt (the new head is
+/// woken at once).
+pub const LEAVE: &str = "-- edgelock leave v2
 redis.call('LREM', KEYS[3], 0, ARGV[1])
 redis.call('ZREM', KEYS[4], ARGV[1])
+local intent = redis.call('DEL', KEYS[5])
 if redis.call('EXISTS', KEYS[1]) == 0 then
+  local f = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
   local head = redis.call('LINDEX', KEYS[3], 0)
   if head then
-    local f = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
     redis.call('PUBLISH', ARGV[2], 'released:' .. f .. ':' .. head)
+  elseif intent == 1 then
+    redis.call('PUBLISH', ARGV[2], 'released:' .. f)
   end
 end
 return 1";
@@ -240,15 +277,105 @@ end
 return n";
 
 /// What inspect reads about a name, for any kind: `KEYS[1]` the lock key,
-/// `KEYS[2]` the counter, `KEYS[3]` the limit record, `KEYS[4..]` slot
-/// keys. `{exists, pttl, counter, stored limit (0: none), pttl of each
-/// declared slot...}` (PTTL: -2 free, -1 no expiry). Inspect declares no
-/// slot first and asks again with the stored limit's slots if there is one.
-pub const INSPECT: &str = "-- edgelock inspect v1
+/// `KEYS[2]` the counter, `KEYS[3]` the limit record, `KEYS[4]` the
+/// readers, `KEYS[5..]` slot keys. `{exists, pttl, counter, stored limit
+/// (0: none), live readers, ms until the last reader's lease ends (-2:
+/// none), pttl of each declared slot...}` (PTTL: -2 free, -1 no expiry).
+/// Read-only: expired readers are not counted, not dropped. Inspect
+/// declares no slot first and asks again with the stored limit's slots if
+/// there is one.
+pub const INSPECT: &str = "-- edgelock inspect v2
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local r = {redis.call('EXISTS', KEYS[1]), redis.call('PTTL', KEYS[1]),
   tonumber(redis.call('GET', KEYS[2]) or '0') or 0, tonumber(redis.call('GET', KEYS[3]) or '0') or 0}
-for i = 4, #KEYS do r[#r + 1] = redis.call('PTTL', KEYS[i]) end
+local n = redis.call('ZCOUNT', KEYS[4], '(' .. now, '+inf')
+r[5] = n
+r[6] = -2
+if n > 0 then
+  local last = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')
+  r[6] = math.max(0, tonumber(last[2]) - now)
+end
+for i = 5, #KEYS do r[#r + 1] = redis.call('PTTL', KEYS[i]) end
 return r";
+
+/// A shared hold of a read-write lock (see [`super::rwlock`]), one node:
+/// `KEYS[1]` the lock key (the writer), `KEYS[2]` the counter, `KEYS[3]`
+/// the readers, `KEYS[4]` the writer intent; `ARGV` token, ttl ms.
+/// Expired readers are dropped (server `TIME`). While a writer holds, or a
+/// writer waits (its intent is set), nothing is taken: `{0, counter,
+/// wait}`, `wait` the writer's or the intent's PTTL. Otherwise the token
+/// joins the readers with its lease end as score, the set lives as long as
+/// its last reader, and the counter rises: `{1, counter, 0}` (the reply
+/// shape of [`ACQUIRE`]).
+pub const ACQUIRE_SHARED: &str = "-- edgelock acquire shared v1
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
+local wait = redis.call('PTTL', KEYS[1])
+if wait == -2 then wait = redis.call('PTTL', KEYS[4]) end
+if wait ~= -2 then return {0, tonumber(redis.call('GET', KEYS[2]) or '0') or 0, wait} end
+redis.call('ZADD', KEYS[3], now + tonumber(ARGV[2]), ARGV[1])
+local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
+redis.call('PEXPIRE', KEYS[3], math.max(1, tonumber(last[2]) - now))
+return {1, redis.call('INCR', KEYS[2]), 0}";
+
+/// A reader's extend: `KEYS[1]` the readers, `KEYS[2]` the counter; `ARGV`
+/// token, ttl ms, fencing floor. Raises the counter as [`EXTEND`] does; if
+/// the token is still a live reader its lease ends `ttl` ms from the
+/// server's now (`{1, counter}`), else nothing (`{0, counter}`: the hold
+/// is lost, never re-created).
+pub const EXTEND_SHARED: &str = "-- edgelock extend shared v1
+local f = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+if f < tonumber(ARGV[3]) then
+  f = tonumber(ARGV[3])
+  redis.call('SET', KEYS[2], ARGV[3])
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return {0, f} end
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+redis.call('PEXPIRE', KEYS[1], math.max(1, tonumber(last[2]) - now))
+return {1, f}";
+
+/// A reader's release: `KEYS[1]` the lock key, `KEYS[2]` the counter,
+/// `KEYS[3]` / `KEYS[4]` the waiters' queue and leases, `KEYS[5]` the
+/// readers; `ARGV` token, fencing floor, wake-up channel. Raises the
+/// counter, drops expired readers, then removes the token: 0 when it was
+/// not a live reader (a late release of an expired reader touches no
+/// other). When it was the last reader and no writer holds, the name's
+/// waiters are woken as [`RELEASE`] wakes them (`released:<counter>`,
+/// naming the queue's live head: a waiting writer).
+pub const RELEASE_SHARED: &str = "-- edgelock release shared v1
+local f = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+if f < tonumber(ARGV[2]) then
+  f = tonumber(ARGV[2])
+  redis.call('SET', KEYS[2], ARGV[2])
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now)
+if redis.call('ZREM', KEYS[5], ARGV[1]) == 0 then return 0 end
+if redis.call('ZCARD', KEYS[5]) > 0 or redis.call('EXISTS', KEYS[1]) == 1 then return 1 end
+local msg = 'released:' .. f
+local head = redis.call('LINDEX', KEYS[3], 0)
+if head and tonumber(redis.call('ZSCORE', KEYS[4], head) or '0') > now then msg = msg .. ':' .. head end
+redis.call('PUBLISH', ARGV[3], msg)
+return 1";
+
+/// A reader's status (resume): `KEYS[1]` the readers, `KEYS[2]` the
+/// counter; `ARGV[1]` the token. `{1, 1, ms left, counter}` while the
+/// token is a live reader, else `{0, 0, -2, counter}` (the reply shape of
+/// [`STATUS`]).
+pub const STATUS_SHARED: &str = "-- edgelock status shared v1
+local f = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local s = tonumber(redis.call('ZSCORE', KEYS[1], ARGV[1]) or '0')
+if s <= now then return {0, 0, -2, f} end
+return {1, 1, s - now, f}";
 
 /// Which script a command runs (the simulation's Redis model matches on this).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -271,11 +398,19 @@ pub enum Script {
     PermitCleanup,
     /// [`INSPECT`].
     Inspect,
+    /// [`ACQUIRE_SHARED`].
+    AcquireShared,
+    /// [`EXTEND_SHARED`].
+    ExtendShared,
+    /// [`RELEASE_SHARED`].
+    ReleaseShared,
+    /// [`STATUS_SHARED`].
+    StatusShared,
 }
 
 impl Script {
     /// Every script.
-    pub const ALL: [Script; 9] = [
+    pub const ALL: [Script; 13] = [
         Script::Acquire,
         Script::Extend,
         Script::Release,
@@ -285,6 +420,10 @@ impl Script {
         Script::AcquirePermit,
         Script::PermitCleanup,
         Script::Inspect,
+        Script::AcquireShared,
+        Script::ExtendShared,
+        Script::ReleaseShared,
+        Script::StatusShared,
     ];
 
     /// The Lua source sent with `EVAL`.
@@ -299,6 +438,10 @@ impl Script {
             Script::AcquirePermit => ACQUIRE_PERMIT,
             Script::PermitCleanup => PERMIT_CLEANUP,
             Script::Inspect => INSPECT,
+            Script::AcquireShared => ACQUIRE_SHARED,
+            Script::ExtendShared => EXTEND_SHARED,
+            Script::ReleaseShared => RELEASE_SHARED,
+            Script::StatusShared => STATUS_SHARED,
         }
     }
 
@@ -357,10 +500,21 @@ fn eval(script: Script, key: &str, fence_key: &str) -> RedisCommand {
 }
 
 /// `EVAL` of [`ACQUIRE`]: take `key` for owner `token` for `ttl_ms` if it
-/// is free; `count_every_attempt` for Redlock (see [`ACQUIRE`]).
-pub fn acquire(key: &str, fence_key: &str, token: &str, ttl_ms: u64, count_every_attempt: bool) -> RedisCommand {
+/// is free; `count_every_attempt` for Redlock (see [`ACQUIRE`]); a refusal
+/// sets the writer intent for `intent_ms` (0: not).
+pub fn acquire(key: &str, fence_key: &str, token: &str, ttl_ms: u64, count_every_attempt: bool, intent_ms: u64) -> RedisCommand {
     let every = if count_every_attempt { "1" } else { "0" };
-    eval(Script::Acquire, key, fence_key).arg(token).arg(ttl_ms.to_string()).arg(every)
+    RedisCommand::new("EVAL")
+        .arg(Script::Acquire.text())
+        .arg("4")
+        .arg(key)
+        .arg(fence_key)
+        .arg(super::keys::readers_key(key))
+        .arg(super::keys::intent_key(key))
+        .arg(token)
+        .arg(ttl_ms.to_string())
+        .arg(every)
+        .arg(intent_ms.to_string())
 }
 
 /// `EVAL` of [`EXTEND`]: set `key`'s TTL to `ttl_ms` if it holds `token`,
@@ -396,28 +550,94 @@ pub fn release_waking(key: &str, fence_key: &str, wake_base: &str, token: &str, 
 }
 
 /// `EVAL` of [`ACQUIRE_QUEUED`] for waiter `waiter` (queueing with a lease
-/// of `lease_ms`, 0 for a try); `fair`: only the queue's head may take it.
+/// of `lease_ms`, 0 for a try); `fair`: only the queue's head may take it;
+/// a refusal sets the writer intent for `lease_ms` (a waiting writer renews
+/// it at every attempt, as its queue lease).
 pub fn acquire_queued(key: &str, fence_key: &str, token: &str, ttl_ms: u64, waiter: &str, lease_ms: u64, fair: bool) -> RedisCommand {
-    eval_queue(Script::AcquireQueued, key, fence_key, key)
+    RedisCommand::new("EVAL")
+        .arg(Script::AcquireQueued.text())
+        .arg("6")
+        .arg(key)
+        .arg(fence_key)
+        .arg(super::keys::queue_key(key))
+        .arg(super::keys::leases_key(key))
+        .arg(super::keys::readers_key(key))
+        .arg(super::keys::intent_key(key))
         .arg(token)
         .arg(ttl_ms.to_string())
         .arg(waiter)
         .arg(lease_ms.to_string())
         .arg(if fair { "1" } else { "0" })
+        .arg(lease_ms.to_string())
 }
 
-/// `EVAL` of [`LEAVE`]: waiter `waiter` leaves `key`'s queue.
+/// `EVAL` of [`ACQUIRE_SHARED`]: a shared hold of the read-write lock at
+/// `key` for `token`, `ttl_ms` long.
+pub fn acquire_shared(key: &str, fence_key: &str, token: &str, ttl_ms: u64) -> RedisCommand {
+    RedisCommand::new("EVAL")
+        .arg(Script::AcquireShared.text())
+        .arg("4")
+        .arg(key)
+        .arg(fence_key)
+        .arg(super::keys::readers_key(key))
+        .arg(super::keys::intent_key(key))
+        .arg(token)
+        .arg(ttl_ms.to_string())
+}
+
+/// `EVAL` of [`EXTEND_SHARED`] on the readers `readers_key`.
+pub fn extend_shared(readers_key: &str, fence_key: &str, token: &str, ttl_ms: u64, fence_floor: u64) -> RedisCommand {
+    eval(Script::ExtendShared, readers_key, fence_key).arg(token).arg(ttl_ms.to_string()).arg(fence_floor.to_string())
+}
+
+/// `EVAL` of [`RELEASE_SHARED`]: the reader `token` of the lock at `key` leaves.
+pub fn release_shared(key: &str, fence_key: &str, token: &str, fence_floor: u64) -> RedisCommand {
+    RedisCommand::new("EVAL")
+        .arg(Script::ReleaseShared.text())
+        .arg("5")
+        .arg(key)
+        .arg(fence_key)
+        .arg(super::keys::queue_key(key))
+        .arg(super::keys::leases_key(key))
+        .arg(super::keys::readers_key(key))
+        .arg(token)
+        .arg(fence_floor.to_string())
+        .arg(super::subscription::wake_channel(key))
+}
+
+/// `EVAL` of [`STATUS_SHARED`]: whether `token` is a live reader of `readers_key`.
+pub fn status_shared(readers_key: &str, fence_key: &str, token: &str) -> RedisCommand {
+    eval(Script::StatusShared, readers_key, fence_key).arg(token)
+}
+
+/// `EVAL` of [`LEAVE`]: waiter `waiter` leaves `key`'s queue (and drops the
+/// writer intent of `key`).
 pub fn leave(key: &str, fence_key: &str, waiter: &str) -> RedisCommand {
-    eval_queue(Script::Leave, key, fence_key, key).arg(waiter).arg(super::subscription::wake_channel(key))
+    leave_of(key, fence_key, waiter)
+}
+
+/// [`LEAVE`] of the queue of `base` (a lock key, or a semaphore's base).
+fn leave_of(base: &str, fence_key: &str, waiter: &str) -> RedisCommand {
+    RedisCommand::new("EVAL")
+        .arg(Script::Leave.text())
+        .arg("5")
+        .arg(base)
+        .arg(fence_key)
+        .arg(super::keys::queue_key(base))
+        .arg(super::keys::leases_key(base))
+        .arg(super::keys::intent_key(base))
+        .arg(waiter)
+        .arg(super::subscription::wake_channel(base))
 }
 
 /// [`LEAVE`] of a semaphore's queue (`base`, see [`super::keys::permit_base`]).
 /// The script wakes the new head when its `KEYS[1]` does not exist: here
 /// the base, which never does, so the head is always woken (it cannot tell
 /// whether a slot is free without declaring them all; a spurious wake-up
-/// costs one attempt).
+/// costs one attempt). Its intent key (`<base>:wintent`) is never written:
+/// deleting it is a no-op.
 pub fn leave_permits(base: &str, fence_key: &str, waiter: &str) -> RedisCommand {
-    eval_queue(Script::Leave, base, fence_key, base).arg(waiter).arg(super::subscription::wake_channel(base))
+    leave_of(base, fence_key, waiter)
 }
 
 /// The parameters of an [`ACQUIRE_PERMIT`] attempt (`Debug` redacts the token).
@@ -490,9 +710,16 @@ pub fn permit_cleanup(slots: &[String], token: &str) -> RedisCommand {
     cmd.arg(token)
 }
 
-/// `EVAL` of [`INSPECT`] of a lock key, its counter, its limit record and `slots`.
+/// `EVAL` of [`INSPECT`] of a lock key, its counter, its limit record, its
+/// readers and `slots`.
 pub fn inspect(key: &str, fence_key: &str, limit_key: &str, slots: &[String]) -> RedisCommand {
-    let mut cmd = RedisCommand::new("EVAL").arg(Script::Inspect.text()).arg((3 + slots.len()).to_string()).arg(key).arg(fence_key).arg(limit_key);
+    let mut cmd = RedisCommand::new("EVAL")
+        .arg(Script::Inspect.text())
+        .arg((4 + slots.len()).to_string())
+        .arg(key)
+        .arg(fence_key)
+        .arg(limit_key)
+        .arg(super::keys::readers_key(key));
     for k in slots {
         cmd = cmd.arg(k.as_str());
     }
@@ -668,6 +895,10 @@ pub struct InspectReply {
     pub fence: u64,
     /// The semaphore's stored limit (`None`: never a semaphore).
     pub limit: Option<u32>,
+    /// Live readers of the read-write lock.
+    pub readers: u32,
+    /// Ms until the last reader's lease ends (`None`: no reader).
+    pub readers_left: Option<u64>,
     /// Per declared slot: `None` free, else its remaining ms
     /// (`u64::MAX`: no expiry).
     pub slots: Vec<Option<u64>>,
@@ -677,16 +908,24 @@ pub struct InspectReply {
 pub fn parse_inspect(v: &RedisValue, declared: usize) -> Result<InspectReply, String> {
     let bad = || format!("unexpected inspect reply {}", describe(v));
     let ints = v.as_ints().ok_or_else(bad)?;
-    let [e @ (0 | 1), pttl, fence, limit, slots @ ..] = ints.as_slice() else { return Err(bad()) };
+    let [e @ (0 | 1), pttl, fence, limit, readers, readers_left, slots @ ..] = ints.as_slice() else { return Err(bad()) };
     if slots.len() != declared {
         return Err(bad());
     }
+    let readers = u32::try_from(*readers).map_err(|_| bad())?;
+    let readers_left = match *readers_left {
+        -2 if readers == 0 => None,
+        l if readers > 0 => Some(u64::try_from(l).map_err(|_| bad())?),
+        _ => return Err(bad()),
+    };
     Ok(InspectReply {
         exists: *e == 1,
         pttl: u64::try_from(*pttl).ok().filter(|_| *e == 1),
         fence: counter(*fence)?,
         // A record out of range is not a semaphore edgelock wrote.
         limit: u32::try_from(*limit).ok().filter(|l| *l >= 1 && *l <= crate::core::MAX_PERMITS),
+        readers,
+        readers_left,
         slots: slots
             .iter()
             .map(|p| match *p {
@@ -722,9 +961,10 @@ mod tests {
             assert_eq!(Script::from_text(s.text().as_bytes()), Some(s));
         }
         assert_eq!(Script::from_text(b"return 1"), None);
-        let cmd = acquire("k", "k:fence", "ab", 100, true);
+        let cmd = acquire("{e:k}", "{e:k}:fence", "ab", 100, true, 0);
         assert_eq!(Script::from_text(&cmd.args[1]), Some(Script::Acquire));
-        assert_eq!(cmd.args[2..], [b"2".to_vec(), b"k".to_vec(), b"k:fence".to_vec(), b"ab".to_vec(), b"100".to_vec(), b"1".to_vec()]);
+        let args: Vec<&[u8]> = cmd.args[2..].iter().map(Vec::as_slice).collect();
+        assert_eq!(args, [&b"4"[..], b"{e:k}", b"{e:k}:fence", b"{e:k}:readers", b"{e:k}:wintent", b"ab", b"100", b"1", b"0"]);
     }
 
     #[test]
@@ -807,7 +1047,47 @@ mod tests {
         assert_eq!(r.args[9], crate::core::redis::subscription::wake_channel("{e:s}:permit").into_bytes());
         let i = inspect("{e:s}", "{e:s}:fence", "{e:s}:limit", &slots[..1]);
         assert_eq!(Script::of_command(&i), Some(Script::Inspect));
-        assert_eq!(i.args[2], b"4");
+        assert_eq!(i.args[2], b"5");
+    }
+
+    #[test]
+    fn read_write_commands_declare_every_key_they_touch() {
+        let strs = |c: &RedisCommand| c.args[2..].iter().map(|a| String::from_utf8_lossy(a).into_owned()).collect::<Vec<_>>();
+        let a = acquire_shared("{e:r}", "{e:r}:fence", "ab", 100);
+        assert_eq!(Script::of_command(&a), Some(Script::AcquireShared));
+        assert_eq!(strs(&a), ["4", "{e:r}", "{e:r}:fence", "{e:r}:readers", "{e:r}:wintent", "ab", "100"]);
+        let q = acquire_queued("{e:r}", "{e:r}:fence", "ab", 100, "w1", 6000, false);
+        assert_eq!(
+            strs(&q),
+            ["6", "{e:r}", "{e:r}:fence", "{e:r}:queue", "{e:r}:leases", "{e:r}:readers", "{e:r}:wintent", "ab", "100", "w1", "6000", "0", "6000"]
+        );
+        let r = release_shared("{e:r}", "{e:r}:fence", "ab", 7);
+        assert_eq!(Script::of_command(&r), Some(Script::ReleaseShared));
+        let channel = crate::core::redis::subscription::wake_channel("{e:r}");
+        assert_eq!(strs(&r), ["5", "{e:r}", "{e:r}:fence", "{e:r}:queue", "{e:r}:leases", "{e:r}:readers", "ab", "7", channel.as_str()]);
+        let e = extend_shared("{e:r}:readers", "{e:r}:fence", "ab", 100, 7);
+        assert_eq!((Script::of_command(&e), strs(&e)[..3].to_vec()), (Some(Script::ExtendShared), vec!["2".into(), "{e:r}:readers".into(), "{e:r}:fence".into()]));
+        let s = status_shared("{e:r}:readers", "{e:r}:fence", "ab");
+        assert_eq!(Script::of_command(&s), Some(Script::StatusShared));
+        let l = leave("{e:r}", "{e:r}:fence", "w1");
+        assert_eq!(Script::of_command(&l), Some(Script::Leave));
+        assert_eq!(strs(&l)[..6], ["5", "{e:r}", "{e:r}:fence", "{e:r}:queue", "{e:r}:leases", "{e:r}:wintent"]);
+        let i = inspect("{e:r}", "{e:r}:fence", "{e:r}:limit", &[]);
+        assert_eq!(strs(&i), ["4", "{e:r}", "{e:r}:fence", "{e:r}:limit", "{e:r}:readers"]);
+        // Every script's text is distinct (the model and EVALSHA tell them apart by it).
+        let shas: std::collections::BTreeSet<String> = Script::ALL.iter().map(|s| s.sha1()).collect();
+        assert_eq!(shas.len(), Script::ALL.len());
+    }
+
+    #[test]
+    fn no_script_reads_a_client_clock() {
+        // Leases are scored by the server's TIME; no script takes a time argument.
+        for s in Script::ALL {
+            let t = s.text();
+            if t.contains("now") {
+                assert!(t.contains("redis.call('TIME')"), "{s:?} uses `now` without the server's TIME");
+            }
+        }
     }
 
     #[test]
@@ -829,11 +1109,25 @@ mod tests {
         assert!(parse_acquire_permit(&ints(&[1, 7, 0, 0]), 3).is_err());
         assert!(parse_acquire_permit(&RedisValue::Error("ERR x".into()), 3).is_err());
         assert_eq!(
-            parse_inspect(&ints(&[0, -2, 9, 3, 500, -2, -1]), 3),
-            Ok(InspectReply { exists: false, pttl: None, fence: 9, limit: Some(3), slots: vec![Some(500), None, Some(u64::MAX)] })
+            parse_inspect(&ints(&[0, -2, 9, 3, 0, -2, 500, -2, -1]), 3),
+            Ok(InspectReply {
+                exists: false,
+                pttl: None,
+                fence: 9,
+                limit: Some(3),
+                readers: 0,
+                readers_left: None,
+                slots: vec![Some(500), None, Some(u64::MAX)]
+            })
         );
-        assert_eq!(parse_inspect(&ints(&[1, 40, 9, 0]), 0).map(|r| (r.exists, r.pttl, r.limit)), Ok((true, Some(40), None)));
-        assert!(parse_inspect(&ints(&[1, 40, 9, 0]), 1).is_err());
-        assert!(parse_inspect(&ints(&[2, 40, 9, 0]), 0).is_err());
+        assert_eq!(parse_inspect(&ints(&[1, 40, 9, 0, 0, -2]), 0).map(|r| (r.exists, r.pttl, r.limit)), Ok((true, Some(40), None)));
+        assert_eq!(parse_inspect(&ints(&[0, -2, 9, 0, 2, 700]), 0).map(|r| (r.readers, r.readers_left)), Ok((2, Some(700))));
+        assert!(parse_inspect(&ints(&[1, 40, 9, 0, 0, -2]), 1).is_err());
+        assert!(parse_inspect(&ints(&[2, 40, 9, 0, 0, -2]), 0).is_err());
+        // Readers without a lease end, a lease end without readers, a
+        // negative count: not what the script writes.
+        for bad in [[0, -2, 9, 0, 2, -2], [0, -2, 9, 0, 0, 5], [0, -2, 9, 0, -1, -2], [0, -2, 9, 0, 1, -1]] {
+            assert!(parse_inspect(&ints(&bad), 0).is_err(), "{bad:?}");
+        }
     }
 }

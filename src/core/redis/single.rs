@@ -113,4 +113,4 @@ impl RedisMachine {
     }
 }
 
-delegate_lock_machine!(RedisMachine);
+delegate_lock_machine!(RedisMachine, [Exclusive, Shared, Permits]);

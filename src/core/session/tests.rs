@@ -28,8 +28,10 @@ const GRANTED: &[u8] = br#"{"result":[1,7,10000]}"#;
 
 #[test]
 fn an_unsupported_kind_is_refused_before_anything_is_sent() {
-    let mut s = session();
-    // Redis grants exclusive locks and permits, not shared holds.
+    // Redlock grants exclusive locks and permits, not shared holds.
+    let nodes = (1..=3).map(|p| RedisNode::upstash(format!("http://127.0.0.1:{p}"), "token")).collect();
+    let m = crate::core::redis::RedlockMachine::new(crate::core::redis::RedlockConfig::new(nodes), Box::new(SeededEntropy::new(1))).unwrap();
+    let mut s: Session<u32> = Session::new(Box::new(m));
     let op = Operation::Acquire { name: "a".into(), kind: LockKind::Shared, options: AcquireOptions::default() };
     let e = s.start(0, op, Some(1)).unwrap_err();
     assert_eq!(e.code(), "INVALID_ARGUMENT");
@@ -97,6 +99,11 @@ fn cancel_ends_a_waiting_acquire_with_aborted_and_nothing_left() {
     s.handle_input(1, Input::Response { id: first, status: 200, body: br#"{"result":[0,3,5000]}"#.to_vec() });
     drain(&mut s);
     s.cancel(2, op);
+    // A refused writer that gives up drops its writer intent (one request).
+    let (out, _) = drain(&mut s);
+    let leave = sends(&out);
+    assert_eq!(leave.len(), 1, "{out:?}");
+    s.handle_input(3, Input::Response { id: leave[0], status: 200, body: br#"{"result":1}"#.to_vec() });
     let (out, _) = drain(&mut s);
     assert!(out.iter().any(|o| matches!(o, Output::Done { reply: Some(1), result: Err(e), .. } if e.code() == "ABORTED")), "{out:?}");
     assert_eq!(s.live_count(), 0);

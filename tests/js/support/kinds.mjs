@@ -5,7 +5,8 @@
 //
 // What a backend does not grant yet is refused with INVALID_ARGUMENT before
 // any request; semaphores (`limit`) are granted by the etcd and Redis
-// recipes, read-write locks (`mode: "shared"`) by etcd (`sharedGranted`).
+// recipes, read-write locks (`mode: "shared"`) by etcd and one Redis node
+// (`sharedGranted`).
 import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { LockError, MAX_PERMITS } from "edgelock";
@@ -54,7 +55,7 @@ export const BAD_KINDS = [
  * the caller's file), `extra` merged into its options (e.g. `{ fetch }`).
  * `label` names the family in test titles. `queuedVisible`: the backend
  * lists waiters in `status().queued` (etcd). `sharedGranted`: the backend
- * grants read-write locks (etcd).
+ * grants read-write locks (etcd, one Redis node).
  */
 export function lockKindTests(label, make, { queuedVisible = false, sharedGranted = false } = {}) {
   describe(`lock kinds (${label})`, () => {
@@ -81,41 +82,44 @@ export function lockKindTests(label, make, { queuedVisible = false, sharedGrante
       await lock.release();
     });
 
-    if (sharedGranted) test('mode: "shared": readers share, a writer waits for them and they for it; status lists the modes', async () => {
-      const [c, d] = [make(), make()];
-      const name = unique("shared");
-      const r1 = await c.acquire(name, { mode: "shared", waitMs: 2000 });
-      const r2 = await d.tryAcquire(name, { mode: "shared" });
-      assert.ok(r2 !== null, "readers share");
-      for (const r of [r1, r2]) {
-        assert.equal(r.mode, "shared");
-        assert.equal(r.slot, null);
-        assert.equal(r.limit, null);
-        assert.equal(r.toJSON().mode, "shared");
-      }
-      assert.equal(await d.tryAcquire(name), null, "a writer waits for the readers");
-      const st = await c.status(name);
-      assert.deepEqual(st.holders.map((h) => h.mode), ["shared", "shared"]);
-      assert.deepEqual(st.holders.map((h) => h.fencingToken), [r1.fencingToken, r2.fencingToken]);
-      await r1.release();
-      await r2.release();
-      const w = await d.tryAcquire(name);
-      assert.ok(w !== null, "free once the readers left");
-      assert.ok(w.fencingToken > r2.fencingToken, "a writer's token is above every earlier holder's");
-      assert.equal(await c.tryAcquire(name, { mode: "shared" }), null, "a reader waits for the writer");
-      await w.release();
-    });
-
-    if (!sharedGranted) test('mode: "shared" is refused cleanly today (INVALID_ARGUMENT, nothing sent)', async () => {
-      const counter = countingFetch();
-      const c = make({ fetch: counter.fetch });
-      const name = unique("shared");
-      const e = await rejectsWith(c.acquire(name, { mode: "shared", waitMs: 100 }), "INVALID_ARGUMENT");
-      assert.match(e.message, /does not offer shared locks/);
-      await rejectsWith(c.tryAcquire(name, { mode: "shared" }), "INVALID_ARGUMENT");
-      await rejectsWith(c.request(name, { mode: "shared" }, () => assert.fail("called")), "INVALID_ARGUMENT");
-      assert.equal(counter.n, 0);
-    });
+    if (sharedGranted) {
+      test(`mode: "shared": readers side by side, no writer beside them; a writer's token is above every reader's`, async () => {
+        const [a, b, w] = [make(), make(), make()];
+        const name = unique("rw");
+        const r1 = await a.tryAcquire(name, { mode: "shared" });
+        const r2 = await b.acquire(name, { mode: "shared", waitMs: 1000 });
+        assert.ok(r1 !== null && r2 !== null, "readers share");
+        assert.equal(r1.mode, "shared");
+        assert.equal(r1.toJSON().mode, "shared");
+        assert.ok(r2.fencingToken > r1.fencingToken);
+        assert.equal(await w.tryAcquire(name), null, "no writer beside readers");
+        const s = await w.status(name);
+        assert.equal(s.holders.length, 2);
+        assert.ok(s.holders.every((h) => h.mode === "shared" && h.slot === null));
+        const shown = JSON.stringify(s, (k, v) => (typeof v === "bigint" ? String(v) : v));
+        assert.ok(!shown.includes(r1.toJSON().owner), "a reader's token leaked into the status");
+        const writer = w.acquire(name, { waitMs: 5000 });
+        await sleep(200);
+        await r1.release();
+        await r2.release();
+        const lock = await writer;
+        assert.equal(lock.mode, "exclusive");
+        assert.ok(lock.fencingToken > r2.fencingToken);
+        assert.equal(await a.tryAcquire(name, { mode: "shared" }), null, "no reader beside the writer");
+        await lock.release();
+      });
+    } else {
+      test('mode: "shared" is refused cleanly today (INVALID_ARGUMENT, nothing sent)', async () => {
+        const counter = countingFetch();
+        const c = make({ fetch: counter.fetch });
+        const name = unique("shared");
+        const e = await rejectsWith(c.acquire(name, { mode: "shared", waitMs: 100 }), "INVALID_ARGUMENT");
+        assert.match(e.message, /does not offer shared locks/);
+        await rejectsWith(c.tryAcquire(name, { mode: "shared" }), "INVALID_ARGUMENT");
+        await rejectsWith(c.request(name, { mode: "shared" }, () => assert.fail("called")), "INVALID_ARGUMENT");
+        assert.equal(counter.n, 0);
+      });
+    }
 
     test('an exclusive lock (default or mode: "exclusive") has mode "exclusive", no slot, and status lists it', async () => {
       const c = make();

@@ -33,8 +33,15 @@
 //! the held key (raise round, grant), a cleanup deletes the attempt's token
 //! from whichever slot holds it, and its waiters share the semaphore's
 //! queue and channel.
+//!
+//! A shared hold of a read-write lock (one node, see
+//! [`rwlock`](super::super::rwlock)) goes the same way with the shared
+//! acquire script (same reply); its waiters listen on the lock's channel
+//! without joining the queue. A writer that will wait sets the writer
+//! intent with every refused attempt (see `ACQUIRE`).
 
 use super::super::context::{Context, Held, PUSH_FALLBACK_MS, QUEUE_LEASE_MS, TOKEN_BYTES, WAITER_BYTES};
+use super::super::keys::readers_key;
 use super::super::quorum::{expires_at, free_quorum_in, verdict, AttemptVerdict};
 use super::super::round::{NodeError, Round};
 use super::super::scripts::{self, AcquireReply};
@@ -73,7 +80,8 @@ struct Attempts {
     /// Attempt at once: something happened since the current attempt began.
     woken: bool,
     /// One node: this waiter's id in the waiters' queue (which a release
-    /// reads to wake only its head), and whether it may be in it.
+    /// reads to wake only its head), and whether it may be in it or may
+    /// have set the writer intent (either way it leaves when it gives up).
     waiter: Option<String>,
     queued: bool,
     /// The payload of the message that last woke this waiter.
@@ -84,8 +92,10 @@ struct Attempts {
     last_push_attempt: Option<Millis>,
     /// Raise rounds of the current attempt (bounded: see `after_raise`).
     raises: u32,
-    /// A semaphore's permit (`None`: an exclusive lock).
+    /// A semaphore's permit (`None`: an exclusive lock or a reader).
     permit: Option<Permit>,
+    /// A reader of a read-write lock.
+    shared: bool,
 }
 
 /// How an attempt's round turned out, whatever its script.
@@ -160,6 +170,9 @@ impl AcquireTask {
                 LockKind::permits(u64::from(limit))?;
                 Some(Permit::new(&key, limit))
             }
+            // Redlock refuses readers (see `rwlock`); its capabilities
+            // did already, the core does not trust its caller.
+            LockKind::Shared if cx.node_count() == 1 => None,
             other => return Err(LockError::invalid(format!("the {} backend does not offer {} locks", cx.backend_str(), other.as_str()))),
         };
         let channel = wake_channel(permit.as_ref().map_or(key.as_str(), Permit::base));
@@ -187,6 +200,7 @@ impl AcquireTask {
             last_push_attempt: None,
             raises: 0,
             permit,
+            shared: kind == LockKind::Shared,
         };
         Ok(AcquireTask { a, phase: Phase::Sleep { until: now } })
     }
@@ -299,6 +313,11 @@ impl Attempts {
             self.permit = Some(p);
             return Next::round(self.into_task(Phase::Attempt), cmd, cx.all_nodes());
         }
+        if self.shared {
+            // A reader never queues: the queue orders writers.
+            let cmd = scripts::acquire_shared(&self.key, &self.fence_key, &self.token, self.ttl);
+            return Next::round(self.into_task(Phase::Attempt), cmd, cx.all_nodes());
+        }
         let cmd = match &self.waiter {
             // One node: a fair lock's every attempt goes through the queue
             // (a try never queues); a waiter of the default lock joins it
@@ -309,7 +328,12 @@ impl Attempts {
                 self.queued |= lease > 0;
                 scripts::acquire_queued(&self.key, &self.fence_key, &self.token, self.ttl, waiter, lease, cx.s.fair)
             }
-            _ => scripts::acquire(&self.key, &self.fence_key, &self.token, self.ttl, cx.node_count() > 1),
+            _ => {
+                // One node: a writer that will wait keeps new readers out
+                // (Redlock has no readers).
+                let intent = if self.wait == Wait::Try || cx.node_count() > 1 { 0 } else { QUEUE_LEASE_MS };
+                scripts::acquire(&self.key, &self.fence_key, &self.token, self.ttl, cx.node_count() > 1, intent)
+            }
         };
         Next::round(self.into_task(Phase::Attempt), cmd, cx.all_nodes())
     }
@@ -471,6 +495,9 @@ impl Attempts {
         if self.wait == Wait::Try {
             return AfterCleanup::NotAcquired;
         }
+        // One node: a refused writer that waits has set the writer intent
+        // (see `ACQUIRE`), which it drops if it gives up.
+        self.queued |= self.waiter.is_some() && self.permit.is_none() && !self.shared;
         self.listening = true;
         if self.woken {
             return self.bounded_by_deadline(now, now);
@@ -509,6 +536,7 @@ impl Attempts {
         let cmd = match &self.permit {
             // One node chose the slot itself: the token may be in any.
             Some(p) => p.cleanup(&self.token),
+            None if self.shared => scripts::release_shared(&self.key, &self.fence_key, &self.token, 0),
             None => scripts::release(&self.key, &self.fence_key, &self.token, 0),
         };
         Next::round(self.into_task(Phase::Cleanup { next }), cmd, targets)
@@ -516,7 +544,8 @@ impl Attempts {
 
     /// Ends an acquire that got no lock: a queued waiter first leaves the
     /// queue (waking the next one if the lock is free), so that it does not
-    /// hold the others up until its lease runs out.
+    /// hold the others up until its lease runs out; a writer also drops its
+    /// intent, so that readers are not held back by a writer that gave up.
     fn finish(mut self, cx: &mut Context, next: AfterCleanup) -> Next {
         match (&self.waiter, self.queued) {
             (Some(waiter), true) => {
@@ -548,15 +577,22 @@ impl Attempts {
     fn grant(self, cx: &mut Context, fence: u64, exp: Millis) -> Next {
         let Some(op) = self.op else { return Next::Done };
         let id = cx.rt.out.lock_id();
+        // A reader's held key is the readers' set; its release wakes the lock's waiters.
+        let held_key = if self.shared { readers_key(&self.key) } else { self.key.clone() };
+        let kind = match &self.permit {
+            Some(p) => LockKind::Permits { limit: p.limit() },
+            None if self.shared => LockKind::Shared,
+            None => LockKind::Exclusive,
+        };
         let handle = LockHandle {
             v: 1,
             backend: cx.s.backend,
             name: self.name.clone(),
-            key: self.key.clone(),
+            key: held_key.clone(),
             owner: self.token.clone(),
             fencing_token: fence,
             revision: 0,
-            kind: self.permit.as_ref().map_or(LockKind::Exclusive, |p| LockKind::Permits { limit: p.limit() }),
+            kind,
             slot: self.permit.as_ref().and_then(Permit::slot),
         };
         let wake_base = self.permit.as_ref().map_or_else(|| self.key.clone(), |p| p.base().to_string());
@@ -565,10 +601,11 @@ impl Attempts {
         let held = Held {
             id,
             name: self.name,
-            key: self.key,
+            key: held_key,
             fence_key: self.fence_key,
             wake_base,
             token: self.token,
+            shared: self.shared,
             ttl: self.ttl,
             fencing_token: fence,
             expires_at: exp,

@@ -4,7 +4,7 @@
 use super::super::context::Context;
 use super::super::quorum::expires_at;
 use super::super::round::{FlagCount, Round};
-use super::super::scripts;
+use super::super::rwlock;
 use super::super::task::{Next, Task};
 use crate::core::names::validate_ttl;
 use crate::core::*;
@@ -34,7 +34,7 @@ pub(in super::super) fn start(cx: &mut Context, lock: LockId, ttl_ms: Option<u64
         return Ok(Err(op));
     };
     let ttl = ttl_ms.unwrap_or(h.ttl);
-    let cmd = scripts::extend(&h.key, &h.fence_key, &h.token, ttl, h.fencing_token);
+    let cmd = rwlock::extend_command(h, ttl);
     Ok(Ok(ExtendTask { op, lock, name: h.name.clone(), ttl, token: h.token.clone(), cmd: Some(cmd) }))
 }
 

@@ -2,7 +2,9 @@
 //! quorum's remaining time, the highest fencing counter). A name with a
 //! semaphore's limit record is read a second time with its slots declared
 //! (see [`semaphore`](super::super::semaphore)): the permits held on a
-//! quorum are listed by slot, never with their tokens.
+//! quorum are listed by slot, never with their tokens. The live readers of
+//! a read-write lock (see [`rwlock`](super::super::rwlock)) are listed as
+//! shared holders, by count only.
 
 use super::super::context::Context;
 use super::super::keys::{limit_key, permit_keys};
@@ -12,6 +14,10 @@ use super::super::scripts::{self, InspectReply};
 use super::super::task::{Next, Task};
 use crate::core::names::validate_name;
 use crate::core::*;
+
+/// Shared holders listed at most (a count from a node is not trusted to
+/// size an allocation).
+const MAX_LISTED_READERS: u32 = 10_000;
 
 pub(in super::super) struct InspectTask {
     op: OpId,
@@ -81,6 +87,20 @@ fn status(name: String, answers: &[InspectReply], q: usize, limit: Option<u32>) 
     if lock.is_some() {
         // Redis does not reveal who holds (the token is the owner credential).
         holders.push(Holder::default());
+    }
+    // Readers (one node: Redlock never grants them, and a quorum's count
+    // would be a guess): as many shared holders as the fewest answers saw.
+    let readers = answers.iter().map(|a| a.readers).min().unwrap_or(0).min(MAX_LISTED_READERS);
+    for _ in 0..readers {
+        holders.push(Holder { id: String::new(), kind: LockKind::Shared, slot: None, fencing_token: None });
+    }
+    if readers > 0 {
+        // A read-write lock's remaining time: until its last reader leaves.
+        let left = answers.iter().filter_map(|a| a.readers_left).min();
+        remaining = match (remaining, left) {
+            (Some(r), Some(l)) => Some(r.max(l)),
+            (r, l) => r.or(l),
+        };
     }
     let mut permit_limit = None;
     if let Some(limit) = limit {

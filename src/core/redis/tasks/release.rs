@@ -9,7 +9,7 @@
 
 use super::super::context::{Context, Held};
 use super::super::round::{FlagCount, Round};
-use super::super::scripts;
+use super::super::rwlock;
 use super::super::task::{Next, OnClose, Task};
 use crate::core::*;
 
@@ -43,8 +43,7 @@ impl Task for ReleaseTask {
     fn step(self: Box<Self>, cx: &mut Context, round: Option<Round>, _now: Millis) -> Next {
         let ReleaseTask { op, mut lock } = *self;
         let Some(round) = round else {
-            let h = &lock;
-            let cmd = scripts::release_waking(&h.key, &h.fence_key, &h.wake_base, &h.token, h.fencing_token);
+            let cmd = rwlock::release_command(&lock);
             return Next::round(ReleaseTask { op, lock }, cmd, cx.all_nodes());
         };
         let c = FlagCount::of(&round);

@@ -13,7 +13,7 @@
 use super::super::context::{Context, Held};
 use super::super::quorum::expires_at;
 use super::super::round::{FlagCount, Round};
-use super::super::scripts;
+use super::super::rwlock;
 use super::super::task::{Next, Task};
 use crate::core::*;
 
@@ -27,7 +27,7 @@ pub(in super::super) struct RenewTask {
 
 impl RenewTask {
     pub(in super::super) fn new(h: &Held) -> Self {
-        let cmd = scripts::extend(&h.key, &h.fence_key, &h.token, h.ttl, h.fencing_token);
+        let cmd = rwlock::extend_command(h, h.ttl);
         RenewTask { lock: h.id, token: h.token.clone(), ttl: h.ttl, cmd: Some(cmd) }
     }
 }

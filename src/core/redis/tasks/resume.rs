@@ -3,7 +3,7 @@
 //! handle resumes as that permit: its key must be its slot's key.
 
 use super::super::context::{Context, Held, TOKEN_BYTES};
-use super::super::keys::{permit_base, permit_key};
+use super::super::keys::{permit_base, permit_key, readers_key};
 use super::super::quorum::{drift_ms, kth_largest};
 use super::super::round::Round;
 use super::super::scripts;
@@ -21,6 +21,8 @@ pub(in super::super) struct ResumeTask {
     fence_key: String,
     /// Whose waiters the resumed lock's release wakes (see `Held`).
     wake_base: String,
+    /// A reader of a read-write lock (see `Held::shared`).
+    shared: bool,
     started: bool,
 }
 
@@ -43,6 +45,8 @@ impl ResumeTask {
         // slot's key (waking its semaphore's waiters), a lock on the lock key.
         let (expected, wake_base) = match (handle.kind, handle.slot) {
             (LockKind::Exclusive, None) => (key.clone(), key),
+            // Redlock does not grant shared holds (see `rwlock`).
+            (LockKind::Shared, None) if cx.node_count() == 1 => (readers_key(&key), key),
             (LockKind::Permits { limit }, Some(slot)) if slot < limit => {
                 LockKind::permits(u64::from(limit))?;
                 (permit_key(&key, slot), permit_base(&key))
@@ -58,7 +62,8 @@ impl ResumeTask {
         if !is_token(&handle.owner) {
             return Err(LockError::invalid("the handle's owner token is malformed"));
         }
-        Ok(ResumeTask { op: cx.rt.out.op_id(), handle: handle.clone(), fence_key, wake_base, started: false })
+        let shared = handle.kind == LockKind::Shared;
+        Ok(ResumeTask { op: cx.rt.out.op_id(), handle: handle.clone(), fence_key, wake_base, shared, started: false })
     }
 }
 
@@ -68,12 +73,16 @@ impl Task for ResumeTask {
     }
 
     fn step(self: Box<Self>, cx: &mut Context, round: Option<Round>, now: Millis) -> Next {
-        let ResumeTask { op, handle, fence_key, wake_base, started } = *self;
+        let ResumeTask { op, handle, fence_key, wake_base, shared, started } = *self;
         let round = match round {
             Some(round) => round,
             None if !started => {
-                let cmd = scripts::status(&handle.key, &fence_key, Some(&handle.owner));
-                return Next::round(ResumeTask { op, handle, fence_key, wake_base, started: true }, cmd, cx.all_nodes());
+                let cmd = if shared {
+                    scripts::status_shared(&handle.key, &fence_key, &handle.owner)
+                } else {
+                    scripts::status(&handle.key, &fence_key, Some(&handle.owner))
+                };
+                return Next::round(ResumeTask { op, handle, fence_key, wake_base, shared, started: true }, cmd, cx.all_nodes());
             }
             None => {
                 cx.rt.out.fail(op, LockError::internal("a resume was stepped without its round"));
@@ -107,6 +116,7 @@ impl Task for ResumeTask {
                     fence_key,
                     wake_base,
                     token: handle.owner,
+                    shared,
                     ttl,
                     fencing_token: handle.fencing_token,
                     expires_at: exp,

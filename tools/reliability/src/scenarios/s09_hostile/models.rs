@@ -358,21 +358,24 @@ impl RedisModel {
 
     /// The script's result: an integer or a flat array of integers.
     fn run(&mut self, args: &[Vec<u8>], now: u64) -> Result<Vec<i64>, String> {
-        // The release, queued acquire and leave scripts also name the
-        // waiters' queue and its leases (4 keys); this model keeps no queue
-        // (a queued acquire is an acquire, a leave does nothing): drop them.
+        let script = match args.first().map(Vec::as_slice) {
+            Some(b"EVAL") => args.get(1).and_then(|t| Script::from_text(t)),
+            // This model keeps every script cached (no restarts).
+            Some(b"EVALSHA") => args.get(1).and_then(|t| Script::from_sha1(t)),
+            _ => return Err("ERR unknown command".into()),
+        };
+        // The acquire, release, queued acquire and leave scripts also name
+        // the waiters' queue and its leases, the readers and the writer
+        // intent (keys 3.., 4 to 6 keys in all); this model keeps no queue
+        // and no reader (a queued acquire is an acquire, a leave does
+        // nothing): drop them, keeping the lock key and the counter.
         let mut args = args.to_vec();
-        if args.get(2).map(Vec::as_slice) == Some(b"4") && args.len() >= 7 {
-            args.drain(5..7);
+        let numkeys = args.get(2).and_then(|n| std::str::from_utf8(n).ok()?.parse::<usize>().ok()).unwrap_or(0);
+        if script != Some(Script::Inspect) && numkeys > 2 && args.len() >= 3 + numkeys {
+            args.drain(5..3 + numkeys);
         }
         let arg = |i: usize| args.get(i).cloned().unwrap_or_default();
         let num = |i: usize| std::str::from_utf8(&arg(i)).ok().and_then(|s| s.parse::<i64>().ok()).unwrap_or(0);
-        let script = match arg(0).as_slice() {
-            b"EVAL" => Script::from_text(&arg(1)),
-            // This model keeps every script cached (no restarts).
-            b"EVALSHA" => Script::from_sha1(&arg(1)),
-            _ => return Err("ERR unknown command".into()),
-        };
         let (key, fence, token) = (arg(3), arg(4), arg(5));
         match script {
             Some(Script::Acquire | Script::AcquireQueued) => {
@@ -418,15 +421,19 @@ impl RedisModel {
             // the scenario takes locks only); a declared slot is free.
             Some(Script::Inspect) => {
                 let f = self.raise(&fence, 0);
-                let slots = usize::try_from(num(2).saturating_sub(3)).unwrap_or(0);
+                // Keys: lock, counter, limit, readers, then the slots; no reader here.
+                let slots = usize::try_from(num(2).saturating_sub(4)).unwrap_or(0);
                 let mut r = match self.live(&key, now) {
-                    None => vec![0, -2, f, 0],
-                    Some((_, exp)) => vec![1, exp.saturating_sub(now).min(i64::MAX as u64) as i64, f, 0],
+                    None => vec![0, -2, f, 0, 0, -2],
+                    Some((_, exp)) => vec![1, exp.saturating_sub(now).min(i64::MAX as u64) as i64, f, 0, 0, -2],
                 };
                 r.extend(std::iter::repeat(-2).take(slots));
                 Ok(r)
             }
             Some(Script::AcquirePermit | Script::PermitCleanup) => Err("ERR semaphores are not modelled here".into()),
+            Some(Script::AcquireShared | Script::ExtendShared | Script::ReleaseShared | Script::StatusShared) => {
+                Err("ERR read-write locks are not modelled here".into())
+            }
             None => Err("NOSCRIPT unknown script".into()),
         }
     }

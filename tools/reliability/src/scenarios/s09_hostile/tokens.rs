@@ -64,7 +64,9 @@ fn redis_machine_tokens(n: usize, r: &mut TokenResults) -> Vec<String> {
         while let Some(t) = m.poll_transmit() {
             if let Transmit::Send(req) = t {
                 let args: Vec<String> = serde_json::from_slice(&req.body).unwrap_or_default();
-                out.push(args.get(5).cloned().unwrap_or_default());
+                // `EVAL script numkeys KEYS... ARGV...`: ARGV[1] follows the keys.
+                let keys = args.get(2).and_then(|n| n.parse::<usize>().ok()).unwrap_or(0);
+                out.push(args.get(3 + keys).cloned().unwrap_or_default());
                 let body = json!({"result": [0, 1, 5_000]}).to_string().into_bytes();
                 m.handle_input(0, Input::Response { id: req.id, status: 200, body });
             }
