@@ -8,7 +8,7 @@ import { createServer } from "node:http";
 import { EtcdLocks, LockError } from "edgelock";
 import { eventually, freePort, startEtcd } from "./support/etcd.mjs";
 import { runModule, skipUnlessRequired } from "./support/runtime.mjs";
-import { lockKindTests } from "./support/kinds.mjs";
+import { lockKindCases } from "./support/kinds.mjs";
 
 let etcd;
 const clients = [];
@@ -338,4 +338,6 @@ describe("module formats", () => {
 });
 
 // Semaphores (`limit`), read-write locks (`mode`) and status() with holders.
-lockKindTests("EtcdLocks", (extra = {}) => client({ prefix: "kinds", ...extra }), { queuedVisible: true, sharedGranted: true });
+describe("lock kinds (EtcdLocks)", () => {
+  for (const [title, fn] of lockKindCases((extra = {}) => client({ prefix: "kinds", ...extra }), { queuedVisible: true, sharedGranted: true })) test(title, fn);
+});

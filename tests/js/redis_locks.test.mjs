@@ -7,7 +7,7 @@ import { RedisLocks, Redlock, LockError } from "edgelock";
 import { startTestenv } from "./testenv.mjs";
 import { eventually, freePort } from "./support/etcd.mjs";
 import { wakeSubscribers } from "./support/redis.mjs";
-import { lockKindTests } from "./support/kinds.mjs";
+import { lockKindCases } from "./support/kinds.mjs";
 
 let env;
 const clients = [];
@@ -294,9 +294,16 @@ describe("push wake-up on Redlock (2 nodes via the gateway, 1 via Webdis)", () =
 
 // Semaphores (`limit`), read-write locks (`mode`) and status() with holders,
 // on one node (both protocols) and on Redlock.
-lockKindTests("RedisLocks over upstash", (extra = {}) => track(new RedisLocks({ ...nodes().upstash, ttlMs: 5000, requestTimeoutMs: 1000, retryDelayMs: 50, ...extra })), { sharedGranted: true });
-lockKindTests("RedisLocks over webdis", (extra = {}) => track(new RedisLocks({ ...nodes().webdis, ttlMs: 5000, requestTimeoutMs: 1000, retryDelayMs: 50, ...extra })), { sharedGranted: true });
-lockKindTests("Redlock", (extra = {}) => track(new Redlock({
-  nodes: [{ url: env.gateway_urls[0], token: env.token }, { url: env.gateway_urls[1], token: env.token }, { url: env.webdis_urls[2], protocol: "webdis" }],
-  ttlMs: 5000, retryDelayMs: 50, ...extra,
-})));
+const kindFamilies = [
+  ["RedisLocks over upstash", (extra = {}) => track(new RedisLocks({ ...nodes().upstash, ttlMs: 5000, requestTimeoutMs: 1000, retryDelayMs: 50, ...extra })), { sharedGranted: true }],
+  ["RedisLocks over webdis", (extra = {}) => track(new RedisLocks({ ...nodes().webdis, ttlMs: 5000, requestTimeoutMs: 1000, retryDelayMs: 50, ...extra })), { sharedGranted: true }],
+  ["Redlock", (extra = {}) => track(new Redlock({
+    nodes: [{ url: env.gateway_urls[0], token: env.token }, { url: env.gateway_urls[1], token: env.token }, { url: env.webdis_urls[2], protocol: "webdis" }],
+    ttlMs: 5000, retryDelayMs: 50, ...extra,
+  })), {}],
+];
+for (const [label, make, opts] of kindFamilies) {
+  describe(`lock kinds (${label})`, () => {
+    for (const [title, fn] of lockKindCases(make, opts)) test(title, fn);
+  });
+}

@@ -1,13 +1,12 @@
 // Lock kinds through the npm API (`mode`, `limit`), the same tests for every
 // backend family: etcd_locks.test.mjs and redis_locks.test.mjs call
-// `lockKindTests` with a factory of clients of theirs. Runtime-neutral
+// `lockKindCases` with a factory of clients of theirs (registering each case in their own file). Runtime-neutral
 // (node:test and node:assert work under Node, Deno and Bun).
 //
 // What a backend does not grant yet is refused with INVALID_ARGUMENT before
 // any request; semaphores (`limit`) are granted by the etcd and Redis
 // recipes, read-write locks (`mode: "shared"`) by etcd and one Redis node
 // (`sharedGranted`).
-import { describe, test } from "node:test";
 import assert from "node:assert/strict";
 import { LockError, MAX_PERMITS } from "edgelock";
 
@@ -53,12 +52,17 @@ export const BAD_KINDS = [
 /**
  * `make(extra)` returns a new client of the family (tracked and closed by
  * the caller's file), `extra` merged into its options (e.g. `{ fetch }`).
- * `label` names the family in test titles. `queuedVisible`: the backend
+ * Returns `[title, fn]` pairs. `queuedVisible`: the backend
  * lists waiters in `status().queued` (etcd). `sharedGranted`: the backend
  * grants read-write locks (etcd, one Redis node).
  */
-export function lockKindTests(label, make, { queuedVisible = false, sharedGranted = false } = {}) {
-  describe(`lock kinds (${label})`, () => {
+export function lockKindCases(make, { queuedVisible = false, sharedGranted = false } = {}) {
+  // The caller registers each case with node:test's `test` in its own file:
+  // a test's file is where `test()` is called, and the runtimes' per-file
+  // counts (support/count-reporter.mjs, run-runtime.mjs) compare by file.
+  const cases = [];
+  const test = (title, fn) => cases.push([title, fn]);
+  {
     test("bad mode / limit is INVALID_ARGUMENT before any request, on acquire, tryAcquire and request", async () => {
       assert.equal(MAX_PERMITS, 100);
       const counter = countingFetch();
@@ -248,5 +252,6 @@ export function lockKindTests(label, make, { queuedVisible = false, sharedGrante
         await next.release();
       });
     }
-  });
+  }
+  return cases;
 }
