@@ -34,7 +34,13 @@ use std::collections::{HashMap, HashSet};
 use serde_json::Value;
 
 use crate::history::{Op, OpKind, Outcome};
-use crate::workload::base_name;
+use crate::workload::{base_name, SHARED};
+
+/// What a hold excludes: a read-write lock's shared holds (`<name>#shared`)
+/// and exclusive holds (`<name>`) are one group; a permit's slot its own.
+fn group(lock: &str) -> &str {
+    lock.strip_suffix(SHARED).unwrap_or(lock)
+}
 
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Verdict {
@@ -130,7 +136,9 @@ pub fn overlapping_holds(holds: &[Hold]) -> Vec<(Hold, Hold)> {
                 // are before a's end.
                 break;
             }
-            if a.lock == b.lock && a.client != b.client && b.from < a.to && a.from < b.to {
+            // Readers share; a reader beside a writer, or two writers, clash.
+            let both_shared = a.lock.ends_with(SHARED) && b.lock.ends_with(SHARED);
+            if group(&a.lock) == group(&b.lock) && !both_shared && a.client != b.client && b.from < a.to && a.from < b.to {
                 pairs.push((a.clone(), b.clone()));
             }
         }
@@ -258,7 +266,7 @@ pub fn token_inversions(ops: &[Op]) -> usize {
     let mut by_lock: HashMap<&str, Vec<(f64, f64, u64)>> = HashMap::new();
     for o in ops.iter().filter(|o| o.kind == OpKind::Acquire && o.is_ok()) {
         if let Some(t) = o.token {
-            by_lock.entry(o.lock.as_str()).or_default().push((o.start, o.end, t));
+            by_lock.entry(group(&o.lock)).or_default().push((o.start, o.end, t));
         }
     }
     let mut count = 0;
@@ -375,6 +383,29 @@ mod tests {
             {"seq": 2, "resource": "s#slot1", "token": "2", "accepted": true, "record": {"client": "b"}},
         ]});
         assert_eq!(check(&bad, &log).stale_accepted, 0);
+    }
+
+    #[test]
+    fn readers_share_and_writers_exclude_them() {
+        let at = |client: &str, lock: &str, kind, start, end, token| Op { lock: lock.into(), ..op(client, kind, start, end, token) };
+        // Two readers at once, then a writer after both: fine.
+        let ops = vec![
+            at("r1", "rw#shared", OpKind::Acquire, 0.0, 1.0, Some(1)),
+            at("r2", "rw#shared", OpKind::Acquire, 0.5, 1.5, Some(2)),
+            at("r1", "rw#shared", OpKind::Release, 3.0, 3.5, Some(1)),
+            at("r2", "rw#shared", OpKind::Release, 3.2, 3.6, Some(2)),
+            at("w", "rw", OpKind::Acquire, 2.0, 4.0, Some(3)),
+        ];
+        let v = check(&ops, &json!({"entries": []}));
+        assert_eq!((v.overlaps_believed, v.token_inversions, v.max_holders.get("rw").copied()), (0, 0, Some(2)));
+        // A writer granted while a reader still holds clashes; a writer
+        // granted after a reader with a lower token is an inversion.
+        let mut bad = ops.clone();
+        bad.push(at("w2", "rw", OpKind::Acquire, 0.2, 1.2, Some(4)));
+        assert_eq!(check(&bad, &json!({"entries": []})).overlaps_believed, 2);
+        let mut inv = ops.clone();
+        inv.push(at("w3", "rw", OpKind::Acquire, 5.0, 6.0, Some(2)));
+        assert_eq!(check(&inv, &json!({"entries": []})).token_inversions, 1);
     }
 
     #[test]

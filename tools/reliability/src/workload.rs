@@ -8,6 +8,12 @@
 //! every per-lock check of the checker (overlaps, stale writes, token
 //! inversions) applies per slot, and the checker's per-name count of
 //! concurrent holders (`checker::max_concurrent_holders`) judges the limit.
+//!
+//! A `shared` contender takes the reader side of a read-write lock: its
+//! holds are recorded as `<name>#shared` (the checker lets those overlap
+//! each other, never an exclusive hold of `<name>`) and it does not write to
+//! the fenced resource (readers read; only exclusive holders write, under
+//! tokens that must rise above every earlier holder's).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -43,6 +49,9 @@ pub struct ContenderCfg {
     /// Take permits of a semaphore of this many instead of the lock.
     #[serde(default)]
     pub limit: Option<u32>,
+    /// Take shared (reader) holds of a read-write lock instead.
+    #[serde(default)]
+    pub shared: bool,
 }
 
 impl ContenderCfg {
@@ -58,23 +67,32 @@ impl ContenderCfg {
             blind_writes: false,
             max_rounds: None,
             limit: None,
+            shared: false,
         }
     }
 
     /// The kind of hold the contender asks for.
     pub fn kind(&self) -> LockKind {
-        self.limit.map_or(LockKind::Exclusive, |limit| LockKind::Permits { limit })
+        match (self.limit, self.shared) {
+            (Some(limit), _) => LockKind::Permits { limit },
+            (None, true) => LockKind::Shared,
+            (None, false) => LockKind::Exclusive,
+        }
     }
 }
 
 /// The name a hold is recorded and fenced under: the lock's name, or for a
 /// permit `<name>#slot<k>` (see the module docs).
 pub fn hold_name(lock: &Lock) -> String {
-    match lock.slot() {
-        Some(slot) => slot_name(lock.name(), slot),
-        None => lock.name().to_string(),
+    match (lock.slot(), lock.kind()) {
+        (Some(slot), _) => slot_name(lock.name(), slot),
+        (None, LockKind::Shared) => format!("{}{SHARED}", lock.name()),
+        (None, _) => lock.name().to_string(),
     }
 }
+
+/// The suffix of a shared hold's recorded name.
+pub const SHARED: &str = "#shared";
 
 /// `<name>#slot<k>`: one slot of a semaphore, as histories name it.
 pub fn slot_name(name: &str, slot: u32) -> String {
@@ -83,6 +101,7 @@ pub fn slot_name(name: &str, slot: u32) -> String {
 
 /// The semaphore (or lock) name of a recorded hold name.
 pub fn base_name(hold: &str) -> &str {
+    let hold = hold.strip_suffix(SHARED).unwrap_or(hold);
     hold.rsplit_once("#slot").map_or(hold, |(base, _)| base)
 }
 
@@ -128,7 +147,10 @@ pub fn hold_and_release(lock: Lock, cfg: &ContenderCfg, resource: &ResourceClien
         if !cfg.blind_writes && lock.is_lost() {
             break;
         }
-        write_recorded(resource, history, &cfg.id, &hold_name(&lock), token);
+        // Readers read: only exclusive holders and permits write.
+        if !cfg.shared {
+            write_recorded(resource, history, &cfg.id, &hold_name(&lock), token);
+        }
         if cfg.blind_writes {
             std::thread::sleep(slice);
         } else if lock.wait_lost(Some(slice)).is_some() {

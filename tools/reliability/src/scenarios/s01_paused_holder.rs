@@ -7,7 +7,8 @@
 //!
 //! 1d/1e run the same with a semaphore of [`PERMITS`]: the paused holder's
 //! slot is taken over by another client, whose writes to that slot's
-//! resource must fence the holder's late ones.
+//! resource must fence the holder's late ones. 1f/1g: a read-write lock
+//! whose paused holder is a writer, while a writer and a reader contend.
 
 use std::time::{Duration, Instant};
 
@@ -24,6 +25,15 @@ use crate::worker::{WorkerProcess, WorkerSpec};
 use crate::workload::ContenderCfg;
 
 const TTL_MS: u64 = 2_000;
+/// What the clients take: the lock, permits, or a read-write lock (the
+/// paused holder a writer; of the others one writer and one reader).
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    Lock,
+    Permits(u32),
+    ReadWrite,
+}
+
 /// The limit of the semaphore variants (1d, 1e).
 const PERMITS: u32 = 2;
 const LOCK: &str = "paused-holder";
@@ -36,8 +46,9 @@ pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
             let spec = BackendSpec::Etcd { endpoints: vec![etcd.url()], ttl_ms: TTL_MS, request_timeout_ms: 1_000 };
             let url = etcd.url();
             let keys = move || etcd_keys(&url, "edgelock/").map(|k| k.len()).unwrap_or(usize::MAX);
-            out.push(trial_report("1a", &spec, None, trials, &keys));
-            out.push(trial_report("1d", &spec, Some(PERMITS), trials, &keys));
+            out.push(trial_report("1a", &spec, Kind::Lock, trials, &keys));
+            out.push(trial_report("1d", &spec, Kind::Permits(PERMITS), trials, &keys));
+            out.push(trial_report("1f", &spec, Kind::ReadWrite, trials, &keys));
         }
         Err(e) => out.push(ScenarioReport::failed_to_run("1a", TITLE, "etcd", &format!("etcd: {e}"))),
     }
@@ -48,8 +59,9 @@ pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
         Ok(nodes) => {
             let spec = BackendSpec::Redis { node: nodes.webdis_specs()[0].clone(), token: None, ttl_ms: TTL_MS, request_timeout_ms: 1_000 };
             let keys = || nodes.lock_keys_left().iter().map(|k| k.unwrap_or(usize::MAX)).sum();
-            out.push(trial_report("1b", &spec, None, trials, &keys));
-            out.push(trial_report("1e", &spec, Some(PERMITS), trials, &keys));
+            out.push(trial_report("1b", &spec, Kind::Lock, trials, &keys));
+            out.push(trial_report("1e", &spec, Kind::Permits(PERMITS), trials, &keys));
+            out.push(trial_report("1g", &spec, Kind::ReadWrite, trials, &keys));
         }
         Err(e) => out.push(ScenarioReport::failed_to_run("1b", TITLE, "redis (webdis)", &format!("redis: {e}"))),
     }
@@ -57,7 +69,7 @@ pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
         out.push(match RedisNodes::start(5, false) {
             Ok(nodes) => {
                 let spec = BackendSpec::Redlock { nodes: nodes.webdis_specs(), token: None, ttl_ms: TTL_MS, request_timeout_ms: 1_000, folded: false };
-                trial_report("1c", &spec, None, trials, &|| nodes.lock_keys_left().iter().map(|k| k.unwrap_or(usize::MAX)).sum())
+                trial_report("1c", &spec, Kind::Lock, trials, &|| nodes.lock_keys_left().iter().map(|k| k.unwrap_or(usize::MAX)).sum())
             }
             Err(e) => ScenarioReport::failed_to_run("1c", TITLE, "redlock (5 × webdis)", &format!("redis: {e}")),
         });
@@ -67,6 +79,7 @@ pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
 
 const TITLE: &str = "holder paused (SIGSTOP) past its TTL";
 const TITLE_PERMITS: &str = "permit holder paused (SIGSTOP) past its TTL";
+const TITLE_RW: &str = "writer of a read-write lock paused (SIGSTOP) past its TTL";
 
 /// What one pause trial measured.
 struct Trial {
@@ -79,25 +92,26 @@ struct Trial {
     acked_lost: usize,
 }
 
-/// `limit`: the clients take permits of a semaphore of that many instead.
-fn trial_report(id: &str, spec: &BackendSpec, limit: Option<u32>, trials: usize, keys_left: &dyn Fn() -> usize) -> ScenarioReport {
+fn trial_report(id: &str, spec: &BackendSpec, kind: Kind, trials: usize, keys_left: &dyn Fn() -> usize) -> ScenarioReport {
     let backend = match spec.kind() {
         "redlock" => "redlock (5 × webdis)",
         "redis" => "redis (webdis)",
         k => k,
     };
-    let (title, fault) = match limit {
-        Some(l) => (TITLE_PERMITS, format!("a semaphore of {l}: SIGSTOP the holder's process for TTL ({TTL_MS} ms) + until another client wrote under its slot; then SIGCONT")),
-        None => (TITLE, format!("SIGSTOP the holder's process for TTL ({TTL_MS} ms) + until another client wrote; then SIGCONT")),
+    let (title, fault) = match kind {
+        Kind::ReadWrite => (TITLE_RW, format!("a read-write lock: SIGSTOP the writer's process for TTL ({TTL_MS} ms) + until another writer wrote (a reader contends too); then SIGCONT")),
+        Kind::Permits(l) => (TITLE_PERMITS, format!("a semaphore of {l}: SIGSTOP the holder's process for TTL ({TTL_MS} ms) + until another client wrote under its slot; then SIGCONT")),
+        Kind::Lock => (TITLE, format!("SIGSTOP the holder's process for TTL ({TTL_MS} ms) + until another client wrote; then SIGCONT")),
     };
     let mut r = ScenarioReport::new(id, title, backend, &fault);
     let mut results = Vec::new();
     for t in 0..trials {
-        let lock = match limit {
-            Some(_) => format!("{LOCK}-sem-{t}"),
-            None => format!("{LOCK}-{t}"),
+        let lock = match kind {
+            Kind::Permits(_) => format!("{LOCK}-sem-{t}"),
+            Kind::ReadWrite => format!("{LOCK}-rw-{t}"),
+            Kind::Lock => format!("{LOCK}-{t}"),
         };
-        match one_trial(spec, &lock, limit) {
+        match one_trial(spec, &lock, kind) {
             Ok(tr) => results.push(tr),
             Err(e) => {
                 r.check("trial ran", false, e);
@@ -135,7 +149,11 @@ fn fmt_list(v: &[f64]) -> String {
     v.iter().map(|x| format!("{x:.0}")).collect::<Vec<_>>().join(", ")
 }
 
-fn one_trial(spec: &BackendSpec, lock: &str, limit: Option<u32>) -> Result<Trial, String> {
+fn one_trial(spec: &BackendSpec, lock: &str, kind: Kind) -> Result<Trial, String> {
+    let limit = match kind {
+        Kind::Permits(l) => Some(l),
+        _ => None,
+    };
     let fenced = FencedResource::start().map_err(|e| format!("fenced resource: {e}"))?;
     let resource = ResourceClient::new(&fenced.url());
     // The holder: one acquisition, three blind writes spread over 3 × TTL.
@@ -161,7 +179,11 @@ fn one_trial(spec: &BackendSpec, lock: &str, limit: Option<u32>) -> Result<Trial
 
     let others = History::new();
     let tpl = ContenderCfg { hold_ms: 100, writes_per_hold: 2, wait_ms: 10_000, pause_ms: 50, limit, ..ContenderCfg::new("", lock) };
-    let crew = Crew::start(spec, contenders("other", 2, lock, &tpl), &resource, &others, Duration::from_secs(20));
+    let mut crew_cfgs = contenders("other", 2, lock, &tpl);
+    if kind == Kind::ReadWrite {
+        crew_cfgs[1].shared = true;
+    }
+    let crew = Crew::start(spec, crew_cfgs, &resource, &others, Duration::from_secs(20));
     // Hold the pause until a successor has written under what the holder
     // held (at least TTL): for a semaphore, the holder's slot.
     let successor_wrote = wait_for(Duration::from_millis(4 * TTL_MS + 5_000), || others.ops().iter().any(|o| o.kind == OpKind::Write && o.is_ok() && o.lock == held));

@@ -3,7 +3,9 @@
 //! no errors but wait timeouts, no keys left. The same for semaphores
 //! (8 semaphores of [`PERMITS`] × 8 contenders; 10f–10h): per slot, 0 stale
 //! writes, 0 overlaps and 0 token inversions; per semaphore, never more than
-//! [`PERMITS`] holders at once, and that many reached. Plus one long-running client in
+//! [`PERMITS`] holders at once, and that many reached. And for read-write
+//! locks (10i etcd, 10j Redis; half the contenders readers): never a writer
+//! beside anyone, readers sharing, writers' tokens above every earlier hold. Plus one long-running client in
 //! its own process doing 100,000 acquire/release cycles while its resident
 //! memory is sampled: it must stay flat.
 
@@ -25,6 +27,7 @@ use crate::workload::ContenderCfg;
 
 const TITLE: &str = "load: 64 concurrent clients";
 const TITLE_PERMITS: &str = "load: 64 concurrent clients on semaphores";
+const TITLE_RW: &str = "load: 64 concurrent clients on read-write locks";
 const LOCKS: usize = 8;
 const PER_LOCK: usize = 8;
 const TTL_MS: u64 = 5_000;
@@ -42,8 +45,9 @@ pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
             let spec = BackendSpec::Etcd { endpoints: vec![etcd.url()], ttl_ms: TTL_MS, request_timeout_ms: 5_000 };
             let url = etcd.url();
             let keys = || etcd_keys(&url, "edgelock/").map(|k| k.len()).unwrap_or(usize::MAX);
-            out.push(load_report("10a", "etcd", &spec, secs, None, &keys));
-            out.push(load_report("10f", "etcd", &spec, secs, Some(PERMITS), &keys));
+            out.push(load_report("10a", "etcd", &spec, secs, Kind::Lock, &keys));
+            out.push(load_report("10f", "etcd", &spec, secs, Kind::Permits(PERMITS), &keys));
+            out.push(load_report("10i", "etcd", &spec, secs, Kind::ReadWrite, &keys));
         }
         Err(e) => out.push(ScenarioReport::failed_to_run("10a", TITLE, "etcd", &e.to_string())),
     }
@@ -63,14 +67,15 @@ pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
             // acquisitions over 60 s; 0 stale writes). 10b therefore measures
             // polling waiters on webdis; 10c measures push on the gateway.
             std::env::set_var("RELIABILITY_REDIS_MAX_SUBSCRIPTIONS", "0");
-            out.push(load_report("10b", "redis (webdis, polling waiters)", &webdis, secs, None, &keys));
+            out.push(load_report("10b", "redis (webdis, polling waiters)", &webdis, secs, Kind::Lock, &keys));
             std::env::remove_var("RELIABILITY_REDIS_MAX_SUBSCRIPTIONS");
             let upstash = BackendSpec::Redis { node: nodes.upstash_specs()[0].clone(), token: Some(UPSTASH_TOKEN.into()), ttl_ms: TTL_MS, request_timeout_ms: 5_000 };
-            out.push(load_report("10c", "redis (Upstash REST)", &upstash, secs, None, &keys));
-            out.push(load_report("10g", "redis (Upstash REST)", &upstash, secs, Some(PERMITS), &keys));
+            out.push(load_report("10c", "redis (Upstash REST)", &upstash, secs, Kind::Lock, &keys));
+            out.push(load_report("10g", "redis (Upstash REST)", &upstash, secs, Kind::Permits(PERMITS), &keys));
+            out.push(load_report("10j", "redis (Upstash REST)", &upstash, secs, Kind::ReadWrite, &keys));
             let redlock = BackendSpec::Redlock { nodes: nodes.webdis_specs(), token: None, ttl_ms: TTL_MS, request_timeout_ms: 2_000, folded: false };
-            out.push(load_report("10d", "redlock (5 × webdis)", &redlock, secs, None, &keys));
-            out.push(load_report("10h", "redlock (5 × webdis)", &redlock, secs, Some(PERMITS), &keys));
+            out.push(load_report("10d", "redlock (5 × webdis)", &redlock, secs, Kind::Lock, &keys));
+            out.push(load_report("10h", "redlock (5 × webdis)", &redlock, secs, Kind::Permits(PERMITS), &keys));
             out.push(memory_report("10e", "redis (webdis)", &webdis, cycles));
         }
         Err(e) => out.push(ScenarioReport::failed_to_run("10b", TITLE, "redis", &e.to_string())),
@@ -86,12 +91,26 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[i.min(sorted.len() - 1)]
 }
 
-/// `limit`: the clients take permits of semaphores of that many instead.
-fn load_report(id: &str, backend: &str, spec: &BackendSpec, secs: u64, limit: Option<u32>, keys_left: &dyn Fn() -> usize) -> ScenarioReport {
+/// What the clients of a load run take.
+#[derive(Clone, Copy, PartialEq)]
+enum Kind {
+    Lock,
+    /// Permits of semaphores of this many.
+    Permits(u32),
+    /// Read-write locks: every other contender a reader.
+    ReadWrite,
+}
+
+fn load_report(id: &str, backend: &str, spec: &BackendSpec, secs: u64, kind: Kind, keys_left: &dyn Fn() -> usize) -> ScenarioReport {
     let n = LOCKS * PER_LOCK;
-    let (title, what) = match limit {
-        Some(l) => (TITLE_PERMITS, format!("semaphores of {l}")),
-        None => (TITLE, "locks".to_string()),
+    let limit = match kind {
+        Kind::Permits(l) => Some(l),
+        _ => None,
+    };
+    let (title, what) = match kind {
+        Kind::Permits(l) => (TITLE_PERMITS, format!("semaphores of {l}")),
+        Kind::ReadWrite => (TITLE_RW, "read-write locks (half readers)".to_string()),
+        Kind::Lock => (TITLE, "locks".to_string()),
     };
     let mut r = ScenarioReport::new(id, title, backend, &format!("none: {n} clients ({LOCKS} {what} × {PER_LOCK}) for {secs} s"));
     let fenced = match FencedResource::start() {
@@ -101,7 +120,13 @@ fn load_report(id: &str, backend: &str, spec: &BackendSpec, secs: u64, limit: Op
     let resource = ResourceClient::new(&fenced.url());
     let history = History::new();
     let tpl = ContenderCfg { hold_ms: 5, writes_per_hold: 1, wait_ms: 10_000, limit, ..ContenderCfg::new("", "") };
-    let cfgs: Vec<ContenderCfg> = (0..LOCKS).flat_map(|l| contenders(&format!("c{l}."), PER_LOCK, &format!("load-{l}"), &tpl)).collect();
+    let mut cfgs: Vec<ContenderCfg> = (0..LOCKS).flat_map(|l| contenders(&format!("c{l}."), PER_LOCK, &format!("load-{l}"), &tpl)).collect();
+    if kind == Kind::ReadWrite {
+        for (i, c) in cfgs.iter_mut().enumerate() {
+            c.shared = i % 2 == 1;
+            c.lock = format!("{}-rw", c.lock);
+        }
+    }
     let started = Instant::now();
     let crew = Crew::start(spec, cfgs, &resource, &history, Duration::from_secs(secs));
     crew.join_when_done();
@@ -119,8 +144,17 @@ fn load_report(id: &str, backend: &str, spec: &BackendSpec, secs: u64, limit: Op
     r.figure("errors", v.errors_text());
     r.check("0 stale writes accepted", v.stale_accepted == 0, format!("{} accepted, {} rejected", v.stale_accepted, v.stale_rejected));
     r.check("fencing tokens follow grant order (0 inversions)", v.token_inversions == 0, v.token_inversions);
-    let overlaps = if limit.is_some() { "0 overlapping holds of one slot (no faults injected)" } else { "0 overlapping holds (no faults injected)" };
+    let overlaps = match kind {
+        Kind::Permits(_) => "0 overlapping holds of one slot (no faults injected)",
+        Kind::ReadWrite => "0 writers beside another holder (no faults injected)",
+        Kind::Lock => "0 overlapping holds (no faults injected)",
+    };
     r.check(overlaps, v.overlaps_believed == 0, v.overlaps_believed);
+    if kind == Kind::ReadWrite {
+        let most = v.max_holders_of_any();
+        r.figure("most concurrent holders of one read-write lock", most);
+        r.check("readers shared a lock (more than one holder at once)", most > 1, most);
+    }
     if let Some(l) = limit {
         let most = v.max_holders_of_any();
         r.figure("most concurrent holders of one semaphore", most);
