@@ -34,7 +34,7 @@ stderr line reads `edgelock: acquired NAME slot=S/N token=T`. `--shared`
 takes a shared (reader) hold of a read-write lock: any number of shared
 holders, but none while an exclusive holder (a plain `run`) holds it. A
 backend that does not offer a kind refuses it with exit 64 before sending
-anything (today every backend refuses --shared). CMD gets
+anything (etcd and one Redis node grant --shared; Redlock refuses it). CMD gets
 EDGELOCK_LOCK_MODE (exclusive, shared or permit).
 
 `status` prints the holder's key, its fencing token and the waiters in grant
