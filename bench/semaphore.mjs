@@ -19,13 +19,14 @@
 // BENCH_QUICK=1 shortens every phase (for checking the harness, not for numbers).
 
 import { performance } from "node:perf_hooks";
-import { readFileSync, writeFileSync, existsSync } from "node:fs";
+import { writeFileSync } from "node:fs";
 import path from "node:path";
 import { startTestenv, repoRoot } from "../tests/js/testenv.mjs";
 import { EtcdLocks, RedisLocks, Redlock as EdgeRedlock } from "../pkg/index.node.mjs";
 import IORedis from "ioredis";
 import { Semaphore, RedlockSemaphore } from "redis-semaphore";
 import { countingFetch, logIoredis } from "./reqlog.mjs";
+import { quantile, writeSection } from "./section.mjs";
 
 const QUICK = process.env.BENCH_QUICK === "1";
 const LIMIT = 3;
@@ -35,11 +36,6 @@ const CFG = { limit: LIMIT, clients: CLIENTS, holdMs: HOLD_MS, rounds: QUICK ? 2
 const now = () => performance.now();
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const log = (...a) => console.error("[bench:semaphore]", ...a);
-const quantile = (xs, q) => {
-  if (xs.length === 0) return NaN;
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.min(s.length - 1, Math.max(0, Math.ceil(q * s.length) - 1))];
-};
 
 log("starting testenv (etcd 1, redis 3, Upstash gateway)");
 const env = await startTestenv({ etcd: 1, redis: 3, gateway: true });
@@ -248,16 +244,6 @@ const section = [
   ...Object.values(LIBS).map((l) => `- ${l.label}: ${l.note}.`),
   "",
 ].join("\n");
-const mdPath = path.join(repoRoot, "BENCHMARKS.md");
-const md = existsSync(mdPath) ? readFileSync(mdPath, "utf8") : "";
-const start = md.indexOf("## Semaphores");
-let out;
-if (start < 0) {
-  out = md.trimEnd() + "\n\n" + section;
-} else {
-  const next = md.indexOf("\n## ", start + 1);
-  out = md.slice(0, start) + section + (next < 0 ? "" : md.slice(next + 1));
-}
-writeFileSync(mdPath, out);
+writeSection("Semaphores", section);
 log("wrote bench/semaphore-results.json and the Semaphores section of BENCHMARKS.md");
 for (const l of ratioLines) log(l);

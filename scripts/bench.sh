@@ -6,7 +6,8 @@
 # handoff latency and the waiter's requests per handoff (Redis push wake-up on
 # the Upstash gateway, Webdis and Redlock), 16-client contention fairness
 # (default and `fair: true` when the core accepts it), footprint; semaphores
-# of 3 next to redis-semaphore's Semaphore/RedlockSemaphore (bench/semaphore.mjs). Bounded
+# of 3 next to redis-semaphore's Semaphore/RedlockSemaphore (bench/semaphore.mjs);
+# read-write locks next to the same backend's exclusive lock (bench/rwlock.mjs). Bounded
 # (about 3 minutes of measuring after the builds).
 # Writes BENCHMARKS.md, bench/handoff.svg and bench/results.json.
 #   BENCH_SKIP_SETUP=1   do not run scripts/setup.sh first
@@ -43,3 +44,5 @@ node bench/run.mjs
 echo "== wrote BENCHMARKS.md and bench/handoff.svg"
 echo "== running bench/semaphore.mjs (semaphores next to redis-semaphore)"
 node bench/semaphore.mjs
+echo "== running bench/rwlock.mjs (read-write locks next to the same backend's exclusive lock)"
+node bench/rwlock.mjs
