@@ -10,7 +10,10 @@
 //!
 //! - 3e–3h: the same four with a semaphore of [`PERMITS`]: per slot no
 //!   overlap and 0 stale writes, never more than [`PERMITS`] holders, and
-//!   the partitioned holder learns Lost before anyone is granted its slot.
+//!   the partitioned holder learns Lost before anyone is granted its slot;
+//! - 3i / 3j: 3a / 3c on an etcd read-write lock (every other contender a
+//!   reader; the partitioned holder a writer): never a writer beside anyone
+//!   (Redlock does not grant shared holds).
 //!
 //! Must hold: every operation ends within its bound (computed from the
 //! machines' retry policies, see [`etcd_acquire_bound`] and
@@ -84,9 +87,11 @@ pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
             out.push(timed("3c", "etcd", &mut || etcd_client_partitioned(mode, &nodes, None)));
             out.push(timed("3e", "etcd", &mut || etcd_one_member(mode, &nodes, Some(PERMITS))));
             out.push(timed("3g", "etcd", &mut || etcd_client_partitioned(mode, &nodes, Some(PERMITS))));
+            out.push(timed("3i", "etcd", &mut || etcd_one_member_rw(mode, &nodes)));
+            out.push(timed("3j", "etcd", &mut || etcd_client_partitioned_rw(mode, &nodes)));
         }
         Err(e) => {
-            for id in ["3a", "3c", "3e", "3g"] {
+            for id in ["3a", "3c", "3e", "3g", "3i", "3j"] {
                 out.push(ScenarioReport::failed_to_run(id, TITLE, "etcd", &format!("etcd cluster: {e}")));
             }
         }
@@ -133,6 +138,8 @@ struct OneNode<'a> {
     proxy: &'a FaultProxy,
     /// Permits of a semaphore of this many instead of the lock.
     limit: Option<u32>,
+    /// A read-write lock: every other contender a reader.
+    rw: bool,
 }
 
 /// The limit checks of a semaphore variant: never more than `limit` holders.
@@ -145,9 +152,10 @@ fn limit_check(r: &mut ScenarioReport, limit: Option<u32>, v: &crate::checker::V
 }
 
 fn one_node(mode: &Mode, s: OneNode) -> Result<ScenarioReport, String> {
-    let fault = match s.limit {
-        Some(l) => format!("{} (a semaphore of {l})", s.fault),
-        None => s.fault.to_string(),
+    let fault = match (s.limit, s.rw) {
+        (Some(l), _) => format!("{} (a semaphore of {l})", s.fault),
+        (None, true) => format!("{} (a read-write lock, every other contender a reader)", s.fault),
+        (None, false) => s.fault.to_string(),
     };
     let mut r = ScenarioReport::new(s.id, TITLE, s.backend, &fault);
     let fenced = FencedResource::start().map_err(|e| format!("fenced resource: {e}"))?;
@@ -155,7 +163,15 @@ fn one_node(mode: &Mode, s: OneNode) -> Result<ScenarioReport, String> {
     let history = History::new();
     let lock = format!("s3-{}", s.id);
     let tpl = ContenderCfg { wait_ms: WAIT_MS, hold_ms: 150, writes_per_hold: 2, pause_ms: 50, limit: s.limit, ..ContenderCfg::new("", &lock) };
-    let crew = Crew::start(&s.spec, contenders("c", 3, &lock, &tpl), &resource, &history, Duration::from_secs(90));
+    let mut cfgs = contenders("c", 4, &lock, &tpl);
+    if s.rw {
+        for (i, c) in cfgs.iter_mut().enumerate() {
+            c.shared = i % 2 == 1;
+        }
+    } else {
+        cfgs.truncate(3);
+    }
+    let crew = Crew::start(&s.spec, cfgs, &resource, &history, Duration::from_secs(90));
     std::thread::sleep(Duration::from_millis(mode.pick(2_000, 3_000)));
     let t_fault = now_ms();
     s.proxy.set(Fault::Blackhole);
@@ -191,7 +207,17 @@ fn etcd_one_member(mode: &Mode, nodes: &EtcdNodes, limit: Option<u32>) -> Result
     );
     let proxy = nodes.proxies.first().ok_or("no proxy")?;
     let id = if limit.is_some() { "3e" } else { "3a" };
-    one_node(mode, OneNode { id, backend: "etcd ×3", fault: "blackhole on member 0's proxy (clients use all 3)", spec, acquire_bound, release_bound, bound_text, proxy, limit })
+    one_node(mode, OneNode { id, backend: "etcd ×3", fault: "blackhole on member 0's proxy (clients use all 3)", spec, acquire_bound, release_bound, bound_text, proxy, limit, rw: false })
+}
+
+/// 3a on a read-write lock.
+fn etcd_one_member_rw(mode: &Mode, nodes: &EtcdNodes) -> Result<ScenarioReport, String> {
+    let n = nodes.proxies.len() as u64;
+    let spec = BackendSpec::Etcd { endpoints: nodes.proxied_urls(), ttl_ms: ETCD_TTL_MS, request_timeout_ms: ETCD_TIMEOUT_MS };
+    let (acquire_bound, release_bound) = (etcd_acquire_bound(WAIT_MS, n, ETCD_TIMEOUT_MS) + SLACK_MS, etcd_release_bound(n, ETCD_TIMEOUT_MS) + SLACK_MS);
+    let bound_text = format!("as 3a: acquire {acquire_bound} ms, release {release_bound} ms");
+    let proxy = nodes.proxies.first().ok_or("no proxy")?;
+    one_node(mode, OneNode { id: "3i", backend: "etcd ×3", fault: "blackhole on member 0's proxy (clients use all 3)", spec, acquire_bound, release_bound, bound_text, proxy, limit: None, rw: true })
 }
 
 fn redlock_one_node(mode: &Mode, nodes: &RedisNodes, limit: Option<u32>) -> Result<ScenarioReport, String> {
@@ -202,7 +228,7 @@ fn redlock_one_node(mode: &Mode, nodes: &RedisNodes, limit: Option<u32>) -> Resu
     );
     let proxy = nodes.proxies.first().ok_or("no proxy")?;
     let id = if limit.is_some() { "3f" } else { "3b" };
-    let mut r = one_node(mode, OneNode { id, backend: "redlock ×5", fault: "blackhole on 1 of 5 nodes' proxy", spec, acquire_bound, release_bound, bound_text, proxy, limit })?;
+    let mut r = one_node(mode, OneNode { id, backend: "redlock ×5", fault: "blackhole on 1 of 5 nodes' proxy", spec, acquire_bound, release_bound, bound_text, proxy, limit, rw: false })?;
     // Keys the blackholed node kept (cleanups could not reach it) expire by PX.
     std::thread::sleep(Duration::from_millis(REDLOCK_TTL_MS + 500));
     let left: Vec<String> = nodes.lock_keys_left().iter().map(|k| k.map_or("?".into(), |n| n.to_string())).collect();
@@ -223,12 +249,16 @@ struct Partitioned<'a> {
     ttl_ms: u64,
     /// Permits of a semaphore of this many instead of the lock.
     limit: Option<u32>,
+    /// A read-write lock: the holder and the probe writers, one of the
+    /// two contenders a reader.
+    rw: bool,
 }
 
 fn client_partitioned(mode: &Mode, s: Partitioned) -> Result<ScenarioReport, String> {
-    let fault = match s.limit {
-        Some(l) => format!("blackhole on every proxy of the holder and of a probe client (a semaphore of {l})"),
-        None => "blackhole on every proxy of the holder and of a probe client".to_string(),
+    let fault = match (s.limit, s.rw) {
+        (Some(l), _) => format!("blackhole on every proxy of the holder and of a probe client (a semaphore of {l})"),
+        (None, true) => "blackhole on every proxy of the holder (a writer) and of a probe client (a read-write lock, a reader contending)".to_string(),
+        (None, false) => "blackhole on every proxy of the holder and of a probe client".to_string(),
     };
     let mut r = ScenarioReport::new(s.id, TITLE, s.backend, &fault);
     let fenced = FencedResource::start().map_err(|e| format!("fenced resource: {e}"))?;
@@ -241,7 +271,9 @@ fn client_partitioned(mode: &Mode, s: Partitioned) -> Result<ScenarioReport, Str
     // once the holder was told it lost its permit.
     let held = holder.held.clone();
     let tpl = ContenderCfg { wait_ms: 10_000, hold_ms: 200, writes_per_hold: 2, pause_ms: 100, limit, ..ContenderCfg::new("", &lock) };
-    let crew = Crew::start(&s.direct, contenders("c", 2, &lock, &tpl), &resource, &history, Duration::from_secs(60));
+    let mut cfgs = contenders("c", 2, &lock, &tpl);
+    cfgs[1].shared = s.rw;
+    let crew = Crew::start(&s.direct, cfgs, &resource, &history, Duration::from_secs(60));
     std::thread::sleep(Duration::from_millis(1_000));
 
     let t_part = now_ms();
@@ -311,7 +343,16 @@ fn client_partitioned(mode: &Mode, s: Partitioned) -> Result<ScenarioReport, Str
     Ok(r)
 }
 
+/// 3c on a read-write lock.
+fn etcd_client_partitioned_rw(mode: &Mode, nodes: &EtcdNodes) -> Result<ScenarioReport, String> {
+    etcd_partitioned(mode, nodes, None, true)
+}
+
 fn etcd_client_partitioned(mode: &Mode, nodes: &EtcdNodes, limit: Option<u32>) -> Result<ScenarioReport, String> {
+    etcd_partitioned(mode, nodes, limit, false)
+}
+
+fn etcd_partitioned(mode: &Mode, nodes: &EtcdNodes, limit: Option<u32>, rw: bool) -> Result<ScenarioReport, String> {
     let urls = nodes.cluster.urls();
     let proxies = urls.iter().map(|u| addr_of(u).and_then(FaultProxy::start)).collect::<std::io::Result<Vec<_>>>().map_err(|e| format!("proxies: {e}"))?;
     let n = proxies.len() as u64;
@@ -319,8 +360,12 @@ fn etcd_client_partitioned(mode: &Mode, nodes: &EtcdNodes, limit: Option<u32>) -
     let bound_text = format!("probe acquire wait {PROBE_WAIT_MS} + 2×({n}+1)×{ETCD_TIMEOUT_MS} + {SLACK_MS} slack = {probe_bound} ms; session TTL {ETCD_TTL_MS} ms");
     let partitioned = BackendSpec::Etcd { endpoints: proxies.iter().map(FaultProxy::url).collect(), ttl_ms: ETCD_TTL_MS, request_timeout_ms: ETCD_TIMEOUT_MS };
     let direct = BackendSpec::Etcd { endpoints: urls, ttl_ms: ETCD_TTL_MS, request_timeout_ms: ETCD_TIMEOUT_MS };
-    let id = if limit.is_some() { "3g" } else { "3c" };
-    client_partitioned(mode, Partitioned { id, backend: "etcd ×3", partitioned, direct, proxies, probe_bound, bound_text, ttl_ms: ETCD_TTL_MS, limit })
+    let id = match (limit, rw) {
+        (Some(_), _) => "3g",
+        (None, true) => "3j",
+        (None, false) => "3c",
+    };
+    client_partitioned(mode, Partitioned { id, backend: "etcd ×3", partitioned, direct, proxies, probe_bound, bound_text, ttl_ms: ETCD_TTL_MS, limit, rw })
 }
 
 fn redlock_client_partitioned(mode: &Mode, nodes: &RedisNodes, limit: Option<u32>) -> Result<ScenarioReport, String> {
@@ -331,5 +376,5 @@ fn redlock_client_partitioned(mode: &Mode, nodes: &RedisNodes, limit: Option<u32
     let partitioned = spec(proxies.iter().map(|p| format!("webdis+{}", p.url())).collect());
     let direct = spec(nodes.webdis_specs());
     let id = if limit.is_some() { "3h" } else { "3d" };
-    client_partitioned(mode, Partitioned { id, backend: "redlock ×5", partitioned, direct, proxies, probe_bound, bound_text, ttl_ms: REDLOCK_TTL_MS, limit })
+    client_partitioned(mode, Partitioned { id, backend: "redlock ×5", partitioned, direct, proxies, probe_bound, bound_text, ttl_ms: REDLOCK_TTL_MS, limit, rw: false })
 }
