@@ -16,6 +16,7 @@ use serde_json::json;
 
 mod common;
 use common::etcd_raw::{b64, keys_of, raw};
+use common::etcd_traffic::{self, Traffic};
 
 fn config(etcd: &EtcdServer) -> EtcdConfig {
     EtcdConfig::new(vec![etcd.url()])
@@ -49,84 +50,8 @@ fn reader_keys(etcd: &EtcdServer, name: &str) -> Vec<String> {
     keys_of(etcd, name).into_iter().filter(|k| k.starts_with(&format!("edgelock/{name}/r/"))).collect()
 }
 
-/// What one client's machine did: re-check txns sent, watches opened, and
-/// watch messages carrying events delivered to it.
-#[derive(Default)]
-struct Traffic {
-    rechecks: AtomicUsize,
-    watches: AtomicUsize,
-    watch_events: AtomicUsize,
-    requests: AtomicUsize,
-}
-
-/// Wraps a machine to count its [`Traffic`] (changes nothing else).
-struct Counted<M> {
-    inner: M,
-    traffic: Arc<Traffic>,
-    watch_ids: Vec<RequestId>,
-}
-
-impl<M: LockMachine> LockMachine for Counted<M> {
-    fn backend(&self) -> BackendKind {
-        self.inner.backend()
-    }
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-    fn start_operation(&mut self, now: Millis, op: Operation) -> Result<OpId, LockError> {
-        self.inner.start_operation(now, op)
-    }
-    fn cancel(&mut self, now: Millis, op: OpId) {
-        self.inner.cancel(now, op)
-    }
-    fn close(&mut self, now: Millis) -> OpId {
-        self.inner.close(now)
-    }
-    fn handle_input(&mut self, now: Millis, i: Input) {
-        if let Input::Chunk { id, data } = &i {
-            // One message per chunk is how etcd's gateway sends them; count
-            // the ones with events (not the `created` confirmation).
-            if self.watch_ids.contains(id) && String::from_utf8_lossy(data).contains("\"events\"") {
-                self.traffic.watch_events.fetch_add(1, Ordering::SeqCst);
-            }
-        }
-        self.inner.handle_input(now, i)
-    }
-    fn handle_timeout(&mut self, now: Millis) {
-        self.inner.handle_timeout(now)
-    }
-    fn poll_transmit(&mut self) -> Option<Transmit> {
-        let t = self.inner.poll_transmit();
-        if let Some(Transmit::Send(r)) = &t {
-            self.traffic.requests.fetch_add(1, Ordering::SeqCst);
-            let body = String::from_utf8_lossy(&r.body);
-            let path = r.target.to_string();
-            // A waiting permit's re-check is the only txn reading "up to our revision".
-            if path.ends_with("/v3/kv/txn") && body.contains("max_create_revision") {
-                self.traffic.rechecks.fetch_add(1, Ordering::SeqCst);
-            }
-            if path.ends_with("/v3/watch") {
-                self.traffic.watches.fetch_add(1, Ordering::SeqCst);
-                self.watch_ids.push(r.id);
-            }
-        }
-        t
-    }
-    fn poll_event(&mut self) -> Option<Event> {
-        self.inner.poll_event()
-    }
-    fn poll_timeout(&self) -> Option<Millis> {
-        self.inner.poll_timeout()
-    }
-    fn live_count(&self) -> usize {
-        self.inner.live_count()
-    }
-}
-
 fn counted_client(etcd: &EtcdServer) -> (Client, Arc<Traffic>) {
-    let traffic = Arc::new(Traffic::default());
-    let machine = Counted { inner: EtcdMachine::new(config(etcd), Box::new(OsEntropy)).unwrap(), traffic: traffic.clone(), watch_ids: Vec::new() };
-    (Client::from_machine(Box::new(machine)), traffic)
+    etcd_traffic::counted_client(EtcdMachine::new(config(etcd), Box::new(OsEntropy)).unwrap())
 }
 
 fn wait_until(what: &str, mut ok: impl FnMut() -> bool) {

@@ -17,47 +17,14 @@ use edgelock::core::redis::{
 use edgelock::core::*;
 use edgelock::native::http::{CancelHandle, HttpClient, Request};
 use edgelock::native::{Client, OsEntropy};
-use edgelock_devtools::{RedisServer, UpstashGateway, Webdis};
 
 mod common;
+use common::redis_node::Node;
 
 const TOKEN: &str = "test-token-0123456789";
 
-/// One Redis node reachable both ways.
-struct Node {
-    redis: RedisServer,
-    webdis: Webdis,
-    gateway: UpstashGateway,
-}
-
-impl Node {
-    fn start() -> Node {
-        let redis = RedisServer::start().expect("start redis-server");
-        let webdis = Webdis::start(&redis).expect("start webdis");
-        let gateway = UpstashGateway::start(&redis, TOKEN).expect("start the gateway");
-        Node { redis, webdis, gateway }
-    }
-
-    fn via_webdis(&self) -> RedisNode {
-        RedisNode::webdis(self.webdis.url())
-    }
-
-    fn via_upstash(&self) -> RedisNode {
-        RedisNode::upstash(self.gateway.url(), TOKEN)
-    }
-
-    /// Every key in this Redis (SCAN).
-    fn keys(&self) -> Vec<Vec<u8>> {
-        self.redis.all_keys().expect("SCAN")
-    }
-
-    fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
-        self.redis.redis_command(&[b"GET", key]).expect("GET").as_bytes().map(<[u8]>::to_vec)
-    }
-}
-
 fn nodes(n: usize) -> Vec<Node> {
-    (0..n).map(|_| Node::start()).collect()
+    (0..n).map(|_| Node::start(TOKEN)).collect()
 }
 
 /// Even nodes through webdis, odd ones through the gateway.
@@ -210,7 +177,7 @@ const ADVERSARIAL: [&str; 16] = [
 
 #[test]
 fn adversarial_keys_round_trip_and_touch_no_other_key() {
-    let node = Node::start();
+    let node = Node::start(TOKEN);
     // Bystanders whose names an escaping bug could hit.
     let bystanders: Vec<&[u8]> = vec![b"a", b"b", b"edgelock", b"{edgelock:a}", b"{edgelock:..}x", b"x", b"y", b"q", b"%", b"/"];
     for k in &bystanders {
@@ -308,7 +275,7 @@ fn the_watchdog_keeps_a_short_ttl_lock_alive_until_release() {
 
 #[test]
 fn a_held_key_deleted_behind_the_clients_back_is_reported_lost() {
-    let node = Node::start();
+    let node = Node::start(TOKEN);
     let mut cfg = RedisConfig::new(node.via_upstash());
     cfg.ttl_ms = 900;
     let c = Client::from_machine(Box::new(RedisMachine::new(cfg, Box::new(OsEntropy)).unwrap()));

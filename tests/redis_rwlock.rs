@@ -23,36 +23,17 @@ use edgelock::core::redis::keys::{intent_key, lock_key, readers_key};
 use edgelock::core::redis::{RedisConfig, RedisMachine, RedisNode, RedlockConfig, RedlockMachine};
 use edgelock::core::*;
 use edgelock::native::{Client, Lock, OsEntropy};
-use edgelock_devtools::{RedisServer, UpstashGateway, Webdis};
 
 mod common;
+use common::redis_node::Node;
 
 const TOKEN: &str = "rwlock-test-token-0123456789abc";
 const NAME: &str = "config";
 
-struct Node {
-    redis: RedisServer,
-    webdis: Webdis,
-    gateway: UpstashGateway,
-}
-
-impl Node {
-    fn start() -> Node {
-        let redis = RedisServer::start().expect("start redis-server");
-        let webdis = Webdis::start(&redis).expect("start webdis");
-        let gateway = UpstashGateway::start(&redis, TOKEN).expect("start the gateway");
-        Node { redis, webdis, gateway }
-    }
-
-    /// Whether `owner` is a reader of the name (its member in the readers' set).
-    fn is_reader(&self, owner: &str) -> bool {
-        let key = readers_key(&lock_key("edgelock", NAME));
-        !self.redis.redis_command(&[b"ZSCORE", key.as_bytes(), owner.as_bytes()]).expect("ZSCORE").as_bytes().unwrap_or_default().is_empty()
-    }
-
-    fn exists(&self, key: &str) -> bool {
-        self.redis.redis_command(&[b"EXISTS", key.as_bytes()]).expect("EXISTS").as_int() == Some(1)
-    }
+/// Whether `owner` is a reader of the name (its member in the readers' set).
+fn is_reader(node: &Node, owner: &str) -> bool {
+    let key = readers_key(&lock_key("edgelock", NAME));
+    !node.redis.redis_command(&[b"ZSCORE", key.as_bytes(), owner.as_bytes()]).expect("ZSCORE").as_bytes().unwrap_or_default().is_empty()
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -126,7 +107,7 @@ fn woken_by_push(what: &str, got_at: Instant, released_at: Instant, last_before:
 }
 
 fn rwlock_scenario(via: Via) {
-    let node = Node::start();
+    let node = Node::start(TOKEN);
     let intent = intent_key(&lock_key("edgelock", NAME));
     let readers: Vec<(Client, Log)> = (0..3).map(|_| client(&node, via, 30_000, true)).collect();
 
@@ -138,7 +119,7 @@ fn rwlock_scenario(via: Via) {
         let lock = read(c, Wait::Try).unwrap().expect("readers share");
         assert_eq!(sent(log) - before, 1, "{via:?}: an uncontended shared acquire is one request");
         assert_eq!(lock.kind(), LockKind::Shared);
-        assert!(node.is_reader(&lock.handle().owner));
+        assert!(is_reader(&node, &lock.handle().owner));
         assert!(tokens.last().map_or(true, |t| lock.fencing_token() > *t));
         tokens.push(lock.fencing_token());
         held.push(lock);
@@ -214,7 +195,7 @@ fn rwlock_scenario(via: Via) {
     assert_eq!(other.resume(&stale).expect_err("not a reader").code(), "LOST");
     let owner = rlock.handle().owner.clone();
     assert!(resumed.release().unwrap());
-    assert!(!node.is_reader(&owner));
+    assert!(!is_reader(&node, &owner));
     assert!(!rlock.release().unwrap(), "released through the resumed handle already");
 
     // A reader that stops renewing: the writer waits for its lease's end,
@@ -236,7 +217,7 @@ fn rwlock_scenario(via: Via) {
     let staying = read(&long, Wait::Try).unwrap().expect("readers share");
     thread::sleep(Duration::from_millis(600));
     assert!(!expiring.release().unwrap());
-    assert!(node.is_reader(&staying.handle().owner), "a late release removed another reader");
+    assert!(is_reader(&node, &staying.handle().owner), "a late release removed another reader");
     assert_eq!(long.inspect(NAME).unwrap().holders.len(), 1);
 
     // A writer that gives up takes its intent along: readers are not held
@@ -266,7 +247,7 @@ fn a_read_write_lock_through_webdis() {
 /// like the exclusive lock.
 #[test]
 fn an_uncontended_reader_costs_one_request_each_way() {
-    let node = Node::start();
+    let node = Node::start(TOKEN);
     let (c, log) = client(&node, Via::Upstash, 30_000, true);
     let lock = read(&c, Wait::Try).unwrap().unwrap();
     assert_eq!(sent(&log), 1, "acquire");
@@ -281,7 +262,7 @@ fn an_uncontended_reader_costs_one_request_each_way() {
 /// Redlock does not grant readers: refused before anything is sent.
 #[test]
 fn redlock_refuses_readers_before_sending() {
-    let nodes: Vec<Node> = (0..3).map(|_| Node::start()).collect();
+    let nodes: Vec<Node> = (0..3).map(|_| Node::start(TOKEN)).collect();
     let log = Log::default();
     let sink = log.clone();
     let on_send: Box<dyn FnMut(&HttpRequest) + Send> = Box::new(move |r: &HttpRequest| sink.lock().unwrap().push((Instant::now(), r.stream)));

@@ -22,31 +22,12 @@ use edgelock::core::redis::keys::{limit_key, lock_key, permit_key};
 use edgelock::core::redis::{RedisConfig, RedisMachine, RedisNode, RedlockConfig, RedlockMachine};
 use edgelock::core::*;
 use edgelock::native::{Client, Lock, OsEntropy};
-use edgelock_devtools::{RedisServer, UpstashGateway, Webdis};
 
 mod common;
+use common::redis_node::Node;
 
 const TOKEN: &str = "semaphore-test-token-0123456789";
 const NAME: &str = "pool";
-
-struct Node {
-    redis: RedisServer,
-    webdis: Webdis,
-    gateway: UpstashGateway,
-}
-
-impl Node {
-    fn start() -> Node {
-        let redis = RedisServer::start().expect("start redis-server");
-        let webdis = Webdis::start(&redis).expect("start webdis");
-        let gateway = UpstashGateway::start(&redis, TOKEN).expect("start the gateway");
-        Node { redis, webdis, gateway }
-    }
-
-    fn get(&self, key: &str) -> Option<Vec<u8>> {
-        self.redis.redis_command(&[b"GET", key.as_bytes()]).expect("GET").as_bytes().map(<[u8]>::to_vec)
-    }
-}
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Via {
@@ -66,7 +47,7 @@ struct Setup {
 impl Setup {
     fn new(via: Via) -> Setup {
         let n = if via == Via::Redlock { 3 } else { 1 };
-        Setup { via, nodes: (0..n).map(|_| Node::start()).collect() }
+        Setup { via, nodes: (0..n).map(|_| Node::start(TOKEN)).collect() }
     }
 
     fn node(&self, i: usize) -> RedisNode {

@@ -2,6 +2,8 @@
 #![allow(dead_code)]
 
 pub mod etcd_raw;
+pub mod etcd_traffic;
+pub mod redis_node;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
