@@ -155,9 +155,9 @@ fn semaphore_scenario(via: Via) {
     let e = take(&fourth, 2, Wait::Forever).expect_err("refused");
     assert_eq!(e.code(), "INVALID_ARGUMENT", "{e}");
     for n in &s.nodes {
-        assert_eq!(n.get(&limit_key(&lock_key("edgelock", NAME))).as_deref(), Some(&b"3"[..]));
+        assert_eq!(n.get(limit_key(&lock_key("edgelock", NAME))).as_deref(), Some(&b"3"[..]));
         for k in 3..5 {
-            assert!(n.get(&permit_key(&lock_key("edgelock", NAME), k)).is_none(), "slot {k} taken by a refused limit");
+            assert!(n.get(permit_key(&lock_key("edgelock", NAME), k)).is_none(), "slot {k} taken by a refused limit");
         }
     }
 
