@@ -21,6 +21,8 @@ mod operations;
 mod ghosts;
 mod permits;
 mod shared;
+#[cfg(test)]
+mod scripted;
 mod lock_machine;
 mod timers;
 

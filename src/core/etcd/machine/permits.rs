@@ -373,66 +373,18 @@ mod tests {
     use crate::core::b64;
     use serde_json::{json, Value};
 
-    const LEASE: i64 = 0x1f;
-
-    struct Script {
-        m: EtcdMachine,
-        now: Millis,
-    }
+    use super::super::scripted::{range, Script, LEASE};
 
     fn kv(key: &[u8], rev: i64, value: &str, lease: i64) -> Value {
         json!({ "key": b64::encode(key), "create_revision": rev.to_string(), "mod_revision": rev.to_string(), "value": b64::encode(value.as_bytes()), "lease": lease.to_string() })
     }
 
-    fn range(kvs: Vec<Value>) -> Value {
-        json!({ "response_range": { "header": {}, "kvs": kvs } })
-    }
-
     impl Script {
         /// A machine whose permit acquire (`limit`, `wait`) has sent its
         /// acquire txn on session lease `LEASE`; returns it and the txn's body.
-        fn acquire(limit: u32, wait: Wait) -> (Script, Value) {
-            let mut m = EtcdMachine::new(EtcdConfig::new(vec!["http://127.0.0.1:2379".into()]), Box::new(SeededEntropy::new(3))).unwrap();
-            let op = Operation::Acquire { name: "sem".into(), kind: LockKind::Permits { limit }, options: AcquireOptions { wait, ttl_ms: None } };
-            m.start(1_000, op).unwrap();
-            let mut s = Script { m, now: 1_000 };
-            let grant = s.sent("/v3/lease/grant");
-            s.reply(grant.0, json!({ "ID": LEASE.to_string(), "TTL": "10" }));
-            let txn = s.sent("/v3/kv/txn");
-            (s, txn.1)
-        }
-
-        /// The next request sent, which must go to `path`: its id and body.
-        fn sent(&mut self, path: &str) -> (RequestId, Value) {
-            loop {
-                match self.m.poll_transmit() {
-                    Some(Transmit::Send(r)) => {
-                        assert!(r.target.to_string().ends_with(path), "expected {path}, sent {}", r.target);
-                        return (r.id, serde_json::from_slice(&r.body).unwrap());
-                    }
-                    Some(Transmit::Cancel(_)) => continue,
-                    None => panic!("nothing sent (expected {path})"),
-                }
-            }
-        }
-
-        fn reply(&mut self, id: RequestId, body: Value) {
-            self.now += 5;
-            self.m.handle_input(self.now, Input::Response { id, status: 200, body: serde_json::to_vec(&body).unwrap() });
-        }
-
-        fn txn_reply(&mut self, id: RequestId, revision: i64, succeeded: bool, responses: Vec<Value>) {
-            self.reply(id, json!({ "header": { "revision": revision.to_string() }, "succeeded": succeeded, "responses": responses }));
-        }
-
-        fn completed(&mut self) -> Result<Outcome, LockError> {
-            loop {
-                match self.m.poll_event() {
-                    Some(Event::Completed { result, .. }) => return result,
-                    Some(_) => continue,
-                    None => panic!("the operation did not complete"),
-                }
-            }
+        fn permit(limit: u32, wait: Wait) -> (Script, Value) {
+            let (s, _, txn) = Script::acquiring("sem", LockKind::Permits { limit }, wait);
+            (s, txn)
         }
     }
 
@@ -446,7 +398,7 @@ mod tests {
 
     #[test]
     fn a_holder_claims_a_free_slot_and_its_token_is_the_slot_keys_revision() {
-        let (mut s, txn) = Script::acquire(3, Wait::Forever);
+        let (mut s, txn) = Script::permit(3, Wait::Forever);
         let (key, value) = (our_key(&txn), our_value(&txn));
         assert!(key.starts_with(b"edgelock/sem/1f."), "{}", String::from_utf8_lossy(&key));
         assert!(value.starts_with("p3:"), "{value}");
@@ -471,7 +423,7 @@ mod tests {
 
     #[test]
     fn a_lost_race_for_a_slot_tries_another_and_an_own_slot_is_adopted() {
-        let (mut s, txn) = Script::acquire(2, Wait::Forever);
+        let (mut s, txn) = Script::permit(2, Wait::Forever);
         let (key, value) = (our_key(&txn), our_value(&txn));
         let ours = kv(&key, 10, &value, LEASE);
         s.txn_reply(RequestId(2), 10, true, vec![json!({"response_put": {}}), range(vec![ours.clone()]), range(vec![ours.clone()]), range(vec![]), range(vec![])]);
@@ -491,7 +443,7 @@ mod tests {
 
     #[test]
     fn a_different_limit_is_invalid_argument_and_our_key_is_deleted() {
-        let (mut s, txn) = Script::acquire(3, Wait::Forever);
+        let (mut s, txn) = Script::permit(3, Wait::Forever);
         let (key, value) = (our_key(&txn), our_value(&txn));
         let older = kv(b"edgelock/sem/2a.1", 5, "p5:x", 0x2a);
         let ours = kv(&key, 10, &value, LEASE);
@@ -509,7 +461,7 @@ mod tests {
     #[test]
     fn the_first_waiter_watches_the_queue_for_deletes_and_a_later_one_its_predecessor() {
         // Limit 1: one holder before us makes us the first waiter.
-        let (mut s, txn) = Script::acquire(1, Wait::Forever);
+        let (mut s, txn) = Script::permit(1, Wait::Forever);
         let (key, value) = (our_key(&txn), our_value(&txn));
         let holder = kv(b"edgelock/sem/2a.1", 5, "p1:x", 0x2a);
         let ours = kv(&key, 10, &value, LEASE);
@@ -521,7 +473,7 @@ mod tests {
         assert_eq!(w["start_revision"], "11");
 
         // Behind a first waiter: watch it alone, for any event.
-        let (mut s, txn) = Script::acquire(1, Wait::Forever);
+        let (mut s, txn) = Script::permit(1, Wait::Forever);
         let (key, value) = (our_key(&txn), our_value(&txn));
         let first = kv(b"edgelock/sem/3b.1", 7, "p1:y", 0x3b);
         let ours = kv(&key, 10, &value, LEASE);
@@ -537,7 +489,7 @@ mod tests {
 
     #[test]
     fn a_holder_finding_every_slot_taken_looks_again_later() {
-        let (mut s, txn) = Script::acquire(1, Wait::Forever);
+        let (mut s, txn) = Script::permit(1, Wait::Forever);
         let (key, value) = (our_key(&txn), our_value(&txn));
         let ours = kv(&key, 10, &value, LEASE);
         // Slot 0 is held by a key no holder accounts for (a late claim's leftover).
@@ -554,7 +506,7 @@ mod tests {
 
     #[test]
     fn a_try_behind_the_holders_is_not_acquired_and_leaves_no_key() {
-        let (mut s, txn) = Script::acquire(1, Wait::Try);
+        let (mut s, txn) = Script::permit(1, Wait::Try);
         let (key, value) = (our_key(&txn), our_value(&txn));
         let holder = kv(b"edgelock/sem/2a.1", 5, "p1:x", 0x2a);
         let ours = kv(&key, 10, &value, LEASE);

@@ -153,7 +153,6 @@ mod tests {
     use crate::core::b64;
     use serde_json::json;
 
-    const LEASE: i64 = 0x1f;
 
     #[test]
     fn reader_keys_are_outside_the_writers_range() {
@@ -195,17 +194,11 @@ mod tests {
 
     // ---- the machine, scripted: requests out, hand-written etcd replies in ----
 
-    struct Script {
-        m: EtcdMachine,
-        now: Millis,
-    }
+    use super::super::scripted::{range, Script};
+    use serde_json::Value;
 
     fn jkv(key: &[u8], rev: i64, value: &str) -> Value {
         json!({ "key": b64::encode(key), "create_revision": rev.to_string(), "mod_revision": rev.to_string(), "value": b64::encode(value.as_bytes()), "lease": "42" })
-    }
-
-    fn range(kvs: Vec<Value>) -> Value {
-        json!({ "response_range": { "header": {}, "kvs": kvs } })
     }
 
     fn unb64(v: &Value) -> Vec<u8> {
@@ -215,50 +208,8 @@ mod tests {
     impl Script {
         /// A machine whose acquire of "rw" (`kind`, `wait`) has sent its txn
         /// on session lease `LEASE`; returns it, the txn's id and body.
-        fn acquire(kind: LockKind, wait: Wait) -> (Script, RequestId, Value) {
-            let mut m = EtcdMachine::new(EtcdConfig::new(vec!["http://127.0.0.1:2379".into()]), Box::new(SeededEntropy::new(3))).unwrap();
-            m.start(1_000, Operation::Acquire { name: "rw".into(), kind, options: AcquireOptions { wait, ttl_ms: None } }).unwrap();
-            let mut s = Script { m, now: 1_000 };
-            let grant = s.sent("/v3/lease/grant");
-            s.reply(grant.0, json!({ "ID": LEASE.to_string(), "TTL": "10" }));
-            let (id, txn) = s.sent("/v3/kv/txn");
-            (s, id, txn)
-        }
-
-        fn sent(&mut self, path: &str) -> (RequestId, Value) {
-            loop {
-                match self.m.poll_transmit() {
-                    Some(Transmit::Send(r)) => {
-                        assert!(r.target.to_string().ends_with(path), "expected {path}, sent {}", r.target);
-                        return (r.id, serde_json::from_slice(&r.body).unwrap());
-                    }
-                    Some(Transmit::Cancel(_)) => continue,
-                    None => panic!("nothing sent (expected {path})"),
-                }
-            }
-        }
-
-        fn reply(&mut self, id: RequestId, body: Value) {
-            self.now += 5;
-            self.m.handle_input(self.now, Input::Response { id, status: 200, body: serde_json::to_vec(&body).unwrap() });
-        }
-
-        fn txn_reply(&mut self, id: RequestId, revision: i64, succeeded: bool, responses: Vec<Value>) {
-            self.reply(id, json!({ "header": { "revision": revision.to_string() }, "succeeded": succeeded, "responses": responses }));
-        }
-
-        fn completed(&mut self) -> Result<Outcome, LockError> {
-            loop {
-                match self.m.poll_event() {
-                    Some(Event::Completed { result, .. }) => return result,
-                    Some(_) => continue,
-                    None => panic!("the operation did not complete"),
-                }
-            }
-        }
-
-        fn nothing_completed(&mut self) {
-            assert!(!std::iter::from_fn(|| self.m.poll_event()).any(|e| matches!(e, Event::Completed { .. })), "completed too early");
+        fn rw(kind: LockKind, wait: Wait) -> (Script, RequestId, Value) {
+            Script::acquiring("rw", kind, wait)
         }
     }
 
@@ -271,7 +222,7 @@ mod tests {
 
     #[test]
     fn a_reader_behind_a_writer_watches_that_writer_then_holds() {
-        let (mut s, id, txn) = Script::acquire(LockKind::Shared, Wait::Forever);
+        let (mut s, id, txn) = Script::rw(LockKind::Shared, Wait::Forever);
         let (key, value) = put_of(&txn);
         assert!(key.starts_with(b"edgelock/rw/r/1f."), "{}", String::from_utf8_lossy(&key));
         assert!(value.starts_with("r:"), "{value}");
@@ -296,7 +247,7 @@ mod tests {
 
     #[test]
     fn a_reader_behind_readers_holds_at_once() {
-        let (mut s, id, txn) = Script::acquire(LockKind::Shared, Wait::Try);
+        let (mut s, id, txn) = Script::rw(LockKind::Shared, Wait::Try);
         let (key, _) = put_of(&txn);
         s.txn_reply(id, 10, true, vec![PUT(), range(vec![]), range(vec![jkv(b"edgelock/rw/r/2a.1", 5, "r:x")])]);
         let Ok(Outcome::Acquired(info)) = s.completed() else { panic!("not acquired") };
@@ -309,7 +260,7 @@ mod tests {
 
     #[test]
     fn a_writer_behind_readers_watches_its_predecessor() {
-        let (mut s, id, txn) = Script::acquire(LockKind::Exclusive, Wait::Forever);
+        let (mut s, id, txn) = Script::rw(LockKind::Exclusive, Wait::Forever);
         let (key, value) = put_of(&txn);
         assert_eq!(key, b"edgelock/rw/1f");
         let (r1, r2) = (jkv(b"edgelock/rw/r/2a.1", 5, "r:x"), jkv(b"edgelock/rw/r/2b.2", 7, "r:y"));
@@ -323,7 +274,7 @@ mod tests {
     #[test]
     fn try_variants_behind_the_other_kind_are_not_acquired_and_leave_no_key() {
         // A shared try behind a writer.
-        let (mut s, id, txn) = Script::acquire(LockKind::Shared, Wait::Try);
+        let (mut s, id, txn) = Script::rw(LockKind::Shared, Wait::Try);
         let (key, _) = put_of(&txn);
         let writer = jkv(b"edgelock/rw/3c", 7, "nonce");
         s.txn_reply(id, 10, true, vec![PUT(), range(vec![writer.clone()]), range(vec![writer])]);
@@ -334,7 +285,7 @@ mod tests {
         assert_eq!(s.m.live_count(), 0);
 
         // An exclusive try behind a reader.
-        let (mut s, id, txn) = Script::acquire(LockKind::Exclusive, Wait::Try);
+        let (mut s, id, txn) = Script::rw(LockKind::Exclusive, Wait::Try);
         let (key, value) = put_of(&txn);
         let reader = jkv(b"edgelock/rw/r/2a.1", 5, "r:x");
         s.txn_reply(id, 10, true, vec![PUT(), range(vec![jkv(&key, 10, &value), reader.clone()]), range(vec![reader])]);
@@ -347,7 +298,7 @@ mod tests {
     #[test]
     fn shared_and_permits_do_not_mix() {
         // A shared acquire of a semaphore's name.
-        let (mut s, id, txn) = Script::acquire(LockKind::Shared, Wait::Forever);
+        let (mut s, id, txn) = Script::rw(LockKind::Shared, Wait::Forever);
         let (key, _) = put_of(&txn);
         let permit = jkv(b"edgelock/rw/2a.1", 5, "p3:x");
         s.txn_reply(id, 10, true, vec![PUT(), range(vec![permit.clone()]), range(vec![permit])]);
@@ -359,7 +310,7 @@ mod tests {
         assert!(e.to_string().contains("\"rw\" is a semaphore of 3, not a read-write lock"), "{e}");
 
         // A permit acquire of a name with a reader key.
-        let (mut s, id, txn) = Script::acquire(LockKind::Permits { limit: 3 }, Wait::Forever);
+        let (mut s, id, txn) = Script::rw(LockKind::Permits { limit: 3 }, Wait::Forever);
         let (key, value) = put_of(&txn);
         let ours = jkv(&key, 10, &value);
         s.txn_reply(id, 10, true, vec![PUT(), range(vec![ours.clone()]), range(vec![ours]), range(vec![]), range(vec![jkv(b"edgelock/rw/r/2a.1", 5, "r:x")])]);
@@ -415,7 +366,7 @@ mod tests {
         /// equal to its key's revision.
         #[test]
         fn hostile_replies_to_a_shared_acquire_never_panic(replies in prop::collection::vec(arb_reply(), 1..5), wait in prop_oneof![Just(Wait::Try), Just(Wait::Forever)]) {
-            let (mut s, mut id, _) = Script::acquire(LockKind::Shared, wait);
+            let (mut s, mut id, _) = Script::rw(LockKind::Shared, wait);
             for reply in replies {
                 s.reply(id, reply);
                 let mut next = None;
