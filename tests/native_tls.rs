@@ -210,7 +210,7 @@ fn recorded_redis_client(node: RedisNode, tls: &TlsConfig) -> (Client, Log) {
     let log = Log::default();
     let sink = log.clone();
     let on_send = Box::new(move |r: &HttpRequest| sink.lock().unwrap().push((r.stream, r.target.url().unwrap_or("").to_string())));
-    let observed = common::Observing { inner: machine, on_send };
+    let observed = common::Observing { inner: machine, on_send, on_input: None };
     let client = Client::try_from_machine_with(Box::new(observed), &ClientOptions::new().with_tls(tls.clone())).expect("client");
     (client, log)
 }

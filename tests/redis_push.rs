@@ -40,7 +40,7 @@ fn recorded(machine: impl LockMachine + Send + 'static) -> (Client, Log) {
         let evalsha = if body.contains("EVALSHA") { Some(true) } else if body.contains("EVAL") { Some(false) } else { None };
         sink.lock().unwrap().push(Sent { stream: r.stream, url: r.target.url().unwrap_or("").to_string(), evalsha });
     });
-    (Client::from_machine(Box::new(common::Observing { inner: machine, on_send })), log)
+    (Client::from_machine(Box::new(common::Observing { inner: machine, on_send, on_input: None })), log)
 }
 
 /// A single-node client whose poll is slow (5 s): only a push can make it quick.

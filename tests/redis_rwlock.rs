@@ -58,7 +58,7 @@ fn client(node: &Node, via: Via, ttl_ms: u64, auto_extend: bool) -> (Client, Log
     let mut cfg = RedisConfig::new(n);
     (cfg.ttl_ms, cfg.auto_extend, cfg.retry_delay_ms, cfg.retry_jitter_ms) = (ttl_ms, auto_extend, 5_000, 0);
     let m = RedisMachine::new(cfg, Box::new(OsEntropy)).expect("config");
-    (Client::from_machine(Box::new(common::Observing { inner: m, on_send })), log)
+    (Client::from_machine(Box::new(common::Observing { inner: m, on_send, on_input: None })), log)
 }
 
 fn read(c: &Client, wait: Wait) -> Result<Option<Lock>, LockError> {
@@ -268,7 +268,7 @@ fn redlock_refuses_readers_before_sending() {
     let on_send: Box<dyn FnMut(&HttpRequest) + Send> = Box::new(move |r: &HttpRequest| sink.lock().unwrap().push((Instant::now(), r.stream)));
     let cfg = RedlockConfig::new(nodes.iter().map(|n| RedisNode::webdis(n.webdis.url())).collect());
     let m = RedlockMachine::new(cfg, Box::new(OsEntropy)).expect("config");
-    let c = Client::from_machine(Box::new(common::Observing { inner: m, on_send }));
+    let c = Client::from_machine(Box::new(common::Observing { inner: m, on_send, on_input: None }));
     let e = read(&c, Wait::Try).expect_err("refused");
     assert_eq!(e.code(), "INVALID_ARGUMENT", "{e}");
     assert!(e.to_string().contains("redlock backend does not offer shared locks"), "{e}");

@@ -70,12 +70,12 @@ impl Setup {
             let mut cfg = RedlockConfig::new((0..self.nodes.len()).map(|i| self.node(i)).collect());
             (cfg.ttl_ms, cfg.auto_extend, cfg.retry_delay_ms, cfg.retry_jitter_ms) = (ttl_ms, auto_extend, 5_000, 0);
             let m = RedlockMachine::new(cfg, Box::new(OsEntropy)).expect("config");
-            Client::from_machine(Box::new(common::Observing { inner: m, on_send }))
+            Client::from_machine(Box::new(common::Observing { inner: m, on_send, on_input: None }))
         } else {
             let mut cfg = RedisConfig::new(self.node(0));
             (cfg.ttl_ms, cfg.auto_extend, cfg.retry_delay_ms, cfg.retry_jitter_ms) = (ttl_ms, auto_extend, 5_000, 0);
             let m = RedisMachine::new(cfg, Box::new(OsEntropy)).expect("config");
-            Client::from_machine(Box::new(common::Observing { inner: m, on_send }))
+            Client::from_machine(Box::new(common::Observing { inner: m, on_send, on_input: None }))
         };
         (client, log)
     }

@@ -12,11 +12,12 @@ use std::time::Duration;
 use edgelock::core::*;
 use edgelock::native::Client;
 
-/// Calls `on_send` with every HTTP request a machine emits (wraps it;
-/// changes nothing else).
+/// Calls `on_send` with every HTTP request a machine emits, and `on_input`
+/// (if any) with every input it is given (wraps it; changes nothing else).
 pub struct Observing<M> {
     pub inner: M,
     pub on_send: Box<dyn FnMut(&HttpRequest) + Send>,
+    pub on_input: Option<Box<dyn FnMut(&Input) + Send>>,
 }
 
 impl<M: LockMachine> LockMachine for Observing<M> {
@@ -36,6 +37,9 @@ impl<M: LockMachine> LockMachine for Observing<M> {
         self.inner.close(now)
     }
     fn handle_input(&mut self, now: Millis, i: Input) {
+        if let Some(f) = self.on_input.as_mut() {
+            f(&i);
+        }
         self.inner.handle_input(now, i)
     }
     fn handle_timeout(&mut self, now: Millis) {
@@ -61,7 +65,7 @@ impl<M: LockMachine> LockMachine for Observing<M> {
 
 /// Counts the HTTP requests `machine` emits into `sent`.
 pub fn counting<M: LockMachine>(machine: M, sent: Arc<AtomicUsize>) -> Observing<M> {
-    Observing { inner: machine, on_send: Box::new(move |_| { sent.fetch_add(1, Ordering::SeqCst); }) }
+    Observing { inner: machine, on_send: Box::new(move |_| { sent.fetch_add(1, Ordering::SeqCst); }), on_input: None }
 }
 
 /// Wraps a machine in a counting client; returns the client and its counter.
