@@ -174,8 +174,11 @@ mod tests {
                     2 => prop_assert_eq!(ours.remove(&k), std_map.remove(&k)),
                     3 => prop_assert_eq!(ours.pop_first(), std_map.pop_first()),
                     4 => {
-                        *ours.get_or_insert_with(k, || v) += 1;
-                        *std_map.entry(k).or_insert_with(|| v) += 1;
+                        // Wrapping: `v` ranges over every u16, 65535 included.
+                        let ours_v = ours.get_or_insert_with(k, || v);
+                        *ours_v = ours_v.wrapping_add(1);
+                        let std_v = std_map.entry(k).or_insert_with(|| v);
+                        *std_v = std_v.wrapping_add(1);
                     }
                     _ => {
                         ours.retain(|key, _| key % 3 != k % 3);
