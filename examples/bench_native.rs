@@ -43,7 +43,8 @@ mod bench {
     use std::time::{Duration, Instant};
 
     use edgelock::core::{
-        BackendKind, BackendSpec, Capabilities, Event, Input, LockError, LockMachine, Millis, OpId, Operation, Transmit,
+        BackendKind, BackendSpec, Capabilities, Event, Input, LockError, LockMachine, Millis, OpId,
+        Operation, Transmit,
     };
     use edgelock::native::{Client, OsEntropy};
     use serde_json::{json, Map, Value};
@@ -121,7 +122,10 @@ mod bench {
             let spec = BackendSpec::from_json(self.kind, &self.options.to_string())?;
             let machine = spec.build(Box::new(OsEntropy))?;
             let log: ReqLog = Arc::default();
-            let client = Client::try_from_machine(Box::new(Counted { inner: machine, log: log.clone() }))?;
+            let client = Client::try_from_machine(Box::new(Counted {
+                inner: machine,
+                log: log.clone(),
+            }))?;
             Ok(Instrumented { client, log })
         }
     }
@@ -142,7 +146,10 @@ mod bench {
     /// The first request of `log` sent between `from` and `to`.
     fn first_between(log: &ReqLog, from: Instant, to: Instant) -> Option<Instant> {
         let log = log.lock().ok()?;
-        log.iter().map(|(t, _)| *t).filter(|t| *t >= from && *t <= to).min()
+        log.iter()
+            .map(|(t, _)| *t)
+            .filter(|t| *t >= from && *t <= to)
+            .min()
     }
 
     fn quantile(xs: &[f64], q: f64) -> f64 {
@@ -176,12 +183,22 @@ mod bench {
     }
 
     fn str_field(cfg: &Value, key: &str) -> Result<String, String> {
-        cfg.get(key).and_then(Value::as_str).map(str::to_string).ok_or(format!("config: {key} missing"))
+        cfg.get(key)
+            .and_then(Value::as_str)
+            .map(str::to_string)
+            .ok_or(format!("config: {key} missing"))
     }
 
     fn list_field(cfg: &Value, key: &str) -> Result<Vec<String>, String> {
-        let list = cfg.get(key).and_then(Value::as_array).ok_or(format!("config: {key} missing"))?;
-        Ok(list.iter().filter_map(Value::as_str).map(str::to_string).collect())
+        let list = cfg
+            .get(key)
+            .and_then(Value::as_array)
+            .ok_or(format!("config: {key} missing"))?;
+        Ok(list
+            .iter()
+            .filter_map(Value::as_str)
+            .map(str::to_string)
+            .collect())
     }
 
     fn libs(cfg: &Value, token: &str) -> Result<Vec<Lib>, String> {
@@ -190,10 +207,21 @@ mod bench {
         let webdis = list_field(cfg, "webdis")?;
         let first_gw = gws.first().cloned().ok_or("config: no gateway URL")?;
         let first_webdis = webdis.first().cloned().ok_or("config: no webdis URL")?;
-        let upstash_nodes: Vec<Value> = gws.iter().map(|u| json!({"url": u, "protocol": "upstash", "token": token})).collect();
-        let webdis_nodes: Vec<Value> = webdis.iter().map(|u| json!({"url": u, "protocol": "webdis"})).collect();
+        let upstash_nodes: Vec<Value> = gws
+            .iter()
+            .map(|u| json!({"url": u, "protocol": "upstash", "token": token}))
+            .collect();
+        let webdis_nodes: Vec<Value> = webdis
+            .iter()
+            .map(|u| json!({"url": u, "protocol": "webdis"}))
+            .collect();
         Ok(vec![
-            Lib { id: "native-etcd", kind: BackendKind::Etcd, options: json!({"endpoints": [etcd]}), uncontended: true },
+            Lib {
+                id: "native-etcd",
+                kind: BackendKind::Etcd,
+                options: json!({"endpoints": [etcd]}),
+                uncontended: true,
+            },
             Lib {
                 id: "native-redis",
                 kind: BackendKind::Redis,
@@ -233,9 +261,19 @@ mod bench {
             return Err("usage: BENCH_TOKEN=<token> bench_native '<json config>'".into());
         };
         let cfg: Value = serde_json::from_str(config).map_err(|e| format!("config: {e}"))?;
-        let slice = Duration::from_millis(cfg.get("sliceMs").and_then(Value::as_u64).ok_or("config: sliceMs")?);
-        let rounds = cfg.get("rounds").and_then(Value::as_u64).ok_or("config: rounds")? as usize;
-        let handoffs = cfg.get("handoffs").and_then(Value::as_u64).ok_or("config: handoffs")? as usize;
+        let slice = Duration::from_millis(
+            cfg.get("sliceMs")
+                .and_then(Value::as_u64)
+                .ok_or("config: sliceMs")?,
+        );
+        let rounds = cfg
+            .get("rounds")
+            .and_then(Value::as_u64)
+            .ok_or("config: rounds")? as usize;
+        let handoffs = cfg
+            .get("handoffs")
+            .and_then(Value::as_u64)
+            .ok_or("config: handoffs")? as usize;
         let token = std::env::var("BENCH_TOKEN").unwrap_or_default();
         let all = libs(&cfg, &token)?;
 
@@ -257,7 +295,10 @@ mod bench {
 
         // Uncontended, interleaved rounds after a warm-up.
         let unc_libs: Vec<&Lib> = usable.iter().copied().filter(|l| l.uncontended).collect();
-        let clients: Vec<Instrumented> = unc_libs.iter().map(|l| l.make().map_err(|e| format!("{}: {e}", l.id))).collect::<Result<_, _>>()?;
+        let clients: Vec<Instrumented> = unc_libs
+            .iter()
+            .map(|l| l.make().map_err(|e| format!("{}: {e}", l.id)))
+            .collect::<Result<_, _>>()?;
         let n = clients.len();
         let mut lat: Vec<Vec<f64>> = vec![Vec::new(); n];
         let mut busy = vec![Duration::ZERO; n];
@@ -266,7 +307,10 @@ mod bench {
         for (i, c) in clients.iter().enumerate() {
             let name = format!("unc-{}", unc_libs[i].id);
             for _ in 0..5 {
-                c.client.acquire(&name, None).and_then(|l| l.release()).map_err(|e| format!("{}: {e}", unc_libs[i].id))?;
+                c.client
+                    .acquire(&name, None)
+                    .and_then(|l| l.release())
+                    .map_err(|e| format!("{}: {e}", unc_libs[i].id))?;
             }
         }
         for _ in 0..rounds {
@@ -313,7 +357,8 @@ mod bench {
             };
             let name = format!("handoff-{}", lib.id);
             let mut samples = Vec::new();
-            let (mut after, mut whole, mut streams, mut wake) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+            let (mut after, mut whole, mut streams, mut wake) =
+                (Vec::new(), Vec::new(), Vec::new(), Vec::new());
             let mut early = 0u64;
             let mut errs = 0u64;
             for k in 0..handoffs {
@@ -362,7 +407,10 @@ mod bench {
             }
             let _ = holder.client.close();
             let _ = waiter.client.close();
-            let list: Vec<Value> = samples.iter().map(|x| num((x * 10.0).round() / 10.0)).collect();
+            let list: Vec<Value> = samples
+                .iter()
+                .map(|x| num((x * 10.0).round() / 10.0))
+                .collect();
             hand.insert(
                 lib.id.into(),
                 json!({

@@ -18,4 +18,7 @@ pub mod js;
 #[cfg(all(feature = "worker", target_arch = "wasm32"))]
 pub mod worker;
 
-pub use crate::core::{AcquireOptions, BackendKind, Event, LockError, LockHandle, LockInfo, LockMachine, LockStatus, Wait};
+pub use crate::core::{
+    AcquireOptions, BackendKind, Event, LockError, LockHandle, LockInfo, LockMachine, LockStatus,
+    Wait,
+};

@@ -16,7 +16,10 @@ use edgelock_devtools::{EtcdServer, RedisServer, UpstashGateway, Webdis};
 const BIN: &str = env!("CARGO_BIN_EXE_edgelock");
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("free port")
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
 }
 
 /// A throwaway single-node etcd on loopback (the devtools harness kills it
@@ -35,16 +38,26 @@ impl Etcd {
     /// A raw gateway call; None unless HTTP 200.
     fn call(&self, path: &str, body: &str) -> Option<serde_json::Value> {
         let url = format!("{}{path}", self.url());
-        let req = Request { method: "POST", url: &url, headers: &[], body: body.as_bytes(), timeout: Some(Duration::from_secs(2)) };
+        let req = Request {
+            method: "POST",
+            url: &url,
+            headers: &[],
+            body: body.as_bytes(),
+            timeout: Some(Duration::from_secs(2)),
+        };
         let resp = HttpClient::new().send(&req, &CancelHandle::new()).ok()?;
-        (resp.status == 200).then(|| serde_json::from_slice(&resp.body).ok()).flatten()
+        (resp.status == 200)
+            .then(|| serde_json::from_slice(&resp.body).ok())
+            .flatten()
     }
 
     /// Deletes every key of lock `name` behind its holders' backs.
     fn delete_lock_keys(&self, name: &str) {
         let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
         let body = serde_json::json!({"key": b64(&format!("edgelock/{name}/")), "range_end": b64(&format!("edgelock/{name}0"))});
-        let v = self.call("/v3/kv/deleterange", &body.to_string()).expect("deleterange");
+        let v = self
+            .call("/v3/kv/deleterange", &body.to_string())
+            .expect("deleterange");
         assert_eq!(v["deleted"].as_str(), Some("1"), "{v}");
     }
 }
@@ -66,7 +79,11 @@ fn text(b: &[u8]) -> String {
 /// Spawns `edgelock run` and waits until it reports the lock acquired; returns
 /// the child and its fencing token.
 fn spawn_holder(args: &[&str]) -> (Child, u64) {
-    let mut child = edgelock(args).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("spawn edgelock");
+    let mut child = edgelock(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn edgelock");
     let mut err = BufReader::new(child.stderr.take().expect("stderr"));
     let mut line = String::new();
     err.read_line(&mut line).expect("read stderr");
@@ -86,7 +103,16 @@ fn spawn_holder(args: &[&str]) -> (Child, u64) {
 fn run_exports_the_fencing_token_and_propagates_exit_codes() {
     let etcd = Etcd::start();
     let url = etcd.url();
-    let out = output(&["run", "--etcd", &url, "job", "--", "sh", "-c", "echo \"token=$EDGELOCK_FENCING_TOKEN name=$EDGELOCK_LOCK_NAME\""]);
+    let out = output(&[
+        "run",
+        "--etcd",
+        &url,
+        "job",
+        "--",
+        "sh",
+        "-c",
+        "echo \"token=$EDGELOCK_FENCING_TOKEN name=$EDGELOCK_LOCK_NAME\"",
+    ]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let stdout = text(&out.stdout);
     let token: u64 = stdout
@@ -96,12 +122,27 @@ fn run_exports_the_fencing_token_and_propagates_exit_codes() {
         .and_then(|t| t.parse().ok())
         .unwrap_or_else(|| panic!("unexpected stdout {stdout:?}"));
     assert!(token > 0);
-    assert_eq!(text(&out.stderr).lines().next(), Some(format!("edgelock: acquired job token={token}").as_str()));
+    assert_eq!(
+        text(&out.stderr).lines().next(),
+        Some(format!("edgelock: acquired job token={token}").as_str())
+    );
 
-    let out = output(&["run", "--etcd", &url, "job", "--", "sh", "-c", "echo $EDGELOCK_FENCING_TOKEN; exit 7"]);
+    let out = output(&[
+        "run",
+        "--etcd",
+        &url,
+        "job",
+        "--",
+        "sh",
+        "-c",
+        "echo $EDGELOCK_FENCING_TOKEN; exit 7",
+    ]);
     assert_eq!(out.status.code(), Some(7));
     let second: u64 = text(&out.stdout).trim().parse().expect("token");
-    assert!(second > token, "fencing tokens increase: {token} then {second}");
+    assert!(
+        second > token,
+        "fencing tokens increase: {token} then {second}"
+    );
 
     let out = output(&["run", "--etcd", &url, "job", "--", "/nonexistent/cmd"]);
     assert_eq!(out.status.code(), Some(127));
@@ -119,26 +160,49 @@ fn concurrent_runs_never_overlap() {
 
 #[test]
 fn concurrent_runs_never_overlap_on_redlock_and_on_one_upstash_node() {
-    let redis: Vec<RedisServer> = (0..3).map(|_| RedisServer::start().expect("redis-server")).collect();
-    let webdis: Vec<Webdis> = redis.iter().map(|r| Webdis::start(r).expect("webdis")).collect();
-    let nodes = webdis.iter().map(|w| format!("webdis+{}", w.url())).collect::<Vec<_>>().join(",");
+    let redis: Vec<RedisServer> = (0..3)
+        .map(|_| RedisServer::start().expect("redis-server"))
+        .collect();
+    let webdis: Vec<Webdis> = redis
+        .iter()
+        .map(|r| Webdis::start(r).expect("webdis"))
+        .collect();
+    let nodes = webdis
+        .iter()
+        .map(|w| format!("webdis+{}", w.url()))
+        .collect::<Vec<_>>()
+        .join(",");
     assert_runs_never_overlap(&["--redis", &nodes], &[]);
     let gateway = UpstashGateway::start(&redis[0], "cli-test-token").expect("gateway");
     let node = format!("upstash+{}", gateway.url());
-    assert_runs_never_overlap(&["--redis", &node], &[("EDGELOCK_REDIS_TOKEN", "cli-test-token")]);
-    assert_runs_never_overlap(&["--redis", &node, "--fair"], &[("EDGELOCK_REDIS_TOKEN", "cli-test-token")]);
+    assert_runs_never_overlap(
+        &["--redis", &node],
+        &[("EDGELOCK_REDIS_TOKEN", "cli-test-token")],
+    );
+    assert_runs_never_overlap(
+        &["--redis", &node, "--fair"],
+        &[("EDGELOCK_REDIS_TOKEN", "cli-test-token")],
+    );
     // --fair is a single-node lock.
     let out = output(&["run", "--redis", &nodes, "--fair", "n", "--", "true"]);
     assert_eq!(out.status.code(), Some(64), "{}", text(&out.stderr));
     // Without the token the gateway's node is refused before any request.
-    let out = edgelock(&["status", "--redis", &node, "n"]).env_remove("EDGELOCK_REDIS_TOKEN").env_remove("UPSTASH_REDIS_REST_TOKEN").output().expect("run");
+    let out = edgelock(&["status", "--redis", &node, "n"])
+        .env_remove("EDGELOCK_REDIS_TOKEN")
+        .env_remove("UPSTASH_REDIS_REST_TOKEN")
+        .output()
+        .expect("run");
     assert_eq!(out.status.code(), Some(64), "{}", text(&out.stderr));
 }
 
 /// Three `edgelock run`s of a job that logs its start and end: sorted by
 /// time, the log must read start/end pairs with strictly increasing tokens.
 fn assert_runs_never_overlap(backend: &[&str], env: &[(&str, &str)]) {
-    let log = std::env::temp_dir().join(format!("edgelock-cli-overlap-{}-{}", std::process::id(), free_port()));
+    let log = std::env::temp_dir().join(format!(
+        "edgelock-cli-overlap-{}-{}",
+        std::process::id(),
+        free_port()
+    ));
     let _ = std::fs::remove_file(&log);
     let script = format!(
         "echo \"start $(date +%s%N) $EDGELOCK_FENCING_TOKEN\" >> {p}; sleep 0.4; echo \"end $(date +%s%N) $EDGELOCK_FENCING_TOKEN\" >> {p}",
@@ -151,7 +215,10 @@ fn assert_runs_never_overlap(backend: &[&str], env: &[(&str, &str)]) {
             args.extend_from_slice(&["--wait", "30000", "shared", "--", "sh", "-c", &script]);
             let mut cmd = edgelock(&args);
             cmd.envs(env.iter().copied());
-            cmd.stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("spawn")
+            cmd.stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("spawn")
         })
         .collect();
     for mut r in runs {
@@ -163,7 +230,11 @@ fn assert_runs_never_overlap(backend: &[&str], env: &[(&str, &str)]) {
         .lines()
         .map(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
-            (f[0].to_string(), f[1].parse().expect("time"), f[2].parse().expect("token"))
+            (
+                f[0].to_string(),
+                f[1].parse().expect("time"),
+                f[2].parse().expect("token"),
+            )
         })
         .collect();
     assert_eq!(events.len(), 6, "{content}");
@@ -173,7 +244,11 @@ fn assert_runs_never_overlap(backend: &[&str], env: &[(&str, &str)]) {
     sorted.sort_by_key(|e| e.1);
     let mut last_token = 0;
     for pair in sorted.chunks(2) {
-        assert_eq!((pair[0].0.as_str(), pair[1].0.as_str()), ("start", "end"), "overlap in {content}");
+        assert_eq!(
+            (pair[0].0.as_str(), pair[1].0.as_str()),
+            ("start", "end"),
+            "overlap in {content}"
+        );
         assert_eq!(pair[0].2, pair[1].2, "overlap in {content}");
         assert!(pair[0].2 > last_token, "tokens must increase: {content}");
         last_token = pair[0].2;
@@ -184,7 +259,9 @@ fn assert_runs_never_overlap(backend: &[&str], env: &[(&str, &str)]) {
 fn try_wait_and_status_while_held() {
     let etcd = Etcd::start();
     let url = etcd.url();
-    let (mut holder, token) = spawn_holder(&["run", "--etcd", &url, "--ttl", "2000", "busy", "--", "sleep", "20"]);
+    let (mut holder, token) = spawn_holder(&[
+        "run", "--etcd", &url, "--ttl", "2000", "busy", "--", "sleep", "20",
+    ]);
 
     let out = output(&["run", "--etcd", &url, "--try", "busy", "--", "true"]);
     assert_eq!(out.status.code(), Some(73), "{}", text(&out.stderr));
@@ -195,7 +272,11 @@ fn try_wait_and_status_while_held() {
     assert!(t.elapsed() >= Duration::from_millis(299)); // the clock has whole-ms resolution
 
     // A waiter queues behind the holder; status lists both.
-    let mut waiter = edgelock(&["run", "--etcd", &url, "busy", "--", "true"]).stdout(Stdio::null()).stderr(Stdio::null()).spawn().expect("spawn");
+    let mut waiter = edgelock(&["run", "--etcd", &url, "busy", "--", "true"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
     let mut status = serde_json::Value::Null;
     let t = Instant::now();
     while t.elapsed() < Duration::from_secs(10) {
@@ -209,15 +290,29 @@ fn try_wait_and_status_while_held() {
     }
     assert_eq!(status["held"], true, "{status}");
     assert_eq!(status["fencingToken"], token.to_string(), "{status}");
-    assert_eq!(status["waiters"].as_array().map(Vec::len), Some(1), "{status}");
+    assert_eq!(
+        status["waiters"].as_array().map(Vec::len),
+        Some(1),
+        "{status}"
+    );
     let holder_key = status["holder"].as_str().expect("holder").to_string();
     assert!(holder_key.starts_with("edgelock/busy/"), "{holder_key}");
 
     let out = output(&["status", "--etcd", &url, "busy"]);
     let plain = text(&out.stdout);
-    assert!(plain.contains(&format!("holder: {holder_key}\n")), "{plain}");
-    assert!(plain.contains(&format!("fencing_token: {token}\n")), "{plain}");
-    assert_eq!(plain.matches("waiter: edgelock/busy/").count(), 1, "{plain}");
+    assert!(
+        plain.contains(&format!("holder: {holder_key}\n")),
+        "{plain}"
+    );
+    assert!(
+        plain.contains(&format!("fencing_token: {token}\n")),
+        "{plain}"
+    );
+    assert_eq!(
+        plain.matches("waiter: edgelock/busy/").count(),
+        1,
+        "{plain}"
+    );
 
     // The holder dies without releasing (SIGKILL): the waiter gets the lock
     // once the holder's session lease (2 s) expires.
@@ -235,18 +330,30 @@ fn try_wait_and_status_while_held() {
 fn shared_runs_hold_together_on_etcd_and_exclude_a_writer() {
     let etcd = Etcd::start();
     let url = etcd.url();
-    let dir = std::env::temp_dir().join(format!("edgelock-cli-shared-{}-{}", std::process::id(), free_port()));
+    let dir = std::env::temp_dir().join(format!(
+        "edgelock-cli-shared-{}-{}",
+        std::process::id(),
+        free_port()
+    ));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let mut readers = Vec::new();
     for i in 0..2 {
-        let script = format!("echo \"$EDGELOCK_LOCK_MODE $EDGELOCK_FENCING_TOKEN\" > {}; sleep 30", dir.join(format!("r{i}")).display());
-        readers.push(spawn_holder(&["run", "--etcd", &url, "--shared", "--ttl", "3000", "--wait", "10000", "cfg", "--", "sh", "-c", &script]));
+        let script = format!(
+            "echo \"$EDGELOCK_LOCK_MODE $EDGELOCK_FENCING_TOKEN\" > {}; sleep 30",
+            dir.join(format!("r{i}")).display()
+        );
+        readers.push(spawn_holder(&[
+            "run", "--etcd", &url, "--shared", "--ttl", "3000", "--wait", "10000", "cfg", "--",
+            "sh", "-c", &script,
+        ]));
     }
     for (i, (_, token)) in readers.iter().enumerate() {
         let f = dir.join(format!("r{i}"));
         let seen = (0..100)
             .find_map(|_| {
-                let s = std::fs::read_to_string(&f).ok().filter(|s| s.ends_with('\n'));
+                let s = std::fs::read_to_string(&f)
+                    .ok()
+                    .filter(|s| s.ends_with('\n'));
                 if s.is_none() {
                     thread::sleep(Duration::from_millis(50));
                 }
@@ -256,11 +363,21 @@ fn shared_runs_hold_together_on_etcd_and_exclude_a_writer() {
         assert_eq!(seen.trim(), format!("shared {token}"), "reader {i}");
     }
     let out = output(&["run", "--etcd", &url, "--try", "cfg", "--", "true"]);
-    assert_eq!(out.status.code(), Some(73), "a writer while readers hold: {}", text(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(73),
+        "a writer while readers hold: {}",
+        text(&out.stderr)
+    );
     let out = output(&["status", "--etcd", &url, "--json", "cfg"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let status: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
-    let modes: Vec<&str> = status["holders"].as_array().expect("holders").iter().filter_map(|h| h["mode"].as_str()).collect();
+    let modes: Vec<&str> = status["holders"]
+        .as_array()
+        .expect("holders")
+        .iter()
+        .filter_map(|h| h["mode"].as_str())
+        .collect();
     assert_eq!(modes, ["shared", "shared"], "{status}");
     for (mut r, _) in readers {
         let _ = r.kill();
@@ -273,9 +390,15 @@ fn shared_runs_hold_together_on_etcd_and_exclude_a_writer() {
 fn losing_the_lock_kills_the_command_and_exits_75() {
     let etcd = Etcd::start();
     let url = etcd.url();
-    let marker = std::env::temp_dir().join(format!("edgelock-cli-lost-{}-{}", std::process::id(), free_port()));
+    let marker = std::env::temp_dir().join(format!(
+        "edgelock-cli-lost-{}-{}",
+        std::process::id(),
+        free_port()
+    ));
     let script = format!("sleep 20; touch {}", marker.display());
-    let (mut run, _) = spawn_holder(&["run", "--etcd", &url, "--ttl", "2000", "lost", "--", "sh", "-c", &script]);
+    let (mut run, _) = spawn_holder(&[
+        "run", "--etcd", &url, "--ttl", "2000", "lost", "--", "sh", "-c", &script,
+    ]);
     etcd.delete_lock_keys("lost");
     let t = Instant::now();
     let status = run.wait().expect("wait");
@@ -287,26 +410,98 @@ fn losing_the_lock_kills_the_command_and_exits_75() {
 #[test]
 fn usage_and_backend_errors_have_their_exit_codes() {
     let dead = format!("http://127.0.0.1:{}", free_port());
-    assert_eq!(output(&["run", "--etcd", &dead, "n", "--", "true"]).status.code(), Some(69));
-    assert_eq!(output(&["status", "--etcd", &dead, "n"]).status.code(), Some(69));
-    assert_eq!(output(&["run", "--etcd", &dead, "n"]).status.code(), Some(64));
+    assert_eq!(
+        output(&["run", "--etcd", &dead, "n", "--", "true"])
+            .status
+            .code(),
+        Some(69)
+    );
+    assert_eq!(
+        output(&["status", "--etcd", &dead, "n"]).status.code(),
+        Some(69)
+    );
+    assert_eq!(
+        output(&["run", "--etcd", &dead, "n"]).status.code(),
+        Some(64)
+    );
     assert_eq!(output(&["run", "n", "--", "true"]).status.code(), Some(64));
-    assert_eq!(output(&["run", "--etcd", &dead, "--try", "--wait", "5", "n", "--", "true"]).status.code(), Some(64));
-    assert_eq!(output(&["run", "--etcd", &dead, "--bogus", "n", "--", "true"]).status.code(), Some(64));
-    assert_eq!(output(&["run", "--etcd", "ftp://x", "n", "--", "true"]).status.code(), Some(64));
+    assert_eq!(
+        output(&["run", "--etcd", &dead, "--try", "--wait", "5", "n", "--", "true"])
+            .status
+            .code(),
+        Some(64)
+    );
+    assert_eq!(
+        output(&["run", "--etcd", &dead, "--bogus", "n", "--", "true"])
+            .status
+            .code(),
+        Some(64)
+    );
+    assert_eq!(
+        output(&["run", "--etcd", "ftp://x", "n", "--", "true"])
+            .status
+            .code(),
+        Some(64)
+    );
     // https is supported (tests/native_tls.rs); a TLS file that cannot be read is a usage error.
-    assert_eq!(output(&["run", "--etcd", "https://x", "--ca-file", "/nonexistent.pem", "n", "--", "true"]).status.code(), Some(64));
-    assert_eq!(output(&["run", "--etcd", "https://x", "--key", "/k.pem", "n", "--", "true"]).status.code(), Some(64));
-    assert_eq!(output(&["run", "--etcd", &dead, "--ttl", "10", "n", "--", "true"]).status.code(), Some(64));
+    assert_eq!(
+        output(&[
+            "run",
+            "--etcd",
+            "https://x",
+            "--ca-file",
+            "/nonexistent.pem",
+            "n",
+            "--",
+            "true"
+        ])
+        .status
+        .code(),
+        Some(64)
+    );
+    assert_eq!(
+        output(&[
+            "run",
+            "--etcd",
+            "https://x",
+            "--key",
+            "/k.pem",
+            "n",
+            "--",
+            "true"
+        ])
+        .status
+        .code(),
+        Some(64)
+    );
+    assert_eq!(
+        output(&["run", "--etcd", &dead, "--ttl", "10", "n", "--", "true"])
+            .status
+            .code(),
+        Some(64)
+    );
     assert_eq!(output(&["frobnicate"]).status.code(), Some(64));
     let out = output(&["status", "--redis", "http://127.0.0.1:1", "n"]);
-    assert_eq!(out.status.code(), Some(64), "a bare URL is an Upstash node, which needs a token");
+    assert_eq!(
+        out.status.code(),
+        Some(64),
+        "a bare URL is an Upstash node, which needs a token"
+    );
     assert!(text(&out.stderr).contains("token"), "{}", text(&out.stderr));
     let out = output(&["status", "--redis", "redis://127.0.0.1:1", "n"]);
     assert_eq!(out.status.code(), Some(64));
-    assert!(text(&out.stderr).contains("webdis+http://"), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("webdis+http://"),
+        "{}",
+        text(&out.stderr)
+    );
     let dead_node = format!("webdis+{dead}");
-    assert_eq!(output(&["run", "--redis", &dead_node, "--try", "n", "--", "true"]).status.code(), Some(69));
+    assert_eq!(
+        output(&["run", "--redis", &dead_node, "--try", "n", "--", "true"])
+            .status
+            .code(),
+        Some(69)
+    );
     let help = output(&["--help"]);
     assert_eq!(help.status.code(), Some(0));
     assert!(text(&help.stdout).contains("EXIT CODES"));
@@ -319,29 +514,66 @@ fn lock_kind_flags_are_checked_before_any_request() {
     let dead = format!("http://127.0.0.1:{}", free_port());
     let dead_node = format!("webdis+{dead}");
     for backend in [["--etcd", dead.as_str()], ["--redis", dead_node.as_str()]] {
-        for bad in [&["--limit", "0"][..], &["--limit", "x"], &["--limit", "-1"], &["--limit", "1.5"], &["--limit", "101"], &["--limit"],
-                    &["--limit", "3", "--shared"], &["--shared", "--limit=2"]] {
+        for bad in [
+            &["--limit", "0"][..],
+            &["--limit", "x"],
+            &["--limit", "-1"],
+            &["--limit", "1.5"],
+            &["--limit", "101"],
+            &["--limit"],
+            &["--limit", "3", "--shared"],
+            &["--shared", "--limit=2"],
+        ] {
             let mut args = vec!["run", backend[0], backend[1]];
             args.extend_from_slice(bad);
             args.extend_from_slice(&["n", "--", "true"]);
             let out = output(&args);
-            assert_eq!(out.status.code(), Some(64), "{args:?}: {}", text(&out.stderr));
-            assert!(text(&out.stderr).contains("--limit"), "{args:?}: {}", text(&out.stderr));
+            assert_eq!(
+                out.status.code(),
+                Some(64),
+                "{args:?}: {}",
+                text(&out.stderr)
+            );
+            assert!(
+                text(&out.stderr).contains("--limit"),
+                "{args:?}: {}",
+                text(&out.stderr)
+            );
         }
         // The fair queue is for exclusive holders only.
         if backend[0] == "--redis" {
-            let out = output(&["run", backend[0], backend[1], "--fair", "--limit", "2", "n", "--", "true"]);
+            let out = output(&[
+                "run", backend[0], backend[1], "--fair", "--limit", "2", "n", "--", "true",
+            ]);
             assert_eq!(out.status.code(), Some(64), "{}", text(&out.stderr));
-            assert!(text(&out.stderr).contains("--fair applies to the exclusive lock"), "{}", text(&out.stderr));
+            assert!(
+                text(&out.stderr).contains("--fair applies to the exclusive lock"),
+                "{}",
+                text(&out.stderr)
+            );
         }
         // `status` takes no kind.
-        assert_eq!(output(&["status", backend[0], backend[1], "--limit", "3", "n"]).status.code(), Some(64));
-        assert_eq!(output(&["status", backend[0], backend[1], "--shared", "n"]).status.code(), Some(64));
+        assert_eq!(
+            output(&["status", backend[0], backend[1], "--limit", "3", "n"])
+                .status
+                .code(),
+            Some(64)
+        );
+        assert_eq!(
+            output(&["status", backend[0], backend[1], "--shared", "n"])
+                .status
+                .code(),
+            Some(64)
+        );
         // etcd and one Redis node grant read-write locks: `--shared` is a
         // valid request, here to a dead endpoint (unreachable: 69 on Redis).
         let out = output(&["run", backend[0], backend[1], "--shared", "n", "--", "true"]);
         assert_ne!(out.status.code(), Some(64), "{}", text(&out.stderr));
-        assert!(!text(&out.stderr).contains("does not offer shared locks"), "{}", text(&out.stderr));
+        assert!(
+            !text(&out.stderr).contains("does not offer shared locks"),
+            "{}",
+            text(&out.stderr)
+        );
         if backend[0] == "--redis" {
             assert_eq!(out.status.code(), Some(69), "{}", text(&out.stderr));
         }
@@ -351,23 +583,38 @@ fn lock_kind_flags_are_checked_before_any_request() {
 /// `edgelock run --limit 3` holders: the first stderr line names the slot;
 /// CMD writes `$EDGELOCK_SLOT $EDGELOCK_LOCK_MODE $EDGELOCK_LOCK_LIMIT
 /// $EDGELOCK_FENCING_TOKEN` to `out` and sleeps.
-fn spawn_permit(backend: &[&str], env: &[(&str, &str)], name: &str, out: &std::path::Path) -> (Child, u32, u64) {
+fn spawn_permit(
+    backend: &[&str],
+    env: &[(&str, &str)],
+    name: &str,
+    out: &std::path::Path,
+) -> (Child, u32, u64) {
     let script = format!(
         "echo \"$EDGELOCK_SLOT $EDGELOCK_LOCK_MODE $EDGELOCK_LOCK_LIMIT $EDGELOCK_FENCING_TOKEN\" > {}; sleep 30",
         out.display()
     );
     let mut args = vec!["run"];
     args.extend_from_slice(backend);
-    args.extend_from_slice(&["--limit", "3", "--ttl", "3000", "--wait", "10000", name, "--", "sh", "-c", &script]);
-    let mut child = edgelock(&args).envs(env.iter().copied()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().expect("spawn edgelock");
+    args.extend_from_slice(&[
+        "--limit", "3", "--ttl", "3000", "--wait", "10000", name, "--", "sh", "-c", &script,
+    ]);
+    let mut child = edgelock(&args)
+        .envs(env.iter().copied())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn edgelock");
     let mut err = BufReader::new(child.stderr.take().expect("stderr"));
     let mut line = String::new();
     err.read_line(&mut line).expect("read stderr");
     // `edgelock: acquired NAME slot=S/3 token=T`
-    let parsed = line.trim().strip_prefix(&format!("edgelock: acquired {name} slot=")).and_then(|rest| {
-        let (slot, token) = rest.split_once("/3 token=")?;
-        Some((slot.parse().ok()?, token.parse().ok()?))
-    });
+    let parsed = line
+        .trim()
+        .strip_prefix(&format!("edgelock: acquired {name} slot="))
+        .and_then(|rest| {
+            let (slot, token) = rest.split_once("/3 token=")?;
+            Some((slot.parse().ok()?, token.parse().ok()?))
+        });
     let (slot, token) = parsed.unwrap_or_else(|| panic!("unexpected first stderr line {line:?}"));
     thread::spawn(move || {
         let _ = err.read_to_end(&mut Vec::new());
@@ -380,11 +627,20 @@ fn spawn_permit(backend: &[&str], env: &[(&str, &str)], name: &str, out: &std::p
 /// slots and the limit (text and JSON).
 fn assert_permits(backend: &[&str], env: &[(&str, &str)]) {
     let name = format!("sem-{}", free_port());
-    let dir = std::env::temp_dir().join(format!("edgelock-cli-permits-{}-{}", std::process::id(), free_port()));
+    let dir = std::env::temp_dir().join(format!(
+        "edgelock-cli-permits-{}-{}",
+        std::process::id(),
+        free_port()
+    ));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let mut holders = Vec::new();
     for i in 0..3 {
-        holders.push(spawn_permit(backend, env, &name, &dir.join(format!("run{i}"))));
+        holders.push(spawn_permit(
+            backend,
+            env,
+            &name,
+            &dir.join(format!("run{i}")),
+        ));
     }
     let mut slots: Vec<u32> = holders.iter().map(|h| h.1).collect();
     slots.sort();
@@ -394,7 +650,9 @@ fn assert_permits(backend: &[&str], env: &[(&str, &str)]) {
         let f = dir.join(format!("run{i}"));
         let seen = (0..100)
             .find_map(|_| {
-                let s = std::fs::read_to_string(&f).ok().filter(|s| s.ends_with('\n'));
+                let s = std::fs::read_to_string(&f)
+                    .ok()
+                    .filter(|s| s.ends_with('\n'));
                 if s.is_none() {
                     thread::sleep(Duration::from_millis(50));
                 }
@@ -407,33 +665,62 @@ fn assert_permits(backend: &[&str], env: &[(&str, &str)]) {
     let mut args = vec!["run"];
     args.extend_from_slice(backend);
     args.extend_from_slice(&["--limit", "3", "--try", &name, "--", "true"]);
-    let out = edgelock(&args).envs(env.iter().copied()).output().expect("run");
-    assert_eq!(out.status.code(), Some(73), "a 4th permit: {}", text(&out.stderr));
-    assert!(text(&out.stderr).contains("every permit"), "{}", text(&out.stderr));
+    let out = edgelock(&args)
+        .envs(env.iter().copied())
+        .output()
+        .expect("run");
+    assert_eq!(
+        out.status.code(),
+        Some(73),
+        "a 4th permit: {}",
+        text(&out.stderr)
+    );
+    assert!(
+        text(&out.stderr).contains("every permit"),
+        "{}",
+        text(&out.stderr)
+    );
 
     let mut args = vec!["status"];
     args.extend_from_slice(backend);
     args.extend_from_slice(&["--json", &name]);
-    let out = edgelock(&args).envs(env.iter().copied()).output().expect("status");
+    let out = edgelock(&args)
+        .envs(env.iter().copied())
+        .output()
+        .expect("status");
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     let status: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(status["held"], true, "{status}");
     assert_eq!(status["limit"], 3, "{status}");
     let listed = status["holders"].as_array().expect("holders");
     assert_eq!(listed.len(), 3, "{status}");
-    let mut listed_slots: Vec<u64> = listed.iter().map(|h| h["slot"].as_u64().expect("slot")).collect();
+    let mut listed_slots: Vec<u64> = listed
+        .iter()
+        .map(|h| h["slot"].as_u64().expect("slot"))
+        .collect();
     listed_slots.sort();
     assert_eq!(listed_slots, [0, 1, 2], "{status}");
-    assert!(listed.iter().all(|h| h["mode"] == "permit" && h["limit"] == 3), "{status}");
+    assert!(
+        listed
+            .iter()
+            .all(|h| h["mode"] == "permit" && h["limit"] == 3),
+        "{status}"
+    );
 
     args.retain(|a| *a != "--json");
-    let out = edgelock(&args).envs(env.iter().copied()).output().expect("status");
+    let out = edgelock(&args)
+        .envs(env.iter().copied())
+        .output()
+        .expect("status");
     let plain = text(&out.stdout);
     assert!(plain.contains("limit: 3\n"), "{plain}");
     for slot in 0..3 {
         // `hold: mode=permit slot=S [token=T] [id=ID]` (Redis tells neither token nor id).
         let line = format!("hold: mode=permit slot={slot}");
-        let n = plain.lines().filter(|l| *l == line || l.starts_with(&format!("{line} "))).count();
+        let n = plain
+            .lines()
+            .filter(|l| *l == line || l.starts_with(&format!("{line} ")))
+            .count();
         assert_eq!(n, 1, "{plain}");
     }
 
@@ -461,13 +748,25 @@ fn permits_on_etcd_give_concurrent_runs_distinct_slots() {
 
 #[test]
 fn permits_on_redis_give_concurrent_runs_distinct_slots() {
-    let redis: Vec<RedisServer> = (0..3).map(|_| RedisServer::start().expect("redis-server")).collect();
+    let redis: Vec<RedisServer> = (0..3)
+        .map(|_| RedisServer::start().expect("redis-server"))
+        .collect();
     let gateway = UpstashGateway::start(&redis[0], "cli-test-token").expect("gateway");
     let node = format!("upstash+{}", gateway.url());
-    assert_permits(&["--redis", &node], &[("EDGELOCK_REDIS_TOKEN", "cli-test-token")]);
-    let webdis: Vec<Webdis> = redis.iter().map(|r| Webdis::start(r).expect("webdis")).collect();
+    assert_permits(
+        &["--redis", &node],
+        &[("EDGELOCK_REDIS_TOKEN", "cli-test-token")],
+    );
+    let webdis: Vec<Webdis> = redis
+        .iter()
+        .map(|r| Webdis::start(r).expect("webdis"))
+        .collect();
     assert_permits(&["--redis", &format!("webdis+{}", webdis[1].url())], &[]);
-    let nodes = webdis.iter().map(|w| format!("webdis+{}", w.url())).collect::<Vec<_>>().join(",");
+    let nodes = webdis
+        .iter()
+        .map(|w| format!("webdis+{}", w.url()))
+        .collect::<Vec<_>>()
+        .join(",");
     assert_permits(&["--redis", &nodes], &[]);
 }
 
@@ -479,12 +778,21 @@ fn shared_runs_overlap_on_one_redis_node_and_exclude_a_writer() {
     let redis = RedisServer::start().expect("redis-server");
     let webdis = Webdis::start(&redis).expect("webdis");
     let node = format!("webdis+{}", webdis.url());
-    let dir = std::env::temp_dir().join(format!("edgelock-cli-shared-{}-{}", std::process::id(), free_port()));
+    let dir = std::env::temp_dir().join(format!(
+        "edgelock-cli-shared-{}-{}",
+        std::process::id(),
+        free_port()
+    ));
     std::fs::create_dir_all(&dir).expect("temp dir");
     let reader = |i: usize| {
         let out = dir.join(format!("r{i}"));
         let script = format!("echo $EDGELOCK_LOCK_MODE > {}; sleep 2", out.display());
-        let child = edgelock(&["run", "--redis", &node, "--shared", "cfg", "--", "sh", "-c", &script]).stderr(Stdio::piped()).spawn().expect("spawn");
+        let child = edgelock(&[
+            "run", "--redis", &node, "--shared", "cfg", "--", "sh", "-c", &script,
+        ])
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
         (child, out)
     };
     let started = Instant::now();
@@ -492,16 +800,33 @@ fn shared_runs_overlap_on_one_redis_node_and_exclude_a_writer() {
     let (mut b, b_out) = reader(1);
     // Both hold once both wrote their mode.
     while !(a_out.exists() && b_out.exists()) {
-        assert!(started.elapsed() < Duration::from_secs(10), "the readers did not both start");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the readers did not both start"
+        );
         thread::sleep(Duration::from_millis(20));
     }
     let writer = output(&["run", "--redis", &node, "--try", "cfg", "--", "true"]);
-    assert_eq!(writer.status.code(), Some(73), "a writer beside readers: {}", text(&writer.stderr));
+    assert_eq!(
+        writer.status.code(),
+        Some(73),
+        "a writer beside readers: {}",
+        text(&writer.stderr)
+    );
     let status = output(&["status", "--redis", &node, "cfg"]);
     assert_eq!(status.status.code(), Some(0), "{}", text(&status.stderr));
-    assert_eq!(text(&status.stdout).matches("mode=shared").count(), 2, "{}", text(&status.stdout));
+    assert_eq!(
+        text(&status.stdout).matches("mode=shared").count(),
+        2,
+        "{}",
+        text(&status.stdout)
+    );
     assert!(a.wait().expect("wait").success() && b.wait().expect("wait").success());
-    assert!(started.elapsed() < Duration::from_millis(3_900), "the readers ran one after the other: {:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_millis(3_900),
+        "the readers ran one after the other: {:?}",
+        started.elapsed()
+    );
     for f in [a_out, b_out] {
         assert_eq!(std::fs::read_to_string(f).expect("mode").trim(), "shared");
     }

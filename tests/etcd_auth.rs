@@ -31,9 +31,20 @@ fn raw(etcd: &EtcdServer, path: &str, body: Value, token: Option<&str>) -> (u16,
     if let Some(t) = token {
         headers.push(("Authorization".to_string(), t.to_string()));
     }
-    let req = edgelock::native::http::Request { method: "POST", url: &url, headers: &headers, body: &body, timeout: Some(Duration::from_secs(5)) };
-    let resp = http.send(&req, &edgelock::native::http::CancelHandle::new()).expect("raw etcd call");
-    (resp.status, serde_json::from_slice(&resp.body).unwrap_or(Value::Null))
+    let req = edgelock::native::http::Request {
+        method: "POST",
+        url: &url,
+        headers: &headers,
+        body: &body,
+        timeout: Some(Duration::from_secs(5)),
+    };
+    let resp = http
+        .send(&req, &edgelock::native::http::CancelHandle::new())
+        .expect("raw etcd call");
+    (
+        resp.status,
+        serde_json::from_slice(&resp.body).unwrap_or(Value::Null),
+    )
 }
 
 fn ok(etcd: &EtcdServer, path: &str, body: Value) {
@@ -45,31 +56,60 @@ fn ok(etcd: &EtcdServer, path: &str, body: Value) {
 /// only keys under `edgelock/`.
 fn etcd_with_auth() -> EtcdServer {
     let opts = EtcdOptions {
-        extra_args: vec!["--auth-token".into(), "simple".into(), "--auth-token-ttl".into(), "1".into()],
+        extra_args: vec![
+            "--auth-token".into(),
+            "simple".into(),
+            "--auth-token-ttl".into(),
+            "1".into(),
+        ],
         ..EtcdOptions::default()
     };
     let etcd = EtcdServer::start_with(opts).expect("start etcd");
-    ok(&etcd, "/v3/auth/user/add", json!({"name": "root", "password": ROOT_PW}));
+    ok(
+        &etcd,
+        "/v3/auth/user/add",
+        json!({"name": "root", "password": ROOT_PW}),
+    );
     let _ = raw(&etcd, "/v3/auth/role/add", json!({"name": "root"}), None);
-    ok(&etcd, "/v3/auth/user/grant", json!({"user": "root", "role": "root"}));
+    ok(
+        &etcd,
+        "/v3/auth/user/grant",
+        json!({"user": "root", "role": "root"}),
+    );
     ok(&etcd, "/v3/auth/role/add", json!({"name": "locker"}));
     ok(
         &etcd,
         "/v3/auth/role/grant",
         json!({"name": "locker", "perm": {"permType": "READWRITE", "key": b64("edgelock/"), "range_end": b64("edgelock0")}}),
     );
-    ok(&etcd, "/v3/auth/user/add", json!({"name": "locker", "password": LOCKER_PW}));
-    ok(&etcd, "/v3/auth/user/grant", json!({"user": "locker", "role": "locker"}));
+    ok(
+        &etcd,
+        "/v3/auth/user/add",
+        json!({"name": "locker", "password": LOCKER_PW}),
+    );
+    ok(
+        &etcd,
+        "/v3/auth/user/grant",
+        json!({"user": "locker", "role": "locker"}),
+    );
     ok(&etcd, "/v3/auth/enable", json!({}));
     // Auth is on: an anonymous read is refused.
-    let (status, _) = raw(&etcd, "/v3/kv/range", json!({"key": b64("edgelock/x")}), None);
+    let (status, _) = raw(
+        &etcd,
+        "/v3/kv/range",
+        json!({"key": b64("edgelock/x")}),
+        None,
+    );
     assert_ne!(status, 200, "auth must be enabled");
     etcd
 }
 
 fn config(etcd: &EtcdServer, user: &str, password: &str) -> EtcdConfig {
     let mut cfg = EtcdConfig::new(vec![etcd.url()]);
-    cfg.auth = Some(EtcdAuth { username: user.into(), password: password.into() });
+    cfg.auth = Some(EtcdAuth {
+        username: user.into(),
+        password: password.into(),
+    });
     cfg
 }
 
@@ -82,11 +122,18 @@ fn root_and_a_prefix_limited_user_lock_with_increasing_tokens() {
     let etcd = etcd_with_auth();
     for (user, pw) in [("root", ROOT_PW), ("locker", LOCKER_PW)] {
         let c = client(&etcd, user, pw);
-        let a = c.acquire("report", Some(Duration::from_secs(5))).expect("acquire");
+        let a = c
+            .acquire("report", Some(Duration::from_secs(5)))
+            .expect("acquire");
         let t1 = a.fencing_token();
-        assert!(c.try_acquire("report").expect("try").is_none(), "{user}: held by the same client");
+        assert!(
+            c.try_acquire("report").expect("try").is_none(),
+            "{user}: held by the same client"
+        );
         a.release().expect("release");
-        let b = c.acquire("report", Some(Duration::from_secs(5))).expect("acquire again");
+        let b = c
+            .acquire("report", Some(Duration::from_secs(5)))
+            .expect("acquire again");
         assert!(b.fencing_token() > t1, "{user}");
         b.release().expect("release");
         c.close().expect("close");
@@ -100,12 +147,17 @@ fn root_and_a_prefix_limited_user_lock_with_increasing_tokens() {
 fn a_wrong_password_is_a_backend_error_that_never_shows_it() {
     let etcd = etcd_with_auth();
     let c = client(&etcd, "locker", "not-the-password-77");
-    let e = c.acquire("report", Some(Duration::from_secs(5))).expect_err("refused");
+    let e = c
+        .acquire("report", Some(Duration::from_secs(5)))
+        .expect_err("refused");
     assert_eq!(e.code(), "BACKEND", "{e}");
     let text = e.to_string();
     assert!(text.contains("authentication failed"), "{text}");
     assert!(!text.contains("not-the-password-77"), "{text}");
-    assert!(!format!("{:?}", config(&etcd, "locker", "not-the-password-77")).contains("not-the-password-77"));
+    assert!(
+        !format!("{:?}", config(&etcd, "locker", "not-the-password-77"))
+            .contains("not-the-password-77")
+    );
 }
 
 #[test]
@@ -114,15 +166,33 @@ fn a_prefix_outside_the_role_is_a_permission_error_naming_the_prefix() {
     let mut cfg = config(&etcd, "locker", LOCKER_PW);
     cfg.prefix = "elsewhere".into();
     let c = Client::etcd(cfg).expect("client");
-    let e = c.acquire("report", Some(Duration::from_secs(5))).expect_err("refused");
+    let e = c
+        .acquire("report", Some(Duration::from_secs(5)))
+        .expect_err("refused");
     assert_eq!(e.code(), "BACKEND", "{e}");
     let text = e.to_string();
-    assert!(text.contains("permission denied") && text.contains("elsewhere/") && text.contains("locker"), "{text}");
+    assert!(
+        text.contains("permission denied")
+            && text.contains("elsewhere/")
+            && text.contains("locker"),
+        "{text}"
+    );
     assert!(!text.contains(LOCKER_PW), "{text}");
     // Nothing was written under the forbidden prefix.
-    let root = raw(&etcd, "/v3/auth/authenticate", json!({"name": "root", "password": ROOT_PW}), None).1;
+    let root = raw(
+        &etcd,
+        "/v3/auth/authenticate",
+        json!({"name": "root", "password": ROOT_PW}),
+        None,
+    )
+    .1;
     let token = root["token"].as_str().expect("root token").to_string();
-    let (_, v) = raw(&etcd, "/v3/kv/range", json!({"key": b64("elsewhere/"), "range_end": b64("elsewhere0")}), Some(&token));
+    let (_, v) = raw(
+        &etcd,
+        "/v3/kv/range",
+        json!({"key": b64("elsewhere/"), "range_end": b64("elsewhere0")}),
+        Some(&token),
+    );
     assert!(v.get("kvs").is_none(), "{v}");
 }
 
@@ -135,17 +205,22 @@ fn a_held_lock_outlives_expired_tokens_and_an_idle_client_authenticates_again() 
     let mut cfg = config(&etcd, "locker", LOCKER_PW);
     cfg.session_ttl_ms = 6_000;
     let c = Client::etcd(cfg).expect("client");
-    let lock = c.acquire("long", Some(Duration::from_secs(5))).expect("acquire");
+    let lock = c
+        .acquire("long", Some(Duration::from_secs(5)))
+        .expect("acquire");
     let started = Instant::now();
     while started.elapsed() < Duration::from_millis(13_000) {
         std::thread::sleep(Duration::from_millis(500));
         assert!(!lock.is_lost(), "lost after {:?}", started.elapsed());
     }
     let token = lock.fencing_token();
-    lock.release().expect("release after 13 s, more than two session TTLs of expired tokens");
+    lock.release()
+        .expect("release after 13 s, more than two session TTLs of expired tokens");
     // Idle longer than a token lives, then lock again.
     std::thread::sleep(Duration::from_millis(2_500));
-    let again = c.acquire("long", Some(Duration::from_secs(5))).expect("acquire after idling");
+    let again = c
+        .acquire("long", Some(Duration::from_secs(5)))
+        .expect("acquire after idling");
     assert!(again.fencing_token() > token);
     again.release().expect("release");
     c.close().expect("close");

@@ -57,7 +57,11 @@ fn serve(conn: TcpStream, reply: Option<Vec<u8>>) {
 }
 
 fn response(status: &str, body: &str) -> Vec<u8> {
-    format!("HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}", body.len()).into_bytes()
+    format!(
+        "HTTP/1.1 {status}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
 }
 
 fn try_against(url: String) -> (edgelock::LockError, Duration) {
@@ -66,21 +70,41 @@ fn try_against(url: String) -> (edgelock::LockError, Duration) {
     cfg.headers = vec![("Authorization".into(), "Bearer SENTINEL-SECRET-1234".into())];
     let client = Client::etcd(cfg).unwrap();
     let started = Instant::now();
-    let err = client.try_acquire("job").expect_err("a hostile backend never grants a lock");
+    let err = client
+        .try_acquire("job")
+        .expect_err("a hostile backend never grants a lock");
     let took = started.elapsed();
-    assert!(!err.to_string().contains("SENTINEL-SECRET"), "secret leaked: {err}");
-    assert!(!format!("{err:?}").contains("SENTINEL-SECRET"), "secret leaked: {err:?}");
+    assert!(
+        !err.to_string().contains("SENTINEL-SECRET"),
+        "secret leaked: {err}"
+    );
+    assert!(
+        !format!("{err:?}").contains("SENTINEL-SECRET"),
+        "secret leaked: {err:?}"
+    );
     (err, took)
 }
 
 #[test]
 fn http_errors_are_backend_errors() {
-    for status in ["500 Internal Server Error", "503 Service Unavailable", "404 Not Found", "400 Bad Request", "401 Unauthorized"] {
-        let (err, _) = try_against(hostile_server(Some(response(status, r#"{"error":"nope","code":2}"#))));
+    for status in [
+        "500 Internal Server Error",
+        "503 Service Unavailable",
+        "404 Not Found",
+        "400 Bad Request",
+        "401 Unauthorized",
+    ] {
+        let (err, _) = try_against(hostile_server(Some(response(
+            status,
+            r#"{"error":"nope","code":2}"#,
+        ))));
         assert_eq!(err.code(), "BACKEND", "{status}: {err}");
     }
     // A backend that echoes our Authorization header back in its error.
-    let echo = format!(r#"{{"error":"{} unauthorized: Bearer SENTINEL-SECRET-1234","code":16}}"#, "x".repeat(10));
+    let echo = format!(
+        r#"{{"error":"{} unauthorized: Bearer SENTINEL-SECRET-1234","code":16}}"#,
+        "x".repeat(10)
+    );
     let (err, _) = try_against(hostile_server(Some(response("401 Unauthorized", &echo))));
     assert_eq!(err.code(), "BACKEND", "{err}");
 }
@@ -106,7 +130,10 @@ fn malformed_and_hostile_json_are_backend_errors() {
 #[test]
 fn a_lease_grant_followed_by_garbage_txn_replies_is_a_backend_error() {
     // Grant succeeds, then every reply is a well-formed grant again: the txn parser sees nonsense.
-    let (err, _) = try_against(hostile_server(Some(response("200 OK", r#"{"ID":"7","TTL":"10"}"#))));
+    let (err, _) = try_against(hostile_server(Some(response(
+        "200 OK",
+        r#"{"ID":"7","TTL":"10"}"#,
+    ))));
     assert!(matches!(err.code(), "BACKEND"), "{err}");
 }
 
@@ -120,6 +147,8 @@ fn a_silent_server_times_out_as_a_transport_error() {
 
 #[test]
 fn a_connection_closed_mid_reply_is_a_transport_error() {
-    let (err, _) = try_against(hostile_server(Some(b"HTTP/1.1 200 OK\r\ncontent-length: 500\r\n\r\n{\"ID\"".to_vec())));
+    let (err, _) = try_against(hostile_server(Some(
+        b"HTTP/1.1 200 OK\r\ncontent-length: 500\r\n\r\n{\"ID\"".to_vec(),
+    )));
     assert!(matches!(err.code(), "TRANSPORT" | "BACKEND"), "{err}");
 }

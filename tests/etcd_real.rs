@@ -23,7 +23,6 @@ fn client(etcd: &EtcdServer) -> Client {
     Client::etcd(config(etcd)).expect("client")
 }
 
-
 fn counting_client(cfg: EtcdConfig) -> (Client, Arc<AtomicUsize>) {
     common::counting_client(EtcdMachine::new(cfg, Box::new(OsEntropy)).unwrap())
 }
@@ -79,7 +78,11 @@ fn try_acquire_on_a_held_lock_returns_none_and_leaves_no_key() {
     let b = client(&etcd);
     let lock = a.acquire("busy", None).unwrap();
     assert!(b.try_acquire("busy").unwrap().is_none());
-    assert_eq!(keys_of(&etcd, "busy").len(), 1, "only the holder's key remains");
+    assert_eq!(
+        keys_of(&etcd, "busy").len(),
+        1,
+        "only the holder's key remains"
+    );
     // The same client asking again is also refused (it holds the name itself).
     assert!(a.try_acquire("busy").unwrap().is_none());
     lock.release().unwrap();
@@ -94,11 +97,17 @@ fn wait_timeout_fails_with_timeout_and_leaves_no_key() {
     let b = client(&etcd);
     let lock = a.acquire("slow", None).unwrap();
     let started = Instant::now();
-    let err = b.acquire("slow", Some(Duration::from_millis(400))).unwrap_err();
+    let err = b
+        .acquire("slow", Some(Duration::from_millis(400)))
+        .unwrap_err();
     assert_eq!(err.code(), "TIMEOUT", "{err}");
     assert!(started.elapsed() >= Duration::from_millis(399)); // whole-ms clock: up to 1 ms early
     assert!(started.elapsed() < Duration::from_secs(5));
-    assert_eq!(keys_of(&etcd, "slow").len(), 1, "the timed-out waiter removed its key");
+    assert_eq!(
+        keys_of(&etcd, "slow").len(),
+        1,
+        "the timed-out waiter removed its key"
+    );
     lock.release().unwrap();
     assert!(keys_of(&etcd, "slow").is_empty());
 }
@@ -115,7 +124,16 @@ fn cancelled_waiter_fails_with_aborted_and_leaves_no_key() {
         std::thread::sleep(Duration::from_millis(300));
         t2.cancel();
     });
-    let err = b.acquire_with("cancel", AcquireOptions { wait: Wait::Forever, ttl_ms: None }, Some(&token)).unwrap_err();
+    let err = b
+        .acquire_with(
+            "cancel",
+            AcquireOptions {
+                wait: Wait::Forever,
+                ttl_ms: None,
+            },
+            Some(&token),
+        )
+        .unwrap_err();
     canceller.join().unwrap();
     assert_eq!(err.code(), "ABORTED");
     assert_eq!(keys_of(&etcd, "cancel").len(), 1);
@@ -129,13 +147,22 @@ fn a_vanished_holder_is_replaced_after_its_lease_ttl() {
     let grant = raw(&etcd, "/v3/lease/grant", json!({"TTL": "2"}));
     let lease: i64 = grant["ID"].as_str().unwrap().parse().unwrap();
     let key = format!("edgelock/vanish/{lease:x}");
-    let put = raw(&etcd, "/v3/kv/put", json!({"key": b64(key.as_bytes()), "value": "", "lease": lease.to_string()}));
+    let put = raw(
+        &etcd,
+        "/v3/kv/put",
+        json!({"key": b64(key.as_bytes()), "value": "", "lease": lease.to_string()}),
+    );
     let dead_rev: u64 = put["header"]["revision"].as_str().unwrap().parse().unwrap();
     let c = client(&etcd);
     let started = Instant::now();
-    let lock = c.acquire("vanish", Some(Duration::from_secs(15))).expect("granted after the dead lease expires");
+    let lock = c
+        .acquire("vanish", Some(Duration::from_secs(15)))
+        .expect("granted after the dead lease expires");
     let waited = started.elapsed();
-    assert!(waited >= Duration::from_millis(1000), "waited only {waited:?}: the dead holder was not respected");
+    assert!(
+        waited >= Duration::from_millis(1000),
+        "waited only {waited:?}: the dead holder was not respected"
+    );
     assert!(waited < Duration::from_secs(8), "waited {waited:?}");
     assert!(lock.fencing_token() > dead_rev);
     lock.release().unwrap();
@@ -152,7 +179,10 @@ fn keepalive_keeps_a_lock_held_across_three_ttls() {
     assert!(!lock.is_lost(), "lost: {:?}", lock.lost_reason());
     assert!(lock.expires_in() > Duration::ZERO);
     let b = client(&etcd);
-    assert!(b.try_acquire("long").unwrap().is_none(), "still held on the server");
+    assert!(
+        b.try_acquire("long").unwrap().is_none(),
+        "still held on the server"
+    );
     assert!(lock.release().unwrap(), "held until release");
 }
 
@@ -164,21 +194,38 @@ fn deleting_the_key_or_revoking_the_lease_signals_lost() {
     let a = Client::etcd(cfg.clone()).unwrap();
     let lock = a.acquire("victim", None).unwrap();
     let key = lock.handle().key.clone();
-    raw(&etcd, "/v3/kv/deleterange", json!({"key": b64(key.as_bytes())}));
-    let reason = lock.wait_lost(Some(Duration::from_secs(5))).expect("loss signalled within TTL/3 and a bit");
+    raw(
+        &etcd,
+        "/v3/kv/deleterange",
+        json!({"key": b64(key.as_bytes())}),
+    );
+    let reason = lock
+        .wait_lost(Some(Duration::from_secs(5)))
+        .expect("loss signalled within TTL/3 and a bit");
     assert_eq!(reason, LostReason::KeyGone);
     // A late release reports it was not held until the end, and deletes nothing.
-    let other = client(&etcd).acquire("victim", Some(Duration::from_secs(5))).unwrap();
+    let other = client(&etcd)
+        .acquire("victim", Some(Duration::from_secs(5)))
+        .unwrap();
     assert!(!lock.release().unwrap());
-    assert_eq!(keys_of(&etcd, "victim").len(), 1, "the next holder's key survived the late release");
+    assert_eq!(
+        keys_of(&etcd, "victim").len(),
+        1,
+        "the next holder's key survived the late release"
+    );
     other.release().unwrap();
 
     let b = Client::etcd(cfg).unwrap();
     let lock = b.acquire("victim2", None).unwrap();
     let lease = lock.handle().owner.clone();
     raw(&etcd, "/v3/lease/revoke", json!({"ID": lease}));
-    let reason = lock.wait_lost(Some(Duration::from_secs(5))).expect("loss signalled");
-    assert!(matches!(reason, LostReason::KeyGone | LostReason::RenewalFailed(_)), "{reason:?}");
+    let reason = lock
+        .wait_lost(Some(Duration::from_secs(5)))
+        .expect("loss signalled");
+    assert!(
+        matches!(reason, LostReason::KeyGone | LostReason::RenewalFailed(_)),
+        "{reason:?}"
+    );
 }
 
 #[test]
@@ -190,7 +237,11 @@ fn uncontended_acquire_and_release_cost_exactly_two_requests_once_the_session_ex
         let before = sent.load(Ordering::SeqCst);
         let lock = c.acquire("two", None).unwrap();
         assert!(lock.release().unwrap());
-        assert_eq!(sent.load(Ordering::SeqCst) - before, 2, "acquire + release = 2 HTTP requests");
+        assert_eq!(
+            sent.load(Ordering::SeqCst) - before,
+            2,
+            "acquire + release = 2 HTTP requests"
+        );
     }
 }
 
@@ -201,14 +252,26 @@ fn invalid_input_is_rejected_before_any_request() {
     for bad in ["", "a\0b"] {
         assert_eq!(c.acquire(bad, None).unwrap_err().code(), "INVALID_ARGUMENT");
     }
-    assert_eq!(c.try_acquire(&"x".repeat(10_000)).unwrap_err().code(), "INVALID_ARGUMENT");
+    assert_eq!(
+        c.try_acquire(&"x".repeat(10_000)).unwrap_err().code(),
+        "INVALID_ARGUMENT"
+    );
     assert_eq!(sent.load(Ordering::SeqCst), 0, "nothing was sent");
     for bad_url in ["", "ftp://x", "http://", "http://h:99999", "http://h/?q"] {
-        assert_eq!(Client::etcd(EtcdConfig::new(vec![bad_url.to_string()])).err().map(|e| e.code()), Some("INVALID_ARGUMENT"), "{bad_url}");
+        assert_eq!(
+            Client::etcd(EtcdConfig::new(vec![bad_url.to_string()]))
+                .err()
+                .map(|e| e.code()),
+            Some("INVALID_ARGUMENT"),
+            "{bad_url}"
+        );
     }
     let mut cfg = config(&etcd);
     cfg.session_ttl_ms = 0;
-    assert_eq!(Client::etcd(cfg).err().map(|e| e.code()), Some("INVALID_ARGUMENT"));
+    assert_eq!(
+        Client::etcd(cfg).err().map(|e| e.code()),
+        Some("INVALID_ARGUMENT")
+    );
 }
 
 #[test]
@@ -216,9 +279,19 @@ fn names_with_slashes_and_odd_bytes_do_not_collide() {
     let etcd = EtcdServer::start().expect("start etcd");
     let c = client(&etcd);
     let a = c.acquire("a", None).unwrap();
-    let ab = c.try_acquire("a/b").unwrap().expect("a/b is a different lock from a");
-    let odd = c.try_acquire("../%2F?#\r\né").unwrap().expect("odd names work");
-    assert_eq!(c.inspect("a").unwrap().waiters.len(), 0, "a's range does not contain a/b's key");
+    let ab = c
+        .try_acquire("a/b")
+        .unwrap()
+        .expect("a/b is a different lock from a");
+    let odd = c
+        .try_acquire("../%2F?#\r\né")
+        .unwrap()
+        .expect("odd names work");
+    assert_eq!(
+        c.inspect("a").unwrap().waiters.len(),
+        0,
+        "a's range does not contain a/b's key"
+    );
     for l in [a, ab, odd] {
         assert!(l.release().unwrap());
     }
@@ -227,13 +300,20 @@ fn names_with_slashes_and_odd_bytes_do_not_collide() {
 #[test]
 fn unreachable_etcd_gives_transport_error_and_failover_uses_the_next_endpoint() {
     let etcd = EtcdServer::start().expect("start etcd");
-    let dead = format!("http://127.0.0.1:{}", edgelock_devtools::free_port().unwrap());
+    let dead = format!(
+        "http://127.0.0.1:{}",
+        edgelock_devtools::free_port().unwrap()
+    );
     let mut cfg = EtcdConfig::new(vec![dead.clone()]);
     cfg.request_timeout_ms = 500;
     let err = Client::etcd(cfg).unwrap().try_acquire("x").unwrap_err();
     assert_eq!(err.code(), "TRANSPORT", "{err}");
     let cfg = EtcdConfig::new(vec![dead, etcd.url()]);
-    let lock = Client::etcd(cfg).unwrap().try_acquire("x").unwrap().expect("second endpoint serves");
+    let lock = Client::etcd(cfg)
+        .unwrap()
+        .try_acquire("x")
+        .unwrap()
+        .expect("second endpoint serves");
     lock.release().unwrap();
 }
 
@@ -242,7 +322,8 @@ fn resume_from_a_handle_in_another_client() {
     let etcd = EtcdServer::start().expect("start etcd");
     let a = client(&etcd);
     let lock = a.acquire("handoff", None).unwrap();
-    let handle: LockHandle = serde_json::from_str(&serde_json::to_string(lock.handle()).unwrap()).unwrap();
+    let handle: LockHandle =
+        serde_json::from_str(&serde_json::to_string(lock.handle()).unwrap()).unwrap();
     let b = client(&etcd);
     let resumed = b.resume(&handle).expect("still held");
     assert_eq!(resumed.fencing_token(), lock.fencing_token());
@@ -273,10 +354,16 @@ fn a_ghost_key_on_the_session_lease_is_swept() {
     proxy.set(Fault::Pass);
     // The ghost: our key for "ghost", bound to our lease, that no operation made.
     let key = format!("edgelock/ghost/{lease:x}");
-    raw(&etcd, "/v3/kv/put", json!({"key": b64(key.as_bytes()), "value": b64(b"late"), "lease": lease.to_string()}));
+    raw(
+        &etcd,
+        "/v3/kv/put",
+        json!({"key": b64(key.as_bytes()), "value": b64(b"late"), "lease": lease.to_string()}),
+    );
     assert_eq!(keys_of(&etcd, "ghost"), vec![key]);
     let other = client(&etcd);
-    let lock = other.acquire("ghost", Some(Duration::from_secs(8))).expect("the ghost is swept within a few renewal rounds");
+    let lock = other
+        .acquire("ghost", Some(Duration::from_secs(8)))
+        .expect("the ghost is swept within a few renewal rounds");
     assert!(lock.release().unwrap());
     assert!(!held.is_lost(), "the real hold is untouched");
     assert!(held.release().unwrap());
@@ -310,7 +397,10 @@ fn a_waiter_whose_watch_endpoint_goes_silent_still_gets_the_lock() {
     assert!(matches!(r, Ok(Ok(true))), "{r:?}");
     // Keepalive every TTL/3 (1 s), its timeout (1 s), then a re-check.
     let took = granted_at - released_at;
-    assert!(took < Duration::from_secs(8), "granted {took:?} after the release");
+    assert!(
+        took < Duration::from_secs(8),
+        "granted {took:?} after the release"
+    );
 }
 
 #[test]
@@ -330,7 +420,11 @@ fn through_a_fault_proxy_no_false_grant_and_nothing_left_behind() {
     let started = Instant::now();
     let err = c.try_acquire("cut").unwrap_err();
     assert_eq!(err.code(), "TRANSPORT", "{err}");
-    assert!(started.elapsed() < Duration::from_secs(4), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        started.elapsed()
+    );
 
     // Until its cleanup of "cut" is confirmed, this client treats the name as
     // busy (its own abandoned key may exist): it answers "not acquired".
@@ -346,7 +440,9 @@ fn through_a_fault_proxy_no_false_grant_and_nothing_left_behind() {
     proxy.set(Fault::Pass);
     let other = client(&etcd);
     for name in ["cut", "cut2"] {
-        let lock = other.acquire(name, Some(Duration::from_secs(8))).expect("free within the TTL");
+        let lock = other
+            .acquire(name, Some(Duration::from_secs(8)))
+            .expect("free within the TTL");
         assert_eq!(keys_of(&etcd, name).len(), 1, "only the new holder's key");
         lock.release().unwrap();
     }
@@ -356,7 +452,10 @@ fn through_a_fault_proxy_no_false_grant_and_nothing_left_behind() {
         match c.try_acquire("cut") {
             Ok(Some(l)) => break assert!(l.release().unwrap()),
             _ if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(200)),
-            other => panic!("the faulted client never recovered: {:?}", other.map(|l| l.is_some())),
+            other => panic!(
+                "the faulted client never recovered: {:?}",
+                other.map(|l| l.is_some())
+            ),
         }
     }
 }

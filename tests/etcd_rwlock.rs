@@ -31,23 +31,32 @@ fn opts(wait: Wait) -> AcquireOptions {
 }
 
 fn read(c: &Client, name: &str) -> Lock {
-    c.acquire_kind(name, LockKind::Shared, opts(Wait::For(30_000)), None).expect("shared acquire").expect("granted")
+    c.acquire_kind(name, LockKind::Shared, opts(Wait::For(30_000)), None)
+        .expect("shared acquire")
+        .expect("granted")
 }
 
 fn try_read(c: &Client, name: &str) -> Option<Lock> {
-    c.acquire_kind(name, LockKind::Shared, opts(Wait::Try), None).expect("shared try")
+    c.acquire_kind(name, LockKind::Shared, opts(Wait::Try), None)
+        .expect("shared try")
 }
 
 fn write(c: &Client, name: &str) -> Lock {
-    c.acquire_kind(name, LockKind::Exclusive, opts(Wait::For(30_000)), None).expect("exclusive acquire").expect("granted")
+    c.acquire_kind(name, LockKind::Exclusive, opts(Wait::For(30_000)), None)
+        .expect("exclusive acquire")
+        .expect("granted")
 }
 
 fn try_write(c: &Client, name: &str) -> Option<Lock> {
-    c.acquire_kind(name, LockKind::Exclusive, opts(Wait::Try), None).expect("exclusive try")
+    c.acquire_kind(name, LockKind::Exclusive, opts(Wait::Try), None)
+        .expect("exclusive try")
 }
 
 fn reader_keys(etcd: &EtcdServer, name: &str) -> Vec<String> {
-    keys_of(etcd, name).into_iter().filter(|k| k.starts_with(&format!("edgelock/{name}/r/"))).collect()
+    keys_of(etcd, name)
+        .into_iter()
+        .filter(|k| k.starts_with(&format!("edgelock/{name}/r/")))
+        .collect()
 }
 
 fn counted_client(etcd: &EtcdServer) -> (Client, Arc<Traffic>) {
@@ -75,7 +84,10 @@ fn spawn_waiter(c: Client, name: &'static str, kind: LockKind) -> Waiter {
     let (release, rx) = std::sync::mpsc::channel::<()>();
     let flag = granted.clone();
     let thread = std::thread::spawn(move || {
-        let l = c.acquire_kind(name, kind, opts(Wait::For(30_000)), None).expect("acquire").expect("granted");
+        let l = c
+            .acquire_kind(name, kind, opts(Wait::For(30_000)), None)
+            .expect("acquire")
+            .expect("granted");
         assert_eq!(l.kind(), kind);
         flag.store(true, Ordering::SeqCst);
         let token = l.fencing_token();
@@ -84,7 +96,11 @@ fn spawn_waiter(c: Client, name: &'static str, kind: LockKind) -> Waiter {
         c.close().unwrap();
         token
     });
-    Waiter { granted, release, thread }
+    Waiter {
+        granted,
+        release,
+        thread,
+    }
 }
 
 impl Waiter {
@@ -108,16 +124,32 @@ fn several_readers_hold_at_once_and_exclude_a_writer() {
     for l in [&a1, &a2, &b1] {
         assert_eq!(l.kind(), LockKind::Shared);
         assert_eq!(l.handle().kind, LockKind::Shared);
-        assert_eq!(l.fencing_token(), l.handle().revision, "a reader's token is its key's create revision");
+        assert_eq!(
+            l.fencing_token(),
+            l.handle().revision,
+            "a reader's token is its key's create revision"
+        );
     }
     assert_eq!(reader_keys(&etcd, "cfg").len(), 3);
     // An exclusive try behind readers fails, from a reader's own client too, and leaves no key.
     assert!(try_write(&c, "cfg").is_none());
     assert!(try_write(&a, "cfg").is_none());
-    assert_eq!(keys_of(&etcd, "cfg").len(), 3, "the refused tries left nothing");
+    assert_eq!(
+        keys_of(&etcd, "cfg").len(),
+        3,
+        "the refused tries left nothing"
+    );
     let st = c.inspect("cfg").unwrap();
-    assert_eq!(st.holders.iter().map(|h| (h.kind, h.fencing_token)).collect::<Vec<_>>(),
-               [&a1, &a2, &b1].iter().map(|l| (LockKind::Shared, Some(l.fencing_token()))).collect::<Vec<_>>());
+    assert_eq!(
+        st.holders
+            .iter()
+            .map(|h| (h.kind, h.fencing_token))
+            .collect::<Vec<_>>(),
+        [&a1, &a2, &b1]
+            .iter()
+            .map(|l| (LockKind::Shared, Some(l.fencing_token())))
+            .collect::<Vec<_>>()
+    );
     assert!(st.queued.is_empty() && st.held && st.limit.is_none() && st.remaining_ms.is_some());
     for l in [a1, a2, b1] {
         assert!(l.release().unwrap());
@@ -125,9 +157,15 @@ fn several_readers_hold_at_once_and_exclude_a_writer() {
     // Once they are gone a writer holds, and a shared try behind it fails.
     let w = try_write(&c, "cfg").expect("free once the readers left");
     assert!(try_read(&a, "cfg").is_none());
-    assert!(try_read(&c, "cfg").is_none(), "not even from the writer's own client");
+    assert!(
+        try_read(&c, "cfg").is_none(),
+        "not even from the writer's own client"
+    );
     let st = a.inspect("cfg").unwrap();
-    assert_eq!(st.holders.iter().map(|h| h.kind).collect::<Vec<_>>(), vec![LockKind::Exclusive]);
+    assert_eq!(
+        st.holders.iter().map(|h| h.kind).collect::<Vec<_>>(),
+        vec![LockKind::Exclusive]
+    );
     assert!(w.release().unwrap());
     assert!(keys_of(&etcd, "cfg").is_empty(), "nothing left behind");
 }
@@ -146,15 +184,31 @@ fn a_waiting_writer_is_not_starved_by_later_readers() {
     let late: Vec<Waiter> = (0..3)
         .map(|i| {
             let r = spawn_waiter(client(&etcd), "stream", LockKind::Shared);
-            wait_until("a late reader queued", || reader_keys(&etcd, "stream").len() == 3 + i);
+            wait_until("a late reader queued", || {
+                reader_keys(&etcd, "stream").len() == 3 + i
+            });
             r
         })
         .collect();
     std::thread::sleep(Duration::from_millis(300));
-    assert!(!w.granted() && late.iter().all(|r| !r.granted()), "readers arriving after a waiting writer wait behind it");
+    assert!(
+        !w.granted() && late.iter().all(|r| !r.granted()),
+        "readers arriving after a waiting writer wait behind it"
+    );
     let st = holders.inspect("stream").unwrap();
-    assert_eq!(st.holders.iter().map(|h| h.kind).collect::<Vec<_>>(), vec![LockKind::Shared; 2]);
-    assert_eq!(st.queued.iter().map(|h| h.kind).collect::<Vec<_>>(), vec![LockKind::Exclusive, LockKind::Shared, LockKind::Shared, LockKind::Shared]);
+    assert_eq!(
+        st.holders.iter().map(|h| h.kind).collect::<Vec<_>>(),
+        vec![LockKind::Shared; 2]
+    );
+    assert_eq!(
+        st.queued.iter().map(|h| h.kind).collect::<Vec<_>>(),
+        vec![
+            LockKind::Exclusive,
+            LockKind::Shared,
+            LockKind::Shared,
+            LockKind::Shared
+        ]
+    );
     let earlier = [r1.fencing_token(), r2.fencing_token()];
     assert!(r1.release().unwrap());
     std::thread::sleep(Duration::from_millis(300));
@@ -162,15 +216,26 @@ fn a_waiting_writer_is_not_starved_by_later_readers() {
     assert!(r2.release().unwrap());
     wait_until("the writer is granted", || w.granted());
     std::thread::sleep(Duration::from_millis(300));
-    assert!(late.iter().all(|r| !r.granted()), "no reader beside the writer");
+    assert!(
+        late.iter().all(|r| !r.granted()),
+        "no reader beside the writer"
+    );
     let st = holders.inspect("stream").unwrap();
     assert_eq!(st.holders.len(), 1);
     assert_eq!(st.holders[0].kind, LockKind::Exclusive);
     let w_token = w.finish();
-    assert!(earlier.iter().all(|t| *t < w_token), "writer token {w_token} above the earlier readers' {earlier:?}");
-    wait_until("every late reader is granted", || late.iter().all(|r| r.granted()));
+    assert!(
+        earlier.iter().all(|t| *t < w_token),
+        "writer token {w_token} above the earlier readers' {earlier:?}"
+    );
+    wait_until("every late reader is granted", || {
+        late.iter().all(|r| r.granted())
+    });
     for r in late {
-        assert!(r.finish() > w_token, "a reader's token is above every earlier writer's");
+        assert!(
+            r.finish() > w_token,
+            "a reader's token is above every earlier writer's"
+        );
     }
     assert!(keys_of(&etcd, "stream").is_empty());
 }
@@ -192,30 +257,59 @@ fn a_writers_release_wakes_the_readers_behind_it_but_not_the_next_writer() {
     }
     let (c, w2_traffic) = counted_client(&etcd);
     let w2 = spawn_waiter(c, "wake", LockKind::Exclusive);
-    wait_until("the second writer queued", || keys_of(&etcd, "wake").len() == 5);
-    wait_until("everyone watches", || reader_traffic.iter().chain([&w2_traffic]).all(|t| t.watches.load(Ordering::SeqCst) >= 1));
+    wait_until("the second writer queued", || {
+        keys_of(&etcd, "wake").len() == 5
+    });
+    wait_until("everyone watches", || {
+        reader_traffic
+            .iter()
+            .chain([&w2_traffic])
+            .all(|t| t.watches.load(Ordering::SeqCst) >= 1)
+    });
     std::thread::sleep(Duration::from_millis(300));
     let rechecks = |t: &Arc<Traffic>| t.rechecks.load(Ordering::SeqCst);
     let before: Vec<usize> = reader_traffic.iter().map(rechecks).collect();
     let w2_before = rechecks(&w2_traffic);
     assert!(w1.release().unwrap());
-    wait_until("the readers are granted", || readers.iter().all(|r| r.granted()));
+    wait_until("the readers are granted", || {
+        readers.iter().all(|r| r.granted())
+    });
     std::thread::sleep(Duration::from_millis(300));
-    let per_reader: Vec<usize> = reader_traffic.iter().zip(&before).map(|(t, b)| rechecks(t) - b).collect();
+    let per_reader: Vec<usize> = reader_traffic
+        .iter()
+        .zip(&before)
+        .map(|(t, b)| rechecks(t) - b)
+        .collect();
     let w2_after_w1 = rechecks(&w2_traffic) - w2_before;
-    eprintln!("re-checks on the writer's release: readers {per_reader:?}, next writer {w2_after_w1}");
-    assert_eq!(per_reader, vec![1, 1, 1], "each reader behind the writer re-checks once");
-    assert_eq!(w2_after_w1, 0, "the writer queued after the readers is not woken");
+    eprintln!(
+        "re-checks on the writer's release: readers {per_reader:?}, next writer {w2_after_w1}"
+    );
+    assert_eq!(
+        per_reader,
+        vec![1, 1, 1],
+        "each reader behind the writer re-checks once"
+    );
+    assert_eq!(
+        w2_after_w1, 0,
+        "the writer queued after the readers is not woken"
+    );
     assert!(!w2.granted());
     // The readers leave, oldest first: W2 watches the newest one (its predecessor) only.
     let mut readers = readers.into_iter();
     let tokens: Vec<u64> = (0..2).map(|_| readers.next().unwrap().finish()).collect();
     std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(rechecks(&w2_traffic) - w2_before, 0, "older readers leaving do not wake the writer");
+    assert_eq!(
+        rechecks(&w2_traffic) - w2_before,
+        0,
+        "older readers leaving do not wake the writer"
+    );
     assert!(!w2.granted());
     let last = readers.next().unwrap().finish();
     wait_until("the second writer is granted", || w2.granted());
-    eprintln!("re-checks of the second writer for its grant: {}", rechecks(&w2_traffic) - w2_before);
+    eprintln!(
+        "re-checks of the second writer for its grant: {}",
+        rechecks(&w2_traffic) - w2_before
+    );
     assert_eq!(rechecks(&w2_traffic) - w2_before, 1);
     let w2_token = w2.finish();
     assert!(tokens.iter().chain([&last]).all(|t| *t < w2_token));
@@ -233,20 +327,38 @@ fn mixed_holders_exclude_writers_and_writer_tokens_increase() {
     let threads: Vec<_> = (0..4)
         .map(|i| {
             let c = client(&etcd);
-            let (readers_in, writer_in, grants) = (readers_in.clone(), writer_in.clone(), grants.clone());
+            let (readers_in, writer_in, grants) =
+                (readers_in.clone(), writer_in.clone(), grants.clone());
             std::thread::spawn(move || {
                 for j in 0..12 {
-                    let kind = if (i + j) % 3 == 0 { LockKind::Exclusive } else { LockKind::Shared };
-                    let l = c.acquire_kind("mixed", kind, opts(Wait::For(30_000)), None).unwrap().expect("granted");
+                    let kind = if (i + j) % 3 == 0 {
+                        LockKind::Exclusive
+                    } else {
+                        LockKind::Shared
+                    };
+                    let l = c
+                        .acquire_kind("mixed", kind, opts(Wait::For(30_000)), None)
+                        .unwrap()
+                        .expect("granted");
                     grants.lock().unwrap().push((kind, l.fencing_token()));
                     if kind == LockKind::Exclusive {
-                        assert!(!writer_in.swap(true, Ordering::SeqCst), "two writers at once");
-                        assert_eq!(readers_in.load(Ordering::SeqCst), 0, "a writer beside readers");
+                        assert!(
+                            !writer_in.swap(true, Ordering::SeqCst),
+                            "two writers at once"
+                        );
+                        assert_eq!(
+                            readers_in.load(Ordering::SeqCst),
+                            0,
+                            "a writer beside readers"
+                        );
                         std::thread::sleep(Duration::from_millis(3));
                         writer_in.store(false, Ordering::SeqCst);
                     } else {
                         readers_in.fetch_add(1, Ordering::SeqCst);
-                        assert!(!writer_in.load(Ordering::SeqCst), "a reader beside a writer");
+                        assert!(
+                            !writer_in.load(Ordering::SeqCst),
+                            "a reader beside a writer"
+                        );
                         std::thread::sleep(Duration::from_millis(3));
                         readers_in.fetch_sub(1, Ordering::SeqCst);
                     }
@@ -267,8 +379,17 @@ fn mixed_holders_exclude_writers_and_writer_tokens_increase() {
     for (i, (kind, token)) in grants.iter().enumerate() {
         let before = &grants[..i];
         match kind {
-            LockKind::Exclusive => assert!(before.iter().all(|g| g.1 < *token), "writer {token} after {before:?}"),
-            _ => assert!(before.iter().filter(|g| g.0 == LockKind::Exclusive).all(|g| g.1 < *token), "reader {token} after {before:?}"),
+            LockKind::Exclusive => assert!(
+                before.iter().all(|g| g.1 < *token),
+                "writer {token} after {before:?}"
+            ),
+            _ => assert!(
+                before
+                    .iter()
+                    .filter(|g| g.0 == LockKind::Exclusive)
+                    .all(|g| g.1 < *token),
+                "reader {token} after {before:?}"
+            ),
         }
     }
     assert!(keys_of(&etcd, "mixed").is_empty());
@@ -284,9 +405,16 @@ fn a_shared_handle_is_resumed_extended_and_released() {
     assert!(json.contains(r#""mode":"shared""#), "{json}");
     let handle: LockHandle = serde_json::from_str(&json).unwrap();
     let resumed = b.resume(&handle).expect("still held");
-    assert_eq!((resumed.kind(), resumed.fencing_token()), (LockKind::Shared, lock.fencing_token()));
+    assert_eq!(
+        (resumed.kind(), resumed.fencing_token()),
+        (LockKind::Shared, lock.fencing_token())
+    );
     resumed.extend(None).expect("the resumed hold extends");
-    assert_eq!(b.resume(&handle).unwrap_err().code(), "INVALID_ARGUMENT", "the same hold is not adopted twice");
+    assert_eq!(
+        b.resume(&handle).unwrap_err().code(),
+        "INVALID_ARGUMENT",
+        "the same hold is not adopted twice"
+    );
     // A second reader of the resuming client is not blocked by the resumed hold.
     let other = try_read(&b, "resume").expect("readers share");
     assert!(other.release().unwrap());
@@ -302,8 +430,15 @@ fn a_shared_handle_is_resumed_extended_and_released() {
     assert!(w.release().unwrap());
     // A reader whose key is deleted behind its back learns it lost the hold.
     let l = read(&a, "resume");
-    raw(&etcd, "/v3/kv/deleterange", json!({"key": b64(l.handle().key.as_bytes())}));
-    assert_eq!(l.wait_lost(Some(Duration::from_secs(10))), Some(LostReason::KeyGone));
+    raw(
+        &etcd,
+        "/v3/kv/deleterange",
+        json!({"key": b64(l.handle().key.as_bytes())}),
+    );
+    assert_eq!(
+        l.wait_lost(Some(Duration::from_secs(10))),
+        Some(LostReason::KeyGone)
+    );
 }
 
 /// A reader whose process died (its session lease is no longer renewed)
@@ -314,16 +449,26 @@ fn a_dead_reader_is_taken_over_at_lease_end() {
     let grant = raw(&etcd, "/v3/lease/grant", json!({"TTL": "2"}));
     let lease: i64 = grant["ID"].as_str().unwrap().parse().unwrap();
     let key = format!("edgelock/dead/r/{lease:x}.1");
-    let put = raw(&etcd, "/v3/kv/put", json!({"key": b64(key.as_bytes()), "value": b64(b"r:dead"), "lease": lease.to_string()}));
+    let put = raw(
+        &etcd,
+        "/v3/kv/put",
+        json!({"key": b64(key.as_bytes()), "value": b64(b"r:dead"), "lease": lease.to_string()}),
+    );
     let dead_token: u64 = put["header"]["revision"].as_str().unwrap().parse().unwrap();
     let c = client(&etcd);
-    assert!(try_write(&c, "dead").is_none(), "the dead reader's hold is respected");
+    assert!(
+        try_write(&c, "dead").is_none(),
+        "the dead reader's hold is respected"
+    );
     let reader = try_read(&c, "dead").expect("readers share with the dead reader");
     assert!(reader.release().unwrap());
     let started = Instant::now();
     let w = write(&c, "dead");
     let waited = started.elapsed();
-    assert!(waited >= Duration::from_millis(1000), "waited only {waited:?}");
+    assert!(
+        waited >= Duration::from_millis(1000),
+        "waited only {waited:?}"
+    );
     assert!(waited < Duration::from_secs(8), "waited {waited:?}");
     assert!(w.fencing_token() > dead_token);
     assert!(w.release().unwrap());
@@ -336,17 +481,32 @@ fn permits_and_shared_holds_do_not_mix() {
     let r = read(&a, "rw");
     let before = keys_of(&etcd, "rw");
     for wait in [Wait::Try, Wait::For(2_000)] {
-        let err = b.acquire_kind("rw", LockKind::permits(2).unwrap(), opts(wait), None).unwrap_err();
+        let err = b
+            .acquire_kind("rw", LockKind::permits(2).unwrap(), opts(wait), None)
+            .unwrap_err();
         assert_eq!(err.code(), "INVALID_ARGUMENT", "{err}");
-        assert!(err.to_string().contains("is a read-write lock, not a semaphore of 2"), "{err}");
+        assert!(
+            err.to_string()
+                .contains("is a read-write lock, not a semaphore of 2"),
+            "{err}"
+        );
         assert_eq!(keys_of(&etcd, "rw"), before, "nothing left behind");
     }
-    let p = b.acquire_kind("sem", LockKind::permits(2).unwrap(), opts(Wait::Try), None).unwrap().expect("permit");
+    let p = b
+        .acquire_kind("sem", LockKind::permits(2).unwrap(), opts(Wait::Try), None)
+        .unwrap()
+        .expect("permit");
     let before = keys_of(&etcd, "sem");
     for wait in [Wait::Try, Wait::For(2_000)] {
-        let err = a.acquire_kind("sem", LockKind::Shared, opts(wait), None).unwrap_err();
+        let err = a
+            .acquire_kind("sem", LockKind::Shared, opts(wait), None)
+            .unwrap_err();
         assert_eq!(err.code(), "INVALID_ARGUMENT", "{err}");
-        assert!(err.to_string().contains("is a semaphore of 2, not a read-write lock"), "{err}");
+        assert!(
+            err.to_string()
+                .contains("is a semaphore of 2, not a read-write lock"),
+            "{err}"
+        );
         assert_eq!(keys_of(&etcd, "sem"), before, "nothing left behind");
     }
     // Reader keys are no semaphore's: an exclusive acquire waits behind them, not refused.
@@ -364,7 +524,11 @@ fn uncontended_shared_acquire_and_release_cost_two_requests() {
         let before = traffic.requests.load(Ordering::SeqCst);
         let lock = read(&c, "cheap");
         assert!(lock.release().unwrap());
-        assert_eq!(traffic.requests.load(Ordering::SeqCst) - before, 2, "acquire txn + release");
+        assert_eq!(
+            traffic.requests.load(Ordering::SeqCst) - before,
+            2,
+            "acquire txn + release"
+        );
     }
 }
 
@@ -374,10 +538,16 @@ fn a_reader_that_times_out_behind_a_writer_leaves_no_key() {
     let (a, b) = (client(&etcd), client(&etcd));
     let w = write(&a, "timeout");
     let started = Instant::now();
-    let err = b.acquire_kind("timeout", LockKind::Shared, opts(Wait::For(400)), None).unwrap_err();
+    let err = b
+        .acquire_kind("timeout", LockKind::Shared, opts(Wait::For(400)), None)
+        .unwrap_err();
     assert_eq!(err.code(), "TIMEOUT", "{err}");
     assert!(started.elapsed() >= Duration::from_millis(400));
-    assert_eq!(keys_of(&etcd, "timeout"), vec![w.handle().key.clone()], "only the writer's key");
+    assert_eq!(
+        keys_of(&etcd, "timeout"),
+        vec![w.handle().key.clone()],
+        "only the writer's key"
+    );
     // The same client's own reader waits behind its writer too.
     assert!(try_read(&a, "timeout").is_none());
     assert!(w.release().unwrap());
@@ -402,12 +572,21 @@ fn a_ghost_reader_key_on_the_session_lease_is_swept() {
     let held = read(&c, "keeps-the-session");
     let lease: i64 = held.handle().owner.parse().unwrap();
     proxy.set(Fault::CutResponse);
-    assert!(c.acquire_kind("cut", LockKind::Shared, opts(Wait::Try), None).is_err());
+    assert!(c
+        .acquire_kind("cut", LockKind::Shared, opts(Wait::Try), None)
+        .is_err());
     proxy.set(Fault::Pass);
     let key = format!("edgelock/ghost/r/{lease:x}.999");
-    raw(&etcd, "/v3/kv/put", json!({"key": b64(key.as_bytes()), "value": b64(b"r:late"), "lease": lease.to_string()}));
+    raw(
+        &etcd,
+        "/v3/kv/put",
+        json!({"key": b64(key.as_bytes()), "value": b64(b"r:late"), "lease": lease.to_string()}),
+    );
     let other = client(&etcd);
-    let w = other.acquire_kind("ghost", LockKind::Exclusive, opts(Wait::For(8_000)), None).unwrap().expect("the ghost is swept within a few renewal rounds");
+    let w = other
+        .acquire_kind("ghost", LockKind::Exclusive, opts(Wait::For(8_000)), None)
+        .unwrap()
+        .expect("the ghost is swept within a few renewal rounds");
     assert!(w.release().unwrap());
     assert!(!held.is_lost(), "the real reader is untouched");
     assert!(held.release().unwrap());

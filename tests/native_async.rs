@@ -40,14 +40,20 @@ trait Exec {
     fn sleep(d: Duration) -> LocalBoxFuture<'static, ()>;
     /// `None` when `d` passes first, and then `f` is dropped (the usual way
     /// a user bounds or cancels a call).
-    fn timeout<'a, T: 'a>(d: Duration, f: impl Future<Output = T> + 'a) -> LocalBoxFuture<'a, Option<T>>;
+    fn timeout<'a, T: 'a>(
+        d: Duration,
+        f: impl Future<Output = T> + 'a,
+    ) -> LocalBoxFuture<'a, Option<T>>;
 }
 
 struct Tokio;
 
 impl Exec for Tokio {
     fn run(f: impl Future<Output = ()> + 'static) {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().expect("tokio runtime");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .expect("tokio runtime");
         tokio::task::LocalSet::new().block_on(&rt, f);
     }
     fn spawn<T: 'static>(f: impl Future<Output = T> + 'static) -> LocalBoxFuture<'static, T> {
@@ -57,7 +63,10 @@ impl Exec for Tokio {
     fn sleep(d: Duration) -> LocalBoxFuture<'static, ()> {
         Box::pin(tokio::time::sleep(d))
     }
-    fn timeout<'a, T: 'a>(d: Duration, f: impl Future<Output = T> + 'a) -> LocalBoxFuture<'a, Option<T>> {
+    fn timeout<'a, T: 'a>(
+        d: Duration,
+        f: impl Future<Output = T> + 'a,
+    ) -> LocalBoxFuture<'a, Option<T>> {
         Box::pin(async move { tokio::time::timeout(d, f).await.ok() })
     }
 }
@@ -80,7 +89,10 @@ impl Exec for Smol {
             smol::Timer::after(d).await;
         })
     }
-    fn timeout<'a, T: 'a>(d: Duration, f: impl Future<Output = T> + 'a) -> LocalBoxFuture<'a, Option<T>> {
+    fn timeout<'a, T: 'a>(
+        d: Duration,
+        f: impl Future<Output = T> + 'a,
+    ) -> LocalBoxFuture<'a, Option<T>> {
         Box::pin(smol::future::or(async move { Some(f.await) }, async move {
             smol::Timer::after(d).await;
             None
@@ -114,7 +126,11 @@ impl Servers {
         let redis = RedisServer::start().expect("start redis-server");
         let webdis = Webdis::start(&redis).expect("start webdis");
         let gateway = UpstashGateway::start(&redis, TOKEN).expect("start the gateway");
-        Servers::Redis(Box::new(RedisStack { redis, webdis, gateway }))
+        Servers::Redis(Box::new(RedisStack {
+            redis,
+            webdis,
+            gateway,
+        }))
     }
 
     /// A new client (a new session). Short TTLs (renewal every second) so that
@@ -132,7 +148,11 @@ impl Servers {
                 BackendSpec::Etcd(cfg)
             }
             Servers::Redis(r) => {
-                let node = if webdis_node { RedisNode::webdis(r.webdis.url()) } else { RedisNode::upstash(r.gateway.url(), TOKEN) };
+                let node = if webdis_node {
+                    RedisNode::webdis(r.webdis.url())
+                } else {
+                    RedisNode::upstash(r.gateway.url(), TOKEN)
+                };
                 let mut cfg = RedisConfig::new(node);
                 cfg.ttl_ms = 3_000;
                 cfg.retry_delay_ms = 50;
@@ -163,43 +183,69 @@ impl Servers {
     fn delete_behind_the_clients_back(&self, lock: &AsyncLock) {
         match self {
             Servers::Etcd(etcd) => {
-                raw(etcd, "/v3/kv/deleterange", json!({"key": b64(lock.handle().key.as_bytes())}));
+                raw(
+                    etcd,
+                    "/v3/kv/deleterange",
+                    json!({"key": b64(lock.handle().key.as_bytes())}),
+                );
             }
             Servers::Redis(r) => {
-                r.redis.redis_command(&[b"DEL", lock_key("edgelock", lock.name()).as_bytes()]).expect("DEL");
+                r.redis
+                    .redis_command(&[b"DEL", lock_key("edgelock", lock.name()).as_bytes()])
+                    .expect("DEL");
             }
         }
     }
 }
 
 fn redis_holder(redis: &RedisServer, name: &str) -> Option<Vec<u8>> {
-    redis.redis_command(&[b"GET", lock_key("edgelock", name).as_bytes()]).expect("GET").as_bytes().map(<[u8]>::to_vec)
+    redis
+        .redis_command(&[b"GET", lock_key("edgelock", name).as_bytes()])
+        .expect("GET")
+        .as_bytes()
+        .map(<[u8]>::to_vec)
 }
 
 // ---- scenarios (each runs under every executor, on the backends it names)
 
 async fn acquire_and_release<E: Exec>(servers: &Servers, via_webdis: bool) {
     let c = servers.client_via(via_webdis);
-    let lock = c.acquire("job", Some(Duration::from_secs(10))).await.expect("acquire");
+    let lock = c
+        .acquire("job", Some(Duration::from_secs(10)))
+        .await
+        .expect("acquire");
     assert_eq!(lock.name(), "job");
     assert!(lock.fencing_token() > 0);
     assert!(!lock.is_lost() && lock.expires_in() > Duration::ZERO);
     assert_eq!(servers.key_count("job"), 1, "one key on the server");
     let st = c.inspect("job").await.expect("inspect");
-    assert_eq!((st.held, st.fencing_token), (true, Some(lock.fencing_token())));
+    assert_eq!(
+        (st.held, st.fencing_token),
+        (true, Some(lock.fencing_token()))
+    );
     lock.extend(None).await.expect("extend");
     let other = servers.client();
-    assert!(other.try_acquire("job").await.expect("try").is_none(), "held: a try elsewhere fails");
+    assert!(
+        other.try_acquire("job").await.expect("try").is_none(),
+        "held: a try elsewhere fails"
+    );
     let token = lock.fencing_token();
     assert!(lock.release().await.expect("release"), "held until release");
     assert!(servers.is_free("job"));
     assert!(!c.inspect("job").await.unwrap().held);
-    let again = other.try_acquire("job").await.expect("try").expect("free now");
+    let again = other
+        .try_acquire("job")
+        .await
+        .expect("try")
+        .expect("free now");
     assert!(again.fencing_token() > token, "fencing tokens increase");
     assert!(again.release().await.unwrap());
     c.close().await.unwrap();
     other.close().await.unwrap();
-    assert!(matches!(c.acquire("job", None).await, Err(LockError::Closed { .. })));
+    assert!(matches!(
+        c.acquire("job", None).await,
+        Err(LockError::Closed { .. })
+    ));
 }
 
 /// The second acquire waits (without blocking the executor's only thread)
@@ -218,13 +264,20 @@ async fn contention<E: Exec>(servers: &Servers) {
     });
     // The executor keeps running other work meanwhile: this sleep proceeds.
     E::sleep(Duration::from_millis(500)).await;
-    assert!(!granted.get(), "the second acquire must wait while the lock is held");
+    assert!(
+        !granted.get(),
+        "the second acquire must wait while the lock is held"
+    );
     let first_token = first.fencing_token();
     let released_at = Instant::now();
     assert!(first.release().await.unwrap());
     let (second, b) = waiter.await;
     let second = second.expect("granted after the release");
-    assert!(released_at.elapsed() < Duration::from_secs(5), "woken promptly: {:?}", released_at.elapsed());
+    assert!(
+        released_at.elapsed() < Duration::from_secs(5),
+        "woken promptly: {:?}",
+        released_at.elapsed()
+    );
     assert!(second.fencing_token() > first_token);
     assert!(second.release().await.unwrap());
     a.close().await.unwrap();
@@ -244,7 +297,10 @@ async fn fifty_tasks_on_one_thread<E: Exec>(servers: &Servers) {
             let c = clients[i % clients.len()].clone();
             let (inside, tokens, threads) = (inside.clone(), tokens.clone(), threads.clone());
             E::spawn(async move {
-                let lock = c.acquire("fifty", Some(Duration::from_secs(120))).await.expect("acquire");
+                let lock = c
+                    .acquire("fifty", Some(Duration::from_secs(120)))
+                    .await
+                    .expect("acquire");
                 assert!(!inside.replace(true), "two holders at once");
                 tokens.borrow_mut().push(lock.fencing_token());
                 threads.borrow_mut().insert(std::thread::current().id());
@@ -260,7 +316,10 @@ async fn fifty_tasks_on_one_thread<E: Exec>(servers: &Servers) {
     }
     let tokens = tokens.borrow().clone();
     assert_eq!(tokens.len(), 50);
-    assert!(tokens.windows(2).all(|w| w[0] < w[1]), "tokens must increase in grant order: {tokens:?}");
+    assert!(
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "tokens must increase in grant order: {tokens:?}"
+    );
     assert_eq!(threads.borrow().len(), 1, "all 50 tasks ran on one thread");
     assert!(servers.is_free("fifty"));
     for c in clients {
@@ -272,27 +331,55 @@ async fn wait_runs_out_with_timeout<E: Exec>(servers: &Servers) {
     let (a, b) = (servers.client(), servers.client());
     let held = a.acquire("slow", None).await.unwrap();
     let t = Instant::now();
-    let err = b.acquire("slow", Some(Duration::from_millis(400))).await.unwrap_err();
+    let err = b
+        .acquire("slow", Some(Duration::from_millis(400)))
+        .await
+        .unwrap_err();
     assert!(matches!(err, LockError::Timeout { .. }), "{err:?}");
-    assert!(t.elapsed() >= Duration::from_millis(399) && t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
-    assert_eq!(servers.key_count("slow"), 1, "the timed-out waiter left nothing behind");
+    assert!(
+        t.elapsed() >= Duration::from_millis(399) && t.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        t.elapsed()
+    );
+    assert_eq!(
+        servers.key_count("slow"),
+        1,
+        "the timed-out waiter left nothing behind"
+    );
     assert!(held.release().await.unwrap());
     assert!(servers.is_free("slow"));
 }
 
 /// After a waiter was dropped: the name is free once its holder releases, the
 /// dropped waiter never takes it, and another client gets it promptly.
-async fn assert_the_dropped_waiter_is_gone<E: Exec>(servers: &Servers, holder: AsyncLock, name: &str) {
+async fn assert_the_dropped_waiter_is_gone<E: Exec>(
+    servers: &Servers,
+    holder: AsyncLock,
+    name: &str,
+) {
     let with_holder = servers.key_count(name);
-    assert_eq!(with_holder, 1, "only the holder's key remains after the drop");
+    assert_eq!(
+        with_holder, 1,
+        "only the holder's key remains after the drop"
+    );
     assert!(holder.release().await.unwrap());
     // Long enough for a leaked waiter to have been granted and to show up.
     E::sleep(Duration::from_millis(700)).await;
-    assert!(servers.is_free(name), "the dropped waiter must not take the lock");
+    assert!(
+        servers.is_free(name),
+        "the dropped waiter must not take the lock"
+    );
     let c = servers.client();
     let t = Instant::now();
-    let lock = c.acquire(name, Some(Duration::from_secs(2))).await.expect("free for others");
-    assert!(t.elapsed() < Duration::from_secs(1), "granted promptly: {:?}", t.elapsed());
+    let lock = c
+        .acquire(name, Some(Duration::from_secs(2)))
+        .await
+        .expect("free for others");
+    assert!(
+        t.elapsed() < Duration::from_secs(1),
+        "granted promptly: {:?}",
+        t.elapsed()
+    );
     assert!(lock.release().await.unwrap());
     c.close().await.unwrap();
 }
@@ -302,7 +389,12 @@ async fn dropping_a_waiting_acquire<E: Exec>(servers: &Servers) {
     let held = a.acquire("drop", None).await.unwrap();
     let mut waiting = Box::pin(b.acquire("drop", None));
     // Poll it for a while (it starts waiting), without letting it finish.
-    assert!(E::timeout(Duration::from_millis(500), &mut waiting).await.is_none(), "must still be waiting");
+    assert!(
+        E::timeout(Duration::from_millis(500), &mut waiting)
+            .await
+            .is_none(),
+        "must still be waiting"
+    );
     drop(waiting);
     E::sleep(Duration::from_millis(300)).await; // the cancel reaches the server
     assert_the_dropped_waiter_is_gone::<E>(servers, held, "drop").await;
@@ -312,11 +404,18 @@ async fn dropping_a_waiting_acquire<E: Exec>(servers: &Servers) {
 async fn executor_timeout_cancels<E: Exec>(servers: &Servers) {
     let (a, b) = (servers.client(), servers.client());
     let held = a.acquire("bounded", None).await.unwrap();
-    assert!(E::timeout(Duration::from_millis(500), b.acquire("bounded", None)).await.is_none());
+    assert!(
+        E::timeout(Duration::from_millis(500), b.acquire("bounded", None))
+            .await
+            .is_none()
+    );
     E::sleep(Duration::from_millis(300)).await;
     assert_the_dropped_waiter_is_gone::<E>(servers, held, "bounded").await;
     // And a timeout that does not run out returns the lock as usual.
-    let lock = E::timeout(Duration::from_secs(5), b.acquire("bounded", None)).await.expect("in time").unwrap();
+    let lock = E::timeout(Duration::from_secs(5), b.acquire("bounded", None))
+        .await
+        .expect("in time")
+        .unwrap();
     assert!(lock.release().await.unwrap());
 }
 
@@ -341,33 +440,58 @@ async fn drops_racing_the_grant<E: Exec>(servers: &Servers) {
     let flag = Arc::new(WakeFlag(AtomicBool::new(false)));
     let waker = Waker::from(flag.clone());
     let mut waiting = Box::pin(b.acquire("race", None));
-    assert!(waiting.as_mut().poll(&mut Context::from_waker(&waker)).is_pending());
+    assert!(waiting
+        .as_mut()
+        .poll(&mut Context::from_waker(&waker))
+        .is_pending());
     E::sleep(Duration::from_millis(200)).await;
     assert!(!flag.0.load(Ordering::SeqCst), "still waiting while held");
     assert!(held.release().await.unwrap());
     let t = Instant::now();
     while !flag.0.load(Ordering::SeqCst) {
-        assert!(t.elapsed() < Duration::from_secs(5), "the grant was never delivered");
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "the grant was never delivered"
+        );
         E::sleep(Duration::from_millis(5)).await;
     }
     assert_eq!(servers.key_count("race"), 1, "granted to the waiter");
     drop(waiting); // granted and delivered, but never seen by the task
-    let next = c.acquire("race", Some(Duration::from_secs(5))).await.expect("the undelivered grant was released");
-    assert!(t.elapsed() < Duration::from_secs(2), "granted after {:?}", t.elapsed());
+    let next = c
+        .acquire("race", Some(Duration::from_secs(5)))
+        .await
+        .expect("the undelivered grant was released");
+    assert!(
+        t.elapsed() < Duration::from_secs(2),
+        "granted after {:?}",
+        t.elapsed()
+    );
     assert!(next.release().await.unwrap());
 
     for i in 0..8u64 {
-        let held = a.acquire("race", Some(Duration::from_secs(10))).await.unwrap();
+        let held = a
+            .acquire("race", Some(Duration::from_secs(10)))
+            .await
+            .unwrap();
         let mut waiting = Box::pin(b.acquire("race", None));
-        assert!(E::timeout(Duration::from_millis(200), &mut waiting).await.is_none());
+        assert!(E::timeout(Duration::from_millis(200), &mut waiting)
+            .await
+            .is_none());
         let release = E::spawn(held.release());
         // Drop anywhere from before the release lands to after the grant.
         let _ = E::timeout(Duration::from_millis(i * 3), &mut waiting).await;
         drop(waiting);
         assert!(release.await.unwrap());
         let t = Instant::now();
-        let next = c.acquire("race", Some(Duration::from_secs(5))).await.unwrap_or_else(|e| panic!("round {i}: lock leaked: {e}"));
-        assert!(t.elapsed() < Duration::from_secs(2), "round {i}: granted after {:?}", t.elapsed());
+        let next = c
+            .acquire("race", Some(Duration::from_secs(5)))
+            .await
+            .unwrap_or_else(|e| panic!("round {i}: lock leaked: {e}"));
+        assert!(
+            t.elapsed() < Duration::from_secs(2),
+            "round {i}: granted after {:?}",
+            t.elapsed()
+        );
         assert!(next.release().await.unwrap());
     }
     assert!(servers.is_free("race"));
@@ -381,14 +505,26 @@ async fn lost_future_fires<E: Exec>(servers: &Servers) {
     E::sleep(Duration::from_millis(300)).await;
     assert!(!lock.is_lost());
     servers.delete_behind_the_clients_back(&lock);
-    let reason = E::timeout(Duration::from_secs(5), watcher).await.expect("loss signalled within a renewal round");
+    let reason = E::timeout(Duration::from_secs(5), watcher)
+        .await
+        .expect("loss signalled within a renewal round");
     assert_eq!(reason, Some(LostReason::KeyGone));
     assert!(lock.is_lost());
-    assert_eq!(lock.lost().await, Some(LostReason::KeyGone), "resolves at once once lost");
-    assert!(matches!(lock.extend(None).await, Err(LockError::Lost { .. })));
+    assert_eq!(
+        lock.lost().await,
+        Some(LostReason::KeyGone),
+        "resolves at once once lost"
+    );
+    assert!(matches!(
+        lock.extend(None).await,
+        Err(LockError::Lost { .. })
+    ));
     assert!(!lock.release().await.unwrap(), "not held until release");
     // A released lock's future resolves to None.
-    let lock = c.acquire("victim", Some(Duration::from_secs(5))).await.unwrap();
+    let lock = c
+        .acquire("victim", Some(Duration::from_secs(5)))
+        .await
+        .unwrap();
     let lost = lock.lost();
     assert!(lock.release().await.unwrap());
     assert_eq!(lost.await, None);
@@ -443,13 +579,20 @@ for_each_executor! {
 fn tokio_multi_thread_spawned_tasks_share_one_client() {
     let servers = Servers::etcd();
     let c = servers.client();
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_time().build().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_time()
+        .build()
+        .unwrap();
     let tokens = rt.block_on(async {
         let tasks: Vec<_> = (0..10)
             .map(|_| {
                 let c = c.clone();
                 tokio::spawn(async move {
-                    let lock = c.acquire("mt", Some(Duration::from_secs(60))).await.expect("acquire");
+                    let lock = c
+                        .acquire("mt", Some(Duration::from_secs(60)))
+                        .await
+                        .expect("acquire");
                     let token = lock.fencing_token();
                     tokio::time::sleep(Duration::from_millis(5)).await;
                     assert!(lock.release().await.expect("release"));

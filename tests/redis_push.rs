@@ -11,7 +11,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use edgelock::core::redis::subscription::wake_channel;
-use edgelock::core::redis::{keys::lock_key, RedisConfig, RedisMachine, RedisNode, RedlockConfig, RedlockMachine};
+use edgelock::core::redis::{
+    keys::lock_key, RedisConfig, RedisMachine, RedisNode, RedlockConfig, RedlockMachine,
+};
 use edgelock::core::*;
 use edgelock::native::{Client, OsEntropy};
 use edgelock_devtools::{RedisServer, UpstashGateway, Webdis};
@@ -37,10 +39,27 @@ fn recorded(machine: impl LockMachine + Send + 'static) -> (Client, Log) {
     let sink = log.clone();
     let on_send = Box::new(move |r: &HttpRequest| {
         let body = String::from_utf8_lossy(&r.body);
-        let evalsha = if body.contains("EVALSHA") { Some(true) } else if body.contains("EVAL") { Some(false) } else { None };
-        sink.lock().unwrap().push(Sent { stream: r.stream, url: r.target.url().unwrap_or("").to_string(), evalsha });
+        let evalsha = if body.contains("EVALSHA") {
+            Some(true)
+        } else if body.contains("EVAL") {
+            Some(false)
+        } else {
+            None
+        };
+        sink.lock().unwrap().push(Sent {
+            stream: r.stream,
+            url: r.target.url().unwrap_or("").to_string(),
+            evalsha,
+        });
     });
-    (Client::from_machine(Box::new(common::Observing { inner: machine, on_send, on_input: None })), log)
+    (
+        Client::from_machine(Box::new(common::Observing {
+            inner: machine,
+            on_send,
+            on_input: None,
+        })),
+        log,
+    )
 }
 
 /// A single-node client whose poll is slow (5 s): only a push can make it quick.
@@ -57,7 +76,12 @@ fn scripts_sent(log: &Log) -> usize {
 }
 
 fn streams_sent(log: &Log) -> Vec<Sent> {
-    log.lock().unwrap().iter().filter(|s| s.stream).cloned().collect()
+    log.lock()
+        .unwrap()
+        .iter()
+        .filter(|s| s.stream)
+        .cloned()
+        .collect()
 }
 
 /// Waits until `cond` holds (at most 10 s).
@@ -70,8 +94,14 @@ fn eventually(what: &str, cond: impl Fn() -> bool) {
 }
 
 fn subscribers(redis: &RedisServer, channel: &str) -> i64 {
-    let v = redis.redis_command(&[b"PUBSUB", b"NUMSUB", channel.as_bytes()]).expect("PUBSUB NUMSUB");
-    format!("{v:?}").rsplit(|c: char| !c.is_ascii_digit()).find(|s| !s.is_empty()).and_then(|s| s.parse().ok()).unwrap_or(-1)
+    let v = redis
+        .redis_command(&[b"PUBSUB", b"NUMSUB", channel.as_bytes()])
+        .expect("PUBSUB NUMSUB");
+    format!("{v:?}")
+        .rsplit(|c: char| !c.is_ascii_digit())
+        .find(|s| !s.is_empty())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(-1)
 }
 
 /// A waiter subscribes after its first refused attempt, attempts once more
@@ -86,29 +116,54 @@ fn wakes_on_release(redis: &RedisServer, node: RedisNode, label: &str) {
     let t = {
         let name = name.clone();
         thread::spawn(move || {
-            let l = waiter.acquire(&name, Some(Duration::from_secs(20))).expect("waiter acquires");
+            let l = waiter
+                .acquire(&name, Some(Duration::from_secs(20)))
+                .expect("waiter acquires");
             (waiter, l)
         })
     };
-    eventually("the waiter's subscription is live", || subscribers(redis, &channel) == 1);
+    eventually("the waiter's subscription is live", || {
+        subscribers(redis, &channel) == 1
+    });
     // The attempt that follows the confirmation is out once the server sees
     // the subscriber; let it come back.
     eventually("two attempts", || scripts_sent(&log) >= 2);
     thread::sleep(Duration::from_millis(300));
-    assert_eq!(scripts_sent(&log), 2, "{label}: first attempt + the one after confirmation, no poll");
+    assert_eq!(
+        scripts_sent(&log),
+        2,
+        "{label}: first attempt + the one after confirmation, no poll"
+    );
     let released_at = Instant::now();
     let token = lock.fencing_token();
     assert!(lock.release().expect("release"));
     let (waiter, l) = t.join().expect("waiter thread");
     let waited = released_at.elapsed();
-    assert!(waited < Duration::from_secs(4), "{label}: woken by push, not by the 5 s poll ({waited:?})");
-    assert_eq!(scripts_sent(&log), 3, "{label}: exactly one attempt for the wake-up");
-    assert_eq!(l.fencing_token(), token + 1, "{label}: one node counts grants only");
+    assert!(
+        waited < Duration::from_secs(4),
+        "{label}: woken by push, not by the 5 s poll ({waited:?})"
+    );
+    assert_eq!(
+        scripts_sent(&log),
+        3,
+        "{label}: exactly one attempt for the wake-up"
+    );
+    assert_eq!(
+        l.fencing_token(),
+        token + 1,
+        "{label}: one node counts grants only"
+    );
     let streams = streams_sent(&log);
     assert_eq!(streams.len(), 1, "{label}: one subscription: {streams:?}");
-    assert!(streams[0].url.ends_with(&channel) && !streams[0].url.contains("push"), "{:?}", streams[0].url);
+    assert!(
+        streams[0].url.ends_with(&channel) && !streams[0].url.contains("push"),
+        "{:?}",
+        streams[0].url
+    );
     // The acquire ended: its stream is closed.
-    eventually("the subscription is closed", || subscribers(redis, &channel) == 0);
+    eventually("the subscription is closed", || {
+        subscribers(redis, &channel) == 0
+    });
     assert!(l.release().unwrap());
     waiter.close().unwrap();
     holder.close().unwrap();
@@ -137,7 +192,8 @@ fn the_release_publishes_the_fencing_token_only() {
     let channel = wake_channel(&lock_key("edgelock", name));
     // A raw subscriber on the server itself.
     let mut sub = redis.connect().expect("connect");
-    sub.command(&[b"SUBSCRIBE".as_slice(), channel.as_bytes()]).expect("SUBSCRIBE");
+    sub.command(&[b"SUBSCRIBE".as_slice(), channel.as_bytes()])
+        .expect("SUBSCRIBE");
     let (c, _) = single(RedisNode::webdis(webdis.url()));
     let lock = c.acquire(name, None).unwrap();
     let (token, owner) = (lock.fencing_token(), lock.handle().owner.clone());
@@ -145,7 +201,11 @@ fn the_release_publishes_the_fencing_token_only() {
     // Published before this PING is sent, so read before its answer.
     let reply = sub.command(&[b"PING".as_slice()]).expect("read");
     let items = reply.as_array().expect("a pub/sub array").to_vec();
-    assert_eq!(items[0].as_bytes(), Some(b"message".as_slice()), "{reply:?}");
+    assert_eq!(
+        items[0].as_bytes(),
+        Some(b"message".as_slice()),
+        "{reply:?}"
+    );
     assert_eq!(items[1].as_bytes(), Some(channel.as_bytes()));
     let msg = items[2].as_bytes().expect("payload").to_vec();
     assert_eq!(msg, format!("released:{token}").into_bytes());
@@ -162,13 +222,21 @@ fn a_dead_holder_is_taken_over_at_its_ttl() {
     let mut cfg = RedisConfig::new(node.clone());
     cfg.ttl_ms = 1_500;
     cfg.auto_extend = false;
-    let dead = Client::from_machine(Box::new(RedisMachine::new(cfg, Box::new(OsEntropy)).unwrap()));
+    let dead = Client::from_machine(Box::new(
+        RedisMachine::new(cfg, Box::new(OsEntropy)).unwrap(),
+    ));
     let lock = dead.acquire("push/dead", None).unwrap();
     std::mem::forget(lock); // never released
     let (waiter, log) = single(node);
     let start = Instant::now();
-    let l = waiter.acquire("push/dead", Some(Duration::from_secs(10))).expect("taken over at the TTL");
-    assert!(start.elapsed() < Duration::from_secs(4), "{:?}", start.elapsed());
+    let l = waiter
+        .acquire("push/dead", Some(Duration::from_secs(10)))
+        .expect("taken over at the TTL");
+    assert!(
+        start.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        start.elapsed()
+    );
     // First attempt, the one after confirmation, the one at the PTTL (maybe one more: the PTTL is rounded).
     assert!(scripts_sent(&log) <= 4, "{}", scripts_sent(&log));
     assert!(l.release().unwrap());
@@ -188,13 +256,19 @@ fn a_cut_stream_falls_back_and_still_acquires() {
     let (waiter, log) = single(node);
     let lock = holder.acquire(name, None).unwrap();
     let t = thread::spawn(move || {
-        let l = waiter.acquire(name, Some(Duration::from_secs(30))).expect("waiter acquires");
+        let l = waiter
+            .acquire(name, Some(Duration::from_secs(30)))
+            .expect("waiter acquires");
         (waiter, l)
     });
     eventually("subscribed", || subscribers(&redis, &channel) == 1);
     // Cut every subscription at the server: the stream ends.
-    redis.redis_command(&[b"CLIENT", b"KILL", b"TYPE", b"pubsub"]).expect("CLIENT KILL");
-    eventually("subscribed again", || streams_sent(&log).len() >= 2 && subscribers(&redis, &channel) == 1);
+    redis
+        .redis_command(&[b"CLIENT", b"KILL", b"TYPE", b"pubsub"])
+        .expect("CLIENT KILL");
+    eventually("subscribed again", || {
+        streams_sent(&log).len() >= 2 && subscribers(&redis, &channel) == 1
+    });
     assert!(lock.release().unwrap());
     let (waiter, l) = t.join().unwrap();
     assert!(l.release().unwrap());
@@ -204,33 +278,58 @@ fn a_cut_stream_falls_back_and_still_acquires() {
 /// Redlock: a waiter subscribes on every node and wakes on the release.
 #[test]
 fn a_redlock_waiter_wakes_on_release() {
-    let servers: Vec<RedisServer> = (0..3).map(|_| RedisServer::start().expect("redis")).collect();
-    let webdis: Vec<Webdis> = servers.iter().step_by(2).map(|r| Webdis::start(r).expect("webdis")).collect();
+    let servers: Vec<RedisServer> = (0..3)
+        .map(|_| RedisServer::start().expect("redis"))
+        .collect();
+    let webdis: Vec<Webdis> = servers
+        .iter()
+        .step_by(2)
+        .map(|r| Webdis::start(r).expect("webdis"))
+        .collect();
     let gateway = UpstashGateway::start(&servers[1], TOKEN).expect("gateway");
-    let nodes = vec![RedisNode::webdis(webdis[0].url()), RedisNode::upstash(gateway.url(), TOKEN), RedisNode::webdis(webdis[1].url())];
+    let nodes = vec![
+        RedisNode::webdis(webdis[0].url()),
+        RedisNode::upstash(gateway.url(), TOKEN),
+        RedisNode::webdis(webdis[1].url()),
+    ];
     let mut cfg = RedlockConfig::new(nodes);
     cfg.ttl_ms = 30_000;
     cfg.retry_delay_ms = 5_000;
     cfg.retry_jitter_ms = 0;
-    let holder = Client::from_machine(Box::new(RedlockMachine::new(cfg.clone(), Box::new(OsEntropy)).unwrap()));
+    let holder = Client::from_machine(Box::new(
+        RedlockMachine::new(cfg.clone(), Box::new(OsEntropy)).unwrap(),
+    ));
     let (waiter, log) = recorded(RedlockMachine::new(cfg, Box::new(OsEntropy)).unwrap());
     let name = "push/redlock";
     let channel = wake_channel(&lock_key("edgelock", name));
     let lock = holder.acquire(name, None).unwrap();
     let t = thread::spawn(move || {
-        let l = waiter.acquire(name, Some(Duration::from_secs(20))).expect("waiter acquires");
+        let l = waiter
+            .acquire(name, Some(Duration::from_secs(20)))
+            .expect("waiter acquires");
         (waiter, l)
     });
-    eventually("subscribed on every node", || servers.iter().all(|r| subscribers(r, &channel) == 1));
+    eventually("subscribed on every node", || {
+        servers.iter().all(|r| subscribers(r, &channel) == 1)
+    });
     thread::sleep(Duration::from_millis(300));
     let before = scripts_sent(&log);
     let released_at = Instant::now();
     assert!(lock.release().unwrap());
     let (waiter, l) = t.join().unwrap();
-    assert!(released_at.elapsed() < Duration::from_secs(4), "{:?}", released_at.elapsed());
+    assert!(
+        released_at.elapsed() < Duration::from_secs(4),
+        "{:?}",
+        released_at.elapsed()
+    );
     assert_eq!(streams_sent(&log).len(), 3);
-    assert!(scripts_sent(&log) - before <= 3 * 3, "at most a few parallel rounds after the wake-up");
-    eventually("streams closed", || servers.iter().all(|r| subscribers(r, &channel) == 0));
+    assert!(
+        scripts_sent(&log) - before <= 3 * 3,
+        "at most a few parallel rounds after the wake-up"
+    );
+    eventually("streams closed", || {
+        servers.iter().all(|r| subscribers(r, &channel) == 0)
+    });
     assert!(l.release().unwrap());
     waiter.close().unwrap();
     holder.close().unwrap();
@@ -244,10 +343,16 @@ fn without_subscriptions_waiters_poll() {
     let mut cfg = RedisConfig::new(RedisNode::webdis(webdis.url()));
     cfg.retry_delay_ms = 50;
     cfg.max_subscriptions = 0;
-    let holder = Client::from_machine(Box::new(RedisMachine::new(cfg.clone(), Box::new(OsEntropy)).unwrap()));
+    let holder = Client::from_machine(Box::new(
+        RedisMachine::new(cfg.clone(), Box::new(OsEntropy)).unwrap(),
+    ));
     let (waiter, log) = recorded(RedisMachine::new(cfg, Box::new(OsEntropy)).unwrap());
     let lock = holder.acquire("push/poll", None).unwrap();
-    let t = thread::spawn(move || waiter.acquire("push/poll", Some(Duration::from_secs(10))).map(|l| (waiter, l)));
+    let t = thread::spawn(move || {
+        waiter
+            .acquire("push/poll", Some(Duration::from_secs(10)))
+            .map(|l| (waiter, l))
+    });
     eventually("polling", || scripts_sent(&log) >= 5);
     assert!(lock.release().unwrap());
     let (_w, l) = t.join().unwrap().unwrap();
@@ -264,19 +369,46 @@ fn scripts_go_by_sha_and_survive_a_flushed_script_cache() {
     let redis = RedisServer::start().expect("redis");
     let webdis = Webdis::start(&redis).expect("webdis");
     let gateway = UpstashGateway::start(&redis, TOKEN).expect("gateway");
-    for (label, node) in [("webdis", RedisNode::webdis(webdis.url())), ("upstash", RedisNode::upstash(gateway.url(), TOKEN))] {
-        redis.redis_command(&[b"SCRIPT", b"FLUSH"]).expect("SCRIPT FLUSH");
+    for (label, node) in [
+        ("webdis", RedisNode::webdis(webdis.url())),
+        ("upstash", RedisNode::upstash(gateway.url(), TOKEN)),
+    ] {
+        redis
+            .redis_command(&[b"SCRIPT", b"FLUSH"])
+            .expect("SCRIPT FLUSH");
         let (c, log) = single(node);
-        let whole = |log: &Log| log.lock().unwrap().iter().filter(|s| !s.stream && s.evalsha == Some(false)).count();
-        let by_sha = |log: &Log| log.lock().unwrap().iter().filter(|s| !s.stream && s.evalsha == Some(true)).count();
+        let whole = |log: &Log| {
+            log.lock()
+                .unwrap()
+                .iter()
+                .filter(|s| !s.stream && s.evalsha == Some(false))
+                .count()
+        };
+        let by_sha = |log: &Log| {
+            log.lock()
+                .unwrap()
+                .iter()
+                .filter(|s| !s.stream && s.evalsha == Some(true))
+                .count()
+        };
         for _ in 0..3 {
             assert!(c.acquire("sha/job", None).unwrap().release().unwrap());
         }
-        assert_eq!((whole(&log), by_sha(&log)), (2, 4), "{label}: acquire and release whole once each, then by SHA");
-        redis.redis_command(&[b"SCRIPT", b"FLUSH"]).expect("SCRIPT FLUSH");
+        assert_eq!(
+            (whole(&log), by_sha(&log)),
+            (2, 4),
+            "{label}: acquire and release whole once each, then by SHA"
+        );
+        redis
+            .redis_command(&[b"SCRIPT", b"FLUSH"])
+            .expect("SCRIPT FLUSH");
         let l = c.acquire("sha/job", None).expect("after NOSCRIPT");
         assert!(l.release().unwrap());
-        assert_eq!((whole(&log), by_sha(&log)), (4, 6), "{label}: each script refused once by SHA, then sent whole");
+        assert_eq!(
+            (whole(&log), by_sha(&log)),
+            (4, 6),
+            "{label}: each script refused once by SHA, then sent whole"
+        );
         c.close().unwrap();
     }
 }
@@ -285,12 +417,18 @@ fn fair_client(node: RedisNode) -> Client {
     let mut cfg = RedisConfig::new(node);
     cfg.ttl_ms = 30_000;
     cfg.fair = true;
-    Client::from_machine(Box::new(RedisMachine::new(cfg, Box::new(OsEntropy)).expect("config")))
+    Client::from_machine(Box::new(
+        RedisMachine::new(cfg, Box::new(OsEntropy)).expect("config"),
+    ))
 }
 
 fn queue_len(redis: &RedisServer, name: &str) -> i64 {
     let q = edgelock::core::redis::keys::queue_key(&lock_key("edgelock", name));
-    redis.redis_command(&[b"LLEN", q.as_bytes()]).expect("LLEN").as_int().unwrap_or(-1)
+    redis
+        .redis_command(&[b"LLEN", q.as_bytes()])
+        .expect("LLEN")
+        .as_int()
+        .unwrap_or(-1)
 }
 
 /// Fair mode: 8 waiters queued one after the other get the lock in arrival
@@ -316,33 +454,56 @@ fn fair_mode_hands_off_in_arrival_order_and_survives_a_vanished_waiter() {
             let exp = (secs * 1000 + 2_000).to_string();
             let q = edgelock::core::redis::keys::queue_key(&key);
             let l = edgelock::core::redis::keys::leases_key(&key);
-            redis.redis_command(&[b"RPUSH", q.as_bytes(), b"vanished"]).unwrap();
-            redis.redis_command(&[b"ZADD", l.as_bytes(), exp.as_bytes(), b"vanished"]).unwrap();
+            redis
+                .redis_command(&[b"RPUSH", q.as_bytes(), b"vanished"])
+                .unwrap();
+            redis
+                .redis_command(&[b"ZADD", l.as_bytes(), exp.as_bytes(), b"vanished"])
+                .unwrap();
         }
-        let node = if i % 2 == 0 { RedisNode::upstash(gateway.url(), TOKEN) } else { RedisNode::webdis(webdis.url()) };
+        let node = if i % 2 == 0 {
+            RedisNode::upstash(gateway.url(), TOKEN)
+        } else {
+            RedisNode::webdis(webdis.url())
+        };
         let c = fair_client(node);
         let order = order.clone();
         threads.push(thread::spawn(move || {
-            let l = c.acquire(name, Some(Duration::from_secs(60))).expect("fair waiter acquires");
+            let l = c
+                .acquire(name, Some(Duration::from_secs(60)))
+                .expect("fair waiter acquires");
             order.lock().unwrap().push(i);
             thread::sleep(Duration::from_millis(20));
             assert!(l.release().unwrap());
             c.close().unwrap();
         }));
         let queued = i + 1 + usize::from(i >= 3);
-        eventually("the waiter joined the queue", || queue_len(&redis, name) == queued as i64);
+        eventually("the waiter joined the queue", || {
+            queue_len(&redis, name) == queued as i64
+        });
     }
     // A waiter that gives up leaves the queue at once.
     let quitter = fair_client(RedisNode::webdis(webdis.url()));
-    assert!(matches!(quitter.acquire(name, Some(Duration::from_millis(300))), Err(LockError::Timeout { .. })));
+    assert!(matches!(
+        quitter.acquire(name, Some(Duration::from_millis(300))),
+        Err(LockError::Timeout { .. })
+    ));
     assert_eq!(queue_len(&redis, name), 9, "the quitter left the queue");
     let start = Instant::now();
     assert!(lock.release().unwrap());
     for t in threads {
         t.join().expect("waiter thread");
     }
-    assert_eq!(*order.lock().unwrap(), (0..8).collect::<Vec<_>>(), "arrival order");
-    assert!(start.elapsed() < Duration::from_secs(20), "{:?}", start.elapsed());
+    assert_eq!(
+        *order.lock().unwrap(),
+        (0..8).collect::<Vec<_>>(),
+        "arrival order"
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        start.elapsed()
+    );
     assert_eq!(queue_len(&redis, name), 0);
     holder.close().unwrap();
 }

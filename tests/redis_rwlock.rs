@@ -33,7 +33,13 @@ const NAME: &str = "config";
 /// Whether `owner` is a reader of the name (its member in the readers' set).
 fn is_reader(node: &Node, owner: &str) -> bool {
     let key = readers_key(&lock_key("edgelock", NAME));
-    !node.redis.redis_command(&[b"ZSCORE", key.as_bytes(), owner.as_bytes()]).expect("ZSCORE").as_bytes().unwrap_or_default().is_empty()
+    !node
+        .redis
+        .redis_command(&[b"ZSCORE", key.as_bytes(), owner.as_bytes()])
+        .expect("ZSCORE")
+        .as_bytes()
+        .unwrap_or_default()
+        .is_empty()
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -50,23 +56,46 @@ type Log = Arc<Mutex<Vec<(Instant, bool)>>>;
 fn client(node: &Node, via: Via, ttl_ms: u64, auto_extend: bool) -> (Client, Log) {
     let log = Log::default();
     let sink = log.clone();
-    let on_send: Box<dyn FnMut(&HttpRequest) + Send> = Box::new(move |r: &HttpRequest| sink.lock().unwrap().push((Instant::now(), r.stream)));
+    let on_send: Box<dyn FnMut(&HttpRequest) + Send> =
+        Box::new(move |r: &HttpRequest| sink.lock().unwrap().push((Instant::now(), r.stream)));
     let n = match via {
         Via::Upstash => RedisNode::upstash(node.gateway.url(), TOKEN),
         Via::Webdis => RedisNode::webdis(node.webdis.url()),
     };
     let mut cfg = RedisConfig::new(n);
-    (cfg.ttl_ms, cfg.auto_extend, cfg.retry_delay_ms, cfg.retry_jitter_ms) = (ttl_ms, auto_extend, 5_000, 0);
+    (
+        cfg.ttl_ms,
+        cfg.auto_extend,
+        cfg.retry_delay_ms,
+        cfg.retry_jitter_ms,
+    ) = (ttl_ms, auto_extend, 5_000, 0);
     let m = RedisMachine::new(cfg, Box::new(OsEntropy)).expect("config");
-    (Client::from_machine(Box::new(common::Observing { inner: m, on_send, on_input: None })), log)
+    (
+        Client::from_machine(Box::new(common::Observing {
+            inner: m,
+            on_send,
+            on_input: None,
+        })),
+        log,
+    )
 }
 
 fn read(c: &Client, wait: Wait) -> Result<Option<Lock>, LockError> {
-    c.acquire_kind(NAME, LockKind::Shared, AcquireOptions { wait, ttl_ms: None }, None)
+    c.acquire_kind(
+        NAME,
+        LockKind::Shared,
+        AcquireOptions { wait, ttl_ms: None },
+        None,
+    )
 }
 
 fn write(c: &Client, wait: Wait) -> Result<Option<Lock>, LockError> {
-    c.acquire_kind(NAME, LockKind::Exclusive, AcquireOptions { wait, ttl_ms: None }, None)
+    c.acquire_kind(
+        NAME,
+        LockKind::Exclusive,
+        AcquireOptions { wait, ttl_ms: None },
+        None,
+    )
 }
 
 fn sent(log: &Log) -> usize {
@@ -74,15 +103,28 @@ fn sent(log: &Log) -> usize {
 }
 
 fn scripts_since(log: &Log, t: Instant) -> usize {
-    log.lock().unwrap().iter().filter(|(at, stream)| *at >= t && !stream).count()
+    log.lock()
+        .unwrap()
+        .iter()
+        .filter(|(at, stream)| *at >= t && !stream)
+        .count()
 }
 
 fn last_script(log: &Log) -> Option<Instant> {
-    log.lock().unwrap().iter().filter(|(_, stream)| !stream).map(|(at, _)| *at).max()
+    log.lock()
+        .unwrap()
+        .iter()
+        .filter(|(_, stream)| !stream)
+        .map(|(at, _)| *at)
+        .max()
 }
 
 fn streams(log: &Log) -> usize {
-    log.lock().unwrap().iter().filter(|(_, stream)| *stream).count()
+    log.lock()
+        .unwrap()
+        .iter()
+        .filter(|(_, stream)| *stream)
+        .count()
 }
 
 /// Waits until a waiter has subscribed and gone quiet (its attempt after
@@ -102,8 +144,15 @@ fn settled(log: &Log) {
 fn woken_by_push(what: &str, got_at: Instant, released_at: Instant, last_before: Instant) {
     let woke_in = got_at - released_at;
     eprintln!("{what}: granted {woke_in:?} after the release");
-    assert!(got_at - last_before < Duration::from_millis(1_900), "{what}: granted at its poll ({:?} after its last attempt)", got_at - last_before);
-    assert!(woke_in < Duration::from_millis(1_000), "{what}: not woken by the release: {woke_in:?}");
+    assert!(
+        got_at - last_before < Duration::from_millis(1_900),
+        "{what}: granted at its poll ({:?} after its last attempt)",
+        got_at - last_before
+    );
+    assert!(
+        woke_in < Duration::from_millis(1_000),
+        "{what}: not woken by the release: {woke_in:?}"
+    );
 }
 
 fn rwlock_scenario(via: Via) {
@@ -117,7 +166,11 @@ fn rwlock_scenario(via: Via) {
     for (c, log) in &readers {
         let before = sent(log);
         let lock = read(c, Wait::Try).unwrap().expect("readers share");
-        assert_eq!(sent(log) - before, 1, "{via:?}: an uncontended shared acquire is one request");
+        assert_eq!(
+            sent(log) - before,
+            1,
+            "{via:?}: an uncontended shared acquire is one request"
+        );
         assert_eq!(lock.kind(), LockKind::Shared);
         assert!(is_reader(&node, &lock.handle().owner));
         assert!(tokens.last().map_or(true, |t| lock.fencing_token() > *t));
@@ -134,10 +187,19 @@ fn rwlock_scenario(via: Via) {
     let st = readers[0].0.inspect(NAME).unwrap();
     assert!(st.held);
     assert_eq!(st.holders.len(), 3, "{st:?}");
-    assert!(st.holders.iter().all(|h| h.kind == LockKind::Shared && h.id.is_empty() && h.fencing_token.is_none()));
-    assert!(st.remaining_ms.is_some_and(|r| r > 20_000 && r <= 30_000), "{st:?}");
+    assert!(st
+        .holders
+        .iter()
+        .all(|h| h.kind == LockKind::Shared && h.id.is_empty() && h.fencing_token.is_none()));
+    assert!(
+        st.remaining_ms.is_some_and(|r| r > 20_000 && r <= 30_000),
+        "{st:?}"
+    );
     let shown = format!("{st:?}");
-    assert!(held.iter().all(|l| !shown.contains(&l.handle().owner)), "a token leaked into the status");
+    assert!(
+        held.iter().all(|l| !shown.contains(&l.handle().owner)),
+        "a token leaked into the status"
+    );
 
     // A writer that waits sets its intent: a reader arriving after it is
     // not acquired (try) and waits behind it.
@@ -148,7 +210,10 @@ fn rwlock_scenario(via: Via) {
     settled(&writer_log);
     assert!(node.exists(&intent), "the waiting writer's intent");
     let (late, late_log) = client(&node, via, 30_000, true);
-    assert!(read(&late, Wait::Try).unwrap().is_none(), "a reader arriving after a waiting writer queues behind it");
+    assert!(
+        read(&late, Wait::Try).unwrap().is_none(),
+        "a reader arriving after a waiting writer queues behind it"
+    );
     let r = thread::spawn(move || {
         let lock = read(&late, Wait::For(20_000));
         (lock, Instant::now(), late)
@@ -166,37 +231,58 @@ fn rwlock_scenario(via: Via) {
     let released_at = Instant::now();
     assert!(last.release().unwrap());
     let (wlock, got_at, _writer) = w.join().unwrap();
-    let wlock = wlock.unwrap().expect("the writer is granted once the readers left");
+    let wlock = wlock
+        .unwrap()
+        .expect("the writer is granted once the readers left");
     woken_by_push(&format!("{via:?} writer"), got_at, released_at, before);
-    assert!(tokens.iter().all(|t| wlock.fencing_token() > *t), "writer token {} after readers' {tokens:?}", wlock.fencing_token());
+    assert!(
+        tokens.iter().all(|t| wlock.fencing_token() > *t),
+        "writer token {} after readers' {tokens:?}",
+        wlock.fencing_token()
+    );
     assert!(!node.exists(&intent), "a grant deletes the intent");
 
     // The writer holds: the queued reader waits, and its release wakes it (push).
     thread::sleep(Duration::from_millis(300));
     assert!(!r.is_finished(), "a reader granted beside the writer");
     let st = readers[0].0.inspect(NAME).unwrap();
-    assert_eq!((st.holders.len(), st.holders[0].kind), (1, LockKind::Exclusive), "{st:?}");
+    assert_eq!(
+        (st.holders.len(), st.holders[0].kind),
+        (1, LockKind::Exclusive),
+        "{st:?}"
+    );
     let before = last_script(&late_log).unwrap();
     let writer_token = wlock.fencing_token();
     let released_at = Instant::now();
     assert!(wlock.release().unwrap());
     let (rlock, got_at, _late) = r.join().unwrap();
-    let rlock = rlock.unwrap().expect("the reader is granted after the writer");
+    let rlock = rlock
+        .unwrap()
+        .expect("the reader is granted after the writer");
     woken_by_push(&format!("{via:?} reader"), got_at, released_at, before);
     assert!(rlock.fencing_token() > writer_token);
 
     // Resume on another client, as a reader; extend there.
     let (other, _) = client(&node, via, 30_000, true);
     let resumed = other.resume(rlock.handle()).unwrap();
-    assert_eq!((resumed.kind(), resumed.fencing_token()), (LockKind::Shared, rlock.fencing_token()));
+    assert_eq!(
+        (resumed.kind(), resumed.fencing_token()),
+        (LockKind::Shared, rlock.fencing_token())
+    );
     resumed.extend(Some(Duration::from_secs(20))).unwrap();
     let mut stale = rlock.handle().clone();
     stale.owner = "0".repeat(40);
-    assert_eq!(other.resume(&stale).expect_err("not a reader").code(), "LOST");
+    assert_eq!(
+        other.resume(&stale).expect_err("not a reader").code(),
+        "LOST"
+    );
     let owner = rlock.handle().owner.clone();
     assert!(resumed.release().unwrap());
     assert!(!is_reader(&node, &owner));
-    assert!(!rlock.release().unwrap(), "released through the resumed handle already");
+    assert!(
+        !rlock.release().unwrap(),
+        "released through the resumed handle already"
+    );
 
     // A reader that stops renewing: the writer waits for its lease's end,
     // and its late release finds nothing to remove.
@@ -204,10 +290,19 @@ fn rwlock_scenario(via: Via) {
     let expiring = read(&short, Wait::Try).unwrap().expect("free");
     let t0 = Instant::now();
     let (w2c, _) = client(&node, via, 30_000, true);
-    let w2 = write(&w2c, Wait::For(10_000)).unwrap().expect("granted once the reader's lease ended");
-    assert!(t0.elapsed() >= Duration::from_millis(300), "granted before the reader's lease ended: {:?}", t0.elapsed());
+    let w2 = write(&w2c, Wait::For(10_000))
+        .unwrap()
+        .expect("granted once the reader's lease ended");
+    assert!(
+        t0.elapsed() >= Duration::from_millis(300),
+        "granted before the reader's lease ended: {:?}",
+        t0.elapsed()
+    );
     assert!(w2.fencing_token() > expiring.fencing_token());
-    assert!(!expiring.release().unwrap(), "the expired reader learns it had lost it");
+    assert!(
+        !expiring.release().unwrap(),
+        "the expired reader learns it had lost it"
+    );
     assert!(w2.release().unwrap());
 
     // Its late release leaves the other readers in place.
@@ -217,7 +312,10 @@ fn rwlock_scenario(via: Via) {
     let staying = read(&long, Wait::Try).unwrap().expect("readers share");
     thread::sleep(Duration::from_millis(600));
     assert!(!expiring.release().unwrap());
-    assert!(is_reader(&node, &staying.handle().owner), "a late release removed another reader");
+    assert!(
+        is_reader(&node, &staying.handle().owner),
+        "a late release removed another reader"
+    );
     assert_eq!(long.inspect(NAME).unwrap().holders.len(), 1);
 
     // A writer that gives up takes its intent along: readers are not held
@@ -227,7 +325,9 @@ fn rwlock_scenario(via: Via) {
     assert_eq!(e.code(), "TIMEOUT", "{e}");
     assert!(!node.exists(&intent), "the intent of a writer that gave up");
     let (next, _) = client(&node, via, 30_000, true);
-    let joined = read(&next, Wait::Try).unwrap().expect("no intent left behind");
+    let joined = read(&next, Wait::Try)
+        .unwrap()
+        .expect("no intent left behind");
     assert!(joined.release().unwrap());
     assert!(staying.release().unwrap());
     assert!(!long.inspect(NAME).unwrap().held);
@@ -255,7 +355,11 @@ fn an_uncontended_reader_costs_one_request_each_way() {
     assert_eq!(sent(&log), 2, "release");
     let lock = write(&c, Wait::Try).unwrap().unwrap();
     assert!(lock.release().unwrap());
-    assert_eq!(sent(&log), 4, "the writer's acquire and release stay one request each");
+    assert_eq!(
+        sent(&log),
+        4,
+        "the writer's acquire and release stay one request each"
+    );
     c.close().unwrap();
 }
 
@@ -265,13 +369,27 @@ fn redlock_refuses_readers_before_sending() {
     let nodes: Vec<Node> = (0..3).map(|_| Node::start(TOKEN)).collect();
     let log = Log::default();
     let sink = log.clone();
-    let on_send: Box<dyn FnMut(&HttpRequest) + Send> = Box::new(move |r: &HttpRequest| sink.lock().unwrap().push((Instant::now(), r.stream)));
-    let cfg = RedlockConfig::new(nodes.iter().map(|n| RedisNode::webdis(n.webdis.url())).collect());
+    let on_send: Box<dyn FnMut(&HttpRequest) + Send> =
+        Box::new(move |r: &HttpRequest| sink.lock().unwrap().push((Instant::now(), r.stream)));
+    let cfg = RedlockConfig::new(
+        nodes
+            .iter()
+            .map(|n| RedisNode::webdis(n.webdis.url()))
+            .collect(),
+    );
     let m = RedlockMachine::new(cfg, Box::new(OsEntropy)).expect("config");
-    let c = Client::from_machine(Box::new(common::Observing { inner: m, on_send, on_input: None }));
+    let c = Client::from_machine(Box::new(common::Observing {
+        inner: m,
+        on_send,
+        on_input: None,
+    }));
     let e = read(&c, Wait::Try).expect_err("refused");
     assert_eq!(e.code(), "INVALID_ARGUMENT", "{e}");
-    assert!(e.to_string().contains("redlock backend does not offer shared locks"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("redlock backend does not offer shared locks"),
+        "{e}"
+    );
     assert_eq!(sent(&log), 0);
     // The writer side works as before.
     let w = write(&c, Wait::Try).unwrap().expect("free");

@@ -47,7 +47,10 @@ struct Setup {
 impl Setup {
     fn new(via: Via) -> Setup {
         let n = if via == Via::Redlock { 3 } else { 1 };
-        Setup { via, nodes: (0..n).map(|_| Node::start(TOKEN)).collect() }
+        Setup {
+            via,
+            nodes: (0..n).map(|_| Node::start(TOKEN)).collect(),
+        }
     }
 
     fn node(&self, i: usize) -> RedisNode {
@@ -57,7 +60,11 @@ impl Setup {
             Via::Redlock => i % 2 == 1,
         };
         let n = &self.nodes[i];
-        if upstash { RedisNode::upstash(n.gateway.url(), TOKEN) } else { RedisNode::webdis(n.webdis.url()) }
+        if upstash {
+            RedisNode::upstash(n.gateway.url(), TOKEN)
+        } else {
+            RedisNode::webdis(n.webdis.url())
+        }
     }
 
     /// A client with `ttl_ms`, renewing or not, polling at most every 5 s
@@ -65,17 +72,36 @@ impl Setup {
     fn client(&self, ttl_ms: u64, auto_extend: bool) -> (Client, Log) {
         let log = Log::default();
         let sink = log.clone();
-        let on_send: Box<dyn FnMut(&HttpRequest) + Send> = Box::new(move |r: &HttpRequest| sink.lock().unwrap().push((Instant::now(), r.stream)));
+        let on_send: Box<dyn FnMut(&HttpRequest) + Send> =
+            Box::new(move |r: &HttpRequest| sink.lock().unwrap().push((Instant::now(), r.stream)));
         let client = if self.via == Via::Redlock {
             let mut cfg = RedlockConfig::new((0..self.nodes.len()).map(|i| self.node(i)).collect());
-            (cfg.ttl_ms, cfg.auto_extend, cfg.retry_delay_ms, cfg.retry_jitter_ms) = (ttl_ms, auto_extend, 5_000, 0);
+            (
+                cfg.ttl_ms,
+                cfg.auto_extend,
+                cfg.retry_delay_ms,
+                cfg.retry_jitter_ms,
+            ) = (ttl_ms, auto_extend, 5_000, 0);
             let m = RedlockMachine::new(cfg, Box::new(OsEntropy)).expect("config");
-            Client::from_machine(Box::new(common::Observing { inner: m, on_send, on_input: None }))
+            Client::from_machine(Box::new(common::Observing {
+                inner: m,
+                on_send,
+                on_input: None,
+            }))
         } else {
             let mut cfg = RedisConfig::new(self.node(0));
-            (cfg.ttl_ms, cfg.auto_extend, cfg.retry_delay_ms, cfg.retry_jitter_ms) = (ttl_ms, auto_extend, 5_000, 0);
+            (
+                cfg.ttl_ms,
+                cfg.auto_extend,
+                cfg.retry_delay_ms,
+                cfg.retry_jitter_ms,
+            ) = (ttl_ms, auto_extend, 5_000, 0);
             let m = RedisMachine::new(cfg, Box::new(OsEntropy)).expect("config");
-            Client::from_machine(Box::new(common::Observing { inner: m, on_send, on_input: None }))
+            Client::from_machine(Box::new(common::Observing {
+                inner: m,
+                on_send,
+                on_input: None,
+            }))
         };
         (client, log)
     }
@@ -83,7 +109,10 @@ impl Setup {
     /// How many nodes hold `owner` in slot `slot` of the semaphore.
     fn holding(&self, slot: u32, owner: &str) -> usize {
         let key = permit_key(&lock_key("edgelock", NAME), slot);
-        self.nodes.iter().filter(|n| n.get(&key).as_deref() == Some(owner.as_bytes())).count()
+        self.nodes
+            .iter()
+            .filter(|n| n.get(&key).as_deref() == Some(owner.as_bytes()))
+            .count()
     }
 
     fn quorum(&self) -> usize {
@@ -92,7 +121,10 @@ impl Setup {
 }
 
 fn permits(limit: u32, wait: Wait) -> (LockKind, AcquireOptions) {
-    (LockKind::Permits { limit }, AcquireOptions { wait, ttl_ms: None })
+    (
+        LockKind::Permits { limit },
+        AcquireOptions { wait, ttl_ms: None },
+    )
 }
 
 fn take(c: &Client, limit: u32, wait: Wait) -> Result<Option<Lock>, LockError> {
@@ -108,20 +140,37 @@ impl Tokens {
     fn granted(&mut self, lock: &Lock) {
         let slot = lock.slot().expect("a permit has a slot");
         let last = self.0.insert(slot, lock.fencing_token()).unwrap_or(0);
-        assert!(lock.fencing_token() > last, "slot {slot}: token {} after {last}", lock.fencing_token());
+        assert!(
+            lock.fencing_token() > last,
+            "slot {slot}: token {} after {last}",
+            lock.fencing_token()
+        );
     }
 }
 
 fn scripts_since(log: &Log, t: Instant) -> usize {
-    log.lock().unwrap().iter().filter(|(at, stream)| *at >= t && !stream).count()
+    log.lock()
+        .unwrap()
+        .iter()
+        .filter(|(at, stream)| *at >= t && !stream)
+        .count()
 }
 
 fn last_script(log: &Log) -> Option<Instant> {
-    log.lock().unwrap().iter().filter(|(_, stream)| !stream).map(|(at, _)| *at).max()
+    log.lock()
+        .unwrap()
+        .iter()
+        .filter(|(_, stream)| !stream)
+        .map(|(at, _)| *at)
+        .max()
 }
 
 fn streams(log: &Log) -> usize {
-    log.lock().unwrap().iter().filter(|(_, stream)| *stream).count()
+    log.lock()
+        .unwrap()
+        .iter()
+        .filter(|(_, stream)| *stream)
+        .count()
 }
 
 fn semaphore_scenario(via: Via) {
@@ -137,7 +186,10 @@ fn semaphore_scenario(via: Via) {
         assert_eq!(lock.kind(), LockKind::Permits { limit: 3 });
         tokens.granted(&lock);
         assert!(s.holding(lock.slot().unwrap(), &lock.handle().owner) >= s.quorum());
-        eprintln!("{via:?}: permit acquire sent {} requests", log.lock().unwrap().len() - before);
+        eprintln!(
+            "{via:?}: permit acquire sent {} requests",
+            log.lock().unwrap().len() - before
+        );
         held.push(lock);
     }
     let slots: std::collections::BTreeSet<u32> = held.iter().filter_map(Lock::slot).collect();
@@ -155,9 +207,15 @@ fn semaphore_scenario(via: Via) {
     let e = take(&fourth, 2, Wait::Forever).expect_err("refused");
     assert_eq!(e.code(), "INVALID_ARGUMENT", "{e}");
     for n in &s.nodes {
-        assert_eq!(n.get(limit_key(&lock_key("edgelock", NAME))).as_deref(), Some(&b"3"[..]));
+        assert_eq!(
+            n.get(limit_key(&lock_key("edgelock", NAME))).as_deref(),
+            Some(&b"3"[..])
+        );
         for k in 3..5 {
-            assert!(n.get(permit_key(&lock_key("edgelock", NAME), k)).is_none(), "slot {k} taken by a refused limit");
+            assert!(
+                n.get(permit_key(&lock_key("edgelock", NAME), k)).is_none(),
+                "slot {k} taken by a refused limit"
+            );
         }
     }
 
@@ -168,10 +226,19 @@ fn semaphore_scenario(via: Via) {
     let mut listed: Vec<u32> = st.holders.iter().filter_map(|h| h.slot).collect();
     listed.sort();
     assert_eq!(listed, [0, 1, 2], "{st:?}");
-    assert!(st.holders.iter().all(|h| h.id.is_empty() && h.kind == LockKind::Permits { limit: 3 }));
-    assert!(st.remaining_ms.is_some_and(|r| r > 20_000 && r <= 30_000), "{st:?}");
+    assert!(st
+        .holders
+        .iter()
+        .all(|h| h.id.is_empty() && h.kind == LockKind::Permits { limit: 3 }));
+    assert!(
+        st.remaining_ms.is_some_and(|r| r > 20_000 && r <= 30_000),
+        "{st:?}"
+    );
     let shown = format!("{st:?}");
-    assert!(held.iter().all(|l| !shown.contains(&l.handle().owner)), "a token leaked into the status");
+    assert!(
+        held.iter().all(|l| !shown.contains(&l.handle().owner)),
+        "a token leaked into the status"
+    );
 
     // A waiter is woken by a release (push): its poll is seconds away.
     let waiter = thread::spawn(move || {
@@ -180,7 +247,9 @@ fn semaphore_scenario(via: Via) {
     });
     // Subscribed (on every node) and past its attempt after the confirmation.
     let end = Instant::now() + Duration::from_secs(10);
-    while streams(&fourth_log) < s.nodes.len() || scripts_since(&fourth_log, Instant::now() - Duration::from_millis(150)) > 0 {
+    while streams(&fourth_log) < s.nodes.len()
+        || scripts_since(&fourth_log, Instant::now() - Duration::from_millis(150)) > 0
+    {
         assert!(Instant::now() < end, "the waiter never settled");
         thread::sleep(Duration::from_millis(50));
     }
@@ -193,10 +262,20 @@ fn semaphore_scenario(via: Via) {
     let (lock, got_at, _fourth) = waiter.join().unwrap();
     let lock = lock.unwrap().expect("granted after the release");
     let woke_in = got_at - released_at;
-    eprintln!("{via:?}: the waiter got the freed permit {woke_in:?} after the release ({} scripts)", scripts_since(&fourth_log, released_at));
+    eprintln!(
+        "{via:?}: the waiter got the freed permit {woke_in:?} after the release ({} scripts)",
+        scripts_since(&fourth_log, released_at)
+    );
     // Its next poll was due 2 s (one node) or 5 s (Redlock) after its last attempt.
-    assert!(got_at - before < Duration::from_millis(1_900), "granted at its poll, not by the release ({:?})", got_at - before);
-    assert!(woke_in < Duration::from_millis(1_000), "woken by its poll, not the release: {woke_in:?}");
+    assert!(
+        got_at - before < Duration::from_millis(1_900),
+        "granted at its poll, not by the release ({:?})",
+        got_at - before
+    );
+    assert!(
+        woke_in < Duration::from_millis(1_000),
+        "woken by its poll, not the release: {woke_in:?}"
+    );
     assert_eq!(lock.slot(), Some(freed), "the only free slot");
     tokens.granted(&lock);
     held.push(lock);
@@ -205,7 +284,10 @@ fn semaphore_scenario(via: Via) {
     // of a released permit no longer resumes.
     let (other, _) = s.client(30_000, true);
     let resumed = other.resume(held[0].handle()).unwrap();
-    assert_eq!((resumed.kind(), resumed.slot()), (held[0].kind(), held[0].slot()));
+    assert_eq!(
+        (resumed.kind(), resumed.slot()),
+        (held[0].kind(), held[0].slot())
+    );
     resumed.extend(Some(Duration::from_secs(20))).unwrap();
     let mut stale = held[2].handle().clone();
     stale.owner = "0".repeat(40);
@@ -222,15 +304,29 @@ fn semaphore_scenario(via: Via) {
     assert_eq!(expiring.slot(), Some(freed_slot));
     let t0 = Instant::now();
     let (next_client, _) = s.client(30_000, true);
-    let next = take(&next_client, 3, Wait::For(10_000)).unwrap().expect("granted once the permit expired");
-    assert!(t0.elapsed() >= Duration::from_millis(300), "granted before the TTL: {:?}", t0.elapsed());
+    let next = take(&next_client, 3, Wait::For(10_000))
+        .unwrap()
+        .expect("granted once the permit expired");
+    assert!(
+        t0.elapsed() >= Duration::from_millis(300),
+        "granted before the TTL: {:?}",
+        t0.elapsed()
+    );
     assert_eq!(next.slot(), Some(freed_slot));
     tokens.granted(&next);
     // Owner-checked on the server: the expired permit's handle resumes nothing.
-    let e = other.resume(expiring.handle()).expect_err("the slot is the next holder's");
+    let e = other
+        .resume(expiring.handle())
+        .expect_err("the slot is the next holder's");
     assert_eq!(e.code(), "LOST", "{e}");
-    assert!(!expiring.release().unwrap(), "the expired holder learns it had lost it");
-    assert!(s.holding(freed_slot, &next.handle().owner) >= s.quorum(), "the next holder's permit is intact");
+    assert!(
+        !expiring.release().unwrap(),
+        "the expired holder learns it had lost it"
+    );
+    assert!(
+        s.holding(freed_slot, &next.handle().owner) >= s.quorum(),
+        "the next holder's permit is intact"
+    );
 
     // Everything released: the limit may change.
     drop(resumed);
@@ -238,7 +334,9 @@ fn semaphore_scenario(via: Via) {
         l.release().unwrap();
     }
     let (c5, _) = s.client(30_000, true);
-    let five: Vec<Lock> = (0..5).map(|_| take(&c5, 5, Wait::Try).unwrap().expect("a permit of 5")).collect();
+    let five: Vec<Lock> = (0..5)
+        .map(|_| take(&c5, 5, Wait::Try).unwrap().expect("a permit of 5"))
+        .collect();
     for l in &five {
         tokens.granted(l);
     }

@@ -12,7 +12,10 @@ use std::collections::HashMap;
 use edgelock::core::etcd::{EtcdConfig, EtcdMachine};
 use edgelock::core::{HttpRequest, Method, Millis, RequestId, Target};
 use sim::etcd_model::EtcdModel;
-use sim::net::{Believer, Clock, NetConfig, Outage, Outcome, Partition, Pause, Reply, SimRng, SimServer, What, WorkloadConfig, World};
+use sim::net::{
+    Believer, Clock, NetConfig, Outage, Outcome, Partition, Pause, Reply, SimRng, SimServer, What,
+    WorkloadConfig, World,
+};
 
 const PREFIX: &str = "edgelock";
 const NAMES: [&str; 3] = ["job", "a/b", "ü%x"];
@@ -68,7 +71,11 @@ impl Stats {
     }
 }
 
-const ENDPOINTS: [&str; 3] = ["http://etcd-0:2379", "http://etcd-1:2379", "http://etcd-2:2379"];
+const ENDPOINTS: [&str; 3] = [
+    "http://etcd-0:2379",
+    "http://etcd-1:2379",
+    "http://etcd-2:2379",
+];
 /// Faults (loss, long delays, partitions, pauses, outages) happen before this.
 const FAULT_WINDOW_MS: Millis = 20_000;
 /// Clients still busy then are closed (a liveness failure in calm runs).
@@ -95,7 +102,10 @@ fn build(seed: u64, fixed: Fixed) -> (World<EtcdModel>, Setup) {
     let calm = fixed.calm.unwrap_or(calm);
     let ttl_ms = [2_000, 3_000, 5_000, 10_000][rng.below(4) as usize];
     // Request timeouts up to half the session TTL (see `long_request_timeouts`).
-    let timeouts: Vec<u64> = [300, 1_000, 2_000, 5_000].into_iter().filter(|t| *t <= ttl_ms / 2).collect();
+    let timeouts: Vec<u64> = [300, 1_000, 2_000, 5_000]
+        .into_iter()
+        .filter(|t| *t <= ttl_ms / 2)
+        .collect();
     let request_timeout_ms = timeouts[rng.below(timeouts.len() as u64) as usize];
     let (ttl_ms, request_timeout_ms) = fixed.timing.unwrap_or((ttl_ms, request_timeout_ms));
     // A semaphore needs more clients than permits to be contended.
@@ -106,7 +116,10 @@ fn build(seed: u64, fixed: Fixed) -> (World<EtcdModel>, Setup) {
         None => rng.range(2, 5) as usize,
     };
     let endpoints = rng.range(1, 3) as usize;
-    let names: Vec<String> = NAMES[..rng.range(1, 2) as usize].iter().map(|s| s.to_string()).collect();
+    let names: Vec<String> = NAMES[..rng.range(1, 2) as usize]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
     let mut net = NetConfig::calm();
     net.delay = (1, rng.range(5, 40));
     if !calm {
@@ -120,7 +133,17 @@ fn build(seed: u64, fixed: Fixed) -> (World<EtcdModel>, Setup) {
         net.late_after_cancel = 0.2;
     }
     let ghost_grace = 2 * ttl_ms + 2 * request_timeout_ms + net.long_delay_max + 1_000;
-    let setup = Setup { calm, ttl_ms, request_timeout_ms, clients, endpoints, names: names.clone(), ghost_grace, permits: fixed.permits, rw: fixed.rw };
+    let setup = Setup {
+        calm,
+        ttl_ms,
+        request_timeout_ms,
+        clients,
+        endpoints,
+        names: names.clone(),
+        ghost_grace,
+        permits: fixed.permits,
+        rw: fixed.rw,
+    };
 
     let mut w: World<EtcdModel> = World::new(seed, net);
     // Seeds take ~1,200 steps at most; 20x that means a client floods the network.
@@ -131,27 +154,40 @@ fn build(seed: u64, fixed: Fixed) -> (World<EtcdModel>, Setup) {
         w.max_steps = 60_000;
     }
     if fixed.rw {
-        w.set_acquire_kinds(vec![edgelock::core::LockKind::Shared, edgelock::core::LockKind::Exclusive]);
+        w.set_acquire_kinds(vec![
+            edgelock::core::LockKind::Shared,
+            edgelock::core::LockKind::Exclusive,
+        ]);
         w.max_steps = 60_000;
     }
     // Large lease ids, as real etcd hands out (~2^62): they must survive JSON.
     let lease_base = (1i64 << 62) + rng.below(1 << 40) as i64;
     let mut model = EtcdModel::new(lease_base);
     if !calm && rng.chance(0.5) {
-        model.set_flaky(rng.next_u64(), [0.01, 0.03][rng.below(2) as usize], FAULT_WINDOW_MS);
+        model.set_flaky(
+            rng.next_u64(),
+            [0.01, 0.03][rng.below(2) as usize],
+            FAULT_WINDOW_MS,
+        );
     }
     w.add_server(&ENDPOINTS[..endpoints], model);
     for c in 0..clients {
         // Each client lists the endpoints in its own rotation.
         let first = rng.below(endpoints as u64) as usize;
-        let eps: Vec<String> = (0..endpoints).map(|i| ENDPOINTS[(first + i) % endpoints].to_string()).collect();
+        let eps: Vec<String> = (0..endpoints)
+            .map(|i| ENDPOINTS[(first + i) % endpoints].to_string())
+            .collect();
         let mut cfg = EtcdConfig::new(eps);
         cfg.session_ttl_ms = ttl_ms;
         cfg.request_timeout_ms = request_timeout_ms;
-        let machine = EtcdMachine::new(cfg, Box::new(rng.fork())).expect("a configuration the machine accepts");
+        let machine = EtcdMachine::new(cfg, Box::new(rng.fork()))
+            .expect("a configuration the machine accepts");
         // Any offset; rate errors within the 1% the machine budgets for.
         let ppm = rng.range(0, 28_000) as i64 - 9_000;
-        let clock = Clock { offset: rng.below(1 << 40), ppm: fixed.ppm.unwrap_or(ppm) };
+        let clock = Clock {
+            offset: rng.below(1 << 40),
+            ppm: fixed.ppm.unwrap_or(ppm),
+        };
         w.add_client(Box::new(machine), clock);
         let _ = c;
     }
@@ -163,23 +199,41 @@ fn build(seed: u64, fixed: Fixed) -> (World<EtcdModel>, Setup) {
                 // Cut from one endpoint, or from all of them.
                 if rng.chance(0.5) {
                     for e in 0..endpoints {
-                        w.add_partition(Partition { client: c, endpoint: e, from, until });
+                        w.add_partition(Partition {
+                            client: c,
+                            endpoint: e,
+                            from,
+                            until,
+                        });
                     }
                 } else {
-                    w.add_partition(Partition { client: c, endpoint: rng.below(endpoints as u64) as usize, from, until });
+                    w.add_partition(Partition {
+                        client: c,
+                        endpoint: rng.below(endpoints as u64) as usize,
+                        from,
+                        until,
+                    });
                 }
             }
             for _ in 0..rng.below(3) {
                 let from = rng.below(FAULT_WINDOW_MS);
                 let until = (from + rng.range(50, 2 * ttl_ms)).min(FAULT_WINDOW_MS);
-                w.add_pause(Pause { client: c, from, until });
+                w.add_pause(Pause {
+                    client: c,
+                    from,
+                    until,
+                });
             }
         }
         for e in 0..endpoints {
             if rng.chance(0.2) {
                 let from = rng.below(FAULT_WINDOW_MS);
                 let until = (from + rng.range(100, 2 * ttl_ms)).min(FAULT_WINDOW_MS);
-                w.add_outage(Outage { endpoint: e, from, until });
+                w.add_outage(Outage {
+                    endpoint: e,
+                    from,
+                    until,
+                });
             }
         }
     }
@@ -228,10 +282,15 @@ impl EtcdChecks {
             let text = String::from_utf8_lossy(key);
             // Escaped names contain no '/': the first segment is the name (a
             // lock's key, a permit's queue key, or a semaphore's `s/<slot>`).
-            let segment = text[root.len()..].split_once('/').map(|(n, _)| n.to_string()).unwrap_or_default();
+            let segment = text[root.len()..]
+                .split_once('/')
+                .map(|(n, _)| n.to_string())
+                .unwrap_or_default();
             let name = self.setup.names.iter().find(|n| escape(n) == segment);
             let lease = m.lease(kv.lease);
-            let (Some(name), Some(lease), Some(client)) = (name, lease, lease.and_then(|l| l.granted_by)) else {
+            let (Some(name), Some(lease), Some(client)) =
+                (name, lease, lease.and_then(|l| l.granted_by))
+            else {
                 return Err(format!("unexpected key {text:?} (lease {})", kv.lease));
             };
             if w.interested(client, name) {
@@ -250,8 +309,15 @@ impl EtcdChecks {
             }
         }
         self.ghosts.retain(|k, _| seen.contains(k));
-        if self.setup.calm && w.all_closed_at == Some(w.now) && (m.key_count() != 0 || m.leases().count() != 0) {
-            return Err(format!("calm run: after every close, {} keys and {} leases remain", m.key_count(), m.leases().count()));
+        if self.setup.calm
+            && w.all_closed_at == Some(w.now)
+            && (m.key_count() != 0 || m.leases().count() != 0)
+        {
+            return Err(format!(
+                "calm run: after every close, {} keys and {} leases remain",
+                m.key_count(),
+                m.leases().count()
+            ));
         }
         Ok(())
     }
@@ -273,7 +339,10 @@ fn check_lock_believer(m: &EtcdModel, b: &Believer) -> Result<(), String> {
         ));
     }
     let dir = &b.key[..b.key.rfind('/').map_or(0, |i| i + 1)];
-    let oldest = m.keys_with_prefix(dir.as_bytes()).map(|(_, kv)| kv.create_revision).min();
+    let oldest = m
+        .keys_with_prefix(dir.as_bytes())
+        .map(|(_, kv)| kv.create_revision)
+        .min();
     if oldest != Some(kv.create_revision) {
         return Err(format!(
             "client {} believes it holds {:?} (token {}), but an older key (create_revision {:?}) exists",
@@ -287,21 +356,35 @@ fn check_lock_believer(m: &EtcdModel, b: &Believer) -> Result<(), String> {
 /// on its (live) lease, and no writer key (the name's keys outside its
 /// readers' range `r/`) is older.
 fn check_reader_believer(m: &EtcdModel, b: &Believer) -> Result<(), String> {
-    let who = format!("client {} believes it holds {:?} shared (token {})", b.client, b.name, b.token);
+    let who = format!(
+        "client {} believes it holds {:?} shared (token {})",
+        b.client, b.name, b.token
+    );
     match m.kv(b.key.as_bytes()) {
         Some(kv) if kv.create_revision as u64 == b.token && kv.lease.to_string() == b.owner => {}
-        Some(kv) => return Err(format!("{who}, but etcd has its key at create_revision {} / lease {}", kv.create_revision, kv.lease)),
+        Some(kv) => {
+            return Err(format!(
+                "{who}, but etcd has its key at create_revision {} / lease {}",
+                kv.create_revision, kv.lease
+            ))
+        }
         None => return Err(format!("{who}, but its key {:?} is gone from etcd", b.key)),
     }
-    let Some(dir) = b.key.rfind("/r/").map(|i| &b.key[..i + 1]) else { return Err(format!("{who}, but its key {:?} is no reader key", b.key)) };
+    let Some(dir) = b.key.rfind("/r/").map(|i| &b.key[..i + 1]) else {
+        return Err(format!("{who}, but its key {:?} is no reader key", b.key));
+    };
     let readers = format!("{dir}r/");
     let older_writer = m
         .keys_with_prefix(dir.as_bytes())
-        .filter(|(k, kv)| !k.starts_with(readers.as_bytes()) && (kv.create_revision as u64) < b.token)
+        .filter(|(k, kv)| {
+            !k.starts_with(readers.as_bytes()) && (kv.create_revision as u64) < b.token
+        })
         .map(|(k, kv)| (String::from_utf8_lossy(k).into_owned(), kv.create_revision))
         .next();
     if let Some((key, rev)) = older_writer {
-        return Err(format!("{who}, but an older writer key {key:?} (create_revision {rev}) exists"));
+        return Err(format!(
+            "{who}, but an older writer key {key:?} (create_revision {rev}) exists"
+        ));
     }
     Ok(())
 }
@@ -311,7 +394,11 @@ fn check_reader_believer(m: &EtcdModel, b: &Believer) -> Result<(), String> {
 fn check_rw_order(w: &World<EtcdModel>) -> Result<(), String> {
     use edgelock::core::LockKind;
     for r in w.grants.iter().filter(|g| g.kind == LockKind::Shared) {
-        for wr in w.grants.iter().filter(|g| g.kind == LockKind::Exclusive && g.name == r.name) {
+        for wr in w
+            .grants
+            .iter()
+            .filter(|g| g.kind == LockKind::Exclusive && g.name == r.name)
+        {
             if wr.revision < r.revision && wr.at > r.at {
                 return Err(format!(
                     "calm run: client {}'s reader of {:?} (revision {}) granted at t={} ahead of client {}'s writer queued before it (revision {}, granted at t={})",
@@ -320,8 +407,19 @@ fn check_rw_order(w: &World<EtcdModel>) -> Result<(), String> {
             }
         }
     }
-    if let Some(r) = w.history.iter().find(|r| matches!(&r.outcome, Outcome::Failed { code: "INVALID_ARGUMENT", .. })) {
-        return Err(format!("calm run: client {} op {:?} {:?} refused as INVALID_ARGUMENT", r.client, r.op, r.what));
+    if let Some(r) = w.history.iter().find(|r| {
+        matches!(
+            &r.outcome,
+            Outcome::Failed {
+                code: "INVALID_ARGUMENT",
+                ..
+            }
+        )
+    }) {
+        return Err(format!(
+            "calm run: client {} op {:?} {:?} refused as INVALID_ARGUMENT",
+            r.client, r.op, r.what
+        ));
     }
     Ok(())
 }
@@ -330,9 +428,16 @@ fn check_rw_order(w: &World<EtcdModel>) -> Result<(), String> {
 /// key (the token) exist on its (live) lease, and the queue key is among the
 /// first `limit` of the semaphore's queue by create revision.
 fn check_permit_believer(m: &EtcdModel, b: &Believer, limit: u32) -> Result<(), String> {
-    let who = format!("client {} believes it holds slot {:?} of {:?} (token {}, revision {})", b.client, b.slot, b.name, b.token, b.revision);
+    let who = format!(
+        "client {} believes it holds slot {:?} of {:?} (token {}, revision {})",
+        b.client, b.slot, b.name, b.token, b.revision
+    );
     let dir = b.key[..b.key.rfind('/').map_or(0, |i| i + 1)].to_string();
-    let slot_key = format!("{dir}s/{}", b.slot.ok_or_else(|| format!("{who}: a permit without a slot"))?);
+    let slot_key = format!(
+        "{dir}s/{}",
+        b.slot
+            .ok_or_else(|| format!("{who}: a permit without a slot"))?
+    );
     for (key, rev) in [(b.key.as_str(), b.revision), (slot_key.as_str(), b.token)] {
         match m.kv(key.as_bytes()) {
             Some(kv) if kv.create_revision as u64 == rev && kv.lease.to_string() == b.owner => {}
@@ -343,12 +448,20 @@ fn check_permit_believer(m: &EtcdModel, b: &Believer, limit: u32) -> Result<(), 
         }
     }
     let end = format!("{dir}g");
-    let mut queue: Vec<i64> =
-        m.keys_with_prefix(dir.as_bytes()).filter(|(k, _)| k.as_slice() < end.as_bytes()).map(|(_, kv)| kv.create_revision).collect();
+    let mut queue: Vec<i64> = m
+        .keys_with_prefix(dir.as_bytes())
+        .filter(|(k, _)| k.as_slice() < end.as_bytes())
+        .map(|(_, kv)| kv.create_revision)
+        .collect();
     queue.sort();
-    let position = queue.iter().position(|r| *r as u64 == b.revision).unwrap_or(usize::MAX);
+    let position = queue
+        .iter()
+        .position(|r| *r as u64 == b.revision)
+        .unwrap_or(usize::MAX);
     if position >= limit as usize {
-        return Err(format!("{who}, but its queue key is at position {position} of {queue:?} (limit {limit})"));
+        return Err(format!(
+            "{who}, but its queue key is at position {position} of {queue:?} (limit {limit})"
+        ));
     }
     Ok(())
 }
@@ -372,12 +485,19 @@ fn check_fifo(w: &World<EtcdModel>, slack: Millis) -> Result<(), String> {
 }
 
 /// Runs one seed; on failure returns the message and the world.
-fn run_seed(seed: u64, fixed: Fixed, trace: bool) -> Result<Stats, (String, Box<World<EtcdModel>>, Setup)> {
+fn run_seed(
+    seed: u64,
+    fixed: Fixed,
+    trace: bool,
+) -> Result<Stats, (String, Box<World<EtcdModel>>, Setup)> {
     let (mut w, setup) = build(seed, fixed);
     if trace {
         w.enable_trace();
     }
-    let mut checks = EtcdChecks { setup: setup.clone(), ghosts: HashMap::new() };
+    let mut checks = EtcdChecks {
+        setup: setup.clone(),
+        ghosts: HashMap::new(),
+    };
     let until = STOP_AT_MS + 20 * setup.ttl_ms + 120_000;
     let mut result = w.run(until, &mut |w| checks.check(w));
     if result.is_ok() {
@@ -389,7 +509,10 @@ fn run_seed(seed: u64, fixed: Fixed, trace: bool) -> Result<Stats, (String, Box<
             let forced = w
                 .history
                 .iter()
-                .filter(|r| matches!(r.what, What::Acquire { .. }) && matches!(&r.outcome, Outcome::Failed { code: "CLOSED", .. }))
+                .filter(|r| {
+                    matches!(r.what, What::Acquire { .. })
+                        && matches!(&r.outcome, Outcome::Failed { code: "CLOSED", .. })
+                })
                 .count() as u64;
             Ok(Stats {
                 seeds: 1,
@@ -413,7 +536,10 @@ fn final_checks(w: &World<EtcdModel>, setup: &Setup) -> Result<(), String> {
     }
     for c in 0..w.client_count() {
         if w.machine(c).live_count() != 0 {
-            return Err(format!("client {c} reports {} live operations/locks after close", w.machine(c).live_count()));
+            return Err(format!(
+                "client {c} reports {} live operations/locks after close",
+                w.machine(c).live_count()
+            ));
         }
     }
     let m = w.server(0);
@@ -464,8 +590,13 @@ fn sweep(test: &str, default_seeds: u64, fixed: Fixed) {
                 if std::env::var("SIM_TRACE").is_ok() {
                     let (mut w, setup) = build(seed, fixed);
                     w.enable_trace();
-                    let mut checks = EtcdChecks { setup: setup.clone(), ghosts: HashMap::new() };
-                    let _ = w.run(STOP_AT_MS + 20 * setup.ttl_ms + 120_000, &mut |w| checks.check(w));
+                    let mut checks = EtcdChecks {
+                        setup: setup.clone(),
+                        ghosts: HashMap::new(),
+                    };
+                    let _ = w.run(STOP_AT_MS + 20 * setup.ttl_ms + 120_000, &mut |w| {
+                        checks.check(w)
+                    });
                     eprintln!("setup: {setup:?}");
                     for line in w.trace.iter().flatten() {
                         eprintln!("{line}");
@@ -476,9 +607,14 @@ fn sweep(test: &str, default_seeds: u64, fixed: Fixed) {
         }
         return;
     }
-    let seeds: u64 = std::env::var("SIM_SEEDS").ok().and_then(|s| s.trim().parse().ok()).unwrap_or(default_seeds);
+    let seeds: u64 = std::env::var("SIM_SEEDS")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(default_seeds);
     let started = std::time::Instant::now();
-    let workers = std::thread::available_parallelism().map_or(2, |n| n.get()).clamp(1, 4) as u64;
+    let workers = std::thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .clamp(1, 4) as u64;
     // SIM_KEEP_GOING=1 runs every seed and lists all failures (diagnosis).
     let keep_going = std::env::var("SIM_KEEP_GOING").is_ok();
     let results: Vec<(Stats, Vec<(u64, String)>)> = std::thread::scope(|scope| {
@@ -509,7 +645,10 @@ fn sweep(test: &str, default_seeds: u64, fixed: Fixed) {
                 })
             })
             .collect();
-        handles.into_iter().map(|h| h.join().expect("simulation worker panicked")).collect()
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("simulation worker panicked"))
+            .collect()
     });
     let mut total = Stats::default();
     let mut failures: Vec<(u64, String)> = Vec::new();
@@ -538,7 +677,11 @@ fn sweep(test: &str, default_seeds: u64, fixed: Fixed) {
         total.max_steps
     );
     if let Some((seed, msg)) = failures.first() {
-        panic!("{} of the seeds failed (more may: a worker stops at its first failure){}", failures.len(), report_failure(*seed, fixed, test, msg));
+        panic!(
+            "{} of the seeds failed (more may: a worker stops at its first failure){}",
+            failures.len(),
+            report_failure(*seed, fixed, test, msg)
+        );
     }
 }
 
@@ -554,9 +697,30 @@ fn simulation() {
 /// strictly increasing, FIFO grants in calm runs.
 #[test]
 fn semaphore_simulation() {
-    sweep("semaphore_simulation", 200, Fixed { permits: Some(1), ..Fixed::default() });
-    sweep("semaphore_simulation", 500, Fixed { permits: Some(2), ..Fixed::default() });
-    sweep("semaphore_simulation", 300, Fixed { permits: Some(3), ..Fixed::default() });
+    sweep(
+        "semaphore_simulation",
+        200,
+        Fixed {
+            permits: Some(1),
+            ..Fixed::default()
+        },
+    );
+    sweep(
+        "semaphore_simulation",
+        500,
+        Fixed {
+            permits: Some(2),
+            ..Fixed::default()
+        },
+    );
+    sweep(
+        "semaphore_simulation",
+        300,
+        Fixed {
+            permits: Some(3),
+            ..Fixed::default()
+        },
+    );
 }
 
 /// Read-write locks (shared and exclusive acquires drawn at random, 3 to 5
@@ -567,7 +731,14 @@ fn semaphore_simulation() {
 /// reader granted ahead of a writer queued before it.
 #[test]
 fn rwlock_simulation() {
-    sweep("rwlock_simulation", 400, Fixed { rw: true, ..Fixed::default() });
+    sweep(
+        "rwlock_simulation",
+        400,
+        Fixed {
+            rw: true,
+            ..Fixed::default()
+        },
+    );
 }
 
 /// A seed replays exactly: same steps, same messages, same outcome.
@@ -577,8 +748,13 @@ fn simulation_is_deterministic() {
         let trace = |seed| {
             let (mut w, setup) = build(seed, Fixed::default());
             w.enable_trace();
-            let mut checks = EtcdChecks { setup: setup.clone(), ghosts: HashMap::new() };
-            let result = w.run(STOP_AT_MS + 20 * setup.ttl_ms + 120_000, &mut |w| checks.check(w));
+            let mut checks = EtcdChecks {
+                setup: setup.clone(),
+                ghosts: HashMap::new(),
+            };
+            let result = w.run(STOP_AT_MS + 20 * setup.ttl_ms + 120_000, &mut |w| {
+                checks.check(w)
+            });
             (result, w.trace.take().unwrap_or_default())
         };
         let (a, b) = (trace(seed), trace(seed));
@@ -592,7 +768,11 @@ fn simulation_is_deterministic() {
 /// died, and with pauses and partitions some seeds must show it.
 #[test]
 fn safety_checker_catches_clocks_slower_than_budgeted() {
-    let fixed = Fixed { calm: Some(false), ppm: Some(-300_000), ..Fixed::default() };
+    let fixed = Fixed {
+        calm: Some(false),
+        ppm: Some(-300_000),
+        ..Fixed::default()
+    };
     let mut caught = 0;
     for seed in 0..100 {
         if let Err((msg, _, _)) = run_seed(seed, fixed, false) {
@@ -609,10 +789,18 @@ fn safety_checker_catches_clocks_slower_than_budgeted() {
 /// seeds must show a permit believed after its keys died.
 #[test]
 fn semaphore_checker_catches_clocks_slower_than_budgeted() {
-    let fixed = Fixed { calm: Some(false), ppm: Some(-300_000), permits: Some(2), ..Fixed::default() };
+    let fixed = Fixed {
+        calm: Some(false),
+        ppm: Some(-300_000),
+        permits: Some(2),
+        ..Fixed::default()
+    };
     let caught = (0..100).filter(|seed| matches!(run_seed(*seed, fixed, false), Err((msg, _, _)) if msg.contains("believe"))).count();
     eprintln!("{caught} of 100 semaphore seeds with 30%-slow clocks broke a believer check");
-    assert!(caught > 0, "no semaphore seed with 30%-slow clocks broke a believer check: the checker is blind");
+    assert!(
+        caught > 0,
+        "no semaphore seed with 30%-slow clocks broke a believer check: the checker is blind"
+    );
 }
 
 /// Request timeouts as long as the session TTL (the default 5 s timeout with
@@ -627,7 +815,15 @@ fn long_request_timeouts() {
         if EtcdMachine::new(cfg, Box::new(edgelock::core::SeededEntropy::new(1))).is_err() {
             continue; // refused up front: fine
         }
-        sweep("long_request_timeouts", 20, Fixed { calm: Some(true), timing: Some((ttl, timeout)), ..Fixed::default() });
+        sweep(
+            "long_request_timeouts",
+            20,
+            Fixed {
+                calm: Some(true),
+                timing: Some((ttl, timeout)),
+                ..Fixed::default()
+            },
+        );
     }
 }
 
@@ -659,7 +855,8 @@ fn text(r: Reply) -> (u16, String) {
     }
 }
 
-const H: &str = r#""header":{"cluster_id":"15118495548433857066","member_id":"13668033151171901709","#;
+const H: &str =
+    r#""header":{"cluster_id":"15118495548433857066","member_id":"13668033151171901709","#;
 
 fn hdr(rev: u64) -> String {
     format!(r#"{H}"revision":"{rev}","raft_term":"2"}}"#)
@@ -686,7 +883,13 @@ impl Script {
 fn run_on_model(script: &Script) {
     let mut m = EtcdModel::new(1 << 60);
     for (i, step) in script.0.iter().enumerate() {
-        let got = text(post(&mut m, 1000 + 10 * i as u64, i as u64, step.path, &step.body));
+        let got = text(post(
+            &mut m,
+            1000 + 10 * i as u64,
+            i as u64,
+            step.path,
+            &step.body,
+        ));
         assert_eq!(got, step.expect, "step {i}: {} {}", step.path, step.body);
     }
 }
@@ -697,8 +900,16 @@ fn kv_and_lease_script() -> Script {
     let pfx = b("edgelock/a/");
     let end = b("edgelock/a0");
 
-    s.step("/v3/lease/grant", r#"{"TTL":30,"ID":"1001"}"#.into(), (200, format!(r#"{{{},"ID":"1001","TTL":"30"}}"#, hdr(1))));
-    s.step("/v3/lease/grant", r#"{"TTL":1,"ID":1002}"#.into(), (200, format!(r#"{{{},"ID":"1002","TTL":"2"}}"#, hdr(1))));
+    s.step(
+        "/v3/lease/grant",
+        r#"{"TTL":30,"ID":"1001"}"#.into(),
+        (200, format!(r#"{{{},"ID":"1001","TTL":"30"}}"#, hdr(1))),
+    );
+    s.step(
+        "/v3/lease/grant",
+        r#"{"TTL":1,"ID":1002}"#.into(),
+        (200, format!(r#"{{{},"ID":"1002","TTL":"2"}}"#, hdr(1))),
+    );
     s.step("/v3/lease/grant", r#"{"TTL":1,"ID":1002}"#.into(),
         (412, r#"{"error":"etcdserver: lease already exists","message":"etcdserver: lease already exists","code":9}"#.into())
     );
@@ -719,24 +930,67 @@ fn kv_and_lease_script() -> Script {
         (200, format!(r#"{{{},"responses":[{{"response_range":{{"header":{{"revision":"2"}},"kvs":[{kv1}],"count":"1"}}}}]}}"#, hdr(2)))
     );
     // Compare fails, no failure ops.
-    let cas = format!(r#"{{"compare":[{{"key":"{k1}","target":"CREATE","create_revision":"0"}}],"success":[{{"request_put":{{"key":"{k1}","value":""}}}}]}}"#);
+    let cas = format!(
+        r#"{{"compare":[{{"key":"{k1}","target":"CREATE","create_revision":"0"}}],"success":[{{"request_put":{{"key":"{k1}","value":""}}}}]}}"#
+    );
     s.step("/v3/kv/txn", cas, (200, format!("{{{}}}", hdr(2))));
-    s.step("/v3/kv/range", format!(r#"{{"key":"{}"}}"#, b("nothing")), (200, format!("{{{}}}", hdr(2))));
-    s.step("/v3/kv/range", format!(r#"{{"key":"{pfx}","range_end":"{end}","count_only":true}}"#),
-        (200, format!(r#"{{{},"count":"1"}}"#, hdr(2)))
+    s.step(
+        "/v3/kv/range",
+        format!(r#"{{"key":"{}"}}"#, b("nothing")),
+        (200, format!("{{{}}}", hdr(2))),
     );
-    s.step("/v3/lease/timetolive", r#"{"ID":"1001","keys":true}"#.into(),
-        (200, format!(r#"{{{},"ID":"1001","TTL":"29","grantedTTL":"30","keys":["ZWRnZWxvY2svYS8x"]}}"#, hdr(2)))
+    s.step(
+        "/v3/kv/range",
+        format!(r#"{{"key":"{pfx}","range_end":"{end}","count_only":true}}"#),
+        (200, format!(r#"{{{},"count":"1"}}"#, hdr(2))),
     );
-    s.step("/v3/lease/timetolive", r#"{"ID":"12345","keys":true}"#.into(), (200, format!(r#"{{{},"ID":"12345","TTL":"-1"}}"#, hdr(2))));
-    s.step("/v3/lease/keepalive", r#"{"ID":"1001"}"#.into(),
-        (200, format!("{{\"result\":{{{},\"ID\":\"1001\",\"TTL\":\"30\"}}}}\n", hdr(2)))
+    s.step(
+        "/v3/lease/timetolive",
+        r#"{"ID":"1001","keys":true}"#.into(),
+        (
+            200,
+            format!(
+                r#"{{{},"ID":"1001","TTL":"29","grantedTTL":"30","keys":["ZWRnZWxvY2svYS8x"]}}"#,
+                hdr(2)
+            ),
+        ),
     );
-    s.step("/v3/lease/keepalive", r#"{"ID":"12345"}"#.into(), (200, format!("{{\"result\":{{{},\"ID\":\"12345\"}}}}\n", hdr(2))));
+    s.step(
+        "/v3/lease/timetolive",
+        r#"{"ID":"12345","keys":true}"#.into(),
+        (200, format!(r#"{{{},"ID":"12345","TTL":"-1"}}"#, hdr(2))),
+    );
+    s.step(
+        "/v3/lease/keepalive",
+        r#"{"ID":"1001"}"#.into(),
+        (
+            200,
+            format!(
+                "{{\"result\":{{{},\"ID\":\"1001\",\"TTL\":\"30\"}}}}\n",
+                hdr(2)
+            ),
+        ),
+    );
+    s.step(
+        "/v3/lease/keepalive",
+        r#"{"ID":"12345"}"#.into(),
+        (
+            200,
+            format!("{{\"result\":{{{},\"ID\":\"12345\"}}}}\n", hdr(2)),
+        ),
+    );
     let not_found =
         r#"{"error":"etcdserver: requested lease not found","message":"etcdserver: requested lease not found","code":5}"#.to_string();
-    s.step("/v3/lease/revoke", r#"{"ID":"12345"}"#.into(), (404, not_found.clone()));
-    s.step("/v3/kv/put", format!(r#"{{"key":"{k1}","value":"","lease":"12345"}}"#), (404, not_found.clone()));
+    s.step(
+        "/v3/lease/revoke",
+        r#"{"ID":"12345"}"#.into(),
+        (404, not_found.clone()),
+    );
+    s.step(
+        "/v3/kv/put",
+        format!(r#"{{"key":"{k1}","value":"","lease":"12345"}}"#),
+        (404, not_found.clone()),
+    );
     let x = b("x");
     s.step(
             "/v3/kv/txn",
@@ -744,7 +998,14 @@ fn kv_and_lease_script() -> Script {
         ,
         (404, not_found)
     );
-    s.step("/v3/kv/range", r#"{"key":"#.into(), (400, r#"{"error":"unexpected EOF","message":"unexpected EOF","code":3}"#.into()));
+    s.step(
+        "/v3/kv/range",
+        r#"{"key":"#.into(),
+        (
+            400,
+            r#"{"error":"unexpected EOF","message":"unexpected EOF","code":3}"#.into(),
+        ),
+    );
     s.step("/v3/kv/nope", "{}".into(), (404, "Not Found\n".into()));
     // A missing key: VALUE compares fail, others compare against zero.
     let nope = b("nope");
@@ -760,9 +1021,17 @@ fn kv_and_lease_script() -> Script {
 fn ranges_and_deletes_script() -> Script {
     let mut s = Script::default();
     let (pfx, end) = (b("edgelock/b/"), b("edgelock/b0"));
-    s.step("/v3/lease/grant", r#"{"TTL":30,"ID":"2001"}"#.into(), (200, format!(r#"{{{},"ID":"2001","TTL":"30"}}"#, hdr(1))));
+    s.step(
+        "/v3/lease/grant",
+        r#"{"TTL":30,"ID":"2001"}"#.into(),
+        (200, format!(r#"{{{},"ID":"2001","TTL":"30"}}"#, hdr(1))),
+    );
     for i in 1..=3 {
-        let put = format!(r#"{{"key":"{}","value":"{}","lease":"2001"}}"#, b(&format!("edgelock/b/{i}")), b(&format!("v{i}")));
+        let put = format!(
+            r#"{{"key":"{}","value":"{}","lease":"2001"}}"#,
+            b(&format!("edgelock/b/{i}")),
+            b(&format!("v{i}"))
+        );
         s.step("/v3/kv/put", put, (200, format!("{{{}}}", hdr(i + 1))));
     }
     s.step("/v3/kv/put", format!(r#"{{"key":"{}","value":"{}","prev_kv":true}}"#, b("edgelock/b/3"), b("v3b")),
@@ -782,8 +1051,13 @@ fn ranges_and_deletes_script() -> Script {
         ,
         (200, format!(r#"{{{},"kvs":[{b2}],"more":true,"count":"3"}}"#, hdr(5)))
     );
-    s.step("/v3/kv/range", format!(r#"{{"key":"{pfx}","range_end":"{end}","min_create_revision":"3"}}"#),
-        (200, format!(r#"{{{},"kvs":[{b2},{b3}],"count":"3"}}"#, hdr(5)))
+    s.step(
+        "/v3/kv/range",
+        format!(r#"{{"key":"{pfx}","range_end":"{end}","min_create_revision":"3"}}"#),
+        (
+            200,
+            format!(r#"{{{},"kvs":[{b2},{b3}],"count":"3"}}"#, hdr(5)),
+        ),
     );
     s.step("/v3/kv/range", format!(r#"{{"key":"{pfx}","range_end":"{end}","keys_only":true,"limit":"2"}}"#),
         (
@@ -795,8 +1069,15 @@ fn ranges_and_deletes_script() -> Script {
         )
     );
     // Numeric enums: DESCEND by VERSION.
-    s.step("/v3/kv/range", format!(r#"{{"key":"{pfx}","range_end":"{end}","sort_order":2,"sort_target":1,"limit":1}}"#),
-        (200, format!(r#"{{{},"kvs":[{b3}],"more":true,"count":"3"}}"#, hdr(5)))
+    s.step(
+        "/v3/kv/range",
+        format!(
+            r#"{{"key":"{pfx}","range_end":"{end}","sort_order":2,"sort_target":1,"limit":1}}"#
+        ),
+        (
+            200,
+            format!(r#"{{{},"kvs":[{b3}],"more":true,"count":"3"}}"#, hdr(5)),
+        ),
     );
     let txn = format!(
         r#"{{"compare":[{{"key":"{}","target":"LEASE","lease":"2001"}},{{"key":"{}","target":"VERSION","result":"GREATER","version":"1"}},{{"key":"{}","target":"VALUE","value":"{}"}},{{"key":"{}","target":"MOD","result":"LESS","mod_revision":"100"}}],"success":[{{"request_delete_range":{{"key":"{}"}}}},{{"request_delete_range":{{"key":"{}"}}}}]}}"#,
@@ -817,13 +1098,30 @@ fn ranges_and_deletes_script() -> Script {
             )
         )
     );
-    s.step("/v3/kv/deleterange", format!(r#"{{"key":"{}","prev_kv":true}}"#, b("edgelock/b/2")),
-        (200, format!(r#"{{{},"deleted":"1","prev_kvs":[{b2}]}}"#, hdr(7)))
+    s.step(
+        "/v3/kv/deleterange",
+        format!(r#"{{"key":"{}","prev_kv":true}}"#, b("edgelock/b/2")),
+        (
+            200,
+            format!(r#"{{{},"deleted":"1","prev_kvs":[{b2}]}}"#, hdr(7)),
+        ),
     );
-    s.step("/v3/kv/deleterange", format!(r#"{{"key":"{}"}}"#, b("edgelock/b/none")), (200, format!("{{{}}}", hdr(7))));
+    s.step(
+        "/v3/kv/deleterange",
+        format!(r#"{{"key":"{}"}}"#, b("edgelock/b/none")),
+        (200, format!("{{{}}}", hdr(7))),
+    );
     // b/3 was re-put without a lease: revoking deletes nothing, revision stays.
-    s.step("/v3/lease/revoke", r#"{"ID":"2001"}"#.into(), (200, format!("{{{}}}", hdr(7))));
-    s.step("/v3/kv/range", format!(r#"{{"key":"{pfx}","range_end":"{end}"}}"#), (200, format!(r#"{{{},"kvs":[{b3}],"count":"1"}}"#, hdr(7))));
+    s.step(
+        "/v3/lease/revoke",
+        r#"{"ID":"2001"}"#.into(),
+        (200, format!("{{{}}}", hdr(7))),
+    );
+    s.step(
+        "/v3/kv/range",
+        format!(r#"{{"key":"{pfx}","range_end":"{end}"}}"#),
+        (200, format!(r#"{{{},"kvs":[{b3}],"count":"1"}}"#, hdr(7))),
+    );
     s
 }
 
@@ -853,11 +1151,18 @@ struct ModelGateway {
 
 impl ModelGateway {
     fn new() -> Self {
-        ModelGateway { model: EtcdModel::new(1 << 60), now: 1000, streams: Default::default() }
+        ModelGateway {
+            model: EtcdModel::new(1 << 60),
+            now: 1000,
+            streams: Default::default(),
+        }
     }
     fn pump(&mut self) {
         for (id, chunk) in self.model.drain_stream_chunks(self.now) {
-            self.streams.entry(id.0).or_default().push_str(&String::from_utf8(chunk).unwrap());
+            self.streams
+                .entry(id.0)
+                .or_default()
+                .push_str(&String::from_utf8(chunk).unwrap());
         }
     }
 }
@@ -871,7 +1176,10 @@ impl Gateway for ModelGateway {
     }
     fn watch(&mut self, id: u64, body: String) {
         self.now += 10;
-        assert_eq!(post(&mut self.model, self.now, id, "/v3/watch", &body), Reply::Stream { status: 200 });
+        assert_eq!(
+            post(&mut self.model, self.now, id, "/v3/watch", &body),
+            Reply::Stream { status: 200 }
+        );
         self.pump();
     }
     fn stream(&mut self, id: u64) -> String {
@@ -886,13 +1194,48 @@ fn watch_scenario(g: &mut dyn Gateway) -> Vec<String> {
     let (c1, c2) = (b("edgelock/c/1"), b("edgelock/c/2"));
     let (pfx, end) = (b("edgelock/c/"), b("edgelock/c0"));
     let mut out = Vec::new();
-    out.push(g.post("/v3/lease/grant", r#"{"TTL":30,"ID":"3001"}"#.into()).1);
-    out.push(g.post("/v3/kv/put", format!(r#"{{"key":"{c1}","value":"","lease":"3001"}}"#)).1);
-    out.push(g.post("/v3/kv/put", format!(r#"{{"key":"{c2}","value":"{}","lease":"3001"}}"#, b("hi"))).1);
-    g.watch(101, format!(r#"{{"create_request":{{"key":"{c1}","start_revision":"2"}}}}"#));
-    g.watch(102, format!(r#"{{"create_request":{{"key":"{pfx}","range_end":"{end}","filters":["NOPUT"]}}}}"#));
-    g.watch(103, format!(r#"{{"create_request":{{"key":"{pfx}","range_end":"{end}","prev_kv":true}}}}"#));
-    out.push(g.post("/v3/kv/put", format!(r#"{{"key":"{c2}","value":"{}","lease":"3001"}}"#, b("again"))).1);
+    out.push(
+        g.post("/v3/lease/grant", r#"{"TTL":30,"ID":"3001"}"#.into())
+            .1,
+    );
+    out.push(
+        g.post(
+            "/v3/kv/put",
+            format!(r#"{{"key":"{c1}","value":"","lease":"3001"}}"#),
+        )
+        .1,
+    );
+    out.push(
+        g.post(
+            "/v3/kv/put",
+            format!(r#"{{"key":"{c2}","value":"{}","lease":"3001"}}"#, b("hi")),
+        )
+        .1,
+    );
+    g.watch(
+        101,
+        format!(r#"{{"create_request":{{"key":"{c1}","start_revision":"2"}}}}"#),
+    );
+    g.watch(
+        102,
+        format!(
+            r#"{{"create_request":{{"key":"{pfx}","range_end":"{end}","filters":["NOPUT"]}}}}"#
+        ),
+    );
+    g.watch(
+        103,
+        format!(r#"{{"create_request":{{"key":"{pfx}","range_end":"{end}","prev_kv":true}}}}"#),
+    );
+    out.push(
+        g.post(
+            "/v3/kv/put",
+            format!(
+                r#"{{"key":"{c2}","value":"{}","lease":"3001"}}"#,
+                b("again")
+            ),
+        )
+        .1,
+    );
     out.push(g.post("/v3/lease/revoke", r#"{"ID":"3001"}"#.into()).1);
     for id in [101, 102, 103] {
         out.push(g.stream(id));
@@ -904,9 +1247,15 @@ fn watch_scenario(g: &mut dyn Gateway) -> Vec<String> {
 fn model_watch_replays_and_streams_like_etcd() {
     let out = watch_scenario(&mut ModelGateway::new());
     let created = format!("{{\"result\":{{{},\"created\":true}}}}\n", hdr(3));
-    let del = |key: &str, rev: u64| format!(r#"{{"type":"DELETE","kv":{{"key":"{key}","mod_revision":"{rev}"}}"#);
+    let del = |key: &str, rev: u64| {
+        format!(r#"{{"type":"DELETE","kv":{{"key":"{key}","mod_revision":"{rev}"}}"#)
+    };
     let (k1, k2) = ("ZWRnZWxvY2svYy8x", "ZWRnZWxvY2svYy8y");
-    assert_eq!(out[4], format!("{{{}}}", hdr(5)), "revoke answers with the revision of its deletes");
+    assert_eq!(
+        out[4],
+        format!("{{{}}}", hdr(5)),
+        "revoke answers with the revision of its deletes"
+    );
     assert_eq!(
         out[5],
         format!(
@@ -917,10 +1266,24 @@ fn model_watch_replays_and_streams_like_etcd() {
             del(k1, 5)
         )
     );
-    assert_eq!(out[6], format!("{created}{{\"result\":{{{},\"events\":[{}}},{}}}]}}}}\n", hdr(5), del(k1, 5), del(k2, 5)));
-    let c2_v1 = format!(r#"{{"key":"{k2}","create_revision":"3","mod_revision":"3","version":"1","value":"aGk=","lease":"3001"}}"#);
-    let c2_v2 = format!(r#"{{"key":"{k2}","create_revision":"3","mod_revision":"4","version":"2","value":"YWdhaW4=","lease":"3001"}}"#);
-    let c1_v1 = format!(r#"{{"key":"{k1}","create_revision":"2","mod_revision":"2","version":"1","lease":"3001"}}"#);
+    assert_eq!(
+        out[6],
+        format!(
+            "{created}{{\"result\":{{{},\"events\":[{}}},{}}}]}}}}\n",
+            hdr(5),
+            del(k1, 5),
+            del(k2, 5)
+        )
+    );
+    let c2_v1 = format!(
+        r#"{{"key":"{k2}","create_revision":"3","mod_revision":"3","version":"1","value":"aGk=","lease":"3001"}}"#
+    );
+    let c2_v2 = format!(
+        r#"{{"key":"{k2}","create_revision":"3","mod_revision":"4","version":"2","value":"YWdhaW4=","lease":"3001"}}"#
+    );
+    let c1_v1 = format!(
+        r#"{{"key":"{k1}","create_revision":"2","mod_revision":"2","version":"1","lease":"3001"}}"#
+    );
     assert_eq!(
         out[7],
         format!(
@@ -939,9 +1302,31 @@ fn model_expiry_deletes_at_one_revision_and_notifies_watchers() {
     let mut m = EtcdModel::new(1 << 60);
     let (c1, c2) = (b("edgelock/c/1"), b("edgelock/c/2"));
     post(&mut m, 0, 1, "/v3/lease/grant", r#"{"TTL":3,"ID":"3001"}"#);
-    post(&mut m, 0, 2, "/v3/kv/put", &format!(r#"{{"key":"{c1}","value":"","lease":"3001"}}"#));
-    post(&mut m, 0, 3, "/v3/kv/put", &format!(r#"{{"key":"{c2}","value":"","lease":"3001"}}"#));
-    post(&mut m, 10, 101, "/v3/watch", &format!(r#"{{"create_request":{{"key":"{}","range_end":"{}"}}}}"#, b("edgelock/c/"), b("edgelock/c0")));
+    post(
+        &mut m,
+        0,
+        2,
+        "/v3/kv/put",
+        &format!(r#"{{"key":"{c1}","value":"","lease":"3001"}}"#),
+    );
+    post(
+        &mut m,
+        0,
+        3,
+        "/v3/kv/put",
+        &format!(r#"{{"key":"{c2}","value":"","lease":"3001"}}"#),
+    );
+    post(
+        &mut m,
+        10,
+        101,
+        "/v3/watch",
+        &format!(
+            r#"{{"create_request":{{"key":"{}","range_end":"{}"}}}}"#,
+            b("edgelock/c/"),
+            b("edgelock/c0")
+        ),
+    );
     m.drain_stream_chunks(10);
     assert_eq!(m.next_deadline(), Some(3000));
     m.advance(2999);
@@ -952,10 +1337,19 @@ fn model_expiry_deletes_at_one_revision_and_notifies_watchers() {
     let chunks = m.drain_stream_chunks(3000);
     assert_eq!(chunks.len(), 1);
     let msg = String::from_utf8(chunks[0].1.clone()).unwrap();
-    assert!(msg.contains(r#""revision":"4""#) && msg.matches(r#""type":"DELETE""#).count() == 2, "{msg}");
+    assert!(
+        msg.contains(r#""revision":"4""#) && msg.matches(r#""type":"DELETE""#).count() == 2,
+        "{msg}"
+    );
     // A cancelled watch gets nothing more.
     m.stream_closed(RequestId(101));
-    post(&mut m, 4000, 5, "/v3/kv/put", &format!(r#"{{"key":"{c1}","value":""}}"#));
+    post(
+        &mut m,
+        4000,
+        5,
+        "/v3/kv/put",
+        &format!(r#"{{"key":"{c1}","value":""}}"#),
+    );
     assert!(m.drain_stream_chunks(4000).is_empty());
 }
 
@@ -964,14 +1358,38 @@ fn model_keepalive_extends_and_expiry_is_exact() {
     let mut m = EtcdModel::new(7_000_000_000_000_000_000);
     let (s, body) = text(post(&mut m, 0, 1, "/v3/lease/grant", r#"{"TTL":5}"#));
     assert_eq!(s, 200);
-    assert!(body.contains(r#""ID":"7000000000000000000","TTL":"5""#), "{body}");
-    post(&mut m, 0, 2, "/v3/kv/put", &format!(r#"{{"key":"{}","lease":"7000000000000000000"}}"#, b("k")));
-    post(&mut m, 4000, 3, "/v3/lease/keepalive", r#"{"ID":7000000000000000000}"#);
+    assert!(
+        body.contains(r#""ID":"7000000000000000000","TTL":"5""#),
+        "{body}"
+    );
+    post(
+        &mut m,
+        0,
+        2,
+        "/v3/kv/put",
+        &format!(r#"{{"key":"{}","lease":"7000000000000000000"}}"#, b("k")),
+    );
+    post(
+        &mut m,
+        4000,
+        3,
+        "/v3/lease/keepalive",
+        r#"{"ID":7000000000000000000}"#,
+    );
     m.advance(8999);
     assert_eq!(m.key_count(), 1);
-    let (_, ttl) = text(post(&mut m, 8999, 4, "/v3/lease/timetolive", r#"{"ID":"7000000000000000000"}"#));
+    let (_, ttl) = text(post(
+        &mut m,
+        8999,
+        4,
+        "/v3/lease/timetolive",
+        r#"{"ID":"7000000000000000000"}"#,
+    ));
     // 1 ms left: TTL truncates to 0 seconds, and a zero int64 is omitted.
-    assert!(ttl.ends_with(r#""ID":"7000000000000000000","grantedTTL":"5"}"#), "{ttl}");
+    assert!(
+        ttl.ends_with(r#""ID":"7000000000000000000","grantedTTL":"5"}"#),
+        "{ttl}"
+    );
     m.advance(9000);
     assert_eq!(m.key_count(), 0);
     assert_eq!(m.revision(), 3);
@@ -986,9 +1404,16 @@ struct RealEtcd {
 
 impl RealEtcd {
     fn start() -> Option<RealEtcd> {
-        let free_port = || std::net::TcpListener::bind("127.0.0.1:0").ok()?.local_addr().ok().map(|a| a.port());
+        let free_port = || {
+            std::net::TcpListener::bind("127.0.0.1:0")
+                .ok()?
+                .local_addr()
+                .ok()
+                .map(|a| a.port())
+        };
         let (client, peer) = (free_port()?, free_port()?);
-        let dir = std::env::temp_dir().join(format!("edgelock-sim-etcd-{}-{client}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("edgelock-sim-etcd-{}-{client}", std::process::id()));
         let client_url = format!("http://127.0.0.1:{client}");
         let peer_url = format!("http://127.0.0.1:{peer}");
         let child = std::process::Command::new(edgelock_devtools::etcd_bin())
@@ -1003,7 +1428,11 @@ impl RealEtcd {
             .stderr(std::process::Stdio::null())
             .spawn()
             .ok()?;
-        let etcd = RealEtcd { child, addr: format!("127.0.0.1:{client}"), dir };
+        let etcd = RealEtcd {
+            child,
+            addr: format!("127.0.0.1:{client}"),
+            dir,
+        };
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
         while std::time::Instant::now() < deadline {
             if let Ok((200, _)) = http_post(&etcd.addr, "/v3/kv/range", r#"{"key":"AA=="}"#) {
@@ -1038,14 +1467,23 @@ fn http_request(addr: &str, path: &str, body: &str) -> std::io::Result<std::net:
 fn parse_http(raw: &[u8]) -> (u16, String) {
     let text = String::from_utf8_lossy(raw).to_string();
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let status = head.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
-    if !head.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    if !head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
         return (status, body.to_string());
     }
     let mut out = String::new();
     let mut rest = body;
     while let Some((size, after)) = rest.split_once("\r\n") {
-        let Ok(n) = usize::from_str_radix(size.trim(), 16) else { break };
+        let Ok(n) = usize::from_str_radix(size.trim(), 16) else {
+            break;
+        };
         if n == 0 || after.len() < n {
             break;
         }
@@ -1084,8 +1522,14 @@ impl RealGateway {
         }
         match &self.ids {
             Some((c, m)) => body
-                .replace(&format!("\"cluster_id\":\"{c}\""), &format!("\"cluster_id\":\"{}\"", sim::etcd_model::CLUSTER_ID))
-                .replace(&format!("\"member_id\":\"{m}\""), &format!("\"member_id\":\"{}\"", sim::etcd_model::MEMBER_ID)),
+                .replace(
+                    &format!("\"cluster_id\":\"{c}\""),
+                    &format!("\"cluster_id\":\"{}\"", sim::etcd_model::CLUSTER_ID),
+                )
+                .replace(
+                    &format!("\"member_id\":\"{m}\""),
+                    &format!("\"member_id\":\"{}\"", sim::etcd_model::MEMBER_ID),
+                ),
             None => body,
         }
     }
@@ -1105,30 +1549,50 @@ fn etcd_is_3_5() -> bool {
 /// error object lists `code` before `message`. Mapped back here, so that
 /// everything else must still agree byte for byte.
 fn as_3_4_error(status: u16, text: String) -> (u16, String) {
-    let Ok(serde_json::Value::Object(v)) = serde_json::from_str::<serde_json::Value>(&text) else { return (status, text) };
-    let (Some(error), Some(code), Some(message)) = (v.get("error"), v.get("code"), v.get("message")) else { return (status, text) };
+    let Ok(serde_json::Value::Object(v)) = serde_json::from_str::<serde_json::Value>(&text) else {
+        return (status, text);
+    };
+    let (Some(error), Some(code), Some(message)) =
+        (v.get("error"), v.get("code"), v.get("message"))
+    else {
+        return (status, text);
+    };
     if v.len() != 3 {
         return (status, text);
     }
-    let status = if code.as_i64() == Some(9) && status == 400 { 412 } else { status };
-    (status, format!(r#"{{"error":{error},"message":{message},"code":{code}}}"#))
+    let status = if code.as_i64() == Some(9) && status == 400 {
+        412
+    } else {
+        status
+    };
+    (
+        status,
+        format!(r#"{{"error":{error},"message":{message},"code":{code}}}"#),
+    )
 }
 
 impl Gateway for RealGateway {
     fn post(&mut self, path: &str, body: String) -> (u16, String) {
         let (status, text) = http_post(&self.addr, path, &body).expect("request to real etcd");
-        let (status, text) = if etcd_is_3_5() { as_3_4_error(status, text) } else { (status, text) };
+        let (status, text) = if etcd_is_3_5() {
+            as_3_4_error(status, text)
+        } else {
+            (status, text)
+        };
         (status, self.normalize(text))
     }
     fn watch(&mut self, id: u64, body: String) {
         let s = http_request(&self.addr, "/v3/watch", &body).expect("watch on real etcd");
-        s.set_read_timeout(Some(std::time::Duration::from_millis(300))).unwrap();
+        s.set_read_timeout(Some(std::time::Duration::from_millis(300)))
+            .unwrap();
         self.streams.insert(id, (s, Vec::new()));
         self.stream(id); // let the watch be created before the next write
     }
     fn stream(&mut self, id: u64) -> String {
         use std::io::Read;
-        let Some((s, raw)) = self.streams.get_mut(&id) else { return String::new() };
+        let Some((s, raw)) = self.streams.get_mut(&id) else {
+            return String::new();
+        };
         let mut buf = [0u8; 4096];
         while let Ok(n) = s.read(&mut buf) {
             if n == 0 {
@@ -1151,14 +1615,26 @@ fn model_agrees_with_real_etcd() {
             eprintln!("SKIPPED model_agrees_with_real_etcd: no etcd binary on PATH");
             return;
         };
-        let mut g = RealGateway { addr: etcd.addr.clone(), ids: None, streams: Default::default() };
+        let mut g = RealGateway {
+            addr: etcd.addr.clone(),
+            ids: None,
+            streams: Default::default(),
+        };
         for (i, step) in script.0.iter().enumerate() {
             let got = g.post(step.path, step.body.clone());
-            assert_eq!(got, step.expect, "real etcd, step {i}: {} {}", step.path, step.body);
+            assert_eq!(
+                got, step.expect,
+                "real etcd, step {i}: {} {}",
+                step.path, step.body
+            );
         }
     }
     let etcd = RealEtcd::start().expect("etcd started before");
-    let mut g = RealGateway { addr: etcd.addr.clone(), ids: None, streams: Default::default() };
+    let mut g = RealGateway {
+        addr: etcd.addr.clone(),
+        ids: None,
+        streams: Default::default(),
+    };
     let real = watch_scenario(&mut g);
     let model = watch_scenario(&mut ModelGateway::new());
     assert_eq!(real, model);

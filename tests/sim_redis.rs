@@ -59,11 +59,13 @@ use std::collections::{HashMap, HashSet};
 use edgelock::core::redis::keys::{lock_key, readers_key};
 use edgelock::core::redis::quorum::quorum;
 use edgelock::core::redis::{
-    upstash, webdis, RedisCommand, RedisConfig, RedisMachine, RedisNode, RedisValue, RedlockConfig, RedlockFencing,
-    RedlockMachine,
+    upstash, webdis, RedisCommand, RedisConfig, RedisMachine, RedisNode, RedisValue, RedlockConfig,
+    RedlockFencing, RedlockMachine,
 };
 use edgelock::core::{HttpRequest, LockKind, LockMachine, Method, Millis, RequestId, Target};
-use sim::net::{Clock, NetConfig, Outage, Partition, Pause, Reply, SimRng, SimServer, WorkloadConfig, World};
+use sim::net::{
+    Clock, NetConfig, Outage, Partition, Pause, Reply, SimRng, SimServer, WorkloadConfig, World,
+};
 use sim::redis_model::{NodeClock, Proto, Rec, RedisModel};
 
 const PREFIX: &str = "edgelock";
@@ -110,7 +112,10 @@ impl Mode {
     }
 
     fn permits(self) -> bool {
-        matches!(self, Mode::Permits | Mode::PermitsBeyondBound | Mode::PermitsRestarts)
+        matches!(
+            self,
+            Mode::Permits | Mode::PermitsBeyondBound | Mode::PermitsRestarts
+        )
     }
 
     fn read_write(self) -> bool {
@@ -118,12 +123,21 @@ impl Mode {
     }
 
     fn beyond_bound(self) -> bool {
-        matches!(self, Mode::BeyondBound | Mode::BeyondBoundValidity | Mode::PermitsBeyondBound | Mode::ReadWriteBeyondBound)
+        matches!(
+            self,
+            Mode::BeyondBound
+                | Mode::BeyondBoundValidity
+                | Mode::PermitsBeyondBound
+                | Mode::ReadWriteBeyondBound
+        )
     }
 
     /// The validity check is off: the exclusion check must notice.
     fn no_validity_check(self) -> bool {
-        matches!(self, Mode::BeyondBound | Mode::PermitsBeyondBound | Mode::ReadWriteBeyondBound)
+        matches!(
+            self,
+            Mode::BeyondBound | Mode::PermitsBeyondBound | Mode::ReadWriteBeyondBound
+        )
     }
 }
 
@@ -244,7 +258,10 @@ fn build(seed: u64, mode: Mode) -> (World<RedisModel>, Setup) {
     };
     let fencing = match mode {
         _ if nodes == 1 => None,
-        Mode::Main | Mode::Calm { .. } | Mode::Permits => Some(pick(&mut rng, &[RedlockFencing::Folded, RedlockFencing::Strict])),
+        Mode::Main | Mode::Calm { .. } | Mode::Permits => Some(pick(
+            &mut rng,
+            &[RedlockFencing::Folded, RedlockFencing::Strict],
+        )),
         Mode::Restarts
         | Mode::PermitsRestarts
         | Mode::BeyondBound
@@ -265,13 +282,18 @@ fn build(seed: u64, mode: Mode) -> (World<RedisModel>, Setup) {
     };
     let pauses_only = !calm && (folded || mode.beyond_bound());
     let ttl_ms = pick(&mut rng, &[1_000, 2_000, 3_000, 5_000]);
-    let timeouts: Vec<u64> = [150, 300, 600, 1_000].into_iter().filter(|t| *t <= ttl_ms / 3).collect();
+    let timeouts: Vec<u64> = [150, 300, 600, 1_000]
+        .into_iter()
+        .filter(|t| *t <= ttl_ms / 3)
+        .collect();
     let request_timeout_ms = pick(&mut rng, &timeouts);
     let clients = rng.range(2, 5) as usize;
     let names: Vec<String> = {
         let k = rng.range(1, 3) as usize;
         let first = rng.below(NAMES.len() as u64) as usize;
-        (0..k).map(|i| NAMES[(first + i) % NAMES.len()].to_string()).collect()
+        (0..k)
+            .map(|i| NAMES[(first + i) % NAMES.len()].to_string())
+            .collect()
     };
     let mut net = NetConfig::calm();
     net.delay = (1, rng.range(3, 30));
@@ -292,14 +314,30 @@ fn build(seed: u64, mode: Mode) -> (World<RedisModel>, Setup) {
         net.stream_break = pick(&mut rng, &[0.0, 0.02, 0.1]);
         net.stream_garbage = pick(&mut rng, &[0.0, 0.05, 0.2]);
     }
-    let protos: Vec<Proto> = (0..nodes).map(|_| if rng.chance(0.5) { Proto::Upstash } else { Proto::Webdis }).collect();
+    let protos: Vec<Proto> = (0..nodes)
+        .map(|_| {
+            if rng.chance(0.5) {
+                Proto::Upstash
+            } else {
+                Proto::Webdis
+            }
+        })
+        .collect();
     let mut node_clocks = Vec::new();
     for _ in 0..nodes {
-        let mut c = NodeClock { offset: rng.below(1 << 40), ppm: rng.range(0, 8_000) as i64 - 4_000, jumps: Vec::new() };
+        let mut c = NodeClock {
+            offset: rng.below(1 << 40),
+            ppm: rng.range(0, 8_000) as i64 - 4_000,
+            jumps: Vec::new(),
+        };
         if !calm {
             for _ in 0..rng.below(3) {
                 let at = rng.below(FAULT_WINDOW_MS);
-                let delta = if mode.beyond_bound() { rng.range(ttl_ms / 2, ttl_ms) as i64 } else { -(rng.range(1, 2_000) as i64) };
+                let delta = if mode.beyond_bound() {
+                    rng.range(ttl_ms / 2, ttl_ms) as i64
+                } else {
+                    -(rng.range(1, 2_000) as i64)
+                };
                 c.jumps.push((at, delta));
             }
         }
@@ -318,7 +356,10 @@ fn build(seed: u64, mode: Mode) -> (World<RedisModel>, Setup) {
     };
     // SIM_MAX_SUBSCRIPTIONS=n overrides it (after the same draws: the rest of
     // the setup stays the seed's), e.g. 0 to replay a seed without push.
-    let max_subscriptions = std::env::var("SIM_MAX_SUBSCRIPTIONS").ok().and_then(|v| v.trim().parse().ok()).unwrap_or(max_subscriptions);
+    let max_subscriptions = std::env::var("SIM_MAX_SUBSCRIPTIONS")
+        .ok()
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(max_subscriptions);
     let setup = Setup {
         mode,
         nodes,
@@ -341,7 +382,10 @@ fn build(seed: u64, mode: Mode) -> (World<RedisModel>, Setup) {
     w.max_steps = 2_000_000;
     for i in 0..nodes {
         let token = (protos[i] == Proto::Upstash).then(|| TOKEN.to_string());
-        w.add_server(&[&base(i)], RedisModel::new(protos[i], token, node_clocks[i].clone()));
+        w.add_server(
+            &[&base(i)],
+            RedisModel::new(protos[i], token, node_clocks[i].clone()),
+        );
     }
     let node_cfgs: Vec<RedisNode> = (0..nodes)
         .map(|i| match protos[i] {
@@ -374,7 +418,10 @@ fn build(seed: u64, mode: Mode) -> (World<RedisModel>, Setup) {
                 Box::new(RedlockMachine::new(cfg, Box::new(rng.fork())).expect("valid config"))
             }
         };
-        let clock = Clock { offset: rng.below(1 << 40), ppm: rng.range(0, 8_000) as i64 - 4_000 };
+        let clock = Clock {
+            offset: rng.below(1 << 40),
+            ppm: rng.range(0, 8_000) as i64 - 4_000,
+        };
         w.add_client(machine, clock);
     }
     if !calm {
@@ -385,17 +432,31 @@ fn build(seed: u64, mode: Mode) -> (World<RedisModel>, Setup) {
                     let until = (from + rng.range(100, 3 * ttl_ms)).min(FAULT_WINDOW_MS);
                     if rng.chance(0.5) {
                         for e in 0..nodes {
-                            w.add_partition(Partition { client: c, endpoint: e, from, until });
+                            w.add_partition(Partition {
+                                client: c,
+                                endpoint: e,
+                                from,
+                                until,
+                            });
                         }
                     } else {
-                        w.add_partition(Partition { client: c, endpoint: rng.below(nodes as u64) as usize, from, until });
+                        w.add_partition(Partition {
+                            client: c,
+                            endpoint: rng.below(nodes as u64) as usize,
+                            from,
+                            until,
+                        });
                     }
                 }
             }
             for _ in 0..rng.below(3) {
                 let from = rng.below(FAULT_WINDOW_MS);
                 let until = (from + rng.range(50, 2 * ttl_ms)).min(FAULT_WINDOW_MS);
-                w.add_pause(Pause { client: c, from, until });
+                w.add_pause(Pause {
+                    client: c,
+                    from,
+                    until,
+                });
             }
         }
     }
@@ -406,7 +467,11 @@ fn build(seed: u64, mode: Mode) -> (World<RedisModel>, Setup) {
         while t < FAULT_WINDOW_MS {
             let e = rng.below(nodes as u64) as usize;
             let down = ttl_ms + ttl_ms / 20 + 100 + rng.below(ttl_ms);
-            w.add_outage(Outage { endpoint: e, from: t, until: t + down });
+            w.add_outage(Outage {
+                endpoint: e,
+                from: t,
+                until: t + down,
+            });
             t += down + rng.range(0, 2 * ttl_ms);
         }
     }
@@ -442,7 +507,11 @@ fn build(seed: u64, mode: Mode) -> (World<RedisModel>, Setup) {
         setup.limit = Some(limit);
     }
     if mode.read_write() {
-        w.set_acquire_kinds(vec![LockKind::Exclusive, LockKind::Shared, LockKind::Shared]);
+        w.set_acquire_kinds(vec![
+            LockKind::Exclusive,
+            LockKind::Shared,
+            LockKind::Shared,
+        ]);
     }
     (w, setup)
 }
@@ -469,7 +538,11 @@ struct RedisChecks {
 
 impl RedisChecks {
     fn new(setup: &Setup) -> Self {
-        let keys = setup.names.iter().map(|n| (n.clone(), lock_key(PREFIX, n).into_bytes())).collect();
+        let keys = setup
+            .names
+            .iter()
+            .map(|n| (n.clone(), lock_key(PREFIX, n).into_bytes()))
+            .collect();
         RedisChecks {
             setup: setup.clone(),
             reported: HashSet::new(),
@@ -486,18 +559,29 @@ impl RedisChecks {
 
     /// The name whose lock key, readers' set, or one of whose permit slot keys, `key` is.
     fn name_of(&self, key: &[u8]) -> Option<&str> {
-        let slot_of = |k: &[u8]| key.strip_prefix(k).and_then(|rest| rest.strip_prefix(b":permit:")).is_some_and(|d| !d.is_empty() && d.iter().all(u8::is_ascii_digit));
+        let slot_of = |k: &[u8]| {
+            key.strip_prefix(k)
+                .and_then(|rest| rest.strip_prefix(b":permit:"))
+                .is_some_and(|d| !d.is_empty() && d.iter().all(u8::is_ascii_digit))
+        };
         let readers_of = |k: &[u8]| key.strip_prefix(k) == Some(b":readers".as_slice());
-        self.keys.iter().find(|(_, k)| k == key || slot_of(k) || readers_of(k)).map(|(n, _)| n.as_str())
+        self.keys
+            .iter()
+            .find(|(_, k)| k == key || slot_of(k) || readers_of(k))
+            .map(|(n, _)| n.as_str())
     }
 
     fn check(&mut self, w: &World<RedisModel>) -> Result<(), String> {
         let q = quorum(self.setup.nodes);
         let believers = w.believers();
         for (i, a) in believers.iter().enumerate() {
-            self.concurrent |= believers[i + 1..].iter().any(|b| b.name == a.name && b.client != a.client);
+            self.concurrent |= believers[i + 1..]
+                .iter()
+                .any(|b| b.name == a.name && b.client != a.client);
             self.shared_concurrent |= a.kind == LockKind::Shared
-                && believers[i + 1..].iter().any(|b| b.name == a.name && b.client != a.client && b.kind == LockKind::Shared);
+                && believers[i + 1..].iter().any(|b| {
+                    b.name == a.name && b.client != a.client && b.kind == LockKind::Shared
+                });
             if !self.limits_held.contains(&a.kind) {
                 self.limits_held.push(a.kind);
             }
@@ -505,7 +589,9 @@ impl RedisChecks {
         // Validity at every report: a quorum holds the key past E.
         for b in believers {
             self.owners.insert((b.client, b.lock.0), b.owner.clone());
-            if self.setup.mode.no_validity_check() || !self.reported.insert((b.client, b.lock.0, b.expires_at)) {
+            if self.setup.mode.no_validity_check()
+                || !self.reported.insert((b.client, b.lock.0, b.expires_at))
+            {
                 continue;
             }
             self.validity_reports += 1;
@@ -515,10 +601,13 @@ impl RedisChecks {
                     let m = w.server(i);
                     if b.kind == LockKind::Shared {
                         // A reader: its token's lease in the readers' set.
-                        return m.reader_expires_global(b.key.as_bytes(), b.owner.as_bytes(), w.now).is_some_and(|x| x >= e_global);
+                        return m
+                            .reader_expires_global(b.key.as_bytes(), b.owner.as_bytes(), w.now)
+                            .is_some_and(|x| x >= e_global);
                     }
                     m.get(b.key.as_bytes(), w.now).as_deref() == Some(b.owner.as_bytes())
-                        && m.expires_global(b.key.as_bytes(), w.now).is_some_and(|x| x >= e_global)
+                        && m.expires_global(b.key.as_bytes(), w.now)
+                            .is_some_and(|x| x >= e_global)
                 })
                 .count();
             if holding < q {
@@ -532,7 +621,10 @@ impl RedisChecks {
         for c in 0..w.client_count() {
             for n in &self.setup.names {
                 let wants = w.interested(c, n);
-                let e = self.uninterested_since.entry((c, n.clone())).or_insert(None);
+                let e = self
+                    .uninterested_since
+                    .entry((c, n.clone()))
+                    .or_insert(None);
                 match (wants, *e) {
                     (true, _) => *e = None,
                     (false, None) => *e = Some(w.now),
@@ -544,9 +636,20 @@ impl RedisChecks {
         for i in 0..self.setup.nodes {
             let log = &w.server(i).log;
             for r in &log[self.log_seen[i]..] {
-                if let Rec::Raised { key, client: Some(c), t, ours: true, renew: true, .. } = r {
-                    let Some(name) = self.name_of(key) else { continue };
-                    if let Some(Some(since)) = self.uninterested_since.get(&(*c, name.to_string())) {
+                if let Rec::Raised {
+                    key,
+                    client: Some(c),
+                    t,
+                    ours: true,
+                    renew: true,
+                    ..
+                } = r
+                {
+                    let Some(name) = self.name_of(key) else {
+                        continue;
+                    };
+                    if let Some(Some(since)) = self.uninterested_since.get(&(*c, name.to_string()))
+                    {
                         if *t > since + self.setup.ghost_grace {
                             return Err(format!(
                                 "client {c} renewed its key of {name:?} on node {i} at t={t}, having given the name up at t={since}"
@@ -576,7 +679,10 @@ impl RedisChecks {
             for i in 0..self.setup.nodes {
                 for (k, _) in w.server(i).keys(w.now) {
                     if self.name_of(&k).is_some() {
-                        return Err(format!("calm run: lock key {:?} remains on node {i} after every client closed", String::from_utf8_lossy(&k)));
+                        return Err(format!(
+                            "calm run: lock key {:?} remains on node {i} after every client closed",
+                            String::from_utf8_lossy(&k)
+                        ));
                     }
                 }
             }
@@ -588,17 +694,38 @@ impl RedisChecks {
 /// For a fencing inversion in a restart run: was the documented
 /// precondition met? (Some node of H2's granting quorum confirmed a raise of
 /// H1 — key still H1's — and did not restart between that and H2's grant.)
-fn strict_precondition_held(w: &World<RedisModel>, checks: &RedisChecks) -> Result<(bool, String), String> {
+fn strict_precondition_held(
+    w: &World<RedisModel>,
+    checks: &RedisChecks,
+) -> Result<(bool, String), String> {
     let last = w.grants.last().ok_or("no grants")?;
     // Successive holders of one key: a lock's, or a permit's slot.
-    let prev = w.grants.iter().rev().skip(1).find(|g| g.key == last.key).ok_or("no previous grant")?;
-    let owner1 = checks.owners.get(&(prev.client, prev.lock.0)).ok_or("owner of the first holder unknown")?.clone();
+    let prev = w
+        .grants
+        .iter()
+        .rev()
+        .skip(1)
+        .find(|g| g.key == last.key)
+        .ok_or("no previous grant")?;
+    let owner1 = checks
+        .owners
+        .get(&(prev.client, prev.lock.0))
+        .ok_or("owner of the first holder unknown")?
+        .clone();
     let key = last.key.clone().into_bytes();
     // H2's owner: its raise round carried its token as the floor.
     let mut owner2 = None;
     for i in 0..w.endpoint_count() {
         for r in &w.server(i).log {
-            if let Rec::Raised { key: k, owner, client: Some(c), floor, ours: true, .. } = r {
+            if let Rec::Raised {
+                key: k,
+                owner,
+                client: Some(c),
+                floor,
+                ours: true,
+                ..
+            } = r
+            {
                 if *k == key && *c == last.client && *floor == last.token {
                     owner2 = Some(owner.clone());
                 }
@@ -611,7 +738,13 @@ fn strict_precondition_held(w: &World<RedisModel>, checks: &RedisChecks) -> Resu
         .or_else(|| {
             (0..w.endpoint_count()).find_map(|i| {
                 w.server(i).log.iter().rev().find_map(|r| match r {
-                    Rec::Granted { key: k, owner, client: Some(c), fence, .. } if *k == key && *c == last.client && *fence == last.token => {
+                    Rec::Granted {
+                        key: k,
+                        owner,
+                        client: Some(c),
+                        fence,
+                        ..
+                    } if *k == key && *c == last.client && *fence == last.token => {
                         Some(owner.clone())
                     }
                     _ => None,
@@ -623,26 +756,47 @@ fn strict_precondition_held(w: &World<RedisModel>, checks: &RedisChecks) -> Resu
     for i in 0..w.endpoint_count() {
         let m = w.server(i);
         let granted_at = m.log.iter().find_map(|r| match r {
-            Rec::Granted { key: k, owner, t, .. } if *k == key && *owner == owner2 => Some(*t),
+            Rec::Granted {
+                key: k, owner, t, ..
+            } if *k == key && *owner == owner2 => Some(*t),
             _ => None,
         });
         // H1's key in place with the node's counter at ≥ its token: a raise
         // it confirmed, or (raise skipped) its own grant there.
         let raised_at = m.log.iter().find_map(|r| match r {
-            Rec::Raised { key: k, owner, t, ours: true, floor, .. }
-                if *k == key && owner.as_slice() == owner1.as_bytes() && *floor >= prev.token && granted_at.is_some_and(|tg| *t <= tg) =>
+            Rec::Raised {
+                key: k,
+                owner,
+                t,
+                ours: true,
+                floor,
+                ..
+            } if *k == key
+                && owner.as_slice() == owner1.as_bytes()
+                && *floor >= prev.token
+                && granted_at.is_some_and(|tg| *t <= tg) =>
             {
                 Some(*t)
             }
-            Rec::Granted { key: k, owner, t, fence, .. }
-                if *k == key && owner.as_slice() == owner1.as_bytes() && *fence >= prev.token && granted_at.is_some_and(|tg| *t <= tg) =>
+            Rec::Granted {
+                key: k,
+                owner,
+                t,
+                fence,
+                ..
+            } if *k == key
+                && owner.as_slice() == owner1.as_bytes()
+                && *fence >= prev.token
+                && granted_at.is_some_and(|tg| *t <= tg) =>
             {
                 Some(*t)
             }
             _ => None,
         });
         why.push_str(&format!(" node {i}: H2 granted {granted_at:?}, H1 raise confirmed {raised_at:?}, restarts {:?};", m.restarts));
-        let (Some(tg), Some(tr)) = (granted_at, raised_at) else { continue };
+        let (Some(tg), Some(tr)) = (granted_at, raised_at) else {
+            continue;
+        };
         if !m.restarts.iter().any(|&x| tr < x && x <= tg) {
             return Ok((true, why));
         }
@@ -687,27 +841,45 @@ fn run_seed(seed: u64, mode: Mode, trace: bool) -> Result<Stats, Failure> {
             losts: w.losts.len() as u64,
             ops: w.history.len() as u64,
             requests: (0..setup.nodes).map(|i| w.server(i).requests).sum(),
-            restarts: (0..setup.nodes).map(|i| w.server(i).restarts.len() as u64).sum(),
+            restarts: (0..setup.nodes)
+                .map(|i| w.server(i).restarts.len() as u64)
+                .sum(),
             validity_reports: checks.validity_reports,
             outside_guarantee: outside,
             sim_ms: w.now,
             subscriptions: (0..setup.nodes).map(|i| w.server(i).subscriptions).sum(),
             push_messages: (0..setup.nodes).map(|i| w.server(i).deliveries).sum(),
-            attempts: (0..setup.nodes).map(|i| w.server(i).acquire_evals).sum::<u64>() / setup.nodes as u64,
+            attempts: (0..setup.nodes)
+                .map(|i| w.server(i).acquire_evals)
+                .sum::<u64>()
+                / setup.nodes as u64,
             hostile_chunks: w.hostile_chunks,
             stream_chunks: w.stream_chunks,
-            cleanup_messages: (0..setup.nodes).map(|i| w.server(i).cleanup_deliveries).sum(),
+            cleanup_messages: (0..setup.nodes)
+                .map(|i| w.server(i).cleanup_deliveries)
+                .sum(),
             concurrent: checks.concurrent as u64,
             shared_concurrent: checks.shared_concurrent as u64,
             writers_after_readers: writers_after_readers(&w, &setup),
             limits_refused: w
                 .history
                 .iter()
-                .filter(|r| matches!(r.outcome, sim::net::Outcome::Failed { code: "INVALID_ARGUMENT", .. }))
+                .filter(|r| {
+                    matches!(
+                        r.outcome,
+                        sim::net::Outcome::Failed {
+                            code: "INVALID_ARGUMENT",
+                            ..
+                        }
+                    )
+                })
                 .count() as u64,
             limits_changed: (checks.limits_held.len() > 1) as u64,
             by_nodes: {
-                let attempts = (0..setup.nodes).map(|i| w.server(i).acquire_evals).sum::<u64>() / setup.nodes as u64;
+                let attempts = (0..setup.nodes)
+                    .map(|i| w.server(i).acquire_evals)
+                    .sum::<u64>()
+                    / setup.nodes as u64;
                 let mut b = [(0, 0); 3];
                 b[setup.nodes / 2] = (attempts, w.grants.len() as u64);
                 b
@@ -725,25 +897,38 @@ fn final_checks(w: &World<RedisModel>, setup: &Setup) -> Result<(), String> {
     // two permits handed out share a token.
     if let (Some(_), 1) = (setup.limit, setup.nodes) {
         for name in &setup.names {
-            let mut tokens: Vec<u64> = w.grants.iter().filter(|g| g.name == *name).map(|g| g.token).collect();
+            let mut tokens: Vec<u64> = w
+                .grants
+                .iter()
+                .filter(|g| g.name == *name)
+                .map(|g| g.token)
+                .collect();
             let slot_prefix = format!("{}:permit:", lock_key(PREFIX, name)).into_bytes();
             let on_node: Vec<u64> = w
                 .server(0)
                 .log
                 .iter()
                 .filter_map(|r| match r {
-                    Rec::Granted { key, fence, .. } if key.starts_with(&slot_prefix) => Some(*fence),
+                    Rec::Granted { key, fence, .. } if key.starts_with(&slot_prefix) => {
+                        Some(*fence)
+                    }
                     _ => None,
                 })
                 .collect();
             if let Some(p) = on_node.windows(2).position(|t| t[1] <= t[0]) {
-                return Err(format!("one node: {name:?}'s permits were granted token {} after {}", on_node[p + 1], on_node[p]));
+                return Err(format!(
+                    "one node: {name:?}'s permits were granted token {} after {}",
+                    on_node[p + 1],
+                    on_node[p]
+                ));
             }
             let n = tokens.len();
             tokens.sort_unstable();
             tokens.dedup();
             if tokens.len() != n {
-                return Err(format!("one node: two permits of {name:?} were handed out with the same token"));
+                return Err(format!(
+                    "one node: two permits of {name:?} were handed out with the same token"
+                ));
             }
         }
     }
@@ -752,7 +937,10 @@ fn final_checks(w: &World<RedisModel>, setup: &Setup) -> Result<(), String> {
     }
     for c in 0..w.client_count() {
         if w.machine(c).live_count() != 0 {
-            return Err(format!("client {c} reports {} live operations/locks after close", w.machine(c).live_count()));
+            return Err(format!(
+                "client {c} reports {} live operations/locks after close",
+                w.machine(c).live_count()
+            ));
         }
     }
     for i in 0..setup.nodes {
@@ -760,7 +948,10 @@ fn final_checks(w: &World<RedisModel>, setup: &Setup) -> Result<(), String> {
         for (k, _) in m.keys(w.now) {
             // The counters and semaphores' limit records never expire.
             if !k.ends_with(b":fence") && !k.ends_with(b":limit") {
-                return Err(format!("node {i} still has key {:?} after the world went quiet", String::from_utf8_lossy(&k)));
+                return Err(format!(
+                    "node {i} still has key {:?} after the world went quiet",
+                    String::from_utf8_lossy(&k)
+                ));
             }
         }
     }
@@ -768,16 +959,24 @@ fn final_checks(w: &World<RedisModel>, setup: &Setup) -> Result<(), String> {
     // closed by it (or ended by the network), on both sides of the wire.
     for c in 0..w.client_count() {
         if w.stream_flights(c) != 0 {
-            return Err(format!("client {c} still has {} subscription stream(s) in flight at the end", w.stream_flights(c)));
+            return Err(format!(
+                "client {c} still has {} subscription stream(s) in flight at the end",
+                w.stream_flights(c)
+            ));
         }
     }
     if w.open_stream_count() != 0 {
-        return Err(format!("the network still carries {} stream(s) at the end", w.open_stream_count()));
+        return Err(format!(
+            "the network still carries {} stream(s) at the end",
+            w.open_stream_count()
+        ));
     }
     for i in 0..setup.nodes {
         let open = w.server(i).open_subscriptions();
         if open != 0 {
-            return Err(format!("node {i} still has {open} subscription(s) open at the end"));
+            return Err(format!(
+                "node {i} still has {open} subscription(s) open at the end"
+            ));
         }
     }
     if setup.max_subscriptions == 0 && (0..setup.nodes).any(|i| w.server(i).subscriptions > 0) {
@@ -799,7 +998,9 @@ fn read_write_checks(w: &World<RedisModel>, setup: &Setup) -> Result<(), String>
         let readers = readers_key(&lock_key(PREFIX, name)).into_bytes();
         let mut highest = 0;
         for r in &w.server(0).log {
-            let Rec::Granted { key: k, fence, .. } = r else { continue };
+            let Rec::Granted { key: k, fence, .. } = r else {
+                continue;
+            };
             if *k == key && *fence <= highest {
                 return Err(format!("one node: a writer of {name:?} was granted token {fence} after a grant of {highest}"));
             }
@@ -815,8 +1016,19 @@ fn read_write_checks(w: &World<RedisModel>, setup: &Setup) -> Result<(), String>
             heard = heard.max(g.token);
         }
     }
-    if let Some(r) = w.history.iter().find(|r| matches!(r.outcome, sim::net::Outcome::Failed { code: "INVALID_ARGUMENT", .. })) {
-        return Err(format!("client {}: an acquire was refused with INVALID_ARGUMENT on one node", r.client));
+    if let Some(r) = w.history.iter().find(|r| {
+        matches!(
+            r.outcome,
+            sim::net::Outcome::Failed {
+                code: "INVALID_ARGUMENT",
+                ..
+            }
+        )
+    }) {
+        return Err(format!(
+            "client {}: an acquire was refused with INVALID_ARGUMENT on one node",
+            r.client
+        ));
     }
     Ok(())
 }
@@ -824,7 +1036,19 @@ fn read_write_checks(w: &World<RedisModel>, setup: &Setup) -> Result<(), String>
 /// Writers granted right after a reader of their name (the writer waited
 /// for readers, or came after them).
 fn writers_after_readers(w: &World<RedisModel>, setup: &Setup) -> u64 {
-    setup.names.iter().map(|n| w.grants.iter().filter(|g| g.name == *n).collect::<Vec<_>>().windows(2).filter(|p| p[0].kind == LockKind::Shared && p[1].kind != LockKind::Shared).count() as u64).sum()
+    setup
+        .names
+        .iter()
+        .map(|n| {
+            w.grants
+                .iter()
+                .filter(|g| g.name == *n)
+                .collect::<Vec<_>>()
+                .windows(2)
+                .filter(|p| p[0].kind == LockKind::Shared && p[1].kind != LockKind::Shared)
+                .count() as u64
+        })
+        .sum()
 }
 
 fn report_failure(seed: u64, mode: Mode, test: &str, first_message: &str) -> String {
@@ -855,7 +1079,9 @@ fn sweep(test: &str, default_seeds: u64, divisor: u64, mode: Mode) -> Stats {
                     let (mut w, setup) = build(seed, mode);
                     w.enable_trace();
                     let mut checks = RedisChecks::new(&setup);
-                    let _ = w.run(STOP_AT_MS + 30 * setup.ttl_ms + 120_000, &mut |w| checks.check(w));
+                    let _ = w.run(STOP_AT_MS + 30 * setup.ttl_ms + 120_000, &mut |w| {
+                        checks.check(w)
+                    });
                     eprintln!("setup: {setup:?}");
                     for line in w.trace.iter().flatten() {
                         eprintln!("{line}");
@@ -866,10 +1092,14 @@ fn sweep(test: &str, default_seeds: u64, divisor: u64, mode: Mode) -> Stats {
             Err((msg, _, _)) => panic!("{}", report_failure(seed, mode, test, &msg)),
         }
     }
-    let seeds: u64 =
-        std::env::var("SIM_SEEDS").ok().and_then(|s| s.trim().parse::<u64>().ok()).map_or(default_seeds, |n| (n / divisor.max(1)).max(1));
+    let seeds: u64 = std::env::var("SIM_SEEDS")
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .map_or(default_seeds, |n| (n / divisor.max(1)).max(1));
     let started = std::time::Instant::now();
-    let workers = std::thread::available_parallelism().map_or(2, |n| n.get()).clamp(1, 4) as u64;
+    let workers = std::thread::available_parallelism()
+        .map_or(2, |n| n.get())
+        .clamp(1, 4) as u64;
     // SIM_KEEP_GOING=1: run every seed and list every failure (triage).
     let keep_going = std::env::var("SIM_KEEP_GOING").is_ok();
     let results: Vec<(Stats, Vec<(u64, String)>)> = std::thread::scope(|scope| {
@@ -895,7 +1125,10 @@ fn sweep(test: &str, default_seeds: u64, divisor: u64, mode: Mode) -> Stats {
                 })
             })
             .collect();
-        handles.into_iter().map(|h| h.join().expect("simulation worker panicked")).collect()
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("simulation worker panicked"))
+            .collect()
     });
     let mut total = Stats::default();
     for (s, _) in &results {
@@ -928,7 +1161,11 @@ fn sweep(test: &str, default_seeds: u64, divisor: u64, mode: Mode) -> Stats {
         total.hostile_chunks,
         total.attempts_per_grant()
     );
-    if let Some((seed, msg)) = results.iter().flat_map(|(_, f)| f.iter().cloned()).min_by_key(|(s, _)| *s) {
+    if let Some((seed, msg)) = results
+        .iter()
+        .flat_map(|(_, f)| f.iter().cloned())
+        .min_by_key(|(s, _)| *s)
+    {
         panic!("{}", report_failure(seed, mode, test, &msg));
     }
     total
@@ -937,11 +1174,20 @@ fn sweep(test: &str, default_seeds: u64, divisor: u64, mode: Mode) -> Stats {
 #[test]
 fn simulation() {
     let s = sweep("simulation", 2000, 1, Mode::Main);
-    assert!(s.grants > s.seeds, "the workload should acquire locks: {s:?}");
+    assert!(
+        s.grants > s.seeds,
+        "the workload should acquire locks: {s:?}"
+    );
     // Enough seeds for every kind of run (a handful may have no waiter).
     if s.seeds >= 200 {
-        assert!(s.subscriptions > 0 && s.push_messages > 0, "waiters should subscribe and hear releases: {s:?}");
-        assert!(s.hostile_chunks > 0, "the network should splice hostile chunks into streams: {s:?}");
+        assert!(
+            s.subscriptions > 0 && s.push_messages > 0,
+            "waiters should subscribe and hear releases: {s:?}"
+        );
+        assert!(
+            s.hostile_chunks > 0,
+            "the network should splice hostile chunks into streams: {s:?}"
+        );
     }
 }
 
@@ -973,10 +1219,19 @@ fn read_write_locks() {
         "read_write_locks: {} runs with readers side by side, {} writers granted right after a reader",
         s.shared_concurrent, s.writers_after_readers
     );
-    assert!(s.grants > s.seeds, "the workload should acquire locks: {s:?}");
+    assert!(
+        s.grants > s.seeds,
+        "the workload should acquire locks: {s:?}"
+    );
     if s.seeds >= 50 {
-        assert!(s.shared_concurrent * 4 >= s.seeds, "readers should often hold side by side: {s:?}");
-        assert!(s.writers_after_readers > s.seeds, "writers should follow readers: {s:?}");
+        assert!(
+            s.shared_concurrent * 4 >= s.seeds,
+            "readers should often hold side by side: {s:?}"
+        );
+        assert!(
+            s.writers_after_readers > s.seeds,
+            "writers should follow readers: {s:?}"
+        );
     }
 }
 
@@ -989,16 +1244,21 @@ fn read_write_checkers_catch_clock_jumps_beyond_the_bound() {
         return;
     }
     let mut other = Vec::new();
-    let caught = (0..300).find(|&seed| match run_seed(seed, Mode::ReadWriteBeyondBound, false) {
-        Err((msg, _, _)) if msg.contains("believe they hold") => true,
-        Err((msg, _, _)) => {
-            other.push(format!("seed {seed}: {msg}"));
-            false
-        }
-        Ok(_) => false,
-    });
+    let caught = (0..300).find(
+        |&seed| match run_seed(seed, Mode::ReadWriteBeyondBound, false) {
+            Err((msg, _, _)) if msg.contains("believe they hold") => true,
+            Err((msg, _, _)) => {
+                other.push(format!("seed {seed}: {msg}"));
+                false
+            }
+            Ok(_) => false,
+        },
+    );
     eprintln!("ReadWriteBeyondBound: caught by seed {caught:?}");
-    assert!(caught.is_some(), "no seed in 0..300 showed a writer beside another holder; other failures: {other:#?}");
+    assert!(
+        caught.is_some(),
+        "no seed in 0..300 showed a writer beside another holder; other failures: {other:#?}"
+    );
 }
 
 /// Semaphores under every fault but restarts (see the module docs).
@@ -1009,10 +1269,19 @@ fn semaphores() {
         "semaphores: {} runs with permits held concurrently, {} acquires refused for another limit, {} runs where the limit changed",
         s.concurrent, s.limits_refused, s.limits_changed
     );
-    assert!(s.grants > s.seeds, "the workload should acquire permits: {s:?}");
+    assert!(
+        s.grants > s.seeds,
+        "the workload should acquire permits: {s:?}"
+    );
     if s.seeds >= 50 {
-        assert!(s.concurrent * 4 >= s.seeds, "permits should often be held concurrently: {s:?}");
-        assert!(s.limits_refused > 0 && s.limits_changed > 0, "another limit should be refused, and granted once free: {s:?}");
+        assert!(
+            s.concurrent * 4 >= s.seeds,
+            "permits should often be held concurrently: {s:?}"
+        );
+        assert!(
+            s.limits_refused > 0 && s.limits_changed > 0,
+            "another limit should be refused, and granted once free: {s:?}"
+        );
     }
 }
 
@@ -1026,16 +1295,21 @@ fn semaphore_checkers_catch_clock_jumps_beyond_the_bound() {
         return;
     }
     let mut other = Vec::new();
-    let caught = (0..300).find(|&seed| match run_seed(seed, Mode::PermitsBeyondBound, false) {
-        Err((msg, _, _)) if msg.contains("believe they hold") => true,
-        Err((msg, _, _)) => {
-            other.push(format!("seed {seed}: {msg}"));
-            false
-        }
-        Ok(_) => false,
-    });
+    let caught = (0..300).find(
+        |&seed| match run_seed(seed, Mode::PermitsBeyondBound, false) {
+            Err((msg, _, _)) if msg.contains("believe they hold") => true,
+            Err((msg, _, _)) => {
+                other.push(format!("seed {seed}: {msg}"));
+                false
+            }
+            Ok(_) => false,
+        },
+    );
     eprintln!("PermitsBeyondBound: caught by seed {caught:?}");
-    assert!(caught.is_some(), "no seed in 0..300 showed a slot held twice; other failures: {other:#?}");
+    assert!(
+        caught.is_some(),
+        "no seed in 0..300 showed a slot held twice; other failures: {other:#?}"
+    );
 }
 
 /// Push is really used: on calm networks, the same seeds run with push
@@ -1096,7 +1370,10 @@ fn checkers_catch_clock_jumps_beyond_the_bound() {
     if std::env::var("SIM_SEED").is_ok() {
         return;
     }
-    for (mode, expected) in [(Mode::BeyondBound, "two clients believe"), (Mode::BeyondBoundValidity, "nodes hold its key that long")] {
+    for (mode, expected) in [
+        (Mode::BeyondBound, "two clients believe"),
+        (Mode::BeyondBoundValidity, "nodes hold its key that long"),
+    ] {
         let mut other = Vec::new();
         let caught = (0..300).find(|&seed| match run_seed(seed, mode, false) {
             Err((msg, _, _)) if msg.contains(expected) => true,
@@ -1107,7 +1384,10 @@ fn checkers_catch_clock_jumps_beyond_the_bound() {
             Ok(_) => false,
         });
         eprintln!("{mode:?}: caught by seed {caught:?}");
-        assert!(caught.is_some(), "{mode:?}: no seed in 0..300 showed {expected:?}; other failures: {other:#?}");
+        assert!(
+            caught.is_some(),
+            "{mode:?}: no seed in 0..300 showed {expected:?}; other failures: {other:#?}"
+        );
     }
 }
 
@@ -1115,7 +1395,15 @@ fn checkers_catch_clock_jumps_beyond_the_bound() {
 // The model against the codecs and against what real servers answer
 
 fn request(url: &str, headers: Vec<(String, String)>, body: Vec<u8>) -> HttpRequest {
-    HttpRequest { id: RequestId(1), method: Method::Post, target: Target::Url(url.into()), headers, body, timeout_ms: None, stream: false }
+    HttpRequest {
+        id: RequestId(1),
+        method: Method::Post,
+        target: Target::Url(url.into()),
+        headers,
+        body,
+        timeout_ms: None,
+        stream: false,
+    }
 }
 
 fn full(r: Reply) -> (u16, Vec<u8>) {
@@ -1130,7 +1418,10 @@ fn full(r: Reply) -> (u16, Vec<u8>) {
 fn webdis_model_answers_like_webdis_0_1_9() {
     let mut m = RedisModel::new(Proto::Webdis, None, NodeClock::default());
     let mut post = |body: &str| {
-        let (s, b) = full(m.handle(10, &request("http://r:7379/", vec![], body.as_bytes().to_vec())));
+        let (s, b) = full(m.handle(
+            10,
+            &request("http://r:7379/", vec![], body.as_bytes().to_vec()),
+        ));
         (s, String::from_utf8(b).unwrap())
     };
     assert_eq!(post("SET/a%2Fb/x"), (200, r#"{"SET":[true,"OK"]}"#.into()));
@@ -1139,15 +1430,33 @@ fn webdis_model_answers_like_webdis_0_1_9() {
     assert_eq!(post("SET/%2E%2E/v"), (200, r#"{"SET":[true,"OK"]}"#.into()));
     assert_eq!(post("GET/%2E%2E"), (200, r#"{"GET":"v"}"#.into()));
     assert_eq!(post("SET/x.json/v"), (200, r#"{"SET":[true,"OK"]}"#.into()));
-    assert_eq!(post("GET/x.json"), (200, r#"{"GET":null}"#.into()), "a .json suffix is the output format");
+    assert_eq!(
+        post("GET/x.json"),
+        (200, r#"{"GET":null}"#.into()),
+        "a .json suffix is the output format"
+    );
     assert_eq!(post("GET/x%2Ejson"), (200, r#"{"GET":"v"}"#.into()));
     assert_eq!(post("SET/x/w"), (200, r#"{"SET":[true,"OK"]}"#.into()));
     assert_eq!(post("GET/x.json"), (200, r#"{"GET":"w"}"#.into()));
     assert_eq!(post("SET/k/%FF%FE"), (200, r#"{"SET":[true,"OK"]}"#.into()));
-    assert_eq!(post("GET/k"), (200, "{}".into()), "non-UTF-8 cannot be JSON");
-    assert_eq!(post("SET/e2//"), (200, r#"{"SET":[false,"ERR syntax error"]}"#.into()));
-    assert_eq!(post("eval/x/0").1, r#"{"eval":[false,"ERR the model knows only edgelock's scripts (unknown script text)"]}"#);
-    assert_eq!(post("GET/y.raw").0, 500, "the model refuses formats edgelock must never select");
+    assert_eq!(
+        post("GET/k"),
+        (200, "{}".into()),
+        "non-UTF-8 cannot be JSON"
+    );
+    assert_eq!(
+        post("SET/e2//"),
+        (200, r#"{"SET":[false,"ERR syntax error"]}"#.into())
+    );
+    assert_eq!(
+        post("eval/x/0").1,
+        r#"{"eval":[false,"ERR the model knows only edgelock's scripts (unknown script text)"]}"#
+    );
+    assert_eq!(
+        post("GET/y.raw").0,
+        500,
+        "the model refuses formats edgelock must never select"
+    );
 }
 
 #[test]
@@ -1169,35 +1478,67 @@ fn codecs_carry_adversarial_keys_through_both_protocols() {
         let cmd = RedisCommand::new("SET").arg(k).arg("v");
         let body = webdis::encode_command(&cmd).unwrap();
         let (s, b) = full(m.handle(1, &request("http://r:7379/", vec![], body)));
-        assert_eq!(webdis::decode_reply(s, &b, b"SET"), Ok(RedisValue::Bulk(b"OK".to_vec())));
-        assert_eq!(m.keys(1).into_iter().map(|(k, _)| k).collect::<Vec<_>>(), vec![k.clone()], "exactly this key");
+        assert_eq!(
+            webdis::decode_reply(s, &b, b"SET"),
+            Ok(RedisValue::Bulk(b"OK".to_vec()))
+        );
+        assert_eq!(
+            m.keys(1).into_iter().map(|(k, _)| k).collect::<Vec<_>>(),
+            vec![k.clone()],
+            "exactly this key"
+        );
         // Upstash: UTF-8 keys only; others are refused before sending.
         let mut m = RedisModel::new(Proto::Upstash, Some(TOKEN.into()), NodeClock::default());
         match upstash::encode_command(&cmd) {
             Ok(body) => {
-                let headers = vec![("Authorization".into(), format!("Bearer {TOKEN}")), ("Upstash-Encoding".into(), "base64".into())];
+                let headers = vec![
+                    ("Authorization".into(), format!("Bearer {TOKEN}")),
+                    ("Upstash-Encoding".into(), "base64".into()),
+                ];
                 let (s, b) = full(m.handle(1, &request("http://r:8080", headers.clone(), body)));
-                assert_eq!(upstash::decode_reply(s, &b, true), Ok(RedisValue::Bulk(b"OK".to_vec())));
+                assert_eq!(
+                    upstash::decode_reply(s, &b, true),
+                    Ok(RedisValue::Bulk(b"OK".to_vec()))
+                );
                 let get = upstash::encode_command(&RedisCommand::new("GET").arg(k)).unwrap();
                 let (s, b) = full(m.handle(2, &request("http://r:8080", headers, get)));
-                assert_eq!(upstash::decode_reply(s, &b, true), Ok(RedisValue::Bulk(b"v".to_vec())));
-                assert_eq!(m.keys(2).into_iter().map(|(k, _)| k).collect::<Vec<_>>(), vec![k.clone()]);
+                assert_eq!(
+                    upstash::decode_reply(s, &b, true),
+                    Ok(RedisValue::Bulk(b"v".to_vec()))
+                );
+                assert_eq!(
+                    m.keys(2).into_iter().map(|(k, _)| k).collect::<Vec<_>>(),
+                    vec![k.clone()]
+                );
             }
             Err(e) => assert!(std::str::from_utf8(k).is_err(), "refused a UTF-8 key: {e}"),
         }
     }
     // A wrong token is refused.
     let mut m = RedisModel::new(Proto::Upstash, Some(TOKEN.into()), NodeClock::default());
-    let (s, b) = full(m.handle(1, &request("http://r:8080", vec![], br#"["GET","k"]"#.to_vec())));
-    assert_eq!(upstash::decode_reply(s, &b, true).unwrap_err().status, Some(401));
+    let (s, b) = full(m.handle(
+        1,
+        &request("http://r:8080", vec![], br#"["GET","k"]"#.to_vec()),
+    ));
+    assert_eq!(
+        upstash::decode_reply(s, &b, true).unwrap_err().status,
+        Some(401)
+    );
 }
 
 #[test]
 fn node_clocks_drive_expiry() {
     // A node whose clock runs 10% fast and jumps back 500 ms at t=1000.
-    let clock = NodeClock { offset: 5_000, ppm: 100_000, jumps: vec![(1_000, -500)] };
+    let clock = NodeClock {
+        offset: 5_000,
+        ppm: 100_000,
+        jumps: vec![(1_000, -500)],
+    };
     let mut m = RedisModel::new(Proto::Webdis, None, clock);
-    let (s, _) = full(m.handle(0, &request("http://r:7379/", vec![], b"SET/k/v/PX/2200".to_vec())));
+    let (s, _) = full(m.handle(
+        0,
+        &request("http://r:7379/", vec![], b"SET/k/v/PX/2200".to_vec()),
+    ));
     assert_eq!(s, 200);
     // Local 5000 + 2200 = 7200: reached at global 2000 without the jump, ~2455 with it.
     assert_eq!(m.expires_global(b"k", 0), Some(2_455));
@@ -1220,36 +1561,67 @@ fn the_model_streams_subscriptions_like_the_real_servers() {
 
     for proto in [Proto::Upstash, Proto::Webdis] {
         let (node, protocol) = match proto {
-            Proto::Upstash => (RedisNode::upstash("http://r:7379", TOKEN), RedisProtocol::Upstash),
+            Proto::Upstash => (
+                RedisNode::upstash("http://r:7379", TOKEN),
+                RedisProtocol::Upstash,
+            ),
             Proto::Webdis => (RedisNode::webdis("http://r:7379"), RedisProtocol::Webdis),
         };
         let codec = NodeCodec::new(&node).unwrap();
-        let mut m = RedisModel::new(proto, (proto == Proto::Upstash).then(|| TOKEN.to_string()), NodeClock::default());
+        let mut m = RedisModel::new(
+            proto,
+            (proto == Proto::Upstash).then(|| TOKEN.to_string()),
+            NodeClock::default(),
+        );
         let key = lock_key(PREFIX, "a/b c");
         let fence = format!("{key}:fence");
         let channel = wake_channel(&key);
         let sub = codec.subscribe(RequestId(5), &channel, 1_000).unwrap();
-        assert_eq!(m.handle(1, &sub), Reply::Stream { status: 200 }, "{proto:?}");
+        assert_eq!(
+            m.handle(1, &sub),
+            Reply::Stream { status: 200 },
+            "{proto:?}"
+        );
         let confirm = match proto {
             Proto::Upstash => format!("data: subscribe,{channel},1\n\n"),
             Proto::Webdis => format!(r#"{{"SUBSCRIBE":["subscribe","{channel}",1]}}"#),
         };
-        assert_eq!(m.drain_stream_chunks(1), vec![(RequestId(5), confirm.into_bytes())], "{proto:?}");
+        assert_eq!(
+            m.drain_stream_chunks(1),
+            vec![(RequestId(5), confirm.into_bytes())],
+            "{proto:?}"
+        );
         let run = |m: &mut RedisModel, id: u64, cmd: &RedisCommand, t: Millis| {
-            let (status, body) = full(m.handle(t, &codec.encode(RequestId(id), cmd, 1_000).unwrap()));
+            let (status, body) =
+                full(m.handle(t, &codec.encode(RequestId(id), cmd, 1_000).unwrap()));
             codec.decode(cmd, status, &body).unwrap()
         };
-        run(&mut m, 6, &scripts::acquire(&key, &fence, "aa", 1_000, false, 0), 2);
+        run(
+            &mut m,
+            6,
+            &scripts::acquire(&key, &fence, "aa", 1_000, false, 0),
+            2,
+        );
         // Not the owner: nothing deleted, nothing published.
-        assert_eq!(run(&mut m, 7, &scripts::release(&key, &fence, "bb", 1), 3), RedisValue::Int(0));
+        assert_eq!(
+            run(&mut m, 7, &scripts::release(&key, &fence, "bb", 1), 3),
+            RedisValue::Int(0)
+        );
         assert!(m.drain_stream_chunks(3).is_empty(), "{proto:?}");
-        assert_eq!(run(&mut m, 8, &scripts::release(&key, &fence, "aa", 1), 4), RedisValue::Int(1));
+        assert_eq!(
+            run(&mut m, 8, &scripts::release(&key, &fence, "aa", 1), 4),
+            RedisValue::Int(1)
+        );
         let chunks = m.drain_stream_chunks(4);
         let message = match proto {
             Proto::Upstash => format!("data: message,{channel},released:1\n\n"),
             Proto::Webdis => format!(r#"{{"SUBSCRIBE":["message","{channel}","released:1"]}}"#),
         };
-        assert_eq!(chunks, vec![(RequestId(5), message.clone().into_bytes())], "{proto:?}");
+        assert_eq!(
+            chunks,
+            vec![(RequestId(5), message.clone().into_bytes())],
+            "{proto:?}"
+        );
         let mut d = PushDecoder::new(protocol);
         let mut frames = Vec::new();
         // Byte by byte: the client reassembles.
@@ -1261,17 +1633,35 @@ fn the_model_streams_subscriptions_like_the_real_servers() {
         for b in all {
             frames.extend(d.push(&[b]).unwrap());
         }
-        assert_eq!(frames, vec![PushFrame::Subscribed, PushFrame::Message(b"released:1".to_vec())], "{proto:?}");
+        assert_eq!(
+            frames,
+            vec![
+                PushFrame::Subscribed,
+                PushFrame::Message(b"released:1".to_vec())
+            ],
+            "{proto:?}"
+        );
         assert_eq!(m.subscriptions, 1);
         assert_eq!((m.publishes, m.deliveries), (1, 1), "{proto:?}");
         // Closed: the subscription is gone, a later release reaches nobody.
         m.stream_closed(RequestId(5));
         assert_eq!(m.open_subscriptions(), 0);
-        run(&mut m, 9, &scripts::acquire(&key, &fence, "cc", 1_000, false, 0), 5);
-        assert_eq!(run(&mut m, 10, &scripts::release(&key, &fence, "cc", 2), 6), RedisValue::Int(1));
+        run(
+            &mut m,
+            9,
+            &scripts::acquire(&key, &fence, "cc", 1_000, false, 0),
+            5,
+        );
+        assert_eq!(
+            run(&mut m, 10, &scripts::release(&key, &fence, "cc", 2), 6),
+            RedisValue::Int(1)
+        );
         assert!(m.drain_stream_chunks(6).is_empty(), "{proto:?}");
         // A restart ends every subscription.
-        assert_eq!(m.handle(7, &codec.subscribe(RequestId(11), &channel, 1_000).unwrap()), Reply::Stream { status: 200 });
+        assert_eq!(
+            m.handle(7, &codec.subscribe(RequestId(11), &channel, 1_000).unwrap()),
+            Reply::Stream { status: 200 }
+        );
         m.crash_restart(8);
         assert_eq!(m.open_subscriptions(), 0);
         assert!(m.drain_stream_chunks(8).is_empty());
@@ -1287,12 +1677,24 @@ fn the_model_streams_subscriptions_like_the_real_servers() {
         timeout_ms: None,
         stream: true,
     };
-    assert_eq!(full(m.handle(1, &sub("http://r:7379/subscribe/ch", vec![]))).0, 401);
-    let auth = vec![("Authorization".to_string(), format!("Bearer {TOKEN}"))];
-    assert_eq!(full(m.handle(1, &sub("http://r:7379/subscribe/", auth.clone()))).0, 400);
-    assert_eq!(m.handle(1, &sub("http://r:7379/subscribe/a%3Ab/c/", auth)), Reply::Stream { status: 200 });
     assert_eq!(
-        m.drain_stream_chunks(1).into_iter().map(|(_, c)| String::from_utf8(c).unwrap()).collect::<Vec<_>>(),
+        full(m.handle(1, &sub("http://r:7379/subscribe/ch", vec![]))).0,
+        401
+    );
+    let auth = vec![("Authorization".to_string(), format!("Bearer {TOKEN}"))];
+    assert_eq!(
+        full(m.handle(1, &sub("http://r:7379/subscribe/", auth.clone()))).0,
+        400
+    );
+    assert_eq!(
+        m.handle(1, &sub("http://r:7379/subscribe/a%3Ab/c/", auth)),
+        Reply::Stream { status: 200 }
+    );
+    assert_eq!(
+        m.drain_stream_chunks(1)
+            .into_iter()
+            .map(|(_, c)| String::from_utf8(c).unwrap())
+            .collect::<Vec<_>>(),
         vec!["data: subscribe,a:b,1\n\n", "data: subscribe,c,2\n\n"]
     );
     // Webdis: the name as sent is the key; a GET of any command works, and
@@ -1304,11 +1706,23 @@ fn the_model_streams_subscriptions_like_the_real_servers() {
         m.handle(1, &r)
     };
     assert_eq!(get("subscribe/x"), Reply::Stream { status: 200 });
-    assert_eq!(full(get("SET/k/v")), (200, br#"{"SET":[true,"OK"]}"#.to_vec()));
-    assert_eq!(full(get("PUBLISH/x/hi")), (200, br#"{"PUBLISH":1}"#.to_vec()));
+    assert_eq!(
+        full(get("SET/k/v")),
+        (200, br#"{"SET":[true,"OK"]}"#.to_vec())
+    );
+    assert_eq!(
+        full(get("PUBLISH/x/hi")),
+        (200, br#"{"PUBLISH":1}"#.to_vec())
+    );
     assert_eq!(full(get("SUBSCRIBE")).0, 200);
     assert_eq!(
-        m.drain_stream_chunks(1).into_iter().map(|(_, c)| String::from_utf8(c).unwrap()).collect::<Vec<_>>(),
-        vec![r#"{"subscribe":["subscribe","x",1]}"#, r#"{"subscribe":["message","x","hi"]}"#]
+        m.drain_stream_chunks(1)
+            .into_iter()
+            .map(|(_, c)| String::from_utf8(c).unwrap())
+            .collect::<Vec<_>>(),
+        vec![
+            r#"{"subscribe":["subscribe","x",1]}"#,
+            r#"{"subscribe":["message","x","hi"]}"#
+        ]
     );
 }

@@ -6,7 +6,9 @@ use std::process::{Child, Command, ExitStatus};
 use std::time::{Duration, Instant};
 
 use edgelock::core::redis::{RedisConfig, RedisNode, RedlockConfig};
-use edgelock::core::{AcquireOptions, BackendSpec, Holder, LockKind, LockStatus, Wait, MAX_PERMITS};
+use edgelock::core::{
+    AcquireOptions, BackendSpec, Holder, LockKind, LockStatus, Wait, MAX_PERMITS,
+};
 use edgelock::native::{Client, ClientOptions, EtcdAuth, EtcdConfig, Lock, TlsConfig};
 use edgelock::LockError;
 
@@ -139,17 +141,25 @@ struct Exit {
 
 impl Exit {
     fn usage(message: impl Into<String>) -> Exit {
-        Exit { code: EX_USAGE, message: format!("{}\nRun `edgelock --help` for usage.", message.into()) }
+        Exit {
+            code: EX_USAGE,
+            message: format!("{}\nRun `edgelock --help` for usage.", message.into()),
+        }
     }
     fn lock(e: &LockError) -> Exit {
-        Exit { code: exit_code(e), message: e.to_string() }
+        Exit {
+            code: exit_code(e),
+            message: e.to_string(),
+        }
     }
 }
 
 fn exit_code(e: &LockError) -> i32 {
     match e {
         LockError::InvalidArgument { .. } => EX_USAGE,
-        LockError::Transport { .. } | LockError::Backend { .. } | LockError::NoQuorum { .. } => EX_UNAVAILABLE,
+        LockError::Transport { .. } | LockError::Backend { .. } | LockError::NoQuorum { .. } => {
+            EX_UNAVAILABLE
+        }
         LockError::Timeout { .. } => EX_WAIT_TIMEOUT,
         LockError::Lost { .. } => EX_LOST,
         _ => EX_SOFTWARE,
@@ -169,7 +179,9 @@ fn run_cli(args: Vec<String>) -> i32 {
         }
         Some("run") => parse(&args[1..], true).and_then(|o| cmd_run(&o)),
         Some("status") => parse(&args[1..], false).and_then(|o| cmd_status(&o)),
-        Some(other) => Err(Exit::usage(format!("unknown command {other:?} (expected `run` or `status`)"))),
+        Some(other) => Err(Exit::usage(format!(
+            "unknown command {other:?} (expected `run` or `status`)"
+        ))),
     };
     match result {
         Ok(code) => code,
@@ -241,7 +253,10 @@ fn parse(args: &[String], is_run: bool) -> Result<Options, Exit> {
             if let Some(v) = inline.clone() {
                 return Ok(v);
             }
-            let v = args.get(i).cloned().ok_or_else(|| Exit::usage(format!("{flag} needs {what}")))?;
+            let v = args
+                .get(i)
+                .cloned()
+                .ok_or_else(|| Exit::usage(format!("{flag} needs {what}")))?;
             i += 1;
             Ok(v)
         };
@@ -250,12 +265,20 @@ fn parse(args: &[String], is_run: bool) -> Result<Options, Exit> {
                 if backend.is_some() {
                     return Err(Exit::usage("give exactly one of --etcd / --redis, once"));
                 }
-                let urls: Vec<String> =
-                    value("a URL")?.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect();
+                let urls: Vec<String> = value("a URL")?
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(String::from)
+                    .collect();
                 if urls.is_empty() {
                     return Err(Exit::usage(format!("{flag} needs at least one URL")));
                 }
-                backend = Some(if flag == "--etcd" { Backend::Etcd(urls) } else { Backend::Redis(urls) });
+                backend = Some(if flag == "--etcd" {
+                    Backend::Etcd(urls)
+                } else {
+                    Backend::Redis(urls)
+                });
             }
             "--prefix" => prefix = Some(value("a prefix")?),
             "--token" => token = Some(value("a token")?),
@@ -272,17 +295,26 @@ fn parse(args: &[String], is_run: bool) -> Result<Options, Exit> {
             "--json" if !is_run && inline.is_none() => json = true,
             "--header" => {
                 let h = value("'Name: value'")?;
-                let (k, v) = h.split_once(':').ok_or_else(|| Exit::usage("--header must look like 'Name: value'"))?;
+                let (k, v) = h
+                    .split_once(':')
+                    .ok_or_else(|| Exit::usage("--header must look like 'Name: value'"))?;
                 headers.push((k.trim().to_string(), v.trim().to_string()));
             }
             // Not an error: `run_cli` prints the message to stdout for code 0.
-            "--help" => return Err(Exit { code: 0, message: USAGE.to_string() }),
+            "--help" => {
+                return Err(Exit {
+                    code: 0,
+                    message: USAGE.to_string(),
+                })
+            }
             _ => return Err(Exit::usage(format!("unknown option {flag:?}"))),
         }
     }
     let backend = backend.ok_or_else(|| Exit::usage("--etcd URL or --redis URL is required"))?;
     if fair && !matches!(&backend, Backend::Redis(urls) if urls.len() == 1) {
-        return Err(Exit::usage("--fair needs exactly one --redis URL (the fair queue is a single-node lock)"));
+        return Err(Exit::usage(
+            "--fair needs exactly one --redis URL (the fair queue is a single-node lock)",
+        ));
     }
     if etcd_user.is_some() && !matches!(backend, Backend::Etcd(_)) {
         return Err(Exit::usage("--etcd-user needs --etcd"));
@@ -300,25 +332,53 @@ fn parse(args: &[String], is_run: bool) -> Result<Options, Exit> {
     if fair && kind != LockKind::Exclusive {
         // The Redis recipe's fair queue orders exclusive holders only; a
         // silently unfair semaphore would surprise.
-        return Err(Exit::usage("--fair applies to the exclusive lock, not to --limit or --shared"));
+        return Err(Exit::usage(
+            "--fair applies to the exclusive lock, not to --limit or --shared",
+        ));
     }
     let name = match names.as_slice() {
         [n] => n.clone(),
         [] => return Err(Exit::usage("missing lock NAME")),
-        _ => return Err(Exit::usage(format!("expected one lock NAME, got {}", names.len()))),
+        _ => {
+            return Err(Exit::usage(format!(
+                "expected one lock NAME, got {}",
+                names.len()
+            )))
+        }
     };
     if is_run && command.is_empty() {
-        return Err(Exit::usage("missing command: edgelock run ... NAME -- CMD [ARGS...]"));
+        return Err(Exit::usage(
+            "missing command: edgelock run ... NAME -- CMD [ARGS...]",
+        ));
     }
     if !is_run && !command.is_empty() {
         return Err(Exit::usage("`status` takes no command"));
     }
-    Ok(Options { backend, token, prefix, ttl_ms, wait_ms, try_only, fair, kind, json, headers, etcd_user, tls, name, command })
+    Ok(Options {
+        backend,
+        token,
+        prefix,
+        ttl_ms,
+        wait_ms,
+        try_only,
+        fair,
+        kind,
+        json,
+        headers,
+        etcd_user,
+        tls,
+        name,
+        command,
+    })
 }
 
 /// TLS files from the flags, else from the environment (an empty variable
 /// counts as unset). The files are read by `Client::connect_with`.
-fn tls_config(ca_file: Option<String>, cert: Option<String>, key: Option<String>) -> Result<TlsConfig, Exit> {
+fn tls_config(
+    ca_file: Option<String>,
+    cert: Option<String>,
+    key: Option<String>,
+) -> Result<TlsConfig, Exit> {
     let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
     let ca_file = ca_file.or_else(|| env("EDGELOCK_CA_FILE"));
     let cert = cert.or_else(|| env("EDGELOCK_CERT"));
@@ -330,7 +390,11 @@ fn tls_config(ca_file: Option<String>, cert: Option<String>, key: Option<String>
     match (cert, key) {
         (Some(c), Some(k)) => tls = tls.with_client_cert(c, k),
         (None, None) => {}
-        (Some(_), None) => return Err(Exit::usage("--cert needs --key (the client certificate's private key)")),
+        (Some(_), None) => {
+            return Err(Exit::usage(
+                "--cert needs --key (the client certificate's private key)",
+            ))
+        }
         (None, Some(_)) => return Err(Exit::usage("--key needs --cert (the client certificate)")),
     }
     Ok(tls)
@@ -338,7 +402,11 @@ fn tls_config(ca_file: Option<String>, cert: Option<String>, key: Option<String>
 
 /// `--limit N`: a semaphore of N permits, N in 1..=MAX_PERMITS.
 fn parse_limit(v: &str) -> Result<LockKind, Exit> {
-    let bad = || Exit::usage(format!("--limit needs a whole number of permits in 1..={MAX_PERMITS}, got {v:?}"));
+    let bad = || {
+        Exit::usage(format!(
+            "--limit needs a whole number of permits in 1..={MAX_PERMITS}, got {v:?}"
+        ))
+    };
     let n = v.trim().parse::<u64>().map_err(|_| bad())?;
     LockKind::permits(n).map_err(|_| bad())
 }
@@ -359,7 +427,11 @@ fn limit_of(kind: LockKind) -> Option<u32> {
 }
 
 fn parse_ms(flag: &str, v: &str) -> Result<u64, Exit> {
-    v.trim().parse::<u64>().map_err(|_| Exit::usage(format!("{flag} needs a whole number of milliseconds, got {v:?}")))
+    v.trim().parse::<u64>().map_err(|_| {
+        Exit::usage(format!(
+            "{flag} needs a whole number of milliseconds, got {v:?}"
+        ))
+    })
 }
 
 fn connect(o: &Options) -> Result<Client, Exit> {
@@ -377,11 +449,19 @@ fn connect(o: &Options) -> Result<Client, Exit> {
             }
             cfg.headers = o.headers.clone();
             if let Some(user) = &o.etcd_user {
-                let password = std::env::var("EDGELOCK_ETCD_PASSWORD")
-                    .map_err(|_| Exit::usage("--etcd-user needs the password in $EDGELOCK_ETCD_PASSWORD"))?;
-                cfg.auth = Some(EtcdAuth { username: user.clone(), password });
+                let password = std::env::var("EDGELOCK_ETCD_PASSWORD").map_err(|_| {
+                    Exit::usage("--etcd-user needs the password in $EDGELOCK_ETCD_PASSWORD")
+                })?;
+                cfg.auth = Some(EtcdAuth {
+                    username: user.clone(),
+                    password,
+                });
             }
-            Client::connect_with(BackendSpec::Etcd(cfg), &ClientOptions::new().with_tls(o.tls.clone())).map_err(|e| Exit::lock(&e))
+            Client::connect_with(
+                BackendSpec::Etcd(cfg),
+                &ClientOptions::new().with_tls(o.tls.clone()),
+            )
+            .map_err(|e| Exit::lock(&e))
         }
         Backend::Redis(urls) => {
             let token = o
@@ -389,7 +469,10 @@ fn connect(o: &Options) -> Result<Client, Exit> {
                 .clone()
                 .or_else(|| std::env::var("EDGELOCK_REDIS_TOKEN").ok())
                 .or_else(|| std::env::var("UPSTASH_REDIS_REST_TOKEN").ok());
-            let nodes = urls.iter().map(|u| redis_node(u, token.as_deref())).collect::<Result<Vec<_>, _>>()?;
+            let nodes = urls
+                .iter()
+                .map(|u| redis_node(u, token.as_deref()))
+                .collect::<Result<Vec<_>, _>>()?;
             let spec = if let [node] = nodes.as_slice() {
                 let mut cfg = RedisConfig::new(node.clone());
                 cfg.fair = o.fair;
@@ -412,7 +495,8 @@ fn connect(o: &Options) -> Result<Client, Exit> {
                 }
                 BackendSpec::Redlock(cfg)
             };
-            Client::connect_with(spec, &ClientOptions::new().with_tls(o.tls.clone())).map_err(|e| Exit::lock(&e))
+            Client::connect_with(spec, &ClientOptions::new().with_tls(o.tls.clone()))
+                .map_err(|e| Exit::lock(&e))
         }
     }
 }
@@ -518,21 +602,34 @@ fn hold_and_run(client: &Client, o: &Options) -> Result<i32, Exit> {
         (false, Some(ms)) => Wait::For(ms),
         (false, None) => Wait::Forever,
     };
-    let lock = match client.acquire_kind(&o.name, o.kind, AcquireOptions { wait, ttl_ms: None }, None) {
-        Ok(Some(lock)) => lock,
-        Ok(None) if limit_of(o.kind).is_some() => {
-            return Err(Exit { code: EX_BUSY, message: format!("every permit of {:?} is taken", o.name) })
-        }
-        Ok(None) => return Err(Exit { code: EX_BUSY, message: format!("lock {:?} is held by someone else", o.name) }),
-        Err(e) => return Err(Exit::lock(&e)),
-    };
+    let lock =
+        match client.acquire_kind(&o.name, o.kind, AcquireOptions { wait, ttl_ms: None }, None) {
+            Ok(Some(lock)) => lock,
+            Ok(None) if limit_of(o.kind).is_some() => {
+                return Err(Exit {
+                    code: EX_BUSY,
+                    message: format!("every permit of {:?} is taken", o.name),
+                })
+            }
+            Ok(None) => {
+                return Err(Exit {
+                    code: EX_BUSY,
+                    message: format!("lock {:?} is held by someone else", o.name),
+                })
+            }
+            Err(e) => return Err(Exit::lock(&e)),
+        };
     // The token stays last on the line: scripts read it after `token=`.
     let held = match (lock.kind(), lock.slot()) {
         (LockKind::Permits { limit }, Some(slot)) => format!(" slot={slot}/{limit}"),
         (LockKind::Exclusive, _) => String::new(),
         (kind, _) => format!(" {}", mode_name(kind)),
     };
-    eprintln!("edgelock: acquired {}{held} token={}", o.name, lock.fencing_token());
+    eprintln!(
+        "edgelock: acquired {}{held} token={}",
+        o.name,
+        lock.fencing_token()
+    );
     let (program, args) = match o.command.split_first() {
         Some(split) => split,
         None => return Err(Exit::usage("missing command")),
@@ -554,7 +651,10 @@ fn hold_and_run(client: &Client, o: &Options) -> Result<i32, Exit> {
                 std::io::ErrorKind::PermissionDenied => EX_CANNOT_EXECUTE,
                 _ => EX_SOFTWARE,
             };
-            return Err(Exit { code, message: format!("cannot run {program:?}: {e}") });
+            return Err(Exit {
+                code,
+                message: format!("cannot run {program:?}: {e}"),
+            });
         }
     };
     match supervise(&mut child, &lock) {
@@ -566,7 +666,10 @@ fn hold_and_run(client: &Client, o: &Options) -> Result<i32, Exit> {
         Supervised::WaitFailed(e) => {
             stop_child(&mut child);
             let _ = lock.release();
-            Err(Exit { code: EX_SOFTWARE, message: format!("cannot wait for the command: {e}") })
+            Err(Exit {
+                code: EX_SOFTWARE,
+                message: format!("cannot wait for the command: {e}"),
+            })
         }
     }
 }
@@ -595,7 +698,10 @@ fn supervise(child: &mut Child, lock: &Lock) -> Supervised {
 /// SIGTERM through the `kill` utility (std has no signal API), then SIGKILL
 /// (`Child::kill`) if the command has not exited within `TERM_GRACE`.
 fn stop_child(child: &mut Child) {
-    let _ = Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
+    let _ = Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .status();
     let t = Instant::now();
     while t.elapsed() < TERM_GRACE {
         if matches!(child.try_wait(), Ok(Some(_)) | Err(_)) {
@@ -613,7 +719,9 @@ fn finish(lock: Lock, status: ExitStatus, name: &str) -> Result<i32, Exit> {
         Ok(true) => Ok(code),
         Ok(false) => Err(Exit {
             code: EX_LOST,
-            message: format!("lock {name:?} was lost before the command finished (command exit code {code})"),
+            message: format!(
+                "lock {name:?} was lost before the command finished (command exit code {code})"
+            ),
         }),
         Err(e) => {
             // The command ran under the lock; the session close (or lease

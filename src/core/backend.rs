@@ -18,7 +18,10 @@ use serde_json::Value;
 use crate::core::json_fields::{string_item, Fields};
 
 use crate::core::etcd::{Authenticated, EtcdAuth, EtcdConfig, EtcdMachine};
-use crate::core::redis::{RedisConfig, RedisMachine, RedisNode, RedisProtocol, RedlockConfig, RedlockFencing, RedlockMachine};
+use crate::core::redis::{
+    RedisConfig, RedisMachine, RedisNode, RedisProtocol, RedlockConfig, RedlockFencing,
+    RedlockMachine,
+};
 use crate::core::{BackendKind, Entropy, LockError, LockMachine};
 
 /// A backend, as data: which protocol, where, and its options.
@@ -48,9 +51,15 @@ impl BackendSpec {
     /// Error messages never repeat a value (it could be a misplaced token).
     pub fn from_json(kind: BackendKind, json: &str) -> Result<BackendSpec, LockError> {
         Ok(match kind {
-            BackendKind::Etcd => BackendSpec::Etcd(parse("etcd options", json, EtcdOptions::read)?.into_config()),
-            BackendKind::Redis => BackendSpec::Redis(parse("Redis options", json, RedisOptions::read)?.into_config()),
-            BackendKind::Redlock => BackendSpec::Redlock(parse("Redlock options", json, RedlockOptions::read)?.into_config()),
+            BackendKind::Etcd => {
+                BackendSpec::Etcd(parse("etcd options", json, EtcdOptions::read)?.into_config())
+            }
+            BackendKind::Redis => {
+                BackendSpec::Redis(parse("Redis options", json, RedisOptions::read)?.into_config())
+            }
+            BackendKind::Redlock => BackendSpec::Redlock(
+                parse("Redlock options", json, RedlockOptions::read)?.into_config(),
+            ),
         })
     }
 
@@ -68,13 +77,21 @@ impl BackendSpec {
     }
 
     /// Builds the lock machine, validating every option first.
-    pub fn build(self, entropy: Box<dyn Entropy + Send>) -> Result<Box<dyn LockMachine + Send>, LockError> {
+    pub fn build(
+        self,
+        entropy: Box<dyn Entropy + Send>,
+    ) -> Result<Box<dyn LockMachine + Send>, LockError> {
         Ok(match self {
             BackendSpec::Etcd(mut cfg) => match cfg.auth.take() {
                 Some(auth) => {
                     let (prefix, timeout) = (cfg.prefix.clone(), cfg.request_timeout_ms);
                     cfg.auth = Some(auth.clone());
-                    Box::new(Authenticated::new(EtcdMachine::new(cfg, entropy)?, auth, &prefix, timeout))
+                    Box::new(Authenticated::new(
+                        EtcdMachine::new(cfg, entropy)?,
+                        auth,
+                        &prefix,
+                        timeout,
+                    ))
                 }
                 None => Box::new(EtcdMachine::new(cfg, entropy)?),
             },
@@ -114,7 +131,10 @@ struct AuthOptions {
 impl AuthOptions {
     fn read(v: &Value) -> Result<Self, String> {
         let f = Fields::new(v)?;
-        let out = AuthOptions { username: f.str("username")?, password: f.str("password")? };
+        let out = AuthOptions {
+            username: f.str("username")?,
+            password: f.str("password")?,
+        };
         f.finish()?;
         Ok(out)
     }
@@ -128,8 +148,13 @@ impl EtcdOptions {
             prefix: f.opt_str("prefix")?,
             session_ttl_ms: f.opt_u64("sessionTtlMs")?,
             request_timeout_ms: f.opt_u64("requestTimeoutMs")?,
-            headers: f.opt_string_map("headers")?.map(|h| h.into_iter().collect()),
-            auth: f.opt_object("auth")?.map(|a| AuthOptions::read(a).map_err(|e| format!("`auth`: {e}"))).transpose()?,
+            headers: f
+                .opt_string_map("headers")?
+                .map(|h| h.into_iter().collect()),
+            auth: f
+                .opt_object("auth")?
+                .map(|a| AuthOptions::read(a).map_err(|e| format!("`auth`: {e}")))
+                .transpose()?,
         };
         f.finish()?;
         Ok(out)
@@ -142,7 +167,10 @@ impl EtcdOptions {
             session_ttl_ms: Some(c.session_ttl_ms),
             request_timeout_ms: Some(c.request_timeout_ms),
             headers: Some(c.headers.iter().cloned().collect()),
-            auth: c.auth.as_ref().map(|a| AuthOptions { username: a.username.clone(), password: a.password.clone() }),
+            auth: c.auth.as_ref().map(|a| AuthOptions {
+                username: a.username.clone(),
+                password: a.password.clone(),
+            }),
         }
     }
 
@@ -160,7 +188,10 @@ impl EtcdOptions {
         if let Some(h) = self.headers {
             cfg.headers = h.into_iter().collect();
         }
-        cfg.auth = self.auth.map(|a| EtcdAuth { username: a.username, password: a.password });
+        cfg.auth = self.auth.map(|a| EtcdAuth {
+            username: a.username,
+            password: a.password,
+        });
         cfg
     }
 }
@@ -182,16 +213,24 @@ struct NodeOptions {
 }
 
 /// `protocol`, read by index into [`PROTOCOLS`].
-const PROTOCOLS: [(&str, ProtocolName); 2] = [("upstash", ProtocolName::Upstash), ("webdis", ProtocolName::Webdis)];
+const PROTOCOLS: [(&str, ProtocolName); 2] = [
+    ("upstash", ProtocolName::Upstash),
+    ("webdis", ProtocolName::Webdis),
+];
 
 fn read_protocol(f: &Fields<'_>) -> Result<ProtocolName, String> {
-    Ok(f.opt_choice("protocol", &PROTOCOLS.map(|p| p.0))?.map_or(ProtocolName::default(), |i| PROTOCOLS[i].1))
+    Ok(f.opt_choice("protocol", &PROTOCOLS.map(|p| p.0))?
+        .map_or(ProtocolName::default(), |i| PROTOCOLS[i].1))
 }
 
 impl NodeOptions {
     fn read(v: &Value) -> Result<Self, String> {
         let f = Fields::new(v)?;
-        let out = NodeOptions { url: f.str("url")?, protocol: read_protocol(&f)?, token: f.opt_str("token")? };
+        let out = NodeOptions {
+            url: f.str("url")?,
+            protocol: read_protocol(&f)?,
+            token: f.opt_str("token")?,
+        };
         f.finish()?;
         Ok(out)
     }
@@ -201,7 +240,11 @@ impl NodeOptions {
             RedisProtocol::Upstash => ProtocolName::Upstash,
             RedisProtocol::Webdis => ProtocolName::Webdis,
         };
-        NodeOptions { url: n.url.clone(), protocol, token: n.token.clone() }
+        NodeOptions {
+            url: n.url.clone(),
+            protocol,
+            token: n.token.clone(),
+        }
     }
 
     fn into_node(self) -> RedisNode {
@@ -318,7 +361,10 @@ struct RedlockOptions {
 impl RedlockOptions {
     fn read(v: &Value) -> Result<Self, String> {
         let f = Fields::new(v)?;
-        const FENCING: [(&str, FencingName); 2] = [("folded", FencingName::Folded), ("strict", FencingName::Strict)];
+        const FENCING: [(&str, FencingName); 2] = [
+            ("folded", FencingName::Folded),
+            ("strict", FencingName::Strict),
+        ];
         let out = RedlockOptions {
             nodes: f.list("nodes", NodeOptions::read)?,
             prefix: f.opt_str("prefix")?,
@@ -329,7 +375,9 @@ impl RedlockOptions {
             retry_jitter_ms: f.opt_u64("retryJitterMs")?,
             auto_extend: f.opt_bool("autoExtend")?,
             request_timeout_ms: f.opt_u64("requestTimeoutMs")?,
-            fencing: f.opt_choice("fencing", &FENCING.map(|p| p.0))?.map(|i| FENCING[i].1),
+            fencing: f
+                .opt_choice("fencing", &FENCING.map(|p| p.0))?
+                .map(|i| FENCING[i].1),
             max_subscriptions: f.opt_usize("maxSubscriptions")?,
         };
         f.finish()?;
@@ -387,7 +435,11 @@ fn set<T>(field: &mut T, value: Option<T>) {
 /// Parses `json` as the options of `what` with `read`. Error messages name
 /// fields and expected types but never repeat a value, which could be a
 /// token put in the wrong field (JSON syntax errors drop quoted text).
-pub(crate) fn parse<T>(what: &str, json: &str, read: impl FnOnce(&Value) -> Result<T, String>) -> Result<T, LockError> {
+pub(crate) fn parse<T>(
+    what: &str,
+    json: &str,
+    read: impl FnOnce(&Value) -> Result<T, String>,
+) -> Result<T, LockError> {
     let v: Value = serde_json::from_str(json)
         .map_err(|e| LockError::invalid(format!("{what}: {}", drop_quoted(&e.to_string()))))?;
     read(&v).map_err(|e| LockError::invalid(format!("{what}: {e}")))
@@ -416,49 +468,98 @@ mod tests {
 
     #[test]
     fn one_json_spelling_builds_every_backend() {
-        let etcd = BackendSpec::from_json(BackendKind::Etcd, r#"{"endpoints":["http://127.0.0.1:2379"],"sessionTtlMs":3000}"#).unwrap();
+        let etcd = BackendSpec::from_json(
+            BackendKind::Etcd,
+            r#"{"endpoints":["http://127.0.0.1:2379"],"sessionTtlMs":3000}"#,
+        )
+        .unwrap();
         assert_eq!(etcd.kind(), BackendKind::Etcd);
         assert_eq!(etcd.urls(), ["http://127.0.0.1:2379"]);
-        assert_eq!(etcd.build(Box::new(SeededEntropy::new(1))).unwrap().backend(), BackendKind::Etcd);
-        let redis = BackendSpec::from_json(BackendKind::Redis, r#"{"url":"http://127.0.0.1:7379","protocol":"webdis","ttlMs":5000}"#).unwrap();
-        assert!(matches!(&redis, BackendSpec::Redis(c) if c.ttl_ms == 5000 && c.node.protocol == RedisProtocol::Webdis));
+        assert_eq!(
+            etcd.build(Box::new(SeededEntropy::new(1)))
+                .unwrap()
+                .backend(),
+            BackendKind::Etcd
+        );
+        let redis = BackendSpec::from_json(
+            BackendKind::Redis,
+            r#"{"url":"http://127.0.0.1:7379","protocol":"webdis","ttlMs":5000}"#,
+        )
+        .unwrap();
+        assert!(
+            matches!(&redis, BackendSpec::Redis(c) if c.ttl_ms == 5000 && c.node.protocol == RedisProtocol::Webdis)
+        );
         let json = r#"{"nodes":[{"url":"http://a:1","token":"t0k3n-secret"},{"url":"http://b:1","token":"t0k3n-secret"}],"fencing":"folded"}"#;
         let redlock = BackendSpec::from_json(BackendKind::Redlock, json).unwrap();
-        assert!(!format!("{redlock:?}").contains("t0k3n-secret"), "{redlock:?}");
-        assert_eq!(redlock.build(Box::new(SeededEntropy::new(1))).unwrap().backend(), BackendKind::Redlock);
+        assert!(
+            !format!("{redlock:?}").contains("t0k3n-secret"),
+            "{redlock:?}"
+        );
+        assert_eq!(
+            redlock
+                .build(Box::new(SeededEntropy::new(1)))
+                .unwrap()
+                .backend(),
+            BackendKind::Redlock
+        );
     }
 
     #[test]
     fn to_json_reads_back_to_the_same_spec() {
-        let mut etcd = EtcdConfig::new(vec!["http://127.0.0.1:2379".into(), "http://127.0.0.1:2380".into()]);
+        let mut etcd = EtcdConfig::new(vec![
+            "http://127.0.0.1:2379".into(),
+            "http://127.0.0.1:2380".into(),
+        ]);
         etcd.prefix = "jobs".into();
         etcd.session_ttl_ms = 7_000;
         etcd.headers = vec![("x-tenant".into(), "t1".into())];
-        etcd.auth = Some(EtcdAuth { username: "locker".into(), password: "pw-secret".into() });
+        etcd.auth = Some(EtcdAuth {
+            username: "locker".into(),
+            password: "pw-secret".into(),
+        });
         let mut redis = RedisConfig::new(RedisNode::webdis("http://127.0.0.1:7379"));
         redis.ttl_ms = 4_321;
         redis.auto_extend = false;
-        let mut redlock = RedlockConfig::new(vec![RedisNode::upstash("http://a:1", "t1"), RedisNode::webdis("http://b:1")]);
+        let mut redlock = RedlockConfig::new(vec![
+            RedisNode::upstash("http://a:1", "t1"),
+            RedisNode::webdis("http://b:1"),
+        ]);
         redlock.fencing = RedlockFencing::Strict;
         redlock.drift_factor = 0.02;
         redlock.retry_count = 3;
-        for spec in [BackendSpec::Etcd(etcd), BackendSpec::Redis(redis), BackendSpec::Redlock(redlock)] {
+        for spec in [
+            BackendSpec::Etcd(etcd),
+            BackendSpec::Redis(redis),
+            BackendSpec::Redlock(redlock),
+        ] {
             let json = spec.to_json();
             let back = BackendSpec::from_json(spec.kind(), &json).unwrap();
             // Debug hides secrets, so compare the JSON of both and the one secret-free view.
             assert_eq!(back.to_json(), json);
             assert_eq!(format!("{back:?}"), format!("{spec:?}"));
         }
-        let json = BackendSpec::Redis(RedisConfig::new(RedisNode::upstash("https://x", "tok"))).to_json();
-        assert!(json.contains(r#""protocol":"upstash""#) && json.contains(r#""token":"tok""#) && json.contains(r#""ttlMs":10000"#), "{json}");
+        let json =
+            BackendSpec::Redis(RedisConfig::new(RedisNode::upstash("https://x", "tok"))).to_json();
+        assert!(
+            json.contains(r#""protocol":"upstash""#)
+                && json.contains(r#""token":"tok""#)
+                && json.contains(r#""ttlMs":10000"#),
+            "{json}"
+        );
     }
 
     #[test]
     fn bad_options_are_invalid_arguments_that_repeat_no_value() {
-        let e = BackendSpec::from_json(BackendKind::Redis, r#"{"url":"http://x","tokne":"s3cr3t-value"}"#).unwrap_err();
+        let e = BackendSpec::from_json(
+            BackendKind::Redis,
+            r#"{"url":"http://x","tokne":"s3cr3t-value"}"#,
+        )
+        .unwrap_err();
         assert_eq!(e.code(), "INVALID_ARGUMENT");
         assert!(!e.to_string().contains("s3cr3t"), "{e}");
-        let e = BackendSpec::from_json(BackendKind::Etcd, r#"{"endpoints":[]}"#).unwrap().build(Box::new(SeededEntropy::new(1)));
+        let e = BackendSpec::from_json(BackendKind::Etcd, r#"{"endpoints":[]}"#)
+            .unwrap()
+            .build(Box::new(SeededEntropy::new(1)));
         assert_eq!(e.err().map(|e| e.code()), Some("INVALID_ARGUMENT"));
     }
 }

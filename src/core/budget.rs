@@ -97,7 +97,11 @@ impl<M: LockMachine> Budgeted<M> {
     }
 
     fn exhausted_error(&self, name: &str) -> LockError {
-        LockError::BudgetExhausted { backend: self.inner.backend().as_str(), name: name.to_string(), budget: self.budget }
+        LockError::BudgetExhausted {
+            backend: self.inner.backend().as_str(),
+            name: name.to_string(),
+            budget: self.budget,
+        }
     }
 
     fn cleanup_pending(&self) -> bool {
@@ -112,9 +116,20 @@ impl<M: LockMachine> Budgeted<M> {
         Ok(())
     }
 
-    fn started(&mut self, r: Result<OpId, LockError>, name: &str, cleanup: bool) -> Result<OpId, LockError> {
+    fn started(
+        &mut self,
+        r: Result<OpId, LockError>,
+        name: &str,
+        cleanup: bool,
+    ) -> Result<OpId, LockError> {
         if let Ok(op) = r {
-            self.ops.insert(op, OpInfo { name: name.to_string(), cleanup });
+            self.ops.insert(
+                op,
+                OpInfo {
+                    name: name.to_string(),
+                    cleanup,
+                },
+            );
         }
         r
     }
@@ -151,13 +166,20 @@ impl<M: LockMachine> Budgeted<M> {
     }
 
     fn translate(&mut self, e: Event) -> Event {
-        let Event::Completed { op, result } = e else { return e };
+        let Event::Completed { op, result } = e else {
+            return e;
+        };
         let info = self.ops.remove(&op);
         let affected = self.affected.remove(&op).is_some();
         match result {
             Err(error) if affected && budget_caused(&error) => {
-                let name = error_name(&error).or(info.map(|i| i.name)).unwrap_or_default();
-                Event::Completed { op, result: Err(self.exhausted_error(&name)) }
+                let name = error_name(&error)
+                    .or(info.map(|i| i.name))
+                    .unwrap_or_default();
+                Event::Completed {
+                    op,
+                    result: Err(self.exhausted_error(&name)),
+                }
             }
             result => Event::Completed { op, result },
         }
@@ -166,7 +188,13 @@ impl<M: LockMachine> Budgeted<M> {
 
 /// Failures that a withheld request or a budget cancel produces.
 fn budget_caused(e: &LockError) -> bool {
-    matches!(e, LockError::Aborted { .. } | LockError::Transport { .. } | LockError::Timeout { .. } | LockError::NoQuorum { .. })
+    matches!(
+        e,
+        LockError::Aborted { .. }
+            | LockError::Transport { .. }
+            | LockError::Timeout { .. }
+            | LockError::NoQuorum { .. }
+    )
 }
 
 fn error_name(e: &LockError) -> Option<String> {
@@ -216,7 +244,13 @@ impl<M: LockMachine> LockMachine for Budgeted<M> {
     fn close(&mut self, now: Millis) -> OpId {
         self.now = now;
         let op = self.inner.close(now);
-        self.ops.insert(op, OpInfo { name: String::new(), cleanup: true });
+        self.ops.insert(
+            op,
+            OpInfo {
+                name: String::new(),
+                cleanup: true,
+            },
+        );
         op
     }
 
@@ -228,9 +262,18 @@ impl<M: LockMachine> LockMachine for Budgeted<M> {
     fn handle_timeout(&mut self, now: Millis) {
         self.now = now;
         // `Connect`: the request provably never left, so no key can exist because of it.
-        let error = TransportError::Connect(format!("not sent: the subrequest budget of {} is used up", self.budget));
+        let error = TransportError::Connect(format!(
+            "not sent: the subrequest budget of {} is used up",
+            self.budget
+        ));
         for id in std::mem::take(&mut self.withheld) {
-            self.inner.handle_input(now, Input::Failed { id, error: error.clone() });
+            self.inner.handle_input(
+                now,
+                Input::Failed {
+                    id,
+                    error: error.clone(),
+                },
+            );
         }
         if self.inner.poll_timeout().is_some_and(|t| t <= now) {
             self.inner.handle_timeout(now);
@@ -245,7 +288,11 @@ impl<M: LockMachine> LockMachine for Budgeted<M> {
             match self.inner.poll_transmit()? {
                 Transmit::Cancel(id) => self.forward_cancel(id),
                 Transmit::Send(req) => {
-                    let limit = if self.cleanup_pending() { self.budget } else { self.budget - self.reserve };
+                    let limit = if self.cleanup_pending() {
+                        self.budget
+                    } else {
+                        self.budget - self.reserve
+                    };
                     if self.sent < limit {
                         self.sent += 1;
                         return Some(Transmit::Send(req));

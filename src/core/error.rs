@@ -139,17 +139,27 @@ impl LockError {
 
     /// An [`LockError::InvalidArgument`] with `message`.
     pub fn invalid(message: impl Into<String>) -> Self {
-        LockError::InvalidArgument { message: message.into() }
+        LockError::InvalidArgument {
+            message: message.into(),
+        }
     }
 
     /// A [`LockError::Internal`] (a bug in edgelock) with `message`.
     pub fn internal(message: impl Into<String>) -> Self {
-        LockError::Internal { message: message.into() }
+        LockError::Internal {
+            message: message.into(),
+        }
     }
 
     /// True when retrying the same operation later may succeed.
     pub fn is_retryable(&self) -> bool {
-        matches!(self, LockError::Transport { .. } | LockError::Backend { .. } | LockError::NoQuorum { .. } | LockError::Timeout { .. })
+        matches!(
+            self,
+            LockError::Transport { .. }
+                | LockError::Backend { .. }
+                | LockError::NoQuorum { .. }
+                | LockError::Timeout { .. }
+        )
     }
 }
 
@@ -157,25 +167,64 @@ impl fmt::Display for LockError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             LockError::InvalidArgument { message } => write!(f, "invalid argument: {message}"),
-            LockError::Timeout { backend, name } => write!(f, "timed out waiting for lock {name:?} ({backend})"),
-            LockError::Aborted { backend, name } => write!(f, "acquire of lock {name:?} ({backend}) was aborted"),
-            LockError::NoQuorum { backend, name, granted, needed } => {
+            LockError::Timeout { backend, name } => {
+                write!(f, "timed out waiting for lock {name:?} ({backend})")
+            }
+            LockError::Aborted { backend, name } => {
+                write!(f, "acquire of lock {name:?} ({backend}) was aborted")
+            }
+            LockError::NoQuorum {
+                backend,
+                name,
+                granted,
+                needed,
+            } => {
                 write!(f, "no quorum for lock {name:?} ({backend}): {granted} of {needed} needed nodes granted")
             }
-            LockError::Lost { backend, name, reason } => write!(f, "lock {name:?} ({backend}) was lost: {reason}"),
-            LockError::NotHeld { backend, name } => write!(f, "lock {name:?} ({backend}) is not held by this client"),
-            LockError::Backend { backend, name, status, message } => match status {
-                Some(s) => write!(f, "{backend} backend error for lock {name:?}: HTTP {s}: {message}"),
+            LockError::Lost {
+                backend,
+                name,
+                reason,
+            } => write!(f, "lock {name:?} ({backend}) was lost: {reason}"),
+            LockError::NotHeld { backend, name } => {
+                write!(f, "lock {name:?} ({backend}) is not held by this client")
+            }
+            LockError::Backend {
+                backend,
+                name,
+                status,
+                message,
+            } => match status {
+                Some(s) => write!(
+                    f,
+                    "{backend} backend error for lock {name:?}: HTTP {s}: {message}"
+                ),
                 None => write!(f, "{backend} backend error for lock {name:?}: {message}"),
             },
-            LockError::Transport { backend, name, message } => {
-                write!(f, "cannot reach {backend} backend for lock {name:?}: {message}")
+            LockError::Transport {
+                backend,
+                name,
+                message,
+            } => {
+                write!(
+                    f,
+                    "cannot reach {backend} backend for lock {name:?}: {message}"
+                )
             }
-            LockError::BudgetExhausted { backend, name, budget } => {
-                write!(f, "subrequest budget of {budget} would be exceeded for lock {name:?} ({backend})")
+            LockError::BudgetExhausted {
+                backend,
+                name,
+                budget,
+            } => {
+                write!(
+                    f,
+                    "subrequest budget of {budget} would be exceeded for lock {name:?} ({backend})"
+                )
             }
             LockError::Closed { backend } => write!(f, "the {backend} client is closed"),
-            LockError::Internal { message } => write!(f, "internal error in edgelock (please report): {message}"),
+            LockError::Internal { message } => {
+                write!(f, "internal error in edgelock (please report): {message}")
+            }
         }
     }
 }
@@ -186,7 +235,9 @@ impl std::error::Error for LockError {}
 /// that are redacted later by [`sanitize_detail`] (a cut made before the
 /// redaction could leave a prefix of a secret behind).
 pub fn clean_control(raw: &str) -> String {
-    raw.chars().map(|c| if c.is_control() { ' ' } else { c }).collect()
+    raw.chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect()
 }
 
 /// Make a backend-provided text safe and short enough to put in an error message:
@@ -201,7 +252,10 @@ pub fn sanitize_detail(raw: &str, secrets: &[&str]) -> String {
         }
     }
     let s = redact_credentials(&s);
-    s.chars().take(200).map(|c| if c.is_control() { ' ' } else { c }).collect()
+    s.chars()
+        .take(200)
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect()
 }
 
 /// Replaces the word after `Bearer` / `Basic` (any case), the way an
@@ -217,7 +271,9 @@ fn redact_credentials(s: &str) -> String {
             redact_next = false;
             continue;
         }
-        redact_next = word.eq_ignore_ascii_case("bearer") || word.eq_ignore_ascii_case("basic") || (redact_next && word.is_empty());
+        redact_next = word.eq_ignore_ascii_case("bearer")
+            || word.eq_ignore_ascii_case("basic")
+            || (redact_next && word.is_empty());
         out.push_str(piece);
     }
     out
@@ -231,14 +287,45 @@ mod tests {
     fn every_variant_has_a_listed_code() {
         let samples = [
             LockError::invalid("x"),
-            LockError::Timeout { backend: "etcd", name: "a".into() },
-            LockError::Aborted { backend: "etcd", name: "a".into() },
-            LockError::NoQuorum { backend: "redlock", name: "a".into(), granted: 1, needed: 2 },
-            LockError::Lost { backend: "etcd", name: "a".into(), reason: "r".into() },
-            LockError::NotHeld { backend: "etcd", name: "a".into() },
-            LockError::Backend { backend: "etcd", name: "a".into(), status: None, message: "m".into() },
-            LockError::Transport { backend: "etcd", name: "a".into(), message: "m".into() },
-            LockError::BudgetExhausted { backend: "etcd", name: "a".into(), budget: 1 },
+            LockError::Timeout {
+                backend: "etcd",
+                name: "a".into(),
+            },
+            LockError::Aborted {
+                backend: "etcd",
+                name: "a".into(),
+            },
+            LockError::NoQuorum {
+                backend: "redlock",
+                name: "a".into(),
+                granted: 1,
+                needed: 2,
+            },
+            LockError::Lost {
+                backend: "etcd",
+                name: "a".into(),
+                reason: "r".into(),
+            },
+            LockError::NotHeld {
+                backend: "etcd",
+                name: "a".into(),
+            },
+            LockError::Backend {
+                backend: "etcd",
+                name: "a".into(),
+                status: None,
+                message: "m".into(),
+            },
+            LockError::Transport {
+                backend: "etcd",
+                name: "a".into(),
+                message: "m".into(),
+            },
+            LockError::BudgetExhausted {
+                backend: "etcd",
+                name: "a".into(),
+                budget: 1,
+            },
             LockError::Closed { backend: "etcd" },
             LockError::internal("x"),
         ];

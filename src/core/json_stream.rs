@@ -91,7 +91,10 @@ mod tests {
         let mut s = JsonObjectSplitter::new();
         assert_eq!(s.push(br#"{"a":"}{\"x"#).unwrap().len(), 0);
         let out = s.push(b"\"}\n{\"b\":[1,{}]}{").unwrap();
-        assert_eq!(out, vec![br#"{"a":"}{\"x"}"#.to_vec(), br#"{"b":[1,{}]}"#.to_vec()]);
+        assert_eq!(
+            out,
+            vec![br#"{"a":"}{\"x"}"#.to_vec(), br#"{"b":[1,{}]}"#.to_vec()]
+        );
         assert_eq!(s.push(b"}").unwrap(), vec![b"{}".to_vec()]);
         assert!(JsonObjectSplitter::new().push(b"x").is_err());
     }

@@ -127,7 +127,12 @@ impl<M: LockMachine + ?Sized> LockMachine for Box<M> {
 /// [`Session`](super::session::Session) instead.
 pub trait LockMachineExt: LockMachine {
     /// Starts an exclusive acquire of `name`.
-    fn acquire(&mut self, now: Millis, name: &str, options: &AcquireOptions) -> Result<OpId, LockError> {
+    fn acquire(
+        &mut self,
+        now: Millis,
+        name: &str,
+        options: &AcquireOptions,
+    ) -> Result<OpId, LockError> {
         self.start(now, Operation::acquire(name, *options))
     }
     /// Starts a release of `lock`.
@@ -135,16 +140,31 @@ pub trait LockMachineExt: LockMachine {
         self.start(now, Operation::Release { lock })
     }
     /// Starts an extend of `lock`.
-    fn extend(&mut self, now: Millis, lock: LockId, ttl_ms: Option<u64>) -> Result<OpId, LockError> {
+    fn extend(
+        &mut self,
+        now: Millis,
+        lock: LockId,
+        ttl_ms: Option<u64>,
+    ) -> Result<OpId, LockError> {
         self.start(now, Operation::Extend { lock, ttl_ms })
     }
     /// Starts a resume from `handle`.
     fn resume(&mut self, now: Millis, handle: &LockHandle) -> Result<OpId, LockError> {
-        self.start(now, Operation::Resume { handle: handle.clone() })
+        self.start(
+            now,
+            Operation::Resume {
+                handle: handle.clone(),
+            },
+        )
     }
     /// Starts an inspect of `name`.
     fn inspect(&mut self, now: Millis, name: &str) -> Result<OpId, LockError> {
-        self.start(now, Operation::Inspect { name: name.to_string() })
+        self.start(
+            now,
+            Operation::Inspect {
+                name: name.to_string(),
+            },
+        )
     }
 }
 

@@ -23,5 +23,8 @@ pub mod types;
 pub use backend::BackendSpec;
 pub use error::LockError;
 pub use machine::{LockMachine, LockMachineExt};
-pub use operation::{Capabilities, KindFamily, LockKind, Operation, Outcome, MAX_PERMITS};
+pub use operation::{
+    check_acquire_all_names, check_campaign_value, Capabilities, KindFamily, LockKind, Operation,
+    Outcome, MAX_ACQUIRE_ALL, MAX_CAMPAIGN_VALUE, MAX_PERMITS,
+};
 pub use types::*;

@@ -31,10 +31,14 @@ pub fn validate_name(name: &str) -> Result<(), LockError> {
 /// most [`MAX_TTL_MS`].
 pub fn validate_ttl(what: &str, ttl_ms: u64) -> Result<(), LockError> {
     if ttl_ms == 0 {
-        return Err(LockError::invalid(format!("{what} must be greater than 0 ms")));
+        return Err(LockError::invalid(format!(
+            "{what} must be greater than 0 ms"
+        )));
     }
     if ttl_ms > MAX_TTL_MS {
-        return Err(LockError::invalid(format!("{what} of {ttl_ms} ms exceeds the limit of {MAX_TTL_MS} ms")));
+        return Err(LockError::invalid(format!(
+            "{what} of {ttl_ms} ms exceeds the limit of {MAX_TTL_MS} ms"
+        )));
     }
     Ok(())
 }
@@ -46,16 +50,29 @@ pub fn validate_base_url(url: &str) -> Result<String, LockError> {
     let rest = url
         .strip_prefix("http://")
         .or_else(|| url.strip_prefix("https://"))
-        .ok_or_else(|| LockError::invalid(format!("URL {:?} must start with http:// or https://", redact_url(url))))?;
+        .ok_or_else(|| {
+            LockError::invalid(format!(
+                "URL {:?} must start with http:// or https://",
+                redact_url(url)
+            ))
+        })?;
     let host_end = rest.find('/').unwrap_or(rest.len());
     let authority = &rest[..host_end];
     if authority.is_empty() {
-        return Err(LockError::invalid(format!("URL {:?} has no host", redact_url(url))));
+        return Err(LockError::invalid(format!(
+            "URL {:?} has no host",
+            redact_url(url)
+        )));
     }
     if authority.contains('@') {
-        return Err(LockError::invalid("URLs must not embed credentials; pass a token or headers instead"));
+        return Err(LockError::invalid(
+            "URLs must not embed credentials; pass a token or headers instead",
+        ));
     }
-    if url.chars().any(|c| c.is_whitespace() || c.is_control() || c == '?' || c == '#') {
+    if url
+        .chars()
+        .any(|c| c.is_whitespace() || c.is_control() || c == '?' || c == '#')
+    {
         return Err(LockError::invalid(format!(
             "URL {:?} must not contain whitespace, a query or a fragment",
             redact_url(url)
@@ -63,7 +80,10 @@ pub fn validate_base_url(url: &str) -> Result<String, LockError> {
     }
     if let Some((_, port)) = authority.rsplit_once(':') {
         if !authority.ends_with(']') && (port.is_empty() || port.parse::<u16>().is_err()) {
-            return Err(LockError::invalid(format!("URL {:?} has an invalid port", redact_url(url))));
+            return Err(LockError::invalid(format!(
+                "URL {:?} has an invalid port",
+                redact_url(url)
+            )));
         }
     }
     Ok(url.trim_end_matches('/').to_string())
@@ -101,11 +121,21 @@ mod tests {
 
     #[test]
     fn urls() {
-        assert_eq!(validate_base_url("http://127.0.0.1:2379/").unwrap(), "http://127.0.0.1:2379");
-        assert_eq!(validate_base_url("https://x.upstash.io").unwrap(), "https://x.upstash.io");
+        assert_eq!(
+            validate_base_url("http://127.0.0.1:2379/").unwrap(),
+            "http://127.0.0.1:2379"
+        );
+        assert_eq!(
+            validate_base_url("https://x.upstash.io").unwrap(),
+            "https://x.upstash.io"
+        );
         assert!(validate_base_url("ftp://x").is_err());
         assert!(validate_base_url("http://").is_err());
-        assert!(validate_base_url("http://u:secretpw@host").unwrap_err().to_string().find("secretpw").is_none());
+        assert!(validate_base_url("http://u:secretpw@host")
+            .unwrap_err()
+            .to_string()
+            .find("secretpw")
+            .is_none());
         assert!(validate_base_url("http://h:notaport").is_err());
         assert!(validate_base_url("http://h/x?y").is_err());
         assert!(validate_base_url("http://h /x").is_err());

@@ -6,7 +6,9 @@
 //! it; drivers, the session and the budget wrapper pass operations through
 //! without looking inside, so they do not change.
 
-use super::types::{AcquireOptions, BackendKind, LockHandle, LockId, LockInfo, LockStatus, Millis};
+use super::types::{
+    AcquireOptions, BackendKind, Leadership, LockHandle, LockId, LockInfo, LockStatus, Millis, Wait,
+};
 use super::LockError;
 
 /// What kind of hold an acquire asks for.
@@ -24,7 +26,17 @@ pub enum LockKind {
         /// How many holders the name admits at once (≥ 1).
         limit: u32,
     },
+    /// The leader of an election: one holder at a time, like
+    /// [`LockKind::Exclusive`], whose hold carries a value that
+    /// [`Operation::Leader`] reports. Granted by [`Operation::Campaign`] only.
+    Leader,
 }
+
+/// The largest campaign value, in bytes of UTF-8.
+pub const MAX_CAMPAIGN_VALUE: usize = 4096;
+
+/// The most names one [`Operation::AcquireAll`] may take.
+pub const MAX_ACQUIRE_ALL: usize = 16;
 
 /// The largest `limit` a semaphore may have. Every backend keeps one slot
 /// record per permit, and etcd's transactions are capped at 128 operations.
@@ -35,9 +47,13 @@ impl LockKind {
     /// above [`MAX_PERMITS`].
     pub fn permits(limit: u64) -> Result<LockKind, LockError> {
         if limit == 0 || limit > MAX_PERMITS as u64 {
-            return Err(LockError::invalid(format!("a semaphore's limit must be an integer in 1..={MAX_PERMITS}, not {limit}")));
+            return Err(LockError::invalid(format!(
+                "a semaphore's limit must be an integer in 1..={MAX_PERMITS}, not {limit}"
+            )));
         }
-        Ok(LockKind::Permits { limit: limit as u32 })
+        Ok(LockKind::Permits {
+            limit: limit as u32,
+        })
     }
 
     /// The kind's name and parameter, for messages ("exclusive", "shared",
@@ -55,6 +71,7 @@ impl LockKind {
             LockKind::Exclusive => "exclusive",
             LockKind::Shared => "shared",
             LockKind::Permits { .. } => "permits",
+            LockKind::Leader => "leader",
         }
     }
 
@@ -63,8 +80,62 @@ impl LockKind {
             LockKind::Exclusive => KindFamily::Exclusive,
             LockKind::Shared => KindFamily::Shared,
             LockKind::Permits { .. } => KindFamily::Permits,
+            LockKind::Leader => KindFamily::Leader,
         }
     }
+}
+
+/// The error of a machine asked for an operation it does not serve (its
+/// capabilities should have refused it first; [`Operation::AcquireAll`] is
+/// served by the multi-lock layer around every machine).
+pub fn unserved(backend: BackendKind, op: &Operation) -> LockError {
+    let what = match op {
+        Operation::AcquireAll { .. } => "acquireAll outside the multi-lock layer",
+        Operation::Campaign { .. }
+        | Operation::Proclaim { .. }
+        | Operation::Leader { .. }
+        | Operation::Observe { .. } => "elections",
+        _ => "this operation",
+    };
+    LockError::invalid(format!(
+        "the {} backend does not offer {what}",
+        backend.as_str()
+    ))
+}
+
+/// Checks a campaign value: at most [`MAX_CAMPAIGN_VALUE`] bytes
+/// (`INVALID_ARGUMENT` otherwise). Any UTF-8 string, the empty one included.
+pub fn check_campaign_value(value: &str) -> Result<(), LockError> {
+    if value.len() > MAX_CAMPAIGN_VALUE {
+        return Err(LockError::invalid(format!(
+            "a campaign value must be at most {MAX_CAMPAIGN_VALUE} bytes, not {}",
+            value.len()
+        )));
+    }
+    Ok(())
+}
+
+/// Checks the names of an [`Operation::AcquireAll`]: 1..=[`MAX_ACQUIRE_ALL`]
+/// of them, no name twice (`INVALID_ARGUMENT` otherwise; each name is
+/// checked by the machine like any lock name).
+pub fn check_acquire_all_names(names: &[String]) -> Result<(), LockError> {
+    if names.is_empty() {
+        return Err(LockError::invalid("acquireAll needs at least one name"));
+    }
+    if names.len() > MAX_ACQUIRE_ALL {
+        return Err(LockError::invalid(format!(
+            "acquireAll takes at most {MAX_ACQUIRE_ALL} names, not {}",
+            names.len()
+        )));
+    }
+    for (i, name) in names.iter().enumerate() {
+        if names[..i].contains(name) {
+            return Err(LockError::invalid(format!(
+                "acquireAll got the name {name:?} twice"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// A [`LockKind`] without its parameters, for capability lists.
@@ -77,6 +148,9 @@ pub enum KindFamily {
     Shared,
     /// [`LockKind::Permits`] with any limit.
     Permits,
+    /// [`LockKind::Leader`]: elections ([`Operation::Campaign`],
+    /// [`Operation::Proclaim`], [`Operation::Leader`], [`Operation::Observe`]).
+    Leader,
 }
 
 /// One user operation. Every machine takes the same value through
@@ -121,20 +195,84 @@ pub enum Operation {
         /// The lock's name.
         name: String,
     },
+    /// Wait to lead the election `name` (FIFO where the backend queues),
+    /// announcing `value`; completes like an acquire, with
+    /// [`Outcome::Acquired`] of kind [`LockKind::Leader`] (or
+    /// [`Outcome::NotAcquired`] for `Wait::Try`). Resigning is
+    /// [`Operation::Release`]; the leadership renews and is lost like a lock.
+    Campaign {
+        /// The election's name (a lock name).
+        name: String,
+        /// What the leader announces (at most [`MAX_CAMPAIGN_VALUE`] bytes).
+        value: String,
+        /// Wait bound and TTL, as for an acquire.
+        options: AcquireOptions,
+    },
+    /// Replace the value of a leadership this client holds, checked on the
+    /// backend (only while it still leads); completes with
+    /// [`Outcome::Proclaimed`], or `NotHeld` / `Lost` errors.
+    Proclaim {
+        /// The leadership, as its campaign's `Acquired` outcome named it.
+        lock: LockId,
+        /// The new value (at most [`MAX_CAMPAIGN_VALUE`] bytes).
+        value: String,
+    },
+    /// Who leads `name` now; completes with [`Outcome::Leader`].
+    Leader {
+        /// The election's name.
+        name: String,
+    },
+    /// Wait until the leadership of `name` differs from `known` (another
+    /// leader, another value, or nobody), pushed by the backend where it can
+    /// (etcd's watch, Redis's wake-up channel) with a timer as the fallback.
+    /// Completes with [`Outcome::Leader`]: the new state, or the current
+    /// (unchanged) state when `wait` runs out. `Wait::Try` answers at once.
+    Observe {
+        /// The election's name.
+        name: String,
+        /// The state the caller last saw (`None`: nobody leads).
+        known: Option<Leadership>,
+        /// How long to wait for a change.
+        wait: Wait,
+    },
+    /// Hold every name in `names` or none: exclusive locks taken one by one
+    /// in a canonical order (by bytes), so that clients asking for
+    /// overlapping sets in any order cannot deadlock; on any failure the
+    /// names already taken are released before the operation completes.
+    /// Completes with [`Outcome::AcquiredAll`] (the locks in the order of
+    /// `names`) or [`Outcome::NotAcquired`] for `Wait::Try`. The wait bound
+    /// covers the whole set.
+    AcquireAll {
+        /// 1..=[`MAX_ACQUIRE_ALL`] distinct lock names.
+        names: Vec<String>,
+        /// Wait bound (for the whole set) and per-lock TTL.
+        options: AcquireOptions,
+    },
 }
 
 impl Operation {
     /// An exclusive acquire of `name` (the common case).
     pub fn acquire(name: impl Into<String>, options: AcquireOptions) -> Self {
-        Operation::Acquire { name: name.into(), kind: LockKind::Exclusive, options }
+        Operation::Acquire {
+            name: name.into(),
+            kind: LockKind::Exclusive,
+            options,
+        }
     }
 
     /// The lock name the operation is about, where the operation names one.
     pub fn name(&self) -> Option<&str> {
         match self {
-            Operation::Acquire { name, .. } | Operation::Inspect { name } => Some(name),
+            Operation::Acquire { name, .. }
+            | Operation::Inspect { name }
+            | Operation::Campaign { name, .. }
+            | Operation::Leader { name }
+            | Operation::Observe { name, .. } => Some(name),
             Operation::Resume { handle } => Some(&handle.name),
-            Operation::Release { .. } | Operation::Extend { .. } => None,
+            Operation::Release { .. }
+            | Operation::Extend { .. }
+            | Operation::Proclaim { .. }
+            | Operation::AcquireAll { .. } => None,
         }
     }
 
@@ -169,6 +307,17 @@ pub enum Outcome {
     },
     /// What the backend says about a name.
     Inspected(LockStatus),
+    /// A proclaim finished: the leadership now announces the new value.
+    Proclaimed {
+        /// The leadership.
+        lock: LockId,
+    },
+    /// Who leads an election (`None`: nobody), for [`Operation::Leader`]
+    /// and [`Operation::Observe`].
+    Leader(Option<Leadership>),
+    /// Every name of an [`Operation::AcquireAll`] is held: one lock per
+    /// name, in the order of its `names`.
+    AcquiredAll(Vec<LockInfo>),
     /// A close finished: nothing is held or pending any more.
     Closed,
 }
@@ -182,6 +331,9 @@ impl Outcome {
             Outcome::Released { .. } => "Released",
             Outcome::Extended { .. } => "Extended",
             Outcome::Inspected(_) => "Inspected",
+            Outcome::Proclaimed { .. } => "Proclaimed",
+            Outcome::Leader(_) => "Leader",
+            Outcome::AcquiredAll(_) => "AcquiredAll",
             Outcome::Closed => "Closed",
         }
     }
@@ -199,7 +351,9 @@ impl Outcome {
     /// A release's answer: whether the lock was still held until it.
     pub fn into_released(self) -> Result<bool, LockError> {
         match self {
-            Outcome::Released { held_until_release, .. } => Ok(held_until_release),
+            Outcome::Released {
+                held_until_release, ..
+            } => Ok(held_until_release),
             other => Err(other.mismatch("a release")),
         }
     }
@@ -217,6 +371,31 @@ impl Outcome {
         match self {
             Outcome::Inspected(status) => Ok(status),
             other => Err(other.mismatch("an inspect")),
+        }
+    }
+
+    /// A proclaim's answer.
+    pub fn into_proclaimed(self) -> Result<(), LockError> {
+        match self {
+            Outcome::Proclaimed { .. } => Ok(()),
+            other => Err(other.mismatch("a proclaim")),
+        }
+    }
+
+    /// A leader's or observe's answer.
+    pub fn into_leader(self) -> Result<Option<Leadership>, LockError> {
+        match self {
+            Outcome::Leader(l) => Ok(l),
+            other => Err(other.mismatch("a leader query")),
+        }
+    }
+
+    /// An acquireAll's answer: the locks, or `None` for `NotAcquired`.
+    pub fn into_acquired_all(self) -> Result<Option<Vec<LockInfo>>, LockError> {
+        match self {
+            Outcome::AcquiredAll(locks) => Ok(Some(locks)),
+            Outcome::NotAcquired => Ok(None),
+            other => Err(other.mismatch("an acquireAll")),
         }
     }
 
@@ -245,11 +424,34 @@ impl Capabilities {
     /// Refuses `op` with `INVALID_ARGUMENT` when it asks for a kind this
     /// machine does not grant, or for an impossible parameter.
     pub fn check(&self, backend: BackendKind, op: &Operation) -> Result<(), LockError> {
-        let Operation::Acquire { kind, .. } = op else { return Ok(()) };
+        let kind = match op {
+            Operation::Acquire {
+                kind: LockKind::Leader,
+                ..
+            } => {
+                return Err(LockError::invalid(
+                    "a leadership is taken by a campaign, not an acquire",
+                ))
+            }
+            Operation::Acquire { kind, .. } => *kind,
+            Operation::Campaign { value, .. } | Operation::Proclaim { value, .. } => {
+                check_campaign_value(value)?;
+                LockKind::Leader
+            }
+            Operation::Leader { .. } | Operation::Observe { .. } => LockKind::Leader,
+            Operation::AcquireAll { names, .. } => {
+                check_acquire_all_names(names)?;
+                LockKind::Exclusive
+            }
+            _ => return Ok(()),
+        };
         if let LockKind::Permits { limit } = kind {
-            LockKind::permits(*limit as u64)?;
+            LockKind::permits(limit as u64)?;
         }
-        if !self.supports(*kind) {
+        if !self.supports(kind) {
+            if kind == LockKind::Leader {
+                return Err(unserved(backend, op));
+            }
             return Err(LockError::invalid(format!(
                 "the {} backend does not offer {} locks",
                 backend.as_str(),
@@ -266,26 +468,164 @@ mod tests {
 
     #[test]
     fn unsupported_kinds_are_refused_with_invalid_argument() {
-        let caps = Capabilities { kinds: Capabilities::EXCLUSIVE_ONLY };
-        let acquire = |kind| Operation::Acquire { name: "a".into(), kind, options: AcquireOptions::default() };
-        assert!(caps.check(BackendKind::Redis, &acquire(LockKind::Exclusive)).is_ok());
-        let e = caps.check(BackendKind::Etcd, &acquire(LockKind::Shared)).unwrap_err();
+        let caps = Capabilities {
+            kinds: Capabilities::EXCLUSIVE_ONLY,
+        };
+        let acquire = |kind| Operation::Acquire {
+            name: "a".into(),
+            kind,
+            options: AcquireOptions::default(),
+        };
+        assert!(caps
+            .check(BackendKind::Redis, &acquire(LockKind::Exclusive))
+            .is_ok());
+        let e = caps
+            .check(BackendKind::Etcd, &acquire(LockKind::Shared))
+            .unwrap_err();
         assert_eq!(e.code(), "INVALID_ARGUMENT");
-        assert!(e.to_string().contains("etcd backend does not offer shared locks"), "{e}");
-        let e = caps.check(BackendKind::Redis, &acquire(LockKind::Permits { limit: 3 })).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("etcd backend does not offer shared locks"),
+            "{e}"
+        );
+        let e = caps
+            .check(BackendKind::Redis, &acquire(LockKind::Permits { limit: 3 }))
+            .unwrap_err();
         assert!(e.to_string().contains("permits"), "{e}");
-        let all = Capabilities { kinds: &[KindFamily::Exclusive, KindFamily::Permits] };
-        assert!(all.check(BackendKind::Redis, &acquire(LockKind::Permits { limit: 3 })).is_ok());
-        assert_eq!(all.check(BackendKind::Redis, &acquire(LockKind::Permits { limit: 0 })).unwrap_err().code(), "INVALID_ARGUMENT");
-        assert!(caps.check(BackendKind::Redis, &Operation::Inspect { name: "a".into() }).is_ok());
+        let all = Capabilities {
+            kinds: &[KindFamily::Exclusive, KindFamily::Permits],
+        };
+        assert!(all
+            .check(BackendKind::Redis, &acquire(LockKind::Permits { limit: 3 }))
+            .is_ok());
+        assert_eq!(
+            all.check(BackendKind::Redis, &acquire(LockKind::Permits { limit: 0 }))
+                .unwrap_err()
+                .code(),
+            "INVALID_ARGUMENT"
+        );
+        assert!(caps
+            .check(BackendKind::Redis, &Operation::Inspect { name: "a".into() })
+            .is_ok());
+    }
+
+    #[test]
+    fn elections_and_multi_locks_are_checked_before_any_machine_sees_them() {
+        let leaders = Capabilities {
+            kinds: &[KindFamily::Exclusive, KindFamily::Leader],
+        };
+        let campaign = |value: &str| Operation::Campaign {
+            name: "e".into(),
+            value: value.into(),
+            options: AcquireOptions::default(),
+        };
+        assert!(leaders.check(BackendKind::Etcd, &campaign("")).is_ok());
+        assert!(leaders
+            .check(
+                BackendKind::Etcd,
+                &campaign(&"v".repeat(MAX_CAMPAIGN_VALUE))
+            )
+            .is_ok());
+        let e = leaders
+            .check(
+                BackendKind::Etcd,
+                &campaign(&"v".repeat(MAX_CAMPAIGN_VALUE + 1)),
+            )
+            .unwrap_err();
+        assert_eq!(e.code(), "INVALID_ARGUMENT");
+        assert!(
+            e.to_string().contains("at most 4096 bytes, not 4097"),
+            "{e}"
+        );
+        let proclaim = Operation::Proclaim {
+            lock: LockId(1),
+            value: "x".repeat(5000),
+        };
+        assert_eq!(
+            leaders
+                .check(BackendKind::Redis, &proclaim)
+                .unwrap_err()
+                .code(),
+            "INVALID_ARGUMENT"
+        );
+        let e = Capabilities {
+            kinds: Capabilities::EXCLUSIVE_ONLY,
+        }
+        .check(BackendKind::Redis, &campaign("v"))
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("redis backend does not offer elections"),
+            "{e}"
+        );
+        let acquire_leader = Operation::Acquire {
+            name: "e".into(),
+            kind: LockKind::Leader,
+            options: AcquireOptions::default(),
+        };
+        assert_eq!(
+            leaders
+                .check(BackendKind::Etcd, &acquire_leader)
+                .unwrap_err()
+                .code(),
+            "INVALID_ARGUMENT"
+        );
+
+        let all = |names: &[&str]| Operation::AcquireAll {
+            names: names.iter().map(|n| n.to_string()).collect(),
+            options: AcquireOptions::default(),
+        };
+        assert!(leaders.check(BackendKind::Etcd, &all(&["a", "b"])).is_ok());
+        for (names, says) in [
+            (vec![], "at least one name"),
+            (vec!["a", "b", "a"], "the name \"a\" twice"),
+        ] {
+            let e = leaders.check(BackendKind::Etcd, &all(&names)).unwrap_err();
+            assert_eq!(e.code(), "INVALID_ARGUMENT");
+            assert!(e.to_string().contains(says), "{e}");
+        }
+        let many: Vec<String> = (0..=MAX_ACQUIRE_ALL).map(|i| format!("n{i}")).collect();
+        let e = check_acquire_all_names(&many).unwrap_err();
+        assert!(e.to_string().contains("at most 16 names, not 17"), "{e}");
+        assert!(check_acquire_all_names(&many[..MAX_ACQUIRE_ALL]).is_ok());
+    }
+
+    #[test]
+    fn a_leadership_handle_round_trips_its_mode() {
+        let h = LockHandle {
+            v: 1,
+            backend: BackendKind::Etcd,
+            name: "e".into(),
+            key: "k".into(),
+            owner: "1".into(),
+            fencing_token: 7,
+            revision: 7,
+            kind: LockKind::Leader,
+            slot: None,
+        };
+        let json = serde_json::to_string(&h).unwrap();
+        assert!(json.contains(r#""mode":"leader""#), "{json}");
+        assert_eq!(LockHandle::from_json(&json).unwrap(), h);
+        assert_eq!(
+            h.check_kind(LockKind::Exclusive).unwrap_err().code(),
+            "INVALID_ARGUMENT"
+        );
     }
 
     #[test]
     fn a_mismatched_outcome_is_an_internal_error() {
         let e = Outcome::Closed.into_acquired().unwrap_err();
         assert_eq!(e.code(), "INTERNAL");
-        assert!(e.to_string().contains("an acquire completed with Closed"), "{e}");
+        assert!(
+            e.to_string().contains("an acquire completed with Closed"),
+            "{e}"
+        );
         assert_eq!(Outcome::NotAcquired.into_acquired().unwrap(), None);
-        assert!(Outcome::Released { lock: LockId(1), held_until_release: true }.into_released().unwrap());
+        assert!(Outcome::Released {
+            lock: LockId(1),
+            held_until_release: true
+        }
+        .into_released()
+        .unwrap());
     }
 }

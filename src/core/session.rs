@@ -164,7 +164,12 @@ impl<T> Session<T> {
     /// Starts `op`; `reply` comes back in its [`Output::Done`]. An invalid
     /// operation (or one the machine's capabilities refuse) is `Err` and
     /// nothing is sent.
-    pub fn start(&mut self, now: Millis, op: Operation, reply: Option<T>) -> Result<OpId, LockError> {
+    pub fn start(
+        &mut self,
+        now: Millis,
+        op: Operation,
+        reply: Option<T>,
+    ) -> Result<OpId, LockError> {
         let started = self.machine.start(now, op);
         if let (Ok(op), Some(reply)) = (&started, reply) {
             self.waiting.insert(*op, reply);
@@ -186,7 +191,11 @@ impl<T> Session<T> {
             // Already closed: answer at once, under the close's own id.
             (Some(op), true) => {
                 if let Some(reply) = reply {
-                    self.queue.push_back(Output::Done { op, reply: Some(reply), result: Ok(Outcome::Closed) });
+                    self.queue.push_back(Output::Done {
+                        op,
+                        reply: Some(reply),
+                        result: Ok(Outcome::Closed),
+                    });
                 }
             }
             (Some(_), false) => self.close_replies.extend(reply),
@@ -227,7 +236,9 @@ impl<T> Session<T> {
 
     /// The next thing to do; [`Output::Wait`] once there is nothing else.
     pub fn poll_output(&mut self) -> Output<T> {
-        self.queue.pop_front().unwrap_or_else(|| Output::Wait { wake_at: self.machine.poll_timeout() })
+        self.queue.pop_front().unwrap_or_else(|| Output::Wait {
+            wake_at: self.machine.poll_timeout(),
+        })
     }
 
     /// When the machine's next timer is due (the time `Output::Wait` carries).
@@ -268,17 +279,31 @@ impl<T> Session<T> {
             Event::Completed { op, result } if Some(op) == self.close_op => {
                 self.closed = true;
                 for reply in std::mem::take(&mut self.close_replies) {
-                    self.queue.push_back(Output::Done { op, reply: Some(reply), result: result.clone() });
+                    self.queue.push_back(Output::Done {
+                        op,
+                        reply: Some(reply),
+                        result: result.clone(),
+                    });
                 }
             }
             Event::Completed { op, result } => {
                 let reply = self.waiting.remove(&op);
                 self.queue.push_back(Output::Done { op, reply, result });
             }
-            Event::Renewed { lock, expires_at } => self.queue.push_back(Output::Renewed { lock, expires_at }),
+            Event::Renewed { lock, expires_at } => {
+                self.queue.push_back(Output::Renewed { lock, expires_at })
+            }
             Event::Lost { lock, name, reason } => {
-                let error = LockError::Lost { backend: self.machine.backend().as_str(), name, reason: reason.to_string() };
-                self.queue.push_back(Output::Lost { lock, reason, error });
+                let error = LockError::Lost {
+                    backend: self.machine.backend().as_str(),
+                    name,
+                    reason: reason.to_string(),
+                };
+                self.queue.push_back(Output::Lost {
+                    lock,
+                    reason,
+                    error,
+                });
             }
         }
     }

@@ -63,9 +63,19 @@ mod tests {
     #[test]
     fn yields_data_lines_only() {
         let mut s = SseSplitter::new();
-        assert!(s.push(b"data: subscribe,ch,1\n\n: keep\nevent: x\r\nda").unwrap() == vec![b"subscribe,ch,1".to_vec()]);
-        assert_eq!(s.push(b"ta:message,ch,a b,c\r\n\n").unwrap(), vec![b"message,ch,a b,c".to_vec()]);
-        assert_eq!(s.push(b"data: unterminated").unwrap(), Vec::<Vec<u8>>::new());
+        assert!(
+            s.push(b"data: subscribe,ch,1\n\n: keep\nevent: x\r\nda")
+                .unwrap()
+                == vec![b"subscribe,ch,1".to_vec()]
+        );
+        assert_eq!(
+            s.push(b"ta:message,ch,a b,c\r\n\n").unwrap(),
+            vec![b"message,ch,a b,c".to_vec()]
+        );
+        assert_eq!(
+            s.push(b"data: unterminated").unwrap(),
+            Vec::<Vec<u8>>::new()
+        );
     }
 
     #[test]

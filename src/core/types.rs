@@ -104,7 +104,12 @@ pub struct HttpRequest {
 /// Header names whose values never appear in `Debug` output or error messages.
 pub fn is_secret_header(name: &str) -> bool {
     let n = name.to_ascii_lowercase();
-    n == "authorization" || n == "proxy-authorization" || n == "cookie" || n.contains("token") || n.contains("secret") || n.contains("api-key")
+    n == "authorization"
+        || n == "proxy-authorization"
+        || n == "cookie"
+        || n.contains("token")
+        || n.contains("secret")
+        || n.contains("api-key")
 }
 
 impl std::fmt::Debug for HttpRequest {
@@ -112,7 +117,16 @@ impl std::fmt::Debug for HttpRequest {
         let headers: Vec<(&str, &str)> = self
             .headers
             .iter()
-            .map(|(k, v)| (k.as_str(), if is_secret_header(k) { "<redacted>" } else { v.as_str() }))
+            .map(|(k, v)| {
+                (
+                    k.as_str(),
+                    if is_secret_header(k) {
+                        "<redacted>"
+                    } else {
+                        v.as_str()
+                    },
+                )
+            })
             .collect();
         f.debug_struct("HttpRequest")
             .field("id", &self.id)
@@ -200,7 +214,10 @@ impl Input {
     /// The request this input answers.
     pub fn id(&self) -> RequestId {
         match self {
-            Input::Response { id, .. } | Input::Chunk { id, .. } | Input::StreamEnd { id } | Input::Failed { id, .. } => *id,
+            Input::Response { id, .. }
+            | Input::Chunk { id, .. }
+            | Input::StreamEnd { id }
+            | Input::Failed { id, .. } => *id,
         }
     }
 }
@@ -238,7 +255,10 @@ pub struct AcquireOptions {
 
 impl Default for AcquireOptions {
     fn default() -> Self {
-        AcquireOptions { wait: Wait::Forever, ttl_ms: None }
+        AcquireOptions {
+            wait: Wait::Forever,
+            ttl_ms: None,
+        }
     }
 }
 
@@ -273,7 +293,8 @@ impl BackendKind {
 /// JSON (as `Serialize` writes it and the npm package's `toJSON()` returns it):
 /// `{"v":1,"backend":"etcd","name":…,"key":…,"owner":…,"fencingToken":"7","revision":"7"}`,
 /// plus `"mode":"shared"` for a shared hold, or `"mode":"permit","limit":3,"slot":1`
-/// for a semaphore permit. A handle without `mode` is exclusive (every handle
+/// for a semaphore permit, `"mode":"leader"` for an election's leadership.
+/// A handle without `mode` is exclusive (every handle
 /// written before lock kinds existed).
 #[derive(Clone, PartialEq, Eq)]
 pub struct LockHandle {
@@ -305,24 +326,44 @@ impl LockHandle {
         crate::core::backend::parse("lock handle", json, |v| {
             let f = crate::core::json_fields::Fields::new(v)?;
             let backend = ["etcd", "redis", "redlock"];
-            const KINDS: [BackendKind; 3] = [BackendKind::Etcd, BackendKind::Redis, BackendKind::Redlock];
-            let mode = f.opt_choice("mode", &["exclusive", "shared", "permit"])?.unwrap_or(0);
+            const KINDS: [BackendKind; 3] =
+                [BackendKind::Etcd, BackendKind::Redis, BackendKind::Redlock];
+            let mode = f
+                .opt_choice("mode", &["exclusive", "shared", "permit", "leader"])?
+                .unwrap_or(0);
             let limit = f.opt_u32("limit")?;
             let slot = f.opt_u32("slot")?;
             let kind = match (mode, limit, slot) {
                 (0, None, None) => LockKind::Exclusive,
                 (1, None, None) => LockKind::Shared,
-                (2, Some(limit), Some(slot)) if (1..=MAX_PERMITS).contains(&limit) && slot < limit => LockKind::Permits { limit },
-                (2, _, _) => return Err(format!("a permit's handle needs `limit` in 1..={MAX_PERMITS} and `slot` below it")),
-                _ => return Err("`limit` and `slot` belong to a permit's handle (`mode`: `permit`)".into()),
+                (3, None, None) => LockKind::Leader,
+                (2, Some(limit), Some(slot))
+                    if (1..=MAX_PERMITS).contains(&limit) && slot < limit =>
+                {
+                    LockKind::Permits { limit }
+                }
+                (2, _, _) => {
+                    return Err(format!(
+                        "a permit's handle needs `limit` in 1..={MAX_PERMITS} and `slot` below it"
+                    ))
+                }
+                _ => {
+                    return Err(
+                        "`limit` and `slot` belong to a permit's handle (`mode`: `permit`)".into(),
+                    )
+                }
             };
             Ok(LockHandle {
                 v: f.opt_u32("v")?.ok_or("missing field `v`")?,
-                backend: KINDS[f.opt_choice("backend", &backend)?.ok_or("missing field `backend`")?],
+                backend: KINDS[f
+                    .opt_choice("backend", &backend)?
+                    .ok_or("missing field `backend`")?],
                 name: f.str("name")?,
                 key: f.str("key")?,
                 owner: f.str("owner")?,
-                fencing_token: f.opt_u64_or_string("fencingToken")?.ok_or("missing field `fencingToken`")?,
+                fencing_token: f
+                    .opt_u64_or_string("fencingToken")?
+                    .ok_or("missing field `fencingToken`")?,
                 revision: f.opt_u64_or_string("revision")?.unwrap_or(0),
                 kind,
                 slot: if mode == 2 { slot } else { None },
@@ -350,7 +391,7 @@ impl Serialize for LockHandle {
         use serde::ser::SerializeMap;
         let extra = match self.kind {
             LockKind::Exclusive => 0,
-            LockKind::Shared => 1,
+            LockKind::Shared | LockKind::Leader => 1,
             LockKind::Permits { .. } => 3,
         };
         let mut m = s.serialize_map(Some(7 + extra))?;
@@ -364,6 +405,7 @@ impl Serialize for LockHandle {
         match self.kind {
             LockKind::Exclusive => {}
             LockKind::Shared => m.serialize_entry("mode", "shared")?,
+            LockKind::Leader => m.serialize_entry("mode", "leader")?,
             LockKind::Permits { limit } => {
                 m.serialize_entry("mode", "permit")?;
                 m.serialize_entry("limit", &limit)?;
@@ -394,6 +436,17 @@ impl std::fmt::Debug for LockHandle {
             .field("slot", &self.slot)
             .finish()
     }
+}
+
+/// Who leads an election: what [`Operation::Leader`](super::Operation::Leader)
+/// and [`Operation::Observe`](super::Operation::Observe) report.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Leadership {
+    /// The value the leader campaigned with or last proclaimed.
+    pub value: String,
+    /// The leadership's fencing token (the leader's lock token: on etcd its
+    /// key's create revision). Strictly increases across leaders.
+    pub fencing_token: u64,
 }
 
 /// A lock this client holds.
@@ -582,29 +635,59 @@ mod tests {
     use super::*;
 
     fn handle(kind: LockKind, slot: Option<u32>) -> LockHandle {
-        LockHandle { v: 1, backend: BackendKind::Redis, name: "n".into(), key: "k".into(), owner: "o".into(), fencing_token: u64::MAX, revision: 7, kind, slot }
+        LockHandle {
+            v: 1,
+            backend: BackendKind::Redis,
+            name: "n".into(),
+            key: "k".into(),
+            owner: "o".into(),
+            fencing_token: u64::MAX,
+            revision: 7,
+            kind,
+            slot,
+        }
     }
 
     #[test]
     fn handles_round_trip_with_their_kind() {
-        for h in [handle(LockKind::Exclusive, None), handle(LockKind::Shared, None), handle(LockKind::Permits { limit: 3 }, Some(2))] {
+        for h in [
+            handle(LockKind::Exclusive, None),
+            handle(LockKind::Shared, None),
+            handle(LockKind::Permits { limit: 3 }, Some(2)),
+        ] {
             let json = serde_json::to_string(&h).unwrap();
             assert_eq!(LockHandle::from_json(&json).unwrap(), h, "{json}");
             assert_eq!(serde_json::from_str::<LockHandle>(&json).unwrap(), h);
         }
         let json = serde_json::to_string(&handle(LockKind::Permits { limit: 3 }, Some(2))).unwrap();
-        assert!(json.contains(r#""mode":"permit","limit":3,"slot":2"#), "{json}");
-        assert!(json.contains(r#""fencingToken":"18446744073709551615""#), "{json}");
+        assert!(
+            json.contains(r#""mode":"permit","limit":3,"slot":2"#),
+            "{json}"
+        );
+        assert!(
+            json.contains(r#""fencingToken":"18446744073709551615""#),
+            "{json}"
+        );
         // A handle written before kinds existed is exclusive.
         let old = r#"{"v":1,"backend":"etcd","name":"a","key":"k","owner":"1","fencingToken":"5","revision":"5"}"#;
-        assert_eq!(LockHandle::from_json(old).unwrap().kind, LockKind::Exclusive);
+        assert_eq!(
+            LockHandle::from_json(old).unwrap().kind,
+            LockKind::Exclusive
+        );
     }
 
     #[test]
     fn inconsistent_kinds_in_a_handle_are_refused() {
         let base = r#""v":1,"backend":"redis","name":"a","key":"k","owner":"1","fencingToken":"5""#;
-        for extra in [r#""mode":"permit""#, r#""mode":"permit","limit":3,"slot":3"#, r#""mode":"permit","limit":0,"slot":0"#,
-                      r#""mode":"shared","limit":3"#, r#""slot":1"#, r#""mode":"writer""#, r#""mode":"permit","limit":101,"slot":1"#] {
+        for extra in [
+            r#""mode":"permit""#,
+            r#""mode":"permit","limit":3,"slot":3"#,
+            r#""mode":"permit","limit":0,"slot":0"#,
+            r#""mode":"shared","limit":3"#,
+            r#""slot":1"#,
+            r#""mode":"writer""#,
+            r#""mode":"permit","limit":101,"slot":1"#,
+        ] {
             let e = LockHandle::from_json(&format!("{{{base},{extra}}}")).unwrap_err();
             assert_eq!(e.code(), "INVALID_ARGUMENT", "{extra}: {e}");
         }
@@ -617,6 +700,12 @@ mod tests {
         let e = h.check_kind(LockKind::Permits { limit: 5 }).unwrap_err();
         assert_eq!(e.code(), "INVALID_ARGUMENT");
         assert!(e.to_string().contains("is of a permit of a semaphore of 3 hold, not the permit of a semaphore of 5 asked for"), "{e}");
-        assert_eq!(handle(LockKind::Shared, None).check_kind(LockKind::Exclusive).unwrap_err().code(), "INVALID_ARGUMENT");
+        assert_eq!(
+            handle(LockKind::Shared, None)
+                .check_kind(LockKind::Exclusive)
+                .unwrap_err()
+                .code(),
+            "INVALID_ARGUMENT"
+        );
     }
 }

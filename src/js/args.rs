@@ -33,7 +33,10 @@ pub(crate) fn lock_kind(mode: &JsValue, limit: &JsValue) -> Result<LockKind, Loc
     let mode = if mode.is_undefined() {
         None
     } else {
-        Some(mode.as_string().ok_or_else(|| LockError::invalid("mode must be \"exclusive\" or \"shared\""))?)
+        Some(
+            mode.as_string()
+                .ok_or_else(|| LockError::invalid("mode must be \"exclusive\" or \"shared\""))?,
+        )
     };
     let limit = if limit.is_undefined() {
         None
@@ -57,7 +60,9 @@ pub(crate) fn kind_of(mode: Option<&str>, limit: Option<f64>) -> Result<LockKind
         }
         (None | Some("exclusive"), None) => Ok(LockKind::Exclusive),
         (Some("shared"), None) => Ok(LockKind::Shared),
-        (Some("permit"), None) => Err(LockError::invalid("a permit is asked for with { limit: n }, not with a mode")),
+        (Some("permit"), None) => Err(LockError::invalid(
+            "a permit is asked for with { limit: n }, not with a mode",
+        )),
         (Some(other), None) => Err(LockError::invalid(format!(
             "unknown mode {:?} (expected \"exclusive\" or \"shared\")",
             other.chars().take(20).collect::<String>()
@@ -66,7 +71,9 @@ pub(crate) fn kind_of(mode: Option<&str>, limit: Option<f64>) -> Result<LockKind
 }
 
 fn invalid_limit() -> LockError {
-    LockError::invalid(format!("limit must be a whole number in 1..={MAX_PERMITS} (a semaphore's permits)"))
+    LockError::invalid(format!(
+        "limit must be a whole number in 1..={MAX_PERMITS} (a semaphore's permits)"
+    ))
 }
 
 /// A kind's `mode` as JavaScript sees it (the handle JSON's spelling).
@@ -75,6 +82,7 @@ pub(crate) fn mode_name(kind: LockKind) -> &'static str {
         LockKind::Exclusive => "exclusive",
         LockKind::Shared => "shared",
         LockKind::Permits { .. } => "permit",
+        LockKind::Leader => "leader",
     }
 }
 

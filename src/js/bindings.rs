@@ -11,14 +11,14 @@ use wasm_bindgen::{JsCast, JsValue};
 use wasm_bindgen_futures::future_to_promise;
 use web_sys::AbortSignal;
 
-use super::clock::to_epoch_ms;
 use super::args::{limit_of, lock_kind, mode_name, whole_number};
+use super::clock::to_epoch_ms;
 use super::driver::{Driver, LockNotice};
 use super::entropy::JsEntropy;
 use crate::core::error::ERROR_CODES;
 use crate::core::{
-    AcquireOptions, BackendKind, BackendSpec, Holder, LockError, LockHandle, LockId, LockInfo, LockKind,
-    LockStatus, OpId, Operation, Outcome, Wait,
+    AcquireOptions, BackendKind, BackendSpec, Holder, LockError, LockHandle, LockId, LockInfo,
+    LockKind, LockStatus, OpId, Operation, Outcome, Wait,
 };
 
 /// One lock client (any backend) as JavaScript sees it.
@@ -43,10 +43,18 @@ impl RawLocks {
                 "etcd" => BackendKind::Etcd,
                 "redis" => BackendKind::Redis,
                 "redlock" => BackendKind::Redlock,
-                other => return Err(LockError::invalid(format!("unknown backend {:?}", other.chars().take(20).collect::<String>()))),
+                other => {
+                    return Err(LockError::invalid(format!(
+                        "unknown backend {:?}",
+                        other.chars().take(20).collect::<String>()
+                    )))
+                }
             };
-            let machine = BackendSpec::from_json(kind, options_json)?.build(Box::new(JsEntropy::new()?))?;
-            Ok(RawLocks { driver: Driver::new(machine, fetch, bindings.map(JsValue::from))? })
+            let machine =
+                BackendSpec::from_json(kind, options_json)?.build(Box::new(JsEntropy::new()?))?;
+            Ok(RawLocks {
+                driver: Driver::new(machine, fetch, bindings.map(JsValue::from))?,
+            })
         };
         build().map_err(|e| to_js_error(&e))
     }
@@ -109,7 +117,14 @@ impl RawLocks {
         ttl_ms: Option<f64>,
         signal: Option<AbortSignal>,
     ) -> Result<Promise, JsValue> {
-        self.start_acquire(name, Ok(LockKind::Exclusive), try_only, wait_ms, ttl_ms, signal)
+        self.start_acquire(
+            name,
+            Ok(LockKind::Exclusive),
+            try_only,
+            wait_ms,
+            ttl_ms,
+            signal,
+        )
     }
 
     /// Like `acquire`, for the kind that `mode` and `limit` (the options as
@@ -128,13 +143,23 @@ impl RawLocks {
         ttl_ms: Option<f64>,
         signal: Option<AbortSignal>,
     ) -> Result<Promise, JsValue> {
-        self.start_acquire(name, lock_kind(&mode, &limit), try_only, wait_ms, ttl_ms, signal)
+        self.start_acquire(
+            name,
+            lock_kind(&mode, &limit),
+            try_only,
+            wait_ms,
+            ttl_ms,
+            signal,
+        )
     }
 
     /// Resolves to `true` if the lock was still held until this release.
     pub fn release(&self, lock_id: f64) -> Result<Promise, JsValue> {
         let lock = LockId(whole_number("lock id", lock_id).map_err(|e| to_js_error(&e))?);
-        let (_, done) = self.driver.start(Operation::Release { lock }).map_err(|e| to_js_error(&e))?;
+        let (_, done) = self
+            .driver
+            .start(Operation::Release { lock })
+            .map_err(|e| to_js_error(&e))?;
         Ok(future_to_promise(async move {
             match done.await.and_then(Outcome::into_released) {
                 Ok(held_until_release) => Ok(held_until_release.into()),
@@ -152,7 +177,10 @@ impl RawLocks {
         .map_err(|e| to_js_error(&e))?;
         let (_, done) = self
             .driver
-            .start(Operation::Extend { lock: args.0, ttl_ms: args.1 })
+            .start(Operation::Extend {
+                lock: args.0,
+                ttl_ms: args.1,
+            })
             .map_err(|e| to_js_error(&e))?;
         Ok(future_to_promise(async move {
             match done.await.and_then(Outcome::into_extended) {
@@ -165,11 +193,16 @@ impl RawLocks {
     /// Adopts a lock from the JSON of a handle made by `toJSON()`.
     pub fn resume(&self, handle_json: &str) -> Result<Promise, JsValue> {
         let handle = LockHandle::from_json(handle_json).map_err(|e| to_js_error(&e))?;
-        let (_, done) = self.driver.start(Operation::Resume { handle }).map_err(|e| to_js_error(&e))?;
+        let (_, done) = self
+            .driver
+            .start(Operation::Resume { handle })
+            .map_err(|e| to_js_error(&e))?;
         Ok(future_to_promise(async move {
             match done.await.and_then(Outcome::into_acquired) {
                 Ok(Some(lock)) => Ok(lock_to_js(&lock)),
-                Ok(None) => Err(to_js_error(&LockError::internal("a resume completed with NotAcquired"))),
+                Ok(None) => Err(to_js_error(&LockError::internal(
+                    "a resume completed with NotAcquired",
+                ))),
                 Err(e) => Err(to_js_error(&e)),
             }
         }))
@@ -179,7 +212,10 @@ impl RawLocks {
     /// limit, holders, queued }` (`holders` / `queued`: `{ id, mode, limit,
     /// slot, fencingToken }` each).
     pub fn inspect(&self, name: String) -> Result<Promise, JsValue> {
-        let (_, done) = self.driver.start(Operation::Inspect { name }).map_err(|e| to_js_error(&e))?;
+        let (_, done) = self
+            .driver
+            .start(Operation::Inspect { name })
+            .map_err(|e| to_js_error(&e))?;
         Ok(future_to_promise(async move {
             match done.await.and_then(Outcome::into_inspected) {
                 Ok(status) => Ok(status_to_js(&status)),
@@ -194,7 +230,10 @@ impl RawLocks {
         Ok(future_to_promise(async move {
             match done.await {
                 Ok(Outcome::Closed) => Ok(JsValue::UNDEFINED),
-                Ok(other) => Err(to_js_error(&LockError::internal(format!("a close completed with {}", other.as_str())))),
+                Ok(other) => Err(to_js_error(&LockError::internal(format!(
+                    "a close completed with {}",
+                    other.as_str()
+                )))),
                 Err(e) => Err(to_js_error(&e)),
             }
         }))
@@ -240,7 +279,11 @@ impl RawLocks {
         }
         let (op, done) = self
             .driver
-            .start(Operation::Acquire { name, kind, options: opts })
+            .start(Operation::Acquire {
+                name,
+                kind,
+                options: opts,
+            })
             .map_err(|e| to_js_error(&e))?;
         let hook = signal.and_then(|s| AbortHook::attach(s, self.driver.clone(), op));
         Ok(future_to_promise(async move {
@@ -285,7 +328,8 @@ fn set(target: &Object, key: &str, value: &JsValue) {
 
 /// A number, or `null` for `None`.
 fn opt_u32(v: Option<u32>) -> JsValue {
-    v.map(|n| JsValue::from_f64(n as f64)).unwrap_or(JsValue::NULL)
+    v.map(|n| JsValue::from_f64(n as f64))
+        .unwrap_or(JsValue::NULL)
 }
 
 /// `mode` ("exclusive" | "shared" | "permit"), `limit` and `slot` (numbers
@@ -293,7 +337,11 @@ fn opt_u32(v: Option<u32>) -> JsValue {
 fn set_kind(o: &Object, kind: LockKind, slot: Option<u32>) {
     set(o, "mode", &mode_name(kind).into());
     set(o, "limit", &opt_u32(limit_of(kind)));
-    set(o, "slot", &opt_u32(if limit_of(kind).is_some() { slot } else { None }));
+    set(
+        o,
+        "slot",
+        &opt_u32(if limit_of(kind).is_some() { slot } else { None }),
+    );
 }
 
 /// `{ lockId, name, fencingToken (decimal string), expiresAt (ms since epoch),

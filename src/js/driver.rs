@@ -24,8 +24,8 @@ use wasm_bindgen::{JsCast, JsValue};
 use web_sys::AbortController;
 
 use super::clock::Clock;
-use crate::core::runtime::VecMap;
 use super::{fetch, streams, timer};
+use crate::core::runtime::VecMap;
 use crate::core::session::{Output, Session};
 use crate::core::{
     BackendKind, HttpRequest, Input, LockError, LockId, LockMachine, Millis, OpId, Operation,
@@ -247,7 +247,9 @@ impl Driver {
                         slot.complete(result);
                     }
                 }
-                Output::Renewed { lock, expires_at } => notices.push(LockNotice::Renewed { lock, expires_at }),
+                Output::Renewed { lock, expires_at } => {
+                    notices.push(LockNotice::Renewed { lock, expires_at })
+                }
                 Output::Lost { lock, error, .. } => notices.push(LockNotice::Lost { lock, error }),
                 Output::Wait { .. } => {}
             }
@@ -281,7 +283,12 @@ impl Driver {
         };
         let controller = match AbortController::new() {
             Ok(c) => c,
-            Err(e) => return self.fail_later(id, crate::core::TransportError::Connect(fetch::error_text(&e))),
+            Err(e) => {
+                return self.fail_later(
+                    id,
+                    crate::core::TransportError::Connect(fetch::error_text(&e)),
+                )
+            }
         };
         let signal = controller.signal();
         if let Ok(mut st) = self.inner.state.try_borrow_mut() {
@@ -293,10 +300,16 @@ impl Driver {
         let fetch_fn = self.inner.fetch.clone();
         let bindings = self.inner.bindings.clone();
         wasm_bindgen_futures::spawn_local(async move {
-            fetch::perform(&fetch_fn, bindings.as_ref(), &req, &signal, |input| match weak.upgrade() {
-                Some(inner) => Driver { inner }.deliver_input(input),
-                None => false,
-            })
+            fetch::perform(
+                &fetch_fn,
+                bindings.as_ref(),
+                &req,
+                &signal,
+                |input| match weak.upgrade() {
+                    Some(inner) => Driver { inner }.deliver_input(input),
+                    None => false,
+                },
+            )
             .await;
             // The stream ended, failed or was aborted: its connection is free.
             drop(slot);
@@ -322,7 +335,8 @@ impl Driver {
                 st.inflight.remove(&input.id());
             }
         }
-        self.step(|st, now| st.session.handle_input(now, input)).unwrap_or(false)
+        self.step(|st, now| st.session.handle_input(now, input))
+            .unwrap_or(false)
     }
 
     fn abort_request(&self, id: RequestId) {

@@ -74,11 +74,17 @@ async fn send(
             let binding = bindings
                 .and_then(|b| Reflect::get(b, &JsValue::from_str(name)).ok())
                 .filter(|b| b.is_object())
-                .ok_or_else(|| TransportError::Connect(format!("no binding named {name:?} was given to this client")))?;
+                .ok_or_else(|| {
+                    TransportError::Connect(format!(
+                        "no binding named {name:?} was given to this client"
+                    ))
+                })?;
             let method = Reflect::get(&binding, &JsValue::from_str("fetch"))
                 .ok()
                 .and_then(|f| f.dyn_into::<Function>().ok())
-                .ok_or_else(|| TransportError::Connect(format!("binding {name:?} has no fetch method")))?;
+                .ok_or_else(|| {
+                    TransportError::Connect(format!("binding {name:?} has no fetch method"))
+                })?;
             let url = format!("https://{name}.binding{path}");
             method.call2(&binding, &JsValue::from_str(&url), &init)
         }

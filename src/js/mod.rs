@@ -9,13 +9,13 @@
 //!
 //! Nothing here knows a protocol: every decision is the core's.
 
+pub(crate) mod args;
 pub mod bindings;
 pub mod clock;
 pub mod driver;
 pub mod entropy;
 mod fetch;
 mod streams;
-pub(crate) mod args;
 mod timer;
 
 pub use driver::{Driver, LockNotice, OpFuture};

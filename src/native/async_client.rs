@@ -18,7 +18,10 @@ use super::client::{self, Client, Lock};
 use super::driver::{Call, LockShared, Msg, Reply, ReplyTo};
 use super::oneshot;
 use crate::core::etcd::EtcdConfig;
-use crate::core::{AcquireOptions, BackendSpec, LockError, LockKind, LockHandle, LockInfo, LockMachine, LockStatus, LostReason, Operation, Outcome, Wait};
+use crate::core::{
+    AcquireOptions, BackendSpec, LockError, LockHandle, LockInfo, LockKind, LockMachine,
+    LockStatus, LostReason, Operation, Outcome, Wait,
+};
 
 /// An async handle to one lock client (one backend session on its own driver
 /// thread). Same operations, outcomes and errors as the blocking
@@ -56,7 +59,9 @@ pub struct AsyncClient {
 
 impl fmt::Debug for AsyncClient {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("AsyncClient").field("backend", &self.client.backend()).finish_non_exhaustive()
+        f.debug_struct("AsyncClient")
+            .field("backend", &self.client.backend())
+            .finish_non_exhaustive()
     }
 }
 
@@ -74,7 +79,10 @@ impl AsyncClient {
     }
 
     /// With options (TLS: a CA file, a client certificate), as [`Client::connect_with`].
-    pub fn connect_with(spec: BackendSpec, options: &super::ClientOptions) -> Result<AsyncClient, LockError> {
+    pub fn connect_with(
+        spec: BackendSpec,
+        options: &super::ClientOptions,
+    ) -> Result<AsyncClient, LockError> {
         Client::connect_with(spec, options).map(AsyncClient::from)
     }
 
@@ -100,28 +108,62 @@ impl AsyncClient {
 
     /// Acquires `name`, waiting at most `wait` (`None`: until granted).
     /// A wait that runs out is `LockError::Timeout`.
-    pub async fn acquire(&self, name: &str, wait: Option<Duration>) -> Result<AsyncLock, LockError> {
-        let granted = self.acquire_with(name, AcquireOptions { wait: client::wait_of(wait), ttl_ms: None }).await?;
-        self.client.must_hold(name, granted.map(|l| l.lock)).map(AsyncLock::from)
+    pub async fn acquire(
+        &self,
+        name: &str,
+        wait: Option<Duration>,
+    ) -> Result<AsyncLock, LockError> {
+        let granted = self
+            .acquire_with(
+                name,
+                AcquireOptions {
+                    wait: client::wait_of(wait),
+                    ttl_ms: None,
+                },
+            )
+            .await?;
+        self.client
+            .must_hold(name, granted.map(|l| l.lock))
+            .map(AsyncLock::from)
     }
 
     /// Acquires with full options. `Ok(None)`: `Wait::Try` found the lock held.
     /// Drop the future to abort a waiting acquire (there is no `CancelToken`
     /// argument: dropping is the async cancellation).
-    pub async fn acquire_with(&self, name: &str, opts: AcquireOptions) -> Result<Option<AsyncLock>, LockError> {
+    pub async fn acquire_with(
+        &self,
+        name: &str,
+        opts: AcquireOptions,
+    ) -> Result<Option<AsyncLock>, LockError> {
         self.acquire_kind(name, LockKind::Exclusive, opts).await
     }
 
     /// Acquires a hold of `kind` on `name` (see [`Client::acquire_kind`]).
-    pub async fn acquire_kind(&self, name: &str, kind: LockKind, opts: AcquireOptions) -> Result<Option<AsyncLock>, LockError> {
-        let op = Operation::Acquire { name: name.to_string(), kind, options: opts };
+    pub async fn acquire_kind(
+        &self,
+        name: &str,
+        kind: LockKind,
+        opts: AcquireOptions,
+    ) -> Result<Option<AsyncLock>, LockError> {
+        let op = Operation::Acquire {
+            name: name.to_string(),
+            kind,
+            options: opts,
+        };
         let done = Pending::start(&self.client, Call::Start(op), true)?.await?;
         Ok(self.client.acquired(done)?.map(AsyncLock::from))
     }
 
     /// Tries once: `Ok(None)` if someone else holds the lock.
     pub async fn try_acquire(&self, name: &str) -> Result<Option<AsyncLock>, LockError> {
-        self.acquire_with(name, AcquireOptions { wait: Wait::Try, ttl_ms: None }).await
+        self.acquire_with(
+            name,
+            AcquireOptions {
+                wait: Wait::Try,
+                ttl_ms: None,
+            },
+        )
+        .await
     }
 
     /// Tries once for a hold of `kind` (see [`Client::try_acquire_kind`]).
@@ -138,8 +180,20 @@ impl AsyncClient {
     /// }
     /// # Ok(()) }
     /// ```
-    pub async fn try_acquire_kind(&self, name: &str, kind: LockKind) -> Result<Option<AsyncLock>, LockError> {
-        self.acquire_kind(name, kind, AcquireOptions { wait: Wait::Try, ttl_ms: None }).await
+    pub async fn try_acquire_kind(
+        &self,
+        name: &str,
+        kind: LockKind,
+    ) -> Result<Option<AsyncLock>, LockError> {
+        self.acquire_kind(
+            name,
+            kind,
+            AcquireOptions {
+                wait: Wait::Try,
+                ttl_ms: None,
+            },
+        )
+        .await
     }
 
     /// Adopts a lock described by a handle, after the backend confirms it is
@@ -151,7 +205,10 @@ impl AsyncClient {
 
     /// Who holds `name`, and who waits for it.
     pub async fn inspect(&self, name: &str) -> Result<LockStatus, LockError> {
-        Pending::start(&self.client, client::inspect_call(name), false)?.await?.outcome.into_inspected()
+        Pending::start(&self.client, client::inspect_call(name), false)?
+            .await?
+            .outcome
+            .into_inspected()
     }
 
     /// Releases every lock, ends the session and stops the driver thread, as
@@ -238,13 +295,20 @@ impl AsyncLock {
     /// against the work the lock protects. For a bounded wait, wrap it in
     /// your executor's timeout.
     pub fn lost(&self) -> LostFuture {
-        LostFuture { shared: self.lock.shared().clone(), waiter: None }
+        LostFuture {
+            shared: self.lock.shared().clone(),
+            waiter: None,
+        }
     }
 
     /// Extends the lock's validity, as [`Lock::extend`].
     pub async fn extend(&self, ttl: Option<Duration>) -> Result<(), LockError> {
         let call = self.lock.extend_call(ttl)?;
-        Pending::start(self.lock.client(), call, false)?.await?.outcome.into_extended().map(|_| ())
+        Pending::start(self.lock.client(), call, false)?
+            .await?
+            .outcome
+            .into_extended()
+            .map(|_| ())
     }
 
     /// Releases the lock. `Ok(true)`: it was held until this release;
@@ -317,8 +381,17 @@ impl Pending {
     fn start(client: &Client, call: Call, cancellable: bool) -> Result<Pending, LockError> {
         let ticket = cancellable.then(|| client.next_ticket());
         let (tx, rx) = oneshot::channel();
-        client.send(Msg::Call { call, reply: Some(ReplyTo::Future(tx)), ticket })?;
-        Ok(Pending { client: client.clone(), rx, ticket, finished: false })
+        client.send(Msg::Call {
+            call,
+            reply: Some(ReplyTo::Future(tx)),
+            ticket,
+        })?;
+        Ok(Pending {
+            client: client.clone(),
+            rx,
+            ticket,
+            finished: false,
+        })
     }
 }
 

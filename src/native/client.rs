@@ -11,7 +11,10 @@ use super::http::HttpClient;
 use super::tls::TlsConfig;
 use crate::core::etcd::EtcdConfig;
 use crate::core::BackendSpec;
-use crate::core::{AcquireOptions, LockError, LockKind, LockHandle, LockInfo, LockMachine, LockStatus, LostReason, Operation, Wait};
+use crate::core::{
+    AcquireOptions, LockError, LockHandle, LockInfo, LockKind, LockMachine, LockStatus, LostReason,
+    Operation, Wait,
+};
 
 /// Options of the native driver: I/O settings the core never sees. Build with
 /// `ClientOptions::new().with_tls(…)` (fields may be added later).
@@ -59,7 +62,9 @@ impl Drop for Inner {
 
 impl fmt::Debug for Client {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Client").field("backend", &self.inner.backend).finish_non_exhaustive()
+        f.debug_struct("Client")
+            .field("backend", &self.inner.backend)
+            .finish_non_exhaustive()
     }
 }
 
@@ -97,7 +102,10 @@ impl Client {
     /// # Ok::<(), edgelock::LockError>(())
     /// ```
     pub fn connect_with(spec: BackendSpec, options: &ClientOptions) -> Result<Client, LockError> {
-        let https = spec.urls().iter().any(|u| u.get(..8).is_some_and(|s| s.eq_ignore_ascii_case("https://")));
+        let https = spec.urls().iter().any(|u| {
+            u.get(..8)
+                .is_some_and(|s| s.eq_ignore_ascii_case("https://"))
+        });
         let machine = spec.build(Box::new(super::OsEntropy))?;
         if https && options.tls.is_default() {
             super::tls::default_connector()?; // fail now, not at the first request
@@ -123,7 +131,10 @@ impl Client {
 
     /// Runs any lock machine with driver options (TLS); an invalid TLS file is
     /// `LockError::InvalidArgument`.
-    pub fn try_from_machine_with(m: Box<dyn LockMachine + Send>, options: &ClientOptions) -> Result<Client, LockError> {
+    pub fn try_from_machine_with(
+        m: Box<dyn LockMachine + Send>,
+        options: &ClientOptions,
+    ) -> Result<Client, LockError> {
         Client::start(m, HttpClient::with_tls(&options.tls)?)
     }
 
@@ -135,7 +146,14 @@ impl Client {
             name: String::new(),
             message: format!("cannot start the driver thread: {e}"),
         })?;
-        Ok(Client { inner: Arc::new(Inner { tx, clock, backend, next_ticket: AtomicU64::new(1) }) })
+        Ok(Client {
+            inner: Arc::new(Inner {
+                tx,
+                clock,
+                backend,
+                next_ticket: AtomicU64::new(1),
+            }),
+        })
     }
 
     /// The backend's name (`etcd`, `redis`, `redlock`).
@@ -146,13 +164,25 @@ impl Client {
     /// Acquires `name`, waiting at most `wait` (`None`: until granted).
     /// A wait that runs out is `LockError::Timeout`.
     pub fn acquire(&self, name: &str, wait: Option<Duration>) -> Result<Lock, LockError> {
-        let granted = self.acquire_with(name, AcquireOptions { wait: wait_of(wait), ttl_ms: None }, None)?;
+        let granted = self.acquire_with(
+            name,
+            AcquireOptions {
+                wait: wait_of(wait),
+                ttl_ms: None,
+            },
+            None,
+        )?;
         self.must_hold(name, granted)
     }
 
     /// Acquires with full options. `Ok(None)`: `Wait::Try` found the lock held.
     /// `cancel` aborts a waiting acquire from another thread (`LockError::Aborted`).
-    pub fn acquire_with(&self, name: &str, opts: AcquireOptions, cancel: Option<&CancelToken>) -> Result<Option<Lock>, LockError> {
+    pub fn acquire_with(
+        &self,
+        name: &str,
+        opts: AcquireOptions,
+        cancel: Option<&CancelToken>,
+    ) -> Result<Option<Lock>, LockError> {
         self.acquire_kind(name, LockKind::Exclusive, opts, cancel)
     }
 
@@ -178,14 +208,31 @@ impl Client {
     /// }
     /// # Ok::<(), edgelock::LockError>(())
     /// ```
-    pub fn acquire_kind(&self, name: &str, kind: LockKind, opts: AcquireOptions, cancel: Option<&CancelToken>) -> Result<Option<Lock>, LockError> {
+    pub fn acquire_kind(
+        &self,
+        name: &str,
+        kind: LockKind,
+        opts: AcquireOptions,
+        cancel: Option<&CancelToken>,
+    ) -> Result<Option<Lock>, LockError> {
         if cancel.is_some_and(CancelToken::is_cancelled) {
-            return Err(LockError::Aborted { backend: self.backend(), name: name.to_string() });
+            return Err(LockError::Aborted {
+                backend: self.backend(),
+                name: name.to_string(),
+            });
         }
         let ticket = cancel.map(|_| self.inner.next_ticket.fetch_add(1, Ordering::Relaxed));
-        let call = Call::Start(Operation::Acquire { name: name.to_string(), kind, options: opts });
+        let call = Call::Start(Operation::Acquire {
+            name: name.to_string(),
+            kind,
+            options: opts,
+        });
         let (reply_tx, reply_rx) = channel();
-        self.send(Msg::Call { call, reply: Some(ReplyTo::Blocking(reply_tx)), ticket })?;
+        self.send(Msg::Call {
+            call,
+            reply: Some(ReplyTo::Blocking(reply_tx)),
+            ticket,
+        })?;
         // Registered after the call was sent, so a cancel always reaches the
         // driver after the operation it targets.
         if let (Some(tok), Some(t)) = (cancel, ticket) {
@@ -200,7 +247,14 @@ impl Client {
 
     /// Tries once: `Ok(None)` if someone else holds the lock.
     pub fn try_acquire(&self, name: &str) -> Result<Option<Lock>, LockError> {
-        self.acquire_with(name, AcquireOptions { wait: Wait::Try, ttl_ms: None }, None)
+        self.acquire_with(
+            name,
+            AcquireOptions {
+                wait: Wait::Try,
+                ttl_ms: None,
+            },
+            None,
+        )
     }
 
     /// Tries once for a hold of `kind` (see [`Client::acquire_kind`]):
@@ -219,7 +273,15 @@ impl Client {
     /// # Ok::<(), edgelock::LockError>(())
     /// ```
     pub fn try_acquire_kind(&self, name: &str, kind: LockKind) -> Result<Option<Lock>, LockError> {
-        self.acquire_kind(name, kind, AcquireOptions { wait: Wait::Try, ttl_ms: None }, None)
+        self.acquire_kind(
+            name,
+            kind,
+            AcquireOptions {
+                wait: Wait::Try,
+                ttl_ms: None,
+            },
+            None,
+        )
     }
 
     /// Adopts a lock described by a handle (from [`Lock::handle`], possibly of
@@ -256,17 +318,33 @@ impl Client {
 
     fn call(&self, call: Call) -> Result<Completion, LockError> {
         let (reply_tx, reply_rx) = channel();
-        self.send(Msg::Call { call, reply: Some(ReplyTo::Blocking(reply_tx)), ticket: None })?;
+        self.send(Msg::Call {
+            call,
+            reply: Some(ReplyTo::Blocking(reply_tx)),
+            ticket: None,
+        })?;
         reply_rx.recv().map_err(|_| self.closed())?
     }
 
     pub(super) fn closed(&self) -> LockError {
-        LockError::Closed { backend: self.backend() }
+        LockError::Closed {
+            backend: self.backend(),
+        }
     }
 
-    pub(super) fn lock_from(&self, info: LockInfo, shared: Option<Arc<LockShared>>) -> Result<Lock, LockError> {
-        let shared = shared.ok_or_else(|| LockError::internal("the driver handed out a lock without its state"))?;
-        Ok(Lock { client: self.clone(), info, shared, finished: false })
+    pub(super) fn lock_from(
+        &self,
+        info: LockInfo,
+        shared: Option<Arc<LockShared>>,
+    ) -> Result<Lock, LockError> {
+        let shared = shared
+            .ok_or_else(|| LockError::internal("the driver handed out a lock without its state"))?;
+        Ok(Lock {
+            client: self.clone(),
+            info,
+            shared,
+            finished: false,
+        })
     }
 
     // The readings of a completion below are shared with the async API, so
@@ -283,7 +361,10 @@ impl Client {
     /// `acquire` (not `acquire_with`) promises a lock or an error.
     pub(super) fn must_hold(&self, name: &str, granted: Option<Lock>) -> Result<Lock, LockError> {
         // Only `Wait::Try` reports "not acquired"; treat a stray one as a timeout.
-        granted.ok_or_else(|| LockError::Timeout { backend: self.backend(), name: name.to_string() })
+        granted.ok_or_else(|| LockError::Timeout {
+            backend: self.backend(),
+            name: name.to_string(),
+        })
     }
 
     pub(super) fn resumed(&self, done: Completion) -> Result<Lock, LockError> {
@@ -303,11 +384,15 @@ pub(super) fn wait_of(wait: Option<Duration>) -> Wait {
 }
 
 pub(super) fn resume_call(handle: &LockHandle) -> Call {
-    Call::Start(Operation::Resume { handle: handle.clone() })
+    Call::Start(Operation::Resume {
+        handle: handle.clone(),
+    })
 }
 
 pub(super) fn inspect_call(name: &str) -> Call {
-    Call::Start(Operation::Inspect { name: name.to_string() })
+    Call::Start(Operation::Inspect {
+        name: name.to_string(),
+    })
 }
 
 /// Closing is idempotent: a client already closed is not an error.
@@ -452,7 +537,10 @@ impl Lock {
             return Err(self.lost_error(&reason));
         }
         let ttl_ms = ttl.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-        Ok(Call::Start(Operation::Extend { lock: self.info.id, ttl_ms }))
+        Ok(Call::Start(Operation::Extend {
+            lock: self.info.id,
+            ttl_ms,
+        }))
     }
 
     /// Marks the lock as explicitly released (dropping it sends nothing more)
@@ -466,7 +554,11 @@ impl Lock {
     }
 
     fn lost_error(&self, reason: &LostReason) -> LockError {
-        LockError::Lost { backend: self.client.backend(), name: self.info.name.clone(), reason: reason.to_string() }
+        LockError::Lost {
+            backend: self.client.backend(),
+            name: self.info.name.clone(),
+            reason: reason.to_string(),
+        }
     }
 }
 
@@ -481,7 +573,11 @@ impl Drop for Lock {
         }
         drop(st);
         let call = Call::Start(Operation::Release { lock: self.info.id });
-        let _ = self.client.send(Msg::Call { call, reply: None, ticket: None });
+        let _ = self.client.send(Msg::Call {
+            call,
+            reply: None,
+            ticket: None,
+        });
     }
 }
 
@@ -500,7 +596,9 @@ struct TokenState {
 
 impl fmt::Debug for CancelToken {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("CancelToken").field("cancelled", &self.is_cancelled()).finish()
+        f.debug_struct("CancelToken")
+            .field("cancelled", &self.is_cancelled())
+            .finish()
     }
 }
 

@@ -18,7 +18,10 @@ use std::time::{Duration, Instant};
 use super::http::{CancelHandle, HttpClient, Request, StreamOutcome};
 use super::oneshot;
 use crate::core::session::{Output, Session};
-use crate::core::{HttpRequest, Input, LockError, LockId, LockMachine, LostReason, Millis, OpId, Operation, Outcome, RequestId};
+use crate::core::{
+    HttpRequest, Input, LockError, LockId, LockMachine, LostReason, Millis, OpId, Operation,
+    Outcome, RequestId,
+};
 
 /// How long a background shutdown (every handle dropped) may take to release
 /// what the machine still holds before the thread gives up and exits.
@@ -33,7 +36,9 @@ pub(crate) struct Clock {
 
 impl Clock {
     pub(crate) fn new() -> Self {
-        Clock { start: Instant::now() }
+        Clock {
+            start: Instant::now(),
+        }
     }
     pub(crate) fn now(&self) -> Millis {
         u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX)
@@ -79,7 +84,11 @@ pub(crate) enum Msg {
     /// `reply: None` for fire-and-forget calls (release on drop). `ticket`
     /// lets a [`CancelToken`](super::CancelToken) or a dropped async acquire
     /// find the operation later.
-    Call { call: Call, reply: Option<ReplyTo>, ticket: Option<u64> },
+    Call {
+        call: Call,
+        reply: Option<ReplyTo>,
+        ticket: Option<u64>,
+    },
     CancelTicket(u64),
     /// Every handle is gone: close the machine in the background and exit.
     Shutdown,
@@ -116,7 +125,13 @@ impl LockState {
 
 impl LockShared {
     fn new(expires_at: Millis) -> Arc<Self> {
-        Arc::new(LockShared { state: Mutex::new(LockState { expires_at, ..LockState::default() }), changed: Condvar::new() })
+        Arc::new(LockShared {
+            state: Mutex::new(LockState {
+                expires_at,
+                ..LockState::default()
+            }),
+            changed: Condvar::new(),
+        })
     }
 
     pub(crate) fn state(&self) -> std::sync::MutexGuard<'_, LockState> {
@@ -155,7 +170,11 @@ impl LockShared {
     /// The async twin of [`wait_lost`](Self::wait_lost) without a timeout:
     /// `Ready(Some)` once lost, `Ready(None)` once ended otherwise, else the
     /// waker is kept under `*waiter` (assigned on the first pending poll).
-    pub(crate) fn poll_lost(&self, waiter: &mut Option<u64>, cx: &mut Context<'_>) -> Poll<Option<LostReason>> {
+    pub(crate) fn poll_lost(
+        &self,
+        waiter: &mut Option<u64>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<LostReason>> {
         let mut st = self.state();
         if st.lost.is_some() || st.ended {
             return Poll::Ready(st.lost.clone());
@@ -211,7 +230,10 @@ impl LockShared {
                     if left.is_zero() {
                         return None;
                     }
-                    self.changed.wait_timeout(st, left).unwrap_or_else(|e| e.into_inner()).0
+                    self.changed
+                        .wait_timeout(st, left)
+                        .unwrap_or_else(|e| e.into_inner())
+                        .0
                 }
             };
         }
@@ -225,26 +247,32 @@ struct Caller {
 }
 
 /// Starts the driver thread. The machine is moved onto it.
-pub(crate) fn spawn(machine: Box<dyn LockMachine + Send>, clock: Clock, http: HttpClient) -> std::io::Result<(Sender<Msg>, &'static str)> {
+pub(crate) fn spawn(
+    machine: Box<dyn LockMachine + Send>,
+    clock: Clock,
+    http: HttpClient,
+) -> std::io::Result<(Sender<Msg>, &'static str)> {
     let backend = machine.backend().as_str();
     let session = Session::new(machine);
     let (tx, rx) = channel();
     let worker_tx = tx.clone();
-    thread::Builder::new().name("edgelock-driver".into()).spawn(move || {
-        Driver {
-            session,
-            rx,
-            tx: worker_tx,
-            clock,
-            http,
-            inflight: HashMap::new(),
-            local: VecDeque::new(),
-            tickets: HashMap::new(),
-            locks: HashMap::new(),
-            shutdown_deadline: None,
-        }
-        .run()
-    })?;
+    thread::Builder::new()
+        .name("edgelock-driver".into())
+        .spawn(move || {
+            Driver {
+                session,
+                rx,
+                tx: worker_tx,
+                clock,
+                http,
+                inflight: HashMap::new(),
+                local: VecDeque::new(),
+                tickets: HashMap::new(),
+                locks: HashMap::new(),
+                shutdown_deadline: None,
+            }
+            .run()
+        })?;
     Ok((tx, backend))
 }
 
@@ -275,7 +303,9 @@ impl Driver {
             // (background releases) must still be performed.
             let wake_at = self.drain();
             let now = self.clock.now();
-            if self.session.is_closed() || self.shutdown_deadline.is_some_and(|d| Instant::now() >= d) {
+            if self.session.is_closed()
+                || self.shutdown_deadline.is_some_and(|d| Instant::now() >= d)
+            {
                 break;
             }
             if wake_at.is_some_and(|t| t <= now) {
@@ -283,7 +313,9 @@ impl Driver {
                 continue;
             }
             let timer_wait = wake_at.map(|t| Duration::from_millis(t - now));
-            let shutdown_wait = self.shutdown_deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            let shutdown_wait = self
+                .shutdown_deadline
+                .map(|d| d.saturating_duration_since(Instant::now()));
             let wait = match (timer_wait, shutdown_wait) {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
@@ -316,12 +348,27 @@ impl Driver {
             }
             Msg::Shutdown => {
                 self.session.close(now, None);
-                self.shutdown_deadline.get_or_insert(Instant::now() + SHUTDOWN_GRACE);
+                self.shutdown_deadline
+                    .get_or_insert(Instant::now() + SHUTDOWN_GRACE);
             }
-            Msg::Call { call: Call::Close, reply, .. } => {
-                self.session.close(now, reply.map(|reply| Caller { reply, ticket: None }));
+            Msg::Call {
+                call: Call::Close,
+                reply,
+                ..
+            } => {
+                self.session.close(
+                    now,
+                    reply.map(|reply| Caller {
+                        reply,
+                        ticket: None,
+                    }),
+                );
             }
-            Msg::Call { call: Call::Start(op), reply, ticket } => {
+            Msg::Call {
+                call: Call::Start(op),
+                reply,
+                ticket,
+            } => {
                 let caller = reply.clone().map(|reply| Caller { reply, ticket });
                 match self.session.start(now, op, caller) {
                     Ok(op) => {
@@ -385,7 +432,8 @@ impl Driver {
             .spawn(move || run_request(&http, req, &cancel, &tx));
         if let Err(e) = spawned {
             self.inflight.remove(&id);
-            let error = crate::core::TransportError::Io(format!("cannot start a request thread: {e}"));
+            let error =
+                crate::core::TransportError::Io(format!("cannot start a request thread: {e}"));
             self.local.push_back(Input::Failed { id, error });
         }
     }
@@ -416,12 +464,17 @@ impl Driver {
             }
             _ => None,
         };
-        let reply = result.map(|outcome| Completion { outcome, lock: lock.as_ref().map(|(_, s)| s.clone()) });
+        let reply = result.map(|outcome| Completion {
+            outcome,
+            lock: lock.as_ref().map(|(_, s)| s.clone()),
+        });
         let delivered = caller.is_some_and(|c| c.reply.deliver(reply));
         if let (false, Some((id, _))) = (delivered, lock) {
             // Nobody takes this lock (the caller is gone): give it back.
             let now = self.clock.now();
-            let _ = self.session.start(now, Operation::Release { lock: id }, None);
+            let _ = self
+                .session
+                .start(now, Operation::Release { lock: id }, None);
         }
     }
 
@@ -455,7 +508,10 @@ fn run_request(http: &HttpClient, req: HttpRequest, cancel: &CancelHandle, tx: &
     let id = req.id;
     let Some(url) = req.target.url() else {
         // Bindings (Durable Objects, D1) exist only inside a Worker.
-        let error = crate::core::TransportError::Connect(format!("the native driver cannot reach {}: it has no bindings", req.target));
+        let error = crate::core::TransportError::Connect(format!(
+            "the native driver cannot reach {}: it has no bindings",
+            req.target
+        ));
         let _ = tx.send(Msg::Net(Input::Failed { id, error }));
         return;
     };
@@ -468,16 +524,27 @@ fn run_request(http: &HttpClient, req: HttpRequest, cancel: &CancelHandle, tx: &
     };
     let input = if req.stream {
         let mut sink = |piece: &[u8]| {
-            let _ = tx.send(Msg::Net(Input::Chunk { id, data: piece.to_vec() }));
+            let _ = tx.send(Msg::Net(Input::Chunk {
+                id,
+                data: piece.to_vec(),
+            }));
         };
         match http.send_streaming(&request, cancel, &mut sink) {
             Ok(StreamOutcome::Ended) => Input::StreamEnd { id },
-            Ok(StreamOutcome::Whole(r)) => Input::Response { id, status: r.status, body: r.body },
+            Ok(StreamOutcome::Whole(r)) => Input::Response {
+                id,
+                status: r.status,
+                body: r.body,
+            },
             Err(error) => Input::Failed { id, error },
         }
     } else {
         match http.send(&request, cancel) {
-            Ok(r) => Input::Response { id, status: r.status, body: r.body },
+            Ok(r) => Input::Response {
+                id,
+                status: r.status,
+                body: r.body,
+            },
             Err(error) => Input::Failed { id, error },
         }
     };
@@ -487,4 +554,3 @@ fn run_request(http: &HttpClient, req: HttpRequest, cancel: &CancelHandle, tx: &
         let _ = tx.send(Msg::Net(input));
     }
 }
-

@@ -23,7 +23,11 @@ impl Entropy for OsEntropy {
         for chunk in buf.chunks_mut(8) {
             let mut h = RandomState::new().build_hasher();
             h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
-            h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
+            h.write_u128(
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos()),
+            );
             let v = h.finish().to_le_bytes();
             chunk.copy_from_slice(&v[..chunk.len()]);
         }

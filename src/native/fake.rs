@@ -21,10 +21,21 @@ use crate::core::outbox::{earliest, Outbox};
 use crate::core::*;
 
 enum FakeOp {
-    Acquire { name: String, wait: Wait, deadline: Option<Millis>, inflight: Option<RequestId> },
-    Release { lock: LockId },
-    Inspect { name: String },
-    Resume { handle: LockHandle },
+    Acquire {
+        name: String,
+        wait: Wait,
+        deadline: Option<Millis>,
+        inflight: Option<RequestId>,
+    },
+    Release {
+        lock: LockId,
+    },
+    Inspect {
+        name: String,
+    },
+    Resume {
+        handle: LockHandle,
+    },
 }
 
 enum ReqKind {
@@ -86,11 +97,17 @@ impl FakeLockMachine {
     }
 
     fn transport(name: &str, e: &TransportError) -> LockError {
-        LockError::Transport { backend: "etcd", name: name.to_string(), message: e.to_string() }
+        LockError::Transport {
+            backend: "etcd",
+            name: name.to_string(),
+            message: e.to_string(),
+        }
     }
 
     fn start_acquire_request(&mut self, op: OpId) {
-        let Some(FakeOp::Acquire { name, .. }) = self.ops.get(&op) else { return };
+        let Some(FakeOp::Acquire { name, .. }) = self.ops.get(&op) else {
+            return;
+        };
         let path = format!("/acquire/{name}");
         let id = self.send(ReqKind::Acquire(op), Method::Post, path, false);
         if let Some(FakeOp::Acquire { inflight, .. }) = self.ops.get_mut(&op) {
@@ -101,7 +118,14 @@ impl FakeLockMachine {
     fn grant(&mut self, now: Millis, op: OpId, name: String, token: u64) {
         self.ops.remove(&op);
         let id = self.out.lock_id();
-        self.locks.insert(id, FakeLock { name: name.clone(), token, renew_at: Some(now + self.ttl_ms / 3) });
+        self.locks.insert(
+            id,
+            FakeLock {
+                name: name.clone(),
+                token,
+                renew_at: Some(now + self.ttl_ms / 3),
+            },
+        );
         let handle = LockHandle {
             v: 1,
             backend: BackendKind::Etcd,
@@ -113,14 +137,27 @@ impl FakeLockMachine {
             kind: crate::core::LockKind::Exclusive,
             slot: None,
         };
-        let lock = LockInfo { id, name, fencing_token: token, expires_at: now + self.ttl_ms, handle };
+        let lock = LockInfo {
+            id,
+            name,
+            fencing_token: token,
+            expires_at: now + self.ttl_ms,
+            handle,
+        };
         self.out.complete(op, Ok(Outcome::Acquired(lock)));
     }
 
-    fn on_final(&mut self, now: Millis, kind: ReqKind, result: Result<(u16, Vec<u8>), TransportError>) {
+    fn on_final(
+        &mut self,
+        now: Millis,
+        kind: ReqKind,
+        result: Result<(u16, Vec<u8>), TransportError>,
+    ) {
         match kind {
             ReqKind::Acquire(op) => {
-                let Some(FakeOp::Acquire { name, wait, .. }) = self.ops.get(&op) else { return };
+                let Some(FakeOp::Acquire { name, wait, .. }) = self.ops.get(&op) else {
+                    return;
+                };
                 let (name, wait) = (name.clone(), *wait);
                 match result {
                     Ok((200, body)) => {
@@ -132,14 +169,24 @@ impl FakeLockMachine {
                         self.out.complete(op, Ok(Outcome::NotAcquired));
                     }
                     Ok((409, _)) => {
-                        let id = self.send(ReqKind::Watch(op), Method::Post, format!("/watch/{name}"), true);
+                        let id = self.send(
+                            ReqKind::Watch(op),
+                            Method::Post,
+                            format!("/watch/{name}"),
+                            true,
+                        );
                         if let Some(FakeOp::Acquire { inflight, .. }) = self.ops.get_mut(&op) {
                             *inflight = Some(id);
                         }
                     }
                     Ok((status, _)) => self.fail(
                         op,
-                        LockError::Backend { backend: "etcd", name, status: Some(status), message: "toy server error".into() },
+                        LockError::Backend {
+                            backend: "etcd",
+                            name,
+                            status: Some(status),
+                            message: "toy server error".into(),
+                        },
                     ),
                     Err(e) => self.fail(op, Self::transport(&name, &e)),
                 }
@@ -151,16 +198,28 @@ impl FakeLockMachine {
                 }
             }
             ReqKind::Release(op) => {
-                let Some(FakeOp::Release { lock }) = self.ops.remove(&op) else { return };
+                let Some(FakeOp::Release { lock }) = self.ops.remove(&op) else {
+                    return;
+                };
                 let held = matches!(result, Ok((200, _)));
-                self.out.complete(op, Ok(Outcome::Released { lock, held_until_release: held }));
+                self.out.complete(
+                    op,
+                    Ok(Outcome::Released {
+                        lock,
+                        held_until_release: held,
+                    }),
+                );
             }
             ReqKind::Inspect(op) => {
-                let Some(FakeOp::Inspect { name }) = self.ops.remove(&op) else { return };
+                let Some(FakeOp::Inspect { name }) = self.ops.remove(&op) else {
+                    return;
+                };
                 match result {
                     Ok((200, body)) => {
                         let text = String::from_utf8_lossy(&body).to_string();
-                        let token = text.strip_prefix("held ").and_then(|t| t.trim().parse().ok());
+                        let token = text
+                            .strip_prefix("held ")
+                            .and_then(|t| t.trim().parse().ok());
                         let status = LockStatus {
                             name: name.clone(),
                             held: token.is_some(),
@@ -168,27 +227,55 @@ impl FakeLockMachine {
                             fencing_token: token,
                             remaining_ms: None,
                             waiters: vec![],
-                            holders: token.map(|t| crate::core::Holder { id: format!("fake/{name}"), fencing_token: Some(t), ..Default::default() }).into_iter().collect(),
+                            holders: token
+                                .map(|t| crate::core::Holder {
+                                    id: format!("fake/{name}"),
+                                    fencing_token: Some(t),
+                                    ..Default::default()
+                                })
+                                .into_iter()
+                                .collect(),
                             ..Default::default()
                         };
                         self.out.complete(op, Ok(Outcome::Inspected(status)));
                     }
-                    Ok((s, _)) => self.out.complete(op, Err(LockError::Backend { backend: "etcd", name, status: Some(s), message: "toy".into() })),
+                    Ok((s, _)) => self.out.complete(
+                        op,
+                        Err(LockError::Backend {
+                            backend: "etcd",
+                            name,
+                            status: Some(s),
+                            message: "toy".into(),
+                        }),
+                    ),
                     Err(e) => self.out.complete(op, Err(Self::transport(&name, &e))),
                 }
             }
             ReqKind::Resume(op) => {
-                let Some(FakeOp::Resume { handle }) = self.ops.remove(&op) else { return };
+                let Some(FakeOp::Resume { handle }) = self.ops.remove(&op) else {
+                    return;
+                };
                 if matches!(result, Ok((200, _))) {
-                    self.ops.insert(op, FakeOp::Resume { handle: handle.clone() });
+                    self.ops.insert(
+                        op,
+                        FakeOp::Resume {
+                            handle: handle.clone(),
+                        },
+                    );
                     self.grant(now, op, handle.name, handle.fencing_token);
                 } else {
-                    let error = LockError::Lost { backend: "etcd", name: handle.name, reason: "not held".into() };
+                    let error = LockError::Lost {
+                        backend: "etcd",
+                        name: handle.name,
+                        reason: "not held".into(),
+                    };
                     self.out.complete(op, Err(error));
                 }
             }
             ReqKind::Renew(id) => {
-                let Some(lock) = self.locks.get_mut(&id) else { return };
+                let Some(lock) = self.locks.get_mut(&id) else {
+                    return;
+                };
                 match result {
                     Ok((200, _)) => {
                         lock.renew_at = Some(now + self.ttl_ms / 3);
@@ -202,7 +289,8 @@ impl FakeLockMachine {
                     Err(e) => {
                         let name = lock.name.clone();
                         self.locks.remove(&id);
-                        self.out.lost(id, name, LostReason::RenewalFailed(e.to_string()));
+                        self.out
+                            .lost(id, name, LostReason::RenewalFailed(e.to_string()));
                     }
                 }
             }
@@ -211,38 +299,78 @@ impl FakeLockMachine {
 }
 
 impl FakeLockMachine {
-    fn acquire(&mut self, now: Millis, name: &str, opts: &AcquireOptions) -> Result<OpId, LockError> {
+    fn acquire(
+        &mut self,
+        now: Millis,
+        name: &str,
+        opts: &AcquireOptions,
+    ) -> Result<OpId, LockError> {
         validate_name(name)?;
         if self.closed {
             return Err(LockError::Closed { backend: "etcd" });
         }
         let op = self.out.op_id();
         let deadline = opts.wait.deadline(now);
-        self.ops.insert(op, FakeOp::Acquire { name: name.to_string(), wait: opts.wait, deadline, inflight: None });
+        self.ops.insert(
+            op,
+            FakeOp::Acquire {
+                name: name.to_string(),
+                wait: opts.wait,
+                deadline,
+                inflight: None,
+            },
+        );
         self.start_acquire_request(op);
         Ok(op)
     }
 
     fn release(&mut self, _now: Millis, lock: LockId) -> Result<OpId, LockError> {
-        let l = self.locks.remove(&lock).ok_or(LockError::NotHeld { backend: "etcd", name: String::new() })?;
+        let l = self.locks.remove(&lock).ok_or(LockError::NotHeld {
+            backend: "etcd",
+            name: String::new(),
+        })?;
         let op = self.out.op_id();
         self.ops.insert(op, FakeOp::Release { lock });
-        self.send(ReqKind::Release(op), Method::Post, format!("/release/{}/{}", l.name, l.token), false);
+        self.send(
+            ReqKind::Release(op),
+            Method::Post,
+            format!("/release/{}/{}", l.name, l.token),
+            false,
+        );
         Ok(op)
     }
 
-    fn extend(&mut self, now: Millis, lock: LockId, ttl_ms: Option<u64>) -> Result<OpId, LockError> {
+    fn extend(
+        &mut self,
+        now: Millis,
+        lock: LockId,
+        ttl_ms: Option<u64>,
+    ) -> Result<OpId, LockError> {
         if !self.locks.contains_key(&lock) {
-            return Err(LockError::NotHeld { backend: "etcd", name: String::new() });
+            return Err(LockError::NotHeld {
+                backend: "etcd",
+                name: String::new(),
+            });
         }
         let op = self.out.op_id();
-        self.out.complete(op, Ok(Outcome::Extended { lock, expires_at: now + ttl_ms.unwrap_or(self.ttl_ms) }));
+        self.out.complete(
+            op,
+            Ok(Outcome::Extended {
+                lock,
+                expires_at: now + ttl_ms.unwrap_or(self.ttl_ms),
+            }),
+        );
         Ok(op)
     }
 
     fn resume(&mut self, _now: Millis, handle: &LockHandle) -> Result<OpId, LockError> {
         let op = self.out.op_id();
-        self.ops.insert(op, FakeOp::Resume { handle: handle.clone() });
+        self.ops.insert(
+            op,
+            FakeOp::Resume {
+                handle: handle.clone(),
+            },
+        );
         let path = format!("/renew/{}/{}", handle.name, handle.fencing_token);
         self.send(ReqKind::Resume(op), Method::Post, path, false);
         Ok(op)
@@ -251,8 +379,18 @@ impl FakeLockMachine {
     fn inspect(&mut self, _now: Millis, name: &str) -> Result<OpId, LockError> {
         validate_name(name)?;
         let op = self.out.op_id();
-        self.ops.insert(op, FakeOp::Inspect { name: name.to_string() });
-        self.send(ReqKind::Inspect(op), Method::Get, format!("/status/{name}"), false);
+        self.ops.insert(
+            op,
+            FakeOp::Inspect {
+                name: name.to_string(),
+            },
+        );
+        self.send(
+            ReqKind::Inspect(op),
+            Method::Get,
+            format!("/status/{name}"),
+            false,
+        );
         Ok(op)
     }
 }
@@ -263,7 +401,9 @@ impl LockMachine for FakeLockMachine {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities { kinds: Capabilities::EXCLUSIVE_ONLY }
+        Capabilities {
+            kinds: Capabilities::EXCLUSIVE_ONLY,
+        }
     }
 
     fn live_count(&self) -> usize {
@@ -277,6 +417,7 @@ impl LockMachine for FakeLockMachine {
             Operation::Extend { lock, ttl_ms } => self.extend(now, lock, ttl_ms),
             Operation::Resume { handle } => self.resume(now, &handle),
             Operation::Inspect { name } => self.inspect(now, &name),
+            op => Err(crate::core::operation::unserved(BackendKind::Etcd, &op)),
         }
     }
 
@@ -287,7 +428,13 @@ impl LockMachine for FakeLockMachine {
                 self.requests.remove(&id);
                 self.out.cancel(id);
             }
-            self.fail(op, LockError::Aborted { backend: "etcd", name });
+            self.fail(
+                op,
+                LockError::Aborted {
+                    backend: "etcd",
+                    name,
+                },
+            );
         }
     }
 
@@ -298,7 +445,8 @@ impl LockMachine for FakeLockMachine {
         }
         self.requests.clear();
         for (op, _) in self.ops.drain() {
-            self.out.complete(op, Err(LockError::Closed { backend: "etcd" }));
+            self.out
+                .complete(op, Err(LockError::Closed { backend: "etcd" }));
         }
         for (_, l) in self.locks.drain() {
             // Fire-and-forget release; the answer arrives for an unknown id.
@@ -345,7 +493,9 @@ impl LockMachine for FakeLockMachine {
             .ops
             .iter()
             .filter_map(|(op, o)| match o {
-                FakeOp::Acquire { deadline: Some(d), .. } if *d <= now => Some(*op),
+                FakeOp::Acquire {
+                    deadline: Some(d), ..
+                } if *d <= now => Some(*op),
                 _ => None,
             })
             .collect();
@@ -355,11 +505,21 @@ impl LockMachine for FakeLockMachine {
                     self.requests.remove(&id);
                     self.out.cancel(id);
                 }
-                self.out.complete(op, Err(LockError::Timeout { backend: "etcd", name }));
+                self.out.complete(
+                    op,
+                    Err(LockError::Timeout {
+                        backend: "etcd",
+                        name,
+                    }),
+                );
             }
         }
-        let due: Vec<LockId> =
-            self.locks.iter().filter(|(_, l)| l.renew_at.is_some_and(|t| t <= now)).map(|(id, _)| *id).collect();
+        let due: Vec<LockId> = self
+            .locks
+            .iter()
+            .filter(|(_, l)| l.renew_at.is_some_and(|t| t <= now))
+            .map(|(id, _)| *id)
+            .collect();
         for id in due {
             if let Some(l) = self.locks.get_mut(&id) {
                 l.renew_at = None; // until the renewal answers
@@ -384,7 +544,6 @@ impl LockMachine for FakeLockMachine {
         });
         earliest(deadlines.chain(self.locks.values().map(|l| l.renew_at)))
     }
-
 }
 
 /// TEST-ONLY toy lock server on loopback (see the module doc).
@@ -462,7 +621,9 @@ impl ToyServer {
 }
 
 fn serve(s: &ToyShared, conn: TcpStream) {
-    let Ok(read_half) = conn.try_clone() else { return };
+    let Ok(read_half) = conn.try_clone() else {
+        return;
+    };
     let mut r = BufReader::new(read_half);
     let mut w = conn;
     loop {
@@ -471,7 +632,10 @@ fn serve(s: &ToyShared, conn: TcpStream) {
             return;
         }
         let mut parts = line.split_whitespace();
-        let (method, path) = (parts.next().unwrap_or("").to_string(), parts.next().unwrap_or("").to_string());
+        let (method, path) = (
+            parts.next().unwrap_or("").to_string(),
+            parts.next().unwrap_or("").to_string(),
+        );
         let mut len = 0usize;
         loop {
             let mut h = String::new();
@@ -501,7 +665,10 @@ fn serve(s: &ToyShared, conn: TcpStream) {
 }
 
 fn reply(w: &mut TcpStream, status: u16, body: &str) -> bool {
-    let head = format!("HTTP/1.1 {status} X\r\nContent-Length: {}\r\n\r\n{body}", body.len());
+    let head = format!(
+        "HTTP/1.1 {status} X\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
     w.write_all(head.as_bytes()).is_ok()
 }
 
@@ -537,12 +704,18 @@ fn route(s: &ToyShared, method: &str, path: &str, w: &mut TcpStream) -> bool {
             }
         }
         ("POST", ["watch", name]) => {
-            if w.write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n").is_err() {
+            if w.write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+                .is_err()
+            {
                 return false;
             }
             let mut st = s.state.lock().unwrap();
             while st.holders.contains_key(*name) {
-                st = s.changed.wait_timeout(st, Duration::from_millis(20)).unwrap().0;
+                st = s
+                    .changed
+                    .wait_timeout(st, Duration::from_millis(20))
+                    .unwrap()
+                    .0;
                 if client_gone(w) {
                     s.watch_aborts.fetch_add(1, Ordering::SeqCst);
                     return false;
@@ -582,10 +755,18 @@ pub(crate) struct Faulty {
 
 impl Faulty {
     pub(crate) fn panics_on_inspect(inner: FakeLockMachine) -> Self {
-        Faulty { inner, panic_on_inspect: true, ignore_cancel: false }
+        Faulty {
+            inner,
+            panic_on_inspect: true,
+            ignore_cancel: false,
+        }
     }
     pub(crate) fn ignores_cancel(inner: FakeLockMachine) -> Self {
-        Faulty { inner, panic_on_inspect: false, ignore_cancel: true }
+        Faulty {
+            inner,
+            panic_on_inspect: false,
+            ignore_cancel: true,
+        }
     }
 }
 

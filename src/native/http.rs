@@ -55,27 +55,42 @@ impl Url {
         let (tls, rest) = match (url.get(..7), url.get(..8)) {
             (Some(p), _) if p.eq_ignore_ascii_case("http://") => (false, &url[7..]),
             (_, Some(p)) if p.eq_ignore_ascii_case("https://") => (true, &url[8..]),
-            _ => return Err(TransportError::Connect(format!("unsupported URL {:?}: expected http:// or https://", short(url)))),
+            _ => {
+                return Err(TransportError::Connect(format!(
+                    "unsupported URL {:?}: expected http:// or https://",
+                    short(url)
+                )))
+            }
         };
         let default_port = if tls { 443 } else { 80 };
         if url.bytes().any(|b| b <= b' ' || b == 0x7f) {
-            return Err(TransportError::Connect("URL contains whitespace or control characters".into()));
+            return Err(TransportError::Connect(
+                "URL contains whitespace or control characters".into(),
+            ));
         }
         let (authority, path) = match rest.find('/') {
             Some(i) => (&rest[..i], &rest[i..]),
             None => (rest, "/"),
         };
         if authority.contains('@') {
-            return Err(TransportError::Connect("URLs with credentials are not supported".into()));
+            return Err(TransportError::Connect(
+                "URLs with credentials are not supported".into(),
+            ));
         }
         let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
-            let end = v6.find(']').ok_or_else(|| TransportError::Connect("unterminated IPv6 literal in URL".into()))?;
+            let end = v6.find(']').ok_or_else(|| {
+                TransportError::Connect("unterminated IPv6 literal in URL".into())
+            })?;
             let host = &v6[..end];
             let after = &v6[end + 1..];
             let port = match after.strip_prefix(':') {
                 Some(p) => parse_port(p)?,
                 None if after.is_empty() => default_port,
-                None => return Err(TransportError::Connect("garbage after IPv6 literal in URL".into())),
+                None => {
+                    return Err(TransportError::Connect(
+                        "garbage after IPv6 literal in URL".into(),
+                    ))
+                }
             };
             (host, port)
         } else {
@@ -87,12 +102,21 @@ impl Url {
         if host.is_empty() {
             return Err(TransportError::Connect("URL has no host".into()));
         }
-        Ok(Url { tls, host: host.to_string(), port, path: path.to_string() })
+        Ok(Url {
+            tls,
+            host: host.to_string(),
+            port,
+            path: path.to_string(),
+        })
     }
 
     /// The value of the `Host` header.
     fn host_header(&self) -> String {
-        let host = if self.host.contains(':') { format!("[{}]", self.host) } else { self.host.clone() };
+        let host = if self.host.contains(':') {
+            format!("[{}]", self.host)
+        } else {
+            self.host.clone()
+        };
         if self.port == if self.tls { 443 } else { 80 } {
             host
         } else {
@@ -108,7 +132,10 @@ impl Url {
 fn parse_port(p: &str) -> Result<u16, TransportError> {
     match p.parse::<u16>() {
         Ok(n) if n > 0 => Ok(n),
-        _ => Err(TransportError::Connect(format!("invalid port {:?} in URL", short(p)))),
+        _ => Err(TransportError::Connect(format!(
+            "invalid port {:?} in URL",
+            short(p)
+        ))),
     }
 }
 
@@ -244,8 +271,15 @@ impl HttpClient {
     /// A client whose https connections use `tls`. Reads and checks the files
     /// now: an unreadable or invalid one is `LockError::InvalidArgument`.
     pub fn with_tls(tls: &TlsConfig) -> Result<Self, LockError> {
-        let tls = if tls.is_default() { None } else { Some(tls.load()?) };
-        Ok(HttpClient { idle: Arc::default(), tls })
+        let tls = if tls.is_default() {
+            None
+        } else {
+            Some(tls.load()?)
+        };
+        Ok(HttpClient {
+            idle: Arc::default(),
+            tls,
+        })
     }
 
     fn tls_connector(&self) -> Result<TlsConnector, TransportError> {
@@ -261,10 +295,16 @@ impl HttpClient {
     }
 
     /// Performs a request and returns the whole response.
-    pub fn send(&self, req: &Request<'_>, cancel: &CancelHandle) -> Result<Response, TransportError> {
+    pub fn send(
+        &self,
+        req: &Request<'_>,
+        cancel: &CancelHandle,
+    ) -> Result<Response, TransportError> {
         match self.perform(req, cancel, &mut |_| {}, false)? {
             StreamOutcome::Whole(r) => Ok(r),
-            StreamOutcome::Ended => Err(TransportError::Io("internal: streaming outcome for a whole request".into())),
+            StreamOutcome::Ended => Err(TransportError::Io(
+                "internal: streaming outcome for a whole request".into(),
+            )),
         }
     }
 
@@ -290,15 +330,23 @@ impl HttpClient {
         let head = encode_head(req, &url)?;
         let started = Instant::now();
         if let Some(conn) = self.take_idle(&url) {
-            match self.attempt(conn, true, &url, &head, req, cancel, started, &mut *sink, streaming) {
+            match self.attempt(
+                conn, true, &url, &head, req, cancel, started, &mut *sink, streaming,
+            ) {
                 Attempt::Done(r) => return r,
                 Attempt::StaleConnection(_) if !cancel.is_cancelled() => {} // retry once on a fresh connection
                 Attempt::StaleConnection(e) => return Err(e),
             }
         }
         let tcp = connect(&url, req.timeout.unwrap_or(DEFAULT_CONNECT_TIMEOUT))?;
-        let conn = if url.tls { Stream::tls(&self.tls_connector()?, &url.host, tcp)? } else { Stream::Plain(tcp) };
-        match self.attempt(conn, false, &url, &head, req, cancel, started, sink, streaming) {
+        let conn = if url.tls {
+            Stream::tls(&self.tls_connector()?, &url.host, tcp)?
+        } else {
+            Stream::Plain(tcp)
+        };
+        match self.attempt(
+            conn, false, &url, &head, req, cancel, started, sink, streaming,
+        ) {
             Attempt::Done(r) => r,
             Attempt::StaleConnection(e) => Err(e),
         }
@@ -337,7 +385,9 @@ impl HttpClient {
                 Attempt::Done(Ok(outcome))
             }
             // A timeout means a slow server, not a stale connection: no retry.
-            Err(ExchangeError::BeforeResponse(e)) if reused && e != TransportError::Timeout => Attempt::StaleConnection(e),
+            Err(ExchangeError::BeforeResponse(e)) if reused && e != TransportError::Timeout => {
+                Attempt::StaleConnection(e)
+            }
             Err(ExchangeError::BeforeResponse(e)) | Err(ExchangeError::Other(e)) => {
                 if cancel.is_cancelled() {
                     Attempt::Done(Err(TransportError::Io("request cancelled".into())))
@@ -393,7 +443,9 @@ fn connect(url: &Url, timeout: Duration) -> Result<TcpStream, TransportError> {
                 let _ = s.set_nodelay(true);
                 return Ok(s);
             }
-            Err(e) if e.kind() == ErrorKind::TimedOut || e.kind() == ErrorKind::WouldBlock => last = TransportError::Timeout,
+            Err(e) if e.kind() == ErrorKind::TimedOut || e.kind() == ErrorKind::WouldBlock => {
+                last = TransportError::Timeout
+            }
             Err(e) => last = TransportError::Connect(format!("{addr}: {e}")),
         }
     }
@@ -405,14 +457,23 @@ fn encode_head(req: &Request<'_>, url: &Url) -> Result<Vec<u8>, TransportError> 
     if !req.method.bytes().all(|b| b.is_ascii_uppercase()) || req.method.is_empty() {
         return Err(TransportError::Connect("invalid HTTP method".into()));
     }
-    let mut h = format!("{} {} HTTP/1.1\r\nHost: {}\r\n", req.method, url.path, url.host_header());
+    let mut h = format!(
+        "{} {} HTTP/1.1\r\nHost: {}\r\n",
+        req.method,
+        url.path,
+        url.host_header()
+    );
     let mut has_ua = false;
     for (k, v) in req.headers {
         if k.is_empty() || bad(k) || bad(v) || k.contains(':') {
-            return Err(TransportError::Connect(format!("invalid header name or value for {:?}", short(k))));
+            return Err(TransportError::Connect(format!(
+                "invalid header name or value for {:?}",
+                short(k)
+            )));
         }
         let lk = k.to_ascii_lowercase();
-        if lk == "host" || lk == "content-length" || lk == "transfer-encoding" || lk == "connection" {
+        if lk == "host" || lk == "content-length" || lk == "transfer-encoding" || lk == "connection"
+        {
             continue; // framing headers are ours
         }
         has_ua |= lk == "user-agent";
@@ -422,7 +483,11 @@ fn encode_head(req: &Request<'_>, url: &Url) -> Result<Vec<u8>, TransportError> 
         h.push_str("\r\n");
     }
     if !has_ua {
-        h.push_str(concat!("User-Agent: edgelock/", env!("CARGO_PKG_VERSION"), "\r\n"));
+        h.push_str(concat!(
+            "User-Agent: edgelock/",
+            env!("CARGO_PKG_VERSION"),
+            "\r\n"
+        ));
     }
     if !req.body.is_empty() || req.method != "GET" {
         h.push_str(&format!("Content-Length: {}\r\n", req.body.len()));
@@ -471,14 +536,18 @@ fn exchange(
         if (100..200).contains(&head.status) && head.status != 101 {
             interim += 1;
             if interim > MAX_INTERIM_RESPONSES {
-                return Err(ExchangeError::Other(TransportError::Io("too many informational responses".into())));
+                return Err(ExchangeError::Other(TransportError::Io(
+                    "too many informational responses".into(),
+                )));
             }
             continue;
         }
         break head;
     };
     if head.status == 101 {
-        return Err(ExchangeError::Other(TransportError::Io("unexpected protocol switch (HTTP 101)".into())));
+        return Err(ExchangeError::Other(TransportError::Io(
+            "unexpected protocol switch (HTTP 101)".into(),
+        )));
     }
     let framing = head.framing().map_err(ExchangeError::Other)?;
     let success = (200..300).contains(&head.status);
@@ -487,13 +556,17 @@ fn exchange(
         // A watch may stay silent for a long time: only cancellation ends it.
         conn.deadline = None;
         if conn.stream.tcp().set_read_timeout(None).is_err() {
-            return Err(ExchangeError::Other(TransportError::Io("cannot configure socket".into())));
+            return Err(ExchangeError::Other(TransportError::Io(
+                "cannot configure socket".into(),
+            )));
         }
     }
     let mut body = Vec::new();
     let mut collect = |piece: &[u8]| -> Result<(), TransportError> {
         if body.len() + piece.len() > MAX_BODY_BYTES {
-            return Err(TransportError::Io(format!("response body exceeds {MAX_BODY_BYTES} bytes")));
+            return Err(TransportError::Io(format!(
+                "response body exceeds {MAX_BODY_BYTES} bytes"
+            )));
         }
         body.extend_from_slice(piece);
         Ok(())
@@ -508,7 +581,14 @@ fn exchange(
     };
     let reusable = read_body(conn, &framing, &mut deliver).map_err(ExchangeError::Other)?;
     let reusable = reusable && head.keep_alive && conn.buffered() == 0 && conn.stream.is_clean();
-    let outcome = if stream_it { StreamOutcome::Ended } else { StreamOutcome::Whole(Response { status: head.status, body }) };
+    let outcome = if stream_it {
+        StreamOutcome::Ended
+    } else {
+        StreamOutcome::Whole(Response {
+            status: head.status,
+            body,
+        })
+    };
     Ok((outcome, reusable))
 }
 
@@ -553,7 +633,11 @@ fn read_head(conn: &mut Conn, reused: bool) -> Result<Head, ExchangeError> {
                 let e = TransportError::Io("connection closed before any response".into());
                 return Err(ExchangeError::BeforeResponse(e));
             }
-            Ok(false) => return Err(ExchangeError::Other(TransportError::Io("connection closed inside response headers".into()))),
+            Ok(false) => {
+                return Err(ExchangeError::Other(TransportError::Io(
+                    "connection closed inside response headers".into(),
+                )))
+            }
             Err(e) if raw.is_empty() && reused => return Err(ExchangeError::BeforeResponse(e)),
             Err(e) => return Err(ExchangeError::Other(e)),
         }
@@ -562,7 +646,9 @@ fn read_head(conn: &mut Conn, reused: bool) -> Result<Head, ExchangeError> {
                 // Tolerate a few stray empty lines before the status line.
                 blank_lines += 1;
                 if blank_lines > 4 {
-                    return Err(ExchangeError::Other(TransportError::Io("garbage before the status line".into())));
+                    return Err(ExchangeError::Other(TransportError::Io(
+                        "garbage before the status line".into(),
+                    )));
                 }
                 raw.clear();
                 continue;
@@ -574,7 +660,8 @@ fn read_head(conn: &mut Conn, reused: bool) -> Result<Head, ExchangeError> {
 }
 
 fn parse_head(raw: &[u8]) -> Result<Head, TransportError> {
-    let text = std::str::from_utf8(raw).map_err(|_| TransportError::Io("response headers are not valid UTF-8".into()))?;
+    let text = std::str::from_utf8(raw)
+        .map_err(|_| TransportError::Io("response headers are not valid UTF-8".into()))?;
     let mut lines = text.split('\n').map(|l| l.strip_suffix('\r').unwrap_or(l));
     let status_line = lines.next().unwrap_or("");
     let mut parts = status_line.splitn(3, ' ');
@@ -584,14 +671,24 @@ fn parse_head(raw: &[u8]) -> Result<Head, TransportError> {
         "HTTP/1.0" => 0,
         // The server's bytes are not quoted: a hostile or confused server may
         // echo our headers, and any excerpt could cut a secret in half.
-        _ => return Err(TransportError::Io(format!("not an HTTP/1.x response (status line of {} bytes)", status_line.len()))),
+        _ => {
+            return Err(TransportError::Io(format!(
+                "not an HTTP/1.x response (status line of {} bytes)",
+                status_line.len()
+            )))
+        }
     };
     let status = parts
         .next()
         .filter(|s| s.len() == 3)
         .and_then(|s| s.parse::<u16>().ok())
         .filter(|s| (100..600).contains(s))
-        .ok_or_else(|| TransportError::Io(format!("invalid HTTP status line ({} bytes)", status_line.len())))?;
+        .ok_or_else(|| {
+            TransportError::Io(format!(
+                "invalid HTTP status line ({} bytes)",
+                status_line.len()
+            ))
+        })?;
     let mut head = Head {
         status,
         keep_alive: minor == 1,
@@ -603,14 +700,18 @@ fn parse_head(raw: &[u8]) -> Result<Head, TransportError> {
         if line.is_empty() {
             continue;
         }
-        let (name, value) = line
-            .split_once(':')
-            .ok_or_else(|| TransportError::Io(format!("malformed header line ({} bytes)", line.len())))?;
+        let (name, value) = line.split_once(':').ok_or_else(|| {
+            TransportError::Io(format!("malformed header line ({} bytes)", line.len()))
+        })?;
         let value = value.trim();
         if name.eq_ignore_ascii_case("content-length") {
-            let n = value.parse::<u64>().map_err(|_| TransportError::Io("invalid Content-Length".into()))?;
+            let n = value
+                .parse::<u64>()
+                .map_err(|_| TransportError::Io("invalid Content-Length".into()))?;
             if head.content_length.is_some_and(|old| old != n) {
-                return Err(TransportError::Io("conflicting Content-Length headers".into()));
+                return Err(TransportError::Io(
+                    "conflicting Content-Length headers".into(),
+                ));
             }
             head.content_length = Some(n);
         } else if name.eq_ignore_ascii_case("transfer-encoding") {
@@ -618,7 +719,10 @@ fn parse_head(raw: &[u8]) -> Result<Head, TransportError> {
             if last.eq_ignore_ascii_case("chunked") {
                 head.chunked = true;
             } else if !last.eq_ignore_ascii_case("identity") {
-                return Err(TransportError::Io(format!("unsupported Transfer-Encoding ({} bytes)", value.len())));
+                return Err(TransportError::Io(format!(
+                    "unsupported Transfer-Encoding ({} bytes)",
+                    value.len()
+                )));
             }
         } else if name.eq_ignore_ascii_case("connection") {
             for token in value.split(',') {
@@ -653,34 +757,38 @@ fn read_body(
         Framing::Empty => Ok(true),
         Framing::Length(n) => {
             if n > MAX_BODY_BYTES as u64 * 64 {
-                return Err(TransportError::Io(format!("Content-Length {n} is too large")));
+                return Err(TransportError::Io(format!(
+                    "Content-Length {n} is too large"
+                )));
             }
             let mut left = n;
             while left > 0 {
                 let piece = conn.read_some(left.min(READ_BUF as u64) as usize)?;
                 if piece.is_empty() {
-                    return Err(TransportError::Io("connection closed inside response body".into()));
+                    return Err(TransportError::Io(
+                        "connection closed inside response body".into(),
+                    ));
                 }
                 left -= piece.len() as u64;
                 deliver(&piece)?;
             }
             Ok(true)
         }
-        Framing::UntilClose => {
-            loop {
-                let piece = conn.read_some(READ_BUF)?;
-                if piece.is_empty() {
-                    return Ok(false);
-                }
-                deliver(&piece)?;
+        Framing::UntilClose => loop {
+            let piece = conn.read_some(READ_BUF)?;
+            if piece.is_empty() {
+                return Ok(false);
             }
-        }
+            deliver(&piece)?;
+        },
         Framing::Chunked => {
             let mut line = Vec::new();
             loop {
                 line.clear();
                 if !conn.read_line_into(&mut line, MAX_CHUNK_LINE)? {
-                    return Err(TransportError::Io("connection closed inside chunked body".into()));
+                    return Err(TransportError::Io(
+                        "connection closed inside chunked body".into(),
+                    ));
                 }
                 let size = parse_chunk_size(&line)?;
                 if size == 0 {
@@ -689,7 +797,9 @@ fn read_body(
                     loop {
                         line.clear();
                         if !conn.read_line_into(&mut line, MAX_CHUNK_LINE)? {
-                            return Err(TransportError::Io("connection closed inside chunked trailer".into()));
+                            return Err(TransportError::Io(
+                                "connection closed inside chunked trailer".into(),
+                            ));
                         }
                         trailer_bytes += line.len();
                         if trailer_bytes > MAX_HEADER_BYTES {
@@ -704,7 +814,9 @@ fn read_body(
                 while left > 0 {
                     let piece = conn.read_some(left.min(READ_BUF as u64) as usize)?;
                     if piece.is_empty() {
-                        return Err(TransportError::Io("connection closed inside a chunk".into()));
+                        return Err(TransportError::Io(
+                            "connection closed inside a chunk".into(),
+                        ));
                     }
                     left -= piece.len() as u64;
                     deliver(&piece)?;
@@ -719,12 +831,17 @@ fn read_body(
 }
 
 fn parse_chunk_size(line: &[u8]) -> Result<u64, TransportError> {
-    let text = std::str::from_utf8(line).map_err(|_| TransportError::Io("invalid chunk size line".into()))?;
+    let text = std::str::from_utf8(line)
+        .map_err(|_| TransportError::Io("invalid chunk size line".into()))?;
     let digits = text.split(';').next().unwrap_or("").trim();
     if digits.is_empty() || digits.len() > 15 {
-        return Err(TransportError::Io(format!("invalid chunk size ({} bytes)", digits.len())));
+        return Err(TransportError::Io(format!(
+            "invalid chunk size ({} bytes)",
+            digits.len()
+        )));
     }
-    u64::from_str_radix(digits, 16).map_err(|_| TransportError::Io(format!("invalid chunk size ({} bytes)", digits.len())))
+    u64::from_str_radix(digits, 16)
+        .map_err(|_| TransportError::Io(format!("invalid chunk size ({} bytes)", digits.len())))
 }
 
 /// A socket (plain or TLS) with a small read buffer and an optional overall deadline.
@@ -738,7 +855,13 @@ struct Conn {
 
 impl Conn {
     fn new(stream: Stream, deadline: Option<Instant>) -> Self {
-        Conn { stream, buf: vec![0u8; READ_BUF].into_boxed_slice(), start: 0, end: 0, deadline }
+        Conn {
+            stream,
+            buf: vec![0u8; READ_BUF].into_boxed_slice(),
+            start: 0,
+            end: 0,
+            deadline,
+        }
     }
 
     /// Completes a fresh TLS connection's handshake (no-op for plain TCP and
@@ -758,14 +881,21 @@ impl Conn {
             if left.is_zero() {
                 return Err(TransportError::Timeout);
             }
-            self.stream.tcp().set_read_timeout(Some(left)).map_err(io_err)?;
-            self.stream.tcp().set_write_timeout(Some(left)).map_err(io_err)?;
+            self.stream
+                .tcp()
+                .set_read_timeout(Some(left))
+                .map_err(io_err)?;
+            self.stream
+                .tcp()
+                .set_write_timeout(Some(left))
+                .map_err(io_err)?;
         }
         Ok(())
     }
 
     fn write_all(&mut self, data: &[u8]) -> std::io::Result<()> {
-        self.arm_timeout().map_err(|e| std::io::Error::new(ErrorKind::TimedOut, e.to_string()))?;
+        self.arm_timeout()
+            .map_err(|e| std::io::Error::new(ErrorKind::TimedOut, e.to_string()))?;
         self.stream.write_all(data)?;
         self.stream.flush()
     }
@@ -797,14 +927,18 @@ impl Conn {
             let avail = &self.buf[self.start..self.end];
             if let Some(i) = avail.iter().position(|&b| b == b'\n') {
                 if out.len() + i + 1 > limit {
-                    return Err(TransportError::Io(format!("response line or header block exceeds {limit} bytes")));
+                    return Err(TransportError::Io(format!(
+                        "response line or header block exceeds {limit} bytes"
+                    )));
                 }
                 out.extend_from_slice(&avail[..=i]);
                 self.start += i + 1;
                 return Ok(true);
             }
             if out.len() + avail.len() > limit {
-                return Err(TransportError::Io(format!("response line or header block exceeds {limit} bytes")));
+                return Err(TransportError::Io(format!(
+                    "response line or header block exceeds {limit} bytes"
+                )));
             }
             out.extend_from_slice(avail);
             self.start = self.end;

@@ -23,12 +23,12 @@ pub use entropy::OsEntropy;
 mod async_client;
 mod client;
 mod driver;
-mod oneshot;
 #[cfg(test)]
 mod fake;
+mod oneshot;
 
 pub use crate::core::etcd::{EtcdAuth, EtcdConfig};
+pub use crate::core::{LockKind, MAX_PERMITS};
 pub use async_client::{AsyncClient, AsyncLock, LostFuture};
 pub use client::{CancelToken, Client, ClientOptions, Lock};
 pub use tls::TlsConfig;
-pub use crate::core::{LockKind, MAX_PERMITS};

@@ -48,8 +48,20 @@ pub(crate) struct Receiver<T> {
 pub(crate) struct Disconnected;
 
 pub(crate) fn channel<T>() -> (Sender<T>, Receiver<T>) {
-    let shared = Arc::new(Shared { state: Mutex::new(State { value: None, waker: None, senders: 1, receiver_gone: false }) });
-    (Sender { shared: shared.clone() }, Receiver { shared })
+    let shared = Arc::new(Shared {
+        state: Mutex::new(State {
+            value: None,
+            waker: None,
+            senders: 1,
+            receiver_gone: false,
+        }),
+    });
+    (
+        Sender {
+            shared: shared.clone(),
+        },
+        Receiver { shared },
+    )
 }
 
 impl<T> Sender<T> {
@@ -75,7 +87,9 @@ impl<T> Sender<T> {
 impl<T> Clone for Sender<T> {
     fn clone(&self) -> Self {
         self.shared.state().senders += 1;
-        Sender { shared: self.shared.clone() }
+        Sender {
+            shared: self.shared.clone(),
+        }
     }
 }
 
@@ -84,7 +98,11 @@ impl<T> Drop for Sender<T> {
         let waker = {
             let mut st = self.shared.state();
             st.senders = st.senders.saturating_sub(1);
-            if st.senders == 0 { st.waker.take() } else { None }
+            if st.senders == 0 {
+                st.waker.take()
+            } else {
+                None
+            }
         };
         if let Some(w) = waker {
             w.wake();
@@ -178,8 +196,16 @@ mod tests {
     fn a_closed_receiver_refuses_sends_and_returns_a_value_that_raced_in() {
         let (tx, mut rx) = channel();
         tx.clone().send(1).unwrap();
-        assert_eq!(rx.close(), Some(1), "the value that arrived before close is handed back");
-        assert_eq!(tx.send(2), Err(2), "a send after close returns the value to the sender");
+        assert_eq!(
+            rx.close(),
+            Some(1),
+            "the value that arrived before close is handed back"
+        );
+        assert_eq!(
+            tx.send(2),
+            Err(2),
+            "a send after close returns the value to the sender"
+        );
         let (tx, rx) = channel();
         drop(rx);
         assert_eq!(tx.send(3), Err(3));

@@ -81,26 +81,40 @@ impl TlsConfig {
     }
 
     fn with_roots(&self, roots: Arc<RootCertStore>) -> Result<TlsConnector, LockError> {
-        let builder = ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .map_err(|e| LockError::invalid(format!("TLS: {e}")))?
-            .with_root_certificates(roots);
+        let builder =
+            ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+                .with_safe_default_protocol_versions()
+                .map_err(|e| LockError::invalid(format!("TLS: {e}")))?
+                .with_root_certificates(roots);
         let mut config = match (&self.client_cert, &self.client_key) {
             (None, None) => builder.with_no_client_auth(),
             (Some(cert), Some(key)) => {
                 let chain = read_certs(cert, "client certificate")?;
                 let key = read_key(key)?;
-                builder
-                    .with_client_auth_cert(chain, key)
-                    .map_err(|e| LockError::invalid(format!("TLS: client certificate {} and key do not work together: {e}", cert.display())))?
+                builder.with_client_auth_cert(chain, key).map_err(|e| {
+                    LockError::invalid(format!(
+                        "TLS: client certificate {} and key do not work together: {e}",
+                        cert.display()
+                    ))
+                })?
             }
-            (Some(_), None) => return Err(LockError::invalid("TLS: a client certificate needs its private key (client_key / --key)")),
-            (None, Some(_)) => return Err(LockError::invalid("TLS: a client key needs its certificate (client_cert / --cert)")),
+            (Some(_), None) => {
+                return Err(LockError::invalid(
+                    "TLS: a client certificate needs its private key (client_key / --key)",
+                ))
+            }
+            (None, Some(_)) => {
+                return Err(LockError::invalid(
+                    "TLS: a client key needs its certificate (client_cert / --cert)",
+                ))
+            }
         };
         // The driver speaks HTTP/1.1 only; saying so keeps servers that also
         // offer h2 (etcd's gRPC port) from choosing it.
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
-        Ok(TlsConnector { config: Arc::new(config) })
+        Ok(TlsConnector {
+            config: Arc::new(config),
+        })
     }
 }
 
@@ -134,9 +148,12 @@ fn ca_file_roots(path: &Path) -> Result<RootCertStore, LockError> {
     let certs = read_certs(path, "CA file")?;
     let mut roots = RootCertStore::empty();
     for cert in certs {
-        roots
-            .add(cert)
-            .map_err(|e| LockError::invalid(format!("TLS: CA file {} holds a certificate that cannot be used: {e}", path.display())))?;
+        roots.add(cert).map_err(|e| {
+            LockError::invalid(format!(
+                "TLS: CA file {} holds a certificate that cannot be used: {e}",
+                path.display()
+            ))
+        })?;
     }
     Ok(roots)
 }
@@ -145,11 +162,16 @@ fn read_certs(path: &Path, what: &str) -> Result<Vec<CertificateDer<'static>>, L
     let bytes = read_file(path, what)?;
     let mut certs = Vec::new();
     for item in CertificateDer::pem_slice_iter(&bytes) {
-        let cert = item.map_err(|_| LockError::invalid(format!("TLS: {what} {} is not valid PEM", path.display())))?;
+        let cert = item.map_err(|_| {
+            LockError::invalid(format!("TLS: {what} {} is not valid PEM", path.display()))
+        })?;
         certs.push(cert);
     }
     if certs.is_empty() {
-        return Err(LockError::invalid(format!("TLS: {what} {} holds no PEM certificate (BEGIN CERTIFICATE)", path.display())));
+        return Err(LockError::invalid(format!(
+            "TLS: {what} {} holds no PEM certificate (BEGIN CERTIFICATE)",
+            path.display()
+        )));
     }
     Ok(certs)
 }
@@ -166,7 +188,8 @@ fn read_key(path: &Path) -> Result<PrivateKeyDer<'static>, LockError> {
 }
 
 fn read_file(path: &Path, what: &str) -> Result<Vec<u8>, LockError> {
-    std::fs::read(path).map_err(|e| LockError::invalid(format!("TLS: cannot read {what} {}: {e}", path.display())))
+    std::fs::read(path)
+        .map_err(|e| LockError::invalid(format!("TLS: cannot read {what} {}: {e}", path.display())))
 }
 
 /// A loaded TLS client configuration, shared by every connection of one
@@ -187,7 +210,8 @@ impl TlsConnector {
     /// A client-side TLS session for `host` (a DNS name or an IP literal,
     /// checked against the certificate's subjectAltName).
     pub(crate) fn session(&self, host: &str) -> Result<rustls::ClientConnection, String> {
-        let name = ServerName::try_from(host.to_string()).map_err(|_| format!("TLS: {host:?} is not a valid server name"))?;
+        let name = ServerName::try_from(host.to_string())
+            .map_err(|_| format!("TLS: {host:?} is not a valid server name"))?;
         rustls::ClientConnection::new(self.config.clone(), name).map_err(|e| format!("TLS: {e}"))
     }
 }
@@ -204,10 +228,19 @@ pub(crate) fn io_error(e: &std::io::Error, host: Option<&str>) -> Option<Transpo
     let tls = e.get_ref()?.downcast_ref::<rustls::Error>()?;
     let refused = matches!(
         tls,
-        rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented | rustls::Error::AlertReceived(_)
-    ) && !matches!(tls, rustls::Error::AlertReceived(AlertDescription::CloseNotify));
+        rustls::Error::InvalidCertificate(_)
+            | rustls::Error::NoCertificatesPresented
+            | rustls::Error::AlertReceived(_)
+    ) && !matches!(
+        tls,
+        rustls::Error::AlertReceived(AlertDescription::CloseNotify)
+    );
     let message = describe(tls, host);
-    Some(if refused { TransportError::Connect(message) } else { TransportError::Io(message) })
+    Some(if refused {
+        TransportError::Connect(message)
+    } else {
+        TransportError::Io(message)
+    })
 }
 
 /// One sentence per failure a user can act on.
@@ -226,7 +259,9 @@ pub(crate) fn describe(e: &rustls::Error, host: Option<&str>) -> String {
             };
             format!("TLS: certificate verification failed for host {host}: {why}")
         }
-        rustls::Error::NoCertificatesPresented => format!("TLS: certificate verification failed for host {host}: it presented no certificate"),
+        rustls::Error::NoCertificatesPresented => format!(
+            "TLS: certificate verification failed for host {host}: it presented no certificate"
+        ),
         rustls::Error::AlertReceived(alert) => {
             let hint = match alert {
                 AlertDescription::CertificateRequired
@@ -266,7 +301,10 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let missing = dir.join("missing.pem");
         let m = invalid_message(TlsConfig::new().with_ca_file(&missing).load());
-        assert!(m.contains("cannot read CA file") && m.contains("missing.pem"), "{m}");
+        assert!(
+            m.contains("cannot read CA file") && m.contains("missing.pem"),
+            "{m}"
+        );
 
         let junk = dir.join("junk.pem");
         std::fs::write(&junk, "not a certificate\n").unwrap();
@@ -275,26 +313,53 @@ mod tests {
 
         // A "key" whose base64 is broken: the message names the file, never its content.
         let key = dir.join("key.pem");
-        std::fs::write(&key, "-----BEGIN PRIVATE KEY-----\nc2VjcmV0LXNlY3JldA!!\n-----END PRIVATE KEY-----\n").unwrap();
+        std::fs::write(
+            &key,
+            "-----BEGIN PRIVATE KEY-----\nc2VjcmV0LXNlY3JldA!!\n-----END PRIVATE KEY-----\n",
+        )
+        .unwrap();
         let cert = dir.join("cert.pem");
-        std::fs::write(&cert, "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n").unwrap();
+        std::fs::write(
+            &cert,
+            "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n",
+        )
+        .unwrap();
         let m = invalid_message(TlsConfig::new().with_client_cert(&cert, &key).load());
         assert!(m.contains("key.pem"), "{m}");
         assert!(!m.contains("c2VjcmV0"), "{m}");
 
-        let half = TlsConfig { client_cert: Some(cert.clone()), ..TlsConfig::default() };
+        let half = TlsConfig {
+            client_cert: Some(cert.clone()),
+            ..TlsConfig::default()
+        };
         assert!(invalid_message(half.load()).contains("needs its private key"));
-        let half = TlsConfig { client_key: Some(key.clone()), ..TlsConfig::default() };
+        let half = TlsConfig {
+            client_key: Some(key.clone()),
+            ..TlsConfig::default()
+        };
         assert!(invalid_message(half.load()).contains("needs its certificate"));
         let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
     fn verification_failures_name_host_and_cause() {
-        let m = describe(&rustls::Error::InvalidCertificate(CertificateError::UnknownIssuer), Some("127.0.0.1"));
-        assert!(m.contains("certificate verification failed for host 127.0.0.1") && m.contains("unknown issuer"), "{m}");
-        let m = describe(&rustls::Error::AlertReceived(AlertDescription::CertificateRequired), None);
-        assert!(m.contains("CertificateRequired") && m.contains("client certificate"), "{m}");
+        let m = describe(
+            &rustls::Error::InvalidCertificate(CertificateError::UnknownIssuer),
+            Some("127.0.0.1"),
+        );
+        assert!(
+            m.contains("certificate verification failed for host 127.0.0.1")
+                && m.contains("unknown issuer"),
+            "{m}"
+        );
+        let m = describe(
+            &rustls::Error::AlertReceived(AlertDescription::CertificateRequired),
+            None,
+        );
+        assert!(
+            m.contains("CertificateRequired") && m.contains("client certificate"),
+            "{m}"
+        );
     }
 
     #[test]

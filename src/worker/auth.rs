@@ -42,7 +42,9 @@ struct Grant {
 impl std::fmt::Debug for AccessPolicy {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let prefixes: Vec<&str> = self.grants.iter().map(|g| g.prefix.as_str()).collect();
-        f.debug_struct("AccessPolicy").field("token_prefixes", &prefixes).finish()
+        f.debug_struct("AccessPolicy")
+            .field("token_prefixes", &prefixes)
+            .finish()
     }
 }
 
@@ -59,24 +61,43 @@ impl AccessPolicy {
     /// Reads the two secrets (`None` when unset). A malformed entry is a
     /// configuration error that names the secret and the entry's position,
     /// never its text.
-    pub fn from_secrets(single: Option<&str>, scoped: Option<&str>) -> Result<AccessPolicy, LockError> {
+    pub fn from_secrets(
+        single: Option<&str>,
+        scoped: Option<&str>,
+    ) -> Result<AccessPolicy, LockError> {
         let mut grants = Vec::new();
         if let Some(t) = single.map(str::trim).filter(|t| !t.is_empty()) {
-            check_token(t).map_err(|why| LockError::invalid(format!("EDGELOCK_API_TOKEN {why}")))?;
-            grants.push(Grant { prefix: String::new(), token: t.as_bytes().to_vec() });
+            check_token(t)
+                .map_err(|why| LockError::invalid(format!("EDGELOCK_API_TOKEN {why}")))?;
+            grants.push(Grant {
+                prefix: String::new(),
+                token: t.as_bytes().to_vec(),
+            });
         }
         if let Some(list) = scoped {
-            let entries = list.split([',', '\n']).map(str::trim).filter(|e| !e.is_empty());
+            let entries = list
+                .split([',', '\n'])
+                .map(str::trim)
+                .filter(|e| !e.is_empty());
             for (i, entry) in entries.enumerate() {
                 let n = i + 1;
                 if grants.len() >= MAX_TOKENS {
-                    return Err(LockError::invalid(format!("EDGELOCK_API_TOKENS lists more than {MAX_TOKENS} tokens")));
+                    return Err(LockError::invalid(format!(
+                        "EDGELOCK_API_TOKENS lists more than {MAX_TOKENS} tokens"
+                    )));
                 }
-                let (prefix, token) = entry
-                    .split_once('=')
-                    .ok_or_else(|| LockError::invalid(format!("EDGELOCK_API_TOKENS entry {n} must look like PREFIX=TOKEN")))?;
-                check_token(token).map_err(|why| LockError::invalid(format!("EDGELOCK_API_TOKENS entry {n}: the token {why}")))?;
-                grants.push(Grant { prefix: prefix.trim().to_string(), token: token.as_bytes().to_vec() });
+                let (prefix, token) = entry.split_once('=').ok_or_else(|| {
+                    LockError::invalid(format!(
+                        "EDGELOCK_API_TOKENS entry {n} must look like PREFIX=TOKEN"
+                    ))
+                })?;
+                check_token(token).map_err(|why| {
+                    LockError::invalid(format!("EDGELOCK_API_TOKENS entry {n}: the token {why}"))
+                })?;
+                grants.push(Grant {
+                    prefix: prefix.trim().to_string(),
+                    token: token.as_bytes().to_vec(),
+                });
             }
         }
         Ok(AccessPolicy { grants })
@@ -90,7 +111,11 @@ impl AccessPolicy {
     /// Checks the request's `Authorization` header for a route about
     /// `name` (`None`: a route about no lock, such as `GET /`, which any
     /// valid token may call).
-    pub fn authorize(&self, authorization: Option<&str>, name: Option<&str>) -> Result<(), Refusal> {
+    pub fn authorize(
+        &self,
+        authorization: Option<&str>,
+        name: Option<&str>,
+    ) -> Result<(), Refusal> {
         if !self.is_configured() {
             return Err(Refusal {
                 status: 403,
@@ -114,11 +139,16 @@ impl AccessPolicy {
         }
         match (valid, allowed) {
             (_, true) => Ok(()),
-            (false, _) => Err(Refusal { status: 401, code: "UNAUTHORIZED", message: "the API token is not valid".into() }),
+            (false, _) => Err(Refusal {
+                status: 401,
+                code: "UNAUTHORIZED",
+                message: "the API token is not valid".into(),
+            }),
             (true, false) => Err(Refusal {
                 status: 403,
                 code: "FORBIDDEN",
-                message: "the API token does not cover this lock name (its prefix does not match)".into(),
+                message: "the API token does not cover this lock name (its prefix does not match)"
+                    .into(),
             }),
         }
     }
@@ -127,14 +157,20 @@ impl AccessPolicy {
 /// The token of an `Authorization: Bearer <token>` header.
 fn bearer(header: &str) -> Option<&str> {
     let (scheme, token) = header.trim().split_once(' ')?;
-    scheme.eq_ignore_ascii_case("bearer").then(|| token.trim()).filter(|t| !t.is_empty())
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim())
+        .filter(|t| !t.is_empty())
 }
 
 fn check_token(t: &str) -> Result<(), String> {
     if t.len() < MIN_TOKEN_BYTES {
         return Err(format!("must be at least {MIN_TOKEN_BYTES} bytes long"));
     }
-    if !t.bytes().all(|b| b.is_ascii_graphic() && b != b',' && b != b'=') {
+    if !t
+        .bytes()
+        .all(|b| b.is_ascii_graphic() && b != b',' && b != b'=')
+    {
         return Err("may contain only printable ASCII without spaces, commas or '='".into());
     }
     Ok(())
@@ -160,7 +196,13 @@ mod tests {
     const REPORTS: &str = "reports-token-0123456789";
 
     fn policy() -> AccessPolicy {
-        AccessPolicy::from_secrets(Some(ALL), Some(&format!("reports/={REPORTS}\n, billing-=other-token-0123456789"))).unwrap()
+        AccessPolicy::from_secrets(
+            Some(ALL),
+            Some(&format!(
+                "reports/={REPORTS}\n, billing-=other-token-0123456789"
+            )),
+        )
+        .unwrap()
     }
 
     #[test]
@@ -168,39 +210,76 @@ mod tests {
         let p = policy();
         let auth = |t: &str| format!("Bearer {t}");
         assert!(p.authorize(Some(&auth(ALL)), Some("anything")).is_ok());
-        assert!(p.authorize(Some(&auth(REPORTS)), Some("reports/nightly")).is_ok());
-        assert!(p.authorize(Some(&format!("bearer  {REPORTS} ")), None).is_ok());
-        let r = p.authorize(Some(&auth(REPORTS)), Some("billing-run")).unwrap_err();
+        assert!(p
+            .authorize(Some(&auth(REPORTS)), Some("reports/nightly"))
+            .is_ok());
+        assert!(p
+            .authorize(Some(&format!("bearer  {REPORTS} ")), None)
+            .is_ok());
+        let r = p
+            .authorize(Some(&auth(REPORTS)), Some("billing-run"))
+            .unwrap_err();
         assert_eq!((r.status, r.code), (403, "FORBIDDEN"));
-        let r = p.authorize(Some(&auth("wrong-token-0123456789")), Some("reports/x")).unwrap_err();
+        let r = p
+            .authorize(Some(&auth("wrong-token-0123456789")), Some("reports/x"))
+            .unwrap_err();
         assert_eq!((r.status, r.code), (401, "UNAUTHORIZED"));
         assert_eq!(p.authorize(None, Some("x")).unwrap_err().status, 401);
-        assert_eq!(p.authorize(Some(ALL), Some("x")).unwrap_err().status, 401, "no scheme");
-        assert_eq!(p.authorize(Some(&format!("Basic {ALL}")), Some("x")).unwrap_err().status, 401);
+        assert_eq!(
+            p.authorize(Some(ALL), Some("x")).unwrap_err().status,
+            401,
+            "no scheme"
+        );
+        assert_eq!(
+            p.authorize(Some(&format!("Basic {ALL}")), Some("x"))
+                .unwrap_err()
+                .status,
+            401
+        );
         // A prefix of a valid token is not valid.
-        assert_eq!(p.authorize(Some(&auth(&ALL[..20])), Some("x")).unwrap_err().status, 401);
+        assert_eq!(
+            p.authorize(Some(&auth(&ALL[..20])), Some("x"))
+                .unwrap_err()
+                .status,
+            401
+        );
     }
 
     #[test]
     fn a_deployment_without_tokens_refuses_everyone_and_names_the_secret() {
         let p = AccessPolicy::from_secrets(None, Some("  ")).unwrap();
-        let r = p.authorize(Some(&format!("Bearer {ALL}")), None).unwrap_err();
+        let r = p
+            .authorize(Some(&format!("Bearer {ALL}")), None)
+            .unwrap_err();
         assert_eq!((r.status, r.code), (403, "NOT_CONFIGURED"));
         assert!(r.message.contains("EDGELOCK_API_TOKEN"), "{}", r.message);
     }
 
     #[test]
     fn malformed_secrets_are_refused_without_echoing_them() {
-        for (single, scoped) in [(Some("short"), None), (None, Some("reports/")), (None, Some("a=has space in it 0123456789")), (Some("x=0123456789abcdefgh"), None)] {
+        for (single, scoped) in [
+            (Some("short"), None),
+            (None, Some("reports/")),
+            (None, Some("a=has space in it 0123456789")),
+            (Some("x=0123456789abcdefgh"), None),
+        ] {
             let e = AccessPolicy::from_secrets(single, scoped).unwrap_err();
             assert_eq!(e.code(), "INVALID_ARGUMENT");
             let text = e.to_string();
-            assert!(!text.contains("0123456789") && !text.contains("short"), "{text}");
+            assert!(
+                !text.contains("0123456789") && !text.contains("short"),
+                "{text}"
+            );
         }
-        let many: Vec<String> = (0..=MAX_TOKENS).map(|i| format!("p{i}=token-number-{i:04}-abcdefgh")).collect();
+        let many: Vec<String> = (0..=MAX_TOKENS)
+            .map(|i| format!("p{i}=token-number-{i:04}-abcdefgh"))
+            .collect();
         assert!(AccessPolicy::from_secrets(None, Some(&many.join(","))).is_err());
         let dbg = format!("{:?}", policy());
-        assert!(!dbg.contains("token-0123") && dbg.contains("reports/"), "{dbg}");
+        assert!(
+            !dbg.contains("token-0123") && dbg.contains("reports/"),
+            "{dbg}"
+        );
     }
 
     #[test]

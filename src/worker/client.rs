@@ -22,7 +22,9 @@ use wasm_bindgen::{JsCast, JsValue};
 
 use super::config::{cleanup_requests, Config};
 use crate::core::budget::Budgeted;
-use crate::core::{AcquireOptions, LockError, LockHandle, LockId, LockInfo, LockKind, LockStatus, Operation};
+use crate::core::{
+    AcquireOptions, LockError, LockHandle, LockId, LockInfo, LockKind, LockStatus, Operation,
+};
 use crate::js::{Driver, JsEntropy};
 
 /// How an acquire ended when it did not fail.
@@ -59,8 +61,17 @@ impl LockClient {
         self.driver.to_epoch_ms(at)
     }
 
-    pub async fn acquire(&self, name: &str, kind: LockKind, opts: &AcquireOptions) -> Result<Acquired, LockError> {
-        let op = Operation::Acquire { name: name.to_string(), kind, options: *opts };
+    pub async fn acquire(
+        &self,
+        name: &str,
+        kind: LockKind,
+        opts: &AcquireOptions,
+    ) -> Result<Acquired, LockError> {
+        let op = Operation::Acquire {
+            name: name.to_string(),
+            kind,
+            options: *opts,
+        };
         let (_, done) = self.driver.start(op)?;
         Ok(match done.await?.into_acquired()? {
             Some(lock) => Acquired::Held(lock),
@@ -69,8 +80,12 @@ impl LockClient {
     }
 
     pub async fn resume(&self, handle: &LockHandle) -> Result<LockInfo, LockError> {
-        let (_, done) = self.driver.start(Operation::Resume { handle: handle.clone() })?;
-        done.await?.into_acquired()?.ok_or_else(|| LockError::internal("a resume completed with NotAcquired"))
+        let (_, done) = self.driver.start(Operation::Resume {
+            handle: handle.clone(),
+        })?;
+        done.await?
+            .into_acquired()?
+            .ok_or_else(|| LockError::internal("a resume completed with NotAcquired"))
     }
 
     /// `Ok(false)` when the lock had already been lost.
@@ -80,7 +95,9 @@ impl LockClient {
     }
 
     pub async fn inspect(&self, name: &str) -> Result<LockStatus, LockError> {
-        let (_, done) = self.driver.start(Operation::Inspect { name: name.to_string() })?;
+        let (_, done) = self.driver.start(Operation::Inspect {
+            name: name.to_string(),
+        })?;
         done.await?.into_inspected()
     }
 

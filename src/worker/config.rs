@@ -24,10 +24,10 @@
 //! Values are strings; numbers may also be given as numbers. Nothing here
 //! ever puts a value of a token binding into a message.
 
+use super::auth::AccessPolicy;
 use crate::core::etcd::EtcdConfig;
 use crate::core::redis::{RedisConfig, RedisNode, RedlockConfig};
 use crate::core::{BackendSpec, LockError, LockKind, MAX_PERMITS};
-use super::auth::AccessPolicy;
 
 /// Requests kept back for releasing and cleaning up when the budget runs
 /// low: one owner-checked delete per Redis node; etcd deletes the key and
@@ -59,7 +59,10 @@ impl Config {
     /// The configured kind of job `name`: a semaphore's permit if
     /// `EDGELOCK_JOB_LIMITS` names it, else `None`.
     pub fn job_kind(&self, name: &str) -> Option<LockKind> {
-        self.job_limits.iter().find(|(n, _)| n == name).map(|(_, k)| *k)
+        self.job_limits
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, k)| *k)
     }
 }
 
@@ -147,7 +150,9 @@ impl Config {
                 }
                 if let Some(username) = var("EDGELOCK_ETCD_USER") {
                     let password = var("EDGELOCK_ETCD_PASSWORD").ok_or_else(|| {
-                        LockError::invalid("EDGELOCK_ETCD_USER needs the secret EDGELOCK_ETCD_PASSWORD")
+                        LockError::invalid(
+                            "EDGELOCK_ETCD_USER needs the secret EDGELOCK_ETCD_PASSWORD",
+                        )
                     })?;
                     cfg.auth = Some(crate::core::etcd::EtcdAuth { username, password });
                 }

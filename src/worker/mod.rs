@@ -84,7 +84,13 @@ async fn main(mut req: Request, env: Env, _ctx: Context) -> worker::Result<Respo
     };
     let method = req.method().to_string();
     let authorization = req.headers().get("Authorization").ok().flatten();
-    let call = routes::Call { method: &method, path: url.path(), query: &query, body: &body, authorization: authorization.as_deref() };
+    let call = routes::Call {
+        method: &method,
+        path: url.path(),
+        query: &query,
+        body: &body,
+        authorization: authorization.as_deref(),
+    };
     let reply = routes::handle(&cfg, &call, &invocation_id()).await;
     respond(reply)
 }

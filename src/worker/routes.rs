@@ -31,7 +31,9 @@ use serde_json::{json, Value};
 use super::client::{Acquired, LockClient};
 use super::config::{Config, MAX_WAIT_MS};
 use super::job::{self, JOB_SUBREQUESTS};
-use crate::core::{AcquireOptions, BackendSpec, Holder, LockError, LockHandle, LockInfo, LockKind, Wait};
+use crate::core::{
+    AcquireOptions, BackendSpec, Holder, LockError, LockHandle, LockInfo, LockKind, Wait,
+};
 use crate::js::args::{limit_of, mode_name};
 
 pub struct Reply {
@@ -191,9 +193,18 @@ fn route_name(segments: &[&str]) -> Option<String> {
 
 /// Routes one HTTP request.
 pub async fn handle(cfg: &Config, call: &Call<'_>, invocation: &str) -> Reply {
-    let Call { method, path, query, body, .. } = *call;
+    let Call {
+        method,
+        path,
+        query,
+        body,
+        ..
+    } = *call;
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
-    if let Err(r) = cfg.access.authorize(call.authorization, route_name(&segments).as_deref()) {
+    if let Err(r) = cfg
+        .access
+        .authorize(call.authorization, route_name(&segments).as_deref())
+    {
         return Reply::coded(r.status, r.code, r.message);
     }
     match (method, segments.as_slice()) {

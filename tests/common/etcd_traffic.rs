@@ -30,7 +30,9 @@ pub fn counted_client<M: LockMachine + Send + 'static>(machine: M) -> (Client, A
         t.requests.fetch_add(1, Ordering::SeqCst);
         let path = r.target.to_string();
         // A waiter's re-check is the only txn reading "up to our revision".
-        if path.ends_with("/v3/kv/txn") && String::from_utf8_lossy(&r.body).contains("max_create_revision") {
+        if path.ends_with("/v3/kv/txn")
+            && String::from_utf8_lossy(&r.body).contains("max_create_revision")
+        {
             t.rechecks.fetch_add(1, Ordering::SeqCst);
         }
         if path.ends_with("/v3/watch") {
@@ -43,10 +45,19 @@ pub fn counted_client<M: LockMachine + Send + 'static>(machine: M) -> (Client, A
         // One message per chunk is how etcd's gateway sends them; count the
         // ones with events (not the `created` confirmation).
         if let Input::Chunk { id, data } = i {
-            if watch_ids.lock().unwrap().contains(id) && String::from_utf8_lossy(data).contains("\"events\"") {
+            if watch_ids.lock().unwrap().contains(id)
+                && String::from_utf8_lossy(data).contains("\"events\"")
+            {
                 t.watch_events.fetch_add(1, Ordering::SeqCst);
             }
         }
     });
-    (Client::from_machine(Box::new(Observing { inner: machine, on_send, on_input: Some(on_input) })), traffic)
+    (
+        Client::from_machine(Box::new(Observing {
+            inner: machine,
+            on_send,
+            on_input: Some(on_input),
+        })),
+        traffic,
+    )
 }

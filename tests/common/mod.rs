@@ -65,20 +65,34 @@ impl<M: LockMachine> LockMachine for Observing<M> {
 
 /// Counts the HTTP requests `machine` emits into `sent`.
 pub fn counting<M: LockMachine>(machine: M, sent: Arc<AtomicUsize>) -> Observing<M> {
-    Observing { inner: machine, on_send: Box::new(move |_| { sent.fetch_add(1, Ordering::SeqCst); }), on_input: None }
+    Observing {
+        inner: machine,
+        on_send: Box::new(move |_| {
+            sent.fetch_add(1, Ordering::SeqCst);
+        }),
+        on_input: None,
+    }
 }
 
 /// Wraps a machine in a counting client; returns the client and its counter.
 pub fn counting_client<M: LockMachine + Send + 'static>(machine: M) -> (Client, Arc<AtomicUsize>) {
     let sent = Arc::new(AtomicUsize::new(0));
-    (Client::from_machine(Box::new(counting(machine, sent.clone()))), sent)
+    (
+        Client::from_machine(Box::new(counting(machine, sent.clone()))),
+        sent,
+    )
 }
 
 /// Every client loops `rounds` times: acquire `name`, do a deliberately racy
 /// read-modify-write of a shared counter, release. Asserts that no two
 /// holders overlapped, the counter is exact and the fencing tokens, in grant
 /// order, strictly increase. Closes the clients.
-pub fn assert_mutual_exclusion(clients: Vec<Client>, name: &'static str, rounds: usize, wait: Duration) {
+pub fn assert_mutual_exclusion(
+    clients: Vec<Client>,
+    name: &'static str,
+    rounds: usize,
+    wait: Duration,
+) {
     let n = clients.len();
     let counter = Arc::new(Mutex::new(0usize));
     let inside = Arc::new(AtomicBool::new(false));
@@ -108,5 +122,8 @@ pub fn assert_mutual_exclusion(clients: Vec<Client>, name: &'static str, rounds:
     assert_eq!(*counter.lock().unwrap(), n * rounds);
     let tokens = tokens.lock().unwrap();
     assert_eq!(tokens.len(), n * rounds);
-    assert!(tokens.windows(2).all(|w| w[0] < w[1]), "fencing tokens must strictly increase: {tokens:?}");
+    assert!(
+        tokens.windows(2).all(|w| w[0] < w[1]),
+        "fencing tokens must strictly increase: {tokens:?}"
+    );
 }

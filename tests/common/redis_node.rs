@@ -18,7 +18,12 @@ impl Node {
         let redis = RedisServer::start().expect("start redis-server");
         let webdis = Webdis::start(&redis).expect("start webdis");
         let gateway = UpstashGateway::start(&redis, token).expect("start the gateway");
-        Node { redis, webdis, gateway, token: token.to_string() }
+        Node {
+            redis,
+            webdis,
+            gateway,
+            token: token.to_string(),
+        }
     }
 
     pub fn via_webdis(&self) -> RedisNode {
@@ -35,10 +40,18 @@ impl Node {
     }
 
     pub fn get(&self, key: impl AsRef<[u8]>) -> Option<Vec<u8>> {
-        self.redis.redis_command(&[b"GET", key.as_ref()]).expect("GET").as_bytes().map(<[u8]>::to_vec)
+        self.redis
+            .redis_command(&[b"GET", key.as_ref()])
+            .expect("GET")
+            .as_bytes()
+            .map(<[u8]>::to_vec)
     }
 
     pub fn exists(&self, key: &str) -> bool {
-        self.redis.redis_command(&[b"EXISTS", key.as_bytes()]).expect("EXISTS").as_int() == Some(1)
+        self.redis
+            .redis_command(&[b"EXISTS", key.as_bytes()])
+            .expect("EXISTS")
+            .as_int()
+            == Some(1)
     }
 }

@@ -118,7 +118,11 @@ struct GwError {
 
 impl GwError {
     fn new(status: u16, code: i32, message: impl Into<String>) -> Self {
-        GwError { status, code, message: message.into() }
+        GwError {
+            status,
+            code,
+            message: message.into(),
+        }
     }
     fn lease_not_found() -> Self {
         GwError::new(404, 5, "etcdserver: requested lease not found")
@@ -129,7 +133,10 @@ impl GwError {
     fn reply(&self) -> Reply {
         let m = json_str(&self.message);
         let body = format!("{{\"error\":{m},\"message\":{m},\"code\":{}}}", self.code);
-        Reply::Full { status: self.status, body: body.into_bytes() }
+        Reply::Full {
+            status: self.status,
+            body: body.into_bytes(),
+        }
     }
 }
 
@@ -241,7 +248,11 @@ fn kv_json(key: &[u8], kv: &Kv, keys_only: bool) -> String {
         .int("create_revision", kv.create_revision)
         .int("mod_revision", kv.mod_revision)
         .int("version", kv.version);
-    let o = if keys_only { o } else { o.bytes("value", &kv.value) };
+    let o = if keys_only {
+        o
+    } else {
+        o.bytes("value", &kv.value)
+    };
     o.int("lease", kv.lease).end()
 }
 
@@ -251,8 +262,12 @@ fn kv_json(key: &[u8], kv: &Kv, keys_only: bool) -> String {
 fn int(v: &Value, k: &str) -> Result<i64, GwError> {
     match v.get(k) {
         None | Some(Value::Null) => Ok(0),
-        Some(Value::Number(n)) => n.as_i64().ok_or_else(|| GwError::bad(format!("bad int64 in {k}"))),
-        Some(Value::String(s)) => s.parse::<i64>().map_err(|_| GwError::bad(format!("bad int64 in {k}"))),
+        Some(Value::Number(n)) => n
+            .as_i64()
+            .ok_or_else(|| GwError::bad(format!("bad int64 in {k}"))),
+        Some(Value::String(s)) => s
+            .parse::<i64>()
+            .map_err(|_| GwError::bad(format!("bad int64 in {k}"))),
         Some(_) => Err(GwError::bad(format!("bad int64 in {k}"))),
     }
 }
@@ -324,16 +339,26 @@ impl RangeResult {
         let kvs: Vec<String> = if self.count_only {
             Vec::new()
         } else {
-            self.kvs.iter().map(|(k, kv)| kv_json(k, kv, self.keys_only)).collect()
+            self.kvs
+                .iter()
+                .map(|(k, kv)| kv_json(k, kv, self.keys_only))
+                .collect()
         };
-        o.list("kvs", &kvs).flag("more", self.more).int("count", self.count)
+        o.list("kvs", &kvs)
+            .flag("more", self.more)
+            .int("count", self.count)
     }
 }
 
 enum OpResult {
-    Put { prev: Option<(Vec<u8>, Kv)> },
+    Put {
+        prev: Option<(Vec<u8>, Kv)>,
+    },
     Range(RangeResult),
-    Delete { deleted: Vec<(Vec<u8>, Kv)>, prev_kv: bool },
+    Delete {
+        deleted: Vec<(Vec<u8>, Kv)>,
+        prev_kv: bool,
+    },
 }
 
 impl OpResult {
@@ -352,9 +377,14 @@ impl OpResult {
                 Obj::new().field("response_range", &o.end()).end()
             }
             OpResult::Delete { deleted, prev_kv } => {
-                let o = Obj::new().field("header", &sub_header(rev)).int("deleted", deleted.len() as i64);
+                let o = Obj::new()
+                    .field("header", &sub_header(rev))
+                    .int("deleted", deleted.len() as i64);
                 let o = if *prev_kv {
-                    let prevs: Vec<String> = deleted.iter().map(|(k, kv)| kv_json(k, kv, false)).collect();
+                    let prevs: Vec<String> = deleted
+                        .iter()
+                        .map(|(k, kv)| kv_json(k, kv, false))
+                        .collect();
                     o.list("prev_kvs", &prevs)
                 } else {
                     o
@@ -391,7 +421,11 @@ impl EtcdModel {
     /// Before `until`, answer non-watch requests with a 503 "request timed
     /// out" with probability `chance`; half of those were applied anyway.
     pub fn set_flaky(&mut self, seed: u64, chance: f64, until: Millis) {
-        self.flaky = Some(Flaky { rng: SimRng::new(seed), chance, until });
+        self.flaky = Some(Flaky {
+            rng: SimRng::new(seed),
+            chance,
+            until,
+        });
     }
 
     fn flaky_error(&mut self, now: Millis, req: &HttpRequest) -> Option<bool> {
@@ -410,8 +444,13 @@ impl EtcdModel {
     pub fn kv(&self, key: &[u8]) -> Option<&Kv> {
         self.kvs.get(key)
     }
-    pub fn keys_with_prefix<'a>(&'a self, prefix: &'a [u8]) -> impl Iterator<Item = (&'a Vec<u8>, &'a Kv)> + 'a {
-        self.kvs.range(prefix.to_vec()..).take_while(move |(k, _)| k.starts_with(prefix))
+    pub fn keys_with_prefix<'a>(
+        &'a self,
+        prefix: &'a [u8],
+    ) -> impl Iterator<Item = (&'a Vec<u8>, &'a Kv)> + 'a {
+        self.kvs
+            .range(prefix.to_vec()..)
+            .take_while(move |(k, _)| k.starts_with(prefix))
     }
     pub fn key_count(&self) -> usize {
         self.kvs.len()
@@ -429,7 +468,10 @@ impl EtcdModel {
     // -------------------------------------------------------------- store
 
     fn begin(&self) -> Tx {
-        Tx { rev: self.revision + 1, events: Vec::new() }
+        Tx {
+            rev: self.revision + 1,
+            events: Vec::new(),
+        }
     }
 
     fn put(&mut self, tx: &mut Tx, key: Vec<u8>, value: Vec<u8>, lease: i64) -> Option<Kv> {
@@ -454,7 +496,12 @@ impl EtcdModel {
             lease,
         };
         self.kvs.insert(key.clone(), kv.clone());
-        tx.events.push(EventRec { rev: tx.rev, key, kv: Some(kv), prev: prev.clone() });
+        tx.events.push(EventRec {
+            rev: tx.rev,
+            key,
+            kv: Some(kv),
+            prev: prev.clone(),
+        });
         prev
     }
 
@@ -466,7 +513,12 @@ impl EtcdModel {
                 if let Some(l) = self.leases.get_mut(&kv.lease) {
                     l.keys.remove(&k);
                 }
-                tx.events.push(EventRec { rev: tx.rev, key: k.clone(), kv: None, prev: Some(kv.clone()) });
+                tx.events.push(EventRec {
+                    rev: tx.rev,
+                    key: k.clone(),
+                    kv: None,
+                    prev: Some(kv.clone()),
+                });
                 out.push((k, kv));
             }
         }
@@ -475,9 +527,18 @@ impl EtcdModel {
 
     fn range_keys(&self, key: &[u8], range_end: &[u8]) -> Vec<Vec<u8>> {
         if range_end.is_empty() {
-            return if self.kvs.contains_key(key) { vec![key.to_vec()] } else { Vec::new() };
+            return if self.kvs.contains_key(key) {
+                vec![key.to_vec()]
+            } else {
+                Vec::new()
+            };
         }
-        self.kvs.range(key.to_vec()..).map(|(k, _)| k).take_while(|k| in_range(k, key, range_end)).cloned().collect()
+        self.kvs
+            .range(key.to_vec()..)
+            .map(|(k, _)| k)
+            .take_while(|k| in_range(k, key, range_end))
+            .cloned()
+            .collect()
     }
 
     /// Commits the writes of `tx` (one new revision if there were any) and feeds watchers.
@@ -489,7 +550,8 @@ impl EtcdModel {
         for (wid, w) in &self.watchers {
             let evs: Vec<&EventRec> = tx.events.iter().filter(|e| watch_matches(w, e)).collect();
             if !evs.is_empty() {
-                self.out.push((RequestId(*wid), watch_message(tx.rev, &evs, w.prev_kv)));
+                self.out
+                    .push((RequestId(*wid), watch_message(tx.rev, &evs, w.prev_kv)));
             }
         }
         self.history.extend(tx.events);
@@ -504,12 +566,18 @@ impl EtcdModel {
         let limit = int(r, "limit")?;
         let mut order = enumeration(r, "sort_order", SORT_ORDER)?;
         let target = enumeration(r, "sort_target", SORT_TARGET)?;
-        let (min_c, max_c) = (int(r, "min_create_revision")?, int(r, "max_create_revision")?);
+        let (min_c, max_c) = (
+            int(r, "min_create_revision")?,
+            int(r, "max_create_revision")?,
+        );
         let (min_m, max_m) = (int(r, "min_mod_revision")?, int(r, "max_mod_revision")?);
         let keys_only = flag(r, "keys_only")?;
         let count_only = flag(r, "count_only")?;
-        let all: Vec<(Vec<u8>, Kv)> =
-            self.range_keys(&key, &range_end).into_iter().filter_map(|k| self.kvs.get(&k).cloned().map(|kv| (k, kv))).collect();
+        let all: Vec<(Vec<u8>, Kv)> = self
+            .range_keys(&key, &range_end)
+            .into_iter()
+            .filter_map(|k| self.kvs.get(&k).cloned().map(|kv| (k, kv)))
+            .collect();
         let count = all.len() as i64;
         let mut kvs: Vec<(Vec<u8>, Kv)> = all
             .into_iter()
@@ -542,7 +610,13 @@ impl EtcdModel {
             kvs.truncate(limit as usize);
             more = true;
         }
-        Ok(RangeResult { kvs, more, count, keys_only, count_only })
+        Ok(RangeResult {
+            kvs,
+            more,
+            count,
+            keys_only,
+            count_only,
+        })
     }
 
     fn compare(&self, c: &Value) -> Result<bool, GwError> {
@@ -551,7 +625,13 @@ impl EtcdModel {
         let target = enumeration(c, "target", CMP_TARGET)?;
         let result = enumeration(c, "result", CMP_RESULT)?;
         let keys = self.range_keys(&key, &range_end);
-        let zero = Kv { create_revision: 0, mod_revision: 0, version: 0, value: Vec::new(), lease: 0 };
+        let zero = Kv {
+            create_revision: 0,
+            mod_revision: 0,
+            version: 0,
+            value: Vec::new(),
+            lease: 0,
+        };
         let kvs: Vec<&Kv> = if keys.is_empty() {
             if target == 3 {
                 return Ok(false); // etcd: a VALUE compare on a missing key always fails
@@ -595,7 +675,11 @@ impl EtcdModel {
             let value = bytes(p, "value")?;
             let lease = int(p, "lease")?;
             let prev = self.put(tx, key.clone(), value, lease);
-            let prev = if flag(p, "prev_kv")? { prev.map(|kv| (key, kv)) } else { None };
+            let prev = if flag(p, "prev_kv")? {
+                prev.map(|kv| (key, kv))
+            } else {
+                None
+            };
             Ok(OpResult::Put { prev })
         } else if let Some(r) = op.get("request_range") {
             Ok(OpResult::Range(self.range(r)?))
@@ -603,7 +687,10 @@ impl EtcdModel {
             let key = bytes(d, "key")?;
             let range_end = bytes(d, "range_end")?;
             let deleted = self.delete_range(tx, &key, &range_end);
-            Ok(OpResult::Delete { deleted, prev_kv: flag(d, "prev_kv")? })
+            Ok(OpResult::Delete {
+                deleted,
+                prev_kv: flag(d, "prev_kv")?,
+            })
         } else {
             Err(GwError::bad("model: unsupported txn op"))
         }
@@ -613,14 +700,20 @@ impl EtcdModel {
 
     fn ep_range(&mut self, body: &Value) -> Result<String, GwError> {
         let r = self.range(body)?;
-        Ok(r.fields(Obj::new().field("header", &header(self.revision))).end())
+        Ok(r.fields(Obj::new().field("header", &header(self.revision)))
+            .end())
     }
 
     fn ep_put(&mut self, body: &Value) -> Result<String, GwError> {
         self.check_put_lease(body)?;
         let mut tx = self.begin();
         let key = bytes(body, "key")?;
-        let prev = self.put(&mut tx, key.clone(), bytes(body, "value")?, int(body, "lease")?);
+        let prev = self.put(
+            &mut tx,
+            key.clone(),
+            bytes(body, "value")?,
+            int(body, "lease")?,
+        );
         self.commit(tx);
         let o = Obj::new().field("header", &header(self.revision));
         let o = match prev {
@@ -637,9 +730,14 @@ impl EtcdModel {
         let mut tx = self.begin();
         let deleted = self.delete_range(&mut tx, &key, &range_end);
         self.commit(tx);
-        let o = Obj::new().field("header", &header(self.revision)).int("deleted", deleted.len() as i64);
+        let o = Obj::new()
+            .field("header", &header(self.revision))
+            .int("deleted", deleted.len() as i64);
         let o = if prev_kv {
-            let prevs: Vec<String> = deleted.iter().map(|(k, kv)| kv_json(k, kv, false)).collect();
+            let prevs: Vec<String> = deleted
+                .iter()
+                .map(|(k, kv)| kv_json(k, kv, false))
+                .collect();
             o.list("prev_kvs", &prevs)
         } else {
             o
@@ -680,7 +778,11 @@ impl EtcdModel {
                     // Validation happens up front in etcd; the model only fails
                     // here on requests it does not model, before any write.
                     if !tx.events.is_empty() {
-                        return Err(GwError::new(500, 13, format!("model: txn failed mid-way: {}", e.message)));
+                        return Err(GwError::new(
+                            500,
+                            13,
+                            format!("model: txn failed mid-way: {}", e.message),
+                        ));
                     }
                     return Err(e);
                 }
@@ -689,10 +791,19 @@ impl EtcdModel {
         self.commit(tx);
         let rev = self.revision;
         let responses: Vec<String> = results.iter().map(|r| r.to_json(rev)).collect();
-        Ok(Obj::new().field("header", &header(rev)).flag("succeeded", ok).list("responses", &responses).end())
+        Ok(Obj::new()
+            .field("header", &header(rev))
+            .flag("succeeded", ok)
+            .list("responses", &responses)
+            .end())
     }
 
-    fn ep_grant(&mut self, now: Millis, body: &Value, client: Option<usize>) -> Result<String, GwError> {
+    fn ep_grant(
+        &mut self,
+        now: Millis,
+        body: &Value,
+        client: Option<usize>,
+    ) -> Result<String, GwError> {
         let ttl = int(body, "TTL")?;
         if ttl > MAX_TTL_S {
             return Err(GwError::new(400, 11, "etcdserver: too large lease TTL"));
@@ -710,9 +821,20 @@ impl EtcdModel {
         }
         self.leases.insert(
             id,
-            Lease { id, ttl_s: ttl, expires_at: now + ttl as u64 * 1000, keys: BTreeSet::new(), granted_by: client, last_renewed: now },
+            Lease {
+                id,
+                ttl_s: ttl,
+                expires_at: now + ttl as u64 * 1000,
+                keys: BTreeSet::new(),
+                granted_by: client,
+                last_renewed: now,
+            },
         );
-        Ok(Obj::new().field("header", &header(self.revision)).int("ID", id).int("TTL", ttl).end())
+        Ok(Obj::new()
+            .field("header", &header(self.revision))
+            .int("ID", id)
+            .int("TTL", ttl)
+            .end())
     }
 
     fn ep_keepalive(&mut self, now: Millis, body: &Value) -> Result<String, GwError> {
@@ -725,12 +847,18 @@ impl EtcdModel {
             }
             None => 0,
         };
-        let inner = Obj::new().field("header", &header(self.revision)).int("ID", id).int("TTL", ttl).end();
+        let inner = Obj::new()
+            .field("header", &header(self.revision))
+            .int("ID", id)
+            .int("TTL", ttl)
+            .end();
         Ok(format!("{}\n", Obj::new().field("result", &inner).end()))
     }
 
     fn revoke(&mut self, id: i64) -> bool {
-        let Some(lease) = self.leases.remove(&id) else { return false };
+        let Some(lease) = self.leases.remove(&id) else {
+            return false;
+        };
         let mut tx = self.begin();
         for k in &lease.keys {
             self.delete_range(&mut tx, k, &[]);
@@ -748,13 +876,20 @@ impl EtcdModel {
 
     fn ep_timetolive(&mut self, now: Millis, body: &Value) -> Result<String, GwError> {
         let id = int(body, "ID")?;
-        let o = Obj::new().field("header", &header(self.revision)).int("ID", id);
+        let o = Obj::new()
+            .field("header", &header(self.revision))
+            .int("ID", id);
         let o = match self.leases.get(&id) {
             Some(l) => {
                 let remaining = (l.expires_at.saturating_sub(now) / 1000) as i64;
-                let keys: Vec<String> =
-                    if flag(body, "keys")? { l.keys.iter().map(|k| json_str(&b64(k))).collect() } else { Vec::new() };
-                o.int("TTL", remaining).int("grantedTTL", l.ttl_s).list("keys", &keys)
+                let keys: Vec<String> = if flag(body, "keys")? {
+                    l.keys.iter().map(|k| json_str(&b64(k))).collect()
+                } else {
+                    Vec::new()
+                };
+                o.int("TTL", remaining)
+                    .int("grantedTTL", l.ttl_s)
+                    .list("keys", &keys)
             }
             None => o.int("TTL", -1),
         };
@@ -780,13 +915,31 @@ impl EtcdModel {
             }
         }
         let from_rev = if start > 0 { start } else { self.revision + 1 };
-        let w = Watcher { key, range_end, no_put, no_delete, prev_kv, from_rev };
-        let created = Obj::new().field("header", &header(self.revision)).flag("created", true).end();
-        self.out.push((wire, format!("{}\n", Obj::new().field("result", &created).end()).into_bytes()));
+        let w = Watcher {
+            key,
+            range_end,
+            no_put,
+            no_delete,
+            prev_kv,
+            from_rev,
+        };
+        let created = Obj::new()
+            .field("header", &header(self.revision))
+            .flag("created", true)
+            .end();
+        self.out.push((
+            wire,
+            format!("{}\n", Obj::new().field("result", &created).end()).into_bytes(),
+        ));
         if start > 0 && start <= self.revision {
-            let evs: Vec<&EventRec> = self.history.iter().filter(|e| e.rev >= start && watch_matches(&w, e)).collect();
+            let evs: Vec<&EventRec> = self
+                .history
+                .iter()
+                .filter(|e| e.rev >= start && watch_matches(&w, e))
+                .collect();
             if !evs.is_empty() {
-                self.out.push((wire, watch_message(self.revision, &evs, prev_kv)));
+                self.out
+                    .push((wire, watch_message(self.revision, &evs, prev_kv)));
             }
         }
         self.watchers.insert(wire.0, w);
@@ -809,10 +962,16 @@ impl EtcdModel {
             "/v3/watch",
         ];
         if !known.contains(&path.as_str()) {
-            return Ok(Reply::Full { status: 404, body: b"Not Found\n".to_vec() });
+            return Ok(Reply::Full {
+                status: 404,
+                body: b"Not Found\n".to_vec(),
+            });
         }
         if req.method != Method::Post {
-            return Ok(Reply::Full { status: 405, body: b"Method Not Allowed\n".to_vec() });
+            return Ok(Reply::Full {
+                status: 405,
+                body: b"Method Not Allowed\n".to_vec(),
+            });
         }
         let body: Value = if req.body.iter().all(|b| b.is_ascii_whitespace()) {
             Value::Object(Default::default())
@@ -826,9 +985,15 @@ impl EtcdModel {
             })?
         };
         if !body.is_object() {
-            return Err(GwError::bad("json: cannot unmarshal non-object into Go value"));
+            return Err(GwError::bad(
+                "json: cannot unmarshal non-object into Go value",
+            ));
         }
-        let client = req.headers.iter().find(|(k, _)| k == CLIENT_HEADER).and_then(|(_, v)| v.parse().ok());
+        let client = req
+            .headers
+            .iter()
+            .find(|(k, _)| k == CLIENT_HEADER)
+            .and_then(|(_, v)| v.parse().ok());
         let text = match path.as_str() {
             "/v3/kv/range" => self.ep_range(&body)?,
             "/v3/kv/put" => self.ep_put(&body)?,
@@ -843,7 +1008,10 @@ impl EtcdModel {
                 return Ok(Reply::Stream { status: 200 });
             }
         };
-        Ok(Reply::Full { status: 200, body: text.into_bytes() })
+        Ok(Reply::Full {
+            status: 200,
+            body: text.into_bytes(),
+        })
     }
 }
 
@@ -860,9 +1028,13 @@ fn watch_message(rev: i64, evs: &[&EventRec], prev_kv: bool) -> Vec<u8> {
         .map(|e| {
             let o = match &e.kv {
                 Some(kv) => Obj::new().field("kv", &kv_json(&e.key, kv, false)),
-                None => Obj::new()
-                    .str("type", "DELETE")
-                    .field("kv", &Obj::new().bytes("key", &e.key).int("mod_revision", e.rev).end()),
+                None => Obj::new().str("type", "DELETE").field(
+                    "kv",
+                    &Obj::new()
+                        .bytes("key", &e.key)
+                        .int("mod_revision", e.rev)
+                        .end(),
+                ),
             };
             let o = match (&e.prev, prev_kv) {
                 (Some(p), true) => o.field("prev_kv", &kv_json(&e.key, p, false)),
@@ -871,7 +1043,10 @@ fn watch_message(rev: i64, evs: &[&EventRec], prev_kv: bool) -> Vec<u8> {
             o.end()
         })
         .collect();
-    let inner = Obj::new().field("header", &header(rev)).list("events", &events).end();
+    let inner = Obj::new()
+        .field("header", &header(rev))
+        .list("events", &events)
+        .end();
     format!("{}\n", Obj::new().field("result", &inner).end()).into_bytes()
 }
 
@@ -902,7 +1077,12 @@ impl SimServer for EtcdModel {
     }
 
     fn advance(&mut self, now: Millis) {
-        let expired: Vec<i64> = self.leases.values().filter(|l| l.expires_at <= now).map(|l| l.id).collect();
+        let expired: Vec<i64> = self
+            .leases
+            .values()
+            .filter(|l| l.expires_at <= now)
+            .map(|l| l.id)
+            .collect();
         for id in expired {
             self.revoke(id);
         }

@@ -93,8 +93,9 @@ use std::cmp::Ordering;
 use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet, VecDeque};
 
 use edgelock::core::{
-    AcquireOptions, Event, HttpRequest, Input, LockError, LockId, LockInfo, LockKind, LockMachine, LockMachineExt, LostReason, Millis,
-    OpId, Operation, RequestId, SeededEntropy, Transmit, TransportError, Wait,
+    AcquireOptions, Event, HttpRequest, Input, LockError, LockId, LockInfo, LockKind, LockMachine,
+    LockMachineExt, LostReason, Millis, OpId, Operation, RequestId, SeededEntropy, Transmit,
+    TransportError, Wait,
 };
 
 /// Header the world adds to every request: the sending client's index.
@@ -103,10 +104,15 @@ pub const CLIENT_HEADER: &str = "x-sim-client";
 /// A server's answer to one request.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Reply {
-    Full { status: u16, body: Vec<u8> },
+    Full {
+        status: u16,
+        body: Vec<u8>,
+    },
     /// A 2xx streaming response; its body comes from `drain_stream_chunks`.
     /// (A non-2xx status is delivered as an empty `Full` response.)
-    Stream { status: u16 },
+    Stream {
+        status: u16,
+    },
     /// The server swallowed the request (crashed mid-request): no answer.
     #[allow(clippy::enum_variant_names)] // the name the harness's users know
     NoReply,
@@ -188,7 +194,9 @@ pub fn hostile_chunk(rng: &mut SimRng) -> Vec<u8> {
     ];
     match rng.below(10) {
         0..=6 => FIXED[rng.below(FIXED.len() as u64) as usize].to_vec(),
-        7 | 8 => (0..rng.range(1, 64)).map(|_| rng.next_u64() as u8).collect(),
+        7 | 8 => (0..rng.range(1, 64))
+            .map(|_| rng.next_u64() as u8)
+            .collect(),
         _ if rng.chance(0.2) => {
             // Longer than any line or message the decoders accept.
             let mut v = b"data: ".to_vec();
@@ -391,13 +399,23 @@ pub enum What {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Outcome {
     Pending,
-    Acquired { lock: LockId, token: u64 },
+    Acquired {
+        lock: LockId,
+        token: u64,
+    },
     NotAcquired,
-    Released { held_until_release: bool },
+    Released {
+        held_until_release: bool,
+    },
     /// New `expires_at` on the client's clock.
-    Extended { expires_at: Millis },
+    Extended {
+        expires_at: Millis,
+    },
     /// The error's `code()` and message.
-    Failed { code: &'static str, message: String },
+    Failed {
+        code: &'static str,
+        message: String,
+    },
     Closed,
 }
 
@@ -476,12 +494,22 @@ struct Holding {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Script {
     Idle,
-    Acquiring { op: OpId },
-    Holding { lock: LockId },
-    Releasing { op: OpId, lock: LockId, attempts: u32 },
+    Acquiring {
+        op: OpId,
+    },
+    Holding {
+        lock: LockId,
+    },
+    Releasing {
+        op: OpId,
+        lock: LockId,
+        attempts: u32,
+    },
     /// Cycles done; waiting for the world's close.
     Finished,
-    Closing { op: OpId },
+    Closing {
+        op: OpId,
+    },
     Done,
 }
 
@@ -538,17 +566,43 @@ struct OpenStream {
 
 #[derive(Debug)]
 enum Ev {
-    Arrive { wire: u64, endpoint: usize, req: HttpRequest },
-    Deliver { client: usize, input: Input },
-    DriverTimeout { client: usize, id: RequestId },
-    ServerStreamClosed { server: usize, wire: u64 },
+    Arrive {
+        wire: u64,
+        endpoint: usize,
+        req: HttpRequest,
+    },
+    Deliver {
+        client: usize,
+        input: Input,
+    },
+    DriverTimeout {
+        client: usize,
+        id: RequestId,
+    },
+    ServerStreamClosed {
+        server: usize,
+        wire: u64,
+    },
     /// Bytes held back on stream `wire` go out now.
-    StreamFlush { wire: u64 },
-    User { client: usize, action: Action },
-    PauseStart { client: usize },
-    PauseEnd { client: usize },
-    OutageStart { endpoint: usize },
-    OutageEnd { endpoint: usize },
+    StreamFlush {
+        wire: u64,
+    },
+    User {
+        client: usize,
+        action: Action,
+    },
+    PauseStart {
+        client: usize,
+    },
+    PauseEnd {
+        client: usize,
+    },
+    OutageStart {
+        endpoint: usize,
+    },
+    OutageEnd {
+        endpoint: usize,
+    },
 }
 
 struct Queued {
@@ -689,7 +743,9 @@ impl<S: SimServer> World<S> {
 
     /// The endpoint indices of a server (for partitions and outages).
     pub fn endpoints(&self, server: usize) -> Vec<usize> {
-        (0..self.routes.len()).filter(|&e| self.routes[e].1 == server).collect()
+        (0..self.routes.len())
+            .filter(|&e| self.routes[e].1 == server)
+            .collect()
     }
 
     pub fn endpoint_count(&self) -> usize {
@@ -743,8 +799,18 @@ impl<S: SimServer> World<S> {
     }
 
     pub fn add_outage(&mut self, o: Outage) {
-        self.push(o.from, Ev::OutageStart { endpoint: o.endpoint });
-        self.push(o.until, Ev::OutageEnd { endpoint: o.endpoint });
+        self.push(
+            o.from,
+            Ev::OutageStart {
+                endpoint: o.endpoint,
+            },
+        );
+        self.push(
+            o.until,
+            Ev::OutageEnd {
+                endpoint: o.endpoint,
+            },
+        );
         self.outages.push(o);
     }
 
@@ -756,14 +822,19 @@ impl<S: SimServer> World<S> {
 
     /// Streaming requests client `c` sent and has neither seen end nor cancelled.
     pub fn stream_flights(&self, c: usize) -> usize {
-        self.clients[c].inflight.values().filter(|f| f.stream).count()
+        self.clients[c]
+            .inflight
+            .values()
+            .filter(|f| f.stream)
+            .count()
     }
 
     /// Whether client `c` has an acquire that waits (not `Try`) and has not completed.
     pub fn waiting_acquire(&self, c: usize) -> bool {
         self.clients[c].ops.values().any(|&i| {
             let r = &self.history[i];
-            r.outcome == Outcome::Pending && matches!(r.what, What::Acquire { wait, .. } if wait != Wait::Try)
+            r.outcome == Outcome::Pending
+                && matches!(r.what, What::Acquire { wait, .. } if wait != Wait::Try)
         })
     }
 
@@ -794,7 +865,13 @@ impl<S: SimServer> World<S> {
         self.closing = false;
         for c in 0..self.clients.len() {
             let at = self.now + self.rng.range(0, 50);
-            self.push(at, Ev::User { client: c, action: Action::StartCycle });
+            self.push(
+                at,
+                Ev::User {
+                    client: c,
+                    action: Action::StartCycle,
+                },
+            );
         }
         self.stop_at = Some(stop_at);
     }
@@ -806,7 +883,11 @@ impl<S: SimServer> World<S> {
 
     fn push(&mut self, at: Millis, ev: Ev) {
         self.seq += 1;
-        self.queue.push(Queued { at, seq: self.seq, ev });
+        self.queue.push(Queued {
+            at,
+            seq: self.seq,
+            ev,
+        });
     }
 
     fn faulty(&self) -> bool {
@@ -825,7 +906,9 @@ impl<S: SimServer> World<S> {
     fn partitioned(&self, client: usize, endpoint: usize, at: Millis) -> Option<Millis> {
         self.partitions
             .iter()
-            .filter(|p| p.client == client && p.endpoint == endpoint && p.from <= at && at < p.until)
+            .filter(|p| {
+                p.client == client && p.endpoint == endpoint && p.from <= at && at < p.until
+            })
             .map(|p| p.until)
             .max()
     }
@@ -872,12 +955,15 @@ impl<S: SimServer> World<S> {
     /// pending close (which cleans up everything).
     pub fn interested(&self, c: usize, name: &str) -> bool {
         let cl = &self.clients[c];
-        if cl.holdings.values().any(|h| h.name == name) || matches!(cl.script, Script::Closing { .. }) {
+        if cl.holdings.values().any(|h| h.name == name)
+            || matches!(cl.script, Script::Closing { .. })
+        {
             return true;
         }
         cl.ops.values().any(|&i| {
             let r = &self.history[i];
-            r.outcome == Outcome::Pending && matches!(&r.what, What::Acquire { name: n, .. } if n == name)
+            r.outcome == Outcome::Pending
+                && matches!(&r.what, What::Acquire { name: n, .. } if n == name)
         })
     }
 
@@ -898,18 +984,25 @@ impl<S: SimServer> World<S> {
             };
             // A reader and a writer clash even on one client (its writer
             // queues behind its own reader, and the other way round).
-            let rw = a.kind == LockKind::Shared || believers.iter().any(|b| b.name == a.name && b.kind == LockKind::Shared);
+            let rw = a.kind == LockKind::Shared
+                || believers
+                    .iter()
+                    .any(|b| b.name == a.name && b.kind == LockKind::Shared);
             // Readers share a name (and, on Redis, their readers' set key).
-            let both_shared = |b: &Believer| a.kind == LockKind::Shared && b.kind == LockKind::Shared;
+            let both_shared =
+                |b: &Believer| a.kind == LockKind::Shared && b.kind == LockKind::Shared;
             let mut others = HashSet::new();
             for b in &believers {
                 if a.name == b.name && a.client != b.client {
                     others.insert(b.client);
                 }
             }
-            let clash = believers[i + 1..]
-                .iter()
-                .find(|b| b.name == a.name && (b.client != a.client || rw) && !both_shared(b) && (limit == 1 || b.key == a.key || b.kind != a.kind));
+            let clash = believers[i + 1..].iter().find(|b| {
+                b.name == a.name
+                    && (b.client != a.client || rw)
+                    && !both_shared(b)
+                    && (limit == 1 || b.key == a.key || b.kind != a.kind)
+            });
             if let Some(b) = clash {
                 let v = format!(
                     "two clients believe they hold {:?} (key {:?}, {:?} and {:?}) at t={}: client {} (token {}, since {}, expires_at {} local) and client {} (token {}, since {}, expires_at {} local)",
@@ -922,7 +1015,11 @@ impl<S: SimServer> World<S> {
                     others.len() + 1,
                     a.name,
                     self.now,
-                    believers.iter().filter(|b| b.name == a.name).map(|b| (b.client, b.key.clone(), b.token)).collect::<Vec<_>>()
+                    believers
+                        .iter()
+                        .filter(|b| b.name == a.name)
+                        .map(|b| (b.client, b.key.clone(), b.token))
+                        .collect::<Vec<_>>()
                 ));
             }
         }
@@ -934,8 +1031,17 @@ impl<S: SimServer> World<S> {
         for (i, a) in believers.iter().enumerate() {
             let count = believers.iter().filter(|b| b.name == a.name).count();
             if count > limit as usize {
-                let who: Vec<String> = believers.iter().filter(|b| b.name == a.name).map(|b| format!("client {} slot {:?} token {}", b.client, b.slot, b.token)).collect();
-                self.violations.push(format!("{count} believe they hold a permit of {:?} (limit {limit}) at t={}: {}", a.name, self.now, who.join(", ")));
+                let who: Vec<String> = believers
+                    .iter()
+                    .filter(|b| b.name == a.name)
+                    .map(|b| format!("client {} slot {:?} token {}", b.client, b.slot, b.token))
+                    .collect();
+                self.violations.push(format!(
+                    "{count} believe they hold a permit of {:?} (limit {limit}) at t={}: {}",
+                    a.name,
+                    self.now,
+                    who.join(", ")
+                ));
                 return;
             }
             for b in &believers[i + 1..] {
@@ -976,17 +1082,29 @@ impl<S: SimServer> World<S> {
     fn send(&mut self, c: usize, mut req: HttpRequest) {
         let id = req.id;
         let Some(endpoint) = self.route(req.target.url().unwrap_or("")) else {
-            self.violations.push(format!("client {c} sent to an unknown target {:?}", req.target));
+            self.violations.push(format!(
+                "client {c} sent to an unknown target {:?}",
+                req.target
+            ));
             return;
         };
         if self.clients[c].inflight.contains_key(&id) {
-            self.violations.push(format!("client {c} reused request id {id:?}"));
+            self.violations
+                .push(format!("client {c} reused request id {id:?}"));
         }
         self.next_wire += 1;
         let wire = self.next_wire;
         self.wires.insert(wire, (c, id));
         let has_timeout = req.timeout_ms.is_some() && !req.stream;
-        self.clients[c].inflight.insert(id, Flight { wire, endpoint, stream: req.stream, has_timeout });
+        self.clients[c].inflight.insert(
+            id,
+            Flight {
+                wire,
+                endpoint,
+                stream: req.stream,
+                has_timeout,
+            },
+        );
         let now = self.now;
         self.log(|| {
             let body = String::from_utf8_lossy(&req.body);
@@ -1000,7 +1118,8 @@ impl<S: SimServer> World<S> {
                 self.push(at, Ev::DriverTimeout { client: c, id });
             }
         }
-        let lost = self.partitioned(c, endpoint, now).is_some() || (self.faulty() && self.rng.chance(self.net.request_loss));
+        let lost = self.partitioned(c, endpoint, now).is_some()
+            || (self.faulty() && self.rng.chance(self.net.request_loss));
         if lost {
             self.log(|| format!("   request c{c}#{} lost", id.0));
             self.silence(c, id, req.timeout_ms.is_some() || req.stream);
@@ -1009,7 +1128,14 @@ impl<S: SimServer> World<S> {
         req.headers.push((CLIENT_HEADER.to_string(), c.to_string()));
         req.id = RequestId(wire);
         let d = self.delay();
-        self.push(now + d, Ev::Arrive { wire, endpoint, req });
+        self.push(
+            now + d,
+            Ev::Arrive {
+                wire,
+                endpoint,
+                req,
+            },
+        );
     }
 
     /// No answer will come: without a driver timeout the dead connection
@@ -1019,7 +1145,13 @@ impl<S: SimServer> World<S> {
             let at = self.now + self.net.dead_connection_ms;
             self.push(
                 at,
-                Ev::Deliver { client: c, input: Input::Failed { id, error: TransportError::Io("connection timed out".into()) } },
+                Ev::Deliver {
+                    client: c,
+                    input: Input::Failed {
+                        id,
+                        error: TransportError::Io("connection timed out".into()),
+                    },
+                },
             );
         }
     }
@@ -1032,7 +1164,13 @@ impl<S: SimServer> World<S> {
                 if let Some(s) = self.streams.remove(&f.wire) {
                     let d = self.delay();
                     let server = self.routes[s.endpoint].1;
-                    self.push(self.now + d, Ev::ServerStreamClosed { server, wire: f.wire });
+                    self.push(
+                        self.now + d,
+                        Ev::ServerStreamClosed {
+                            server,
+                            wire: f.wire,
+                        },
+                    );
                 }
             }
         }
@@ -1061,9 +1199,15 @@ impl<S: SimServer> World<S> {
         }
         self.log(|| match &input {
             Input::Response { status, body, .. } => {
-                format!("c{c} <- #{} {status} {}", id.0, String::from_utf8_lossy(body))
+                format!(
+                    "c{c} <- #{} {status} {}",
+                    id.0,
+                    String::from_utf8_lossy(body)
+                )
             }
-            Input::Chunk { data, .. } => format!("c{c} <- #{} chunk {}", id.0, String::from_utf8_lossy(data)),
+            Input::Chunk { data, .. } => {
+                format!("c{c} <- #{} chunk {}", id.0, String::from_utf8_lossy(data))
+            }
             Input::StreamEnd { .. } => format!("c{c} <- #{} end", id.0),
             Input::Failed { error, .. } => format!("c{c} <- #{} failed: {error}", id.0),
         });
@@ -1074,7 +1218,13 @@ impl<S: SimServer> World<S> {
 
     fn driver_timeout(&mut self, c: usize, id: RequestId) {
         if self.clients[c].inflight.contains_key(&id) {
-            self.deliver(c, Input::Failed { id, error: TransportError::Timeout });
+            self.deliver(
+                c,
+                Input::Failed {
+                    id,
+                    error: TransportError::Timeout,
+                },
+            );
         }
     }
 
@@ -1089,7 +1239,13 @@ impl<S: SimServer> World<S> {
             if self.partitioned(c, endpoint, self.now).is_none() {
                 let d = self.delay();
                 let error = TransportError::Connect("connection refused".into());
-                self.push(self.now + d, Ev::Deliver { client: c, input: Input::Failed { id, error } });
+                self.push(
+                    self.now + d,
+                    Ev::Deliver {
+                        client: c,
+                        input: Input::Failed { id, error },
+                    },
+                );
             }
             return;
         }
@@ -1097,16 +1253,34 @@ impl<S: SimServer> World<S> {
         let reply = self.servers[server].handle(self.now, &req);
         let stream_cancelled = !self.clients[c].inflight.contains_key(&id);
         match reply {
-            Reply::Full { status, body } => self.respond(c, endpoint, id, Input::Response { id, status, body }),
+            Reply::Full { status, body } => {
+                self.respond(c, endpoint, id, Input::Response { id, status, body })
+            }
             Reply::Stream { status } if (200..300).contains(&status) => {
                 if stream_cancelled {
                     self.servers[server].stream_closed(RequestId(wire));
                 } else {
-                    let s = OpenStream { client: c, id, endpoint, last_delivery: self.now, held: Vec::new(), flush_queued: false };
+                    let s = OpenStream {
+                        client: c,
+                        id,
+                        endpoint,
+                        last_delivery: self.now,
+                        held: Vec::new(),
+                        flush_queued: false,
+                    };
                     self.streams.insert(wire, s);
                 }
             }
-            Reply::Stream { status } => self.respond(c, endpoint, id, Input::Response { id, status, body: Vec::new() }),
+            Reply::Stream { status } => self.respond(
+                c,
+                endpoint,
+                id,
+                Input::Response {
+                    id,
+                    status,
+                    body: Vec::new(),
+                },
+            ),
             Reply::NoReply => {
                 let covered = req.timeout_ms.is_some() || req.stream;
                 if !stream_cancelled {
@@ -1130,13 +1304,20 @@ impl<S: SimServer> World<S> {
     }
 
     fn respond(&mut self, c: usize, endpoint: usize, id: RequestId, input: Input) {
-        let lost = self.partitioned(c, endpoint, self.now).is_some() || (self.faulty() && self.rng.chance(self.net.response_loss));
+        let lost = self.partitioned(c, endpoint, self.now).is_some()
+            || (self.faulty() && self.rng.chance(self.net.response_loss));
         if lost {
             self.log(|| format!("   response to c{c}#{} lost", id.0));
             if self.faulty() && self.rng.chance(self.net.reset_chance) {
                 let d = self.delay();
                 let error = TransportError::Io("connection reset".into());
-                self.push(self.now + d, Ev::Deliver { client: c, input: Input::Failed { id, error } });
+                self.push(
+                    self.now + d,
+                    Ev::Deliver {
+                        client: c,
+                        input: Input::Failed { id, error },
+                    },
+                );
             } else if let Some(f) = self.clients[c].inflight.get(&id) {
                 // Silence: the driver timeout (scheduled at send) covers requests
                 // with a timeout; others die with the connection.
@@ -1163,7 +1344,9 @@ impl<S: SimServer> World<S> {
         if self.rng.chance(self.net.stream_coalesce) {
             let hold = self.rng.range(1, self.net.coalesce_hold_ms.max(1));
             let now = self.now;
-            let Some(s) = self.streams.get_mut(&wire) else { return };
+            let Some(s) = self.streams.get_mut(&wire) else {
+                return;
+            };
             s.held.extend_from_slice(&data);
             if !s.flush_queued {
                 s.flush_queued = true;
@@ -1171,26 +1354,42 @@ impl<S: SimServer> World<S> {
             }
             return;
         }
-        let held = self.streams.get_mut(&wire).map(|s| std::mem::take(&mut s.held)).unwrap_or_default();
-        let data = if held.is_empty() { data } else { [held, data].concat() };
+        let held = self
+            .streams
+            .get_mut(&wire)
+            .map(|s| std::mem::take(&mut s.held))
+            .unwrap_or_default();
+        let data = if held.is_empty() {
+            data
+        } else {
+            [held, data].concat()
+        };
         self.stream_send(wire, data);
     }
 
     /// The bytes held back on stream `wire` go out (if it still exists).
     fn stream_flush(&mut self, wire: u64) {
-        let Some(s) = self.streams.get_mut(&wire) else { return };
+        let Some(s) = self.streams.get_mut(&wire) else {
+            return;
+        };
         s.flush_queued = false;
         if s.held.is_empty() || self.stream_breaks(wire) {
             return;
         }
-        let held = self.streams.get_mut(&wire).map(|s| std::mem::take(&mut s.held)).unwrap_or_default();
+        let held = self
+            .streams
+            .get_mut(&wire)
+            .map(|s| std::mem::take(&mut s.held))
+            .unwrap_or_default();
         self.stream_send(wire, held);
     }
 
     /// A partition or a seeded break ends stream `wire` now (the server is
     /// told at once, the client once packets flow again): true if it broke.
     fn stream_breaks(&mut self, wire: u64) -> bool {
-        let Some(s) = self.streams.get(&wire) else { return true };
+        let Some(s) = self.streams.get(&wire) else {
+            return true;
+        };
         let (c, id, endpoint) = (s.client, s.id, s.endpoint);
         let partition_end = self.partitioned(c, endpoint, self.now);
         if partition_end.is_none() && !(self.faulty() && self.rng.chance(self.net.stream_break)) {
@@ -1203,20 +1402,34 @@ impl<S: SimServer> World<S> {
         let d = self.delay();
         let at = partition_end.unwrap_or(self.now) + d;
         let error = TransportError::Io("stream connection broken".into());
-        self.push(at, Ev::Deliver { client: c, input: Input::Failed { id, error } });
+        self.push(
+            at,
+            Ev::Deliver {
+                client: c,
+                input: Input::Failed { id, error },
+            },
+        );
         true
     }
 
     /// Delivers `data` on stream `wire`: after the stream's earlier chunks,
     /// sometimes with a hostile chunk spliced in, sometimes in pieces.
     fn stream_send(&mut self, wire: u64, mut data: Vec<u8>) {
-        let Some(s) = self.streams.get(&wire) else { return };
+        let Some(s) = self.streams.get(&wire) else {
+            return;
+        };
         let (c, id, last_delivery) = (s.client, s.id, s.last_delivery);
         if self.faulty() && self.rng.chance(self.net.stream_garbage) {
             let junk = hostile_chunk(&mut self.rng);
             self.hostile_chunks += 1;
             let at = self.rng.below(data.len() as u64 + 1) as usize;
-            self.log(|| format!("   hostile chunk of {} bytes into c{c}#{} at byte {at}", junk.len(), id.0));
+            self.log(|| {
+                format!(
+                    "   hostile chunk of {} bytes into c{c}#{} at byte {at}",
+                    junk.len(),
+                    id.0
+                )
+            });
             data.splice(at..at, junk);
         }
         let d = self.delay();
@@ -1233,8 +1446,13 @@ impl<S: SimServer> World<S> {
                 pieces.push(a.to_vec());
                 pieces.push(b.to_vec());
             } else {
-                let n = self.rng.range(2, (self.net.split_pieces as u64).min(data.len() as u64)) as usize;
-                let mut cuts: Vec<usize> = (1..n).map(|_| 1 + self.rng.below(data.len() as u64 - 1) as usize).collect();
+                let n = self
+                    .rng
+                    .range(2, (self.net.split_pieces as u64).min(data.len() as u64))
+                    as usize;
+                let mut cuts: Vec<usize> = (1..n)
+                    .map(|_| 1 + self.rng.below(data.len() as u64 - 1) as usize)
+                    .collect();
                 cuts.sort_unstable();
                 cuts.dedup();
                 let mut start = 0;
@@ -1247,7 +1465,13 @@ impl<S: SimServer> World<S> {
             pieces.push(data);
         }
         for data in pieces {
-            self.push(at, Ev::Deliver { client: c, input: Input::Chunk { id, data } });
+            self.push(
+                at,
+                Ev::Deliver {
+                    client: c,
+                    input: Input::Chunk { id, data },
+                },
+            );
         }
     }
 
@@ -1258,19 +1482,34 @@ impl<S: SimServer> World<S> {
         if self.endpoints(server).iter().all(|&e| self.ep_down[e]) {
             self.crashed[server] = true;
         }
-        let wires: Vec<u64> = self.streams.iter().filter(|(_, s)| s.endpoint == endpoint).map(|(w, _)| *w).collect();
+        let wires: Vec<u64> = self
+            .streams
+            .iter()
+            .filter(|(_, s)| s.endpoint == endpoint)
+            .map(|(w, _)| *w)
+            .collect();
         for wire in wires {
             if let Some(s) = self.streams.remove(&wire) {
                 self.servers[server].stream_closed(RequestId(wire));
                 let d = self.delay();
                 let error = TransportError::Io("connection reset by crashing server".into());
-                self.push(self.now + d, Ev::Deliver { client: s.client, input: Input::Failed { id: s.id, error } });
+                self.push(
+                    self.now + d,
+                    Ev::Deliver {
+                        client: s.client,
+                        input: Input::Failed { id: s.id, error },
+                    },
+                );
             }
         }
     }
 
     fn outage_end(&mut self, endpoint: usize) {
-        if self.outages.iter().any(|o| o.endpoint == endpoint && o.from < self.now && self.now < o.until) {
+        if self
+            .outages
+            .iter()
+            .any(|o| o.endpoint == endpoint && o.from < self.now && self.now < o.until)
+        {
             return; // overlapping outages: the longest wins
         }
         let server = self.routes[endpoint].1;
@@ -1287,7 +1526,9 @@ impl<S: SimServer> World<S> {
 
     fn complete(&mut self, c: usize, op: OpId, outcome: Outcome) -> Option<usize> {
         let Some(&idx) = self.clients[c].ops.get(&op) else {
-            self.violations.push(format!("client {c}: completion {outcome:?} for unknown op {op:?}"));
+            self.violations.push(format!(
+                "client {c}: completion {outcome:?} for unknown op {op:?}"
+            ));
             return None;
         };
         if self.history[idx].outcome != Outcome::Pending {
@@ -1309,7 +1550,17 @@ impl<S: SimServer> World<S> {
         match e {
             Seen::Acquired { op, lock } => {
                 let token = lock.fencing_token;
-                if self.complete(c, op, Outcome::Acquired { lock: lock.id, token }).is_none() {
+                if self
+                    .complete(
+                        c,
+                        op,
+                        Outcome::Acquired {
+                            lock: lock.id,
+                            token,
+                        },
+                    )
+                    .is_none()
+                {
                     return;
                 }
                 // A semaphore's tokens increase per slot: concurrent holders'
@@ -1323,9 +1574,17 @@ impl<S: SimServer> World<S> {
                     LockKind::Exclusive | LockKind::Shared => self
                         .grants
                         .iter()
-                        .filter(|g| g.name == lock.name && g.slot == slot && (kind == LockKind::Exclusive || g.kind != LockKind::Shared))
+                        .filter(|g| {
+                            g.name == lock.name
+                                && g.slot == slot
+                                && (kind == LockKind::Exclusive || g.kind != LockKind::Shared)
+                        })
                         .max_by_key(|g| g.token),
-                    _ => self.grants.iter().rev().find(|g| g.name == lock.name && g.slot == slot),
+                    _ => self
+                        .grants
+                        .iter()
+                        .rev()
+                        .find(|g| g.name == lock.name && g.slot == slot),
                 };
                 if let Some(last) = last {
                     if token <= last.token {
@@ -1336,7 +1595,17 @@ impl<S: SimServer> World<S> {
                     }
                 }
                 let key = lock.handle.key.clone();
-                self.grants.push(Grant { client: c, lock: lock.id, name: lock.name.clone(), key, token, slot, revision: lock.handle.revision, at: self.now, kind });
+                self.grants.push(Grant {
+                    client: c,
+                    lock: lock.id,
+                    name: lock.name.clone(),
+                    key,
+                    token,
+                    slot,
+                    revision: lock.handle.revision,
+                    at: self.now,
+                    kind,
+                });
                 self.clients[c].holdings.insert(
                     lock.id,
                     Holding {
@@ -1355,10 +1624,22 @@ impl<S: SimServer> World<S> {
                 if self.clients[c].script == (Script::Acquiring { op }) {
                     self.clients[c].script = Script::Holding { lock: lock.id };
                     let hold = self.hold_time();
-                    self.push(self.now + hold, Ev::User { client: c, action: Action::Release(lock.id) });
+                    self.push(
+                        self.now + hold,
+                        Ev::User {
+                            client: c,
+                            action: Action::Release(lock.id),
+                        },
+                    );
                     let extend_chance = self.workload.as_ref().map_or(0.0, |w| w.extend_chance);
                     if self.rng.chance(extend_chance) {
-                        self.push(self.now + hold / 2, Ev::User { client: c, action: Action::Extend(lock.id) });
+                        self.push(
+                            self.now + hold / 2,
+                            Ev::User {
+                                client: c,
+                                action: Action::Extend(lock.id),
+                            },
+                        );
                     }
                 } else {
                     // Acquired after the user gave up on it (e.g. closing): let go.
@@ -1369,25 +1650,41 @@ impl<S: SimServer> World<S> {
                 self.complete(c, op, Outcome::NotAcquired);
                 self.op_finished(c, op);
             }
-            Seen::Released { op, lock, held_until_release } => {
+            Seen::Released {
+                op,
+                lock,
+                held_until_release,
+            } => {
                 self.complete(c, op, Outcome::Released { held_until_release });
                 self.clients[c].holdings.remove(&lock);
                 self.op_finished(c, op);
             }
-            Seen::Extended { lock, expires_at, .. } | Seen::Renewed { lock, expires_at } => {
+            Seen::Extended {
+                lock, expires_at, ..
+            }
+            | Seen::Renewed { lock, expires_at } => {
                 match self.clients[c].holdings.get_mut(&lock) {
                     Some(h) => h.expires_at = expires_at,
-                    None => self.violations.push(format!("client {c}: renewal of lock {lock:?} it does not hold")),
+                    None => self.violations.push(format!(
+                        "client {c}: renewal of lock {lock:?} it does not hold"
+                    )),
                 }
                 if let Seen::Extended { op, .. } = e {
                     self.complete(c, op, Outcome::Extended { expires_at });
                 }
             }
             Seen::Inspected { .. } => {}
+            other @ (Seen::Proclaimed { .. } | Seen::Leader { .. } | Seen::AcquiredAll { .. }) => {
+                self.violations.push(format!(
+                    "client {c}: an outcome this world does not drive: {other:?}"
+                ));
+            }
             Seen::Closed { op } => {
                 self.complete(c, op, Outcome::Closed);
                 if !self.clients[c].holdings.is_empty() {
-                    self.violations.push(format!("client {c}: Closed while locks are neither released nor lost"));
+                    self.violations.push(format!(
+                        "client {c}: Closed while locks are neither released nor lost"
+                    ));
                 }
                 self.clients[c].holdings.clear();
                 self.clients[c].script = Script::Done;
@@ -1396,16 +1693,27 @@ impl<S: SimServer> World<S> {
                 }
             }
             Seen::Failed { op, error } => {
-                let outcome = Outcome::Failed { code: error.code(), message: error.to_string() };
+                let outcome = Outcome::Failed {
+                    code: error.code(),
+                    message: error.to_string(),
+                };
                 let retryable = error.is_retryable();
                 self.complete(c, op, outcome);
                 self.op_failed(c, op, retryable);
             }
             Seen::Lost { lock, name, reason } => {
                 if self.clients[c].holdings.remove(&lock).is_none() {
-                    self.violations.push(format!("client {c}: Lost for lock {lock:?} ({name}) it does not hold"));
+                    self.violations.push(format!(
+                        "client {c}: Lost for lock {lock:?} ({name}) it does not hold"
+                    ));
                 }
-                self.losts.push(LostRecord { client: c, lock, name, at: self.now, reason: reason.to_string() });
+                self.losts.push(LostRecord {
+                    client: c,
+                    lock,
+                    name,
+                    at: self.now,
+                    reason: reason.to_string(),
+                });
                 if self.clients[c].script == (Script::Holding { lock }) {
                     self.clients[c].script = Script::Idle;
                     self.next_cycle(c);
@@ -1415,7 +1723,9 @@ impl<S: SimServer> World<S> {
     }
 
     fn hold_time(&mut self) -> Millis {
-        let Some(w) = self.workload.as_ref() else { return 0 };
+        let Some(w) = self.workload.as_ref() else {
+            return 0;
+        };
         let (hold, long, p) = (w.hold, w.long_hold, w.long_hold_chance);
         if self.rng.chance(p) {
             self.rng.range(long.0, long.1)
@@ -1437,12 +1747,22 @@ impl<S: SimServer> World<S> {
     fn op_failed(&mut self, c: usize, op: OpId, retryable: bool) {
         let retries = self.workload.as_ref().map_or(0, |w| w.release_retries);
         match self.clients[c].script {
-            Script::Releasing { op: o, lock, attempts } if o == op => {
+            Script::Releasing {
+                op: o,
+                lock,
+                attempts,
+            } if o == op => {
                 let still_held = self.clients[c].holdings.contains_key(&lock);
                 if retryable && still_held && attempts < retries {
                     let d = self.rng.range(50, 500);
                     self.clients[c].script = Script::Holding { lock };
-                    self.push(self.now + d, Ev::User { client: c, action: Action::Release(lock) });
+                    self.push(
+                        self.now + d,
+                        Ev::User {
+                            client: c,
+                            action: Action::Release(lock),
+                        },
+                    );
                     self.release_attempts.insert(c, attempts + 1);
                 } else {
                     self.clients[c].script = Script::Idle;
@@ -1458,7 +1778,9 @@ impl<S: SimServer> World<S> {
     }
 
     fn next_cycle(&mut self, c: usize) {
-        let Some(w) = self.workload.as_ref() else { return };
+        let Some(w) = self.workload.as_ref() else {
+            return;
+        };
         if self.closing {
             return;
         }
@@ -1466,13 +1788,23 @@ impl<S: SimServer> World<S> {
         self.clients[c].cycles_done += 1;
         if self.clients[c].cycles_done >= cycles {
             self.clients[c].script = Script::Finished;
-            if self.clients.iter().all(|cl| cl.script == Script::Finished || cl.script == Script::Done) {
+            if self
+                .clients
+                .iter()
+                .all(|cl| cl.script == Script::Finished || cl.script == Script::Done)
+            {
                 self.begin_close();
             }
             return;
         }
         let d = self.rng.range(think.0, think.1);
-        self.push(self.now + d, Ev::User { client: c, action: Action::StartCycle });
+        self.push(
+            self.now + d,
+            Ev::User {
+                client: c,
+                action: Action::StartCycle,
+            },
+        );
     }
 
     fn begin_close(&mut self) {
@@ -1482,7 +1814,13 @@ impl<S: SimServer> World<S> {
         self.closing = true;
         for c in 0..self.clients.len() {
             let d = self.rng.range(0, 20);
-            self.push(self.now + d, Ev::User { client: c, action: Action::Close });
+            self.push(
+                self.now + d,
+                Ev::User {
+                    client: c,
+                    action: Action::Close,
+                },
+            );
         }
     }
 
@@ -1504,16 +1842,27 @@ impl<S: SimServer> World<S> {
                     self.clients[c].script = Script::Releasing { op, lock, attempts };
                 }
             }
-            Err(e) => self.violations.push(format!("client {c}: release of a held lock refused: {e}")),
+            Err(e) => self
+                .violations
+                .push(format!("client {c}: release of a held lock refused: {e}")),
         }
         self.drain(c);
     }
 
     fn record(&mut self, c: usize, op: OpId, what: What) {
         if self.clients[c].ops.contains_key(&op) {
-            self.violations.push(format!("client {c}: op id {op:?} reused"));
+            self.violations
+                .push(format!("client {c}: op id {op:?} reused"));
         }
-        self.history.push(OpRecord { client: c, op, what, begin: self.now, end: None, outcome: Outcome::Pending, cancelled_at: None });
+        self.history.push(OpRecord {
+            client: c,
+            op,
+            what,
+            begin: self.now,
+            end: None,
+            outcome: Outcome::Pending,
+            cancelled_at: None,
+        });
         let idx = self.history.len() - 1;
         self.clients[c].ops.insert(op, idx);
     }
@@ -1525,7 +1874,9 @@ impl<S: SimServer> World<S> {
                 if self.clients[c].script != Script::Idle || self.closing {
                     return;
                 }
-                let Some(w) = self.workload.clone() else { return };
+                let Some(w) = self.workload.clone() else {
+                    return;
+                };
                 let name = w.names[self.rng.below(w.names.len() as u64) as usize].clone();
                 let (a, b, cw) = w.weights;
                 let pick = self.rng.below((a + b + cw).max(1) as u64) as u32;
@@ -1536,22 +1887,41 @@ impl<S: SimServer> World<S> {
                 } else {
                     Wait::Forever
                 };
-                let opts = AcquireOptions { wait, ttl_ms: w.ttl_ms };
+                let opts = AcquireOptions {
+                    wait,
+                    ttl_ms: w.ttl_ms,
+                };
                 self.log(|| format!("c{c} user acquire {name:?} {wait:?}"));
                 // One draw only when there is a choice: other runs keep their sequences.
                 let kinds = &self.acquire_kinds;
-                let kind = if kinds.len() > 1 { kinds[self.rng.below(kinds.len() as u64) as usize] } else { kinds[0] };
-                let op = Operation::Acquire { name: name.clone(), kind, options: opts };
+                let kind = if kinds.len() > 1 {
+                    kinds[self.rng.below(kinds.len() as u64) as usize]
+                } else {
+                    kinds[0]
+                };
+                let op = Operation::Acquire {
+                    name: name.clone(),
+                    kind,
+                    options: opts,
+                };
                 match self.clients[c].machine.start(local, op) {
                     Ok(op) => {
                         self.record(c, op, What::Acquire { name, wait });
                         self.clients[c].script = Script::Acquiring { op };
                         if wait != Wait::Try && self.rng.chance(w.cancel_chance) {
                             let d = self.rng.range(w.cancel_after.0, w.cancel_after.1);
-                            self.push(self.now + d, Ev::User { client: c, action: Action::Cancel(op) });
+                            self.push(
+                                self.now + d,
+                                Ev::User {
+                                    client: c,
+                                    action: Action::Cancel(op),
+                                },
+                            );
                         }
                     }
-                    Err(e) => self.violations.push(format!("client {c}: acquire of {name:?} refused: {e}")),
+                    Err(e) => self
+                        .violations
+                        .push(format!("client {c}: acquire of {name:?} refused: {e}")),
                 }
                 self.drain(c);
             }
@@ -1570,12 +1940,16 @@ impl<S: SimServer> World<S> {
                 if self.clients[c].script != (Script::Holding { lock }) {
                     return;
                 }
-                let Some(name) = self.clients[c].holdings.get(&lock).map(|h| h.name.clone()) else { return };
+                let Some(name) = self.clients[c].holdings.get(&lock).map(|h| h.name.clone()) else {
+                    return;
+                };
                 self.log(|| format!("c{c} user extends lock {}", lock.0));
                 let ttl = self.workload.as_ref().and_then(|w| w.ttl_ms);
                 match self.clients[c].machine.extend(local, lock, ttl) {
                     Ok(op) => self.record(c, op, What::Extend { name, lock }),
-                    Err(e) => self.violations.push(format!("client {c}: extend of a held lock refused: {e}")),
+                    Err(e) => self
+                        .violations
+                        .push(format!("client {c}: extend of a held lock refused: {e}")),
                 }
                 self.drain(c);
             }
@@ -1587,7 +1961,10 @@ impl<S: SimServer> World<S> {
                 self.user_release(c, lock);
             }
             Action::Close => {
-                if matches!(self.clients[c].script, Script::Closing { .. } | Script::Done) {
+                if matches!(
+                    self.clients[c].script,
+                    Script::Closing { .. } | Script::Done
+                ) {
                     return;
                 }
                 self.log(|| format!("c{c} user closes"));
@@ -1609,7 +1986,9 @@ impl<S: SimServer> World<S> {
         if cl.paused {
             return None;
         }
-        cl.machine.poll_timeout().map(|t| cl.clock.to_global(t).max(self.now))
+        cl.machine
+            .poll_timeout()
+            .map(|t| cl.clock.to_global(t).max(self.now))
     }
 
     fn timer(&mut self, c: usize) {
@@ -1621,8 +2000,14 @@ impl<S: SimServer> World<S> {
 
     fn dispatch(&mut self, ev: Ev) {
         match ev {
-            Ev::Arrive { wire, endpoint, req } => self.arrive(wire, endpoint, req),
-            Ev::ServerStreamClosed { server, wire } => self.servers[server].stream_closed(RequestId(wire)),
+            Ev::Arrive {
+                wire,
+                endpoint,
+                req,
+            } => self.arrive(wire, endpoint, req),
+            Ev::ServerStreamClosed { server, wire } => {
+                self.servers[server].stream_closed(RequestId(wire))
+            }
             Ev::StreamFlush { wire } => self.stream_flush(wire),
             Ev::OutageStart { endpoint } => self.outage_start(endpoint),
             Ev::OutageEnd { endpoint } => self.outage_end(endpoint),
@@ -1632,7 +2017,9 @@ impl<S: SimServer> World<S> {
             }
             Ev::PauseEnd { client } => self.resume(client),
             Ev::Deliver { client, input } => self.for_client(client, Deferred::Input(input)),
-            Ev::DriverTimeout { client, id } => self.for_client(client, Deferred::DriverTimeout(id)),
+            Ev::DriverTimeout { client, id } => {
+                self.for_client(client, Deferred::DriverTimeout(id))
+            }
             Ev::User { client, action } => self.for_client(client, Deferred::User(action)),
         }
     }
@@ -1650,7 +2037,12 @@ impl<S: SimServer> World<S> {
     }
 
     fn resume(&mut self, c: usize) {
-        if !self.clients[c].paused || self.pauses.iter().any(|p| p.client == c && p.from < self.now && self.now < p.until) {
+        if !self.clients[c].paused
+            || self
+                .pauses
+                .iter()
+                .any(|p| p.client == c && p.from < self.now && self.now < p.until)
+        {
             return; // overlapping pauses: the longest wins
         }
         let queued = self.clients[c].deferred.len();
@@ -1682,10 +2074,19 @@ impl<S: SimServer> World<S> {
         loop {
             let t_queue = self.queue.peek().map(|q| q.at);
             // A crashed server's clock stands still until it restarts.
-            let t_server = (0..self.servers.len()).filter(|&s| !self.crashed[s]).filter_map(|s| self.servers[s].next_deadline()).min();
-            let t_client = (0..self.clients.len()).filter_map(|c| self.client_deadline(c)).min();
+            let t_server = (0..self.servers.len())
+                .filter(|&s| !self.crashed[s])
+                .filter_map(|s| self.servers[s].next_deadline())
+                .min();
+            let t_client = (0..self.clients.len())
+                .filter_map(|c| self.client_deadline(c))
+                .min();
             let t_stop = self.stop_at.filter(|_| !self.closing);
-            let Some(t) = [t_queue, t_server, t_client, t_stop].into_iter().flatten().min() else {
+            let Some(t) = [t_queue, t_server, t_client, t_stop]
+                .into_iter()
+                .flatten()
+                .min()
+            else {
                 return Ok(());
             };
             if t > until {
@@ -1703,7 +2104,10 @@ impl<S: SimServer> World<S> {
             self.now = t;
             self.steps += 1;
             if self.steps > self.max_steps {
-                return Err(format!("runaway: more than {} steps by t={t} (a client keeps sending)", self.max_steps));
+                return Err(format!(
+                    "runaway: more than {} steps by t={t} (a client keeps sending)",
+                    self.max_steps
+                ));
             }
             self.completed_this_step.clear();
             for s in 0..self.servers.len() {
@@ -1749,14 +2153,32 @@ impl<S: SimServer> World<S> {
             let ok = match (&r.what, &r.outcome) {
                 (_, Outcome::Pending) => false,
                 // Another limit than the holders': refused, whatever the wait.
-                (What::Acquire { .. }, Outcome::Failed { code: "INVALID_ARGUMENT", .. }) => self.acquire_kinds.len() > 1,
-                (What::Acquire { wait: Wait::Forever, .. }, Outcome::Failed { code, .. }) => {
-                    *code == "ABORTED" && r.cancelled_at.is_some()
-                }
-                (What::Acquire { wait: Wait::For(_), .. }, Outcome::Failed { code, .. }) => {
-                    *code == "TIMEOUT" || (*code == "ABORTED" && r.cancelled_at.is_some())
-                }
-                (What::Acquire { wait: Wait::Try, .. }, Outcome::Failed { .. }) => false,
+                (
+                    What::Acquire { .. },
+                    Outcome::Failed {
+                        code: "INVALID_ARGUMENT",
+                        ..
+                    },
+                ) => self.acquire_kinds.len() > 1,
+                (
+                    What::Acquire {
+                        wait: Wait::Forever,
+                        ..
+                    },
+                    Outcome::Failed { code, .. },
+                ) => *code == "ABORTED" && r.cancelled_at.is_some(),
+                (
+                    What::Acquire {
+                        wait: Wait::For(_), ..
+                    },
+                    Outcome::Failed { code, .. },
+                ) => *code == "TIMEOUT" || (*code == "ABORTED" && r.cancelled_at.is_some()),
+                (
+                    What::Acquire {
+                        wait: Wait::Try, ..
+                    },
+                    Outcome::Failed { .. },
+                ) => false,
                 // An extend racing the same lock's release or the close may find it gone.
                 (What::Extend { lock, .. }, Outcome::Failed { code, .. }) => {
                     let end = r.end.unwrap_or(Millis::MAX);
@@ -1775,18 +2197,27 @@ impl<S: SimServer> World<S> {
                 _ => true,
             };
             if !ok {
-                return Err(format!("calm run: client {} op {:?} {:?} ended {:?}", r.client, r.op, r.what, r.outcome));
+                return Err(format!(
+                    "calm run: client {} op {:?} {:?} ended {:?}",
+                    r.client, r.op, r.what, r.outcome
+                ));
             }
         }
         if let Some(l) = self.losts.first() {
-            return Err(format!("calm run: client {} lost {:?} at t={}: {}", l.client, l.name, l.at, l.reason));
+            return Err(format!(
+                "calm run: client {} lost {:?} at t={}: {}",
+                l.client, l.name, l.at, l.reason
+            ));
         }
         if !self.all_done() {
             return Err("calm run: not every client closed".into());
         }
         for (i, c) in self.clients.iter().enumerate() {
             if c.machine.live_count() != 0 {
-                return Err(format!("calm run: client {i} still has {} live operations/locks after close", c.machine.live_count()));
+                return Err(format!(
+                    "calm run: client {i} still has {} live operations/locks after close",
+                    c.machine.live_count()
+                ));
             }
         }
         Ok(())
@@ -1798,12 +2229,22 @@ impl<S: SimServer> World<S> {
     /// (all of it with SIM_TRACE set).
     pub fn failure_report(&self, names: &[String], ttl_ms: u64, msg: &str) -> String {
         let mut out = String::new();
-        let name = names.iter().find(|n| msg.contains(&format!("{n:?}"))).map(|s| s.as_str());
+        let name = names
+            .iter()
+            .find(|n| msg.contains(&format!("{n:?}")))
+            .map(|s| s.as_str());
         let from = self.now.saturating_sub(6 * ttl_ms);
-        out.push_str(&format!("history of {name:?} from t={from} to the failure at t={}:\n", self.now));
+        out.push_str(&format!(
+            "history of {name:?} from t={from} to the failure at t={}:\n",
+            self.now
+        ));
         out.push_str(&self.describe_history(name, from, self.now));
         if let Some(t) = &self.trace {
-            let tail = if std::env::var("SIM_TRACE").is_ok() { t.len() } else { 150.min(t.len()) };
+            let tail = if std::env::var("SIM_TRACE").is_ok() {
+                t.len()
+            } else {
+                150.min(t.len())
+            };
             out.push_str(&format!("last {tail} of {} trace lines:\n", t.len()));
             for line in &t[t.len() - tail..] {
                 out.push_str(line);
@@ -1817,7 +2258,9 @@ impl<S: SimServer> World<S> {
         let mut s = String::new();
         for r in &self.history {
             let n = match &r.what {
-                What::Acquire { name, .. } | What::Release { name, .. } | What::Extend { name, .. } => Some(name.as_str()),
+                What::Acquire { name, .. }
+                | What::Release { name, .. }
+                | What::Extend { name, .. } => Some(name.as_str()),
                 What::Close => None,
             };
             if name.is_some() && n.is_some() && n != name {
@@ -1835,27 +2278,40 @@ impl<S: SimServer> World<S> {
                 r.end.map_or("pending".to_string(), |e| e.to_string()),
                 r.what,
                 r.outcome,
-                r.cancelled_at.map_or(String::new(), |t| format!(" (cancelled at {t})"))
+                r.cancelled_at
+                    .map_or(String::new(), |t| format!(" (cancelled at {t})"))
             ));
         }
         for l in &self.losts {
             if (name.is_none() || name == Some(l.name.as_str())) && l.at >= from && l.at <= to {
-                s.push_str(&format!("  client {} LOST {:?} lock {} at {}: {}\n", l.client, l.name, l.lock.0, l.at, l.reason));
+                s.push_str(&format!(
+                    "  client {} LOST {:?} lock {} at {}: {}\n",
+                    l.client, l.name, l.lock.0, l.at, l.reason
+                ));
             }
         }
         for p in &self.partitions {
             if p.until >= from && p.from <= to {
-                s.push_str(&format!("  partition client {} / endpoint {} [{} .. {}]\n", p.client, p.endpoint, p.from, p.until));
+                s.push_str(&format!(
+                    "  partition client {} / endpoint {} [{} .. {}]\n",
+                    p.client, p.endpoint, p.from, p.until
+                ));
             }
         }
         for p in &self.pauses {
             if p.until >= from && p.from <= to {
-                s.push_str(&format!("  pause client {} [{} .. {}]\n", p.client, p.from, p.until));
+                s.push_str(&format!(
+                    "  pause client {} [{} .. {}]\n",
+                    p.client, p.from, p.until
+                ));
             }
         }
         for o in &self.outages {
             if o.until >= from && o.from <= to {
-                s.push_str(&format!("  outage endpoint {} [{} .. {}]\n", o.endpoint, o.from, o.until));
+                s.push_str(&format!(
+                    "  outage endpoint {} [{} .. {}]\n",
+                    o.endpoint, o.from, o.until
+                ));
             }
         }
         s
@@ -1866,30 +2322,111 @@ impl<S: SimServer> World<S> {
 /// outcome, flattened from `Event::Completed`.
 #[derive(Debug)]
 enum Seen {
-    Acquired { op: OpId, lock: LockInfo },
-    NotAcquired { op: OpId },
-    Released { op: OpId, lock: LockId, held_until_release: bool },
-    Extended { op: OpId, lock: LockId, expires_at: Millis },
-    Renewed { lock: LockId, expires_at: Millis },
-    Inspected { op: OpId },
-    Closed { op: OpId },
-    Failed { op: OpId, error: LockError },
-    Lost { lock: LockId, name: String, reason: LostReason },
+    Acquired {
+        op: OpId,
+        lock: LockInfo,
+    },
+    NotAcquired {
+        op: OpId,
+    },
+    Released {
+        op: OpId,
+        lock: LockId,
+        held_until_release: bool,
+    },
+    Extended {
+        op: OpId,
+        lock: LockId,
+        expires_at: Millis,
+    },
+    Renewed {
+        lock: LockId,
+        expires_at: Millis,
+    },
+    Inspected {
+        op: OpId,
+    },
+    Proclaimed {
+        op: OpId,
+    },
+    Leader {
+        op: OpId,
+        leader: Option<edgelock::core::Leadership>,
+    },
+    AcquiredAll {
+        op: OpId,
+        locks: Vec<LockInfo>,
+    },
+    Closed {
+        op: OpId,
+    },
+    Failed {
+        op: OpId,
+        error: LockError,
+    },
+    Lost {
+        lock: LockId,
+        name: String,
+        reason: LostReason,
+    },
 }
 
 impl From<Event> for Seen {
     fn from(e: Event) -> Self {
         use edgelock::core::Outcome as Done;
         match e {
-            Event::Completed { op, result: Ok(Done::Acquired(lock)) } => Seen::Acquired { op, lock },
-            Event::Completed { op, result: Ok(Done::NotAcquired) } => Seen::NotAcquired { op },
-            Event::Completed { op, result: Ok(Done::Released { lock, held_until_release }) } => {
-                Seen::Released { op, lock, held_until_release }
-            }
-            Event::Completed { op, result: Ok(Done::Extended { lock, expires_at }) } => Seen::Extended { op, lock, expires_at },
-            Event::Completed { op, result: Ok(Done::Inspected(_)) } => Seen::Inspected { op },
-            Event::Completed { op, result: Ok(Done::Closed) } => Seen::Closed { op },
-            Event::Completed { op, result: Err(error) } => Seen::Failed { op, error },
+            Event::Completed {
+                op,
+                result: Ok(Done::Acquired(lock)),
+            } => Seen::Acquired { op, lock },
+            Event::Completed {
+                op,
+                result: Ok(Done::NotAcquired),
+            } => Seen::NotAcquired { op },
+            Event::Completed {
+                op,
+                result:
+                    Ok(Done::Released {
+                        lock,
+                        held_until_release,
+                    }),
+            } => Seen::Released {
+                op,
+                lock,
+                held_until_release,
+            },
+            Event::Completed {
+                op,
+                result: Ok(Done::Extended { lock, expires_at }),
+            } => Seen::Extended {
+                op,
+                lock,
+                expires_at,
+            },
+            Event::Completed {
+                op,
+                result: Ok(Done::Inspected(_)),
+            } => Seen::Inspected { op },
+            Event::Completed {
+                op,
+                result: Ok(Done::Proclaimed { .. }),
+            } => Seen::Proclaimed { op },
+            Event::Completed {
+                op,
+                result: Ok(Done::Leader(leader)),
+            } => Seen::Leader { op, leader },
+            Event::Completed {
+                op,
+                result: Ok(Done::AcquiredAll(locks)),
+            } => Seen::AcquiredAll { op, locks },
+            Event::Completed {
+                op,
+                result: Ok(Done::Closed),
+            } => Seen::Closed { op },
+            Event::Completed {
+                op,
+                result: Err(error),
+            } => Seen::Failed { op, error },
             Event::Renewed { lock, expires_at } => Seen::Renewed { lock, expires_at },
             Event::Lost { lock, name, reason } => Seen::Lost { lock, name, reason },
         }

@@ -84,7 +84,11 @@ impl NodeClock {
     }
 
     fn jumped(&self, g: Millis) -> i128 {
-        self.jumps.iter().filter(|(at, _)| *at <= g).map(|(_, d)| *d as i128).sum()
+        self.jumps
+            .iter()
+            .filter(|(at, _)| *at <= g)
+            .map(|(_, d)| *d as i128)
+            .sum()
     }
 
     pub fn local(&self, g: Millis) -> u64 {
@@ -98,7 +102,12 @@ impl NodeClock {
             return Some(from);
         }
         // Piecewise: between jumps the clock is increasing.
-        let mut cuts: Vec<Millis> = self.jumps.iter().map(|(a, _)| *a).filter(|a| *a > from).collect();
+        let mut cuts: Vec<Millis> = self
+            .jumps
+            .iter()
+            .map(|(a, _)| *a)
+            .filter(|a| *a > from)
+            .collect();
         cuts.sort_unstable();
         let horizon = from + 1_000_000_000;
         let mut start = from;
@@ -136,10 +145,24 @@ pub struct Entry {
 pub enum Rec {
     /// The acquire script's SET took the key for `owner`; `fence` = counter
     /// after INCR. A reader's grant names the readers' set as `key`.
-    Granted { key: Vec<u8>, owner: Vec<u8>, client: Option<usize>, t: Millis, fence: u64 },
+    Granted {
+        key: Vec<u8>,
+        owner: Vec<u8>,
+        client: Option<usize>,
+        t: Millis,
+        fence: u64,
+    },
     /// An extend (`renew`) or release script raised the counter to ≥
     /// `floor` and found the key holding `owner` (`ours`), or not.
-    Raised { key: Vec<u8>, owner: Vec<u8>, client: Option<usize>, t: Millis, floor: u64, ours: bool, renew: bool },
+    Raised {
+        key: Vec<u8>,
+        owner: Vec<u8>,
+        client: Option<usize>,
+        t: Millis,
+        floor: u64,
+        ours: bool,
+        renew: bool,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -229,7 +252,9 @@ fn script_keys(s: Script, numkeys: &[u8], rest: &[Vec<u8>]) -> Option<usize> {
         Script::PermitCleanup => n >= 1,
         Script::Inspect => n >= 4,
     };
-    parse_u64(numkeys).map(|n| n as usize).filter(|n| ok(*n) && rest.len() >= *n)
+    parse_u64(numkeys)
+        .map(|n| n as usize)
+        .filter(|n| ok(*n) && rest.len() >= *n)
 }
 
 fn parse_i64(b: &[u8]) -> Option<i64> {
@@ -238,7 +263,10 @@ fn parse_i64(b: &[u8]) -> Option<i64> {
 
 impl RedisModel {
     pub fn new(proto: Proto, token: Option<String>, clock: NodeClock) -> Self {
-        let scripts = Script::ALL.iter().map(|s| (text_hash(s.text().as_bytes()), *s)).collect();
+        let scripts = Script::ALL
+            .iter()
+            .map(|s| (text_hash(s.text().as_bytes()), *s))
+            .collect();
         RedisModel {
             proto,
             token,
@@ -269,17 +297,25 @@ impl RedisModel {
     }
 
     fn alive(&self, key: &[u8], g: Millis) -> Option<&Entry> {
-        self.data.get(key).filter(|e| e.expires_global.map_or(true, |x| x > g))
+        self.data
+            .get(key)
+            .filter(|e| e.expires_global.map_or(true, |x| x > g))
     }
 
     fn purge(&mut self, g: Millis) {
-        self.data.retain(|_, e| e.expires_global.map_or(true, |x| x > g));
+        self.data
+            .retain(|_, e| e.expires_global.map_or(true, |x| x > g));
     }
 
     fn entry(&self, value: Vec<u8>, px: Option<u64>, g: Millis) -> Entry {
         let expires_local = px.map(|p| self.now_local(g) + p);
-        let expires_global = expires_local.map(|x| self.clock.to_global(x, g).unwrap_or(Millis::MAX));
-        Entry { value, expires_local, expires_global }
+        let expires_global =
+            expires_local.map(|x| self.clock.to_global(x, g).unwrap_or(Millis::MAX));
+        Entry {
+            value,
+            expires_local,
+            expires_global,
+        }
     }
 
     pub fn get(&self, key: &[u8], g: Millis) -> Option<Vec<u8>> {
@@ -289,7 +325,8 @@ impl RedisModel {
     /// Remaining ms on the node's clock (None: absent; Some(None): no expiry).
     pub fn pttl(&self, key: &[u8], g: Millis) -> Option<Option<u64>> {
         let l = self.now_local(g);
-        self.alive(key, g).map(|e| e.expires_local.map(|x| x.saturating_sub(l)))
+        self.alive(key, g)
+            .map(|e| e.expires_local.map(|x| x.saturating_sub(l)))
     }
 
     /// The global instant at which `key` expires (None: absent or never).
@@ -299,9 +336,19 @@ impl RedisModel {
 
     /// Live keys (for leak checks), with their values.
     pub fn keys(&self, g: Millis) -> Vec<(Vec<u8>, Vec<u8>)> {
-        let mut v: Vec<_> = self.data.keys().filter(|k| self.alive(k, g).is_some()).map(|k| (k.clone(), self.data[k].value.clone())).collect();
+        let mut v: Vec<_> = self
+            .data
+            .keys()
+            .filter(|k| self.alive(k, g).is_some())
+            .map(|k| (k.clone(), self.data[k].value.clone()))
+            .collect();
         let now = self.now_local(g);
-        v.extend(self.readers.iter().filter(|(_, m)| m.iter().any(|(_, end)| *end > now)).map(|(k, _)| (k.clone(), b"<readers>".to_vec())));
+        v.extend(
+            self.readers
+                .iter()
+                .filter(|(_, m)| m.iter().any(|(_, end)| *end > now))
+                .map(|(k, _)| (k.clone(), b"<readers>".to_vec())),
+        );
         v.sort();
         v
     }
@@ -314,9 +361,13 @@ impl RedisModel {
     fn incr(&mut self, key: &[u8], g: Millis) -> Result<i64, MValue> {
         let cur = match self.get(key, g) {
             None => 0,
-            Some(v) => parse_i64(&v).ok_or_else(|| err("ERR value is not an integer or out of range"))?,
+            Some(v) => {
+                parse_i64(&v).ok_or_else(|| err("ERR value is not an integer or out of range"))?
+            }
         };
-        let next = cur.checked_add(1).ok_or_else(|| err("ERR increment or decrement would overflow"))?;
+        let next = cur
+            .checked_add(1)
+            .ok_or_else(|| err("ERR increment or decrement would overflow"))?;
         let value = next.to_string().into_bytes();
         match self.data.get_mut(key) {
             Some(e) => e.value = value,
@@ -352,11 +403,19 @@ impl RedisModel {
     /// The release script's view: the head if its lease is live (nothing is dropped).
     fn live_head(&self, key: &[u8], g: Millis) -> Option<Vec<u8>> {
         let now = self.now_local(g);
-        self.queues.get(key)?.first().filter(|(_, until)| *until > now).map(|(w, _)| w.clone())
+        self.queues
+            .get(key)?
+            .first()
+            .filter(|(_, until)| *until > now)
+            .map(|(w, _)| w.clone())
     }
 
     fn lease_of(&self, key: &[u8], waiter: &[u8]) -> Option<u64> {
-        self.queues.get(key)?.iter().find(|(w, _)| w == waiter).map(|(_, u)| *u)
+        self.queues
+            .get(key)?
+            .iter()
+            .find(|(w, _)| w == waiter)
+            .map(|(_, u)| *u)
     }
 
     fn leave_queue(&mut self, key: &[u8], waiter: &[u8]) {
@@ -383,14 +442,21 @@ impl RedisModel {
     /// The global instant at which reader `owner` of `key` leaves (None: not a live reader).
     pub fn reader_expires_global(&self, key: &[u8], owner: &[u8], g: Millis) -> Option<Millis> {
         let now = self.now_local(g);
-        let end = self.readers.get(key)?.iter().find(|(m, end)| m == owner && *end > now)?.1;
+        let end = self
+            .readers
+            .get(key)?
+            .iter()
+            .find(|(m, end)| m == owner && *end > now)?
+            .1;
         Some(self.clock.to_global(end, g).unwrap_or(Millis::MAX))
     }
 
     /// Live readers of `key`.
     pub fn reader_count(&self, key: &[u8], g: Millis) -> usize {
         let now = self.now_local(g);
-        self.readers.get(key).map_or(0, |r| r.iter().filter(|(_, end)| *end > now).count())
+        self.readers
+            .get(key)
+            .map_or(0, |r| r.iter().filter(|(_, end)| *end > now).count())
     }
 
     /// The wait a refused writer is told while readers hold: ms until the last lease ends.
@@ -414,13 +480,17 @@ impl RedisModel {
 
     fn run(&mut self, args: &[Vec<u8>], client: Option<usize>, g: Millis) -> MValue {
         self.purge(g);
-        let Some(name) = args.first() else { return err("ERR empty command") };
+        let Some(name) = args.first() else {
+            return err("ERR empty command");
+        };
         let name = String::from_utf8_lossy(name).to_ascii_uppercase();
         let a = &args[1..];
         match (name.as_str(), a) {
             ("EVAL", [script, numkeys, rest @ ..]) => {
                 let Some(&s) = self.scripts.get(&text_hash(script)) else {
-                    return err("ERR the model knows only edgelock's scripts (unknown script text)");
+                    return err(
+                        "ERR the model knows only edgelock's scripts (unknown script text)",
+                    );
                 };
                 let Some(nk) = script_keys(s, numkeys, rest) else {
                     return err("ERR wrong number of keys for this edgelock script");
@@ -439,9 +509,11 @@ impl RedisModel {
             }
             ("GET", [k]) => self.get(k, g).map_or(MValue::Nil, MValue::Bulk),
             ("PTTL", [k]) => MValue::Int(self.pttl_int(k, g)),
-            ("DEL", keys) if !keys.is_empty() => {
-                MValue::Int(keys.iter().filter(|k| self.data.remove(k.as_slice()).is_some()).count() as i64)
-            }
+            ("DEL", keys) if !keys.is_empty() => MValue::Int(
+                keys.iter()
+                    .filter(|k| self.data.remove(k.as_slice()).is_some())
+                    .count() as i64,
+            ),
             ("INCR", [k]) => self.incr(k, g).map_or_else(|e| e, MValue::Int),
             ("PUBLISH", [channel, message]) => MValue::Int(self.publish(channel, message) as i64),
             ("SET", [k, v, opts @ ..]) => {
@@ -449,7 +521,10 @@ impl RedisModel {
                 let mut px = None;
                 let mut i = 0;
                 while i < opts.len() {
-                    match String::from_utf8_lossy(&opts[i]).to_ascii_uppercase().as_str() {
+                    match String::from_utf8_lossy(&opts[i])
+                        .to_ascii_uppercase()
+                        .as_str()
+                    {
                         "NX" => nx = true,
                         "PX" => {
                             i += 1;
@@ -468,40 +543,67 @@ impl RedisModel {
                 self.set(k, v.clone(), px, g);
                 MValue::Status("OK".into())
             }
-            _ => err(&format!("ERR unknown command '{name}' or wrong number of arguments")),
+            _ => err(&format!(
+                "ERR unknown command '{name}' or wrong number of arguments"
+            )),
         }
     }
 
-    fn eval(&mut self, s: Script, keys: &[Vec<u8>], argv: &[Vec<u8>], client: Option<usize>, g: Millis) -> MValue {
+    fn eval(
+        &mut self,
+        s: Script,
+        keys: &[Vec<u8>],
+        argv: &[Vec<u8>],
+        client: Option<usize>,
+        g: Millis,
+    ) -> MValue {
         let arg = |i: usize| argv.get(i).cloned().unwrap_or_default();
         let num = |i: usize| argv.get(i).and_then(|a| parse_u64(a));
         let empty = Vec::new();
-        let (key, fence) = (keys.first().unwrap_or(&empty).as_slice(), keys.get(1).unwrap_or(&empty).as_slice());
+        let (key, fence) = (
+            keys.first().unwrap_or(&empty).as_slice(),
+            keys.get(1).unwrap_or(&empty).as_slice(),
+        );
         // The queue lives under its own key (a permit's release names its
         // semaphore's queue, not its slot's).
         let qkey = keys.get(2).unwrap_or(&empty).clone();
         match s {
             Script::AcquirePermit => return self.acquire_permit(keys, argv, client, g),
-            Script::AcquireShared | Script::ExtendShared | Script::ReleaseShared | Script::StatusShared => {
-                return self.reader_script(s, keys, argv, client, g)
-            }
+            Script::AcquireShared
+            | Script::ExtendShared
+            | Script::ReleaseShared
+            | Script::StatusShared => return self.reader_script(s, keys, argv, client, g),
             Script::PermitCleanup => {
                 let token = arg(0);
                 let mut n = 0;
                 for k in keys {
                     if self.get(k, g).as_deref() == Some(token.as_slice()) {
                         self.data.remove(k);
-                        self.log.push(Rec::Raised { key: k.clone(), owner: token.clone(), client, t: g, floor: 0, ours: true, renew: false });
+                        self.log.push(Rec::Raised {
+                            key: k.clone(),
+                            owner: token.clone(),
+                            client,
+                            t: g,
+                            floor: 0,
+                            ours: true,
+                            renew: false,
+                        });
                         n += 1;
                     }
                 }
                 return MValue::Int(n);
             }
             Script::Inspect => {
-                let limit = keys.get(2).and_then(|k| self.get(k, g)).and_then(|v| parse_i64(&v)).unwrap_or(0);
+                let limit = keys
+                    .get(2)
+                    .and_then(|k| self.get(k, g))
+                    .and_then(|v| parse_i64(&v))
+                    .unwrap_or(0);
                 let rkey = keys.get(3).unwrap_or(&empty);
                 let now = self.now_local(g);
-                let live: Vec<u64> = self.readers.get(rkey).map_or(Vec::new(), |r| r.iter().map(|(_, e)| *e).filter(|e| *e > now).collect());
+                let live: Vec<u64> = self.readers.get(rkey).map_or(Vec::new(), |r| {
+                    r.iter().map(|(_, e)| *e).filter(|e| *e > now).collect()
+                });
                 let mut out = vec![
                     MValue::Int(self.alive(key, g).is_some() as i64),
                     MValue::Int(self.pttl_int(key, g)),
@@ -525,13 +627,16 @@ impl RedisModel {
             | Script::StatusShared => err("ERR unreachable"),
             Script::Acquire => {
                 self.acquire_evals += 1;
-                let (Some(ttl), token) = (num(1), arg(0)) else { return err("ERR bad acquire arguments") };
+                let (Some(ttl), token) = (num(1), arg(0)) else {
+                    return err("ERR bad acquire arguments");
+                };
                 if ttl == 0 {
                     return err("ERR invalid expire time in 'set' command");
                 }
                 // ARGV[3] == "1": count every attempt (Redlock), else grants only.
                 let every = arg(2) == b"1";
-                let (Some(rkey), Some(ikey), Some(intent)) = (keys.get(2), keys.get(3), num(3)) else {
+                let (Some(rkey), Some(ikey), Some(intent)) = (keys.get(2), keys.get(3), num(3))
+                else {
                     return err("ERR bad acquire arguments");
                 };
                 // Readers hold: refused (as if the key were there), the
@@ -549,7 +654,13 @@ impl RedisModel {
                 if free {
                     self.set(key, token.clone(), Some(ttl), g);
                     self.data.remove(ikey.as_slice());
-                    self.log.push(Rec::Granted { key: key.to_vec(), owner: token, client, t: g, fence: f as u64 });
+                    self.log.push(Rec::Granted {
+                        key: key.to_vec(),
+                        owner: token,
+                        client,
+                        t: g,
+                        fence: f as u64,
+                    });
                     MValue::Arr(vec![MValue::Int(1), MValue::Int(f), MValue::Int(0)])
                 } else {
                     if intent > 0 {
@@ -568,27 +679,50 @@ impl RedisModel {
                 };
                 self.raise(fence, floor, g);
                 let ours = self.get(key, g).as_deref() == Some(token.as_slice());
-                self.log.push(Rec::Raised { key: key.to_vec(), owner: token, client, t: g, floor, ours, renew: true });
+                self.log.push(Rec::Raised {
+                    key: key.to_vec(),
+                    owner: token,
+                    client,
+                    t: g,
+                    floor,
+                    ours,
+                    renew: true,
+                });
                 if ours {
                     if let Some(e) = self.data.get(key) {
                         let e = self.entry(e.value.clone(), Some(ttl), g);
                         self.data.insert(key.to_vec(), e);
                     }
                 }
-                MValue::Arr(vec![MValue::Int(ours as i64), MValue::Int(self.fence_value(fence, g))])
+                MValue::Arr(vec![
+                    MValue::Int(ours as i64),
+                    MValue::Int(self.fence_value(fence, g)),
+                ])
             }
             Script::Release => {
-                let (Some(floor), token) = (num(1), arg(0)) else { return err("ERR bad release arguments") };
+                let (Some(floor), token) = (num(1), arg(0)) else {
+                    return err("ERR bad release arguments");
+                };
                 self.raise(fence, floor, g);
                 let ours = self.get(key, g).as_deref() == Some(token.as_slice());
-                self.log.push(Rec::Raised { key: key.to_vec(), owner: token, client, t: g, floor, ours, renew: false });
+                self.log.push(Rec::Raised {
+                    key: key.to_vec(),
+                    owner: token,
+                    client,
+                    t: g,
+                    floor,
+                    ours,
+                    renew: false,
+                });
                 if ours {
                     self.data.remove(key);
                     // `redis.call('PUBLISH', ARGV[3], 'released:' .. ARGV[2])`:
                     // without ARGV[3] the call fails after the DEL (a Lua error
                     // does not undo what the script already did).
                     let Some(channel) = argv.get(2) else {
-                        return err("ERR Lua redis lib command arguments must be strings or integers");
+                        return err(
+                            "ERR Lua redis lib command arguments must be strings or integers",
+                        );
                     };
                     // An attempt's cleanup (floor 0) publishes nothing; a
                     // live queue head is named (only it attempts).
@@ -605,14 +739,16 @@ impl RedisModel {
             }
             Script::AcquireQueued => {
                 self.acquire_evals += 1;
-                let (Some(ttl), Some(lease), token, waiter) = (num(1), num(3), arg(0), arg(2)) else {
+                let (Some(ttl), Some(lease), token, waiter) = (num(1), num(3), arg(0), arg(2))
+                else {
                     return err("ERR bad queued acquire arguments");
                 };
                 if ttl == 0 {
                     return err("ERR invalid expire time in 'set' command");
                 }
                 let fair = arg(4) == b"1";
-                let (Some(rkey), Some(ikey), Some(intent)) = (keys.get(4), keys.get(5), num(5)) else {
+                let (Some(rkey), Some(ikey), Some(intent)) = (keys.get(4), keys.get(5), num(5))
+                else {
                     return err("ERR bad queued acquire arguments");
                 };
                 let now = self.now_local(g);
@@ -626,7 +762,13 @@ impl RedisModel {
                     };
                     self.set(key, token.clone(), Some(ttl), g);
                     self.data.remove(ikey.as_slice());
-                    self.log.push(Rec::Granted { key: key.to_vec(), owner: token, client, t: g, fence: f as u64 });
+                    self.log.push(Rec::Granted {
+                        key: key.to_vec(),
+                        owner: token,
+                        client,
+                        t: g,
+                        fence: f as u64,
+                    });
                     self.leave_queue(&qkey, &waiter);
                     return MValue::Arr(vec![MValue::Int(1), MValue::Int(f), MValue::Int(0)]);
                 }
@@ -643,7 +785,10 @@ impl RedisModel {
                     wait = self.readers_wait(last_reader, g);
                 }
                 if wait == -2 {
-                    if let Some((h, until)) = head.filter(|h| *h != waiter).and_then(|h| self.lease_of(&qkey, &h).map(|u| (h, u))) {
+                    if let Some((h, until)) = head
+                        .filter(|h| *h != waiter)
+                        .and_then(|h| self.lease_of(&qkey, &h).map(|u| (h, u)))
+                    {
                         let _ = h;
                         wait = until.saturating_sub(now) as i64;
                     }
@@ -654,12 +799,26 @@ impl RedisModel {
                 let waiter = arg(0);
                 self.leave_queue(&qkey, &waiter);
                 // The writer intent goes with a waiter that gives up.
-                let intent = keys.get(4).is_some_and(|k| self.data.remove(k.as_slice()).is_some_and(|e| e.expires_global.map_or(true, |x| x > g)));
+                let intent = keys.get(4).is_some_and(|k| {
+                    self.data
+                        .remove(k.as_slice())
+                        .is_some_and(|e| e.expires_global.map_or(true, |x| x > g))
+                });
                 if self.alive(key, g).is_none() {
                     let f = self.fence_value(fence, g);
-                    match (self.queues.get(&qkey).and_then(|q| q.first()).map(|(w, _)| w.clone()), argv.get(1)) {
+                    match (
+                        self.queues
+                            .get(&qkey)
+                            .and_then(|q| q.first())
+                            .map(|(w, _)| w.clone()),
+                        argv.get(1),
+                    ) {
                         (Some(head), Some(channel)) => {
-                            let payload = format!("released:{f}:").into_bytes().into_iter().chain(head).collect::<Vec<u8>>();
+                            let payload = format!("released:{f}:")
+                                .into_bytes()
+                                .into_iter()
+                                .chain(head)
+                                .collect::<Vec<u8>>();
                             self.publish(channel, &payload);
                         }
                         (None, Some(channel)) if intent => {
@@ -673,7 +832,12 @@ impl RedisModel {
             Script::Status => {
                 let f = self.fence_value(fence, g);
                 match self.get(key, g) {
-                    None => MValue::Arr(vec![MValue::Int(0), MValue::Int(0), MValue::Int(-2), MValue::Int(f)]),
+                    None => MValue::Arr(vec![
+                        MValue::Int(0),
+                        MValue::Int(0),
+                        MValue::Int(-2),
+                        MValue::Int(f),
+                    ]),
                     Some(v) => MValue::Arr(vec![
                         MValue::Int(1),
                         MValue::Int((v == arg(0)) as i64),
@@ -686,7 +850,14 @@ impl RedisModel {
     }
 
     /// The read-write lock's reader scripts (see their documentation in `scripts.rs`).
-    fn reader_script(&mut self, s: Script, keys: &[Vec<u8>], argv: &[Vec<u8>], client: Option<usize>, g: Millis) -> MValue {
+    fn reader_script(
+        &mut self,
+        s: Script,
+        keys: &[Vec<u8>],
+        argv: &[Vec<u8>],
+        client: Option<usize>,
+        g: Millis,
+    ) -> MValue {
         let arg = |i: usize| argv.get(i).cloned().unwrap_or_default();
         let num = |i: usize| argv.get(i).and_then(|a| parse_u64(a));
         let ints = |v: &[i64]| MValue::Arr(v.iter().map(|i| MValue::Int(*i)).collect());
@@ -694,7 +865,9 @@ impl RedisModel {
         match (s, keys) {
             (Script::AcquireShared, [key, fence, rkey, ikey]) => {
                 self.acquire_evals += 1;
-                let (token, Some(ttl)) = (arg(0), num(1)) else { return err("ERR bad shared acquire arguments") };
+                let (token, Some(ttl)) = (arg(0), num(1)) else {
+                    return err("ERR bad shared acquire arguments");
+                };
                 self.prune_readers(rkey, g);
                 let mut wait = self.pttl_int(key, g);
                 if wait == -2 {
@@ -712,27 +885,59 @@ impl RedisModel {
                     Ok(f) => f,
                     Err(e) => return e,
                 };
-                self.log.push(Rec::Granted { key: rkey.clone(), owner: token, client, t: g, fence: f as u64 });
+                self.log.push(Rec::Granted {
+                    key: rkey.clone(),
+                    owner: token,
+                    client,
+                    t: g,
+                    fence: f as u64,
+                });
                 ints(&[1, f, 0])
             }
             (Script::ExtendShared, [rkey, fence]) => {
-                let (token, Some(ttl), Some(floor)) = (arg(0), num(1), num(2)) else { return err("ERR bad shared extend arguments") };
+                let (token, Some(ttl), Some(floor)) = (arg(0), num(1), num(2)) else {
+                    return err("ERR bad shared extend arguments");
+                };
                 self.raise(fence, floor, g);
                 self.prune_readers(rkey, g);
-                let entry = self.readers.get_mut(rkey).and_then(|r| r.iter_mut().find(|(m, _)| *m == token));
+                let entry = self
+                    .readers
+                    .get_mut(rkey)
+                    .and_then(|r| r.iter_mut().find(|(m, _)| *m == token));
                 let ours = entry.is_some();
                 if let Some(e) = entry {
                     e.1 = now + ttl;
                 }
-                self.log.push(Rec::Raised { key: rkey.clone(), owner: token, client, t: g, floor, ours, renew: true });
+                self.log.push(Rec::Raised {
+                    key: rkey.clone(),
+                    owner: token,
+                    client,
+                    t: g,
+                    floor,
+                    ours,
+                    renew: true,
+                });
                 ints(&[ours as i64, self.fence_value(fence, g)])
             }
             (Script::ReleaseShared, [key, fence, qkey, _leases, rkey]) => {
-                let (token, Some(floor)) = (arg(0), num(1)) else { return err("ERR bad shared release arguments") };
+                let (token, Some(floor)) = (arg(0), num(1)) else {
+                    return err("ERR bad shared release arguments");
+                };
                 self.raise(fence, floor, g);
                 self.prune_readers(rkey, g);
-                let ours = self.readers.get(rkey).is_some_and(|r| r.iter().any(|(m, _)| *m == token));
-                self.log.push(Rec::Raised { key: rkey.clone(), owner: token.clone(), client, t: g, floor, ours, renew: false });
+                let ours = self
+                    .readers
+                    .get(rkey)
+                    .is_some_and(|r| r.iter().any(|(m, _)| *m == token));
+                self.log.push(Rec::Raised {
+                    key: rkey.clone(),
+                    owner: token.clone(),
+                    client,
+                    t: g,
+                    floor,
+                    ours,
+                    renew: false,
+                });
                 if !ours {
                     return MValue::Int(0);
                 }
@@ -758,7 +963,12 @@ impl RedisModel {
             }
             (Script::StatusShared, [rkey, fence]) => {
                 let f = self.fence_value(fence, g);
-                let end = self.readers.get(rkey).and_then(|r| r.iter().find(|(m, _)| *m == arg(0))).map(|(_, e)| *e).filter(|e| *e > now);
+                let end = self
+                    .readers
+                    .get(rkey)
+                    .and_then(|r| r.iter().find(|(m, _)| *m == arg(0)))
+                    .map(|(_, e)| *e)
+                    .filter(|e| *e > now);
                 match end {
                     Some(e) => ints(&[1, 1, (e - now) as i64, f]),
                     None => ints(&[0, 0, -2, f]),
@@ -780,15 +990,29 @@ impl RedisModel {
     }
 
     /// `ACQUIRE_PERMIT` (see its documentation in `scripts.rs`).
-    fn acquire_permit(&mut self, keys: &[Vec<u8>], argv: &[Vec<u8>], client: Option<usize>, g: Millis) -> MValue {
+    fn acquire_permit(
+        &mut self,
+        keys: &[Vec<u8>],
+        argv: &[Vec<u8>],
+        client: Option<usize>,
+        g: Millis,
+    ) -> MValue {
         self.acquire_evals += 1;
         let arg = |i: usize| argv.get(i).cloned().unwrap_or_default();
         let num = |i: usize| argv.get(i).and_then(|a| parse_u64(a));
         let ints = |v: [i64; 6]| MValue::Arr(v.into_iter().map(MValue::Int).collect());
-        let [fence, limit_key, qkey, _leases, slots @ ..] = keys else { return err("ERR permit keys") };
-        let (token, Some(ttl), Some(limit), Some(pref), every, waiter, Some(lease)) =
-            (arg(0), num(1), num(2), argv.get(3).and_then(|a| parse_i64(a)), arg(4) == b"1", arg(5), num(6))
-        else {
+        let [fence, limit_key, qkey, _leases, slots @ ..] = keys else {
+            return err("ERR permit keys");
+        };
+        let (token, Some(ttl), Some(limit), Some(pref), every, waiter, Some(lease)) = (
+            arg(0),
+            num(1),
+            num(2),
+            argv.get(3).and_then(|a| parse_i64(a)),
+            arg(4) == b"1",
+            arg(5),
+            num(6),
+        ) else {
             return err("ERR bad permit acquire arguments");
         };
         let limit = limit as usize;
@@ -799,7 +1023,10 @@ impl RedisModel {
             // Lua: `redis.call('PTTL', nil)` fails.
             return err("ERR Lua redis lib command arguments must be strings or integers");
         }
-        let stored = self.get(limit_key, g).and_then(|v| parse_u64(&v)).unwrap_or(0) as usize;
+        let stored = self
+            .get(limit_key, g)
+            .and_then(|v| parse_u64(&v))
+            .unwrap_or(0) as usize;
         if stored != limit {
             if stored > slots.len() {
                 return ints([3, 0, 0, -1, stored as i64, 0]);
@@ -844,7 +1071,13 @@ impl RedisModel {
                     Err(e) => return e,
                 };
             }
-            self.log.push(Rec::Granted { key: k, owner: token, client, t: g, fence: f as u64 });
+            self.log.push(Rec::Granted {
+                key: k,
+                owner: token,
+                client,
+                t: g,
+                fence: f as u64,
+            });
             if waiting {
                 self.leave_queue(qkey, &waiter);
             }
@@ -866,18 +1099,31 @@ impl RedisModel {
     // ------------------------------------------------------------ protocols
 
     fn header<'a>(req: &'a HttpRequest, name: &str) -> Option<&'a str> {
-        req.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+        req.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
     }
 
     fn upstash(&mut self, req: &HttpRequest, client: Option<usize>, g: Millis) -> Reply {
-        let full = |status: u16, v: Value| Reply::Full { status, body: serde_json::to_vec(&v).unwrap_or_default() };
+        let full = |status: u16, v: Value| Reply::Full {
+            status,
+            body: serde_json::to_vec(&v).unwrap_or_default(),
+        };
         if let Some(t) = &self.token {
             if Self::header(req, "authorization") != Some(format!("Bearer {t}").as_str()) {
                 return full(401, json!({"error": "Unauthorized"}));
             }
         }
-        let b64 = Self::header(req, "upstash-encoding").is_some_and(|v| v.eq_ignore_ascii_case("base64"));
-        let path = req.target.url().unwrap_or("").splitn(4, '/').nth(3).unwrap_or("");
+        let b64 =
+            Self::header(req, "upstash-encoding").is_some_and(|v| v.eq_ignore_ascii_case("base64"));
+        let path = req
+            .target
+            .url()
+            .unwrap_or("")
+            .splitn(4, '/')
+            .nth(3)
+            .unwrap_or("");
         if let Some(reply) = self.upstash_subscribe(req, path) {
             return reply;
         }
@@ -896,15 +1142,23 @@ impl RedisModel {
         };
         match path {
             "" => {
-                let Some(args) = args_of(&body) else { return full(400, json!({"error": "ERR failed to parse command"})) };
+                let Some(args) = args_of(&body) else {
+                    return full(400, json!({"error": "ERR failed to parse command"}));
+                };
                 match self.run(&args, client, g) {
                     MValue::Err(e) => full(400, json!({ "error": e })),
                     v => full(200, json!({ "result": upstash_json(&v, b64) })),
                 }
             }
             "pipeline" => {
-                let Some(cmds) = body.as_array().and_then(|c| c.iter().map(args_of).collect::<Option<Vec<_>>>()) else {
-                    return full(400, json!({"error": "ERR failed to parse pipeline request"}));
+                let Some(cmds) = body
+                    .as_array()
+                    .and_then(|c| c.iter().map(args_of).collect::<Option<Vec<_>>>())
+                else {
+                    return full(
+                        400,
+                        json!({"error": "ERR failed to parse pipeline request"}),
+                    );
                 };
                 let out: Vec<Value> = cmds
                     .iter()
@@ -920,13 +1174,22 @@ impl RedisModel {
     }
 
     fn webdis(&mut self, req: &HttpRequest, client: Option<usize>, g: Millis) -> Reply {
-        let path = req.target.url().unwrap_or("").splitn(4, '/').nth(3).unwrap_or("");
+        let path = req
+            .target
+            .url()
+            .unwrap_or("")
+            .splitn(4, '/')
+            .nth(3)
+            .unwrap_or("");
         // A GET carries the command in its path, a POST in its body.
         let mut body: &[u8] = match req.method {
             Method::Get => path.as_bytes(),
             Method::Post if path.is_empty() => &req.body,
             Method::Post => {
-                return Reply::Full { status: 500, body: b"the model takes POSTed commands in the body only".to_vec() };
+                return Reply::Full {
+                    status: 500,
+                    body: b"the model takes POSTed commands in the body only".to_vec(),
+                };
             }
         };
         if let Some(q) = body.iter().position(|&b| b == b'?') {
@@ -938,8 +1201,12 @@ impl RedisModel {
             let ext = &body[last_seg_start + dot + 1..];
             match ext {
                 b"json" => body = &body[..last_seg_start + dot],
-                b"raw" | b"msg" | b"bin" | b"txt" | b"html" | b"xhtml" | b"xml" | b"png" | b"jpg" | b"jpeg" | b"js" | b"css" => {
-                    return Reply::Full { status: 500, body: b"model: an unescaped '.' selected an output format".to_vec() };
+                b"raw" | b"msg" | b"bin" | b"txt" | b"html" | b"xhtml" | b"xml" | b"png"
+                | b"jpg" | b"jpeg" | b"js" | b"css" => {
+                    return Reply::Full {
+                        status: 500,
+                        body: b"model: an unescaped '.' selected an output format".to_vec(),
+                    };
                 }
                 _ => {}
             }
@@ -947,25 +1214,40 @@ impl RedisModel {
         let mut segs = body.split(|&b| b == b'/');
         let name = segs.next().unwrap_or_default().to_vec();
         if !name.is_empty() && name.iter().all(u8::is_ascii_digit) {
-            return Reply::Full { status: 500, body: b"model: database selection is not modelled".to_vec() };
+            return Reply::Full {
+                status: 500,
+                body: b"model: database selection is not modelled".to_vec(),
+            };
         }
         let mut args = vec![name.clone()];
         args.extend(segs.map(webdis_decode));
         let verb = String::from_utf8_lossy(&name).to_string();
         // webdis' cmd_is_subscribe_args: the name in any case, and at least one argument.
         if args.len() >= 2 && name.eq_ignore_ascii_case(b"PSUBSCRIBE") {
-            return Reply::Full { status: 501, body: b"model: PSUBSCRIBE is not modelled".to_vec() };
+            return Reply::Full {
+                status: 501,
+                body: b"model: PSUBSCRIBE is not modelled".to_vec(),
+            };
         }
         if args.len() >= 2 && name.eq_ignore_ascii_case(b"SUBSCRIBE") {
             let channels = args[1..].to_vec();
-            return self.open_subscription(req.id, Subscription { webdis_verb: Some(verb), channels });
+            return self.open_subscription(
+                req.id,
+                Subscription {
+                    webdis_verb: Some(verb),
+                    channels,
+                },
+            );
         }
         let v = self.run(&args, client, g);
         let body = match webdis_json(&v, true) {
             Some(j) => json!({ verb: j }),
             None => json!({}),
         };
-        Reply::Full { status: 200, body: serde_json::to_vec(&body).unwrap_or_default() }
+        Reply::Full {
+            status: 200,
+            body: serde_json::to_vec(&body).unwrap_or_default(),
+        }
     }
 
     /// Upstash's `/subscribe/<channel>[/...]` route (after authorization),
@@ -983,19 +1265,37 @@ impl RedisModel {
             "" => "",
             r => r.strip_prefix('/')?,
         };
-        let full = |status: u16, v: Value| Reply::Full { status, body: serde_json::to_vec(&v).unwrap_or_default() };
+        let full = |status: u16, v: Value| Reply::Full {
+            status,
+            body: serde_json::to_vec(&v).unwrap_or_default(),
+        };
         if pattern {
-            return Some(full(501, json!({"error": "model: psubscribe is not modelled"})));
+            return Some(full(
+                501,
+                json!({"error": "model: psubscribe is not modelled"}),
+            ));
         }
         let mut segments: Vec<&str> = rest.split('/').collect();
         if segments.last() == Some(&"") {
             segments.pop();
         }
         if segments.is_empty() {
-            return Some(full(400, json!({"error": "ERR wrong number of arguments for 'subscribe' command"})));
+            return Some(full(
+                400,
+                json!({"error": "ERR wrong number of arguments for 'subscribe' command"}),
+            ));
         }
-        let channels = segments.iter().map(|s| webdis_decode_percent(s.as_bytes())).collect();
-        Some(self.open_subscription(req.id, Subscription { webdis_verb: None, channels }))
+        let channels = segments
+            .iter()
+            .map(|s| webdis_decode_percent(s.as_bytes()))
+            .collect();
+        Some(self.open_subscription(
+            req.id,
+            Subscription {
+                webdis_verb: None,
+                channels,
+            },
+        ))
     }
 
     /// Registers a subscription stream (`wire` is its request's wire id)
@@ -1009,7 +1309,14 @@ impl RedisModel {
             }
             let event = match &sub.webdis_verb {
                 None => sse_event(&[b"subscribe", ch, distinct.len().to_string().as_bytes()]),
-                Some(verb) => webdis_event(verb, &[json!("subscribe"), c_string(ch).map_or(Value::Null, Value::String), json!(distinct.len())]),
+                Some(verb) => webdis_event(
+                    verb,
+                    &[
+                        json!("subscribe"),
+                        c_string(ch).map_or(Value::Null, Value::String),
+                        json!(distinct.len()),
+                    ],
+                ),
             };
             self.out.push((wire, event));
         }
@@ -1031,8 +1338,10 @@ impl RedisModel {
                 None => sse_event(&[b"message", channel, payload]),
                 Some(verb) => {
                     // jansson drops a string it cannot hold from the array.
-                    let items: Vec<Value> =
-                        [b"message".as_slice(), channel, payload].iter().filter_map(|b| c_string(b).map(Value::String)).collect();
+                    let items: Vec<Value> = [b"message".as_slice(), channel, payload]
+                        .iter()
+                        .filter_map(|b| c_string(b).map(Value::String))
+                        .collect();
                     webdis_event(verb, &items)
                 }
             };
@@ -1064,7 +1373,11 @@ fn sse_event(fields: &[&[u8]]) -> Vec<u8> {
             Some(i) => {
                 out.extend_from_slice(&rest[..i]);
                 out.push(b'\n');
-                let skip = if rest[i] == b'\r' && rest.get(i + 1) == Some(&b'\n') { 2 } else { 1 };
+                let skip = if rest[i] == b'\r' && rest.get(i + 1) == Some(&b'\n') {
+                    2
+                } else {
+                    1
+                };
                 rest = &rest[i + skip..];
             }
             None => {
@@ -1087,7 +1400,11 @@ fn webdis_decode_percent(seg: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
     let mut i = 0;
     while i < seg.len() {
-        match (seg[i], seg.get(i + 1).copied().and_then(hex), seg.get(i + 2).copied().and_then(hex)) {
+        match (
+            seg[i],
+            seg.get(i + 1).copied().and_then(hex),
+            seg.get(i + 2).copied().and_then(hex),
+        ) {
             (b'%', Some(h), Some(l)) => {
                 out.push(h << 4 | l);
                 i += 3;
@@ -1106,7 +1423,11 @@ fn webdis_decode(seg: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
     let mut i = 0;
     while i < seg.len() {
-        match (seg[i], seg.get(i + 1).copied().and_then(hex), seg.get(i + 2).copied().and_then(hex)) {
+        match (
+            seg[i],
+            seg.get(i + 1).copied().and_then(hex),
+            seg.get(i + 2).copied().and_then(hex),
+        ) {
             (b'%', Some(h), Some(l)) => {
                 out.push(h << 4 | l);
                 i += 3;
@@ -1141,7 +1462,9 @@ fn webdis_json(v: &MValue, top: bool) -> Option<Value> {
         MValue::Status(s) => Some(Value::String(s.clone())),
         MValue::Err(e) if top => Some(json!([false, e])),
         MValue::Err(e) => Some(Value::String(e.clone())),
-        MValue::Arr(items) if top => Some(Value::Array(items.iter().filter_map(|i| webdis_json(i, false)).collect())),
+        MValue::Arr(items) if top => Some(Value::Array(
+            items.iter().filter_map(|i| webdis_json(i, false)).collect(),
+        )),
         MValue::Arr(_) => Some(Value::Null),
     }
 }
@@ -1151,7 +1474,9 @@ fn upstash_json(v: &MValue, b64: bool) -> Value {
         MValue::Nil => Value::Null,
         MValue::Int(i) => json!(i),
         MValue::Status(s) => Value::String(s.clone()),
-        MValue::Bulk(b) if b64 => Value::String(base64::engine::general_purpose::STANDARD.encode(b)),
+        MValue::Bulk(b) if b64 => {
+            Value::String(base64::engine::general_purpose::STANDARD.encode(b))
+        }
         MValue::Bulk(b) => Value::String(String::from_utf8_lossy(b).into_owned()),
         MValue::Arr(items) => Value::Array(items.iter().map(|i| upstash_json(i, b64)).collect()),
         MValue::Err(e) => Value::String(e.clone()),
@@ -1190,8 +1515,16 @@ impl SimServer for RedisModel {
 
     /// When the next key (or reader's lease) expires (keys without expiry never do).
     fn next_deadline(&self) -> Option<Millis> {
-        let readers = self.readers.values().flatten().filter_map(|(_, end)| self.clock.to_global(*end, self.last_seen));
-        self.data.values().filter_map(|e| e.expires_global).chain(readers).min()
+        let readers = self
+            .readers
+            .values()
+            .flatten()
+            .filter_map(|(_, end)| self.clock.to_global(*end, self.last_seen));
+        self.data
+            .values()
+            .filter_map(|e| e.expires_global)
+            .chain(readers)
+            .min()
     }
 
     fn crash_restart(&mut self, now: Millis) {

@@ -3,10 +3,10 @@
 //! every operation it stops must end with `BudgetExhausted`.
 
 use super::*;
-use crate::core::{LockMachineExt, Outcome};
 use crate::core::redis::scripts::Script;
 use crate::core::redis::{RedisConfig, RedisMachine, RedisNode, RedlockConfig, RedlockMachine};
 use crate::core::SeededEntropy;
+use crate::core::{LockMachineExt, Outcome};
 
 struct Harness<M: LockMachine> {
     m: Budgeted<M>,
@@ -19,7 +19,13 @@ struct Harness<M: LockMachine> {
 
 impl<M: LockMachine> Harness<M> {
     fn new(m: Budgeted<M>) -> Self {
-        Harness { m, now: 1_000, inflight: Vec::new(), sent_total: 0, events: Vec::new() }
+        Harness {
+            m,
+            now: 1_000,
+            inflight: Vec::new(),
+            sent_total: 0,
+            events: Vec::new(),
+        }
     }
 
     fn drain(&mut self) {
@@ -35,7 +41,12 @@ impl<M: LockMachine> Harness<M> {
         while let Some(e) = self.m.poll_event() {
             self.events.push(e);
         }
-        assert!(self.sent_total <= self.m.budget(), "{} requests sent with a budget of {}", self.sent_total, self.m.budget());
+        assert!(
+            self.sent_total <= self.m.budget(),
+            "{} requests sent with a budget of {}",
+            self.sent_total,
+            self.m.budget()
+        );
         assert_eq!(self.sent_total, self.m.sent());
     }
 
@@ -47,9 +58,18 @@ impl<M: LockMachine> Harness<M> {
             if let Some(r) = self.inflight.first().cloned() {
                 self.inflight.remove(0);
                 let args: Vec<String> = serde_json::from_slice(&r.body).unwrap();
-                let script = Script::from_text(args[1].as_bytes()).or_else(|| Script::from_sha1(args[1].as_bytes())).unwrap();
+                let script = Script::from_text(args[1].as_bytes())
+                    .or_else(|| Script::from_sha1(args[1].as_bytes()))
+                    .unwrap();
                 let body = reply(script).as_bytes().to_vec();
-                self.m.handle_input(self.now, Input::Response { id: r.id, status: 200, body });
+                self.m.handle_input(
+                    self.now,
+                    Input::Response {
+                        id: r.id,
+                        status: 200,
+                        body,
+                    },
+                );
                 self.drain();
                 continue;
             }
@@ -67,14 +87,20 @@ impl<M: LockMachine> Harness<M> {
 
     fn failure_of(&self, op: OpId) -> Option<&LockError> {
         self.events.iter().find_map(|e| match e {
-            Event::Completed { op: o, result: Err(error) } if *o == op => Some(error),
+            Event::Completed {
+                op: o,
+                result: Err(error),
+            } if *o == op => Some(error),
             _ => None,
         })
     }
 
     fn acquired(&self, op: OpId) -> Option<LockId> {
         self.events.iter().find_map(|e| match e {
-            Event::Completed { op: o, result: Ok(Outcome::Acquired(lock)) } if *o == op => Some(lock.id),
+            Event::Completed {
+                op: o,
+                result: Ok(Outcome::Acquired(lock)),
+            } if *o == op => Some(lock.id),
             _ => None,
         })
     }
@@ -90,7 +116,9 @@ fn redis(budget: u32, reserve: u32) -> Harness<RedisMachine> {
 }
 
 fn redlock(nodes: usize, budget: u32, reserve: u32) -> Harness<RedlockMachine> {
-    let urls = (0..nodes).map(|i| RedisNode::upstash(format!("http://10.0.0.{i}:8080"), "tok-secret")).collect();
+    let urls = (0..nodes)
+        .map(|i| RedisNode::upstash(format!("http://10.0.0.{i}:8080"), "tok-secret"))
+        .collect();
     let mut cfg = RedlockConfig::new(urls);
     cfg.max_subscriptions = 0;
     let m = RedlockMachine::new(cfg, Box::new(SeededEntropy::new(2))).unwrap();
@@ -98,7 +126,10 @@ fn redlock(nodes: usize, budget: u32, reserve: u32) -> Harness<RedlockMachine> {
 }
 
 fn wait_for(ms: u64) -> AcquireOptions {
-    AcquireOptions { wait: Wait::For(ms), ttl_ms: None }
+    AcquireOptions {
+        wait: Wait::For(ms),
+        ttl_ms: None,
+    }
 }
 
 fn held(s: Script) -> &'static str {
@@ -117,7 +148,11 @@ fn free(s: Script) -> &'static str {
 
 fn assert_budget_error(e: Option<&LockError>, name: &str, budget: u32) {
     match e {
-        Some(LockError::BudgetExhausted { backend, name: n, budget: b }) => {
+        Some(LockError::BudgetExhausted {
+            backend,
+            name: n,
+            budget: b,
+        }) => {
             assert_eq!((n.as_str(), *b), (name, budget));
             assert!(!backend.is_empty());
             assert_eq!(e.map(LockError::code), Some("BUDGET"));
@@ -141,7 +176,10 @@ fn a_long_wait_ends_with_budget_exhausted_before_the_reserve_is_touched() {
     assert_eq!(h.m.live_count(), 0);
     // A new operation is refused up front instead of failing half-way.
     let again = h.m.acquire(h.now, "job", &wait_for(1_000));
-    assert!(matches!(again, Err(LockError::BudgetExhausted { .. })), "{again:?}");
+    assert!(
+        matches!(again, Err(LockError::BudgetExhausted { .. })),
+        "{again:?}"
+    );
 }
 
 #[test]
@@ -151,8 +189,18 @@ fn the_reserve_is_kept_for_the_release_of_a_held_lock() {
     h.run(0, free);
     let lock = h.acquired(op).expect("acquired");
     // The one spendable request is used: no other acquire may start...
-    let other = h.m.acquire(h.now, "other", &AcquireOptions { wait: Wait::Try, ttl_ms: None });
-    assert!(matches!(other, Err(LockError::BudgetExhausted { ref name, .. }) if name == "other"), "{other:?}");
+    let other = h.m.acquire(
+        h.now,
+        "other",
+        &AcquireOptions {
+            wait: Wait::Try,
+            ttl_ms: None,
+        },
+    );
+    assert!(
+        matches!(other, Err(LockError::BudgetExhausted { ref name, .. }) if name == "other"),
+        "{other:?}"
+    );
     // ...but the release still goes out.
     let rel = h.m.release(h.now, lock).unwrap();
     h.run(0, free);
@@ -180,9 +228,22 @@ fn redlock_rounds_stop_mid_round_and_clean_up_within_the_budget() {
         let reqs = std::mem::take(&mut h.inflight);
         for r in reqs {
             let args: Vec<String> = serde_json::from_slice(&r.body).unwrap();
-            let script = Script::from_text(args[1].as_bytes()).or_else(|| Script::from_sha1(args[1].as_bytes())).unwrap();
-            let reply = if h.m.sent() <= 3 { held(script) } else { free(script) };
-            h.m.handle_input(h.now, Input::Response { id: r.id, status: 200, body: reply.as_bytes().to_vec() });
+            let script = Script::from_text(args[1].as_bytes())
+                .or_else(|| Script::from_sha1(args[1].as_bytes()))
+                .unwrap();
+            let reply = if h.m.sent() <= 3 {
+                held(script)
+            } else {
+                free(script)
+            };
+            h.m.handle_input(
+                h.now,
+                Input::Response {
+                    id: r.id,
+                    status: 200,
+                    body: reply.as_bytes().to_vec(),
+                },
+            );
             h.drain();
         }
         if let Some(t) = h.m.poll_timeout() {
@@ -193,7 +254,11 @@ fn redlock_rounds_stop_mid_round_and_clean_up_within_the_budget() {
     }
     assert_budget_error(h.failure_of(op), "job", 8);
     assert!(h.m.sent() <= 8);
-    assert!(h.m.sent() > 5, "the granted keys were deleted from the reserve (sent {})", h.m.sent());
+    assert!(
+        h.m.sent() > 5,
+        "the granted keys were deleted from the reserve (sent {})",
+        h.m.sent()
+    );
     assert_eq!(h.m.live_count(), 0);
 }
 
@@ -201,10 +266,16 @@ fn redlock_rounds_stop_mid_round_and_clean_up_within_the_budget() {
 fn a_budget_of_zero_refuses_everything_without_sending() {
     let mut h = redis(0, 1);
     let r = h.m.acquire(h.now, "job", &wait_for(1_000));
-    assert!(matches!(r, Err(LockError::BudgetExhausted { budget: 0, .. })), "{r:?}");
+    assert!(
+        matches!(r, Err(LockError::BudgetExhausted { budget: 0, .. })),
+        "{r:?}"
+    );
     let c = h.m.close(h.now);
     h.run(0, free);
-    assert!(h.events.iter().any(|e| matches!(e, Event::Completed { op, result: Ok(Outcome::Closed) } if *op == c)));
+    assert!(h
+        .events
+        .iter()
+        .any(|e| matches!(e, Event::Completed { op, result: Ok(Outcome::Closed) } if *op == c)));
     assert_eq!(h.m.sent(), 0);
 }
 

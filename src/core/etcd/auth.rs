@@ -101,9 +101,15 @@ impl<M: LockMachine> Authenticated<M> {
         }
         // etcd endpoints are always URLs (`EtcdConfig::validate`); a request
         // without one is left to its own timeout.
-        let Target::Url(url) = &like.target else { return };
-        let base = url.find("/v3/").map_or(url.as_str(), |i| &url[..i]).to_string();
-        let body = serde_json::json!({ "name": self.auth.username, "password": self.auth.password });
+        let Target::Url(url) = &like.target else {
+            return;
+        };
+        let base = url
+            .find("/v3/")
+            .map_or(url.as_str(), |i| &url[..i])
+            .to_string();
+        let body =
+            serde_json::json!({ "name": self.auth.username, "password": self.auth.password });
         let id = self.own_id();
         let req = HttpRequest {
             id,
@@ -114,14 +120,19 @@ impl<M: LockMachine> Authenticated<M> {
             timeout_ms: Some(self.request_timeout_ms),
             stream: false,
         };
-        self.pending_auth = Some(AuthRequest { id, deadline: self.now.saturating_add(self.request_timeout_ms) });
+        self.pending_auth = Some(AuthRequest {
+            id,
+            deadline: self.now.saturating_add(self.request_timeout_ms),
+        });
         self.transmits.push_back(Transmit::Send(req));
     }
 
     /// Sends `req` with the token (under an id of ours if it is a resend).
     fn send_with_token(&mut self, mut req: HttpRequest, token: &str) {
-        req.headers.retain(|(k, _)| !k.eq_ignore_ascii_case("authorization"));
-        req.headers.push(("Authorization".into(), token.to_string()));
+        req.headers
+            .retain(|(k, _)| !k.eq_ignore_ascii_case("authorization"));
+        req.headers
+            .push(("Authorization".into(), token.to_string()));
         let machine_id = req.id;
         self.out_with_token.insert(machine_id, req.clone());
         if self.resent.contains(&machine_id) {
@@ -150,18 +161,32 @@ impl<M: LockMachine> Authenticated<M> {
                     }
                     None => {
                         let body = br#"{"error":"etcd answered authenticate without a usable token","code":2}"#.to_vec();
-                        self.fail_held_at(now, |id| Input::Response { id, status: 502, body: body.clone() });
+                        self.fail_held_at(now, |id| Input::Response {
+                            id,
+                            status: 502,
+                            body: body.clone(),
+                        });
                     }
                 }
             }
             Input::Response { status, body, .. } => {
                 let body = self.scrub(body);
-                self.fail_held_at(now, |id| Input::Response { id, status, body: body.clone() });
+                self.fail_held_at(now, |id| Input::Response {
+                    id,
+                    status,
+                    body: body.clone(),
+                });
             }
-            Input::Failed { error, .. } => self.fail_held_at(now, |id| Input::Failed { id, error: error.clone() }),
+            Input::Failed { error, .. } => self.fail_held_at(now, |id| Input::Failed {
+                id,
+                error: error.clone(),
+            }),
             // `authenticate` is not a stream: a chunk or an end is a broken answer.
             Input::Chunk { .. } | Input::StreamEnd { .. } => {
-                self.fail_held_at(now, |id| Input::Failed { id, error: TransportError::Io("authenticate answered as a stream".into()) })
+                self.fail_held_at(now, |id| Input::Failed {
+                    id,
+                    error: TransportError::Io("authenticate answered as a stream".into()),
+                })
             }
         }
     }
@@ -177,7 +202,9 @@ impl<M: LockMachine> Authenticated<M> {
     /// issued by an etcd that restarted since).
     fn token_refused(status: u16, body: &[u8]) -> bool {
         let text = String::from_utf8_lossy(body);
-        status == 401 || text.contains("invalid auth token") || text.contains("auth token is expired")
+        status == 401
+            || text.contains("invalid auth token")
+            || text.contains("auth token is expired")
     }
 
     /// Removes the password and the token from an answer's bytes.
@@ -194,7 +221,9 @@ impl<M: LockMachine> Authenticated<M> {
 
     /// A 403 names the user and the key prefix it lacks permission on.
     fn explain_permission(&self, body: Vec<u8>) -> Vec<u8> {
-        let Ok(mut v) = serde_json::from_slice::<Value>(&body) else { return body };
+        let Ok(mut v) = serde_json::from_slice::<Value>(&body) else {
+            return body;
+        };
         let detail = format!(
             "etcd user {:?} lacks read/write permission on the lock keys under {:?} (grant its role readwrite on that prefix)",
             self.auth.username.chars().take(64).collect::<String>(),
@@ -215,7 +244,13 @@ impl<M: LockMachine> Authenticated<M> {
                 if let Some(req) = self.out_with_token.remove(&id) {
                     // The same request again, once, with a new token.
                     self.resent.push(id);
-                    if self.token.as_deref() == req.headers.iter().find(|(k, _)| k == "Authorization").map(|(_, v)| v.as_str()) {
+                    if self.token.as_deref()
+                        == req
+                            .headers
+                            .iter()
+                            .find(|(k, _)| k == "Authorization")
+                            .map(|(_, v)| v.as_str())
+                    {
                         self.token = None;
                     }
                     match self.token.clone() {
@@ -236,7 +271,11 @@ impl<M: LockMachine> Authenticated<M> {
         let input = match input {
             Input::Response { status, body, .. } => {
                 let body = self.scrub(body);
-                let body = if status == 403 { self.explain_permission(body) } else { body };
+                let body = if status == 403 {
+                    self.explain_permission(body)
+                } else {
+                    body
+                };
                 Input::Response { id, status, body }
             }
             Input::Chunk { data, .. } => Input::Chunk { id, data },
@@ -296,7 +335,12 @@ impl<M: LockMachine> LockMachine for Authenticated<M> {
         if id.0 > self.next_own_id && !self.alias.contains_key(&id) {
             return; // an answer to a cancelled request of ours
         }
-        let machine_id = if input.is_final() { self.alias.remove(&id) } else { self.alias.get(&id).copied() }.unwrap_or(id);
+        let machine_id = if input.is_final() {
+            self.alias.remove(&id)
+        } else {
+            self.alias.get(&id).copied()
+        }
+        .unwrap_or(id);
         self.on_machine_answer(now, machine_id, input);
     }
     fn handle_timeout(&mut self, now: Millis) {
@@ -304,7 +348,13 @@ impl<M: LockMachine> LockMachine for Authenticated<M> {
         if let Some(a) = self.pending_auth.as_ref().filter(|a| a.deadline <= now) {
             let id = a.id;
             self.transmits.push_back(Transmit::Cancel(id));
-            self.on_auth_answer(now, Input::Failed { id, error: TransportError::Timeout });
+            self.on_auth_answer(
+                now,
+                Input::Failed {
+                    id,
+                    error: TransportError::Timeout,
+                },
+            );
         }
         self.inner.handle_timeout(now);
     }
@@ -341,7 +391,10 @@ impl<M: LockMachine> LockMachine for Authenticated<M> {
         self.inner.poll_event()
     }
     fn poll_timeout(&self) -> Option<Millis> {
-        crate::core::outbox::earliest([self.inner.poll_timeout(), self.pending_auth.as_ref().map(|a| a.deadline)])
+        crate::core::outbox::earliest([
+            self.inner.poll_timeout(),
+            self.pending_auth.as_ref().map(|a| a.deadline),
+        ])
     }
 }
 
@@ -364,7 +417,9 @@ mod tests {
             BackendKind::Etcd
         }
         fn capabilities(&self) -> Capabilities {
-            Capabilities { kinds: Capabilities::EXCLUSIVE_ONLY }
+            Capabilities {
+                kinds: Capabilities::EXCLUSIVE_ONLY,
+            }
         }
         fn live_count(&self) -> usize {
             self.op.is_some() as usize
@@ -396,7 +451,12 @@ mod tests {
                     let result = if status == 200 {
                         Ok(Outcome::NotAcquired)
                     } else {
-                        Err(LockError::Backend { backend: "etcd", name: "n".into(), status: Some(status), message: text })
+                        Err(LockError::Backend {
+                            backend: "etcd",
+                            name: "n".into(),
+                            status: Some(status),
+                            message: text,
+                        })
                     };
                     self.out.complete(op, result);
                 }
@@ -415,7 +475,10 @@ mod tests {
     }
 
     fn wrapped() -> Authenticated<OneRequest> {
-        let auth = EtcdAuth { username: "locker".into(), password: "pw-7731".into() };
+        let auth = EtcdAuth {
+            username: "locker".into(),
+            password: "pw-7731".into(),
+        };
         Authenticated::new(OneRequest::default(), auth, "edgelock", 1_000)
     }
 
@@ -429,15 +492,35 @@ mod tests {
     }
 
     fn respond(m: &mut Authenticated<OneRequest>, req: &HttpRequest, status: u16, body: &str) {
-        m.handle_input(0, Input::Response { id: req.id, status, body: body.as_bytes().to_vec() });
+        m.handle_input(
+            0,
+            Input::Response {
+                id: req.id,
+                status,
+                body: body.as_bytes().to_vec(),
+            },
+        );
     }
 
     fn header<'a>(r: &'a HttpRequest, name: &str) -> Option<&'a str> {
-        r.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+        r.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
     }
 
     fn acquire(m: &mut Authenticated<OneRequest>) -> OpId {
-        m.start(0, Operation::acquire("n", AcquireOptions { wait: Wait::Try, ttl_ms: None })).unwrap()
+        m.start(
+            0,
+            Operation::acquire(
+                "n",
+                AcquireOptions {
+                    wait: Wait::Try,
+                    ttl_ms: None,
+                },
+            ),
+        )
+        .unwrap()
     }
 
     #[test]
@@ -445,15 +528,31 @@ mod tests {
         let mut m = wrapped();
         acquire(&mut m);
         let out = sends(&mut m);
-        let [auth] = out.as_slice() else { panic!("{out:?}") };
-        assert_eq!(auth.target.url(), Some("http://10.0.0.1:2379/v3/auth/authenticate"));
-        assert_eq!(serde_json::from_slice::<Value>(&auth.body).unwrap(), serde_json::json!({"name": "locker", "password": "pw-7731"}));
+        let [auth] = out.as_slice() else {
+            panic!("{out:?}")
+        };
+        assert_eq!(
+            auth.target.url(),
+            Some("http://10.0.0.1:2379/v3/auth/authenticate")
+        );
+        assert_eq!(
+            serde_json::from_slice::<Value>(&auth.body).unwrap(),
+            serde_json::json!({"name": "locker", "password": "pw-7731"})
+        );
         respond(&mut m, auth, 200, r#"{"header":{},"token":"tok.123"}"#);
         let out = sends(&mut m);
-        let [txn] = out.as_slice() else { panic!("{out:?}") };
+        let [txn] = out.as_slice() else {
+            panic!("{out:?}")
+        };
         assert_eq!(header(txn, "authorization"), Some("tok.123"));
         respond(&mut m, txn, 200, "{}");
-        assert!(matches!(m.poll_event(), Some(Event::Completed { result: Ok(Outcome::NotAcquired), .. })));
+        assert!(matches!(
+            m.poll_event(),
+            Some(Event::Completed {
+                result: Ok(Outcome::NotAcquired),
+                ..
+            })
+        ));
     }
 
     #[test]
@@ -463,21 +562,39 @@ mod tests {
         let auth = sends(&mut m).remove(0);
         respond(&mut m, &auth, 200, r#"{"token":"old.1"}"#);
         let txn = sends(&mut m).remove(0);
-        respond(&mut m, &txn, 401, r#"{"error":"etcdserver: invalid auth token","code":16}"#);
+        respond(
+            &mut m,
+            &txn,
+            401,
+            r#"{"error":"etcdserver: invalid auth token","code":16}"#,
+        );
         assert!(m.inner.answers.is_empty(), "the machine never sees the 401");
         let again = sends(&mut m);
         assert_eq!(again.len(), 1);
-        assert!(again[0].target.url().unwrap().ends_with("/v3/auth/authenticate"));
+        assert!(again[0]
+            .target
+            .url()
+            .unwrap()
+            .ends_with("/v3/auth/authenticate"));
         respond(&mut m, &again[0], 200, r#"{"token":"new.2"}"#);
         let resent = sends(&mut m).remove(0);
         assert_ne!(resent.id, txn.id, "sent again under an id of the wrapper");
         assert_eq!(header(&resent, "authorization"), Some("new.2"));
         assert_eq!(resent.body, txn.body);
         // Refused again: this time the machine hears it (no loop).
-        respond(&mut m, &resent, 401, r#"{"error":"etcdserver: invalid auth token new.2","code":16}"#);
+        respond(
+            &mut m,
+            &resent,
+            401,
+            r#"{"error":"etcdserver: invalid auth token new.2","code":16}"#,
+        );
         assert!(sends(&mut m).is_empty());
         assert_eq!(m.inner.answers.len(), 1);
-        assert!(!m.inner.answers[0].1.contains("new.2"), "the token is scrubbed: {:?}", m.inner.answers);
+        assert!(
+            !m.inner.answers[0].1.contains("new.2"),
+            "the token is scrubbed: {:?}",
+            m.inner.answers
+        );
     }
 
     #[test]
@@ -485,10 +602,20 @@ mod tests {
         let mut m = wrapped();
         acquire(&mut m);
         let auth = sends(&mut m).remove(0);
-        respond(&mut m, &auth, 400, r#"{"error":"etcdserver: authentication failed, invalid user ID or password (pw-7731)","code":3}"#);
-        let Some(Event::Completed { result: Err(e), .. }) = m.poll_event() else { panic!() };
+        respond(
+            &mut m,
+            &auth,
+            400,
+            r#"{"error":"etcdserver: authentication failed, invalid user ID or password (pw-7731)","code":3}"#,
+        );
+        let Some(Event::Completed { result: Err(e), .. }) = m.poll_event() else {
+            panic!()
+        };
         assert_eq!(e.code(), "BACKEND");
-        assert!(e.to_string().contains("authentication failed") && !e.to_string().contains("pw-7731"), "{e}");
+        assert!(
+            e.to_string().contains("authentication failed") && !e.to_string().contains("pw-7731"),
+            "{e}"
+        );
         assert!(!format!("{:?}", m.auth).contains("pw-7731"));
     }
 
@@ -499,9 +626,19 @@ mod tests {
         let auth = sends(&mut m).remove(0);
         respond(&mut m, &auth, 200, r#"{"token":"t.1"}"#);
         let txn = sends(&mut m).remove(0);
-        respond(&mut m, &txn, 403, r#"{"error":"etcdserver: permission denied","code":7}"#);
+        respond(
+            &mut m,
+            &txn,
+            403,
+            r#"{"error":"etcdserver: permission denied","code":7}"#,
+        );
         let text = &m.inner.answers[0].1;
-        assert!(text.contains("permission denied") && text.contains("locker") && text.contains("edgelock/"), "{text}");
+        assert!(
+            text.contains("permission denied")
+                && text.contains("locker")
+                && text.contains("edgelock/"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -22,7 +22,8 @@ pub(super) trait FromJson: Sized {
 }
 
 fn object<'a>(v: &'a Value, what: &str) -> Result<&'a Map<String, Value>, String> {
-    v.as_object().ok_or_else(|| format!("{what}: expected an object"))
+    v.as_object()
+        .ok_or_else(|| format!("{what}: expected an object"))
 }
 
 /// int64 that the gateway sends as a string (or, from other gateways, a number).
@@ -38,12 +39,16 @@ fn int(o: &Map<String, Value>, key: &str) -> Result<i64, String> {
 fn flag(o: &Map<String, Value>, key: &str) -> Result<bool, String> {
     match o.get(key) {
         None => Ok(false),
-        Some(v) => v.as_bool().ok_or_else(|| format!("{key}: expected a boolean")),
+        Some(v) => v
+            .as_bool()
+            .ok_or_else(|| format!("{key}: expected a boolean")),
     }
 }
 
 fn bytes(v: &Value, key: &str) -> Result<Vec<u8>, String> {
-    let s = v.as_str().ok_or_else(|| format!("{key}: expected a base64 string"))?;
+    let s = v
+        .as_str()
+        .ok_or_else(|| format!("{key}: expected a base64 string"))?;
     b64::decode(s.as_bytes()).ok_or_else(|| format!("{key}: invalid base64"))
 }
 
@@ -51,7 +56,11 @@ fn b64_field(o: &Map<String, Value>, key: &str) -> Result<Vec<u8>, String> {
     o.get(key).map_or(Ok(Vec::new()), |v| bytes(v, key))
 }
 
-fn list<T>(o: &Map<String, Value>, key: &str, item: impl Fn(&Value) -> Result<T, String>) -> Result<Vec<T>, String> {
+fn list<T>(
+    o: &Map<String, Value>,
+    key: &str,
+    item: impl Fn(&Value) -> Result<T, String>,
+) -> Result<Vec<T>, String> {
     match o.get(key) {
         None => Ok(Vec::new()),
         Some(Value::Array(a)) => a.iter().map(item).collect(),
@@ -85,7 +94,9 @@ pub(super) struct LeaseKeys {
 
 impl FromJson for LeaseKeys {
     fn from_json(v: &Value) -> Result<Self, String> {
-        Ok(LeaseKeys { keys: list(object(v, "lease keys")?, "keys", |k| bytes(k, "keys"))? })
+        Ok(LeaseKeys {
+            keys: list(object(v, "lease keys")?, "keys", |k| bytes(k, "keys"))?,
+        })
     }
 }
 
@@ -96,7 +107,9 @@ pub(super) struct Header {
 
 impl FromJson for Header {
     fn from_json(v: &Value) -> Result<Self, String> {
-        Ok(Header { revision: int(object(v, "header")?, "revision")? })
+        Ok(Header {
+            revision: int(object(v, "header")?, "revision")?,
+        })
     }
 }
 
@@ -131,7 +144,10 @@ pub(super) struct RangeResponse {
 impl FromJson for RangeResponse {
     fn from_json(v: &Value) -> Result<Self, String> {
         let o = object(v, "range response")?;
-        Ok(RangeResponse { header: nested(o, "header")?, kvs: list(o, "kvs", KeyValue::from_json)? })
+        Ok(RangeResponse {
+            header: nested(o, "header")?,
+            kvs: list(o, "kvs", KeyValue::from_json)?,
+        })
     }
 }
 
@@ -174,7 +190,10 @@ impl FromJson for TxnResponse {
 impl TxnResponse {
     /// The i-th range response of the executed branch.
     pub(super) fn range(&self, i: usize) -> Option<&RangeResponse> {
-        self.responses.iter().filter_map(|r| r.response_range.as_ref()).nth(i)
+        self.responses
+            .iter()
+            .filter_map(|r| r.response_range.as_ref())
+            .nth(i)
     }
 }
 
@@ -193,7 +212,11 @@ impl FromJson for LeaseGrantResponse {
             None | Some(Value::Null) => None,
             Some(e) => Some(e.as_str().ok_or("error: expected a string")?.to_string()),
         };
-        Ok(LeaseGrantResponse { ID: int(o, "ID")?, TTL: int(o, "TTL")?, error })
+        Ok(LeaseGrantResponse {
+            ID: int(o, "ID")?,
+            TTL: int(o, "TTL")?,
+            error,
+        })
     }
 }
 
@@ -209,7 +232,10 @@ pub(super) struct LeaseTtl {
 impl FromJson for LeaseTtl {
     fn from_json(v: &Value) -> Result<Self, String> {
         let o = object(v, "lease")?;
-        Ok(LeaseTtl { ID: int(o, "ID")?, TTL: int(o, "TTL")? })
+        Ok(LeaseTtl {
+            ID: int(o, "ID")?,
+            TTL: int(o, "TTL")?,
+        })
     }
 }
 
@@ -227,7 +253,10 @@ impl FromJson for WatchEvent {
             None | Some(Value::Null) => None,
             Some(t) => Some(t.as_str().ok_or("type: expected a string")?.to_string()),
         };
-        Ok(WatchEvent { kind, kv: nested(o, "kv")? })
+        Ok(WatchEvent {
+            kind,
+            kv: nested(o, "kv")?,
+        })
     }
 }
 
@@ -255,7 +284,9 @@ impl FromJson for WatchResponse {
 
 impl WatchResponse {
     pub(super) fn has_delete(&self) -> bool {
-        self.events.iter().any(|e| e.kind.as_deref() == Some("DELETE"))
+        self.events
+            .iter()
+            .any(|e| e.kind.as_deref() == Some("DELETE"))
     }
 }
 
@@ -276,13 +307,17 @@ impl GatewayError {
     pub(super) fn message(&self) -> String {
         match self {
             GatewayError::LeaseNotFound => "requested lease not found".into(),
-            GatewayError::Retryable { message, .. } | GatewayError::Fatal { message, .. } => message.clone(),
+            GatewayError::Retryable { message, .. } | GatewayError::Fatal { message, .. } => {
+                message.clone()
+            }
             GatewayError::Malformed(m) => format!("malformed reply: {m}"),
         }
     }
     pub(super) fn status(&self) -> Option<u16> {
         match self {
-            GatewayError::Retryable { status, .. } | GatewayError::Fatal { status, .. } => Some(*status),
+            GatewayError::Retryable { status, .. } | GatewayError::Fatal { status, .. } => {
+                Some(*status)
+            }
             _ => None,
         }
     }
@@ -301,12 +336,17 @@ pub(super) fn classify_error(status: u16, body: &[u8]) -> GatewayError {
         // Kept whole here: `backend_error` redacts configured header values, then cuts.
         .map(crate::core::error::clean_control)
         .unwrap_or_else(|| format!("HTTP {status}"));
-    let code = parsed.as_ref().and_then(|v| v.get("code")).and_then(|c| c.as_i64());
+    let code = parsed
+        .as_ref()
+        .and_then(|v| v.get("code"))
+        .and_then(|c| c.as_i64());
     if message.contains("requested lease not found") {
         return GatewayError::LeaseNotFound;
     }
     let retry_by_code = code.map(|c| RETRYABLE_GRPC.contains(&c)).unwrap_or(false);
-    let retry_by_text = message.contains("leader changed") || message.contains("no leader") || message.contains("timed out");
+    let retry_by_text = message.contains("leader changed")
+        || message.contains("no leader")
+        || message.contains("timed out");
     if status >= 500 || status == 429 || status == 408 || retry_by_code || retry_by_text {
         GatewayError::Retryable { status, message }
     } else {
@@ -319,7 +359,8 @@ pub(super) fn parse<T: FromJson>(status: u16, body: &[u8]) -> Result<T, GatewayE
     if !(200..300).contains(&status) {
         return Err(classify_error(status, body));
     }
-    let v: Value = serde_json::from_slice(body).map_err(|e| GatewayError::Malformed(e.to_string()))?;
+    let v: Value =
+        serde_json::from_slice(body).map_err(|e| GatewayError::Malformed(e.to_string()))?;
     if !v.is_object() {
         return Err(GatewayError::Malformed("expected a JSON object".into()));
     }
@@ -334,7 +375,8 @@ pub(super) fn parse_wrapped<T: FromJson>(status: u16, body: &[u8]) -> Result<T, 
     if !(200..300).contains(&status) {
         return Err(classify_error(status, body));
     }
-    let v: Value = serde_json::from_slice(body).map_err(|e| GatewayError::Malformed(e.to_string()))?;
+    let v: Value =
+        serde_json::from_slice(body).map_err(|e| GatewayError::Malformed(e.to_string()))?;
     let o = object(&v, "reply").map_err(GatewayError::Malformed)?;
     if o.get("error").is_some_and(|e| !e.is_null()) {
         return Err(classify_error(status, body));
@@ -429,14 +471,18 @@ pub(super) fn delete_key(key: &[u8]) -> Value {
 
 /// Reads several keys in one round trip (checking that held keys still exist).
 pub(super) fn read_keys_txn<'a>(keys: impl Iterator<Item = &'a [u8]>) -> Value {
-    let ops: Vec<Value> = keys.map(|k| json!({ "request_range": { "key": b64(k), "keys_only": true } })).collect();
+    let ops: Vec<Value> = keys
+        .map(|k| json!({ "request_range": { "key": b64(k), "keys_only": true } }))
+        .collect();
     json!({ "compare": [], "success": ops })
 }
 
 /// Reads several keys with their values in one round trip (a resumed
 /// permit's keys must carry its semaphore's limit).
 pub(super) fn read_values_txn<'a>(keys: impl Iterator<Item = &'a [u8]>) -> Value {
-    let ops: Vec<Value> = keys.map(|k| json!({ "request_range": { "key": b64(k) } })).collect();
+    let ops: Vec<Value> = keys
+        .map(|k| json!({ "request_range": { "key": b64(k) } }))
+        .collect();
     json!({ "compare": [], "success": ops })
 }
 
@@ -455,7 +501,13 @@ pub(super) fn watch_delete(key: &[u8], start_revision: i64) -> Value {
 
 /// A range `[start, end)` sorted by create revision, with values (a
 /// semaphore's keys carry its limit in their value).
-fn range_by_create(start: &[u8], end: &[u8], order: &str, limit: u32, max_create_revision: Option<i64>) -> Value {
+fn range_by_create(
+    start: &[u8],
+    end: &[u8],
+    order: &str,
+    limit: u32,
+    max_create_revision: Option<i64>,
+) -> Value {
     let mut r = json!({ "key": b64(start), "range_end": b64(end), "sort_order": order, "sort_target": "CREATE", "limit": limit.to_string() });
     if let (Some(max), Some(o)) = (max_create_revision, r.as_object_mut()) {
         o.insert("max_create_revision".into(), json!(max.to_string()));
@@ -473,7 +525,15 @@ fn slot_range(slots: (&[u8], &[u8])) -> Value {
 /// newest (ours and our predecessor), (3) every slot key and (4) whether
 /// any read-write lock reader key exists (a read-write lock's name is no
 /// semaphore); otherwise (a retry whose first attempt applied) read our key.
-pub(super) fn permit_acquire_txn(key: &[u8], queue: (&[u8], &[u8]), slots: (&[u8], &[u8]), readers: (&[u8], &[u8]), lease: i64, value: &[u8], limit: u32) -> Value {
+pub(super) fn permit_acquire_txn(
+    key: &[u8],
+    queue: (&[u8], &[u8]),
+    slots: (&[u8], &[u8]),
+    readers: (&[u8], &[u8]),
+    lease: i64,
+    value: &[u8],
+    limit: u32,
+) -> Value {
     json!({
         "compare": [{ "key": b64(key), "target": "CREATE", "result": "EQUAL", "create_revision": "0" }],
         "success": [
@@ -490,7 +550,13 @@ pub(super) fn permit_acquire_txn(key: &[u8], queue: (&[u8], &[u8]), slots: (&[u8
 /// A waiting permit's re-check, with the same reads as its acquire: our key,
 /// the oldest `limit + 1` queue keys up to ours, our predecessor (the newest
 /// key below ours), and every slot key.
-pub(super) fn permit_check_txn(key: &[u8], my_rev: i64, queue: (&[u8], &[u8]), slots: (&[u8], &[u8]), limit: u32) -> Value {
+pub(super) fn permit_check_txn(
+    key: &[u8],
+    my_rev: i64,
+    queue: (&[u8], &[u8]),
+    slots: (&[u8], &[u8]),
+    limit: u32,
+) -> Value {
     json!({
         "compare": [],
         "success": [
@@ -507,7 +573,14 @@ pub(super) fn permit_check_txn(key: &[u8], my_rev: i64, queue: (&[u8], &[u8]), s
 /// incarnation. The claim puts our queue key again (same value and lease, so
 /// its create revision stays): that PUT wakes the waiter watching us. On
 /// failure, reads our key and every slot key to choose again.
-pub(super) fn claim_slot_txn(slot: &[u8], key: &[u8], my_rev: i64, lease: i64, value: &[u8], slots: (&[u8], &[u8])) -> Value {
+pub(super) fn claim_slot_txn(
+    slot: &[u8],
+    key: &[u8],
+    my_rev: i64,
+    lease: i64,
+    value: &[u8],
+    slots: (&[u8], &[u8]),
+) -> Value {
     json!({
         "compare": [
             { "key": b64(slot), "target": "CREATE", "result": "EQUAL", "create_revision": "0" },
@@ -528,7 +601,10 @@ pub(super) fn delete_all_if_revisions(keys: &[(&[u8], i64)]) -> Value {
         .iter()
         .map(|(k, rev)| json!({ "key": b64(k), "target": "CREATE", "result": "EQUAL", "create_revision": rev.to_string() }))
         .collect();
-    let success: Vec<Value> = keys.iter().map(|(k, _)| json!({ "request_delete_range": { "key": b64(k) } })).collect();
+    let success: Vec<Value> = keys
+        .iter()
+        .map(|(k, _)| json!({ "request_delete_range": { "key": b64(k) } }))
+        .collect();
     json!({ "compare": compare, "success": success })
 }
 
@@ -568,7 +644,13 @@ pub(super) fn watch_range_deletes(start: &[u8], end: &[u8], start_revision: i64)
 /// values (a semaphore's keys carry its limit: a shared acquire of a
 /// semaphore's name is refused); otherwise (a retry whose first attempt
 /// applied) read our key.
-pub(super) fn shared_acquire_txn(key: &[u8], lock_prefix: &[u8], writers: (&[u8], &[u8]), lease: i64, value: &[u8]) -> Value {
+pub(super) fn shared_acquire_txn(
+    key: &[u8],
+    lock_prefix: &[u8],
+    writers: (&[u8], &[u8]),
+    lease: i64,
+    value: &[u8],
+) -> Value {
     json!({
         "compare": [{ "key": b64(key), "target": "CREATE", "result": "EQUAL", "create_revision": "0" }],
         "success": [
@@ -624,11 +706,26 @@ mod tests {
         assert_eq!((k.ID, k.TTL), (12345, 0));
 
         let err = br#"{"error":"etcdserver: requested lease not found","message":"etcdserver: requested lease not found","code":5}"#;
-        assert_eq!(parse::<TxnResponse>(404, err).unwrap_err(), GatewayError::LeaseNotFound);
-        assert_eq!(parse::<TxnResponse>(200, err).unwrap_err(), GatewayError::LeaseNotFound);
-        assert!(matches!(parse::<TxnResponse>(503, b"oops").unwrap_err(), GatewayError::Retryable { .. }));
-        assert!(matches!(parse::<TxnResponse>(400, br#"{"error":"bad","code":3}"#).unwrap_err(), GatewayError::Fatal { .. }));
-        assert!(matches!(parse::<TxnResponse>(200, b"[]").unwrap_err(), GatewayError::Malformed(_)));
+        assert_eq!(
+            parse::<TxnResponse>(404, err).unwrap_err(),
+            GatewayError::LeaseNotFound
+        );
+        assert_eq!(
+            parse::<TxnResponse>(200, err).unwrap_err(),
+            GatewayError::LeaseNotFound
+        );
+        assert!(matches!(
+            parse::<TxnResponse>(503, b"oops").unwrap_err(),
+            GatewayError::Retryable { .. }
+        ));
+        assert!(matches!(
+            parse::<TxnResponse>(400, br#"{"error":"bad","code":3}"#).unwrap_err(),
+            GatewayError::Fatal { .. }
+        ));
+        assert!(matches!(
+            parse::<TxnResponse>(200, b"[]").unwrap_err(),
+            GatewayError::Malformed(_)
+        ));
 
         let w = br#"{"result":{"header":{"revision":"4"},"events":[{"type":"DELETE","kv":{"key":"ZWwveC8x","mod_revision":"4"}}]}}"#;
         assert!(parse_watch_message(w).unwrap().has_delete());
@@ -642,22 +739,69 @@ mod tests {
     fn permit_bodies() {
         let queue: (&[u8], &[u8]) = (b"el/s/", b"el/s/g");
         let slots: (&[u8], &[u8]) = (b"el/s/s/", b"el/s/s0");
-        let t = permit_acquire_txn(b"el/s/1f.3", queue, slots, (b"el/s/r/", b"el/s/r0"), 31, b"p3:ab", 3);
+        let t = permit_acquire_txn(
+            b"el/s/1f.3",
+            queue,
+            slots,
+            (b"el/s/r/", b"el/s/r0"),
+            31,
+            b"p3:ab",
+            3,
+        );
         assert_eq!(t["compare"][0]["create_revision"], "0");
         let put = &t["success"][0]["request_put"];
-        assert_eq!((unb64(&put["key"]), unb64(&put["value"]), put["lease"].as_str()), (b"el/s/1f.3".to_vec(), b"p3:ab".to_vec(), Some("31")));
+        assert_eq!(
+            (
+                unb64(&put["key"]),
+                unb64(&put["value"]),
+                put["lease"].as_str()
+            ),
+            (b"el/s/1f.3".to_vec(), b"p3:ab".to_vec(), Some("31"))
+        );
         let oldest = &t["success"][1]["request_range"];
-        assert_eq!((unb64(&oldest["key"]), unb64(&oldest["range_end"])), (b"el/s/".to_vec(), b"el/s/g".to_vec()));
-        assert_eq!((&oldest["sort_order"], &oldest["sort_target"], &oldest["limit"]), (&json!("ASCEND"), &json!("CREATE"), &json!("4")));
+        assert_eq!(
+            (unb64(&oldest["key"]), unb64(&oldest["range_end"])),
+            (b"el/s/".to_vec(), b"el/s/g".to_vec())
+        );
+        assert_eq!(
+            (
+                &oldest["sort_order"],
+                &oldest["sort_target"],
+                &oldest["limit"]
+            ),
+            (&json!("ASCEND"), &json!("CREATE"), &json!("4"))
+        );
         assert!(oldest.get("keys_only").is_none(), "values carry the limit");
-        assert_eq!((&t["success"][2]["request_range"]["sort_order"], &t["success"][2]["request_range"]["limit"]), (&json!("DESCEND"), &json!("2")));
-        assert_eq!(unb64(&t["success"][3]["request_range"]["range_end"]), b"el/s/s0");
-        assert_eq!(unb64(&t["failure"][0]["request_range"]["key"]), b"el/s/1f.3");
+        assert_eq!(
+            (
+                &t["success"][2]["request_range"]["sort_order"],
+                &t["success"][2]["request_range"]["limit"]
+            ),
+            (&json!("DESCEND"), &json!("2"))
+        );
+        assert_eq!(
+            unb64(&t["success"][3]["request_range"]["range_end"]),
+            b"el/s/s0"
+        );
+        assert_eq!(
+            unb64(&t["failure"][0]["request_range"]["key"]),
+            b"el/s/1f.3"
+        );
         let readers = &t["success"][4]["request_range"];
-        assert_eq!((unb64(&readers["key"]), unb64(&readers["range_end"]), &readers["limit"]), (b"el/s/r/".to_vec(), b"el/s/r0".to_vec(), &json!("1")));
+        assert_eq!(
+            (
+                unb64(&readers["key"]),
+                unb64(&readers["range_end"]),
+                &readers["limit"]
+            ),
+            (b"el/s/r/".to_vec(), b"el/s/r0".to_vec(), &json!("1"))
+        );
 
         let c = permit_check_txn(b"el/s/1f.3", 10, queue, slots, 3);
-        assert_eq!(c["success"][1]["request_range"]["max_create_revision"], "10");
+        assert_eq!(
+            c["success"][1]["request_range"]["max_create_revision"],
+            "10"
+        );
         assert_eq!(c["success"][1]["request_range"]["limit"], "4");
         assert_eq!(c["success"][2]["request_range"]["max_create_revision"], "9");
         assert_eq!(c["success"][2]["request_range"]["limit"], "1");
@@ -665,28 +809,65 @@ mod tests {
         let claim = claim_slot_txn(b"el/s/s/2", b"el/s/1f.3", 10, 31, b"p3:ab", slots);
         assert_eq!(unb64(&claim["compare"][0]["key"]), b"el/s/s/2");
         assert_eq!(claim["compare"][0]["create_revision"], "0");
-        assert_eq!((unb64(&claim["compare"][1]["key"]), &claim["compare"][1]["create_revision"]), (b"el/s/1f.3".to_vec(), &json!("10")));
+        assert_eq!(
+            (
+                unb64(&claim["compare"][1]["key"]),
+                &claim["compare"][1]["create_revision"]
+            ),
+            (b"el/s/1f.3".to_vec(), &json!("10"))
+        );
         for (i, key) in [(0, &b"el/s/s/2"[..]), (1, b"el/s/1f.3")] {
             let put = &claim["success"][i]["request_put"];
-            assert_eq!((unb64(&put["key"]), unb64(&put["value"]), &put["lease"]), (key.to_vec(), b"p3:ab".to_vec(), &json!("31")));
+            assert_eq!(
+                (unb64(&put["key"]), unb64(&put["value"]), &put["lease"]),
+                (key.to_vec(), b"p3:ab".to_vec(), &json!("31"))
+            );
         }
         assert_eq!(claim["failure"].as_array().map(Vec::len), Some(2));
 
         let d = delete_all_if_revisions(&[(b"el/s/1f.3", 10), (b"el/s/s/2", 11)]);
-        assert_eq!((&d["compare"][0]["create_revision"], &d["compare"][1]["create_revision"]), (&json!("10"), &json!("11")));
-        assert_eq!(unb64(&d["success"][1]["request_delete_range"]["key"]), b"el/s/s/2");
+        assert_eq!(
+            (
+                &d["compare"][0]["create_revision"],
+                &d["compare"][1]["create_revision"]
+            ),
+            (&json!("10"), &json!("11"))
+        );
+        assert_eq!(
+            unb64(&d["success"][1]["request_delete_range"]["key"]),
+            b"el/s/s/2"
+        );
         let v = delete_if_value(b"el/s/s/2", b"p3:ab");
-        assert_eq!((&v["compare"][0]["target"], unb64(&v["compare"][0]["value"])), (&json!("VALUE"), b"p3:ab".to_vec()));
+        assert_eq!(
+            (&v["compare"][0]["target"], unb64(&v["compare"][0]["value"])),
+            (&json!("VALUE"), b"p3:ab".to_vec())
+        );
 
         // A lock's acquire also reads the oldest key, with its value.
         let lock = acquire_txn(b"el/s/1f", b"el/s/", 31, b"ab");
         let oldest = &lock["success"][2]["request_range"];
-        assert_eq!((&oldest["sort_order"], &oldest["limit"], oldest.get("keys_only")), (&json!("ASCEND"), &json!("1"), None));
+        assert_eq!(
+            (
+                &oldest["sort_order"],
+                &oldest["limit"],
+                oldest.get("keys_only")
+            ),
+            (&json!("ASCEND"), &json!("1"), None)
+        );
 
         let w = watch_range_deletes(b"el/s/", b"el/s/g", 12);
-        assert_eq!((&w["create_request"]["filters"], &w["create_request"]["start_revision"]), (&json!(["NOPUT"]), &json!("12")));
+        assert_eq!(
+            (
+                &w["create_request"]["filters"],
+                &w["create_request"]["start_revision"]
+            ),
+            (&json!(["NOPUT"]), &json!("12"))
+        );
         let w = watch_key(b"el/s/2a.1", 12);
-        assert!(w["create_request"].get("filters").is_none() && w["create_request"].get("range_end").is_none());
+        assert!(
+            w["create_request"].get("filters").is_none()
+                && w["create_request"].get("range_end").is_none()
+        );
         // A promotion is a PUT event (no "type"): a permit's waiter sees it.
         let put = br#"{"result":{"header":{"revision":"12"},"events":[{"kv":{"key":"ZWwvcy8yYS4x","create_revision":"7","mod_revision":"12"}}]}}"#;
         let m = parse_watch_message(put).unwrap();
@@ -699,22 +880,64 @@ mod tests {
         let t = shared_acquire_txn(b"el/rw/r/1f.3", b"el/rw/", writers, 31, b"r:ab");
         assert_eq!(t["compare"][0]["create_revision"], "0");
         let put = &t["success"][0]["request_put"];
-        assert_eq!((unb64(&put["key"]), unb64(&put["value"]), put["lease"].as_str()), (b"el/rw/r/1f.3".to_vec(), b"r:ab".to_vec(), Some("31")));
+        assert_eq!(
+            (
+                unb64(&put["key"]),
+                unb64(&put["value"]),
+                put["lease"].as_str()
+            ),
+            (b"el/rw/r/1f.3".to_vec(), b"r:ab".to_vec(), Some("31"))
+        );
         // The newest writer key, with its value (a semaphore's carries a limit).
         let newest = &t["success"][1]["request_range"];
-        assert_eq!((unb64(&newest["key"]), unb64(&newest["range_end"])), (b"el/rw/".to_vec(), b"el/rw/g".to_vec()));
-        assert_eq!((&newest["sort_order"], &newest["sort_target"], &newest["limit"]), (&json!("DESCEND"), &json!("CREATE"), &json!("1")));
+        assert_eq!(
+            (unb64(&newest["key"]), unb64(&newest["range_end"])),
+            (b"el/rw/".to_vec(), b"el/rw/g".to_vec())
+        );
+        assert_eq!(
+            (
+                &newest["sort_order"],
+                &newest["sort_target"],
+                &newest["limit"]
+            ),
+            (&json!("DESCEND"), &json!("CREATE"), &json!("1"))
+        );
         assert!(newest.get("keys_only").is_none() && newest.get("max_create_revision").is_none());
         // The oldest key of the whole name (reader keys included).
         let oldest = &t["success"][2]["request_range"];
-        assert_eq!((unb64(&oldest["key"]), unb64(&oldest["range_end"])), (b"el/rw/".to_vec(), b"el/rw0".to_vec()));
-        assert_eq!((&oldest["sort_order"], &oldest["limit"]), (&json!("ASCEND"), &json!("1")));
-        assert_eq!(unb64(&t["failure"][0]["request_range"]["key"]), b"el/rw/r/1f.3");
+        assert_eq!(
+            (unb64(&oldest["key"]), unb64(&oldest["range_end"])),
+            (b"el/rw/".to_vec(), b"el/rw0".to_vec())
+        );
+        assert_eq!(
+            (&oldest["sort_order"], &oldest["limit"]),
+            (&json!("ASCEND"), &json!("1"))
+        );
+        assert_eq!(
+            unb64(&t["failure"][0]["request_range"]["key"]),
+            b"el/rw/r/1f.3"
+        );
 
         let c = shared_check_txn(b"el/rw/r/1f.3", writers, 10);
-        assert_eq!(unb64(&c["success"][0]["request_range"]["key"]), b"el/rw/r/1f.3");
+        assert_eq!(
+            unb64(&c["success"][0]["request_range"]["key"]),
+            b"el/rw/r/1f.3"
+        );
         let w = &c["success"][1]["request_range"];
-        assert_eq!((unb64(&w["key"]), unb64(&w["range_end"]), &w["max_create_revision"], &w["limit"]), (b"el/rw/".to_vec(), b"el/rw/g".to_vec(), &json!("9"), &json!("1")));
+        assert_eq!(
+            (
+                unb64(&w["key"]),
+                unb64(&w["range_end"]),
+                &w["max_create_revision"],
+                &w["limit"]
+            ),
+            (
+                b"el/rw/".to_vec(),
+                b"el/rw/g".to_vec(),
+                &json!("9"),
+                &json!("1")
+            )
+        );
         assert_eq!(w["sort_order"], "DESCEND");
     }
 
@@ -737,13 +960,28 @@ mod tests {
             prop_oneof![
                 prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
                 prop::collection::vec(
-                    (prop_oneof![Just("header".to_string()), Just("revision".to_string()), Just("kvs".to_string()),
-                                 Just("key".to_string()), Just("create_revision".to_string()), Just("result".to_string()),
-                                 Just("events".to_string()), Just("succeeded".to_string()), Just("responses".to_string()),
-                                 Just("response_range".to_string()), Just("TTL".to_string()), Just("ID".to_string()),
-                                 Just("error".to_string()), Just("code".to_string())], inner),
+                    (
+                        prop_oneof![
+                            Just("header".to_string()),
+                            Just("revision".to_string()),
+                            Just("kvs".to_string()),
+                            Just("key".to_string()),
+                            Just("create_revision".to_string()),
+                            Just("result".to_string()),
+                            Just("events".to_string()),
+                            Just("succeeded".to_string()),
+                            Just("responses".to_string()),
+                            Just("response_range".to_string()),
+                            Just("TTL".to_string()),
+                            Just("ID".to_string()),
+                            Just("error".to_string()),
+                            Just("code".to_string())
+                        ],
+                        inner
+                    ),
                     0..5
-                ).prop_map(|kv| Value::Object(kv.into_iter().collect())),
+                )
+                .prop_map(|kv| Value::Object(kv.into_iter().collect())),
             ]
         })
     }

@@ -175,7 +175,10 @@ pub struct EtcdAuth {
 
 impl std::fmt::Debug for EtcdAuth {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EtcdAuth").field("username", &self.username).field("password", &"[redacted]").finish()
+        f.debug_struct("EtcdAuth")
+            .field("username", &self.username)
+            .field("password", &"[redacted]")
+            .finish()
     }
 }
 
@@ -220,28 +223,47 @@ impl EtcdConfig {
         if self.endpoints.is_empty() {
             return Err(LockError::invalid("at least one etcd endpoint is required"));
         }
-        let endpoints = self.endpoints.iter().map(|e| validate_base_url(e)).collect::<Result<Vec<_>, _>>()?;
+        let endpoints = self
+            .endpoints
+            .iter()
+            .map(|e| validate_base_url(e))
+            .collect::<Result<Vec<_>, _>>()?;
         if self.prefix.is_empty() || self.prefix.len() > 256 || self.prefix.contains('\0') {
-            return Err(LockError::invalid("prefix must be 1..=256 bytes without NUL"));
+            return Err(LockError::invalid(
+                "prefix must be 1..=256 bytes without NUL",
+            ));
         }
         validate_ttl("sessionTtlMs", self.session_ttl_ms)?;
         if self.session_ttl_ms < 1000 {
-            return Err(LockError::invalid("sessionTtlMs must be at least 1000 (etcd leases have whole-second TTLs)"));
+            return Err(LockError::invalid(
+                "sessionTtlMs must be at least 1000 (etcd leases have whole-second TTLs)",
+            ));
         }
         validate_ttl("requestTimeoutMs", self.request_timeout_ms)?;
         if let Some(a) = &self.auth {
             let bad = |s: &str| s.is_empty() || s.len() > 1024 || s.contains('\0');
             if bad(&a.username) || bad(&a.password) {
-                return Err(LockError::invalid("etcd auth: username and password must be 1..=1024 bytes without NUL"));
+                return Err(LockError::invalid(
+                    "etcd auth: username and password must be 1..=1024 bytes without NUL",
+                ));
             }
-            if self.headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("authorization")) {
-                return Err(LockError::invalid("etcd auth and an Authorization header exclude each other"));
+            if self
+                .headers
+                .iter()
+                .any(|(k, _)| k.eq_ignore_ascii_case("authorization"))
+            {
+                return Err(LockError::invalid(
+                    "etcd auth and an Authorization header exclude each other",
+                ));
             }
         }
         for (k, v) in &self.headers {
             let bad = |s: &str| s.chars().any(|c| c == '\r' || c == '\n' || c == '\0');
             if k.is_empty() || bad(k) || bad(v) || k.contains(':') || k.contains(' ') {
-                return Err(LockError::invalid(format!("header name {:?} or its value is not a valid HTTP header", k.chars().take(40).collect::<String>())));
+                return Err(LockError::invalid(format!(
+                    "header name {:?} or its value is not a valid HTTP header",
+                    k.chars().take(40).collect::<String>()
+                )));
             }
         }
         Ok(endpoints)
@@ -277,7 +299,9 @@ mod tests {
     #[test]
     fn config_validation() {
         assert!(EtcdConfig::new(vec![]).validate().is_err());
-        assert!(EtcdConfig::new(vec!["http://127.0.0.1:2379".into()]).validate().is_ok());
+        assert!(EtcdConfig::new(vec!["http://127.0.0.1:2379".into()])
+            .validate()
+            .is_ok());
         let mut c = EtcdConfig::new(vec!["http://127.0.0.1:2379".into()]);
         c.session_ttl_ms = 0;
         assert!(c.validate().is_err());

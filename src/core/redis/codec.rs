@@ -2,7 +2,6 @@
 //! credentials, turning commands into [`HttpRequest`]s and answers back into
 //! [`RedisValue`]s.
 
-
 use super::value::{RedisCommand, RedisValue, ReplyError};
 use super::{upstash, webdis, RedisNode, RedisProtocol};
 use crate::core::names::validate_base_url;
@@ -22,7 +21,10 @@ pub struct NodeCodec {
 
 impl std::fmt::Debug for NodeCodec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("NodeCodec").field("protocol", &self.protocol).field("base", &self.base).finish()
+        f.debug_struct("NodeCodec")
+            .field("protocol", &self.protocol)
+            .field("base", &self.base)
+            .finish()
     }
 }
 
@@ -35,14 +37,19 @@ impl NodeCodec {
         let token = node.token.as_deref().filter(|t| !t.is_empty());
         if let Some(t) = token {
             if t.chars().any(|c| c.is_control() || c == '\u{7f}') || !t.is_ascii() {
-                return Err(LockError::invalid("the node's token must be printable ASCII"));
+                return Err(LockError::invalid(
+                    "the node's token must be printable ASCII",
+                ));
             }
         }
         match node.protocol {
             RedisProtocol::Upstash => {
                 let t = token.ok_or_else(|| LockError::invalid("an Upstash node needs a token"))?;
                 headers.push(("Authorization".to_string(), format!("Bearer {t}")));
-                headers.push((upstash::ENCODING_HEADER.0.to_string(), upstash::ENCODING_HEADER.1.to_string()));
+                headers.push((
+                    upstash::ENCODING_HEADER.0.to_string(),
+                    upstash::ENCODING_HEADER.1.to_string(),
+                ));
                 headers.push(("Content-Type".to_string(), "application/json".to_string()));
             }
             RedisProtocol::Webdis => {
@@ -54,7 +61,12 @@ impl NodeCodec {
                 headers.push(("Content-Type".to_string(), "text/plain".to_string()));
             }
         }
-        Ok(NodeCodec { protocol: node.protocol, base, headers, secret: token.map(str::to_string) })
+        Ok(NodeCodec {
+            protocol: node.protocol,
+            base,
+            headers,
+            secret: token.map(str::to_string),
+        })
     }
 
     /// The protocol this node speaks.
@@ -68,7 +80,12 @@ impl NodeCodec {
     }
 
     /// The request that runs `cmd` on this node.
-    pub fn encode(&self, id: RequestId, cmd: &RedisCommand, timeout_ms: u64) -> Result<HttpRequest, LockError> {
+    pub fn encode(
+        &self,
+        id: RequestId,
+        cmd: &RedisCommand,
+        timeout_ms: u64,
+    ) -> Result<HttpRequest, LockError> {
         let body = match self.protocol {
             RedisProtocol::Upstash => upstash::encode_command(cmd)?,
             RedisProtocol::Webdis => webdis::encode_command(cmd)?,
@@ -95,36 +112,76 @@ impl NodeCodec {
     /// construction); its stream is read by a
     /// [`PushDecoder`](super::subscription::PushDecoder). `timeout_ms` bounds
     /// the wait for the server's confirmation; after it the stream stays open.
-    pub fn subscribe(&self, id: RequestId, channel: &str, timeout_ms: u64) -> Result<HttpRequest, LockError> {
-        if !channel.bytes().all(|b| b.is_ascii_alphanumeric() || b == b':') {
-            return Err(LockError::internal("a wake-up channel name that is not URL-safe"));
+    pub fn subscribe(
+        &self,
+        id: RequestId,
+        channel: &str,
+        timeout_ms: u64,
+    ) -> Result<HttpRequest, LockError> {
+        if !channel
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b':')
+        {
+            return Err(LockError::internal(
+                "a wake-up channel name that is not URL-safe",
+            ));
         }
-        let auth = self.headers.iter().filter(|(k, _)| k == "Authorization").cloned();
+        let auth = self
+            .headers
+            .iter()
+            .filter(|(k, _)| k == "Authorization")
+            .cloned();
         let (method, url, headers) = match self.protocol {
             RedisProtocol::Upstash => {
                 let accept = ("Accept".to_string(), "text/event-stream".to_string());
-                (Method::Post, format!("{}/subscribe/{channel}", self.base), auth.chain([accept]).collect())
+                (
+                    Method::Post,
+                    format!("{}/subscribe/{channel}", self.base),
+                    auth.chain([accept]).collect(),
+                )
             }
-            RedisProtocol::Webdis => (Method::Get, format!("{}/SUBSCRIBE/{channel}", self.base), auth.collect()),
+            RedisProtocol::Webdis => (
+                Method::Get,
+                format!("{}/SUBSCRIBE/{channel}", self.base),
+                auth.collect(),
+            ),
         };
-        Ok(HttpRequest { id, method, target: Target::Url(url), headers, body: Vec::new(), timeout_ms: Some(timeout_ms), stream: true })
+        Ok(HttpRequest {
+            id,
+            method,
+            target: Target::Url(url),
+            headers,
+            body: Vec::new(),
+            timeout_ms: Some(timeout_ms),
+            stream: true,
+        })
     }
 
     /// The answer to a request made by [`encode`](Self::encode) for `cmd`.
-    pub fn decode(&self, cmd: &RedisCommand, status: u16, body: &[u8]) -> Result<RedisValue, ReplyError> {
+    pub fn decode(
+        &self,
+        cmd: &RedisCommand,
+        status: u16,
+        body: &[u8],
+    ) -> Result<RedisValue, ReplyError> {
         let r = match self.protocol {
             RedisProtocol::Upstash => upstash::decode_reply(status, body, true),
             RedisProtocol::Webdis => webdis::decode_reply(status, body, cmd.name()),
         };
         // Redis error replies are data too (`-ERR …` may quote anything the
         // backend saw, our token included): scrub them like failures.
-        r.map(|v| self.scrub_value(v)).map_err(|e| ReplyError { status: e.status, message: self.scrub(&e.message) })
+        r.map(|v| self.scrub_value(v)).map_err(|e| ReplyError {
+            status: e.status,
+            message: self.scrub(&e.message),
+        })
     }
 
     fn scrub_value(&self, v: RedisValue) -> RedisValue {
         match v {
             RedisValue::Error(e) => RedisValue::Error(self.scrub(&e)),
-            RedisValue::Array(items) => RedisValue::Array(items.into_iter().map(|i| self.scrub_value(i)).collect()),
+            RedisValue::Array(items) => {
+                RedisValue::Array(items.into_iter().map(|i| self.scrub_value(i)).collect())
+            }
             other => other,
         }
     }
@@ -148,7 +205,11 @@ mod tests {
     use super::*;
 
     fn node(protocol: RedisProtocol, token: Option<&str>) -> RedisNode {
-        RedisNode { url: "http://127.0.0.1:7379/".into(), protocol, token: token.map(str::to_string) }
+        RedisNode {
+            url: "http://127.0.0.1:7379/".into(),
+            protocol,
+            token: token.map(str::to_string),
+        }
     }
 
     /// Found by the reliability suite (scenario 9c): a Redis error reply that
@@ -159,7 +220,10 @@ mod tests {
         let cmd = RedisCommand::new("EVAL").arg("x");
         let up = NodeCodec::new(&node(RedisProtocol::Upstash, Some(token))).unwrap();
         let pad = "x".repeat(190);
-        for body in [format!(r#"{{"error":"ERR {token} bad"}}"#), format!(r#"{{"error":"ERR {pad} {token}"}}"#)] {
+        for body in [
+            format!(r#"{{"error":"ERR {token} bad"}}"#),
+            format!(r#"{{"error":"ERR {pad} {token}"}}"#),
+        ] {
             for status in [200, 400] {
                 let text = match up.decode(&cmd, status, body.as_bytes()) {
                     Ok(RedisValue::Error(e)) => e,
@@ -186,8 +250,18 @@ mod tests {
         assert_eq!(r.method, Method::Post);
         let mut n = node(RedisProtocol::Upstash, Some("t"));
         n.url = "https://gw.example/redis/".into();
-        assert_eq!(NodeCodec::new(&n).unwrap().encode(RequestId(9), &cmd, 1).unwrap().target.url(), Some("https://gw.example/redis"));
-        assert!(r.headers.contains(&("Authorization".into(), "Bearer sekrit-token".into())));
+        assert_eq!(
+            NodeCodec::new(&n)
+                .unwrap()
+                .encode(RequestId(9), &cmd, 1)
+                .unwrap()
+                .target
+                .url(),
+            Some("https://gw.example/redis")
+        );
+        assert!(r
+            .headers
+            .contains(&("Authorization".into(), "Bearer sekrit-token".into())));
         assert!(!format!("{r:?}").contains("sekrit"));
         let w = NodeCodec::new(&node(RedisProtocol::Webdis, None)).unwrap();
         let r = w.encode(RequestId(2), &cmd, 500).unwrap();
@@ -195,7 +269,9 @@ mod tests {
         assert_eq!(r.body, b"GET/a%2F%2E%2E%2Fb%3Fc%23d".to_vec());
         let wa = NodeCodec::new(&node(RedisProtocol::Webdis, Some("user:pw"))).unwrap();
         let r = wa.encode(RequestId(3), &cmd, 500).unwrap();
-        assert!(r.headers.contains(&("Authorization".into(), "Basic dXNlcjpwdw==".into())));
+        assert!(r
+            .headers
+            .contains(&("Authorization".into(), "Basic dXNlcjpwdw==".into())));
     }
 
     #[test]
@@ -210,7 +286,13 @@ mod tests {
     #[test]
     fn scrubs_the_token_from_messages() {
         let u = NodeCodec::new(&node(RedisProtocol::Upstash, Some("sekrit-token"))).unwrap();
-        let e = u.decode(&RedisCommand::new("EVAL"), 401, br#"{"error":"bad token sekrit-token"}"#).unwrap_err();
+        let e = u
+            .decode(
+                &RedisCommand::new("EVAL"),
+                401,
+                br#"{"error":"bad token sekrit-token"}"#,
+            )
+            .unwrap_err();
         assert!(!e.message.contains("sekrit"), "{}", e.message);
     }
 }

@@ -78,7 +78,11 @@ pub(super) enum RequestOwner {
     /// Node `node`'s answer to task `task`'s round.
     Round { task: TaskId, node: usize },
     /// Task `task`'s wake-up subscription on node `node`, with its decoder.
-    Stream { task: TaskId, node: usize, decoder: PushDecoder },
+    Stream {
+        task: TaskId,
+        node: usize,
+        decoder: PushDecoder,
+    },
 }
 
 impl RequestOwner {
@@ -134,7 +138,11 @@ pub(crate) struct Context {
 }
 
 impl Context {
-    pub(super) fn new(s: Settings, nodes: Vec<NodeCodec>, entropy: Box<dyn Entropy + Send>) -> Self {
+    pub(super) fn new(
+        s: Settings,
+        nodes: Vec<NodeCodec>,
+        entropy: Box<dyn Entropy + Send>,
+    ) -> Self {
         let n = nodes.len();
         Context {
             s,
@@ -182,7 +190,9 @@ impl Context {
     }
 
     pub(super) fn closed_error(&self) -> LockError {
-        LockError::Closed { backend: self.backend_str() }
+        LockError::Closed {
+            backend: self.backend_str(),
+        }
     }
 
     pub(super) fn is_closing(&self) -> bool {
@@ -191,13 +201,23 @@ impl Context {
 
     /// The error for a round that did not reach a quorum: the node's own
     /// error on a single node, `NoQuorum` on several.
-    pub(super) fn round_error(&self, name: &str, first_error: Option<&NodeError>, granted: usize) -> LockError {
+    pub(super) fn round_error(
+        &self,
+        name: &str,
+        first_error: Option<&NodeError>,
+        granted: usize,
+    ) -> LockError {
         if self.node_count() == 1 {
             first_error
                 .unwrap_or(&NodeError::Redis("no usable answer".into()))
                 .to_lock_error(self.backend_str(), name)
         } else {
-            LockError::NoQuorum { backend: self.backend_str(), name: name.to_string(), granted, needed: self.quorum_size() }
+            LockError::NoQuorum {
+                backend: self.backend_str(),
+                name: name.to_string(),
+                granted,
+                needed: self.quorum_size(),
+            }
         }
     }
 
@@ -226,7 +246,9 @@ impl Context {
     /// A renewal or extend confirmed `id` until `expires_at`; the next
     /// automatic renewal is due at `renew_at` (if it renews).
     pub(super) fn confirmed(&mut self, id: LockId, ttl: u64, expires_at: Millis, renew_at: Millis) {
-        let Some(h) = self.locks.get_mut(&id) else { return };
+        let Some(h) = self.locks.get_mut(&id) else {
+            return;
+        };
         h.ttl = ttl;
         h.expires_at = expires_at;
         h.last_error = None;
@@ -255,7 +277,9 @@ impl Context {
     /// Forgets a lock that is no longer held, tells the user, and deletes
     /// whatever is left of its keys.
     pub(super) fn lose(&mut self, id: LockId, reason: LostReason) {
-        let Some(mut h) = self.take_lock(id) else { return };
+        let Some(mut h) = self.take_lock(id) else {
+            return;
+        };
         h.renewal = None;
         self.record_ended(id, &h.name);
         self.rt.out.lost(id, h.name.clone(), reason);

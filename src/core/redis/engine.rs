@@ -12,15 +12,19 @@ use crate::core::runtime::VecMap;
 use super::codec::NodeCodec;
 use super::context::{Context, RequestOwner, Settings, Spawn, TaskId, TimerKey};
 use super::round::{NodeError, Round, Slot};
+use super::scripts::{self, Script};
 use super::subscription::{PushDecoder, PushFrame};
 use super::task::{Next, OnClose, Push, Task};
-use super::tasks::{acquire::AcquireTask, extend, inspect::InspectTask, release::ReleaseTask, renew::RenewTask, resume::ResumeTask};
-use super::scripts::{self, Script};
+use super::tasks::{
+    acquire::AcquireTask, extend, inspect::InspectTask, release::ReleaseTask, renew::RenewTask,
+    resume::ResumeTask,
+};
 use super::value::{RedisCommand, RedisValue};
 use crate::core::*;
 
 /// What webdis' reply to an `EVALSHA` is named after.
-static EVALSHA: std::sync::LazyLock<RedisCommand> = std::sync::LazyLock::new(|| RedisCommand::new("EVALSHA"));
+static EVALSHA: std::sync::LazyLock<RedisCommand> =
+    std::sync::LazyLock::new(|| RedisCommand::new("EVALSHA"));
 
 /// A task the engine keeps: waiting for its round, or asleep (its timer is
 /// `TimerKey::Task`).
@@ -48,8 +52,17 @@ pub(crate) struct Engine {
 }
 
 impl Engine {
-    pub(crate) fn new(s: Settings, nodes: Vec<NodeCodec>, entropy: Box<dyn Entropy + Send>) -> Self {
-        Engine { cx: Context::new(s, nodes, entropy), tasks: VecMap::new(), subs: VecMap::new(), next_task: 0 }
+    pub(crate) fn new(
+        s: Settings,
+        nodes: Vec<NodeCodec>,
+        entropy: Box<dyn Entropy + Send>,
+    ) -> Self {
+        Engine {
+            cx: Context::new(s, nodes, entropy),
+            tasks: VecMap::new(),
+            subs: VecMap::new(),
+            next_task: 0,
+        }
     }
 
     pub(crate) fn backend(&self) -> BackendKind {
@@ -83,15 +96,33 @@ impl Engine {
                 Next::Sleep { task: t, until } if until <= now => task = t,
                 Next::Sleep { task: t, until } => {
                     self.cx.rt.timers.set(TimerKey::Task(tid), until);
-                    self.tasks.insert(tid, Running { op: t.op(), task: t, round: None });
+                    self.tasks.insert(
+                        tid,
+                        Running {
+                            op: t.op(),
+                            task: t,
+                            round: None,
+                        },
+                    );
                     self.sync_streams(tid, now);
                     return;
                 }
-                Next::Round { task: t, cmd, targets } => {
+                Next::Round {
+                    task: t,
+                    cmd,
+                    targets,
+                } => {
                     self.cx.rt.timers.clear(TimerKey::Task(tid));
                     let r = self.send_round(tid, cmd, &targets, now);
                     if !r.is_done() {
-                        self.tasks.insert(tid, Running { op: t.op(), task: t, round: Some(r) });
+                        self.tasks.insert(
+                            tid,
+                            Running {
+                                op: t.op(),
+                                task: t,
+                                round: Some(r),
+                            },
+                        );
                         self.sync_streams(tid, now);
                         return;
                     }
@@ -103,9 +134,20 @@ impl Engine {
     }
 
     /// Sends `cmd` to every node with `targets[i]`, as task `tid`'s round.
-    fn send_round(&mut self, tid: TaskId, cmd: RedisCommand, targets: &[bool], now: Millis) -> Round {
+    fn send_round(
+        &mut self,
+        tid: TaskId,
+        cmd: RedisCommand,
+        targets: &[bool],
+        now: Millis,
+    ) -> Round {
         let n = self.cx.node_count();
-        let mut round = Round { cmd, started: now, slots: vec![Slot::Skipped; n], sha: vec![false; n] };
+        let mut round = Round {
+            cmd,
+            started: now,
+            slots: vec![Slot::Skipped; n],
+            sha: vec![false; n],
+        };
         for node in (0..n).filter(|i| targets.get(*i).copied().unwrap_or(false)) {
             (round.slots[node], round.sha[node]) = self.send_to(tid, node, &round.cmd, now);
         }
@@ -115,16 +157,30 @@ impl Engine {
     /// Sends `cmd` to `node` for task `tid`'s round: as `EVALSHA` when the
     /// node is known to cache the script (see [`scripts::as_evalsha`]).
     /// Returns the node's slot and whether it went as `EVALSHA`.
-    fn send_to(&mut self, tid: TaskId, node: usize, cmd: &RedisCommand, now: Millis) -> (Slot, bool) {
+    fn send_to(
+        &mut self,
+        tid: TaskId,
+        node: usize,
+        cmd: &RedisCommand,
+        now: Millis,
+    ) -> (Slot, bool) {
         let cx = &mut self.cx;
-        let cached = Script::of_command(cmd).filter(|s| cmd.name() == b"EVAL" && cx.script_cached(node, *s));
+        let cached =
+            Script::of_command(cmd).filter(|s| cmd.name() == b"EVAL" && cx.script_cached(node, *s));
         let sha = cached.map(|s| scripts::as_evalsha(cmd, s));
         let wire = sha.as_ref().unwrap_or(cmd);
         let timeout = cx.s.request_timeout_ms;
         let Some(codec) = cx.nodes.get(node) else {
-            return (Slot::Done(Err(NodeError::NotSent("no such node".into()))), false);
+            return (
+                Slot::Done(Err(NodeError::NotSent("no such node".into()))),
+                false,
+            );
         };
-        match cx.rt.send(now, RequestOwner::Round { task: tid, node }, |id| codec.encode(id, wire, timeout)) {
+        match cx
+            .rt
+            .send(now, RequestOwner::Round { task: tid, node }, |id| {
+                codec.encode(id, wire, timeout)
+            }) {
             Ok(id) => (Slot::Pending(id), sha.is_some()),
             Err(e) => (Slot::Done(Err(NodeError::NotSent(e.to_string()))), false),
         }
@@ -133,8 +189,16 @@ impl Engine {
     /// Node `node` answered `result` to `round.cmd` sent as `EVALSHA` or
     /// not (`sha`): learns whether it caches the script. `true` when the
     /// answer is `NOSCRIPT` and the command must go again as `EVAL`.
-    fn learn_script_cache(&mut self, node: usize, cmd: &RedisCommand, sha: bool, result: &Result<RedisValue, NodeError>) -> bool {
-        let (Some(script), Ok(v)) = (Script::of_command(cmd), result) else { return false };
+    fn learn_script_cache(
+        &mut self,
+        node: usize,
+        cmd: &RedisCommand,
+        sha: bool,
+        result: &Result<RedisValue, NodeError>,
+    ) -> bool {
+        let (Some(script), Ok(v)) = (Script::of_command(cmd), result) else {
+            return false;
+        };
         if scripts::is_noscript(v) {
             self.cx.set_script_cached(node, script, false);
             return sha;
@@ -148,7 +212,11 @@ impl Engine {
 
     /// Steps task `tid` if its round is complete.
     fn round_progress(&mut self, tid: TaskId, now: Millis) {
-        if self.tasks.get(&tid).is_some_and(|r| r.round.as_ref().is_some_and(Round::is_done)) {
+        if self
+            .tasks
+            .get(&tid)
+            .is_some_and(|r| r.round.as_ref().is_some_and(Round::is_done))
+        {
             if let Some(r) = self.tasks.remove(&tid) {
                 self.advance(tid, r.task, r.round, now);
             }
@@ -180,7 +248,12 @@ impl Engine {
     /// `max_subscriptions` (nodes beyond it are left to the task's timer),
     /// a failed one again only after its back-off.
     fn sync_streams(&mut self, tid: TaskId, now: Millis) {
-        let Some(channel) = self.tasks.get(&tid).and_then(|r| r.task.listens()).map(str::to_string) else {
+        let Some(channel) = self
+            .tasks
+            .get(&tid)
+            .and_then(|r| r.task.listens())
+            .map(str::to_string)
+        else {
             self.close_streams(tid);
             return;
         };
@@ -191,17 +264,33 @@ impl Engine {
                 Some(Sub::Down { failures, .. }) => *failures,
                 None => 0,
             };
-            let open = self.subs.values().filter(|s| matches!(s, Sub::Open { .. })).count();
+            let open = self
+                .subs
+                .values()
+                .filter(|s| matches!(s, Sub::Open { .. }))
+                .count();
             if open >= self.cx.s.max_subscriptions {
                 return;
             }
             let cx = &mut self.cx;
-            let Some(codec) = cx.nodes.get(node) else { return };
-            let owner = RequestOwner::Stream { task: tid, node, decoder: PushDecoder::new(codec.protocol()) };
+            let Some(codec) = cx.nodes.get(node) else {
+                return;
+            };
+            let owner = RequestOwner::Stream {
+                task: tid,
+                node,
+                decoder: PushDecoder::new(codec.protocol()),
+            };
             let timeout = cx.s.request_timeout_ms;
-            let sub = match cx.rt.send(now, owner, |id| codec.subscribe(id, &channel, timeout)) {
+            let sub = match cx
+                .rt
+                .send(now, owner, |id| codec.subscribe(id, &channel, timeout))
+            {
                 Ok(id) => Sub::Open { id, failures },
-                Err(_) => Sub::Down { retry_at: self.backoff(now, failures + 1), failures: failures + 1 },
+                Err(_) => Sub::Down {
+                    retry_at: self.backoff(now, failures + 1),
+                    failures: failures + 1,
+                },
             };
             self.subs.insert((tid, node), sub);
         }
@@ -209,7 +298,11 @@ impl Engine {
 
     /// Closes every subscription of task `tid`.
     fn close_streams(&mut self, tid: TaskId) {
-        let keys: Vec<(TaskId, usize)> = self.subs.range((tid, 0)..=(tid, usize::MAX)).map(|(k, _)| *k).collect();
+        let keys: Vec<(TaskId, usize)> = self
+            .subs
+            .range((tid, 0)..=(tid, usize::MAX))
+            .map(|(k, _)| *k)
+            .collect();
         for key in keys {
             if let Some(Sub::Open { id, .. }) = self.subs.remove(&key) {
                 self.cx.rt.cancel(id);
@@ -226,14 +319,18 @@ impl Engine {
 
     /// Input for a subscription's streaming request `id`.
     fn stream_input(&mut self, id: RequestId, input: Input, now: Millis) {
-        let Some(RequestOwner::Stream { task, node, .. }) = self.cx.rt.requests.owner(id) else { return };
+        let Some(RequestOwner::Stream { task, node, .. }) = self.cx.rt.requests.owner(id) else {
+            return;
+        };
         let (tid, node) = (*task, *node);
         let Input::Chunk { data, .. } = input else {
             // Refused (non-2xx), ended or failed: the task falls back to its timer.
             self.cx.rt.requests.finish(id);
             return self.stream_down(tid, node, now);
         };
-        let Some(RequestOwner::Stream { decoder, .. }) = self.cx.rt.requests.owner_mut(id) else { return };
+        let Some(RequestOwner::Stream { decoder, .. }) = self.cx.rt.requests.owner_mut(id) else {
+            return;
+        };
         let frames = match decoder.push(&data) {
             Ok(frames) => frames,
             Err(_) => {
@@ -245,7 +342,10 @@ impl Engine {
             let push = match frame {
                 PushFrame::Subscribed => {
                     // Only a stream still open (an earlier frame may have ended its task).
-                    let Some(Sub::Open { id: open, failures }) = self.subs.get_mut(&(tid, node)) else { continue };
+                    let Some(Sub::Open { id: open, failures }) = self.subs.get_mut(&(tid, node))
+                    else {
+                        continue;
+                    };
                     if *open != id {
                         continue;
                     }
@@ -265,14 +365,22 @@ impl Engine {
             Some(Sub::Open { failures, .. } | Sub::Down { failures, .. }) => failures + 1,
             None => return,
         };
-        self.subs.insert((tid, node), Sub::Down { retry_at: self.backoff(now, failures), failures });
+        self.subs.insert(
+            (tid, node),
+            Sub::Down {
+                retry_at: self.backoff(now, failures),
+                failures,
+            },
+        );
         self.push(tid, node, Push::Down, now);
     }
 
     /// Tells task `tid` about its subscription to `node`; steps it if it
     /// sleeps and asks to.
     fn push(&mut self, tid: TaskId, node: usize, push: Push, now: Millis) {
-        let Some(running) = self.tasks.get_mut(&tid) else { return };
+        let Some(running) = self.tasks.get_mut(&tid) else {
+            return;
+        };
         let wake = running.task.on_push(node, push, now) && running.round.is_none();
         if wake {
             self.wake(tid, now);
@@ -309,24 +417,42 @@ impl Engine {
 
     pub(crate) fn handle_input(&mut self, now: Millis, input: Input) {
         let id = input.id();
-        if matches!(self.cx.rt.requests.owner(id), Some(RequestOwner::Stream { .. })) {
+        if matches!(
+            self.cx.rt.requests.owner(id),
+            Some(RequestOwner::Stream { .. })
+        ) {
             self.stream_input(id, input, now);
             return self.settle(now);
         }
-        let Some(RequestOwner::Round { task: tid, node }) = self.cx.rt.requests.finish(id) else { return };
-        let Some(codec) = self.cx.nodes.get(node) else { return };
-        let Some(round) = self.tasks.get_mut(&tid).and_then(|r| r.round.as_mut()) else { return };
+        let Some(RequestOwner::Round { task: tid, node }) = self.cx.rt.requests.finish(id) else {
+            return;
+        };
+        let Some(codec) = self.cx.nodes.get(node) else {
+            return;
+        };
+        let Some(round) = self.tasks.get_mut(&tid).and_then(|r| r.round.as_mut()) else {
+            return;
+        };
         let sha = round.sha.get(node).copied().unwrap_or(false);
         let result = match input {
             // Webdis names its reply after the command as sent.
             Input::Response { status, body, .. } => codec
                 .decode(if sha { &EVALSHA } else { &round.cmd }, status, &body)
-                .map_err(|e| NodeError::Http { status: e.status, message: e.message }),
-            Input::Failed { error: TransportError::Timeout, .. } => Err(NodeError::Timeout),
-            Input::Failed { error: error @ TransportError::Connect(_), .. } => {
-                Err(NodeError::NotSent(codec.scrub(&error.to_string())))
+                .map_err(|e| NodeError::Http {
+                    status: e.status,
+                    message: e.message,
+                }),
+            Input::Failed {
+                error: TransportError::Timeout,
+                ..
+            } => Err(NodeError::Timeout),
+            Input::Failed {
+                error: error @ TransportError::Connect(_),
+                ..
+            } => Err(NodeError::NotSent(codec.scrub(&error.to_string()))),
+            Input::Failed { error, .. } => {
+                Err(NodeError::Transport(codec.scrub(&error.to_string())))
             }
-            Input::Failed { error, .. } => Err(NodeError::Transport(codec.scrub(&error.to_string()))),
             Input::Chunk { .. } | Input::StreamEnd { .. } => {
                 // A command's answer never streams: drop the rest of it.
                 self.cx.rt.out.cancel(id);
@@ -346,7 +472,9 @@ impl Engine {
             self.round_progress(tid, now);
             return self.settle(now);
         }
-        let Some(round) = self.tasks.get_mut(&tid).and_then(|r| r.round.as_mut()) else { return };
+        let Some(round) = self.tasks.get_mut(&tid).and_then(|r| r.round.as_mut()) else {
+            return;
+        };
         if round.answer(node, id, result) {
             self.round_progress(tid, now);
         }
@@ -394,7 +522,9 @@ impl Engine {
 
     /// A renewal due while one is in flight waits for it (which schedules the next).
     fn start_renewal(&mut self, lock: LockId, now: Millis) {
-        let Some(h) = self.cx.locks.get(&lock).filter(|h| h.renewal.is_none()) else { return };
+        let Some(h) = self.cx.locks.get(&lock).filter(|h| h.renewal.is_none()) else {
+            return;
+        };
         let task = RenewTask::new(h);
         let tid = self.new_task_id();
         if let Some(h) = self.cx.locks.get_mut(&lock) {
@@ -421,33 +551,60 @@ impl Engine {
 
     // ---------------------------------------------------------------- user side
 
-    pub(crate) fn start_operation(&mut self, now: Millis, op: Operation) -> Result<OpId, LockError> {
+    pub(crate) fn start_operation(
+        &mut self,
+        now: Millis,
+        op: Operation,
+    ) -> Result<OpId, LockError> {
         self.cx.rt.closing.check_open(self.cx.s.backend)?;
         let task: Box<dyn Task> = match op {
-            Operation::Acquire { name, kind, options } => Box::new(AcquireTask::new(&mut self.cx, now, &name, kind, &options)?),
+            Operation::Acquire {
+                name,
+                kind,
+                options,
+            } => Box::new(AcquireTask::new(&mut self.cx, now, &name, kind, &options)?),
             Operation::Release { lock } => {
                 let op = self.cx.rt.out.op_id();
                 let Some(h) = self.cx.take_lock(lock) else {
-                    self.cx.rt.out.complete(op, Ok(Outcome::Released { lock, held_until_release: false }));
+                    self.cx.rt.out.complete(
+                        op,
+                        Ok(Outcome::Released {
+                            lock,
+                            held_until_release: false,
+                        }),
+                    );
                     return Ok(op);
                 };
                 Box::new(ReleaseTask::new(op, h))
             }
-            Operation::Extend { lock, ttl_ms } => match extend::start(&mut self.cx, lock, ttl_ms)? {
-                Ok(task) => Box::new(task),
-                Err(answered) => return Ok(answered),
-            },
+            Operation::Extend { lock, ttl_ms } => {
+                match extend::start(&mut self.cx, lock, ttl_ms)? {
+                    Ok(task) => Box::new(task),
+                    Err(answered) => return Ok(answered),
+                }
+            }
             Operation::Resume { handle } => Box::new(ResumeTask::new(&mut self.cx, &handle)?),
             Operation::Inspect { name } => Box::new(InspectTask::new(&mut self.cx, &name)?),
+            op @ (Operation::Campaign { .. }
+            | Operation::Proclaim { .. }
+            | Operation::Leader { .. }
+            | Operation::Observe { .. }
+            | Operation::AcquireAll { .. }) => {
+                return Err(crate::core::operation::unserved(self.cx.s.backend, &op))
+            }
         };
-        let op = task.op().ok_or_else(|| LockError::internal("a user operation's task has no operation id"))?;
+        let op = task
+            .op()
+            .ok_or_else(|| LockError::internal("a user operation's task has no operation id"))?;
         self.spawn(task, now);
         self.settle(now);
         Ok(op)
     }
 
     pub(crate) fn cancel(&mut self, now: Millis, op: OpId) {
-        let Some((&tid, running)) = self.tasks.iter_mut().find(|(_, r)| r.op == Some(op)) else { return };
+        let Some((&tid, running)) = self.tasks.iter_mut().find(|(_, r)| r.op == Some(op)) else {
+            return;
+        };
         running.task.cancel();
         self.sync_streams(tid, now);
         self.wake(tid, now);
@@ -466,7 +623,9 @@ impl Engine {
         let error = self.cx.closed_error();
         let tids: Vec<TaskId> = self.tasks.keys().copied().collect();
         for tid in tids {
-            let Some(running) = self.tasks.get_mut(&tid) else { continue };
+            let Some(running) = self.tasks.get_mut(&tid) else {
+                continue;
+            };
             let answer = running.op;
             match running.task.on_close(&error) {
                 OnClose::Finish => continue,

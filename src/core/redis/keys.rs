@@ -40,10 +40,14 @@ pub const MAX_PREFIX_BYTES: usize = 128;
 /// change the hash tag) and no control characters.
 pub fn validate_prefix(prefix: &str) -> Result<(), LockError> {
     if prefix.len() > MAX_PREFIX_BYTES {
-        return Err(LockError::invalid(format!("key prefix is longer than {MAX_PREFIX_BYTES} bytes")));
+        return Err(LockError::invalid(format!(
+            "key prefix is longer than {MAX_PREFIX_BYTES} bytes"
+        )));
     }
     if prefix.contains(['{', '}']) || prefix.chars().any(char::is_control) {
-        return Err(LockError::invalid("key prefix must not contain braces or control characters"));
+        return Err(LockError::invalid(
+            "key prefix must not contain braces or control characters",
+        ));
     }
     Ok(())
 }
@@ -118,14 +122,23 @@ mod tests {
 
     #[test]
     fn examples() {
-        assert_eq!(lock_key("edgelock", "jobs/nightly"), "{edgelock:jobs/nightly}");
+        assert_eq!(
+            lock_key("edgelock", "jobs/nightly"),
+            "{edgelock:jobs/nightly}"
+        );
         assert_eq!(fence_key("{edgelock:a}"), "{edgelock:a}:fence");
         assert_eq!(permit_key("{edgelock:a}", 2), "{edgelock:a}:permit:2");
-        assert_eq!(permit_keys("{edgelock:a}", 2), ["{edgelock:a}:permit:0", "{edgelock:a}:permit:1"]);
+        assert_eq!(
+            permit_keys("{edgelock:a}", 2),
+            ["{edgelock:a}:permit:0", "{edgelock:a}:permit:1"]
+        );
         assert_eq!(limit_key("{edgelock:a}"), "{edgelock:a}:limit");
         assert_eq!(readers_key("{edgelock:a}"), "{edgelock:a}:readers");
         assert_eq!(intent_key("{edgelock:a}"), "{edgelock:a}:wintent");
-        assert_eq!(queue_key(&permit_base("{edgelock:a}")), "{edgelock:a}:permit:queue");
+        assert_eq!(
+            queue_key(&permit_base("{edgelock:a}")),
+            "{edgelock:a}:permit:queue"
+        );
         assert_eq!(hash_tag("{edgelock:a}b}"), "edgelock:a");
         assert!(validate_prefix("edgelock").is_ok());
         assert!(validate_prefix("").is_ok());

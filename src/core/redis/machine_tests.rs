@@ -17,7 +17,13 @@ struct Harness<M: LockMachine> {
 
 impl<M: LockMachine> Harness<M> {
     fn new(m: M) -> Self {
-        Harness { m, now: 1_000, sent: Vec::new(), cancelled: Vec::new(), events: Vec::new() }
+        Harness {
+            m,
+            now: 1_000,
+            sent: Vec::new(),
+            cancelled: Vec::new(),
+            events: Vec::new(),
+        }
     }
 
     fn drain(&mut self) {
@@ -39,13 +45,21 @@ impl<M: LockMachine> Harness<M> {
     }
 
     fn answer(&mut self, req: &HttpRequest, body: &str) {
-        self.m.handle_input(self.now, Input::Response { id: req.id, status: 200, body: body.as_bytes().to_vec() });
+        self.m.handle_input(
+            self.now,
+            Input::Response {
+                id: req.id,
+                status: 200,
+                body: body.as_bytes().to_vec(),
+            },
+        );
         self.drain();
     }
 
     fn fail(&mut self, req: &HttpRequest) {
         let error = TransportError::Connect("connection refused".into());
-        self.m.handle_input(self.now, Input::Failed { id: req.id, error });
+        self.m
+            .handle_input(self.now, Input::Failed { id: req.id, error });
         self.drain();
     }
 
@@ -66,7 +80,9 @@ impl<M: LockMachine> Harness<M> {
 }
 
 fn upstash_nodes(n: usize) -> Vec<RedisNode> {
-    (0..n).map(|i| RedisNode::upstash(format!("http://10.0.0.{i}:8080"), "tok-secret")).collect()
+    (0..n)
+        .map(|i| RedisNode::upstash(format!("http://10.0.0.{i}:8080"), "tok-secret"))
+        .collect()
 }
 
 /// A Redlock harness. These tests script one-round exchanges, so they start
@@ -89,14 +105,19 @@ fn single(f: impl FnOnce(&mut RedisConfig)) -> Harness<RedisMachine> {
 
 fn script_of(req: &HttpRequest) -> scripts::Script {
     let args: Vec<String> = serde_json::from_slice(&req.body).unwrap();
-    scripts::Script::from_text(args[1].as_bytes()).or_else(|| scripts::Script::from_sha1(args[1].as_bytes())).unwrap()
+    scripts::Script::from_text(args[1].as_bytes())
+        .or_else(|| scripts::Script::from_sha1(args[1].as_bytes()))
+        .unwrap()
 }
 
 fn acquired(events: &[Event]) -> LockInfo {
     events
         .iter()
         .find_map(|e| match e {
-            Event::Completed { result: Ok(Outcome::Acquired(lock)), .. } => Some(lock.clone()),
+            Event::Completed {
+                result: Ok(Outcome::Acquired(lock)),
+                ..
+            } => Some(lock.clone()),
             _ => None,
         })
         .unwrap_or_else(|| panic!("no Acquired in {events:?}"))
@@ -114,7 +135,9 @@ fn uncontended_redlock_is_one_parallel_round_each_way() {
     assert_eq!(reqs.len(), 5);
     let urls: std::collections::BTreeSet<_> = reqs.iter().map(|r| r.target.clone()).collect();
     assert_eq!(urls.len(), 5, "one request per node");
-    assert!(reqs.iter().all(|r| script_of(r) == scripts::Script::Acquire && r.timeout_ms == Some(1_000)));
+    assert!(reqs
+        .iter()
+        .all(|r| script_of(r) == scripts::Script::Acquire && r.timeout_ms == Some(1_000)));
     for (i, r) in reqs.iter().enumerate() {
         h.answer(r, &format!(r#"{{"result":[1,{},0]}}"#, 10 + i));
     }
@@ -127,19 +150,36 @@ fn uncontended_redlock_is_one_parallel_round_each_way() {
     h.m.release(h.now, lock.id).unwrap();
     let reqs = h.take();
     assert_eq!(reqs.len(), 5);
-    assert!(reqs.iter().all(|r| script_of(r) == scripts::Script::Release));
+    assert!(reqs
+        .iter()
+        .all(|r| script_of(r) == scripts::Script::Release));
     for r in &reqs {
         h.answer(r, r#"{"result":1}"#);
     }
     let ev = h.take_events();
-    assert!(matches!(ev.as_slice(), [Event::Completed { result: Ok(Outcome::Released { held_until_release: true, .. }), .. }]), "{ev:?}");
+    assert!(
+        matches!(
+            ev.as_slice(),
+            [Event::Completed {
+                result: Ok(Outcome::Released {
+                    held_until_release: true,
+                    ..
+                }),
+                ..
+            }]
+        ),
+        "{ev:?}"
+    );
     assert!(h.take().is_empty());
     assert_eq!(h.m.live_count(), 0);
 }
 
 #[test]
 fn strict_fencing_is_the_default() {
-    assert_eq!(RedlockConfig::new(upstash_nodes(3)).fencing, RedlockFencing::Strict);
+    assert_eq!(
+        RedlockConfig::new(upstash_nodes(3)).fencing,
+        RedlockFencing::Strict
+    );
 }
 
 /// Steady state: every node answered with its counter at the token, so the
@@ -147,7 +187,11 @@ fn strict_fencing_is_the_default() {
 /// acquire+release, like Folded). One silent or lagging node brings it back.
 #[test]
 fn strict_fencing_skips_the_raise_exactly_when_it_is_a_no_op_everywhere() {
-    for (case, counters, silent) in [("all at 9", [9, 9, 9, 9, 9], None), ("one lags", [9, 9, 9, 9, 8], None), ("one silent", [9, 9, 9, 9, 9], Some(4))] {
+    for (case, counters, silent) in [
+        ("all at 9", [9, 9, 9, 9, 9], None),
+        ("one lags", [9, 9, 9, 9, 8], None),
+        ("one silent", [9, 9, 9, 9, 9], Some(4)),
+    ] {
         let mut h = redlock(5, |c| c.fencing = RedlockFencing::Strict);
         h.m.acquire(h.now, "job", &opts(Wait::Forever)).unwrap();
         for (i, r) in h.take().iter().enumerate() {
@@ -167,7 +211,13 @@ fn strict_fencing_skips_the_raise_exactly_when_it_is_a_no_op_everywhere() {
             assert!(sent.is_empty(), "{case}: no raise round");
         } else {
             assert!(events.is_empty(), "{case}: not handed out before the raise");
-            assert_eq!(sent.iter().filter(|r| script_of(r) == scripts::Script::Extend).count(), 5, "{case}");
+            assert_eq!(
+                sent.iter()
+                    .filter(|r| script_of(r) == scripts::Script::Extend)
+                    .count(),
+                5,
+                "{case}"
+            );
         }
     }
 }
@@ -179,7 +229,10 @@ fn strict_fencing_raises_a_quorum_before_handing_out() {
     for (i, r) in h.take().iter().enumerate() {
         h.answer(r, &format!(r#"{{"result":[1,{},0]}}"#, [3, 9, 4, 1, 2][i]));
     }
-    assert!(h.take_events().is_empty(), "not handed out before the raise");
+    assert!(
+        h.take_events().is_empty(),
+        "not handed out before the raise"
+    );
     let raise = h.take();
     assert_eq!(raise.len(), 5);
     for r in &raise {
@@ -190,7 +243,10 @@ fn strict_fencing_raises_a_quorum_before_handing_out() {
     for r in &raise[..2] {
         h.answer(r, r#"{"result":1}"#);
     }
-    assert!(h.take_events().is_empty(), "two confirmations are not a quorum");
+    assert!(
+        h.take_events().is_empty(),
+        "two confirmations are not a quorum"
+    );
     h.answer(&raise[2], r#"{"result":1}"#);
     h.fail(&raise[3]);
     h.answer(&raise[4], r#"{"result":0}"#);
@@ -235,15 +291,29 @@ fn failed_attempt_deletes_where_the_key_may_be_and_retries_then_no_quorum() {
     let reqs = h.take();
     h.answer(&reqs[0], r#"{"result":[1,1,0]}"#);
     h.answer(&reqs[1], r#"{"result":[0,1,500]}"#);
-    let io = |id| Input::Failed { id, error: TransportError::Io("reset".into()) };
+    let io = |id| Input::Failed {
+        id,
+        error: TransportError::Io("reset".into()),
+    };
     h.m.handle_input(h.now, io(reqs[2].id));
     h.m.handle_input(h.now, io(reqs[3].id));
     h.advance_to(h.now + 1_000);
     assert_eq!(h.cancelled, [reqs[4].id], "timed out");
     let cleanup = h.take();
     let urls: Vec<&Target> = cleanup.iter().map(|r| &r.target).collect();
-    assert_eq!(urls, [&reqs[0].target, &reqs[2].target, &reqs[3].target, &reqs[4].target], "granted and unknown nodes, not the holder's");
-    assert!(cleanup.iter().all(|r| script_of(r) == scripts::Script::Release));
+    assert_eq!(
+        urls,
+        [
+            &reqs[0].target,
+            &reqs[2].target,
+            &reqs[3].target,
+            &reqs[4].target
+        ],
+        "granted and unknown nodes, not the holder's"
+    );
+    assert!(cleanup
+        .iter()
+        .all(|r| script_of(r) == scripts::Script::Release));
     for r in &cleanup {
         h.answer(r, r#"{"result":1}"#);
     }
@@ -254,7 +324,15 @@ fn failed_attempt_deletes_where_the_key_may_be_and_retries_then_no_quorum() {
     }
     let ev = h.take_events();
     match ev.as_slice() {
-        [Event::Completed { op: o, result: Err(LockError::NoQuorum { granted: 0, needed: 3, .. }) }] => assert_eq!(*o, op),
+        [Event::Completed {
+            op: o,
+            result:
+                Err(LockError::NoQuorum {
+                    granted: 0,
+                    needed: 3,
+                    ..
+                }),
+        }] => assert_eq!(*o, op),
         other => panic!("{other:?}"),
     }
     assert_eq!(h.m.live_count(), 0);
@@ -289,7 +367,13 @@ fn try_on_a_held_lock_is_not_acquired_and_sends_nothing_more() {
     let op = h.m.acquire(h.now, "job", &opts(Wait::Try)).unwrap();
     let r = h.take();
     h.answer(&r[0], r#"{"result":[0,4,500]}"#);
-    assert_eq!(h.take_events(), [Event::Completed { op, result: Ok(Outcome::NotAcquired) }]);
+    assert_eq!(
+        h.take_events(),
+        [Event::Completed {
+            op,
+            result: Ok(Outcome::NotAcquired)
+        }]
+    );
     assert!(h.take().is_empty());
     assert_eq!(h.m.live_count(), 0);
 }
@@ -303,7 +387,11 @@ fn wait_for_times_out_at_its_deadline() {
         let sent = h.take();
         for r in &sent {
             // Attempts are refused; the waiter's leaving the queue at the end is acknowledged.
-            let reply = if script_of(r) == scripts::Script::Leave { r#"{"result":1}"# } else { r#"{"result":[0,4,5000]}"# };
+            let reply = if script_of(r) == scripts::Script::Leave {
+                r#"{"result":1}"#
+            } else {
+                r#"{"result":[0,4,5000]}"#
+            };
             h.answer(r, reply);
         }
         if !sent.is_empty() {
@@ -311,7 +399,10 @@ fn wait_for_times_out_at_its_deadline() {
         }
         let ev = h.take_events();
         if !ev.is_empty() {
-            assert!(matches!(ev.as_slice(), [Event::Completed { op: o, result: Err(LockError::Timeout { .. }) }] if *o == op), "{ev:?}");
+            assert!(
+                matches!(ev.as_slice(), [Event::Completed { op: o, result: Err(LockError::Timeout { .. }) }] if *o == op),
+                "{ev:?}"
+            );
             break;
         }
         let t = h.next_timer();
@@ -327,7 +418,10 @@ fn cancel_waits_for_the_attempt_in_flight_and_deletes_its_key() {
     let op = h.m.acquire(h.now, "job", &opts(Wait::Forever)).unwrap();
     let r = h.take();
     h.m.cancel(h.now, op);
-    assert!(h.take_events().is_empty(), "the outcome in flight is awaited");
+    assert!(
+        h.take_events().is_empty(),
+        "the outcome in flight is awaited"
+    );
     h.answer(&r[0], r#"{"result":[1,1,0]}"#);
     assert!(h.take_events().is_empty(), "no Acquired for a cancelled op");
     let del = h.take();
@@ -335,7 +429,16 @@ fn cancel_waits_for_the_attempt_in_flight_and_deletes_its_key() {
     assert_eq!(script_of(&del[0]), scripts::Script::Release);
     h.answer(&del[0], r#"{"result":1}"#);
     let ev = h.take_events();
-    assert!(matches!(ev.as_slice(), [Event::Completed { result: Err(LockError::Aborted { .. }), .. }]), "{ev:?}");
+    assert!(
+        matches!(
+            ev.as_slice(),
+            [Event::Completed {
+                result: Err(LockError::Aborted { .. }),
+                ..
+            }]
+        ),
+        "{ev:?}"
+    );
     assert_eq!(h.m.live_count(), 0);
 }
 
@@ -352,7 +455,16 @@ fn a_timed_out_acquire_deletes_its_possible_key_before_failing() {
     assert!(h.take_events().is_empty());
     h.answer(&del[0], r#"{"result":0}"#);
     let ev = h.take_events();
-    assert!(matches!(ev.as_slice(), [Event::Completed { result: Err(LockError::Transport { .. }), .. }]), "{ev:?}");
+    assert!(
+        matches!(
+            ev.as_slice(),
+            [Event::Completed {
+                result: Err(LockError::Transport { .. }),
+                ..
+            }]
+        ),
+        "{ev:?}"
+    );
 }
 
 #[test]
@@ -370,20 +482,44 @@ fn watchdog_renews_at_a_third_and_reports_a_lost_key() {
     h.now += 10;
     h.answer(&r[0], r#"{"result":1}"#);
     let ev = h.take_events();
-    assert_eq!(ev, [Event::Renewed { lock: lock.id, expires_at: start + 1_010 + 3_000 - 10 - 32 }]);
+    assert_eq!(
+        ev,
+        [Event::Renewed {
+            lock: lock.id,
+            expires_at: start + 1_010 + 3_000 - 10 - 32
+        }]
+    );
     assert_eq!(h.next_timer(), start + 2_000);
     h.advance_to(start + 2_000);
     let r = h.take();
     h.answer(&r[0], r#"{"result":0}"#);
     let ev = h.take_events();
-    assert!(matches!(ev.as_slice(), [Event::Lost { reason: LostReason::KeyGone, .. }]), "{ev:?}");
+    assert!(
+        matches!(
+            ev.as_slice(),
+            [Event::Lost {
+                reason: LostReason::KeyGone,
+                ..
+            }]
+        ),
+        "{ev:?}"
+    );
     // The lost lock's keys are deleted (owner-checked) in the background.
     let r = h.take();
     assert_eq!(script_of(&r[0]), scripts::Script::Release);
     h.answer(&r[0], r#"{"result":0}"#);
     assert_eq!(h.m.live_count(), 0);
     let op = h.m.release(h.now, lock.id).unwrap();
-    assert_eq!(h.take_events(), [Event::Completed { op, result: Ok(Outcome::Released { lock: lock.id, held_until_release: false }) }]);
+    assert_eq!(
+        h.take_events(),
+        [Event::Completed {
+            op,
+            result: Ok(Outcome::Released {
+                lock: lock.id,
+                held_until_release: false
+            })
+        }]
+    );
 }
 
 #[test]
@@ -404,7 +540,11 @@ fn failing_renewals_end_in_lost_when_validity_runs_out() {
             }
             h.fail(&r);
         }
-        if let Some(Event::Lost { reason, .. }) = h.take_events().into_iter().find(|e| matches!(e, Event::Lost { .. })) {
+        if let Some(Event::Lost { reason, .. }) = h
+            .take_events()
+            .into_iter()
+            .find(|e| matches!(e, Event::Lost { .. }))
+        {
             assert!(matches!(reason, LostReason::RenewalFailed(_)), "{reason:?}");
             break;
         }
@@ -420,7 +560,8 @@ fn failing_renewals_end_in_lost_when_validity_runs_out() {
 fn webdis_nodes_speak_percent_encoded_bodies() {
     let cfg = RedisConfig::new(RedisNode::webdis("http://127.0.0.1:7379"));
     let mut h = Harness::new(RedisMachine::new(cfg, Box::new(SeededEntropy::new(1))).unwrap());
-    h.m.acquire(h.now, "a/../b?.json", &opts(Wait::Try)).unwrap();
+    h.m.acquire(h.now, "a/../b?.json", &opts(Wait::Try))
+        .unwrap();
     let r = h.take();
     assert_eq!(r[0].target.url(), Some("http://127.0.0.1:7379/"));
     let args = webdis::decode_body(&r[0].body);
@@ -436,12 +577,27 @@ fn backend_errors_fail_the_single_node_with_the_nodes_error() {
     let mut h = single(|_| {});
     h.m.acquire(h.now, "job", &opts(Wait::Forever)).unwrap();
     let r = h.take();
-    h.m.handle_input(h.now, Input::Response { id: r[0].id, status: 401, body: br#"{"error":"Unauthorized"}"#.to_vec() });
+    h.m.handle_input(
+        h.now,
+        Input::Response {
+            id: r[0].id,
+            status: 401,
+            body: br#"{"error":"Unauthorized"}"#.to_vec(),
+        },
+    );
     // A refused credential means nothing ran: nothing to clean up.
     assert!(h.take().is_empty());
     let ev = h.take_events();
     match ev.as_slice() {
-        [Event::Completed { result: Err(LockError::Backend { status: Some(401), message, .. }), .. }] => {
+        [Event::Completed {
+            result:
+                Err(LockError::Backend {
+                    status: Some(401),
+                    message,
+                    ..
+                }),
+            ..
+        }] => {
             assert!(!message.contains("tok-secret"))
         }
         other => panic!("{other:?}"),
@@ -462,12 +618,30 @@ fn close_releases_held_locks_then_reports_closed() {
     let releases = h.take();
     assert_eq!(releases.len(), 3);
     let ev = h.take_events();
-    assert_eq!(ev[0], Event::Completed { op: waiting, result: Err(LockError::Closed { backend: "redlock" }) });
-    assert!(matches!(&ev[1], Event::Lost { reason: LostReason::ClientClosed, .. }), "{ev:?}");
+    assert_eq!(
+        ev[0],
+        Event::Completed {
+            op: waiting,
+            result: Err(LockError::Closed { backend: "redlock" })
+        }
+    );
+    assert!(
+        matches!(
+            &ev[1],
+            Event::Lost {
+                reason: LostReason::ClientClosed,
+                ..
+            }
+        ),
+        "{ev:?}"
+    );
     for r in &releases {
         h.answer(r, r#"{"result":1}"#);
     }
-    assert!(h.take_events().is_empty(), "the acquire in flight is still being cleaned up");
+    assert!(
+        h.take_events().is_empty(),
+        "the acquire in flight is still being cleaned up"
+    );
     for r in &pending {
         h.answer(r, r#"{"result":[1,1,0]}"#);
     }
@@ -476,7 +650,13 @@ fn close_releases_held_locks_then_reports_closed() {
     for r in &cleanup {
         h.answer(r, r#"{"result":1}"#);
     }
-    assert_eq!(h.take_events(), [Event::Completed { op: close, result: Ok(Outcome::Closed) }]);
+    assert_eq!(
+        h.take_events(),
+        [Event::Completed {
+            op: close,
+            result: Ok(Outcome::Closed)
+        }]
+    );
     assert_eq!(h.m.live_count(), 0);
     assert!(h.m.acquire(h.now, "c", &opts(Wait::Try)).is_err());
 }
@@ -508,8 +688,14 @@ fn resume_and_inspect() {
     other.fail(&r[2]);
     let ev = other.take_events();
     match ev.as_slice() {
-        [Event::Completed { result: Ok(Outcome::Inspected(status)), .. }] => {
-            assert!(!status.held, "one of the two answering nodes has it: {status:?}");
+        [Event::Completed {
+            result: Ok(Outcome::Inspected(status)),
+            ..
+        }] => {
+            assert!(
+                !status.held,
+                "one of the two answering nodes has it: {status:?}"
+            );
             assert_eq!(status.fencing_token, Some(5));
         }
         other => panic!("{other:?}"),
@@ -520,7 +706,10 @@ fn resume_and_inspect() {
     other.answer(&r[1], r#"{"result":[1,8000,4,0,0,-2]}"#);
     other.fail(&r[2]);
     match other.take_events().as_slice() {
-        [Event::Completed { result: Ok(Outcome::Inspected(status)), .. }] => {
+        [Event::Completed {
+            result: Ok(Outcome::Inspected(status)),
+            ..
+        }] => {
             assert!(status.held);
             assert_eq!(status.remaining_ms, Some(8_000));
         }
@@ -532,15 +721,38 @@ fn resume_and_inspect() {
 fn invalid_input_is_refused_before_sending() {
     let mut h = single(|_| {});
     assert!(h.m.acquire(h.now, "", &opts(Wait::Try)).is_err());
-    assert!(h.m.acquire(h.now, "a", &AcquireOptions { wait: Wait::Try, ttl_ms: Some(0) }).is_err());
-    assert!(h.m.acquire(h.now, "a", &AcquireOptions { wait: Wait::Try, ttl_ms: Some(2) }).is_err());
+    assert!(h
+        .m
+        .acquire(
+            h.now,
+            "a",
+            &AcquireOptions {
+                wait: Wait::Try,
+                ttl_ms: Some(0)
+            }
+        )
+        .is_err());
+    assert!(h
+        .m
+        .acquire(
+            h.now,
+            "a",
+            &AcquireOptions {
+                wait: Wait::Try,
+                ttl_ms: Some(2)
+            }
+        )
+        .is_err());
     assert!(h.take().is_empty());
     let mut cfg = RedisConfig::new(RedisNode::webdis("http://x"));
     cfg.prefix = "a{".into();
     assert!(RedisMachine::new(cfg, Box::new(SeededEntropy::new(1))).is_err());
     let mut cfg = RedlockConfig::new(vec![]);
     assert!(RedlockMachine::new(cfg.clone(), Box::new(SeededEntropy::new(1))).is_err());
-    cfg.nodes = vec![RedisNode::webdis("http://x"), RedisNode::webdis("http://x/")];
+    cfg.nodes = vec![
+        RedisNode::webdis("http://x"),
+        RedisNode::webdis("http://x/"),
+    ];
     assert!(RedlockMachine::new(cfg, Box::new(SeededEntropy::new(1))).is_err());
     let dbg = format!("{:?}", RedisNode::upstash("http://x", "tok-secret"));
     assert!(!dbg.contains("tok-secret"));
@@ -560,12 +772,21 @@ fn a_manual_extend_during_a_renewal_does_not_make_the_timer_spin() {
     let ext = h.take();
     h.now += 5;
     h.answer(&ext[0], r#"{"result":1}"#);
-    assert!(matches!(h.take_events().as_slice(), [Event::Completed { result: Ok(Outcome::Extended { .. }), .. }]));
+    assert!(matches!(
+        h.take_events().as_slice(),
+        [Event::Completed {
+            result: Ok(Outcome::Extended { .. }),
+            ..
+        }]
+    ));
     // The renewal is still in flight: the next timer is its timeout, not a
     // renewal that is already due.
     assert!(h.next_timer() > h.now, "{} <= {}", h.next_timer(), h.now);
     h.answer(&renewal[0], r#"{"result":1}"#);
-    assert!(matches!(h.take_events().as_slice(), [Event::Renewed { .. }]));
+    assert!(matches!(
+        h.take_events().as_slice(),
+        [Event::Renewed { .. }]
+    ));
     assert!(h.next_timer() > h.now);
 }
 
@@ -578,7 +799,8 @@ mod rwlock;
 #[test]
 fn scripts_go_by_sha_once_cached_and_fall_back_on_noscript() {
     let mut h = single(|_| {});
-    let name_of = |r: &HttpRequest| serde_json::from_slice::<Vec<String>>(&r.body).unwrap()[0].clone();
+    let name_of =
+        |r: &HttpRequest| serde_json::from_slice::<Vec<String>>(&r.body).unwrap()[0].clone();
     h.m.acquire(h.now, "job", &opts(Wait::Forever)).unwrap();
     let r = h.take();
     assert_eq!(name_of(&r[0]), "EVAL");
@@ -586,7 +808,11 @@ fn scripts_go_by_sha_once_cached_and_fall_back_on_noscript() {
     let lock = acquired(&h.take_events()).id;
     h.m.release(h.now, lock).unwrap();
     let r = h.take();
-    assert_eq!(name_of(&r[0]), "EVAL", "the release script was never run on this node");
+    assert_eq!(
+        name_of(&r[0]),
+        "EVAL",
+        "the release script was never run on this node"
+    );
     h.answer(&r[0], r#"{"result":1}"#);
     h.take_events();
     h.m.acquire(h.now, "job", &opts(Wait::Forever)).unwrap();
@@ -596,7 +822,10 @@ fn scripts_go_by_sha_once_cached_and_fall_back_on_noscript() {
     assert_eq!(args[1], scripts::Script::Acquire.sha1());
     // Keys, token and arguments only: the script (~900 bytes) stays behind.
     assert!(r[0].body.len() < 260, "{} bytes", r[0].body.len());
-    h.answer(&r[0], r#"{"error":"NOSCRIPT No matching script. Please use EVAL."}"#);
+    h.answer(
+        &r[0],
+        r#"{"error":"NOSCRIPT No matching script. Please use EVAL."}"#,
+    );
     assert!(h.take_events().is_empty(), "NOSCRIPT is not an answer");
     let r = h.take();
     assert_eq!(name_of(&r[0]), "EVAL", "sent again whole");
@@ -613,7 +842,11 @@ mod permits {
     }
 
     fn acquire_permits<M: LockMachine>(h: &mut Harness<M>, limit: u32, wait: Wait) {
-        let op = Operation::Acquire { name: "s".into(), kind: LockKind::Permits { limit }, options: opts(wait) };
+        let op = Operation::Acquire {
+            name: "s".into(),
+            kind: LockKind::Permits { limit },
+            options: opts(wait),
+        };
         h.m.start_operation(h.now, op).unwrap();
     }
 
@@ -636,19 +869,47 @@ mod permits {
         assert_eq!(script_of(&r[0]), Script::AcquirePermit);
         let a = args_of(&r[0]);
         // 4 + 3 keys, every slot declared; no preferred slot, no queue yet.
-        assert_eq!(a[2..10], ["7", "{edgelock:s}:fence", "{edgelock:s}:limit", "{edgelock:s}:permit:queue", "{edgelock:s}:permit:leases",
-                              "{edgelock:s}:permit:0", "{edgelock:s}:permit:1", "{edgelock:s}:permit:2"]);
+        assert_eq!(
+            a[2..10],
+            [
+                "7",
+                "{edgelock:s}:fence",
+                "{edgelock:s}:limit",
+                "{edgelock:s}:permit:queue",
+                "{edgelock:s}:permit:leases",
+                "{edgelock:s}:permit:0",
+                "{edgelock:s}:permit:1",
+                "{edgelock:s}:permit:2"
+            ]
+        );
         assert_eq!(a[11..], ["10000", "3", "-1", "0", "-", "0"]);
         h.answer(&r[0], r#"{"result":[1,5,0,1,1,0]}"#);
         let lock = acquired(&h.take_events());
-        assert_eq!((lock.kind(), lock.slot(), lock.fencing_token), (LockKind::Permits { limit: 3 }, Some(1), 5));
+        assert_eq!(
+            (lock.kind(), lock.slot(), lock.fencing_token),
+            (LockKind::Permits { limit: 3 }, Some(1), 5)
+        );
         assert_eq!(lock.handle.key, "{edgelock:s}:permit:1");
         h.m.release(h.now, lock.id).unwrap();
         let r = h.take();
         assert_eq!(script_of(&r[0]), Script::Release);
         let a = args_of(&r[0]);
-        assert_eq!(a[3..7], ["{edgelock:s}:permit:1", "{edgelock:s}:fence", "{edgelock:s}:permit:queue", "{edgelock:s}:permit:leases"]);
-        assert_eq!(a[8..], ["5".to_string(), subscription::wake_channel("{edgelock:s}:permit")]);
+        assert_eq!(
+            a[3..7],
+            [
+                "{edgelock:s}:permit:1",
+                "{edgelock:s}:fence",
+                "{edgelock:s}:permit:queue",
+                "{edgelock:s}:permit:leases"
+            ]
+        );
+        assert_eq!(
+            a[8..],
+            [
+                "5".to_string(),
+                subscription::wake_channel("{edgelock:s}:permit")
+            ]
+        );
     }
 
     #[test]
@@ -657,7 +918,13 @@ mod permits {
         acquire_permits(&mut h, 2, Wait::Try);
         let r = h.take();
         h.answer(&r[0], r#"{"result":[0,5,700,-1,0,0]}"#);
-        assert!(matches!(h.take_events().as_slice(), [Event::Completed { result: Ok(Outcome::NotAcquired), .. }]));
+        assert!(matches!(
+            h.take_events().as_slice(),
+            [Event::Completed {
+                result: Ok(Outcome::NotAcquired),
+                ..
+            }]
+        ));
         assert!(h.take().is_empty(), "a try leaves nothing to clean up");
         acquire_permits(&mut h, 2, Wait::Forever);
         let r = h.take();
@@ -681,7 +948,10 @@ mod permits {
         let e = failed(&h.take_events());
         assert_eq!(e.code(), "INVALID_ARGUMENT");
         assert!(e.to_string().contains("has limit 3, not 5"), "{e}");
-        assert!(h.take().is_empty(), "nothing to clean up: nothing was taken");
+        assert!(
+            h.take().is_empty(),
+            "nothing to clean up: nothing was taken"
+        );
     }
 
     #[test]
@@ -707,7 +977,10 @@ mod permits {
         let r = h.take();
         assert_eq!(r.len(), 3);
         let pref: Vec<String> = r.iter().map(|q| args_of(q)[13].clone()).collect();
-        assert!(pref.iter().all(|p| *p == pref[0] && p != "-1"), "one named slot on every node: {pref:?}");
+        assert!(
+            pref.iter().all(|p| *p == pref[0] && p != "-1"),
+            "one named slot on every node: {pref:?}"
+        );
         let k: u32 = pref[0].parse().unwrap();
         let other = (k + 1) % 3;
         // Node 0 grants k; nodes 1 and 2 hold k but have `other` free.
@@ -723,7 +996,10 @@ mod permits {
         // A slot is free on a quorum: the retry goes at once (no timer).
         let r = h.take();
         assert_eq!(r.len(), 3);
-        assert!(r.iter().all(|q| args_of(q)[13] == other.to_string()), "the retry names the slot free on all three");
+        assert!(
+            r.iter().all(|q| args_of(q)[13] == other.to_string()),
+            "the retry names the slot free on all three"
+        );
         for q in &r {
             h.answer(q, &format!(r#"{{"result":[1,5,0,{other},0,0]}}"#));
         }
@@ -760,23 +1036,56 @@ mod permits {
             }
         }
         assert!(h.take().is_empty(), "the fourth contended attempt waits");
-        assert_eq!(h.next_timer(), h.now + 200, "a split vote waits the retry delay, not 0 ms");
+        assert_eq!(
+            h.next_timer(),
+            h.now + 200,
+            "a split vote waits the retry delay, not 0 ms"
+        );
     }
 
     #[test]
     fn shared_holds_on_redlock_and_bad_limits_are_refused_before_sending() {
         let mut r = redlock(3, |_| {});
-        let op = Operation::Acquire { name: "s".into(), kind: LockKind::Shared, options: opts(Wait::Try) };
-        assert_eq!(r.m.start_operation(r.now, op).unwrap_err().code(), "INVALID_ARGUMENT");
+        let op = Operation::Acquire {
+            name: "s".into(),
+            kind: LockKind::Shared,
+            options: opts(Wait::Try),
+        };
+        assert_eq!(
+            r.m.start_operation(r.now, op).unwrap_err().code(),
+            "INVALID_ARGUMENT"
+        );
         assert!(r.take().is_empty());
         assert!(!r.m.capabilities().supports(LockKind::Shared));
         let mut h = single(|_| {});
-        for kind in [LockKind::Permits { limit: 0 }, LockKind::Permits { limit: 101 }] {
-            let op = Operation::Acquire { name: "s".into(), kind, options: opts(Wait::Try) };
-            assert_eq!(h.m.start_operation(h.now, op).unwrap_err().code(), "INVALID_ARGUMENT", "{kind:?}");
+        for kind in [
+            LockKind::Permits { limit: 0 },
+            LockKind::Permits { limit: 101 },
+        ] {
+            let op = Operation::Acquire {
+                name: "s".into(),
+                kind,
+                options: opts(Wait::Try),
+            };
+            assert_eq!(
+                h.m.start_operation(h.now, op).unwrap_err().code(),
+                "INVALID_ARGUMENT",
+                "{kind:?}"
+            );
         }
-        let op = Operation::Acquire { name: "s".into(), kind: LockKind::Permits { limit: 3 }, options: AcquireOptions { wait: Wait::Try, ttl_ms: Some(2) } };
-        assert_eq!(h.m.start_operation(h.now, op).unwrap_err().code(), "INVALID_ARGUMENT", "a ttl is checked as for a lock");
+        let op = Operation::Acquire {
+            name: "s".into(),
+            kind: LockKind::Permits { limit: 3 },
+            options: AcquireOptions {
+                wait: Wait::Try,
+                ttl_ms: Some(2),
+            },
+        };
+        assert_eq!(
+            h.m.start_operation(h.now, op).unwrap_err().code(),
+            "INVALID_ARGUMENT",
+            "a ttl is checked as for a lock"
+        );
         assert!(h.take().is_empty());
         assert!(h.m.capabilities().supports(LockKind::Permits { limit: 3 }));
         assert!(h.m.capabilities().supports(LockKind::Shared));
@@ -796,18 +1105,41 @@ mod permits {
         assert_eq!(args_of(&r[0])[3], "{edgelock:s}:permit:2");
         other.answer(&r[0], r#"{"result":[1,1,9000,5]}"#);
         let resumed = acquired(&other.take_events());
-        assert_eq!((resumed.kind(), resumed.slot()), (LockKind::Permits { limit: 3 }, Some(2)));
+        assert_eq!(
+            (resumed.kind(), resumed.slot()),
+            (LockKind::Permits { limit: 3 }, Some(2))
+        );
         // Its release wakes the semaphore's waiters.
         other.m.release(other.now, resumed.id).unwrap();
         let a = args_of(&other.take()[0]);
         assert_eq!(a[5], "{edgelock:s}:permit:queue");
         for bad in [
-            LockHandle { slot: Some(1), ..lock.handle.clone() },
-            LockHandle { slot: Some(3), key: "{edgelock:s}:permit:3".into(), ..lock.handle.clone() },
-            LockHandle { kind: LockKind::Exclusive, slot: None, ..lock.handle.clone() },
-            LockHandle { kind: LockKind::Shared, slot: None, key: "{edgelock:s}".into(), ..lock.handle.clone() },
+            LockHandle {
+                slot: Some(1),
+                ..lock.handle.clone()
+            },
+            LockHandle {
+                slot: Some(3),
+                key: "{edgelock:s}:permit:3".into(),
+                ..lock.handle.clone()
+            },
+            LockHandle {
+                kind: LockKind::Exclusive,
+                slot: None,
+                ..lock.handle.clone()
+            },
+            LockHandle {
+                kind: LockKind::Shared,
+                slot: None,
+                key: "{edgelock:s}".into(),
+                ..lock.handle.clone()
+            },
         ] {
-            assert_eq!(other.m.resume(other.now, &bad).unwrap_err().code(), "INVALID_ARGUMENT", "{bad:?}");
+            assert_eq!(
+                other.m.resume(other.now, &bad).unwrap_err().code(),
+                "INVALID_ARGUMENT",
+                "{bad:?}"
+            );
         }
     }
 
@@ -816,21 +1148,37 @@ mod permits {
         let mut h = redlock(3, |_| {});
         h.m.inspect(h.now, "s").unwrap();
         let r = h.take();
-        assert!(r.iter().all(|q| script_of(q) == Script::Inspect && args_of(q)[2] == "4"));
+        assert!(r
+            .iter()
+            .all(|q| script_of(q) == Script::Inspect && args_of(q)[2] == "4"));
         for q in &r {
             h.answer(q, r#"{"result":[0,-2,9,3,0,-2]}"#);
         }
         let r = h.take();
-        assert!(r.iter().all(|q| args_of(q)[2] == "7"), "the 3 slots declared");
+        assert!(
+            r.iter().all(|q| args_of(q)[2] == "7"),
+            "the 3 slots declared"
+        );
         // Slot 0 held on all, slot 2 on one node only (no quorum).
         h.answer(&r[0], r#"{"result":[0,-2,9,3,0,-2,900,-2,500]}"#);
         h.answer(&r[1], r#"{"result":[0,-2,9,3,0,-2,800,-2,-2]}"#);
         h.answer(&r[2], r#"{"result":[0,-2,10,3,0,-2,700,-2,-2]}"#);
         match h.take_events().as_slice() {
-            [Event::Completed { result: Ok(Outcome::Inspected(s)), .. }] => {
+            [Event::Completed {
+                result: Ok(Outcome::Inspected(s)),
+                ..
+            }] => {
                 assert!(s.held);
                 assert_eq!(s.limit, Some(3));
-                assert_eq!(s.holders, [Holder { id: String::new(), kind: LockKind::Permits { limit: 3 }, slot: Some(0), fencing_token: None }]);
+                assert_eq!(
+                    s.holders,
+                    [Holder {
+                        id: String::new(),
+                        kind: LockKind::Permits { limit: 3 },
+                        slot: Some(0),
+                        fencing_token: None
+                    }]
+                );
                 assert_eq!((s.remaining_ms, s.fencing_token), (Some(800), Some(10)));
             }
             other => panic!("{other:?}"),

@@ -67,12 +67,20 @@ pub struct RedisNode {
 impl RedisNode {
     /// An Upstash REST node with its token.
     pub fn upstash(url: impl Into<String>, token: impl Into<String>) -> Self {
-        RedisNode { url: url.into(), protocol: RedisProtocol::Upstash, token: Some(token.into()) }
+        RedisNode {
+            url: url.into(),
+            protocol: RedisProtocol::Upstash,
+            token: Some(token.into()),
+        }
     }
 
     /// A Webdis node without credentials.
     pub fn webdis(url: impl Into<String>) -> Self {
-        RedisNode { url: url.into(), protocol: RedisProtocol::Webdis, token: None }
+        RedisNode {
+            url: url.into(),
+            protocol: RedisProtocol::Webdis,
+            token: None,
+        }
     }
 
     /// Parses the one spelling every binding accepts: `webdis+http(s)://…`,
@@ -97,7 +105,11 @@ impl RedisNode {
             RedisProtocol::Upstash => token.map(str::to_string),
             RedisProtocol::Webdis => None,
         };
-        Ok(RedisNode { url: url.to_string(), protocol, token })
+        Ok(RedisNode {
+            url: url.to_string(),
+            protocol,
+            token,
+        })
     }
 }
 
@@ -120,7 +132,11 @@ pub const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
 pub const DEFAULT_MAX_SUBSCRIPTIONS: usize = 64;
 
 /// A lock TTL must be valid and leave room for the drift allowance.
-pub(crate) fn validate_lock_ttl(ttl_ms: u64, _request_timeout_ms: u64, drift_factor: f64) -> Result<(), LockError> {
+pub(crate) fn validate_lock_ttl(
+    ttl_ms: u64,
+    _request_timeout_ms: u64,
+    drift_factor: f64,
+) -> Result<(), LockError> {
     crate::core::names::validate_ttl("ttl_ms", ttl_ms)?;
     if quorum::validity_ms(ttl_ms, 0, drift_factor).is_none() {
         return Err(LockError::invalid(format!(
@@ -141,14 +157,20 @@ pub(crate) fn validate_common(
 ) -> Result<(), LockError> {
     keys::validate_prefix(prefix)?;
     if !(0.0..0.5).contains(&drift_factor) || !drift_factor.is_finite() {
-        return Err(LockError::invalid("drift_factor must be at least 0 and below 0.5"));
+        return Err(LockError::invalid(
+            "drift_factor must be at least 0 and below 0.5",
+        ));
     }
     validate_lock_ttl(ttl_ms, request_timeout_ms, drift_factor)?;
     if request_timeout_ms == 0 || request_timeout_ms > 600_000 {
-        return Err(LockError::invalid("request_timeout_ms must be between 1 and 600000"));
+        return Err(LockError::invalid(
+            "request_timeout_ms must be between 1 and 600000",
+        ));
     }
     if retry_delay_ms > 600_000 || retry_jitter_ms > 600_000 {
-        return Err(LockError::invalid("retry_delay_ms and retry_jitter_ms must be at most 600000"));
+        return Err(LockError::invalid(
+            "retry_delay_ms and retry_jitter_ms must be at most 600000",
+        ));
     }
     Ok(())
 }
@@ -209,9 +231,19 @@ mod spec_tests {
     #[test]
     fn node_specs() {
         let w = RedisNode::from_spec("webdis+http://127.0.0.1:7379", Some("ignored")).unwrap();
-        assert_eq!((w.protocol, w.url.as_str(), w.token), (RedisProtocol::Webdis, "http://127.0.0.1:7379", None));
+        assert_eq!(
+            (w.protocol, w.url.as_str(), w.token),
+            (RedisProtocol::Webdis, "http://127.0.0.1:7379", None)
+        );
         let u = RedisNode::from_spec(" upstash+https://x.upstash.io ", Some("t0k3n")).unwrap();
-        assert_eq!((u.protocol, u.url.as_str(), u.token.as_deref()), (RedisProtocol::Upstash, "https://x.upstash.io", Some("t0k3n")));
+        assert_eq!(
+            (u.protocol, u.url.as_str(), u.token.as_deref()),
+            (
+                RedisProtocol::Upstash,
+                "https://x.upstash.io",
+                Some("t0k3n")
+            )
+        );
         let bare = RedisNode::from_spec("https://x.upstash.io", None).unwrap();
         assert_eq!(bare.protocol, RedisProtocol::Upstash);
         let err = RedisNode::from_spec("redis://127.0.0.1:6379", Some("t0k3n")).unwrap_err();

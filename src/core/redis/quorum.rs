@@ -12,7 +12,11 @@ pub fn quorum(n: usize) -> usize {
 /// The clock-drift allowance for a TTL: `ttl × drift_factor + 2 ms`
 /// (rounded up), as in the Redlock description.
 pub fn drift_ms(ttl_ms: u64, drift_factor: f64) -> u64 {
-    let f = if drift_factor.is_finite() && drift_factor > 0.0 { drift_factor } else { 0.0 };
+    let f = if drift_factor.is_finite() && drift_factor > 0.0 {
+        drift_factor
+    } else {
+        0.0
+    };
     (ttl_ms as f64 * f).ceil() as u64 + 2
 }
 
@@ -101,8 +105,14 @@ mod tests {
         assert_eq!(verdict(5, 2, 0), AttemptVerdict::Unavailable);
         assert_eq!(verdict(5, 2, 1), AttemptVerdict::Contended);
         assert_eq!(verdict(5, 0, 3), AttemptVerdict::Contended);
-        assert_eq!(free_quorum_in(5, vec![Some(300), Some(100), Some(200)]), Some(100));
-        assert_eq!(free_quorum_in(5, vec![Some(300), Some(100), Some(200), Some(50)]), Some(100));
+        assert_eq!(
+            free_quorum_in(5, vec![Some(300), Some(100), Some(200)]),
+            Some(100)
+        );
+        assert_eq!(
+            free_quorum_in(5, vec![Some(300), Some(100), Some(200), Some(50)]),
+            Some(100)
+        );
         assert_eq!(free_quorum_in(1, vec![Some(70)]), Some(70));
         assert_eq!(free_quorum_in(1, vec![None]), None);
         assert_eq!(free_quorum_in(5, vec![Some(1)]), Some(0));

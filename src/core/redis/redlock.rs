@@ -176,7 +176,9 @@ impl RedlockMachine {
     /// retries) and builds the machine. Nothing is sent before the first operation.
     pub fn new(cfg: RedlockConfig, entropy: Box<dyn Entropy + Send>) -> Result<Self, LockError> {
         if cfg.nodes.is_empty() || cfg.nodes.len() > MAX_NODES {
-            return Err(LockError::invalid(format!("Redlock needs between 1 and {MAX_NODES} nodes")));
+            return Err(LockError::invalid(format!(
+                "Redlock needs between 1 and {MAX_NODES} nodes"
+            )));
         }
         validate_common(
             &cfg.prefix,
@@ -189,10 +191,17 @@ impl RedlockMachine {
         if cfg.retry_count > 10_000 {
             return Err(LockError::invalid("retry_count must be at most 10000"));
         }
-        let nodes = cfg.nodes.iter().map(NodeCodec::new).collect::<Result<Vec<_>, _>>()?;
+        let nodes = cfg
+            .nodes
+            .iter()
+            .map(NodeCodec::new)
+            .collect::<Result<Vec<_>, _>>()?;
         for (i, a) in nodes.iter().enumerate() {
             if nodes[..i].iter().any(|b| b.base_url() == a.base_url()) {
-                return Err(LockError::invalid(format!("node {} is listed twice", a.base_url())));
+                return Err(LockError::invalid(format!(
+                    "node {} is listed twice",
+                    a.base_url()
+                )));
             }
         }
         let settings = Settings {
@@ -209,7 +218,9 @@ impl RedlockMachine {
             max_subscriptions: cfg.max_subscriptions,
             fair: false,
         };
-        Ok(RedlockMachine { engine: Engine::new(settings, nodes, entropy) })
+        Ok(RedlockMachine {
+            engine: Engine::new(settings, nodes, entropy),
+        })
     }
 }
 

@@ -32,17 +32,42 @@ impl NodeError {
     /// anything else (timeouts, broken connections, Redis errors in the
     /// middle of a script) may have left its effect behind.
     pub fn maybe_applied(&self) -> bool {
-        !matches!(self, NodeError::NotSent(_) | NodeError::Http { status: Some(401 | 403), .. })
+        !matches!(
+            self,
+            NodeError::NotSent(_)
+                | NodeError::Http {
+                    status: Some(401 | 403),
+                    ..
+                }
+        )
     }
 
     /// The [`LockError`] reporting this node error for lock `name` on `backend`.
     pub fn to_lock_error(&self, backend: &'static str, name: &str) -> LockError {
         let name = name.to_string();
         match self {
-            NodeError::Timeout => LockError::Transport { backend, name, message: "request timed out".into() },
-            NodeError::Transport(m) | NodeError::NotSent(m) => LockError::Transport { backend, name, message: m.clone() },
-            NodeError::Http { status, message } => LockError::Backend { backend, name, status: *status, message: message.clone() },
-            NodeError::Redis(m) => LockError::Backend { backend, name, status: None, message: m.clone() },
+            NodeError::Timeout => LockError::Transport {
+                backend,
+                name,
+                message: "request timed out".into(),
+            },
+            NodeError::Transport(m) | NodeError::NotSent(m) => LockError::Transport {
+                backend,
+                name,
+                message: m.clone(),
+            },
+            NodeError::Http { status, message } => LockError::Backend {
+                backend,
+                name,
+                status: *status,
+                message: message.clone(),
+            },
+            NodeError::Redis(m) => LockError::Backend {
+                backend,
+                name,
+                status: None,
+                message: m.clone(),
+            },
         }
     }
 }
@@ -79,7 +104,12 @@ impl Round {
 
     /// Records node `node`'s answer to request `id`; false when the round
     /// was not waiting for that request.
-    pub fn answer(&mut self, node: usize, id: RequestId, result: Result<RedisValue, NodeError>) -> bool {
+    pub fn answer(
+        &mut self,
+        node: usize,
+        id: RequestId,
+        result: Result<RedisValue, NodeError>,
+    ) -> bool {
         match self.slots.get_mut(node) {
             Some(slot) if matches!(&*slot, Slot::Pending(i) if *i == id) => {
                 *slot = Slot::Done(result);
@@ -99,7 +129,10 @@ impl Round {
 
     /// Parses every result with `parse`; a reply that does not parse
     /// becomes a node error.
-    pub fn parsed<T>(&self, parse: impl Fn(&RedisValue) -> Result<T, String>) -> Vec<(usize, Result<T, NodeError>)> {
+    pub fn parsed<T>(
+        &self,
+        parse: impl Fn(&RedisValue) -> Result<T, String>,
+    ) -> Vec<(usize, Result<T, NodeError>)> {
         self.results()
             .map(|(i, r)| {
                 let v = match r {
@@ -130,7 +163,12 @@ pub(super) struct FlagCount {
 impl FlagCount {
     pub(super) fn of(round: &Round) -> FlagCount {
         let parsed = round.parsed(super::scripts::parse_flag);
-        let mut c = FlagCount { confirmed: 0, refused: 0, failed: 0, first_error: Round::first_error(&parsed).cloned() };
+        let mut c = FlagCount {
+            confirmed: 0,
+            refused: 0,
+            failed: 0,
+            first_error: Round::first_error(&parsed).cloned(),
+        };
         for (_, r) in &parsed {
             match r {
                 Ok(true) => c.confirmed += 1,

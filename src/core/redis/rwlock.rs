@@ -96,6 +96,12 @@ pub(super) fn release_command(h: &Held) -> RedisCommand {
     if h.shared {
         scripts::release_shared(&h.wake_base, &h.fence_key, &h.token, h.fencing_token)
     } else {
-        scripts::release_waking(&h.key, &h.fence_key, &h.wake_base, &h.token, h.fencing_token)
+        scripts::release_waking(
+            &h.key,
+            &h.fence_key,
+            &h.wake_base,
+            &h.token,
+            h.fencing_token,
+        )
     }
 }

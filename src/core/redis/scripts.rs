@@ -447,7 +447,9 @@ impl Script {
 
     /// The script whose source is exactly `text`, if any.
     pub fn from_text(text: &[u8]) -> Option<Script> {
-        Script::ALL.into_iter().find(|s| s.text().as_bytes() == text)
+        Script::ALL
+            .into_iter()
+            .find(|s| s.text().as_bytes() == text)
     }
 
     /// The SHA-1 of the source, as `EVALSHA` names it (lowercase hex).
@@ -457,7 +459,9 @@ impl Script {
 
     /// The script whose SHA-1 is `sha` (any case), if any.
     pub fn from_sha1(sha: &[u8]) -> Option<Script> {
-        Script::ALL.into_iter().find(|s| s.sha1().as_bytes().eq_ignore_ascii_case(sha))
+        Script::ALL
+            .into_iter()
+            .find(|s| s.sha1().as_bytes().eq_ignore_ascii_case(sha))
     }
 
     /// The script an `EVAL` or `EVALSHA` command runs, if it is one of ours.
@@ -496,13 +500,24 @@ pub fn is_noscript(v: &RedisValue) -> bool {
 }
 
 fn eval(script: Script, key: &str, fence_key: &str) -> RedisCommand {
-    RedisCommand::new("EVAL").arg(script.text()).arg("2").arg(key).arg(fence_key)
+    RedisCommand::new("EVAL")
+        .arg(script.text())
+        .arg("2")
+        .arg(key)
+        .arg(fence_key)
 }
 
 /// `EVAL` of [`ACQUIRE`]: take `key` for owner `token` for `ttl_ms` if it
 /// is free; `count_every_attempt` for Redlock (see [`ACQUIRE`]); a refusal
 /// sets the writer intent for `intent_ms` (0: not).
-pub fn acquire(key: &str, fence_key: &str, token: &str, ttl_ms: u64, count_every_attempt: bool, intent_ms: u64) -> RedisCommand {
+pub fn acquire(
+    key: &str,
+    fence_key: &str,
+    token: &str,
+    ttl_ms: u64,
+    count_every_attempt: bool,
+    intent_ms: u64,
+) -> RedisCommand {
     let every = if count_every_attempt { "1" } else { "0" };
     RedisCommand::new("EVAL")
         .arg(Script::Acquire.text())
@@ -519,8 +534,17 @@ pub fn acquire(key: &str, fence_key: &str, token: &str, ttl_ms: u64, count_every
 
 /// `EVAL` of [`EXTEND`]: set `key`'s TTL to `ttl_ms` if it holds `token`,
 /// raising the fencing counter to at least `fence_floor`.
-pub fn extend(key: &str, fence_key: &str, token: &str, ttl_ms: u64, fence_floor: u64) -> RedisCommand {
-    eval(Script::Extend, key, fence_key).arg(token).arg(ttl_ms.to_string()).arg(fence_floor.to_string())
+pub fn extend(
+    key: &str,
+    fence_key: &str,
+    token: &str,
+    ttl_ms: u64,
+    fence_floor: u64,
+) -> RedisCommand {
+    eval(Script::Extend, key, fence_key)
+        .arg(token)
+        .arg(ttl_ms.to_string())
+        .arg(fence_floor.to_string())
 }
 
 /// The four keys of a script that knows the waiters' queue: `key`, the
@@ -544,16 +568,33 @@ pub fn release(key: &str, fence_key: &str, token: &str, fence_floor: u64) -> Red
 
 /// [`release`] of `key` waking the waiters of `wake_base` (its queue's
 /// head, on its channel): a permit's release wakes its semaphore's waiters.
-pub fn release_waking(key: &str, fence_key: &str, wake_base: &str, token: &str, fence_floor: u64) -> RedisCommand {
+pub fn release_waking(
+    key: &str,
+    fence_key: &str,
+    wake_base: &str,
+    token: &str,
+    fence_floor: u64,
+) -> RedisCommand {
     let channel = super::subscription::wake_channel(wake_base);
-    eval_queue(Script::Release, key, fence_key, wake_base).arg(token).arg(fence_floor.to_string()).arg(channel)
+    eval_queue(Script::Release, key, fence_key, wake_base)
+        .arg(token)
+        .arg(fence_floor.to_string())
+        .arg(channel)
 }
 
 /// `EVAL` of [`ACQUIRE_QUEUED`] for waiter `waiter` (queueing with a lease
 /// of `lease_ms`, 0 for a try); `fair`: only the queue's head may take it;
 /// a refusal sets the writer intent for `lease_ms` (a waiting writer renews
 /// it at every attempt, as its queue lease).
-pub fn acquire_queued(key: &str, fence_key: &str, token: &str, ttl_ms: u64, waiter: &str, lease_ms: u64, fair: bool) -> RedisCommand {
+pub fn acquire_queued(
+    key: &str,
+    fence_key: &str,
+    token: &str,
+    ttl_ms: u64,
+    waiter: &str,
+    lease_ms: u64,
+    fair: bool,
+) -> RedisCommand {
     RedisCommand::new("EVAL")
         .arg(Script::AcquireQueued.text())
         .arg("6")
@@ -586,8 +627,17 @@ pub fn acquire_shared(key: &str, fence_key: &str, token: &str, ttl_ms: u64) -> R
 }
 
 /// `EVAL` of [`EXTEND_SHARED`] on the readers `readers_key`.
-pub fn extend_shared(readers_key: &str, fence_key: &str, token: &str, ttl_ms: u64, fence_floor: u64) -> RedisCommand {
-    eval(Script::ExtendShared, readers_key, fence_key).arg(token).arg(ttl_ms.to_string()).arg(fence_floor.to_string())
+pub fn extend_shared(
+    readers_key: &str,
+    fence_key: &str,
+    token: &str,
+    ttl_ms: u64,
+    fence_floor: u64,
+) -> RedisCommand {
+    eval(Script::ExtendShared, readers_key, fence_key)
+        .arg(token)
+        .arg(ttl_ms.to_string())
+        .arg(fence_floor.to_string())
 }
 
 /// `EVAL` of [`RELEASE_SHARED`]: the reader `token` of the lock at `key` leaves.
@@ -695,7 +745,10 @@ pub fn acquire_permit(p: &PermitAttempt<'_>) -> RedisCommand {
     cmd.arg(p.token)
         .arg(p.ttl_ms.to_string())
         .arg(p.limit.to_string())
-        .arg(p.preferred.map_or_else(|| "-1".to_string(), |k| k.to_string()))
+        .arg(
+            p.preferred
+                .map_or_else(|| "-1".to_string(), |k| k.to_string()),
+        )
         .arg(if p.count_every_attempt { "1" } else { "0" })
         .arg(waiter)
         .arg(lease.to_string())
@@ -703,7 +756,9 @@ pub fn acquire_permit(p: &PermitAttempt<'_>) -> RedisCommand {
 
 /// `EVAL` of [`PERMIT_CLEANUP`]: delete whichever of `slots` holds `token`.
 pub fn permit_cleanup(slots: &[String], token: &str) -> RedisCommand {
-    let mut cmd = RedisCommand::new("EVAL").arg(Script::PermitCleanup.text()).arg(slots.len().to_string());
+    let mut cmd = RedisCommand::new("EVAL")
+        .arg(Script::PermitCleanup.text())
+        .arg(slots.len().to_string());
     for k in slots {
         cmd = cmd.arg(k.as_str());
     }
@@ -757,7 +812,9 @@ fn counter(v: i64) -> Result<u64, String> {
 /// Parses a reply of [`ACQUIRE`]; the error describes an unexpected reply.
 pub fn parse_acquire(v: &RedisValue) -> Result<AcquireReply, String> {
     match v.as_ints().as_deref() {
-        Some([1, fence, _]) => Ok(AcquireReply::Granted { fence: counter(*fence)? }),
+        Some([1, fence, _]) => Ok(AcquireReply::Granted {
+            fence: counter(*fence)?,
+        }),
         // -2: the key vanished between SET and PTTL, so it is free now.
         Some([0, fence, pttl]) => Ok(AcquireReply::Held {
             fence: counter(*fence)?,
@@ -858,28 +915,44 @@ pub enum PermitReply {
 
 fn mask(lo: i64, hi: i64) -> Option<FreeSlots> {
     const HALF: i64 = 1 << 50;
-    ((0..HALF).contains(&lo) && (0..HALF).contains(&hi)).then_some(lo as u128 | ((hi as u128) << 50))
+    ((0..HALF).contains(&lo) && (0..HALF).contains(&hi))
+        .then_some(lo as u128 | ((hi as u128) << 50))
 }
 
 /// Parses a reply of [`ACQUIRE_PERMIT`] to an attempt for `limit` permits;
 /// the error describes an unexpected reply (a slot out of range, a bad mask).
 pub fn parse_acquire_permit(v: &RedisValue, limit: u32) -> Result<PermitReply, String> {
     let bad = || format!("unexpected permit reply {}", describe(v));
-    let stored = |s: i64| u32::try_from(s).ok().filter(|s| *s >= 1 && *s <= crate::core::MAX_PERMITS);
+    let stored = |s: i64| {
+        u32::try_from(s)
+            .ok()
+            .filter(|s| *s >= 1 && *s <= crate::core::MAX_PERMITS)
+    };
     let in_limit = |free: FreeSlots| free >> limit == 0;
     match v.as_ints().as_deref() {
         Some([1, fence, 0, slot, lo, hi]) => {
-            let slot = u32::try_from(*slot).ok().filter(|s| *s < limit).ok_or_else(bad)?;
+            let slot = u32::try_from(*slot)
+                .ok()
+                .filter(|s| *s < limit)
+                .ok_or_else(bad)?;
             let free = mask(*lo, *hi).filter(|f| in_limit(*f)).ok_or_else(bad)?;
-            Ok(PermitReply::Granted { fence: counter(*fence)?, slot, free })
+            Ok(PermitReply::Granted {
+                fence: counter(*fence)?,
+                slot,
+                free,
+            })
         }
         Some([0, fence, wait, -1, lo, hi]) => Ok(PermitReply::Busy {
             fence: counter(*fence)?,
             wait: u64::try_from(*wait).ok(),
             free: mask(*lo, *hi).filter(|f| in_limit(*f)).ok_or_else(bad)?,
         }),
-        Some([2, 0, 0, -1, s, 0]) => Ok(PermitReply::LimitMismatch { stored: stored(*s).ok_or_else(bad)? }),
-        Some([3, 0, 0, -1, s, 0]) => Ok(PermitReply::NeedsSlots { stored: stored(*s).ok_or_else(bad)? }),
+        Some([2, 0, 0, -1, s, 0]) => Ok(PermitReply::LimitMismatch {
+            stored: stored(*s).ok_or_else(bad)?,
+        }),
+        Some([3, 0, 0, -1, s, 0]) => Ok(PermitReply::NeedsSlots {
+            stored: stored(*s).ok_or_else(bad)?,
+        }),
         _ => Err(bad()),
     }
 }
@@ -908,7 +981,10 @@ pub struct InspectReply {
 pub fn parse_inspect(v: &RedisValue, declared: usize) -> Result<InspectReply, String> {
     let bad = || format!("unexpected inspect reply {}", describe(v));
     let ints = v.as_ints().ok_or_else(bad)?;
-    let [e @ (0 | 1), pttl, fence, limit, readers, readers_left, slots @ ..] = ints.as_slice() else { return Err(bad()) };
+    let [e @ (0 | 1), pttl, fence, limit, readers, readers_left, slots @ ..] = ints.as_slice()
+    else {
+        return Err(bad());
+    };
     if slots.len() != declared {
         return Err(bad());
     }
@@ -923,7 +999,9 @@ pub fn parse_inspect(v: &RedisValue, declared: usize) -> Result<InspectReply, St
         pttl: u64::try_from(*pttl).ok().filter(|_| *e == 1),
         fence: counter(*fence)?,
         // A record out of range is not a semaphore edgelock wrote.
-        limit: u32::try_from(*limit).ok().filter(|l| *l >= 1 && *l <= crate::core::MAX_PERMITS),
+        limit: u32::try_from(*limit)
+            .ok()
+            .filter(|l| *l >= 1 && *l <= crate::core::MAX_PERMITS),
         readers,
         readers_left,
         slots: slots
@@ -964,13 +1042,29 @@ mod tests {
         let cmd = acquire("{e:k}", "{e:k}:fence", "ab", 100, true, 0);
         assert_eq!(Script::from_text(&cmd.args[1]), Some(Script::Acquire));
         let args: Vec<&[u8]> = cmd.args[2..].iter().map(Vec::as_slice).collect();
-        assert_eq!(args, [&b"4"[..], b"{e:k}", b"{e:k}:fence", b"{e:k}:readers", b"{e:k}:wintent", b"ab", b"100", b"1", b"0"]);
+        assert_eq!(
+            args,
+            [
+                &b"4"[..],
+                b"{e:k}",
+                b"{e:k}:fence",
+                b"{e:k}:readers",
+                b"{e:k}:wintent",
+                b"ab",
+                b"100",
+                b"1",
+                b"0"
+            ]
+        );
     }
 
     #[test]
     fn evalsha_names_the_script_by_its_sha1() {
         // The SHA-1 of "return 1" as Redis computes it (SCRIPT LOAD).
-        assert_eq!(sha1_smol::Sha1::from("return 1").digest().to_string(), "e0e1f9fabfc9d4800c877a703b823ac0578ff8db");
+        assert_eq!(
+            sha1_smol::Sha1::from("return 1").digest().to_string(),
+            "e0e1f9fabfc9d4800c877a703b823ac0578ff8db"
+        );
         let cmd = release("k", "k:fence", "ab", 3);
         let sha = as_evalsha(&cmd, Script::Release);
         assert_eq!(sha.name(), b"EVALSHA");
@@ -979,7 +1073,9 @@ mod tests {
         assert_eq!(Script::of_command(&sha), Some(Script::Release));
         assert_eq!(Script::of_command(&cmd), Some(Script::Release));
         assert_eq!(Script::of_command(&RedisCommand::new("GET").arg("x")), None);
-        assert!(is_noscript(&RedisValue::Error("NOSCRIPT No matching script. Please use EVAL.".into())));
+        assert!(is_noscript(&RedisValue::Error(
+            "NOSCRIPT No matching script. Please use EVAL.".into()
+        )));
         assert!(!is_noscript(&RedisValue::Error("ERR x".into())));
         for (i, s) in Script::ALL.into_iter().enumerate() {
             assert_eq!(s.index(), i);
@@ -988,10 +1084,31 @@ mod tests {
 
     #[test]
     fn parses_replies() {
-        assert_eq!(parse_acquire(&ints(&[1, 7, 0])), Ok(AcquireReply::Granted { fence: 7 }));
-        assert_eq!(parse_acquire(&ints(&[0, 7, 900])), Ok(AcquireReply::Held { fence: 7, pttl: Some(900) }));
-        assert_eq!(parse_acquire(&ints(&[0, 7, -1])), Ok(AcquireReply::Held { fence: 7, pttl: None }));
-        assert_eq!(parse_acquire(&ints(&[0, 7, -2])), Ok(AcquireReply::Held { fence: 7, pttl: Some(0) }));
+        assert_eq!(
+            parse_acquire(&ints(&[1, 7, 0])),
+            Ok(AcquireReply::Granted { fence: 7 })
+        );
+        assert_eq!(
+            parse_acquire(&ints(&[0, 7, 900])),
+            Ok(AcquireReply::Held {
+                fence: 7,
+                pttl: Some(900)
+            })
+        );
+        assert_eq!(
+            parse_acquire(&ints(&[0, 7, -1])),
+            Ok(AcquireReply::Held {
+                fence: 7,
+                pttl: None
+            })
+        );
+        assert_eq!(
+            parse_acquire(&ints(&[0, 7, -2])),
+            Ok(AcquireReply::Held {
+                fence: 7,
+                pttl: Some(0)
+            })
+        );
         assert!(parse_acquire(&ints(&[1, -7, 0])).is_err());
         assert!(parse_acquire(&ints(&[2, 7, 0])).is_err());
         assert!(parse_acquire(&RedisValue::Error("ERR".into())).is_err());
@@ -1004,11 +1121,21 @@ mod tests {
         assert!(parse_flag(&RedisValue::Nil).is_err());
         assert_eq!(
             parse_status(&ints(&[1, 1, 50, 3])),
-            Ok(StatusReply { exists: true, mine: true, pttl: Some(50), fence: 3 })
+            Ok(StatusReply {
+                exists: true,
+                mine: true,
+                pttl: Some(50),
+                fence: 3
+            })
         );
         assert_eq!(
             parse_status(&ints(&[0, 0, -2, 3])),
-            Ok(StatusReply { exists: false, mine: false, pttl: None, fence: 3 })
+            Ok(StatusReply {
+                exists: false,
+                mine: false,
+                pttl: None,
+                fence: 3
+            })
         );
         assert!(parse_status(&ints(&[1, 1, 50])).is_err());
     }
@@ -1029,22 +1156,57 @@ mod tests {
             waiter: None,
         };
         let cmd = acquire_permit(&p);
-        assert!(!format!("{p:?}").contains("\"ab\""), "the token stays out of Debug");
+        assert!(
+            !format!("{p:?}").contains("\"ab\""),
+            "the token stays out of Debug"
+        );
         assert_eq!(Script::of_command(&cmd), Some(Script::AcquirePermit));
-        let args: Vec<String> = cmd.args[2..].iter().map(|a| String::from_utf8_lossy(a).into_owned()).collect();
+        let args: Vec<String> = cmd.args[2..]
+            .iter()
+            .map(|a| String::from_utf8_lossy(a).into_owned())
+            .collect();
         assert_eq!(
             args,
-            ["7", "{e:s}:fence", "{e:s}:limit", "{e:s}:permit:queue", "{e:s}:permit:leases", "{e:s}:permit:0", "{e:s}:permit:1", "{e:s}:permit:2",
-             "ab", "100", "3", "2", "1", "-", "0"]
+            [
+                "7",
+                "{e:s}:fence",
+                "{e:s}:limit",
+                "{e:s}:permit:queue",
+                "{e:s}:permit:leases",
+                "{e:s}:permit:0",
+                "{e:s}:permit:1",
+                "{e:s}:permit:2",
+                "ab",
+                "100",
+                "3",
+                "2",
+                "1",
+                "-",
+                "0"
+            ]
         );
-        let one = acquire_permit(&PermitAttempt { preferred: None, count_every_attempt: false, waiter: Some(("w1", 6000)), ..p });
-        assert_eq!(one.args[args.len() + 2 - 4..].iter().map(|a| String::from_utf8_lossy(a).into_owned()).collect::<Vec<_>>(), ["-1", "0", "w1", "6000"]);
+        let one = acquire_permit(&PermitAttempt {
+            preferred: None,
+            count_every_attempt: false,
+            waiter: Some(("w1", 6000)),
+            ..p
+        });
+        assert_eq!(
+            one.args[args.len() + 2 - 4..]
+                .iter()
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect::<Vec<_>>(),
+            ["-1", "0", "w1", "6000"]
+        );
         let c = permit_cleanup(&slots, "ab");
         assert_eq!(Script::of_command(&c), Some(Script::PermitCleanup));
         assert_eq!(c.args[2], b"3");
         let r = release_waking("{e:s}:permit:1", "{e:s}:fence", "{e:s}:permit", "ab", 4);
         assert_eq!(r.args[5], b"{e:s}:permit:queue");
-        assert_eq!(r.args[9], crate::core::redis::subscription::wake_channel("{e:s}:permit").into_bytes());
+        assert_eq!(
+            r.args[9],
+            crate::core::redis::subscription::wake_channel("{e:s}:permit").into_bytes()
+        );
         let i = inspect("{e:s}", "{e:s}:fence", "{e:s}:limit", &slots[..1]);
         assert_eq!(Script::of_command(&i), Some(Script::Inspect));
         assert_eq!(i.args[2], b"5");
@@ -1052,30 +1214,93 @@ mod tests {
 
     #[test]
     fn read_write_commands_declare_every_key_they_touch() {
-        let strs = |c: &RedisCommand| c.args[2..].iter().map(|a| String::from_utf8_lossy(a).into_owned()).collect::<Vec<_>>();
+        let strs = |c: &RedisCommand| {
+            c.args[2..]
+                .iter()
+                .map(|a| String::from_utf8_lossy(a).into_owned())
+                .collect::<Vec<_>>()
+        };
         let a = acquire_shared("{e:r}", "{e:r}:fence", "ab", 100);
         assert_eq!(Script::of_command(&a), Some(Script::AcquireShared));
-        assert_eq!(strs(&a), ["4", "{e:r}", "{e:r}:fence", "{e:r}:readers", "{e:r}:wintent", "ab", "100"]);
+        assert_eq!(
+            strs(&a),
+            [
+                "4",
+                "{e:r}",
+                "{e:r}:fence",
+                "{e:r}:readers",
+                "{e:r}:wintent",
+                "ab",
+                "100"
+            ]
+        );
         let q = acquire_queued("{e:r}", "{e:r}:fence", "ab", 100, "w1", 6000, false);
         assert_eq!(
             strs(&q),
-            ["6", "{e:r}", "{e:r}:fence", "{e:r}:queue", "{e:r}:leases", "{e:r}:readers", "{e:r}:wintent", "ab", "100", "w1", "6000", "0", "6000"]
+            [
+                "6",
+                "{e:r}",
+                "{e:r}:fence",
+                "{e:r}:queue",
+                "{e:r}:leases",
+                "{e:r}:readers",
+                "{e:r}:wintent",
+                "ab",
+                "100",
+                "w1",
+                "6000",
+                "0",
+                "6000"
+            ]
         );
         let r = release_shared("{e:r}", "{e:r}:fence", "ab", 7);
         assert_eq!(Script::of_command(&r), Some(Script::ReleaseShared));
         let channel = crate::core::redis::subscription::wake_channel("{e:r}");
-        assert_eq!(strs(&r), ["5", "{e:r}", "{e:r}:fence", "{e:r}:queue", "{e:r}:leases", "{e:r}:readers", "ab", "7", channel.as_str()]);
+        assert_eq!(
+            strs(&r),
+            [
+                "5",
+                "{e:r}",
+                "{e:r}:fence",
+                "{e:r}:queue",
+                "{e:r}:leases",
+                "{e:r}:readers",
+                "ab",
+                "7",
+                channel.as_str()
+            ]
+        );
         let e = extend_shared("{e:r}:readers", "{e:r}:fence", "ab", 100, 7);
-        assert_eq!((Script::of_command(&e), strs(&e)[..3].to_vec()), (Some(Script::ExtendShared), vec!["2".into(), "{e:r}:readers".into(), "{e:r}:fence".into()]));
+        assert_eq!(
+            (Script::of_command(&e), strs(&e)[..3].to_vec()),
+            (
+                Some(Script::ExtendShared),
+                vec!["2".into(), "{e:r}:readers".into(), "{e:r}:fence".into()]
+            )
+        );
         let s = status_shared("{e:r}:readers", "{e:r}:fence", "ab");
         assert_eq!(Script::of_command(&s), Some(Script::StatusShared));
         let l = leave("{e:r}", "{e:r}:fence", "w1");
         assert_eq!(Script::of_command(&l), Some(Script::Leave));
-        assert_eq!(strs(&l)[..6], ["5", "{e:r}", "{e:r}:fence", "{e:r}:queue", "{e:r}:leases", "{e:r}:wintent"]);
+        assert_eq!(
+            strs(&l)[..6],
+            [
+                "5",
+                "{e:r}",
+                "{e:r}:fence",
+                "{e:r}:queue",
+                "{e:r}:leases",
+                "{e:r}:wintent"
+            ]
+        );
         let i = inspect("{e:r}", "{e:r}:fence", "{e:r}:limit", &[]);
-        assert_eq!(strs(&i), ["4", "{e:r}", "{e:r}:fence", "{e:r}:limit", "{e:r}:readers"]);
+        assert_eq!(
+            strs(&i),
+            ["4", "{e:r}", "{e:r}:fence", "{e:r}:limit", "{e:r}:readers"]
+        );
         // Every script's text is distinct (the model and EVALSHA tell them apart by it).
-        let shas: std::collections::BTreeSet<String> = Script::ALL.iter().map(|s| s.sha1()).collect();
+        let shas: std::collections::BTreeSet<String> =
+            Script::ALL.iter().map(|s| s.sha1()).collect();
         assert_eq!(shas.len(), Script::ALL.len());
     }
 
@@ -1085,25 +1310,66 @@ mod tests {
         for s in Script::ALL {
             let t = s.text();
             if t.contains("now") {
-                assert!(t.contains("redis.call('TIME')"), "{s:?} uses `now` without the server's TIME");
+                assert!(
+                    t.contains("redis.call('TIME')"),
+                    "{s:?} uses `now` without the server's TIME"
+                );
             }
         }
     }
 
     #[test]
     fn parses_permit_replies() {
-        assert_eq!(parse_acquire_permit(&ints(&[1, 7, 0, 2, 0b011, 0]), 3), Ok(PermitReply::Granted { fence: 7, slot: 2, free: 0b011 }));
+        assert_eq!(
+            parse_acquire_permit(&ints(&[1, 7, 0, 2, 0b011, 0]), 3),
+            Ok(PermitReply::Granted {
+                fence: 7,
+                slot: 2,
+                free: 0b011
+            })
+        );
         assert_eq!(
             parse_acquire_permit(&ints(&[0, 7, 0, -1, 0, 1]), 100),
-            Ok(PermitReply::Busy { fence: 7, wait: Some(0), free: 1 << 50 })
+            Ok(PermitReply::Busy {
+                fence: 7,
+                wait: Some(0),
+                free: 1 << 50
+            })
         );
-        assert_eq!(parse_acquire_permit(&ints(&[0, 7, 900, -1, 0, 0]), 3), Ok(PermitReply::Busy { fence: 7, wait: Some(900), free: 0 }));
-        assert_eq!(parse_acquire_permit(&ints(&[0, 7, -1, -1, 0, 0]), 3), Ok(PermitReply::Busy { fence: 7, wait: None, free: 0 }));
-        assert_eq!(parse_acquire_permit(&ints(&[2, 0, 0, -1, 5, 0]), 3), Ok(PermitReply::LimitMismatch { stored: 5 }));
-        assert_eq!(parse_acquire_permit(&ints(&[3, 0, 0, -1, 5, 0]), 3), Ok(PermitReply::NeedsSlots { stored: 5 }));
+        assert_eq!(
+            parse_acquire_permit(&ints(&[0, 7, 900, -1, 0, 0]), 3),
+            Ok(PermitReply::Busy {
+                fence: 7,
+                wait: Some(900),
+                free: 0
+            })
+        );
+        assert_eq!(
+            parse_acquire_permit(&ints(&[0, 7, -1, -1, 0, 0]), 3),
+            Ok(PermitReply::Busy {
+                fence: 7,
+                wait: None,
+                free: 0
+            })
+        );
+        assert_eq!(
+            parse_acquire_permit(&ints(&[2, 0, 0, -1, 5, 0]), 3),
+            Ok(PermitReply::LimitMismatch { stored: 5 })
+        );
+        assert_eq!(
+            parse_acquire_permit(&ints(&[3, 0, 0, -1, 5, 0]), 3),
+            Ok(PermitReply::NeedsSlots { stored: 5 })
+        );
         // A slot or a free slot beyond the limit, a stored limit out of
         // range, a negative counter, a short reply: all refused.
-        for bad in [[1, 7, 0, 3, 0, 0], [1, 7, 0, 0, 0b1000, 0], [2, 0, 0, -1, 101, 0], [3, 0, 0, -1, 0, 0], [1, -7, 0, 0, 0, 0], [0, 7, 0, -1, -1, 0]] {
+        for bad in [
+            [1, 7, 0, 3, 0, 0],
+            [1, 7, 0, 0, 0b1000, 0],
+            [2, 0, 0, -1, 101, 0],
+            [3, 0, 0, -1, 0, 0],
+            [1, -7, 0, 0, 0, 0],
+            [0, 7, 0, -1, -1, 0],
+        ] {
             assert!(parse_acquire_permit(&ints(&bad), 3).is_err(), "{bad:?}");
         }
         assert!(parse_acquire_permit(&ints(&[1, 7, 0, 0]), 3).is_err());
@@ -1120,13 +1386,24 @@ mod tests {
                 slots: vec![Some(500), None, Some(u64::MAX)]
             })
         );
-        assert_eq!(parse_inspect(&ints(&[1, 40, 9, 0, 0, -2]), 0).map(|r| (r.exists, r.pttl, r.limit)), Ok((true, Some(40), None)));
-        assert_eq!(parse_inspect(&ints(&[0, -2, 9, 0, 2, 700]), 0).map(|r| (r.readers, r.readers_left)), Ok((2, Some(700))));
+        assert_eq!(
+            parse_inspect(&ints(&[1, 40, 9, 0, 0, -2]), 0).map(|r| (r.exists, r.pttl, r.limit)),
+            Ok((true, Some(40), None))
+        );
+        assert_eq!(
+            parse_inspect(&ints(&[0, -2, 9, 0, 2, 700]), 0).map(|r| (r.readers, r.readers_left)),
+            Ok((2, Some(700)))
+        );
         assert!(parse_inspect(&ints(&[1, 40, 9, 0, 0, -2]), 1).is_err());
         assert!(parse_inspect(&ints(&[2, 40, 9, 0, 0, -2]), 0).is_err());
         // Readers without a lease end, a lease end without readers, a
         // negative count: not what the script writes.
-        for bad in [[0, -2, 9, 0, 2, -2], [0, -2, 9, 0, 0, 5], [0, -2, 9, 0, -1, -2], [0, -2, 9, 0, 1, -1]] {
+        for bad in [
+            [0, -2, 9, 0, 2, -2],
+            [0, -2, 9, 0, 0, 5],
+            [0, -2, 9, 0, -1, -2],
+            [0, -2, 9, 0, 1, -1],
+        ] {
             assert!(parse_inspect(&ints(&bad), 0).is_err(), "{bad:?}");
         }
     }

@@ -109,7 +109,9 @@ impl RedisMachine {
             max_subscriptions: cfg.max_subscriptions,
             fair: cfg.fair,
         };
-        Ok(RedisMachine { engine: Engine::new(settings, vec![node], entropy) })
+        Ok(RedisMachine {
+            engine: Engine::new(settings, vec![node], entropy),
+        })
     }
 }
 

@@ -28,7 +28,8 @@ pub fn wake_channel(key: &str) -> String {
 fn fnv1a_128(data: &[u8]) -> u128 {
     const OFFSET: u128 = 0x6c62272e07bb014262b821756295c58d;
     const PRIME: u128 = 0x0000000001000000000000000000013B;
-    data.iter().fold(OFFSET, |h, b| (h ^ u128::from(*b)).wrapping_mul(PRIME))
+    data.iter()
+        .fold(OFFSET, |h, b| (h ^ u128::from(*b)).wrapping_mul(PRIME))
 }
 
 /// One event of a subscription stream.
@@ -64,12 +65,24 @@ impl PushDecoder {
     /// cannot be read (no content of it: it may quote anything).
     pub fn push(&mut self, data: &[u8]) -> Result<Vec<PushFrame>, String> {
         let (texts, webdis) = match self {
-            PushDecoder::Sse(s) => (s.push(data).map_err(|e| format!("unreadable event stream: {e:?}"))?, false),
-            PushDecoder::Json(s) => (s.push(data).map_err(|e| format!("unreadable subscription stream: {e:?}"))?, true),
+            PushDecoder::Sse(s) => (
+                s.push(data)
+                    .map_err(|e| format!("unreadable event stream: {e:?}"))?,
+                false,
+            ),
+            PushDecoder::Json(s) => (
+                s.push(data)
+                    .map_err(|e| format!("unreadable subscription stream: {e:?}"))?,
+                true,
+            ),
         };
         let mut frames = Vec::new();
         for t in texts {
-            let frame = if webdis { webdis_frame(&t) } else { sse_frame(&t) };
+            let frame = if webdis {
+                webdis_frame(&t)
+            } else {
+                sse_frame(&t)
+            };
             if let Some(f) = frame? {
                 frames.push(f);
             }
@@ -94,7 +107,8 @@ fn sse_frame(data: &[u8]) -> Result<Option<PushFrame>, String> {
 
 /// `{"SUBSCRIBE":[kind, channel, count-or-payload]}`.
 fn webdis_frame(object: &[u8]) -> Result<Option<PushFrame>, String> {
-    let v: Value = serde_json::from_slice(object).map_err(|_| "a subscription event that is not JSON".to_string())?;
+    let v: Value = serde_json::from_slice(object)
+        .map_err(|_| "a subscription event that is not JSON".to_string())?;
     let Some(items) = v.get("SUBSCRIBE").and_then(Value::as_array) else {
         return Err("a subscription event without its SUBSCRIBE array".into());
     };
@@ -132,22 +146,49 @@ mod tests {
     fn decodes_upstash_events() {
         let mut d = PushDecoder::new(RedisProtocol::Upstash);
         let f = d.push(b"data: subscribe,edgelock:wake:ab,1\n\ndata: message,edgelock:wake:ab,released:7\n").unwrap();
-        assert_eq!(f, vec![PushFrame::Subscribed, PushFrame::Message(b"released:7".to_vec())]);
+        assert_eq!(
+            f,
+            vec![
+                PushFrame::Subscribed,
+                PushFrame::Message(b"released:7".to_vec())
+            ]
+        );
         assert_eq!(d.push(b"\ndata: message,x,rel").unwrap(), vec![]);
-        assert_eq!(d.push(b"eased:9\n\n").unwrap(), vec![PushFrame::Message(b"released:9".to_vec())]);
-        assert!(PushDecoder::new(RedisProtocol::Upstash).push(b"data: message\n").is_err());
-        assert_eq!(PushDecoder::new(RedisProtocol::Upstash).push(b"data: unsubscribe,x,0\n").unwrap(), vec![]);
+        assert_eq!(
+            d.push(b"eased:9\n\n").unwrap(),
+            vec![PushFrame::Message(b"released:9".to_vec())]
+        );
+        assert!(PushDecoder::new(RedisProtocol::Upstash)
+            .push(b"data: message\n")
+            .is_err());
+        assert_eq!(
+            PushDecoder::new(RedisProtocol::Upstash)
+                .push(b"data: unsubscribe,x,0\n")
+                .unwrap(),
+            vec![]
+        );
     }
 
     #[test]
     fn decodes_webdis_objects() {
         let mut d = PushDecoder::new(RedisProtocol::Webdis);
-        let f = d.push(br#"{"SUBSCRIBE":["subscribe","c",1]}{"SUBSCRIBE":["message","c","rel"#).unwrap();
+        let f = d
+            .push(br#"{"SUBSCRIBE":["subscribe","c",1]}{"SUBSCRIBE":["message","c","rel"#)
+            .unwrap();
         assert_eq!(f, vec![PushFrame::Subscribed]);
-        assert_eq!(d.push(br#"eased:3"]}"#).unwrap(), vec![PushFrame::Message(b"released:3".to_vec())]);
-        assert!(PushDecoder::new(RedisProtocol::Webdis).push(br#"{"GET":"x"}"#).is_err());
-        assert!(PushDecoder::new(RedisProtocol::Webdis).push(b"nope").is_err());
-        assert!(PushDecoder::new(RedisProtocol::Webdis).push(br#"{"SUBSCRIBE":["message"]}"#).is_err());
+        assert_eq!(
+            d.push(br#"eased:3"]}"#).unwrap(),
+            vec![PushFrame::Message(b"released:3".to_vec())]
+        );
+        assert!(PushDecoder::new(RedisProtocol::Webdis)
+            .push(br#"{"GET":"x"}"#)
+            .is_err());
+        assert!(PushDecoder::new(RedisProtocol::Webdis)
+            .push(b"nope")
+            .is_err());
+        assert!(PushDecoder::new(RedisProtocol::Webdis)
+            .push(br#"{"SUBSCRIBE":["message"]}"#)
+            .is_err());
     }
 
     proptest! {

@@ -48,7 +48,11 @@ pub(super) trait Task: Send {
 /// What a task waits for after a step.
 pub(super) enum Next {
     /// Run `cmd` on the nodes with `targets[i]`, then step again.
-    Round { task: Box<dyn Task>, cmd: RedisCommand, targets: Vec<bool> },
+    Round {
+        task: Box<dyn Task>,
+        cmd: RedisCommand,
+        targets: Vec<bool>,
+    },
     /// Step again at `until` (at once if it has passed).
     Sleep { task: Box<dyn Task>, until: Millis },
     /// The task ended.
@@ -57,11 +61,18 @@ pub(super) enum Next {
 
 impl Next {
     pub(super) fn round(task: impl Task + 'static, cmd: RedisCommand, targets: Vec<bool>) -> Next {
-        Next::Round { task: Box::new(task), cmd, targets }
+        Next::Round {
+            task: Box::new(task),
+            cmd,
+            targets,
+        }
     }
 
     pub(super) fn sleep(task: impl Task + 'static, until: Millis) -> Next {
-        Next::Sleep { task: Box::new(task), until }
+        Next::Sleep {
+            task: Box::new(task),
+            until,
+        }
     }
 }
 

@@ -46,7 +46,8 @@ fn args_json(cmd: &RedisCommand) -> Result<Vec<Value>, LockError> {
 /// The JSON body of a single-command request (`POST <base>`).
 pub fn encode_command(cmd: &RedisCommand) -> Result<Vec<u8>, LockError> {
     let args = args_json(cmd)?;
-    serde_json::to_vec(&Value::Array(args)).map_err(|e| LockError::invalid(format!("cannot encode command: {e}")))
+    serde_json::to_vec(&Value::Array(args))
+        .map_err(|e| LockError::invalid(format!("cannot encode command: {e}")))
 }
 
 /// The JSON body of a pipeline request (`POST <base>/pipeline`).
@@ -54,12 +55,23 @@ pub fn encode_pipeline(cmds: &[RedisCommand]) -> Result<Vec<u8>, LockError> {
     if cmds.is_empty() {
         return Err(LockError::invalid("an empty pipeline"));
     }
-    let all = cmds.iter().map(|c| args_json(c).map(Value::Array)).collect::<Result<Vec<_>, _>>()?;
-    serde_json::to_vec(&Value::Array(all)).map_err(|e| LockError::invalid(format!("cannot encode pipeline: {e}")))
+    let all = cmds
+        .iter()
+        .map(|c| args_json(c).map(Value::Array))
+        .collect::<Result<Vec<_>, _>>()?;
+    serde_json::to_vec(&Value::Array(all))
+        .map_err(|e| LockError::invalid(format!("cannot encode pipeline: {e}")))
 }
 
 fn bad(status: u16, what: impl Into<String>) -> ReplyError {
-    ReplyError { status: if (200..300).contains(&status) { None } else { Some(status) }, message: what.into() }
+    ReplyError {
+        status: if (200..300).contains(&status) {
+            None
+        } else {
+            Some(status)
+        },
+        message: what.into(),
+    }
 }
 
 /// Backend text, kept whole: the node codec redacts the credential and
@@ -85,9 +97,16 @@ fn string_value(s: &str, base64: bool) -> RedisValue {
 pub fn value_from_json(v: &Value, base64: bool) -> Result<RedisValue, String> {
     match v {
         Value::Null => Ok(RedisValue::Nil),
-        Value::Number(n) => n.as_i64().map(RedisValue::Int).ok_or_else(|| format!("number {n} is not a 64-bit integer")),
+        Value::Number(n) => n
+            .as_i64()
+            .map(RedisValue::Int)
+            .ok_or_else(|| format!("number {n} is not a 64-bit integer")),
         Value::String(s) => Ok(string_value(s, base64)),
-        Value::Array(items) => items.iter().map(|i| value_from_json(i, base64)).collect::<Result<_, _>>().map(RedisValue::Array),
+        Value::Array(items) => items
+            .iter()
+            .map(|i| value_from_json(i, base64))
+            .collect::<Result<_, _>>()
+            .map(RedisValue::Array),
         Value::Bool(_) => Err("unexpected boolean in result".into()),
         Value::Object(_) => Err("unexpected object in result".into()),
     }
@@ -117,34 +136,63 @@ pub fn decode_reply(status: u16, body: &[u8], base64: bool) -> Result<RedisValue
     match parsed {
         Ok(v) if is_command_status(status) => reply_object(&v, status, base64),
         Ok(Value::Object(map)) => {
-            let msg = map.get("error").and_then(Value::as_str).map(text).unwrap_or_else(|| "unexpected reply".into());
-            Err(ReplyError { status: Some(status), message: msg })
+            let msg = map
+                .get("error")
+                .and_then(Value::as_str)
+                .map(text)
+                .unwrap_or_else(|| "unexpected reply".into());
+            Err(ReplyError {
+                status: Some(status),
+                message: msg,
+            })
         }
-        _ if !is_command_status(status) => {
-            Err(ReplyError { status: Some(status), message: text(&String::from_utf8_lossy(body)) })
-        }
+        _ if !is_command_status(status) => Err(ReplyError {
+            status: Some(status),
+            message: text(&String::from_utf8_lossy(body)),
+        }),
         _ => Err(bad(status, "reply is not JSON")),
     }
 }
 
 /// Decodes the answer to [`encode_pipeline`] with `expected` commands.
-pub fn decode_pipeline(status: u16, body: &[u8], expected: usize, base64: bool) -> Result<Vec<RedisValue>, ReplyError> {
+pub fn decode_pipeline(
+    status: u16,
+    body: &[u8],
+    expected: usize,
+    base64: bool,
+) -> Result<Vec<RedisValue>, ReplyError> {
     if !(200..300).contains(&status) {
         // A refused pipeline (auth, malformed) has the single-command shape.
         return match decode_reply(status, body, base64) {
-            Ok(RedisValue::Error(e)) => Err(ReplyError { status: Some(status), message: e }),
-            Ok(_) => Err(ReplyError { status: Some(status), message: "unexpected reply".into() }),
+            Ok(RedisValue::Error(e)) => Err(ReplyError {
+                status: Some(status),
+                message: e,
+            }),
+            Ok(_) => Err(ReplyError {
+                status: Some(status),
+                message: "unexpected reply".into(),
+            }),
             Err(e) => Err(e),
         };
     }
-    let v: Value = serde_json::from_slice(body).map_err(|_| bad(status, "pipeline reply is not JSON"))?;
+    let v: Value =
+        serde_json::from_slice(body).map_err(|_| bad(status, "pipeline reply is not JSON"))?;
     let Value::Array(items) = v else {
         return Err(bad(status, "pipeline reply is not an array"));
     };
     if items.len() != expected {
-        return Err(bad(status, format!("pipeline reply has {} entries for {expected} commands", items.len())));
+        return Err(bad(
+            status,
+            format!(
+                "pipeline reply has {} entries for {expected} commands",
+                items.len()
+            ),
+        ));
     }
-    items.iter().map(|i| reply_object(i, status, base64)).collect()
+    items
+        .iter()
+        .map(|i| reply_object(i, status, base64))
+        .collect()
 }
 
 #[cfg(test)]
@@ -159,8 +207,15 @@ mod tests {
     #[test]
     fn encodes_a_json_array() {
         let cmd = RedisCommand::new("SET").arg("a\"b/é").arg("1");
-        assert_eq!(encode_command(&cmd).unwrap(), r#"["SET","a\"b/é","1"]"#.as_bytes().to_vec());
-        let p = encode_pipeline(&[RedisCommand::new("GET").arg("k"), RedisCommand::new("PTTL").arg("k")]).unwrap();
+        assert_eq!(
+            encode_command(&cmd).unwrap(),
+            r#"["SET","a\"b/é","1"]"#.as_bytes().to_vec()
+        );
+        let p = encode_pipeline(&[
+            RedisCommand::new("GET").arg("k"),
+            RedisCommand::new("PTTL").arg("k"),
+        ])
+        .unwrap();
         assert_eq!(p, br#"[["GET","k"],["PTTL","k"]]"#.to_vec());
     }
 
@@ -174,20 +229,44 @@ mod tests {
 
     #[test]
     fn decodes_replies() {
-        assert_eq!(decode_reply(200, br#"{"result":5}"#, true), Ok(RedisValue::Int(5)));
-        assert_eq!(decode_reply(200, br#"{"result":null}"#, true), Ok(RedisValue::Nil));
-        assert_eq!(decode_reply(200, br#"{"result":"OK"}"#, true), Ok(RedisValue::Bulk(b"OK".to_vec())));
+        assert_eq!(
+            decode_reply(200, br#"{"result":5}"#, true),
+            Ok(RedisValue::Int(5))
+        );
+        assert_eq!(
+            decode_reply(200, br#"{"result":null}"#, true),
+            Ok(RedisValue::Nil)
+        );
+        assert_eq!(
+            decode_reply(200, br#"{"result":"OK"}"#, true),
+            Ok(RedisValue::Bulk(b"OK".to_vec()))
+        );
         let s = format!(r#"{{"result":["{}",1,null]}}"#, b64(&[0, 255, b'x']));
         assert_eq!(
             decode_reply(200, s.as_bytes(), true),
-            Ok(RedisValue::Array(vec![RedisValue::Bulk(vec![0, 255, b'x']), RedisValue::Int(1), RedisValue::Nil]))
+            Ok(RedisValue::Array(vec![
+                RedisValue::Bulk(vec![0, 255, b'x']),
+                RedisValue::Int(1),
+                RedisValue::Nil
+            ]))
         );
-        assert_eq!(decode_reply(200, br#"{"result":"abc"}"#, false), Ok(RedisValue::Bulk(b"abc".to_vec())));
-        assert_eq!(decode_reply(400, br#"{"error":"ERR boom"}"#, true), Ok(RedisValue::Error("ERR boom".into())));
+        assert_eq!(
+            decode_reply(200, br#"{"result":"abc"}"#, false),
+            Ok(RedisValue::Bulk(b"abc".to_vec()))
+        );
+        assert_eq!(
+            decode_reply(400, br#"{"error":"ERR boom"}"#, true),
+            Ok(RedisValue::Error("ERR boom".into()))
+        );
         let e = decode_reply(401, br#"{"error":"Unauthorized"}"#, true).unwrap_err();
         assert_eq!(e.status, Some(401));
         assert_eq!(e.message, "Unauthorized");
-        assert_eq!(decode_reply(502, b"<html>bad gateway</html>", true).unwrap_err().status, Some(502));
+        assert_eq!(
+            decode_reply(502, b"<html>bad gateway</html>", true)
+                .unwrap_err()
+                .status,
+            Some(502)
+        );
         assert!(decode_reply(200, b"not json", true).is_err());
         assert!(decode_reply(200, br#"{"result":1.5}"#, true).is_err());
         assert!(decode_reply(200, br#"{"result":true}"#, true).is_err());
@@ -197,13 +276,25 @@ mod tests {
 
     #[test]
     fn decodes_pipelines() {
-        let body = format!(r#"[{{"result":"{}"}},{{"error":"ERR x"}},{{"result":7}}]"#, b64(b"v"));
+        let body = format!(
+            r#"[{{"result":"{}"}},{{"error":"ERR x"}},{{"result":7}}]"#,
+            b64(b"v")
+        );
         assert_eq!(
             decode_pipeline(200, body.as_bytes(), 3, true),
-            Ok(vec![RedisValue::Bulk(b"v".to_vec()), RedisValue::Error("ERR x".into()), RedisValue::Int(7)])
+            Ok(vec![
+                RedisValue::Bulk(b"v".to_vec()),
+                RedisValue::Error("ERR x".into()),
+                RedisValue::Int(7)
+            ])
         );
         assert!(decode_pipeline(200, body.as_bytes(), 2, true).is_err());
-        assert_eq!(decode_pipeline(401, br#"{"error":"Unauthorized"}"#, 1, true).unwrap_err().status, Some(401));
+        assert_eq!(
+            decode_pipeline(401, br#"{"error":"Unauthorized"}"#, 1, true)
+                .unwrap_err()
+                .status,
+            Some(401)
+        );
     }
 
     fn json_for(v: &RedisValue) -> Value {
@@ -222,7 +313,9 @@ mod tests {
             any::<i64>().prop_map(RedisValue::Int),
             proptest::collection::vec(any::<u8>(), 0..20).prop_map(RedisValue::Bulk),
         ];
-        leaf.prop_recursive(3, 20, 5, |inner| proptest::collection::vec(inner, 0..5).prop_map(RedisValue::Array))
+        leaf.prop_recursive(3, 20, 5, |inner| {
+            proptest::collection::vec(inner, 0..5).prop_map(RedisValue::Array)
+        })
     }
 
     proptest! {

@@ -13,7 +13,9 @@ pub struct RedisCommand {
 impl RedisCommand {
     /// The command `name`, without arguments yet.
     pub fn new(name: &str) -> Self {
-        RedisCommand { args: vec![name.as_bytes().to_vec()] }
+        RedisCommand {
+            args: vec![name.as_bytes().to_vec()],
+        }
     }
 
     /// Appends one argument.
@@ -31,7 +33,12 @@ impl RedisCommand {
 // Arguments carry keys and owner tokens: never print them.
 impl fmt::Debug for RedisCommand {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "RedisCommand({} with {} args)", String::from_utf8_lossy(self.name()), self.args.len().saturating_sub(1))
+        write!(
+            f,
+            "RedisCommand({} with {} args)",
+            String::from_utf8_lossy(self.name()),
+            self.args.len().saturating_sub(1)
+        )
     }
 }
 

@@ -85,7 +85,13 @@ pub fn encode_command(cmd: &RedisCommand) -> Result<Vec<u8>, LockError> {
 pub fn decode_body(body: &[u8]) -> Vec<Vec<u8>> {
     body.split(|&b| b == b'/')
         .enumerate()
-        .map(|(i, seg)| if i == 0 { seg.to_vec() } else { percent_decode(seg) })
+        .map(|(i, seg)| {
+            if i == 0 {
+                seg.to_vec()
+            } else {
+                percent_decode(seg)
+            }
+        })
         .collect()
 }
 
@@ -127,9 +133,16 @@ fn text(s: &str) -> String {
 fn element(v: &Value) -> Result<RedisValue, String> {
     match v {
         Value::Null => Ok(RedisValue::Nil),
-        Value::Number(n) => n.as_i64().map(RedisValue::Int).ok_or_else(|| format!("number {n} is not a 64-bit integer")),
+        Value::Number(n) => n
+            .as_i64()
+            .map(RedisValue::Int)
+            .ok_or_else(|| format!("number {n} is not a 64-bit integer")),
         Value::String(s) => Ok(RedisValue::Bulk(s.as_bytes().to_vec())),
-        Value::Array(items) => items.iter().map(element).collect::<Result<_, _>>().map(RedisValue::Array),
+        Value::Array(items) => items
+            .iter()
+            .map(element)
+            .collect::<Result<_, _>>()
+            .map(RedisValue::Array),
         Value::Bool(_) | Value::Object(_) => Err("unexpected JSON type in reply".into()),
     }
 }
@@ -137,14 +150,22 @@ fn element(v: &Value) -> Result<RedisValue, String> {
 fn top_level(v: &Value) -> Result<RedisValue, String> {
     if let Value::Array(items) = v {
         if let [Value::Bool(ok), Value::String(msg)] = items.as_slice() {
-            return Ok(if *ok { RedisValue::Bulk(msg.as_bytes().to_vec()) } else { RedisValue::Error(text(msg)) });
+            return Ok(if *ok {
+                RedisValue::Bulk(msg.as_bytes().to_vec())
+            } else {
+                RedisValue::Error(text(msg))
+            });
         }
     }
     element(v)
 }
 
 /// Decodes webdis' answer to `command_name` (the name exactly as sent).
-pub fn decode_reply(status: u16, body: &[u8], command_name: &[u8]) -> Result<RedisValue, ReplyError> {
+pub fn decode_reply(
+    status: u16,
+    body: &[u8],
+    command_name: &[u8],
+) -> Result<RedisValue, ReplyError> {
     let fail = |status: Option<u16>, message: String| Err(ReplyError { status, message });
     match status {
         200..=299 => {}
@@ -158,9 +179,15 @@ pub fn decode_reply(status: u16, body: &[u8], command_name: &[u8]) -> Result<Red
     };
     let name = String::from_utf8_lossy(command_name);
     match map.get(name.as_ref()) {
-        Some(v) if map.len() == 1 => top_level(v).map_err(|m| ReplyError { status: None, message: m }),
+        Some(v) if map.len() == 1 => top_level(v).map_err(|m| ReplyError {
+            status: None,
+            message: m,
+        }),
         Some(_) => fail(None, "webdis reply has unexpected extra fields".into()),
-        None if map.is_empty() => fail(None, "webdis could not express the reply as JSON (not UTF-8)".into()),
+        None if map.is_empty() => fail(
+            None,
+            "webdis could not express the reply as JSON (not UTF-8)".into(),
+        ),
         None => fail(None, format!("webdis reply is not keyed by {name:?}")),
     }
 }
@@ -172,7 +199,9 @@ mod tests {
 
     #[test]
     fn encodes_every_special_byte() {
-        let cmd = RedisCommand::new("SET").arg("a/b.c..%?#+ \r\n\0é~_-Z9").arg("v");
+        let cmd = RedisCommand::new("SET")
+            .arg("a/b.c..%?#+ \r\n\0é~_-Z9")
+            .arg("v");
         let body = encode_command(&cmd).unwrap();
         assert_eq!(
             String::from_utf8(body.clone()).unwrap(),
@@ -183,7 +212,12 @@ mod tests {
 
     #[test]
     fn refuses_what_webdis_cannot_carry() {
-        assert_eq!(encode_command(&RedisCommand::new("SET").arg("").arg("v")).unwrap_err().code(), "INVALID_ARGUMENT");
+        assert_eq!(
+            encode_command(&RedisCommand::new("SET").arg("").arg("v"))
+                .unwrap_err()
+                .code(),
+            "INVALID_ARGUMENT"
+        );
         assert!(encode_command(&RedisCommand::new("0")).is_err());
         assert!(encode_command(&RedisCommand::new("GET/x")).is_err());
         assert!(encode_command(&RedisCommand { args: vec![] }).is_err());
@@ -192,20 +226,52 @@ mod tests {
     #[test]
     fn decodes_replies_as_webdis_0_1_9_sends_them() {
         // Captured from Debian's webdis 0.1.9 in front of redis-server 7.0.
-        assert_eq!(decode_reply(200, br#"{"EVAL":1}"#, b"EVAL"), Ok(RedisValue::Int(1)));
-        assert_eq!(decode_reply(200, br#"{"EVAL":null}"#, b"EVAL"), Ok(RedisValue::Nil));
-        assert_eq!(decode_reply(200, br#"{"GET":"v"}"#, b"GET"), Ok(RedisValue::Bulk(b"v".to_vec())));
-        assert_eq!(decode_reply(200, br#"{"SET":[true,"OK"]}"#, b"SET"), Ok(RedisValue::Bulk(b"OK".to_vec())));
-        assert_eq!(decode_reply(200, br#"{"EVAL":[false,"ERR boom"]}"#, b"EVAL"), Ok(RedisValue::Error("ERR boom".into())));
+        assert_eq!(
+            decode_reply(200, br#"{"EVAL":1}"#, b"EVAL"),
+            Ok(RedisValue::Int(1))
+        );
+        assert_eq!(
+            decode_reply(200, br#"{"EVAL":null}"#, b"EVAL"),
+            Ok(RedisValue::Nil)
+        );
+        assert_eq!(
+            decode_reply(200, br#"{"GET":"v"}"#, b"GET"),
+            Ok(RedisValue::Bulk(b"v".to_vec()))
+        );
+        assert_eq!(
+            decode_reply(200, br#"{"SET":[true,"OK"]}"#, b"SET"),
+            Ok(RedisValue::Bulk(b"OK".to_vec()))
+        );
+        assert_eq!(
+            decode_reply(200, br#"{"EVAL":[false,"ERR boom"]}"#, b"EVAL"),
+            Ok(RedisValue::Error("ERR boom".into()))
+        );
         assert_eq!(
             decode_reply(200, br#"{"EVAL":[1,null,"a",null]}"#, b"EVAL"),
-            Ok(RedisValue::Array(vec![RedisValue::Int(1), RedisValue::Nil, RedisValue::Bulk(b"a".to_vec()), RedisValue::Nil]))
+            Ok(RedisValue::Array(vec![
+                RedisValue::Int(1),
+                RedisValue::Nil,
+                RedisValue::Bulk(b"a".to_vec()),
+                RedisValue::Nil
+            ]))
         );
-        assert_eq!(decode_reply(200, br#"{"eval":2}"#, b"eval"), Ok(RedisValue::Int(2)));
-        assert!(decode_reply(200, br#"{}"#, b"EVAL").unwrap_err().message.contains("UTF-8"));
+        assert_eq!(
+            decode_reply(200, br#"{"eval":2}"#, b"eval"),
+            Ok(RedisValue::Int(2))
+        );
+        assert!(decode_reply(200, br#"{}"#, b"EVAL")
+            .unwrap_err()
+            .message
+            .contains("UTF-8"));
         assert!(decode_reply(200, br#"{"GET":1}"#, b"EVAL").is_err());
-        assert_eq!(decode_reply(503, b"", b"EVAL").unwrap_err().status, Some(503));
-        assert_eq!(decode_reply(403, b"", b"EVAL").unwrap_err().status, Some(403));
+        assert_eq!(
+            decode_reply(503, b"", b"EVAL").unwrap_err().status,
+            Some(503)
+        );
+        assert_eq!(
+            decode_reply(403, b"", b"EVAL").unwrap_err().status,
+            Some(403)
+        );
         assert!(decode_reply(200, br#"{"EVAL":1.5}"#, b"EVAL").is_err());
         assert!(decode_reply(200, br#"{"EVAL":true}"#, b"EVAL").is_err());
     }
@@ -226,7 +292,9 @@ mod tests {
             any::<i64>().prop_map(RedisValue::Int),
             "[a-z0-9 é]{0,8}".prop_map(|s| RedisValue::Bulk(s.into_bytes())),
         ];
-        let nested = leaf.prop_recursive(2, 12, 4, |inner| proptest::collection::vec(inner, 0..4).prop_map(RedisValue::Array));
+        let nested = leaf.prop_recursive(2, 12, 4, |inner| {
+            proptest::collection::vec(inner, 0..4).prop_map(RedisValue::Array)
+        });
         prop_oneof![nested, "ERR [a-z ]{0,10}".prop_map(RedisValue::Error)]
     }
 

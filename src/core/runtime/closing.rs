@@ -29,7 +29,9 @@ impl Closing {
     /// The error for an operation started after close.
     pub(crate) fn check_open(&self, backend: BackendKind) -> Result<(), LockError> {
         if self.started {
-            Err(LockError::Closed { backend: backend.as_str() })
+            Err(LockError::Closed {
+                backend: backend.as_str(),
+            })
         } else {
             Ok(())
         }

@@ -32,7 +32,12 @@ pub(crate) struct Runtime<O, K: Ord + Copy> {
 
 impl<O, K: Ord + Copy> Default for Runtime<O, K> {
     fn default() -> Self {
-        Runtime { out: Outbox::default(), requests: Requests::default(), timers: Timers::default(), closing: Closing::default() }
+        Runtime {
+            out: Outbox::default(),
+            requests: Requests::default(),
+            timers: Timers::default(),
+            closing: Closing::default(),
+        }
     }
 }
 
@@ -101,14 +106,20 @@ mod tests {
         let a = rt.send(100, "a", |id| request(id, Some(50))).unwrap();
         let b = rt.send(100, "b", |id| request(id, Some(10))).unwrap();
         let s = rt.send(100, "stream", |id| request(id, Some(10))).unwrap();
-        assert!(rt.send(100, "never", |_| Err::<HttpRequest, ()>(())).is_err());
+        assert!(rt
+            .send(100, "never", |_| Err::<HttpRequest, ()>(()))
+            .is_err());
         assert!(matches!(rt.poll_transmit(), Some(Transmit::Send(r)) if r.id == a));
         rt.timers.set(7, 105);
         assert_eq!(rt.poll_timeout(), Some(105));
         rt.requests.keep_open(s);
         // Only `b` is past its deadline at 110; the established stream never is.
         assert_eq!(rt.expire(110), vec![(b, "b")]);
-        assert_eq!(rt.requests.finish(b), None, "an expired request's late answer goes nowhere");
+        assert_eq!(
+            rt.requests.finish(b),
+            None,
+            "an expired request's late answer goes nowhere"
+        );
         assert_eq!(rt.requests.finish(a), Some("a"));
         assert_eq!(rt.cancel_where(|o| *o == "stream"), vec![(s, "stream")]);
         assert_eq!(rt.requests.next_deadline(), None);
@@ -127,7 +138,10 @@ mod tests {
         let (one, two) = (rt.out.op_id(), rt.out.op_id());
         assert!(rt.closing.begin(one));
         assert!(!rt.closing.begin(two));
-        assert!(rt.closing.check_open(crate::core::BackendKind::Redis).is_err());
+        assert!(rt
+            .closing
+            .check_open(crate::core::BackendKind::Redis)
+            .is_err());
         rt.closing.finish_if(false, &mut rt.out);
         assert!(rt.poll_event().is_none());
         rt.closing.finish_if(true, &mut rt.out);

@@ -70,9 +70,20 @@ impl<O> Requests<O> {
     }
 
     /// Cancels every request whose owner matches.
-    pub(crate) fn cancel_where(&mut self, out: &mut Outbox, mut matches: impl FnMut(&O) -> bool) -> Vec<(RequestId, O)> {
-        let ids: Vec<RequestId> = self.map.iter().filter(|(_, r)| matches(&r.owner)).map(|(id, _)| *id).collect();
-        ids.into_iter().filter_map(|id| self.cancel(out, id).map(|o| (id, o))).collect()
+    pub(crate) fn cancel_where(
+        &mut self,
+        out: &mut Outbox,
+        mut matches: impl FnMut(&O) -> bool,
+    ) -> Vec<(RequestId, O)> {
+        let ids: Vec<RequestId> = self
+            .map
+            .iter()
+            .filter(|(_, r)| matches(&r.owner))
+            .map(|(id, _)| *id)
+            .collect();
+        ids.into_iter()
+            .filter_map(|id| self.cancel(out, id).map(|o| (id, o)))
+            .collect()
     }
 
     /// A stream is established: it no longer times out.
@@ -85,9 +96,15 @@ impl<O> Requests<O> {
     /// Takes out (and cancels at the driver) every request past its deadline,
     /// oldest id first.
     pub(crate) fn expire(&mut self, out: &mut Outbox, now: Millis) -> Vec<(RequestId, O)> {
-        let ids: Vec<RequestId> =
-            self.map.iter().filter(|(_, r)| r.deadline.is_some_and(|d| d <= now)).map(|(id, _)| *id).collect();
-        ids.into_iter().filter_map(|id| self.cancel(out, id).map(|o| (id, o))).collect()
+        let ids: Vec<RequestId> = self
+            .map
+            .iter()
+            .filter(|(_, r)| r.deadline.is_some_and(|d| d <= now))
+            .map(|(id, _)| *id)
+            .collect();
+        ids.into_iter()
+            .filter_map(|id| self.cancel(out, id).map(|o| (id, o)))
+            .collect()
     }
 
     /// The earliest deadline in flight.

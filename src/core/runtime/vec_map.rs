@@ -19,13 +19,17 @@ pub(crate) struct VecMap<K, V> {
 
 impl<K, V> Default for VecMap<K, V> {
     fn default() -> Self {
-        VecMap { entries: Vec::new() }
+        VecMap {
+            entries: Vec::new(),
+        }
     }
 }
 
 impl<K: Ord, V> VecMap<K, V> {
     pub(crate) fn new() -> Self {
-        VecMap { entries: Vec::new() }
+        VecMap {
+            entries: Vec::new(),
+        }
     }
 
     fn find<Q: Ord + ?Sized>(&self, key: &Q) -> Result<usize, usize>
@@ -118,7 +122,9 @@ impl<K: Ord, V> VecMap<K, V> {
         self.entries.iter().map(|(k, v)| (k, v))
     }
 
-    pub(crate) fn iter_mut(&mut self) -> impl DoubleEndedIterator<Item = (&K, &mut V)> + ExactSizeIterator {
+    pub(crate) fn iter_mut(
+        &mut self,
+    ) -> impl DoubleEndedIterator<Item = (&K, &mut V)> + ExactSizeIterator {
         self.entries.iter_mut().map(|(k, v)| (&*k, v))
     }
 
@@ -141,7 +147,10 @@ impl<K: Ord, V> VecMap<K, V> {
     }
 
     /// The entries whose keys lie in `range`, in key order.
-    pub(crate) fn range<R: RangeBounds<K>>(&self, range: R) -> impl DoubleEndedIterator<Item = (&K, &V)> {
+    pub(crate) fn range<R: RangeBounds<K>>(
+        &self,
+        range: R,
+    ) -> impl DoubleEndedIterator<Item = (&K, &V)> {
         let start = match range.start_bound() {
             Bound::Included(k) => self.entries.partition_point(|(e, _)| e < k),
             Bound::Excluded(k) => self.entries.partition_point(|(e, _)| e <= k),
@@ -152,7 +161,9 @@ impl<K: Ord, V> VecMap<K, V> {
             Bound::Excluded(k) => self.entries.partition_point(|(e, _)| e < k),
             Bound::Unbounded => self.entries.len(),
         };
-        self.entries[start..end.max(start)].iter().map(|(k, v)| (k, v))
+        self.entries[start..end.max(start)]
+            .iter()
+            .map(|(k, v)| (k, v))
     }
 }
 

@@ -31,7 +31,10 @@ impl Wake for ParkWaker {
 }
 
 fn park_waker() -> (Arc<ParkWaker>, Waker) {
-    let w = Arc::new(ParkWaker { thread: thread::current(), wakes: AtomicUsize::new(0) });
+    let w = Arc::new(ParkWaker {
+        thread: thread::current(),
+        wakes: AtomicUsize::new(0),
+    });
     (w.clone(), Waker::from(w))
 }
 
@@ -97,7 +100,11 @@ fn futures_are_lazy_until_polled() {
     let c = client(&server, TTL_MS);
     let fut = c.acquire("lazy", None);
     thread::sleep(Duration::from_millis(100));
-    assert_eq!(server.requests(), 0, "nothing is sent before the first poll");
+    assert_eq!(
+        server.requests(),
+        0,
+        "nothing is sent before the first poll"
+    );
     drop(fut);
     thread::sleep(Duration::from_millis(100));
     assert_eq!(server.requests(), 0);
@@ -111,8 +118,12 @@ fn the_driver_wakes_the_task_instead_of_being_polled() {
     let (counter, waker) = park_waker();
     let mut fut = Box::pin(c.acquire("w", None));
     assert!(poll_once(&mut fut, &waker).is_pending());
-    eventually("the driver wakes the task", || counter.wakes.load(Ordering::SeqCst) == 1);
-    let Poll::Ready(lock) = poll_once(&mut fut, &waker) else { panic!("woken but not ready") };
+    eventually("the driver wakes the task", || {
+        counter.wakes.load(Ordering::SeqCst) == 1
+    });
+    let Poll::Ready(lock) = poll_once(&mut fut, &waker) else {
+        panic!("woken but not ready")
+    };
     assert!(block_on(lock.unwrap().release()).unwrap());
 }
 
@@ -135,10 +146,16 @@ fn dropping_a_waiting_acquire_aborts_it_on_the_driver() {
     assert!(poll_once(&mut waiting, &waker).is_pending());
     thread::sleep(Duration::from_millis(200)); // let it reach the watch
     drop(waiting);
-    eventually("the watch connection is shut down", || server.watch_aborts() == 1);
+    eventually("the watch connection is shut down", || {
+        server.watch_aborts() == 1
+    });
     assert!(block_on(held.release()).unwrap());
     thread::sleep(Duration::from_millis(200));
-    assert_eq!(server.holder("c"), None, "the dropped waiter never takes the lock");
+    assert_eq!(
+        server.holder("c"),
+        None,
+        "the dropped waiter never takes the lock"
+    );
 }
 
 #[test]
@@ -149,10 +166,14 @@ fn a_grant_that_arrived_before_the_drop_is_released() {
     let mut fut = Box::pin(c.acquire("raced", None));
     assert!(poll_once(&mut fut, &waker).is_pending());
     // The driver delivers the grant (and wakes us), but the task never polls again.
-    eventually("the grant is delivered", || counter.wakes.load(Ordering::SeqCst) == 1);
+    eventually("the grant is delivered", || {
+        counter.wakes.load(Ordering::SeqCst) == 1
+    });
     assert!(server.holder("raced").is_some());
     drop(fut);
-    eventually("the undelivered lock is released", || server.holder("raced").is_none());
+    eventually("the undelivered lock is released", || {
+        server.holder("raced").is_none()
+    });
 }
 
 #[test]
@@ -172,7 +193,11 @@ fn a_drop_while_the_acquire_is_in_flight_leaves_nothing_held() {
     let other = client(&server, TTL_MS);
     let lock = block_on(other.acquire("late", Some(Duration::from_secs(2)))).unwrap();
     thread::sleep(Duration::from_millis(400));
-    assert_eq!(server.holder("late"), Some(lock.fencing_token()), "the next holder keeps it");
+    assert_eq!(
+        server.holder("late"),
+        Some(lock.fencing_token()),
+        "the next holder keeps it"
+    );
 }
 
 #[test]
@@ -183,21 +208,44 @@ fn lost_future_resolves_on_loss_and_on_release() {
     let released = block_on(c.acquire("l2", None)).unwrap();
     let released_lost = released.lost();
     assert!(block_on(released.release()).unwrap());
-    assert_eq!(block_on(released_lost), None, "a released lock's future resolves to None");
+    assert_eq!(
+        block_on(released_lost),
+        None,
+        "a released lock's future resolves to None"
+    );
 
     let (counter, waker) = park_waker();
     let mut lost = lock.lost();
     assert!(poll_once(&mut lost, &waker).is_pending());
-    assert!(poll_once(&mut lost, &waker).is_pending(), "a second poll keeps one waker entry");
+    assert!(
+        poll_once(&mut lost, &waker).is_pending(),
+        "a second poll keeps one waker entry"
+    );
     let other = lock.lost(); // dropped unpolled: no waker entry to forget
     drop(other);
     thread::sleep(Duration::from_millis(400));
-    assert_eq!(counter.wakes.load(Ordering::SeqCst), 0, "renewals keep it held");
+    assert_eq!(
+        counter.wakes.load(Ordering::SeqCst),
+        0,
+        "renewals keep it held"
+    );
     server.revoke("l");
-    eventually("the loss wakes the task", || counter.wakes.load(Ordering::SeqCst) == 1);
-    assert_eq!(poll_once(&mut lost, &waker), Poll::Ready(Some(LostReason::KeyGone)));
-    assert_eq!(block_on(lock.lost()), Some(LostReason::KeyGone), "resolves at once once lost");
-    assert!(matches!(block_on(lock.extend(None)), Err(LockError::Lost { .. })));
+    eventually("the loss wakes the task", || {
+        counter.wakes.load(Ordering::SeqCst) == 1
+    });
+    assert_eq!(
+        poll_once(&mut lost, &waker),
+        Poll::Ready(Some(LostReason::KeyGone))
+    );
+    assert_eq!(
+        block_on(lock.lost()),
+        Some(LostReason::KeyGone),
+        "resolves at once once lost"
+    );
+    assert!(matches!(
+        block_on(lock.extend(None)),
+        Err(LockError::Lost { .. })
+    ));
     assert!(!block_on(lock.release()).unwrap());
 }
 
@@ -209,8 +257,14 @@ fn close_fails_later_calls_and_counts_as_loss() {
     let lost = lock.lost();
     block_on(c.close()).unwrap();
     block_on(c.close()).unwrap();
-    assert!(matches!(block_on(c.acquire("z", None)), Err(LockError::Closed { .. })));
-    assert!(matches!(block_on(c.inspect("z")), Err(LockError::Closed { .. })));
+    assert!(matches!(
+        block_on(c.acquire("z", None)),
+        Err(LockError::Closed { .. })
+    ));
+    assert!(matches!(
+        block_on(c.inspect("z")),
+        Err(LockError::Closed { .. })
+    ));
     assert_eq!(block_on(lost), Some(LostReason::ClientClosed));
     eventually("close releases held locks", || server.holder("z").is_none());
 }
@@ -223,29 +277,48 @@ fn dropping_an_async_lock_releases_it() {
     eventually("release after drop", || server.holder("d").is_none());
     // A release future dropped before its first poll releases too (it owns the lock).
     drop(block_on(c.acquire("d", None)).unwrap().release());
-    eventually("release after an unpolled release is dropped", || server.holder("d").is_none());
+    eventually("release after an unpolled release is dropped", || {
+        server.holder("d").is_none()
+    });
 }
 
 #[test]
 fn a_driver_that_dies_fails_pending_futures_with_closed() {
     let server = ToyServer::start();
-    let c = AsyncClient::try_from_machine(Box::new(Faulty::panics_on_inspect(FakeLockMachine::new(server.base(), TTL_MS)))).unwrap();
+    let c = AsyncClient::try_from_machine(Box::new(Faulty::panics_on_inspect(
+        FakeLockMachine::new(server.base(), TTL_MS),
+    )))
+    .unwrap();
     let lock = block_on(c.acquire("p", None)).unwrap();
     let lost = lock.lost();
-    assert!(matches!(block_on(c.inspect("p")), Err(LockError::Closed { .. })));
+    assert!(matches!(
+        block_on(c.inspect("p")),
+        Err(LockError::Closed { .. })
+    ));
     assert_eq!(block_on(lost), Some(LostReason::ClientClosed));
-    assert!(matches!(block_on(c.acquire("q", None)), Err(LockError::Closed { .. })));
+    assert!(matches!(
+        block_on(c.acquire("q", None)),
+        Err(LockError::Closed { .. })
+    ));
 }
 
 #[test]
 fn invalid_arguments_are_refused_like_the_blocking_api() {
     let server = ToyServer::start();
     let c = client(&server, TTL_MS);
-    assert!(matches!(block_on(c.acquire("", None)), Err(LockError::InvalidArgument { .. })));
+    assert!(matches!(
+        block_on(c.acquire("", None)),
+        Err(LockError::InvalidArgument { .. })
+    ));
     assert_eq!(server.requests(), 0);
     // A TLS option naming a file that does not exist: refused at construction.
-    let opts = crate::native::ClientOptions::new().with_tls(crate::native::TlsConfig::new().with_ca_file("/nonexistent/edgelock-ca.pem"));
-    let err = AsyncClient::connect_with(crate::core::BackendSpec::Etcd(EtcdConfig::new(vec!["https://example.invalid".into()])), &opts).unwrap_err();
+    let opts = crate::native::ClientOptions::new()
+        .with_tls(crate::native::TlsConfig::new().with_ca_file("/nonexistent/edgelock-ca.pem"));
+    let err = AsyncClient::connect_with(
+        crate::core::BackendSpec::Etcd(EtcdConfig::new(vec!["https://example.invalid".into()])),
+        &opts,
+    )
+    .unwrap_err();
     assert!(matches!(err, LockError::InvalidArgument { .. }), "{err}");
 }
 
@@ -267,13 +340,24 @@ fn blocking_and_async_handles_share_one_session() {
 fn a_grant_completed_after_the_drop_is_released_by_the_driver() {
     let server = ToyServer::start();
     server.set_acquire_delay(Duration::from_millis(300));
-    let c = AsyncClient::try_from_machine(Box::new(Faulty::ignores_cancel(FakeLockMachine::new(server.base(), TTL_MS)))).unwrap();
+    let c = AsyncClient::try_from_machine(Box::new(Faulty::ignores_cancel(FakeLockMachine::new(
+        server.base(),
+        TTL_MS,
+    ))))
+    .unwrap();
     let (counter, waker) = park_waker();
     let mut fut = Box::pin(c.acquire("after", None));
     assert!(poll_once(&mut fut, &waker).is_pending());
     thread::sleep(Duration::from_millis(50));
     drop(fut); // the acquire request is still on its way
-    eventually("the grant is given back: acquire + release requests", || server.requests() == 2);
+    eventually(
+        "the grant is given back: acquire + release requests",
+        || server.requests() == 2,
+    );
     eventually("nothing is left held", || server.holder("after").is_none());
-    assert_eq!(counter.wakes.load(Ordering::SeqCst), 0, "a dropped future is never woken");
+    assert_eq!(
+        counter.wakes.load(Ordering::SeqCst),
+        0,
+        "a dropped future is never woken"
+    );
 }

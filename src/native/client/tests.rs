@@ -39,7 +39,11 @@ fn keep_alive_connections_are_reused_across_operations() {
         c.acquire("k", None).unwrap().release().unwrap();
     }
     assert_eq!(server.requests(), 20);
-    assert!(server.connections() <= 2, "{} connections for 20 sequential requests", server.connections());
+    assert!(
+        server.connections() <= 2,
+        "{} connections for 20 sequential requests",
+        server.connections()
+    );
 }
 
 #[test]
@@ -71,11 +75,19 @@ fn wait_timeout_fails_and_cancels_the_watch_socket() {
     let (a, b) = (client(&server, TTL_MS), client(&server, TTL_MS));
     let _held = a.acquire("to", None).unwrap();
     let t = Instant::now();
-    let err = b.acquire("to", Some(Duration::from_millis(300))).unwrap_err();
+    let err = b
+        .acquire("to", Some(Duration::from_millis(300)))
+        .unwrap_err();
     assert!(matches!(err, LockError::Timeout { .. }), "{err:?}");
     // The driver clock has whole-millisecond resolution: the deadline may fire up to 1 ms early.
-    assert!(t.elapsed() >= Duration::from_millis(299) && t.elapsed() < Duration::from_secs(3), "{:?}", t.elapsed());
-    eventually("the server sees the watch connection shut down", || server.watch_aborts() == 1);
+    assert!(
+        t.elapsed() >= Duration::from_millis(299) && t.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        t.elapsed()
+    );
+    eventually("the server sees the watch connection shut down", || {
+        server.watch_aborts() == 1
+    });
 }
 
 #[test]
@@ -86,7 +98,10 @@ fn cancel_token_aborts_a_waiting_acquire() {
     let token = CancelToken::new();
     let tok = token.clone();
     let waiter = thread::spawn(move || {
-        let opts = AcquireOptions { wait: Wait::Forever, ttl_ms: None };
+        let opts = AcquireOptions {
+            wait: Wait::Forever,
+            ttl_ms: None,
+        };
         b.acquire_with("c", opts, Some(&tok)).map(|l| l.is_some())
     });
     thread::sleep(Duration::from_millis(300));
@@ -96,7 +111,9 @@ fn cancel_token_aborts_a_waiting_acquire() {
     let err = waiter.join().unwrap().unwrap_err();
     assert!(matches!(err, LockError::Aborted { .. }), "{err:?}");
     assert!(t.elapsed() < Duration::from_secs(2));
-    eventually("the server sees the watch connection shut down", || server.watch_aborts() == 1);
+    eventually("the server sees the watch connection shut down", || {
+        server.watch_aborts() == 1
+    });
 }
 
 #[test]
@@ -105,7 +122,9 @@ fn an_already_cancelled_token_sends_nothing() {
     let c = client(&server, TTL_MS);
     let token = CancelToken::new();
     token.cancel();
-    let err = c.acquire_with("x", AcquireOptions::default(), Some(&token)).unwrap_err();
+    let err = c
+        .acquire_with("x", AcquireOptions::default(), Some(&token))
+        .unwrap_err();
     assert!(matches!(err, LockError::Aborted { .. }));
     assert_eq!(server.requests(), 0);
 }
@@ -125,18 +144,37 @@ fn lost_lock_wakes_waiters_and_receivers() {
         Err(std::sync::mpsc::RecvTimeoutError::Disconnected),
         "a released lock's receiver disconnects"
     );
-    assert_eq!(lock.wait_lost(Some(Duration::from_millis(400))), None, "renewals keep it held");
-    assert!(lock.expires_in() > Duration::ZERO, "renewals move the expiry forward");
+    assert_eq!(
+        lock.wait_lost(Some(Duration::from_millis(400))),
+        None,
+        "renewals keep it held"
+    );
+    assert!(
+        lock.expires_in() > Duration::ZERO,
+        "renewals move the expiry forward"
+    );
     server.revoke("l");
     let t = Instant::now();
-    assert_eq!(lock.wait_lost(Some(Duration::from_secs(5))), Some(LostReason::KeyGone));
+    assert_eq!(
+        lock.wait_lost(Some(Duration::from_secs(5))),
+        Some(LostReason::KeyGone)
+    );
     assert!(t.elapsed() < Duration::from_secs(1));
-    assert_eq!(rx.recv_timeout(Duration::from_secs(1)).unwrap(), LostReason::KeyGone);
-    assert_eq!(lock.lost().recv_timeout(Duration::from_millis(10)).unwrap(), LostReason::KeyGone);
+    assert_eq!(
+        rx.recv_timeout(Duration::from_secs(1)).unwrap(),
+        LostReason::KeyGone
+    );
+    assert_eq!(
+        lock.lost().recv_timeout(Duration::from_millis(10)).unwrap(),
+        LostReason::KeyGone
+    );
     assert!(lock.is_lost());
     assert_eq!(lock.expires_in(), Duration::ZERO);
     assert!(matches!(lock.extend(None), Err(LockError::Lost { .. })));
-    assert!(!lock.release().unwrap(), "a lost lock reports held_until_release = false");
+    assert!(
+        !lock.release().unwrap(),
+        "a lost lock reports held_until_release = false"
+    );
 }
 
 #[test]
@@ -162,7 +200,11 @@ fn requests_run_concurrently() {
     for t in threads {
         t.join().unwrap().unwrap().unwrap();
     }
-    assert!(server.max_in_flight() >= 2, "requests were serialised: max in flight {}", server.max_in_flight());
+    assert!(
+        server.max_in_flight() >= 2,
+        "requests were serialised: max in flight {}",
+        server.max_in_flight()
+    );
 }
 
 #[test]
@@ -180,12 +222,17 @@ fn dropping_every_handle_closes_the_session() {
     let mut lock = c.acquire("gone", None).unwrap();
     drop(c);
     thread::sleep(Duration::from_millis(200));
-    assert!(server.holder("gone").is_some(), "a live Lock keeps its session");
+    assert!(
+        server.holder("gone").is_some(),
+        "a live Lock keeps its session"
+    );
     // Skip the lock's own release-on-drop so that only the session shutdown
     // (last handle gone -> machine.close) can free it.
     lock.finished = true;
     drop(lock);
-    eventually("shutdown releases what the session held", || server.holder("gone").is_none());
+    eventually("shutdown releases what the session held", || {
+        server.holder("gone").is_none()
+    });
 }
 
 #[test]
@@ -196,10 +243,19 @@ fn close_ends_locks_and_later_calls_fail() {
     let rx = lock.lost();
     c.close().unwrap();
     c.close().unwrap();
-    assert!(matches!(c.acquire("z", None), Err(LockError::Closed { .. })));
+    assert!(matches!(
+        c.acquire("z", None),
+        Err(LockError::Closed { .. })
+    ));
     assert!(matches!(c.inspect("z"), Err(LockError::Closed { .. })));
-    assert_eq!(lock.wait_lost(Some(Duration::from_secs(1))), Some(LostReason::ClientClosed));
-    assert_eq!(rx.recv_timeout(Duration::from_secs(1)).unwrap(), LostReason::ClientClosed);
+    assert_eq!(
+        lock.wait_lost(Some(Duration::from_secs(1))),
+        Some(LostReason::ClientClosed)
+    );
+    assert_eq!(
+        rx.recv_timeout(Duration::from_secs(1)).unwrap(),
+        LostReason::ClientClosed
+    );
     eventually("close releases held locks", || server.holder("z").is_none());
     assert!(matches!(lock.extend(None), Err(LockError::Lost { .. })));
     assert!(!lock.release().unwrap());
@@ -219,15 +275,24 @@ fn inspect_and_resume() {
     assert!(resumed.release().unwrap());
     let mut lock = lock;
     lock.finished = true; // already released through the resumed handle
-    assert!(matches!(b.resume(lock.handle()), Err(LockError::Lost { .. })));
+    assert!(matches!(
+        b.resume(lock.handle()),
+        Err(LockError::Lost { .. })
+    ));
 }
 
 #[test]
 fn errors_come_back_as_lock_errors() {
     let server = ToyServer::start();
     let c = client(&server, TTL_MS);
-    assert!(matches!(c.acquire("", None), Err(LockError::InvalidArgument { .. })));
-    assert!(matches!(c.acquire("bad\0name", None), Err(LockError::InvalidArgument { .. })));
+    assert!(matches!(
+        c.acquire("", None),
+        Err(LockError::InvalidArgument { .. })
+    ));
+    assert!(matches!(
+        c.acquire("bad\0name", None),
+        Err(LockError::InvalidArgument { .. })
+    ));
     assert_eq!(server.requests(), 0);
 
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -237,7 +302,10 @@ fn errors_come_back_as_lock_errors() {
     let err = c.acquire("x", None).unwrap_err();
     assert!(matches!(err, LockError::Transport { .. }), "{err:?}");
     // https to a plain-HTTP server: a TRANSPORT error saying so, never a silent downgrade.
-    let c = Client::from_machine(Box::new(FakeLockMachine::new(server.base().replacen("http://", "https://", 1), TTL_MS)));
+    let c = Client::from_machine(Box::new(FakeLockMachine::new(
+        server.base().replacen("http://", "https://", 1),
+        TTL_MS,
+    )));
     let err = c.acquire("x", None).unwrap_err();
     assert!(matches!(err, LockError::Transport { .. }), "{err:?}");
     assert!(err.to_string().contains("TLS"), "{err}");
@@ -246,11 +314,20 @@ fn errors_come_back_as_lock_errors() {
 #[test]
 fn a_panicking_machine_fails_calls_instead_of_hanging_them() {
     let server = ToyServer::start();
-    let c = Client::from_machine(Box::new(Faulty::panics_on_inspect(FakeLockMachine::new(server.base(), TTL_MS))));
+    let c = Client::from_machine(Box::new(Faulty::panics_on_inspect(FakeLockMachine::new(
+        server.base(),
+        TTL_MS,
+    ))));
     let lock = c.acquire("p", None).unwrap();
     assert!(matches!(c.inspect("p"), Err(LockError::Closed { .. })));
-    assert_eq!(lock.wait_lost(Some(Duration::from_secs(5))), Some(LostReason::ClientClosed));
-    assert!(matches!(c.acquire("q", None), Err(LockError::Closed { .. })));
+    assert_eq!(
+        lock.wait_lost(Some(Duration::from_secs(5))),
+        Some(LostReason::ClientClosed)
+    );
+    assert!(matches!(
+        c.acquire("q", None),
+        Err(LockError::Closed { .. })
+    ));
 }
 
 #[test]
@@ -261,14 +338,21 @@ fn kinds_the_backend_does_not_offer_are_refused_before_any_request() {
     for kind in [LockKind::Shared, LockKind::Permits { limit: 3 }] {
         let e = c.try_acquire_kind("k", kind).unwrap_err();
         assert_eq!(e.code(), "INVALID_ARGUMENT", "{kind:?}: {e}");
-        let e = c.acquire_kind("k", kind, AcquireOptions::default(), None).unwrap_err();
+        let e = c
+            .acquire_kind("k", kind, AcquireOptions::default(), None)
+            .unwrap_err();
         assert_eq!(e.code(), "INVALID_ARGUMENT", "{kind:?}: {e}");
     }
-    let e = c.try_acquire_kind("k", LockKind::Permits { limit: 0 }).unwrap_err();
+    let e = c
+        .try_acquire_kind("k", LockKind::Permits { limit: 0 })
+        .unwrap_err();
     assert!(e.to_string().contains("limit"), "{e}");
     assert_eq!(server.requests(), before, "nothing was sent");
     // Exclusive still works through the same entry point.
-    let lock = c.try_acquire_kind("k", LockKind::Exclusive).unwrap().expect("free");
+    let lock = c
+        .try_acquire_kind("k", LockKind::Exclusive)
+        .unwrap()
+        .expect("free");
     assert_eq!((lock.kind(), lock.slot()), (LockKind::Exclusive, None));
     let debug = format!("{lock:?}");
     assert!(debug.contains("kind: Exclusive, slot: None"), "{debug}");

@@ -21,7 +21,11 @@ impl Stream {
     /// Wraps a fresh TCP connection in a TLS session for `host` (the
     /// handshake happens in [`Stream::handshake`], once cancellation can reach
     /// the socket).
-    pub(super) fn tls(connector: &TlsConnector, host: &str, tcp: TcpStream) -> Result<Stream, TransportError> {
+    pub(super) fn tls(
+        connector: &TlsConnector,
+        host: &str,
+        tcp: TcpStream,
+    ) -> Result<Stream, TransportError> {
         let session = connector.session(host).map_err(TransportError::Connect)?;
         Ok(Stream::Tls(Box::new(StreamOwned::new(session, tcp))))
     }
@@ -44,7 +48,9 @@ impl Stream {
                 let message = match tls::io_error(&e, Some(host)) {
                     Some(TransportError::Connect(m) | TransportError::Io(m)) => m,
                     Some(TransportError::Timeout) => return Err(TransportError::Timeout),
-                    None if matches!(e.kind(), ErrorKind::TimedOut | ErrorKind::WouldBlock) => return Err(TransportError::Timeout),
+                    None if matches!(e.kind(), ErrorKind::TimedOut | ErrorKind::WouldBlock) => {
+                        return Err(TransportError::Timeout)
+                    }
                     None if e.kind() == ErrorKind::UnexpectedEof => {
                         format!("TLS: {host} closed the connection during the handshake (is it an https endpoint?)")
                     }
@@ -77,7 +83,12 @@ impl Read for Stream {
                 // A peer that closes without close_notify: the HTTP framing
                 // (Content-Length, chunked) still detects a cut body, and a
                 // close-delimited body ends here as it would over plain TCP.
-                Err(e) if e.kind() == ErrorKind::UnexpectedEof && !matches!(e.get_ref(), Some(i) if i.is::<rustls::Error>()) => Ok(0),
+                Err(e)
+                    if e.kind() == ErrorKind::UnexpectedEof
+                        && !matches!(e.get_ref(), Some(i) if i.is::<rustls::Error>()) =>
+                {
+                    Ok(0)
+                }
                 r => r,
             },
         }

@@ -65,27 +65,79 @@ pub(super) fn read_request(r: &mut impl BufRead) -> Option<(String, Vec<u8>)> {
 }
 
 fn get<'a>(url: &'a str, headers: &'a [(String, String)]) -> Request<'a> {
-    Request { method: "GET", url, headers, body: b"", timeout: Some(Duration::from_secs(5)) }
+    Request {
+        method: "GET",
+        url,
+        headers,
+        body: b"",
+        timeout: Some(Duration::from_secs(5)),
+    }
 }
 
 #[test]
 fn parses_urls() {
     assert_eq!(
         Url::parse("http://127.0.0.1:2379/v3/kv/txn").unwrap(),
-        Url { tls: false, host: "127.0.0.1".into(), port: 2379, path: "/v3/kv/txn".into() }
+        Url {
+            tls: false,
+            host: "127.0.0.1".into(),
+            port: 2379,
+            path: "/v3/kv/txn".into()
+        }
     );
-    assert_eq!(Url::parse("http://[::1]:8080/x").unwrap(), Url { tls: false, host: "::1".into(), port: 8080, path: "/x".into() });
+    assert_eq!(
+        Url::parse("http://[::1]:8080/x").unwrap(),
+        Url {
+            tls: false,
+            host: "::1".into(),
+            port: 8080,
+            path: "/x".into()
+        }
+    );
     assert_eq!(Url::parse("http://[::1]").unwrap().port, 80);
-    assert_eq!(Url::parse("HTTP://example.com").unwrap(), Url { tls: false, host: "example.com".into(), port: 80, path: "/".into() });
-    assert_eq!(Url::parse("http://[::1]:8080/").unwrap().host_header(), "[::1]:8080");
+    assert_eq!(
+        Url::parse("HTTP://example.com").unwrap(),
+        Url {
+            tls: false,
+            host: "example.com".into(),
+            port: 80,
+            path: "/".into()
+        }
+    );
+    assert_eq!(
+        Url::parse("http://[::1]:8080/").unwrap().host_header(),
+        "[::1]:8080"
+    );
     assert_eq!(Url::parse("http://h/").unwrap().host_header(), "h");
-    for bad in ["ftp://x", "http://", "http://h:0/", "http://h:99999", "http://[::1", "http://[::1]x", "http://u@h/", "http://h /", "", "h", "abcde€", "http€://x"] {
+    for bad in [
+        "ftp://x",
+        "http://",
+        "http://h:0/",
+        "http://h:99999",
+        "http://[::1",
+        "http://[::1]x",
+        "http://u@h/",
+        "http://h /",
+        "",
+        "h",
+        "abcde€",
+        "http€://x",
+    ] {
         assert!(Url::parse(bad).is_err(), "{bad}");
     }
     let https = Url::parse("HTTPS://x.example/p").unwrap();
-    assert_eq!((https.tls, https.port, https.host_header()), (true, 443, "x.example".to_string()));
-    assert_eq!(Url::parse("https://x.example:8443").unwrap().host_header(), "x.example:8443");
-    assert_eq!(Url::parse("https://x.example:80").unwrap().host_header(), "x.example:80");
+    assert_eq!(
+        (https.tls, https.port, https.host_header()),
+        (true, 443, "x.example".to_string())
+    );
+    assert_eq!(
+        Url::parse("https://x.example:8443").unwrap().host_header(),
+        "x.example:8443"
+    );
+    assert_eq!(
+        Url::parse("https://x.example:80").unwrap().host_header(),
+        "x.example:80"
+    );
     assert!(!Url::parse("http://x.example").unwrap().tls);
 }
 
@@ -98,7 +150,10 @@ fn content_length_and_keep_alive_reuse() {
             assert!(head.starts_with("POST /echo HTTP/1.1\r\n"), "{head}");
             assert!(head.contains("\r\nHost: 127.0.0.1:"), "{head}");
             assert!(head.contains("\r\nX-Test: yes\r\n"), "{head}");
-            let reply = format!("HTTP/1.1 201 Created\r\nContent-Length: {}\r\n\r\n", body.len());
+            let reply = format!(
+                "HTTP/1.1 201 Created\r\nContent-Length: {}\r\n\r\n",
+                body.len()
+            );
             w.write_all(reply.as_bytes()).unwrap();
             w.write_all(&body).unwrap();
         }
@@ -108,11 +163,27 @@ fn content_length_and_keep_alive_reuse() {
     let headers = vec![("X-Test".to_string(), "yes".to_string())];
     for i in 0..3 {
         let body = format!("payload {i}");
-        let req = Request { method: "POST", url: &url, headers: &headers, body: body.as_bytes(), timeout: None };
+        let req = Request {
+            method: "POST",
+            url: &url,
+            headers: &headers,
+            body: body.as_bytes(),
+            timeout: None,
+        };
         let resp = client.send(&req, &CancelHandle::new()).unwrap();
-        assert_eq!(resp, Response { status: 201, body: body.into_bytes() });
+        assert_eq!(
+            resp,
+            Response {
+                status: 201,
+                body: body.into_bytes()
+            }
+        );
     }
-    assert_eq!(server.connections(), 1, "keep-alive connection must be reused");
+    assert_eq!(
+        server.connections(),
+        1,
+        "keep-alive connection must be reused"
+    );
     assert_eq!(client.idle_count(), 1);
 }
 
@@ -145,7 +216,9 @@ fn close_delimited_body_is_read_to_eof_and_not_pooled() {
         w.write_all(b"HTTP/1.0 200 OK\r\n\r\nall of it").unwrap();
     });
     let client = HttpClient::new();
-    let resp = client.send(&get(&server.url("/"), &[]), &CancelHandle::new()).unwrap();
+    let resp = client
+        .send(&get(&server.url("/"), &[]), &CancelHandle::new())
+        .unwrap();
     assert_eq!(resp.body, b"all of it");
     assert_eq!(client.idle_count(), 0);
 }
@@ -158,7 +231,8 @@ fn stale_pooled_connection_is_retried_once_on_a_fresh_one() {
         let mut r = BufReader::new(conn.try_clone().unwrap());
         let mut w = conn;
         while read_request(&mut r).is_some() {
-            w.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok").unwrap();
+            w.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                .unwrap();
             if n == 0 {
                 read_request(&mut r);
                 return; // drops the socket: EOF before any response byte
@@ -167,8 +241,20 @@ fn stale_pooled_connection_is_retried_once_on_a_fresh_one() {
     });
     let client = HttpClient::new();
     let url = server.url("/");
-    assert_eq!(client.send(&get(&url, &[]), &CancelHandle::new()).unwrap().body, b"ok");
-    assert_eq!(client.send(&get(&url, &[]), &CancelHandle::new()).unwrap().body, b"ok");
+    assert_eq!(
+        client
+            .send(&get(&url, &[]), &CancelHandle::new())
+            .unwrap()
+            .body,
+        b"ok"
+    );
+    assert_eq!(
+        client
+            .send(&get(&url, &[]), &CancelHandle::new())
+            .unwrap()
+            .body,
+        b"ok"
+    );
     assert_eq!(server.connections(), 2);
 }
 
@@ -179,7 +265,9 @@ fn fresh_connection_closed_without_answer_is_an_error_not_a_retry() {
         read_request(&mut r);
     });
     let client = HttpClient::new();
-    let err = client.send(&get(&server.url("/"), &[]), &CancelHandle::new()).unwrap_err();
+    let err = client
+        .send(&get(&server.url("/"), &[]), &CancelHandle::new())
+        .unwrap_err();
     assert!(matches!(err, TransportError::Io(_)), "{err:?}");
     assert_eq!(server.connections(), 1);
 }
@@ -190,7 +278,9 @@ fn connection_refused_is_a_connect_error() {
     let addr = listener.local_addr().unwrap();
     drop(listener);
     let url = format!("http://{addr}/");
-    let err = HttpClient::new().send(&get(&url, &[]), &CancelHandle::new()).unwrap_err();
+    let err = HttpClient::new()
+        .send(&get(&url, &[]), &CancelHandle::new())
+        .unwrap_err();
     assert!(matches!(err, TransportError::Connect(_)), "{err:?}");
 }
 
@@ -202,9 +292,14 @@ fn read_timeout_fires() {
         thread::sleep(Duration::from_secs(3));
     });
     let url = server.url("/");
-    let req = Request { timeout: Some(Duration::from_millis(200)), ..get(&url, &[]) };
+    let req = Request {
+        timeout: Some(Duration::from_millis(200)),
+        ..get(&url, &[])
+    };
     let t = Instant::now();
-    let err = HttpClient::new().send(&req, &CancelHandle::new()).unwrap_err();
+    let err = HttpClient::new()
+        .send(&req, &CancelHandle::new())
+        .unwrap_err();
     assert_eq!(err, TransportError::Timeout);
     assert!(t.elapsed() < Duration::from_secs(2));
 }
@@ -217,11 +312,13 @@ fn streaming_delivers_chunks_as_they_arrive_and_cancel_stops_it() {
         let mut r = BufReader::new(conn.try_clone().unwrap());
         let mut w = conn;
         read_request(&mut r);
-        w.write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n6\r\nfirst\n\r\n").unwrap();
+        w.write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n6\r\nfirst\n\r\n")
+            .unwrap();
         // Hold the stream open (like an idle watch) until the test ends.
         let _ = lock(&release_rx).recv();
     });
-    let result = silent_stream_stays_open_until_cancelled(HttpClient::new(), server.url("/v3/watch"));
+    let result =
+        silent_stream_stays_open_until_cancelled(HttpClient::new(), server.url("/v3/watch"));
     assert!(result.is_err(), "{result:?}");
     drop(release_tx);
 }
@@ -230,20 +327,35 @@ fn streaming_delivers_chunks_as_they_arrive_and_cancel_stops_it() {
 /// the first chunk arrives, the stream stays open past the head deadline
 /// (500 ms), and a cancel ends it within 2 s. Returns what the request
 /// returned. Shared by the plain and the TLS stream tests.
-pub(super) fn silent_stream_stays_open_until_cancelled(client: HttpClient, url: String) -> Result<StreamOutcome, TransportError> {
+pub(super) fn silent_stream_stays_open_until_cancelled(
+    client: HttpClient,
+    url: String,
+) -> Result<StreamOutcome, TransportError> {
     let cancel = CancelHandle::new();
     let (chunk_tx, chunk_rx) = mpsc::channel::<Vec<u8>>();
     let c2 = cancel.clone();
     let worker = thread::spawn(move || {
-        let req = Request { method: "POST", url: &url, headers: &[], body: b"{}", timeout: Some(Duration::from_millis(500)) };
+        let req = Request {
+            method: "POST",
+            url: &url,
+            headers: &[],
+            body: b"{}",
+            timeout: Some(Duration::from_millis(500)),
+        };
         let mut sink = |piece: &[u8]| chunk_tx.send(piece.to_vec()).unwrap();
         client.send_streaming(&req, &c2, &mut sink)
     });
     // The first chunk arrives while the response is still open, after the head
     // deadline (500 ms) would have passed if it applied to the body.
-    assert_eq!(chunk_rx.recv_timeout(Duration::from_secs(5)).unwrap(), b"first\n");
+    assert_eq!(
+        chunk_rx.recv_timeout(Duration::from_secs(5)).unwrap(),
+        b"first\n"
+    );
     thread::sleep(Duration::from_millis(700));
-    assert!(!worker.is_finished(), "a silent stream must stay open past the head deadline");
+    assert!(
+        !worker.is_finished(),
+        "a silent stream must stay open past the head deadline"
+    );
     let t = Instant::now();
     cancel.cancel();
     let result = worker.join().unwrap();
@@ -258,7 +370,8 @@ fn streaming_non_2xx_is_returned_whole_and_2xx_end_is_reported() {
         let mut w = conn;
         read_request(&mut r);
         if n == 0 {
-            w.write_all(b"HTTP/1.1 503 Unavailable\r\nContent-Length: 4\r\n\r\nbusy").unwrap();
+            w.write_all(b"HTTP/1.1 503 Unavailable\r\nContent-Length: 4\r\n\r\nbusy")
+                .unwrap();
         } else {
             w.write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n").unwrap();
         }
@@ -266,10 +379,24 @@ fn streaming_non_2xx_is_returned_whole_and_2xx_end_is_reported() {
     let client = HttpClient::new();
     let url = server.url("/");
     let mut got = Vec::new();
-    let out = client.send_streaming(&get(&url, &[]), &CancelHandle::new(), &mut |p| got.extend_from_slice(p)).unwrap();
-    assert_eq!(out, StreamOutcome::Whole(Response { status: 503, body: b"busy".to_vec() }));
+    let out = client
+        .send_streaming(&get(&url, &[]), &CancelHandle::new(), &mut |p| {
+            got.extend_from_slice(p)
+        })
+        .unwrap();
+    assert_eq!(
+        out,
+        StreamOutcome::Whole(Response {
+            status: 503,
+            body: b"busy".to_vec()
+        })
+    );
     assert!(got.is_empty());
-    let out = client.send_streaming(&get(&url, &[]), &CancelHandle::new(), &mut |p| got.extend_from_slice(p)).unwrap();
+    let out = client
+        .send_streaming(&get(&url, &[]), &CancelHandle::new(), &mut |p| {
+            got.extend_from_slice(p)
+        })
+        .unwrap();
     assert_eq!(out, StreamOutcome::Ended);
     assert_eq!(got, b"abcde");
 }
@@ -279,7 +406,9 @@ fn cancel_before_connect_fails_the_request() {
     let server = TestServer::start(|_, _| {});
     let cancel = CancelHandle::new();
     cancel.cancel();
-    assert!(HttpClient::new().send(&get(&server.url("/"), &[]), &cancel).is_err());
+    assert!(HttpClient::new()
+        .send(&get(&server.url("/"), &[]), &cancel)
+        .is_err());
 }
 
 /// Serves one fixed raw reply to every request.
@@ -319,7 +448,11 @@ fn hostile_responses_are_errors() {
     for reply in cases {
         let server = raw_server(reply);
         let res = client.send(&get(&server.url("/"), &[]), &CancelHandle::new());
-        assert!(res.is_err(), "{:?} gave {res:?}", String::from_utf8_lossy(reply));
+        assert!(
+            res.is_err(),
+            "{:?} gave {res:?}",
+            String::from_utf8_lossy(reply)
+        );
     }
 }
 
@@ -342,17 +475,35 @@ fn oversized_headers_and_bodies_are_errors() {
     });
     let client = HttpClient::new();
     let url = server.url("/");
-    let e = client.send(&get(&url, &[]), &CancelHandle::new()).unwrap_err();
-    assert!(matches!(&e, TransportError::Io(m) if m.contains("exceeds")), "{e:?}");
-    let e = client.send(&get(&url, &[]), &CancelHandle::new()).unwrap_err();
-    assert!(matches!(&e, TransportError::Io(m) if m.contains("exceeds")), "{e:?}");
+    let e = client
+        .send(&get(&url, &[]), &CancelHandle::new())
+        .unwrap_err();
+    assert!(
+        matches!(&e, TransportError::Io(m) if m.contains("exceeds")),
+        "{e:?}"
+    );
+    let e = client
+        .send(&get(&url, &[]), &CancelHandle::new())
+        .unwrap_err();
+    assert!(
+        matches!(&e, TransportError::Io(m) if m.contains("exceeds")),
+        "{e:?}"
+    );
 }
 
 #[test]
 fn interim_responses_and_no_body_statuses() {
     let server = raw_server(b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 204 No Content\r\n\r\n");
-    let resp = HttpClient::new().send(&get(&server.url("/"), &[]), &CancelHandle::new()).unwrap();
-    assert_eq!(resp, Response { status: 204, body: vec![] });
+    let resp = HttpClient::new()
+        .send(&get(&server.url("/"), &[]), &CancelHandle::new())
+        .unwrap();
+    assert_eq!(
+        resp,
+        Response {
+            status: 204,
+            body: vec![]
+        }
+    );
 }
 
 #[test]
@@ -360,7 +511,9 @@ fn header_injection_is_refused_before_sending() {
     let server = TestServer::start(|_, _| {});
     let headers = vec![("X-A".to_string(), "v\r\nX-Evil: 1".to_string())];
     let url = server.url("/");
-    assert!(HttpClient::new().send(&get(&url, &headers), &CancelHandle::new()).is_err());
+    assert!(HttpClient::new()
+        .send(&get(&url, &headers), &CancelHandle::new())
+        .is_err());
 }
 
 #[test]
@@ -369,10 +522,13 @@ fn hostnames_resolve() {
         let mut r = BufReader::new(conn.try_clone().unwrap());
         let mut w = conn;
         read_request(&mut r);
-        w.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nk").unwrap();
+        w.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nk")
+            .unwrap();
     });
     let url = format!("http://localhost:{}/", server.addr.port());
     // localhost may resolve to ::1 first; the client tries every address.
-    let resp = HttpClient::new().send(&get(&url, &[]), &CancelHandle::new()).unwrap();
+    let resp = HttpClient::new()
+        .send(&get(&url, &[]), &CancelHandle::new())
+        .unwrap();
     assert_eq!(resp.body, b"k");
 }

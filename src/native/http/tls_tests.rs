@@ -26,16 +26,22 @@ struct TlsServer {
 }
 
 impl TlsServer {
-    fn start(pki: &TestPki, handler: impl Fn(usize, BufReader<TlsServerStream>) + Send + Sync + 'static) -> TlsServer {
-        let certs: Vec<CertificateDer<'static>> =
-            CertificateDer::pem_file_iter(pki.server_cert()).unwrap().collect::<Result<_, _>>().unwrap();
-        let key = PrivateKeyDer::from_pem_file(pki.server_key()).unwrap();
-        let config = ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()
+    fn start(
+        pki: &TestPki,
+        handler: impl Fn(usize, BufReader<TlsServerStream>) + Send + Sync + 'static,
+    ) -> TlsServer {
+        let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(pki.server_cert())
             .unwrap()
-            .with_no_client_auth()
-            .with_single_cert(certs, key)
+            .collect::<Result<_, _>>()
             .unwrap();
+        let key = PrivateKeyDer::from_pem_file(pki.server_key()).unwrap();
+        let config =
+            ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+                .with_safe_default_protocol_versions()
+                .unwrap()
+                .with_no_client_auth()
+                .with_single_cert(certs, key)
+                .unwrap();
         let config = Arc::new(config);
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
@@ -48,7 +54,9 @@ impl TlsServer {
                 let n = count.fetch_add(1, Ordering::SeqCst);
                 let (h, config) = (handler.clone(), config.clone());
                 thread::spawn(move || {
-                    let Ok(conn) = ServerConnection::new(config) else { return };
+                    let Ok(conn) = ServerConnection::new(config) else {
+                        return;
+                    };
                     h(n, BufReader::new(StreamOwned::new(conn, tcp)));
                 });
             }
@@ -70,7 +78,13 @@ fn trusting(pki: &TestPki) -> HttpClient {
 }
 
 fn post<'a>(url: &'a str, body: &'a [u8]) -> Request<'a> {
-    Request { method: "POST", url, headers: &[], body, timeout: Some(Duration::from_secs(5)) }
+    Request {
+        method: "POST",
+        url,
+        headers: &[],
+        body,
+        timeout: Some(Duration::from_secs(5)),
+    }
 }
 
 #[test]
@@ -80,7 +94,10 @@ fn keep_alive_connections_are_reused_over_tls() {
         while let Some((head, body)) = read_request(&mut r) {
             assert!(head.contains("\r\nHost: localhost:"), "{head}");
             let w = r.get_mut();
-            w.write_all(format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len()).as_bytes()).unwrap();
+            w.write_all(
+                format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n", body.len()).as_bytes(),
+            )
+            .unwrap();
             w.write_all(&body).unwrap();
             w.flush().unwrap();
         }
@@ -90,10 +107,22 @@ fn keep_alive_connections_are_reused_over_tls() {
     let url = server.url("localhost", "/echo");
     for i in 0..5 {
         let body = format!("payload {i}");
-        let resp = client.send(&post(&url, body.as_bytes()), &CancelHandle::new()).unwrap();
-        assert_eq!(resp, Response { status: 200, body: body.into_bytes() });
+        let resp = client
+            .send(&post(&url, body.as_bytes()), &CancelHandle::new())
+            .unwrap();
+        assert_eq!(
+            resp,
+            Response {
+                status: 200,
+                body: body.into_bytes()
+            }
+        );
     }
-    assert_eq!(server.connections(), 1, "one TLS connection for five requests");
+    assert_eq!(
+        server.connections(),
+        1,
+        "one TLS connection for five requests"
+    );
     assert_eq!(client.idle_count(), 1);
 }
 
@@ -105,7 +134,8 @@ fn an_idle_connection_the_server_closed_with_close_notify_is_not_reused() {
     let server = TlsServer::start(&pki, |_, mut r| {
         if read_request(&mut r).is_some() {
             let w = r.get_mut();
-            w.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok").unwrap();
+            w.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                .unwrap();
             w.flush().unwrap();
             thread::sleep(Duration::from_millis(50));
             w.conn.send_close_notify();
@@ -130,12 +160,16 @@ fn a_streaming_tls_response_is_delivered_piecewise_and_cancel_ends_a_blocked_rea
     let server = TlsServer::start(&pki, move |_, mut r| {
         read_request(&mut r);
         let w = r.get_mut();
-        w.write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n6\r\nfirst\n\r\n").unwrap();
+        w.write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n6\r\nfirst\n\r\n")
+            .unwrap();
         w.flush().unwrap();
         // Hold the stream open (like an idle watch) until the test ends.
         let _ = lock(&release_rx).recv();
     });
-    let result = super::tests::silent_stream_stays_open_until_cancelled(trusting(&pki), server.url("127.0.0.1", "/v3/watch"));
+    let result = super::tests::silent_stream_stays_open_until_cancelled(
+        trusting(&pki),
+        server.url("127.0.0.1", "/v3/watch"),
+    );
     assert_eq!(result, Err(TransportError::Io("request cancelled".into())));
     drop(release_tx);
 }
@@ -145,14 +179,20 @@ fn verification_failures_are_connect_errors_naming_the_cause() {
     let pki = TestPki::generate().unwrap();
     let server = TlsServer::start(&pki, |_, mut r| {
         while read_request(&mut r).is_some() {
-            let _ = r.get_mut().write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
+            let _ = r
+                .get_mut()
+                .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
         }
     });
     let url = server.url("127.0.0.1", "/");
     let wrong = HttpClient::with_tls(&TlsConfig::new().with_ca_file(pki.other_ca_cert())).unwrap();
     match wrong.send(&post(&url, b""), &CancelHandle::new()) {
         Err(TransportError::Connect(m)) => {
-            assert!(m.contains("certificate verification failed for host 127.0.0.1") && m.contains("unknown issuer"), "{m}")
+            assert!(
+                m.contains("certificate verification failed for host 127.0.0.1")
+                    && m.contains("unknown issuer"),
+                "{m}"
+            )
         }
         other => panic!("{other:?}"),
     }

@@ -18,7 +18,10 @@ pub const ETCD_BIN: &str = "/usr/bin/etcd";
 /// suite points it at etcd 3.5, installed by `scripts/etcd35.sh`), else
 /// [`ETCD_BIN`].
 pub fn etcd_bin() -> String {
-    std::env::var("EDGELOCK_ETCD_BIN").ok().filter(|s| !s.is_empty()).unwrap_or_else(|| ETCD_BIN.to_string())
+    std::env::var("EDGELOCK_ETCD_BIN")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| ETCD_BIN.to_string())
 }
 
 /// Options for [`EtcdServer::start_with`] / [`EtcdCluster::start_with`].
@@ -169,9 +172,16 @@ fn spawn_member(
         spec = spec.args(["--election-timeout".to_string(), e.to_string()]);
     }
     if let Some(tls) = &opts.tls {
-        spec = spec.arg("--cert-file").arg(&tls.cert_file).arg("--key-file").arg(&tls.key_file);
+        spec = spec
+            .arg("--cert-file")
+            .arg(&tls.cert_file)
+            .arg("--key-file")
+            .arg(&tls.key_file);
         if let Some(ca) = &tls.client_ca_file {
-            spec = spec.arg("--client-cert-auth").arg("--trusted-ca-file").arg(ca);
+            spec = spec
+                .arg("--client-cert-auth")
+                .arg("--trusted-ca-file")
+                .arg(ca);
         }
     }
     spec = spec.args(opts.extra_args.iter().cloned());

@@ -53,19 +53,31 @@ impl FaultProxy {
     pub fn start(upstream: SocketAddr) -> io::Result<FaultProxy> {
         let listener = TcpListener::bind("127.0.0.1:0")?;
         let addr = listener.local_addr()?;
-        let shared = Arc::new(Shared { fault: Mutex::new(Fault::Pass), stop: AtomicBool::new(false), conns: Mutex::new(Vec::new()) });
+        let shared = Arc::new(Shared {
+            fault: Mutex::new(Fault::Pass),
+            stop: AtomicBool::new(false),
+            conns: Mutex::new(Vec::new()),
+        });
         let s = shared.clone();
-        let accept = thread::Builder::new().name("fault-proxy".into()).spawn(move || {
-            for conn in listener.incoming() {
-                if s.stop.load(Ordering::SeqCst) {
-                    break;
+        let accept = thread::Builder::new()
+            .name("fault-proxy".into())
+            .spawn(move || {
+                for conn in listener.incoming() {
+                    if s.stop.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    let Ok(client) = conn else { continue };
+                    let s2 = s.clone();
+                    let _ = thread::Builder::new()
+                        .name("fault-proxy-conn".into())
+                        .spawn(move || serve(client, upstream, s2));
                 }
-                let Ok(client) = conn else { continue };
-                let s2 = s.clone();
-                let _ = thread::Builder::new().name("fault-proxy-conn".into()).spawn(move || serve(client, upstream, s2));
-            }
-        })?;
-        Ok(FaultProxy { addr, shared, accept: Some(accept) })
+            })?;
+        Ok(FaultProxy {
+            addr,
+            shared,
+            accept: Some(accept),
+        })
     }
 
     pub fn addr(&self) -> SocketAddr {
@@ -99,7 +111,12 @@ impl Drop for FaultProxy {
 }
 
 fn close_all(shared: &Shared) {
-    for c in shared.conns.lock().unwrap_or_else(|e| e.into_inner()).drain(..) {
+    for c in shared
+        .conns
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .drain(..)
+    {
         let _ = c.shutdown(Shutdown::Both);
     }
 }
@@ -114,11 +131,18 @@ fn serve(client: TcpStream, upstream: SocketAddr, shared: Arc<Shared>) {
         return;
     };
     if let Ok(c) = client.try_clone() {
-        shared.conns.lock().unwrap_or_else(|e| e.into_inner()).push(c);
+        shared
+            .conns
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(c);
     }
-    let (Ok(client_r), Ok(server_w), Ok(server_r), Ok(client_w)) =
-        (client.try_clone(), server.try_clone(), server.try_clone(), client.try_clone())
-    else {
+    let (Ok(client_r), Ok(server_w), Ok(server_r), Ok(client_w)) = (
+        client.try_clone(),
+        server.try_clone(),
+        server.try_clone(),
+        client.try_clone(),
+    ) else {
         return;
     };
     let s = shared.clone();
@@ -203,7 +227,10 @@ mod tests {
         let mut out = String::new();
         io::BufReader::new(c).read_line(&mut out)?;
         if out.is_empty() {
-            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "closed without an answer"));
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "closed without an answer",
+            ));
         }
         Ok(out.trim_end().to_string())
     }
@@ -220,12 +247,26 @@ mod tests {
         proxy.set(Fault::Delay(Duration::from_millis(150)));
         let started = Instant::now();
         assert_eq!(ask(&proxy, "b", t).unwrap(), "ok b");
-        assert!(started.elapsed() >= Duration::from_millis(300), "both directions delayed: {:?}", started.elapsed());
+        assert!(
+            started.elapsed() >= Duration::from_millis(300),
+            "both directions delayed: {:?}",
+            started.elapsed()
+        );
 
         proxy.set(Fault::Blackhole);
         let err = ask(&proxy, "c", Duration::from_millis(300)).unwrap_err();
-        assert!(matches!(err.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut), "{err:?}");
-        assert_eq!(seen.load(Ordering::SeqCst), 2, "a blackholed request never reaches the server");
+        assert!(
+            matches!(
+                err.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+            ),
+            "{err:?}"
+        );
+        assert_eq!(
+            seen.load(Ordering::SeqCst),
+            2,
+            "a blackholed request never reaches the server"
+        );
 
         proxy.set(Fault::Drop);
         assert!(ask(&proxy, "d", t).is_err());
@@ -237,7 +278,11 @@ mod tests {
         while seen.load(Ordering::SeqCst) < 3 && Instant::now() < deadline {
             thread::sleep(Duration::from_millis(10));
         }
-        assert_eq!(seen.load(Ordering::SeqCst), 3, "…but the request was applied");
+        assert_eq!(
+            seen.load(Ordering::SeqCst),
+            3,
+            "…but the request was applied"
+        );
 
         proxy.set(Fault::Pass);
         assert_eq!(ask(&proxy, "f", t).unwrap(), "ok f");
@@ -256,6 +301,10 @@ mod tests {
         assert_eq!(line.trim_end(), "ok x");
         proxy.set(Fault::Drop);
         let mut rest = String::new();
-        assert_eq!(r.read_line(&mut rest).unwrap_or(0), 0, "the open connection was closed");
+        assert_eq!(
+            r.read_line(&mut rest).unwrap_or(0),
+            0,
+            "the open connection was closed"
+        );
     }
 }

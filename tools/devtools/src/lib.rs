@@ -38,8 +38,8 @@ pub mod tls;
 pub mod webdis;
 
 pub use env::{Env, EnvBuilder};
-pub use fault_proxy::{Fault, FaultProxy};
 pub use etcd::{etcd_bin, EtcdCluster, EtcdOptions, EtcdServer, EtcdStatus, EtcdTls};
+pub use fault_proxy::{Fault, FaultProxy};
 pub use fenced::FencedResource;
 pub use gateway::{GatewayConfig, UpstashGateway};
 pub use http1::{http_request, HttpResponse};

@@ -6,7 +6,13 @@ use std::process::ExitCode;
 
 /// Prints `{"url":…,"port":…}` on stdout, then with `exit_on_eof` returns when
 /// stdin is closed (dropping `server`, which stops it), else calls `join`.
-pub fn announce_and_serve<S>(url: String, port: u16, exit_on_eof: bool, server: S, join: impl FnOnce(S)) -> ExitCode {
+pub fn announce_and_serve<S>(
+    url: String,
+    port: u16,
+    exit_on_eof: bool,
+    server: S,
+    join: impl FnOnce(S),
+) -> ExitCode {
     let line = serde_json::json!({ "url": url, "port": port });
     let mut out = std::io::stdout();
     if writeln!(out, "{line}").and_then(|_| out.flush()).is_err() {

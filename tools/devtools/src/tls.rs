@@ -120,23 +120,78 @@ impl TestPki {
     }
 
     fn self_signed_ca(&self, name: &str, cn: &str) -> io::Result<()> {
-        let (key, cert, subj) = (format!("{name}.key"), format!("{name}.pem"), format!("/CN={cn}"));
+        let (key, cert, subj) = (
+            format!("{name}.key"),
+            format!("{name}.pem"),
+            format!("/CN={cn}"),
+        );
         self.openssl(&[
-            "req", "-x509", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-            "-keyout", &key, "-out", &cert, "-days", "7", "-subj", &subj,
-            "-config", "openssl.cnf", "-extensions", "ca_ext",
+            "req",
+            "-x509",
+            "-new",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            &key,
+            "-out",
+            &cert,
+            "-days",
+            "7",
+            "-subj",
+            &subj,
+            "-config",
+            "openssl.cnf",
+            "-extensions",
+            "ca_ext",
         ])
     }
 
     fn issued(&self, name: &str, cn: &str, ext: &str, serial: &str) -> io::Result<()> {
-        let (key, csr, cert, subj) = (format!("{name}.key"), format!("{name}.csr"), format!("{name}.pem"), format!("/CN={cn}"));
+        let (key, csr, cert, subj) = (
+            format!("{name}.key"),
+            format!("{name}.csr"),
+            format!("{name}.pem"),
+            format!("/CN={cn}"),
+        );
         self.openssl(&[
-            "req", "-new", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-            "-keyout", &key, "-out", &csr, "-subj", &subj, "-config", "openssl.cnf",
+            "req",
+            "-new",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            &key,
+            "-out",
+            &csr,
+            "-subj",
+            &subj,
+            "-config",
+            "openssl.cnf",
         ])?;
         self.openssl(&[
-            "x509", "-req", "-in", &csr, "-CA", "ca.pem", "-CAkey", "ca.key", "-set_serial", serial,
-            "-days", "7", "-out", &cert, "-extfile", "openssl.cnf", "-extensions", ext,
+            "x509",
+            "-req",
+            "-in",
+            &csr,
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-set_serial",
+            serial,
+            "-days",
+            "7",
+            "-out",
+            &cert,
+            "-extfile",
+            "openssl.cnf",
+            "-extensions",
+            ext,
         ])
     }
 }
@@ -174,12 +229,19 @@ impl TlsFront {
             pki.server_key().display()
         );
         std::fs::write(&config, text)?;
-        let spec = ProcessSpec::new(STUNNEL_BIN, dir.path().join("stunnel.log")).arg(&config).cleanup_dir(dir.path());
+        let spec = ProcessSpec::new(STUNNEL_BIN, dir.path().join("stunnel.log"))
+            .arg(&config)
+            .cleanup_dir(dir.path());
         let mut proc = ProcessGuard::spawn(spec)?;
         proc.wait_ready("stunnel", Duration::from_secs(10), || {
-            TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_millis(200)).is_ok()
+            TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_millis(200))
+                .is_ok()
         })?;
-        Ok(TlsFront { port, proc, _dir: dir })
+        Ok(TlsFront {
+            port,
+            proc,
+            _dir: dir,
+        })
     }
 
     /// `https://127.0.0.1:<port>`

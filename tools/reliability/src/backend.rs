@@ -44,38 +44,65 @@ impl BackendSpec {
 
     pub fn ttl_ms(&self) -> u64 {
         match self {
-            BackendSpec::Etcd { ttl_ms, .. } | BackendSpec::Redis { ttl_ms, .. } | BackendSpec::Redlock { ttl_ms, .. } => *ttl_ms,
+            BackendSpec::Etcd { ttl_ms, .. }
+            | BackendSpec::Redis { ttl_ms, .. }
+            | BackendSpec::Redlock { ttl_ms, .. } => *ttl_ms,
         }
     }
 
     /// A new client (its own session and driver thread).
     pub fn client(&self) -> Result<Client, LockError> {
         match self {
-            BackendSpec::Etcd { endpoints, ttl_ms, request_timeout_ms } => {
+            BackendSpec::Etcd {
+                endpoints,
+                ttl_ms,
+                request_timeout_ms,
+            } => {
                 let mut cfg = EtcdConfig::new(endpoints.clone());
                 cfg.session_ttl_ms = *ttl_ms;
                 cfg.request_timeout_ms = *request_timeout_ms;
                 Client::connect(Registry::Etcd(cfg))
             }
-            BackendSpec::Redis { node, token, ttl_ms, request_timeout_ms } => {
+            BackendSpec::Redis {
+                node,
+                token,
+                ttl_ms,
+                request_timeout_ms,
+            } => {
                 let mut cfg = RedisConfig::new(RedisNode::from_spec(node, token.as_deref())?);
                 cfg.ttl_ms = *ttl_ms;
                 cfg.request_timeout_ms = *request_timeout_ms;
                 cfg.retry_delay_ms = 50;
                 cfg.retry_jitter_ms = 50;
-                if let Some(n) = std::env::var("RELIABILITY_REDIS_MAX_SUBSCRIPTIONS").ok().and_then(|v| v.parse().ok()) {
+                if let Some(n) = std::env::var("RELIABILITY_REDIS_MAX_SUBSCRIPTIONS")
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+                {
                     cfg.max_subscriptions = n;
                 }
                 Client::connect(Registry::Redis(cfg))
             }
-            BackendSpec::Redlock { nodes, token, ttl_ms, request_timeout_ms, folded } => {
-                let nodes = nodes.iter().map(|n| RedisNode::from_spec(n, token.as_deref())).collect::<Result<Vec<_>, _>>()?;
+            BackendSpec::Redlock {
+                nodes,
+                token,
+                ttl_ms,
+                request_timeout_ms,
+                folded,
+            } => {
+                let nodes = nodes
+                    .iter()
+                    .map(|n| RedisNode::from_spec(n, token.as_deref()))
+                    .collect::<Result<Vec<_>, _>>()?;
                 let mut cfg = RedlockConfig::new(nodes);
                 cfg.ttl_ms = *ttl_ms;
                 cfg.request_timeout_ms = *request_timeout_ms;
                 cfg.retry_delay_ms = 50;
                 cfg.retry_jitter_ms = 50;
-                cfg.fencing = if *folded { RedlockFencing::Folded } else { RedlockFencing::Strict };
+                cfg.fencing = if *folded {
+                    RedlockFencing::Folded
+                } else {
+                    RedlockFencing::Strict
+                };
                 Client::connect(Registry::Redlock(cfg))
             }
         }

@@ -69,7 +69,11 @@ impl Verdict {
 
     /// Errors other than the listed codes (expected by the scenario).
     pub fn unexpected_errors(&self, expected: &[&str]) -> usize {
-        self.errors.iter().filter(|(k, _)| !expected.contains(&k.as_str())).map(|(_, v)| v).sum()
+        self.errors
+            .iter()
+            .filter(|(k, _)| !expected.contains(&k.as_str()))
+            .map(|(_, v)| v)
+            .sum()
     }
 
     pub fn errors_text(&self) -> String {
@@ -78,7 +82,10 @@ impl Verdict {
         }
         let mut v: Vec<_> = self.errors.iter().collect();
         v.sort();
-        v.iter().map(|(k, n)| format!("{k}×{n}")).collect::<Vec<_>>().join(", ")
+        v.iter()
+            .map(|(k, n)| format!("{k}×{n}"))
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 }
 
@@ -96,7 +103,10 @@ pub struct Hold {
 pub fn holds(ops: &[Op]) -> Vec<Hold> {
     let mut by_client: HashMap<(&str, &str), Vec<&Op>> = HashMap::new();
     for op in ops {
-        by_client.entry((op.client.as_str(), op.lock.as_str())).or_default().push(op);
+        by_client
+            .entry((op.client.as_str(), op.lock.as_str()))
+            .or_default()
+            .push(op);
     }
     let history_end = ops.iter().map(|o| o.end).fold(0.0, f64::max);
     let mut out = Vec::new();
@@ -107,13 +117,25 @@ pub fn holds(ops: &[Op]) -> Vec<Hold> {
             match (op.kind, &op.outcome) {
                 (OpKind::Acquire, Outcome::Ok) => {
                     if let Some(h) = open.take() {
-                        out.push(Hold { to: h.to.min(op.start), ..h });
+                        out.push(Hold {
+                            to: h.to.min(op.start),
+                            ..h
+                        });
                     }
-                    open = Some(Hold { client: client.into(), lock: lock.into(), token: op.token, from: op.end, to: history_end });
+                    open = Some(Hold {
+                        client: client.into(),
+                        lock: lock.into(),
+                        token: op.token,
+                        from: op.end,
+                        to: history_end,
+                    });
                 }
                 (OpKind::Release, _) | (OpKind::Lost, _) => {
                     if let Some(h) = open.take() {
-                        out.push(Hold { to: op.start.max(h.from), ..h });
+                        out.push(Hold {
+                            to: op.start.max(h.from),
+                            ..h
+                        });
                     }
                 }
                 _ => {}
@@ -138,7 +160,12 @@ pub fn overlapping_holds(holds: &[Hold]) -> Vec<(Hold, Hold)> {
             }
             // Readers share; a reader beside a writer, or two writers, clash.
             let both_shared = a.lock.ends_with(SHARED) && b.lock.ends_with(SHARED);
-            if group(&a.lock) == group(&b.lock) && !both_shared && a.client != b.client && b.from < a.to && a.from < b.to {
+            if group(&a.lock) == group(&b.lock)
+                && !both_shared
+                && a.client != b.client
+                && b.from < a.to
+                && a.from < b.to
+            {
                 pairs.push((a.clone(), b.clone()));
             }
         }
@@ -181,7 +208,9 @@ pub fn check(ops: &[Op], resource_log: &Value) -> Verdict {
     for op in ops {
         match &op.outcome {
             Outcome::Unknown(_) => v.unknown += 1,
-            Outcome::Fail(code) if op.kind != OpKind::Lost => *v.errors.entry(code.clone()).or_default() += 1,
+            Outcome::Fail(code) if op.kind != OpKind::Lost => {
+                *v.errors.entry(code.clone()).or_default() += 1
+            }
             _ => {}
         }
         if op.kind == OpKind::Lost {
@@ -198,12 +227,20 @@ pub fn check(ops: &[Op], resource_log: &Value) -> Verdict {
         .collect();
     // Per resource: the latest grant start among writes accepted so far.
     let mut newest_writer_grant: HashMap<String, f64> = HashMap::new();
-    let entries = resource_log.get("entries").and_then(Value::as_array).cloned().unwrap_or_default();
+    let entries = resource_log
+        .get("entries")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
     let mut highest: HashMap<String, u64> = HashMap::new();
     let mut token_owner: HashMap<(String, u64), String> = HashMap::new();
     let mut accepted_ids = HashSet::new();
     for e in &entries {
-        let resource = e.get("resource").and_then(Value::as_str).unwrap_or("default").to_string();
+        let resource = e
+            .get("resource")
+            .and_then(Value::as_str)
+            .unwrap_or("default")
+            .to_string();
         // The resource logs tokens as decimal strings (u64 does not fit a JS number).
         let token = match e.get("token") {
             Some(Value::String(t)) => t.parse().unwrap_or(0),
@@ -212,7 +249,11 @@ pub fn check(ops: &[Op], resource_log: &Value) -> Verdict {
         };
         let accepted = e.get("accepted").and_then(Value::as_bool).unwrap_or(false);
         let record = e.get("record").cloned().unwrap_or(Value::Null);
-        let client = record.get("client").and_then(Value::as_str).unwrap_or("").to_string();
+        let client = record
+            .get("client")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
         if !accepted {
             v.stale_rejected += 1;
             continue;
@@ -246,7 +287,11 @@ pub fn check(ops: &[Op], resource_log: &Value) -> Verdict {
     }
     // The resource keeps its newest entries only; an id older than its log
     // cannot be judged, so only writes at or after its oldest entry count.
-    let oldest_seq_kept = entries.first().and_then(|e| e.get("seq")).and_then(Value::as_u64).unwrap_or(0);
+    let oldest_seq_kept = entries
+        .first()
+        .and_then(|e| e.get("seq"))
+        .and_then(Value::as_u64)
+        .unwrap_or(0);
     let truncated = oldest_seq_kept > 1;
     for op in ops {
         if op.kind == OpKind::Write && op.is_ok() {
@@ -264,9 +309,15 @@ pub fn check(ops: &[Op], resource_log: &Value) -> Verdict {
 /// token no higher than it.
 pub fn token_inversions(ops: &[Op]) -> usize {
     let mut by_lock: HashMap<&str, Vec<(f64, f64, u64)>> = HashMap::new();
-    for o in ops.iter().filter(|o| o.kind == OpKind::Acquire && o.is_ok()) {
+    for o in ops
+        .iter()
+        .filter(|o| o.kind == OpKind::Acquire && o.is_ok())
+    {
         if let Some(t) = o.token {
-            by_lock.entry(group(&o.lock)).or_default().push((o.start, o.end, t));
+            by_lock
+                .entry(group(&o.lock))
+                .or_default()
+                .push((o.start, o.end, t));
         }
     }
     let mut count = 0;
@@ -295,7 +346,16 @@ mod tests {
     use serde_json::json;
 
     fn op(client: &str, kind: OpKind, start: f64, end: f64, token: Option<u64>) -> Op {
-        Op { client: client.into(), lock: "l".into(), kind, start, end, outcome: Outcome::Ok, token, write_id: None }
+        Op {
+            client: client.into(),
+            lock: "l".into(),
+            kind,
+            start,
+            end,
+            outcome: Outcome::Ok,
+            token,
+            write_id: None,
+        }
     }
 
     #[test]
@@ -314,7 +374,10 @@ mod tests {
             op("b", OpKind::Lost, 4.0, 4.0, Some(2)),
         ];
         let v = check(&bad, &json!({"entries": []}));
-        assert_eq!((v.acquisitions, v.overlaps_believed, v.lost_signals), (2, 1, 1));
+        assert_eq!(
+            (v.acquisitions, v.overlaps_believed, v.lost_signals),
+            (2, 1, 1)
+        );
     }
 
     #[test]
@@ -355,7 +418,10 @@ mod tests {
 
     #[test]
     fn permits_are_judged_per_slot_and_counted_per_name() {
-        let at = |client: &str, lock: &str, kind, start, end, token| Op { lock: lock.into(), ..op(client, kind, start, end, token) };
+        let at = |client: &str, lock: &str, kind, start, end, token| Op {
+            lock: lock.into(),
+            ..op(client, kind, start, end, token)
+        };
         // Three permits of `s` at once (slots 0, 1, 2), then slot 1 passes
         // from b to d: no overlap per slot, three concurrent holders.
         let ops = vec![
@@ -376,7 +442,10 @@ mod tests {
         let mut bad = ops.clone();
         bad.push(at("f", "s#slot0", OpKind::Acquire, 1.5, 3.0, Some(5)));
         let v = check(&bad, &json!({"entries": []}));
-        assert_eq!((v.overlaps_believed, v.max_holders.get("s").copied()), (1, Some(4)));
+        assert_eq!(
+            (v.overlaps_believed, v.max_holders.get("s").copied()),
+            (1, Some(4))
+        );
         // Writes are fenced per slot: slot 1's token 2 after slot 0's 5 is fine.
         let log = json!({"entries": [
             {"seq": 1, "resource": "s#slot0", "token": "5", "accepted": true, "record": {"client": "f"}},
@@ -387,7 +456,10 @@ mod tests {
 
     #[test]
     fn readers_share_and_writers_exclude_them() {
-        let at = |client: &str, lock: &str, kind, start, end, token| Op { lock: lock.into(), ..op(client, kind, start, end, token) };
+        let at = |client: &str, lock: &str, kind, start, end, token| Op {
+            lock: lock.into(),
+            ..op(client, kind, start, end, token)
+        };
         // Two readers at once, then a writer after both: fine.
         let ops = vec![
             at("r1", "rw#shared", OpKind::Acquire, 0.0, 1.0, Some(1)),
@@ -397,7 +469,14 @@ mod tests {
             at("w", "rw", OpKind::Acquire, 2.0, 4.0, Some(3)),
         ];
         let v = check(&ops, &json!({"entries": []}));
-        assert_eq!((v.overlaps_believed, v.token_inversions, v.max_holders.get("rw").copied()), (0, 0, Some(2)));
+        assert_eq!(
+            (
+                v.overlaps_believed,
+                v.token_inversions,
+                v.max_holders.get("rw").copied()
+            ),
+            (0, 0, Some(2))
+        );
         // A writer granted while a reader still holds clashes; a writer
         // granted after a reader with a lower token is an inversion.
         let mut bad = ops.clone();
@@ -420,6 +499,14 @@ mod tests {
         let mut w = op("a", OpKind::Write, 0.0, 1.0, Some(5));
         w.write_id = Some("w9".into());
         let v = check(&[w], &log);
-        assert_eq!((v.writes_accepted, v.stale_rejected, v.stale_accepted, v.acked_lost), (4, 1, 2, 1));
+        assert_eq!(
+            (
+                v.writes_accepted,
+                v.stale_rejected,
+                v.stale_accepted,
+                v.acked_lost
+            ),
+            (4, 1, 2, 1)
+        );
     }
 }

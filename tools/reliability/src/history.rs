@@ -10,7 +10,10 @@ use serde::{Deserialize, Serialize};
 /// Wall-clock milliseconds (fractional) since the Unix epoch. The clients'
 /// clocks are never faked: only Redis servers run under libfaketime.
 pub fn now_ms() -> f64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs_f64() * 1000.0).unwrap_or(0.0)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs_f64() * 1000.0)
+        .unwrap_or(0.0)
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -73,7 +76,10 @@ impl History {
     /// A history that also prints each op as one JSON line on stdout, for
     /// the orchestrator reading a worker process.
     pub fn echoing() -> History {
-        History { ops: Arc::default(), echo: true }
+        History {
+            ops: Arc::default(),
+            echo: true,
+        }
     }
 
     pub fn record(&self, op: Op) {

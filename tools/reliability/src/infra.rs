@@ -8,7 +8,10 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use edgelock_devtools::{http_request, EtcdCluster, EtcdOptions, FaultProxy, RedisOptions, RedisServer, UpstashGateway, Webdis};
+use edgelock_devtools::{
+    http_request, EtcdCluster, EtcdOptions, FaultProxy, RedisOptions, RedisServer, UpstashGateway,
+    Webdis,
+};
 use serde_json::{json, Value};
 
 use crate::backend::BackendSpec;
@@ -21,7 +24,10 @@ pub const UPSTASH_TOKEN: &str = "reliability-token";
 
 /// `http://127.0.0.1:1234/` → the socket address (what a fault proxy forwards to).
 pub fn addr_of(url: &str) -> io::Result<SocketAddr> {
-    url.trim_start_matches("http://").trim_end_matches('/').parse().map_err(io::Error::other)
+    url.trim_start_matches("http://")
+        .trim_end_matches('/')
+        .parse()
+        .map_err(io::Error::other)
 }
 
 /// N independent redis-servers (no persistence), each behind webdis and an
@@ -38,9 +44,17 @@ impl RedisNodes {
     /// `faketime`: start every server under libfaketime (spec "+0"), so that
     /// its clock can be moved later with `servers[i].set_faketime`.
     pub fn start(n: usize, faketime: bool) -> io::Result<RedisNodes> {
-        let mut nodes = RedisNodes { servers: Vec::new(), webdis: Vec::new(), gateways: Vec::new(), proxies: Vec::new() };
+        let mut nodes = RedisNodes {
+            servers: Vec::new(),
+            webdis: Vec::new(),
+            gateways: Vec::new(),
+            proxies: Vec::new(),
+        };
         for _ in 0..n {
-            let opts = RedisOptions { faketime: faketime.then(|| "+0".to_string()), ..RedisOptions::default() };
+            let opts = RedisOptions {
+                faketime: faketime.then(|| "+0".to_string()),
+                ..RedisOptions::default()
+            };
             let server = RedisServer::start_with(opts)?;
             let webdis = Webdis::start(&server)?;
             let gateway = UpstashGateway::start(&server, UPSTASH_TOKEN)?;
@@ -55,17 +69,26 @@ impl RedisNodes {
 
     /// `webdis+http://…` through each node's fault proxy.
     pub fn proxied_specs(&self) -> Vec<String> {
-        self.proxies.iter().map(|p| format!("webdis+{}", p.url())).collect()
+        self.proxies
+            .iter()
+            .map(|p| format!("webdis+{}", p.url()))
+            .collect()
     }
 
     /// `webdis+http://…` straight to each webdis.
     pub fn webdis_specs(&self) -> Vec<String> {
-        self.webdis.iter().map(|w| format!("webdis+{}", w.url())).collect()
+        self.webdis
+            .iter()
+            .map(|w| format!("webdis+{}", w.url()))
+            .collect()
     }
 
     /// `upstash+http://…` for each gateway (token [`UPSTASH_TOKEN`]).
     pub fn upstash_specs(&self) -> Vec<String> {
-        self.gateways.iter().map(|g| format!("upstash+{}", g.url())).collect()
+        self.gateways
+            .iter()
+            .map(|g| format!("upstash+{}", g.url()))
+            .collect()
     }
 
     /// Lock keys (not fence counters nor a semaphore's limit record, which
@@ -74,13 +97,24 @@ impl RedisNodes {
     pub fn lock_keys_left(&self) -> Vec<Option<usize>> {
         self.servers
             .iter()
-            .map(|s| s.all_keys().ok().map(|keys| keys.iter().filter(|k| !k.ends_with(b":fence") && !k.ends_with(b":limit")).count()))
+            .map(|s| {
+                s.all_keys().ok().map(|keys| {
+                    keys.iter()
+                        .filter(|k| !k.ends_with(b":fence") && !k.ends_with(b":limit"))
+                        .count()
+                })
+            })
             .collect()
     }
 
     /// Remaining TTL (ms) of `key` on node `i` (`None`: absent or no answer).
     pub fn pttl(&self, i: usize, key: &str) -> Option<i64> {
-        match self.servers.get(i)?.redis_command(&[b"PTTL", key.as_bytes()]).ok()? {
+        match self
+            .servers
+            .get(i)?
+            .redis_command(&[b"PTTL", key.as_bytes()])
+            .ok()?
+        {
             edgelock_devtools::RespValue::Integer(ms) if ms >= 0 => Some(ms),
             _ => None,
         }
@@ -103,7 +137,11 @@ impl EtcdNodes {
     pub fn start(n: usize, opts: EtcdOptions) -> io::Result<EtcdNodes> {
         let cluster = EtcdCluster::start_with(n, opts)?;
         cluster.wait_for_leader(Duration::from_secs(20))?;
-        let proxies = cluster.urls().iter().map(|u| addr_of(u).and_then(FaultProxy::start)).collect::<io::Result<Vec<_>>>()?;
+        let proxies = cluster
+            .urls()
+            .iter()
+            .map(|u| addr_of(u).and_then(FaultProxy::start))
+            .collect::<io::Result<Vec<_>>>()?;
         Ok(EtcdNodes { cluster, proxies })
     }
 
@@ -134,14 +172,26 @@ pub fn etcd_keys(url: &str, prefix: &str) -> io::Result<Vec<String>> {
         *last += 1;
     }
     let body = json!({"key": STANDARD.encode(prefix.as_bytes()), "range_end": STANDARD.encode(&end), "keys_only": true}).to_string();
-    let r = http_request("POST", &format!("{url}/v3/kv/range"), &[("content-type", "application/json")], body.as_bytes(), Duration::from_secs(3))?;
+    let r = http_request(
+        "POST",
+        &format!("{url}/v3/kv/range"),
+        &[("content-type", "application/json")],
+        body.as_bytes(),
+        Duration::from_secs(3),
+    )?;
     if r.status != 200 {
         return Err(io::Error::other(format!("etcd range: HTTP {}", r.status)));
     }
     let v: Value = serde_json::from_slice(&r.body).map_err(io::Error::other)?;
     Ok(v.get("kvs")
         .and_then(Value::as_array)
-        .map(|kvs| kvs.iter().filter_map(|kv| kv.get("key")?.as_str()).filter_map(|k| STANDARD.decode(k).ok()).map(|k| String::from_utf8_lossy(&k).into_owned()).collect())
+        .map(|kvs| {
+            kvs.iter()
+                .filter_map(|kv| kv.get("key")?.as_str())
+                .filter_map(|k| STANDARD.decode(k).ok())
+                .map(|k| String::from_utf8_lossy(&k).into_owned())
+                .collect()
+        })
         .unwrap_or_default())
 }
 
@@ -154,13 +204,24 @@ pub struct Crew {
 impl Crew {
     /// Starts one thread per `cfgs` entry; each builds its own client from
     /// `backend` and runs [`contend`] until `duration` passes or [`Crew::stop`].
-    pub fn start(backend: &BackendSpec, cfgs: Vec<ContenderCfg>, resource: &ResourceClient, history: &History, duration: Duration) -> Crew {
+    pub fn start(
+        backend: &BackendSpec,
+        cfgs: Vec<ContenderCfg>,
+        resource: &ResourceClient,
+        history: &History,
+        duration: Duration,
+    ) -> Crew {
         let stop = Arc::new(AtomicBool::new(false));
         let deadline = Instant::now() + duration;
         let threads = cfgs
             .into_iter()
             .map(|cfg| {
-                let (backend, resource, history, stop) = (backend.clone(), resource.clone(), history.clone(), stop.clone());
+                let (backend, resource, history, stop) = (
+                    backend.clone(),
+                    resource.clone(),
+                    history.clone(),
+                    stop.clone(),
+                );
                 std::thread::spawn(move || match backend.client() {
                     Ok(client) => {
                         contend(&client, &cfg, &resource, &history, &stop, deadline);
@@ -194,6 +255,17 @@ impl Crew {
 }
 
 /// `n` contender configs named `<prefix>0..` on `lock`.
-pub fn contenders(prefix: &str, n: usize, lock: &str, template: &ContenderCfg) -> Vec<ContenderCfg> {
-    (0..n).map(|i| ContenderCfg { id: format!("{prefix}{i}"), lock: lock.to_string(), ..template.clone() }).collect()
+pub fn contenders(
+    prefix: &str,
+    n: usize,
+    lock: &str,
+    template: &ContenderCfg,
+) -> Vec<ContenderCfg> {
+    (0..n)
+        .map(|i| ContenderCfg {
+            id: format!("{prefix}{i}"),
+            lock: lock.to_string(),
+            ..template.clone()
+        })
+        .collect()
 }

@@ -51,7 +51,11 @@ impl ScenarioReport {
     }
 
     pub fn check(&mut self, what: &str, pass: bool, detail: impl std::fmt::Display) {
-        self.checks.push(Check { what: what.into(), pass, detail: detail.to_string() });
+        self.checks.push(Check {
+            what: what.into(),
+            pass,
+            detail: detail.to_string(),
+        });
     }
 
     pub fn note(&mut self, text: impl Into<String>) {
@@ -85,20 +89,44 @@ pub fn render(reports: &[ScenarioReport], command: &str, header: &str) -> String
     let _ = writeln!(md, "# edgelock reliability report\n");
     let _ = writeln!(md, "{header}\n");
     let _ = writeln!(md, "Reproduce with:\n\n```sh\n{command}\n```\n");
-    let _ = writeln!(md, "**{passed} of {} scenario runs passed.**\n", reports.len());
-    let findings: Vec<(&ScenarioReport, &String)> = reports.iter().flat_map(|r| r.findings.iter().map(move |f| (r, f))).collect();
+    let _ = writeln!(
+        md,
+        "**{passed} of {} scenario runs passed.**\n",
+        reports.len()
+    );
+    let findings: Vec<(&ScenarioReport, &String)> = reports
+        .iter()
+        .flat_map(|r| r.findings.iter().map(move |f| (r, f)))
+        .collect();
     if !findings.is_empty() {
         let _ = writeln!(md, "## Findings\n\nUnsafety these runs exposed (in a protocol, an opt-in mode or a server), with what fencing did about it:\n");
         for (r, f) in findings {
-            let _ = writeln!(md, "- **{} ({})** — {}", r.id, r.backend, f.replace('\n', " "));
+            let _ = writeln!(
+                md,
+                "- **{} ({})** — {}",
+                r.id,
+                r.backend,
+                f.replace('\n', " ")
+            );
         }
         let _ = writeln!(md, "\n## Results\n");
     }
-    let _ = writeln!(md, "| # | scenario | backend | fault | what must hold | measured | result |");
+    let _ = writeln!(
+        md,
+        "| # | scenario | backend | fault | what must hold | measured | result |"
+    );
     let _ = writeln!(md, "|---|---|---|---|---|---|---|");
     for r in reports {
-        let must: Vec<String> = r.checks.iter().map(|c| format!("{} {}", if c.pass { "✔" } else { "✘" }, c.what)).collect();
-        let figs: Vec<String> = r.figures.iter().map(|(k, v)| format!("{k}: **{v}**")).collect();
+        let must: Vec<String> = r
+            .checks
+            .iter()
+            .map(|c| format!("{} {}", if c.pass { "✔" } else { "✘" }, c.what))
+            .collect();
+        let figs: Vec<String> = r
+            .figures
+            .iter()
+            .map(|(k, v)| format!("{k}: **{v}**"))
+            .collect();
         let _ = writeln!(
             md,
             "| {} | {} | {} | {} | {} | {} | {} |",
@@ -113,10 +141,28 @@ pub fn render(reports: &[ScenarioReport], command: &str, header: &str) -> String
     }
     let _ = writeln!(md, "\n## Details\n");
     for r in reports {
-        let _ = writeln!(md, "### {} — {} ({}) — {}\n", r.id, r.title, r.backend, if r.passed() { "pass" } else { "FAIL" });
-        let _ = writeln!(md, "Fault: {}. Took {:.1} s.\n", r.fault, r.duration.as_secs_f64());
+        let _ = writeln!(
+            md,
+            "### {} — {} ({}) — {}\n",
+            r.id,
+            r.title,
+            r.backend,
+            if r.passed() { "pass" } else { "FAIL" }
+        );
+        let _ = writeln!(
+            md,
+            "Fault: {}. Took {:.1} s.\n",
+            r.fault,
+            r.duration.as_secs_f64()
+        );
         for c in &r.checks {
-            let _ = writeln!(md, "- {} {} — {}", if c.pass { "✔" } else { "✘" }, c.what, c.detail);
+            let _ = writeln!(
+                md,
+                "- {} {} — {}",
+                if c.pass { "✔" } else { "✘" },
+                c.what,
+                c.detail
+            );
         }
         for (k, v) in &r.figures {
             let _ = writeln!(md, "- {k}: {v}");

@@ -45,7 +45,14 @@ pub fn worker_main(spec_json: &str) -> i32 {
     let history = History::echoing();
     let resource = ResourceClient::new(&spec.resource_url);
     let stop = AtomicBool::new(false);
-    contend(&client, &spec.contender, &resource, &history, &stop, Instant::now() + Duration::from_millis(spec.duration_ms));
+    contend(
+        &client,
+        &spec.contender,
+        &resource,
+        &history,
+        &stop,
+        Instant::now() + Duration::from_millis(spec.duration_ms),
+    );
     let _ = client.close();
     0
 }
@@ -61,8 +68,17 @@ impl WorkerProcess {
     pub fn spawn(spec: &WorkerSpec) -> std::io::Result<WorkerProcess> {
         let exe = std::env::current_exe()?;
         let json = serde_json::to_string(spec).map_err(std::io::Error::other)?;
-        let mut child = Command::new(exe).arg("worker").arg(json).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn()?;
-        let stdout = child.stdout.take().ok_or_else(|| std::io::Error::other("no stdout"))?;
+        let mut child = Command::new(exe)
+            .arg("worker")
+            .arg(json)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()?;
+        let stdout = child
+            .stdout
+            .take()
+            .ok_or_else(|| std::io::Error::other("no stdout"))?;
         let history = History::new();
         let h = history.clone();
         let reader = std::thread::spawn(move || {
@@ -72,7 +88,11 @@ impl WorkerProcess {
                 }
             }
         });
-        Ok(WorkerProcess { child, history, reader: Some(reader) })
+        Ok(WorkerProcess {
+            child,
+            history,
+            reader: Some(reader),
+        })
     }
 
     pub fn pid(&self) -> u32 {

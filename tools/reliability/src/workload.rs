@@ -105,22 +105,57 @@ pub fn base_name(hold: &str) -> &str {
     hold.rsplit_once("#slot").map_or(hold, |(base, _)| base)
 }
 
-fn record(h: &History, cfg: &ContenderCfg, kind: OpKind, start: f64, outcome: Outcome, token: Option<u64>) {
-    h.record(Op { client: cfg.id.clone(), lock: cfg.lock.clone(), kind, start, end: now_ms(), outcome, token, write_id: None });
+fn record(
+    h: &History,
+    cfg: &ContenderCfg,
+    kind: OpKind,
+    start: f64,
+    outcome: Outcome,
+    token: Option<u64>,
+) {
+    h.record(Op {
+        client: cfg.id.clone(),
+        lock: cfg.lock.clone(),
+        kind,
+        start,
+        end: now_ms(),
+        outcome,
+        token,
+        write_id: None,
+    });
 }
 
 /// One attempt to acquire; `Some(lock)` when granted.
 pub fn acquire(client: &Client, cfg: &ContenderCfg, history: &History) -> Option<Lock> {
     let start = now_ms();
-    let opts = AcquireOptions { wait: Wait::For(cfg.wait_ms), ttl_ms: cfg.ttl_ms };
+    let opts = AcquireOptions {
+        wait: Wait::For(cfg.wait_ms),
+        ttl_ms: cfg.ttl_ms,
+    };
     match client.acquire_kind(&cfg.lock, cfg.kind(), opts, None) {
         Ok(Some(lock)) => {
-            let op = Op { client: cfg.id.clone(), lock: hold_name(&lock), kind: OpKind::Acquire, start, end: now_ms(), outcome: Outcome::Ok, token: Some(lock.fencing_token()), write_id: None };
+            let op = Op {
+                client: cfg.id.clone(),
+                lock: hold_name(&lock),
+                kind: OpKind::Acquire,
+                start,
+                end: now_ms(),
+                outcome: Outcome::Ok,
+                token: Some(lock.fencing_token()),
+                write_id: None,
+            };
             history.record(op);
             Some(lock)
         }
         Ok(None) => {
-            record(history, cfg, OpKind::Acquire, start, Outcome::Fail("NOT_ACQUIRED".into()), None);
+            record(
+                history,
+                cfg,
+                OpKind::Acquire,
+                start,
+                Outcome::Fail("NOT_ACQUIRED".into()),
+                None,
+            );
             None
         }
         Err(e) => {
@@ -129,7 +164,14 @@ pub fn acquire(client: &Client, cfg: &ContenderCfg, history: &History) -> Option
             if std::env::var_os("RELIABILITY_LOG_ERRORS").is_some() {
                 eprintln!("[{}] acquire {:?}: {e}", cfg.id, cfg.lock);
             }
-            record(history, cfg, OpKind::Acquire, start, Outcome::Fail(e.code().into()), None);
+            record(
+                history,
+                cfg,
+                OpKind::Acquire,
+                start,
+                Outcome::Fail(e.code().into()),
+                None,
+            );
             None
         }
     }
@@ -138,7 +180,12 @@ pub fn acquire(client: &Client, cfg: &ContenderCfg, history: &History) -> Option
 /// Holds `lock` for `cfg.hold_ms`, writing `cfg.writes_per_hold` times,
 /// then releases it. Records a `Lost` op if the client is told it lost the
 /// lock (and then stops using it).
-pub fn hold_and_release(lock: Lock, cfg: &ContenderCfg, resource: &ResourceClient, history: &History) {
+pub fn hold_and_release(
+    lock: Lock,
+    cfg: &ContenderCfg,
+    resource: &ResourceClient,
+    history: &History,
+) {
     let token = lock.fencing_token();
     let watcher = watch_lost(&lock, history, &cfg.id);
     let writes = cfg.writes_per_hold.max(1);
@@ -164,11 +211,26 @@ pub fn hold_and_release(lock: Lock, cfg: &ContenderCfg, resource: &ResourceClien
 }
 
 /// One write to the fenced resource under `token`, recorded.
-pub fn write_recorded(resource: &ResourceClient, history: &History, client: &str, lock: &str, token: u64) -> Outcome {
+pub fn write_recorded(
+    resource: &ResourceClient,
+    history: &History,
+    client: &str,
+    lock: &str,
+    token: u64,
+) -> Outcome {
     let id = ResourceClient::next_write_id(client);
     let start = now_ms();
     let outcome = resource.write(lock, client, token, &id);
-    history.record(Op { client: client.into(), lock: lock.into(), kind: OpKind::Write, start, end: now_ms(), outcome: outcome.clone(), token: Some(token), write_id: Some(id) });
+    history.record(Op {
+        client: client.into(),
+        lock: lock.into(),
+        kind: OpKind::Write,
+        start,
+        end: now_ms(),
+        outcome: outcome.clone(),
+        token: Some(token),
+        write_id: Some(id),
+    });
     outcome
 }
 
@@ -185,20 +247,47 @@ pub fn release_recorded(lock: Lock, history: &History, client: &str) {
         Ok(false) => Outcome::Fail("NOT_HELD".into()),
         Err(e) => Outcome::Fail(e.code().into()),
     };
-    history.record(Op { client: client.into(), lock: name, kind: OpKind::Release, start, end: now_ms(), outcome, token: Some(token), write_id: None });
+    history.record(Op {
+        client: client.into(),
+        lock: name,
+        kind: OpKind::Release,
+        start,
+        end: now_ms(),
+        outcome,
+        token: Some(token),
+        write_id: None,
+    });
 }
 
 /// Records a `Lost` op the moment the client signals the loss (a thread
 /// blocked on the lock's lost channel, which disconnects on release).
-pub fn watch_lost(lock: &Lock, history: &History, client: &str) -> Option<std::thread::JoinHandle<()>> {
+pub fn watch_lost(
+    lock: &Lock,
+    history: &History,
+    client: &str,
+) -> Option<std::thread::JoinHandle<()>> {
     let rx = lock.lost();
-    let (h, client, name, token) = (history.clone(), client.to_string(), hold_name(lock), lock.fencing_token());
+    let (h, client, name, token) = (
+        history.clone(),
+        client.to_string(),
+        hold_name(lock),
+        lock.fencing_token(),
+    );
     std::thread::Builder::new()
         .name("lost-watch".into())
         .spawn(move || {
             if let Ok(reason) = rx.recv() {
                 let t = now_ms();
-                h.record(Op { client, lock: name, kind: OpKind::Lost, start: t, end: t, outcome: Outcome::Fail(reason.to_string()), token: Some(token), write_id: None });
+                h.record(Op {
+                    client,
+                    lock: name,
+                    kind: OpKind::Lost,
+                    start: t,
+                    end: t,
+                    outcome: Outcome::Fail(reason.to_string()),
+                    token: Some(token),
+                    write_id: None,
+                });
             }
         })
         .ok()
@@ -206,9 +295,19 @@ pub fn watch_lost(lock: &Lock, history: &History, client: &str) -> Option<std::t
 
 /// Runs the contender loop until `stop` is set, `deadline` passes or
 /// `cfg.max_rounds` attempts were made.
-pub fn contend(client: &Client, cfg: &ContenderCfg, resource: &ResourceClient, history: &History, stop: &AtomicBool, deadline: Instant) {
+pub fn contend(
+    client: &Client,
+    cfg: &ContenderCfg,
+    resource: &ResourceClient,
+    history: &History,
+    stop: &AtomicBool,
+    deadline: Instant,
+) {
     let mut rounds = 0u64;
-    while !stop.load(Ordering::SeqCst) && Instant::now() < deadline && cfg.max_rounds.map_or(true, |m| rounds < m) {
+    while !stop.load(Ordering::SeqCst)
+        && Instant::now() < deadline
+        && cfg.max_rounds.map_or(true, |m| rounds < m)
+    {
         rounds += 1;
         if let Some(lock) = acquire(client, cfg, history) {
             hold_and_release(lock, cfg, resource, history);

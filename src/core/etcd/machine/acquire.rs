@@ -10,9 +10,11 @@ impl EtcdMachine {
             Some(OpKind::Acquire(a)) => a.name.clone(),
             Some(OpKind::Inspect { name, .. }) => name.clone(),
             Some(OpKind::Resume { handle, .. }) => handle.name.clone(),
-            Some(OpKind::Release { lock }) | Some(OpKind::Extend { lock, .. }) => {
-                self.locks.get(lock).map(|l| l.name.clone()).unwrap_or_default()
-            }
+            Some(OpKind::Release { lock }) | Some(OpKind::Extend { lock, .. }) => self
+                .locks
+                .get(lock)
+                .map(|l| l.name.clone())
+                .unwrap_or_default(),
             None => String::new(),
         }
     }
@@ -26,12 +28,18 @@ impl EtcdMachine {
 
     /// Advances an acquire that is in NeedLease: sends its txn once a lease exists.
     pub(super) fn acquire_step(&mut self, now: Millis, op: OpId) {
-        let Some(a) = self.acquire_mut(op) else { return };
+        let Some(a) = self.acquire_mut(op) else {
+            return;
+        };
         if a.phase != AcqPhase::NeedLease {
             return;
         }
-        let Some(lease) = self.usable_session_lease(now) else { return };
-        let Some(a) = self.acquire_mut(op) else { return };
+        let Some(lease) = self.usable_session_lease(now) else {
+            return;
+        };
+        let Some(a) = self.acquire_mut(op) else {
+            return;
+        };
         a.key = match &a.permit {
             Some(_) => permits::queue_key(&a.lock_prefix, lease, op),
             None if a.shared => shared::reader_key(&a.lock_prefix, lease, op),
@@ -41,7 +49,9 @@ impl EtcdMachine {
         a.phase = AcqPhase::Txn;
         // The lease is in use from now on: its timers must run.
         self.arm_lease(lease);
-        let Some(a) = self.acquire_mut(op) else { return };
+        let Some(a) = self.acquire_mut(op) else {
+            return;
+        };
         let body = match &a.permit {
             Some(p) => Self::permit_acquire_body(a, lease, p.limit),
             None if a.shared => Self::shared_acquire_body(a, lease),
@@ -54,10 +64,14 @@ impl EtcdMachine {
     }
 
     pub(super) fn send_predecessor_check(&mut self, now: Millis, op: OpId) {
-        let Some(a) = self.acquire_mut(op) else { return };
+        let Some(a) = self.acquire_mut(op) else {
+            return;
+        };
         a.phase = AcqPhase::Predecessor;
         self.set_recheck(op, None);
-        let Some(a) = self.acquire_mut(op) else { return };
+        let Some(a) = self.acquire_mut(op) else {
+            return;
+        };
         let body = match &a.permit {
             Some(p) => Self::permit_check_body(a, p.limit),
             None if a.shared => Self::shared_check_body(a),
@@ -69,8 +83,15 @@ impl EtcdMachine {
         }
     }
 
-    pub(super) fn on_acquire_reply(&mut self, now: Millis, op: OpId, result: Result<(u16, Vec<u8>), Failure>) {
-        let Some(a) = self.acquire_mut(op) else { return };
+    pub(super) fn on_acquire_reply(
+        &mut self,
+        now: Millis,
+        op: OpId,
+        result: Result<(u16, Vec<u8>), Failure>,
+    ) {
+        let Some(a) = self.acquire_mut(op) else {
+            return;
+        };
         let phase = a.phase.clone();
         let name = a.name.clone();
         let lease = a.lease;
@@ -95,11 +116,17 @@ impl EtcdMachine {
                 }
             };
         }
-        let txn = match result.and_then(|(s, b)| gw::parse::<TxnResponse>(s, &b).map_err(Failure::Gateway)) {
+        let txn = match result
+            .and_then(|(s, b)| gw::parse::<TxnResponse>(s, &b).map_err(Failure::Gateway))
+        {
             Ok(t) => t,
             Err(Failure::Gateway(GatewayError::LeaseNotFound)) => {
                 if let Some(l) = lease {
-                    self.lease_lost(now, l, LostReason::RenewalFailed("the lease no longer exists".into()));
+                    self.lease_lost(
+                        now,
+                        l,
+                        LostReason::RenewalFailed("the lease no longer exists".into()),
+                    );
                 }
                 return;
             }
@@ -108,7 +135,9 @@ impl EtcdMachine {
                 return self.cleanup(now, op, Ending::Error(err));
             }
         };
-        let Some(a) = self.acquire_mut(op) else { return };
+        let Some(a) = self.acquire_mut(op) else {
+            return;
+        };
         let revision = txn.header.revision;
         if a.permit.is_some() && (phase != AcqPhase::Txn || txn.succeeded) {
             if revision <= 0 {
@@ -122,27 +151,48 @@ impl EtcdMachine {
             }
             return self.on_shared_txn(now, op, phase, txn);
         }
-        let malformed = |m: &str| LockError::Backend { backend: BACKEND, name: name.clone(), status: None, message: format!("malformed reply: {m}") };
+        let malformed = |m: &str| LockError::Backend {
+            backend: BACKEND,
+            name: name.clone(),
+            status: None,
+            message: format!("malformed reply: {m}"),
+        };
         if revision <= 0 || txn.range(0).is_none() {
-            return self.cleanup(now, op, Ending::Error(malformed("txn reply without revision or range")));
+            return self.cleanup(
+                now,
+                op,
+                Ending::Error(malformed("txn reply without revision or range")),
+            );
         }
         let (predecessor, own_present) = match phase {
             AcqPhase::Txn if txn.succeeded => {
                 // The oldest key decides what the name is: a semaphore's
                 // (its value carries the limit) is no lock to wait for.
-                if let Some(permits::KeyKind::Permit(limit)) = txn.range(1).and_then(|r| r.kvs.first()).map(|kv| permits::key_kind(&kv.value)) {
+                if let Some(permits::KeyKind::Permit(limit)) = txn
+                    .range(1)
+                    .and_then(|r| r.kvs.first())
+                    .map(|kv| permits::key_kind(&kv.value))
+                {
                     a.my_rev = revision;
-                    let message = format!("{name:?} is a semaphore of {limit}, not an exclusive lock");
+                    let message =
+                        format!("{name:?} is a semaphore of {limit}, not an exclusive lock");
                     return self.cleanup(now, op, Ending::Error(LockError::invalid(message)));
                 }
                 a.my_rev = revision;
                 let newest = txn.range(0).map(|r| r.kvs.clone()).unwrap_or_default();
-                let pred = newest.iter().find(|kv| kv.key != a.key && kv.create_revision < a.my_rev).map(|kv| kv.key.clone());
+                let pred = newest
+                    .iter()
+                    .find(|kv| kv.key != a.key && kv.create_revision < a.my_rev)
+                    .map(|kv| kv.key.clone());
                 (pred, true)
             }
             AcqPhase::Txn => {
                 // Our key already exists: an earlier attempt applied. Learn its revision.
-                match txn.range(0).and_then(|r| r.kvs.iter().find(|kv| kv.key == a.key)).cloned() {
+                match txn
+                    .range(0)
+                    .and_then(|r| r.kvs.iter().find(|kv| kv.key == a.key))
+                    .cloned()
+                {
                     // A revision is positive; anything else is a hostile reply.
                     Some(kv) if kv.value == a.nonce && kv.create_revision > 0 => {
                         a.my_rev = kv.create_revision;
@@ -153,7 +203,11 @@ impl EtcdMachine {
                         // exactly it, then try again with a fresh key.
                         a.restarts += 1;
                         if a.restarts > MAX_RESTARTS {
-                            return self.cleanup(now, op, Ending::Error(malformed("a stale key cannot be removed")));
+                            return self.cleanup(
+                                now,
+                                op,
+                                Ending::Error(malformed("a stale key cannot be removed")),
+                            );
                         }
                         a.phase = AcqPhase::NeedLease;
                         let body = gw::delete_if_revision(&kv.key, kv.create_revision);
@@ -170,8 +224,18 @@ impl EtcdMachine {
                 }
             }
             AcqPhase::Predecessor => {
-                let own = txn.range(0).map(|r| r.kvs.iter().any(|kv| kv.key == a.key && kv.create_revision == a.my_rev)).unwrap_or(false);
-                let pred = txn.range(1).and_then(|r| r.kvs.first()).map(|kv| kv.key.clone());
+                let own = txn
+                    .range(0)
+                    .map(|r| {
+                        r.kvs
+                            .iter()
+                            .any(|kv| kv.key == a.key && kv.create_revision == a.my_rev)
+                    })
+                    .unwrap_or(false);
+                let pred = txn
+                    .range(1)
+                    .and_then(|r| r.kvs.first())
+                    .map(|kv| kv.key.clone());
                 (pred, own)
             }
             _ => return,
@@ -195,7 +259,9 @@ impl EtcdMachine {
 
     /// Our key vanished (deleted, or the lease expired): start over.
     pub(super) fn restart_acquire(&mut self, now: Millis, op: OpId) {
-        let Some(a) = self.acquire_mut(op) else { return };
+        let Some(a) = self.acquire_mut(op) else {
+            return;
+        };
         a.restarts += 1;
         if a.restarts > MAX_RESTARTS {
             return self.malformed(now, op, "our key keeps vanishing");
@@ -213,7 +279,9 @@ impl EtcdMachine {
     /// key's create revision) of a semaphore: hand the hold out if our lease
     /// is still valid.
     pub(super) fn grant_lock(&mut self, now: Millis, op: OpId, slot: Option<(u32, i64)>) {
-        let Some(a) = self.acquire_mut(op) else { return };
+        let Some(a) = self.acquire_mut(op) else {
+            return;
+        };
         let lease = a.lease.unwrap_or(0);
         let expires_at = match self.leases.get(&lease) {
             Some(l) if l.expires_at > now => l.expires_at,
@@ -221,7 +289,13 @@ impl EtcdMachine {
                 return self.lease_lost(now, lease, LostReason::Expired);
             }
         };
-        let Some(Op { kind: OpKind::Acquire(a), .. }) = self.ops.remove(&op) else { return };
+        let Some(Op {
+            kind: OpKind::Acquire(a),
+            ..
+        }) = self.ops.remove(&op)
+        else {
+            return;
+        };
         self.clear_acquire_timers(op);
         let lock = self.rt.out.lock_id();
         // A permit's token is its slot key's create revision (see the module docs).
@@ -243,14 +317,38 @@ impl EtcdMachine {
             slot: slot.map(|s| s.0),
         };
         let slot = slot.map(|(s, rev)| (s, permits::slot_key(&a.lock_prefix, s), rev));
-        self.locks.insert(lock, HeldLock { name: a.name.clone(), key: a.key.clone(), rev: a.my_rev, lease, slot, shared: a.shared, releasing: false });
-        self.rt.out.complete(op, Ok(Outcome::Acquired(LockInfo { id: lock, name: a.name, fencing_token: token as u64, expires_at, handle })));
+        self.locks.insert(
+            lock,
+            HeldLock {
+                name: a.name.clone(),
+                key: a.key.clone(),
+                rev: a.my_rev,
+                lease,
+                slot,
+                shared: a.shared,
+                releasing: false,
+            },
+        );
+        self.rt.out.complete(
+            op,
+            Ok(Outcome::Acquired(LockInfo {
+                id: lock,
+                name: a.name,
+                fencing_token: token as u64,
+                expires_at,
+                handle,
+            })),
+        );
     }
 
     pub(super) fn on_watch_chunk(&mut self, now: Millis, id: RequestId, data: &[u8]) {
-        let Some(p) = self.rt.requests.owner_mut(id) else { return };
+        let Some(p) = self.rt.requests.owner_mut(id) else {
+            return;
+        };
         let Purpose::Op(op) = p.purpose else { return };
-        let Some(splitter) = p.splitter.as_mut() else { return };
+        let Some(splitter) = p.splitter.as_mut() else {
+            return;
+        };
         let messages = match splitter.push(data) {
             Ok(m) => m,
             Err(_) => return self.watch_broken(now, id, op),
@@ -260,7 +358,12 @@ impl EtcdMachine {
             // (its predecessor's promotion is a PUT); a lock's on a delete.
             let permit = matches!(self.ops.get(&op).map(|o| &o.kind), Some(OpKind::Acquire(a)) if a.permit.is_some());
             match gw::parse_watch_message(&m) {
-                Ok(w) if w.canceled || w.compact_revision > 0 || w.has_delete() || (permit && !w.events.is_empty()) => {
+                Ok(w)
+                    if w.canceled
+                        || w.compact_revision > 0
+                        || w.has_delete()
+                        || (permit && !w.events.is_empty()) =>
+                {
                     // The predecessor went away (or the watch can't tell): re-check.
                     self.cancel_request(Some(id));
                     if let Some(o) = self.ops.get_mut(&op) {
@@ -306,14 +409,24 @@ impl EtcdMachine {
 
     /// Remove our key (if it may exist), then report `ending`.
     pub(super) fn cleanup(&mut self, now: Millis, op: OpId, ending: Ending) {
-        let Some(o) = self.ops.get_mut(&op) else { return };
+        let Some(o) = self.ops.get_mut(&op) else {
+            return;
+        };
         if !matches!(o.kind, OpKind::Acquire(_)) {
             return;
         }
         self.set_recheck(op, None);
-        let Some(o) = self.ops.get_mut(&op) else { return };
-        let OpKind::Acquire(a) = &mut o.kind else { return };
-        if matches!(a.phase, AcqPhase::Txn | AcqPhase::RemoveStale | AcqPhase::Claim) && o.req.is_some() {
+        let Some(o) = self.ops.get_mut(&op) else {
+            return;
+        };
+        let OpKind::Acquire(a) = &mut o.kind else {
+            return;
+        };
+        if matches!(
+            a.phase,
+            AcqPhase::Txn | AcqPhase::RemoveStale | AcqPhase::Claim
+        ) && o.req.is_some()
+        {
             // The txn in flight may still apply after anything we send now:
             // wait for its answer, which tells exactly which key to delete.
             a.ending = Some(ending);
@@ -325,22 +438,39 @@ impl EtcdMachine {
             a.phase = AcqPhase::Watch;
             self.forget_unanswered_claim(now, op);
         }
-        let Some(o) = self.ops.get_mut(&op) else { return };
-        let OpKind::Acquire(a) = &mut o.kind else { return };
-        let has_key = matches!(a.phase, AcqPhase::Txn | AcqPhase::Predecessor | AcqPhase::Watch);
+        let Some(o) = self.ops.get_mut(&op) else {
+            return;
+        };
+        let OpKind::Acquire(a) = &mut o.kind else {
+            return;
+        };
+        let has_key = matches!(
+            a.phase,
+            AcqPhase::Txn | AcqPhase::Predecessor | AcqPhase::Watch
+        );
         if !has_key || a.lease.is_none() {
             self.cancel_request(req);
             return self.finish_acquire(now, op, ending);
         }
         a.phase = AcqPhase::Cleanup;
         a.ending = Some(ending);
-        let claimed = a.permit.as_ref().and_then(|p| p.claimed).map(|(slot, rev)| (permits::slot_key(&a.lock_prefix, slot), rev));
+        let claimed = a
+            .permit
+            .as_ref()
+            .and_then(|p| p.claimed)
+            .map(|(slot, rev)| (permits::slot_key(&a.lock_prefix, slot), rev));
         let body = match claimed {
-            Some((slot_key, rev)) if a.my_rev > 0 => gw::delete_all_if_revisions(&[(&a.key, a.my_rev), (&slot_key, rev)]),
+            Some((slot_key, rev)) if a.my_rev > 0 => {
+                gw::delete_all_if_revisions(&[(&a.key, a.my_rev), (&slot_key, rev)])
+            }
             _ if a.my_rev > 0 => gw::delete_if_revision(&a.key, a.my_rev),
             _ => gw::delete_key(&a.key),
         };
-        let path = if a.my_rev > 0 { "/v3/kv/txn" } else { "/v3/kv/deleterange" };
+        let path = if a.my_rev > 0 {
+            "/v3/kv/txn"
+        } else {
+            "/v3/kv/deleterange"
+        };
         self.cancel_request(req);
         let req = self.send(now, Purpose::Op(op), path, body, false);
         if let Some(o) = self.ops.get_mut(&op) {
@@ -350,8 +480,17 @@ impl EtcdMachine {
 
     /// The answer to the txn that was in flight when the acquire was cancelled:
     /// learn our key's revision from it (if it applied) and delete exactly that.
-    pub(super) fn cleanup_after_txn(&mut self, now: Millis, op: OpId, phase: AcqPhase, ending: Ending, result: Result<(u16, Vec<u8>), Failure>) {
-        let Some(a) = self.acquire_mut(op) else { return };
+    pub(super) fn cleanup_after_txn(
+        &mut self,
+        now: Millis,
+        op: OpId,
+        phase: AcqPhase,
+        ending: Ending,
+        result: Result<(u16, Vec<u8>), Failure>,
+    ) {
+        let Some(a) = self.acquire_mut(op) else {
+            return;
+        };
         if phase == AcqPhase::RemoveStale {
             // Nothing of this attempt was created.
             a.phase = AcqPhase::NeedLease;
@@ -362,7 +501,10 @@ impl EtcdMachine {
             // it in one txn; one whose outcome is unknown is deleted in the
             // background (comparing the value: a slot we did not get is left alone).
             a.phase = AcqPhase::Watch;
-            match result.ok().and_then(|(s, b)| gw::parse::<TxnResponse>(s, &b).ok()) {
+            match result
+                .ok()
+                .and_then(|(s, b)| gw::parse::<TxnResponse>(s, &b).ok())
+            {
                 Some(t) if t.succeeded && t.header.revision > 0 => {
                     if let Some(p) = a.permit.as_mut() {
                         p.claimed = p.claiming.take().map(|slot| (slot, t.header.revision));
@@ -377,10 +519,15 @@ impl EtcdMachine {
             }
             return self.cleanup(now, op, ending);
         }
-        let txn = result.ok().and_then(|(s, b)| gw::parse::<TxnResponse>(s, &b).ok());
+        let txn = result
+            .ok()
+            .and_then(|(s, b)| gw::parse::<TxnResponse>(s, &b).ok());
         match txn {
             Some(t) if t.succeeded && t.header.revision > 0 => a.my_rev = t.header.revision,
-            Some(t) => match t.range(0).and_then(|r| r.kvs.iter().find(|kv| kv.key == a.key)) {
+            Some(t) => match t
+                .range(0)
+                .and_then(|r| r.kvs.iter().find(|kv| kv.key == a.key))
+            {
                 // 0 = unknown revision: cleanup deletes whatever is there.
                 Some(kv) => a.my_rev = kv.create_revision.max(0),
                 None => {
@@ -395,8 +542,15 @@ impl EtcdMachine {
         self.cleanup(now, op, ending);
     }
 
-    pub(super) fn on_cleanup_reply(&mut self, now: Millis, op: OpId, result: Result<(u16, Vec<u8>), Failure>) {
-        let Some(a) = self.acquire_mut(op) else { return };
+    pub(super) fn on_cleanup_reply(
+        &mut self,
+        now: Millis,
+        op: OpId,
+        result: Result<(u16, Vec<u8>), Failure>,
+    ) {
+        let Some(a) = self.acquire_mut(op) else {
+            return;
+        };
         let ending = a.ending.clone().unwrap_or(Ending::NotAcquired);
         let ok = matches!(&result, Ok((s, _)) if (200..300).contains(s));
         if !ok {
@@ -411,11 +565,25 @@ impl EtcdMachine {
                 retry_at: now + ORPHAN_RETRY_MS,
                 req: None,
             };
-            if let Some(Op { kind: OpKind::Acquire(a), .. }) = self.ops.remove(&op) {
+            if let Some(Op {
+                kind: OpKind::Acquire(a),
+                ..
+            }) = self.ops.remove(&op)
+            {
                 if let Some((slot, rev)) = a.permit.as_ref().and_then(|p| p.claimed) {
                     let key = permits::slot_key(&a.lock_prefix, slot);
-                    let (name, lease, retry_at) = (orphan.name.clone(), orphan.lease, orphan.retry_at);
-                    self.orphans.push(Orphan { name, key, rev: Some(rev), value: None, holds_name: false, lease, retry_at, req: None });
+                    let (name, lease, retry_at) =
+                        (orphan.name.clone(), orphan.lease, orphan.retry_at);
+                    self.orphans.push(Orphan {
+                        name,
+                        key,
+                        rev: Some(rev),
+                        value: None,
+                        holds_name: false,
+                        lease,
+                        retry_at,
+                        req: None,
+                    });
                 }
                 self.orphans.push(orphan);
                 self.arm_orphans();
@@ -434,7 +602,9 @@ impl EtcdMachine {
     }
 
     pub(super) fn finish_acquire(&mut self, now: Millis, op: OpId, ending: Ending) {
-        let Some(o) = self.ops.remove(&op) else { return };
+        let Some(o) = self.ops.remove(&op) else {
+            return;
+        };
         self.clear_acquire_timers(op);
         self.cancel_request(o.req);
         let OpKind::Acquire(a) = o.kind else { return };
@@ -448,8 +618,15 @@ impl EtcdMachine {
         }
     }
 
-    pub(super) fn on_orphan(&mut self, now: Millis, id: RequestId, result: Result<(u16, Vec<u8>), Failure>) {
-        let Some(i) = self.orphans.iter().position(|o| o.req == Some(id)) else { return };
+    pub(super) fn on_orphan(
+        &mut self,
+        now: Millis,
+        id: RequestId,
+        result: Result<(u16, Vec<u8>), Failure>,
+    ) {
+        let Some(i) = self.orphans.iter().position(|o| o.req == Some(id)) else {
+            return;
+        };
         if matches!(&result, Ok((s, _)) if (200..300).contains(s)) {
             let o = self.orphans.remove(i);
             if o.holds_name {

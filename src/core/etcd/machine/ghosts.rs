@@ -14,18 +14,30 @@
 use super::*;
 
 impl EtcdMachine {
-    pub(super) fn on_sweep(&mut self, now: Millis, id: RequestId, lease: i64, result: Result<(u16, Vec<u8>), Failure>) {
+    pub(super) fn on_sweep(
+        &mut self,
+        now: Millis,
+        id: RequestId,
+        lease: i64,
+        result: Result<(u16, Vec<u8>), Failure>,
+    ) {
         match self.leases.get_mut(&lease) {
             Some(l) if l.sweep == Some(id) => l.sweep = None,
             _ => return,
         }
         // Any failure: the next round sweeps again.
-        let Ok(found) = result.and_then(|(s, b)| gw::parse::<LeaseKeys>(s, &b).map_err(Failure::Gateway)) else { return };
+        let Ok(found) =
+            result.and_then(|(s, b)| gw::parse::<LeaseKeys>(s, &b).map_err(Failure::Gateway))
+        else {
+            return;
+        };
         for key in found.keys {
             if self.key_in_use(&key) {
                 continue;
             }
-            let Some((name, permit)) = self.name_of_key(&key, lease) else { continue };
+            let Some((name, permit)) = self.name_of_key(&key, lease) else {
+                continue;
+            };
             if permit {
                 // A permit's queue key is never reused (its suffix is the
                 // acquire's id), and no claim picks a slot whose deletion
@@ -36,7 +48,16 @@ impl EtcdMachine {
             } else {
                 self.busy_names.insert(name.clone(), VecDeque::new());
             }
-            self.orphans.push(Orphan { name, key, rev: None, value: None, holds_name: !permit, lease, retry_at: now, req: None });
+            self.orphans.push(Orphan {
+                name,
+                key,
+                rev: None,
+                value: None,
+                holds_name: !permit,
+                lease,
+                retry_at: now,
+                req: None,
+            });
             self.arm_orphans();
         }
     }
@@ -44,12 +65,18 @@ impl EtcdMachine {
     fn key_in_use(&self, key: &[u8]) -> bool {
         let claimed = |a: &Acquire| {
             a.permit.as_ref().is_some_and(|p| {
-                p.claiming.is_some_and(|s| permits::slot_key(&a.lock_prefix, s) == key)
+                p.claiming
+                    .is_some_and(|s| permits::slot_key(&a.lock_prefix, s) == key)
             })
         };
-        self.locks.values().any(|l| l.keys().iter().any(|(k, _)| k == key))
+        self.locks
+            .values()
+            .any(|l| l.keys().iter().any(|(k, _)| k == key))
             || self.orphans.iter().any(|o| o.key == key)
-            || self.ops.values().any(|o| matches!(&o.kind, OpKind::Acquire(a) if a.key == key || claimed(a)))
+            || self
+                .ops
+                .values()
+                .any(|o| matches!(&o.kind, OpKind::Acquire(a) if a.key == key || claimed(a)))
     }
 
     /// The lock name of one of our keys on `lease`, and whether it is a
@@ -67,7 +94,9 @@ impl EtcdMachine {
         }
         let lock_prefix = self.lock_prefix(&name);
         // A permit's and a reader's keys are per acquisition: neither claims the name.
-        let permit = permits::is_queue_suffix_of(tail, lease) || permits::slot_of(&lock_prefix, key).is_some() || shared::is_reader_suffix_of(tail, lease);
+        let permit = permits::is_queue_suffix_of(tail, lease)
+            || permits::slot_of(&lock_prefix, key).is_some()
+            || shared::is_reader_suffix_of(tail, lease);
         permit.then_some((name, true))
     }
 }

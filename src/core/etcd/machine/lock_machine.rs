@@ -8,16 +8,33 @@ impl LockMachine for EtcdMachine {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities { kinds: &[KindFamily::Exclusive, KindFamily::Shared, KindFamily::Permits] }
+        Capabilities {
+            kinds: &[
+                KindFamily::Exclusive,
+                KindFamily::Shared,
+                KindFamily::Permits,
+            ],
+        }
     }
 
     fn start_operation(&mut self, now: Millis, op: Operation) -> Result<OpId, LockError> {
         match op {
-            Operation::Acquire { name, kind, options } => self.start_acquire(now, &name, kind, &options),
+            Operation::Acquire {
+                name,
+                kind,
+                options,
+            } => self.start_acquire(now, &name, kind, &options),
             Operation::Release { lock } => self.start_release(now, lock),
             Operation::Extend { lock, ttl_ms: _ } => self.start_extend(now, lock),
             Operation::Resume { handle } => self.start_resume(now, &handle),
             Operation::Inspect { name } => self.start_inspect(now, &name),
+            op @ (Operation::Campaign { .. }
+            | Operation::Proclaim { .. }
+            | Operation::Leader { .. }
+            | Operation::Observe { .. }
+            | Operation::AcquireAll { .. }) => {
+                Err(crate::core::operation::unserved(BackendKind::Etcd, &op))
+            }
         }
     }
 
@@ -26,7 +43,14 @@ impl LockMachine for EtcdMachine {
         if let OpKind::Acquire(a) = &o.kind {
             if a.phase != AcqPhase::Cleanup {
                 let name = a.name.clone();
-                self.cleanup(now, op, Ending::Error(LockError::Aborted { backend: BACKEND, name }));
+                self.cleanup(
+                    now,
+                    op,
+                    Ending::Error(LockError::Aborted {
+                        backend: BACKEND,
+                        name,
+                    }),
+                );
             }
         }
     }
@@ -64,7 +88,13 @@ impl LockMachine for EtcdMachine {
         let leases: Vec<i64> = std::mem::take(&mut self.leases).into_keys().collect();
         self.session_lease = None;
         for lease in leases {
-            self.send(now, Purpose::CloseStep, "/v3/lease/revoke", gw::lease_id(lease), false);
+            self.send(
+                now,
+                Purpose::CloseStep,
+                "/v3/lease/revoke",
+                gw::lease_id(lease),
+                false,
+            );
         }
         self.maybe_closed();
         op
@@ -84,7 +114,9 @@ impl LockMachine for EtcdMachine {
                 }
             }
             Input::Response { status, body, .. } => {
-                let Some(p) = self.rt.requests.finish(id) else { return };
+                let Some(p) = self.rt.requests.finish(id) else {
+                    return;
+                };
                 if p.splitter.is_some() {
                     // A streaming request answered whole: an error reply.
                     return self.stream_ended(now, id, p);
@@ -98,7 +130,9 @@ impl LockMachine for EtcdMachine {
                 self.dispatch(now, id, p, Ok((status, body)));
             }
             Input::Failed { error, .. } => {
-                let Some(p) = self.rt.requests.finish(id) else { return };
+                let Some(p) = self.rt.requests.finish(id) else {
+                    return;
+                };
                 self.on_request_failed(now, id, p, error);
             }
         }
@@ -141,7 +175,13 @@ impl EtcdMachine {
         self.on_failure(now, id, p, Failure::Transport(error));
     }
 
-    fn start_acquire(&mut self, now: Millis, name: &str, kind: LockKind, opts: &AcquireOptions) -> Result<OpId, LockError> {
+    fn start_acquire(
+        &mut self,
+        now: Millis,
+        name: &str,
+        kind: LockKind,
+        opts: &AcquireOptions,
+    ) -> Result<OpId, LockError> {
         self.check_open()?;
         validate_name(name)?;
         if let Some(ttl) = opts.ttl_ms {
@@ -150,10 +190,17 @@ impl EtcdMachine {
         let deadline = opts.wait.deadline(now);
         let random = random_hex(self.entropy.as_mut(), 8);
         let (nonce, permit, shared) = match kind {
-            LockKind::Permits { limit } => {
-                (permits::permit_value(limit, &random), Some(permits::PermitAcquire { limit, claiming: None, claims: 0, claimed: None }), false)
-            }
-            LockKind::Exclusive => (random.into_bytes(), None, false),
+            LockKind::Permits { limit } => (
+                permits::permit_value(limit, &random),
+                Some(permits::PermitAcquire {
+                    limit,
+                    claiming: None,
+                    claims: 0,
+                    claimed: None,
+                }),
+                false,
+            ),
+            LockKind::Exclusive | LockKind::Leader => (random.into_bytes(), None, false),
             LockKind::Shared => (shared::shared_value(&random), None, true),
         };
         let own_key = permit.is_some() || shared;
@@ -196,7 +243,13 @@ impl EtcdMachine {
         let Some(held) = self.locks.get(&lock) else {
             // Idempotent: already released or lost.
             self.ops.remove(&op);
-            self.rt.out.complete(op, Ok(Outcome::Released { lock, held_until_release: false }));
+            self.rt.out.complete(
+                op,
+                Ok(Outcome::Released {
+                    lock,
+                    held_until_release: false,
+                }),
+            );
             return Ok(op);
         };
         // Exactly this incarnation of each key (a permit: its queue key and
@@ -204,7 +257,12 @@ impl EtcdMachine {
         let keys = held.keys();
         let body = match keys.as_slice() {
             [(key, rev)] => gw::delete_if_revision(key, *rev),
-            keys => gw::delete_all_if_revisions(&keys.iter().map(|(k, r)| (k.as_slice(), *r)).collect::<Vec<_>>()),
+            keys => gw::delete_all_if_revisions(
+                &keys
+                    .iter()
+                    .map(|(k, r)| (k.as_slice(), *r))
+                    .collect::<Vec<_>>(),
+            ),
         };
         if let Some(l) = self.locks.get_mut(&lock) {
             l.releasing = true;
@@ -223,13 +281,23 @@ impl EtcdMachine {
             // Like every other outcome, "not held" completes the operation
             // (the Redis machine answers the same way).
             other => {
-                let name = other.map_or_else(|| "<released or lost lock>".to_string(), |h| h.name.clone());
+                let name =
+                    other.map_or_else(|| "<released or lost lock>".to_string(), |h| h.name.clone());
                 let op = self.rt.out.op_id();
-                self.rt.out.fail(op, LockError::NotHeld { backend: BACKEND, name });
+                self.rt.out.fail(
+                    op,
+                    LockError::NotHeld {
+                        backend: BACKEND,
+                        name,
+                    },
+                );
                 return Ok(op);
             }
         };
-        let op = self.new_op(OpKind::Extend { lock, phase: ExtendPhase::KeepAlive });
+        let op = self.new_op(OpKind::Extend {
+            lock,
+            phase: ExtendPhase::KeepAlive,
+        });
         let req = self.send_keepalive(now, lease, Purpose::Op(op));
         if let Some(o) = self.ops.get_mut(&op) {
             o.req = Some(req);
@@ -241,39 +309,75 @@ impl EtcdMachine {
         self.check_open()?;
         validate_name(&handle.name)?;
         if handle.backend != BackendKind::Etcd {
-            return Err(LockError::invalid(format!("handle is for the {} backend, not etcd", handle.backend.as_str())));
+            return Err(LockError::invalid(format!(
+                "handle is for the {} backend, not etcd",
+                handle.backend.as_str()
+            )));
         }
         let prefix = String::from_utf8_lossy(&self.lock_prefix(&handle.name)).into_owned();
-        let lease: i64 = handle.owner.parse().map_err(|_| LockError::invalid("handle owner is not an etcd lease id"))?;
+        let lease: i64 = handle
+            .owner
+            .parse()
+            .map_err(|_| LockError::invalid("handle owner is not an etcd lease id"))?;
         let suffix = handle.key.strip_prefix(&prefix).unwrap_or("");
         let (key_ok, tokens_ok) = match (handle.kind, handle.slot) {
-            (LockKind::Exclusive, None) => (suffix == format!("{lease:x}"), handle.fencing_token == handle.revision),
-            (LockKind::Shared, None) => (shared::is_reader_suffix_of(suffix, lease), handle.fencing_token == handle.revision),
+            (LockKind::Exclusive, None) => (
+                suffix == format!("{lease:x}"),
+                handle.fencing_token == handle.revision,
+            ),
+            (LockKind::Shared, None) => (
+                shared::is_reader_suffix_of(suffix, lease),
+                handle.fencing_token == handle.revision,
+            ),
             // A permit's token is its slot key's create revision, which is
             // created after its queue key.
-            (LockKind::Permits { limit }, Some(slot)) if slot < limit && limit <= MAX_PERMITS => {
-                (permits::is_queue_suffix_of(suffix, lease), handle.fencing_token > handle.revision && handle.fencing_token <= i64::MAX as u64)
+            (LockKind::Permits { limit }, Some(slot)) if slot < limit && limit <= MAX_PERMITS => (
+                permits::is_queue_suffix_of(suffix, lease),
+                handle.fencing_token > handle.revision && handle.fencing_token <= i64::MAX as u64,
+            ),
+            (kind, _) => {
+                return Err(LockError::invalid(format!(
+                    "the etcd backend does not offer {} holds",
+                    kind.describe()
+                )))
             }
-            (kind, _) => return Err(LockError::invalid(format!("the etcd backend does not offer {} holds", kind.describe()))),
         };
         if !key_ok {
-            return Err(LockError::invalid("handle key does not belong to this lock name and prefix"));
+            return Err(LockError::invalid(
+                "handle key does not belong to this lock name and prefix",
+            ));
         }
         if handle.revision == 0 || handle.revision > i64::MAX as u64 || !tokens_ok {
-            return Err(LockError::invalid("handle revision/fencing token is not valid"));
+            return Err(LockError::invalid(
+                "handle revision/fencing token is not valid",
+            ));
         }
         // Permits and shared holds have keys of their own per acquisition (no
         // local claim of the name), but the same hold is not adopted twice.
         let own_key = handle.kind != LockKind::Exclusive;
         if own_key && self.locks.values().any(|l| l.key == handle.key.as_bytes()) {
-            let what = if handle.kind == LockKind::Shared { "shared hold" } else { "permit" };
-            return Err(LockError::invalid(format!("this {what} of {:?} is already held by this client", handle.name)));
+            let what = if handle.kind == LockKind::Shared {
+                "shared hold"
+            } else {
+                "permit"
+            };
+            return Err(LockError::invalid(format!(
+                "this {what} of {:?} is already held by this client",
+                handle.name
+            )));
         }
-        let op = self.new_op(OpKind::Resume { handle: handle.clone(), lease, phase: ResumePhase::ReadKey });
+        let op = self.new_op(OpKind::Resume {
+            handle: handle.clone(),
+            lease,
+            phase: ResumePhase::ReadKey,
+        });
         if !own_key && !self.claim_name(&handle.name, op) {
             self.unqueue_local(&handle.name, op);
             self.ops.remove(&op);
-            return Err(LockError::invalid(format!("lock {:?} is already held or being acquired by this client", handle.name)));
+            return Err(LockError::invalid(format!(
+                "lock {:?} is already held or being acquired by this client",
+                handle.name
+            )));
         }
         let keys = self.resume_keys(handle);
         let body = gw::read_values_txn(keys.iter().map(|(k, _)| k.as_slice()));
@@ -287,7 +391,10 @@ impl EtcdMachine {
     fn start_inspect(&mut self, now: Millis, name: &str) -> Result<OpId, LockError> {
         self.check_open()?;
         validate_name(name)?;
-        let op = self.new_op(OpKind::Inspect { name: name.to_string(), status: None });
+        let op = self.new_op(OpKind::Inspect {
+            name: name.to_string(),
+            status: None,
+        });
         let body = gw::range_prefix_ascending(&self.lock_prefix(name));
         let req = self.send(now, Purpose::Op(op), "/v3/kv/range", body, false);
         if let Some(o) = self.ops.get_mut(&op) {

@@ -6,24 +6,26 @@ use crate::core::runtime::VecMap;
 
 use serde_json::Value;
 
-use super::gateway::{self as gw, GatewayError, LeaseGrantResponse, LeaseKeys, LeaseTtl, RangeResponse, TxnResponse};
+use super::gateway::{
+    self as gw, GatewayError, LeaseGrantResponse, LeaseKeys, LeaseTtl, RangeResponse, TxnResponse,
+};
 use super::{escape_name, EtcdConfig};
 use crate::core::json_stream::JsonObjectSplitter;
 use crate::core::names::validate_name;
 use crate::core::runtime::Runtime;
 use crate::core::*;
 
-mod requests;
-mod session;
-mod local_names;
 mod acquire;
-mod operations;
 mod ghosts;
+mod local_names;
+mod lock_machine;
+mod operations;
 mod permits;
-mod shared;
+mod requests;
 #[cfg(test)]
 mod scripted;
-mod lock_machine;
+mod session;
+mod shared;
 mod timers;
 
 use timers::TimerKey;
@@ -88,10 +90,16 @@ struct Pending {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Purpose {
     Grant,
-    KeepAlive { lease: i64 },
-    KeyCheck { lease: i64 },
+    KeepAlive {
+        lease: i64,
+    },
+    KeyCheck {
+        lease: i64,
+    },
     /// Reads the keys attached to the lease, to delete ghosts.
-    Sweep { lease: i64 },
+    Sweep {
+        lease: i64,
+    },
     Revoke,
     Orphan,
     /// The current request of an operation; its phase says what it is.
@@ -170,10 +178,22 @@ struct Op {
 
 enum OpKind {
     Acquire(Acquire),
-    Release { lock: LockId },
-    Extend { lock: LockId, phase: ExtendPhase },
-    Resume { handle: LockHandle, lease: i64, phase: ResumePhase },
-    Inspect { name: String, status: Option<LockStatus> },
+    Release {
+        lock: LockId,
+    },
+    Extend {
+        lock: LockId,
+        phase: ExtendPhase,
+    },
+    Resume {
+        handle: LockHandle,
+        lease: i64,
+        phase: ResumePhase,
+    },
+    Inspect {
+        name: String,
+        status: Option<LockStatus>,
+    },
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -282,5 +302,4 @@ impl EtcdMachine {
     fn max_attempts(&self) -> u32 {
         (self.endpoints.len() as u32).max(1) + 1
     }
-
 }

@@ -49,12 +49,17 @@ pub(super) fn permit_value(limit: u32, random: &str) -> Vec<u8> {
 }
 
 pub(super) fn key_kind(value: &[u8]) -> KeyKind {
-    let Some(rest) = value.strip_prefix(b"p") else { return KeyKind::Plain };
+    let Some(rest) = value.strip_prefix(b"p") else {
+        return KeyKind::Plain;
+    };
     let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
     if digits == 0 || digits > 3 || rest.get(digits) != Some(&b':') {
         return KeyKind::Plain;
     }
-    match std::str::from_utf8(&rest[..digits]).ok().and_then(|d| d.parse().ok()) {
+    match std::str::from_utf8(&rest[..digits])
+        .ok()
+        .and_then(|d| d.parse().ok())
+    {
         Some(limit) => KeyKind::Permit(limit),
         None => KeyKind::Plain,
     }
@@ -118,41 +123,90 @@ impl EtcdMachine {
     /// The re-check txn of a waiting permit (see `send_predecessor_check`).
     pub(super) fn permit_check_body(a: &Acquire, limit: u32) -> Value {
         let (s0, s1) = slots_range(&a.lock_prefix);
-        gw::permit_check_txn(&a.key, a.my_rev, (&a.lock_prefix, &queue_end(&a.lock_prefix)), (&s0, &s1), limit)
+        gw::permit_check_txn(
+            &a.key,
+            a.my_rev,
+            (&a.lock_prefix, &queue_end(&a.lock_prefix)),
+            (&s0, &s1),
+            limit,
+        )
     }
 
     pub(super) fn permit_acquire_body(a: &Acquire, lease: i64, limit: u32) -> Value {
         let (s0, s1) = slots_range(&a.lock_prefix);
         let (r0, r1) = shared::readers_range(&a.lock_prefix);
-        gw::permit_acquire_txn(&a.key, (&a.lock_prefix, &queue_end(&a.lock_prefix)), (&s0, &s1), (&r0, &r1), lease, &a.nonce, limit)
+        gw::permit_acquire_txn(
+            &a.key,
+            (&a.lock_prefix, &queue_end(&a.lock_prefix)),
+            (&s0, &s1),
+            (&r0, &r1),
+            lease,
+            &a.nonce,
+            limit,
+        )
     }
 
     /// A permit acquire's txn answered (parsed, with a positive revision).
     /// `Txn` (whose compare failed) is handled with the lock's: it learns
     /// our key's revision and re-checks.
-    pub(super) fn on_permit_txn(&mut self, now: Millis, op: OpId, phase: AcqPhase, txn: TxnResponse) {
-        let Some((a, _)) = self.permit_mut(op) else { return };
+    pub(super) fn on_permit_txn(
+        &mut self,
+        now: Millis,
+        op: OpId,
+        phase: AcqPhase,
+        txn: TxnResponse,
+    ) {
+        let Some((a, _)) = self.permit_mut(op) else {
+            return;
+        };
         let revision = txn.header.revision;
-        let ranges = |n: usize| (0..n).map(|i| txn.range(i).map(|r| r.kvs.clone())).collect::<Option<Vec<_>>>();
+        let ranges = |n: usize| {
+            (0..n)
+                .map(|i| txn.range(i).map(|r| r.kvs.clone()))
+                .collect::<Option<Vec<_>>>()
+        };
         match phase {
             AcqPhase::Txn => {
-                let Some(mut r) = ranges(4) else { return self.malformed(now, op, "permit txn reply without its ranges") };
+                let Some(mut r) = ranges(4) else {
+                    return self.malformed(now, op, "permit txn reply without its ranges");
+                };
                 a.my_rev = revision;
                 let my_rev = a.my_rev;
-                let (readers, slots, newest, oldest) = (r.pop().unwrap_or_default(), r.pop().unwrap_or_default(), r.pop().unwrap_or_default(), r.pop().unwrap_or_default());
+                let (readers, slots, newest, oldest) = (
+                    r.pop().unwrap_or_default(),
+                    r.pop().unwrap_or_default(),
+                    r.pop().unwrap_or_default(),
+                    r.pop().unwrap_or_default(),
+                );
                 if !readers.is_empty() {
                     // A read-write lock's reader: the name is no semaphore.
-                    let message = format!("{:?} is a read-write lock, not a semaphore of {}", a.name, a.permit.as_ref().map_or(0, |p| p.limit));
+                    let message = format!(
+                        "{:?} is a read-write lock, not a semaphore of {}",
+                        a.name,
+                        a.permit.as_ref().map_or(0, |p| p.limit)
+                    );
                     return self.cleanup(now, op, Ending::Error(LockError::invalid(message)));
                 }
                 let key = a.key.clone();
-                let pred = newest.into_iter().find(|kv| kv.key != key && kv.create_revision < my_rev);
+                let pred = newest
+                    .into_iter()
+                    .find(|kv| kv.key != key && kv.create_revision < my_rev);
                 self.permit_evaluate(now, op, revision, oldest, pred, slots)
             }
             AcqPhase::Predecessor => {
-                let Some(mut r) = ranges(4) else { return self.malformed(now, op, "permit re-check reply without its ranges") };
-                let (slots, pred, oldest, own) = (r.pop().unwrap_or_default(), r.pop().unwrap_or_default(), r.pop().unwrap_or_default(), r.pop().unwrap_or_default());
-                if !own.iter().any(|kv| kv.key == a.key && kv.create_revision == a.my_rev) {
+                let Some(mut r) = ranges(4) else {
+                    return self.malformed(now, op, "permit re-check reply without its ranges");
+                };
+                let (slots, pred, oldest, own) = (
+                    r.pop().unwrap_or_default(),
+                    r.pop().unwrap_or_default(),
+                    r.pop().unwrap_or_default(),
+                    r.pop().unwrap_or_default(),
+                );
+                if !own
+                    .iter()
+                    .any(|kv| kv.key == a.key && kv.create_revision == a.my_rev)
+                {
                     return self.restart_acquire(now, op);
                 }
                 self.permit_evaluate(now, op, revision, oldest, pred.into_iter().next(), slots)
@@ -165,9 +219,14 @@ impl EtcdMachine {
                         None => self.malformed(now, op, "a claim without a slot"),
                     };
                 }
-                let Some(mut r) = ranges(2) else { return self.malformed(now, op, "claim reply without its ranges") };
+                let Some(mut r) = ranges(2) else {
+                    return self.malformed(now, op, "claim reply without its ranges");
+                };
                 let (slots, own) = (r.pop().unwrap_or_default(), r.pop().unwrap_or_default());
-                if !own.iter().any(|kv| kv.key == a.key && kv.create_revision == a.my_rev) {
+                if !own
+                    .iter()
+                    .any(|kv| kv.key == a.key && kv.create_revision == a.my_rev)
+                {
                     return self.restart_acquire(now, op);
                 }
                 // Lost a race for the slot (or an earlier attempt of this
@@ -181,16 +240,35 @@ impl EtcdMachine {
     /// Decides from the oldest `limit + 1` queue keys (up to ours), our
     /// predecessor and the slot keys: refuse a mismatched limit, claim a
     /// slot, or wait.
-    fn permit_evaluate(&mut self, now: Millis, op: OpId, revision: i64, oldest: Vec<gw::KeyValue>, pred: Option<gw::KeyValue>, slots: Vec<gw::KeyValue>) {
-        let Some((a, limit)) = self.permit_mut(op) else { return };
+    fn permit_evaluate(
+        &mut self,
+        now: Millis,
+        op: OpId,
+        revision: i64,
+        oldest: Vec<gw::KeyValue>,
+        pred: Option<gw::KeyValue>,
+        slots: Vec<gw::KeyValue>,
+    ) {
+        let Some((a, limit)) = self.permit_mut(op) else {
+            return;
+        };
         // The oldest key decides the semaphore's limit: a newer key with
         // another limit is a mistaken client about to remove its key, and
         // must not make the right ones fail. An exclusive lock's key
         // anywhere we look means the name is not a semaphore at all.
         let mismatch = match oldest.first().map(|kv| key_kind(&kv.value)) {
-            Some(KeyKind::Permit(l)) if l != limit => Some(format!("semaphore {:?} has limit {l}, not {limit}", a.name)),
-            _ if oldest.iter().chain(pred.iter()).any(|kv| key_kind(&kv.value) == KeyKind::Plain) => {
-                Some(format!("{:?} is an exclusive lock, not a semaphore of {limit}", a.name))
+            Some(KeyKind::Permit(l)) if l != limit => {
+                Some(format!("semaphore {:?} has limit {l}, not {limit}", a.name))
+            }
+            _ if oldest
+                .iter()
+                .chain(pred.iter())
+                .any(|kv| key_kind(&kv.value) == KeyKind::Plain) =>
+            {
+                Some(format!(
+                    "{:?} is an exclusive lock, not a semaphore of {limit}",
+                    a.name
+                ))
             }
             _ => None,
         };
@@ -210,10 +288,16 @@ impl EtcdMachine {
             Standing::Holder(i) => self.permit_claim(now, op, i, slots),
             _ if a.wait == Wait::Try => self.cleanup(now, op, Ending::NotAcquired),
             Standing::FirstWaiter => {
-                let body = gw::watch_range_deletes(&lock_prefix, &queue_end(&lock_prefix), revision.saturating_add(1));
+                let body = gw::watch_range_deletes(
+                    &lock_prefix,
+                    &queue_end(&lock_prefix),
+                    revision.saturating_add(1),
+                );
                 self.permit_watch(now, op, body)
             }
-            Standing::Behind(pred) => self.permit_watch(now, op, gw::watch_key(&pred, revision.saturating_add(1))),
+            Standing::Behind(pred) => {
+                self.permit_watch(now, op, gw::watch_key(&pred, revision.saturating_add(1)))
+            }
             Standing::Unclear => {
                 a.phase = AcqPhase::Watch;
                 self.set_recheck(op, Some(now + WATCH_RETRY_MS));
@@ -234,11 +318,16 @@ impl EtcdMachine {
     /// We hold a permit: adopt a slot key that is already ours (an earlier
     /// claim of this acquisition applied), or claim a free one.
     fn permit_claim(&mut self, now: Millis, op: OpId, position: usize, slots: Vec<gw::KeyValue>) {
-        let Some((a, limit)) = self.permit_mut(op) else { return };
-        let (lease, lock_prefix, value) = (a.lease.unwrap_or(0), a.lock_prefix.clone(), a.nonce.clone());
+        let Some((a, limit)) = self.permit_mut(op) else {
+            return;
+        };
+        let (lease, lock_prefix, value) =
+            (a.lease.unwrap_or(0), a.lock_prefix.clone(), a.nonce.clone());
         let mut taken = Vec::new();
         for kv in &slots {
-            let Some(slot) = slot_of(&lock_prefix, &kv.key) else { continue };
+            let Some(slot) = slot_of(&lock_prefix, &kv.key) else {
+                continue;
+            };
             if kv.value == value && kv.lease == lease && kv.create_revision > 0 {
                 // Ours, read on our lease: the lease was alive at that revision.
                 return self.grant_lock(now, op, Some((slot, kv.create_revision)));
@@ -247,9 +336,17 @@ impl EtcdMachine {
         }
         // A slot whose deletion by us is pending (a ghost, or a key of a
         // lost permit) is not free yet: its blind delete may be retried.
-        let pending = |s: u32| self.orphans.iter().any(|o| o.key == slot_key(&lock_prefix, s));
-        let free: Vec<u32> = (0..limit).filter(|s| !taken.contains(s) && !pending(*s)).collect();
-        let Some((a, _)) = self.permit_mut(op) else { return };
+        let pending = |s: u32| {
+            self.orphans
+                .iter()
+                .any(|o| o.key == slot_key(&lock_prefix, s))
+        };
+        let free: Vec<u32> = (0..limit)
+            .filter(|s| !taken.contains(s) && !pending(*s))
+            .collect();
+        let Some((a, _)) = self.permit_mut(op) else {
+            return;
+        };
         let Some(p) = a.permit.as_mut() else { return };
         if free.is_empty() {
             // Every slot is taken, by keys we do not see as holders (a slot
@@ -269,7 +366,14 @@ impl EtcdMachine {
         p.claiming = Some(slot);
         a.phase = AcqPhase::Claim;
         let (s0, s1) = slots_range(&lock_prefix);
-        let body = gw::claim_slot_txn(&slot_key(&lock_prefix, slot), &a.key, a.my_rev, lease, &value, (&s0, &s1));
+        let body = gw::claim_slot_txn(
+            &slot_key(&lock_prefix, slot),
+            &a.key,
+            a.my_rev,
+            lease,
+            &value,
+            (&s0, &s1),
+        );
         let req = self.send(now, Purpose::Op(op), "/v3/kv/txn", body, false);
         if let Some(o) = self.ops.get_mut(&op) {
             o.req = Some(req);
@@ -278,7 +382,12 @@ impl EtcdMachine {
 
     pub(super) fn malformed(&mut self, now: Millis, op: OpId, message: &str) {
         let name = self.op_name(op);
-        let error = LockError::Backend { backend: BACKEND, name, status: None, message: format!("malformed reply: {message}") };
+        let error = LockError::Backend {
+            backend: BACKEND,
+            name,
+            status: None,
+            message: format!("malformed reply: {message}"),
+        };
         self.cleanup(now, op, Ending::Error(error));
     }
 
@@ -286,9 +395,13 @@ impl EtcdMachine {
     /// the slot key it may have created (with our value) is deleted in the
     /// background, like any key whose deletion is not confirmed yet.
     pub(super) fn forget_unanswered_claim(&mut self, now: Millis, op: OpId) {
-        let Some(a) = self.acquire_mut(op) else { return };
+        let Some(a) = self.acquire_mut(op) else {
+            return;
+        };
         let Some(p) = a.permit.as_mut() else { return };
-        let Some(slot) = p.claiming.take() else { return };
+        let Some(slot) = p.claiming.take() else {
+            return;
+        };
         let orphan = Orphan {
             name: a.name.clone(),
             key: slot_key(&a.lock_prefix, slot),
@@ -307,21 +420,50 @@ impl EtcdMachine {
 /// What an inspect reports about a semaphore, from every key of its name
 /// (oldest first); `None` when the name is not a semaphore (its oldest queue
 /// key is a lock's, or it has no keys).
-pub(super) fn semaphore_status(name: &str, lock_prefix: &[u8], kvs: &[gw::KeyValue]) -> Option<LockStatus> {
+pub(super) fn semaphore_status(
+    name: &str,
+    lock_prefix: &[u8],
+    kvs: &[gw::KeyValue],
+) -> Option<LockStatus> {
     let end = queue_end(lock_prefix);
-    let queue: Vec<&gw::KeyValue> = kvs.iter().filter(|kv| kv.key.as_slice() < end.as_slice()).collect();
-    let slots: Vec<(u32, &gw::KeyValue)> = kvs.iter().filter_map(|kv| Some((slot_of(lock_prefix, &kv.key)?, kv))).collect();
-    let first = queue.first().map(|kv| &kv.value).or(slots.first().map(|(_, kv)| &kv.value))?;
-    let KeyKind::Permit(limit) = key_kind(first) else { return None };
+    let queue: Vec<&gw::KeyValue> = kvs
+        .iter()
+        .filter(|kv| kv.key.as_slice() < end.as_slice())
+        .collect();
+    let slots: Vec<(u32, &gw::KeyValue)> = kvs
+        .iter()
+        .filter_map(|kv| Some((slot_of(lock_prefix, &kv.key)?, kv)))
+        .collect();
+    let first = queue
+        .first()
+        .map(|kv| &kv.value)
+        .or(slots.first().map(|(_, kv)| &kv.value))?;
+    let KeyKind::Permit(limit) = key_kind(first) else {
+        return None;
+    };
     let kind = LockKind::Permits { limit };
     let text = |kv: &gw::KeyValue| String::from_utf8_lossy(&kv.key).into_owned();
     // Holders are the slot keys (oldest first: `kvs` is in create order);
     // the queue keys after the first `limit` wait.
     let holders: Vec<Holder> = slots
         .iter()
-        .map(|(slot, kv)| Holder { id: text(kv), kind, slot: Some(*slot), fencing_token: Some(kv.create_revision.max(0) as u64) })
+        .map(|(slot, kv)| Holder {
+            id: text(kv),
+            kind,
+            slot: Some(*slot),
+            fencing_token: Some(kv.create_revision.max(0) as u64),
+        })
         .collect();
-    let queued: Vec<Holder> = queue.iter().skip(limit as usize).map(|kv| Holder { id: text(kv), kind, slot: None, fencing_token: None }).collect();
+    let queued: Vec<Holder> = queue
+        .iter()
+        .skip(limit as usize)
+        .map(|kv| Holder {
+            id: text(kv),
+            kind,
+            slot: None,
+            fencing_token: None,
+        })
+        .collect();
     Some(LockStatus {
         name: name.to_string(),
         held: !holders.is_empty(),
@@ -343,8 +485,22 @@ mod tests {
     fn values_carry_the_limit() {
         assert_eq!(key_kind(&permit_value(3, "ab12")), KeyKind::Permit(3));
         assert_eq!(key_kind(&permit_value(100, "x")), KeyKind::Permit(100));
-        for plain in [&b"0123abcd"[..], b"", b"p", b"p:1", b"px:1", b"p3", b"p1000:x", b"q3:x"] {
-            assert_eq!(key_kind(plain), KeyKind::Plain, "{:?}", String::from_utf8_lossy(plain));
+        for plain in [
+            &b"0123abcd"[..],
+            b"",
+            b"p",
+            b"p:1",
+            b"px:1",
+            b"p3",
+            b"p1000:x",
+            b"q3:x",
+        ] {
+            assert_eq!(
+                key_kind(plain),
+                KeyKind::Plain,
+                "{:?}",
+                String::from_utf8_lossy(plain)
+            );
         }
     }
 
@@ -366,7 +522,11 @@ mod tests {
         assert_eq!(slot_of(p, b"el/sem/s/x"), None);
         assert_eq!(slot_of(p, &q), None);
         assert!(is_queue_suffix_of("1f.7", 0x1f));
-        assert!(!is_queue_suffix_of("1f", 0x1f) && !is_queue_suffix_of("1f.", 0x1f) && !is_queue_suffix_of("2f.7", 0x1f));
+        assert!(
+            !is_queue_suffix_of("1f", 0x1f)
+                && !is_queue_suffix_of("1f.", 0x1f)
+                && !is_queue_suffix_of("2f.7", 0x1f)
+        );
     }
     // ---- the machine, scripted: requests out, hand-written etcd replies in ----
 
@@ -389,35 +549,82 @@ mod tests {
     }
 
     fn our_key(txn: &Value) -> Vec<u8> {
-        b64::decode(txn["success"][0]["request_put"]["key"].as_str().unwrap().as_bytes()).unwrap()
+        b64::decode(
+            txn["success"][0]["request_put"]["key"]
+                .as_str()
+                .unwrap()
+                .as_bytes(),
+        )
+        .unwrap()
     }
 
     fn our_value(txn: &Value) -> String {
-        String::from_utf8(b64::decode(txn["success"][0]["request_put"]["value"].as_str().unwrap().as_bytes()).unwrap()).unwrap()
+        String::from_utf8(
+            b64::decode(
+                txn["success"][0]["request_put"]["value"]
+                    .as_str()
+                    .unwrap()
+                    .as_bytes(),
+            )
+            .unwrap(),
+        )
+        .unwrap()
     }
 
     #[test]
     fn a_holder_claims_a_free_slot_and_its_token_is_the_slot_keys_revision() {
         let (mut s, txn) = Script::permit(3, Wait::Forever);
         let (key, value) = (our_key(&txn), our_value(&txn));
-        assert!(key.starts_with(b"edgelock/sem/1f."), "{}", String::from_utf8_lossy(&key));
+        assert!(
+            key.starts_with(b"edgelock/sem/1f."),
+            "{}",
+            String::from_utf8_lossy(&key)
+        );
         assert!(value.starts_with("p3:"), "{value}");
         let id = RequestId(2);
         // One other holder (slot 0) before us.
         let other = kv(b"edgelock/sem/2a.1", 5, "p3:x", 0x2a);
         let ours = kv(&key, 10, &value, LEASE);
         let slot0 = kv(b"edgelock/sem/s/0", 6, "p3:x", 0x2a);
-        s.txn_reply(id, 10, true, vec![json!({"response_put": {}}), range(vec![other.clone(), ours.clone()]), range(vec![ours, other]), range(vec![slot0]), range(vec![])]);
+        s.txn_reply(
+            id,
+            10,
+            true,
+            vec![
+                json!({"response_put": {}}),
+                range(vec![other.clone(), ours.clone()]),
+                range(vec![ours, other]),
+                range(vec![slot0]),
+                range(vec![]),
+            ],
+        );
         let (claim, body) = s.sent("/v3/kv/txn");
         let slot_key = b64::decode(body["compare"][0]["key"].as_str().unwrap().as_bytes()).unwrap();
         // Free are 1 and 2; at position 1 we start at the second of them, so
         // that holders promoted at once (positions 0, 1, ...) do not collide.
         assert_eq!(slot_key, b"edgelock/sem/s/2");
-        assert_eq!(body["compare"][1]["create_revision"], "10", "only while our key is that incarnation");
-        assert_eq!(body["success"][1]["request_put"]["key"], b64::encode(&key), "the claim puts our queue key again");
-        s.txn_reply(claim, 11, true, vec![json!({"response_put": {}}), json!({"response_put": {}})]);
-        let Ok(Outcome::Acquired(info)) = s.completed() else { panic!("not acquired") };
-        assert_eq!((info.fencing_token, info.slot(), info.handle.revision), (11, Some(2), 10));
+        assert_eq!(
+            body["compare"][1]["create_revision"], "10",
+            "only while our key is that incarnation"
+        );
+        assert_eq!(
+            body["success"][1]["request_put"]["key"],
+            b64::encode(&key),
+            "the claim puts our queue key again"
+        );
+        s.txn_reply(
+            claim,
+            11,
+            true,
+            vec![json!({"response_put": {}}), json!({"response_put": {}})],
+        );
+        let Ok(Outcome::Acquired(info)) = s.completed() else {
+            panic!("not acquired")
+        };
+        assert_eq!(
+            (info.fencing_token, info.slot(), info.handle.revision),
+            (11, Some(2), 10)
+        );
         assert_eq!(info.kind(), LockKind::Permits { limit: 3 });
     }
 
@@ -426,18 +633,45 @@ mod tests {
         let (mut s, txn) = Script::permit(2, Wait::Forever);
         let (key, value) = (our_key(&txn), our_value(&txn));
         let ours = kv(&key, 10, &value, LEASE);
-        s.txn_reply(RequestId(2), 10, true, vec![json!({"response_put": {}}), range(vec![ours.clone()]), range(vec![ours.clone()]), range(vec![]), range(vec![])]);
+        s.txn_reply(
+            RequestId(2),
+            10,
+            true,
+            vec![
+                json!({"response_put": {}}),
+                range(vec![ours.clone()]),
+                range(vec![ours.clone()]),
+                range(vec![]),
+                range(vec![]),
+            ],
+        );
         let (claim, body) = s.sent("/v3/kv/txn");
         assert_eq!(body["compare"][0]["key"], b64::encode(b"edgelock/sem/s/0"));
         // Someone took slot 0 first: the failure branch shows it.
         let taken = kv(b"edgelock/sem/s/0", 11, "p2:y", 0x2a);
-        s.txn_reply(claim, 11, false, vec![range(vec![ours.clone()]), range(vec![taken.clone()])]);
+        s.txn_reply(
+            claim,
+            11,
+            false,
+            vec![range(vec![ours.clone()]), range(vec![taken.clone()])],
+        );
         let (claim, body) = s.sent("/v3/kv/txn");
-        assert_eq!(body["compare"][0]["key"], b64::encode(b"edgelock/sem/s/1"), "another free slot");
+        assert_eq!(
+            body["compare"][0]["key"],
+            b64::encode(b"edgelock/sem/s/1"),
+            "another free slot"
+        );
         // That claim's answer was lost, its retry's compare fails: slot 1 is ours.
         let mine = kv(b"edgelock/sem/s/1", 12, &value, LEASE);
-        s.txn_reply(claim, 13, false, vec![range(vec![ours]), range(vec![taken, mine])]);
-        let Ok(Outcome::Acquired(info)) = s.completed() else { panic!("not acquired") };
+        s.txn_reply(
+            claim,
+            13,
+            false,
+            vec![range(vec![ours]), range(vec![taken, mine])],
+        );
+        let Ok(Outcome::Acquired(info)) = s.completed() else {
+            panic!("not acquired")
+        };
         assert_eq!((info.fencing_token, info.slot()), (12, Some(1)));
     }
 
@@ -447,14 +681,32 @@ mod tests {
         let (key, value) = (our_key(&txn), our_value(&txn));
         let older = kv(b"edgelock/sem/2a.1", 5, "p5:x", 0x2a);
         let ours = kv(&key, 10, &value, LEASE);
-        s.txn_reply(RequestId(2), 10, true, vec![json!({"response_put": {}}), range(vec![older.clone(), ours.clone()]), range(vec![ours, older]), range(vec![]), range(vec![])]);
+        s.txn_reply(
+            RequestId(2),
+            10,
+            true,
+            vec![
+                json!({"response_put": {}}),
+                range(vec![older.clone(), ours.clone()]),
+                range(vec![ours, older]),
+                range(vec![]),
+                range(vec![]),
+            ],
+        );
         let (del, body) = s.sent("/v3/kv/txn");
         assert_eq!(body["compare"][0]["create_revision"], "10");
-        assert_eq!(body["success"][0]["request_delete_range"]["key"], b64::encode(&key));
+        assert_eq!(
+            body["success"][0]["request_delete_range"]["key"],
+            b64::encode(&key)
+        );
         s.txn_reply(del, 11, true, vec![]);
         let e = s.completed().unwrap_err();
         assert_eq!(e.code(), "INVALID_ARGUMENT");
-        assert!(e.to_string().contains("semaphore \"sem\" has limit 5, not 3"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("semaphore \"sem\" has limit 5, not 3"),
+            "{e}"
+        );
         assert_eq!(s.m.live_count(), 0);
     }
 
@@ -465,10 +717,27 @@ mod tests {
         let (key, value) = (our_key(&txn), our_value(&txn));
         let holder = kv(b"edgelock/sem/2a.1", 5, "p1:x", 0x2a);
         let ours = kv(&key, 10, &value, LEASE);
-        s.txn_reply(RequestId(2), 10, true, vec![json!({"response_put": {}}), range(vec![holder.clone(), ours.clone()]), range(vec![ours.clone(), holder.clone()]), range(vec![]), range(vec![])]);
+        s.txn_reply(
+            RequestId(2),
+            10,
+            true,
+            vec![
+                json!({"response_put": {}}),
+                range(vec![holder.clone(), ours.clone()]),
+                range(vec![ours.clone(), holder.clone()]),
+                range(vec![]),
+                range(vec![]),
+            ],
+        );
         let (_, watch) = s.sent("/v3/watch");
         let w = &watch["create_request"];
-        assert_eq!((w["key"].as_str(), w["range_end"].as_str()), (Some(b64::encode(b"edgelock/sem/").as_str()), Some(b64::encode(b"edgelock/sem/g").as_str())));
+        assert_eq!(
+            (w["key"].as_str(), w["range_end"].as_str()),
+            (
+                Some(b64::encode(b"edgelock/sem/").as_str()),
+                Some(b64::encode(b"edgelock/sem/g").as_str())
+            )
+        );
         assert_eq!(w["filters"], json!(["NOPUT"]));
         assert_eq!(w["start_revision"], "11");
 
@@ -477,14 +746,34 @@ mod tests {
         let (key, value) = (our_key(&txn), our_value(&txn));
         let first = kv(b"edgelock/sem/3b.1", 7, "p1:y", 0x3b);
         let ours = kv(&key, 10, &value, LEASE);
-        s.txn_reply(RequestId(2), 10, true, vec![json!({"response_put": {}}), range(vec![holder, first.clone()]), range(vec![ours, first]), range(vec![]), range(vec![])]);
+        s.txn_reply(
+            RequestId(2),
+            10,
+            true,
+            vec![
+                json!({"response_put": {}}),
+                range(vec![holder, first.clone()]),
+                range(vec![ours, first]),
+                range(vec![]),
+                range(vec![]),
+            ],
+        );
         let (watch_id, watch) = s.sent("/v3/watch");
-        assert_eq!(watch["create_request"], json!({ "key": b64::encode(b"edgelock/sem/3b.1"), "start_revision": "11" }));
+        assert_eq!(
+            watch["create_request"],
+            json!({ "key": b64::encode(b"edgelock/sem/3b.1"), "start_revision": "11" })
+        );
         // Its PUT (a promotion) wakes us: a re-check reading up to our revision.
         s.m.handle_input(s.now, Input::Chunk { id: watch_id, data: br#"{"result":{"header":{"revision":"12"},"events":[{"kv":{"key":"ZWRnZWxvY2svc2VtLzNiLjE=","create_revision":"7","mod_revision":"12"}}]}}"#.to_vec() });
         let (_, check) = s.sent("/v3/kv/txn");
-        assert_eq!(check["success"][1]["request_range"]["max_create_revision"], "10");
-        assert_eq!(check["success"][2]["request_range"]["max_create_revision"], "9");
+        assert_eq!(
+            check["success"][1]["request_range"]["max_create_revision"],
+            "10"
+        );
+        assert_eq!(
+            check["success"][2]["request_range"]["max_create_revision"],
+            "9"
+        );
     }
 
     #[test]
@@ -494,14 +783,32 @@ mod tests {
         let ours = kv(&key, 10, &value, LEASE);
         // Slot 0 is held by a key no holder accounts for (a late claim's leftover).
         let stray = kv(b"edgelock/sem/s/0", 8, "p1:z", 0x2a);
-        s.txn_reply(RequestId(2), 10, true, vec![json!({"response_put": {}}), range(vec![ours.clone()]), range(vec![ours]), range(vec![stray]), range(vec![])]);
+        s.txn_reply(
+            RequestId(2),
+            10,
+            true,
+            vec![
+                json!({"response_put": {}}),
+                range(vec![ours.clone()]),
+                range(vec![ours]),
+                range(vec![stray]),
+                range(vec![]),
+            ],
+        );
         assert!(s.m.poll_transmit().is_none(), "no claim of a taken slot");
         let at = s.m.poll_timeout().unwrap();
-        assert!(at >= s.now + NO_FREE_SLOT_RETRY_MS - 5 && at <= s.now + NO_FREE_SLOT_RETRY_MS, "re-check in {} ms", at - s.now);
+        assert!(
+            at >= s.now + NO_FREE_SLOT_RETRY_MS - 5 && at <= s.now + NO_FREE_SLOT_RETRY_MS,
+            "re-check in {} ms",
+            at - s.now
+        );
         s.now = at;
         s.m.handle_timeout(at);
         let (_, check) = s.sent("/v3/kv/txn");
-        assert_eq!(check["success"][1]["request_range"]["max_create_revision"], "10", "a re-check");
+        assert_eq!(
+            check["success"][1]["request_range"]["max_create_revision"], "10",
+            "a re-check"
+        );
     }
 
     #[test]
@@ -510,9 +817,23 @@ mod tests {
         let (key, value) = (our_key(&txn), our_value(&txn));
         let holder = kv(b"edgelock/sem/2a.1", 5, "p1:x", 0x2a);
         let ours = kv(&key, 10, &value, LEASE);
-        s.txn_reply(RequestId(2), 10, true, vec![json!({"response_put": {}}), range(vec![holder.clone(), ours.clone()]), range(vec![ours, holder]), range(vec![]), range(vec![])]);
+        s.txn_reply(
+            RequestId(2),
+            10,
+            true,
+            vec![
+                json!({"response_put": {}}),
+                range(vec![holder.clone(), ours.clone()]),
+                range(vec![ours, holder]),
+                range(vec![]),
+                range(vec![]),
+            ],
+        );
         let (del, body) = s.sent("/v3/kv/txn");
-        assert_eq!(body["success"][0]["request_delete_range"]["key"], b64::encode(&key));
+        assert_eq!(
+            body["success"][0]["request_delete_range"]["key"],
+            b64::encode(&key)
+        );
         s.txn_reply(del, 11, true, vec![]);
         assert_eq!(s.completed().unwrap(), Outcome::NotAcquired);
     }

@@ -5,12 +5,27 @@ use super::*;
 impl EtcdMachine {
     // ---- requests ---------------------------------------------------------
 
-    pub(super) fn send(&mut self, now: Millis, purpose: Purpose, path: &'static str, body: Value, stream: bool) -> RequestId {
+    pub(super) fn send(
+        &mut self,
+        now: Millis,
+        purpose: Purpose,
+        path: &'static str,
+        body: Value,
+        stream: bool,
+    ) -> RequestId {
         let body = serde_json::to_vec(&body).unwrap_or_default();
         self.send_raw(now, purpose, path, body, stream, 1)
     }
 
-    pub(super) fn send_raw(&mut self, now: Millis, purpose: Purpose, path: &'static str, body: Vec<u8>, stream: bool, attempt: u32) -> RequestId {
+    pub(super) fn send_raw(
+        &mut self,
+        now: Millis,
+        purpose: Purpose,
+        path: &'static str,
+        body: Vec<u8>,
+        stream: bool,
+        attempt: u32,
+    ) -> RequestId {
         let endpoint = self.current_endpoint % self.endpoints.len();
         let mut headers = vec![("content-type".to_string(), "application/json".to_string())];
         headers.extend(self.headers.iter().cloned());
@@ -23,8 +38,18 @@ impl EtcdMachine {
             timeout_ms: Some(self.request_timeout_ms),
             stream,
         };
-        let pending = Pending { purpose, path, body, endpoint, attempt, sent_at: now, splitter: stream.then(JsonObjectSplitter::new) };
-        match self.rt.send(now, pending, |id| Ok::<_, std::convert::Infallible>(HttpRequest { id, ..request })) {
+        let pending = Pending {
+            purpose,
+            path,
+            body,
+            endpoint,
+            attempt,
+            sent_at: now,
+            splitter: stream.then(JsonObjectSplitter::new),
+        };
+        match self.rt.send(now, pending, |id| {
+            Ok::<_, std::convert::Infallible>(HttpRequest { id, ..request })
+        }) {
             Ok(id) => id,
             Err(never) => match never {},
         }
@@ -54,7 +79,11 @@ impl EtcdMachine {
             }
         }
         let is_stream = p.splitter.is_some();
-        if f.retryable() && !is_stream && p.attempt < self.max_attempts() && !self.rt.closing.drained() {
+        if f.retryable()
+            && !is_stream
+            && p.attempt < self.max_attempts()
+            && !self.rt.closing.drained()
+        {
             let new_id = self.send_raw(now, p.purpose, p.path, p.body, false, p.attempt + 1);
             self.retarget(p.purpose, id, new_id);
             return;
@@ -119,7 +148,13 @@ impl EtcdMachine {
         }
     }
 
-    pub(super) fn dispatch(&mut self, now: Millis, id: RequestId, p: Pending, result: Result<(u16, Vec<u8>), Failure>) {
+    pub(super) fn dispatch(
+        &mut self,
+        now: Millis,
+        id: RequestId,
+        p: Pending,
+        result: Result<(u16, Vec<u8>), Failure>,
+    ) {
         match p.purpose {
             Purpose::Grant => self.on_grant(now, id, p.sent_at, result),
             Purpose::KeepAlive { lease } => self.on_keepalive(now, id, lease, p.sent_at, result),
@@ -129,7 +164,12 @@ impl EtcdMachine {
             Purpose::Orphan => self.on_orphan(now, id, result),
             Purpose::CloseStep => self.maybe_closed(),
             Purpose::Op(op) => {
-                if self.ops.get(&op).map(|o| o.req == Some(id)).unwrap_or(false) {
+                if self
+                    .ops
+                    .get(&op)
+                    .map(|o| o.req == Some(id))
+                    .unwrap_or(false)
+                {
                     if let Some(o) = self.ops.get_mut(&op) {
                         o.req = None;
                     }
@@ -143,15 +183,28 @@ impl EtcdMachine {
         // A backend (or a proxy) may echo our headers back, in a body or in
         // what a driver reports about a broken reply: never let a configured
         // header value reach an error message.
-        let secrets: Vec<&str> = self.headers.iter().flat_map(|(_, v)| std::iter::once(v.as_str()).chain(v.split_whitespace())).collect();
+        let secrets: Vec<&str> = self
+            .headers
+            .iter()
+            .flat_map(|(_, v)| std::iter::once(v.as_str()).chain(v.split_whitespace()))
+            .collect();
         match f {
             Failure::Transport(t) => {
                 let message = crate::core::error::sanitize_detail(&t.to_string(), &secrets);
-                LockError::Transport { backend: BACKEND, name: name.to_string(), message }
+                LockError::Transport {
+                    backend: BACKEND,
+                    name: name.to_string(),
+                    message,
+                }
             }
             Failure::Gateway(g) => {
                 let message = crate::core::error::sanitize_detail(&g.message(), &secrets);
-                LockError::Backend { backend: BACKEND, name: name.to_string(), status: g.status(), message }
+                LockError::Backend {
+                    backend: BACKEND,
+                    name: name.to_string(),
+                    status: g.status(),
+                    message,
+                }
             }
         }
     }

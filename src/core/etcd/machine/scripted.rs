@@ -18,8 +18,20 @@ impl Script {
     /// A machine whose acquire of `name` (`kind`, `wait`) has sent its txn
     /// on session lease [`LEASE`]; returns it, the txn's id and body.
     pub(super) fn acquiring(name: &str, kind: LockKind, wait: Wait) -> (Script, RequestId, Value) {
-        let mut m = EtcdMachine::new(EtcdConfig::new(vec!["http://127.0.0.1:2379".into()]), Box::new(SeededEntropy::new(3))).unwrap();
-        m.start(1_000, Operation::Acquire { name: name.into(), kind, options: AcquireOptions { wait, ttl_ms: None } }).unwrap();
+        let mut m = EtcdMachine::new(
+            EtcdConfig::new(vec!["http://127.0.0.1:2379".into()]),
+            Box::new(SeededEntropy::new(3)),
+        )
+        .unwrap();
+        m.start(
+            1_000,
+            Operation::Acquire {
+                name: name.into(),
+                kind,
+                options: AcquireOptions { wait, ttl_ms: None },
+            },
+        )
+        .unwrap();
         let mut s = Script { m, now: 1_000 };
         let grant = s.sent("/v3/lease/grant");
         s.reply(grant.0, json!({ "ID": LEASE.to_string(), "TTL": "10" }));
@@ -32,7 +44,11 @@ impl Script {
         loop {
             match self.m.poll_transmit() {
                 Some(Transmit::Send(r)) => {
-                    assert!(r.target.to_string().ends_with(path), "expected {path}, sent {}", r.target);
+                    assert!(
+                        r.target.to_string().ends_with(path),
+                        "expected {path}, sent {}",
+                        r.target
+                    );
                     return (r.id, serde_json::from_slice(&r.body).unwrap());
                 }
                 Some(Transmit::Cancel(_)) => continue,
@@ -43,10 +59,23 @@ impl Script {
 
     pub(super) fn reply(&mut self, id: RequestId, body: Value) {
         self.now += 5;
-        self.m.handle_input(self.now, Input::Response { id, status: 200, body: serde_json::to_vec(&body).unwrap() });
+        self.m.handle_input(
+            self.now,
+            Input::Response {
+                id,
+                status: 200,
+                body: serde_json::to_vec(&body).unwrap(),
+            },
+        );
     }
 
-    pub(super) fn txn_reply(&mut self, id: RequestId, revision: i64, succeeded: bool, responses: Vec<Value>) {
+    pub(super) fn txn_reply(
+        &mut self,
+        id: RequestId,
+        revision: i64,
+        succeeded: bool,
+        responses: Vec<Value>,
+    ) {
         self.reply(id, json!({ "header": { "revision": revision.to_string() }, "succeeded": succeeded, "responses": responses }));
     }
 
@@ -61,7 +90,11 @@ impl Script {
     }
 
     pub(super) fn nothing_completed(&mut self) {
-        assert!(!std::iter::from_fn(|| self.m.poll_event()).any(|e| matches!(e, Event::Completed { .. })), "completed too early");
+        assert!(
+            !std::iter::from_fn(|| self.m.poll_event())
+                .any(|e| matches!(e, Event::Completed { .. })),
+            "completed too early"
+        );
     }
 }
 

@@ -34,7 +34,13 @@ impl EtcdMachine {
         }
         if self.grant.is_none() {
             let ttl_s = self.session_ttl_ms.div_ceil(1000) as i64;
-            self.grant = Some(self.send(now, Purpose::Grant, "/v3/lease/grant", gw::lease_grant(ttl_s), false));
+            self.grant = Some(self.send(
+                now,
+                Purpose::Grant,
+                "/v3/lease/grant",
+                gw::lease_grant(ttl_s),
+                false,
+            ));
         }
         None
     }
@@ -44,27 +50,50 @@ impl EtcdMachine {
     pub(super) fn expiry(sent_at: Millis, ttl_s: i64) -> Millis {
         // Saturating: the TTL is the backend's number, not ours.
         let ttl_ms = (ttl_s.max(0) as u64).saturating_mul(1000);
-        sent_at.saturating_add(ttl_ms).saturating_sub(ttl_ms / 100 + 2)
+        sent_at
+            .saturating_add(ttl_ms)
+            .saturating_sub(ttl_ms / 100 + 2)
     }
 
-    pub(super) fn on_grant(&mut self, now: Millis, id: RequestId, sent_at: Millis, result: Result<(u16, Vec<u8>), Failure>) {
+    pub(super) fn on_grant(
+        &mut self,
+        now: Millis,
+        id: RequestId,
+        sent_at: Millis,
+        result: Result<(u16, Vec<u8>), Failure>,
+    ) {
         if self.grant != Some(id) {
             return;
         }
         self.grant = None;
         let parsed = match result {
-            Ok((status, body)) => gw::parse::<LeaseGrantResponse>(status, &body).map_err(Failure::Gateway),
+            Ok((status, body)) => {
+                gw::parse::<LeaseGrantResponse>(status, &body).map_err(Failure::Gateway)
+            }
             Err(f) => Err(f),
         };
         let grant = match parsed {
             Ok(g) if g.ID != 0 && g.TTL > 0 => g,
-            Ok(_) => return self.fail_lease_waiters(now, Failure::Gateway(GatewayError::Malformed("lease grant without ID/TTL".into()))),
+            Ok(_) => {
+                return self.fail_lease_waiters(
+                    now,
+                    Failure::Gateway(GatewayError::Malformed("lease grant without ID/TTL".into())),
+                )
+            }
             Err(f) => return self.fail_lease_waiters(now, f),
         };
         let ttl_ms = (grant.TTL as u64).saturating_mul(1000);
         self.leases.insert(
             grant.ID,
-            Lease { ttl_ms, expires_at: Self::expiry(sent_at, grant.TTL), next_keepalive: sent_at.saturating_add(ttl_ms / 3), keepalive: None, check: None, checked: Vec::new(), sweep: None },
+            Lease {
+                ttl_ms,
+                expires_at: Self::expiry(sent_at, grant.TTL),
+                next_keepalive: sent_at.saturating_add(ttl_ms / 3),
+                keepalive: None,
+                check: None,
+                checked: Vec::new(),
+                sweep: None,
+            },
         );
         self.session_lease = Some(grant.ID);
         self.arm_lease(grant.ID);
@@ -93,8 +122,19 @@ impl EtcdMachine {
         }
     }
 
-    pub(super) fn send_keepalive(&mut self, now: Millis, lease: i64, purpose: Purpose) -> RequestId {
-        self.send(now, purpose, "/v3/lease/keepalive", gw::lease_id(lease), false)
+    pub(super) fn send_keepalive(
+        &mut self,
+        now: Millis,
+        lease: i64,
+        purpose: Purpose,
+    ) -> RequestId {
+        self.send(
+            now,
+            purpose,
+            "/v3/lease/keepalive",
+            gw::lease_id(lease),
+            false,
+        )
     }
 
     /// Periodic renewal: keepalive plus one txn reading every held key on the lease.
@@ -111,10 +151,25 @@ impl EtcdMachine {
         let check = if targets.is_empty() {
             None
         } else {
-            Some(self.send(now, Purpose::KeyCheck { lease }, "/v3/kv/txn", gw::read_keys_txn(targets.iter().map(|t| t.1.as_slice())), false))
+            Some(self.send(
+                now,
+                Purpose::KeyCheck { lease },
+                "/v3/kv/txn",
+                gw::read_keys_txn(targets.iter().map(|t| t.1.as_slice())),
+                false,
+            ))
         };
-        let sweep_due = self.ghost_risk && self.leases.get(&lease).is_some_and(|l| l.sweep.is_none());
-        let sweep = sweep_due.then(|| self.send(now, Purpose::Sweep { lease }, "/v3/lease/timetolive", gw::lease_keys(lease), false));
+        let sweep_due =
+            self.ghost_risk && self.leases.get(&lease).is_some_and(|l| l.sweep.is_none());
+        let sweep = sweep_due.then(|| {
+            self.send(
+                now,
+                Purpose::Sweep { lease },
+                "/v3/lease/timetolive",
+                gw::lease_keys(lease),
+                false,
+            )
+        });
         if let Some(l) = self.leases.get_mut(&lease) {
             l.keepalive = Some(keepalive);
             l.check = check;
@@ -126,9 +181,16 @@ impl EtcdMachine {
     }
 
     /// Applies a keepalive answer to the lease; returns Ok(expires_at) or the loss reason.
-    pub(super) fn apply_keepalive(&mut self, lease: i64, sent_at: Millis, result: Result<(u16, Vec<u8>), Failure>) -> Result<Millis, Result<LostReason, Failure>> {
+    pub(super) fn apply_keepalive(
+        &mut self,
+        lease: i64,
+        sent_at: Millis,
+        result: Result<(u16, Vec<u8>), Failure>,
+    ) -> Result<Millis, Result<LostReason, Failure>> {
         let parsed = match result {
-            Ok((status, body)) => gw::parse_wrapped::<LeaseTtl>(status, &body).map_err(Failure::Gateway),
+            Ok((status, body)) => {
+                gw::parse_wrapped::<LeaseTtl>(status, &body).map_err(Failure::Gateway)
+            }
             Err(f) => Err(f),
         };
         match parsed {
@@ -143,19 +205,33 @@ impl EtcdMachine {
                 self.arm_lease(lease);
                 Ok(expires_at)
             }
-            Ok(_) | Err(Failure::Gateway(GatewayError::LeaseNotFound)) => Err(Ok(LostReason::RenewalFailed("the lease no longer exists".into()))),
+            Ok(_) | Err(Failure::Gateway(GatewayError::LeaseNotFound)) => Err(Ok(
+                LostReason::RenewalFailed("the lease no longer exists".into()),
+            )),
             Err(f) => Err(Err(f)),
         }
     }
 
-    pub(super) fn on_keepalive(&mut self, now: Millis, id: RequestId, lease: i64, sent_at: Millis, result: Result<(u16, Vec<u8>), Failure>) {
+    pub(super) fn on_keepalive(
+        &mut self,
+        now: Millis,
+        id: RequestId,
+        lease: i64,
+        sent_at: Millis,
+        result: Result<(u16, Vec<u8>), Failure>,
+    ) {
         match self.leases.get_mut(&lease) {
             Some(l) if l.keepalive == Some(id) => l.keepalive = None,
             _ => return,
         }
         match self.apply_keepalive(lease, sent_at, result) {
             Ok(expires_at) => {
-                let renewed: Vec<LockId> = self.locks.iter().filter(|(_, l)| l.lease == lease).map(|(id, _)| *id).collect();
+                let renewed: Vec<LockId> = self
+                    .locks
+                    .iter()
+                    .filter(|(_, l)| l.lease == lease)
+                    .map(|(id, _)| *id)
+                    .collect();
                 for lock in renewed {
                     self.rt.out.renewed(lock, expires_at);
                 }
@@ -171,7 +247,13 @@ impl EtcdMachine {
         }
     }
 
-    pub(super) fn on_key_check(&mut self, now: Millis, id: RequestId, lease: i64, result: Result<(u16, Vec<u8>), Failure>) {
+    pub(super) fn on_key_check(
+        &mut self,
+        now: Millis,
+        id: RequestId,
+        lease: i64,
+        result: Result<(u16, Vec<u8>), Failure>,
+    ) {
         let targets = match self.leases.get_mut(&lease) {
             Some(l) if l.check == Some(id) => {
                 l.check = None;
@@ -179,7 +261,9 @@ impl EtcdMachine {
             }
             _ => return,
         };
-        let txn = match result.and_then(|(s, b)| gw::parse::<TxnResponse>(s, &b).map_err(Failure::Gateway)) {
+        let txn = match result
+            .and_then(|(s, b)| gw::parse::<TxnResponse>(s, &b).map_err(Failure::Gateway))
+        {
             Ok(t) if t.responses.len() == targets.len() => t,
             _ => return, // checked again next round
         };
@@ -191,7 +275,9 @@ impl EtcdMachine {
             .collect();
         for (lock, key, rev) in targets {
             // (A permit's target is either of its two keys.)
-            let still_ours = self.locks.get(&lock).is_some_and(|l| !l.releasing && l.keys().iter().any(|(k, r)| *k == key && *r == rev));
+            let still_ours = self.locks.get(&lock).is_some_and(|l| {
+                !l.releasing && l.keys().iter().any(|(k, r)| *k == key && *r == rev)
+            });
             if still_ours && !present.iter().any(|(k, r)| *k == key && *r == rev) {
                 self.lose_lock(now, lock, LostReason::KeyGone);
             }
@@ -205,18 +291,34 @@ impl EtcdMachine {
             self.cancel_request(l.keepalive);
             self.cancel_request(l.check);
             // Best effort: if the server still has it, revoking frees its keys now.
-            self.send(now, Purpose::Revoke, "/v3/lease/revoke", gw::lease_id(lease), false);
+            self.send(
+                now,
+                Purpose::Revoke,
+                "/v3/lease/revoke",
+                gw::lease_id(lease),
+                false,
+            );
         }
         if self.session_lease == Some(lease) {
             self.session_lease = None;
         }
-        let locks: Vec<LockId> = self.locks.iter().filter(|(_, l)| l.lease == lease).map(|(id, _)| *id).collect();
+        let locks: Vec<LockId> = self
+            .locks
+            .iter()
+            .filter(|(_, l)| l.lease == lease)
+            .map(|(id, _)| *id)
+            .collect();
         for lock in locks {
             self.lose_lock(now, lock, reason.clone());
         }
         // Only orphans that hold their name locally free it (a permit's or
         // reader's never claimed it: freeing would start another's waiter).
-        let orphan_names: Vec<String> = self.orphans.iter().filter(|o| o.lease == lease && o.holds_name).map(|o| o.name.clone()).collect();
+        let orphan_names: Vec<String> = self
+            .orphans
+            .iter()
+            .filter(|o| o.lease == lease && o.holds_name)
+            .map(|o| o.name.clone())
+            .collect();
         self.orphans.retain(|o| o.lease != lease);
         self.arm_orphans();
         for name in orphan_names {
@@ -224,7 +326,9 @@ impl EtcdMachine {
         }
         let ops: Vec<OpId> = self.ops.keys().copied().collect();
         for op in ops {
-            let Some(o) = self.ops.get_mut(&op) else { continue };
+            let Some(o) = self.ops.get_mut(&op) else {
+                continue;
+            };
             match &mut o.kind {
                 OpKind::Acquire(a) if a.lease == Some(lease) => {
                     let req = o.req.take();
@@ -236,7 +340,12 @@ impl EtcdMachine {
                     } else if a.phase != AcqPhase::LocalQueue && a.restarts >= MAX_RESTARTS {
                         let name = a.name.clone();
                         self.cancel_request(req);
-                        let error = LockError::Backend { backend: BACKEND, name, status: None, message: "the session lease keeps disappearing".into() };
+                        let error = LockError::Backend {
+                            backend: BACKEND,
+                            name,
+                            status: None,
+                            message: "the session lease keeps disappearing".into(),
+                        };
                         self.finish_acquire(now, op, Ending::Error(error));
                     } else if a.phase != AcqPhase::LocalQueue {
                         a.restarts += 1;
@@ -281,20 +390,40 @@ mod tests {
     /// reliability scenario 9a, whose driver jumps to the machine's timers).
     #[test]
     fn a_huge_granted_ttl_is_no_panic() {
-        let mut m = EtcdMachine::new(EtcdConfig::new(vec!["http://127.0.0.1:2379".into()]), Box::new(SeededEntropy::new(1))).unwrap();
+        let mut m = EtcdMachine::new(
+            EtcdConfig::new(vec!["http://127.0.0.1:2379".into()]),
+            Box::new(SeededEntropy::new(1)),
+        )
+        .unwrap();
         let now = 1_000;
         m.acquire(now, "job", &AcquireOptions::default()).unwrap();
-        let Some(Transmit::Send(grant)) = m.poll_transmit() else { panic!("no lease grant sent") };
+        let Some(Transmit::Send(grant)) = m.poll_transmit() else {
+            panic!("no lease grant sent")
+        };
         let body = br#"{"ID":"7","TTL":"9223372036854775807"}"#.to_vec();
-        m.handle_input(now + 1, Input::Response { id: grant.id, status: 200, body });
+        m.handle_input(
+            now + 1,
+            Input::Response {
+                id: grant.id,
+                status: 200,
+                body,
+            },
+        );
         // The lease is usable: the acquire's txn goes out on it.
-        let Some(Transmit::Send(txn)) = m.poll_transmit() else { panic!("no txn after the grant") };
-        assert!(txn.target.to_string().ends_with("/v3/kv/txn"), "{}", txn.target);
+        let Some(Transmit::Send(txn)) = m.poll_transmit() else {
+            panic!("no txn after the grant")
+        };
+        assert!(
+            txn.target.to_string().ends_with("/v3/kv/txn"),
+            "{}",
+            txn.target
+        );
         // Much later (a driver follows the machine's own far-off timers), a
         // second acquire checks whether the lease can still carry a key.
         let later = u64::MAX / 10 * 9;
         m.handle_timeout(later);
-        m.acquire(later, "other", &AcquireOptions::default()).unwrap();
+        m.acquire(later, "other", &AcquireOptions::default())
+            .unwrap();
         assert!(std::iter::from_fn(|| m.poll_transmit()).any(|t| matches!(t, Transmit::Send(_))));
     }
 }

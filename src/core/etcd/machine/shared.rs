@@ -46,12 +46,15 @@ pub(super) fn writers_range(lock_prefix: &[u8]) -> (Vec<u8>, Vec<u8>) {
 
 /// Whether `suffix` (after the name's prefix) is a reader key of `lease`.
 pub(super) fn is_reader_suffix_of(suffix: &str, lease: i64) -> bool {
-    suffix.strip_prefix("r/").is_some_and(|rest| permits::is_queue_suffix_of(rest, lease))
+    suffix
+        .strip_prefix("r/")
+        .is_some_and(|rest| permits::is_queue_suffix_of(rest, lease))
 }
 
 /// Whether `key` is in the readers' range of `lock_prefix`.
 pub(super) fn is_reader_key(lock_prefix: &[u8], key: &[u8]) -> bool {
-    key.strip_prefix(lock_prefix).is_some_and(|rest| rest.starts_with(b"r/"))
+    key.strip_prefix(lock_prefix)
+        .is_some_and(|rest| rest.starts_with(b"r/"))
 }
 
 impl EtcdMachine {
@@ -68,8 +71,16 @@ impl EtcdMachine {
     /// A shared acquire's txn (that put our key) or re-check answered
     /// (parsed, with a positive revision). A `Txn` whose compare failed is
     /// handled with the lock's: it learns our key's revision and re-checks.
-    pub(super) fn on_shared_txn(&mut self, now: Millis, op: OpId, phase: AcqPhase, txn: TxnResponse) {
-        let Some(a) = self.acquire_mut(op) else { return };
+    pub(super) fn on_shared_txn(
+        &mut self,
+        now: Millis,
+        op: OpId,
+        phase: AcqPhase,
+        txn: TxnResponse,
+    ) {
+        let Some(a) = self.acquire_mut(op) else {
+            return;
+        };
         let revision = txn.header.revision;
         let (writer, oldest) = match phase {
             AcqPhase::Txn => {
@@ -83,7 +94,11 @@ impl EtcdMachine {
                 let (Some(own), Some(w)) = (txn.range(0), txn.range(1)) else {
                     return self.malformed(now, op, "shared re-check reply without its ranges");
                 };
-                if !own.kvs.iter().any(|kv| kv.key == a.key && kv.create_revision == a.my_rev) {
+                if !own
+                    .kvs
+                    .iter()
+                    .any(|kv| kv.key == a.key && kv.create_revision == a.my_rev)
+                {
                     return self.restart_acquire(now, op);
                 }
                 (w.kvs.first().cloned(), None)
@@ -92,12 +107,17 @@ impl EtcdMachine {
         };
         // A semaphore's keys (oldest of the name, or in the writers' range)
         // carry its limit: its name is no read-write lock.
-        let semaphore = [&writer, &oldest].into_iter().flatten().find_map(|kv| match permits::key_kind(&kv.value) {
-            permits::KeyKind::Permit(limit) => Some(limit),
-            permits::KeyKind::Plain => None,
+        let semaphore = [&writer, &oldest].into_iter().flatten().find_map(|kv| {
+            match permits::key_kind(&kv.value) {
+                permits::KeyKind::Permit(limit) => Some(limit),
+                permits::KeyKind::Plain => None,
+            }
         });
         if let Some(limit) = semaphore {
-            let message = format!("{:?} is a semaphore of {limit}, not a read-write lock", a.name);
+            let message = format!(
+                "{:?} is a semaphore of {limit}, not a read-write lock",
+                a.name
+            );
             return self.cleanup(now, op, Ending::Error(LockError::invalid(message)));
         }
         // Only a writer created before us matters: readers ahead share.
@@ -123,17 +143,39 @@ impl EtcdMachine {
 /// precede the oldest writer key; everyone else is queued, with kinds.
 pub(super) fn rw_status(name: &str, lock_prefix: &[u8], kvs: &[gw::KeyValue]) -> LockStatus {
     let text = |kv: &gw::KeyValue| String::from_utf8_lossy(&kv.key).into_owned();
-    let kind = |kv: &gw::KeyValue| if is_reader_key(lock_prefix, &kv.key) { LockKind::Shared } else { LockKind::Exclusive };
+    let kind = |kv: &gw::KeyValue| {
+        if is_reader_key(lock_prefix, &kv.key) {
+            LockKind::Shared
+        } else {
+            LockKind::Exclusive
+        }
+    };
     let held = match kvs.first().map(kind) {
-        Some(LockKind::Shared) => kvs.iter().take_while(|kv| kind(kv) == LockKind::Shared).count(),
+        Some(LockKind::Shared) => kvs
+            .iter()
+            .take_while(|kv| kind(kv) == LockKind::Shared)
+            .count(),
         Some(_) => 1,
         None => 0,
     };
     let holders: Vec<Holder> = kvs[..held]
         .iter()
-        .map(|kv| Holder { id: text(kv), kind: kind(kv), slot: None, fencing_token: Some(kv.create_revision.max(0) as u64) })
+        .map(|kv| Holder {
+            id: text(kv),
+            kind: kind(kv),
+            slot: None,
+            fencing_token: Some(kv.create_revision.max(0) as u64),
+        })
         .collect();
-    let queued: Vec<Holder> = kvs[held..].iter().map(|kv| Holder { id: text(kv), kind: kind(kv), slot: None, fencing_token: None }).collect();
+    let queued: Vec<Holder> = kvs[held..]
+        .iter()
+        .map(|kv| Holder {
+            id: text(kv),
+            kind: kind(kv),
+            slot: None,
+            fencing_token: None,
+        })
+        .collect();
     LockStatus {
         name: name.to_string(),
         held: !holders.is_empty(),
@@ -153,7 +195,6 @@ mod tests {
     use crate::core::b64;
     use serde_json::json;
 
-
     #[test]
     fn reader_keys_are_outside_the_writers_range() {
         let p = b"el/rw/";
@@ -161,34 +202,85 @@ mod tests {
         let (w0, w1) = writers_range(p);
         let (r0, r1) = readers_range(p);
         assert!(r >= r0 && r < r1, "{}", String::from_utf8_lossy(&r));
-        assert!(!(r >= w0 && r < w1), "a reader key must not look like a writer's");
+        assert!(
+            !(r >= w0 && r < w1),
+            "a reader key must not look like a writer's"
+        );
         // A writer key (lease hex) and a permit's slot key are not readers'.
-        assert!(is_reader_key(p, &r) && !is_reader_key(p, b"el/rw/7fffffffffffffff") && !is_reader_key(p, b"el/rw/s/0"));
+        assert!(
+            is_reader_key(p, &r)
+                && !is_reader_key(p, b"el/rw/7fffffffffffffff")
+                && !is_reader_key(p, b"el/rw/s/0")
+        );
         assert!(is_reader_suffix_of("r/1f.3", 0x1f));
-        assert!(!is_reader_suffix_of("1f.3", 0x1f) && !is_reader_suffix_of("r/2f.3", 0x1f) && !is_reader_suffix_of("r/1f", 0x1f));
+        assert!(
+            !is_reader_suffix_of("1f.3", 0x1f)
+                && !is_reader_suffix_of("r/2f.3", 0x1f)
+                && !is_reader_suffix_of("r/1f", 0x1f)
+        );
         // A reader's value is neither a permit's (an exclusive acquire would
         // refuse the name) nor taken for one.
-        assert_eq!(permits::key_kind(&shared_value("ab")), permits::KeyKind::Plain);
-        assert!(is_shared_value(&shared_value("ab")) && !is_shared_value(b"0123abcd") && !is_shared_value(b"p3:x"));
+        assert_eq!(
+            permits::key_kind(&shared_value("ab")),
+            permits::KeyKind::Plain
+        );
+        assert!(
+            is_shared_value(&shared_value("ab"))
+                && !is_shared_value(b"0123abcd")
+                && !is_shared_value(b"p3:x")
+        );
     }
 
     fn kv(key: &[u8], rev: i64, value: &[u8]) -> gw::KeyValue {
-        gw::KeyValue { key: key.to_vec(), create_revision: rev, mod_revision: rev, lease: 0x2a, value: value.to_vec() }
+        gw::KeyValue {
+            key: key.to_vec(),
+            create_revision: rev,
+            mod_revision: rev,
+            lease: 0x2a,
+            value: value.to_vec(),
+        }
     }
 
     #[test]
     fn inspect_lists_the_readers_ahead_of_the_oldest_writer_as_holders() {
         let p = b"el/rw/";
-        let (r1, r2, w, r3) = (kv(b"el/rw/r/2a.1", 5, b"r:x"), kv(b"el/rw/r/2b.4", 6, b"r:y"), kv(b"el/rw/3c", 7, b"n"), kv(b"el/rw/r/2a.9", 8, b"r:z"));
+        let (r1, r2, w, r3) = (
+            kv(b"el/rw/r/2a.1", 5, b"r:x"),
+            kv(b"el/rw/r/2b.4", 6, b"r:y"),
+            kv(b"el/rw/3c", 7, b"n"),
+            kv(b"el/rw/r/2a.9", 8, b"r:z"),
+        );
         let st = rw_status("rw", p, &[r1.clone(), r2, w.clone(), r3]);
-        let kinds = |hs: &[Holder]| hs.iter().map(|h| (h.id.clone(), h.kind, h.fencing_token)).collect::<Vec<_>>();
-        assert_eq!(kinds(&st.holders), vec![("el/rw/r/2a.1".into(), LockKind::Shared, Some(5)), ("el/rw/r/2b.4".into(), LockKind::Shared, Some(6))]);
-        assert_eq!(kinds(&st.queued), vec![("el/rw/3c".into(), LockKind::Exclusive, None), ("el/rw/r/2a.9".into(), LockKind::Shared, None)]);
+        let kinds = |hs: &[Holder]| {
+            hs.iter()
+                .map(|h| (h.id.clone(), h.kind, h.fencing_token))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            kinds(&st.holders),
+            vec![
+                ("el/rw/r/2a.1".into(), LockKind::Shared, Some(5)),
+                ("el/rw/r/2b.4".into(), LockKind::Shared, Some(6))
+            ]
+        );
+        assert_eq!(
+            kinds(&st.queued),
+            vec![
+                ("el/rw/3c".into(), LockKind::Exclusive, None),
+                ("el/rw/r/2a.9".into(), LockKind::Shared, None)
+            ]
+        );
         assert!(st.held && st.fencing_token == Some(5) && st.waiters.len() == 2);
         // A writer first holds alone; the reader behind it waits.
         let st = rw_status("rw", p, &[w, r1]);
-        assert_eq!(kinds(&st.holders), vec![("el/rw/3c".into(), LockKind::Exclusive, Some(7))]);
-        assert_eq!(kinds(&st.queued), vec![("el/rw/r/2a.1".into(), LockKind::Shared, None)]);
+        assert_eq!(
+            kinds(&st.holders),
+            vec![("el/rw/3c".into(), LockKind::Exclusive, Some(7))]
+        );
+        assert_eq!(
+            kinds(&st.queued),
+            vec![("el/rw/r/2a.1".into(), LockKind::Shared, None)]
+        );
         assert!(!rw_status("rw", p, &[]).held);
     }
 
@@ -215,7 +307,10 @@ mod tests {
 
     fn put_of(txn: &Value) -> (Vec<u8>, String) {
         let put = &txn["success"][0]["request_put"];
-        (unb64(&put["key"]), String::from_utf8(unb64(&put["value"])).unwrap())
+        (
+            unb64(&put["key"]),
+            String::from_utf8(unb64(&put["value"])).unwrap(),
+        )
     }
 
     const PUT: fn() -> Value = || json!({ "response_put": {} });
@@ -224,24 +319,63 @@ mod tests {
     fn a_reader_behind_a_writer_watches_that_writer_then_holds() {
         let (mut s, id, txn) = Script::rw(LockKind::Shared, Wait::Forever);
         let (key, value) = put_of(&txn);
-        assert!(key.starts_with(b"edgelock/rw/r/1f."), "{}", String::from_utf8_lossy(&key));
+        assert!(
+            key.starts_with(b"edgelock/rw/r/1f."),
+            "{}",
+            String::from_utf8_lossy(&key)
+        );
         assert!(value.starts_with("r:"), "{value}");
         // An older reader holds; a writer waits behind it; we come last.
-        let (reader, writer) = (jkv(b"edgelock/rw/r/2a.1", 5, "r:x"), jkv(b"edgelock/rw/3c", 7, "nonce"));
-        s.txn_reply(id, 10, true, vec![PUT(), range(vec![writer]), range(vec![reader])]);
+        let (reader, writer) = (
+            jkv(b"edgelock/rw/r/2a.1", 5, "r:x"),
+            jkv(b"edgelock/rw/3c", 7, "nonce"),
+        );
+        s.txn_reply(
+            id,
+            10,
+            true,
+            vec![PUT(), range(vec![writer]), range(vec![reader])],
+        );
         let (watch_id, watch) = s.sent("/v3/watch");
-        assert_eq!(watch["create_request"], json!({ "key": b64::encode(b"edgelock/rw/3c"), "start_revision": "11", "filters": ["NOPUT"] }));
+        assert_eq!(
+            watch["create_request"],
+            json!({ "key": b64::encode(b"edgelock/rw/3c"), "start_revision": "11", "filters": ["NOPUT"] })
+        );
         s.nothing_completed();
         // The writer's DELETE wakes us: a re-check of writers created before us.
         let del = br#"{"result":{"header":{"revision":"12"},"events":[{"type":"DELETE","kv":{"key":"ZWRnZWxvY2svcncvM2M=","mod_revision":"12"}}]}}"#;
-        s.m.handle_input(s.now, Input::Chunk { id: watch_id, data: del.to_vec() });
+        s.m.handle_input(
+            s.now,
+            Input::Chunk {
+                id: watch_id,
+                data: del.to_vec(),
+            },
+        );
         let (check, body) = s.sent("/v3/kv/txn");
         assert_eq!(unb64(&body["success"][0]["request_range"]["key"]), key);
-        assert_eq!(body["success"][1]["request_range"]["max_create_revision"], "9");
+        assert_eq!(
+            body["success"][1]["request_range"]["max_create_revision"],
+            "9"
+        );
         // The older reader still holds: it does not matter to us.
-        s.txn_reply(check, 12, true, vec![range(vec![jkv(&key, 10, &value)]), range(vec![])]);
-        let Ok(Outcome::Acquired(info)) = s.completed() else { panic!("not acquired") };
-        assert_eq!((info.kind(), info.fencing_token, info.handle.revision, info.slot()), (LockKind::Shared, 10, 10, None));
+        s.txn_reply(
+            check,
+            12,
+            true,
+            vec![range(vec![jkv(&key, 10, &value)]), range(vec![])],
+        );
+        let Ok(Outcome::Acquired(info)) = s.completed() else {
+            panic!("not acquired")
+        };
+        assert_eq!(
+            (
+                info.kind(),
+                info.fencing_token,
+                info.handle.revision,
+                info.slot()
+            ),
+            (LockKind::Shared, 10, 10, None)
+        );
         assert_eq!(info.handle.key, String::from_utf8_lossy(&key));
     }
 
@@ -249,11 +383,33 @@ mod tests {
     fn a_reader_behind_readers_holds_at_once() {
         let (mut s, id, txn) = Script::rw(LockKind::Shared, Wait::Try);
         let (key, _) = put_of(&txn);
-        s.txn_reply(id, 10, true, vec![PUT(), range(vec![]), range(vec![jkv(b"edgelock/rw/r/2a.1", 5, "r:x")])]);
-        let Ok(Outcome::Acquired(info)) = s.completed() else { panic!("not acquired") };
+        s.txn_reply(
+            id,
+            10,
+            true,
+            vec![
+                PUT(),
+                range(vec![]),
+                range(vec![jkv(b"edgelock/rw/r/2a.1", 5, "r:x")]),
+            ],
+        );
+        let Ok(Outcome::Acquired(info)) = s.completed() else {
+            panic!("not acquired")
+        };
         assert_eq!((info.kind(), info.fencing_token), (LockKind::Shared, 10));
         // A second shared hold of the same client does not queue locally.
-        s.m.start(s.now, Operation::Acquire { name: "rw".into(), kind: LockKind::Shared, options: AcquireOptions { wait: Wait::Try, ttl_ms: None } }).unwrap();
+        s.m.start(
+            s.now,
+            Operation::Acquire {
+                name: "rw".into(),
+                kind: LockKind::Shared,
+                options: AcquireOptions {
+                    wait: Wait::Try,
+                    ttl_ms: None,
+                },
+            },
+        )
+        .unwrap();
         let (_, txn2) = s.sent("/v3/kv/txn");
         assert_ne!(put_of(&txn2).0, key, "a key of its own");
     }
@@ -263,11 +419,26 @@ mod tests {
         let (mut s, id, txn) = Script::rw(LockKind::Exclusive, Wait::Forever);
         let (key, value) = put_of(&txn);
         assert_eq!(key, b"edgelock/rw/1f");
-        let (r1, r2) = (jkv(b"edgelock/rw/r/2a.1", 5, "r:x"), jkv(b"edgelock/rw/r/2b.2", 7, "r:y"));
+        let (r1, r2) = (
+            jkv(b"edgelock/rw/r/2a.1", 5, "r:x"),
+            jkv(b"edgelock/rw/r/2b.2", 7, "r:y"),
+        );
         // Newest two (ours, the reader just before), and the oldest: a reader, no semaphore.
-        s.txn_reply(id, 10, true, vec![PUT(), range(vec![jkv(&key, 10, &value), r2]), range(vec![r1])]);
+        s.txn_reply(
+            id,
+            10,
+            true,
+            vec![
+                PUT(),
+                range(vec![jkv(&key, 10, &value), r2]),
+                range(vec![r1]),
+            ],
+        );
         let (_, watch) = s.sent("/v3/watch");
-        assert_eq!(watch["create_request"]["key"], b64::encode(b"edgelock/rw/r/2b.2"));
+        assert_eq!(
+            watch["create_request"]["key"],
+            b64::encode(b"edgelock/rw/r/2b.2")
+        );
         s.nothing_completed();
     }
 
@@ -277,9 +448,20 @@ mod tests {
         let (mut s, id, txn) = Script::rw(LockKind::Shared, Wait::Try);
         let (key, _) = put_of(&txn);
         let writer = jkv(b"edgelock/rw/3c", 7, "nonce");
-        s.txn_reply(id, 10, true, vec![PUT(), range(vec![writer.clone()]), range(vec![writer])]);
+        s.txn_reply(
+            id,
+            10,
+            true,
+            vec![PUT(), range(vec![writer.clone()]), range(vec![writer])],
+        );
         let (del, body) = s.sent("/v3/kv/txn");
-        assert_eq!((unb64(&body["success"][0]["request_delete_range"]["key"]), &body["compare"][0]["create_revision"]), (key, &json!("10")));
+        assert_eq!(
+            (
+                unb64(&body["success"][0]["request_delete_range"]["key"]),
+                &body["compare"][0]["create_revision"]
+            ),
+            (key, &json!("10"))
+        );
         s.txn_reply(del, 11, true, vec![]);
         assert_eq!(s.completed().unwrap(), Outcome::NotAcquired);
         assert_eq!(s.m.live_count(), 0);
@@ -288,9 +470,21 @@ mod tests {
         let (mut s, id, txn) = Script::rw(LockKind::Exclusive, Wait::Try);
         let (key, value) = put_of(&txn);
         let reader = jkv(b"edgelock/rw/r/2a.1", 5, "r:x");
-        s.txn_reply(id, 10, true, vec![PUT(), range(vec![jkv(&key, 10, &value), reader.clone()]), range(vec![reader])]);
+        s.txn_reply(
+            id,
+            10,
+            true,
+            vec![
+                PUT(),
+                range(vec![jkv(&key, 10, &value), reader.clone()]),
+                range(vec![reader]),
+            ],
+        );
         let (del, body) = s.sent("/v3/kv/txn");
-        assert_eq!(unb64(&body["success"][0]["request_delete_range"]["key"]), key);
+        assert_eq!(
+            unb64(&body["success"][0]["request_delete_range"]["key"]),
+            key
+        );
         s.txn_reply(del, 11, true, vec![]);
         assert_eq!(s.completed().unwrap(), Outcome::NotAcquired);
     }
@@ -301,35 +495,105 @@ mod tests {
         let (mut s, id, txn) = Script::rw(LockKind::Shared, Wait::Forever);
         let (key, _) = put_of(&txn);
         let permit = jkv(b"edgelock/rw/2a.1", 5, "p3:x");
-        s.txn_reply(id, 10, true, vec![PUT(), range(vec![permit.clone()]), range(vec![permit])]);
+        s.txn_reply(
+            id,
+            10,
+            true,
+            vec![PUT(), range(vec![permit.clone()]), range(vec![permit])],
+        );
         let (del, body) = s.sent("/v3/kv/txn");
-        assert_eq!(unb64(&body["success"][0]["request_delete_range"]["key"]), key);
+        assert_eq!(
+            unb64(&body["success"][0]["request_delete_range"]["key"]),
+            key
+        );
         s.txn_reply(del, 11, true, vec![]);
         let e = s.completed().unwrap_err();
         assert_eq!(e.code(), "INVALID_ARGUMENT");
-        assert!(e.to_string().contains("\"rw\" is a semaphore of 3, not a read-write lock"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("\"rw\" is a semaphore of 3, not a read-write lock"),
+            "{e}"
+        );
 
         // A permit acquire of a name with a reader key.
         let (mut s, id, txn) = Script::rw(LockKind::Permits { limit: 3 }, Wait::Forever);
         let (key, value) = put_of(&txn);
         let ours = jkv(&key, 10, &value);
-        s.txn_reply(id, 10, true, vec![PUT(), range(vec![ours.clone()]), range(vec![ours]), range(vec![]), range(vec![jkv(b"edgelock/rw/r/2a.1", 5, "r:x")])]);
+        s.txn_reply(
+            id,
+            10,
+            true,
+            vec![
+                PUT(),
+                range(vec![ours.clone()]),
+                range(vec![ours]),
+                range(vec![]),
+                range(vec![jkv(b"edgelock/rw/r/2a.1", 5, "r:x")]),
+            ],
+        );
         let (del, body) = s.sent("/v3/kv/txn");
-        assert_eq!(unb64(&body["success"][0]["request_delete_range"]["key"]), key);
+        assert_eq!(
+            unb64(&body["success"][0]["request_delete_range"]["key"]),
+            key
+        );
         s.txn_reply(del, 11, true, vec![]);
         let e = s.completed().unwrap_err();
         assert_eq!(e.code(), "INVALID_ARGUMENT");
-        assert!(e.to_string().contains("\"rw\" is a read-write lock, not a semaphore of 3"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("\"rw\" is a read-write lock, not a semaphore of 3"),
+            "{e}"
+        );
     }
 
     #[test]
     fn a_shared_handle_is_resumed_only_with_a_reader_key_and_value() {
-        let mut m = EtcdMachine::new(EtcdConfig::new(vec!["http://127.0.0.1:2379".into()]), Box::new(SeededEntropy::new(3))).unwrap();
-        let handle = |key: &str, kind| LockHandle { v: 1, backend: BackendKind::Etcd, name: "rw".into(), key: key.into(), owner: "31".into(), fencing_token: 10, revision: 10, kind, slot: None };
+        let mut m = EtcdMachine::new(
+            EtcdConfig::new(vec!["http://127.0.0.1:2379".into()]),
+            Box::new(SeededEntropy::new(3)),
+        )
+        .unwrap();
+        let handle = |key: &str, kind| LockHandle {
+            v: 1,
+            backend: BackendKind::Etcd,
+            name: "rw".into(),
+            key: key.into(),
+            owner: "31".into(),
+            fencing_token: 10,
+            revision: 10,
+            kind,
+            slot: None,
+        };
         // A writer's key is no reader key (and the other way round).
-        assert_eq!(m.start(0, Operation::Resume { handle: handle("edgelock/rw/1f", LockKind::Shared) }).unwrap_err().code(), "INVALID_ARGUMENT");
-        assert_eq!(m.start(0, Operation::Resume { handle: handle("edgelock/rw/r/1f.3", LockKind::Exclusive) }).unwrap_err().code(), "INVALID_ARGUMENT");
-        m.start(0, Operation::Resume { handle: handle("edgelock/rw/r/1f.3", LockKind::Shared) }).unwrap();
+        assert_eq!(
+            m.start(
+                0,
+                Operation::Resume {
+                    handle: handle("edgelock/rw/1f", LockKind::Shared)
+                }
+            )
+            .unwrap_err()
+            .code(),
+            "INVALID_ARGUMENT"
+        );
+        assert_eq!(
+            m.start(
+                0,
+                Operation::Resume {
+                    handle: handle("edgelock/rw/r/1f.3", LockKind::Exclusive)
+                }
+            )
+            .unwrap_err()
+            .code(),
+            "INVALID_ARGUMENT"
+        );
+        m.start(
+            0,
+            Operation::Resume {
+                handle: handle("edgelock/rw/r/1f.3", LockKind::Shared),
+            },
+        )
+        .unwrap();
         let mut s = Script { m, now: 0 };
         let (read, _) = s.sent("/v3/kv/txn");
         // The key exists on the lease, but its value is not a reader's.
@@ -341,12 +605,32 @@ mod tests {
     use proptest::prelude::*;
 
     fn arb_kv() -> impl Strategy<Value = Value> {
-        let keys = prop_oneof![Just("edgelock/rw/1f"), Just("edgelock/rw/3c"), Just("edgelock/rw/r/1f.1"), Just("edgelock/rw/r/2a.1"), Just("edgelock/rw/s/0"), Just("x")];
-        let values = prop_oneof![Just("r:x"), Just("p3:x"), Just("nonce"), Just(""), Just("p0:"), Just("p999999:x")];
-        (keys, any::<i64>(), prop_oneof![Just(-1i64), Just(0), 1i64..40], values).prop_map(|(k, r1, r2, v)| {
-            let rev = if r1 % 3 == 0 { r1 } else { r2 };
-            jkv(k.as_bytes(), rev, v)
-        })
+        let keys = prop_oneof![
+            Just("edgelock/rw/1f"),
+            Just("edgelock/rw/3c"),
+            Just("edgelock/rw/r/1f.1"),
+            Just("edgelock/rw/r/2a.1"),
+            Just("edgelock/rw/s/0"),
+            Just("x")
+        ];
+        let values = prop_oneof![
+            Just("r:x"),
+            Just("p3:x"),
+            Just("nonce"),
+            Just(""),
+            Just("p0:"),
+            Just("p999999:x")
+        ];
+        (
+            keys,
+            any::<i64>(),
+            prop_oneof![Just(-1i64), Just(0), 1i64..40],
+            values,
+        )
+            .prop_map(|(k, r1, r2, v)| {
+                let rev = if r1 % 3 == 0 { r1 } else { r2 };
+                jkv(k.as_bytes(), rev, v)
+            })
     }
 
     fn arb_reply() -> impl Strategy<Value = Value> {

@@ -26,8 +26,13 @@ pub(super) enum TimerKey {
 impl EtcdMachine {
     /// Arms `lease`'s expiry and keepalive from its state.
     pub(super) fn arm_lease(&mut self, lease: i64) {
-        let Some(l) = self.leases.get(&lease) else { return };
-        let (expires_at, keepalive_at) = (l.expires_at, l.keepalive.is_none().then_some(l.next_keepalive));
+        let Some(l) = self.leases.get(&lease) else {
+            return;
+        };
+        let (expires_at, keepalive_at) = (
+            l.expires_at,
+            l.keepalive.is_none().then_some(l.next_keepalive),
+        );
         self.rt.timers.set(TimerKey::LeaseExpiry(lease), expires_at);
         match keepalive_at {
             Some(at) => self.rt.timers.set(TimerKey::KeepAlive(lease), at),
@@ -51,7 +56,13 @@ impl EtcdMachine {
 
     /// Arms the orphan retry for the earliest orphan not in flight.
     pub(super) fn arm_orphans(&mut self) {
-        match self.orphans.iter().filter(|o| o.req.is_none()).map(|o| o.retry_at).min() {
+        match self
+            .orphans
+            .iter()
+            .filter(|o| o.req.is_none())
+            .map(|o| o.retry_at)
+            .min()
+        {
             Some(at) => self.rt.timers.set(TimerKey::Orphans, at),
             None => self.rt.timers.clear(TimerKey::Orphans),
         }
@@ -60,24 +71,34 @@ impl EtcdMachine {
     pub(super) fn on_timer(&mut self, now: Millis, key: TimerKey) {
         match key {
             TimerKey::LeaseExpiry(lease) => {
-                if self.lease_in_use(lease) && self.leases.get(&lease).is_some_and(|l| l.expires_at <= now) {
+                if self.lease_in_use(lease)
+                    && self.leases.get(&lease).is_some_and(|l| l.expires_at <= now)
+                {
                     self.lease_lost(now, lease, LostReason::Expired);
                 }
             }
             TimerKey::KeepAlive(lease) => {
                 // An unused lease is re-armed when an acquire puts a key on it.
-                let due = self.leases.get(&lease).is_some_and(|l| l.keepalive.is_none() && l.next_keepalive <= now);
+                let due = self
+                    .leases
+                    .get(&lease)
+                    .is_some_and(|l| l.keepalive.is_none() && l.next_keepalive <= now);
                 if due && self.lease_in_use(lease) {
                     self.renew(now, lease);
                 }
             }
             TimerKey::AcquireDeadline(op) => {
-                let Some(a) = self.acquire_mut(op) else { return };
+                let Some(a) = self.acquire_mut(op) else {
+                    return;
+                };
                 if a.phase == AcqPhase::Cleanup || a.ending.is_some() {
                     return;
                 }
                 let (name, queued) = (a.name.clone(), a.phase == AcqPhase::LocalQueue);
-                let ending = Ending::Error(LockError::Timeout { backend: BACKEND, name });
+                let ending = Ending::Error(LockError::Timeout {
+                    backend: BACKEND,
+                    name,
+                });
                 if queued {
                     self.finish_acquire(now, op, ending);
                 } else {
@@ -85,7 +106,9 @@ impl EtcdMachine {
                 }
             }
             TimerKey::Recheck(op) => {
-                let Some(a) = self.acquire_mut(op) else { return };
+                let Some(a) = self.acquire_mut(op) else {
+                    return;
+                };
                 if a.phase == AcqPhase::Cleanup || a.ending.is_some() {
                     return;
                 }
@@ -102,7 +125,9 @@ impl EtcdMachine {
                         let o = &self.orphans[i];
                         let (path, body) = match (o.rev, &o.value) {
                             (Some(rev), _) => ("/v3/kv/txn", gw::delete_if_revision(&o.key, rev)),
-                            (None, Some(value)) => ("/v3/kv/txn", gw::delete_if_value(&o.key, value)),
+                            (None, Some(value)) => {
+                                ("/v3/kv/txn", gw::delete_if_value(&o.key, value))
+                            }
                             (None, None) => ("/v3/kv/txn", gw::delete_if_lease(&o.key, o.lease)),
                         };
                         let req = self.send(now, Purpose::Orphan, path, body, false);

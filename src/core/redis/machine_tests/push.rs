@@ -18,12 +18,19 @@ const GRANTED: &str = r#"{"result":[1,5,0]}"#;
 
 impl<M: LockMachine> Harness<M> {
     pub(super) fn chunk(&mut self, stream: &HttpRequest, data: &str) {
-        self.m.handle_input(self.now, Input::Chunk { id: stream.id, data: data.as_bytes().to_vec() });
+        self.m.handle_input(
+            self.now,
+            Input::Chunk {
+                id: stream.id,
+                data: data.as_bytes().to_vec(),
+            },
+        );
         self.drain();
     }
 
     fn end(&mut self, stream: &HttpRequest) {
-        self.m.handle_input(self.now, Input::StreamEnd { id: stream.id });
+        self.m
+            .handle_input(self.now, Input::StreamEnd { id: stream.id });
         self.drain();
     }
 
@@ -45,24 +52,43 @@ fn a_waiter_subscribes_after_a_refusal_and_attempts_on_confirmation_and_on_a_mes
     h.answer(&r[0], HELD);
     let (streams, scripts) = h.take_split();
     assert!(scripts.is_empty());
-    let [s] = streams.as_slice() else { panic!("{streams:?}") };
+    let [s] = streams.as_slice() else {
+        panic!("{streams:?}")
+    };
     let channel = wake_channel("{edgelock:job}");
-    assert_eq!(s.target.url(), Some(format!("http://10.0.0.1:8080/subscribe/{channel}").as_str()));
+    assert_eq!(
+        s.target.url(),
+        Some(format!("http://10.0.0.1:8080/subscribe/{channel}").as_str())
+    );
     assert_eq!(s.method, Method::Post);
-    assert!(s.headers.contains(&("Accept".into(), "text/event-stream".into())));
-    assert_eq!(h.next_timer() - h.now, 200, "not confirmed yet: the short poll");
+    assert!(s
+        .headers
+        .contains(&("Accept".into(), "text/event-stream".into())));
+    assert_eq!(
+        h.next_timer() - h.now,
+        200,
+        "not confirmed yet: the short poll"
+    );
     h.chunk(s, &format!("data: subscribe,{channel},1\n\n"));
     let r = h.take();
     assert_eq!(r.len(), 1, "the confirmation is followed by an attempt");
     h.answer(&r[0], HELD);
-    assert_eq!(h.next_timer() - h.now, 2_000, "confirmed: min(PTTL 9000, the 2 s fallback)");
+    assert_eq!(
+        h.next_timer() - h.now,
+        2_000,
+        "confirmed: min(PTTL 9000, the 2 s fallback)"
+    );
     h.now += 700;
     h.chunk(s, &format!("data: message,{channel},released:4\n\n"));
     let r = h.take();
     assert_eq!(r.len(), 1, "a message: one attempt at once");
     h.answer(&r[0], GRANTED);
     assert_eq!(acquired(&h.take_events()).fencing_token, 5);
-    assert_eq!(h.cancelled, vec![s.id], "the stream is closed with the acquire");
+    assert_eq!(
+        h.cancelled,
+        vec![s.id],
+        "the stream is closed with the acquire"
+    );
 }
 
 /// A message that arrives while an attempt is out: the refused attempt is
@@ -99,7 +125,10 @@ fn a_lost_or_hostile_stream_falls_back_to_the_timer_and_resubscribes() {
             "end" => h.end(&s[0]),
             "garbage" => {
                 h.chunk(&s[0], "data: message\n");
-                assert!(h.cancelled.contains(&s[0].id), "{cut}: an unreadable stream is closed");
+                assert!(
+                    h.cancelled.contains(&s[0].id),
+                    "{cut}: an unreadable stream is closed"
+                );
             }
             _ => h.answer(&s[0], "nope"),
         }
@@ -110,7 +139,11 @@ fn a_lost_or_hostile_stream_falls_back_to_the_timer_and_resubscribes() {
         assert_eq!(h.next_timer() - h.now, 200, "{cut}: the short poll again");
         h.advance_to(h.now + 200);
         let (streams, r) = h.take_split();
-        assert_eq!((streams.len(), r.len()), (1, 1), "{cut}: subscribed again after the back-off");
+        assert_eq!(
+            (streams.len(), r.len()),
+            (1, 1),
+            "{cut}: subscribed again after the back-off"
+        );
     }
 }
 
@@ -162,7 +195,14 @@ fn the_stream_ends_with_the_acquire() {
                             break;
                         }
                         for r in sent {
-                            h.answer(&r, if script_of(&r) == scripts::Script::Leave { r#"{"result":1}"# } else { HELD });
+                            h.answer(
+                                &r,
+                                if script_of(&r) == scripts::Script::Leave {
+                                    r#"{"result":1}"#
+                                } else {
+                                    HELD
+                                },
+                            );
                         }
                     }
                 }
@@ -173,7 +213,11 @@ fn the_stream_ends_with_the_acquire() {
         // timed-out one has already been answered in the loop above).
         let leave: Vec<_> = h.take().into_iter().filter(|r| !r.stream).collect();
         if how != "deadline" {
-            assert_eq!(leave.iter().map(script_of).collect::<Vec<_>>(), vec![scripts::Script::Leave], "{how}");
+            assert_eq!(
+                leave.iter().map(script_of).collect::<Vec<_>>(),
+                vec![scripts::Script::Leave],
+                "{how}"
+            );
             h.answer(&leave[0], r#"{"result":1}"#);
         }
         assert!(h.cancelled.contains(&s[0].id), "{how}: stream closed");
@@ -200,12 +244,20 @@ fn redlock_subscribes_per_node_within_the_limit() {
     for r in h.take().into_iter().filter(|r| !r.stream) {
         h.answer(&r, HELD);
     }
-    assert_eq!(h.next_timer() - h.now, 200, "one live node cannot meet every quorum of 2 out of 3");
+    assert_eq!(
+        h.next_timer() - h.now,
+        200,
+        "one live node cannot meet every quorum of 2 out of 3"
+    );
     h.chunk(&streams[1], "data: subscribe,c,1\n\n");
     for r in h.take().into_iter().filter(|r| !r.stream) {
         h.answer(&r, HELD);
     }
-    assert_eq!(h.next_timer() - h.now, 2_000, "two live nodes meet every quorum");
+    assert_eq!(
+        h.next_timer() - h.now,
+        2_000,
+        "two live nodes meet every quorum"
+    );
 }
 
 /// Webdis subscriptions: `GET /SUBSCRIBE/<channel>` and JSON objects.
@@ -228,8 +280,14 @@ fn webdis_subscriptions_are_gets_read_as_json_objects() {
     let (s, _) = h.take_split();
     let channel = wake_channel("{edgelock:a/b c}");
     assert_eq!(s[0].method, Method::Get);
-    assert_eq!(s[0].target.url(), Some(format!("http://10.0.0.2:7379/SUBSCRIBE/{channel}").as_str()));
-    h.chunk(&s[0], &format!(r#"{{"SUBSCRIBE":["subscribe","{channel}",1]}}{{"SUBSCRIBE":["mess"#));
+    assert_eq!(
+        s[0].target.url(),
+        Some(format!("http://10.0.0.2:7379/SUBSCRIBE/{channel}").as_str())
+    );
+    h.chunk(
+        &s[0],
+        &format!(r#"{{"SUBSCRIBE":["subscribe","{channel}",1]}}{{"SUBSCRIBE":["mess"#),
+    );
     let r = h.take();
     assert_eq!(r.len(), 1);
     h.answer(&r[0], r#"{"EVAL":[0,4,9000]}"#);
@@ -245,19 +303,33 @@ fn a_waiter_of_the_default_lock_queues_and_wakes_only_when_named() {
     let mut h = single_push(|_| {});
     h.m.acquire(h.now, "job", &opts(Wait::Forever)).unwrap();
     let r = h.take();
-    assert_eq!(script_of(&r[0]), scripts::Script::Acquire, "the first attempt does not queue");
+    assert_eq!(
+        script_of(&r[0]),
+        scripts::Script::Acquire,
+        "the first attempt does not queue"
+    );
     h.answer(&r[0], HELD);
     let (s, _) = h.take_split();
     h.chunk(&s[0], "data: subscribe,c,1\n\n");
     let r = h.take();
-    assert_eq!(script_of(&r[0]), scripts::Script::AcquireQueued, "a waiter queues");
+    assert_eq!(
+        script_of(&r[0]),
+        scripts::Script::AcquireQueued,
+        "a waiter queues"
+    );
     let argv = &r[0].body;
     let text = String::from_utf8_lossy(argv);
-    assert!(text.ends_with(r#""6000","0","6000"]"#), "a 6 s lease, not fair, the writer intent as long: {text}");
+    assert!(
+        text.ends_with(r#""6000","0","6000"]"#),
+        "a 6 s lease, not fair, the writer intent as long: {text}"
+    );
     h.answer(&r[0], HELD);
     h.now += 10;
     h.chunk(&s[0], "data: message,c,released:4:someoneelse\n\n");
-    assert!(h.take().is_empty(), "a release that wakes another queued waiter");
+    assert!(
+        h.take().is_empty(),
+        "a release that wakes another queued waiter"
+    );
     h.now += 10;
     h.chunk(&s[0], "data: message,c,released:5\n\n");
     let r = h.take();

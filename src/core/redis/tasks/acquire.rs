@@ -40,7 +40,9 @@
 //! without joining the queue. A writer that will wait sets the writer
 //! intent with every refused attempt (see `ACQUIRE`).
 
-use super::super::context::{Context, Held, PUSH_FALLBACK_MS, QUEUE_LEASE_MS, TOKEN_BYTES, WAITER_BYTES};
+use super::super::context::{
+    Context, Held, PUSH_FALLBACK_MS, QUEUE_LEASE_MS, TOKEN_BYTES, WAITER_BYTES,
+};
 use super::super::keys::readers_key;
 use super::super::quorum::{expires_at, free_quorum_in, verdict, AttemptVerdict};
 use super::super::round::{NodeError, Round};
@@ -111,7 +113,14 @@ pub(super) struct Tally {
 
 impl Tally {
     pub(super) fn new(n: usize) -> Tally {
-        Tally { granted: 0, held_pttls: Vec::new(), fence: 0, maybe_ours: vec![false; n], counters: vec![None; n], first_error: None }
+        Tally {
+            granted: 0,
+            held_pttls: Vec::new(),
+            fence: 0,
+            maybe_ours: vec![false; n],
+            counters: vec![None; n],
+            first_error: None,
+        }
     }
 
     pub(super) fn answered(&mut self, node: usize, fence: u64) {
@@ -157,7 +166,13 @@ pub(in super::super) struct AcquireTask {
 
 impl AcquireTask {
     /// Validates the request; the first attempt runs at the first step.
-    pub(in super::super) fn new(cx: &mut Context, now: Millis, name: &str, kind: LockKind, opts: &AcquireOptions) -> Result<Self, LockError> {
+    pub(in super::super) fn new(
+        cx: &mut Context,
+        now: Millis,
+        name: &str,
+        kind: LockKind,
+        opts: &AcquireOptions,
+    ) -> Result<Self, LockError> {
         validate_name(name)?;
         let ttl = opts.ttl_ms.unwrap_or(cx.s.ttl_ms);
         super::super::validate_lock_ttl(ttl, cx.s.request_timeout_ms, cx.s.drift_factor)?;
@@ -173,7 +188,13 @@ impl AcquireTask {
             // Redlock refuses readers (see `rwlock`); its capabilities
             // did already, the core does not trust its caller.
             LockKind::Shared if cx.node_count() == 1 => None,
-            other => return Err(LockError::invalid(format!("the {} backend does not offer {} locks", cx.backend_str(), other.as_str()))),
+            other => {
+                return Err(LockError::invalid(format!(
+                    "the {} backend does not offer {} locks",
+                    cx.backend_str(),
+                    other.as_str()
+                )))
+            }
         };
         let channel = wake_channel(permit.as_ref().map_or(key.as_str(), Permit::base));
         let a = Attempts {
@@ -202,7 +223,10 @@ impl AcquireTask {
             permit,
             shared: kind == LockKind::Shared,
         };
-        Ok(AcquireTask { a, phase: Phase::Sleep { until: now } })
+        Ok(AcquireTask {
+            a,
+            phase: Phase::Sleep { until: now },
+        })
     }
 }
 
@@ -212,7 +236,10 @@ impl Task for AcquireTask {
     }
 
     fn cancel(&mut self) {
-        let error = LockError::Aborted { backend: self.a.backend.as_str(), name: self.a.name.clone() };
+        let error = LockError::Aborted {
+            backend: self.a.backend.as_str(),
+            name: self.a.name.clone(),
+        };
         self.a.abort(error);
     }
 
@@ -265,7 +292,8 @@ impl Task for AcquireTask {
             (Phase::Leave { next }, _) => a.report(cx, next),
             // The engine steps a task without a round only when it asked for none.
             (Phase::Attempt | Phase::Raise { .. }, None) => {
-                let error = LockError::internal("an acquire was stepped without the round it waits for");
+                let error =
+                    LockError::internal("an acquire was stepped without the round it waits for");
                 a.finish(cx, AfterCleanup::Fail(error))
             }
         }
@@ -296,7 +324,9 @@ impl Attempts {
             // that a waiter attempts on messages at most once per retry
             // delay, so a burst of releases costs it no more than polling
             // (a Worker's subrequest budget is counted per invocation).
-            let earliest = self.last_push_attempt.map_or(now, |t| t.saturating_add(cx.s.retry_delay_ms));
+            let earliest = self
+                .last_push_attempt
+                .map_or(now, |t| t.saturating_add(cx.s.retry_delay_ms));
             if now < earliest {
                 self.woken = false;
                 let at = self.deadline.map_or(earliest, |d| earliest.min(d));
@@ -324,15 +354,38 @@ impl Attempts {
             // once it waits (its first attempt met contention), so that a
             // release wakes one waiter, not all of them.
             Some(waiter) if cx.s.fair || self.listening => {
-                let lease = if self.wait == Wait::Try { 0 } else { QUEUE_LEASE_MS };
+                let lease = if self.wait == Wait::Try {
+                    0
+                } else {
+                    QUEUE_LEASE_MS
+                };
                 self.queued |= lease > 0;
-                scripts::acquire_queued(&self.key, &self.fence_key, &self.token, self.ttl, waiter, lease, cx.s.fair)
+                scripts::acquire_queued(
+                    &self.key,
+                    &self.fence_key,
+                    &self.token,
+                    self.ttl,
+                    waiter,
+                    lease,
+                    cx.s.fair,
+                )
             }
             _ => {
                 // One node: a writer that will wait keeps new readers out
                 // (Redlock has no readers).
-                let intent = if self.wait == Wait::Try || cx.node_count() > 1 { 0 } else { QUEUE_LEASE_MS };
-                scripts::acquire(&self.key, &self.fence_key, &self.token, self.ttl, cx.node_count() > 1, intent)
+                let intent = if self.wait == Wait::Try || cx.node_count() > 1 {
+                    0
+                } else {
+                    QUEUE_LEASE_MS
+                };
+                scripts::acquire(
+                    &self.key,
+                    &self.fence_key,
+                    &self.token,
+                    self.ttl,
+                    cx.node_count() > 1,
+                    intent,
+                )
             }
         };
         Next::round(self.into_task(Phase::Attempt), cmd, cx.all_nodes())
@@ -340,10 +393,18 @@ impl Attempts {
 
     /// The attempt script of a permit; one node's waiter joins the
     /// semaphore's queue once it waits (never fair, see `semaphore`).
-    fn permit_attempt(&mut self, cx: &mut Context, p: &Permit) -> super::super::value::RedisCommand {
+    fn permit_attempt(
+        &mut self,
+        cx: &mut Context,
+        p: &Permit,
+    ) -> super::super::value::RedisCommand {
         let waiter = match &self.waiter {
             Some(w) if self.listening => {
-                let lease = if self.wait == Wait::Try { 0 } else { QUEUE_LEASE_MS };
+                let lease = if self.wait == Wait::Try {
+                    0
+                } else {
+                    QUEUE_LEASE_MS
+                };
                 self.queued |= lease > 0;
                 Some((w.as_str(), lease))
             }
@@ -378,15 +439,21 @@ impl Attempts {
     /// A permit attempt's answers (see `permit.rs`): the slot granted
     /// becomes the key the raise round and the grant work on.
     fn after_permit_attempt(mut self, cx: &mut Context, round: Round, now: Millis) -> Next {
-        let Some(mut p) = self.permit.take() else { return self.decide(cx, Tally::new(cx.node_count()), now) };
+        let Some(mut p) = self.permit.take() else {
+            return self.decide(cx, Tally::new(cx.node_count()), now);
+        };
         let answer = p.tally(cx, &round, &self.name);
         if let Some(key) = p.slot_key() {
             self.key = key;
         }
         self.permit = Some(p);
         match answer {
-            PermitRound::Refused { error, maybe_ours } => self.cleanup(cx, maybe_ours, AfterCleanup::Fail(error), now),
-            PermitRound::Repeat { maybe_ours } if self.abort.is_none() => self.cleanup(cx, maybe_ours, AfterCleanup::Retry { at: now }, now),
+            PermitRound::Refused { error, maybe_ours } => {
+                self.cleanup(cx, maybe_ours, AfterCleanup::Fail(error), now)
+            }
+            PermitRound::Repeat { maybe_ours } if self.abort.is_none() => {
+                self.cleanup(cx, maybe_ours, AfterCleanup::Retry { at: now }, now)
+            }
             PermitRound::Repeat { maybe_ours } => {
                 let mut t = Tally::new(cx.node_count());
                 t.maybe_ours = maybe_ours;
@@ -400,7 +467,14 @@ impl Attempts {
     /// where strict fencing needs one), or a cleanup and the next step.
     fn decide(mut self, cx: &mut Context, t: Tally, now: Millis) -> Next {
         let n = cx.node_count();
-        let Tally { granted, held_pttls, fence, maybe_ours, counters, first_error } = t;
+        let Tally {
+            granted,
+            held_pttls,
+            fence,
+            maybe_ours,
+            counters,
+            first_error,
+        } = t;
         // The raise would set every node's counter to at least `fence`: a
         // no-op exactly when every node answered with its counter there
         // already. A quorum at `fence` is not enough: a silent node may lag.
@@ -409,21 +483,33 @@ impl Attempts {
             return self.cleanup(cx, maybe_ours, AfterCleanup::Fail(e), now);
         }
         let next = match verdict(n, granted, held_pttls.len()) {
-            AttemptVerdict::Quorum => match expires_at(self.attempt_start, now, self.ttl, cx.s.drift_factor) {
-                Some(_) if cx.s.strict_fencing && n > 1 && !raise_is_noop => {
-                    let cmd = scripts::extend(&self.key, &self.fence_key, &self.token, self.ttl, fence);
-                    return Next::round(self.into_task(Phase::Raise { fence }), cmd, cx.all_nodes());
-                }
-                Some(exp) => return self.grant(cx, fence, exp),
-                None => {
-                    let e = LockError::Transport {
+            AttemptVerdict::Quorum => {
+                match expires_at(self.attempt_start, now, self.ttl, cx.s.drift_factor) {
+                    Some(_) if cx.s.strict_fencing && n > 1 && !raise_is_noop => {
+                        let cmd = scripts::extend(
+                            &self.key,
+                            &self.fence_key,
+                            &self.token,
+                            self.ttl,
+                            fence,
+                        );
+                        return Next::round(
+                            self.into_task(Phase::Raise { fence }),
+                            cmd,
+                            cx.all_nodes(),
+                        );
+                    }
+                    Some(exp) => return self.grant(cx, fence, exp),
+                    None => {
+                        let e = LockError::Transport {
                         backend: cx.backend_str(),
                         name: self.name.clone(),
                         message: "the nodes answered too late: the TTL was used up before the lock could be handed out".into(),
                     };
-                    self.unavailable_next(cx, e, now)
+                        self.unavailable_next(cx, e, now)
+                    }
                 }
-            },
+            }
             AttemptVerdict::Unavailable => {
                 let e = cx.round_error(&self.name, first_error.as_ref(), granted);
                 self.unavailable_next(cx, e, now)
@@ -435,11 +521,18 @@ impl Attempts {
 
     fn after_raise(mut self, cx: &mut Context, round: Round, fence: u64, now: Millis) -> Next {
         let parsed = round.parsed(scripts::parse_flag_and_counter);
-        let still_ours = parsed.iter().filter(|(_, r)| matches!(r, Ok((true, _)))).count();
+        let still_ours = parsed
+            .iter()
+            .filter(|(_, r)| matches!(r, Ok((true, _))))
+            .count();
         // A node whose attempt answer was lost may hold a counter above the
         // token: then the token must rise to it, and a quorum must be raised
         // to the new token before anything is handed out.
-        let above = parsed.iter().filter_map(|(_, r)| r.as_ref().ok().and_then(|(_, c)| *c)).max().filter(|c| *c > fence);
+        let above = parsed
+            .iter()
+            .filter_map(|(_, r)| r.as_ref().ok().and_then(|(_, c)| *c))
+            .max()
+            .filter(|c| *c > fence);
         let all = cx.all_nodes();
         if let Some(e) = self.abort.clone() {
             return self.cleanup(cx, all, AfterCleanup::Fail(e), now);
@@ -447,13 +540,19 @@ impl Attempts {
         match expires_at(self.attempt_start, now, self.ttl, cx.s.drift_factor) {
             // Other waiters' attempts keep moving the counters: raise again
             // at most twice, then give the attempt up as unavailable.
-            Some(_) if still_ours >= cx.quorum_size() && above.is_some() && self.raises < MAX_EXTRA_RAISES => {
+            Some(_)
+                if still_ours >= cx.quorum_size()
+                    && above.is_some()
+                    && self.raises < MAX_EXTRA_RAISES =>
+            {
                 self.raises += 1;
                 let fence = above.unwrap_or(fence);
                 let cmd = scripts::extend(&self.key, &self.fence_key, &self.token, self.ttl, fence);
                 Next::round(self.into_task(Phase::Raise { fence }), cmd, all)
             }
-            Some(exp) if still_ours >= cx.quorum_size() && above.is_none() => self.grant(cx, fence, exp),
+            Some(exp) if still_ours >= cx.quorum_size() && above.is_none() => {
+                self.grant(cx, fence, exp)
+            }
             // The counters would not settle: other waiters are attempting.
             // That is contention (a try is not acquired), not unavailability.
             Some(_) if still_ours >= cx.quorum_size() => {
@@ -473,7 +572,10 @@ impl Attempts {
             (Some(e), _) => self.finish(cx, AfterCleanup::Fail(e)),
             // The cleanup took us past the wait bound: no further attempt.
             (None, AfterCleanup::Retry { .. }) if self.deadline.is_some_and(|d| now > d) => {
-                let e = LockError::Timeout { backend: self.backend.as_str(), name: self.name.clone() };
+                let e = LockError::Timeout {
+                    backend: self.backend.as_str(),
+                    name: self.name.clone(),
+                };
                 self.finish(cx, AfterCleanup::Fail(e))
             }
             (None, AfterCleanup::Retry { at }) => self.attempt(cx, at, now),
@@ -481,17 +583,28 @@ impl Attempts {
         }
     }
 
-    fn unavailable_next(&mut self, cx: &mut Context, error: LockError, now: Millis) -> AfterCleanup {
+    fn unavailable_next(
+        &mut self,
+        cx: &mut Context,
+        error: LockError,
+        now: Millis,
+    ) -> AfterCleanup {
         self.unavailable += 1;
         if self.wait == Wait::Try || self.unavailable > cx.s.retry_count {
             return AfterCleanup::Fail(error);
         }
         let j = cx.s.retry_jitter_ms;
-        let delay = cx.s.retry_delay_ms.saturating_sub(j) + jitter(cx.entropy.as_mut(), j.saturating_mul(2));
+        let delay = cx.s.retry_delay_ms.saturating_sub(j)
+            + jitter(cx.entropy.as_mut(), j.saturating_mul(2));
         self.bounded_by_deadline(now, now + delay.max(1))
     }
 
-    fn contended_next(&mut self, cx: &mut Context, held_pttls: Vec<Option<u64>>, now: Millis) -> AfterCleanup {
+    fn contended_next(
+        &mut self,
+        cx: &mut Context,
+        held_pttls: Vec<Option<u64>>,
+        now: Millis,
+    ) -> AfterCleanup {
         if self.wait == Wait::Try {
             return AfterCleanup::NotAcquired;
         }
@@ -502,7 +615,11 @@ impl Attempts {
         if self.woken {
             return self.bounded_by_deadline(now, now);
         }
-        let mut cap = if self.push_covers(cx) { PUSH_FALLBACK_MS.max(cx.s.retry_delay_ms) } else { cx.s.retry_delay_ms };
+        let mut cap = if self.push_covers(cx) {
+            PUSH_FALLBACK_MS.max(cx.s.retry_delay_ms)
+        } else {
+            cx.s.retry_delay_ms
+        };
         if self.waiter.is_some() {
             // Renew the queue lease well before it runs out.
             cap = cap.min(QUEUE_LEASE_MS / 3);
@@ -522,21 +639,32 @@ impl Attempts {
     /// A retry at `at`, or at the wait deadline (one last attempt), or a timeout.
     fn bounded_by_deadline(&self, now: Millis, at: Millis) -> AfterCleanup {
         match self.deadline {
-            Some(d) if now >= d => AfterCleanup::Fail(LockError::Timeout { backend: self.backend.as_str(), name: self.name.clone() }),
+            Some(d) if now >= d => AfterCleanup::Fail(LockError::Timeout {
+                backend: self.backend.as_str(),
+                name: self.name.clone(),
+            }),
             Some(d) => AfterCleanup::Retry { at: at.min(d) },
             None => AfterCleanup::Retry { at },
         }
     }
 
     /// Deletes this attempt's key where it may exist, then continues with `next`.
-    fn cleanup(self, cx: &mut Context, targets: Vec<bool>, next: AfterCleanup, now: Millis) -> Next {
+    fn cleanup(
+        self,
+        cx: &mut Context,
+        targets: Vec<bool>,
+        next: AfterCleanup,
+        now: Millis,
+    ) -> Next {
         if !targets.iter().any(|t| *t) {
             return self.after_cleanup(cx, next, now);
         }
         let cmd = match &self.permit {
             // One node chose the slot itself: the token may be in any.
             Some(p) => p.cleanup(&self.token),
-            None if self.shared => scripts::release_shared(&self.key, &self.fence_key, &self.token, 0),
+            None if self.shared => {
+                scripts::release_shared(&self.key, &self.fence_key, &self.token, 0)
+            }
             None => scripts::release(&self.key, &self.fence_key, &self.token, 0),
         };
         Next::round(self.into_task(Phase::Cleanup { next }), cmd, targets)
@@ -578,7 +706,11 @@ impl Attempts {
         let Some(op) = self.op else { return Next::Done };
         let id = cx.rt.out.lock_id();
         // A reader's held key is the readers' set; its release wakes the lock's waiters.
-        let held_key = if self.shared { readers_key(&self.key) } else { self.key.clone() };
+        let held_key = if self.shared {
+            readers_key(&self.key)
+        } else {
+            self.key.clone()
+        };
         let kind = match &self.permit {
             Some(p) => LockKind::Permits { limit: p.limit() },
             None if self.shared => LockKind::Shared,
@@ -595,8 +727,17 @@ impl Attempts {
             kind,
             slot: self.permit.as_ref().and_then(Permit::slot),
         };
-        let wake_base = self.permit.as_ref().map_or_else(|| self.key.clone(), |p| p.base().to_string());
-        let info = LockInfo { id, name: self.name.clone(), fencing_token: fence, expires_at: exp, handle };
+        let wake_base = self
+            .permit
+            .as_ref()
+            .map_or_else(|| self.key.clone(), |p| p.base().to_string());
+        let info = LockInfo {
+            id,
+            name: self.name.clone(),
+            fencing_token: fence,
+            expires_at: exp,
+            handle,
+        };
         let renew_at = self.attempt_start + self.ttl / 3;
         let held = Held {
             id,

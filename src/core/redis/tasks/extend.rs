@@ -22,20 +22,34 @@ pub(in super::super) struct ExtendTask {
 
 /// Validates an extend of `lock`: a task, or the operation already answered
 /// (`NotHeld` for a lock this machine does not hold).
-pub(in super::super) fn start(cx: &mut Context, lock: LockId, ttl_ms: Option<u64>) -> Result<Result<ExtendTask, OpId>, LockError> {
+pub(in super::super) fn start(
+    cx: &mut Context,
+    lock: LockId,
+    ttl_ms: Option<u64>,
+) -> Result<Result<ExtendTask, OpId>, LockError> {
     if let Some(t) = ttl_ms {
         validate_ttl("ttl_ms", t)?;
         super::super::validate_lock_ttl(t, cx.s.request_timeout_ms, cx.s.drift_factor)?;
     }
     let op = cx.rt.out.op_id();
     let Some(h) = cx.locks.get(&lock) else {
-        let error = LockError::NotHeld { backend: cx.backend_str(), name: cx.ended_name(lock) };
+        let error = LockError::NotHeld {
+            backend: cx.backend_str(),
+            name: cx.ended_name(lock),
+        };
         cx.rt.out.fail(op, error);
         return Ok(Err(op));
     };
     let ttl = ttl_ms.unwrap_or(h.ttl);
     let cmd = rwlock::extend_command(h, ttl);
-    Ok(Ok(ExtendTask { op, lock, name: h.name.clone(), ttl, token: h.token.clone(), cmd: Some(cmd) }))
+    Ok(Ok(ExtendTask {
+        op,
+        lock,
+        name: h.name.clone(),
+        ttl,
+        token: h.token.clone(),
+        cmd: Some(cmd),
+    }))
 }
 
 impl Task for ExtendTask {
@@ -44,12 +58,33 @@ impl Task for ExtendTask {
     }
 
     fn step(self: Box<Self>, cx: &mut Context, round: Option<Round>, now: Millis) -> Next {
-        let ExtendTask { op, lock, name, ttl, token, cmd } = *self;
+        let ExtendTask {
+            op,
+            lock,
+            name,
+            ttl,
+            token,
+            cmd,
+        } = *self;
         let Some(round) = round else {
             return match cmd {
-                Some(cmd) => Next::round(ExtendTask { op, lock, name, ttl, token, cmd: None }, cmd, cx.all_nodes()),
+                Some(cmd) => Next::round(
+                    ExtendTask {
+                        op,
+                        lock,
+                        name,
+                        ttl,
+                        token,
+                        cmd: None,
+                    },
+                    cmd,
+                    cx.all_nodes(),
+                ),
                 None => {
-                    cx.rt.out.fail(op, LockError::internal("an extend was stepped without its round"));
+                    cx.rt.out.fail(
+                        op,
+                        LockError::internal("an extend was stepped without its round"),
+                    );
                     Next::Done
                 }
             };
@@ -63,12 +98,22 @@ impl Task for ExtendTask {
         if c.confirmed >= q {
             if let Some(exp) = expires_at(round.started, now, ttl, cx.s.drift_factor) {
                 cx.confirmed(lock, ttl, exp, round.started + ttl / 3);
-                cx.rt.out.complete(op, Ok(Outcome::Extended { lock, expires_at: exp }));
+                cx.rt.out.complete(
+                    op,
+                    Ok(Outcome::Extended {
+                        lock,
+                        expires_at: exp,
+                    }),
+                );
                 return Next::Done;
             }
         }
         if c.refused > n - q {
-            let error = LockError::Lost { backend, name, reason: LostReason::KeyGone.to_string() };
+            let error = LockError::Lost {
+                backend,
+                name,
+                reason: LostReason::KeyGone.to_string(),
+            };
             cx.rt.out.fail(op, error);
             cx.lose(lock, LostReason::KeyGone);
             return Next::Done;

@@ -32,11 +32,22 @@ impl InspectTask {
     pub(in super::super) fn new(cx: &mut Context, name: &str) -> Result<Self, LockError> {
         validate_name(name)?;
         let (key, fence_key) = cx.keys_for(name);
-        Ok(InspectTask { op: cx.rt.out.op_id(), name: name.to_string(), key, fence_key, declared: None })
+        Ok(InspectTask {
+            op: cx.rt.out.op_id(),
+            name: name.to_string(),
+            key,
+            fence_key,
+            declared: None,
+        })
     }
 
     fn round(mut self, cx: &Context, slots: u32) -> Next {
-        let cmd = scripts::inspect(&self.key, &self.fence_key, &limit_key(&self.key), &permit_keys(&self.key, slots));
+        let cmd = scripts::inspect(
+            &self.key,
+            &self.fence_key,
+            &limit_key(&self.key),
+            &permit_keys(&self.key, slots),
+        );
         self.declared = Some(slots);
         let targets = cx.all_nodes();
         Next::round(self, cmd, targets)
@@ -51,13 +62,19 @@ impl Task for InspectTask {
     fn step(self: Box<Self>, cx: &mut Context, round: Option<Round>, _now: Millis) -> Next {
         let (Some(round), Some(declared)) = (round, self.declared) else {
             if self.declared.is_some() {
-                cx.rt.out.fail(self.op, LockError::internal("an inspect was stepped without its round"));
+                cx.rt.out.fail(
+                    self.op,
+                    LockError::internal("an inspect was stepped without its round"),
+                );
                 return Next::Done;
             }
             return self.round(cx, 0);
         };
         let parsed = round.parsed(|v| scripts::parse_inspect(v, declared as usize));
-        let answers: Vec<InspectReply> = parsed.iter().filter_map(|(_, r)| r.as_ref().ok().cloned()).collect();
+        let answers: Vec<InspectReply> = parsed
+            .iter()
+            .filter_map(|(_, r)| r.as_ref().ok().cloned())
+            .collect();
         let q = cx.quorum_size();
         if answers.len() < q {
             let error = cx.round_error(&self.name, Round::first_error(&parsed), answers.len());
@@ -69,7 +86,10 @@ impl Task for InspectTask {
         if let Some(limit) = limit.filter(|l| *l > declared) {
             return self.round(cx, limit);
         }
-        cx.rt.out.complete(self.op, Ok(Outcome::Inspected(status(self.name, &answers, q, limit))));
+        cx.rt.out.complete(
+            self.op,
+            Ok(Outcome::Inspected(status(self.name, &answers, q, limit))),
+        );
         Next::Done
     }
 }
@@ -81,7 +101,12 @@ fn status(name: String, answers: &[InspectReply], q: usize, limit: Option<u32>) 
         let existing: Vec<u64> = pttls.into_iter().flatten().collect();
         (existing.len() >= q).then(|| kth_largest(existing, q))
     };
-    let lock = held_for(answers.iter().map(|a| a.exists.then_some(a.pttl.unwrap_or(u64::MAX))).collect());
+    let lock = held_for(
+        answers
+            .iter()
+            .map(|a| a.exists.then_some(a.pttl.unwrap_or(u64::MAX)))
+            .collect(),
+    );
     let mut holders = Vec::new();
     let mut remaining: Option<u64> = lock.flatten();
     if lock.is_some() {
@@ -90,9 +115,19 @@ fn status(name: String, answers: &[InspectReply], q: usize, limit: Option<u32>) 
     }
     // Readers (one node: Redlock never grants them, and a quorum's count
     // would be a guess): as many shared holders as the fewest answers saw.
-    let readers = answers.iter().map(|a| a.readers).min().unwrap_or(0).min(MAX_LISTED_READERS);
+    let readers = answers
+        .iter()
+        .map(|a| a.readers)
+        .min()
+        .unwrap_or(0)
+        .min(MAX_LISTED_READERS);
     for _ in 0..readers {
-        holders.push(Holder { id: String::new(), kind: LockKind::Shared, slot: None, fencing_token: None });
+        holders.push(Holder {
+            id: String::new(),
+            kind: LockKind::Shared,
+            slot: None,
+            fencing_token: None,
+        });
     }
     if readers > 0 {
         // A read-write lock's remaining time: until its last reader leaves.
@@ -105,10 +140,20 @@ fn status(name: String, answers: &[InspectReply], q: usize, limit: Option<u32>) 
     let mut permit_limit = None;
     if let Some(limit) = limit {
         for slot in 0..limit {
-            let pttls = answers.iter().map(|a| a.slots.get(slot as usize).copied().flatten()).collect();
-            let Some(left) = held_for(pttls) else { continue };
+            let pttls = answers
+                .iter()
+                .map(|a| a.slots.get(slot as usize).copied().flatten())
+                .collect();
+            let Some(left) = held_for(pttls) else {
+                continue;
+            };
             permit_limit = Some(limit);
-            holders.push(Holder { id: String::new(), kind: LockKind::Permits { limit }, slot: Some(slot), fencing_token: None });
+            holders.push(Holder {
+                id: String::new(),
+                kind: LockKind::Permits { limit },
+                slot: Some(slot),
+                fencing_token: None,
+            });
             // A semaphore's remaining time: until its first permit frees itself.
             remaining = match (remaining, left.filter(|l| *l != u64::MAX)) {
                 (Some(r), Some(l)) => Some(r.min(l)),

@@ -46,7 +46,10 @@ pub(super) struct Permit {
 /// What a permit attempt's answers lead to.
 pub(super) enum PermitRound {
     /// The acquire fails with `error` (after deleting what `maybe_ours` marks).
-    Refused { error: LockError, maybe_ours: Vec<bool> },
+    Refused {
+        error: LockError,
+        maybe_ours: Vec<bool>,
+    },
     /// The attempt is repeated at once (after the same cleanup).
     Repeat { maybe_ours: Vec<bool> },
     /// A lock's attempt on [`Permit::slot_key`]: the acquire decides.
@@ -88,7 +91,14 @@ impl Permit {
     }
 
     /// The attempt script (`waiter`: one node's queue id and lease, once it waits).
-    pub(super) fn attempt(&self, cx: &mut Context, fence_key: &str, token: &str, ttl_ms: u64, waiter: Option<(&str, u64)>) -> RedisCommand {
+    pub(super) fn attempt(
+        &self,
+        cx: &mut Context,
+        fence_key: &str,
+        token: &str,
+        ttl_ms: u64,
+        waiter: Option<(&str, u64)>,
+    ) -> RedisCommand {
         let redlock = cx.node_count() > 1;
         scripts::acquire_permit(&scripts::PermitAttempt {
             fence_key,
@@ -124,7 +134,11 @@ impl Permit {
         self.free = Vec::with_capacity(n);
         for (i, r) in round.parsed(|v| scripts::parse_acquire_permit(v, self.limit)) {
             match r {
-                Ok(PermitReply::Granted { fence, slot: k, free }) => {
+                Ok(PermitReply::Granted {
+                    fence,
+                    slot: k,
+                    free,
+                }) => {
                     // Redlock names one slot, so every grant is of it; a
                     // grant of another would be a protocol error, and the
                     // cleanup deletes by token wherever it landed.
@@ -146,29 +160,40 @@ impl Permit {
                 Ok(PermitReply::NeedsSlots { stored }) if stored as usize > self.declared.len() => {
                     needs = needs.max(Some(stored));
                 }
-                Ok(PermitReply::NeedsSlots { .. }) => {
-                    t.failed(i, &NodeError::Redis("a permit attempt was asked for slots it had declared".into()))
-                }
+                Ok(PermitReply::NeedsSlots { .. }) => t.failed(
+                    i,
+                    &NodeError::Redis(
+                        "a permit attempt was asked for slots it had declared".into(),
+                    ),
+                ),
                 Err(e) => t.failed(i, &e),
             }
         }
         self.slot = slot;
         if let Some(stored) = mismatch {
-            return PermitRound::Refused { error: limit_mismatch(name, stored, self.limit), maybe_ours: t.maybe_ours };
+            return PermitRound::Refused {
+                error: limit_mismatch(name, stored, self.limit),
+                maybe_ours: t.maybe_ours,
+            };
         }
         if let Some(stored) = needs {
             // Not contention nor unavailability: the same attempt again,
             // declaring the stored limit's slots.
             self.declared = permit_keys(&self.lock_key, stored);
-            return PermitRound::Repeat { maybe_ours: t.maybe_ours };
+            return PermitRound::Repeat {
+                maybe_ours: t.maybe_ours,
+            };
         }
         // Another slot is free on a quorum: name it at once.
         let q = cx.quorum_size();
         let contended = t.granted < q && t.granted + t.held_pttls.len() >= q;
-        let free_on_quorum = (0..self.limit).any(|k| self.free.iter().filter(|f| (*f >> k) & 1 == 1).count() >= q);
+        let free_on_quorum =
+            (0..self.limit).any(|k| self.free.iter().filter(|f| (*f >> k) & 1 == 1).count() >= q);
         if n > 1 && contended && free_on_quorum && self.slot_retries < MAX_SLOT_RETRIES {
             self.slot_retries += 1;
-            return PermitRound::Repeat { maybe_ours: t.maybe_ours };
+            return PermitRound::Repeat {
+                maybe_ours: t.maybe_ours,
+            };
         }
         self.slot_retries = 0;
         if n > 1 {

@@ -53,7 +53,13 @@ impl Task for ReleaseTask {
             None => cx.record_ended(lock.id, &lock.name),
             Some(op) if settled => {
                 cx.record_ended(lock.id, &lock.name);
-                cx.rt.out.complete(op, Ok(Outcome::Released { lock: lock.id, held_until_release: c.confirmed >= q }));
+                cx.rt.out.complete(
+                    op,
+                    Ok(Outcome::Released {
+                        lock: lock.id,
+                        held_until_release: c.confirmed >= q,
+                    }),
+                );
             }
             Some(op) => {
                 let error = cx.round_error(&lock.name, c.first_error.as_ref(), c.confirmed);

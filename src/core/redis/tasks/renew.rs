@@ -28,7 +28,12 @@ pub(in super::super) struct RenewTask {
 impl RenewTask {
     pub(in super::super) fn new(h: &Held) -> Self {
         let cmd = rwlock::extend_command(h, h.ttl);
-        RenewTask { lock: h.id, token: h.token.clone(), ttl: h.ttl, cmd: Some(cmd) }
+        RenewTask {
+            lock: h.id,
+            token: h.token.clone(),
+            ttl: h.ttl,
+            cmd: Some(cmd),
+        }
     }
 }
 
@@ -38,16 +43,37 @@ impl Task for RenewTask {
     }
 
     fn step(self: Box<Self>, cx: &mut Context, round: Option<Round>, now: Millis) -> Next {
-        let RenewTask { lock, token, ttl, cmd } = *self;
+        let RenewTask {
+            lock,
+            token,
+            ttl,
+            cmd,
+        } = *self;
         let Some(round) = round else {
             return match cmd {
-                Some(cmd) => Next::round(RenewTask { lock, token, ttl, cmd: None }, cmd, cx.all_nodes()),
+                Some(cmd) => Next::round(
+                    RenewTask {
+                        lock,
+                        token,
+                        ttl,
+                        cmd: None,
+                    },
+                    cmd,
+                    cx.all_nodes(),
+                ),
                 None => Next::Done,
             };
         };
-        let (n, q, drift, backend) = (cx.node_count(), cx.quorum_size(), cx.s.drift_factor, cx.backend_str());
+        let (n, q, drift, backend) = (
+            cx.node_count(),
+            cx.quorum_size(),
+            cx.s.drift_factor,
+            cx.backend_str(),
+        );
         let retry_delay = cx.s.retry_delay_ms;
-        let Some(h) = cx.locks.get_mut(&lock).filter(|h| h.token == token) else { return Next::Done };
+        let Some(h) = cx.locks.get_mut(&lock).filter(|h| h.token == token) else {
+            return Next::Done;
+        };
         h.renewal = None;
         let c = FlagCount::of(&round);
         if c.confirmed >= q {
@@ -64,7 +90,10 @@ impl Task for RenewTask {
         }
         h.last_error = Some(match &c.first_error {
             Some(e) => e.to_lock_error(backend, &h.name).to_string(),
-            None => format!("only {} of {} nodes confirmed the renewal in time", c.confirmed, n),
+            None => format!(
+                "only {} of {} nodes confirmed the renewal in time",
+                c.confirmed, n
+            ),
         });
         // Try again soon, while validity remains; expiry ends it otherwise.
         let retry = now + (h.ttl / 10).clamp(1, retry_delay.max(1));

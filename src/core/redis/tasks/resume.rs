@@ -12,7 +12,9 @@ use crate::core::names::validate_name;
 use crate::core::*;
 
 fn is_token(s: &str) -> bool {
-    s.len() == TOKEN_BYTES * 2 && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    s.len() == TOKEN_BYTES * 2
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 pub(in super::super) struct ResumeTask {
@@ -30,7 +32,10 @@ impl ResumeTask {
     /// Validates `handle` against this machine before anything is sent.
     pub(in super::super) fn new(cx: &mut Context, handle: &LockHandle) -> Result<Self, LockError> {
         if handle.v != 1 {
-            return Err(LockError::invalid(format!("unsupported lock handle version {}", handle.v)));
+            return Err(LockError::invalid(format!(
+                "unsupported lock handle version {}",
+                handle.v
+            )));
         }
         if handle.backend != cx.s.backend {
             return Err(LockError::invalid(format!(
@@ -51,19 +56,36 @@ impl ResumeTask {
                 LockKind::permits(u64::from(limit))?;
                 (permit_key(&key, slot), permit_base(&key))
             }
-            (LockKind::Permits { .. }, _) => return Err(LockError::invalid("a permit's handle needs a slot below its limit")),
+            (LockKind::Permits { .. }, _) => {
+                return Err(LockError::invalid(
+                    "a permit's handle needs a slot below its limit",
+                ))
+            }
             (kind, _) => {
-                return Err(LockError::invalid(format!("the {} backend does not offer {} locks", cx.backend_str(), kind.as_str())))
+                return Err(LockError::invalid(format!(
+                    "the {} backend does not offer {} locks",
+                    cx.backend_str(),
+                    kind.as_str()
+                )))
             }
         };
         if handle.key != expected {
-            return Err(LockError::invalid("the handle's key does not match its name, kind and this client's prefix"));
+            return Err(LockError::invalid(
+                "the handle's key does not match its name, kind and this client's prefix",
+            ));
         }
         if !is_token(&handle.owner) {
             return Err(LockError::invalid("the handle's owner token is malformed"));
         }
         let shared = handle.kind == LockKind::Shared;
-        Ok(ResumeTask { op: cx.rt.out.op_id(), handle: handle.clone(), fence_key, wake_base, shared, started: false })
+        Ok(ResumeTask {
+            op: cx.rt.out.op_id(),
+            handle: handle.clone(),
+            fence_key,
+            wake_base,
+            shared,
+            started: false,
+        })
     }
 }
 
@@ -73,7 +95,14 @@ impl Task for ResumeTask {
     }
 
     fn step(self: Box<Self>, cx: &mut Context, round: Option<Round>, now: Millis) -> Next {
-        let ResumeTask { op, handle, fence_key, wake_base, shared, started } = *self;
+        let ResumeTask {
+            op,
+            handle,
+            fence_key,
+            wake_base,
+            shared,
+            started,
+        } = *self;
         let round = match round {
             Some(round) => round,
             None if !started => {
@@ -82,21 +111,42 @@ impl Task for ResumeTask {
                 } else {
                     scripts::status(&handle.key, &fence_key, Some(&handle.owner))
                 };
-                return Next::round(ResumeTask { op, handle, fence_key, wake_base, shared, started: true }, cmd, cx.all_nodes());
+                return Next::round(
+                    ResumeTask {
+                        op,
+                        handle,
+                        fence_key,
+                        wake_base,
+                        shared,
+                        started: true,
+                    },
+                    cmd,
+                    cx.all_nodes(),
+                );
             }
             None => {
-                cx.rt.out.fail(op, LockError::internal("a resume was stepped without its round"));
+                cx.rt.out.fail(
+                    op,
+                    LockError::internal("a resume was stepped without its round"),
+                );
                 return Next::Done;
             }
         };
         let parsed = round.parsed(scripts::parse_status);
-        let mine: Vec<u64> =
-            parsed.iter().filter_map(|(_, r)| r.as_ref().ok().filter(|s| s.mine).and_then(|s| s.pttl)).collect();
+        let mine: Vec<u64> = parsed
+            .iter()
+            .filter_map(|(_, r)| r.as_ref().ok().filter(|s| s.mine).and_then(|s| s.pttl))
+            .collect();
         let failed = parsed.iter().filter(|(_, r)| r.is_err()).count();
         let q = cx.quorum_size();
         // The key lives at least `pttl` past the round's start on each node.
         let exp = kth_largest(mine.clone(), q)
-            .and_then(|p| round.started.saturating_add(p).checked_sub(drift_ms(p, cx.s.drift_factor)))
+            .and_then(|p| {
+                round
+                    .started
+                    .saturating_add(p)
+                    .checked_sub(drift_ms(p, cx.s.drift_factor))
+            })
             .filter(|e| *e > now);
         match exp {
             Some(exp) => {
@@ -134,7 +184,11 @@ impl Task for ResumeTask {
             }
             None => {
                 let reason = "the handle's key is no longer held by its owner".to_string();
-                let error = LockError::Lost { backend: cx.backend_str(), name: handle.name, reason };
+                let error = LockError::Lost {
+                    backend: cx.backend_str(),
+                    name: handle.name,
+                    reason,
+                };
                 cx.rt.out.fail(op, error);
             }
         }

@@ -45,5 +45,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    edgelock_devtools::serve_cli::announce_and_serve(res.url(), res.port(), exit_on_eof, res, |s| s.join())
+    edgelock_devtools::serve_cli::announce_and_serve(res.url(), res.port(), exit_on_eof, res, |s| {
+        s.join()
+    })
 }

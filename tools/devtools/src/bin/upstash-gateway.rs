@@ -60,5 +60,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    edgelock_devtools::serve_cli::announce_and_serve(gw.url(), gw.port(), exit_on_eof, gw, |s| s.join())
+    edgelock_devtools::serve_cli::announce_and_serve(gw.url(), gw.port(), exit_on_eof, gw, |s| {
+        s.join()
+    })
 }

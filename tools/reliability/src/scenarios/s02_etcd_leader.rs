@@ -33,7 +33,9 @@ use crate::history::{now_ms, History, Op, OpKind, Outcome};
 use crate::infra::{contenders, Crew, EtcdNodes};
 use crate::report::ScenarioReport;
 use crate::resource::ResourceClient;
-use crate::workload::{acquire, hold_name, release_recorded, watch_lost, write_recorded, ContenderCfg};
+use crate::workload::{
+    acquire, hold_name, release_recorded, watch_lost, write_recorded, ContenderCfg,
+};
 
 const TITLE: &str = "etcd leader paused, then killed";
 const TTL_MS: u64 = 4_000;
@@ -56,15 +58,31 @@ enum LeaderFault {
 fn run_cluster(mode: &Mode, checkpoint: bool, ids: [&str; 2]) -> Vec<ScenarioReport> {
     let cp = if checkpoint { "on" } else { "off" };
     let backend = format!("etcd ×3, lease checkpoint {cp}");
-    let mut opts = EtcdOptions { lease_checkpoint: checkpoint, ..EtcdOptions::default() };
+    let mut opts = EtcdOptions {
+        lease_checkpoint: checkpoint,
+        ..EtcdOptions::default()
+    };
     if checkpoint {
         // etcd 3.4.23 has the backported persist flag; without it a
         // checkpointed remaining TTL is lost again when the member restarts.
-        opts.extra_args.push("--experimental-enable-lease-checkpoint-persist=true".into());
+        opts.extra_args
+            .push("--experimental-enable-lease-checkpoint-persist=true".into());
     }
     let mut nodes = match EtcdNodes::start(3, opts) {
         Ok(n) => n,
-        Err(e) => return ids.iter().map(|id| ScenarioReport::failed_to_run(id, TITLE, &backend, &format!("etcd cluster: {e}"))).collect(),
+        Err(e) => {
+            return ids
+                .iter()
+                .map(|id| {
+                    ScenarioReport::failed_to_run(
+                        id,
+                        TITLE,
+                        &backend,
+                        &format!("etcd cluster: {e}"),
+                    )
+                })
+                .collect()
+        }
     };
     let mut out = Vec::new();
     for (id, fault) in ids.iter().zip([LeaderFault::Pause, LeaderFault::Kill]) {
@@ -86,33 +104,76 @@ fn run_cluster(mode: &Mode, checkpoint: bool, ids: [&str; 2]) -> Vec<ScenarioRep
     out
 }
 
-fn leader_fault(mode: &Mode, nodes: &mut EtcdNodes, fault: LeaderFault, id: &str, backend: &str) -> Result<ScenarioReport, String> {
+fn leader_fault(
+    mode: &Mode,
+    nodes: &mut EtcdNodes,
+    fault: LeaderFault,
+    id: &str,
+    backend: &str,
+) -> Result<ScenarioReport, String> {
     let what = match fault {
         LeaderFault::Pause => "SIGSTOP of the leader (resumed after the handoff)",
         LeaderFault::Kill => "SIGKILL of the leader (restarted after the handoff)",
     };
     let mut r = ScenarioReport::new(id, TITLE, backend, what);
     let urls = nodes.cluster.urls();
-    let leader = nodes.cluster.wait_for_leader(Duration::from_secs(20)).map_err(|e| format!("no leader: {e}"))?;
-    let followers: Vec<String> = urls.iter().enumerate().filter(|(i, _)| *i != leader).map(|(_, u)| u.clone()).collect();
+    let leader = nodes
+        .cluster
+        .wait_for_leader(Duration::from_secs(20))
+        .map_err(|e| format!("no leader: {e}"))?;
+    let followers: Vec<String> = urls
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != leader)
+        .map(|(_, u)| u.clone())
+        .collect();
     let lock = format!("s2-{id}");
     let fenced = FencedResource::start().map_err(|e| format!("fenced resource: {e}"))?;
     let resource = ResourceClient::new(&fenced.url());
     let history = History::new();
 
-    let holder_spec = BackendSpec::Etcd { endpoints: vec![urls[leader].clone()], ttl_ms: TTL_MS, request_timeout_ms: REQUEST_TIMEOUT_MS };
-    let holder_cfg = ContenderCfg { wait_ms: 5_000, ..ContenderCfg::new("holder", &lock) };
-    let holder = Holder::start(&holder_spec, holder_cfg, &resource, &history, Duration::from_millis(200))?;
+    let holder_spec = BackendSpec::Etcd {
+        endpoints: vec![urls[leader].clone()],
+        ttl_ms: TTL_MS,
+        request_timeout_ms: REQUEST_TIMEOUT_MS,
+    };
+    let holder_cfg = ContenderCfg {
+        wait_ms: 5_000,
+        ..ContenderCfg::new("holder", &lock)
+    };
+    let holder = Holder::start(
+        &holder_spec,
+        holder_cfg,
+        &resource,
+        &history,
+        Duration::from_millis(200),
+    )?;
 
     // One contender per follower, each talking to its follower first.
-    let tpl = ContenderCfg { wait_ms: 10_000, hold_ms: 300, writes_per_hold: 2, pause_ms: 100, ..ContenderCfg::new("", &lock) };
+    let tpl = ContenderCfg {
+        wait_ms: 10_000,
+        hold_ms: 300,
+        writes_per_hold: 2,
+        pause_ms: 100,
+        ..ContenderCfg::new("", &lock)
+    };
     let phase = Duration::from_millis(mode.pick(40_000, 60_000));
     let crews: Vec<Crew> = (0..followers.len())
         .map(|i| {
             let mut endpoints = followers.clone();
             endpoints.rotate_left(i);
-            let spec = BackendSpec::Etcd { endpoints, ttl_ms: TTL_MS, request_timeout_ms: REQUEST_TIMEOUT_MS };
-            Crew::start(&spec, contenders(&format!("c{i}-"), 1, &lock, &tpl), &resource, &history, phase)
+            let spec = BackendSpec::Etcd {
+                endpoints,
+                ttl_ms: TTL_MS,
+                request_timeout_ms: REQUEST_TIMEOUT_MS,
+            };
+            Crew::start(
+                &spec,
+                contenders(&format!("c{i}-"), 1, &lock, &tpl),
+                &resource,
+                &history,
+                phase,
+            )
         })
         .collect();
     std::thread::sleep(Duration::from_millis(1_500));
@@ -127,11 +188,15 @@ fn leader_fault(mode: &Mode, nodes: &mut EtcdNodes, fault: LeaderFault, id: &str
     // The new leader, and the holder's lease as it sees it right after.
     let new_leader = wait_new_leader(nodes, leader, Duration::from_secs(15));
     let t_elected = now_ms();
-    let ttl_after = new_leader.and_then(|l| urls.get(l)).and_then(|u| lease_ttl_s(u, &holder.lease));
+    let ttl_after = new_leader
+        .and_then(|l| urls.get(l))
+        .and_then(|u| lease_ttl_s(u, &holder.lease));
 
     // Wait for the handoff (bounded: TTL plus elections, with slack).
     let handoff_deadline = Instant::now() + Duration::from_millis(TTL_MS * 3 + 10_000);
-    while first_grant_after(&history.ops(), t_fault, "holder").is_none() && Instant::now() < handoff_deadline {
+    while first_grant_after(&history.ops(), t_fault, "holder").is_none()
+        && Instant::now() < handoff_deadline
+    {
         std::thread::sleep(Duration::from_millis(50));
     }
     std::thread::sleep(Duration::from_millis(1_500));
@@ -146,7 +211,8 @@ fn leader_fault(mode: &Mode, nodes: &mut EtcdNodes, fault: LeaderFault, id: &str
         LeaderFault::Kill => {
             if let Some(m) = nodes.cluster.member_mut(leader) {
                 m.restart().map_err(|e| format!("restart: {e}"))?;
-                m.wait_ready(Duration::from_secs(20)).map_err(|e| format!("restarted member not ready: {e}"))?;
+                m.wait_ready(Duration::from_secs(20))
+                    .map_err(|e| format!("restarted member not ready: {e}"))?;
             }
         }
     }
@@ -158,7 +224,10 @@ fn leader_fault(mode: &Mode, nodes: &mut EtcdNodes, fault: LeaderFault, id: &str
     for c in crews {
         c.join();
     }
-    nodes.cluster.wait_for_leader(Duration::from_secs(20)).map_err(|e| format!("no leader after healing: {e}"))?;
+    nodes
+        .cluster
+        .wait_for_leader(Duration::from_secs(20))
+        .map_err(|e| format!("no leader after healing: {e}"))?;
 
     let ops = history.ops();
     let v = check(&ops, &fenced.log(None));
@@ -173,13 +242,25 @@ fn leader_fault(mode: &Mode, nodes: &mut EtcdNodes, fault: LeaderFault, id: &str
     let stale_revoke = |a: &crate::checker::Hold, b: &crate::checker::Hold| {
         fault == LeaderFault::Pause
             && a.from.max(b.from) >= t_healed - 50.0
-            && ops.iter().any(|o| o.kind == OpKind::Release && o.token == a.token && o.client == a.client && o.outcome == Outcome::Fail("NOT_HELD".into()))
+            && ops.iter().any(|o| {
+                o.kind == OpKind::Release
+                    && o.token == a.token
+                    && o.client == a.client
+                    && o.outcome == Outcome::Fail("NOT_HELD".into())
+            })
     };
     let by_server = pairs.iter().filter(|(a, b)| stale_revoke(a, b)).count();
     let other = pairs.len() - by_server;
-    r.check("no double grant while the leader is down (0 overlapping holds as believed)", other == 0, format!("{other} overlaps in {} holds", v.acquisitions));
+    r.check(
+        "no double grant while the leader is down (0 overlapping holds as believed)",
+        other == 0,
+        format!("{other} overlaps in {} holds", v.acquisitions),
+    );
     if fault == LeaderFault::Pause {
-        r.figure("double grants after SIGCONT by the old leader's lease revokes (etcd bug)", by_server);
+        r.figure(
+            "double grants after SIGCONT by the old leader's lease revokes (etcd bug)",
+            by_server,
+        );
     }
     if by_server > 0 {
         r.finding(
@@ -189,20 +270,61 @@ fn leader_fault(mode: &Mode, nodes: &mut EtcdNodes, fault: LeaderFault, id: &str
              release (NOT_HELD). The fencing token stopped its writes (0 stale writes accepted).",
         );
     }
-    r.check("0 stale writes accepted", v.stale_accepted == 0, format!("{} accepted, {} stale rejected", v.writes_accepted, v.stale_rejected));
+    r.check(
+        "0 stale writes accepted",
+        v.stale_accepted == 0,
+        format!(
+            "{} accepted, {} stale rejected",
+            v.writes_accepted, v.stale_rejected
+        ),
+    );
     let (ok, detail) = match (lost, grant) {
-        (Some(l), Some(g)) => (l < g, format!("Lost at {}, next grant at {}", rel(l, t_fault), rel(g, t_fault))),
-        (None, Some(g)) => (false, format!("holder never told, next grant at {}", rel(g, t_fault))),
-        (Some(l), None) => (true, format!("Lost at {}, nobody else granted before healing", rel(l, t_fault))),
+        (Some(l), Some(g)) => (
+            l < g,
+            format!(
+                "Lost at {}, next grant at {}",
+                rel(l, t_fault),
+                rel(g, t_fault)
+            ),
+        ),
+        (None, Some(g)) => (
+            false,
+            format!("holder never told, next grant at {}", rel(g, t_fault)),
+        ),
+        (Some(l), None) => (
+            true,
+            format!(
+                "Lost at {}, nobody else granted before healing",
+                rel(l, t_fault)
+            ),
+        ),
         (None, None) => (true, "holder never told, nobody else granted".to_string()),
     };
-    r.check("the holder learns Lost before anyone else is granted", ok, detail);
-    r.figure("handoff (fault → next grant)", grant.map_or("none before healing".into(), |g| secs(g - t_fault)));
-    r.figure("holder learned Lost after", lost.map_or("never".into(), |l| secs(l - t_fault)));
-    r.figure("new leader elected after", new_leader.map_or("none seen".into(), |_| secs(t_elected - t_fault)));
+    r.check(
+        "the holder learns Lost before anyone else is granted",
+        ok,
+        detail,
+    );
+    r.figure(
+        "handoff (fault → next grant)",
+        grant.map_or("none before healing".into(), |g| secs(g - t_fault)),
+    );
+    r.figure(
+        "holder learned Lost after",
+        lost.map_or("never".into(), |l| secs(l - t_fault)),
+    );
+    r.figure(
+        "new leader elected after",
+        new_leader.map_or("none seen".into(), |_| secs(t_elected - t_fault)),
+    );
     r.figure(
         "holder's lease TTL before → after election",
-        format!("{} → {} (granted {} s)", ttl_text(ttl_before), ttl_text(ttl_after), TTL_MS / 1000),
+        format!(
+            "{} → {} (granted {} s)",
+            ttl_text(ttl_before),
+            ttl_text(ttl_after),
+            TTL_MS / 1000
+        ),
     );
     r.figure("stale writes rejected by the fence", v.stale_rejected);
     r.figure("acquisitions", v.acquisitions);
@@ -234,14 +356,32 @@ pub(super) fn overlap_details(ops: &[Op], t0: f64) -> String {
     for (a, b) in overlapping_holds(&holds(ops)) {
         out.push_str(&format!(
             "\n{} token {:?} [{}, {}] overlaps {} token {:?} [{}, {}]",
-            a.client, a.token, rel(a.from, t0), rel(a.to, t0), b.client, b.token, rel(b.from, t0), rel(b.to, t0)
+            a.client,
+            a.token,
+            rel(a.from, t0),
+            rel(a.to, t0),
+            b.client,
+            b.token,
+            rel(b.from, t0),
+            rel(b.to, t0)
         ));
         clients.insert(a.client);
         clients.insert(b.client);
     }
     out.push_str("\nTheir operations:");
-    for o in ops.iter().filter(|o| clients.contains(&o.client) && o.kind != OpKind::Write) {
-        out.push_str(&format!("\n{} {:?} [{}, {}] {:?} token {:?}", o.client, o.kind, rel(o.start, t0), rel(o.end, t0), o.outcome, o.token));
+    for o in ops
+        .iter()
+        .filter(|o| clients.contains(&o.client) && o.kind != OpKind::Write)
+    {
+        out.push_str(&format!(
+            "\n{} {:?} [{}, {}] {:?} token {:?}",
+            o.client,
+            o.kind,
+            rel(o.start, t0),
+            rel(o.end, t0),
+            o.outcome,
+            o.token
+        ));
     }
     out
 }
@@ -254,7 +394,9 @@ fn wait_new_leader(nodes: &EtcdNodes, old: usize, timeout: Duration) -> Option<u
             if i == old {
                 continue;
             }
-            if m.status(Duration::from_millis(500)).is_ok_and(|s| s.leader != "0" && s.leader == s.member_id) {
+            if m.status(Duration::from_millis(500))
+                .is_ok_and(|s| s.leader != "0" && s.leader == s.member_id)
+            {
                 return Some(i);
             }
         }
@@ -267,7 +409,14 @@ fn wait_new_leader(nodes: &EtcdNodes, old: usize, timeout: Duration) -> Option<u
 /// member at `url` reports it; `None` if it did not answer.
 fn lease_ttl_s(url: &str, lease: &str) -> Option<i64> {
     let body = json!({ "ID": lease }).to_string();
-    let r = http_request("POST", &format!("{url}/v3/lease/timetolive"), &[("content-type", "application/json")], body.as_bytes(), Duration::from_millis(1_500)).ok()?;
+    let r = http_request(
+        "POST",
+        &format!("{url}/v3/lease/timetolive"),
+        &[("content-type", "application/json")],
+        body.as_bytes(),
+        Duration::from_millis(1_500),
+    )
+    .ok()?;
     let v: Value = serde_json::from_slice(&r.body).ok()?;
     json_i64(v.get("TTL")?)
 }
@@ -299,17 +448,26 @@ pub(super) fn rel(t: f64, t0: f64) -> String {
 /// End of the first successful acquire by a client other than `except` that
 /// ended after `t`.
 pub(super) fn first_grant_after(ops: &[Op], t: f64, except: &str) -> Option<f64> {
-    ops.iter().filter(|o| o.kind == OpKind::Acquire && o.is_ok() && o.client != except && o.end > t).map(|o| o.end).min_by(f64::total_cmp)
+    ops.iter()
+        .filter(|o| o.kind == OpKind::Acquire && o.is_ok() && o.client != except && o.end > t)
+        .map(|o| o.end)
+        .min_by(f64::total_cmp)
 }
 
 /// When `client` was first told (after `t`) that its lock was lost.
 pub(super) fn lost_at(ops: &[Op], client: &str, t: f64) -> Option<f64> {
-    ops.iter().filter(|o| o.kind == OpKind::Lost && o.client == client && o.start >= t).map(|o| o.start).min_by(f64::total_cmp)
+    ops.iter()
+        .filter(|o| o.kind == OpKind::Lost && o.client == client && o.start >= t)
+        .map(|o| o.start)
+        .min_by(f64::total_cmp)
 }
 
 /// The longest `kind` operation (ms) among the clients `pick` selects.
 pub(super) fn max_duration(ops: &[Op], kind: OpKind, pick: impl Fn(&str) -> bool) -> Option<f64> {
-    ops.iter().filter(|o| o.kind == kind && pick(&o.client)).map(|o| o.end - o.start).max_by(f64::total_cmp)
+    ops.iter()
+        .filter(|o| o.kind == kind && pick(&o.client))
+        .map(|o| o.end - o.start)
+        .max_by(f64::total_cmp)
 }
 
 /// Errors by code, other than the fence's rejections (counted apart).
@@ -335,15 +493,27 @@ pub(super) struct Holder {
 }
 
 impl Holder {
-    pub(super) fn start(spec: &BackendSpec, cfg: ContenderCfg, resource: &ResourceClient, history: &History, every: Duration) -> Result<Holder, String> {
+    pub(super) fn start(
+        spec: &BackendSpec,
+        cfg: ContenderCfg,
+        resource: &ResourceClient,
+        history: &History,
+        every: Duration,
+    ) -> Result<Holder, String> {
         let client = spec.client().map_err(|e| format!("holder client: {e}"))?;
-        let lock = acquire(&client, &cfg, history).ok_or_else(|| format!("the holder could not acquire {}", cfg.lock))?;
+        let lock = acquire(&client, &cfg, history)
+            .ok_or_else(|| format!("the holder could not acquire {}", cfg.lock))?;
         let token = lock.fencing_token();
         let lease = lock.handle().owner.clone();
         let held = hold_name(&lock);
         let watcher = watch_lost(&lock, history, &cfg.id);
         let stop = Arc::new(AtomicBool::new(false));
-        let (s, res, h, name) = (stop.clone(), resource.clone(), history.clone(), held.clone());
+        let (s, res, h, name) = (
+            stop.clone(),
+            resource.clone(),
+            history.clone(),
+            held.clone(),
+        );
         let writer = std::thread::spawn(move || {
             while !s.load(Ordering::SeqCst) {
                 write_recorded(&res, &h, &cfg.id, &name, token);
@@ -351,7 +521,14 @@ impl Holder {
             }
             release_recorded(lock, &h, &cfg.id);
         });
-        Ok(Holder { client, lease, held, stop, writer, watcher })
+        Ok(Holder {
+            client,
+            lease,
+            held,
+            stop,
+            writer,
+            watcher,
+        })
     }
 
     /// Stops writing, releases the lock if it is still held, closes the client.

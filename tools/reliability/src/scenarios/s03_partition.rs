@@ -28,12 +28,14 @@ use std::time::{Duration, Instant};
 
 use edgelock_devtools::{EtcdOptions, Fault, FaultProxy, FencedResource};
 
-use crate::infra::addr_of;
-use super::s02_etcd_leader::{errors_text, first_grant_after, lost_at, max_duration, rel, secs, Holder};
+use super::s02_etcd_leader::{
+    errors_text, first_grant_after, lost_at, max_duration, rel, secs, Holder,
+};
 use super::Mode;
 use crate::backend::BackendSpec;
 use crate::checker::check;
 use crate::history::{now_ms, History, Op, OpKind};
+use crate::infra::addr_of;
 use crate::infra::{contenders, Crew, EtcdNodes, RedisNodes};
 use crate::report::ScenarioReport;
 use crate::resource::ResourceClient;
@@ -83,30 +85,60 @@ pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
     };
     match EtcdNodes::start(3, EtcdOptions::default()) {
         Ok(nodes) => {
-            out.push(timed("3a", "etcd", &mut || etcd_one_member(mode, &nodes, None)));
-            out.push(timed("3c", "etcd", &mut || etcd_client_partitioned(mode, &nodes, None)));
-            out.push(timed("3e", "etcd", &mut || etcd_one_member(mode, &nodes, Some(PERMITS))));
-            out.push(timed("3g", "etcd", &mut || etcd_client_partitioned(mode, &nodes, Some(PERMITS))));
-            out.push(timed("3i", "etcd", &mut || etcd_one_member_rw(mode, &nodes)));
-            out.push(timed("3j", "etcd", &mut || etcd_client_partitioned_rw(mode, &nodes)));
+            out.push(timed("3a", "etcd", &mut || {
+                etcd_one_member(mode, &nodes, None)
+            }));
+            out.push(timed("3c", "etcd", &mut || {
+                etcd_client_partitioned(mode, &nodes, None)
+            }));
+            out.push(timed("3e", "etcd", &mut || {
+                etcd_one_member(mode, &nodes, Some(PERMITS))
+            }));
+            out.push(timed("3g", "etcd", &mut || {
+                etcd_client_partitioned(mode, &nodes, Some(PERMITS))
+            }));
+            out.push(timed("3i", "etcd", &mut || {
+                etcd_one_member_rw(mode, &nodes)
+            }));
+            out.push(timed("3j", "etcd", &mut || {
+                etcd_client_partitioned_rw(mode, &nodes)
+            }));
         }
         Err(e) => {
             for id in ["3a", "3c", "3e", "3g", "3i", "3j"] {
-                out.push(ScenarioReport::failed_to_run(id, TITLE, "etcd", &format!("etcd cluster: {e}")));
+                out.push(ScenarioReport::failed_to_run(
+                    id,
+                    TITLE,
+                    "etcd",
+                    &format!("etcd cluster: {e}"),
+                ));
             }
         }
     }
     match RedisNodes::start(5, false) {
         _ if !mode.redis() => {}
         Ok(nodes) => {
-            out.push(timed("3b", "redlock ×5", &mut || redlock_one_node(mode, &nodes, None)));
-            out.push(timed("3d", "redlock ×5", &mut || redlock_client_partitioned(mode, &nodes, None)));
-            out.push(timed("3f", "redlock ×5", &mut || redlock_one_node(mode, &nodes, Some(PERMITS))));
-            out.push(timed("3h", "redlock ×5", &mut || redlock_client_partitioned(mode, &nodes, Some(PERMITS))));
+            out.push(timed("3b", "redlock ×5", &mut || {
+                redlock_one_node(mode, &nodes, None)
+            }));
+            out.push(timed("3d", "redlock ×5", &mut || {
+                redlock_client_partitioned(mode, &nodes, None)
+            }));
+            out.push(timed("3f", "redlock ×5", &mut || {
+                redlock_one_node(mode, &nodes, Some(PERMITS))
+            }));
+            out.push(timed("3h", "redlock ×5", &mut || {
+                redlock_client_partitioned(mode, &nodes, Some(PERMITS))
+            }));
         }
         Err(e) => {
             for id in ["3b", "3d", "3f", "3h"] {
-                out.push(ScenarioReport::failed_to_run(id, TITLE, "redlock ×5", &format!("redis nodes: {e}")));
+                out.push(ScenarioReport::failed_to_run(
+                    id,
+                    TITLE,
+                    "redlock ×5",
+                    &format!("redis nodes: {e}"),
+                ));
             }
         }
     }
@@ -115,14 +147,26 @@ pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
 }
 
 fn grants_between(ops: &[Op], from: f64, to: f64) -> usize {
-    ops.iter().filter(|o| o.kind == OpKind::Acquire && o.is_ok() && o.end >= from && o.end < to).count()
+    ops.iter()
+        .filter(|o| o.kind == OpKind::Acquire && o.is_ok() && o.end >= from && o.end < to)
+        .count()
 }
 
-fn bound_check(r: &mut ScenarioReport, what: &str, observed: Option<f64>, bound: u64, count: usize) {
+fn bound_check(
+    r: &mut ScenarioReport,
+    what: &str,
+    observed: Option<f64>,
+    bound: u64,
+    count: usize,
+) {
     r.check(
         what,
         observed.map_or(true, |m| m <= bound as f64),
-        format!("max {} of {count} vs bound {}", observed.map_or("-".into(), secs), secs(bound as f64)),
+        format!(
+            "max {} of {count} vs bound {}",
+            observed.map_or("-".into(), secs),
+            secs(bound as f64)
+        ),
     );
 }
 
@@ -147,14 +191,21 @@ fn limit_check(r: &mut ScenarioReport, limit: Option<u32>, v: &crate::checker::V
     if let Some(l) = limit {
         let most = v.max_holders_of_any();
         r.figure("most concurrent holders of the semaphore", most);
-        r.check(&format!("never more than {l} holders at once"), most <= l as usize, most);
+        r.check(
+            &format!("never more than {l} holders at once"),
+            most <= l as usize,
+            most,
+        );
     }
 }
 
 fn one_node(mode: &Mode, s: OneNode) -> Result<ScenarioReport, String> {
     let fault = match (s.limit, s.rw) {
         (Some(l), _) => format!("{} (a semaphore of {l})", s.fault),
-        (None, true) => format!("{} (a read-write lock, every other contender a reader)", s.fault),
+        (None, true) => format!(
+            "{} (a read-write lock, every other contender a reader)",
+            s.fault
+        ),
         (None, false) => s.fault.to_string(),
     };
     let mut r = ScenarioReport::new(s.id, TITLE, s.backend, &fault);
@@ -162,7 +213,14 @@ fn one_node(mode: &Mode, s: OneNode) -> Result<ScenarioReport, String> {
     let resource = ResourceClient::new(&fenced.url());
     let history = History::new();
     let lock = format!("s3-{}", s.id);
-    let tpl = ContenderCfg { wait_ms: WAIT_MS, hold_ms: 150, writes_per_hold: 2, pause_ms: 50, limit: s.limit, ..ContenderCfg::new("", &lock) };
+    let tpl = ContenderCfg {
+        wait_ms: WAIT_MS,
+        hold_ms: 150,
+        writes_per_hold: 2,
+        pause_ms: 50,
+        limit: s.limit,
+        ..ContenderCfg::new("", &lock)
+    };
     let mut cfgs = contenders("c", 4, &lock, &tpl);
     if s.rw {
         for (i, c) in cfgs.iter_mut().enumerate() {
@@ -185,54 +243,171 @@ fn one_node(mode: &Mode, s: OneNode) -> Result<ScenarioReport, String> {
     let v = check(&ops, &fenced.log(None));
     let acquires = ops.iter().filter(|o| o.kind == OpKind::Acquire).count();
     let releases = ops.iter().filter(|o| o.kind == OpKind::Release).count();
-    bound_check(&mut r, "every acquire ends within its bound", max_duration(&ops, OpKind::Acquire, |_| true), s.acquire_bound, acquires);
-    bound_check(&mut r, "every release ends within its bound", max_duration(&ops, OpKind::Release, |_| true), s.release_bound, releases);
-    r.check("no overlapping holds", v.overlaps_believed == 0, format!("{} overlaps in {} holds", v.overlaps_believed, v.acquisitions));
-    r.check("0 stale writes accepted", v.stale_accepted == 0, format!("{} accepted, {} stale rejected", v.writes_accepted, v.stale_rejected));
+    bound_check(
+        &mut r,
+        "every acquire ends within its bound",
+        max_duration(&ops, OpKind::Acquire, |_| true),
+        s.acquire_bound,
+        acquires,
+    );
+    bound_check(
+        &mut r,
+        "every release ends within its bound",
+        max_duration(&ops, OpKind::Release, |_| true),
+        s.release_bound,
+        releases,
+    );
+    r.check(
+        "no overlapping holds",
+        v.overlaps_believed == 0,
+        format!(
+            "{} overlaps in {} holds",
+            v.overlaps_believed, v.acquisitions
+        ),
+    );
+    r.check(
+        "0 stale writes accepted",
+        v.stale_accepted == 0,
+        format!(
+            "{} accepted, {} stale rejected",
+            v.writes_accepted, v.stale_rejected
+        ),
+    );
     limit_check(&mut r, s.limit, &v);
     r.figure("bounds", s.bound_text);
-    r.figure("grants before / during / after the fault", format!("{} / {} / {}", grants_between(&ops, 0.0, t_fault), grants_between(&ops, t_fault, t_heal), grants_between(&ops, t_heal, f64::MAX)));
-    r.figure("max acquire", max_duration(&ops, OpKind::Acquire, |_| true).map_or("-".into(), secs));
+    r.figure(
+        "grants before / during / after the fault",
+        format!(
+            "{} / {} / {}",
+            grants_between(&ops, 0.0, t_fault),
+            grants_between(&ops, t_fault, t_heal),
+            grants_between(&ops, t_heal, f64::MAX)
+        ),
+    );
+    r.figure(
+        "max acquire",
+        max_duration(&ops, OpKind::Acquire, |_| true).map_or("-".into(), secs),
+    );
     r.figure("errors", errors_text(&v));
     r.figure("fault lasted", secs(t_heal - t_fault));
     Ok(r)
 }
 
-fn etcd_one_member(mode: &Mode, nodes: &EtcdNodes, limit: Option<u32>) -> Result<ScenarioReport, String> {
+fn etcd_one_member(
+    mode: &Mode,
+    nodes: &EtcdNodes,
+    limit: Option<u32>,
+) -> Result<ScenarioReport, String> {
     let n = nodes.proxies.len() as u64;
-    let spec = BackendSpec::Etcd { endpoints: nodes.proxied_urls(), ttl_ms: ETCD_TTL_MS, request_timeout_ms: ETCD_TIMEOUT_MS };
-    let (acquire_bound, release_bound) = (etcd_acquire_bound(WAIT_MS, n, ETCD_TIMEOUT_MS) + SLACK_MS, etcd_release_bound(n, ETCD_TIMEOUT_MS) + SLACK_MS);
+    let spec = BackendSpec::Etcd {
+        endpoints: nodes.proxied_urls(),
+        ttl_ms: ETCD_TTL_MS,
+        request_timeout_ms: ETCD_TIMEOUT_MS,
+    };
+    let (acquire_bound, release_bound) = (
+        etcd_acquire_bound(WAIT_MS, n, ETCD_TIMEOUT_MS) + SLACK_MS,
+        etcd_release_bound(n, ETCD_TIMEOUT_MS) + SLACK_MS,
+    );
     let bound_text = format!(
         "acquire wait {WAIT_MS} + 2×({n}+1)×{ETCD_TIMEOUT_MS} + {SLACK_MS} slack = {acquire_bound} ms; release ({n}+1)×{ETCD_TIMEOUT_MS} + {SLACK_MS} = {release_bound} ms"
     );
     let proxy = nodes.proxies.first().ok_or("no proxy")?;
     let id = if limit.is_some() { "3e" } else { "3a" };
-    one_node(mode, OneNode { id, backend: "etcd ×3", fault: "blackhole on member 0's proxy (clients use all 3)", spec, acquire_bound, release_bound, bound_text, proxy, limit, rw: false })
+    one_node(
+        mode,
+        OneNode {
+            id,
+            backend: "etcd ×3",
+            fault: "blackhole on member 0's proxy (clients use all 3)",
+            spec,
+            acquire_bound,
+            release_bound,
+            bound_text,
+            proxy,
+            limit,
+            rw: false,
+        },
+    )
 }
 
 /// 3a on a read-write lock.
 fn etcd_one_member_rw(mode: &Mode, nodes: &EtcdNodes) -> Result<ScenarioReport, String> {
     let n = nodes.proxies.len() as u64;
-    let spec = BackendSpec::Etcd { endpoints: nodes.proxied_urls(), ttl_ms: ETCD_TTL_MS, request_timeout_ms: ETCD_TIMEOUT_MS };
-    let (acquire_bound, release_bound) = (etcd_acquire_bound(WAIT_MS, n, ETCD_TIMEOUT_MS) + SLACK_MS, etcd_release_bound(n, ETCD_TIMEOUT_MS) + SLACK_MS);
+    let spec = BackendSpec::Etcd {
+        endpoints: nodes.proxied_urls(),
+        ttl_ms: ETCD_TTL_MS,
+        request_timeout_ms: ETCD_TIMEOUT_MS,
+    };
+    let (acquire_bound, release_bound) = (
+        etcd_acquire_bound(WAIT_MS, n, ETCD_TIMEOUT_MS) + SLACK_MS,
+        etcd_release_bound(n, ETCD_TIMEOUT_MS) + SLACK_MS,
+    );
     let bound_text = format!("as 3a: acquire {acquire_bound} ms, release {release_bound} ms");
     let proxy = nodes.proxies.first().ok_or("no proxy")?;
-    one_node(mode, OneNode { id: "3i", backend: "etcd ×3", fault: "blackhole on member 0's proxy (clients use all 3)", spec, acquire_bound, release_bound, bound_text, proxy, limit: None, rw: true })
+    one_node(
+        mode,
+        OneNode {
+            id: "3i",
+            backend: "etcd ×3",
+            fault: "blackhole on member 0's proxy (clients use all 3)",
+            spec,
+            acquire_bound,
+            release_bound,
+            bound_text,
+            proxy,
+            limit: None,
+            rw: true,
+        },
+    )
 }
 
-fn redlock_one_node(mode: &Mode, nodes: &RedisNodes, limit: Option<u32>) -> Result<ScenarioReport, String> {
-    let spec = BackendSpec::Redlock { nodes: nodes.proxied_specs(), token: None, ttl_ms: REDLOCK_TTL_MS, request_timeout_ms: REDLOCK_TIMEOUT_MS, folded: false };
-    let (acquire_bound, release_bound) = (redlock_acquire_bound(WAIT_MS, REDLOCK_TIMEOUT_MS) + SLACK_MS, REDLOCK_TIMEOUT_MS + SLACK_MS);
+fn redlock_one_node(
+    mode: &Mode,
+    nodes: &RedisNodes,
+    limit: Option<u32>,
+) -> Result<ScenarioReport, String> {
+    let spec = BackendSpec::Redlock {
+        nodes: nodes.proxied_specs(),
+        token: None,
+        ttl_ms: REDLOCK_TTL_MS,
+        request_timeout_ms: REDLOCK_TIMEOUT_MS,
+        folded: false,
+    };
+    let (acquire_bound, release_bound) = (
+        redlock_acquire_bound(WAIT_MS, REDLOCK_TIMEOUT_MS) + SLACK_MS,
+        REDLOCK_TIMEOUT_MS + SLACK_MS,
+    );
     let bound_text = format!(
         "acquire wait {WAIT_MS} + 2×{REDLOCK_TIMEOUT_MS} + {SLACK_MS} slack = {acquire_bound} ms; release one round {REDLOCK_TIMEOUT_MS} + {SLACK_MS} = {release_bound} ms"
     );
     let proxy = nodes.proxies.first().ok_or("no proxy")?;
     let id = if limit.is_some() { "3f" } else { "3b" };
-    let mut r = one_node(mode, OneNode { id, backend: "redlock ×5", fault: "blackhole on 1 of 5 nodes' proxy", spec, acquire_bound, release_bound, bound_text, proxy, limit, rw: false })?;
+    let mut r = one_node(
+        mode,
+        OneNode {
+            id,
+            backend: "redlock ×5",
+            fault: "blackhole on 1 of 5 nodes' proxy",
+            spec,
+            acquire_bound,
+            release_bound,
+            bound_text,
+            proxy,
+            limit,
+            rw: false,
+        },
+    )?;
     // Keys the blackholed node kept (cleanups could not reach it) expire by PX.
     std::thread::sleep(Duration::from_millis(REDLOCK_TTL_MS + 500));
-    let left: Vec<String> = nodes.lock_keys_left().iter().map(|k| k.map_or("?".into(), |n| n.to_string())).collect();
-    r.figure("lock keys left per node one TTL after the run", left.join(" "));
+    let left: Vec<String> = nodes
+        .lock_keys_left()
+        .iter()
+        .map(|k| k.map_or("?".into(), |n| n.to_string()))
+        .collect();
+    r.figure(
+        "lock keys left per node one TTL after the run",
+        left.join(" "),
+    );
     Ok(r)
 }
 
@@ -266,14 +441,37 @@ fn client_partitioned(mode: &Mode, s: Partitioned) -> Result<ScenarioReport, Str
     let history = History::new();
     let lock = format!("s3-{}", s.id);
     let limit = s.limit;
-    let holder = Holder::start(&s.partitioned, ContenderCfg { wait_ms: 5_000, limit, ..ContenderCfg::new("holder", &lock) }, &resource, &history, Duration::from_millis(200))?;
+    let holder = Holder::start(
+        &s.partitioned,
+        ContenderCfg {
+            wait_ms: 5_000,
+            limit,
+            ..ContenderCfg::new("holder", &lock)
+        },
+        &resource,
+        &history,
+        Duration::from_millis(200),
+    )?;
     // For a semaphore: the holder's slot, which the others may take only
     // once the holder was told it lost its permit.
     let held = holder.held.clone();
-    let tpl = ContenderCfg { wait_ms: 10_000, hold_ms: 200, writes_per_hold: 2, pause_ms: 100, limit, ..ContenderCfg::new("", &lock) };
+    let tpl = ContenderCfg {
+        wait_ms: 10_000,
+        hold_ms: 200,
+        writes_per_hold: 2,
+        pause_ms: 100,
+        limit,
+        ..ContenderCfg::new("", &lock)
+    };
     let mut cfgs = contenders("c", 2, &lock, &tpl);
     cfgs[1].shared = s.rw;
-    let crew = Crew::start(&s.direct, cfgs, &resource, &history, Duration::from_secs(60));
+    let crew = Crew::start(
+        &s.direct,
+        cfgs,
+        &resource,
+        &history,
+        Duration::from_secs(60),
+    );
     std::thread::sleep(Duration::from_millis(1_000));
 
     let t_part = now_ms();
@@ -283,10 +481,19 @@ fn client_partitioned(mode: &Mode, s: Partitioned) -> Result<ScenarioReport, Str
     // A fresh client behind the same partition keeps trying to acquire.
     let stop = Arc::new(AtomicBool::new(false));
     let probe = {
-        let (spec, h, stop, lock) = (s.partitioned.clone(), history.clone(), stop.clone(), lock.clone());
+        let (spec, h, stop, lock) = (
+            s.partitioned.clone(),
+            history.clone(),
+            stop.clone(),
+            lock.clone(),
+        );
         std::thread::spawn(move || {
             let Ok(client) = spec.client() else { return };
-            let cfg = ContenderCfg { wait_ms: PROBE_WAIT_MS, limit, ..ContenderCfg::new("probe", &lock) };
+            let cfg = ContenderCfg {
+                wait_ms: PROBE_WAIT_MS,
+                limit,
+                ..ContenderCfg::new("probe", &lock)
+            };
             while !stop.load(Ordering::SeqCst) {
                 if let Some(l) = acquire(&client, &cfg, &h) {
                     drop(l);
@@ -296,8 +503,19 @@ fn client_partitioned(mode: &Mode, s: Partitioned) -> Result<ScenarioReport, Str
         })
     };
     let deadline = Instant::now() + Duration::from_millis(s.ttl_ms * 2 + mode.pick(6_000, 8_000));
-    let granted_held = |ops: &[Op]| ops.iter().any(|o| o.kind == OpKind::Acquire && o.is_ok() && o.client != "holder" && o.end > t_part && o.lock == held);
-    while !(first_grant_after(&history.ops(), t_part, "holder").is_some() && granted_held(&history.ops())) && Instant::now() < deadline {
+    let granted_held = |ops: &[Op]| {
+        ops.iter().any(|o| {
+            o.kind == OpKind::Acquire
+                && o.is_ok()
+                && o.client != "holder"
+                && o.end > t_part
+                && o.lock == held
+        })
+    };
+    while !(first_grant_after(&history.ops(), t_part, "holder").is_some()
+        && granted_held(&history.ops()))
+        && Instant::now() < deadline
+    {
         std::thread::sleep(Duration::from_millis(50));
     }
     std::thread::sleep(Duration::from_millis(1_000));
@@ -313,31 +531,102 @@ fn client_partitioned(mode: &Mode, s: Partitioned) -> Result<ScenarioReport, Str
     let ops = history.ops();
     let v = check(&ops, &fenced.log(None));
     let partitioned = |c: &str| c == "probe" || c == "holder";
-    let false_grants: Vec<&Op> = ops.iter().filter(|o| o.kind == OpKind::Acquire && o.is_ok() && partitioned(&o.client) && o.end >= t_part && o.end <= t_heal).collect();
-    let probes = ops.iter().filter(|o| o.kind == OpKind::Acquire && o.client == "probe").count();
+    let false_grants: Vec<&Op> = ops
+        .iter()
+        .filter(|o| {
+            o.kind == OpKind::Acquire
+                && o.is_ok()
+                && partitioned(&o.client)
+                && o.end >= t_part
+                && o.end <= t_heal
+        })
+        .collect();
+    let probes = ops
+        .iter()
+        .filter(|o| o.kind == OpKind::Acquire && o.client == "probe")
+        .count();
     let probe_max = max_duration(&ops, OpKind::Acquire, |c| c == "probe");
     let lost = lost_at(&ops, "holder", t_part);
     let grant = ops
         .iter()
-        .filter(|o| o.kind == OpKind::Acquire && o.is_ok() && !partitioned(&o.client) && o.end > t_part && o.lock == held)
+        .filter(|o| {
+            o.kind == OpKind::Acquire
+                && o.is_ok()
+                && !partitioned(&o.client)
+                && o.end > t_part
+                && o.lock == held
+        })
         .map(|o| o.end)
         .min_by(f64::total_cmp);
-    r.check("no \"acquired\" while fully partitioned", false_grants.is_empty(), format!("{} grants to partitioned clients in {probes} probe attempts", false_grants.len()));
-    bound_check(&mut r, "every partitioned acquire ends within its bound", probe_max, s.probe_bound, probes);
+    r.check(
+        "no \"acquired\" while fully partitioned",
+        false_grants.is_empty(),
+        format!(
+            "{} grants to partitioned clients in {probes} probe attempts",
+            false_grants.len()
+        ),
+    );
+    bound_check(
+        &mut r,
+        "every partitioned acquire ends within its bound",
+        probe_max,
+        s.probe_bound,
+        probes,
+    );
     let (ok, detail) = match (lost, grant) {
-        (Some(l), Some(g)) => (l < g, format!("holder Lost at {}, next grant at {}", rel(l, t_part), rel(g, t_part))),
-        (None, Some(g)) => (false, format!("holder never told, next grant at {}", rel(g, t_part))),
-        (Some(l), None) => (true, format!("holder Lost at {}, nobody else granted", rel(l, t_part))),
+        (Some(l), Some(g)) => (
+            l < g,
+            format!(
+                "holder Lost at {}, next grant at {}",
+                rel(l, t_part),
+                rel(g, t_part)
+            ),
+        ),
+        (None, Some(g)) => (
+            false,
+            format!("holder never told, next grant at {}", rel(g, t_part)),
+        ),
+        (Some(l), None) => (
+            true,
+            format!("holder Lost at {}, nobody else granted", rel(l, t_part)),
+        ),
         (None, None) => (true, "holder never told, nobody else granted".into()),
     };
-    r.check("the partitioned holder learns Lost before anyone else is granted", ok, detail);
-    r.check("no overlapping holds", v.overlaps_believed == 0, format!("{} overlaps in {} holds", v.overlaps_believed, v.acquisitions));
-    r.check("0 stale writes accepted", v.stale_accepted == 0, format!("{} accepted, {} stale rejected", v.writes_accepted, v.stale_rejected));
+    r.check(
+        "the partitioned holder learns Lost before anyone else is granted",
+        ok,
+        detail,
+    );
+    r.check(
+        "no overlapping holds",
+        v.overlaps_believed == 0,
+        format!(
+            "{} overlaps in {} holds",
+            v.overlaps_believed, v.acquisitions
+        ),
+    );
+    r.check(
+        "0 stale writes accepted",
+        v.stale_accepted == 0,
+        format!(
+            "{} accepted, {} stale rejected",
+            v.writes_accepted, v.stale_rejected
+        ),
+    );
     limit_check(&mut r, limit, &v);
     r.figure("bounds", s.bound_text);
-    r.figure("holder learned Lost after", lost.map_or("never".into(), |l| secs(l - t_part)));
-    r.figure("handoff (partition → next grant)", grant.map_or("none".into(), |g| secs(g - t_part)));
-    r.figure("probe acquires while partitioned", format!("{probes}, max {}", probe_max.map_or("-".into(), secs)));
+    r.figure(
+        "holder learned Lost after",
+        lost.map_or("never".into(), |l| secs(l - t_part)),
+    );
+    r.figure(
+        "handoff (partition → next grant)",
+        grant.map_or("none".into(), |g| secs(g - t_part)),
+    );
+    r.figure(
+        "probe acquires while partitioned",
+        format!("{probes}, max {}", probe_max.map_or("-".into(), secs)),
+    );
     r.figure("stale writes rejected by the fence", v.stale_rejected);
     r.figure("errors", errors_text(&v));
     Ok(r)
@@ -348,33 +637,102 @@ fn etcd_client_partitioned_rw(mode: &Mode, nodes: &EtcdNodes) -> Result<Scenario
     etcd_partitioned(mode, nodes, None, true)
 }
 
-fn etcd_client_partitioned(mode: &Mode, nodes: &EtcdNodes, limit: Option<u32>) -> Result<ScenarioReport, String> {
+fn etcd_client_partitioned(
+    mode: &Mode,
+    nodes: &EtcdNodes,
+    limit: Option<u32>,
+) -> Result<ScenarioReport, String> {
     etcd_partitioned(mode, nodes, limit, false)
 }
 
-fn etcd_partitioned(mode: &Mode, nodes: &EtcdNodes, limit: Option<u32>, rw: bool) -> Result<ScenarioReport, String> {
+fn etcd_partitioned(
+    mode: &Mode,
+    nodes: &EtcdNodes,
+    limit: Option<u32>,
+    rw: bool,
+) -> Result<ScenarioReport, String> {
     let urls = nodes.cluster.urls();
-    let proxies = urls.iter().map(|u| addr_of(u).and_then(FaultProxy::start)).collect::<std::io::Result<Vec<_>>>().map_err(|e| format!("proxies: {e}"))?;
+    let proxies = urls
+        .iter()
+        .map(|u| addr_of(u).and_then(FaultProxy::start))
+        .collect::<std::io::Result<Vec<_>>>()
+        .map_err(|e| format!("proxies: {e}"))?;
     let n = proxies.len() as u64;
     let probe_bound = etcd_acquire_bound(PROBE_WAIT_MS, n, ETCD_TIMEOUT_MS) + SLACK_MS;
     let bound_text = format!("probe acquire wait {PROBE_WAIT_MS} + 2×({n}+1)×{ETCD_TIMEOUT_MS} + {SLACK_MS} slack = {probe_bound} ms; session TTL {ETCD_TTL_MS} ms");
-    let partitioned = BackendSpec::Etcd { endpoints: proxies.iter().map(FaultProxy::url).collect(), ttl_ms: ETCD_TTL_MS, request_timeout_ms: ETCD_TIMEOUT_MS };
-    let direct = BackendSpec::Etcd { endpoints: urls, ttl_ms: ETCD_TTL_MS, request_timeout_ms: ETCD_TIMEOUT_MS };
+    let partitioned = BackendSpec::Etcd {
+        endpoints: proxies.iter().map(FaultProxy::url).collect(),
+        ttl_ms: ETCD_TTL_MS,
+        request_timeout_ms: ETCD_TIMEOUT_MS,
+    };
+    let direct = BackendSpec::Etcd {
+        endpoints: urls,
+        ttl_ms: ETCD_TTL_MS,
+        request_timeout_ms: ETCD_TIMEOUT_MS,
+    };
     let id = match (limit, rw) {
         (Some(_), _) => "3g",
         (None, true) => "3j",
         (None, false) => "3c",
     };
-    client_partitioned(mode, Partitioned { id, backend: "etcd ×3", partitioned, direct, proxies, probe_bound, bound_text, ttl_ms: ETCD_TTL_MS, limit, rw })
+    client_partitioned(
+        mode,
+        Partitioned {
+            id,
+            backend: "etcd ×3",
+            partitioned,
+            direct,
+            proxies,
+            probe_bound,
+            bound_text,
+            ttl_ms: ETCD_TTL_MS,
+            limit,
+            rw,
+        },
+    )
 }
 
-fn redlock_client_partitioned(mode: &Mode, nodes: &RedisNodes, limit: Option<u32>) -> Result<ScenarioReport, String> {
-    let proxies = nodes.webdis.iter().map(|w| addr_of(&w.url()).and_then(FaultProxy::start)).collect::<std::io::Result<Vec<_>>>().map_err(|e| format!("proxies: {e}"))?;
+fn redlock_client_partitioned(
+    mode: &Mode,
+    nodes: &RedisNodes,
+    limit: Option<u32>,
+) -> Result<ScenarioReport, String> {
+    let proxies = nodes
+        .webdis
+        .iter()
+        .map(|w| addr_of(&w.url()).and_then(FaultProxy::start))
+        .collect::<std::io::Result<Vec<_>>>()
+        .map_err(|e| format!("proxies: {e}"))?;
     let probe_bound = redlock_acquire_bound(PROBE_WAIT_MS, REDLOCK_TIMEOUT_MS) + SLACK_MS;
     let bound_text = format!("probe acquire wait {PROBE_WAIT_MS} + 2×{REDLOCK_TIMEOUT_MS} + {SLACK_MS} slack = {probe_bound} ms; TTL {REDLOCK_TTL_MS} ms");
-    let spec = |nodes: Vec<String>| BackendSpec::Redlock { nodes, token: None, ttl_ms: REDLOCK_TTL_MS, request_timeout_ms: REDLOCK_TIMEOUT_MS, folded: false };
-    let partitioned = spec(proxies.iter().map(|p| format!("webdis+{}", p.url())).collect());
+    let spec = |nodes: Vec<String>| BackendSpec::Redlock {
+        nodes,
+        token: None,
+        ttl_ms: REDLOCK_TTL_MS,
+        request_timeout_ms: REDLOCK_TIMEOUT_MS,
+        folded: false,
+    };
+    let partitioned = spec(
+        proxies
+            .iter()
+            .map(|p| format!("webdis+{}", p.url()))
+            .collect(),
+    );
     let direct = spec(nodes.webdis_specs());
     let id = if limit.is_some() { "3h" } else { "3d" };
-    client_partitioned(mode, Partitioned { id, backend: "redlock ×5", partitioned, direct, proxies, probe_bound, bound_text, ttl_ms: REDLOCK_TTL_MS, limit, rw: false })
+    client_partitioned(
+        mode,
+        Partitioned {
+            id,
+            backend: "redlock ×5",
+            partitioned,
+            direct,
+            proxies,
+            probe_bound,
+            bound_text,
+            ttl_ms: REDLOCK_TTL_MS,
+            limit,
+            rw: false,
+        },
+    )
 }

@@ -27,11 +27,11 @@ use edgelock_devtools::{http_request, EtcdOptions, Fault, FaultProxy, FencedReso
 use serde_json::{json, Value};
 
 use super::s02_etcd_leader::{json_i64, secs};
-use crate::infra::addr_of;
 use super::Mode;
 use crate::backend::BackendSpec;
 use crate::checker::check;
 use crate::history::{now_ms, History, OpKind};
+use crate::infra::addr_of;
 use crate::infra::{etcd_keys, redis_lock_key, EtcdNodes, RedisNodes};
 use crate::report::ScenarioReport;
 use crate::resource::ResourceClient;
@@ -57,8 +57,12 @@ enum Cut {
 impl Cut {
     fn describe(self) -> &'static str {
         match self {
-            Cut::All => "CutResponse on the client's only endpoint (every answer lost, requests applied)",
-            Cut::ThenPartition => "the acquire's answer cut, then the client partitioned (cleanup cannot reach)",
+            Cut::All => {
+                "CutResponse on the client's only endpoint (every answer lost, requests applied)"
+            }
+            Cut::ThenPartition => {
+                "the acquire's answer cut, then the client partitioned (cleanup cannot reach)"
+            }
             Cut::FirstOfThree => "CutResponse on the first of the client's 3 endpoints",
         }
     }
@@ -66,17 +70,24 @@ impl Cut {
 
 pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
     let mut out = Vec::new();
-    let etcd = [("4a", Cut::All), ("4b", Cut::ThenPartition), ("4c", Cut::FirstOfThree)];
+    let etcd = [
+        ("4a", Cut::All),
+        ("4b", Cut::ThenPartition),
+        ("4c", Cut::FirstOfThree),
+    ];
     match EtcdNodes::start(3, EtcdOptions::default()) {
         Ok(nodes) => {
             for (id, cut) in etcd {
                 let started = Instant::now();
-                let mut r = etcd_cut(&nodes, id, cut).unwrap_or_else(|e| ScenarioReport::failed_to_run(id, TITLE, "etcd", &e));
+                let mut r = etcd_cut(&nodes, id, cut)
+                    .unwrap_or_else(|e| ScenarioReport::failed_to_run(id, TITLE, "etcd", &e));
                 r.duration = started.elapsed();
                 out.push(r);
             }
         }
-        Err(e) => out.extend(etcd.iter().map(|(id, _)| ScenarioReport::failed_to_run(id, TITLE, "etcd", &format!("etcd cluster: {e}")))),
+        Err(e) => out.extend(etcd.iter().map(|(id, _)| {
+            ScenarioReport::failed_to_run(id, TITLE, "etcd", &format!("etcd cluster: {e}"))
+        })),
     }
     if !mode.redis() {
         return out;
@@ -86,12 +97,16 @@ pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
         Ok(nodes) => {
             for (id, cut) in redis {
                 let started = Instant::now();
-                let mut r = redis_cut(&nodes, id, cut).unwrap_or_else(|e| ScenarioReport::failed_to_run(id, TITLE, "redis (webdis)", &e));
+                let mut r = redis_cut(&nodes, id, cut).unwrap_or_else(|e| {
+                    ScenarioReport::failed_to_run(id, TITLE, "redis (webdis)", &e)
+                });
                 r.duration = started.elapsed();
                 out.push(r);
             }
         }
-        Err(e) => out.extend(redis.iter().map(|(id, _)| ScenarioReport::failed_to_run(id, TITLE, "redis (webdis)", &format!("redis: {e}")))),
+        Err(e) => out.extend(redis.iter().map(|(id, _)| {
+            ScenarioReport::failed_to_run(id, TITLE, "redis (webdis)", &format!("redis: {e}"))
+        })),
     }
     out
 }
@@ -153,7 +168,11 @@ impl CutOnceProxy {
     fn start(upstream: SocketAddr) -> std::io::Result<CutOnceProxy> {
         let listener = TcpListener::bind("127.0.0.1:0")?;
         let addr = listener.local_addr()?;
-        let (mode, stop, conns) = (Arc::new(AtomicU8::new(PASS)), Arc::new(AtomicBool::new(false)), Arc::new(Mutex::new(Vec::new())));
+        let (mode, stop, conns) = (
+            Arc::new(AtomicU8::new(PASS)),
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(Mutex::new(Vec::new())),
+        );
         let (m, s, c) = (mode.clone(), stop.clone(), conns.clone());
         let accept = std::thread::spawn(move || {
             for client in listener.incoming() {
@@ -161,17 +180,33 @@ impl CutOnceProxy {
                     break;
                 }
                 let Ok(client) = client else { continue };
-                let Ok(server) = TcpStream::connect_timeout(&upstream, Duration::from_secs(2)) else { continue };
+                let Ok(server) = TcpStream::connect_timeout(&upstream, Duration::from_secs(2))
+                else {
+                    continue;
+                };
                 if let (Ok(a), Ok(b)) = (client.try_clone(), server.try_clone()) {
                     c.lock().unwrap_or_else(|p| p.into_inner()).extend([a, b]);
                 }
-                let (Ok(cr), Ok(sw), Ok(sr), Ok(cw)) = (client.try_clone(), server.try_clone(), server.try_clone(), client.try_clone()) else { continue };
+                let (Ok(cr), Ok(sw), Ok(sr), Ok(cw)) = (
+                    client.try_clone(),
+                    server.try_clone(),
+                    server.try_clone(),
+                    client.try_clone(),
+                ) else {
+                    continue;
+                };
                 let (m1, m2) = (m.clone(), m.clone());
                 std::thread::spawn(move || pump(cr, sw, &m1, false));
                 std::thread::spawn(move || pump(sr, cw, &m2, true));
             }
         });
-        Ok(CutOnceProxy { addr, mode, stop, conns, accept: Some(accept) })
+        Ok(CutOnceProxy {
+            addr,
+            mode,
+            stop,
+            conns,
+            accept: Some(accept),
+        })
     }
 }
 
@@ -185,7 +220,10 @@ fn pump(mut from: TcpStream, mut to: TcpStream, mode: &AtomicU8, response: bool)
         match mode.load(Ordering::SeqCst) {
             BLACKHOLE => continue,
             CUT_NEXT if response => {
-                if mode.compare_exchange(CUT_NEXT, BLACKHOLE, Ordering::SeqCst, Ordering::SeqCst).is_ok() {
+                if mode
+                    .compare_exchange(CUT_NEXT, BLACKHOLE, Ordering::SeqCst, Ordering::SeqCst)
+                    .is_ok()
+                {
                     let _ = from.shutdown(Shutdown::Both);
                     let _ = to.shutdown(Shutdown::Both);
                     return;
@@ -204,7 +242,12 @@ fn pump(mut from: TcpStream, mut to: TcpStream, mode: &AtomicU8, response: bool)
 impl Drop for CutOnceProxy {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
-        for c in self.conns.lock().unwrap_or_else(|p| p.into_inner()).drain(..) {
+        for c in self
+            .conns
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .drain(..)
+        {
             let _ = c.shutdown(Shutdown::Both);
         }
         let _ = TcpStream::connect(self.addr);
@@ -234,12 +277,18 @@ impl KeyWatch {
         let thread = std::thread::spawn(move || {
             while !s.load(Ordering::SeqCst) {
                 if let Some(keys) = read() {
-                    out.lock().unwrap_or_else(|p| p.into_inner()).push((now_ms(), keys));
+                    out.lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push((now_ms(), keys));
                 }
                 std::thread::sleep(Duration::from_millis(10));
             }
         });
-        KeyWatch { stop, samples, thread }
+        KeyWatch {
+            stop,
+            samples,
+            thread,
+        }
     }
 
     fn finish(self) -> Samples {
@@ -250,7 +299,10 @@ impl KeyWatch {
 }
 
 /// Most entries other than `except` seen at once, and the last time one was seen.
-fn orphan_stats(samples: &[(f64, BTreeSet<String>)], except: &BTreeSet<String>) -> (usize, Option<f64>) {
+fn orphan_stats(
+    samples: &[(f64, BTreeSet<String>)],
+    except: &BTreeSet<String>,
+) -> (usize, Option<f64>) {
     let mut most = 0;
     let mut last = None;
     for (t, keys) in samples {
@@ -265,24 +317,44 @@ fn orphan_stats(samples: &[(f64, BTreeSet<String>)], except: &BTreeSet<String>) 
 
 /// Distinct entries other than `except` over the whole run.
 fn distinct(samples: &[(f64, BTreeSet<String>)], except: &BTreeSet<String>) -> usize {
-    samples.iter().flat_map(|(_, k)| k.iter()).filter(|k| !except.contains(*k)).collect::<BTreeSet<_>>().len()
+    samples
+        .iter()
+        .flat_map(|(_, k)| k.iter())
+        .filter(|k| !except.contains(*k))
+        .collect::<BTreeSet<_>>()
+        .len()
 }
 
 fn etcd_post(url: &str, path: &str, body: &str) -> Option<Value> {
-    let r = http_request("POST", &format!("{url}{path}"), &[("content-type", "application/json")], body.as_bytes(), Duration::from_secs(2)).ok()?;
+    let r = http_request(
+        "POST",
+        &format!("{url}{path}"),
+        &[("content-type", "application/json")],
+        body.as_bytes(),
+        Duration::from_secs(2),
+    )
+    .ok()?;
     serde_json::from_slice(&r.body).ok()
 }
 
 /// etcd's current revision (every put and delete raises it; lease grants do not).
 fn etcd_revision(url: &str) -> Option<i64> {
-    json_i64(etcd_post(url, "/v3/kv/range", r#"{"key":"AA=="}"#)?.get("header")?.get("revision")?)
+    json_i64(
+        etcd_post(url, "/v3/kv/range", r#"{"key":"AA=="}"#)?
+            .get("header")?
+            .get("revision")?,
+    )
 }
 
 /// The create revision of `key`, if it exists.
 fn etcd_create_revision(url: &str, key: &str) -> Option<i64> {
     use base64::engine::general_purpose::STANDARD;
     use base64::Engine as _;
-    let v = etcd_post(url, "/v3/kv/range", &json!({ "key": STANDARD.encode(key.as_bytes()) }).to_string())?;
+    let v = etcd_post(
+        url,
+        "/v3/kv/range",
+        &json!({ "key": STANDARD.encode(key.as_bytes()) }).to_string(),
+    )?;
     json_i64(v.get("kvs")?.as_array()?.first()?.get("create_revision")?)
 }
 
@@ -296,14 +368,31 @@ struct Granted {
 
 /// A contender on direct endpoints, on its own thread: waits for the lock,
 /// writes under its token, releases.
-fn contender(spec: &BackendSpec, lock: &str, resource: &ResourceClient, history: &History, wait_ms: u64) -> JoinHandle<Granted> {
+fn contender(
+    spec: &BackendSpec,
+    lock: &str,
+    resource: &ResourceClient,
+    history: &History,
+    wait_ms: u64,
+) -> JoinHandle<Granted> {
     let (spec, resource, history) = (spec.clone(), resource.clone(), history.clone());
-    let cfg = ContenderCfg { wait_ms, hold_ms: 100, writes_per_hold: 2, ..ContenderCfg::new("contender", lock) };
+    let cfg = ContenderCfg {
+        wait_ms,
+        hold_ms: 100,
+        writes_per_hold: 2,
+        ..ContenderCfg::new("contender", lock)
+    };
     std::thread::spawn(move || {
-        let Ok(client) = spec.client() else { return Granted::default() };
+        let Ok(client) = spec.client() else {
+            return Granted::default();
+        };
         let out = match acquire(&client, &cfg, &history) {
             Some(l) => {
-                let g = Granted { at: Some(now_ms()), key: Some(l.handle().key.clone()), owner: Some(l.handle().owner.clone()) };
+                let g = Granted {
+                    at: Some(now_ms()),
+                    key: Some(l.handle().key.clone()),
+                    owner: Some(l.handle().owner.clone()),
+                };
                 hold_and_release(l, &cfg, &resource, &history);
                 g
             }
@@ -319,23 +408,47 @@ const CONTENDER_DELAY: Duration = Duration::from_millis(200);
 
 /// `last_seen`: when the cut client's orphaned key was last seen (`None`:
 /// never), or `None` when no orphan is expected (the acquire was granted).
-fn common_checks(r: &mut ScenarioReport, t0: f64, granted: &Granted, orphan: Option<Option<f64>>, stale: (usize, usize, usize)) {
+fn common_checks(
+    r: &mut ScenarioReport,
+    t0: f64,
+    granted: &Granted,
+    orphan: Option<Option<f64>>,
+    stale: (usize, usize, usize),
+) {
     if let Some(last_seen) = orphan {
         let lifetime = last_seen.map(|t| t - t0);
         r.check(
             "the orphaned key lives ≤ TTL",
             lifetime.map_or(true, |l| l <= TTL_MS as f64 + SLACK_MS),
-            format!("last seen {} after the cut acquire began (TTL {TTL_MS} ms + {SLACK_MS} ms slack)", lifetime.map_or("never".into(), secs)),
+            format!(
+                "last seen {} after the cut acquire began (TTL {TTL_MS} ms + {SLACK_MS} ms slack)",
+                lifetime.map_or("never".into(), secs)
+            ),
         );
-        r.figure("orphaned key survived", last_seen.map_or("not seen by the 10 ms sampler".into(), |t| secs(t - t0)));
+        r.figure(
+            "orphaned key survived",
+            last_seen.map_or("not seen by the 10 ms sampler".into(), |t| secs(t - t0)),
+        );
     }
     r.check(
         "a contender gets the lock within TTL + slack",
-        granted.at.is_some_and(|g| g - t0 <= TTL_MS as f64 + SLACK_MS),
-        format!("granted {} after the cut acquire began", granted.at.map_or("never".into(), |g| secs(g - t0))),
+        granted
+            .at
+            .is_some_and(|g| g - t0 <= TTL_MS as f64 + SLACK_MS),
+        format!(
+            "granted {} after the cut acquire began",
+            granted.at.map_or("never".into(), |g| secs(g - t0))
+        ),
     );
-    r.check("0 stale writes accepted", stale.0 == 0, format!("{} accepted, {} stale rejected", stale.1, stale.2));
-    r.figure("contender granted after", granted.at.map_or("never".into(), |g| secs(g - t0)));
+    r.check(
+        "0 stale writes accepted",
+        stale.0 == 0,
+        format!("{} accepted, {} stale rejected", stale.1, stale.2),
+    );
+    r.figure(
+        "contender granted after",
+        granted.at.map_or("never".into(), |g| secs(g - t0)),
+    );
 }
 
 // ---- etcd -----------------------------------------------------------------
@@ -343,11 +456,24 @@ fn common_checks(r: &mut ScenarioReport, t0: f64, granted: &Granted, orphan: Opt
 fn etcd_cut(nodes: &EtcdNodes, id: &str, cut: Cut) -> Result<ScenarioReport, String> {
     let urls = nodes.cluster.urls();
     let mut r = ScenarioReport::new(id, TITLE, "etcd", cut.describe());
-    let front = Front::start(addr_of(&urls[0]).map_err(|e| e.to_string())?, cut).map_err(|e| format!("proxy: {e}"))?;
-    let endpoints = if cut == Cut::FirstOfThree { vec![front.url(), urls[1].clone(), urls[2].clone()] } else { vec![front.url()] };
+    let front = Front::start(addr_of(&urls[0]).map_err(|e| e.to_string())?, cut)
+        .map_err(|e| format!("proxy: {e}"))?;
+    let endpoints = if cut == Cut::FirstOfThree {
+        vec![front.url(), urls[1].clone(), urls[2].clone()]
+    } else {
+        vec![front.url()]
+    };
     let n = endpoints.len();
-    let spec = BackendSpec::Etcd { endpoints, ttl_ms: TTL_MS, request_timeout_ms: REQUEST_TIMEOUT_MS };
-    let direct = BackendSpec::Etcd { endpoints: urls.clone(), ttl_ms: TTL_MS, request_timeout_ms: REQUEST_TIMEOUT_MS };
+    let spec = BackendSpec::Etcd {
+        endpoints,
+        ttl_ms: TTL_MS,
+        request_timeout_ms: REQUEST_TIMEOUT_MS,
+    };
+    let direct = BackendSpec::Etcd {
+        endpoints: urls.clone(),
+        ttl_ms: TTL_MS,
+        request_timeout_ms: REQUEST_TIMEOUT_MS,
+    };
     let fenced = FencedResource::start().map_err(|e| format!("fenced resource: {e}"))?;
     let resource = ResourceClient::new(&fenced.url());
     let history = History::new();
@@ -357,25 +483,45 @@ fn etcd_cut(nodes: &EtcdNodes, id: &str, cut: Cut) -> Result<ScenarioReport, Str
     let client = spec.client().map_err(|e| format!("client: {e}"))?;
     // Warm up: with the session lease granted, the first request of the
     // acquire (the one whose answer is cut) is its txn.
-    client.acquire(&format!("{lock}-warmup"), Some(Duration::from_secs(5))).and_then(|l| l.release()).map_err(|e| format!("warm-up: {e}"))?;
+    client
+        .acquire(&format!("{lock}-warmup"), Some(Duration::from_secs(5)))
+        .and_then(|l| l.release())
+        .map_err(|e| format!("warm-up: {e}"))?;
 
     let (watch_url, p) = (urls[1].clone(), prefix.clone());
-    let watch = KeyWatch::start(move || etcd_keys(&watch_url, &p).ok().map(|k| k.into_iter().collect()));
+    let watch = KeyWatch::start(move || {
+        etcd_keys(&watch_url, &p)
+            .ok()
+            .map(|k| k.into_iter().collect())
+    });
     let rev_before = etcd_revision(&urls[1]);
     front.arm();
     let t0 = now_ms();
     let contender = {
-        let (direct, lock, resource, history) = (direct.clone(), lock.clone(), resource.clone(), history.clone());
+        let (direct, lock, resource, history) = (
+            direct.clone(),
+            lock.clone(),
+            resource.clone(),
+            history.clone(),
+        );
         std::thread::spawn(move || {
             std::thread::sleep(CONTENDER_DELAY);
-            contender(&direct, &lock, &resource, &history, TTL_MS + 4_000).join().unwrap_or_default()
+            contender(&direct, &lock, &resource, &history, TTL_MS + 4_000)
+                .join()
+                .unwrap_or_default()
         })
     };
-    let cfg = ContenderCfg { wait_ms: 2_000, hold_ms: 100, ..ContenderCfg::new("cut-client", &lock) };
+    let cfg = ContenderCfg {
+        wait_ms: 2_000,
+        hold_ms: 100,
+        ..ContenderCfg::new("cut-client", &lock)
+    };
     let got = acquire(&client, &cfg, &history);
     let t_returned = now_ms();
     // Only meaningful before the contender starts writing keys of its own.
-    let rev_returned = (t_returned - t0 < CONTENDER_DELAY.as_millis() as f64 - 20.0).then(|| etcd_revision(&urls[1])).flatten();
+    let rev_returned = (t_returned - t0 < CONTENDER_DELAY.as_millis() as f64 - 20.0)
+        .then(|| etcd_revision(&urls[1]))
+        .flatten();
     let mut own_key = None;
     if let Some(l) = got {
         let key = l.handle().key.clone();
@@ -390,28 +536,72 @@ fn etcd_cut(nodes: &EtcdNodes, id: &str, cut: Cut) -> Result<ScenarioReport, Str
     std::thread::sleep(Duration::from_millis(200));
     let samples = watch.finish();
     front.heal();
-    let recovered = client.acquire(&format!("{lock}-after"), Some(Duration::from_secs(5))).and_then(|l| l.release());
+    let recovered = client
+        .acquire(&format!("{lock}-after"), Some(Duration::from_secs(5)))
+        .and_then(|l| l.release());
     let _ = client.close();
 
     let ops = history.ops();
     let v = check(&ops, &fenced.log(None));
     let except: BTreeSet<String> = granted.key.iter().cloned().collect();
     let (most, last_seen) = orphan_stats(&samples, &except);
-    let acquire_op = ops.iter().find(|o| o.client == "cut-client" && o.kind == OpKind::Acquire);
+    let acquire_op = ops
+        .iter()
+        .find(|o| o.client == "cut-client" && o.kind == OpKind::Acquire);
     let outcome = acquire_op.map_or("?".to_string(), |o| format!("{:?}", o.outcome));
-    r.check("the client never owns two keys (no blind re-acquire)", most <= 1, format!("at most {most} key(s) of the cut client at once, {} distinct ({} samples)", distinct(&samples, &except), samples.len()));
+    r.check(
+        "the client never owns two keys (no blind re-acquire)",
+        most <= 1,
+        format!(
+            "at most {most} key(s) of the cut client at once, {} distinct ({} samples)",
+            distinct(&samples, &except),
+            samples.len()
+        ),
+    );
     let adopted = own_key.is_some();
     match (cut, own_key) {
-        (Cut::FirstOfThree, Some((ok, detail))) => r.check("the retry adopts the key the cut attempt created (token = its create revision)", ok, detail),
-        (Cut::FirstOfThree, None) => r.note(format!("The acquire failed over but was not granted ({outcome}).")),
-        (_, granted_anyway) => r.check("an acquire that saw no answer ends with an error", granted_anyway.is_none() && acquire_op.is_some_and(|o| !o.is_ok()), outcome.clone()),
+        (Cut::FirstOfThree, Some((ok, detail))) => r.check(
+            "the retry adopts the key the cut attempt created (token = its create revision)",
+            ok,
+            detail,
+        ),
+        (Cut::FirstOfThree, None) => r.note(format!(
+            "The acquire failed over but was not granted ({outcome})."
+        )),
+        (_, granted_anyway) => r.check(
+            "an acquire that saw no answer ends with an error",
+            granted_anyway.is_none() && acquire_op.is_some_and(|o| !o.is_ok()),
+            outcome.clone(),
+        ),
     }
-    common_checks(&mut r, t0, &granted, if adopted { None } else { Some(last_seen) }, (v.stale_accepted, v.writes_accepted, v.stale_rejected));
-    r.figure("cut client's acquire", format!("{outcome} after {} (request bound {n}+1 attempts × {REQUEST_TIMEOUT_MS} ms)", secs(t_returned - t0)));
+    common_checks(
+        &mut r,
+        t0,
+        &granted,
+        if adopted { None } else { Some(last_seen) },
+        (v.stale_accepted, v.writes_accepted, v.stale_rejected),
+    );
+    r.figure(
+        "cut client's acquire",
+        format!(
+            "{outcome} after {} (request bound {n}+1 attempts × {REQUEST_TIMEOUT_MS} ms)",
+            secs(t_returned - t0)
+        ),
+    );
     if let (Some(a), Some(b)) = (rev_before, rev_returned) {
-        r.figure("etcd revisions written by the cut client's acquire (puts + deletes)", b - a);
+        r.figure(
+            "etcd revisions written by the cut client's acquire (puts + deletes)",
+            b - a,
+        );
     }
-    r.figure("client usable once answers flow again", if recovered.is_ok() { "yes".to_string() } else { format!("no: {recovered:?}") });
+    r.figure(
+        "client usable once answers flow again",
+        if recovered.is_ok() {
+            "yes".to_string()
+        } else {
+            format!("no: {recovered:?}")
+        },
+    );
     Ok(r)
 }
 
@@ -420,13 +610,19 @@ fn etcd_cut(nodes: &EtcdNodes, id: &str, cut: Cut) -> Result<ScenarioReport, Str
 fn redis_cut(nodes: &RedisNodes, id: &str, cut: Cut) -> Result<ScenarioReport, String> {
     let mut r = ScenarioReport::new(id, TITLE, "redis (webdis)", cut.describe());
     let webdis = nodes.webdis.first().ok_or("no webdis")?;
-    let front = Front::start(addr_of(&webdis.url()).map_err(|e| e.to_string())?, cut).map_err(|e| format!("proxy: {e}"))?;
+    let front = Front::start(addr_of(&webdis.url()).map_err(|e| e.to_string())?, cut)
+        .map_err(|e| format!("proxy: {e}"))?;
     let fenced = FencedResource::start().map_err(|e| format!("fenced resource: {e}"))?;
     let resource = ResourceClient::new(&fenced.url());
     let history = History::new();
     let lock = format!("s4-{id}");
     let key = redis_lock_key(&lock);
-    let spec_of = |node: String| BackendSpec::Redis { node, token: None, ttl_ms: TTL_MS, request_timeout_ms: REQUEST_TIMEOUT_MS };
+    let spec_of = |node: String| BackendSpec::Redis {
+        node,
+        token: None,
+        ttl_ms: TTL_MS,
+        request_timeout_ms: REQUEST_TIMEOUT_MS,
+    };
     let cut_spec = spec_of(format!("webdis+{}", front.url()));
     let direct = spec_of(format!("webdis+{}", webdis.url()));
     let client = cut_spec.client().map_err(|e| format!("client: {e}"))?;
@@ -434,19 +630,39 @@ fn redis_cut(nodes: &RedisNodes, id: &str, cut: Cut) -> Result<ScenarioReport, S
 
     // Sample the lock key's owner value: a second value of the cut client
     // would be a second grant.
-    let mut conn = server.connect().map_err(|e| format!("redis connection: {e}"))?;
+    let mut conn = server
+        .connect()
+        .map_err(|e| format!("redis connection: {e}"))?;
     let k = key.clone();
-    let watch = KeyWatch::start(move || Some(conn.command(&[b"GET", k.as_bytes()]).ok()?.as_text().into_iter().collect()));
+    let watch = KeyWatch::start(move || {
+        Some(
+            conn.command(&[b"GET", k.as_bytes()])
+                .ok()?
+                .as_text()
+                .into_iter()
+                .collect(),
+        )
+    });
     front.arm();
     let t0 = now_ms();
     let contender = {
-        let (direct, lock, resource, history) = (direct.clone(), lock.clone(), resource.clone(), history.clone());
+        let (direct, lock, resource, history) = (
+            direct.clone(),
+            lock.clone(),
+            resource.clone(),
+            history.clone(),
+        );
         std::thread::spawn(move || {
             std::thread::sleep(CONTENDER_DELAY);
-            contender(&direct, &lock, &resource, &history, TTL_MS + 4_000).join().unwrap_or_default()
+            contender(&direct, &lock, &resource, &history, TTL_MS + 4_000)
+                .join()
+                .unwrap_or_default()
         })
     };
-    let cfg = ContenderCfg { wait_ms: 2_000, ..ContenderCfg::new("cut-client", &lock) };
+    let cfg = ContenderCfg {
+        wait_ms: 2_000,
+        ..ContenderCfg::new("cut-client", &lock)
+    };
     let got = acquire(&client, &cfg, &history);
     let t_returned = now_ms();
     let granted_cut = got.is_some();
@@ -462,11 +678,36 @@ fn redis_cut(nodes: &RedisNodes, id: &str, cut: Cut) -> Result<ScenarioReport, S
     let except: BTreeSet<String> = granted.owner.iter().cloned().collect();
     let (_, last_seen) = orphan_stats(&samples, &except);
     let owners = distinct(&samples, &except);
-    let acquire_op = ops.iter().find(|o| o.client == "cut-client" && o.kind == OpKind::Acquire);
+    let acquire_op = ops
+        .iter()
+        .find(|o| o.client == "cut-client" && o.kind == OpKind::Acquire);
     let outcome = acquire_op.map_or("?".to_string(), |o| format!("{:?}", o.outcome));
-    r.check("an acquire that saw no answer ends with an error", !granted_cut && acquire_op.is_some_and(|o| !o.is_ok()), outcome.clone());
-    r.check("the client never owns two keys (no blind re-acquire)", owners <= 1, format!("{owners} owner value(s) of the cut client seen on the lock key ({} samples)", samples.len()));
-    common_checks(&mut r, t0, &granted, Some(last_seen), (v.stale_accepted, v.writes_accepted, v.stale_rejected));
-    r.figure("cut client's acquire", format!("{outcome} after {} (request timeout {REQUEST_TIMEOUT_MS} ms)", secs(t_returned - t0)));
+    r.check(
+        "an acquire that saw no answer ends with an error",
+        !granted_cut && acquire_op.is_some_and(|o| !o.is_ok()),
+        outcome.clone(),
+    );
+    r.check(
+        "the client never owns two keys (no blind re-acquire)",
+        owners <= 1,
+        format!(
+            "{owners} owner value(s) of the cut client seen on the lock key ({} samples)",
+            samples.len()
+        ),
+    );
+    common_checks(
+        &mut r,
+        t0,
+        &granted,
+        Some(last_seen),
+        (v.stale_accepted, v.writes_accepted, v.stale_rejected),
+    );
+    r.figure(
+        "cut client's acquire",
+        format!(
+            "{outcome} after {} (request timeout {REQUEST_TIMEOUT_MS} ms)",
+            secs(t_returned - t0)
+        ),
+    );
     Ok(r)
 }

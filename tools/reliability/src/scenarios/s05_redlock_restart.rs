@@ -57,12 +57,21 @@ pub(super) struct ClientKnobs {
 impl ClientKnobs {
     pub(super) fn new(ttl_ms: u64, request_timeout_ms: u64) -> ClientKnobs {
         // Strict fencing is edgelock's default.
-        ClientKnobs { ttl_ms, request_timeout_ms, strict: true, auto_extend: true, retry_count: 10 }
+        ClientKnobs {
+            ttl_ms,
+            request_timeout_ms,
+            strict: true,
+            auto_extend: true,
+            retry_count: 10,
+        }
     }
 }
 
 pub(super) fn redlock_client(specs: &[String], k: ClientKnobs) -> Result<Client, LockError> {
-    let nodes = specs.iter().map(|n| RedisNode::from_spec(n, None)).collect::<Result<Vec<_>, _>>()?;
+    let nodes = specs
+        .iter()
+        .map(|n| RedisNode::from_spec(n, None))
+        .collect::<Result<Vec<_>, _>>()?;
     let mut cfg = RedlockConfig::new(nodes);
     cfg.ttl_ms = k.ttl_ms;
     cfg.request_timeout_ms = k.request_timeout_ms;
@@ -70,7 +79,11 @@ pub(super) fn redlock_client(specs: &[String], k: ClientKnobs) -> Result<Client,
     cfg.retry_jitter_ms = 50;
     cfg.retry_count = k.retry_count;
     cfg.auto_extend = k.auto_extend;
-    cfg.fencing = if k.strict { RedlockFencing::Strict } else { RedlockFencing::Folded };
+    cfg.fencing = if k.strict {
+        RedlockFencing::Strict
+    } else {
+        RedlockFencing::Folded
+    };
     Client::try_from_machine(Box::new(RedlockMachine::new(cfg, Box::new(OsEntropy))?))
 }
 
@@ -85,7 +98,10 @@ pub(super) fn private_proxies(nodes: &RedisNodes) -> std::io::Result<Vec<FaultPr
 }
 
 pub(super) fn specs_of(proxies: &[FaultProxy]) -> Vec<String> {
-    proxies.iter().map(|p| format!("webdis+{}", p.url())).collect()
+    proxies
+        .iter()
+        .map(|p| format!("webdis+{}", p.url()))
+        .collect()
 }
 
 /// Waits until webdis serves PING from its (restarted) Redis again; the
@@ -94,7 +110,9 @@ pub(super) fn wait_webdis(w: &Webdis, timeout: Duration) -> Option<Duration> {
     let t = Instant::now();
     let url = format!("{}/PING", w.url());
     while t.elapsed() < timeout {
-        if http_request("GET", &url, &[], b"", Duration::from_millis(500)).is_ok_and(|r| r.status == 200 && r.text().contains("PONG")) {
+        if http_request("GET", &url, &[], b"", Duration::from_millis(500))
+            .is_ok_and(|r| r.status == 200 && r.text().contains("PONG"))
+        {
             return Some(t.elapsed());
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -103,7 +121,10 @@ pub(super) fn wait_webdis(w: &Webdis, timeout: Duration) -> Option<Duration> {
 }
 
 pub(super) fn cfg(id: &str, lock: &str, wait_ms: u64) -> ContenderCfg {
-    ContenderCfg { wait_ms, ..ContenderCfg::new(id, lock) }
+    ContenderCfg {
+        wait_ms,
+        ..ContenderCfg::new(id, lock)
+    }
 }
 
 /// What one two-holder trial showed.
@@ -139,7 +160,14 @@ impl Trial {
             Some(Outcome::Fail(c)) if c == "STALE" => "late write refused".to_string(),
             Some(o) => format!("late write {o:?}"),
         };
-        format!("{}{}→{} overlap {} {}", if self.diverged { "ᵈ" } else { "" }, t(self.t1), t(self.t2), self.verdict.overlaps_believed, late)
+        format!(
+            "{}{}→{} overlap {} {}",
+            if self.diverged { "ᵈ" } else { "" },
+            t(self.t1),
+            t(self.t2),
+            self.verdict.overlaps_believed,
+            late
+        )
     }
 }
 
@@ -160,13 +188,23 @@ pub(super) struct TwoHolders<'a> {
 
 /// Runs H1 acquire → `fault` → H2 acquire → H2 writes, H1 writes → releases.
 /// `fault` gets the nodes and returns a note, or an error that skips the trial.
-pub(super) fn two_holder_trial(t: TwoHolders<'_>, fault: impl FnOnce(&mut RedisNodes) -> Result<String, String>) -> Trial {
+pub(super) fn two_holder_trial(
+    t: TwoHolders<'_>,
+    fault: impl FnOnce(&mut RedisNodes) -> Result<String, String>,
+) -> Trial {
     let history = History::new();
     let mut trial = Trial::default();
     for (i, p) in t.h1_proxies.iter().enumerate() {
-        p.set(if t.h1_cut.contains(&i) { Fault::Blackhole } else { Fault::Pass });
+        p.set(if t.h1_cut.contains(&i) {
+            Fault::Blackhole
+        } else {
+            Fault::Pass
+        });
     }
-    let (h1, h2) = match (redlock_client(&specs_of(t.h1_proxies), t.h1_knobs), redlock_client(&t.nodes.proxied_specs(), t.h2_knobs)) {
+    let (h1, h2) = match (
+        redlock_client(&specs_of(t.h1_proxies), t.h1_knobs),
+        redlock_client(&t.nodes.proxied_specs(), t.h2_knobs),
+    ) {
         (Ok(a), Ok(b)) => (a, b),
         (Err(e), _) | (_, Err(e)) => {
             trial.skipped = Some(format!("client: {e}"));
@@ -196,7 +234,13 @@ pub(super) fn two_holder_trial(t: TwoHolders<'_>, fault: impl FnOnce(&mut RedisN
             w2 = watch_lost(l2, &history, "h2");
             write_recorded(t.resource, &history, "h2", &t.lock, l2.fencing_token());
             // The older holder writes last, without looking: the fence must refuse it.
-            trial.late_write = Some(write_recorded(t.resource, &history, "h1", &t.lock, lock1.fencing_token()));
+            trial.late_write = Some(write_recorded(
+                t.resource,
+                &history,
+                "h1",
+                &t.lock,
+                lock1.fencing_token(),
+            ));
         }
     }
     if let Some(l2) = lock2 {
@@ -214,11 +258,19 @@ pub(super) fn two_holder_trial(t: TwoHolders<'_>, fault: impl FnOnce(&mut RedisN
 
 /// Bumps node `r`'s fencing counter for `lock`: a client that reaches only
 /// `r` retries until it gives up (`NoQuorum`). Returns its attempts' error.
-pub(super) fn partitioned_contender(proxies: &[FaultProxy], r: usize, lock: &str, request_timeout_ms: u64) -> String {
+pub(super) fn partitioned_contender(
+    proxies: &[FaultProxy],
+    r: usize,
+    lock: &str,
+    request_timeout_ms: u64,
+) -> String {
     for (i, p) in proxies.iter().enumerate() {
         p.set(if i == r { Fault::Pass } else { Fault::Drop });
     }
-    let knobs = ClientKnobs { retry_count: 8, ..ClientKnobs::new(TTL_MS, request_timeout_ms) };
+    let knobs = ClientKnobs {
+        retry_count: 8,
+        ..ClientKnobs::new(TTL_MS, request_timeout_ms)
+    };
     let out = match redlock_client(&specs_of(proxies), knobs) {
         Ok(c) => {
             let h = History::new();
@@ -252,25 +304,38 @@ enum Restart {
 }
 
 pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
-    let setup = || -> std::io::Result<(RedisNodes, Vec<FaultProxy>, Vec<FaultProxy>, FencedResource)> {
-        let nodes = RedisNodes::start(5, false)?;
-        let h1p = private_proxies(&nodes)?;
-        let cp = private_proxies(&nodes)?;
-        let fenced = FencedResource::start()?;
-        Ok((nodes, h1p, cp, fenced))
-    };
+    let setup =
+        || -> std::io::Result<(RedisNodes, Vec<FaultProxy>, Vec<FaultProxy>, FencedResource)> {
+            let nodes = RedisNodes::start(5, false)?;
+            let h1p = private_proxies(&nodes)?;
+            let cp = private_proxies(&nodes)?;
+            let fenced = FencedResource::start()?;
+            Ok((nodes, h1p, cp, fenced))
+        };
     let (mut nodes, h1p, cp, fenced) = match setup() {
         Ok(s) => s,
-        Err(e) => return vec![ScenarioReport::failed_to_run("5", TITLE, BACKEND, &format!("setup: {e}"))],
+        Err(e) => {
+            return vec![ScenarioReport::failed_to_run(
+                "5",
+                TITLE,
+                BACKEND,
+                &format!("setup: {e}"),
+            )]
+        }
     };
     let resource = ResourceClient::new(&fenced.url());
     let trials_a = mode.pick(2, 8);
     let trials_b = mode.pick(2, 6);
     let mut out = Vec::new();
-    for (restart, id, trials) in [(Restart::Immediate, "5a", trials_a), (Restart::AfterTtl, "5b", trials_b)] {
+    for (restart, id, trials) in [
+        (Restart::Immediate, "5a", trials_a),
+        (Restart::AfterTtl, "5b", trials_b),
+    ] {
         for strict in [true, false] {
             let started = Instant::now();
-            let mut r = variant(&mut nodes, &h1p, &cp, &fenced, &resource, restart, strict, id, trials);
+            let mut r = variant(
+                &mut nodes, &h1p, &cp, &fenced, &resource, restart, strict, id, trials,
+            );
             r.duration = started.elapsed();
             out.push(r);
         }
@@ -290,14 +355,35 @@ fn variant(
     id: &str,
     trials: usize,
 ) -> ScenarioReport {
-    let mode_name = if strict { "Strict, the default" } else { "Folded, opt-in" };
+    let mode_name = if strict {
+        "Strict, the default"
+    } else {
+        "Folded, opt-in"
+    };
     let fault = match restart {
         Restart::Immediate => "restart (empty) one of the holder's 3 nodes at once",
-        Restart::AfterTtl => "kill one of the holder's 3 nodes, keep it down TTL + 0.5 s, restart it empty",
+        Restart::AfterTtl => {
+            "kill one of the holder's 3 nodes, keep it down TTL + 0.5 s, restart it empty"
+        }
     };
     let rid = format!("{id}{}", if strict { "" } else { "-folded" });
-    let mut rep = ScenarioReport::new(&rid, &format!("{TITLE} ({}, fencing {mode_name})", if restart == Restart::Immediate { "immediately" } else { "after max TTL" }), BACKEND, fault);
-    let knobs = ClientKnobs { strict, ..ClientKnobs::new(TTL_MS, REQUEST_TIMEOUT_MS) };
+    let mut rep = ScenarioReport::new(
+        &rid,
+        &format!(
+            "{TITLE} ({}, fencing {mode_name})",
+            if restart == Restart::Immediate {
+                "immediately"
+            } else {
+                "after max TTL"
+            }
+        ),
+        BACKEND,
+        fault,
+    );
+    let knobs = ClientKnobs {
+        strict,
+        ..ClientKnobs::new(TTL_MS, REQUEST_TIMEOUT_MS)
+    };
     let mut results = Vec::new();
     let mut reconnect = Vec::new();
     let mut c_outcomes = Vec::new();
@@ -334,9 +420,13 @@ fn variant(
                     }
                 }
                 let w = nodes.webdis.get(r).ok_or("no such webdis")?;
-                let took = wait_webdis(w, Duration::from_secs(10)).ok_or("webdis did not reconnect within 10 s")?;
+                let took = wait_webdis(w, Duration::from_secs(10))
+                    .ok_or("webdis did not reconnect within 10 s")?;
                 reconnect_ms = Some(took.as_secs_f64() * 1000.0);
-                Ok(format!("webdis back after {:.0} ms", took.as_secs_f64() * 1000.0))
+                Ok(format!(
+                    "webdis back after {:.0} ms",
+                    took.as_secs_f64() * 1000.0
+                ))
             },
         );
         trial.diverged = diverged;
@@ -346,18 +436,35 @@ fn variant(
         results.push(trial);
     }
     let ran: Vec<&Trial> = results.iter().filter(|t| t.skipped.is_none()).collect();
-    let double = ran.iter().filter(|t| t.verdict.overlaps_believed > 0).count();
+    let double = ran
+        .iter()
+        .filter(|t| t.verdict.overlaps_believed > 0)
+        .count();
     let second = ran.iter().filter(|t| t.t2.is_some()).count();
     let late_accepted = ran.iter().filter(|t| t.late_accepted()).count();
-    let late_refused = ran.iter().filter(|t| matches!(&t.late_write, Some(Outcome::Fail(c)) if c == "STALE")).count();
+    let late_refused = ran
+        .iter()
+        .filter(|t| matches!(&t.late_write, Some(Outcome::Fail(c)) if c == "STALE"))
+        .count();
     let checker_stale: usize = ran.iter().map(|t| t.verdict.stale_accepted).sum();
-    let not_increasing = ran.iter().filter(|t| matches!((t.t1, t.t2), (Some(a), Some(b)) if b <= a)).count();
+    let not_increasing = ran
+        .iter()
+        .filter(|t| matches!((t.t1, t.t2), (Some(a), Some(b)) if b <= a))
+        .count();
     let diverged_ran = ran.iter().filter(|t| t.diverged).count();
 
     rep.check(
-        &format!("{} of {} trials ran (H1 held exactly 3 nodes, node restarted, webdis reconnected)", ran.len(), trials),
+        &format!(
+            "{} of {} trials ran (H1 held exactly 3 nodes, node restarted, webdis reconnected)",
+            ran.len(),
+            trials
+        ),
         ran.len() == trials && trials > 0,
-        results.iter().filter_map(|t| t.skipped.clone()).collect::<Vec<_>>().join("; "),
+        results
+            .iter()
+            .filter_map(|t| t.skipped.clone())
+            .collect::<Vec<_>>()
+            .join("; "),
     );
     if strict || restart == Restart::AfterTtl {
         rep.check(
@@ -377,20 +484,45 @@ fn variant(
         rep.figure("stale writes accepted (Folded, opt-in)", late_accepted);
     }
     if restart == Restart::AfterTtl {
-        rep.check("0 overlapping holds (delayed restart keeps Redlock safe)", double == 0, format!("{double} of {} trials", ran.len()));
+        rep.check(
+            "0 overlapping holds (delayed restart keeps Redlock safe)",
+            double == 0,
+            format!("{double} of {} trials", ran.len()),
+        );
     }
     rep.figure("trials", ran.len());
-    rep.figure("double grants (overlaps believed)", format!("{double} of {} trials", ran.len()));
-    rep.figure("second client granted", format!("{second} of {}", ran.len()));
-    rep.figure("late writes refused / accepted", format!("{late_refused} / {late_accepted}"));
+    rep.figure(
+        "double grants (overlaps believed)",
+        format!("{double} of {} trials", ran.len()),
+    );
+    rep.figure(
+        "second client granted",
+        format!("{second} of {}", ran.len()),
+    );
+    rep.figure(
+        "late writes refused / accepted",
+        format!("{late_refused} / {late_accepted}"),
+    );
     rep.figure("T2 ≤ T1 (token did not increase)", not_increasing);
-    rep.figure("per trial (ᵈ = r's counter pushed ahead first): T1→T2, overlaps, late write", ran.iter().map(|t| t.summary()).collect::<Vec<_>>().join("; "));
-    rep.figure("H2 granted after the restart", sorted_text(ran.iter().filter_map(|t| t.h2_after_fault_ms).collect()));
+    rep.figure(
+        "per trial (ᵈ = r's counter pushed ahead first): T1→T2, overlaps, late write",
+        ran.iter()
+            .map(|t| t.summary())
+            .collect::<Vec<_>>()
+            .join("; "),
+    );
+    rep.figure(
+        "H2 granted after the restart",
+        sorted_text(ran.iter().filter_map(|t| t.h2_after_fault_ms).collect()),
+    );
     rep.figure("webdis reconnect after restart", sorted_text(reconnect));
     if diverged_ran > 0 {
         let mut cs = c_outcomes.clone();
         cs.dedup();
-        rep.figure("partitioned contender C (reaches only r) ended with", cs.join(", "));
+        rep.figure(
+            "partitioned contender C (reaches only r) ended with",
+            cs.join(", "),
+        );
     }
     rep.note(
         "Setup: 5 redis-servers without persistence, each behind its own webdis. H1 goes through private fault proxies with 2 nodes \

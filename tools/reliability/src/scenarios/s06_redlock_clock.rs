@@ -10,7 +10,10 @@ use std::time::{Duration, Instant};
 
 use edgelock_devtools::{FaultProxy, FencedResource};
 
-use super::s05_redlock_restart::{private_proxies, sorted_text, two_holder_trial, wait_webdis, ClientKnobs, Trial, TwoHolders, BACKEND};
+use super::s05_redlock_restart::{
+    private_proxies, sorted_text, two_holder_trial, wait_webdis, ClientKnobs, Trial, TwoHolders,
+    BACKEND,
+};
 use super::Mode;
 use crate::history::Outcome;
 use crate::infra::RedisNodes;
@@ -30,7 +33,14 @@ pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
     };
     let (mut nodes, h1p, fenced) = match setup() {
         Ok(s) => s,
-        Err(e) => return vec![ScenarioReport::failed_to_run("6", TITLE, BACKEND, &format!("setup (faketime): {e}"))],
+        Err(e) => {
+            return vec![ScenarioReport::failed_to_run(
+                "6",
+                TITLE,
+                BACKEND,
+                &format!("setup (faketime): {e}"),
+            )]
+        }
     };
     let resource = ResourceClient::new(&fenced.url());
     let started = Instant::now();
@@ -43,10 +53,19 @@ pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
 }
 
 fn knobs(auto_extend: bool) -> ClientKnobs {
-    ClientKnobs { auto_extend, ..ClientKnobs::new(TTL_MS, REQUEST_TIMEOUT_MS) }
+    ClientKnobs {
+        auto_extend,
+        ..ClientKnobs::new(TTL_MS, REQUEST_TIMEOUT_MS)
+    }
 }
 
-fn jump(nodes: &mut RedisNodes, h1p: &[FaultProxy], fenced: &FencedResource, resource: &ResourceClient, trials: usize) -> ScenarioReport {
+fn jump(
+    nodes: &mut RedisNodes,
+    h1p: &[FaultProxy],
+    fenced: &FencedResource,
+    resource: &ResourceClient,
+    trials: usize,
+) -> ScenarioReport {
     let mut rep = ScenarioReport::new(
         "6a",
         &format!("{TITLE}: jump forward by the TTL (fencing Strict)"),
@@ -79,9 +98,17 @@ fn jump(nodes: &mut RedisNodes, h1p: &[FaultProxy], fenced: &FencedResource, res
         );
         results.push(trial);
     }
-    report_common(&mut rep, &results, trials, "H2 granted after the jump was set (faketime applies within ≈1 s)");
+    report_common(
+        &mut rep,
+        &results,
+        trials,
+        "H2 granted after the jump was set (faketime applies within ≈1 s)",
+    );
     let ran = results.iter().filter(|t| t.skipped.is_none()).count();
-    let double = results.iter().filter(|t| t.skipped.is_none() && t.verdict.overlaps_believed > 0).count();
+    let double = results
+        .iter()
+        .filter(|t| t.skipped.is_none() && t.verdict.overlaps_believed > 0)
+        .count();
     rep.finding(format!(
         "A forward jump by the TTL expires H1's key on that node at once; with the 2 nodes H1 never reached, H2 forms a \
          second quorum while H1's validity still runs (double grant in {double} of {ran} trials). Redlock assumes bounded \
@@ -91,7 +118,13 @@ fn jump(nodes: &mut RedisNodes, h1p: &[FaultProxy], fenced: &FencedResource, res
     rep
 }
 
-fn drift(nodes: &mut RedisNodes, h1p: &[FaultProxy], fenced: &FencedResource, resource: &ResourceClient, trials: usize) -> ScenarioReport {
+fn drift(
+    nodes: &mut RedisNodes,
+    h1p: &[FaultProxy],
+    fenced: &FencedResource,
+    resource: &ResourceClient,
+    trials: usize,
+) -> ScenarioReport {
     let mut rep = ScenarioReport::new(
         "6b",
         &format!("{TITLE}: clock at 2× speed (fencing Strict)"),
@@ -108,10 +141,15 @@ fn drift(nodes: &mut RedisNodes, h1p: &[FaultProxy], fenced: &FencedResource, re
         let w = nodes.webdis.get(D).ok_or("no webdis")?;
         wait_webdis(w, Duration::from_secs(10)).ok_or("webdis did not reconnect")?;
         let s = nodes.servers.get(D).ok_or("no node")?;
-        s.redis_command(&[b"SET", b"s6-rate-probe", b"1", b"PX", b"10000"]).map_err(|e| e.to_string())?;
+        s.redis_command(&[b"SET", b"s6-rate-probe", b"1", b"PX", b"10000"])
+            .map_err(|e| e.to_string())?;
         let t = Instant::now();
         std::thread::sleep(Duration::from_millis(1_000));
-        let pttl = s.redis_command(&[b"PTTL", b"s6-rate-probe"]).map_err(|e| e.to_string())?.as_int().ok_or("no PTTL")?;
+        let pttl = s
+            .redis_command(&[b"PTTL", b"s6-rate-probe"])
+            .map_err(|e| e.to_string())?
+            .as_int()
+            .ok_or("no PTTL")?;
         let real = t.elapsed().as_secs_f64() * 1000.0;
         let _ = s.redis_command(&[b"DEL", b"s6-rate-probe"]);
         Ok((10_000.0 - pttl as f64) / real)
@@ -123,7 +161,10 @@ fn drift(nodes: &mut RedisNodes, h1p: &[FaultProxy], fenced: &FencedResource, re
             return rep;
         }
     };
-    rep.figure("measured clock rate of node 0 (fake ms per real ms)", format!("{rate:.2}"));
+    rep.figure(
+        "measured clock rate of node 0 (fake ms per real ms)",
+        format!("{rate:.2}"),
+    );
     let mut results: Vec<Trial> = Vec::new();
     let mut renewing = Vec::new();
     let others = [1usize, 2, 3, 4];
@@ -151,13 +192,26 @@ fn drift(nodes: &mut RedisNodes, h1p: &[FaultProxy], fenced: &FencedResource, re
     }
     report_common(&mut rep, &results, trials, "H2 granted after H1's grant");
     let kind = |r: bool| {
-        let v: Vec<&Trial> = results.iter().filter(|t| t.skipped.is_none() && t.diverged == r).collect();
-        (v.iter().filter(|t| t.verdict.overlaps_believed > 0).count(), v.iter().filter(|t| t.t2.is_some()).count(), v.len())
+        let v: Vec<&Trial> = results
+            .iter()
+            .filter(|t| t.skipped.is_none() && t.diverged == r)
+            .collect();
+        (
+            v.iter().filter(|t| t.verdict.overlaps_believed > 0).count(),
+            v.iter().filter(|t| t.t2.is_some()).count(),
+            v.len(),
+        )
     };
     let (ov_n, g_n, n_n) = kind(false);
     let (ov_r, g_r, n_r) = kind(true);
-    rep.figure("holder without auto-renewal: double grants / H2 granted", format!("{ov_n} / {g_n} of {n_n}"));
-    rep.figure("holder renewing at TTL/3 (ᵈ): double grants / H2 granted", format!("{ov_r} / {g_r} of {n_r}"));
+    rep.figure(
+        "holder without auto-renewal: double grants / H2 granted",
+        format!("{ov_n} / {g_n} of {n_n}"),
+    );
+    rep.figure(
+        "holder renewing at TTL/3 (ᵈ): double grants / H2 granted",
+        format!("{ov_r} / {g_r} of {n_r}"),
+    );
     rep.finding(format!(
         "Node 0's clock runs at {rate:.2}× (measured), so a key's PX TTL there lasts about TTL/2 of real time. A holder that \
          does not renew (auto_extend off, relying on its validity of TTL − elapsed − 1 % drift allowance) loses node 0's key \
@@ -172,15 +226,29 @@ fn drift(nodes: &mut RedisNodes, h1p: &[FaultProxy], fenced: &FencedResource, re
 /// Checks and figures shared by both variants.
 fn report_common(rep: &mut ScenarioReport, results: &[Trial], trials: usize, grant_label: &str) {
     let ran: Vec<&Trial> = results.iter().filter(|t| t.skipped.is_none()).collect();
-    let double = ran.iter().filter(|t| t.verdict.overlaps_believed > 0).count();
+    let double = ran
+        .iter()
+        .filter(|t| t.verdict.overlaps_believed > 0)
+        .count();
     let second = ran.iter().filter(|t| t.t2.is_some()).count();
     let late_accepted = ran.iter().filter(|t| t.late_accepted()).count();
-    let late_refused = ran.iter().filter(|t| matches!(&t.late_write, Some(Outcome::Fail(c)) if c == "STALE")).count();
+    let late_refused = ran
+        .iter()
+        .filter(|t| matches!(&t.late_write, Some(Outcome::Fail(c)) if c == "STALE"))
+        .count();
     let checker_stale: usize = ran.iter().map(|t| t.verdict.stale_accepted).sum();
     rep.check(
-        &format!("{} of {} trials ran (H1 held exactly 3 nodes)", ran.len(), trials),
+        &format!(
+            "{} of {} trials ran (H1 held exactly 3 nodes)",
+            ran.len(),
+            trials
+        ),
         ran.len() == trials && trials > 0,
-        results.iter().filter_map(|t| t.skipped.clone()).collect::<Vec<_>>().join("; "),
+        results
+            .iter()
+            .filter_map(|t| t.skipped.clone())
+            .collect::<Vec<_>>()
+            .join("; "),
     );
     rep.check(
         "0 stale writes accepted (the older holder's write after the newer grant refused by the fence; checker's count too)",
@@ -188,8 +256,23 @@ fn report_common(rep: &mut ScenarioReport, results: &[Trial], trials: usize, gra
         format!("late writes accepted {late_accepted} of {second}, refused {late_refused}; checker stale_accepted {checker_stale}"),
     );
     rep.figure("trials", ran.len());
-    rep.figure("overlaps believed (double grants)", format!("{double} of {} trials", ran.len()));
-    rep.figure("stale writes accepted / refused", format!("{late_accepted} / {late_refused}"));
-    rep.figure("per trial: T1→T2, overlaps, late write", ran.iter().map(|t| t.summary()).collect::<Vec<_>>().join("; "));
-    rep.figure(grant_label, sorted_text(ran.iter().filter_map(|t| t.h2_after_fault_ms).collect()));
+    rep.figure(
+        "overlaps believed (double grants)",
+        format!("{double} of {} trials", ran.len()),
+    );
+    rep.figure(
+        "stale writes accepted / refused",
+        format!("{late_accepted} / {late_refused}"),
+    );
+    rep.figure(
+        "per trial: T1→T2, overlaps, late write",
+        ran.iter()
+            .map(|t| t.summary())
+            .collect::<Vec<_>>()
+            .join("; "),
+    );
+    rep.figure(
+        grant_label,
+        sorted_text(ran.iter().filter_map(|t| t.h2_after_fault_ms).collect()),
+    );
 }

@@ -24,7 +24,14 @@ const TITLE: &str = "TTL/2 delay on 2 of 5 Redlock nodes";
 pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
     let nodes = match RedisNodes::start(5, false) {
         Ok(n) => n,
-        Err(e) => return vec![ScenarioReport::failed_to_run("7", TITLE, BACKEND, &format!("setup: {e}"))],
+        Err(e) => {
+            return vec![ScenarioReport::failed_to_run(
+                "7",
+                TITLE,
+                BACKEND,
+                &format!("setup: {e}"),
+            )]
+        }
     };
     let mut out = Vec::new();
     // Strict fencing (the default) and the opt-in Folded: Strict's second
@@ -44,7 +51,11 @@ pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
 
 fn set_delays(nodes: &RedisNodes, slow: &[usize], per_direction: Duration) {
     for (i, p) in nodes.proxies.iter().enumerate() {
-        p.set(if slow.contains(&i) { Fault::Delay(per_direction) } else { Fault::Pass });
+        p.set(if slow.contains(&i) {
+            Fault::Delay(per_direction)
+        } else {
+            Fault::Pass
+        });
     }
 }
 
@@ -69,9 +80,19 @@ struct Grant {
     margins: Vec<f64>,
 }
 
-fn measure_grant(client: &Client, conns: &mut [Option<RespConn>], name: &str) -> Result<Grant, String> {
-    let opts = AcquireOptions { wait: Wait::For(5_000), ttl_ms: None };
-    let lock = client.acquire_with(name, opts, None).map_err(|e| e.code().to_string())?.ok_or("not acquired")?;
+fn measure_grant(
+    client: &Client,
+    conns: &mut [Option<RespConn>],
+    name: &str,
+) -> Result<Grant, String> {
+    let opts = AcquireOptions {
+        wait: Wait::For(5_000),
+        ttl_ms: None,
+    };
+    let lock = client
+        .acquire_with(name, opts, None)
+        .map_err(|e| e.code().to_string())?
+        .ok_or("not acquired")?;
     let tv = Instant::now();
     let validity = ms(lock.expires_in());
     let key = redis_lock_key(name);
@@ -90,7 +111,10 @@ fn measure_grant(client: &Client, conns: &mut [Option<RespConn>], name: &str) ->
         }
     }
     let _ = lock.release();
-    Ok(Grant { validity_ms: validity, margins })
+    Ok(Grant {
+        validity_ms: validity,
+        margins,
+    })
 }
 
 fn validity(nodes: &RedisNodes, trials: usize, strict: bool) -> ScenarioReport {
@@ -102,7 +126,13 @@ fn validity(nodes: &RedisNodes, trials: usize, strict: bool) -> ScenarioReport {
         "proxy delay on nodes 3 and 4: (i) TTL/4 each way = TTL/2 round trip; (ii) TTL/2 each way (answers after the request timeout)",
     );
     let mut conns: Vec<Option<RespConn>> = nodes.servers.iter().map(|s| s.connect().ok()).collect();
-    let client = match redlock_client(&nodes.proxied_specs(), ClientKnobs { strict, ..ClientKnobs::new(TTL, 1_500) }) {
+    let client = match redlock_client(
+        &nodes.proxied_specs(),
+        ClientKnobs {
+            strict,
+            ..ClientKnobs::new(TTL, 1_500)
+        },
+    ) {
         Ok(c) => c,
         Err(e) => {
             rep.check("scenario ran", false, e.to_string());
@@ -146,21 +176,47 @@ fn validity(nodes: &RedisNodes, trials: usize, strict: bool) -> ScenarioReport {
                 format!("{lo:.0}–{hi:.0} ms")
             }
         };
-        rep.figure(&format!("{label}: measured round trip through a slow proxy"), rtt.map_or("-".into(), |r| format!("{r:.0} ms")));
-        rep.figure(&format!("{label}: reported validity after grant"), fmt(&validities));
-        rep.figure(&format!("{label}: margin = smallest remaining TTL − validity (min–max over {} grants)", mins.len()), fmt(&mins));
-        rep.figure(&format!("{label}: nodes holding the key at grant"), format!("{holders:?}"));
+        rep.figure(
+            &format!("{label}: measured round trip through a slow proxy"),
+            rtt.map_or("-".into(), |r| format!("{r:.0} ms")),
+        );
+        rep.figure(
+            &format!("{label}: reported validity after grant"),
+            fmt(&validities),
+        );
+        rep.figure(
+            &format!(
+                "{label}: margin = smallest remaining TTL − validity (min–max over {} grants)",
+                mins.len()
+            ),
+            fmt(&mins),
+        );
+        rep.figure(
+            &format!("{label}: nodes holding the key at grant"),
+            format!("{holders:?}"),
+        );
     }
     set_delays(nodes, &[], Duration::ZERO);
     let _ = client.close();
-    let failed = if failures.is_empty() { "all granted".to_string() } else { failures.join("; ") };
+    let failed = if failures.is_empty() {
+        "all granted".to_string()
+    } else {
+        failures.join("; ")
+    };
     if strict {
         // Two rounds that each wait for the slow nodes use up the validity:
         // what must hold is that nothing is handed out with a validity the
         // nodes do not back, and that every attempt ends (with an error).
-        rep.figure("attempts granted", format!("{grants_total} of {}", trials * 2));
+        rep.figure(
+            "attempts granted",
+            format!("{grants_total} of {}", trials * 2),
+        );
         rep.check("reported validity ≤ smallest remaining TTL among the nodes holding the key, for every grant", all_ok, format!("{grants_total} grants"));
-        rep.check("every attempt ended (granted or an error, within its wait)", grants_total + failures.len() == trials * 2, failed.clone());
+        rep.check(
+            "every attempt ended (granted or an error, within its wait)",
+            grants_total + failures.len() == trials * 2,
+            failed.clone(),
+        );
         if grants_total < trials * 2 {
             rep.finding(format!(
                 "Liveness cost of Strict fencing: its raise round waits for every node like the attempt round, so with 2 of 5 nodes \
@@ -173,10 +229,18 @@ fn validity(nodes: &RedisNodes, trials: usize, strict: bool) -> ScenarioReport {
             ));
         }
     } else {
-        rep.check("every attempt was granted (5 fast enough nodes)", failures.is_empty() && grants_total == trials * 2, failed);
+        rep.check(
+            "every attempt was granted (5 fast enough nodes)",
+            failures.is_empty() && grants_total == trials * 2,
+            failed,
+        );
         rep.check("reported validity ≤ smallest remaining TTL among the nodes holding the key (margin ≥ 0)", all_ok && grants_total > 0, format!("{grants_total} grants"));
     }
-    rep.check("a quorum (≥ 3 nodes) holds the key at every grant", too_few == 0, format!("{too_few} grants with fewer"));
+    rep.check(
+        "a quorum (≥ 3 nodes) holds the key at every grant",
+        too_few == 0,
+        format!("{too_few} grants with fewer"),
+    );
     rep.note(format!(
         "TTL {TTL} ms, request timeout 1500 ms, drift factor 1 %. The fault proxy delays every chunk in each direction, so the \
          round trip through a slow node is about twice the per-direction delay (measured above). Margins are taken \
@@ -191,13 +255,25 @@ fn validity(nodes: &RedisNodes, trials: usize, strict: bool) -> ScenarioReport {
 }
 
 fn keys_left(nodes: &RedisNodes) -> usize {
-    nodes.lock_keys_left().iter().map(|k| k.unwrap_or(usize::MAX / 8)).sum()
+    nodes
+        .lock_keys_left()
+        .iter()
+        .map(|k| k.unwrap_or(usize::MAX / 8))
+        .sum()
 }
 
 /// Runs one failing acquire; returns (error code, keys at return, max keys
 /// seen while waiting, keys after the wait).
-fn failing_attempt(client: &Client, nodes: &RedisNodes, name: &str, wait_after: Duration) -> (String, usize, usize, usize) {
-    let opts = AcquireOptions { wait: Wait::For(10_000), ttl_ms: None };
+fn failing_attempt(
+    client: &Client,
+    nodes: &RedisNodes,
+    name: &str,
+    wait_after: Duration,
+) -> (String, usize, usize, usize) {
+    let opts = AcquireOptions {
+        wait: Wait::For(10_000),
+        ttl_ms: None,
+    };
     let code = match client.acquire_with(name, opts, None) {
         Ok(Some(l)) => {
             let _ = l.release();
@@ -229,11 +305,19 @@ fn failed_attempts(nodes: &RedisNodes, trials: usize) -> ScenarioReport {
     const TTL1: u64 = 4_000;
     let wait1 = Duration::from_millis(D1 + 1_000);
     set_delays(nodes, &[0, 1, 2], Duration::from_millis(D1));
-    let knobs = ClientKnobs { retry_count: 2, ..ClientKnobs::new(TTL1, 400) };
+    let knobs = ClientKnobs {
+        retry_count: 2,
+        ..ClientKnobs::new(TTL1, 400)
+    };
     let mut res1 = Vec::new();
     if let Ok(c) = redlock_client(&nodes.proxied_specs(), knobs) {
         for k in 0..trials {
-            res1.push(failing_attempt(&c, nodes, &format!("s7b-timeout-{k}"), wait1));
+            res1.push(failing_attempt(
+                &c,
+                nodes,
+                &format!("s7b-timeout-{k}"),
+                wait1,
+            ));
         }
         let _ = c.close();
     }
@@ -242,7 +326,10 @@ fn failed_attempts(nodes: &RedisNodes, trials: usize) -> ScenarioReport {
     const TTL2: u64 = 2_000;
     let wait2 = Duration::from_millis(D2 + 1_000);
     set_delays(nodes, &[0, 1, 2], Duration::from_millis(D2));
-    let knobs = ClientKnobs { retry_count: 0, ..ClientKnobs::new(TTL2, 3_000) };
+    let knobs = ClientKnobs {
+        retry_count: 0,
+        ..ClientKnobs::new(TTL2, 3_000)
+    };
     let mut res2 = Vec::new();
     if let Ok(c) = redlock_client(&nodes.proxied_specs(), knobs) {
         for k in 0..trials.min(2) {
@@ -252,22 +339,64 @@ fn failed_attempts(nodes: &RedisNodes, trials: usize) -> ScenarioReport {
     }
     set_delays(nodes, &[], Duration::ZERO);
 
-    let granted = res1.iter().chain(&res2).filter(|r| r.0 == "GRANTED").count();
+    let granted = res1
+        .iter()
+        .chain(&res2)
+        .filter(|r| r.0 == "GRANTED")
+        .count();
     let left1: usize = res1.iter().map(|r| r.3).sum();
     let seen1 = res1.iter().map(|r| r.2).max().unwrap_or(0);
     let left2: usize = res2.iter().map(|r| r.3).sum();
-    rep.check(&format!("{} + {} failing attempts ran", res1.len(), res2.len()), res1.len() == trials && !res2.is_empty(), "");
-    rep.check("no lock handed out (no false \"acquired\")", granted == 0, format!("codes: {}", codes(&res1, &res2)));
     rep.check(
-        &format!("timeouts (i): 0 lock keys on any node {} ms after the client returned", wait1.as_millis()),
+        &format!("{} + {} failing attempts ran", res1.len(), res2.len()),
+        res1.len() == trials && !res2.is_empty(),
+        "",
+    );
+    rep.check(
+        "no lock handed out (no false \"acquired\")",
+        granted == 0,
+        format!("codes: {}", codes(&res1, &res2)),
+    );
+    rep.check(
+        &format!(
+            "timeouts (i): 0 lock keys on any node {} ms after the client returned",
+            wait1.as_millis()
+        ),
         left1 == 0,
         format!("keys left {left1}; keys seen while waiting (max) {seen1}"),
     );
-    rep.figure("(i) error codes", res1.iter().map(|r| r.0.clone()).collect::<Vec<_>>().join(", "));
-    rep.figure("(i) keys at return / max seen during the wait / after the wait", res1.iter().map(|r| format!("{}/{}/{}", r.1, r.2, r.3)).collect::<Vec<_>>().join("; "));
-    rep.figure("(ii) error codes", res2.iter().map(|r| r.0.clone()).collect::<Vec<_>>().join(", "));
-    rep.figure("(ii) keys at return / max seen / after the wait", res2.iter().map(|r| format!("{}/{}/{}", r.1, r.2, r.3)).collect::<Vec<_>>().join("; "));
-    rep.figure("(ii) keys left after the wait (not a check, see note)", left2);
+    rep.figure(
+        "(i) error codes",
+        res1.iter()
+            .map(|r| r.0.clone())
+            .collect::<Vec<_>>()
+            .join(", "),
+    );
+    rep.figure(
+        "(i) keys at return / max seen during the wait / after the wait",
+        res1.iter()
+            .map(|r| format!("{}/{}/{}", r.1, r.2, r.3))
+            .collect::<Vec<_>>()
+            .join("; "),
+    );
+    rep.figure(
+        "(ii) error codes",
+        res2.iter()
+            .map(|r| r.0.clone())
+            .collect::<Vec<_>>()
+            .join(", "),
+    );
+    rep.figure(
+        "(ii) keys at return / max seen / after the wait",
+        res2.iter()
+            .map(|r| format!("{}/{}/{}", r.1, r.2, r.3))
+            .collect::<Vec<_>>()
+            .join("; "),
+    );
+    rep.figure(
+        "(ii) keys left after the wait (not a check, see note)",
+        left2,
+    );
     rep.note(format!(
         "Wait used before counting keys: (i) {} ms after the client returned (the per-direction delay, which a cleanup sent \
          just before the return needs to reach a slow node, + 1 s slack). Without cleanup a key from the last attempt would \
@@ -283,5 +412,9 @@ fn failed_attempts(nodes: &RedisNodes, trials: usize) -> ScenarioReport {
 }
 
 fn codes(a: &[(String, usize, usize, usize)], b: &[(String, usize, usize, usize)]) -> String {
-    a.iter().chain(b).map(|r| r.0.clone()).collect::<Vec<_>>().join(", ")
+    a.iter()
+        .chain(b)
+        .map(|r| r.0.clone())
+        .collect::<Vec<_>>()
+        .join(", ")
 }

@@ -38,37 +38,87 @@ pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
     let mut out = Vec::new();
     match EtcdServer::start() {
         Ok(etcd) => out.push(report("8a", "etcd", trials, || etcd_target(&etcd))),
-        Err(e) => out.push(ScenarioReport::failed_to_run("8a", TITLE, "etcd", &e.to_string())),
+        Err(e) => out.push(ScenarioReport::failed_to_run(
+            "8a",
+            TITLE,
+            "etcd",
+            &e.to_string(),
+        )),
     }
     if !mode.redis() {
         return out;
     }
     match RedisNodes::start(1, false) {
-        Ok(nodes) => out.push(report("8b", "redis (webdis)", trials, || redis_target(&nodes))),
-        Err(e) => out.push(ScenarioReport::failed_to_run("8b", TITLE, "redis (webdis)", &e.to_string())),
+        Ok(nodes) => out.push(report("8b", "redis (webdis)", trials, || {
+            redis_target(&nodes)
+        })),
+        Err(e) => out.push(ScenarioReport::failed_to_run(
+            "8b",
+            TITLE,
+            "redis (webdis)",
+            &e.to_string(),
+        )),
     }
     out
 }
 
 fn etcd_target(etcd: &EtcdServer) -> Result<Target, String> {
-    let proxy = addr_of(&etcd.url()).and_then(FaultProxy::start).map_err(|e| e.to_string())?;
+    let proxy = addr_of(&etcd.url())
+        .and_then(FaultProxy::start)
+        .map_err(|e| e.to_string())?;
     // The late client's requests must outlive the delay both ways.
-    let late = BackendSpec::Etcd { endpoints: vec![proxy.url()], ttl_ms: TTL_MS, request_timeout_ms: 3 * DELAY_MS }.client().map_err(|e| e.to_string())?;
-    let next = BackendSpec::Etcd { endpoints: vec![etcd.url()], ttl_ms: TTL_MS, request_timeout_ms: 2_000 }.client().map_err(|e| e.to_string())?;
+    let late = BackendSpec::Etcd {
+        endpoints: vec![proxy.url()],
+        ttl_ms: TTL_MS,
+        request_timeout_ms: 3 * DELAY_MS,
+    }
+    .client()
+    .map_err(|e| e.to_string())?;
+    let next = BackendSpec::Etcd {
+        endpoints: vec![etcd.url()],
+        ttl_ms: TTL_MS,
+        request_timeout_ms: 2_000,
+    }
+    .client()
+    .map_err(|e| e.to_string())?;
     let url = etcd.url();
-    Ok(Target { late, next, proxy, keys: Box::new(move || etcd_keys(&url, "edgelock/").map(|k| k.len()).unwrap_or(usize::MAX)) })
+    Ok(Target {
+        late,
+        next,
+        proxy,
+        keys: Box::new(move || {
+            etcd_keys(&url, "edgelock/")
+                .map(|k| k.len())
+                .unwrap_or(usize::MAX)
+        }),
+    })
 }
 
 fn redis_target(nodes: &RedisNodes) -> Result<Target, String> {
     let webdis = nodes.webdis.first().ok_or("no webdis")?;
-    let proxy = addr_of(&webdis.url()).and_then(FaultProxy::start).map_err(|e| e.to_string())?;
+    let proxy = addr_of(&webdis.url())
+        .and_then(FaultProxy::start)
+        .map_err(|e| e.to_string())?;
     // No auto-extend for the late client: its lock must expire on the server.
-    let mut cfg = RedisConfig::new(RedisNode::from_spec(&format!("webdis+{}", proxy.url()), None).map_err(|e| e.to_string())?);
+    let mut cfg = RedisConfig::new(
+        RedisNode::from_spec(&format!("webdis+{}", proxy.url()), None)
+            .map_err(|e| e.to_string())?,
+    );
     cfg.ttl_ms = TTL_MS;
     cfg.request_timeout_ms = 3 * DELAY_MS;
     cfg.auto_extend = false;
-    let late = Client::try_from_machine(Box::new(RedisMachine::new(cfg, Box::new(OsEntropy)).map_err(|e| e.to_string())?)).map_err(|e| e.to_string())?;
-    let next = BackendSpec::Redis { node: format!("webdis+{}", webdis.url()), token: None, ttl_ms: TTL_MS, request_timeout_ms: 2_000 }.client().map_err(|e| e.to_string())?;
+    let late = Client::try_from_machine(Box::new(
+        RedisMachine::new(cfg, Box::new(OsEntropy)).map_err(|e| e.to_string())?,
+    ))
+    .map_err(|e| e.to_string())?;
+    let next = BackendSpec::Redis {
+        node: format!("webdis+{}", webdis.url()),
+        token: None,
+        ttl_ms: TTL_MS,
+        request_timeout_ms: 2_000,
+    }
+    .client()
+    .map_err(|e| e.to_string())?;
     let servers: Vec<u16> = nodes.servers.iter().map(|s| s.port()).collect();
     Ok(Target {
         late,
@@ -77,7 +127,15 @@ fn redis_target(nodes: &RedisNodes) -> Result<Target, String> {
         keys: Box::new(move || {
             servers
                 .iter()
-                .map(|p| edgelock_devtools::RespConn::connect(format!("127.0.0.1:{p}"), Duration::from_secs(2)).and_then(|mut c| c.command(&[b"KEYS".as_slice(), b"{edgelock:late-*}".as_slice()])))
+                .map(|p| {
+                    edgelock_devtools::RespConn::connect(
+                        format!("127.0.0.1:{p}"),
+                        Duration::from_secs(2),
+                    )
+                    .and_then(|mut c| {
+                        c.command(&[b"KEYS".as_slice(), b"{edgelock:late-*}".as_slice()])
+                    })
+                })
                 .map(|r| match r {
                     Ok(edgelock_devtools::RespValue::Array(v)) => v.len(),
                     _ => usize::MAX,
@@ -102,7 +160,12 @@ struct Tally {
     errors: Vec<String>,
 }
 
-fn report(id: &str, backend: &str, trials: usize, target: impl Fn() -> Result<Target, String>) -> ScenarioReport {
+fn report(
+    id: &str,
+    backend: &str,
+    trials: usize,
+    target: impl Fn() -> Result<Target, String>,
+) -> ScenarioReport {
     let mut r = ScenarioReport::new(id, TITLE, backend, &format!("the first holder's traffic delayed {DELAY_MS} ms (TTL {TTL_MS} ms) while it releases; the next holder is direct"));
     let mut t = Tally::default();
     for i in 0..trials {
@@ -113,30 +176,95 @@ fn report(id: &str, backend: &str, trials: usize, target: impl Fn() -> Result<Ta
     }
     let of = |n: usize| format!("{n} of {}", t.trials);
     r.figure("trials", t.trials);
-    r.figure("next holder's key intact after the late release", of(t.next_key_survived));
-    r.figure("late release answered", format!("not held in {}", of(t.late_release_said_not_held)));
-    r.figure("late holder's write after its release refused", of(t.late_write_refused));
-    let margins: Vec<String> = t.release_after_grant_ms.iter().map(|m| format!("{m:.0}")).collect();
-    r.figure("late release reached the server after the next grant by (ms)", margins.join(", "));
+    r.figure(
+        "next holder's key intact after the late release",
+        of(t.next_key_survived),
+    );
+    r.figure(
+        "late release answered",
+        format!("not held in {}", of(t.late_release_said_not_held)),
+    );
+    r.figure(
+        "late holder's write after its release refused",
+        of(t.late_write_refused),
+    );
+    let margins: Vec<String> = t
+        .release_after_grant_ms
+        .iter()
+        .map(|m| format!("{m:.0}"))
+        .collect();
+    r.figure(
+        "late release reached the server after the next grant by (ms)",
+        margins.join(", "),
+    );
     r.check(
         "the release really arrived late (after the next grant)",
         !t.release_after_grant_ms.is_empty() && t.release_after_grant_ms.iter().all(|m| *m > 0.0),
         margins.join(", "),
     );
-    r.check("every trial ran", t.errors.is_empty() && t.trials == trials, if t.errors.is_empty() { "ok".to_string() } else { t.errors.join("; ") });
-    r.check("the late release never deletes the next holder's key", t.trials > 0 && t.next_key_survived == t.trials, of(t.next_key_survived));
-    r.check("the late release does not report the lock as held", t.late_release_said_not_held == t.trials, of(t.late_release_said_not_held));
-    r.check("the next holder keeps its lock (not lost, release confirmed)", t.next_lost == 0 && t.next_release_confirmed == t.trials, format!("lost {}, release confirmed {}", t.next_lost, of(t.next_release_confirmed)));
-    r.check("0 stale writes accepted (late holder refused, next holder accepted)", t.late_write_refused == t.trials && t.next_write_after_accepted == t.trials, format!("refused {}, next accepted {}", of(t.late_write_refused), of(t.next_write_after_accepted)));
+    r.check(
+        "every trial ran",
+        t.errors.is_empty() && t.trials == trials,
+        if t.errors.is_empty() {
+            "ok".to_string()
+        } else {
+            t.errors.join("; ")
+        },
+    );
+    r.check(
+        "the late release never deletes the next holder's key",
+        t.trials > 0 && t.next_key_survived == t.trials,
+        of(t.next_key_survived),
+    );
+    r.check(
+        "the late release does not report the lock as held",
+        t.late_release_said_not_held == t.trials,
+        of(t.late_release_said_not_held),
+    );
+    r.check(
+        "the next holder keeps its lock (not lost, release confirmed)",
+        t.next_lost == 0 && t.next_release_confirmed == t.trials,
+        format!(
+            "lost {}, release confirmed {}",
+            t.next_lost,
+            of(t.next_release_confirmed)
+        ),
+    );
+    r.check(
+        "0 stale writes accepted (late holder refused, next holder accepted)",
+        t.late_write_refused == t.trials && t.next_write_after_accepted == t.trials,
+        format!(
+            "refused {}, next accepted {}",
+            of(t.late_write_refused),
+            of(t.next_write_after_accepted)
+        ),
+    );
     r
 }
 
 fn one_trial(tg: &Target, name: &str, t: &mut Tally) -> Result<(), String> {
     let fenced = FencedResource::start().map_err(|e| e.to_string())?;
     let res = ResourceClient::new(&fenced.url());
-    let first = tg.late.acquire_with(name, AcquireOptions { wait: Wait::Try, ttl_ms: None }, None).map_err(|e| e.to_string())?.ok_or("first acquire: not acquired")?;
+    let first = tg
+        .late
+        .acquire_with(
+            name,
+            AcquireOptions {
+                wait: Wait::Try,
+                ttl_ms: None,
+            },
+            None,
+        )
+        .map_err(|e| e.to_string())?
+        .ok_or("first acquire: not acquired")?;
     let first_token = first.fencing_token();
-    if res.write(name, "late", first_token, &ResourceClient::next_write_id("late")) != crate::history::Outcome::Ok {
+    if res.write(
+        name,
+        "late",
+        first_token,
+        &ResourceClient::next_write_id("late"),
+    ) != crate::history::Outcome::Ok
+    {
         return Err("the first holder's write was refused".into());
     }
     tg.proxy.set(Fault::Delay(Duration::from_millis(DELAY_MS)));
@@ -146,14 +274,29 @@ fn one_trial(tg: &Target, name: &str, t: &mut Tally) -> Result<(), String> {
     });
     let next = tg
         .next
-        .acquire_with(name, AcquireOptions { wait: Wait::For(4 * TTL_MS + DELAY_MS), ttl_ms: None }, None)
+        .acquire_with(
+            name,
+            AcquireOptions {
+                wait: Wait::For(4 * TTL_MS + DELAY_MS),
+                ttl_ms: None,
+            },
+            None,
+        )
         .map_err(|e| format!("next acquire: {e}"))?
         .ok_or("next acquire: not acquired")?;
     let granted_at = now_ms();
     let next_token = next.fencing_token();
-    let _ = res.write(name, "next", next_token, &ResourceClient::next_write_id("next"));
-    let (late_answer, answered_at) = releasing.join().map_err(|_| "release thread panicked".to_string())?;
-    t.release_after_grant_ms.push(answered_at - DELAY_MS as f64 - granted_at);
+    let _ = res.write(
+        name,
+        "next",
+        next_token,
+        &ResourceClient::next_write_id("next"),
+    );
+    let (late_answer, answered_at) = releasing
+        .join()
+        .map_err(|_| "release thread panicked".to_string())?;
+    t.release_after_grant_ms
+        .push(answered_at - DELAY_MS as f64 - granted_at);
     tg.proxy.set(Fault::Pass);
     // The late release has reached the server (its answer came back through
     // the same delay); give the server a beat, then look.
@@ -164,10 +307,22 @@ fn one_trial(tg: &Target, name: &str, t: &mut Tally) -> Result<(), String> {
     if !matches!(late_answer, Ok(true)) {
         t.late_release_said_not_held += 1;
     }
-    if res.write(name, "late", first_token, &ResourceClient::next_write_id("late")) == crate::history::Outcome::Fail("STALE".into()) {
+    if res.write(
+        name,
+        "late",
+        first_token,
+        &ResourceClient::next_write_id("late"),
+    ) == crate::history::Outcome::Fail("STALE".into())
+    {
         t.late_write_refused += 1;
     }
-    if res.write(name, "next", next_token, &ResourceClient::next_write_id("next")) == crate::history::Outcome::Ok {
+    if res.write(
+        name,
+        "next",
+        next_token,
+        &ResourceClient::next_write_id("next"),
+    ) == crate::history::Outcome::Ok
+    {
         t.next_write_after_accepted += 1;
     }
     if next.is_lost() {

@@ -45,7 +45,9 @@ pub const SENTINEL: &str = "SENTINEL-7f3a9c21e4b8d605";
 /// whether a 12-character piece of it is there (a cut-off secret).
 pub fn leak_count(text: &str) -> (usize, usize) {
     let full = text.matches(SENTINEL).count();
-    let piece = full == 0 && (0..=SENTINEL.len() - 12).any(|i| SENTINEL.get(i..i + 12).is_some_and(|w| text.contains(w)));
+    let piece = full == 0
+        && (0..=SENTINEL.len() - 12)
+            .any(|i| SENTINEL.get(i..i + 12).is_some_and(|w| text.contains(w)));
     (full, usize::from(piece))
 }
 
@@ -61,7 +63,12 @@ fn fuzz_report(mode: &Mode) -> (ScenarioReport, Vec<(fuzz::Codec, fuzz::Stats)>)
     let started = Instant::now();
     let results = fuzz::run_all(per_codec, cap, 2);
     let took = started.elapsed();
-    let mut r = ScenarioReport::new("9a", TITLE, "all codecs (sans-IO machines)", "mutated / misdelivered backend replies");
+    let mut r = ScenarioReport::new(
+        "9a",
+        TITLE,
+        "all codecs (sans-IO machines)",
+        "mutated / misdelivered backend replies",
+    );
     let mut total = fuzz::Stats::default();
     for (codec, st) in &results {
         r.figure(&format!("hostile replies: {}", codec.label()), st.hostile);
@@ -74,15 +81,36 @@ fn fuzz_report(mode: &Mode) -> (ScenarioReport, Vec<(fuzz::Codec, fuzz::Stats)>)
     r.figure("sessions/s", rate(total.sessions, took));
     r.figure("panics", total.panics);
     r.figure("direct decoder calls", total.direct_calls);
-    r.figure("subscriptions answered / with a hostile push stream", format!("{} / {}", total.subscriptions, total.hostile_push_streams));
-    r.figure("acquired / released / lost / failed events", format!("{} / {} / {} / {}", total.acquired, total.released, total.lost, total.failed));
-    r.check("no panic on any hostile reply", total.panics == 0, if total.samples.is_empty() { "0 panics".to_string() } else { total.samples.join(" | ") });
+    r.figure(
+        "subscriptions answered / with a hostile push stream",
+        format!("{} / {}", total.subscriptions, total.hostile_push_streams),
+    );
+    r.figure(
+        "acquired / released / lost / failed events",
+        format!(
+            "{} / {} / {} / {}",
+            total.acquired, total.released, total.lost, total.failed
+        ),
+    );
+    r.check(
+        "no panic on any hostile reply",
+        total.panics == 0,
+        if total.samples.is_empty() {
+            "0 panics".to_string()
+        } else {
+            total.samples.join(" | ")
+        },
+    );
     r.check(
         &format!("at least {target_total} hostile replies fed"),
         total.hostile >= target_total,
         format!("{} in {:.1} s", total.hostile, took.as_secs_f64()),
     );
-    r.check("every request goes to a configured endpoint", total.foreign_urls == 0, format!("{} requests elsewhere", total.foreign_urls));
+    r.check(
+        "every request goes to a configured endpoint",
+        total.foreign_urls == 0,
+        format!("{} requests elsewhere", total.foreign_urls),
+    );
     r.note(
         "Each session builds a machine with a seeded entropy source, acquires (Try / timed / forever, sometimes against a \
          foreign holder so that it waits and watches), answers requests from a small valid model of the backend and replaces \
@@ -108,27 +136,80 @@ fn names_report() -> ScenarioReport {
     let t = Instant::now();
     let res = names::run();
     let (machine_calls, machine_requests, machine_wrong) = names::invalid_on_machines();
-    let mut r = ScenarioReport::new("9b", TITLE, "etcd, redis (webdis), redis (upstash)", "adversarial lock names");
+    let mut r = ScenarioReport::new(
+        "9b",
+        TITLE,
+        "etcd, redis (webdis), redis (upstash)",
+        "adversarial lock names",
+    );
     r.figure("names tried", res.names_tried);
-    r.figure("acquired / released", format!("{} / {}", res.acquired, res.released));
+    r.figure(
+        "acquired / released",
+        format!("{} / {}", res.acquired, res.released),
+    );
     r.figure("seeded unrelated keys", res.seeded);
     r.figure("other keys touched", res.touched.len());
     r.figure("keys left behind", res.left_behind.len());
-    r.figure("invalid-name calls (machines / clients)", format!("{machine_calls} / {}", res.invalid_client_calls));
-    r.figure("requests caused by invalid names (machines / gateway)", format!("{machine_requests} / {}", res.gateway_requests_for_invalid));
-    r.check("the harness ran (servers, seeding, disjoint seeds)", res.harness.is_empty(), res.harness.join("; "));
-    r.check("0 other keys touched", res.touched.is_empty() && res.seeded > 0, if res.touched.is_empty() { format!("{} seeded keys unchanged", res.seeded) } else { res.touched.join("; ") });
-    r.check("no keys left behind", res.left_behind.is_empty(), res.left_behind.join("; "));
-    let all = res.names_tried > 0 && res.acquired == res.names_tried && res.released == res.acquired;
-    let mut why: Vec<String> = res.collisions.iter().map(|c| format!("collision {c}")).collect();
+    r.figure(
+        "invalid-name calls (machines / clients)",
+        format!("{machine_calls} / {}", res.invalid_client_calls),
+    );
+    r.figure(
+        "requests caused by invalid names (machines / gateway)",
+        format!("{machine_requests} / {}", res.gateway_requests_for_invalid),
+    );
+    r.check(
+        "the harness ran (servers, seeding, disjoint seeds)",
+        res.harness.is_empty(),
+        res.harness.join("; "),
+    );
+    r.check(
+        "0 other keys touched",
+        res.touched.is_empty() && res.seeded > 0,
+        if res.touched.is_empty() {
+            format!("{} seeded keys unchanged", res.seeded)
+        } else {
+            res.touched.join("; ")
+        },
+    );
+    r.check(
+        "no keys left behind",
+        res.left_behind.is_empty(),
+        res.left_behind.join("; "),
+    );
+    let all =
+        res.names_tried > 0 && res.acquired == res.names_tried && res.released == res.acquired;
+    let mut why: Vec<String> = res
+        .collisions
+        .iter()
+        .map(|c| format!("collision {c}"))
+        .collect();
     why.extend(res.errors.iter().cloned());
-    r.check("every adversarial name acquired (all held at once) and released", all && why.is_empty(), if why.is_empty() { format!("{} of {}", res.released, res.names_tried) } else { why.join("; ") });
+    r.check(
+        "every adversarial name acquired (all held at once) and released",
+        all && why.is_empty(),
+        if why.is_empty() {
+            format!("{} of {}", res.released, res.names_tried)
+        } else {
+            why.join("; ")
+        },
+    );
     let mut wrong = machine_wrong;
     wrong.extend(res.invalid_client_wrong.iter().cloned());
     r.check(
         "invalid names rejected with INVALID_ARGUMENT and 0 requests",
-        wrong.is_empty() && machine_requests == 0 && res.gateway_requests_for_invalid == 0 && machine_calls > 0,
-        if wrong.is_empty() { format!("{machine_calls} machine calls, {} client calls", res.invalid_client_calls) } else { wrong.join("; ") },
+        wrong.is_empty()
+            && machine_requests == 0
+            && res.gateway_requests_for_invalid == 0
+            && machine_calls > 0,
+        if wrong.is_empty() {
+            format!(
+                "{machine_calls} machine calls, {} client calls",
+                res.invalid_client_calls
+            )
+        } else {
+            wrong.join("; ")
+        },
     );
     r.duration = t.elapsed();
     r
@@ -141,25 +222,65 @@ fn secrets_report(per_codec: &[(fuzz::Codec, fuzz::Stats)]) -> ScenarioReport {
         fuzz.merge(st);
     }
     let res = secrets::run();
-    let mut r = ScenarioReport::new("9c", TITLE, "etcd, redis (upstash), redlock (3× upstash)", "backends echoing the credential");
+    let mut r = ScenarioReport::new(
+        "9c",
+        TITLE,
+        "etcd, redis (upstash), redlock (3× upstash)",
+        "backends echoing the credential",
+    );
     r.figure("hostile-backend cases", res.subcases);
-    r.figure("error / loss texts checked (sockets / fuzz)", format!("{} / {}", res.texts, fuzz.error_texts));
-    r.figure("sentinel occurrences (sockets / fuzz)", format!("{} / {}", res.hits, fuzz.sentinel_hits));
-    r.figure("texts with a 12-char piece of it (sockets / fuzz)", format!("{} / {}", res.fragments, fuzz.sentinel_fragments));
+    r.figure(
+        "error / loss texts checked (sockets / fuzz)",
+        format!("{} / {}", res.texts, fuzz.error_texts),
+    );
+    r.figure(
+        "sentinel occurrences (sockets / fuzz)",
+        format!("{} / {}", res.hits, fuzz.sentinel_hits),
+    );
+    r.figure(
+        "texts with a 12-char piece of it (sockets / fuzz)",
+        format!("{} / {}", res.fragments, fuzz.sentinel_fragments),
+    );
     for (codec, st) in per_codec {
-        r.figure(&format!("fuzz: texts with the sentinel, {}", codec.label()), format!("{} of {}", st.sentinel_hits, st.error_texts));
+        r.figure(
+            &format!("fuzz: texts with the sentinel, {}", codec.label()),
+            format!("{} of {}", st.sentinel_hits, st.error_texts),
+        );
     }
-    r.figure("leaking hostile-backend cases", if res.leaking.is_empty() { "none".to_string() } else { res.leaking.join(", ") });
-    r.check("the harness ran", res.harness.is_empty() && res.texts > 0, res.harness.join("; "));
+    r.figure(
+        "leaking hostile-backend cases",
+        if res.leaking.is_empty() {
+            "none".to_string()
+        } else {
+            res.leaking.join(", ")
+        },
+    );
+    r.check(
+        "the harness ran",
+        res.harness.is_empty() && res.texts > 0,
+        res.harness.join("; "),
+    );
     let mut samples = res.samples.clone();
     // One fuzz sample per codec.
-    samples.extend(per_codec.iter().filter_map(|(c, st)| st.leak_samples.first().map(|s| format!("fuzz {c:?}: {s}"))));
+    samples.extend(
+        per_codec
+            .iter()
+            .filter_map(|(c, st)| st.leak_samples.first().map(|s| format!("fuzz {c:?}: {s}"))),
+    );
     r.check(
         "the sentinel appears 0 times in any LockError / LostReason text",
         res.hits == 0 && fuzz.sentinel_hits == 0,
-        if samples.is_empty() { "0 occurrences".to_string() } else { samples.join(" | ") },
+        if samples.is_empty() {
+            "0 occurrences".to_string()
+        } else {
+            samples.join(" | ")
+        },
     );
-    r.check("no piece (12 chars) of the sentinel either", res.fragments == 0 && fuzz.sentinel_fragments == 0, format!("{} texts", res.fragments as u64 + fuzz.sentinel_fragments));
+    r.check(
+        "no piece (12 chars) of the sentinel either",
+        res.fragments == 0 && fuzz.sentinel_fragments == 0,
+        format!("{} texts", res.fragments as u64 + fuzz.sentinel_fragments),
+    );
     r.note(
         "Modes: 401 with the raw request echoed, 500 JSON error with it, a 200 cut off inside a string holding it, error \
          objects carrying it (200 and 400), reply values replaced by it, a header line and a status line made of the \
@@ -175,13 +296,42 @@ fn tokens_report(mode: &Mode) -> ScenarioReport {
     let t = Instant::now();
     let n = mode.pick(100_000, 1_000_000);
     let res = tokens::run(n, mode.pick(2_000, 20_000));
-    let mut r = ScenarioReport::new("9d", TITLE, "Redis/Redlock owner tokens, etcd nonces", "OS CSPRNG (OsEntropy)");
-    r.figure("Redis owner tokens (from machines)", format!("{} ({})", res.redis_tokens, res.redis_from_machine));
-    r.figure("etcd nonces (from machines)", format!("{} ({})", res.etcd_nonces, res.etcd_from_machine));
-    r.figure("duplicates (Redis / etcd)", format!("{} / {}", res.redis_duplicates, res.etcd_duplicates));
-    r.check("the harness ran (machines yield tokens of the expected format)", res.harness.is_empty() && res.malformed == 0 && res.redis_from_machine > 0 && res.etcd_from_machine > 0, format!("{} malformed; {}", res.malformed, res.harness.join("; ")));
-    r.check(&format!("{n} Redis owner tokens without a duplicate"), res.redis_tokens >= n && res.redis_duplicates == 0, format!("{} duplicates", res.redis_duplicates));
-    r.check(&format!("{n} etcd acquire nonces without a duplicate"), res.etcd_nonces >= n && res.etcd_duplicates == 0, format!("{} duplicates", res.etcd_duplicates));
+    let mut r = ScenarioReport::new(
+        "9d",
+        TITLE,
+        "Redis/Redlock owner tokens, etcd nonces",
+        "OS CSPRNG (OsEntropy)",
+    );
+    r.figure(
+        "Redis owner tokens (from machines)",
+        format!("{} ({})", res.redis_tokens, res.redis_from_machine),
+    );
+    r.figure(
+        "etcd nonces (from machines)",
+        format!("{} ({})", res.etcd_nonces, res.etcd_from_machine),
+    );
+    r.figure(
+        "duplicates (Redis / etcd)",
+        format!("{} / {}", res.redis_duplicates, res.etcd_duplicates),
+    );
+    r.check(
+        "the harness ran (machines yield tokens of the expected format)",
+        res.harness.is_empty()
+            && res.malformed == 0
+            && res.redis_from_machine > 0
+            && res.etcd_from_machine > 0,
+        format!("{} malformed; {}", res.malformed, res.harness.join("; ")),
+    );
+    r.check(
+        &format!("{n} Redis owner tokens without a duplicate"),
+        res.redis_tokens >= n && res.redis_duplicates == 0,
+        format!("{} duplicates", res.redis_duplicates),
+    );
+    r.check(
+        &format!("{n} etcd acquire nonces without a duplicate"),
+        res.etcd_nonces >= n && res.etcd_duplicates == 0,
+        format!("{} duplicates", res.etcd_duplicates),
+    );
     r.duration = t.elapsed();
     r
 }
@@ -191,22 +341,64 @@ fn push_report(mode: &Mode) -> ScenarioReport {
     let wait_target: u64 = mode.pick(800, 8_000);
     let cap = mode.pick(Duration::from_secs(20), Duration::from_secs(120));
     let st = push::run(cap, 2, decoder_target, wait_target);
-    let mut r = ScenarioReport::new("9e", TITLE, "redis (upstash SSE, webdis JSON), redlock", "hostile push wake-up streams");
-    r.figure("decoder cases (streams through SseSplitter + both PushDecoders)", st.decoder_cases);
-    r.figure("chunks / bytes fed", format!("{} / {}", st.decoder_chunks, st.decoder_bytes));
-    r.figure("over-long lines refused (> MAX_LINE_BYTES)", st.long_lines_refused);
-    r.figure("over-large JSON objects refused (> MAX_MESSAGE_BYTES)", st.huge_objects_refused);
+    let mut r = ScenarioReport::new(
+        "9e",
+        TITLE,
+        "redis (upstash SSE, webdis JSON), redlock",
+        "hostile push wake-up streams",
+    );
+    r.figure(
+        "decoder cases (streams through SseSplitter + both PushDecoders)",
+        st.decoder_cases,
+    );
+    r.figure(
+        "chunks / bytes fed",
+        format!("{} / {}", st.decoder_chunks, st.decoder_bytes),
+    );
+    r.figure(
+        "over-long lines refused (> MAX_LINE_BYTES)",
+        st.long_lines_refused,
+    );
+    r.figure(
+        "over-large JSON objects refused (> MAX_MESSAGE_BYTES)",
+        st.huge_objects_refused,
+    );
     r.figure("frames decoded (forged ones included)", st.frames);
     r.figure("waiting acquires against hostile streams", st.wait_sessions);
-    r.figure("subscriptions answered / stream inputs fed", format!("{} / {}", st.streams_answered, st.stream_inputs));
+    r.figure(
+        "subscriptions answered / stream inputs fed",
+        format!("{} / {}", st.streams_answered, st.stream_inputs),
+    );
     r.figure("script requests sent by the waiters", st.attempts);
     r.figure("latest end past the wait (ms)", st.max_end_past_wait);
     r.figure("waits past their bound / never ended", st.overruns);
-    r.figure("attempts started after the deadline (sessions)", format!("{} ({})", st.late_attempts, st.late_sessions));
+    r.figure(
+        "attempts started after the deadline (sessions)",
+        format!("{} ({})", st.late_attempts, st.late_sessions),
+    );
     r.figure("panics", st.panics);
-    r.figure("decoder cases/s, waiting sessions/s (per thread)", format!("{} / {}", rate(st.decoder_cases, st.decoder_time), rate(st.wait_sessions, st.wait_time)));
-    let samples = if st.samples.is_empty() { "none".to_string() } else { st.samples.join(" | ") };
-    r.check("no panic on any hostile push stream", st.panics == 0, if st.panics == 0 { "0 panics".to_string() } else { samples.clone() });
+    r.figure(
+        "decoder cases/s, waiting sessions/s (per thread)",
+        format!(
+            "{} / {}",
+            rate(st.decoder_cases, st.decoder_time),
+            rate(st.wait_sessions, st.wait_time)
+        ),
+    );
+    let samples = if st.samples.is_empty() {
+        "none".to_string()
+    } else {
+        st.samples.join(" | ")
+    };
+    r.check(
+        "no panic on any hostile push stream",
+        st.panics == 0,
+        if st.panics == 0 {
+            "0 panics".to_string()
+        } else {
+            samples.clone()
+        },
+    );
     r.check(
         "decoders keep their bounds (a line over MAX_LINE_BYTES refused as it grows past it, never below) and decode valid streams the same however cut",
         st.violations == st.overruns + st.wrongly_acquired && st.long_lines_refused > 0,
@@ -235,11 +427,20 @@ fn push_report(mode: &Mode) -> ScenarioReport {
             st.samples.iter().filter(|s| s.contains("after the For(")).take(2).map(|s| format!("; {s}")).collect::<String>()
         ),
     );
-    r.check("the sentinel appears in no error text", st.sentinel_hits == 0, format!("{} texts checked", st.error_texts));
+    r.check(
+        "the sentinel appears in no error text",
+        st.sentinel_hits == 0,
+        format!("{} texts checked", st.error_texts),
+    );
     r.check(
         &format!("at least {decoder_target} decoder cases and {wait_target} waiting sessions"),
         st.decoder_cases >= decoder_target && st.wait_sessions >= wait_target,
-        format!("{} and {} in {:.1} s", st.decoder_cases, st.wait_sessions, st.elapsed.as_secs_f64()),
+        format!(
+            "{} and {} in {:.1} s",
+            st.decoder_cases,
+            st.wait_sessions,
+            st.elapsed.as_secs_f64()
+        ),
     );
     r.note(
         "Hostile frames: lines just over and far over MAX_LINE_BYTES, an unclosed JSON string (sometimes past 4 MiB), invalid \

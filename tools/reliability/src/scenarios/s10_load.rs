@@ -42,22 +42,60 @@ pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
     let mut out = Vec::new();
     match EtcdServer::start() {
         Ok(etcd) => {
-            let spec = BackendSpec::Etcd { endpoints: vec![etcd.url()], ttl_ms: TTL_MS, request_timeout_ms: 5_000 };
+            let spec = BackendSpec::Etcd {
+                endpoints: vec![etcd.url()],
+                ttl_ms: TTL_MS,
+                request_timeout_ms: 5_000,
+            };
             let url = etcd.url();
-            let keys = || etcd_keys(&url, "edgelock/").map(|k| k.len()).unwrap_or(usize::MAX);
+            let keys = || {
+                etcd_keys(&url, "edgelock/")
+                    .map(|k| k.len())
+                    .unwrap_or(usize::MAX)
+            };
             out.push(load_report("10a", "etcd", &spec, secs, Kind::Lock, &keys));
-            out.push(load_report("10f", "etcd", &spec, secs, Kind::Permits(PERMITS), &keys));
-            out.push(load_report("10i", "etcd", &spec, secs, Kind::ReadWrite, &keys));
+            out.push(load_report(
+                "10f",
+                "etcd",
+                &spec,
+                secs,
+                Kind::Permits(PERMITS),
+                &keys,
+            ));
+            out.push(load_report(
+                "10i",
+                "etcd",
+                &spec,
+                secs,
+                Kind::ReadWrite,
+                &keys,
+            ));
         }
-        Err(e) => out.push(ScenarioReport::failed_to_run("10a", TITLE, "etcd", &e.to_string())),
+        Err(e) => out.push(ScenarioReport::failed_to_run(
+            "10a",
+            TITLE,
+            "etcd",
+            &e.to_string(),
+        )),
     }
     if !mode.redis() {
         return out;
     }
     match RedisNodes::start(5, false) {
         Ok(nodes) => {
-            let keys = || nodes.lock_keys_left().iter().map(|k| k.unwrap_or(usize::MAX)).sum();
-            let webdis = BackendSpec::Redis { node: nodes.webdis_specs()[0].clone(), token: None, ttl_ms: TTL_MS, request_timeout_ms: 5_000 };
+            let keys = || {
+                nodes
+                    .lock_keys_left()
+                    .iter()
+                    .map(|k| k.unwrap_or(usize::MAX))
+                    .sum()
+            };
+            let webdis = BackendSpec::Redis {
+                node: nodes.webdis_specs()[0].clone(),
+                token: None,
+                ttl_ms: TTL_MS,
+                request_timeout_ms: 5_000,
+            };
             // KNOWN (webdis 0.1.9, not edgelock): with push wake-up, 64
             // clients that keep opening and closing subscription streams get
             // pub/sub chunks written into *other* connections (a response
@@ -67,18 +105,76 @@ pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
             // acquisitions over 60 s; 0 stale writes). 10b therefore measures
             // polling waiters on webdis; 10c measures push on the gateway.
             std::env::set_var("RELIABILITY_REDIS_MAX_SUBSCRIPTIONS", "0");
-            out.push(load_report("10b", "redis (webdis, polling waiters)", &webdis, secs, Kind::Lock, &keys));
+            out.push(load_report(
+                "10b",
+                "redis (webdis, polling waiters)",
+                &webdis,
+                secs,
+                Kind::Lock,
+                &keys,
+            ));
             std::env::remove_var("RELIABILITY_REDIS_MAX_SUBSCRIPTIONS");
-            let upstash = BackendSpec::Redis { node: nodes.upstash_specs()[0].clone(), token: Some(UPSTASH_TOKEN.into()), ttl_ms: TTL_MS, request_timeout_ms: 5_000 };
-            out.push(load_report("10c", "redis (Upstash REST)", &upstash, secs, Kind::Lock, &keys));
-            out.push(load_report("10g", "redis (Upstash REST)", &upstash, secs, Kind::Permits(PERMITS), &keys));
-            out.push(load_report("10j", "redis (Upstash REST)", &upstash, secs, Kind::ReadWrite, &keys));
-            let redlock = BackendSpec::Redlock { nodes: nodes.webdis_specs(), token: None, ttl_ms: TTL_MS, request_timeout_ms: 2_000, folded: false };
-            out.push(load_report("10d", "redlock (5 × webdis)", &redlock, secs, Kind::Lock, &keys));
-            out.push(load_report("10h", "redlock (5 × webdis)", &redlock, secs, Kind::Permits(PERMITS), &keys));
+            let upstash = BackendSpec::Redis {
+                node: nodes.upstash_specs()[0].clone(),
+                token: Some(UPSTASH_TOKEN.into()),
+                ttl_ms: TTL_MS,
+                request_timeout_ms: 5_000,
+            };
+            out.push(load_report(
+                "10c",
+                "redis (Upstash REST)",
+                &upstash,
+                secs,
+                Kind::Lock,
+                &keys,
+            ));
+            out.push(load_report(
+                "10g",
+                "redis (Upstash REST)",
+                &upstash,
+                secs,
+                Kind::Permits(PERMITS),
+                &keys,
+            ));
+            out.push(load_report(
+                "10j",
+                "redis (Upstash REST)",
+                &upstash,
+                secs,
+                Kind::ReadWrite,
+                &keys,
+            ));
+            let redlock = BackendSpec::Redlock {
+                nodes: nodes.webdis_specs(),
+                token: None,
+                ttl_ms: TTL_MS,
+                request_timeout_ms: 2_000,
+                folded: false,
+            };
+            out.push(load_report(
+                "10d",
+                "redlock (5 × webdis)",
+                &redlock,
+                secs,
+                Kind::Lock,
+                &keys,
+            ));
+            out.push(load_report(
+                "10h",
+                "redlock (5 × webdis)",
+                &redlock,
+                secs,
+                Kind::Permits(PERMITS),
+                &keys,
+            ));
             out.push(memory_report("10e", "redis (webdis)", &webdis, cycles));
         }
-        Err(e) => out.push(ScenarioReport::failed_to_run("10b", TITLE, "redis", &e.to_string())),
+        Err(e) => out.push(ScenarioReport::failed_to_run(
+            "10b",
+            TITLE,
+            "redis",
+            &e.to_string(),
+        )),
     }
     out
 }
@@ -101,7 +197,14 @@ enum Kind {
     ReadWrite,
 }
 
-fn load_report(id: &str, backend: &str, spec: &BackendSpec, secs: u64, kind: Kind, keys_left: &dyn Fn() -> usize) -> ScenarioReport {
+fn load_report(
+    id: &str,
+    backend: &str,
+    spec: &BackendSpec,
+    secs: u64,
+    kind: Kind,
+    keys_left: &dyn Fn() -> usize,
+) -> ScenarioReport {
     let n = LOCKS * PER_LOCK;
     let limit = match kind {
         Kind::Permits(l) => Some(l),
@@ -112,15 +215,28 @@ fn load_report(id: &str, backend: &str, spec: &BackendSpec, secs: u64, kind: Kin
         Kind::ReadWrite => (TITLE_RW, "read-write locks (half readers)".to_string()),
         Kind::Lock => (TITLE, "locks".to_string()),
     };
-    let mut r = ScenarioReport::new(id, title, backend, &format!("none: {n} clients ({LOCKS} {what} × {PER_LOCK}) for {secs} s"));
+    let mut r = ScenarioReport::new(
+        id,
+        title,
+        backend,
+        &format!("none: {n} clients ({LOCKS} {what} × {PER_LOCK}) for {secs} s"),
+    );
     let fenced = match FencedResource::start() {
         Ok(f) => f,
         Err(e) => return ScenarioReport::failed_to_run(id, TITLE, backend, &e.to_string()),
     };
     let resource = ResourceClient::new(&fenced.url());
     let history = History::new();
-    let tpl = ContenderCfg { hold_ms: 5, writes_per_hold: 1, wait_ms: 10_000, limit, ..ContenderCfg::new("", "") };
-    let mut cfgs: Vec<ContenderCfg> = (0..LOCKS).flat_map(|l| contenders(&format!("c{l}."), PER_LOCK, &format!("load-{l}"), &tpl)).collect();
+    let tpl = ContenderCfg {
+        hold_ms: 5,
+        writes_per_hold: 1,
+        wait_ms: 10_000,
+        limit,
+        ..ContenderCfg::new("", "")
+    };
+    let mut cfgs: Vec<ContenderCfg> = (0..LOCKS)
+        .flat_map(|l| contenders(&format!("c{l}."), PER_LOCK, &format!("load-{l}"), &tpl))
+        .collect();
     if kind == Kind::ReadWrite {
         for (i, c) in cfgs.iter_mut().enumerate() {
             c.shared = i % 2 == 1;
@@ -136,14 +252,43 @@ fn load_report(id: &str, backend: &str, spec: &BackendSpec, secs: u64, kind: Kin
     let left = keys_left();
     let ops = history.ops();
     let v = check(&ops, &fenced.log(None));
-    let mut lat: Vec<f64> = ops.iter().filter(|o| o.kind == OpKind::Acquire && o.is_ok()).map(|o| o.end - o.start).collect();
+    let mut lat: Vec<f64> = ops
+        .iter()
+        .filter(|o| o.kind == OpKind::Acquire && o.is_ok())
+        .map(|o| o.end - o.start)
+        .collect();
     lat.sort_by(f64::total_cmp);
-    r.figure("acquisitions", format!("{} ({:.0}/s)", v.acquisitions, v.acquisitions as f64 / elapsed));
-    r.figure("acquire latency p50 / p99 (ms)", format!("{:.1} / {:.1}", percentile(&lat, 0.5), percentile(&lat, 0.99)));
+    r.figure(
+        "acquisitions",
+        format!(
+            "{} ({:.0}/s)",
+            v.acquisitions,
+            v.acquisitions as f64 / elapsed
+        ),
+    );
+    r.figure(
+        "acquire latency p50 / p99 (ms)",
+        format!(
+            "{:.1} / {:.1}",
+            percentile(&lat, 0.5),
+            percentile(&lat, 0.99)
+        ),
+    );
     r.figure("writes accepted", v.writes_accepted);
     r.figure("errors", v.errors_text());
-    r.check("0 stale writes accepted", v.stale_accepted == 0, format!("{} accepted, {} rejected", v.stale_accepted, v.stale_rejected));
-    r.check("fencing tokens follow grant order (0 inversions)", v.token_inversions == 0, v.token_inversions);
+    r.check(
+        "0 stale writes accepted",
+        v.stale_accepted == 0,
+        format!(
+            "{} accepted, {} rejected",
+            v.stale_accepted, v.stale_rejected
+        ),
+    );
+    r.check(
+        "fencing tokens follow grant order (0 inversions)",
+        v.token_inversions == 0,
+        v.token_inversions,
+    );
     let overlaps = match kind {
         Kind::Permits(_) => "0 overlapping holds of one slot (no faults injected)",
         Kind::ReadWrite => "0 writers beside another holder (no faults injected)",
@@ -153,19 +298,47 @@ fn load_report(id: &str, backend: &str, spec: &BackendSpec, secs: u64, kind: Kin
     if kind == Kind::ReadWrite {
         let most = v.max_holders_of_any();
         r.figure("most concurrent holders of one read-write lock", most);
-        r.check("readers shared a lock (more than one holder at once)", most > 1, most);
+        r.check(
+            "readers shared a lock (more than one holder at once)",
+            most > 1,
+            most,
+        );
     }
     if let Some(l) = limit {
         let most = v.max_holders_of_any();
         r.figure("most concurrent holders of one semaphore", most);
-        r.check(&format!("never more than {l} holders of a semaphore at once"), most <= l as usize, most);
-        r.check(&format!("{l} permits held at once (the semaphore is used)"), most == l as usize, most);
+        r.check(
+            &format!("never more than {l} holders of a semaphore at once"),
+            most <= l as usize,
+            most,
+        );
+        r.check(
+            &format!("{l} permits held at once (the semaphore is used)"),
+            most == l as usize,
+            most,
+        );
     }
-    r.check("0 errors other than wait timeouts", v.unexpected_errors(EXPECTED) == 0, v.errors_text());
+    r.check(
+        "0 errors other than wait timeouts",
+        v.unexpected_errors(EXPECTED) == 0,
+        v.errors_text(),
+    );
     r.check("0 locks lost", v.lost_signals == 0, v.lost_signals);
-    r.check("0 acknowledged writes lost", v.acked_lost == 0, v.acked_lost);
-    r.check("work was done", v.acquisitions > n, format!("{} acquisitions", v.acquisitions));
-    r.check("0 lock keys left after all clients closed", left == 0, format!("{left} left"));
+    r.check(
+        "0 acknowledged writes lost",
+        v.acked_lost == 0,
+        v.acked_lost,
+    );
+    r.check(
+        "work was done",
+        v.acquisitions > n,
+        format!("{} acquisitions", v.acquisitions),
+    );
+    r.check(
+        "0 lock keys left after all clients closed",
+        left == 0,
+        format!("{left} left"),
+    );
     r
 }
 
@@ -188,7 +361,12 @@ struct Sample {
 fn rss_kb() -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("VmRSS:")).and_then(|l| l.split_whitespace().nth(1)).and_then(|v| v.parse().ok()))
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
         .unwrap_or(0)
 }
 
@@ -217,7 +395,10 @@ pub fn memory_main(spec_json: &str) -> i32 {
             _ => failures += 1,
         }
         if i % spec.sample_every.max(1) == 0 {
-            println!("{}", serde_json::json!({"cycles": i, "rss_kb": rss_kb(), "failures": failures}));
+            println!(
+                "{}",
+                serde_json::json!({"cycles": i, "rss_kb": rss_kb(), "failures": failures})
+            );
         }
     }
     let _ = client.close();
@@ -225,30 +406,89 @@ pub fn memory_main(spec_json: &str) -> i32 {
 }
 
 fn memory_report(id: &str, backend: &str, spec: &BackendSpec, cycles: u64) -> ScenarioReport {
-    let mut r = ScenarioReport::new(id, "long-running client memory", backend, &format!("none: one client, {cycles} acquire/release cycles in its own process"));
+    let mut r = ScenarioReport::new(
+        id,
+        "long-running client memory",
+        backend,
+        &format!("none: one client, {cycles} acquire/release cycles in its own process"),
+    );
     let sample_every = cycles / 20;
-    let json = serde_json::to_string(&MemorySpec { backend: spec.clone(), cycles, sample_every }).unwrap_or_default();
+    let json = serde_json::to_string(&MemorySpec {
+        backend: spec.clone(),
+        cycles,
+        sample_every,
+    })
+    .unwrap_or_default();
     let started = Instant::now();
-    let child = std::env::current_exe().and_then(|exe| Command::new(exe).arg("memory").arg(json).stdin(Stdio::null()).stdout(Stdio::piped()).spawn());
+    let child = std::env::current_exe().and_then(|exe| {
+        Command::new(exe)
+            .arg("memory")
+            .arg(json)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()
+    });
     let mut child = match child {
         Ok(c) => c,
         Err(e) => return ScenarioReport::failed_to_run(id, TITLE, backend, &e.to_string()),
     };
-    let samples: Vec<Sample> = child.stdout.take().map(|o| BufReader::new(o).lines().map_while(Result::ok).filter_map(|l| serde_json::from_str(&l).ok()).collect()).unwrap_or_default();
+    let samples: Vec<Sample> = child
+        .stdout
+        .take()
+        .map(|o| {
+            BufReader::new(o)
+                .lines()
+                .map_while(Result::ok)
+                .filter_map(|l| serde_json::from_str(&l).ok())
+                .collect()
+        })
+        .unwrap_or_default();
     let _ = child.wait();
     let secs = started.elapsed().as_secs_f64();
     let done = samples.last().map_or(0, |s| s.cycles);
     let failures = samples.last().map_or(0, |s| s.failures);
     // The first fifth warms up (allocator arenas, connection pool, thread
     // caches); after that, resident memory must not grow.
-    let warm = samples.iter().find(|s| s.cycles >= cycles / 5).map_or(0, |s| s.rss_kb);
-    let peak_after = samples.iter().filter(|s| s.cycles >= cycles / 5).map(|s| s.rss_kb).max().unwrap_or(0);
+    let warm = samples
+        .iter()
+        .find(|s| s.cycles >= cycles / 5)
+        .map_or(0, |s| s.rss_kb);
+    let peak_after = samples
+        .iter()
+        .filter(|s| s.cycles >= cycles / 5)
+        .map(|s| s.rss_kb)
+        .max()
+        .unwrap_or(0);
     let end = samples.last().map_or(0, |s| s.rss_kb);
     let growth = peak_after.saturating_sub(warm);
-    r.figure("cycles", format!("{done} in {secs:.0} s ({:.0}/s)", done as f64 / secs.max(0.001)));
-    r.figure("RSS after warm-up / peak after / at end (KiB)", format!("{warm} / {peak_after} / {end}"));
-    r.figure("RSS samples (KiB)", samples.iter().map(|s| s.rss_kb.to_string()).collect::<Vec<_>>().join(" "));
-    r.check("every cycle ran and succeeded", done == cycles && failures == 0, format!("{done} cycles, {failures} failed"));
-    r.check("memory flat after warm-up (growth ≤ 1 MiB)", done == cycles && growth <= 1024, format!("+{growth} KiB"));
+    r.figure(
+        "cycles",
+        format!(
+            "{done} in {secs:.0} s ({:.0}/s)",
+            done as f64 / secs.max(0.001)
+        ),
+    );
+    r.figure(
+        "RSS after warm-up / peak after / at end (KiB)",
+        format!("{warm} / {peak_after} / {end}"),
+    );
+    r.figure(
+        "RSS samples (KiB)",
+        samples
+            .iter()
+            .map(|s| s.rss_kb.to_string())
+            .collect::<Vec<_>>()
+            .join(" "),
+    );
+    r.check(
+        "every cycle ran and succeeded",
+        done == cycles && failures == 0,
+        format!("{done} cycles, {failures} failed"),
+    );
+    r.check(
+        "memory flat after warm-up (growth ≤ 1 MiB)",
+        done == cycles && growth <= 1024,
+        format!("+{growth} KiB"),
+    );
     r
 }

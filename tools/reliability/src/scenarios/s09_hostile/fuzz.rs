@@ -15,13 +15,19 @@ use base64::Engine as _;
 use edgelock::core::etcd::{EtcdConfig, EtcdMachine};
 use edgelock::core::json_stream::JsonObjectSplitter;
 use edgelock::core::redis::subscription::PushDecoder;
+use edgelock::core::redis::{
+    scripts, upstash, webdis, RedisConfig, RedisMachine, RedisNode, RedisProtocol, RedlockConfig,
+    RedlockFencing, RedlockMachine,
+};
 use edgelock::core::sse_stream::SseSplitter;
-use edgelock::core::redis::{scripts, upstash, webdis, RedisConfig, RedisMachine, RedisNode, RedisProtocol, RedlockConfig, RedlockFencing, RedlockMachine};
-use edgelock::core::{AcquireOptions, Event, HttpRequest, Input, LockHandle, LockId, LockMachine, LockMachineExt, OpId, Outcome, SeededEntropy, Transmit, Wait};
+use edgelock::core::{
+    AcquireOptions, Event, HttpRequest, Input, LockHandle, LockId, LockMachine, LockMachineExt,
+    OpId, Outcome, SeededEntropy, Transmit, Wait,
+};
 
 use super::models::{subscription_channel, EtcdModel, Proto, RedisModel, Reply};
-use super::panics::{in_case, take_last_panic};
 use super::mutate::{deliver, mutate_body};
+use super::panics::{in_case, take_last_panic};
 use super::rng::{mix, Rng};
 use super::{leak_count, SENTINEL};
 
@@ -96,8 +102,17 @@ impl Stats {
         self.hostile_push_streams += o.hostile_push_streams;
         self.elapsed = self.elapsed.max(o.elapsed);
         for s in &o.samples {
-            let site = s.split(" at ").nth(1).and_then(|r| r.split(';').next()).unwrap_or("");
-            if self.samples.len() < 8 && !self.samples.iter().any(|x| x.contains(&format!(" at {site};"))) {
+            let site = s
+                .split(" at ")
+                .nth(1)
+                .and_then(|r| r.split(';').next())
+                .unwrap_or("");
+            if self.samples.len() < 8
+                && !self
+                    .samples
+                    .iter()
+                    .any(|x| x.contains(&format!(" at {site};")))
+            {
                 self.samples.push(s.clone());
             }
         }
@@ -122,15 +137,29 @@ impl World {
         if self.codec == Codec::Etcd {
             return self.etcd.reply(req);
         }
-        match self.redis.iter_mut().find(|(base, _, _)| req.target.url().is_some_and(|u| u.starts_with(base.as_str()))) {
+        match self.redis.iter_mut().find(|(base, _, _)| {
+            req.target
+                .url()
+                .is_some_and(|u| u.starts_with(base.as_str()))
+        }) {
             Some((_, proto, model)) => model.reply(req, *proto, now),
-            None => Reply::Whole { status: 404, body: b"no such node".to_vec() },
+            None => Reply::Whole {
+                status: 404,
+                body: b"no such node".to_vec(),
+            },
         }
     }
 
     /// The protocol of the Redis node `req` goes to.
     fn redis_proto(&self, req: &HttpRequest) -> Option<Proto> {
-        self.redis.iter().find(|(base, _, _)| req.target.url().is_some_and(|u| u.starts_with(base.as_str()))).map(|(_, p, _)| *p)
+        self.redis
+            .iter()
+            .find(|(base, _, _)| {
+                req.target
+                    .url()
+                    .is_some_and(|u| u.starts_with(base.as_str()))
+            })
+            .map(|(_, p, _)| *p)
     }
 
     fn bases(&self, etcd_endpoints: &[String]) -> Vec<String> {
@@ -149,7 +178,11 @@ fn redis_node(rng: &mut Rng, i: usize, proto: Proto) -> (RedisNode, String) {
     let url = format!("http://10.9.{}.{}:{}", i / 200, i % 200 + 1, 7000 + i);
     let node = match proto {
         Proto::Upstash => RedisNode::upstash(url.clone(), SENTINEL),
-        Proto::Webdis => RedisNode { url: url.clone(), protocol: RedisProtocol::Webdis, token: rng.chance(50).then(|| SENTINEL.to_string()) },
+        Proto::Webdis => RedisNode {
+            url: url.clone(),
+            protocol: RedisProtocol::Webdis,
+            token: rng.chance(50).then(|| SENTINEL.to_string()),
+        },
     };
     (node, url)
 }
@@ -159,13 +192,19 @@ type Built = (Box<dyn LockMachine>, World, Vec<String>);
 
 fn build(codec: Codec, rng: &mut Rng, seed: u64, name: &str, now: u64) -> Result<Built, String> {
     let entropy = Box::new(SeededEntropy::new(seed));
-    let mut world = World { codec, etcd: EtcdModel::new(0x7000_0000_0000 + (seed as i64 & 0xffff) * 1000), redis: Vec::new() };
+    let mut world = World {
+        codec,
+        etcd: EtcdModel::new(0x7000_0000_0000 + (seed as i64 & 0xffff) * 1000),
+        redis: Vec::new(),
+    };
     let ttl = *rng.pick(&[100u64, 1_000, 3_000, 10_000]);
     let timeout = *rng.pick(&[50u64, 500, 1_000, 5_000]);
     let foreign = rng.chance(40);
     let m: Box<dyn LockMachine> = match codec {
         Codec::Etcd => {
-            let endpoints: Vec<String> = (0..1 + rng.below(3)).map(|i| format!("http://10.8.0.{}:2379", i + 1)).collect();
+            let endpoints: Vec<String> = (0..1 + rng.below(3))
+                .map(|i| format!("http://10.8.0.{}:2379", i + 1))
+                .collect();
             let mut cfg = EtcdConfig::new(endpoints.clone());
             cfg.session_ttl_ms = ttl.max(1_000);
             cfg.request_timeout_ms = timeout;
@@ -180,7 +219,11 @@ fn build(codec: Codec, rng: &mut Rng, seed: u64, name: &str, now: u64) -> Result
             return Ok((Box::new(m), world, endpoints));
         }
         Codec::Upstash | Codec::Webdis => {
-            let proto = if codec == Codec::Upstash { Proto::Upstash } else { Proto::Webdis };
+            let proto = if codec == Codec::Upstash {
+                Proto::Upstash
+            } else {
+                Proto::Webdis
+            };
             let (node, url) = redis_node(rng, 0, proto);
             world.redis.push((url, proto, RedisModel::default()));
             let mut cfg = RedisConfig::new(node);
@@ -195,7 +238,11 @@ fn build(codec: Codec, rng: &mut Rng, seed: u64, name: &str, now: u64) -> Result
             let n = *rng.pick(&[1usize, 3, 5]);
             let mut nodes = Vec::new();
             for i in 0..n {
-                let proto = if rng.chance(50) { Proto::Upstash } else { Proto::Webdis };
+                let proto = if rng.chance(50) {
+                    Proto::Upstash
+                } else {
+                    Proto::Webdis
+                };
                 let (node, url) = redis_node(rng, i, proto);
                 world.redis.push((url, proto, RedisModel::default()));
                 nodes.push(node);
@@ -207,7 +254,11 @@ fn build(codec: Codec, rng: &mut Rng, seed: u64, name: &str, now: u64) -> Result
             cfg.retry_delay_ms = *rng.pick(&[0u64, 50, 200]);
             cfg.retry_jitter_ms = *rng.pick(&[0u64, 50]);
             cfg.auto_extend = rng.chance(80);
-            cfg.fencing = if rng.chance(50) { RedlockFencing::Strict } else { RedlockFencing::Folded };
+            cfg.fencing = if rng.chance(50) {
+                RedlockFencing::Strict
+            } else {
+                RedlockFencing::Folded
+            };
             Box::new(RedlockMachine::new(cfg, entropy).map_err(|e| e.to_string())?)
         }
     };
@@ -261,7 +312,11 @@ fn feed_direct(codec: Codec, status: u16, body: &[u8], st: &mut Stats) {
 /// decoded credentials of HTTP Basic auth (the server checks them, so it
 /// knows them). A request that carries no secret cannot leak one.
 fn echo_of(req: &HttpRequest) -> String {
-    let mut echo: Vec<String> = req.headers.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+    let mut echo: Vec<String> = req
+        .headers
+        .iter()
+        .map(|(k, v)| format!("{k}: {v}"))
+        .collect();
     for (_, v) in &req.headers {
         if let Some(b) = v.strip_prefix("Basic ").and_then(|b| B64.decode(b).ok()) {
             echo.push(format!("user={}", String::from_utf8_lossy(&b)));
@@ -276,7 +331,12 @@ fn scan(text: &str, st: &mut Stats) {
     st.sentinel_hits += full as u64;
     st.sentinel_fragments += fragments as u64;
     if (full > 0 || fragments > 0) && st.leak_samples.len() < 5 {
-        st.leak_samples.push(text.chars().take(300).map(|c| if c.is_control() { ' ' } else { c }).collect());
+        st.leak_samples.push(
+            text.chars()
+                .take(300)
+                .map(|c| if c.is_control() { ' ' } else { c })
+                .collect(),
+        );
     }
 }
 
@@ -294,7 +354,11 @@ impl Session {
         while let Some(t) = m.poll_transmit() {
             match t {
                 Transmit::Send(r) => {
-                    if !self.bases.iter().any(|b| r.target.url().is_some_and(|u| u.starts_with(b.as_str()))) {
+                    if !self
+                        .bases
+                        .iter()
+                        .any(|b| r.target.url().is_some_and(|u| u.starts_with(b.as_str())))
+                    {
                         st.foreign_urls += 1;
                     }
                     self.pending.push(r);
@@ -306,15 +370,23 @@ impl Session {
         }
         while let Some(e) = m.poll_event() {
             match e {
-                Event::Completed { result: Ok(Outcome::Acquired(lock)), .. } => {
+                Event::Completed {
+                    result: Ok(Outcome::Acquired(lock)),
+                    ..
+                } => {
                     st.acquired += 1;
                     self.held.push((lock.id, lock.handle));
                 }
-                Event::Completed { result: Ok(Outcome::Released { lock, .. }), .. } => {
+                Event::Completed {
+                    result: Ok(Outcome::Released { lock, .. }),
+                    ..
+                } => {
                     st.released += 1;
                     self.held.retain(|(l, _)| *l != lock);
                 }
-                Event::Completed { result: Err(error), .. } => {
+                Event::Completed {
+                    result: Err(error), ..
+                } => {
                     st.failed += 1;
                     scan(&format!("{error} {error:?}"), st);
                 }
@@ -323,11 +395,18 @@ impl Session {
                     self.held.retain(|(l, _)| *l != lock);
                     scan(&format!("{reason} {reason:?}"), st);
                 }
-                Event::Completed { result: Ok(Outcome::Closed), .. } => {
+                Event::Completed {
+                    result: Ok(Outcome::Closed),
+                    ..
+                } => {
                     st.closed += 1;
                     self.closed = true;
                 }
-                Event::Completed { result: Ok(Outcome::Extended { .. } | Outcome::Inspected(_) | Outcome::NotAcquired), .. }
+                Event::Completed {
+                    result:
+                        Ok(Outcome::Extended { .. } | Outcome::Inspected(_) | Outcome::NotAcquired),
+                    ..
+                }
                 | Event::Renewed { .. } => {}
             }
         }
@@ -345,20 +424,34 @@ fn record<T>(r: Result<T, edgelock::core::LockError>, st: &mut Stats) -> Option<
 }
 
 /// One user action on a live machine.
-fn user_action(m: &mut dyn LockMachine, s: &mut Session, rng: &mut Rng, now: u64, name: &str, codec: Codec, st: &mut Stats) {
+fn user_action(
+    m: &mut dyn LockMachine,
+    s: &mut Session,
+    rng: &mut Rng,
+    now: u64,
+    name: &str,
+    codec: Codec,
+    st: &mut Stats,
+) {
     let lock = (!s.held.is_empty()).then(|| s.held[rng.below(s.held.len())].clone());
     match (rng.below(7), lock) {
         (0, Some((id, _))) => {
             let _ = record(m.release(now, id), st);
         }
         (1, Some((id, _))) => {
-            let ttl = rng.chance(50).then(|| *rng.pick(&[1u64, 500, 20_000, u64::MAX]));
+            let ttl = rng
+                .chance(50)
+                .then(|| *rng.pick(&[1u64, 500, 20_000, u64::MAX]));
             let _ = record(m.extend(now, id, ttl), st);
         }
         (2, Some((_, handle))) => {
             // A hostile handle (it comes from users and storage).
             let json = serde_json::to_vec(&handle).unwrap_or_default();
-            let bad = if rng.chance(50) { mutate_body(rng, &json, SENTINEL) } else { json };
+            let bad = if rng.chance(50) {
+                mutate_body(rng, &json, SENTINEL)
+            } else {
+                json
+            };
             feed_direct(codec, 200, &bad, st);
             if let Ok(h) = serde_json::from_slice::<LockHandle>(&bad) {
                 if let Some(op) = record(m.resume(now, &h), st) {
@@ -377,7 +470,10 @@ fn user_action(m: &mut dyn LockMachine, s: &mut Session, rng: &mut Rng, now: u64
         }
         _ => {
             let wait = *rng.pick(&[Wait::Try, Wait::For(500), Wait::Forever]);
-            if let Some(op) = record(m.acquire(now, name, &AcquireOptions { wait, ttl_ms: None }), st) {
+            if let Some(op) = record(
+                m.acquire(now, name, &AcquireOptions { wait, ttl_ms: None }),
+                st,
+            ) {
                 s.ops.push(op);
             }
         }
@@ -391,8 +487,18 @@ type Last = Option<Input>;
 fn describe(input: &Input) -> String {
     let text = |b: &[u8]| format!("{:?}", String::from_utf8_lossy(&b[..b.len().min(600)]));
     match input {
-        Input::Response { id, status, body } => format!("Response {{ id: {}, status: {status}, body ({} bytes): {} }}", id.0, body.len(), text(body)),
-        Input::Chunk { id, data } => format!("Chunk {{ id: {}, data ({} bytes): {} }}", id.0, data.len(), text(data)),
+        Input::Response { id, status, body } => format!(
+            "Response {{ id: {}, status: {status}, body ({} bytes): {} }}",
+            id.0,
+            body.len(),
+            text(body)
+        ),
+        Input::Chunk { id, data } => format!(
+            "Chunk {{ id: {}, data ({} bytes): {} }}",
+            id.0,
+            data.len(),
+            text(data)
+        ),
         other => format!("{other:?}"),
     }
 }
@@ -406,17 +512,25 @@ fn run_session(codec: Codec, seed: u64, st: &mut Stats, last: &mut Last) {
         Err(e) => {
             // A configuration the harness believed valid: a harness bug, and
             // counted as such so it cannot go unnoticed.
-            st.samples.push(format!("harness: cannot build {codec:?}: {e}"));
+            st.samples
+                .push(format!("harness: cannot build {codec:?}: {e}"));
             st.panics += 1;
             return;
         }
     };
     // Mostly hostile, with some nearly valid sessions to reach deep states.
     let hostile_pct = *rng.pick(&[5u64, 20, 50, 100, 100]);
-    let mut s = Session { pending: Vec::new(), held: Vec::new(), ops: Vec::new(), closed: false, bases: world.bases(&endpoints) };
+    let mut s = Session {
+        pending: Vec::new(),
+        held: Vec::new(),
+        ops: Vec::new(),
+        closed: false,
+        bases: world.bases(&endpoints),
+    };
     let wait_ms = rng.below(3_000) as u64;
     let wait = *rng.pick(&[Wait::Try, Wait::For(wait_ms), Wait::Forever]);
-    let ttl_ms = (codec != Codec::Etcd && rng.chance(30)).then(|| *rng.pick(&[50u64, 2_000, 60_000]));
+    let ttl_ms =
+        (codec != Codec::Etcd && rng.chance(30)).then(|| *rng.pick(&[50u64, 2_000, 60_000]));
     if let Some(op) = record(m.acquire(now, name, &AcquireOptions { wait, ttl_ms }), st) {
         s.ops.push(op);
     }
@@ -433,7 +547,11 @@ fn run_session(codec: Codec, seed: u64, st: &mut Stats, last: &mut Last) {
             continue;
         }
         if !s.pending.is_empty() && (rng.chance(85) || m.poll_timeout().is_none()) {
-            let idx = if rng.chance(70) { 0 } else { rng.below(s.pending.len()) };
+            let idx = if rng.chance(70) {
+                0
+            } else {
+                rng.below(s.pending.len())
+            };
             let req = s.pending.remove(idx);
             if rng.chance(3) {
                 continue; // never answered: the machine's own timeout must end it
@@ -457,7 +575,10 @@ fn run_session(codec: Codec, seed: u64, st: &mut Stats, last: &mut Last) {
             let (inputs, h) = match push {
                 Some((proto, channel)) if hostile && rng.chance(50) => {
                     st.hostile_push_streams += 1;
-                    (super::push::hostile_stream(&mut rng, proto, req.id, &channel), 1)
+                    (
+                        super::push::hostile_stream(&mut rng, proto, req.id, &channel),
+                        1,
+                    )
                 }
                 _ => deliver(&mut rng, &req, &reply, hostile, &echo_of(&req)),
             };
@@ -491,17 +612,28 @@ fn run_session(codec: Codec, seed: u64, st: &mut Stats, last: &mut Last) {
 
 /// Runs sessions of `codec` until `target` hostile inputs were fed or
 /// `cap` elapsed.
-pub fn run_codec(codec: Codec, seed_base: u64, target: u64, cap: Duration, stop: &std::sync::atomic::AtomicBool) -> Stats {
+pub fn run_codec(
+    codec: Codec,
+    seed_base: u64,
+    target: u64,
+    cap: Duration,
+    stop: &std::sync::atomic::AtomicBool,
+) -> Stats {
     let mut st = Stats::default();
     let started = Instant::now();
     let mut i: u64 = 0;
     // Reproduction of one session: S09_SEED=<hex seed> S09_CODEC=<Etcd|Upstash|Webdis|Redlock>.
-    let replay = std::env::var("S09_SEED").ok().and_then(|s| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok());
+    let replay = std::env::var("S09_SEED")
+        .ok()
+        .and_then(|s| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok());
     let replay_codec = std::env::var("S09_CODEC").unwrap_or_default();
     if replay.is_some() && !format!("{codec:?}").eq_ignore_ascii_case(&replay_codec) {
         return st;
     }
-    while st.hostile < target && started.elapsed() < cap && !stop.load(std::sync::atomic::Ordering::Relaxed) {
+    while st.hostile < target
+        && started.elapsed() < cap
+        && !stop.load(std::sync::atomic::Ordering::Relaxed)
+    {
         if replay.is_some() && i > 0 {
             break;
         }
@@ -511,7 +643,9 @@ pub fn run_codec(codec: Codec, seed_base: u64, target: u64, cap: Duration, stop:
         let mut last: Last = None;
         let mut case = Stats::default();
         in_case(true);
-        let result = catch_unwind(AssertUnwindSafe(|| run_session(codec, seed, &mut case, &mut last)));
+        let result = catch_unwind(AssertUnwindSafe(|| {
+            run_session(codec, seed, &mut case, &mut last)
+        }));
         in_case(false);
         st.merge(&case);
         if result.is_err() {
@@ -519,9 +653,16 @@ pub fn run_codec(codec: Codec, seed_base: u64, target: u64, cap: Duration, stop:
             let why = take_last_panic().unwrap_or_default();
             // One sample per panic site.
             let site = why.rsplit(" at ").next().unwrap_or("").to_string();
-            if st.samples.len() < 8 && !st.samples.iter().any(|s| s.contains(&format!(" at {site};"))) {
+            if st.samples.len() < 8
+                && !st
+                    .samples
+                    .iter()
+                    .any(|s| s.contains(&format!(" at {site};")))
+            {
                 let input = last.as_ref().map(describe).unwrap_or_default();
-                st.samples.push(format!("{codec:?} session seed {seed:#x}: panicked: {why}; last input: {input}"));
+                st.samples.push(format!(
+                    "{codec:?} session seed {seed:#x}: panicked: {why}; last input: {input}"
+                ));
             }
         }
     }
@@ -545,8 +686,15 @@ pub fn run_all(target_per_codec: u64, cap: Duration, threads: usize) -> Vec<(Cod
                 for (i, codec) in order.into_iter().enumerate() {
                     let share = target_per_codec.div_ceil(threads as u64);
                     // What is left of the time, shared by the codecs still to run.
-                    let left = deadline.saturating_duration_since(Instant::now()) / (order.len() - i) as u32;
-                    let st = run_codec(codec, 0x5eed_0000 + t as u64 * 0x1_0000_0000, share, left, stop);
+                    let left = deadline.saturating_duration_since(Instant::now())
+                        / (order.len() - i) as u32;
+                    let st = run_codec(
+                        codec,
+                        0x5eed_0000 + t as u64 * 0x1_0000_0000,
+                        share,
+                        left,
+                        stop,
+                    );
                     if let Ok(mut r) = results.lock() {
                         r.push((codec, st));
                     }

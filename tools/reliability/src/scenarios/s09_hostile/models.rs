@@ -18,9 +18,14 @@ use serde_json::{json, Value};
 /// A valid answer to one request.
 #[derive(Clone, Debug)]
 pub enum Reply {
-    Whole { status: u16, body: Vec<u8> },
+    Whole {
+        status: u16,
+        body: Vec<u8>,
+    },
     /// A 2xx streaming body: one JSON object per message.
-    Stream { messages: Vec<Vec<u8>> },
+    Stream {
+        messages: Vec<Vec<u8>>,
+    },
 }
 
 /// The path of a request URL (`/v3/kv/txn`), or "" when it has none.
@@ -34,7 +39,9 @@ fn b64(b: &[u8]) -> String {
 }
 
 fn unb64(v: Option<&Value>) -> Vec<u8> {
-    v.and_then(Value::as_str).and_then(|s| B64.decode(s).ok()).unwrap_or_default()
+    v.and_then(Value::as_str)
+        .and_then(|s| B64.decode(s).ok())
+        .unwrap_or_default()
 }
 
 /// int64 fields arrive as strings (our requests) or numbers.
@@ -80,24 +87,44 @@ fn kv_json(key: &[u8], kv: &Kv, keys_only: bool) -> Value {
 
 fn lease_not_found() -> Reply {
     let m = "etcdserver: requested lease not found";
-    Reply::Whole { status: 404, body: json!({"error": m, "message": m, "code": 5}).to_string().into_bytes() }
+    Reply::Whole {
+        status: 404,
+        body: json!({"error": m, "message": m, "code": 5})
+            .to_string()
+            .into_bytes(),
+    }
 }
 
 fn ok(v: Value) -> Reply {
-    Reply::Whole { status: 200, body: v.to_string().into_bytes() }
+    Reply::Whole {
+        status: 200,
+        body: v.to_string().into_bytes(),
+    }
 }
 
 impl EtcdModel {
     pub fn new(lease_base: i64) -> EtcdModel {
-        EtcdModel { rev: 1, next_lease: lease_base, leases: HashMap::new(), kvs: BTreeMap::new() }
+        EtcdModel {
+            rev: 1,
+            next_lease: lease_base,
+            leases: HashMap::new(),
+            kvs: BTreeMap::new(),
+        }
     }
 
     /// Another client's key (no lease) under `prefix`: the lock is held, and
     /// a waiter will watch it.
     pub fn seed_foreign(&mut self, prefix: &str, suffix: &str) {
         self.rev += 1;
-        let kv = Kv { create: self.rev, modr: self.rev, version: 1, value: b"foreign".to_vec(), lease: 0 };
-        self.kvs.insert(format!("{prefix}{suffix}").into_bytes(), kv);
+        let kv = Kv {
+            create: self.rev,
+            modr: self.rev,
+            version: 1,
+            value: b"foreign".to_vec(),
+            lease: 0,
+        };
+        self.kvs
+            .insert(format!("{prefix}{suffix}").into_bytes(), kv);
     }
 
     fn put(&mut self, bumped: &mut bool, key: Vec<u8>, value: Vec<u8>, lease: i64) {
@@ -106,7 +133,13 @@ impl EtcdModel {
             *bumped = true;
         }
         let rev = self.rev;
-        let e = self.kvs.entry(key).or_insert(Kv { create: rev, modr: rev, version: 0, value: Vec::new(), lease });
+        let e = self.kvs.entry(key).or_insert(Kv {
+            create: rev,
+            modr: rev,
+            version: 0,
+            value: Vec::new(),
+            lease,
+        });
         e.modr = rev;
         e.version += 1;
         e.value = value;
@@ -115,7 +148,12 @@ impl EtcdModel {
 
     fn keys_in(&self, key: &[u8], end: Option<&[u8]>) -> Vec<Vec<u8>> {
         match end {
-            None => self.kvs.contains_key(key).then(|| key.to_vec()).into_iter().collect(),
+            None => self
+                .kvs
+                .contains_key(key)
+                .then(|| key.to_vec())
+                .into_iter()
+                .collect(),
             Some(end) => self
                 .kvs
                 .range(key.to_vec()..)
@@ -162,7 +200,12 @@ impl EtcdModel {
         let keys_only = r.get("keys_only").and_then(Value::as_bool).unwrap_or(false);
         let mut o = json!({"header": {"revision": self.rev.to_string()}});
         if !found.is_empty() {
-            o["kvs"] = Value::Array(found.iter().map(|(k, kv)| kv_json(k, kv, keys_only)).collect());
+            o["kvs"] = Value::Array(
+                found
+                    .iter()
+                    .map(|(k, kv)| kv_json(k, kv, keys_only))
+                    .collect(),
+            );
         }
         if count > 0 {
             o["count"] = json!(count.to_string());
@@ -172,13 +215,20 @@ impl EtcdModel {
 
     fn txn(&mut self, body: &Value) -> Reply {
         let empty = Vec::new();
-        let compares = body.get("compare").and_then(Value::as_array).unwrap_or(&empty);
+        let compares = body
+            .get("compare")
+            .and_then(Value::as_array)
+            .unwrap_or(&empty);
         let holds = compares.iter().all(|c| {
             let cur = self.kvs.get(&unb64(c.get("key"))).map_or(0, |kv| kv.create);
             cur == int(c.get("create_revision"))
         });
         let branch = if holds { "success" } else { "failure" };
-        let ops = body.get(branch).and_then(Value::as_array).cloned().unwrap_or_default();
+        let ops = body
+            .get(branch)
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
         let mut bumped = false;
         let mut responses = Vec::new();
         for op in &ops {
@@ -187,8 +237,14 @@ impl EtcdModel {
                 if lease != 0 && !self.leases.contains_key(&lease) {
                     return lease_not_found();
                 }
-                self.put(&mut bumped, unb64(p.get("key")), unb64(p.get("value")), lease);
-                responses.push(json!({"response_put": {"header": {"revision": self.rev.to_string()}}}));
+                self.put(
+                    &mut bumped,
+                    unb64(p.get("key")),
+                    unb64(p.get("value")),
+                    lease,
+                );
+                responses
+                    .push(json!({"response_put": {"header": {"revision": self.rev.to_string()}}}));
             } else if let Some(r) = op.get("request_range") {
                 responses.push(json!({"response_range": self.range(r)}));
             } else if let Some(d) = op.get("request_delete_range") {
@@ -215,7 +271,12 @@ impl EtcdModel {
         if self.leases.remove(&id).is_none() {
             return false;
         }
-        let keys: Vec<Vec<u8>> = self.kvs.iter().filter(|(_, kv)| kv.lease == id).map(|(k, _)| k.clone()).collect();
+        let keys: Vec<Vec<u8>> = self
+            .kvs
+            .iter()
+            .filter(|(_, kv)| kv.lease == id)
+            .map(|(k, _)| k.clone())
+            .collect();
         if !keys.is_empty() {
             self.rev += 1;
         }
@@ -233,7 +294,9 @@ impl EtcdModel {
                 self.next_lease += 1;
                 let ttl = int(body.get("TTL")).max(2);
                 self.leases.insert(self.next_lease, ttl);
-                ok(json!({"header": header(self.rev), "ID": self.next_lease.to_string(), "TTL": ttl.to_string()}))
+                ok(
+                    json!({"header": header(self.rev), "ID": self.next_lease.to_string(), "TTL": ttl.to_string()}),
+                )
             }
             "/v3/lease/keepalive" => {
                 let id = int(body.get("ID"));
@@ -243,13 +306,20 @@ impl EtcdModel {
                 }
                 let mut bytes = json!({ "result": r }).to_string().into_bytes();
                 bytes.push(b'\n');
-                Reply::Whole { status: 200, body: bytes }
+                Reply::Whole {
+                    status: 200,
+                    body: bytes,
+                }
             }
             "/v3/lease/timetolive" => {
                 let id = int(body.get("ID"));
                 match self.leases.get(&id) {
-                    Some(ttl) => ok(json!({"header": header(self.rev), "ID": id.to_string(), "TTL": (ttl - 1).to_string(), "grantedTTL": ttl.to_string()})),
-                    None => ok(json!({"header": header(self.rev), "ID": id.to_string(), "TTL": "-1"})),
+                    Some(ttl) => ok(
+                        json!({"header": header(self.rev), "ID": id.to_string(), "TTL": (ttl - 1).to_string(), "grantedTTL": ttl.to_string()}),
+                    ),
+                    None => {
+                        ok(json!({"header": header(self.rev), "ID": id.to_string(), "TTL": "-1"}))
+                    }
                 }
             }
             "/v3/lease/revoke" => {
@@ -285,9 +355,17 @@ impl EtcdModel {
                     self.rev += 1;
                 }
                 let deleted = json!({"result": {"header": header(self.rev), "events": [{"type": "DELETE", "kv": {"key": b64(&key), "mod_revision": self.rev.to_string()}}]}});
-                Reply::Stream { messages: vec![format!("{created}\n").into_bytes(), format!("{deleted}\n").into_bytes()] }
+                Reply::Stream {
+                    messages: vec![
+                        format!("{created}\n").into_bytes(),
+                        format!("{deleted}\n").into_bytes(),
+                    ],
+                }
             }
-            _ => Reply::Whole { status: 404, body: b"Not Found\n".to_vec() },
+            _ => Reply::Whole {
+                status: 404,
+                body: b"Not Found\n".to_vec(),
+            },
         }
     }
 }
@@ -319,10 +397,17 @@ fn encoded_scripts() -> &'static [(Script, Vec<u8>)] {
 fn webdis_args(body: &[u8]) -> Vec<Vec<u8>> {
     body.split(|&b| b == b'/')
         .enumerate()
-        .map(|(i, seg)| match encoded_scripts().iter().find(|(_, e)| i == 1 && e.as_slice() == seg) {
-            Some((script, _)) => script.text().as_bytes().to_vec(),
-            None if i == 0 => seg.to_vec(),
-            None => webdis::decode_body(&[b"X/", seg].concat()).pop().unwrap_or_default(),
+        .map(|(i, seg)| {
+            match encoded_scripts()
+                .iter()
+                .find(|(_, e)| i == 1 && e.as_slice() == seg)
+            {
+                Some((script, _)) => script.text().as_bytes().to_vec(),
+                None if i == 0 => seg.to_vec(),
+                None => webdis::decode_body(&[b"X/", seg].concat())
+                    .pop()
+                    .unwrap_or_default(),
+            }
         })
         .collect()
 }
@@ -337,7 +422,8 @@ pub struct RedisModel {
 impl RedisModel {
     /// Another client holds `key` until `until`.
     pub fn seed_foreign(&mut self, key: &str, until: u64) {
-        self.locks.insert(key.as_bytes().to_vec(), (b"foreign-owner".to_vec(), until));
+        self.locks
+            .insert(key.as_bytes().to_vec(), (b"foreign-owner".to_vec(), until));
     }
 
     fn live(&mut self, key: &[u8], now: u64) -> Option<(Vec<u8>, u64)> {
@@ -370,12 +456,20 @@ impl RedisModel {
         // and no reader (a queued acquire is an acquire, a leave does
         // nothing): drop them, keeping the lock key and the counter.
         let mut args = args.to_vec();
-        let numkeys = args.get(2).and_then(|n| std::str::from_utf8(n).ok()?.parse::<usize>().ok()).unwrap_or(0);
+        let numkeys = args
+            .get(2)
+            .and_then(|n| std::str::from_utf8(n).ok()?.parse::<usize>().ok())
+            .unwrap_or(0);
         if script != Some(Script::Inspect) && numkeys > 2 && args.len() >= 3 + numkeys {
             args.drain(5..3 + numkeys);
         }
         let arg = |i: usize| args.get(i).cloned().unwrap_or_default();
-        let num = |i: usize| std::str::from_utf8(&arg(i)).ok().and_then(|s| s.parse::<i64>().ok()).unwrap_or(0);
+        let num = |i: usize| {
+            std::str::from_utf8(&arg(i))
+                .ok()
+                .and_then(|s| s.parse::<i64>().ok())
+                .unwrap_or(0)
+        };
         let (key, fence, token) = (arg(3), arg(4), arg(5));
         match script {
             Some(Script::Acquire | Script::AcquireQueued) => {
@@ -383,17 +477,23 @@ impl RedisModel {
                 self.fences.insert(fence.clone(), f);
                 match self.live(&key, now) {
                     None => {
-                        self.locks.insert(key, (token, now.saturating_add(num(6).max(1) as u64)));
+                        self.locks
+                            .insert(key, (token, now.saturating_add(num(6).max(1) as u64)));
                         Ok(vec![1, f, 0])
                     }
-                    Some((_, exp)) => Ok(vec![0, f, exp.saturating_sub(now).min(i64::MAX as u64) as i64]),
+                    Some((_, exp)) => Ok(vec![
+                        0,
+                        f,
+                        exp.saturating_sub(now).min(i64::MAX as u64) as i64,
+                    ]),
                 }
             }
             Some(Script::Extend) => {
                 let f = self.raise(&fence, num(7));
                 match self.live(&key, now) {
                     Some((t, _)) if t == token => {
-                        self.locks.insert(key, (t, now.saturating_add(num(6).max(1) as u64)));
+                        self.locks
+                            .insert(key, (t, now.saturating_add(num(6).max(1) as u64)));
                         Ok(vec![1, f])
                     }
                     _ => Ok(vec![0, f]),
@@ -413,7 +513,12 @@ impl RedisModel {
                 let f = self.raise(&fence, 0);
                 match self.live(&key, now) {
                     None => Ok(vec![0, 0, -2, f]),
-                    Some((t, exp)) => Ok(vec![1, i64::from(t == token), exp.saturating_sub(now).min(i64::MAX as u64) as i64, f]),
+                    Some((t, exp)) => Ok(vec![
+                        1,
+                        i64::from(t == token),
+                        exp.saturating_sub(now).min(i64::MAX as u64) as i64,
+                        f,
+                    ]),
                 }
             }
             Some(Script::Leave) => Ok(vec![1]),
@@ -425,15 +530,27 @@ impl RedisModel {
                 let slots = usize::try_from(num(2).saturating_sub(4)).unwrap_or(0);
                 let mut r = match self.live(&key, now) {
                     None => vec![0, -2, f, 0, 0, -2],
-                    Some((_, exp)) => vec![1, exp.saturating_sub(now).min(i64::MAX as u64) as i64, f, 0, 0, -2],
+                    Some((_, exp)) => vec![
+                        1,
+                        exp.saturating_sub(now).min(i64::MAX as u64) as i64,
+                        f,
+                        0,
+                        0,
+                        -2,
+                    ],
                 };
                 r.extend(std::iter::repeat(-2).take(slots));
                 Ok(r)
             }
-            Some(Script::AcquirePermit | Script::PermitCleanup) => Err("ERR semaphores are not modelled here".into()),
-            Some(Script::AcquireShared | Script::ExtendShared | Script::ReleaseShared | Script::StatusShared) => {
-                Err("ERR read-write locks are not modelled here".into())
+            Some(Script::AcquirePermit | Script::PermitCleanup) => {
+                Err("ERR semaphores are not modelled here".into())
             }
+            Some(
+                Script::AcquireShared
+                | Script::ExtendShared
+                | Script::ReleaseShared
+                | Script::StatusShared,
+            ) => Err("ERR read-write locks are not modelled here".into()),
             None => Err("NOSCRIPT unknown script".into()),
         }
     }
@@ -444,10 +561,16 @@ impl RedisModel {
             return self.subscribe(&channel, proto, now);
         }
         let args: Vec<Vec<u8>> = match proto {
-            Proto::Upstash => serde_json::from_slice::<Vec<String>>(&req.body).unwrap_or_default().into_iter().map(String::into_bytes).collect(),
+            Proto::Upstash => serde_json::from_slice::<Vec<String>>(&req.body)
+                .unwrap_or_default()
+                .into_iter()
+                .map(String::into_bytes)
+                .collect(),
             Proto::Webdis => webdis_args(&req.body),
         };
-        let verb = args.first().map_or_else(String::new, |v| String::from_utf8_lossy(v).into_owned());
+        let verb = args
+            .first()
+            .map_or_else(String::new, |v| String::from_utf8_lossy(v).into_owned());
         let result = self.run(&args, now);
         let value = match &result {
             Ok(ints) if ints.len() == 1 => json!(ints[0]),
@@ -461,8 +584,15 @@ impl RedisModel {
             (Proto::Webdis, true) => json!({ verb: value }),
             (Proto::Webdis, false) => json!({ verb: [false, value] }),
         };
-        let status = if proto == Proto::Upstash && result.is_err() { 400 } else { 200 };
-        Reply::Whole { status, body: body.to_string().into_bytes() }
+        let status = if proto == Proto::Upstash && result.is_err() {
+            400
+        } else {
+            200
+        };
+        Reply::Whole {
+            status,
+            body: body.to_string().into_bytes(),
+        }
     }
 }
 
@@ -474,7 +604,9 @@ pub fn subscription_channel(req: &HttpRequest, proto: Proto) -> Option<String> {
         Proto::Upstash => "/subscribe/",
         Proto::Webdis => "/SUBSCRIBE/",
     };
-    path.strip_prefix(prefix).filter(|c| !c.is_empty() && !c.contains('/')).map(str::to_string)
+    path.strip_prefix(prefix)
+        .filter(|c| !c.is_empty() && !c.contains('/'))
+        .map(str::to_string)
 }
 
 /// One push event in `proto`'s framing: `kind`, the channel, then the count
@@ -482,10 +614,14 @@ pub fn subscription_channel(req: &HttpRequest, proto: Proto) -> Option<String> {
 pub fn push_event(proto: Proto, kind: &str, channel: &str, last: &Value) -> Vec<u8> {
     match proto {
         Proto::Upstash => {
-            let last = last.as_str().map_or_else(|| last.to_string(), str::to_string);
+            let last = last
+                .as_str()
+                .map_or_else(|| last.to_string(), str::to_string);
             format!("data: {kind},{channel},{last}\n\n").into_bytes()
         }
-        Proto::Webdis => json!({ "SUBSCRIBE": [kind, channel, last] }).to_string().into_bytes(),
+        Proto::Webdis => json!({ "SUBSCRIBE": [kind, channel, last] })
+            .to_string()
+            .into_bytes(),
     }
 }
 
@@ -496,12 +632,28 @@ impl RedisModel {
     /// the waiter's next attempt walks on into a grant.
     fn subscribe(&mut self, channel: &str, proto: Proto, now: u64) -> Reply {
         let mut messages = vec![push_event(proto, "subscribe", channel, &json!(1))];
-        let key = self.locks.keys().find(|k| wake_channel(&String::from_utf8_lossy(k)) == channel).cloned();
+        let key = self
+            .locks
+            .keys()
+            .find(|k| wake_channel(&String::from_utf8_lossy(k)) == channel)
+            .cloned();
         if let Some(key) = key {
-            if self.live(&key, now).is_some_and(|(owner, _)| owner == b"foreign-owner") {
+            if self
+                .live(&key, now)
+                .is_some_and(|(owner, _)| owner == b"foreign-owner")
+            {
                 self.locks.remove(&key);
-                let fence = self.fences.get(&[key.as_slice(), b":fence"].concat()).copied().unwrap_or(0);
-                messages.push(push_event(proto, "message", channel, &json!(format!("released:{fence}"))));
+                let fence = self
+                    .fences
+                    .get(&[key.as_slice(), b":fence"].concat())
+                    .copied()
+                    .unwrap_or(0);
+                messages.push(push_event(
+                    proto,
+                    "message",
+                    channel,
+                    &json!(format!("released:{fence}")),
+                ));
             }
         }
         Reply::Stream { messages }

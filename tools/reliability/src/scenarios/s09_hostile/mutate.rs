@@ -47,11 +47,22 @@ const BAD_BYTES: &[&[u8]] = &[
     b"\"",
 ];
 
-const WEIRD: &[&str] = &["\u{202e}gnp.exe", "🔒🔑", "e\u{301}\u{301}\u{301}", "\u{feff}", "==", "!!not base64!!", "", "OK", "null", "-"];
+const WEIRD: &[&str] = &[
+    "\u{202e}gnp.exe",
+    "🔒🔑",
+    "e\u{301}\u{301}\u{301}",
+    "\u{feff}",
+    "==",
+    "!!not base64!!",
+    "",
+    "OK",
+    "null",
+    "-",
+];
 
 pub const STATUSES: &[u16] = &[
-    0, 1, 100, 101, 199, 200, 201, 204, 206, 299, 300, 301, 302, 304, 400, 401, 403, 404, 405, 408, 409, 412, 413, 429,
-    500, 501, 502, 503, 504, 599, 600, 999, 65535,
+    0, 1, 100, 101, 199, 200, 201, 204, 206, 299, 300, 301, 302, 304, 400, 401, 403, 404, 405, 408,
+    409, 412, 413, 429, 500, 501, 502, 503, 504, 599, 600, 999, 65535,
 ];
 
 fn count_nodes(v: &Value) -> usize {
@@ -77,7 +88,11 @@ fn visit(v: &mut Value, target: &mut usize, f: &mut dyn FnMut(&mut Value)) -> bo
 }
 
 /// A structured mutation of one random node; `None` when the body is not JSON.
-fn structured(rng: &mut Rng, body: &[u8], f: &mut dyn FnMut(&mut Rng, &mut Value)) -> Option<Vec<u8>> {
+fn structured(
+    rng: &mut Rng,
+    body: &[u8],
+    f: &mut dyn FnMut(&mut Rng, &mut Value),
+) -> Option<Vec<u8>> {
     let mut v: Value = serde_json::from_slice(body).ok()?;
     let mut target = rng.below(count_nodes(&v));
     let mut r2 = Rng::new(rng.next_u64());
@@ -114,7 +129,11 @@ fn insert_at(mut body: Vec<u8>, at: usize, what: &[u8]) -> Vec<u8> {
 
 fn nested(rng: &mut Rng) -> Vec<u8> {
     let depth = *rng.pick(&[64usize, 127, 128, 129, 500, 5_000, 100_000]);
-    let depth = if depth == 100_000 && !rng.chance(10) { 1_000 } else { depth };
+    let depth = if depth == 100_000 && !rng.chance(10) {
+        1_000
+    } else {
+        depth
+    };
     match rng.below(3) {
         0 => [b"[".repeat(depth), b"]".repeat(depth)].concat(),
         1 => [b"{\"a\":".repeat(depth), b"1".to_vec(), b"}".repeat(depth)].concat(),
@@ -143,7 +162,9 @@ fn once(rng: &mut Rng, body: Vec<u8>, echo: &str) -> Vec<u8> {
             insert_at(body, rng.below(len + 1), &junk)
         }
         3 => {
-            let starts = positions(&body, |b, i| b[i].is_ascii_digit() && (i == 0 || !b[i - 1].is_ascii_digit()));
+            let starts = positions(&body, |b, i| {
+                b[i].is_ascii_digit() && (i == 0 || !b[i - 1].is_ascii_digit())
+            });
             if starts.is_empty() {
                 return insert_at(body, rng.below(len + 1), rng.pick(HUGE).as_bytes());
             }
@@ -166,7 +187,11 @@ fn once(rng: &mut Rng, body: Vec<u8>, echo: &str) -> Vec<u8> {
         5 => structured(rng, &body, &mut |r, node| *node = random_value(r, echo)).unwrap_or(body),
         6 => {
             let quotes = positions(&body, |b, i| b[i] == b'"');
-            let at = if quotes.is_empty() || rng.chance(30) { rng.below(len + 1) } else { *rng.pick(&quotes) + 1 };
+            let at = if quotes.is_empty() || rng.chance(30) {
+                rng.below(len + 1)
+            } else {
+                *rng.pick(&quotes) + 1
+            };
             let bad: &[u8] = BAD_BYTES[rng.below(BAD_BYTES.len())];
             insert_at(body, at, bad)
         }
@@ -176,7 +201,10 @@ fn once(rng: &mut Rng, body: Vec<u8>, echo: &str) -> Vec<u8> {
                 return body;
             }
             let o = *rng.pick(&opens);
-            let name_end = body[o + 2..].iter().position(|&c| c == b'"').map_or(len, |p| o + 2 + p);
+            let name_end = body[o + 2..]
+                .iter()
+                .position(|&c| c == b'"')
+                .map_or(len, |p| o + 2 + p);
             let name = body[o + 2..name_end].to_vec();
             let value = serde_json::to_vec(&random_value(rng, echo)).unwrap_or_default();
             let dup = [b"\"".to_vec(), name, b"\":".to_vec(), value, b",".to_vec()].concat();
@@ -191,7 +219,21 @@ fn once(rng: &mut Rng, body: Vec<u8>, echo: &str) -> Vec<u8> {
             }
         })
         .unwrap_or(body),
-        9 => rng.pick(&[&b""[..], b" ", b"null", b"[]", b"{}", b"\"OK\"", b"0", b"{\"result\":null}", b"{\"error\":null}", b"\n\n", b"}{"]).to_vec(),
+        9 => rng
+            .pick(&[
+                &b""[..],
+                b" ",
+                b"null",
+                b"[]",
+                b"{}",
+                b"\"OK\"",
+                b"0",
+                b"{\"result\":null}",
+                b"{\"error\":null}",
+                b"\n\n",
+                b"}{",
+            ])
+            .to_vec(),
         10 => {
             if rng.chance(5) {
                 let mut b = body;
@@ -224,7 +266,10 @@ fn once(rng: &mut Rng, body: Vec<u8>, echo: &str) -> Vec<u8> {
             if let (Value::Object(o), true) = (&mut *node, r.chance(50)) {
                 o.insert("error".into(), Value::String(echo.to_string()));
                 o.insert("message".into(), Value::String(format!("boom: {echo}")));
-                o.insert("code".into(), serde_json::json!(*r.pick(&[2i64, 3, 5, 7, 13, 14, 16])));
+                o.insert(
+                    "code".into(),
+                    serde_json::json!(*r.pick(&[2i64, 3, 5, 7, 13, 14, 16])),
+                );
             } else {
                 *node = Value::String(format!("ERR {echo}"));
             }
@@ -232,7 +277,9 @@ fn once(rng: &mut Rng, body: Vec<u8>, echo: &str) -> Vec<u8> {
         .unwrap_or_else(|| [body, echo.as_bytes().to_vec()].concat()),
         15 => match rng.below(3) {
             0 => echo.as_bytes().to_vec(),
-            1 => serde_json::json!({ "error": echo }).to_string().into_bytes(),
+            1 => serde_json::json!({ "error": echo })
+                .to_string()
+                .into_bytes(),
             _ => format!("{{\"result\":\"{echo}").into_bytes(),
         },
         _ => {
@@ -316,18 +363,34 @@ fn transport_error(rng: &mut Rng, echo: &str) -> TransportError {
 /// The inputs that answer `req`: the valid reply as a driver would deliver
 /// it, or (when `hostile`) a mutated, misdelivered or failed one. Returns the
 /// inputs and how many of them are hostile.
-pub fn deliver(rng: &mut Rng, req: &HttpRequest, reply: &Reply, hostile: bool, echo: &str) -> (Vec<Input>, u64) {
+pub fn deliver(
+    rng: &mut Rng,
+    req: &HttpRequest,
+    reply: &Reply,
+    hostile: bool,
+    echo: &str,
+) -> (Vec<Input>, u64) {
     let id = req.id;
     let valid = |rng: &mut Rng, reply: &Reply| -> Vec<Input> {
         match reply {
             Reply::Whole { status, body } if req.stream && (200..300).contains(status) => {
-                let mut v: Vec<Input> = split(rng, body).into_iter().map(|data| Input::Chunk { id, data }).collect();
+                let mut v: Vec<Input> = split(rng, body)
+                    .into_iter()
+                    .map(|data| Input::Chunk { id, data })
+                    .collect();
                 v.push(Input::StreamEnd { id });
                 v
             }
-            Reply::Whole { status, body } => vec![Input::Response { id, status: *status, body: body.clone() }],
+            Reply::Whole { status, body } => vec![Input::Response {
+                id,
+                status: *status,
+                body: body.clone(),
+            }],
             Reply::Stream { messages } => {
-                let mut v: Vec<Input> = split(rng, &messages.concat()).into_iter().map(|data| Input::Chunk { id, data }).collect();
+                let mut v: Vec<Input> = split(rng, &messages.concat())
+                    .into_iter()
+                    .map(|data| Input::Chunk { id, data })
+                    .collect();
                 if rng.chance(30) {
                     v.push(Input::StreamEnd { id });
                 }
@@ -343,9 +406,16 @@ pub fn deliver(rng: &mut Rng, req: &HttpRequest, reply: &Reply, hostile: bool, e
     let inputs = match roll {
         0..=59 => {
             let body = mutate_body(rng, &body, echo);
-            let status = if rng.chance(25) { random_status(rng) } else { status };
+            let status = if rng.chance(25) {
+                random_status(rng)
+            } else {
+                status
+            };
             if req.stream && (200..300).contains(&status) {
-                let mut v: Vec<Input> = split(rng, &body).into_iter().map(|data| Input::Chunk { id, data }).collect();
+                let mut v: Vec<Input> = split(rng, &body)
+                    .into_iter()
+                    .map(|data| Input::Chunk { id, data })
+                    .collect();
                 if rng.chance(50) {
                     v.push(Input::StreamEnd { id });
                 }
@@ -354,8 +424,15 @@ pub fn deliver(rng: &mut Rng, req: &HttpRequest, reply: &Reply, hostile: bool, e
                 vec![Input::Response { id, status, body }]
             }
         }
-        60..=69 => vec![Input::Response { id, status: random_status(rng), body }],
-        70..=74 => vec![Input::Failed { id, error: transport_error(rng, echo) }],
+        60..=69 => vec![Input::Response {
+            id,
+            status: random_status(rng),
+            body,
+        }],
+        70..=74 => vec![Input::Failed {
+            id,
+            error: transport_error(rng, echo),
+        }],
         75..=79 => {
             if req.stream {
                 vec![Input::Response { id, status, body }]
@@ -370,20 +447,34 @@ pub fn deliver(rng: &mut Rng, req: &HttpRequest, reply: &Reply, hostile: bool, e
         }
         85..=89 => {
             let wrong = RequestId(id.0.wrapping_add(1 + rng.below(3) as u64));
-            let mut v = vec![Input::Response { id: wrong, status, body: mutate_body(rng, &body, echo) }];
+            let mut v = vec![Input::Response {
+                id: wrong,
+                status,
+                body: mutate_body(rng, &body, echo),
+            }];
             v.extend(valid(rng, reply));
             v
         }
         90..=94 => {
             let status = *rng.pick(&[401u16, 403, 500, 502, 200, 400]);
-            let body = format!("POST / HTTP/1.1\r\n{echo}\r\n\r\n{}", String::from_utf8_lossy(&req.body)).into_bytes();
+            let body = format!(
+                "POST / HTTP/1.1\r\n{echo}\r\n\r\n{}",
+                String::from_utf8_lossy(&req.body)
+            )
+            .into_bytes();
             vec![Input::Response { id, status, body }]
         }
         _ => match rng.below(3) {
             0 => vec![Input::StreamEnd { id }],
             1 => {
-                let mut v: Vec<Input> = body.iter().map(|b| Input::Chunk { id, data: vec![*b] }).collect();
-                v.push(Input::Failed { id, error: TransportError::Io("reset".into()) });
+                let mut v: Vec<Input> = body
+                    .iter()
+                    .map(|b| Input::Chunk { id, data: vec![*b] })
+                    .collect();
+                v.push(Input::Failed {
+                    id,
+                    error: TransportError::Io("reset".into()),
+                });
                 v
             }
             _ => vec![Input::StreamEnd { id }, Input::Chunk { id, data: body }],

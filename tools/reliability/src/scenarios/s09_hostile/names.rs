@@ -24,10 +24,64 @@ use crate::infra::UPSTASH_TOKEN;
 /// escaped carelessly.
 pub fn adversarial_names() -> Vec<String> {
     let mut v: Vec<String> = [
-        "a}", "a}:fence", "a}:fence}", "a:fence", "{edgelock:a}", "{edgelock:a", "edgelock:a}", "a*", "*", "?", "a?", "[a]", "[",
-        "a[b", "[a-z]*", "%", "%25", "%2F", "a%2Fb", "/", "a/", "/a", "a/b", "//", "..", "../a", "a/../b", ".", "a\r\nb",
-        "\r\n", "\n", "{", "}", "{}", "}{", "ab}", "a b", " ", "\t", "+", "a+b", "a.raw", "x.json", "EVAL", "0", "1/2",
-        "\"", "'", "\\", "é", "日本語", "🔒", "\u{202e}rtl", "\u{7f}", "\u{1}", "edgelock", "edgelock/a", "a\u{0301}",
+        "a}",
+        "a}:fence",
+        "a}:fence}",
+        "a:fence",
+        "{edgelock:a}",
+        "{edgelock:a",
+        "edgelock:a}",
+        "a*",
+        "*",
+        "?",
+        "a?",
+        "[a]",
+        "[",
+        "a[b",
+        "[a-z]*",
+        "%",
+        "%25",
+        "%2F",
+        "a%2Fb",
+        "/",
+        "a/",
+        "/a",
+        "a/b",
+        "//",
+        "..",
+        "../a",
+        "a/../b",
+        ".",
+        "a\r\nb",
+        "\r\n",
+        "\n",
+        "{",
+        "}",
+        "{}",
+        "}{",
+        "ab}",
+        "a b",
+        " ",
+        "\t",
+        "+",
+        "a+b",
+        "a.raw",
+        "x.json",
+        "EVAL",
+        "0",
+        "1/2",
+        "\"",
+        "'",
+        "\\",
+        "é",
+        "日本語",
+        "🔒",
+        "\u{202e}rtl",
+        "\u{7f}",
+        "\u{1}",
+        "edgelock",
+        "edgelock/a",
+        "a\u{0301}",
     ]
     .iter()
     .map(|s| s.to_string())
@@ -41,7 +95,14 @@ pub fn adversarial_names() -> Vec<String> {
 
 /// Names that must be refused before any request.
 pub fn invalid_names() -> Vec<String> {
-    vec![String::new(), "\0".into(), "a\0b".into(), "x".repeat(513), "é".repeat(257), "\0".repeat(512)]
+    vec![
+        String::new(),
+        "\0".into(),
+        "a\0b".into(),
+        "x".repeat(513),
+        "é".repeat(257),
+        "\0".repeat(512),
+    ]
 }
 
 fn escape(name: &str) -> String {
@@ -52,9 +113,32 @@ fn escape(name: &str) -> String {
 /// victims' lock keys and counters, prefix-sharing and glob-looking keys.
 fn redis_seed_keys() -> Vec<String> {
     let mut v: Vec<String> = [
-        "{edgelock:a}", "{edgelock:a}:fence", "{edgelock:ab}", "{edgelock:ab}:fence", "{edgelock:a/bc}", "{edgelock:job}",
-        "{edgelock:a}}:x", "{edgelock:a}x", "x{edgelock:a}", "{edgelock:}", "{edgelock:*}:fence:x", "edgelock", "edgelock:a",
-        "{edgelock:a", "edgelock:a}", "a", "*", "?", "[", "%", "/", "..", "job\r\n", "é", "{}", "{edgelock:a b}:x",
+        "{edgelock:a}",
+        "{edgelock:a}:fence",
+        "{edgelock:ab}",
+        "{edgelock:ab}:fence",
+        "{edgelock:a/bc}",
+        "{edgelock:job}",
+        "{edgelock:a}}:x",
+        "{edgelock:a}x",
+        "x{edgelock:a}",
+        "{edgelock:}",
+        "{edgelock:*}:fence:x",
+        "edgelock",
+        "edgelock:a",
+        "{edgelock:a",
+        "edgelock:a}",
+        "a",
+        "*",
+        "?",
+        "[",
+        "%",
+        "/",
+        "..",
+        "job\r\n",
+        "é",
+        "{}",
+        "{edgelock:a b}:x",
     ]
     .iter()
     .map(|s| s.to_string())
@@ -67,9 +151,25 @@ fn redis_seed_keys() -> Vec<String> {
 /// Keys on etcd outside every adversarial name's range `edgelock/<escaped>/`.
 fn etcd_seed_keys() -> Vec<String> {
     [
-        "edgelock/a/694d", "edgelock/ab/1", "edgelock/a/b/1", "edgelock/a%2Fbc/1", "edgelock/a", "edgelock/", "edgelock0",
-        "edgelocj/a/1", "other/a/1", "edgelock/b*/1", "edgelock/q?/1", "edgelock/a\r\nc/1", "edgelock/ü/1", "edgelock/%2/1",
-        "edgelock/edgelocks/1", "a", "*", "/", "..",
+        "edgelock/a/694d",
+        "edgelock/ab/1",
+        "edgelock/a/b/1",
+        "edgelock/a%2Fbc/1",
+        "edgelock/a",
+        "edgelock/",
+        "edgelock0",
+        "edgelocj/a/1",
+        "other/a/1",
+        "edgelock/b*/1",
+        "edgelock/q?/1",
+        "edgelock/a\r\nc/1",
+        "edgelock/ü/1",
+        "edgelock/%2/1",
+        "edgelock/edgelocks/1",
+        "a",
+        "*",
+        "/",
+        "..",
     ]
     .iter()
     .map(|s| s.to_string())
@@ -103,7 +203,14 @@ fn exercise(client: &Client, label: &str, r: &mut NameResults) {
     let mut held = Vec::new();
     for name in adversarial_names() {
         r.names_tried += 1;
-        match client.acquire_with(&name, AcquireOptions { wait: Wait::Try, ttl_ms: None }, None) {
+        match client.acquire_with(
+            &name,
+            AcquireOptions {
+                wait: Wait::Try,
+                ttl_ms: None,
+            },
+            None,
+        ) {
             Ok(Some(lock)) => {
                 r.acquired += 1;
                 held.push(lock);
@@ -116,15 +223,24 @@ fn exercise(client: &Client, label: &str, r: &mut NameResults) {
         let name = lock.name().to_string();
         match lock.release() {
             Ok(true) => r.released += 1,
-            Ok(false) => r.errors.push(format!("{label}: {}: released but no longer held", show(&name))),
-            Err(e) => r.errors.push(format!("{label}: {}: release: {e}", show(&name))),
+            Ok(false) => r.errors.push(format!(
+                "{label}: {}: released but no longer held",
+                show(&name)
+            )),
+            Err(e) => r
+                .errors
+                .push(format!("{label}: {}: release: {e}", show(&name))),
         }
     }
     for name in invalid_names() {
         r.invalid_client_calls += 1;
         match client.try_acquire(&name) {
             Err(e) if e.code() == "INVALID_ARGUMENT" => {}
-            other => r.invalid_client_wrong.push(format!("{label}: {}: {:?}", show(&name), other.map(|l| l.is_some()))),
+            other => r.invalid_client_wrong.push(format!(
+                "{label}: {}: {:?}",
+                show(&name),
+                other.map(|l| l.is_some())
+            )),
         }
     }
 }
@@ -138,9 +254,19 @@ fn redis_snapshot(redis: &RedisServer) -> Result<RedisSnapshot, String> {
     let mut conn = redis.connect().map_err(|e| e.to_string())?;
     let mut out = BTreeMap::new();
     for k in redis.all_keys().map_err(|e| e.to_string())? {
-        let v = conn.command(&[&b"GET"[..], &k]).map_err(|e| e.to_string())?;
-        let t = conn.command(&[&b"PTTL"[..], &k]).map_err(|e| e.to_string())?;
-        out.insert(k, (v.as_bytes().map(<[u8]>::to_vec), t.as_int().unwrap_or(i64::MIN)));
+        let v = conn
+            .command(&[&b"GET"[..], &k])
+            .map_err(|e| e.to_string())?;
+        let t = conn
+            .command(&[&b"PTTL"[..], &k])
+            .map_err(|e| e.to_string())?;
+        out.insert(
+            k,
+            (
+                v.as_bytes().map(<[u8]>::to_vec),
+                t.as_int().unwrap_or(i64::MIN),
+            ),
+        );
     }
     Ok(out)
 }
@@ -184,11 +310,21 @@ fn compare_redis(redis: &RedisServer, elapsed_ms: i64, r: &mut NameResults) {
             _ => false,
         };
         if !ok {
-            r.touched.push(format!("redis {}: now {:?}", show(k), after.get(k.as_bytes()).map(|(v, t)| (v.as_ref().map(|v| String::from_utf8_lossy(v).into_owned()), t))));
+            r.touched.push(format!(
+                "redis {}: now {:?}",
+                show(k),
+                after.get(k.as_bytes()).map(|(v, t)| (
+                    v.as_ref().map(|v| String::from_utf8_lossy(v).into_owned()),
+                    t
+                ))
+            ));
         }
     }
     // Fence counters of the adversarial names are meant to stay; nothing else may appear.
-    let fences: Vec<String> = adversarial_names().iter().map(|n| format!("{{edgelock:{n}}}:fence")).collect();
+    let fences: Vec<String> = adversarial_names()
+        .iter()
+        .map(|n| format!("{{edgelock:{n}}}:fence"))
+        .collect();
     for k in after.keys() {
         let k = String::from_utf8_lossy(k).into_owned();
         if !seeded.contains(&k) && !fences.contains(&k) {
@@ -203,13 +339,21 @@ fn harness_checks(r: &mut NameResults) {
         let fence = format!("{lock}:fence");
         for k in redis_seed_keys() {
             if k == lock || k == fence {
-                r.harness.push(format!("seeded Redis key {} belongs to adversarial name {}", show(&k), show(&name)));
+                r.harness.push(format!(
+                    "seeded Redis key {} belongs to adversarial name {}",
+                    show(&k),
+                    show(&name)
+                ));
             }
         }
         let range = format!("edgelock/{}/", escape(&name));
         for k in etcd_seed_keys() {
             if k.starts_with(&range) {
-                r.harness.push(format!("seeded etcd key {} is in the range of {}", show(&k), show(&name)));
+                r.harness.push(format!(
+                    "seeded etcd key {} is in the range of {}",
+                    show(&k),
+                    show(&name)
+                ));
             }
         }
     }
@@ -220,22 +364,53 @@ fn harness_checks(r: &mut NameResults) {
 /// key -> (value, mod_revision, version, lease) of the whole keyspace.
 fn etcd_snapshot(url: &str) -> Result<BTreeMap<Vec<u8>, Value>, String> {
     let body = json!({"key": B64.encode([0u8]), "range_end": B64.encode([0u8])}).to_string();
-    let resp = http_request("POST", &format!("{url}/v3/kv/range"), &[("content-type", "application/json")], body.as_bytes(), Duration::from_secs(3))
-        .map_err(|e| e.to_string())?;
+    let resp = http_request(
+        "POST",
+        &format!("{url}/v3/kv/range"),
+        &[("content-type", "application/json")],
+        body.as_bytes(),
+        Duration::from_secs(3),
+    )
+    .map_err(|e| e.to_string())?;
     let v: Value = serde_json::from_slice(&resp.body).map_err(|e| e.to_string())?;
     let mut out = BTreeMap::new();
-    for kv in v.get("kvs").and_then(Value::as_array).cloned().unwrap_or_default() {
-        let key = kv.get("key").and_then(Value::as_str).and_then(|k| B64.decode(k).ok()).unwrap_or_default();
-        out.insert(key, json!([kv.get("value"), kv.get("mod_revision"), kv.get("version"), kv.get("lease")]));
+    for kv in v
+        .get("kvs")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default()
+    {
+        let key = kv
+            .get("key")
+            .and_then(Value::as_str)
+            .and_then(|k| B64.decode(k).ok())
+            .unwrap_or_default();
+        out.insert(
+            key,
+            json!([
+                kv.get("value"),
+                kv.get("mod_revision"),
+                kv.get("version"),
+                kv.get("lease")
+            ]),
+        );
     }
     Ok(out)
 }
 
 fn seed_etcd(url: &str) -> Result<usize, String> {
     for (i, k) in etcd_seed_keys().iter().enumerate() {
-        let body = json!({"key": B64.encode(k.as_bytes()), "value": B64.encode(format!("seed-{i}"))}).to_string();
-        let resp = http_request("POST", &format!("{url}/v3/kv/put"), &[("content-type", "application/json")], body.as_bytes(), Duration::from_secs(3))
-            .map_err(|e| e.to_string())?;
+        let body =
+            json!({"key": B64.encode(k.as_bytes()), "value": B64.encode(format!("seed-{i}"))})
+                .to_string();
+        let resp = http_request(
+            "POST",
+            &format!("{url}/v3/kv/put"),
+            &[("content-type", "application/json")],
+            body.as_bytes(),
+            Duration::from_secs(3),
+        )
+        .map_err(|e| e.to_string())?;
         if resp.status != 200 {
             return Err(format!("seeding {k:?}: HTTP {}", resp.status));
         }
@@ -250,11 +425,16 @@ fn compare_etcd(url: &str, before: &BTreeMap<Vec<u8>, Value>, r: &mut NameResult
     };
     for (k, v) in before {
         if after.get(k) != Some(v) {
-            r.touched.push(format!("etcd {}: {v} -> {:?}", show(&String::from_utf8_lossy(k)), after.get(k)));
+            r.touched.push(format!(
+                "etcd {}: {v} -> {:?}",
+                show(&String::from_utf8_lossy(k)),
+                after.get(k)
+            ));
         }
     }
     for k in after.keys().filter(|k| !before.contains_key(*k)) {
-        r.left_behind.push(format!("etcd {}", show(&String::from_utf8_lossy(k))));
+        r.left_behind
+            .push(format!("etcd {}", show(&String::from_utf8_lossy(k))));
     }
 }
 
@@ -294,10 +474,14 @@ pub fn run() -> NameResults {
             return r;
         }
     };
-    let (webdis, gateway) = match (Webdis::start(&redis), UpstashGateway::start(&redis, UPSTASH_TOKEN)) {
+    let (webdis, gateway) = match (
+        Webdis::start(&redis),
+        UpstashGateway::start(&redis, UPSTASH_TOKEN),
+    ) {
         (Ok(w), Ok(g)) => (w, g),
         (w, g) => {
-            r.harness.push(format!("webdis/gateway start: {:?} {:?}", w.err(), g.err()));
+            r.harness
+                .push(format!("webdis/gateway start: {:?} {:?}", w.err(), g.err()));
             return r;
         }
     };
@@ -306,9 +490,16 @@ pub fn run() -> NameResults {
         Ok(n) => r.seeded += n,
         Err(e) => r.harness.push(e),
     }
-    let nodes = [("redis (webdis)", RedisNode::webdis(webdis.url())), ("redis (upstash)", RedisNode::upstash(gateway.url(), UPSTASH_TOKEN))];
+    let nodes = [
+        ("redis (webdis)", RedisNode::webdis(webdis.url())),
+        (
+            "redis (upstash)",
+            RedisNode::upstash(gateway.url(), UPSTASH_TOKEN),
+        ),
+    ];
     for (label, node) in nodes {
-        let client = RedisMachine::new(RedisConfig::new(node), Box::new(OsEntropy)).and_then(|m| Client::try_from_machine(Box::new(m)));
+        let client = RedisMachine::new(RedisConfig::new(node), Box::new(OsEntropy))
+            .and_then(|m| Client::try_from_machine(Box::new(m)));
         match client {
             Ok(client) => {
                 exercise(&client, label, &mut r);
@@ -318,7 +509,12 @@ pub fn run() -> NameResults {
         }
     }
     // Invalid names on the upstash client once more, counting requests at the gateway.
-    if let Ok(client) = RedisMachine::new(RedisConfig::new(RedisNode::upstash(gateway.url(), UPSTASH_TOKEN)), Box::new(OsEntropy)).and_then(|m| Client::try_from_machine(Box::new(m))) {
+    if let Ok(client) = RedisMachine::new(
+        RedisConfig::new(RedisNode::upstash(gateway.url(), UPSTASH_TOKEN)),
+        Box::new(OsEntropy),
+    )
+    .and_then(|m| Client::try_from_machine(Box::new(m)))
+    {
         let before = gateway.request_count();
         for name in invalid_names() {
             let _ = client.try_acquire(&name);
@@ -327,18 +523,40 @@ pub fn run() -> NameResults {
         r.gateway_requests_for_invalid = gateway.request_count().saturating_sub(before);
         let _ = client.close();
     }
-    compare_redis(&redis, i64::try_from(redis_started.elapsed().as_millis()).unwrap_or(i64::MAX), &mut r);
+    compare_redis(
+        &redis,
+        i64::try_from(redis_started.elapsed().as_millis()).unwrap_or(i64::MAX),
+        &mut r,
+    );
     r
 }
 
 fn fresh_machine(kind: &str) -> Option<Box<dyn LockMachine>> {
     let e = || Box::new(SeededEntropy::new(1));
     Some(match kind {
-        "etcd" => Box::new(EtcdMachine::new(EtcdConfig::new(vec!["http://127.0.0.1:1".into()]), e()).ok()?),
-        "upstash" => Box::new(RedisMachine::new(RedisConfig::new(RedisNode::upstash("http://127.0.0.1:1", "t")), e()).ok()?),
-        "webdis" => Box::new(RedisMachine::new(RedisConfig::new(RedisNode::webdis("http://127.0.0.1:1")), e()).ok()?),
+        "etcd" => Box::new(
+            EtcdMachine::new(EtcdConfig::new(vec!["http://127.0.0.1:1".into()]), e()).ok()?,
+        ),
+        "upstash" => Box::new(
+            RedisMachine::new(
+                RedisConfig::new(RedisNode::upstash("http://127.0.0.1:1", "t")),
+                e(),
+            )
+            .ok()?,
+        ),
+        "webdis" => Box::new(
+            RedisMachine::new(
+                RedisConfig::new(RedisNode::webdis("http://127.0.0.1:1")),
+                e(),
+            )
+            .ok()?,
+        ),
         _ => {
-            let nodes = vec![RedisNode::webdis("http://127.0.0.1:1"), RedisNode::upstash("http://127.0.0.1:2", "t"), RedisNode::webdis("http://127.0.0.1:3")];
+            let nodes = vec![
+                RedisNode::webdis("http://127.0.0.1:1"),
+                RedisNode::upstash("http://127.0.0.1:2", "t"),
+                RedisNode::webdis("http://127.0.0.1:3"),
+            ];
             Box::new(RedlockMachine::new(RedlockConfig::new(nodes), e()).ok()?)
         }
     })
@@ -356,20 +574,51 @@ pub fn invalid_on_machines() -> (usize, usize, Vec<String>) {
             wrong.push(format!("{label}: harness could not build the machine"));
             continue;
         };
-        let mut attempts: Vec<(String, AcquireOptions)> =
-            invalid_names().into_iter().map(|n| (n, AcquireOptions { wait: Wait::Try, ttl_ms: None })).collect();
-        attempts.push(("ok-name".into(), AcquireOptions { wait: Wait::Try, ttl_ms: Some(0) }));
-        attempts.push(("ok-name".into(), AcquireOptions { wait: Wait::Try, ttl_ms: Some(u64::MAX) }));
+        let mut attempts: Vec<(String, AcquireOptions)> = invalid_names()
+            .into_iter()
+            .map(|n| {
+                (
+                    n,
+                    AcquireOptions {
+                        wait: Wait::Try,
+                        ttl_ms: None,
+                    },
+                )
+            })
+            .collect();
+        attempts.push((
+            "ok-name".into(),
+            AcquireOptions {
+                wait: Wait::Try,
+                ttl_ms: Some(0),
+            },
+        ));
+        attempts.push((
+            "ok-name".into(),
+            AcquireOptions {
+                wait: Wait::Try,
+                ttl_ms: Some(u64::MAX),
+            },
+        ));
         for (name, opts) in attempts {
             for inspect in [false, true] {
                 if inspect && opts.ttl_ms.is_some() {
                     continue;
                 }
                 calls += 1;
-                let res = if inspect { m.inspect(0, &name) } else { m.acquire(0, &name, &opts) };
+                let res = if inspect {
+                    m.inspect(0, &name)
+                } else {
+                    m.acquire(0, &name, &opts)
+                };
                 match res {
                     Err(e) if e.code() == "INVALID_ARGUMENT" => {}
-                    other => wrong.push(format!("{label} {} {}: {:?}", if inspect { "inspect" } else { "acquire" }, show(&name), other.map(|_| "accepted"))),
+                    other => wrong.push(format!(
+                        "{label} {} {}: {:?}",
+                        if inspect { "inspect" } else { "acquire" },
+                        show(&name),
+                        other.map(|_| "accepted")
+                    )),
                 }
                 let mut emitted = false;
                 while m.poll_transmit().is_some() {

@@ -23,7 +23,10 @@ impl PanicCapture {
                     .map(|s| s.to_string())
                     .or_else(|| info.payload().downcast_ref::<String>().cloned())
                     .unwrap_or_default();
-                let at = info.location().map(|l| format!("{}:{}", l.file(), l.line())).unwrap_or_default();
+                let at = info
+                    .location()
+                    .map(|l| format!("{}:{}", l.file(), l.line()))
+                    .unwrap_or_default();
                 LAST_PANIC.with(|p| *p.borrow_mut() = Some(format!("{msg} at {at}")));
             } else {
                 prev(info);

@@ -28,9 +28,14 @@ use std::time::{Duration, Instant};
 
 use edgelock::core::json_stream::{JsonObjectSplitter, MAX_MESSAGE_BYTES};
 use edgelock::core::redis::subscription::{PushDecoder, PushFrame};
-use edgelock::core::redis::{RedisConfig, RedisMachine, RedisNode, RedisProtocol, RedlockConfig, RedlockMachine};
+use edgelock::core::redis::{
+    RedisConfig, RedisMachine, RedisNode, RedisProtocol, RedlockConfig, RedlockMachine,
+};
 use edgelock::core::sse_stream::{SseError, SseSplitter, MAX_LINE_BYTES};
-use edgelock::core::{AcquireOptions, Event, Input, LockMachine, LockMachineExt, Millis, Outcome, RequestId, SeededEntropy, Transmit, TransportError, Wait};
+use edgelock::core::{
+    AcquireOptions, Event, Input, LockMachine, LockMachineExt, Millis, Outcome, RequestId,
+    SeededEntropy, Transmit, TransportError, Wait,
+};
 use serde_json::json;
 
 use super::models::{push_event, subscription_channel, Proto, RedisModel, Reply};
@@ -98,7 +103,9 @@ impl Stats {
         self.overruns += o.overruns;
         self.late_attempts += o.late_attempts;
         self.late_sessions += o.late_sessions;
-        self.max_end_past_wait_in_time = self.max_end_past_wait_in_time.max(o.max_end_past_wait_in_time);
+        self.max_end_past_wait_in_time = self
+            .max_end_past_wait_in_time
+            .max(o.max_end_past_wait_in_time);
         self.wrongly_acquired += o.wrongly_acquired;
         self.max_end_past_wait = self.max_end_past_wait.max(o.max_end_past_wait);
         self.attempts += o.attempts;
@@ -128,8 +135,18 @@ const CHANNEL: &str = "edgelock:wake:0123456789abcdef0123456789abcdef";
 /// One hostile frame (or fragment) for a stream of `proto`.
 /// `huge`: sometimes a JSON object past `MAX_MESSAGE_BYTES` (4 MiB); the
 /// large frames (64 KiB and more) come `large_pct` % as often as the others.
-fn hostile_frame(rng: &mut Rng, proto: Proto, channel: &str, huge: bool, large_pct: u64) -> Vec<u8> {
-    let other = if proto == Proto::Upstash { Proto::Webdis } else { Proto::Upstash };
+fn hostile_frame(
+    rng: &mut Rng,
+    proto: Proto,
+    channel: &str,
+    huge: bool,
+    large_pct: u64,
+) -> Vec<u8> {
+    let other = if proto == Proto::Upstash {
+        Proto::Webdis
+    } else {
+        Proto::Upstash
+    };
     let mut pick = rng.below(24);
     while matches!(pick, 0 | 1 | 2 | 16) && !rng.chance(large_pct) {
         pick = rng.below(24);
@@ -151,15 +168,29 @@ fn hostile_frame(rng: &mut Rng, proto: Proto, channel: &str, huge: bool, large_p
         }
         // A JSON string that never closes (rarely past the 4 MiB bound).
         2 => {
-            let n = if huge && rng.chance(3) { MAX_MESSAGE_BYTES + 16 } else { 10_000 + rng.below(200_000) };
+            let n = if huge && rng.chance(3) {
+                MAX_MESSAGE_BYTES + 16
+            } else {
+                10_000 + rng.below(200_000)
+            };
             let mut v = br#"{"SUBSCRIBE":["message","ch",""#.to_vec();
             v.resize(n, b'z');
             v
         }
         3 => b"\xff\xfe\xfd\xc0\x80\xed\xa0\x80".to_vec(),
         4 => format!("data: message,{channel},\u{0}\u{0}released:\u{0}1\n\n").into_bytes(),
-        5 => [b"data: message,".as_slice(), channel.as_bytes(), b",\xff\xfe\n\n"].concat(),
-        6 => [br#"{"SUBSCRIBE":["message",""#.as_slice(), channel.as_bytes(), b"\",\"\xff\xc3\x28\"]}"].concat(),
+        5 => [
+            b"data: message,".as_slice(),
+            channel.as_bytes(),
+            b",\xff\xfe\n\n",
+        ]
+        .concat(),
+        6 => [
+            br#"{"SUBSCRIBE":["message",""#.as_slice(),
+            channel.as_bytes(),
+            b"\",\"\xff\xc3\x28\"]}",
+        ]
+        .concat(),
         7 => b"\0\0\0\0".to_vec(),
         // Missing fields.
         8 => b"data: message\n\n".to_vec(),
@@ -173,14 +204,26 @@ fn hostile_frame(rng: &mut Rng, proto: Proto, channel: &str, huge: bool, large_p
         15 => b"]}]}".to_vec(),
         16 => {
             let d = *rng.pick(&[64usize, 129, 1_000, 100_000]);
-            [br#"{"SUBSCRIBE":"#.to_vec(), b"[".repeat(d), b"]".repeat(d), b"}".to_vec()].concat()
+            [
+                br#"{"SUBSCRIBE":"#.to_vec(),
+                b"[".repeat(d),
+                b"]".repeat(d),
+                b"}".to_vec(),
+            ]
+            .concat()
         }
         // The other protocol's framing; CR-only line ends.
         17 => push_event(other, "message", channel, &json!("released:1")),
-        18 => format!("data: message,{channel},released:1\r").repeat(1 + rng.below(50)).into_bytes(),
+        18 => format!("data: message,{channel},released:1\r")
+            .repeat(1 + rng.below(50))
+            .into_bytes(),
         // Floods of forged confirmations and messages (each wakes the waiter).
-        19 => (0..1 + rng.below(500)).flat_map(|i| push_event(proto, "message", channel, &json!(format!("released:{i}")))).collect(),
-        20 => (0..1 + rng.below(200)).flat_map(|i| push_event(proto, "subscribe", channel, &json!(i))).collect(),
+        19 => (0..1 + rng.below(500))
+            .flat_map(|i| push_event(proto, "message", channel, &json!(format!("released:{i}"))))
+            .collect(),
+        20 => (0..1 + rng.below(200))
+            .flat_map(|i| push_event(proto, "subscribe", channel, &json!(i)))
+            .collect(),
         // Other kinds, comments, fields: skipped by the SSE decoder.
         21 => b": ping\n\nevent: x\nid: 9\nretry: 0\n\ndata: unsubscribe,x,0\n\n".to_vec(),
         // The secret, echoed.
@@ -200,17 +243,36 @@ pub fn hostile_stream(rng: &mut Rng, proto: Proto, id: RequestId, channel: &str)
     for _ in 0..1 + rng.below(6) {
         let frame = match rng.below(5) {
             0 => push_event(proto, "subscribe", channel, &json!(1)),
-            1 => push_event(proto, "message", channel, &json!(format!("released:{}", rng.next_u64() >> 1))),
+            1 => push_event(
+                proto,
+                "message",
+                channel,
+                &json!(format!("released:{}", rng.next_u64() >> 1)),
+            ),
             _ => hostile_frame(rng, proto, channel, false, 10),
         };
-        let frame = if frame.len() < 4096 && rng.chance(20) { mutate_body(rng, &frame, SENTINEL) } else { frame };
+        let frame = if frame.len() < 4096 && rng.chance(20) {
+            mutate_body(rng, &frame, SENTINEL)
+        } else {
+            frame
+        };
         body.extend_from_slice(&frame);
     }
-    let mut inputs: Vec<Input> = cut(rng, &body).into_iter().map(|data| Input::Chunk { id, data }).collect();
+    let mut inputs: Vec<Input> = cut(rng, &body)
+        .into_iter()
+        .map(|data| Input::Chunk { id, data })
+        .collect();
     match rng.below(4) {
         0 => inputs.push(Input::StreamEnd { id }),
-        1 => inputs.push(Input::Failed { id, error: TransportError::Io("stream reset".into()) }),
-        2 if rng.chance(20) => inputs.push(Input::Response { id, status: *rng.pick(&[200u16, 400, 401, 500, 503]), body: body.clone() }),
+        1 => inputs.push(Input::Failed {
+            id,
+            error: TransportError::Io("stream reset".into()),
+        }),
+        2 if rng.chance(20) => inputs.push(Input::Response {
+            id,
+            status: *rng.pick(&[200u16, 400, 401, 500, 503]),
+            body: body.clone(),
+        }),
         _ => {}
     }
     inputs
@@ -222,7 +284,9 @@ fn cut(rng: &mut Rng, data: &[u8]) -> Vec<Vec<u8>> {
     if data.len() < 256 && rng.chance(20) {
         return data.iter().map(|b| vec![*b]).collect();
     }
-    let mut cuts: Vec<usize> = (0..rng.below(8)).map(|_| rng.below(data.len() + 1)).collect();
+    let mut cuts: Vec<usize> = (0..rng.below(8))
+        .map(|_| rng.below(data.len() + 1))
+        .collect();
     cuts.sort_unstable();
     cuts.dedup();
     let mut out = Vec::new();
@@ -251,7 +315,11 @@ fn valid_stream(rng: &mut Rng, proto: Proto) -> (Vec<u8>, Vec<PushFrame>) {
             frames.push(PushFrame::Subscribed);
         } else {
             // Payloads with commas, spaces, quotes and escapes (never a line break).
-            let payload = format!("released:{}{}", rng.below(1_000_000), rng.pick(&["", ",x", " a b", "\"q\"", "\\\\", "é"]));
+            let payload = format!(
+                "released:{}{}",
+                rng.below(1_000_000),
+                rng.pick(&["", ",x", " a b", "\"q\"", "\\\\", "é"])
+            );
             bytes.extend(push_event(proto, "message", CHANNEL, &json!(payload)));
             frames.push(PushFrame::Message(payload.into_bytes()));
         }
@@ -293,7 +361,10 @@ fn check_sse(chunks: &[Vec<u8>], st: &mut Stats) {
         }
         match s.push(c) {
             Ok(values) if over => {
-                st.violation(format!("SseSplitter accepted a line longer than {MAX_LINE_BYTES} bytes ({} values)", values.len()));
+                st.violation(format!(
+                    "SseSplitter accepted a line longer than {MAX_LINE_BYTES} bytes ({} values)",
+                    values.len()
+                ));
                 return;
             }
             Ok(values) => {
@@ -307,7 +378,9 @@ fn check_sse(chunks: &[Vec<u8>], st: &mut Stats) {
                 return;
             }
             Err(e) => {
-                st.violation(format!("SseSplitter refused a stream within its bound: {e:?}"));
+                st.violation(format!(
+                    "SseSplitter refused a stream within its bound: {e:?}"
+                ));
                 return;
             }
         }
@@ -321,7 +394,10 @@ fn check_json(chunks: &[Vec<u8>], st: &mut Stats) {
         match s.push(c) {
             Ok(objs) => {
                 if let Some(o) = objs.iter().find(|o| o.len() > MAX_MESSAGE_BYTES + 1) {
-                    st.violation(format!("JsonObjectSplitter returned a {}-byte object", o.len()));
+                    st.violation(format!(
+                        "JsonObjectSplitter returned a {}-byte object",
+                        o.len()
+                    ));
                 }
             }
             Err(edgelock::core::json_stream::SplitError::TooLarge) => {
@@ -361,14 +437,20 @@ fn decode(proto: Proto, chunks: &[Vec<u8>], st: &mut Stats) -> Result<Vec<PushFr
 
 fn decoder_case(rng: &mut Rng, st: &mut Stats) {
     st.decoder_cases += 1;
-    let proto = if rng.chance(50) { Proto::Upstash } else { Proto::Webdis };
+    let proto = if rng.chance(50) {
+        Proto::Upstash
+    } else {
+        Proto::Webdis
+    };
     if rng.chance(30) {
         // Valid: any cut gives the expected frames.
         let (bytes, want) = valid_stream(rng, proto);
         let whole = decode(proto, std::slice::from_ref(&bytes), st);
         let cut = decode(proto, &split(rng, &bytes), st);
         if whole.as_ref() != Ok(&want) || cut.as_ref() != Ok(&want) {
-            st.violation(format!("{proto:?}: a valid stream decoded to {whole:?} whole, {cut:?} cut; want {want:?}"));
+            st.violation(format!(
+                "{proto:?}: a valid stream decoded to {whole:?} whole, {cut:?} cut; want {want:?}"
+            ));
         }
         return;
     }
@@ -378,7 +460,11 @@ fn decoder_case(rng: &mut Rng, st: &mut Stats) {
             0 => valid_stream(rng, proto).0,
             _ => hostile_frame(rng, proto, CHANNEL, true, 40),
         };
-        let frame = if frame.len() < 4096 && rng.chance(30) { mutate_body(rng, &frame, SENTINEL) } else { frame };
+        let frame = if frame.len() < 4096 && rng.chance(30) {
+            mutate_body(rng, &frame, SENTINEL)
+        } else {
+            frame
+        };
         body.extend_from_slice(&frame);
     }
     let chunks = split(rng, &body);
@@ -406,7 +492,11 @@ fn wait_session(seed: u64, st: &mut Stats) {
     let mut nodes = Vec::new();
     let mut models = Vec::new();
     for i in 0..n {
-        let proto = if rng.chance(50) { Proto::Upstash } else { Proto::Webdis };
+        let proto = if rng.chance(50) {
+            Proto::Upstash
+        } else {
+            Proto::Webdis
+        };
         let url = format!("http://10.7.0.{}:{}", i + 1, 7000 + i);
         let node = match proto {
             Proto::Upstash => RedisNode::upstash(url.clone(), SENTINEL),
@@ -450,10 +540,19 @@ fn wait_session(seed: u64, st: &mut Stats) {
     let acquire_sha = edgelock::core::redis::scripts::Script::Acquire.sha1();
     let is_acquire = |body: &[u8]| {
         let text = String::from_utf8_lossy(body);
-        text.contains(&acquire_sha) || text.contains("edgelock acquire v") || text.contains("edgelock%20acquire%20v")
+        text.contains(&acquire_sha)
+            || text.contains("edgelock acquire v")
+            || text.contains("edgelock%20acquire%20v")
     };
     let mut late = 0u64;
-    let op = match m.acquire(now, "w", &AcquireOptions { wait: Wait::For(wait_ms), ttl_ms: None }) {
+    let op = match m.acquire(
+        now,
+        "w",
+        &AcquireOptions {
+            wait: Wait::For(wait_ms),
+            ttl_ms: None,
+        },
+    ) {
         Ok(op) => op,
         Err(e) => return st.violation(format!("acquire refused: {e}")),
     };
@@ -467,14 +566,27 @@ fn wait_session(seed: u64, st: &mut Stats) {
             match t {
                 Transmit::Send(req) => {
                     if trace {
-                        eprintln!("{:>6} -> #{} {} stream={} {}", now - start, req.id.0, req.target, req.stream, String::from_utf8_lossy(&req.body[..req.body.len().min(60)]));
+                        eprintln!(
+                            "{:>6} -> #{} {} stream={} {}",
+                            now - start,
+                            req.id.0,
+                            req.target,
+                            req.stream,
+                            String::from_utf8_lossy(&req.body[..req.body.len().min(60)])
+                        );
                     }
-                    let Some((_, proto, model)) = models.iter_mut().find(|(u, _, _)| req.target.url().is_some_and(|x| x.starts_with(u.as_str()))) else {
+                    let Some((_, proto, model)) = models.iter_mut().find(|(u, _, _)| {
+                        req.target.url().is_some_and(|x| x.starts_with(u.as_str()))
+                    }) else {
                         st.violation("a request to an unknown node".into());
                         continue;
                     };
                     let proto = *proto;
-                    if let Some(channel) = req.stream.then(|| subscription_channel(&req, proto)).flatten() {
+                    if let Some(channel) = req
+                        .stream
+                        .then(|| subscription_channel(&req, proto))
+                        .flatten()
+                    {
                         st.streams_answered += 1;
                         if rng.chance(10) {
                             continue; // never answered: the confirmation times out
@@ -482,7 +594,11 @@ fn wait_session(seed: u64, st: &mut Stats) {
                         for input in hostile_stream(&mut rng, proto, req.id, &channel) {
                             st.stream_inputs += 1;
                             // Part at once, the rest trickled over the wait (in order).
-                            let at = if rng.chance(40) { now } else { now + rng.below(wait_ms as usize + 500) as u64 };
+                            let at = if rng.chance(40) {
+                                now
+                            } else {
+                                now + rng.below(wait_ms as usize + 500) as u64
+                            };
                             seq += 1;
                             queue.insert((at, seq), input);
                         }
@@ -493,8 +609,15 @@ fn wait_session(seed: u64, st: &mut Stats) {
                         }
                         let reply = model.reply(&req, proto, now);
                         let input = match reply {
-                            Reply::Whole { status, body } => Input::Response { id: req.id, status, body },
-                            Reply::Stream { .. } => Input::Failed { id: req.id, error: TransportError::Io("unexpected".into()) },
+                            Reply::Whole { status, body } => Input::Response {
+                                id: req.id,
+                                status,
+                                body,
+                            },
+                            Reply::Stream { .. } => Input::Failed {
+                                id: req.id,
+                                error: TransportError::Io("unexpected".into()),
+                            },
                         };
                         let at = now + rng.below(timeout as usize / 2 + 1) as u64;
                         if !rng.chance(3) {
@@ -543,8 +666,14 @@ fn wait_session(seed: u64, st: &mut Stats) {
             if let Some((_, input)) = queue.pop_first() {
                 if trace {
                     let d = match &input {
-                        Input::Chunk { data, .. } => format!("chunk {:?}", String::from_utf8_lossy(&data[..data.len().min(80)])),
-                        Input::Response { status, body, .. } => format!("{status} {}", String::from_utf8_lossy(&body[..body.len().min(80)])),
+                        Input::Chunk { data, .. } => format!(
+                            "chunk {:?}",
+                            String::from_utf8_lossy(&data[..data.len().min(80)])
+                        ),
+                        Input::Response { status, body, .. } => format!(
+                            "{status} {}",
+                            String::from_utf8_lossy(&body[..body.len().min(80)])
+                        ),
                         other => format!("{other:?}"),
                     };
                     eprintln!("{:>6} <- #{} {d}", now - start, input.id().0);
@@ -561,11 +690,17 @@ fn wait_session(seed: u64, st: &mut Stats) {
     match ended {
         Some((_, Ok(Outcome::Acquired(_)))) => {
             st.wrongly_acquired += 1;
-            st.violation(format!("session {seed:#x}: acquired a lock held forever by another owner"));
+            st.violation(format!(
+                "session {seed:#x}: acquired a lock held forever by another owner"
+            ));
         }
         Some((t, _)) if t > bound => {
             st.overruns += 1;
-            st.violation(format!("session {seed:#x}: For({wait_ms}) ended {} ms after it began (bound {})", t - start, bound - start));
+            st.violation(format!(
+                "session {seed:#x}: For({wait_ms}) ended {} ms after it began (bound {})",
+                t - start,
+                bound - start
+            ));
         }
         Some((t, _)) => {
             let past = (t - start).saturating_sub(wait_ms);
@@ -576,14 +711,19 @@ fn wait_session(seed: u64, st: &mut Stats) {
         }
         None => {
             st.overruns += 1;
-            st.violation(format!("session {seed:#x}: For({wait_ms}) never ended (stopped at +{} ms)", now - start));
+            st.violation(format!(
+                "session {seed:#x}: For({wait_ms}) never ended (stopped at +{} ms)",
+                now - start
+            ));
         }
     }
     if late > 0 {
         st.late_attempts += late / n as u64;
         st.late_sessions += 1;
         if st.samples.len() < 8 && st.late_sessions == 1 {
-            st.samples.push(format!("session {seed:#x}: an acquire attempt started after the For({wait_ms}) deadline"));
+            st.samples.push(format!(
+                "session {seed:#x}: an acquire attempt started after the For({wait_ms}) deadline"
+            ));
         }
     }
     let _ = m.close(now);
@@ -592,7 +732,9 @@ fn wait_session(seed: u64, st: &mut Stats) {
 /// Decoder cases and waiting sessions for about `cap`, on `threads` threads.
 pub fn run(cap: Duration, threads: usize, decoder_target: u64, wait_target: u64) -> Stats {
     let _capture = super::panics::PanicCapture::install();
-    let replay = std::env::var("S09_PUSH_SEED").ok().and_then(|s| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok());
+    let replay = std::env::var("S09_PUSH_SEED")
+        .ok()
+        .and_then(|s| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok());
     let started = Instant::now();
     let results: Vec<Stats> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..threads.max(1))
@@ -604,8 +746,12 @@ pub fn run(cap: Duration, threads: usize, decoder_target: u64, wait_target: u64)
                     }
                     let share = |n: u64| n.div_ceil(threads.max(1) as u64);
                     let mut i: u64 = 0;
-                    while (st.decoder_cases < share(decoder_target) || st.wait_sessions < share(wait_target)) && started.elapsed() < cap {
-                        let seed = replay.unwrap_or_else(|| mix(0x9055_0000 ^ ((t as u64) << 40) ^ i));
+                    while (st.decoder_cases < share(decoder_target)
+                        || st.wait_sessions < share(wait_target))
+                        && started.elapsed() < cap
+                    {
+                        let seed =
+                            replay.unwrap_or_else(|| mix(0x9055_0000 ^ ((t as u64) << 40) ^ i));
                         i += 1;
                         let mut case = Stats::default();
                         in_case(true);
@@ -628,7 +774,9 @@ pub fn run(cap: Duration, threads: usize, decoder_target: u64, wait_target: u64)
                             st.panics += 1;
                             let why = take_last_panic().unwrap_or_default();
                             if st.samples.len() < 8 {
-                                st.samples.push(format!("seed {seed:#x} (S09_PUSH_SEED={seed:x}) panicked: {why}"));
+                                st.samples.push(format!(
+                                    "seed {seed:#x} (S09_PUSH_SEED={seed:x}) panicked: {why}"
+                                ));
                             }
                         }
                         if replay.is_some() {
@@ -639,7 +787,10 @@ pub fn run(cap: Duration, threads: usize, decoder_target: u64, wait_target: u64)
                 })
             })
             .collect();
-        handles.into_iter().map(|h| h.join().unwrap_or_default()).collect()
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_default())
+            .collect()
     });
     let mut total = Stats::default();
     for r in &results {

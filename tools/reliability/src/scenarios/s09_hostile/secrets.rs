@@ -99,7 +99,11 @@ fn http(status: u16, body: &[u8]) -> Vec<u8> {
 }
 
 fn hostile(mode: Mode, etcd: bool, echo: &str, auth: &str) -> Vec<u8> {
-    let err = if etcd { json!({"error": echo, "message": echo, "code": 2}) } else { json!({ "error": format!("ERR {echo}") }) };
+    let err = if etcd {
+        json!({"error": echo, "message": echo, "code": 2})
+    } else {
+        json!({ "error": format!("ERR {echo}") })
+    };
     match mode {
         Mode::Echo401 => http(401, echo.as_bytes()),
         Mode::Echo500Json => http(500, json!({"error": echo, "message": echo, "code": 13}).to_string().as_bytes()),
@@ -130,7 +134,9 @@ fn now_ms(start: Instant) -> u64 {
 fn serve(stream: TcpStream, c: &Ctx) -> io::Result<()> {
     stream.set_read_timeout(Some(Duration::from_secs(5)))?;
     let mut reader = BufReader::new(stream.try_clone()?);
-    let Some(head) = read_head(&mut reader)? else { return Ok(()) };
+    let Some(head) = read_head(&mut reader)? else {
+        return Ok(());
+    };
     let body = read_body(&mut reader, request_body_kind(&head)?, 1 << 20)?;
     let mut echo = format!("{}\r\n", head.start_line);
     for (k, v) in &head.headers {
@@ -138,13 +144,30 @@ fn serve(stream: TcpStream, c: &Ctx) -> io::Result<()> {
     }
     echo.push_str("\r\n");
     echo.push_str(&String::from_utf8_lossy(&body));
-    let auth = head.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case("authorization")).map(|(k, v)| format!("{k}: {v}")).unwrap_or_default();
+    let auth = head
+        .headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case("authorization"))
+        .map(|(k, v)| format!("{k}: {v}"))
+        .unwrap_or_default();
     let n = c.served.fetch_add(1, Ordering::SeqCst) + 1;
     let out = if n <= c.hostile_after {
         let path = head.start_line.split(' ').nth(1).unwrap_or("/");
-        let req = HttpRequest { id: RequestId(n as u64), method: Method::Post, target: Target::Url(format!("http://{}{path}", c.addr)), headers: Vec::new(), body, timeout_ms: None, stream: false };
+        let req = HttpRequest {
+            id: RequestId(n as u64),
+            method: Method::Post,
+            target: Target::Url(format!("http://{}{path}", c.addr)),
+            headers: Vec::new(),
+            body,
+            timeout_ms: None,
+            stream: false,
+        };
         let mut st = c.state.lock().unwrap_or_else(|p| p.into_inner());
-        let reply = if c.etcd { st.etcd.reply(&req) } else { st.redis.reply(&req, Proto::Upstash, now_ms(c.start)) };
+        let reply = if c.etcd {
+            st.etcd.reply(&req)
+        } else {
+            st.redis.reply(&req, Proto::Upstash, now_ms(c.start))
+        };
         match reply {
             Reply::Whole { status, body } => http(status, &body),
             Reply::Stream { messages } => http(200, &messages.concat()),
@@ -164,31 +187,44 @@ impl Server {
         let addr = listener.local_addr()?;
         let stop = Arc::new(AtomicBool::new(false));
         let stop2 = Arc::clone(&stop);
-        let accept = std::thread::Builder::new().name("hostile-backend".into()).spawn(move || {
-            let ctx = Arc::new(Ctx {
-                addr,
-                etcd,
-                mode,
-                hostile_after,
-                served: AtomicUsize::new(0),
-                state: Mutex::new(State { etcd: EtcdModel::new(0x6000_0000), redis: RedisModel::default() }),
-                start: Instant::now(),
-            });
-            while !stop2.load(Ordering::SeqCst) {
-                match listener.accept() {
-                    Ok((s, _)) => {
-                        let ctx = Arc::clone(&ctx);
-                        let _ = s.set_nonblocking(false);
-                        let _ = std::thread::Builder::new().name("hostile-conn".into()).spawn(move || {
-                            let _ = serve(s, &ctx);
-                        });
+        let accept = std::thread::Builder::new()
+            .name("hostile-backend".into())
+            .spawn(move || {
+                let ctx = Arc::new(Ctx {
+                    addr,
+                    etcd,
+                    mode,
+                    hostile_after,
+                    served: AtomicUsize::new(0),
+                    state: Mutex::new(State {
+                        etcd: EtcdModel::new(0x6000_0000),
+                        redis: RedisModel::default(),
+                    }),
+                    start: Instant::now(),
+                });
+                while !stop2.load(Ordering::SeqCst) {
+                    match listener.accept() {
+                        Ok((s, _)) => {
+                            let ctx = Arc::clone(&ctx);
+                            let _ = s.set_nonblocking(false);
+                            let _ = std::thread::Builder::new()
+                                .name("hostile-conn".into())
+                                .spawn(move || {
+                                    let _ = serve(s, &ctx);
+                                });
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                            std::thread::sleep(Duration::from_millis(5))
+                        }
+                        Err(_) => break,
                     }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => std::thread::sleep(Duration::from_millis(5)),
-                    Err(_) => break,
                 }
-            }
-        })?;
-        Ok(Server { addr, stop, accept: Some(accept) })
+            })?;
+        Ok(Server {
+            addr,
+            stop,
+            accept: Some(accept),
+        })
     }
 
     fn url(&self) -> String {
@@ -219,7 +255,10 @@ fn subcase(backend: Backend, mode: Mode, after_acquire: bool) -> Result<Vec<Stri
         (_, true) => 1,             // the acquire script
     };
     let n = if backend == Backend::Redlock { 3 } else { 1 };
-    let servers = (0..n).map(|_| Server::start(backend == Backend::Etcd, mode, hostile_after)).collect::<io::Result<Vec<_>>>().map_err(|e| e.to_string())?;
+    let servers = (0..n)
+        .map(|_| Server::start(backend == Backend::Etcd, mode, hostile_after))
+        .collect::<io::Result<Vec<_>>>()
+        .map_err(|e| e.to_string())?;
     let client = match backend {
         Backend::Etcd => {
             let mut cfg = EtcdConfig::new(vec![servers[0].url()]);
@@ -232,21 +271,35 @@ fn subcase(backend: Backend, mode: Mode, after_acquire: bool) -> Result<Vec<Stri
             let mut cfg = RedisConfig::new(RedisNode::upstash(servers[0].url(), SENTINEL));
             cfg.ttl_ms = 1_500;
             cfg.request_timeout_ms = 1_000;
-            RedisMachine::new(cfg, Box::new(OsEntropy)).and_then(|m| Client::try_from_machine(Box::new(m)))
+            RedisMachine::new(cfg, Box::new(OsEntropy))
+                .and_then(|m| Client::try_from_machine(Box::new(m)))
         }
         Backend::Redlock => {
-            let mut cfg = RedlockConfig::new(servers.iter().map(|s| RedisNode::upstash(s.url(), SENTINEL)).collect());
+            let mut cfg = RedlockConfig::new(
+                servers
+                    .iter()
+                    .map(|s| RedisNode::upstash(s.url(), SENTINEL))
+                    .collect(),
+            );
             cfg.ttl_ms = 1_500;
             cfg.request_timeout_ms = 1_000;
             cfg.retry_count = 1;
             cfg.retry_delay_ms = 50;
-            RedlockMachine::new(cfg, Box::new(OsEntropy)).and_then(|m| Client::try_from_machine(Box::new(m)))
+            RedlockMachine::new(cfg, Box::new(OsEntropy))
+                .and_then(|m| Client::try_from_machine(Box::new(m)))
         }
     }
     .map_err(|e| format!("client: {e}"))?;
     let mut texts = Vec::new();
     let name = "sentinel-check";
-    match client.acquire_with(name, AcquireOptions { wait: Wait::For(1_500), ttl_ms: None }, None) {
+    match client.acquire_with(
+        name,
+        AcquireOptions {
+            wait: Wait::For(1_500),
+            ttl_ms: None,
+        },
+        None,
+    ) {
         Ok(Some(lock)) => {
             if let Some(reason) = lock.wait_lost(Some(Duration::from_secs(5))) {
                 texts.push(reason.to_string());
@@ -297,9 +350,11 @@ pub fn run() -> SecretResults {
             for after in [false, true] {
                 expected += 1;
                 let tx = tx.clone();
-                let spawned = std::thread::Builder::new().name("sentinel-case".into()).spawn(move || {
-                    let _ = tx.send((backend, mode, after, subcase(backend, mode, after)));
-                });
+                let spawned = std::thread::Builder::new()
+                    .name("sentinel-case".into())
+                    .spawn(move || {
+                        let _ = tx.send((backend, mode, after, subcase(backend, mode, after)));
+                    });
                 if let Err(e) = spawned {
                     r.harness.push(format!("cannot start a thread: {e}"));
                     expected -= 1;
@@ -321,10 +376,23 @@ pub fn run() -> SecretResults {
                             let (full, fragments) = super::leak_count(&t);
                             r.hits += full;
                             r.fragments += fragments;
-                            let case = format!("{backend:?}/{mode:?}/{}", if after { "after acquire" } else { "from the start" });
+                            let case = format!(
+                                "{backend:?}/{mode:?}/{}",
+                                if after {
+                                    "after acquire"
+                                } else {
+                                    "from the start"
+                                }
+                            );
                             if full + fragments > 0 && !r.leaking.contains(&case) {
                                 if r.samples.len() < 6 {
-                                    r.samples.push(format!("{case}: {}", t.chars().take(300).map(|c| if c.is_control() { ' ' } else { c }).collect::<String>()));
+                                    r.samples.push(format!(
+                                        "{case}: {}",
+                                        t.chars()
+                                            .take(300)
+                                            .map(|c| if c.is_control() { ' ' } else { c })
+                                            .collect::<String>()
+                                    ));
                                 }
                                 r.leaking.push(case);
                             }
@@ -334,7 +402,10 @@ pub fn run() -> SecretResults {
                 }
             }
             Err(_) => {
-                r.harness.push(format!("{} of {expected} hostile-backend cases did not finish within 40 s", expected - r.subcases));
+                r.harness.push(format!(
+                    "{} of {expected} hostile-backend cases did not finish within 40 s",
+                    expected - r.subcases
+                ));
                 break;
             }
         }

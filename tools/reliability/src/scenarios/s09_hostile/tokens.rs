@@ -10,7 +10,9 @@ use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
 use edgelock::core::etcd::{EtcdConfig, EtcdMachine};
 use edgelock::core::redis::{RedisConfig, RedisMachine, RedisNode};
-use edgelock::core::{random_hex, AcquireOptions, Input, LockMachine, LockMachineExt, Transmit, Wait};
+use edgelock::core::{
+    random_hex, AcquireOptions, Input, LockMachine, LockMachineExt, Transmit, Wait,
+};
 use edgelock::native::OsEntropy;
 use serde_json::{json, Value};
 
@@ -32,7 +34,11 @@ pub struct TokenResults {
 }
 
 fn unhex<const N: usize>(s: &str) -> Option<[u8; N]> {
-    if s.len() != 2 * N || !s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
+    if s.len() != 2 * N
+        || !s
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    {
         return None;
     }
     let mut out = [0u8; N];
@@ -52,12 +58,24 @@ fn duplicates<T: Ord>(mut v: Vec<T>) -> usize {
 /// fresh attempt with a fresh token.
 fn redis_machine_tokens(n: usize, r: &mut TokenResults) -> Vec<String> {
     let mut out = Vec::with_capacity(n);
-    let Ok(mut m) = RedisMachine::new(RedisConfig::new(RedisNode::upstash("http://127.0.0.1:1", "t")), Box::new(OsEntropy)) else {
+    let Ok(mut m) = RedisMachine::new(
+        RedisConfig::new(RedisNode::upstash("http://127.0.0.1:1", "t")),
+        Box::new(OsEntropy),
+    ) else {
         r.harness.push("cannot build a RedisMachine".into());
         return out;
     };
     for _ in 0..n {
-        if m.acquire(0, "tokens", &AcquireOptions { wait: Wait::Try, ttl_ms: None }).is_err() {
+        if m.acquire(
+            0,
+            "tokens",
+            &AcquireOptions {
+                wait: Wait::Try,
+                ttl_ms: None,
+            },
+        )
+        .is_err()
+        {
             r.harness.push("RedisMachine refused an acquire".into());
             break;
         }
@@ -65,10 +83,20 @@ fn redis_machine_tokens(n: usize, r: &mut TokenResults) -> Vec<String> {
             if let Transmit::Send(req) = t {
                 let args: Vec<String> = serde_json::from_slice(&req.body).unwrap_or_default();
                 // `EVAL script numkeys KEYS... ARGV...`: ARGV[1] follows the keys.
-                let keys = args.get(2).and_then(|n| n.parse::<usize>().ok()).unwrap_or(0);
+                let keys = args
+                    .get(2)
+                    .and_then(|n| n.parse::<usize>().ok())
+                    .unwrap_or(0);
                 out.push(args.get(3 + keys).cloned().unwrap_or_default());
                 let body = json!({"result": [0, 1, 5_000]}).to_string().into_bytes();
-                m.handle_input(0, Input::Response { id: req.id, status: 200, body });
+                m.handle_input(
+                    0,
+                    Input::Response {
+                        id: req.id,
+                        status: 200,
+                        body,
+                    },
+                );
             }
         }
         while m.poll_event().is_some() {}
@@ -81,13 +109,25 @@ fn redis_machine_tokens(n: usize, r: &mut TokenResults) -> Vec<String> {
 /// the cleanup is acknowledged.
 fn etcd_machine_nonces(n: usize, r: &mut TokenResults) -> Vec<String> {
     let mut out = Vec::with_capacity(n);
-    let Ok(mut m) = EtcdMachine::new(EtcdConfig::new(vec!["http://127.0.0.1:1".into()]), Box::new(OsEntropy)) else {
+    let Ok(mut m) = EtcdMachine::new(
+        EtcdConfig::new(vec!["http://127.0.0.1:1".into()]),
+        Box::new(OsEntropy),
+    ) else {
         r.harness.push("cannot build an EtcdMachine".into());
         return out;
     };
     let header = json!({"revision": "10"});
     for _ in 0..n {
-        if m.acquire(0, "tokens", &AcquireOptions { wait: Wait::Try, ttl_ms: None }).is_err() {
+        if m.acquire(
+            0,
+            "tokens",
+            &AcquireOptions {
+                wait: Wait::Try,
+                ttl_ms: None,
+            },
+        )
+        .is_err()
+        {
             r.harness.push("EtcdMachine refused an acquire".into());
             break;
         }
@@ -95,10 +135,18 @@ fn etcd_machine_nonces(n: usize, r: &mut TokenResults) -> Vec<String> {
             let Some(t) = m.poll_transmit() else { break };
             let Transmit::Send(req) = t else { continue };
             let body: Value = serde_json::from_slice(&req.body).unwrap_or(Value::Null);
-            let reply = if req.target.url().is_some_and(|u| u.ends_with("/v3/lease/grant")) {
+            let reply = if req
+                .target
+                .url()
+                .is_some_and(|u| u.ends_with("/v3/lease/grant"))
+            {
                 json!({"header": header, "ID": "7", "TTL": "10"})
             } else if let Some(put) = body.pointer("/success/0/request_put") {
-                let nonce = put.get("value").and_then(Value::as_str).and_then(|v| B64.decode(v).ok()).unwrap_or_default();
+                let nonce = put
+                    .get("value")
+                    .and_then(Value::as_str)
+                    .and_then(|v| B64.decode(v).ok())
+                    .unwrap_or_default();
                 out.push(String::from_utf8_lossy(&nonce).into_owned());
                 let key = put.get("key").cloned().unwrap_or(Value::Null);
                 let other = B64.encode(b"edgelock/tokens/1");
@@ -110,7 +158,14 @@ fn etcd_machine_nonces(n: usize, r: &mut TokenResults) -> Vec<String> {
             } else {
                 json!({"header": header, "succeeded": true, "responses": [{"response_delete_range": {"header": header, "deleted": "1"}}]})
             };
-            m.handle_input(0, Input::Response { id: req.id, status: 200, body: reply.to_string().into_bytes() });
+            m.handle_input(
+                0,
+                Input::Response {
+                    id: req.id,
+                    status: 200,
+                    body: reply.to_string().into_bytes(),
+                },
+            );
         }
         while m.poll_event().is_some() {}
     }
@@ -123,7 +178,8 @@ pub fn run(n: usize, from_machines: usize) -> TokenResults {
     let machine_tokens = redis_machine_tokens(from_machines, &mut r);
     r.redis_from_machine = machine_tokens.len();
     let mut entropy = OsEntropy;
-    let direct = (0..n.saturating_sub(machine_tokens.len())).map(|_| random_hex(&mut entropy, REDIS_TOKEN_BYTES));
+    let direct = (0..n.saturating_sub(machine_tokens.len()))
+        .map(|_| random_hex(&mut entropy, REDIS_TOKEN_BYTES));
     for t in machine_tokens.into_iter().chain(direct) {
         match unhex::<REDIS_TOKEN_BYTES>(&t) {
             Some(b) => redis.push(b),
@@ -136,7 +192,8 @@ pub fn run(n: usize, from_machines: usize) -> TokenResults {
     let mut etcd: Vec<[u8; ETCD_NONCE_BYTES]> = Vec::with_capacity(n);
     let machine_nonces = etcd_machine_nonces(from_machines, &mut r);
     r.etcd_from_machine = machine_nonces.len();
-    let direct = (0..n.saturating_sub(machine_nonces.len())).map(|_| random_hex(&mut entropy, ETCD_NONCE_BYTES));
+    let direct = (0..n.saturating_sub(machine_nonces.len()))
+        .map(|_| random_hex(&mut entropy, ETCD_NONCE_BYTES));
     for t in machine_nonces.into_iter().chain(direct) {
         match unhex::<ETCD_NONCE_BYTES>(&t) {
             Some(b) => etcd.push(b),
