@@ -434,3 +434,5 @@ impl Drop for Pending {
 
 #[cfg(test)]
 mod tests;
+
+mod election;

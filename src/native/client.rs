@@ -215,34 +215,12 @@ impl Client {
         opts: AcquireOptions,
         cancel: Option<&CancelToken>,
     ) -> Result<Option<Lock>, LockError> {
-        if cancel.is_some_and(CancelToken::is_cancelled) {
-            return Err(LockError::Aborted {
-                backend: self.backend(),
-                name: name.to_string(),
-            });
-        }
-        let ticket = cancel.map(|_| self.inner.next_ticket.fetch_add(1, Ordering::Relaxed));
         let call = Call::Start(Operation::Acquire {
             name: name.to_string(),
             kind,
             options: opts,
         });
-        let (reply_tx, reply_rx) = channel();
-        self.send(Msg::Call {
-            call,
-            reply: Some(ReplyTo::Blocking(reply_tx)),
-            ticket,
-        })?;
-        // Registered after the call was sent, so a cancel always reaches the
-        // driver after the operation it targets.
-        if let (Some(tok), Some(t)) = (cancel, ticket) {
-            tok.register(t, self.inner.tx.clone());
-        }
-        let reply = reply_rx.recv();
-        if let (Some(tok), Some(t)) = (cancel, ticket) {
-            tok.unregister(t);
-        }
-        self.acquired(reply.map_err(|_| self.closed())??)
+        self.acquired(self.call_cancellable(call, name, cancel)?)
     }
 
     /// Tries once: `Ok(None)` if someone else holds the lock.
@@ -316,7 +294,40 @@ impl Client {
         self.inner.next_ticket.fetch_add(1, Ordering::Relaxed)
     }
 
-    fn call(&self, call: Call) -> Result<Completion, LockError> {
+    /// Sends `call` and waits for its completion; a `cancel` token, if any,
+    /// can abort it while it waits (`Aborted` naming `name`).
+    pub(super) fn call_cancellable(
+        &self,
+        call: Call,
+        name: &str,
+        cancel: Option<&CancelToken>,
+    ) -> Result<Completion, LockError> {
+        if cancel.is_some_and(CancelToken::is_cancelled) {
+            return Err(LockError::Aborted {
+                backend: self.backend(),
+                name: name.to_string(),
+            });
+        }
+        let ticket = cancel.map(|_| self.inner.next_ticket.fetch_add(1, Ordering::Relaxed));
+        let (reply_tx, reply_rx) = channel();
+        self.send(Msg::Call {
+            call,
+            reply: Some(ReplyTo::Blocking(reply_tx)),
+            ticket,
+        })?;
+        // Registered after the call was sent, so a cancel always reaches the
+        // driver after the operation it targets.
+        if let (Some(tok), Some(t)) = (cancel, ticket) {
+            tok.register(t, self.inner.tx.clone());
+        }
+        let reply = reply_rx.recv();
+        if let (Some(tok), Some(t)) = (cancel, ticket) {
+            tok.unregister(t);
+        }
+        reply.map_err(|_| self.closed())?
+    }
+
+    pub(super) fn call(&self, call: Call) -> Result<Completion, LockError> {
         let (reply_tx, reply_rx) = channel();
         self.send(Msg::Call {
             call,
@@ -640,6 +651,10 @@ impl CancelToken {
         self.state().waiting.retain(|(t, _)| *t != ticket);
     }
 }
+
+pub(super) mod election;
+pub(super) mod multi;
+pub use election::Observer;
 
 #[cfg(test)]
 pub(super) mod tests;

@@ -53,10 +53,12 @@ pub(crate) enum Call {
 }
 
 /// What the driver answers to a call: the typed outcome, plus the shared
-/// state of a newly held lock for `Acquired`.
+/// state of a newly held lock for `Acquired` (`lock`), or of each lock of
+/// an `AcquiredAll` (`all`, in the outcome's order).
 pub(crate) struct Completion {
     pub outcome: Outcome,
     pub lock: Option<Arc<LockShared>>,
+    pub all: Vec<Arc<LockShared>>,
 }
 
 pub(crate) type Reply = Result<Completion, LockError>;
@@ -444,12 +446,17 @@ impl Driver {
         if let Some(t) = caller.as_ref().and_then(|c| c.ticket) {
             self.tickets.remove(&t);
         }
+        let mut held = |info: &crate::core::LockInfo| {
+            let shared = LockShared::new(info.expires_at);
+            self.locks.insert(info.id, shared.clone());
+            (info.id, shared)
+        };
+        let all: Vec<_> = match &result {
+            Ok(Outcome::AcquiredAll(infos)) => infos.iter().map(&mut held).collect(),
+            _ => Vec::new(),
+        };
         let lock = match &result {
-            Ok(Outcome::Acquired(info)) => {
-                let shared = LockShared::new(info.expires_at);
-                self.locks.insert(info.id, shared.clone());
-                Some((info.id, shared))
-            }
+            Ok(Outcome::Acquired(info)) => Some(held(info)),
             Ok(Outcome::Released { lock, .. }) => {
                 if let Some(s) = self.locks.remove(lock) {
                     s.mark_ended();
@@ -467,14 +474,17 @@ impl Driver {
         let reply = result.map(|outcome| Completion {
             outcome,
             lock: lock.as_ref().map(|(_, s)| s.clone()),
+            all: all.iter().map(|(_, s)| s.clone()).collect(),
         });
         let delivered = caller.is_some_and(|c| c.reply.deliver(reply));
-        if let (false, Some((id, _))) = (delivered, lock) {
-            // Nobody takes this lock (the caller is gone): give it back.
+        if !delivered {
+            // Nobody takes these locks (the caller is gone): give them back.
             let now = self.clock.now();
-            let _ = self
-                .session
-                .start(now, Operation::Release { lock: id }, None);
+            for (id, _) in lock.into_iter().chain(all) {
+                let _ = self
+                    .session
+                    .start(now, Operation::Release { lock: id }, None);
+            }
         }
     }
 

@@ -28,7 +28,7 @@ mod fake;
 mod oneshot;
 
 pub use crate::core::etcd::{EtcdAuth, EtcdConfig};
-pub use crate::core::{LockKind, MAX_PERMITS};
+pub use crate::core::{Leadership, LockKind, MAX_ACQUIRE_ALL, MAX_CAMPAIGN_VALUE, MAX_PERMITS};
 pub use async_client::{AsyncClient, AsyncLock, LostFuture};
-pub use client::{CancelToken, Client, ClientOptions, Lock};
+pub use client::{CancelToken, Client, ClientOptions, Lock, Observer};
 pub use tls::TlsConfig;
