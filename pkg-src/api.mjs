@@ -104,6 +104,12 @@ function optionsJson(options, what) {
  */
 export const MAX_PERMITS = 100;
 
+/** The largest campaign value, in bytes of UTF-8 (the Rust core's `MAX_CAMPAIGN_VALUE`). */
+export const MAX_CAMPAIGN_VALUE = 4096;
+
+/** The most names one acquireAll() may take (the Rust core's `MAX_ACQUIRE_ALL`). */
+export const MAX_ACQUIRE_ALL = 16;
+
 const INTERNAL = Symbol("edgelock.internal");
 const hasAsyncDispose = typeof Symbol.asyncDispose === "symbol";
 
@@ -179,6 +185,7 @@ class Lock {
   }
 
   [INTERNAL](event, value) {
+    if (event === "id") return this.#id;
     if (this.#state !== "held") return;
     if (event === "renewed") this.#expiresAt = value;
     else if (event === "lost") {
@@ -204,11 +211,83 @@ if (hasAsyncDispose) {
   });
 }
 
+/**
+ * The leadership of an election, from campaign() (or resume() of its handle):
+ * a lock of mode "leader" whose hold carries a value. It renews, is lost and
+ * resumes like a lock; resign() gives it up.
+ */
+class Leadership {
+  #lock;
+  #value;
+  #client;
+
+  constructor(key, client, lock, value) {
+    if (key !== INTERNAL) throw new TypeError("Leadership objects are created by campaign() or resume()");
+    this.#client = client;
+    this.#lock = lock;
+    this.#value = value;
+  }
+
+  get name() { return this.#lock.name; }
+  /** What this leader announces (the campaign's value, or the last proclaim's). */
+  get value() { return this.#value; }
+  /** The leadership's fencing token (a bigint): strictly increases across leaders. */
+  get fencingToken() { return this.#lock.fencingToken; }
+  /** Aborted when the leadership is lost (LockError "LOST") or resigned (LockError "NOT_HELD"). */
+  get signal() { return this.#lock.signal; }
+  /** Conservative end of validity, in ms since the epoch. */
+  get expiresAt() { return this.#lock.expiresAt; }
+  get mode() { return "leader"; }
+
+  /** Announces `value` instead, checked on the backend: rejects with NOT_HELD/LOST once no longer leader. */
+  async proclaim(value) {
+    if (typeof value !== "string") throw invalid(`a campaign value must be a string, got ${describe(value)}`);
+    if (this.#lock.signal.aborted) {
+      const reason = this.#lock.signal.reason;
+      if (reason instanceof LockError && reason.code === "LOST") throw reason;
+      throw invalid(`proclaim after resign: the leadership of ${JSON.stringify(this.name)} was given up`);
+    }
+    await this.#client[INTERNAL].call((raw) => raw.proclaim(this.#lock[INTERNAL]("id"), value));
+    this.#value = value;
+  }
+
+  /** Gives the leadership up (idempotent); the next candidate in line takes over. */
+  resign() {
+    return this.#lock.release();
+  }
+
+  async extend(ttlMs) {
+    return this.#lock.extend(ttlMs);
+  }
+
+  /** The serialisable handle for resume(), with the value; it contains the owner credential: treat it as a secret. */
+  toJSON() {
+    return { ...this.#lock.toJSON(), value: this.#value };
+  }
+}
+if (hasAsyncDispose) {
+  Object.defineProperty(Leadership.prototype, Symbol.asyncDispose, {
+    value() { return this.resign(); }, writable: true, configurable: true,
+  });
+}
+
+/** A leader as leader() and observe() report it: `{ value, fencingToken }` (bigint), or null. */
+function leaderFromRaw(l) {
+  return l === null ? null : { value: l.value, fencingToken: BigInt(l.fencingToken) };
+}
+
+function sameLeader(a, b) {
+  return a === b || (a !== null && b !== null && a.value === b.value && a.fencingToken === b.fencingToken);
+}
+
 // `mode` and `limit` (the lock kind) go to the Rust side as given: it checks
 // and converts them (src/js/args.rs), before any request.
 const ACQUIRE_OPTIONS = ["mode", "limit", "waitMs", "signal", "ttlMs"];
 const TRY_OPTIONS = ["mode", "limit", "signal", "ttlMs"];
 const REQUEST_OPTIONS = ["mode", "limit", "ifAvailable", "waitMs", "signal", "ttlMs"];
+const CAMPAIGN_OPTIONS = ["waitMs", "signal", "ttlMs"];
+const OBSERVE_OPTIONS = ["signal"];
+const ACQUIRE_ALL_OPTIONS = ["waitMs", "signal", "ttlMs", "ifAvailable"];
 
 /** A status holder or waiter, with its fencing token as a bigint. */
 function holderFromRaw(h) {
@@ -290,7 +369,98 @@ class LockClient {
     else if (handle !== null && typeof handle === "object") json = JSON.stringify(handle);
     else throw invalid("resume() needs the object returned by lock.toJSON()");
     const info = await this.#call((raw) => raw.resume(json));
-    return this.#adopt(info);
+    const lock = this.#adopt(info);
+    if (info.mode !== "leader") return lock;
+    // A leadership's handle carries its value (toJSON()); ask the backend if it does not.
+    let value = typeof handle === "object" ? handle.value : JSON.parse(json).value;
+    if (typeof value !== "string") value = (await this.leader(lock.name))?.value ?? "";
+    return new Leadership(INTERNAL, this, lock, value);
+  }
+
+  /**
+   * Waits until this client leads the election `name`, announcing `value`
+   * (a string of at most MAX_CAMPAIGN_VALUE bytes). Resolves to a
+   * Leadership; `waitMs` bounds the wait (TIMEOUT), `signal` aborts it.
+   */
+  async campaign(name, value, opts) {
+    const o = checkOptions(opts, CAMPAIGN_OPTIONS, "campaign");
+    checkName(name);
+    if (typeof value !== "string") throw invalid(`a campaign value must be a string, got ${describe(value)}`);
+    const waitMs = checkMs(o.waitMs, "waitMs", 0);
+    const ttlMs = checkMs(o.ttlMs, "ttlMs", 1);
+    const signal = checkSignal(o.signal);
+    const info = await this.#call((raw) => raw.campaign(name, value, false, waitMs, ttlMs, signal), signal);
+    return new Leadership(INTERNAL, this, this.#adopt(info), value);
+  }
+
+  /** The current leader of `name`: `{ value, fencingToken }` (bigint), or null when nobody leads. */
+  async leader(name) {
+    checkName(name);
+    return leaderFromRaw(await this.#call((raw) => raw.leader(name)));
+  }
+
+  /**
+   * The leadership of `name` as it changes: an async iterable yielding the
+   * current leader (`{ value, fencingToken }` or null) first, then every
+   * change, pushed by the backend (etcd's watch, Redis's wake-up channel).
+   * It ends when `signal` aborts or the loop is left.
+   */
+  observe(name, opts) {
+    const o = checkOptions(opts, OBSERVE_OPTIONS, "observe");
+    checkName(name);
+    const signal = checkSignal(o.signal);
+    const client = this;
+    return {
+      async *[Symbol.asyncIterator]() {
+        // Our own controller, so that leaving the loop cancels a pending wait.
+        const stop = new AbortController();
+        const onAbort = () => stop.abort(signal.reason);
+        signal?.addEventListener("abort", onAbort);
+        try {
+          if (stop.signal.aborted || signal?.aborted) return;
+          let known = await client.leader(name);
+          yield known;
+          for (;;) {
+            let next;
+            try {
+              next = leaderFromRaw(await client.#call((raw) => raw.observeChange(
+                name, known?.value, known?.fencingToken.toString(), undefined, stop.signal)));
+            } catch (e) {
+              if (stop.signal.aborted) return;
+              throw e;
+            }
+            if (sameLeader(next, known)) continue;
+            known = next;
+            yield known;
+          }
+        } finally {
+          signal?.removeEventListener("abort", onAbort);
+          stop.abort();
+        }
+      },
+    };
+  }
+
+  /**
+   * Holds every name in `names` or none: `{ locks, signal, release() }`,
+   * `locks` one Lock per name in the order given, each with its own fencing
+   * token. Names are taken in a canonical order, so clients asking for
+   * overlapping sets in any order cannot deadlock; on any failure the names
+   * already taken are released before this rejects. `ifAvailable: true`
+   * resolves to null instead of waiting when one is held.
+   */
+  async acquireAll(names, opts) {
+    const o = checkOptions(opts, ACQUIRE_ALL_OPTIONS, "acquireAll");
+    if (!Array.isArray(names)) throw invalid(`acquireAll needs an array of lock names, got ${describe(names)}`);
+    names.forEach(checkName);
+    if (o.ifAvailable !== undefined && typeof o.ifAvailable !== "boolean") throw invalid("ifAvailable must be a boolean");
+    if (o.ifAvailable && o.waitMs !== undefined) throw invalid("ifAvailable and waitMs exclude each other");
+    const waitMs = checkMs(o.waitMs, "waitMs", 0);
+    const ttlMs = checkMs(o.ttlMs, "ttlMs", 1);
+    const signal = checkSignal(o.signal);
+    const infos = await this.#call((raw) => raw.acquireAll(names, o.ifAvailable === true, waitMs, ttlMs, signal), signal);
+    if (infos === null) return null;
+    return lockSet(infos.map((info) => this.#adopt(info)));
   }
 
   /**
@@ -347,6 +517,28 @@ if (hasAsyncDispose) {
   Object.defineProperty(LockClient.prototype, Symbol.asyncDispose, {
     value() { return this.close(); }, writable: true, configurable: true,
   });
+}
+
+/** The result of acquireAll(): the locks, one signal for the set, and one release. */
+function lockSet(locks) {
+  const controller = new AbortController();
+  for (const lock of locks) {
+    if (lock.signal.aborted) controller.abort(lock.signal.reason);
+    else lock.signal.addEventListener("abort", () => controller.abort(lock.signal.reason), { once: true });
+  }
+  const set = {
+    locks,
+    /** Aborted as soon as any lock of the set is lost or released. */
+    signal: controller.signal,
+    /** Releases every lock of the set (idempotent). */
+    async release() {
+      const results = await Promise.allSettled(locks.map((l) => l.release()));
+      const failed = results.find((r) => r.status === "rejected");
+      if (failed !== undefined) throw failed.reason;
+    },
+  };
+  if (hasAsyncDispose) set[Symbol.asyncDispose] = set.release;
+  return set;
 }
 
 function construct(backend, options, what) {

@@ -33,6 +33,12 @@ export declare class LockError extends Error {
 /** The largest semaphore `limit` (100); a larger one is `INVALID_ARGUMENT`. */
 export declare const MAX_PERMITS: 100;
 
+/** The largest campaign value in bytes of UTF-8 (4096); a larger one is `INVALID_ARGUMENT`. */
+export declare const MAX_CAMPAIGN_VALUE: 4096;
+
+/** The most names one `acquireAll` may take (16); more are `INVALID_ARGUMENT`. */
+export declare const MAX_ACQUIRE_ALL: 16;
+
 /** What kind of hold a lock is: `exclusive` (a mutex, the default), `shared` (a reader of a read-write lock), `permit` (one of a semaphore's `limit`). */
 export type LockMode = "exclusive" | "shared" | "permit";
 
@@ -93,7 +99,7 @@ export interface LockHandleJSON {
   fencingToken: string;
   revision: string;
   /** Absent for an exclusive hold. */
-  mode?: "shared" | "permit";
+  mode?: "shared" | "permit" | "leader";
   /** A permit's semaphore limit. */
   limit?: number;
   /** A permit's slot. */
@@ -162,6 +168,74 @@ export interface LockStatus {
   queued: LockHolder[];
 }
 
+export interface CampaignOptions {
+  /** Give up with `TIMEOUT` after this many ms (default: wait until leader or aborted). */
+  waitMs?: number;
+  /** Aborting cancels the campaign (`ABORTED`); its key leaves the line. */
+  signal?: AbortSignal;
+  /** Per-lock TTL (Redis backends; etcd leaderships live as long as the client's session lease). */
+  ttlMs?: number;
+}
+
+/** Who leads an election, as `leader()` and `observe()` report it. */
+export interface Leader {
+  /** What the leader announces (its campaign's value or its last proclaim's). */
+  value: string;
+  /** The leadership's fencing token: strictly increases across leaders. */
+  fencingToken: bigint;
+}
+
+/** What `leadership.toJSON()` returns: a lock handle of mode `leader`, with the value. */
+export interface LeadershipHandleJSON extends LockHandleJSON {
+  mode: "leader";
+  value: string;
+}
+
+/** This client's leadership of an election, from `campaign()` or `resume()`. */
+export interface Leadership {
+  readonly name: string;
+  readonly mode: "leader";
+  /** What this leader announces. */
+  readonly value: string;
+  /** Strictly increases across leaders of `name`. */
+  readonly fencingToken: bigint;
+  /** Aborted when the leadership is lost (`LOST`) or resigned (`NOT_HELD`). */
+  readonly signal: AbortSignal;
+  readonly expiresAt: number;
+  /** Announces `value` instead, checked on the backend (`NOT_HELD`/`LOST` once no longer leader; `INVALID_ARGUMENT` after `resign()`). */
+  proclaim(value: string): Promise<void>;
+  /** Gives the leadership up; idempotent. */
+  resign(): Promise<void>;
+  extend(ttlMs?: number): Promise<void>;
+  toJSON(): LeadershipHandleJSON;
+  [Symbol.asyncDispose](): Promise<void>;
+}
+
+export interface ObserveOptions {
+  /** Aborting ends the iteration. */
+  signal?: AbortSignal;
+}
+
+export interface AcquireAllOptions {
+  /** Give up with `TIMEOUT` after this many ms for the whole set (nothing stays held). */
+  waitMs?: number;
+  signal?: AbortSignal;
+  ttlMs?: number;
+  /** Do not wait: resolve to `null` (holding nothing) if any name is held elsewhere. */
+  ifAvailable?: boolean;
+}
+
+/** What `acquireAll` resolves to: every lock of the set, held together. */
+export interface LockSet {
+  /** One exclusive lock per name, in the order the names were given, each with its own fencing token. */
+  readonly locks: Lock[];
+  /** Aborted as soon as any lock of the set is lost or released. */
+  readonly signal: AbortSignal;
+  /** Releases every lock of the set; idempotent. */
+  release(): Promise<void>;
+  [Symbol.asyncDispose](): Promise<void>;
+}
+
 export interface LockClient {
   /** A permit of a semaphore of `opts.limit` (at most `limit` holders at once). */
   acquire(name: string, opts: AcquireOptions & PermitOptions): Promise<PermitLock>;
@@ -175,6 +249,16 @@ export interface LockClient {
   request<T>(name: string, opts: RequestOptions & KindOptions, callback: (lock: Lock | null) => Promise<T> | T): Promise<T>;
   /** Who holds `name` (with modes and slots) and who waits for it. */
   status(name: string): Promise<LockStatus>;
+  /** Waits until this client leads the election `name` (FIFO on etcd), announcing `value`. */
+  campaign(name: string, value: string, opts?: CampaignOptions): Promise<Leadership>;
+  /** The current leader of `name`, or `null` when nobody leads. */
+  leader(name: string): Promise<Leader | null>;
+  /** The current leader first, then every change (another leader, a new value, nobody), until `signal` aborts or the loop is left. */
+  observe(name: string, opts?: ObserveOptions): AsyncIterable<Leader | null>;
+  /** Holds every name or none (taken in a canonical order: no deadlock between overlapping sets). */
+  acquireAll(names: string[], opts: AcquireAllOptions & { ifAvailable: true }): Promise<LockSet | null>;
+  acquireAll(names: string[], opts?: AcquireAllOptions): Promise<LockSet>;
+  resume(handle: LeadershipHandleJSON): Promise<Leadership>;
   /** Adopts a lock serialised by `toJSON()`; rejects with `LOST` if it is no longer held. */
   resume(handle: LockHandleJSON | string): Promise<Lock>;
   /** Releases every lock and ends the session. Idempotent. */
@@ -308,6 +392,16 @@ export declare class EtcdLocks implements LockClient {
   request<T>(name: string, opts: RequestOptions & KindOptions, callback: (lock: Lock | null) => Promise<T> | T): Promise<T>;
   /** Who holds `name` (with modes and slots) and who waits for it. */
   status(name: string): Promise<LockStatus>;
+  /** Waits until this client leads the election `name` (FIFO on etcd), announcing `value`. */
+  campaign(name: string, value: string, opts?: CampaignOptions): Promise<Leadership>;
+  /** The current leader of `name`, or `null` when nobody leads. */
+  leader(name: string): Promise<Leader | null>;
+  /** The current leader first, then every change (another leader, a new value, nobody), until `signal` aborts or the loop is left. */
+  observe(name: string, opts?: ObserveOptions): AsyncIterable<Leader | null>;
+  /** Holds every name or none (taken in a canonical order: no deadlock between overlapping sets). */
+  acquireAll(names: string[], opts: AcquireAllOptions & { ifAvailable: true }): Promise<LockSet | null>;
+  acquireAll(names: string[], opts?: AcquireAllOptions): Promise<LockSet>;
+  resume(handle: LeadershipHandleJSON): Promise<Leadership>;
   resume(handle: LockHandleJSON | string): Promise<Lock>;
   close(): Promise<void>;
   [Symbol.asyncDispose](): Promise<void>;
@@ -327,6 +421,16 @@ export declare class RedisLocks implements LockClient {
   request<T>(name: string, opts: RequestOptions & KindOptions, callback: (lock: Lock | null) => Promise<T> | T): Promise<T>;
   /** Who holds `name` (with modes and slots) and who waits for it. */
   status(name: string): Promise<LockStatus>;
+  /** Waits until this client leads the election `name` (FIFO on etcd), announcing `value`. */
+  campaign(name: string, value: string, opts?: CampaignOptions): Promise<Leadership>;
+  /** The current leader of `name`, or `null` when nobody leads. */
+  leader(name: string): Promise<Leader | null>;
+  /** The current leader first, then every change (another leader, a new value, nobody), until `signal` aborts or the loop is left. */
+  observe(name: string, opts?: ObserveOptions): AsyncIterable<Leader | null>;
+  /** Holds every name or none (taken in a canonical order: no deadlock between overlapping sets). */
+  acquireAll(names: string[], opts: AcquireAllOptions & { ifAvailable: true }): Promise<LockSet | null>;
+  acquireAll(names: string[], opts?: AcquireAllOptions): Promise<LockSet>;
+  resume(handle: LeadershipHandleJSON): Promise<Leadership>;
   resume(handle: LockHandleJSON | string): Promise<Lock>;
   close(): Promise<void>;
   [Symbol.asyncDispose](): Promise<void>;
@@ -346,6 +450,16 @@ export declare class Redlock implements LockClient {
   request<T>(name: string, opts: RequestOptions & KindOptions, callback: (lock: Lock | null) => Promise<T> | T): Promise<T>;
   /** Who holds `name` (with modes and slots) and who waits for it. */
   status(name: string): Promise<LockStatus>;
+  /** Waits until this client leads the election `name` (FIFO on etcd), announcing `value`. */
+  campaign(name: string, value: string, opts?: CampaignOptions): Promise<Leadership>;
+  /** The current leader of `name`, or `null` when nobody leads. */
+  leader(name: string): Promise<Leader | null>;
+  /** The current leader first, then every change (another leader, a new value, nobody), until `signal` aborts or the loop is left. */
+  observe(name: string, opts?: ObserveOptions): AsyncIterable<Leader | null>;
+  /** Holds every name or none (taken in a canonical order: no deadlock between overlapping sets). */
+  acquireAll(names: string[], opts: AcquireAllOptions & { ifAvailable: true }): Promise<LockSet | null>;
+  acquireAll(names: string[], opts?: AcquireAllOptions): Promise<LockSet>;
+  resume(handle: LeadershipHandleJSON): Promise<Leadership>;
   resume(handle: LockHandleJSON | string): Promise<Lock>;
   close(): Promise<void>;
   [Symbol.asyncDispose](): Promise<void>;

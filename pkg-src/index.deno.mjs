@@ -11,4 +11,4 @@ import { initSync } from "./edgelock_wasm.js";
 
 initSync({ module: wasmModule });
 
-export { EtcdLocks, RedisLocks, Redlock, LockError, MAX_PERMITS } from "./api.mjs";
+export { EtcdLocks, RedisLocks, Redlock, LockError, MAX_PERMITS, MAX_CAMPAIGN_VALUE, MAX_ACQUIRE_ALL } from "./api.mjs";

@@ -37,4 +37,4 @@ export class Redlock extends AnyRedlock {
   }
 }
 
-export { LockError, MAX_PERMITS } from "./api.mjs";
+export { LockError, MAX_PERMITS, MAX_CAMPAIGN_VALUE, MAX_ACQUIRE_ALL } from "./api.mjs";

@@ -34,4 +34,4 @@ export class Redlock extends AnyRedlock {
   }
 }
 
-export { EtcdLocks, LockError, MAX_PERMITS } from "./api.mjs";
+export { EtcdLocks, LockError, MAX_PERMITS, MAX_CAMPAIGN_VALUE, MAX_ACQUIRE_ALL } from "./api.mjs";

@@ -299,13 +299,13 @@ impl RawLocks {
 }
 
 /// Cancels an operation when an `AbortSignal` fires; removes its listener when dropped.
-struct AbortHook {
+pub(super) struct AbortHook {
     signal: AbortSignal,
     callback: Closure<dyn FnMut()>,
 }
 
 impl AbortHook {
-    fn attach(signal: AbortSignal, driver: Driver, op: OpId) -> Option<AbortHook> {
+    pub(super) fn attach(signal: AbortSignal, driver: Driver, op: OpId) -> Option<AbortHook> {
         let callback = Closure::<dyn FnMut()>::new(move || driver.cancel(op));
         signal
             .add_event_listener_with_callback("abort", callback.as_ref().unchecked_ref())
@@ -322,7 +322,7 @@ impl Drop for AbortHook {
     }
 }
 
-fn set(target: &Object, key: &str, value: &JsValue) {
+pub(super) fn set(target: &Object, key: &str, value: &JsValue) {
     let _ = Reflect::set(target, &JsValue::from_str(key), value);
 }
 
@@ -346,7 +346,7 @@ fn set_kind(o: &Object, kind: LockKind, slot: Option<u32>) {
 
 /// `{ lockId, name, fencingToken (decimal string), expiresAt (ms since epoch),
 /// handle (JSON), mode, limit, slot }`.
-fn lock_to_js(lock: &LockInfo) -> JsValue {
+pub(super) fn lock_to_js(lock: &LockInfo) -> JsValue {
     let o = Object::new();
     set(&o, "lockId", &(lock.id.0 as f64).into());
     set(&o, "name", &lock.name.as_str().into());

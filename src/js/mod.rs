@@ -13,6 +13,7 @@ pub(crate) mod args;
 pub mod bindings;
 pub mod clock;
 pub mod driver;
+mod election;
 pub mod entropy;
 mod fetch;
 mod streams;

@@ -1,8 +1,8 @@
 // Type-checked (tsc --noEmit, strict, skipLibCheck off) against the installed
 // package's declarations; never run. Lines marked @ts-expect-error must fail
 // to type-check, so the declarations are known to reject misuse.
-import { EtcdLocks, RedisLocks, Redlock, LockError, MAX_PERMITS } from "edgelock";
-import type { Lock, LockClient, LockErrorCode, LockHandleJSON, LockHolder, LockMode, LockStatus, PermitLock } from "edgelock";
+import { EtcdLocks, RedisLocks, Redlock, LockError, MAX_PERMITS, MAX_CAMPAIGN_VALUE, MAX_ACQUIRE_ALL } from "edgelock";
+import type { Leader, Leadership, LeadershipHandleJSON, Lock, LockClient, LockErrorCode, LockHandleJSON, LockHolder, LockMode, LockSet, LockStatus, PermitLock } from "edgelock";
 
 async function etcdExample(): Promise<bigint> {
   const locks = new EtcdLocks({
@@ -120,4 +120,36 @@ async function misuse(locks: EtcdLocks, lock: Lock): Promise<void> {
   void t; void c;
 }
 
-export { etcdExample, requestExample, kindsExample, redisExamples, errorExample, misuse };
+async function electionExample(client: LockClient): Promise<string> {
+  // Leader election: campaign waits until this client leads.
+  const ctl = new AbortController();
+  const me: Leadership = await client.campaign("scheduler", "node-a:8080", { waitMs: 30_000, signal: ctl.signal });
+  const token: bigint = me.fencingToken;
+  await me.proclaim("node-a:9090");
+  const now: Leader | null = await client.leader("scheduler");
+  const handle: LeadershipHandleJSON = me.toJSON();
+  const again: Leadership = await client.resume(handle);
+  for await (const leader of client.observe("scheduler", { signal: ctl.signal })) {
+    if (leader === null) break;
+    const v: string = leader.value;
+    const t: bigint = leader.fencingToken;
+    void v; void t;
+  }
+  await me.resign();
+  // Multi-resource locks: all or none.
+  const set: LockSet = await client.acquireAll(["a", "b"], { waitMs: 5_000 });
+  const first: Lock | undefined = set.locks[0];
+  await set.release();
+  const maybe: LockSet | null = await client.acquireAll(["a", "b"], { ifAvailable: true });
+  const limits: number = MAX_CAMPAIGN_VALUE + MAX_ACQUIRE_ALL;
+  // @ts-expect-error a campaign value is a string
+  await client.campaign("scheduler", 42);
+  // @ts-expect-error acquireAll takes an array of names
+  await client.acquireAll("a");
+  // @ts-expect-error a leadership's value is read-only (proclaim changes it)
+  me.value = "x";
+  void token; void now; void again; void first; void maybe; void limits;
+  return me.value;
+}
+
+export { electionExample, etcdExample, requestExample, kindsExample, redisExamples, errorExample, misuse };

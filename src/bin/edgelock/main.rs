@@ -18,6 +18,8 @@ edgelock - distributed locks over HTTP (etcd JSON gateway)
 USAGE:
     edgelock run --etcd URL[,URL...] [OPTIONS] [--limit N | --shared] NAME -- CMD [ARGS...]
     edgelock status --etcd URL[,URL...] [--prefix P] [--json] NAME
+    edgelock elect --etcd URL[,URL...] [OPTIONS] [--value V] NAME -- CMD [ARGS...]
+    edgelock leader --etcd URL[,URL...] [--prefix P] [--json] [--watch] NAME
     edgelock --help | --version
 
 `run` acquires lock NAME, prints `edgelock: acquired NAME token=N` to stderr,
@@ -38,6 +40,19 @@ holders, but none while an exclusive holder (a plain `run`) holds it. A
 backend that does not offer a kind refuses it with exit 64 before sending
 anything (etcd and one Redis node grant --shared; Redlock refuses it). CMD gets
 EDGELOCK_LOCK_MODE (exclusive, shared or permit).
+
+`elect` campaigns in the election NAME announcing V (default: this host's
+name and edgelock's pid), waits until it leads (first come, first served on
+etcd), prints `edgelock: elected NAME token=N` to stderr and runs CMD only
+while it leads: CMD gets EDGELOCK_FENCING_TOKEN, EDGELOCK_LOCK_NAME,
+EDGELOCK_LOCK_MODE=leader and EDGELOCK_LEADER_VALUE; if the leadership is
+lost, CMD is stopped as `run` stops it and edgelock exits 75. When CMD
+exits, edgelock resigns. --try exits 73 if someone else leads.
+
+`leader` prints the current leader of NAME as `leader: V` and
+`fencing_token: N` lines, or `no leader` (exit 0 either way); with --json one
+object {value, fencingToken} or null. --watch keeps printing, one line (or
+JSON object) per change, pushed by the backend, until edgelock is stopped.
 
 `status` prints the holder's key, its fencing token and the waiters in grant
 order (one `waiter:` line each), then, for every holder, one
@@ -82,7 +97,9 @@ OPTIONS:
                       --client-cert-auth); needs --key (default: $EDGELOCK_CERT)
     --key PEM         https: the client certificate's private key, unencrypted
                       PKCS#8/PKCS#1/SEC1 (default: $EDGELOCK_KEY)
-    --json            (status) print JSON
+    --value V         (elect) what the leader announces (at most 4096 bytes)
+    --watch           (leader) print every change of leader until stopped
+    --json            (status, leader) print JSON
     -h, --help        this text
     -V, --version     print the version
 
@@ -111,6 +128,8 @@ NOTES:
     If edgelock itself is killed (Ctrl-C, SIGKILL) it cannot release the lock;
     the session lease then frees it after at most --ttl ms.
 ";
+
+mod election;
 
 const EX_USAGE: i32 = 64;
 const EX_UNAVAILABLE: i32 = 69;
@@ -177,10 +196,12 @@ fn run_cli(args: Vec<String>) -> i32 {
             println!("edgelock {}", env!("CARGO_PKG_VERSION"));
             Ok(0)
         }
-        Some("run") => parse(&args[1..], true).and_then(|o| cmd_run(&o)),
-        Some("status") => parse(&args[1..], false).and_then(|o| cmd_status(&o)),
+        Some("run") => parse(&args[1..], Cmd::Run).and_then(|o| cmd_run(&o)),
+        Some("status") => parse(&args[1..], Cmd::Status).and_then(|o| cmd_status(&o)),
+        Some("elect") => parse(&args[1..], Cmd::Elect).and_then(|o| election::cmd_elect(&o)),
+        Some("leader") => parse(&args[1..], Cmd::Leader).and_then(|o| election::cmd_leader(&o)),
         Some(other) => Err(Exit::usage(format!(
-            "unknown command {other:?} (expected `run` or `status`)"
+            "unknown command {other:?} (expected `run`, `status`, `elect` or `leader`)"
         ))),
     };
     match result {
@@ -192,6 +213,30 @@ fn run_cli(args: Vec<String>) -> i32 {
         Err(e) => {
             eprintln!("edgelock: {}", e.message);
             e.code
+        }
+    }
+}
+
+/// The subcommand whose options are parsed.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Cmd {
+    Run,
+    Status,
+    Elect,
+    Leader,
+}
+
+impl Cmd {
+    /// Runs a command under a hold (`run`, `elect`).
+    fn runs_command(self) -> bool {
+        matches!(self, Cmd::Run | Cmd::Elect)
+    }
+    fn as_str(self) -> &'static str {
+        match self {
+            Cmd::Run => "run",
+            Cmd::Status => "status",
+            Cmd::Elect => "elect",
+            Cmd::Leader => "leader",
         }
     }
 }
@@ -212,6 +257,10 @@ struct Options {
     fair: bool,
     kind: LockKind,
     json: bool,
+    /// `elect --value`.
+    value: Option<String>,
+    /// `leader --watch`.
+    watch: bool,
     headers: Vec<(String, String)>,
     etcd_user: Option<String>,
     tls: TlsConfig,
@@ -219,7 +268,10 @@ struct Options {
     command: Vec<String>,
 }
 
-fn parse(args: &[String], is_run: bool) -> Result<Options, Exit> {
+fn parse(args: &[String], cmd: Cmd) -> Result<Options, Exit> {
+    let is_run = cmd == Cmd::Run;
+    let runs = cmd.runs_command();
+    let (mut value_arg, mut watch) = (None, false);
     let mut backend = None;
     let (mut prefix, mut ttl_ms, mut wait_ms) = (None, None, None);
     let (mut try_only, mut json, mut fair, mut shared) = (false, false, false, false);
@@ -286,13 +338,15 @@ fn parse(args: &[String], is_run: bool) -> Result<Options, Exit> {
             "--ca-file" => ca_file = Some(value("a PEM file")?),
             "--cert" => cert = Some(value("a PEM file")?),
             "--key" => key = Some(value("a PEM file")?),
-            "--ttl" if is_run => ttl_ms = Some(parse_ms("--ttl", &value("milliseconds")?)?),
-            "--wait" if is_run => wait_ms = Some(parse_ms("--wait", &value("milliseconds")?)?),
-            "--try" if is_run && inline.is_none() => try_only = true,
+            "--ttl" if runs => ttl_ms = Some(parse_ms("--ttl", &value("milliseconds")?)?),
+            "--wait" if runs => wait_ms = Some(parse_ms("--wait", &value("milliseconds")?)?),
+            "--try" if runs && inline.is_none() => try_only = true,
+            "--value" if cmd == Cmd::Elect => value_arg = Some(value("a value")?),
+            "--watch" if cmd == Cmd::Leader && inline.is_none() => watch = true,
             "--fair" if is_run && inline.is_none() => fair = true,
             "--shared" if is_run && inline.is_none() => shared = true,
             "--limit" if is_run => limit = Some(parse_limit(&value("a number of permits")?)?),
-            "--json" if !is_run && inline.is_none() => json = true,
+            "--json" if !runs && inline.is_none() => json = true,
             "--header" => {
                 let h = value("'Name: value'")?;
                 let (k, v) = h
@@ -346,13 +400,17 @@ fn parse(args: &[String], is_run: bool) -> Result<Options, Exit> {
             )))
         }
     };
-    if is_run && command.is_empty() {
-        return Err(Exit::usage(
-            "missing command: edgelock run ... NAME -- CMD [ARGS...]",
-        ));
+    if runs && command.is_empty() {
+        return Err(Exit::usage(format!(
+            "missing command: edgelock {} ... NAME -- CMD [ARGS...]",
+            cmd.as_str()
+        )));
     }
-    if !is_run && !command.is_empty() {
-        return Err(Exit::usage("`status` takes no command"));
+    if !runs && !command.is_empty() {
+        return Err(Exit::usage(format!("`{}` takes no command", cmd.as_str())));
+    }
+    if let Some(v) = &value_arg {
+        edgelock::core::check_campaign_value(v).map_err(|e| Exit::usage(e.to_string()))?;
     }
     Ok(Options {
         backend,
@@ -364,6 +422,8 @@ fn parse(args: &[String], is_run: bool) -> Result<Options, Exit> {
         fair,
         kind,
         json,
+        value: value_arg,
+        watch,
         headers,
         etcd_user,
         tls,
@@ -596,12 +656,17 @@ fn cmd_run(o: &Options) -> Result<i32, Exit> {
     result
 }
 
-fn hold_and_run(client: &Client, o: &Options) -> Result<i32, Exit> {
-    let wait = match (o.try_only, o.wait_ms) {
+/// The wait `--try` / `--wait` ask for.
+fn wait_of(o: &Options) -> Wait {
+    match (o.try_only, o.wait_ms) {
         (true, _) => Wait::Try,
         (false, Some(ms)) => Wait::For(ms),
         (false, None) => Wait::Forever,
-    };
+    }
+}
+
+fn hold_and_run(client: &Client, o: &Options) -> Result<i32, Exit> {
+    let wait = wait_of(o);
     let lock =
         match client.acquire_kind(&o.name, o.kind, AcquireOptions { wait, ttl_ms: None }, None) {
             Ok(Some(lock)) => lock,
@@ -630,12 +695,20 @@ fn hold_and_run(client: &Client, o: &Options) -> Result<i32, Exit> {
         o.name,
         lock.fencing_token()
     );
+    run_holding(lock, o, &[])
+}
+
+/// Runs the command while `lock` is held (`extra_env` on top of the lock's
+/// own variables), stops it if the lock is lost, and releases the lock
+/// when it exits.
+fn run_holding(lock: Lock, o: &Options, extra_env: &[(&str, String)]) -> Result<i32, Exit> {
     let (program, args) = match o.command.split_first() {
         Some(split) => split,
         None => return Err(Exit::usage("missing command")),
     };
     let spawned = Command::new(program)
         .args(args)
+        .envs(extra_env.iter().map(|(k, v)| (*k, v.as_str())))
         .env("EDGELOCK_FENCING_TOKEN", lock.fencing_token().to_string())
         .env("EDGELOCK_LOCK_NAME", &o.name)
         .env("EDGELOCK_LOCK_MODE", mode_name(lock.kind()))
