@@ -9,6 +9,7 @@ import { EtcdLocks, LockError } from "edgelock";
 import { eventually, freePort, startEtcd } from "./support/etcd.mjs";
 import { runModule, skipUnlessRequired } from "./support/runtime.mjs";
 import { lockKindCases } from "./support/kinds.mjs";
+import { electionCases, multiLockCases } from "./support/elections.mjs";
 
 let etcd;
 const clients = [];
@@ -340,4 +341,11 @@ describe("module formats", () => {
 // Semaphores (`limit`), read-write locks (`mode`) and status() with holders.
 describe("lock kinds (EtcdLocks)", () => {
   for (const [title, fn] of lockKindCases((extra = {}) => client({ prefix: "kinds", ...extra }), { queuedVisible: true, sharedGranted: true })) test(title, fn);
+});
+
+// Leader election and multi-resource locks.
+describe("elections and multi-locks (EtcdLocks)", () => {
+  const make = (extra = {}) => client({ prefix: "elect", ...extra });
+  for (const [title, fn] of electionCases(make)) test(title, fn);
+  for (const [title, fn] of multiLockCases(make)) test(title, fn);
 });

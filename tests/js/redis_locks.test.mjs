@@ -8,6 +8,7 @@ import { startTestenv } from "./testenv.mjs";
 import { eventually, freePort } from "./support/etcd.mjs";
 import { wakeSubscribers } from "./support/redis.mjs";
 import { lockKindCases } from "./support/kinds.mjs";
+import { electionCases, multiLockCases } from "./support/elections.mjs";
 
 let env;
 const clients = [];
@@ -305,5 +306,9 @@ const kindFamilies = [
 for (const [label, make, opts] of kindFamilies) {
   describe(`lock kinds (${label})`, () => {
     for (const [title, fn] of lockKindCases(make, opts)) test(title, fn);
+  });
+  describe(`elections and multi-locks (${label})`, () => {
+    for (const [title, fn] of electionCases(make)) test(title, fn);
+    for (const [title, fn] of multiLockCases(make)) test(title, fn);
   });
 }
