@@ -23,7 +23,8 @@ use wasm_bindgen::{JsCast, JsValue};
 use super::config::{cleanup_requests, Config};
 use crate::core::budget::Budgeted;
 use crate::core::{
-    AcquireOptions, LockError, LockHandle, LockId, LockInfo, LockKind, LockStatus, Operation,
+    AcquireOptions, Leadership, LockError, LockHandle, LockId, LockInfo, LockKind, LockStatus,
+    Operation,
 };
 use crate::js::{Driver, JsEntropy};
 
@@ -77,6 +78,32 @@ impl LockClient {
             Some(lock) => Acquired::Held(lock),
             None => Acquired::Busy,
         })
+    }
+
+    /// Campaigns once (`opts.wait`) in the election `name` announcing `value`.
+    pub async fn campaign(
+        &self,
+        name: &str,
+        value: &str,
+        opts: &AcquireOptions,
+    ) -> Result<Acquired, LockError> {
+        let (_, done) = self.driver.start(Operation::Campaign {
+            name: name.to_string(),
+            value: value.to_string(),
+            options: *opts,
+        })?;
+        Ok(match done.await?.into_acquired()? {
+            Some(lock) => Acquired::Held(lock),
+            None => Acquired::Busy,
+        })
+    }
+
+    /// Who leads the election `name`.
+    pub async fn leader(&self, name: &str) -> Result<Option<Leadership>, LockError> {
+        let (_, done) = self.driver.start(Operation::Leader {
+            name: name.to_string(),
+        })?;
+        done.await?.into_leader()
     }
 
     pub async fn resume(&self, handle: &LockHandle) -> Result<LockInfo, LockError> {

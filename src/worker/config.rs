@@ -17,6 +17,7 @@
 //! | `EDGELOCK_JOB_MS` | how long the demo job works (default 20 ms) |
 //! | `EDGELOCK_DEFAULT_WAIT_MS` | wait of `POST /jobs/:name/run` without `waitMs`/`ifAvailable` (default 10000) |
 //! | `EDGELOCK_CRON_JOB`, `EDGELOCK_CRON_WAIT_MS` | job the cron trigger runs (default `cron`) and how long it waits for the lock (default 0: skip when busy) |
+//! | `EDGELOCK_CRON_ELECT` | `true`: the cron job runs only in the invocation elected leader of the election named after the job (campaign, run with the leadership's fencing token, resign); the others skip with `NOT_LEADER` (default `false`: the job's lock) |
 //! | `EDGELOCK_JOB_LIMITS` | jobs that may run N at once, `name=N` comma-separated (e.g. `renders=3,thumbs=5`): each run takes one of N permits of a semaphore instead of the exclusive lock (the cron job too, if listed) |
 //! | `EDGELOCK_API_TOKEN` | secret: the bearer token every route requires (all lock names); without it or the next, every route answers 403 (see [`super::auth`]) |
 //! | `EDGELOCK_API_TOKENS` | secret: tokens scoped to lock-name prefixes, `PREFIX=TOKEN` per line or comma |
@@ -49,6 +50,9 @@ pub struct Config {
     pub default_wait_ms: u64,
     pub cron_job: String,
     pub cron_wait_ms: u64,
+    /// `EDGELOCK_CRON_ELECT`: the cron job runs only in the invocation that
+    /// wins the election named after the job (instead of under its lock).
+    pub cron_elect: bool,
     /// `EDGELOCK_JOB_LIMITS`: jobs that run at most N at once, by name.
     pub job_limits: Vec<(String, LockKind)>,
     /// Who may call the routes (`EDGELOCK_API_TOKEN` / `EDGELOCK_API_TOKENS`).
@@ -239,12 +243,24 @@ impl Config {
                 .filter(|j| !j.trim().is_empty())
                 .unwrap_or_else(|| "cron".into()),
             cron_wait_ms: num("EDGELOCK_CRON_WAIT_MS", 0, MAX_WAIT_MS)?,
+            cron_elect: flag(var("EDGELOCK_CRON_ELECT").as_deref(), "EDGELOCK_CRON_ELECT")?,
             job_limits: job_limits(&var("EDGELOCK_JOB_LIMITS").unwrap_or_default())?,
             access: AccessPolicy::from_secrets(
                 var("EDGELOCK_API_TOKEN").as_deref(),
                 var("EDGELOCK_API_TOKENS").as_deref(),
             )?,
         })
+    }
+}
+
+/// A boolean var: unset, "", "0" or "false" is off; "1" or "true" is on.
+fn flag(v: Option<&str>, name: &str) -> Result<bool, LockError> {
+    match v.map(str::trim) {
+        None | Some("" | "0" | "false") => Ok(false),
+        Some("1" | "true") => Ok(true),
+        Some(_) => Err(LockError::invalid(format!(
+            "{name} must be \"true\" or \"false\""
+        ))),
     }
 }
 

@@ -95,9 +95,10 @@ async fn main(mut req: Request, env: Env, _ctx: Context) -> worker::Result<Respo
     respond(reply)
 }
 
-/// The cron trigger: runs the configured job under the lock. Skipped when
-/// another invocation holds it (unless `EDGELOCK_CRON_WAIT_MS` lets it
-/// wait); rejects — so that the runtime records a failed run — when the
+/// The cron trigger: runs the configured job under the lock — or, with
+/// `EDGELOCK_CRON_ELECT`, only in the invocation elected leader of the
+/// election named after the job. Skipped when another invocation holds it
+/// or leads (unless `EDGELOCK_CRON_WAIT_MS` lets it wait); rejects — so that the runtime records a failed run — when the
 /// lock or the job failed.
 #[wasm_bindgen]
 pub async fn scheduled(
@@ -112,7 +113,11 @@ pub async fn scheduled(
         ..RunOptions::default()
     };
     let cron = event.cron().unwrap_or_default();
-    let reply = routes::run_job(&cfg, &cfg.cron_job, &opts, &invocation_id()).await;
+    let reply = if cfg.cron_elect {
+        routes::run_elected(&cfg, &cfg.cron_job, &opts, &invocation_id()).await
+    } else {
+        routes::run_job(&cfg, &cfg.cron_job, &opts, &invocation_id()).await
+    };
     let summary = format!(
         "edgelock cron {cron:?}: job {:?} -> {} {}",
         cfg.cron_job, reply.status, reply.body

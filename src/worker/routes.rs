@@ -18,6 +18,10 @@
 //!   job, release.
 //! - `GET /locks/:name` — holder, fencing token, expiry and waiters where the
 //!   backend can tell; `limit`, `holders` and `queued` with modes and slots.
+//! - `GET /leaders/:name` — the leader of the election `name`: `{ name,
+//!   leader: { value, fencingToken } | null }`. With `EDGELOCK_CRON_ELECT`
+//!   the cron job runs only in the invocation that wins the election named
+//!   after the job ([`run_elected`]); the others answer 409 `NOT_LEADER`.
 //!
 //! Every route first checks the caller's `Authorization: Bearer <token>`
 //! against the deployment's tokens and the route's lock name (see
@@ -32,7 +36,8 @@ use super::client::{Acquired, LockClient};
 use super::config::{Config, MAX_WAIT_MS};
 use super::job::{self, JOB_SUBREQUESTS};
 use crate::core::{
-    AcquireOptions, BackendSpec, Holder, LockError, LockHandle, LockInfo, LockKind, Wait,
+    AcquireOptions, BackendSpec, Holder, Leadership, LockError, LockHandle, LockInfo, LockKind,
+    Wait,
 };
 use crate::js::args::{limit_of, mode_name};
 
@@ -186,7 +191,7 @@ pub struct Call<'a> {
 /// name that does not decode, which the route itself refuses).
 fn route_name(segments: &[&str]) -> Option<String> {
     match segments {
-        ["jobs", name, _] | ["locks", name] => decode_segment(name).ok(),
+        ["jobs", name, _] | ["locks", name] | ["leaders", name] => decode_segment(name).ok(),
         _ => None,
     }
 }
@@ -217,7 +222,7 @@ pub async fn handle(cfg: &Config, call: &Call<'_>, invocation: &str) -> Reply {
                 BackendSpec::Redlock(c) => json!(c.max_subscriptions),
                 BackendSpec::Etcd(_) => Value::Null,
             },
-            "routes": ["POST /jobs/:name/run", "POST /jobs/:name/start", "POST /jobs/:name/finish", "GET /locks/:name"],
+            "routes": ["POST /jobs/:name/run", "POST /jobs/:name/start", "POST /jobs/:name/finish", "GET /locks/:name", "GET /leaders/:name"],
             "jobLimits": cfg.job_limits.iter().map(|(n, k)| (n.clone(), json!(limit_of(*k)))).collect::<serde_json::Map<_, _>>(),
         })),
         ("POST", ["jobs", name, action @ ("run" | "start" | "finish")]) => {
@@ -238,13 +243,17 @@ pub async fn handle(cfg: &Config, call: &Call<'_>, invocation: &str) -> Reply {
             Ok(name) => lock_status(cfg, &name).await,
             Err(e) => Reply::lock_error(&e),
         },
-        (_, ["jobs", _, "run" | "start" | "finish"]) | (_, ["locks", _]) | (_, [""]) => {
+        ("GET", ["leaders", name]) => match decode_segment(name) {
+            Ok(name) => leader_of(cfg, &name).await,
+            Err(e) => Reply::lock_error(&e),
+        },
+        (_, ["jobs", _, "run" | "start" | "finish"]) | (_, ["locks", _]) | (_, ["leaders", _]) | (_, [""]) => {
             Reply::coded(405, "METHOD_NOT_ALLOWED", "method not allowed")
         }
         _ => Reply::coded(
             404,
             "NOT_FOUND",
-            "no such route: POST /jobs/:name/run|start|finish, GET /locks/:name",
+            "no such route: POST /jobs/:name/run|start|finish, GET /locks/:name, GET /leaders/:name",
         ),
     }
 }
@@ -302,6 +311,62 @@ pub async fn run_job(cfg: &Config, name: &str, opts: &RunOptions, invocation: &s
         }
     };
     run_held(cfg, &client, name, lock, opts.job_ms, invocation).await
+}
+
+/// The cron job of a deployment with `EDGELOCK_CRON_ELECT`: campaigns in
+/// the election `name` (announcing `cron:<invocation>`, waiting as `opts`
+/// say) and runs the job only if elected, with the leadership's fencing
+/// token; then resigns. 409 `NOT_LEADER` (with the leader) otherwise.
+pub async fn run_elected(cfg: &Config, name: &str, opts: &RunOptions, invocation: &str) -> Reply {
+    let client = match client(cfg) {
+        Ok(c) => c,
+        Err(e) => return Reply::lock_error(&e),
+    };
+    let value = format!("cron:{invocation}");
+    let elected = client
+        .campaign(name, &value, &opts.acquire_options(cfg.default_wait_ms))
+        .await;
+    let leadership = match elected {
+        Ok(Acquired::Held(lock)) => lock,
+        Ok(Acquired::Busy) => {
+            let leader = client.leader(name).await.ok().flatten();
+            client.close().await;
+            return Reply::coded(
+                409,
+                "NOT_LEADER",
+                format!("another invocation leads {name:?}"),
+            )
+            .with("leader", leader_json(leader.as_ref()))
+            .with("subrequests", subrequests(cfg, client.subrequests(), 0));
+        }
+        Err(e) => {
+            client.close().await;
+            return Reply::lock_error(&e)
+                .with("subrequests", subrequests(cfg, client.subrequests(), 0));
+        }
+    };
+    run_held(cfg, &client, name, leadership, opts.job_ms, invocation).await
+}
+
+async fn leader_of(cfg: &Config, name: &str) -> Reply {
+    let client = match LockClient::new(cfg, cfg.subrequest_budget) {
+        Ok(c) => c,
+        Err(e) => return Reply::lock_error(&e),
+    };
+    let leader = client.leader(name).await;
+    client.close().await;
+    match leader {
+        Ok(l) => Reply::ok(json!({ "name": name, "leader": leader_json(l.as_ref()) })),
+        Err(e) => Reply::lock_error(&e),
+    }
+}
+
+/// `{ value, fencingToken }` (the token a decimal string), or null.
+fn leader_json(l: Option<&Leadership>) -> Value {
+    match l {
+        Some(l) => json!({ "value": l.value, "fencingToken": l.fencing_token.to_string() }),
+        None => Value::Null,
+    }
 }
 
 /// Runs the job under a held lock, then releases it and closes the client.

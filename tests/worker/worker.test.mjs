@@ -82,6 +82,7 @@ for (const backend of ['etcd', 'redis (webdis)', 'redis (upstash)', 'redlock']) 
   describe(`Worker on ${backend}`, { timeout: 300_000 }, () => {
     let w;
     const cronJob = uniq(`cron-${slug(backend)}`);
+    const electJob = uniq(`elect-${slug(backend)}`);
     before(async () => {
       const common = {
         ...backendBindings(env)[backend],
@@ -97,6 +98,8 @@ for (const backend of ['etcd', 'redis (webdis)', 'redis (upstash)', 'redlock']) 
         // Push on Redlock is opt-in in a Worker: 3 nodes, 3 subscriptions.
         push: backend === 'redlock' ? { ...common, EDGELOCK_MAX_SUBSCRIPTIONS: '3' } : common,
         down: { ...common, ...(await downBindings(backend)) },
+        // The cron job runs only on the elected leader; the others skip.
+        elect: { ...common, EDGELOCK_CRON_JOB: electJob, EDGELOCK_CRON_ELECT: 'true', EDGELOCK_CRON_WAIT_MS: '0', EDGELOCK_JOB_MS: '400' },
       });
     });
     after(async () => {
@@ -140,6 +143,26 @@ for (const backend of ['etcd', 'redis (webdis)', 'redis (upstash)', 'redlock']) 
       const results = await Promise.all(Array.from({ length: 10 }, () => w.scheduled('main')));
       for (const r of results) assert.equal(r.outcome, 'ok', JSON.stringify(r));
       await assertSerialRuns(env, cronJob, 10);
+    });
+
+    test('EDGELOCK_CRON_ELECT: of 6 concurrent cron events only the elected leader runs the job; GET /leaders/:name shows it while it runs', async () => {
+      assert.deepEqual((await w.call('elect', 'GET', `/leaders/${electJob}`)).body, { name: electJob, leader: null });
+      const firing = Promise.all(Array.from({ length: 6 }, () => w.scheduled('elect')));
+      const seen = await until(async () => (await w.call('elect', 'GET', `/leaders/${electJob}`)).body.leader, 10_000, 'a leader while the job runs');
+      assert.match(seen.value, /^cron:[0-9a-f]+$/);
+      assert.match(seen.fencingToken, /^[0-9]+$/);
+      const results = await firing;
+      for (const r of results) assert.equal(r.outcome, 'ok', JSON.stringify(r));
+      const entries = await resourceLog(env, electJob);
+      assert.equal(entries.length, 1, `one run, by the leader: ${JSON.stringify(entries)}`);
+      assert.equal(entries[0].accepted, true);
+      assert.equal(entries[0].token, seen.fencingToken, "the run wrote with the leadership's token");
+      assert.deepEqual((await w.call('elect', 'GET', `/leaders/${electJob}`)).body.leader, null, 'the leader resigned after its run');
+      // A later firing is elected again, with a higher token.
+      assert.equal((await w.scheduled('elect')).outcome, 'ok');
+      const after = await resourceLog(env, electJob);
+      assert.equal(after.length, 2);
+      assert.ok(BigInt(after[1].token) > BigInt(after[0].token));
     });
 
     test('GET / names the default cap on wake-up subscriptions: max(0, 6 − nodes)', async () => {
@@ -455,6 +478,7 @@ describe('Worker access control: every route needs the deployment\'s bearer toke
     ['POST', `/jobs/${job}/start`],
     ['POST', `/jobs/${job}/finish`],
     ['GET', `/locks/${job}`],
+    ['GET', `/leaders/${job}`],
   ];
 
   /** `job` is free and nothing ran under it: the refused calls changed nothing. */
