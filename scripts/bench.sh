@@ -7,7 +7,8 @@
 # the Upstash gateway, Webdis and Redlock), 16-client contention fairness
 # (default and `fair: true` when the core accepts it), footprint; semaphores
 # of 3 next to redis-semaphore's Semaphore/RedlockSemaphore (bench/semaphore.mjs);
-# read-write locks next to the same backend's exclusive lock (bench/rwlock.mjs). Bounded
+# read-write locks next to the same backend's exclusive lock (bench/rwlock.mjs);
+# leader election failover next to etcd3's Election (bench/election.mjs). Bounded
 # (about 3 minutes of measuring after the builds).
 # Writes BENCHMARKS.md, bench/handoff.svg and bench/results.json.
 #   BENCH_SKIP_SETUP=1   do not run scripts/setup.sh first
@@ -46,3 +47,5 @@ echo "== running bench/semaphore.mjs (semaphores next to redis-semaphore)"
 node bench/semaphore.mjs
 echo "== running bench/rwlock.mjs (read-write locks next to the same backend's exclusive lock)"
 node bench/rwlock.mjs
+echo "== running bench/election.mjs (leader election next to etcd3's Election)"
+node bench/election.mjs
