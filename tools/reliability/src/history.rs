@@ -25,6 +25,8 @@ pub enum OpKind {
     Release,
     /// The client was told its lock is lost (start = end = when it learned).
     Lost,
+    /// A leader changed the value its leadership announces (`Lock::proclaim`).
+    Proclaim,
 }
 
 /// `Ok`: the operation took effect. `Fail`: it did not (with the error code

@@ -14,12 +14,28 @@
 //! each other, never an exclusive hold of `<name>`) and it does not write to
 //! the fenced resource (readers read; only exclusive holders write, under
 //! tokens that must rise above every earlier holder's).
+//!
+//! An `elect` contender campaigns for the election `<lock>` (value: its id)
+//! instead of acquiring: a leadership is recorded like an exclusive hold of
+//! `<lock>` (so the per-name checks judge "one leader at a time" and the
+//! leader's fenced writes), and once per hold it proclaims `<id>#<token>`
+//! (recorded as a `Proclaim` op), which lets an observer's reports be
+//! matched to the leadership they name (`checker::check_observer`).
+//!
+//! A contender with `also` names takes a multi-resource lock: one
+//! `acquire_all` of `[lock] + also` in that (its own) order. Each lock of
+//! the set is recorded as an exclusive hold of its own name under its own
+//! token and written to under that token (so every per-name check applies
+//! per name); a failed `acquire_all` is recorded as one failed acquire per
+//! name of the set.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use edgelock::core::{AcquireOptions, LockKind, Wait};
-use edgelock::native::{Client, Lock};
+use std::sync::{Arc, Mutex};
+
+use edgelock::core::{AcquireOptions, Leadership, LockKind, Wait};
+use edgelock::native::{CancelToken, Client, Lock};
 use serde::{Deserialize, Serialize};
 
 use crate::history::{now_ms, History, Op, OpKind, Outcome};
@@ -52,6 +68,13 @@ pub struct ContenderCfg {
     /// Take shared (reader) holds of a read-write lock instead.
     #[serde(default)]
     pub shared: bool,
+    /// Campaign for the election `lock` (value: `id`) instead of acquiring;
+    /// proclaim `<id>#<token>` once per hold.
+    #[serde(default)]
+    pub elect: bool,
+    /// More names: take `[lock] + also` with one `acquire_all`, in this order.
+    #[serde(default)]
+    pub also: Vec<String>,
 }
 
 impl ContenderCfg {
@@ -68,7 +91,17 @@ impl ContenderCfg {
             max_rounds: None,
             limit: None,
             shared: false,
+            elect: false,
+            also: Vec::new(),
         }
+    }
+
+    /// The names of a multi-lock contender's set, in its own order
+    /// (`[lock] + also`).
+    pub fn set(&self) -> Vec<String> {
+        std::iter::once(self.lock.clone())
+            .chain(self.also.iter().cloned())
+            .collect()
     }
 
     /// The kind of hold the contender asks for.
@@ -132,7 +165,12 @@ pub fn acquire(client: &Client, cfg: &ContenderCfg, history: &History) -> Option
         wait: Wait::For(cfg.wait_ms),
         ttl_ms: cfg.ttl_ms,
     };
-    match client.acquire_kind(&cfg.lock, cfg.kind(), opts, None) {
+    let result = if cfg.elect {
+        client.campaign(&cfg.lock, &cfg.id, opts, None)
+    } else {
+        client.acquire_kind(&cfg.lock, cfg.kind(), opts, None)
+    };
+    match result {
         Ok(Some(lock)) => {
             let op = Op {
                 client: cfg.id.clone(),
@@ -188,6 +226,9 @@ pub fn hold_and_release(
 ) {
     let token = lock.fencing_token();
     let watcher = watch_lost(&lock, history, &cfg.id);
+    if cfg.elect && lock.kind() == LockKind::Leader {
+        proclaim_recorded(&lock, history, &cfg.id, &format!("{}#{token}", cfg.id));
+    }
     let writes = cfg.writes_per_hold.max(1);
     let slice = Duration::from_millis(cfg.hold_ms / u64::from(writes));
     for _ in 0..writes {
@@ -206,6 +247,129 @@ pub fn hold_and_release(
     }
     release_recorded(lock, history, &cfg.id);
     if let Some(w) = watcher {
+        let _ = w.join();
+    }
+}
+
+/// A leader's proclaim of `value`, recorded as a `Proclaim` op of the
+/// election (its outcome: `Ok`, or the error's code).
+pub fn proclaim_recorded(lock: &Lock, history: &History, client: &str, value: &str) -> Outcome {
+    let start = now_ms();
+    let outcome = match lock.proclaim(value) {
+        Ok(()) => Outcome::Ok,
+        Err(e) => {
+            if std::env::var_os("RELIABILITY_LOG_ERRORS").is_some() {
+                eprintln!("[{client}] proclaim {:?}: {e}", lock.name());
+            }
+            Outcome::Fail(e.code().into())
+        }
+    };
+    history.record(Op {
+        client: client.into(),
+        lock: hold_name(lock),
+        kind: OpKind::Proclaim,
+        start,
+        end: now_ms(),
+        outcome: outcome.clone(),
+        token: Some(lock.fencing_token()),
+        write_id: None,
+    });
+    outcome
+}
+
+/// One `acquire_all` of the contender's set (`[lock] + also`, in its
+/// order); `Some(locks)` (in that order) when granted. A grant is recorded
+/// as one acquire per name (each under its lock's token, all with the same
+/// times); a failure as one failed acquire per name.
+pub fn acquire_set(client: &Client, cfg: &ContenderCfg, history: &History) -> Option<Vec<Lock>> {
+    let names = cfg.set();
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let start = now_ms();
+    let opts = AcquireOptions {
+        wait: Wait::For(cfg.wait_ms),
+        ttl_ms: cfg.ttl_ms,
+    };
+    let failed = |code: String| {
+        let end = now_ms();
+        for name in &names {
+            history.record(Op {
+                client: cfg.id.clone(),
+                lock: name.clone(),
+                kind: OpKind::Acquire,
+                start,
+                end,
+                outcome: Outcome::Fail(code.clone()),
+                token: None,
+                write_id: None,
+            });
+        }
+    };
+    match client.acquire_all(&refs, opts, None) {
+        Ok(Some(locks)) => {
+            let end = now_ms();
+            for lock in &locks {
+                history.record(Op {
+                    client: cfg.id.clone(),
+                    lock: hold_name(lock),
+                    kind: OpKind::Acquire,
+                    start,
+                    end,
+                    outcome: Outcome::Ok,
+                    token: Some(lock.fencing_token()),
+                    write_id: None,
+                });
+            }
+            Some(locks)
+        }
+        Ok(None) => {
+            failed("NOT_ACQUIRED".into());
+            None
+        }
+        Err(e) => {
+            if std::env::var_os("RELIABILITY_LOG_ERRORS").is_some() {
+                eprintln!("[{}] acquire_all {names:?}: {e}", cfg.id);
+            }
+            failed(e.code().into());
+            None
+        }
+    }
+}
+
+/// Holds a multi-lock set for `cfg.hold_ms`: each of `cfg.writes_per_hold`
+/// rounds writes once to every name's resource under that name's token;
+/// then releases every lock (each recorded). Without `blind_writes` it
+/// stops writing once any lock of the set is lost.
+pub fn hold_set_and_release(
+    locks: Vec<Lock>,
+    cfg: &ContenderCfg,
+    resource: &ResourceClient,
+    history: &History,
+) {
+    let watchers: Vec<_> = locks
+        .iter()
+        .filter_map(|l| watch_lost(l, history, &cfg.id))
+        .collect();
+    let writes = cfg.writes_per_hold.max(1);
+    let slice = Duration::from_millis(cfg.hold_ms / u64::from(writes));
+    for _ in 0..writes {
+        if !cfg.blind_writes && locks.iter().any(Lock::is_lost) {
+            break;
+        }
+        for lock in &locks {
+            write_recorded(
+                resource,
+                history,
+                &cfg.id,
+                &hold_name(lock),
+                lock.fencing_token(),
+            );
+        }
+        std::thread::sleep(slice);
+    }
+    for lock in locks {
+        release_recorded(lock, history, &cfg.id);
+    }
+    for w in watchers {
         let _ = w.join();
     }
 }
@@ -309,11 +473,139 @@ pub fn contend(
         && cfg.max_rounds.map_or(true, |m| rounds < m)
     {
         rounds += 1;
-        if let Some(lock) = acquire(client, cfg, history) {
+        if !cfg.also.is_empty() {
+            if let Some(locks) = acquire_set(client, cfg, history) {
+                hold_set_and_release(locks, cfg, resource, history);
+            }
+        } else if let Some(lock) = acquire(client, cfg, history) {
             hold_and_release(lock, cfg, resource, history);
         }
         if cfg.pause_ms > 0 {
             std::thread::sleep(Duration::from_millis(cfg.pause_ms));
+        }
+    }
+}
+
+/// One report of an election observer: when it arrived and what it said
+/// (`None`: nobody leads).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Observed {
+    pub at: f64,
+    pub leader: Option<Leadership>,
+}
+
+/// A thread following one election with `Client::observe` (its own
+/// client), recording every report.
+pub struct ObserverRun {
+    client: Client,
+    name: String,
+    cancel: CancelToken,
+    reports: Arc<Mutex<Vec<Observed>>>,
+    error: Arc<Mutex<Option<String>>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// What an observer saw, and the leader state it was compared with once the
+/// run quiesced.
+#[derive(Clone, Debug)]
+pub struct ObserverOutcome {
+    pub reports: Vec<Observed>,
+    /// `Client::leader` after the run (an error's code if it failed).
+    pub final_leader: Result<Option<Leadership>, String>,
+    /// The observer's iterator ended with this error (its code).
+    pub error: Option<String>,
+}
+
+impl ObserverRun {
+    /// Starts observing `name` with a new client of `client`'s kind (built by
+    /// the caller, so the observer has its own session).
+    pub fn start(client: Client, name: &str) -> ObserverRun {
+        let cancel = CancelToken::new();
+        let reports: Arc<Mutex<Vec<Observed>>> = Arc::default();
+        let error: Arc<Mutex<Option<String>>> = Arc::default();
+        let thread =
+            {
+                let (client, name, cancel, reports, error) = (
+                    client.clone(),
+                    name.to_string(),
+                    cancel.clone(),
+                    reports.clone(),
+                    error.clone(),
+                );
+                std::thread::Builder::new()
+                    .name("observer".into())
+                    .spawn(move || {
+                        for item in client.observe(&name, cancel) {
+                            match item {
+                                Ok(leader) => reports
+                                    .lock()
+                                    .unwrap_or_else(|p| p.into_inner())
+                                    .push(Observed {
+                                        at: now_ms(),
+                                        leader,
+                                    }),
+                                Err(e) => {
+                                    if std::env::var_os("RELIABILITY_LOG_ERRORS").is_some() {
+                                        eprintln!("[observer] observe {name:?}: {e}");
+                                    }
+                                    *error.lock().unwrap_or_else(|p| p.into_inner()) =
+                                        Some(e.code().to_string());
+                                }
+                            }
+                        }
+                    })
+                    .ok()
+            };
+        ObserverRun {
+            client,
+            name: name.to_string(),
+            cancel,
+            reports,
+            error,
+            thread,
+        }
+    }
+
+    /// The reports so far.
+    pub fn reports(&self) -> Vec<Observed> {
+        self.reports
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Call once the run quiesced (every contender stopped and released):
+    /// waits up to `settle` for the observer's last report to equal
+    /// `Client::leader`, then stops the observer and closes its client.
+    pub fn finish(mut self, settle: Duration) -> ObserverOutcome {
+        let deadline = Instant::now() + settle;
+        let final_leader = loop {
+            let now = self
+                .client
+                .leader(&self.name)
+                .map_err(|e| e.code().to_string());
+            let last = self.reports().last().map(|o| o.leader.clone());
+            let agreed = matches!((&now, &last), (Ok(n), Some(l)) if n == l);
+            let errored = self
+                .error
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .is_some();
+            if agreed || errored || Instant::now() >= deadline {
+                break now;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        self.cancel.cancel();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        let _ = self.client.close();
+        let error = self.error.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        ObserverOutcome {
+            reports: self.reports(),
+            final_leader,
+            error,
         }
     }
 }
