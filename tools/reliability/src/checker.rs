@@ -28,13 +28,25 @@
 //!   `workload::hold_name`), so every check above applies per slot: a
 //!   permit's token is promised to increase across successive holders of
 //!   the same slot.
+//!
+//! Elections and multi-resource locks need no rule of their own: a
+//! leadership is recorded as an exclusive hold of the election's name (one
+//! leader at a time = no overlap; the leader's writes fenced under its
+//! token), and every lock of a set as an exclusive hold of its own name.
+//! Two additions:
+//!
+//! - [`held_through_failed_acquire`]: a name a client's history shows as
+//!   held across one of its own failed acquires of that name (a failed
+//!   `acquire_all` must leave nothing held);
+//! - [`check_observer`]: what an election observer reported, against the
+//!   grants and, once the run quiesced, against `Client::leader`.
 
 use std::collections::{HashMap, HashSet};
 
 use serde_json::Value;
 
 use crate::history::{Op, OpKind, Outcome};
-use crate::workload::{base_name, SHARED};
+use crate::workload::{base_name, ObserverOutcome, SHARED};
 
 /// What a hold excludes: a read-write lock's shared holds (`<name>#shared`)
 /// and exclusive holds (`<name>`) are one group; a permit's slot its own.
@@ -219,11 +231,20 @@ pub fn check(ops: &[Op], resource_log: &Value) -> Verdict {
     }
 
     v.token_inversions = token_inversions(ops);
-    // (client, token) → (acquire start, acquire end) of the grant.
-    let grants: HashMap<(&str, u64), (f64, f64)> = ops
-        .iter()
-        .filter(|o| o.kind == OpKind::Acquire && o.is_ok())
-        .filter_map(|o| Some(((o.client.as_str(), o.token?), (o.start, o.end))))
+    // (client, token) → (acquire start, acquire end) of the grant, and the
+    // same per (client, name, token): one client's locks of different names
+    // (a lock set; Redis counts tokens per name) may carry equal tokens, so
+    // a write is matched to the grant of the resource it wrote to first.
+    let granted = || {
+        ops.iter()
+            .filter(|o| o.kind == OpKind::Acquire && o.is_ok())
+            .filter_map(|o| Some((o, o.token?)))
+    };
+    let grants: HashMap<(&str, u64), (f64, f64)> = granted()
+        .map(|(o, t)| ((o.client.as_str(), t), (o.start, o.end)))
+        .collect();
+    let grants_by_name: HashMap<(&str, &str, u64), (f64, f64)> = granted()
+        .map(|(o, t)| ((o.client.as_str(), o.lock.as_str(), t), (o.start, o.end)))
         .collect();
     // Per resource: the latest grant start among writes accepted so far.
     let mut newest_writer_grant: HashMap<String, f64> = HashMap::new();
@@ -272,7 +293,10 @@ pub fn check(ops: &[Op], resource_log: &Value) -> Verdict {
                 false
             }
         };
-        let grant = grants.get(&(client.as_str(), token)).copied();
+        let grant = grants_by_name
+            .get(&(client.as_str(), resource.as_str(), token))
+            .or_else(|| grants.get(&(client.as_str(), token)))
+            .copied();
         let superseded = match (grant, newest_writer_grant.get(&resource)) {
             (Some((_, granted)), Some(&newer_start)) => newer_start > granted,
             _ => false,
@@ -301,6 +325,106 @@ pub fn check(ops: &[Op], resource_log: &Value) -> Verdict {
                 }
             }
         }
+    }
+    v
+}
+
+/// Failed acquires (e.g. the per-name records of a failed `acquire_all`)
+/// during which the same client's history shows a hold of that name: a
+/// failed `acquire_all` must leave none of its names held.
+pub fn held_through_failed_acquire(ops: &[Op]) -> usize {
+    let hs = holds(ops);
+    ops.iter()
+        .filter(|o| o.kind == OpKind::Acquire && matches!(o.outcome, Outcome::Fail(_)))
+        .filter(|o| {
+            hs.iter().any(|h| {
+                h.client == o.client && h.lock == o.lock && h.from < o.end && o.start < h.to
+            })
+        })
+        .count()
+}
+
+/// What an election observer's reports show (see [`check_observer`]).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ObserverVerdict {
+    pub reports: usize,
+    /// Reports of a leader (not "nobody").
+    pub leaders_reported: usize,
+    /// Distinct leadership tokens reported.
+    pub distinct_leaders: usize,
+    /// Reports whose value does not belong to the leadership whose token
+    /// they carry: `<id>#<n>` with n ≠ the token, or a token granted to a
+    /// client other than the value's `<id>` (a value of one leader paired
+    /// with another's token).
+    pub mismatched: usize,
+    /// Reports whose token no recorded grant carries (a campaign that was
+    /// granted on the backend while its client gave up, or not in the
+    /// histories given): a figure, not a fault by itself.
+    pub unrecorded: usize,
+    /// Reports of a leader whose token is below one reported earlier.
+    pub token_regressions: usize,
+    /// The observer's last report equals `Client::leader` after the run.
+    pub final_matches: bool,
+    /// `Client::leader` after the run reports nobody.
+    pub final_is_none: bool,
+    /// The observer or the final `Client::leader` failed (its code).
+    pub error: Option<String>,
+}
+
+/// Judges an observer of the election `name` against the grants in `ops`
+/// (contenders campaign with their id as value and proclaim
+/// `<id>#<token>`, see `workload`) and the final leader state.
+pub fn check_observer(ops: &[Op], name: &str, seen: &ObserverOutcome) -> ObserverVerdict {
+    // token → the clients granted a leadership of `name` with it.
+    let mut owners: HashMap<u64, HashSet<&str>> = HashMap::new();
+    for o in ops
+        .iter()
+        .filter(|o| o.kind == OpKind::Acquire && o.is_ok() && o.lock == name)
+    {
+        if let Some(t) = o.token {
+            owners.entry(t).or_default().insert(o.client.as_str());
+        }
+    }
+    let mut v = ObserverVerdict {
+        reports: seen.reports.len(),
+        ..ObserverVerdict::default()
+    };
+    let mut tokens = HashSet::new();
+    let mut highest: Option<u64> = None;
+    for l in seen.reports.iter().filter_map(|r| r.leader.as_ref()) {
+        v.leaders_reported += 1;
+        tokens.insert(l.fencing_token);
+        if highest.is_some_and(|h| l.fencing_token < h) {
+            v.token_regressions += 1;
+        }
+        highest = Some(highest.map_or(l.fencing_token, |h| h.max(l.fencing_token)));
+        let (id, suffix) = match l.value.split_once('#') {
+            Some((id, n)) => (id, Some(n)),
+            None => (l.value.as_str(), None),
+        };
+        let suffix_wrong = suffix.is_some_and(|n| n != l.fencing_token.to_string());
+        let owner_wrong = match owners.get(&l.fencing_token) {
+            Some(clients) => !clients.contains(id),
+            None => {
+                v.unrecorded += 1;
+                false
+            }
+        };
+        if suffix_wrong || owner_wrong {
+            v.mismatched += 1;
+        }
+    }
+    v.distinct_leaders = tokens.len();
+    let last = seen.reports.last().map(|r| &r.leader);
+    match &seen.final_leader {
+        Ok(now) => {
+            v.final_matches = last == Some(now);
+            v.final_is_none = now.is_none();
+        }
+        Err(code) => v.error = Some(format!("leader: {code}")),
+    }
+    if let Some(e) = &seen.error {
+        v.error = Some(format!("observe: {e}"));
     }
     v
 }
@@ -485,6 +609,163 @@ mod tests {
         let mut inv = ops.clone();
         inv.push(at("w3", "rw", OpKind::Acquire, 5.0, 6.0, Some(2)));
         assert_eq!(check(&inv, &json!({"entries": []})).token_inversions, 1);
+    }
+
+    fn at(client: &str, lock: &str, kind: OpKind, start: f64, end: f64, token: Option<u64>) -> Op {
+        Op {
+            lock: lock.into(),
+            ..op(client, kind, start, end, token)
+        }
+    }
+
+    #[test]
+    fn a_lock_set_is_judged_per_name_with_equal_tokens_on_different_names() {
+        // a holds {x, y} (tokens 5 and 5: per-name counters), then b holds
+        // {y, x} (6, 6), then a takes z, also with token 5: each write is
+        // matched to the grant of the name it wrote to (matched by client
+        // and token alone, a's x write would look granted at 6.0, after b's
+        // grant, and b's x write superseded).
+        let ops = vec![
+            at("a", "x", OpKind::Acquire, 0.0, 1.0, Some(5)),
+            at("a", "y", OpKind::Acquire, 0.0, 1.0, Some(5)),
+            at("a", "x", OpKind::Release, 3.0, 3.5, Some(5)),
+            at("a", "y", OpKind::Release, 3.0, 3.5, Some(5)),
+            at("b", "y", OpKind::Acquire, 2.0, 4.0, Some(6)),
+            at("b", "x", OpKind::Acquire, 2.0, 4.0, Some(6)),
+            at("b", "y", OpKind::Release, 5.0, 5.5, Some(6)),
+            at("b", "x", OpKind::Release, 5.0, 5.5, Some(6)),
+            at("a", "z", OpKind::Acquire, 6.0, 7.0, Some(5)),
+        ];
+        let log = json!({"entries": [
+            {"seq": 1, "resource": "x", "token": "5", "accepted": true, "record": {"client": "a"}},
+            {"seq": 2, "resource": "y", "token": "5", "accepted": true, "record": {"client": "a"}},
+            {"seq": 3, "resource": "y", "token": "6", "accepted": true, "record": {"client": "b"}},
+            {"seq": 4, "resource": "x", "token": "6", "accepted": true, "record": {"client": "b"}},
+            {"seq": 5, "resource": "z", "token": "5", "accepted": true, "record": {"client": "a"}},
+        ]});
+        let v = check(&ops, &log);
+        assert_eq!(
+            (
+                v.overlaps_believed,
+                v.stale_accepted,
+                v.token_inversions,
+                v.acquisitions
+            ),
+            (0, 0, 0, 5)
+        );
+        // b's set granted while a still held x: an overlap on x (and on y).
+        let mut bad = ops.clone();
+        bad[2].start = 4.5;
+        bad[3].start = 4.5;
+        assert_eq!(check(&bad, &log).overlaps_believed, 2);
+    }
+
+    #[test]
+    fn a_name_held_across_a_failed_acquire_is_counted() {
+        let fail = |client: &str, lock: &str, start, end| Op {
+            outcome: Outcome::Fail("TIMEOUT".into()),
+            ..at(client, lock, OpKind::Acquire, start, end, None)
+        };
+        // c's set {x, y} failed at 2..3 and c held nothing then: fine.
+        let ok = vec![
+            at("c", "x", OpKind::Acquire, 0.0, 0.5, Some(1)),
+            at("c", "x", OpKind::Release, 1.0, 1.5, Some(1)),
+            fail("c", "x", 2.0, 3.0),
+            fail("c", "y", 2.0, 3.0),
+        ];
+        assert_eq!(held_through_failed_acquire(&ok), 0);
+        // Without the release, x is still held when the set fails.
+        let bad: Vec<Op> = ok
+            .iter()
+            .filter(|o| o.kind != OpKind::Release)
+            .cloned()
+            .collect();
+        assert_eq!(held_through_failed_acquire(&bad), 1);
+    }
+
+    fn seen(reports: &[Option<(&str, u64)>], now: Option<(&str, u64)>) -> ObserverOutcome {
+        use crate::workload::Observed;
+        use edgelock::core::Leadership;
+        let l = |x: &Option<(&str, u64)>| {
+            x.map(|(v, t)| Leadership {
+                value: v.into(),
+                fencing_token: t,
+            })
+        };
+        ObserverOutcome {
+            reports: reports
+                .iter()
+                .enumerate()
+                .map(|(i, r)| Observed {
+                    at: i as f64,
+                    leader: l(r),
+                })
+                .collect(),
+            final_leader: Ok(l(&now)),
+            error: None,
+        }
+    }
+
+    #[test]
+    fn an_observer_is_judged_against_grants_and_the_final_state() {
+        let ops = vec![
+            at("e0", "el", OpKind::Acquire, 0.0, 1.0, Some(3)),
+            at("e0", "el", OpKind::Release, 2.0, 2.5, Some(3)),
+            at("e1", "el", OpKind::Acquire, 1.0, 2.6, Some(4)),
+            at("e1", "el", OpKind::Release, 4.0, 4.5, Some(4)),
+        ];
+        let good = seen(
+            &[
+                None,
+                Some(("e0", 3)),
+                Some(("e0#3", 3)),
+                Some(("e1", 4)),
+                Some(("e1#4", 4)),
+                None,
+            ],
+            None,
+        );
+        let v = check_observer(&ops, "el", &good);
+        assert_eq!(
+            (
+                v.reports,
+                v.leaders_reported,
+                v.distinct_leaders,
+                v.mismatched,
+                v.unrecorded,
+                v.token_regressions
+            ),
+            (6, 4, 2, 0, 0, 0)
+        );
+        assert!(v.final_matches && v.final_is_none && v.error.is_none());
+        // e0's proclaimed value under e1's token, e1's value under e0's
+        // token, a token going back, a token nobody was granted, and a last
+        // report that still names a leader after everyone resigned.
+        let bad = seen(
+            &[
+                Some(("e1", 4)),
+                Some(("e0#3", 4)),
+                Some(("e1", 3)),
+                Some(("e9", 8)),
+            ],
+            None,
+        );
+        let v = check_observer(&ops, "el", &bad);
+        assert_eq!((v.mismatched, v.token_regressions, v.unrecorded), (2, 1, 1));
+        assert!(!v.final_matches && v.final_is_none);
+        // An observer that never reported does not match either.
+        assert!(!check_observer(&ops, "el", &seen(&[], None)).final_matches);
+        // Grants of another name do not vouch for a report.
+        let other = seen(&[Some(("e0", 3))], Some(("e0", 3)));
+        let mut renamed = ops.clone();
+        for o in &mut renamed {
+            o.lock = "other".into();
+        }
+        let v = check_observer(&renamed, "el", &other);
+        assert_eq!(
+            (v.unrecorded, v.final_matches, v.final_is_none),
+            (1, true, false)
+        );
     }
 
     #[test]

@@ -91,16 +91,20 @@ impl RedisNodes {
             .collect()
     }
 
-    /// Lock keys (not fence counters nor a semaphore's limit record, which
-    /// are meant to outlive holds) still present on each node; `None` for a
-    /// node that did not answer.
+    /// Lock keys (not fence counters, a semaphore's limit record nor an
+    /// election's leader record, which are meant to outlive holds) still
+    /// present on each node; `None` for a node that did not answer.
     pub fn lock_keys_left(&self) -> Vec<Option<usize>> {
         self.servers
             .iter()
             .map(|s| {
                 s.all_keys().ok().map(|keys| {
                     keys.iter()
-                        .filter(|k| !k.ends_with(b":fence") && !k.ends_with(b":limit"))
+                        .filter(|k| {
+                            !k.ends_with(b":fence")
+                                && !k.ends_with(b":limit")
+                                && !k.ends_with(b":leader")
+                        })
                         .count()
                 })
             })

@@ -1,6 +1,7 @@
-//! `reliability [--short] [--only 1,4] [--etcd-only] [--out RELIABILITY.md]`
+//! `reliability [--short] [--only 1,4] [--variants 1h,3k] [--etcd-only] [--out RELIABILITY.md]`
 //! runs the reliability scenarios against real local backends (`--etcd-only`:
-//! only their etcd variants) and writes the report;
+//! only their etcd variants; `--variants`: only these variants of scenarios
+//! 1, 3 and 10, the others' scenarios skipped) and writes the report;
 //! exits 1 if any scenario failed. `reliability worker '<json>'` is the
 //! client process the scenarios start (and pause).
 
@@ -11,7 +12,7 @@ use edgelock_reliability::scenarios::s10_load::memory_main;
 use edgelock_reliability::scenarios::{self, Mode};
 use edgelock_reliability::worker::worker_main;
 
-const USAGE: &str = "usage: reliability [--short] [--only ID[,ID...]] [--etcd-only] [--out FILE]\n       reliability worker '<WorkerSpec JSON>'\n       reliability memory '<MemorySpec JSON>'";
+const USAGE: &str = "usage: reliability [--short] [--only ID[,ID...]] [--variants VARIANT[,VARIANT...]] [--etcd-only] [--out FILE]\n       reliability worker '<WorkerSpec JSON>'\n       reliability memory '<MemorySpec JSON>'";
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -35,6 +36,13 @@ fn main() {
                     .next()
                     .map(|s| s.split(',').map(|x| x.trim().to_string()).collect())
             }
+            "--variants" => {
+                let ids: Vec<String> = it
+                    .next()
+                    .map(|s| s.split(',').map(|x| x.trim().to_string()).collect())
+                    .unwrap_or_default();
+                scenarios::choose_variants(ids);
+            }
             "--out" => out = it.next().cloned(),
             "-h" | "--help" => {
                 println!("{USAGE}");
@@ -54,6 +62,15 @@ fn main() {
             Some(ids) => ids.iter().any(|i| i == s.id),
             None => !short || s.in_short,
         };
+        // `--variants 3k`: only the scenarios those variants belong to
+        // (a variant id is its scenario's id and a letter).
+        let chosen = chosen
+            && (!scenarios::variants_chosen()
+                || [
+                    "a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m", "n",
+                ]
+                .iter()
+                .any(|l| scenarios::wants(&format!("{}{l}", s.id))));
         if !chosen || (etcd_only && !s.etcd) {
             continue;
         }

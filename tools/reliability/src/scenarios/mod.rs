@@ -14,6 +14,29 @@ pub mod s08_late_release;
 pub mod s09_hostile;
 pub mod s10_load;
 
+/// The variants `--variants 1h,3k` chose (none given: every variant).
+static VARIANTS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+
+/// Restricts the run to these variant ids (`reliability --variants`; set once,
+/// before any scenario runs).
+pub fn choose_variants(ids: Vec<String>) {
+    let _ = VARIANTS.set(ids);
+}
+
+/// Whether variant `id` (e.g. "10k") runs: every variant unless
+/// `--variants` named others. Scenarios that honour it check it before
+/// setting a variant up (1, 3 and 10).
+pub fn wants(id: &str) -> bool {
+    VARIANTS
+        .get()
+        .map_or(true, |ids| ids.iter().any(|i| i == id))
+}
+
+/// Whether `--variants` restricted the run.
+pub fn variants_chosen() -> bool {
+    VARIANTS.get().is_some()
+}
+
 /// Sizes of a run: the short version (inside the test command, a few
 /// minutes) or the long one (on demand, writes RELIABILITY.md).
 #[derive(Clone, Copy, Debug)]

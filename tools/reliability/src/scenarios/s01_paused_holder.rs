@@ -9,6 +9,16 @@
 //! slot is taken over by another client, whose writes to that slot's
 //! resource must fence the holder's late ones. 1f/1g: a read-write lock
 //! whose paused holder is a writer, while a writer and a reader contend.
+//!
+//! 1h (etcd) / 1i (Redis): the paused holder is the leader of an election
+//! (the others campaign too): its blind writes under its leadership token
+//! after the pause must be fenced, another contender must take over, and an
+//! observer (`Client::observe`, its own client) must end on what
+//! `Client::leader` says once everyone stopped (nobody), having paired every
+//! reported value with its own leader's token. 1j (etcd) / 1k (Redis): the
+//! paused holder holds a set of two names (`acquire_all`); the others take
+//! the same set, one of them in the other order: its late writes to both
+//! names must be fenced.
 
 use std::time::{Duration, Instant};
 
@@ -16,13 +26,13 @@ use edgelock_devtools::{EtcdServer, FencedResource};
 
 use super::Mode;
 use crate::backend::BackendSpec;
-use crate::checker::check;
+use crate::checker::{check, check_observer, held_through_failed_acquire, ObserverVerdict};
 use crate::history::{now_ms, History, OpKind, Outcome};
 use crate::infra::{contenders, etcd_keys, Crew, RedisNodes};
 use crate::report::ScenarioReport;
 use crate::resource::ResourceClient;
 use crate::worker::{WorkerProcess, WorkerSpec};
-use crate::workload::ContenderCfg;
+use crate::workload::{ContenderCfg, ObserverRun};
 
 const TTL_MS: u64 = 2_000;
 /// What the clients take: the lock, permits, or a read-write lock (the
@@ -32,6 +42,10 @@ enum Kind {
     Lock,
     Permits(u32),
     ReadWrite,
+    /// The leader of an election (the others campaign).
+    Leader,
+    /// A set of two names taken with `acquire_all`.
+    Multi,
 }
 
 /// The limit of the semaphore variants (1d, 1e).
@@ -54,15 +68,17 @@ pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
                     .map(|k| k.len())
                     .unwrap_or(usize::MAX)
             };
-            out.push(trial_report("1a", &spec, Kind::Lock, trials, &keys));
-            out.push(trial_report(
-                "1d",
-                &spec,
-                Kind::Permits(PERMITS),
-                trials,
-                &keys,
-            ));
-            out.push(trial_report("1f", &spec, Kind::ReadWrite, trials, &keys));
+            for (id, kind) in [
+                ("1a", Kind::Lock),
+                ("1d", Kind::Permits(PERMITS)),
+                ("1f", Kind::ReadWrite),
+                ("1h", Kind::Leader),
+                ("1j", Kind::Multi),
+            ] {
+                if super::wants(id) {
+                    out.push(trial_report(id, &spec, kind, trials, &keys));
+                }
+            }
         }
         Err(e) => out.push(ScenarioReport::failed_to_run(
             "1a",
@@ -89,15 +105,17 @@ pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
                     .map(|k| k.unwrap_or(usize::MAX))
                     .sum()
             };
-            out.push(trial_report("1b", &spec, Kind::Lock, trials, &keys));
-            out.push(trial_report(
-                "1e",
-                &spec,
-                Kind::Permits(PERMITS),
-                trials,
-                &keys,
-            ));
-            out.push(trial_report("1g", &spec, Kind::ReadWrite, trials, &keys));
+            for (id, kind) in [
+                ("1b", Kind::Lock),
+                ("1e", Kind::Permits(PERMITS)),
+                ("1g", Kind::ReadWrite),
+                ("1i", Kind::Leader),
+                ("1k", Kind::Multi),
+            ] {
+                if super::wants(id) {
+                    out.push(trial_report(id, &spec, kind, trials, &keys));
+                }
+            }
         }
         Err(e) => out.push(ScenarioReport::failed_to_run(
             "1b",
@@ -106,7 +124,7 @@ pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
             &format!("redis: {e}"),
         )),
     }
-    if !mode.short {
+    if !mode.short && super::wants("1c") {
         out.push(match RedisNodes::start(5, false) {
             Ok(nodes) => {
                 let spec = BackendSpec::Redlock {
@@ -138,6 +156,8 @@ pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
 const TITLE: &str = "holder paused (SIGSTOP) past its TTL";
 const TITLE_PERMITS: &str = "permit holder paused (SIGSTOP) past its TTL";
 const TITLE_RW: &str = "writer of a read-write lock paused (SIGSTOP) past its TTL";
+const TITLE_LEADER: &str = "leader of an election paused (SIGSTOP) past its TTL";
+const TITLE_MULTI: &str = "holder of a lock set (acquire_all) paused (SIGSTOP) past its TTL";
 
 /// What one pause trial measured.
 struct Trial {
@@ -145,9 +165,15 @@ struct Trial {
     learned_lost_ms: Option<f64>,
     holder_late_writes: usize,
     holder_late_writes_rejected: usize,
+    /// Per name the holder held: (name, late writes, of which rejected).
+    late_by_name: Vec<(String, usize, usize)>,
     overlaps_believed: usize,
     stale_accepted: usize,
     acked_lost: usize,
+    /// Names held across one of their own failed acquires (lock sets).
+    held_through_failed: usize,
+    /// Elections: what the observer showed.
+    observer: Option<ObserverVerdict>,
 }
 
 fn trial_report(
@@ -166,6 +192,8 @@ fn trial_report(
         Kind::ReadWrite => (TITLE_RW, format!("a read-write lock: SIGSTOP the writer's process for TTL ({TTL_MS} ms) + until another writer wrote (a reader contends too); then SIGCONT")),
         Kind::Permits(l) => (TITLE_PERMITS, format!("a semaphore of {l}: SIGSTOP the holder's process for TTL ({TTL_MS} ms) + until another client wrote under its slot; then SIGCONT")),
         Kind::Lock => (TITLE, format!("SIGSTOP the holder's process for TTL ({TTL_MS} ms) + until another client wrote; then SIGCONT")),
+        Kind::Leader => (TITLE_LEADER, format!("an election (2 others campaign, an observer follows it): SIGSTOP the leader's process for TTL ({TTL_MS} ms) + until a new leader wrote; then SIGCONT")),
+        Kind::Multi => (TITLE_MULTI, format!("a set of 2 names (2 others take the same set, one in the other order): SIGSTOP the holder's process for TTL ({TTL_MS} ms) + until others wrote to both names; then SIGCONT")),
     };
     let mut r = ScenarioReport::new(id, title, backend, &fault);
     let mut results = Vec::new();
@@ -174,6 +202,8 @@ fn trial_report(
             Kind::Permits(_) => format!("{LOCK}-sem-{t}"),
             Kind::ReadWrite => format!("{LOCK}-rw-{t}"),
             Kind::Lock => format!("{LOCK}-{t}"),
+            Kind::Leader => format!("{LOCK}-elect-{t}"),
+            Kind::Multi => format!("{LOCK}-set-{t}"),
         };
         match one_trial(spec, &lock, kind) {
             Ok(tr) => results.push(tr),
@@ -232,6 +262,33 @@ fn trial_report(
         sum(|t| t.acked_lost) == 0,
         format!("{}", sum(|t| t.acked_lost)),
     );
+    if kind == Kind::Multi {
+        let names: Vec<String> = results
+            .iter()
+            .flat_map(|t| t.late_by_name.iter())
+            .map(|(n, late, rejected)| format!("{n}: {rejected} of {late}"))
+            .collect();
+        r.figure(
+            "holder's post-pause writes rejected per name",
+            names.join(", "),
+        );
+        r.check(
+            "the paused holder wrote late to both names of its set, and every such write was refused",
+            results.iter().all(|t| {
+                t.late_by_name.len() == 2
+                    && t.late_by_name.iter().all(|(_, l, rj)| *l > 0 && rj == l)
+            }),
+            names.join(", "),
+        );
+        r.check(
+            "no name held across a failed acquire_all",
+            sum(|t| t.held_through_failed) == 0,
+            sum(|t| t.held_through_failed),
+        );
+    }
+    if kind == Kind::Leader {
+        observer_checks(&mut r, results.iter().filter_map(|t| t.observer.as_ref()));
+    }
     r.check(
         "0 lock keys left after all clients stopped",
         left == 0,
@@ -239,6 +296,66 @@ fn trial_report(
     );
     r.note("The paused holder believes it holds the lock until it is told otherwise, so its hold overlaps its successor's by construction (the figure above): no lease-based lock can prevent that. What must hold is that the fence refuses its writes.");
     r
+}
+
+/// The observer checks of an election variant (one verdict per trial).
+pub fn observer_checks<'a>(
+    r: &mut ScenarioReport,
+    verdicts: impl Iterator<Item = &'a ObserverVerdict>,
+) {
+    let vs: Vec<&ObserverVerdict> = verdicts.collect();
+    let sum = |f: fn(&ObserverVerdict) -> usize| vs.iter().map(|v| f(v)).sum::<usize>();
+    r.figure(
+        "observer reports / leaders reported / distinct leaders",
+        format!(
+            "{} / {} / {}",
+            sum(|v| v.reports),
+            sum(|v| v.leaders_reported),
+            sum(|v| v.distinct_leaders)
+        ),
+    );
+    r.figure(
+        "observer reports no recorded grant carries",
+        sum(|v| v.unrecorded),
+    );
+    let errors: Vec<String> = vs.iter().filter_map(|v| v.error.clone()).collect();
+    r.check(
+        "the observer's last report equals Client::leader once all stopped, and that is nobody",
+        !vs.is_empty()
+            && vs
+                .iter()
+                .all(|v| v.final_matches && v.final_is_none && v.error.is_none()),
+        format!(
+            "{} of {} observers ended on the final state{}{}",
+            vs.iter().filter(|v| v.final_matches).count(),
+            vs.len(),
+            if vs.iter().all(|v| v.final_is_none) {
+                ""
+            } else {
+                ", a leader remained"
+            },
+            if errors.is_empty() {
+                String::new()
+            } else {
+                format!(", errors: {}", errors.join(", "))
+            }
+        ),
+    );
+    r.check(
+        "the observer saw more than one leader, each value with its own leader's token, tokens only rising",
+        vs.iter().all(|v| v.distinct_leaders > 1)
+            && sum(|v| v.mismatched) == 0
+            && sum(|v| v.token_regressions) == 0,
+        format!(
+            "{} mismatched, {} token regressions, distinct leaders {}",
+            sum(|v| v.mismatched),
+            sum(|v| v.token_regressions),
+            vs.iter()
+                .map(|v| v.distinct_leaders.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    );
 }
 
 fn fmt_list(v: &[f64]) -> String {
@@ -256,8 +373,22 @@ fn one_trial(spec: &BackendSpec, lock: &str, kind: Kind) -> Result<Trial, String
         Kind::Permits(l) => Some(l),
         _ => None,
     };
+    // A lock set: `<lock>-a` and `<lock>-b`; otherwise the one name.
+    let names: Vec<String> = match kind {
+        Kind::Multi => vec![format!("{lock}-a"), format!("{lock}-b")],
+        _ => vec![lock.to_string()],
+    };
+    let first = names[0].clone();
     let fenced = FencedResource::start().map_err(|e| format!("fenced resource: {e}"))?;
     let resource = ResourceClient::new(&fenced.url());
+    // Elections: an observer on its own client, from before the first campaign.
+    let observer = match kind {
+        Kind::Leader => Some(ObserverRun::start(
+            spec.client().map_err(|e| format!("observer client: {e}"))?,
+            lock,
+        )),
+        _ => None,
+    };
     // The holder: one acquisition, three blind writes spread over 3 × TTL.
     let holder_cfg = ContenderCfg {
         hold_ms: 3 * TTL_MS,
@@ -266,7 +397,9 @@ fn one_trial(spec: &BackendSpec, lock: &str, kind: Kind) -> Result<Trial, String
         max_rounds: Some(1),
         wait_ms: 5_000,
         limit,
-        ..ContenderCfg::new("holder", lock)
+        elect: kind == Kind::Leader,
+        also: names[1..].to_vec(),
+        ..ContenderCfg::new("holder", &first)
     };
     let holder = WorkerProcess::spawn(&WorkerSpec {
         backend: spec.clone(),
@@ -275,24 +408,25 @@ fn one_trial(spec: &BackendSpec, lock: &str, kind: Kind) -> Result<Trial, String
         duration_ms: 30_000,
     })
     .map_err(|e| format!("worker: {e}"))?;
-    let first_write = wait_for(Duration::from_secs(15), || {
-        holder
+    // What the holder holds: the lock, one slot of the semaphore, or every
+    // name of its set (wait until it wrote to each).
+    let held_now = || {
+        let mut held: Vec<String> = holder
             .history()
             .ops()
             .iter()
-            .any(|o| o.kind == OpKind::Write)
-    });
+            .filter(|o| o.kind == OpKind::Write)
+            .map(|o| o.lock.clone())
+            .collect();
+        held.sort();
+        held.dedup();
+        held
+    };
+    let first_write = wait_for(Duration::from_secs(15), || held_now().len() >= names.len());
     if !first_write {
         return Err("the holder never acquired and wrote".into());
     }
-    // What the holder holds: the lock, or one slot of the semaphore.
-    let held = holder
-        .history()
-        .ops()
-        .iter()
-        .find(|o| o.kind == OpKind::Write)
-        .map(|o| o.lock.clone())
-        .unwrap_or_default();
+    let held = held_now();
     holder.pause().map_err(|e| format!("SIGSTOP: {e}"))?;
     let paused_at = now_ms();
 
@@ -303,20 +437,29 @@ fn one_trial(spec: &BackendSpec, lock: &str, kind: Kind) -> Result<Trial, String
         wait_ms: 10_000,
         pause_ms: 50,
         limit,
-        ..ContenderCfg::new("", lock)
+        elect: kind == Kind::Leader,
+        ..ContenderCfg::new("", &first)
     };
-    let mut crew_cfgs = contenders("other", 2, lock, &tpl);
+    let mut crew_cfgs = contenders("other", 2, &first, &tpl);
     if kind == Kind::ReadWrite {
         crew_cfgs[1].shared = true;
     }
+    if kind == Kind::Multi {
+        // The same set, the second contender in the other order.
+        crew_cfgs[0].also = names[1..].to_vec();
+        crew_cfgs[1].lock = names[1].clone();
+        crew_cfgs[1].also = vec![names[0].clone()];
+    }
     let crew = Crew::start(spec, crew_cfgs, &resource, &others, Duration::from_secs(20));
     // Hold the pause until a successor has written under what the holder
-    // held (at least TTL): for a semaphore, the holder's slot.
+    // held (at least TTL): for a semaphore, the holder's slot; for a set,
+    // each of its names.
     let successor_wrote = wait_for(Duration::from_millis(4 * TTL_MS + 5_000), || {
-        others
-            .ops()
-            .iter()
-            .any(|o| o.kind == OpKind::Write && o.is_ok() && o.lock == held)
+        let ops = others.ops();
+        held.iter().all(|h| {
+            ops.iter()
+                .any(|o| o.kind == OpKind::Write && o.is_ok() && &o.lock == h)
+        })
     });
     let resumed_at = now_ms();
     holder.resume().map_err(|e| format!("SIGCONT: {e}"))?;
@@ -325,38 +468,59 @@ fn one_trial(spec: &BackendSpec, lock: &str, kind: Kind) -> Result<Trial, String
 
     let mut ops = holder_history.ops();
     ops.extend(others.ops());
+    // Everyone stopped and released: the observer must settle on the final state.
+    let observer = observer.map(|o| check_observer(&ops, lock, &o.finish(Duration::from_secs(5))));
     let verdict = check(&ops, &fenced.log(None));
     let handoff_ms = if successor_wrote {
         others
             .ops()
             .iter()
-            .filter(|o| o.kind == OpKind::Acquire && o.is_ok() && o.lock == held)
+            .filter(|o| o.kind == OpKind::Acquire && o.is_ok() && held.contains(&o.lock))
             .map(|o| o.end - paused_at)
             .reduce(f64::min)
     } else {
         None
     };
-    let learned_lost_ms = holder_history
-        .ops()
+    // When the holder had been told it lost everything it held.
+    let learned_lost_ms = held
         .iter()
-        .find(|o| o.kind == OpKind::Lost)
-        .map(|o| (o.start - resumed_at).max(0.0));
+        .map(|h| {
+            holder_history
+                .ops()
+                .iter()
+                .find(|o| o.kind == OpKind::Lost && &o.lock == h)
+                .map(|o| (o.start - resumed_at).max(0.0))
+        })
+        .collect::<Option<Vec<f64>>>()
+        .and_then(|v| v.into_iter().reduce(f64::max));
     let late: Vec<_> = holder_history
         .ops()
         .into_iter()
         .filter(|o| o.kind == OpKind::Write && o.start >= resumed_at)
         .collect();
+    let rejected = |o: &&crate::history::Op| matches!(&o.outcome, Outcome::Fail(c) if c == "STALE");
+    let late_by_name = held
+        .iter()
+        .map(|h| {
+            let mine: Vec<_> = late.iter().filter(|o| &o.lock == h).collect();
+            (
+                h.clone(),
+                mine.len(),
+                mine.iter().filter(|o| rejected(o)).count(),
+            )
+        })
+        .collect();
     Ok(Trial {
         handoff_ms,
         learned_lost_ms,
         holder_late_writes: late.len(),
-        holder_late_writes_rejected: late
-            .iter()
-            .filter(|o| matches!(&o.outcome, Outcome::Fail(c) if c == "STALE"))
-            .count(),
+        holder_late_writes_rejected: late.iter().filter(rejected).count(),
+        late_by_name,
         overlaps_believed: verdict.overlaps_believed,
         stale_accepted: verdict.stale_accepted,
         acked_lost: verdict.acked_lost,
+        held_through_failed: held_through_failed_acquire(&ops),
+        observer,
     })
 }
 
