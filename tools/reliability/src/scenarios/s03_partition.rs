@@ -14,6 +14,11 @@
 //! - 3i / 3j: 3a / 3c on an etcd read-write lock (every other contender a
 //!   reader; the partitioned holder a writer): never a writer beside anyone
 //!   (Redlock does not grant shared holds).
+//! - 3k etcd / 3l one Redis node: 3c on an election: the partitioned holder
+//!   is the leader (the probe and both contenders campaign too, an observer
+//!   on direct endpoints follows it): the leader learns Lost before anyone
+//!   else leads, one leader at a time, its blind writes fenced, and the
+//!   observer ends on `Client::leader` (nobody) once all stopped.
 //!
 //! Must hold: every operation ends within its bound (computed from the
 //! machines' retry policies, see [`etcd_acquire_bound`] and
@@ -28,18 +33,19 @@ use std::time::{Duration, Instant};
 
 use edgelock_devtools::{EtcdOptions, Fault, FaultProxy, FencedResource};
 
+use super::s01_paused_holder::observer_checks;
 use super::s02_etcd_leader::{
     errors_text, first_grant_after, lost_at, max_duration, rel, secs, Holder,
 };
 use super::Mode;
 use crate::backend::BackendSpec;
-use crate::checker::check;
+use crate::checker::{check, check_observer};
 use crate::history::{now_ms, History, Op, OpKind};
 use crate::infra::addr_of;
 use crate::infra::{contenders, Crew, EtcdNodes, RedisNodes};
 use crate::report::ScenarioReport;
 use crate::resource::ResourceClient;
-use crate::workload::{acquire, ContenderCfg};
+use crate::workload::{acquire, ContenderCfg, ObserverRun};
 
 const TITLE: &str = "client-backend partition";
 const ETCD_TTL_MS: u64 = 4_000;
@@ -77,35 +83,42 @@ fn redlock_acquire_bound(wait: u64, timeout: u64) -> u64 {
 
 pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
     let mut out = Vec::new();
+    // `None` for a variant `--variants` left out.
     let timed = |id: &str, backend: &str, f: &mut dyn FnMut() -> Result<ScenarioReport, String>| {
+        if !super::wants(id) {
+            return None;
+        }
         let started = Instant::now();
         let mut r = f().unwrap_or_else(|e| ScenarioReport::failed_to_run(id, TITLE, backend, &e));
         r.duration = started.elapsed();
-        r
+        Some(r)
     };
     match EtcdNodes::start(3, EtcdOptions::default()) {
         Ok(nodes) => {
-            out.push(timed("3a", "etcd", &mut || {
+            out.extend(timed("3a", "etcd", &mut || {
                 etcd_one_member(mode, &nodes, None)
             }));
-            out.push(timed("3c", "etcd", &mut || {
+            out.extend(timed("3c", "etcd", &mut || {
                 etcd_client_partitioned(mode, &nodes, None)
             }));
-            out.push(timed("3e", "etcd", &mut || {
+            out.extend(timed("3e", "etcd", &mut || {
                 etcd_one_member(mode, &nodes, Some(PERMITS))
             }));
-            out.push(timed("3g", "etcd", &mut || {
+            out.extend(timed("3g", "etcd", &mut || {
                 etcd_client_partitioned(mode, &nodes, Some(PERMITS))
             }));
-            out.push(timed("3i", "etcd", &mut || {
+            out.extend(timed("3i", "etcd", &mut || {
                 etcd_one_member_rw(mode, &nodes)
             }));
-            out.push(timed("3j", "etcd", &mut || {
+            out.extend(timed("3j", "etcd", &mut || {
                 etcd_client_partitioned_rw(mode, &nodes)
+            }));
+            out.extend(timed("3k", "etcd", &mut || {
+                etcd_partitioned(mode, &nodes, None, false, true)
             }));
         }
         Err(e) => {
-            for id in ["3a", "3c", "3e", "3g", "3i", "3j"] {
+            for id in ["3a", "3c", "3e", "3g", "3i", "3j", "3k"] {
                 out.push(ScenarioReport::failed_to_run(
                     id,
                     TITLE,
@@ -118,21 +131,24 @@ pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
     match RedisNodes::start(5, false) {
         _ if !mode.redis() => {}
         Ok(nodes) => {
-            out.push(timed("3b", "redlock ×5", &mut || {
+            out.extend(timed("3b", "redlock ×5", &mut || {
                 redlock_one_node(mode, &nodes, None)
             }));
-            out.push(timed("3d", "redlock ×5", &mut || {
+            out.extend(timed("3d", "redlock ×5", &mut || {
                 redlock_client_partitioned(mode, &nodes, None)
             }));
-            out.push(timed("3f", "redlock ×5", &mut || {
+            out.extend(timed("3f", "redlock ×5", &mut || {
                 redlock_one_node(mode, &nodes, Some(PERMITS))
             }));
-            out.push(timed("3h", "redlock ×5", &mut || {
+            out.extend(timed("3h", "redlock ×5", &mut || {
                 redlock_client_partitioned(mode, &nodes, Some(PERMITS))
+            }));
+            out.extend(timed("3l", "redis (webdis)", &mut || {
+                redis_leader_partitioned(mode, &nodes)
             }));
         }
         Err(e) => {
-            for id in ["3b", "3d", "3f", "3h"] {
+            for id in ["3b", "3d", "3f", "3h", "3l"] {
                 out.push(ScenarioReport::failed_to_run(
                     id,
                     TITLE,
@@ -427,12 +443,16 @@ struct Partitioned<'a> {
     /// A read-write lock: the holder and the probe writers, one of the
     /// two contenders a reader.
     rw: bool,
+    /// An election: everyone campaigns (the holder is the leader), an
+    /// observer on direct endpoints follows it.
+    elect: bool,
 }
 
 fn client_partitioned(mode: &Mode, s: Partitioned) -> Result<ScenarioReport, String> {
     let fault = match (s.limit, s.rw) {
         (Some(l), _) => format!("blackhole on every proxy of the holder and of a probe client (a semaphore of {l})"),
         (None, true) => "blackhole on every proxy of the holder (a writer) and of a probe client (a read-write lock, a reader contending)".to_string(),
+        (None, false) if s.elect => "an election: blackhole on every proxy of the leader and of a probe client (all campaign; an observer on direct endpoints)".to_string(),
         (None, false) => "blackhole on every proxy of the holder and of a probe client".to_string(),
     };
     let mut r = ScenarioReport::new(s.id, TITLE, s.backend, &fault);
@@ -441,11 +461,23 @@ fn client_partitioned(mode: &Mode, s: Partitioned) -> Result<ScenarioReport, Str
     let history = History::new();
     let lock = format!("s3-{}", s.id);
     let limit = s.limit;
+    let elect = s.elect;
+    let observer = if elect {
+        Some(ObserverRun::start(
+            s.direct
+                .client()
+                .map_err(|e| format!("observer client: {e}"))?,
+            &lock,
+        ))
+    } else {
+        None
+    };
     let holder = Holder::start(
         &s.partitioned,
         ContenderCfg {
             wait_ms: 5_000,
             limit,
+            elect,
             ..ContenderCfg::new("holder", &lock)
         },
         &resource,
@@ -461,6 +493,7 @@ fn client_partitioned(mode: &Mode, s: Partitioned) -> Result<ScenarioReport, Str
         writes_per_hold: 2,
         pause_ms: 100,
         limit,
+        elect,
         ..ContenderCfg::new("", &lock)
     };
     let mut cfgs = contenders("c", 2, &lock, &tpl);
@@ -492,6 +525,7 @@ fn client_partitioned(mode: &Mode, s: Partitioned) -> Result<ScenarioReport, Str
             let cfg = ContenderCfg {
                 wait_ms: PROBE_WAIT_MS,
                 limit,
+                elect,
                 ..ContenderCfg::new("probe", &lock)
             };
             while !stop.load(Ordering::SeqCst) {
@@ -530,6 +564,8 @@ fn client_partitioned(mode: &Mode, s: Partitioned) -> Result<ScenarioReport, Str
 
     let ops = history.ops();
     let v = check(&ops, &fenced.log(None));
+    // Everyone stopped and resigned: the observer must settle on nobody.
+    let observed = observer.map(|o| check_observer(&ops, &lock, &o.finish(Duration::from_secs(5))));
     let partitioned = |c: &str| c == "probe" || c == "holder";
     let false_grants: Vec<&Op> = ops
         .iter()
@@ -614,6 +650,9 @@ fn client_partitioned(mode: &Mode, s: Partitioned) -> Result<ScenarioReport, Str
         ),
     );
     limit_check(&mut r, limit, &v);
+    if let Some(ov) = &observed {
+        observer_checks(&mut r, std::iter::once(ov));
+    }
     r.figure("bounds", s.bound_text);
     r.figure(
         "holder learned Lost after",
@@ -634,7 +673,7 @@ fn client_partitioned(mode: &Mode, s: Partitioned) -> Result<ScenarioReport, Str
 
 /// 3c on a read-write lock.
 fn etcd_client_partitioned_rw(mode: &Mode, nodes: &EtcdNodes) -> Result<ScenarioReport, String> {
-    etcd_partitioned(mode, nodes, None, true)
+    etcd_partitioned(mode, nodes, None, true, false)
 }
 
 fn etcd_client_partitioned(
@@ -642,7 +681,7 @@ fn etcd_client_partitioned(
     nodes: &EtcdNodes,
     limit: Option<u32>,
 ) -> Result<ScenarioReport, String> {
-    etcd_partitioned(mode, nodes, limit, false)
+    etcd_partitioned(mode, nodes, limit, false, false)
 }
 
 fn etcd_partitioned(
@@ -650,6 +689,7 @@ fn etcd_partitioned(
     nodes: &EtcdNodes,
     limit: Option<u32>,
     rw: bool,
+    elect: bool,
 ) -> Result<ScenarioReport, String> {
     let urls = nodes.cluster.urls();
     let proxies = urls
@@ -673,6 +713,7 @@ fn etcd_partitioned(
     let id = match (limit, rw) {
         (Some(_), _) => "3g",
         (None, true) => "3j",
+        (None, false) if elect => "3k",
         (None, false) => "3c",
     };
     client_partitioned(
@@ -688,6 +729,7 @@ fn etcd_partitioned(
             ttl_ms: ETCD_TTL_MS,
             limit,
             rw,
+            elect,
         },
     )
 }
@@ -733,6 +775,43 @@ fn redlock_client_partitioned(
             ttl_ms: REDLOCK_TTL_MS,
             limit,
             rw: false,
+            elect: false,
+        },
+    )
+}
+
+/// 3l: 3c's partition on an election of one Redis node (the first of
+/// `nodes`, through webdis), with Redlock's TTL and request timeout.
+fn redis_leader_partitioned(mode: &Mode, nodes: &RedisNodes) -> Result<ScenarioReport, String> {
+    let webdis = nodes.webdis.first().ok_or("no node")?;
+    let proxies = vec![addr_of(&webdis.url())
+        .and_then(FaultProxy::start)
+        .map_err(|e| format!("proxy: {e}"))?];
+    // One node: an acquire's last attempt and its cleanup, one request each.
+    let probe_bound = redlock_acquire_bound(PROBE_WAIT_MS, REDLOCK_TIMEOUT_MS) + SLACK_MS;
+    let bound_text = format!("probe acquire wait {PROBE_WAIT_MS} + 2×{REDLOCK_TIMEOUT_MS} + {SLACK_MS} slack = {probe_bound} ms; TTL {REDLOCK_TTL_MS} ms");
+    let spec = |node: String| BackendSpec::Redis {
+        node,
+        token: None,
+        ttl_ms: REDLOCK_TTL_MS,
+        request_timeout_ms: REDLOCK_TIMEOUT_MS,
+    };
+    let partitioned = spec(format!("webdis+{}", proxies[0].url()));
+    let direct = spec(format!("webdis+{}", webdis.url()));
+    client_partitioned(
+        mode,
+        Partitioned {
+            id: "3l",
+            backend: "redis (webdis)",
+            partitioned,
+            direct,
+            proxies,
+            probe_bound,
+            bound_text,
+            ttl_ms: REDLOCK_TTL_MS,
+            limit: None,
+            rw: false,
+            elect: true,
         },
     )
 }

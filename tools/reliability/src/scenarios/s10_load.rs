@@ -8,6 +8,17 @@
 //! beside anyone, readers sharing, writers' tokens above every earlier hold. Plus one long-running client in
 //! its own process doing 100,000 acquire/release cycles while its resident
 //! memory is sampled: it must stay flat.
+//!
+//! 10k (etcd), 10l (Redis, Upstash REST), 10m (Redlock): elections and lock
+//! sets under load, in one run per backend: [`ELECTORS`] contenders
+//! campaigning on one election (each proclaiming once per leadership, an
+//! observer following it) beside [`SET_TAKERS`] contenders taking
+//! overlapping sets of 3 of [`SET_NAMES`] names with `acquire_all`, each in
+//! its own order (a deadlock would show as a contender that never completes
+//! a round). Per name: 0 overlaps, 0 stale writes, 0 inversions; every
+//! contender completes rounds; the observer ends on `Client::leader`
+//! (nobody); a failed `acquire_all` (Try, and a 300 ms wait, against a held
+//! name in the middle of the set) leaves none of its names held.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -16,14 +27,17 @@ use std::time::{Duration, Instant};
 use edgelock_devtools::{EtcdServer, FencedResource};
 use serde::{Deserialize, Serialize};
 
+use edgelock::core::{AcquireOptions, Wait};
+
+use super::s01_paused_holder::observer_checks;
 use super::Mode;
 use crate::backend::BackendSpec;
-use crate::checker::check;
+use crate::checker::{check, check_observer, held_through_failed_acquire};
 use crate::history::{History, OpKind};
 use crate::infra::{contenders, etcd_keys, Crew, RedisNodes, UPSTASH_TOKEN};
 use crate::report::ScenarioReport;
 use crate::resource::ResourceClient;
-use crate::workload::ContenderCfg;
+use crate::workload::{ContenderCfg, ObserverRun};
 
 const TITLE: &str = "load: 64 concurrent clients";
 const TITLE_PERMITS: &str = "load: 64 concurrent clients on semaphores";
@@ -33,6 +47,12 @@ const PER_LOCK: usize = 8;
 const TTL_MS: u64 = 5_000;
 /// The limit of the semaphores of 10f–10h.
 const PERMITS: u32 = 3;
+/// 10k–10m: contenders campaigning on the one election (short run, long run).
+const ELECTORS: (usize, usize) = (4, 16);
+/// 10k–10m: contenders taking sets of 3 names (short run, long run).
+const SET_TAKERS: (usize, usize) = (6, 16);
+/// 10k–10m: the names the sets are drawn from.
+const SET_NAMES: usize = 5;
 /// Error codes the scenario expects: a waiter giving up after `wait_ms`.
 const EXPECTED: &[&str] = &["TIMEOUT"];
 
@@ -53,23 +73,18 @@ pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
                     .map(|k| k.len())
                     .unwrap_or(usize::MAX)
             };
-            out.push(load_report("10a", "etcd", &spec, secs, Kind::Lock, &keys));
-            out.push(load_report(
-                "10f",
-                "etcd",
-                &spec,
-                secs,
-                Kind::Permits(PERMITS),
-                &keys,
-            ));
-            out.push(load_report(
-                "10i",
-                "etcd",
-                &spec,
-                secs,
-                Kind::ReadWrite,
-                &keys,
-            ));
+            for (id, kind) in [
+                ("10a", Kind::Lock),
+                ("10f", Kind::Permits(PERMITS)),
+                ("10i", Kind::ReadWrite),
+            ] {
+                if super::wants(id) {
+                    out.push(load_report(id, "etcd", &spec, secs, kind, &keys));
+                }
+            }
+            if super::wants("10k") {
+                out.push(elect_sets_report("10k", "etcd", &spec, mode, secs, &keys));
+            }
         }
         Err(e) => out.push(ScenarioReport::failed_to_run(
             "10a",
@@ -104,46 +119,50 @@ pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
             // a few command requests fail with TRANSPORT (8 in 49,127
             // acquisitions over 60 s; 0 stale writes). 10b therefore measures
             // polling waiters on webdis; 10c measures push on the gateway.
-            std::env::set_var("RELIABILITY_REDIS_MAX_SUBSCRIPTIONS", "0");
-            out.push(load_report(
-                "10b",
-                "redis (webdis, polling waiters)",
-                &webdis,
-                secs,
-                Kind::Lock,
-                &keys,
-            ));
-            std::env::remove_var("RELIABILITY_REDIS_MAX_SUBSCRIPTIONS");
+            if super::wants("10b") {
+                std::env::set_var("RELIABILITY_REDIS_MAX_SUBSCRIPTIONS", "0");
+                out.push(load_report(
+                    "10b",
+                    "redis (webdis, polling waiters)",
+                    &webdis,
+                    secs,
+                    Kind::Lock,
+                    &keys,
+                ));
+                std::env::remove_var("RELIABILITY_REDIS_MAX_SUBSCRIPTIONS");
+            }
             let upstash = BackendSpec::Redis {
                 node: nodes.upstash_specs()[0].clone(),
                 token: Some(UPSTASH_TOKEN.into()),
                 ttl_ms: TTL_MS,
                 request_timeout_ms: 5_000,
             };
-            out.push(load_report(
-                "10c",
-                "redis (Upstash REST)",
-                &upstash,
-                secs,
-                Kind::Lock,
-                &keys,
-            ));
-            out.push(load_report(
-                "10g",
-                "redis (Upstash REST)",
-                &upstash,
-                secs,
-                Kind::Permits(PERMITS),
-                &keys,
-            ));
-            out.push(load_report(
-                "10j",
-                "redis (Upstash REST)",
-                &upstash,
-                secs,
-                Kind::ReadWrite,
-                &keys,
-            ));
+            for (id, kind) in [
+                ("10c", Kind::Lock),
+                ("10g", Kind::Permits(PERMITS)),
+                ("10j", Kind::ReadWrite),
+            ] {
+                if super::wants(id) {
+                    out.push(load_report(
+                        id,
+                        "redis (Upstash REST)",
+                        &upstash,
+                        secs,
+                        kind,
+                        &keys,
+                    ));
+                }
+            }
+            if super::wants("10l") {
+                out.push(elect_sets_report(
+                    "10l",
+                    "redis (Upstash REST)",
+                    &upstash,
+                    mode,
+                    secs,
+                    &keys,
+                ));
+            }
             let redlock = BackendSpec::Redlock {
                 nodes: nodes.webdis_specs(),
                 token: None,
@@ -151,23 +170,31 @@ pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
                 request_timeout_ms: 2_000,
                 folded: false,
             };
-            out.push(load_report(
-                "10d",
-                "redlock (5 × webdis)",
-                &redlock,
-                secs,
-                Kind::Lock,
-                &keys,
-            ));
-            out.push(load_report(
-                "10h",
-                "redlock (5 × webdis)",
-                &redlock,
-                secs,
-                Kind::Permits(PERMITS),
-                &keys,
-            ));
-            out.push(memory_report("10e", "redis (webdis)", &webdis, cycles));
+            for (id, kind) in [("10d", Kind::Lock), ("10h", Kind::Permits(PERMITS))] {
+                if super::wants(id) {
+                    out.push(load_report(
+                        id,
+                        "redlock (5 × webdis)",
+                        &redlock,
+                        secs,
+                        kind,
+                        &keys,
+                    ));
+                }
+            }
+            if super::wants("10m") {
+                out.push(elect_sets_report(
+                    "10m",
+                    "redlock (5 × webdis)",
+                    &redlock,
+                    mode,
+                    secs,
+                    &keys,
+                ));
+            }
+            if super::wants("10e") {
+                out.push(memory_report("10e", "redis (webdis)", &webdis, cycles));
+            }
         }
         Err(e) => out.push(ScenarioReport::failed_to_run(
             "10b",
@@ -340,6 +367,249 @@ fn load_report(
         format!("{left} left"),
     );
     r
+}
+
+const TITLE_ELECT_SETS: &str = "load: an election and overlapping lock sets";
+
+/// 10k–10m: electors and set takers at once (see the module docs).
+fn elect_sets_report(
+    id: &str,
+    backend: &str,
+    spec: &BackendSpec,
+    mode: &Mode,
+    secs: u64,
+    keys_left: &dyn Fn() -> usize,
+) -> ScenarioReport {
+    let electors = mode.pick(ELECTORS.0, ELECTORS.1);
+    let takers = mode.pick(SET_TAKERS.0, SET_TAKERS.1);
+    let mut r = ScenarioReport::new(
+        id,
+        TITLE_ELECT_SETS,
+        backend,
+        &format!("none: {electors} clients campaigning on one election (an observer following it) and {takers} taking sets of 3 of {SET_NAMES} names (acquire_all, each in its own order) for {secs} s"),
+    );
+    let fenced = match FencedResource::start() {
+        Ok(f) => f,
+        Err(e) => {
+            return ScenarioReport::failed_to_run(id, TITLE_ELECT_SETS, backend, &e.to_string())
+        }
+    };
+    let observer_client = match spec.client() {
+        Ok(c) => c,
+        Err(e) => {
+            return ScenarioReport::failed_to_run(
+                id,
+                TITLE_ELECT_SETS,
+                backend,
+                &format!("observer client: {e}"),
+            )
+        }
+    };
+    let election = format!("{id}-election");
+    let observer = ObserverRun::start(observer_client, &election);
+    let resource = ResourceClient::new(&fenced.url());
+    let history = History::new();
+    let tpl = ContenderCfg {
+        hold_ms: 5,
+        writes_per_hold: 1,
+        wait_ms: 10_000,
+        ..ContenderCfg::new("", "")
+    };
+    let mut cfgs = contenders(
+        "e",
+        electors,
+        &election,
+        &ContenderCfg {
+            elect: true,
+            ..tpl.clone()
+        },
+    );
+    // Taker i: names i, i+1, i+2 (mod SET_NAMES), in that order or reversed.
+    let name = |k: usize| format!("{id}-set-{}", k % SET_NAMES);
+    for i in 0..takers {
+        let mut set: Vec<String> = (i..i + 3).map(name).collect();
+        if i % 2 == 1 {
+            set.reverse();
+        }
+        cfgs.push(ContenderCfg {
+            id: format!("s{i}"),
+            lock: set[0].clone(),
+            also: set[1..].to_vec(),
+            ..tpl.clone()
+        });
+    }
+    let started = Instant::now();
+    let crew = Crew::start(
+        spec,
+        cfgs.clone(),
+        &resource,
+        &history,
+        Duration::from_secs(secs),
+    );
+    crew.join_when_done();
+    let elapsed = started.elapsed().as_secs_f64();
+    let ops = history.ops();
+    let seen = observer.finish(Duration::from_secs(5));
+    let probe = failed_set_probe(spec, id);
+    std::thread::sleep(Duration::from_millis(300));
+    let left = keys_left();
+    let v = check(&ops, &fenced.log(None));
+    let ov = check_observer(&ops, &election, &seen);
+    // Completed rounds per contender: leaderships, or granted sets (counted
+    // on the first name of the contender's own order).
+    let rounds: Vec<(String, bool, usize)> = cfgs
+        .iter()
+        .map(|c| {
+            let n = ops
+                .iter()
+                .filter(|o| {
+                    o.kind == OpKind::Acquire && o.is_ok() && o.client == c.id && o.lock == c.lock
+                })
+                .count();
+            (c.id.clone(), c.elect, n)
+        })
+        .collect();
+    let range = |elect: bool| {
+        let ns: Vec<usize> = rounds
+            .iter()
+            .filter(|r| r.1 == elect)
+            .map(|r| r.2)
+            .collect();
+        (
+            ns.iter().copied().min().unwrap_or(0),
+            ns.iter().copied().max().unwrap_or(0),
+            ns.iter().sum::<usize>(),
+        )
+    };
+    let (lead_min, lead_max, leads) = range(true);
+    let (set_min, set_max, sets) = range(false);
+    let proclaims = ops
+        .iter()
+        .filter(|o| o.kind == OpKind::Proclaim && o.is_ok())
+        .count();
+    r.figure(
+        "leaderships (per elector min / max)",
+        format!(
+            "{leads} ({:.0}/s; {lead_min} / {lead_max})",
+            leads as f64 / elapsed
+        ),
+    );
+    r.figure(
+        "lock sets granted (per taker min / max)",
+        format!(
+            "{sets} ({:.0}/s; {set_min} / {set_max})",
+            sets as f64 / elapsed
+        ),
+    );
+    r.figure("holds (one per name of a set)", v.acquisitions);
+    r.figure("proclaims accepted", proclaims);
+    r.figure("writes accepted", v.writes_accepted);
+    r.figure("errors", v.errors_text());
+    r.check(
+        "0 stale writes accepted",
+        v.stale_accepted == 0,
+        format!(
+            "{} accepted, {} rejected",
+            v.stale_accepted, v.stale_rejected
+        ),
+    );
+    r.check(
+        "0 overlapping holds: one leader at a time, one set holder per name (no faults injected)",
+        v.overlaps_believed == 0,
+        v.overlaps_believed,
+    );
+    r.check(
+        "fencing tokens follow grant order per name (0 inversions)",
+        v.token_inversions == 0,
+        v.token_inversions,
+    );
+    r.check(
+        "every elector led and every set taker completed sets (no deadlock, no starvation)",
+        lead_min > 0 && set_min > 0,
+        format!("fewest leaderships {lead_min}, fewest sets {set_min}"),
+    );
+    r.check(
+        "0 errors other than wait timeouts (proclaims included)",
+        v.unexpected_errors(EXPECTED) == 0,
+        v.errors_text(),
+    );
+    r.check("0 locks lost", v.lost_signals == 0, v.lost_signals);
+    r.check(
+        "0 acknowledged writes lost",
+        v.acked_lost == 0,
+        v.acked_lost,
+    );
+    let held = held_through_failed_acquire(&ops);
+    r.check("no name held across a failed acquire_all", held == 0, held);
+    match probe {
+        Ok(detail) => r.check(
+            "a failed acquire_all leaves none of its names held (Try, and a 300 ms wait)",
+            true,
+            detail,
+        ),
+        Err(why) => r.check(
+            "a failed acquire_all leaves none of its names held (Try, and a 300 ms wait)",
+            false,
+            why,
+        ),
+    }
+    observer_checks(&mut r, std::iter::once(&ov));
+    r.check(
+        "0 lock keys left after all clients closed",
+        left == 0,
+        format!("{left} left"),
+    );
+    r
+}
+
+/// A set `[<p>-c, <p>-b, <p>-a]` whose middle name (canonically) another
+/// client holds: `acquire_all` with `Wait::Try` must answer "not acquired"
+/// and with a 300 ms wait fail, and each time a third client must at once be
+/// able to take `<p>-a` (taken first in canonical order, then given back)
+/// and `<p>-c`. `Ok(detail)` when all of that held.
+fn failed_set_probe(spec: &BackendSpec, id: &str) -> Result<String, String> {
+    let p = format!("{id}-probe");
+    let (a, b, c) = (format!("{p}-a"), format!("{p}-b"), format!("{p}-c"));
+    let blocker = spec.client().map_err(|e| format!("client: {e}"))?;
+    let prober = spec.client().map_err(|e| format!("client: {e}"))?;
+    let checker = spec.client().map_err(|e| format!("client: {e}"))?;
+    let result = (|| {
+        let held = blocker
+            .try_acquire(&b)
+            .map_err(|e| format!("blocker: {e}"))?
+            .ok_or("the blocker could not take the middle name")?;
+        let mut seen = Vec::new();
+        for (label, wait) in [("Try", Wait::Try), ("300 ms", Wait::For(300))] {
+            let opts = AcquireOptions { wait, ttl_ms: None };
+            let got = prober.acquire_all(&[c.as_str(), b.as_str(), a.as_str()], opts, None);
+            let outcome = match got {
+                Ok(None) => "not acquired".to_string(),
+                Err(e) => e.code().to_string(),
+                Ok(Some(_)) => {
+                    return Err(format!("{label}: the set was granted while {b} was held"))
+                }
+            };
+            if label == "Try" && outcome != "not acquired" {
+                return Err(format!("{label}: {outcome} instead of not acquired"));
+            }
+            for name in [&a, &c] {
+                match checker.try_acquire(name) {
+                    Ok(Some(l)) => {
+                        let _ = l.release();
+                    }
+                    Ok(None) => return Err(format!("{label} ({outcome}): {name} stayed held")),
+                    Err(e) => return Err(format!("{label}: taking {name}: {e}")),
+                }
+            }
+            seen.push(format!("{label}: {outcome}, {a} and {c} free"));
+        }
+        let _ = held.release();
+        Ok(seen.join("; "))
+    })();
+    for cl in [&blocker, &prober, &checker] {
+        let _ = cl.close();
+    }
+    result
 }
 
 /// What the `memory` subcommand is told to do.
