@@ -367,8 +367,11 @@ pub struct ObserverVerdict {
     pub final_matches: bool,
     /// `Client::leader` after the run reports nobody.
     pub final_is_none: bool,
-    /// The observer or the final `Client::leader` failed (its code).
+    /// The final `Client::leader` failed (its code).
     pub error: Option<String>,
+    /// Errors the observer's iterators ended with (it then started again),
+    /// by code.
+    pub observe_errors: HashMap<String, usize>,
 }
 
 /// Judges an observer of the election `name` against the grants in `ops`
@@ -423,8 +426,8 @@ pub fn check_observer(ops: &[Op], name: &str, seen: &ObserverOutcome) -> Observe
         }
         Err(code) => v.error = Some(format!("leader: {code}")),
     }
-    if let Some(e) = &seen.error {
-        v.error = Some(format!("observe: {e}"));
+    for e in &seen.errors {
+        *v.observe_errors.entry(e.clone()).or_default() += 1;
     }
     v
 }
@@ -702,7 +705,7 @@ mod tests {
                 })
                 .collect(),
             final_leader: Ok(l(&now)),
-            error: None,
+            errors: Vec::new(),
         }
     }
 

@@ -494,14 +494,20 @@ pub struct Observed {
     pub leader: Option<Leadership>,
 }
 
+/// How many times an observer starts again after an error.
+pub const OBSERVER_RESTARTS: usize = 20;
+
 /// A thread following one election with `Client::observe` (its own
-/// client), recording every report.
+/// client), recording every report. When the observer's iterator ends with
+/// an error, the error is recorded and observing starts again (as an
+/// application would; the new iterator reports the current state first), up
+/// to [`OBSERVER_RESTARTS`] times.
 pub struct ObserverRun {
     client: Client,
     name: String,
     cancel: CancelToken,
     reports: Arc<Mutex<Vec<Observed>>>,
-    error: Arc<Mutex<Option<String>>>,
+    errors: Arc<Mutex<Vec<String>>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -512,66 +518,45 @@ pub struct ObserverOutcome {
     pub reports: Vec<Observed>,
     /// `Client::leader` after the run (an error's code if it failed).
     pub final_leader: Result<Option<Leadership>, String>,
-    /// The observer's iterator ended with this error (its code).
-    pub error: Option<String>,
+    /// The errors the observer's iterators ended with (their codes).
+    pub errors: Vec<String>,
+}
+
+fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl ObserverRun {
-    /// Starts observing `name` with a new client of `client`'s kind (built by
-    /// the caller, so the observer has its own session).
+    /// Starts observing `name` with `client` (built by the caller for the
+    /// observer alone, so that it has its own session).
     pub fn start(client: Client, name: &str) -> ObserverRun {
         let cancel = CancelToken::new();
         let reports: Arc<Mutex<Vec<Observed>>> = Arc::default();
-        let error: Arc<Mutex<Option<String>>> = Arc::default();
-        let thread =
-            {
-                let (client, name, cancel, reports, error) = (
-                    client.clone(),
-                    name.to_string(),
-                    cancel.clone(),
-                    reports.clone(),
-                    error.clone(),
-                );
-                std::thread::Builder::new()
-                    .name("observer".into())
-                    .spawn(move || {
-                        for item in client.observe(&name, cancel) {
-                            match item {
-                                Ok(leader) => reports
-                                    .lock()
-                                    .unwrap_or_else(|p| p.into_inner())
-                                    .push(Observed {
-                                        at: now_ms(),
-                                        leader,
-                                    }),
-                                Err(e) => {
-                                    if std::env::var_os("RELIABILITY_LOG_ERRORS").is_some() {
-                                        eprintln!("[observer] observe {name:?}: {e}");
-                                    }
-                                    *error.lock().unwrap_or_else(|p| p.into_inner()) =
-                                        Some(e.code().to_string());
-                                }
-                            }
-                        }
-                    })
-                    .ok()
-            };
+        let errors: Arc<Mutex<Vec<String>>> = Arc::default();
+        let (c, n, k, r, e) = (
+            client.clone(),
+            name.to_string(),
+            cancel.clone(),
+            reports.clone(),
+            errors.clone(),
+        );
+        let thread = std::thread::Builder::new()
+            .name("observer".into())
+            .spawn(move || observe_loop(&c, &n, &k, &r, &e))
+            .ok();
         ObserverRun {
             client,
             name: name.to_string(),
             cancel,
             reports,
-            error,
+            errors,
             thread,
         }
     }
 
     /// The reports so far.
     pub fn reports(&self) -> Vec<Observed> {
-        self.reports
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        locked(&self.reports).clone()
     }
 
     /// Call once the run quiesced (every contender stopped and released):
@@ -586,12 +571,8 @@ impl ObserverRun {
                 .map_err(|e| e.code().to_string());
             let last = self.reports().last().map(|o| o.leader.clone());
             let agreed = matches!((&now, &last), (Ok(n), Some(l)) if n == l);
-            let errored = self
-                .error
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .is_some();
-            if agreed || errored || Instant::now() >= deadline {
+            let gave_up = locked(&self.errors).len() > OBSERVER_RESTARTS;
+            if agreed || gave_up || Instant::now() >= deadline {
                 break now;
             }
             std::thread::sleep(Duration::from_millis(50));
@@ -601,11 +582,39 @@ impl ObserverRun {
             let _ = t.join();
         }
         let _ = self.client.close();
-        let error = self.error.lock().unwrap_or_else(|p| p.into_inner()).clone();
         ObserverOutcome {
             reports: self.reports(),
             final_leader,
-            error,
+            errors: locked(&self.errors).clone(),
         }
+    }
+}
+
+fn observe_loop(
+    client: &Client,
+    name: &str,
+    cancel: &CancelToken,
+    reports: &Mutex<Vec<Observed>>,
+    errors: &Mutex<Vec<String>>,
+) {
+    loop {
+        for item in client.observe(name, cancel.clone()) {
+            match item {
+                Ok(leader) => locked(reports).push(Observed {
+                    at: now_ms(),
+                    leader,
+                }),
+                Err(e) => {
+                    if std::env::var_os("RELIABILITY_LOG_ERRORS").is_some() {
+                        eprintln!("[observer] observe {name:?}: {e}");
+                    }
+                    locked(errors).push(e.code().to_string());
+                }
+            }
+        }
+        if cancel.is_cancelled() || locked(errors).len() > OBSERVER_RESTARTS {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
     }
 }

@@ -287,7 +287,16 @@ fn trial_report(
         );
     }
     if kind == Kind::Leader {
-        observer_checks(&mut r, results.iter().filter_map(|t| t.observer.as_ref()));
+        let tolerated = if on_webdis(spec) {
+            WEBDIS_OBSERVE_ERRORS
+        } else {
+            &[]
+        };
+        observer_checks(
+            &mut r,
+            results.iter().filter_map(|t| t.observer.as_ref()),
+            tolerated,
+        );
     }
     r.check(
         "0 lock keys left after all clients stopped",
@@ -298,10 +307,28 @@ fn trial_report(
     r
 }
 
-/// The observer checks of an election variant (one verdict per trial).
+/// Error codes an observer on webdis may end with (then it starts again):
+/// webdis 0.1.9 writes pub/sub chunks into other connections (see 10b's
+/// note), which the client reads as a broken response.
+pub const WEBDIS_OBSERVE_ERRORS: &[&str] = &["TRANSPORT"];
+
+/// Whether `spec` talks to webdis (whose pub/sub misroutes, see
+/// [`WEBDIS_OBSERVE_ERRORS`]).
+pub fn on_webdis(spec: &BackendSpec) -> bool {
+    match spec {
+        BackendSpec::Redis { node, .. } => node.starts_with("webdis+"),
+        BackendSpec::Redlock { nodes, .. } => nodes.iter().any(|n| n.starts_with("webdis+")),
+        BackendSpec::Etcd { .. } => false,
+    }
+}
+
+/// The observer checks of an election variant (one verdict per trial):
+/// observe errors with a code in `tolerated` are counted (the observer
+/// started again), any other fails the variant.
 pub fn observer_checks<'a>(
     r: &mut ScenarioReport,
     verdicts: impl Iterator<Item = &'a ObserverVerdict>,
+    tolerated: &[&str],
 ) {
     let vs: Vec<&ObserverVerdict> = verdicts.collect();
     let sum = |f: fn(&ObserverVerdict) -> usize| vs.iter().map(|v| f(v)).sum::<usize>();
@@ -318,6 +345,39 @@ pub fn observer_checks<'a>(
         "observer reports no recorded grant carries",
         sum(|v| v.unrecorded),
     );
+    let mut observe_errors: std::collections::BTreeMap<&str, usize> = Default::default();
+    for (code, n) in vs.iter().flat_map(|v| v.observe_errors.iter()) {
+        *observe_errors.entry(code.as_str()).or_default() += n;
+    }
+    let observe_text = if observe_errors.is_empty() {
+        "none".to_string()
+    } else {
+        observe_errors
+            .iter()
+            .map(|(k, n)| format!("{k}×{n}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    r.figure("observer errors (it started again)", &observe_text);
+    let untolerated = observe_errors
+        .keys()
+        .filter(|k| !tolerated.contains(k))
+        .count();
+    r.check(
+        &if tolerated.is_empty() {
+            "the observer never failed".to_string()
+        } else {
+            format!(
+                "the observer failed only with {} (webdis' misrouted pub/sub, see 10b)",
+                tolerated.join("/")
+            )
+        },
+        untolerated == 0,
+        observe_text,
+    );
+    if !observe_errors.is_empty() && untolerated == 0 {
+        r.note("The observer's iterator ended with TRANSPORT errors (\"not an HTTP/1.x response (status line of 2 bytes)\"), the signature of webdis 0.1.9 writing a pub/sub chunk into another connection (see 10b); it started observing again, and the checks above judge what it reported. With polling waiters (RELIABILITY_REDIS_MAX_SUBSCRIPTIONS=0) the error does not occur.");
+    }
     let errors: Vec<String> = vs.iter().filter_map(|v| v.error.clone()).collect();
     r.check(
         "the observer's last report equals Client::leader once all stopped, and that is nobody",

@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 
 use edgelock_devtools::{EtcdOptions, Fault, FaultProxy, FencedResource};
 
-use super::s01_paused_holder::observer_checks;
+use super::s01_paused_holder::{observer_checks, on_webdis, WEBDIS_OBSERVE_ERRORS};
 use super::s02_etcd_leader::{
     errors_text, first_grant_after, lost_at, max_duration, rel, secs, Holder,
 };
@@ -651,7 +651,12 @@ fn client_partitioned(mode: &Mode, s: Partitioned) -> Result<ScenarioReport, Str
     );
     limit_check(&mut r, limit, &v);
     if let Some(ov) = &observed {
-        observer_checks(&mut r, std::iter::once(ov));
+        let tolerated = if on_webdis(&s.direct) {
+            WEBDIS_OBSERVE_ERRORS
+        } else {
+            &[]
+        };
+        observer_checks(&mut r, std::iter::once(ov), tolerated);
     }
     r.figure("bounds", s.bound_text);
     r.figure(

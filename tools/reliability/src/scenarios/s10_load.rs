@@ -29,7 +29,7 @@ use serde::{Deserialize, Serialize};
 
 use edgelock::core::{AcquireOptions, Wait};
 
-use super::s01_paused_holder::observer_checks;
+use super::s01_paused_holder::{observer_checks, on_webdis, WEBDIS_OBSERVE_ERRORS};
 use super::Mode;
 use crate::backend::BackendSpec;
 use crate::checker::{check, check_observer, held_through_failed_acquire};
@@ -553,7 +553,12 @@ fn elect_sets_report(
             why,
         ),
     }
-    observer_checks(&mut r, std::iter::once(&ov));
+    let tolerated = if on_webdis(spec) {
+        WEBDIS_OBSERVE_ERRORS
+    } else {
+        &[]
+    };
+    observer_checks(&mut r, std::iter::once(&ov), tolerated);
     r.check(
         "0 lock keys left after all clients closed",
         left == 0,
