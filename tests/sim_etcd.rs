@@ -43,7 +43,7 @@ struct Setup {
     /// A read-write lock run (shared and exclusive acquires mixed).
     rw: bool,
     /// An election run: how many of the clients only observe.
-    observers: Option<usize>,
+    observers: Option<u8>,
 }
 
 #[derive(Default, Debug, Clone, Copy)]
@@ -141,7 +141,7 @@ fn build(seed: u64, fixed: Fixed) -> (World<EtcdModel>, Setup) {
     let ghost_grace = 2 * ttl_ms + 2 * request_timeout_ms + net.long_delay_max + 1_000;
     let observers = fixed
         .election
-        .then(|| (rng.range(1, 3) as usize).min(clients - 2));
+        .then(|| (rng.range(1, 3) as usize).min(clients - 2) as u8);
     let setup = Setup {
         calm,
         ttl_ms,
@@ -172,7 +172,7 @@ fn build(seed: u64, fixed: Fixed) -> (World<EtcdModel>, Setup) {
     }
     if let Some(observers) = observers {
         w.set_election(ElectionConfig {
-            observers,
+            observers: observers as usize,
             proclaim_chance: 0.5,
             observe_wait: (100, 3_000),
             // Leases of campaigners whose revoke was lost expire, and every
@@ -372,7 +372,7 @@ fn model_leader(m: &EtcdModel, name: &str) -> Option<edgelock::core::Leadership>
 fn check_observers(
     m: &EtcdModel,
     at: Millis,
-    reports: &[(usize, String, Option<Option<edgelock::core::Leadership>>)],
+    reports: &[sim::net::FinalReport],
 ) -> Result<(), String> {
     for (observer, name, seen) in reports {
         let now = model_leader(m, name);

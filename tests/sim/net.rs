@@ -2394,6 +2394,10 @@ pub struct ElectionConfig {
     pub quiesce_ms: Millis,
 }
 
+/// An observer, a name, and the state it last reported for it (`None`:
+/// never reported).
+pub type FinalReport = (usize, String, Option<Option<Leadership>>);
+
 /// What the election workload saw.
 #[derive(Clone, Debug, Default)]
 pub struct ElectionState {
@@ -2406,7 +2410,7 @@ pub struct ElectionState {
     pub proclaims: u64,
     /// When the observers were closed, with their last reports then
     /// (`None` for a name never reported).
-    pub final_reports: Option<(Millis, Vec<(usize, String, Option<Option<Leadership>>)>)>,
+    pub final_reports: Option<(Millis, Vec<FinalReport>)>,
     campaigns: u64,
     observers_closing: bool,
 }
