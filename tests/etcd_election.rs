@@ -433,3 +433,44 @@ fn uncontended_campaign_and_resign_cost_two_requests() {
         "campaign, proclaim, leader and resign: one request each"
     );
 }
+
+/// The observer's watch connection is dropped while it waits: it reads
+/// again and watches anew, and still reports the next change.
+#[test]
+fn observe_survives_a_dropped_watch_connection() {
+    use edgelock_devtools::{Fault, FaultProxy};
+    let etcd = EtcdServer::start().expect("start etcd");
+    let upstream: std::net::SocketAddr = etcd.url().trim_start_matches("http://").parse().unwrap();
+    let proxy = FaultProxy::start(upstream).unwrap();
+    let a = client(&etcd);
+    let (o, traffic) = etcd_traffic::counted_client(
+        EtcdMachine::new(EtcdConfig::new(vec![proxy.url()]), Box::new(OsEntropy)).unwrap(),
+    );
+    let l = campaign(&a, "drop", "A");
+    let known = leads("A", l.fencing_token());
+    let (tx, rx) = channel();
+    let observer = std::thread::spawn(move || {
+        let seen = o.observe_change("drop", known.as_ref(), Wait::For(20_000), None);
+        tx.send(seen).unwrap();
+        o
+    });
+    wait_until("the observer watches", || {
+        traffic.watches.load(Ordering::SeqCst) == 1
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    proxy.set(Fault::Drop);
+    std::thread::sleep(Duration::from_millis(50));
+    proxy.set(Fault::Pass);
+    wait_until("the observer watches anew", || {
+        traffic.watches.load(Ordering::SeqCst) == 2
+    });
+    assert!(rx.try_recv().is_err(), "no change yet, no report");
+    l.proclaim("A2").unwrap();
+    let seen = rx
+        .recv_timeout(Duration::from_secs(10))
+        .expect("the observe completes")
+        .expect("no error");
+    assert_eq!(seen, leads("A2", l.fencing_token()));
+    observer.join().unwrap();
+    l.release().unwrap();
+}
