@@ -470,3 +470,80 @@ fn hostile_watch_messages_are_errors_or_retries_not_panics() {
     assert_eq!(s.completed().unwrap_err().code(), "BACKEND");
     assert_eq!(s.m.live_count(), 0);
 }
+
+#[test]
+fn a_proclaim_whose_lease_is_gone_loses_the_leadership() {
+    let (mut s, info) = leading("A");
+    s.m.start(
+        s.now,
+        Operation::Proclaim {
+            lock: info.id,
+            value: "B".into(),
+        },
+    )
+    .unwrap();
+    let (id, _) = s.sent("/v3/kv/txn");
+    s.now += 5;
+    s.m.handle_input(
+        s.now,
+        Input::Response {
+            id,
+            status: 404,
+            body: br#"{"error":"etcdserver: requested lease not found","code":5,"message":"etcdserver: requested lease not found"}"#.to_vec(),
+        },
+    );
+    let mut events = Vec::new();
+    while let Some(e) = s.m.poll_event() {
+        events.push(e);
+    }
+    assert!(events.iter().any(|e| matches!(e,
+        Event::Completed { result: Err(e), .. } if e.code() == "LOST")));
+    assert!(events
+        .iter()
+        .any(|e| matches!(e, Event::Lost { lock, .. } if *lock == info.id)));
+    let shown = format!("{events:?}");
+    assert!(
+        !shown.contains(&LEASE.to_string()) && !shown.contains(&format!("{LEASE:x}\"")),
+        "no owner credential in errors: {shown}"
+    );
+}
+
+/// Resume checks the kind against the key's value: a leadership handle on
+/// a plain lock's key (or the other way round) is not adopted.
+#[test]
+fn resume_checks_the_leadership_kind_against_the_value() {
+    for (kind, value) in [
+        (LockKind::Leader, b"0123456789abcdef".to_vec()),
+        (LockKind::Exclusive, leader_value("ab", "A")),
+        (LockKind::Leader, leader_value("ab", "A")),
+    ] {
+        let mut s = Script::fresh();
+        let handle = LockHandle {
+            v: 1,
+            backend: BackendKind::Etcd,
+            name: "e".into(),
+            key: "edgelock/e/2a".into(),
+            owner: "42".into(),
+            fencing_token: 7,
+            revision: 7,
+            kind,
+            slot: None,
+        };
+        s.m.start(s.now, Operation::Resume { handle }).unwrap();
+        let (id, _) = s.sent("/v3/kv/txn");
+        s.txn_reply(
+            id,
+            9,
+            true,
+            vec![range(vec![jkv(b"edgelock/e/2a", 7, &value)])],
+        );
+        if is_leader_value(&value) == (kind == LockKind::Leader) {
+            // The kinds agree: the lease is confirmed next.
+            s.sent("/v3/lease/keepalive");
+            s.nothing_completed();
+        } else {
+            assert_eq!(s.completed().unwrap_err().code(), "LOST", "{kind:?}");
+            assert_eq!(s.m.live_count(), 0);
+        }
+    }
+}
