@@ -158,10 +158,9 @@ impl<M: LockMachine> MultiLock<M> {
         let mut order: Vec<usize> = (0..names.len()).collect();
         order.sort_by(|a, b| names[*a].as_bytes().cmp(names[*b].as_bytes()));
         let first = order[0];
-        let op = self.inner.start(
-            now,
-            Operation::acquire(names[first].clone(), options),
-        )?;
+        let op = self
+            .inner
+            .start(now, Operation::acquire(names[first].clone(), options))?;
         self.groups.push(Group {
             id: op,
             names,
@@ -261,7 +260,7 @@ impl<M: LockMachine> MultiLock<M> {
             // The group failed while this step was in flight: give back
             // whatever it got.
             if let Ok(Outcome::Acquired(info)) = result {
-                self.release(g, info.id);
+                self.release_lock(g, info.id);
             }
             return;
         }
@@ -345,11 +344,11 @@ impl<M: LockMachine> MultiLock<M> {
             self.inner.cancel(now, op);
         }
         for (_, info) in std::mem::take(&mut self.groups[g].acquired) {
-            self.release(g, info.id);
+            self.release_lock(g, info.id);
         }
     }
 
-    fn release(&mut self, g: usize, lock: LockId) {
+    fn release_lock(&mut self, g: usize, lock: LockId) {
         // A release the inner machine refuses (it is closing) leaves the
         // lock to the inner machine's own cleanup: nothing to wait for.
         if let Ok(op) = self.inner.start(self.now, Operation::Release { lock }) {
