@@ -195,7 +195,9 @@ impl Sim {
         while let Some(Reverse((at, _, id))) = self.queue.pop() {
             steps += 1;
             if steps > max_steps {
-                return Err(format!("more than {max_steps} steps"));
+                return Err(format!(
+                    "more than {max_steps} steps (clients still waiting: a deadlock?)"
+                ));
             }
             self.now = at;
             let ev = self.events.remove(&id).expect("queued event");
@@ -496,7 +498,8 @@ impl Sim {
                             // of that lease may linger, and must be gone once
                             // the lease has run out (a key on a lease the client
                             // still renews would outlive that).
-                            let lenient = self.clients[c].paused_until + 2_500 >= started;
+                            let paused = self.clients[c].paused_until;
+                            let lenient = paused > 0 && paused + 2_500 >= started;
                             for n in &names {
                                 for (key, rev) in self.keys_of(c, n) {
                                     if !lenient {
@@ -606,7 +609,7 @@ impl Sim {
                     .is_some_and(|kv| kv.create_revision == *rev)
             {
                 return Err(format!(
-                    "at {now}: {key} (revision {rev}) outlived its lost lease"
+                    "at {now}: {key} (revision {rev}) outlived the lease the client gave up (left by a failed group)"
                 ));
             }
         }
