@@ -32,17 +32,17 @@ const TOKEN: &str = "multi-lock-test-token-0123456789";
 
 /// The servers of one backend, kept alive for the test.
 enum Servers {
-    Etcd(EtcdServer),
-    Redis(Node),
+    Etcd(Box<EtcdServer>),
+    Redis(Box<Node>),
     Redlock(Vec<Node>),
 }
 
 impl Servers {
     fn etcd() -> Servers {
-        Servers::Etcd(EtcdServer::start().expect("start etcd"))
+        Servers::Etcd(Box::new(EtcdServer::start().expect("start etcd")))
     }
     fn redis() -> Servers {
-        Servers::Redis(Node::start(TOKEN))
+        Servers::Redis(Box::new(Node::start(TOKEN)))
     }
     fn redlock() -> Servers {
         Servers::Redlock((0..3).map(|_| Node::start(TOKEN)).collect())

@@ -418,9 +418,9 @@ impl Sim {
             }
         }
         let t = self.clients[c].machine.poll_timeout();
-        if t.is_some() && t != self.clients[c].timer {
+        if let Some(at) = t.filter(|_| t != self.clients[c].timer) {
             self.clients[c].timer = t;
-            self.push(t.unwrap(), Ev::Timer { client: c });
+            self.push(at, Ev::Timer { client: c });
         }
         Ok(())
     }
@@ -591,9 +591,9 @@ impl Sim {
 
     fn schedule_server(&mut self) {
         let t = self.server.next_deadline();
-        if t.is_some() && t != self.server_tick {
+        if let Some(at) = t.filter(|_| t != self.server_tick) {
             self.server_tick = t;
-            self.push(t.unwrap(), Ev::ServerTick);
+            self.push(at, Ev::ServerTick);
         }
     }
 
