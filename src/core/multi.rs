@@ -18,8 +18,9 @@
 //! - The caller's wait bound covers the whole set: `Wait::Try` stays `Try` for
 //!   each name, `Wait::Forever` stays `Forever`, and `Wait::For(ms)` becomes a
 //!   deadline fixed when the operation starts; each step waits
-//!   `For(deadline - now)`, and a step that would start at or after the
-//!   deadline fails with `Timeout` without sending anything.
+//!   `For(deadline - now)` (`For(0)` once the bound is used up: the name is
+//!   still tried once, as a single acquire with `For(0)` is, so a set of free
+//!   names is taken whatever the bound; a held one times out at once).
 //! - On any failure (a step's `NotAcquired`, timeout or error, a
 //!   [`cancel`](LockMachine::cancel) of the group, or a `Lost` event for a
 //!   name of the set taken earlier) the step in flight is cancelled, every
@@ -310,18 +311,11 @@ impl<M: LockMachine> MultiLock<M> {
         }
         let index = group.order[group.started];
         group.started += 1;
+        // What is left of the bound; once it is used up, `For(0)`: the inner
+        // machine still tries the name once (a free name is taken, a held one
+        // times out at once), as a single acquire with `For(0)` does.
         let wait = match (group.options.wait, group.deadline) {
-            (Wait::For(_), Some(deadline)) => {
-                if deadline <= now {
-                    let error = LockError::Timeout {
-                        backend: self.backend_str(),
-                        name: self.groups[g].names[index].clone(),
-                    };
-                    self.fail(g, Err(error));
-                    return;
-                }
-                Wait::For(deadline - now)
-            }
+            (Wait::For(_), Some(deadline)) => Wait::For(deadline.saturating_sub(now)),
             (wait, _) => wait,
         };
         let options = AcquireOptions {

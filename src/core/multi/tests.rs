@@ -301,13 +301,39 @@ fn a_wait_that_runs_out_midway_releases_what_it_took() {
 }
 
 #[test]
-fn a_bound_used_up_by_the_first_names_fails_before_asking_for_the_next() {
+fn a_bound_used_up_by_the_first_names_still_tries_the_rest_once() {
+    // Free names are taken whatever is left of the bound.
     let mut h = harness(30_000);
     let group = h.m.start(h.now, all(&["a", "b"], Wait::For(300))).unwrap();
     let r = h.expect(Script::Acquire, "a");
     h.now += 300;
     h.answer(&r, GRANTED);
-    h.serve(&mut |_, _| DELETED.into());
+    let r = h.expect(Script::Acquire, "b");
+    h.answer(&r, GRANTED);
+    let ev = h.take_events();
+    assert!(
+        matches!(ev.as_slice(), [Event::Completed { op, result: Ok(Outcome::AcquiredAll(l)) }] if *op == group && l.len() == 2),
+        "{ev:?}"
+    );
+
+    // A held one times out at once, and the first is released.
+    let mut h = harness(30_000);
+    let group = h.m.start(h.now, all(&["a", "b"], Wait::For(300))).unwrap();
+    let r = h.expect(Script::Acquire, "a");
+    h.now += 300;
+    let done_by = h.now;
+    h.answer(&r, GRANTED);
+    let r = h.expect(Script::Acquire, "b");
+    h.answer(&r, REFUSED);
+    while h.events.is_empty() {
+        h.serve(&mut |_, _| DELETED.into());
+        if !h.events.is_empty() {
+            break;
+        }
+        let t = h.m.poll_timeout().expect("a timer");
+        assert!(t <= done_by, "no waiting past the bound: {t}");
+        h.advance_to(t);
+    }
     let ev = h.take_events();
     assert!(
         matches!(
@@ -317,7 +343,7 @@ fn a_bound_used_up_by_the_first_names_fails_before_asking_for_the_next() {
         ),
         "{ev:?}"
     );
-    assert_eq!(h.acquire_attempts(), ["a"]);
+    assert_eq!(h.acquire_attempts(), ["a", "b"]);
     assert_eq!(h.released(), ["a"]);
     assert_eq!(h.m.live_count(), 0);
 }
