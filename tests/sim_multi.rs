@@ -1,44 +1,170 @@
 //! A seeded simulation of multi-resource locks (`Operation::AcquireAll`) on
-//! the in-memory etcd model (`sim/etcd_model.rs`).
+//! the in-memory models of etcd (`sim/etcd_model.rs`) and of one Redis node
+//! behind the Upstash protocol (`sim/redis_model.rs`).
 //!
 //! This is a standalone deterministic loop, not the shared `sim::net::World`:
 //! the world's scripted users hold one lock at a time, and teaching them sets
 //! would have meant deep changes to a file other work extends at the same
-//! time. The loop keeps the world's rules that matter here: one seeded RNG,
-//! an event queue ordered by (time, sequence), seeded network delays (chunks
-//! of a stream in order), the machine driven by the documented driver loop,
-//! and client pauses (a GC pause: nothing is processed until it ends) long
-//! enough to let a session lease expire, so that locks are lost, sometimes
-//! in the middle of a group.
+//! time (`net.rs` is not touched; only its `Reply`, `SimRng`, `SimServer` and
+//! `CLIENT_HEADER` are used). The loop keeps the world's rules that matter
+//! here: one seeded RNG, an event queue ordered by (time, sequence), seeded
+//! network delays (chunks of a stream in order), each machine driven by the
+//! documented driver loop, and client pauses (a GC pause: nothing is
+//! processed until it ends) longer than the lease / TTL, so that locks are
+//! lost, sometimes in the middle of a group. It has no message loss,
+//! partitions or clock skew (the shared world's etcd and Redis simulations
+//! cover those for single locks).
 //!
 //! Every client is built by `BackendSpec::build` (so it is a `MultiLock`
-//! around an `EtcdMachine`, as users get it). Its user loops: pick 1..=4 of
-//! 6 names in a random order, `AcquireAll` with `Try`, `For` or `Forever`
-//! (sometimes cancelled), hold, release each lock, think.
+//! around the backend's machine, as users get it). Its user loops: pick 1..=4
+//! of 6 names in a random order, `AcquireAll` with `Try`, `For` or `Forever`
+//! (sometimes cancelled), hold, release each lock, think; then close.
 //!
 //! Checked after every step:
 //! - no two clients believe they hold one name at once (a belief lasts from
 //!   `AcquiredAll` until the user's release, a `Lost`, or the client's clock
 //!   passing the lock's `expires_at`);
 //! - when a group completes without `AcquiredAll`, the model holds no key of
-//!   that client under any name of the set (nothing partial is left);
-//! - fencing tokens of successive grants of a name strictly increase;
-//! - the run ends with every user done and every machine's `live_count` at 0
-//!   after its close.
+//!   that client under any name of the set (nothing partial is left); around
+//!   a pause (the session lease or the locks may have been given up, their
+//!   deletion best effort) a leftover must instead be gone once it has run
+//!   out unrenewed;
+//! - `AcquiredAll` lists the caller's names in the caller's order, and
+//!   fencing tokens of successive grants of a name strictly increase;
+//! - every run ends (a deadlock would keep waiters polling past the step
+//!   bound), with every user done, no lock key left and every machine's
+//!   `live_count` at 0 after its close.
 #![cfg(feature = "native")]
 
-mod sim;
+mod sim {
+    pub mod etcd_model;
+    pub mod net;
+    pub mod redis_model;
+}
 
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
 
 use edgelock::core::etcd::EtcdConfig;
+use edgelock::core::redis::keys::lock_key;
+use edgelock::core::redis::{RedisConfig, RedisNode};
 use edgelock::core::*;
 use sim::etcd_model::EtcdModel;
 use sim::net::{Reply, SimRng, SimServer, CLIENT_HEADER};
+use sim::redis_model::{NodeClock, Proto, Rec, RedisModel};
 
 const NAMES: [&str; 6] = ["n0", "n1", "n2", "n3", "n4", "n5"];
-const ENDPOINT: &str = "http://etcd-0:2379";
+/// The etcd session lease's TTL, and the Redis locks' TTL.
+const TTL_MS: u64 = 2_000;
+
+/// A backend model and how clients reach it, for the loop below.
+trait Backend: SimServer + Sized {
+    fn new(rng: &mut SimRng) -> Self;
+    /// The spec a client is built from.
+    fn spec() -> BackendSpec;
+    /// Live keys of client `c` holding (or queued on) `name`: (key, identity).
+    fn keys_of(&self, c: usize, name: &str, now: Millis) -> Vec<(String, String)>;
+    /// When the key must be gone at the latest if nobody renews it.
+    fn expires(&self, key: &str, now: Millis) -> Millis;
+    /// Whether the key with that identity is still there.
+    fn still_there(&self, key: &str, id: &str, now: Millis) -> bool;
+    /// Lock keys of `NAMES` still present.
+    fn left(&self, now: Millis) -> Vec<String>;
+}
+
+impl Backend for EtcdModel {
+    fn new(rng: &mut SimRng) -> Self {
+        EtcdModel::new((1i64 << 62) + rng.below(1 << 40) as i64)
+    }
+    fn spec() -> BackendSpec {
+        let mut cfg = EtcdConfig::new(vec!["http://etcd-0:2379".to_string()]);
+        cfg.session_ttl_ms = TTL_MS;
+        cfg.request_timeout_ms = 1_000;
+        BackendSpec::Etcd(cfg)
+    }
+    /// Keys under `name` whose lease client `c` granted (identity: the create revision).
+    fn keys_of(&self, c: usize, name: &str, _now: Millis) -> Vec<(String, String)> {
+        let prefix = format!("edgelock/{name}/");
+        self.keys_with_prefix(prefix.as_bytes())
+            .filter(|(_, kv)| {
+                self.lease(kv.lease)
+                    .is_some_and(|l| l.granted_by == Some(c))
+            })
+            .map(|(k, kv)| {
+                (
+                    String::from_utf8_lossy(k).into_owned(),
+                    kv.create_revision.to_string(),
+                )
+            })
+            .collect()
+    }
+    fn expires(&self, key: &str, now: Millis) -> Millis {
+        self.kv(key.as_bytes())
+            .and_then(|kv| self.lease(kv.lease))
+            .map_or(now, |l| l.expires_at)
+    }
+    fn still_there(&self, key: &str, id: &str, _now: Millis) -> bool {
+        self.kv(key.as_bytes())
+            .is_some_and(|kv| kv.create_revision.to_string() == id)
+    }
+    fn left(&self, _now: Millis) -> Vec<String> {
+        NAMES
+            .iter()
+            .flat_map(|name| {
+                let prefix = format!("edgelock/{name}/");
+                self.keys_with_prefix(prefix.as_bytes())
+                    .map(|(k, _)| String::from_utf8_lossy(k).into_owned())
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+}
+
+const REDIS_PREFIX: &str = "edgelock";
+
+impl Backend for RedisModel {
+    fn new(_rng: &mut SimRng) -> Self {
+        RedisModel::new(Proto::Upstash, Some("tok".into()), NodeClock::default())
+    }
+    fn spec() -> BackendSpec {
+        let mut cfg = RedisConfig::new(RedisNode::upstash("http://redis-0:8080", "tok"));
+        cfg.prefix = REDIS_PREFIX.into();
+        cfg.ttl_ms = TTL_MS;
+        cfg.request_timeout_ms = 1_000;
+        BackendSpec::Redis(cfg)
+    }
+    /// The lock key of `name` if the acquire script granted its current
+    /// owner to client `c` (identity: the owner token).
+    fn keys_of(&self, c: usize, name: &str, now: Millis) -> Vec<(String, String)> {
+        let key = lock_key(REDIS_PREFIX, name);
+        let Some(owner) = self.get(key.as_bytes(), now) else {
+            return Vec::new();
+        };
+        let ours = self.log.iter().any(|r| {
+            matches!(r, Rec::Granted { key: k, owner: o, client, .. }
+                if k == key.as_bytes() && *o == owner && *client == Some(c))
+        });
+        if ours {
+            vec![(key, String::from_utf8_lossy(&owner).into_owned())]
+        } else {
+            Vec::new()
+        }
+    }
+    fn expires(&self, key: &str, now: Millis) -> Millis {
+        self.expires_global(key.as_bytes(), now).unwrap_or(now)
+    }
+    fn still_there(&self, key: &str, id: &str, now: Millis) -> bool {
+        self.get(key.as_bytes(), now)
+            .is_some_and(|o| String::from_utf8_lossy(&o) == id)
+    }
+    fn left(&self, now: Millis) -> Vec<String> {
+        NAMES
+            .iter()
+            .map(|n| lock_key(REDIS_PREFIX, n))
+            .filter(|k| self.get(k.as_bytes(), now).is_some())
+            .collect()
+    }
+}
 
 #[derive(Debug)]
 enum Ev {
@@ -94,14 +220,14 @@ struct Client {
     wires: HashMap<RequestId, u64>,
 }
 
-struct Sim {
+struct Sim<S: Backend> {
     rng: SimRng,
     now: Millis,
     seq: u64,
     queue: BinaryHeap<Reverse<(Millis, u64, usize)>>,
     events: HashMap<usize, Ev>,
     next_event: usize,
-    server: EtcdModel,
+    server: S,
     server_tick: Option<Millis>,
     clients: Vec<Client>,
     /// Wire id → (client, its request id), for open streams and answers.
@@ -111,7 +237,7 @@ struct Sim {
     stream_last: HashMap<u64, Millis>,
     last_token: BTreeMap<String, u64>,
     /// Keys a group failed by a loss left on its lost lease: (due, key, revision).
-    lingering: Vec<(Millis, String, i64)>,
+    lingering: Vec<(Millis, String, String)>,
     cycles: u32,
     stats: Stats,
 }
@@ -124,10 +250,10 @@ struct Stats {
     lost_events: u32,
 }
 
-impl Sim {
-    fn new(seed: u64, clients: usize, cycles: u32) -> Sim {
+impl<S: Backend> Sim<S> {
+    fn new(seed: u64, clients: usize, cycles: u32) -> Sim<S> {
         let mut rng = SimRng::new(seed);
-        let server = EtcdModel::new((1i64 << 62) + rng.below(1 << 40) as i64);
+        let server = S::new(&mut rng);
         let mut sim = Sim {
             rng,
             now: 0,
@@ -147,12 +273,7 @@ impl Sim {
             stats: Stats::default(),
         };
         for c in 0..clients {
-            let mut cfg = EtcdConfig::new(vec![ENDPOINT.to_string()]);
-            cfg.session_ttl_ms = 2_000;
-            cfg.request_timeout_ms = 1_000;
-            let machine = BackendSpec::Etcd(cfg)
-                .build(Box::new(sim.rng.fork()))
-                .expect("config");
+            let machine = S::spec().build(Box::new(sim.rng.fork())).expect("config");
             sim.clients.push(Client {
                 machine,
                 user: User::Idle,
@@ -207,12 +328,9 @@ impl Sim {
             self.schedule_server();
             self.check()?;
         }
-        for name in NAMES {
-            let prefix = format!("edgelock/{name}/");
-            let left: Vec<_> = self.server.keys_with_prefix(prefix.as_bytes()).collect();
-            if !left.is_empty() {
-                return Err(format!("keys left after every client closed: {left:?}"));
-            }
+        let left = self.server.left(self.now);
+        if !left.is_empty() {
+            return Err(format!("keys left after every client closed: {left:?}"));
         }
         for (c, client) in self.clients.iter().enumerate() {
             if !matches!(client.user, User::Done) {
@@ -501,24 +619,15 @@ impl Sim {
                             let paused = self.clients[c].paused_until;
                             let lenient = paused > 0 && paused + 2_500 >= started;
                             for n in &names {
-                                for (key, rev) in self.keys_of(c, n) {
+                                for (key, rev) in self.server.keys_of(c, n, now) {
                                     if !lenient {
-                                        let kv = self.server.kv(key.as_bytes()).cloned();
-                                        let lease = kv
-                                            .as_ref()
-                                            .and_then(|kv| self.server.lease(kv.lease))
-                                            .cloned();
                                         return Err(format!(
-                                            "at {now}: client {c}: the failed group {names:?} ({other:?}) left {key}: {kv:?} {lease:?}"
+                                            "at {now}: client {c}: the failed group {names:?} ({other:?}) left {key} ({rev})"
                                         ));
                                     }
-                                    let expires = self
-                                        .server
-                                        .kv(key.as_bytes())
-                                        .and_then(|kv| self.server.lease(kv.lease))
-                                        .map_or(now, |l| l.expires_at);
-                                    // A keepalive still in flight may renew it once.
-                                    let due = expires.max(now + 300 + 2_000) + 200;
+                                    let expires = self.server.expires(&key, now);
+                                    // A renewal still in flight may extend it once.
+                                    let due = expires.max(now + 300 + TTL_MS) + 200;
                                     self.lingering.push((due, key, rev));
                                 }
                             }
@@ -556,20 +665,6 @@ impl Sim {
         );
     }
 
-    /// Keys under `name` whose lease client `c` granted, with their create revisions.
-    fn keys_of(&self, c: usize, name: &str) -> Vec<(String, i64)> {
-        let prefix = format!("edgelock/{name}/");
-        self.server
-            .keys_with_prefix(prefix.as_bytes())
-            .filter(|(_, kv)| {
-                self.server
-                    .lease(kv.lease)
-                    .is_some_and(|l| l.granted_by == Some(c))
-            })
-            .map(|(k, kv)| (String::from_utf8_lossy(k).into_owned(), kv.create_revision))
-            .collect()
-    }
-
     fn flush_streams(&mut self) {
         for (wire, data) in self.server.drain_stream_chunks(self.now) {
             let Some(&(client, id)) = self.wire_owner.get(&wire.0) else {
@@ -602,12 +697,7 @@ impl Sim {
     fn check(&mut self) -> Result<(), String> {
         let now = self.now;
         for (due, key, rev) in &self.lingering {
-            if *due <= now
-                && self
-                    .server
-                    .kv(key.as_bytes())
-                    .is_some_and(|kv| kv.create_revision == *rev)
-            {
+            if *due <= now && self.server.still_there(key, rev, now) {
                 return Err(format!(
                     "at {now}: {key} (revision {rev}) outlived the lease the client gave up (left by a failed group)"
                 ));
@@ -631,23 +721,22 @@ impl Sim {
     }
 }
 
-fn run_seed(seed: u64) -> Stats {
-    let mut sim = Sim::new(seed, 4, 25);
+fn run_seed<S: Backend>(seed: u64) -> Stats {
+    let mut sim = Sim::<S>::new(seed, 4, 25);
     if let Err(e) = sim.run(400_000) {
         panic!("seed {seed}: {e}\nreplay: SIM_SEED={seed} cargo test --features native --test sim_multi");
     }
     sim.stats
 }
 
-#[test]
-fn groups_over_overlapping_names_keep_exclusion_and_leave_nothing_partial() {
+fn run_seeds<S: Backend>() {
     let seeds: Vec<u64> = match std::env::var("SIM_SEED") {
         Ok(s) => vec![s.parse().expect("SIM_SEED is a number")],
         Err(_) => (1..=24).collect(),
     };
     let mut total = Stats::default();
     for seed in seeds {
-        let s = run_seed(seed);
+        let s = run_seed::<S>(seed);
         total.granted += s.granted;
         total.not_acquired += s.not_acquired;
         total.lost_events += s.lost_events;
@@ -675,8 +764,21 @@ fn groups_over_overlapping_names_keep_exclusion_and_leave_nothing_partial() {
 }
 
 #[test]
+fn etcd_groups_over_overlapping_names_keep_exclusion_and_leave_nothing_partial() {
+    run_seeds::<EtcdModel>();
+}
+
+#[test]
+fn redis_groups_over_overlapping_names_keep_exclusion_and_leave_nothing_partial() {
+    run_seeds::<RedisModel>();
+}
+
+#[test]
 fn a_seed_replays_exactly() {
-    let a = run_seed(7);
-    let b = run_seed(7);
+    let a = run_seed::<EtcdModel>(7);
+    let b = run_seed::<EtcdModel>(7);
+    assert_eq!(format!("{a:?}"), format!("{b:?}"));
+    let a = run_seed::<RedisModel>(7);
+    let b = run_seed::<RedisModel>(7);
     assert_eq!(format!("{a:?}"), format!("{b:?}"));
 }
