@@ -7,7 +7,8 @@
 //! For each backend: a set of three names comes back as three locks in the
 //! caller's order, each with its own fencing token, increasing per name; a
 //! conflicting `Try` returns `None` and leaves nothing held; a wait that
-//! runs out leaves nothing held; three clients asking 20 times each for
+//! runs out leaves nothing held, and so does a cancel while the group waits
+//! for its second name; three clients asking 20 times each for
 //! overlapping sets in different orders all finish (no deadlock) with
 //! mutual exclusion per name and increasing tokens per name; bad sets are
 //! `INVALID_ARGUMENT` before any request.
@@ -22,7 +23,7 @@ use std::time::{Duration, Instant};
 use edgelock::core::etcd::EtcdConfig;
 use edgelock::core::redis::{RedisConfig, RedlockConfig};
 use edgelock::core::*;
-use edgelock::native::{Client, OsEntropy};
+use edgelock::native::{CancelToken, Client, OsEntropy};
 use edgelock_devtools::EtcdServer;
 
 mod common;
@@ -186,6 +187,36 @@ fn a_wait_that_runs_out_leaves_nothing_held(servers: Servers) {
     assert!(!held(&observer, "w-z"));
 }
 
+fn a_cancel_while_waiting_midway_leaves_nothing_held(servers: Servers) {
+    let (holder, other, observer) = (servers.client(), servers.client(), servers.client());
+    let y = holder
+        .acquire("k-y", Some(Duration::from_secs(5)))
+        .expect("plain acquire");
+    let token = CancelToken::new();
+    let canceller = {
+        let token = token.clone();
+        thread::spawn(move || {
+            thread::sleep(Duration::from_millis(300));
+            token.cancel();
+        })
+    };
+    // k-x is taken, then the group waits for k-y until cancelled.
+    let e = other
+        .acquire_all(&["k-y", "k-x"], opts(Wait::Forever), Some(&token))
+        .map(|r| r.map(|l| l.len()))
+        .expect_err("cancelled");
+    canceller.join().unwrap();
+    assert_eq!(e.code(), "ABORTED", "{e}");
+    assert!(!held(&observer, "k-x"), "k-x was released");
+    assert!(held(&observer, "k-y"));
+    y.release().expect("release");
+    let locks = other
+        .acquire_all(&["k-y", "k-x"], opts(Wait::Try), None)
+        .expect("acquire_all")
+        .expect("nothing of the cancelled group is in the way");
+    assert_eq!(locks.len(), 2);
+}
+
 fn overlapping_sets_in_any_order_never_deadlock(servers: Servers) {
     let sets: [&[&str]; 3] = [
         &["o-a", "o-b", "o-c"],
@@ -293,6 +324,10 @@ fn etcd_a_wait_that_runs_out_leaves_nothing_held() {
     a_wait_that_runs_out_leaves_nothing_held(Servers::etcd());
 }
 #[test]
+fn etcd_a_cancel_while_waiting_midway_leaves_nothing_held() {
+    a_cancel_while_waiting_midway_leaves_nothing_held(Servers::etcd());
+}
+#[test]
 fn etcd_overlapping_sets_in_any_order_never_deadlock() {
     overlapping_sets_in_any_order_never_deadlock(Servers::etcd());
 }
@@ -314,6 +349,10 @@ fn redis_a_wait_that_runs_out_leaves_nothing_held() {
     a_wait_that_runs_out_leaves_nothing_held(Servers::redis());
 }
 #[test]
+fn redis_a_cancel_while_waiting_midway_leaves_nothing_held() {
+    a_cancel_while_waiting_midway_leaves_nothing_held(Servers::redis());
+}
+#[test]
 fn redis_overlapping_sets_in_any_order_never_deadlock() {
     overlapping_sets_in_any_order_never_deadlock(Servers::redis());
 }
@@ -333,6 +372,10 @@ fn redlock_a_conflicting_try_returns_none_and_leaves_nothing_held() {
 #[test]
 fn redlock_a_wait_that_runs_out_leaves_nothing_held() {
     a_wait_that_runs_out_leaves_nothing_held(Servers::redlock());
+}
+#[test]
+fn redlock_a_cancel_while_waiting_midway_leaves_nothing_held() {
+    a_cancel_while_waiting_midway_leaves_nothing_held(Servers::redlock());
 }
 #[test]
 fn redlock_overlapping_sets_in_any_order_never_deadlock() {
