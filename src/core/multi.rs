@@ -66,7 +66,7 @@
 use std::collections::VecDeque;
 
 use super::names::validate_name;
-use super::operation::{Capabilities, Operation, Outcome};
+use super::operation::{check_acquire_all_names, Capabilities, Operation, Outcome};
 use super::types::*;
 use super::{LockError, LockMachine};
 
@@ -151,8 +151,10 @@ impl<M: LockMachine> MultiLock<M> {
         names: Vec<String>,
         options: AcquireOptions,
     ) -> Result<OpId, LockError> {
-        // Every name is checked before the first request, so that an invalid
-        // name in the middle of the set cannot fail a half-taken group.
+        // `start` checked the set already; `start_operation` may be called
+        // directly. Every name is checked before the first request, so that
+        // an invalid name in the middle cannot fail a half-taken group.
+        check_acquire_all_names(&names)?;
         for name in &names {
             validate_name(name)?;
         }
@@ -198,15 +200,17 @@ impl<M: LockMachine> MultiLock<M> {
                     .iter()
                     .position(|g| g.current.is_some_and(|(c, _)| c == op))
                 {
+                    let id = self.groups[g].id;
                     self.on_step(g, result);
-                    self.finish_if_done(g);
+                    self.finish_if_done(id);
                 } else if let Some(g) = self
                     .groups
                     .iter()
                     .position(|g| g.releasing.iter().any(|(r, _)| *r == op))
                 {
                     self.groups[g].releasing.retain(|(r, _)| *r != op);
-                    self.finish_if_done(g);
+                    let id = self.groups[g].id;
+                    self.finish_if_done(id);
                 } else if self.close_done.is_none()
                     && !self.groups.is_empty()
                     && matches!(result, Ok(Outcome::Closed))
@@ -242,7 +246,8 @@ impl<M: LockMachine> MultiLock<M> {
                                 reason: reason.to_string(),
                             };
                             self.fail(g, Err(error));
-                            self.finish_if_done(g);
+                            let id = self.groups[g].id;
+                            self.finish_if_done(id);
                         }
                     }
                     None => self.events.push_back(Event::Lost { lock, name, reason }),
@@ -350,8 +355,13 @@ impl<M: LockMachine> MultiLock<M> {
         }
     }
 
-    fn finish_if_done(&mut self, g: usize) {
-        if g < self.groups.len() && self.groups[g].done() {
+    /// Completes the group `id` (if still in progress) once it has failed
+    /// and nothing of it is in flight any more.
+    fn finish_if_done(&mut self, id: OpId) {
+        let Some(g) = self.groups.iter().position(|g| g.id == id) else {
+            return;
+        };
+        if self.groups[g].done() {
             let group = self.groups.remove(g);
             if let Some(result) = group.failure {
                 self.events.push_back(Event::Completed {

@@ -565,3 +565,57 @@ fn a_single_name_set_is_one_acquire() {
     assert_eq!(locks[0].fencing_token, 5);
     assert_eq!(h.m.live_count(), 1, "the lock is held, the group is done");
 }
+
+#[test]
+fn two_groups_in_flight_at_once_complete_independently() {
+    let mut h = harness(30_000);
+    let ga = h.m.start(h.now, all(&["b", "a"], Wait::Try)).unwrap();
+    let gb = h.m.start(h.now, all(&["d", "c"], Wait::Try)).unwrap();
+    assert_ne!(ga, gb);
+    let mut reqs = h.take();
+    assert_eq!(reqs.len(), 2);
+    reqs.sort_by_key(name_of);
+    let (ra, rc) = (reqs.remove(0), reqs.remove(0));
+    assert_eq!((name_of(&ra), name_of(&rc)), ("a".into(), "c".into()));
+    h.answer(&rc, GRANTED);
+    let rd = h.expect(Script::Acquire, "d");
+    h.answer(&ra, GRANTED);
+    let rb = h.expect(Script::Acquire, "b");
+    h.answer(&rd, REFUSED);
+    let del = h.expect(Script::Release, "c");
+    h.answer(&rb, GRANTED);
+    let ev = h.take_events();
+    assert!(
+        matches!(ev.as_slice(), [Event::Completed { op, result: Ok(Outcome::AcquiredAll(l)) }]
+            if *op == ga && l.iter().map(|l| l.name.as_str()).collect::<Vec<_>>() == ["b", "a"]),
+        "{ev:?}"
+    );
+    h.answer(&del, DELETED);
+    assert_eq!(
+        h.take_events(),
+        [Event::Completed {
+            op: gb,
+            result: Ok(Outcome::NotAcquired)
+        }]
+    );
+    assert_eq!(h.m.live_count(), 2, "a and b are held");
+}
+
+#[test]
+fn start_operation_called_directly_checks_the_set_too() {
+    let mut h = harness(30_000);
+    for names in [vec![], vec!["a".to_string(), "a".to_string()]] {
+        let e =
+            h.m.start_operation(
+                h.now,
+                Operation::AcquireAll {
+                    names,
+                    options: AcquireOptions::default(),
+                },
+            )
+            .unwrap_err();
+        assert_eq!(e.code(), "INVALID_ARGUMENT");
+    }
+    assert!(h.take().is_empty());
+    assert_eq!(h.m.live_count(), 0);
+}
