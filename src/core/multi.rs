@@ -50,6 +50,23 @@
 //! (one recipe for every backend, and the per-name queue of a waiting etcd
 //! acquire is kept as it is).
 //!
+//! Costs: a set of N free names takes N sequential acquires (N round trips;
+//! Redlock: N quorum rounds), and a failed set one release per name taken.
+//! A release that itself fails (a transport error) completes the group all
+//! the same: that name's key is then left to expire with its TTL or lease,
+//! as after any failed release.
+//!
+//! # Where it sits
+//!
+//! [`BackendSpec::build`](super::BackendSpec::build), the one constructor
+//! behind the npm bindings, the Worker, the CLI, the native `Client::connect`
+//! / `Client::etcd` and the reliability tool, wraps every machine it builds
+//! (etcd, etcd with auth, one Redis node, Redlock) in a `MultiLock`, once. A
+//! machine built by hand and given to `Client::from_machine` is not wrapped:
+//! wrap it with [`MultiLock::new`] for `acquire_all` (a machine alone refuses
+//! `AcquireAll` with `INVALID_ARGUMENT`). A budget wrapper (`Budgeted`) goes
+//! around the `MultiLock`, so that it counts the steps' requests too.
+//!
 //! # Ids
 //!
 //! The group needs an [`OpId`] that can never collide with an id of the inner
