@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use edgelock::core::etcd::EtcdConfig;
 use edgelock::core::redis::{RedisConfig, RedlockConfig};
 use edgelock::core::*;
-use edgelock::native::{CancelToken, Client, OsEntropy};
+use edgelock::native::{AsyncClient, CancelToken, Client, OsEntropy};
 use edgelock_devtools::EtcdServer;
 
 mod common;
@@ -384,4 +384,56 @@ fn redlock_overlapping_sets_in_any_order_never_deadlock() {
 #[test]
 fn redlock_bad_sets_are_refused_before_any_request() {
     bad_sets_are_refused_before_any_request(Servers::redlock());
+}
+
+/// The async client: a set, a conflicting `Try`, and a waiting group
+/// cancelled by dropping its future (the usual way to cancel a future),
+/// which leaves nothing held.
+#[test]
+fn etcd_async_client_acquire_all_and_a_dropped_future() {
+    let servers = Servers::etcd();
+    let spec = servers.spec();
+    let observer = servers.client();
+    smol::block_on(async move {
+        let a = AsyncClient::connect(spec.clone()).expect("client");
+        let b = AsyncClient::connect(spec).expect("client");
+        let locks = a
+            .acquire_all(&["as-b", "as-a"], opts(Wait::Try))
+            .await
+            .expect("acquire_all")
+            .expect("granted");
+        let names: Vec<&str> = locks.iter().map(|l| l.name()).collect();
+        assert_eq!(names, ["as-b", "as-a"]);
+        assert!(b
+            .acquire_all(&["as-c", "as-a"], opts(Wait::Try))
+            .await
+            .expect("acquire_all")
+            .is_none());
+        assert!(!held(&observer, "as-c"));
+        // A waiting group (as-a is free, as-b held), dropped after 300 ms.
+        let mut waiting = Box::pin(b.acquire_all(&["as-a2", "as-b"], opts(Wait::Forever)));
+        let timer = async {
+            smol::Timer::after(Duration::from_millis(300)).await;
+            None
+        };
+        let r = smol::future::or(async { Some((&mut waiting).await) }, timer).await;
+        assert!(r.is_none(), "the group waits while as-b is held");
+        assert!(held(&observer, "as-a2"), "its first name is taken");
+        drop(waiting);
+        // The drop cancels it; its first name is released shortly after.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while held(&observer, "as-a2") {
+            assert!(Instant::now() < deadline, "as-a2 still held after the drop");
+            smol::Timer::after(Duration::from_millis(20)).await;
+        }
+        for l in locks {
+            assert!(l.release().await.expect("release"));
+        }
+        let again = b
+            .acquire_all(&["as-a2", "as-b"], opts(Wait::Try))
+            .await
+            .expect("acquire_all")
+            .expect("free after the release");
+        assert_eq!(again.len(), 2);
+    });
 }
