@@ -13,8 +13,8 @@ use edgelock::core::etcd::{EtcdConfig, EtcdMachine};
 use edgelock::core::{HttpRequest, Method, Millis, RequestId, Target};
 use sim::etcd_model::EtcdModel;
 use sim::net::{
-    Believer, Clock, NetConfig, Outage, Outcome, Partition, Pause, Reply, SimRng, SimServer, What,
-    WorkloadConfig, World,
+    Believer, Clock, ElectionConfig, NetConfig, Outage, Outcome, Partition, Pause, Reply, SimRng,
+    SimServer, What, WorkloadConfig, World,
 };
 
 const PREFIX: &str = "edgelock";
@@ -42,6 +42,8 @@ struct Setup {
     permits: Option<u32>,
     /// A read-write lock run (shared and exclusive acquires mixed).
     rw: bool,
+    /// An election run: how many of the clients only observe.
+    observers: Option<u8>,
 }
 
 #[derive(Default, Debug, Clone, Copy)]
@@ -94,6 +96,8 @@ struct Fixed {
     permits: Option<u32>,
     /// Every acquire asks for a shared or an exclusive hold, drawn per acquire.
     rw: bool,
+    /// An election: campaigns, proclaims and resigns, plus observer clients.
+    election: bool,
 }
 
 fn build(seed: u64, fixed: Fixed) -> (World<EtcdModel>, Setup) {
@@ -113,6 +117,8 @@ fn build(seed: u64, fixed: Fixed) -> (World<EtcdModel>, Setup) {
         Some(limit) => rng.range(limit as u64 + 1, limit as u64 + 4) as usize,
         // Readers need company to share, and writers to queue among them.
         None if fixed.rw => rng.range(3, 6) as usize,
+        // 2 to 4 campaigners, and 1 or 2 observers.
+        None if fixed.election => rng.range(3, 7) as usize,
         None => rng.range(2, 5) as usize,
     };
     let endpoints = rng.range(1, 3) as usize;
@@ -133,6 +139,9 @@ fn build(seed: u64, fixed: Fixed) -> (World<EtcdModel>, Setup) {
         net.late_after_cancel = 0.2;
     }
     let ghost_grace = 2 * ttl_ms + 2 * request_timeout_ms + net.long_delay_max + 1_000;
+    let observers = fixed
+        .election
+        .then(|| (rng.range(1, 3) as usize).min(clients - 2) as u8);
     let setup = Setup {
         calm,
         ttl_ms,
@@ -143,6 +152,7 @@ fn build(seed: u64, fixed: Fixed) -> (World<EtcdModel>, Setup) {
         ghost_grace,
         permits: fixed.permits,
         rw: fixed.rw,
+        observers,
     };
 
     let mut w: World<EtcdModel> = World::new(seed, net);
@@ -158,6 +168,17 @@ fn build(seed: u64, fixed: Fixed) -> (World<EtcdModel>, Setup) {
             edgelock::core::LockKind::Shared,
             edgelock::core::LockKind::Exclusive,
         ]);
+        w.max_steps = 60_000;
+    }
+    if let Some(observers) = observers {
+        w.set_election(ElectionConfig {
+            observers: observers as usize,
+            proclaim_chance: 0.5,
+            observe_wait: (100, 3_000),
+            // Leases of campaigners whose revoke was lost expire, and every
+            // observer's observe reaches its bound, well within this.
+            quiesce_ms: 2 * ttl_ms + 2 * request_timeout_ms + 5_000,
+        });
         w.max_steps = 60_000;
     }
     // Large lease ids, as real etcd hands out (~2^62): they must survive JSON.
@@ -259,6 +280,8 @@ fn build(seed: u64, fixed: Fixed) -> (World<EtcdModel>, Setup) {
 /// Backend-specific invariants, checked after every step.
 struct EtcdChecks {
     setup: Setup,
+    /// The observers' last reports were compared with etcd.
+    election_checked: bool,
     /// Key → when it became a ghost (its client has no use for it).
     ghosts: HashMap<Vec<u8>, Millis>,
 }
@@ -266,6 +289,12 @@ struct EtcdChecks {
 impl EtcdChecks {
     fn check(&mut self, w: &World<EtcdModel>) -> Result<(), String> {
         let m = w.server(0);
+        if !self.election_checked {
+            if let Some((at, reports)) = &w.election_state.final_reports {
+                self.election_checked = true;
+                check_observers(m, *at, reports)?;
+            }
+        }
         // A believer's lock is real: its key exists with the token as create
         // revision, on its (live) lease, and is the oldest key of the lock.
         for b in w.believers() {
@@ -321,6 +350,41 @@ impl EtcdChecks {
         }
         Ok(())
     }
+}
+
+/// Who leads `name` in the model: its oldest key, if its value is a
+/// leadership's (`l:<hex nonce>:<value>`, see `core/etcd/machine/election.rs`).
+fn model_leader(m: &EtcdModel, name: &str) -> Option<edgelock::core::Leadership> {
+    let dir = format!("{PREFIX}/{}/", escape(name));
+    let (_, kv) = m
+        .keys_with_prefix(dir.as_bytes())
+        .min_by_key(|(_, kv)| kv.create_revision)?;
+    let rest = kv.value.strip_prefix(b"l:")?;
+    let colon = rest.iter().position(|b| *b == b':')?;
+    Some(edgelock::core::Leadership {
+        value: String::from_utf8(rest[colon + 1..].to_vec()).ok()?,
+        fencing_token: kv.create_revision as u64,
+    })
+}
+
+/// Once the world quiesced (every campaigner closed, faults over, leases
+/// expired): each observer's last report of each name is etcd's state.
+fn check_observers(
+    m: &EtcdModel,
+    at: Millis,
+    reports: &[sim::net::FinalReport],
+) -> Result<(), String> {
+    for (observer, name, seen) in reports {
+        let now = model_leader(m, name);
+        // An observer that never got a report still believes its first
+        // `known`: nobody leads.
+        if seen.clone().flatten() != now {
+            return Err(format!(
+                "observer {observer}: its last report of {name:?} is {seen:?}, but at t={at} etcd says {now:?}"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// A lock's believer: its key exists with the token as create revision, on
@@ -496,6 +560,7 @@ fn run_seed(
     }
     let mut checks = EtcdChecks {
         setup: setup.clone(),
+        election_checked: false,
         ghosts: HashMap::new(),
     };
     let until = STOP_AT_MS + 20 * setup.ttl_ms + 120_000;
@@ -559,6 +624,13 @@ fn final_checks(w: &World<EtcdModel>, setup: &Setup) -> Result<(), String> {
         if setup.rw {
             check_rw_order(w)?;
         }
+        if setup.observers.is_some() {
+            check_fifo(w, 1_000)?;
+            // The observers saw the leaders come and go, not just nobody.
+            if !w.grants.is_empty() && w.election_state.leader_reports == 0 {
+                return Err("calm run: leaders were elected but no observer reported one".into());
+            }
+        }
     }
     Ok(())
 }
@@ -592,6 +664,7 @@ fn sweep(test: &str, default_seeds: u64, fixed: Fixed) {
                     w.enable_trace();
                     let mut checks = EtcdChecks {
                         setup: setup.clone(),
+                        election_checked: false,
                         ghosts: HashMap::new(),
                     };
                     let _ = w.run(STOP_AT_MS + 20 * setup.ttl_ms + 120_000, &mut |w| {
@@ -741,6 +814,25 @@ fn rwlock_simulation() {
     );
 }
 
+/// Elections (2 to 4 campaigners campaigning, proclaiming and resigning,
+/// 1 or 2 observers observing every name) under the same faults: never two
+/// believed leaders of a name (the exclusive checker), each leader's key
+/// real and the oldest of its name, tokens strictly increasing, FIFO
+/// leadership in calm runs, an observer's reported token never going back,
+/// and each observer's last report equal to etcd's state once the world
+/// quiesced (so no final change is ever missed).
+#[test]
+fn election_simulation() {
+    sweep(
+        "election_simulation",
+        500,
+        Fixed {
+            election: true,
+            ..Fixed::default()
+        },
+    );
+}
+
 /// A seed replays exactly: same steps, same messages, same outcome.
 #[test]
 fn simulation_is_deterministic() {
@@ -750,6 +842,7 @@ fn simulation_is_deterministic() {
             w.enable_trace();
             let mut checks = EtcdChecks {
                 setup: setup.clone(),
+                election_checked: false,
                 ghosts: HashMap::new(),
             };
             let result = w.run(STOP_AT_MS + 20 * setup.ttl_ms + 120_000, &mut |w| {

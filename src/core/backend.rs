@@ -22,7 +22,7 @@ use crate::core::redis::{
     RedisConfig, RedisMachine, RedisNode, RedisProtocol, RedlockConfig, RedlockFencing,
     RedlockMachine,
 };
-use crate::core::{BackendKind, Entropy, LockError, LockMachine};
+use crate::core::{BackendKind, Entropy, LockError, LockMachine, MultiLock};
 
 /// A backend, as data: which protocol, where, and its options.
 #[derive(Clone, Debug)]
@@ -76,12 +76,14 @@ impl BackendSpec {
         json.unwrap_or_default()
     }
 
-    /// Builds the lock machine, validating every option first.
+    /// Builds the lock machine, validating every option first. The machine
+    /// is wrapped in a [`MultiLock`], which serves
+    /// [`Operation::AcquireAll`](super::Operation::AcquireAll) for every backend.
     pub fn build(
         self,
         entropy: Box<dyn Entropy + Send>,
     ) -> Result<Box<dyn LockMachine + Send>, LockError> {
-        Ok(match self {
+        let machine: Box<dyn LockMachine + Send> = match self {
             BackendSpec::Etcd(mut cfg) => match cfg.auth.take() {
                 Some(auth) => {
                     let (prefix, timeout) = (cfg.prefix.clone(), cfg.request_timeout_ms);
@@ -97,7 +99,8 @@ impl BackendSpec {
             },
             BackendSpec::Redis(cfg) => Box::new(RedisMachine::new(cfg, entropy)?),
             BackendSpec::Redlock(cfg) => Box::new(RedlockMachine::new(cfg, entropy)?),
-        })
+        };
+        Ok(Box::new(MultiLock::new(machine)))
     }
 
     /// Every URL the backend's requests go to (drivers check their schemes).

@@ -11,6 +11,7 @@ pub mod etcd;
 pub(crate) mod json_fields;
 pub mod json_stream;
 pub mod machine;
+pub mod multi;
 pub mod names;
 pub mod operation;
 pub mod outbox;
@@ -23,6 +24,7 @@ pub mod types;
 pub use backend::BackendSpec;
 pub use error::LockError;
 pub use machine::{LockMachine, LockMachineExt};
+pub use multi::MultiLock;
 pub use operation::{
     check_acquire_all_names, check_campaign_value, Capabilities, KindFamily, LockKind, Operation,
     Outcome, MAX_ACQUIRE_ALL, MAX_CAMPAIGN_VALUE, MAX_PERMITS,

@@ -93,9 +93,9 @@ use std::cmp::Ordering;
 use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet, VecDeque};
 
 use edgelock::core::{
-    AcquireOptions, Event, HttpRequest, Input, LockError, LockId, LockInfo, LockKind, LockMachine,
-    LockMachineExt, LostReason, Millis, OpId, Operation, RequestId, SeededEntropy, Transmit,
-    TransportError, Wait,
+    AcquireOptions, Event, HttpRequest, Input, Leadership, LockError, LockId, LockInfo, LockKind,
+    LockMachine, LockMachineExt, LostReason, Millis, OpId, Operation, RequestId, SeededEntropy,
+    Transmit, TransportError, Wait,
 };
 
 /// Header the world adds to every request: the sending client's index.
@@ -394,6 +394,9 @@ pub enum What {
     Release { name: String, lock: LockId },
     Extend { name: String, lock: LockId },
     Close,
+    // ---- elections (campaigns are recorded as `Acquire`) ----
+    Proclaim { name: String, lock: LockId },
+    Observe { name: String },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -417,6 +420,9 @@ pub enum Outcome {
         message: String,
     },
     Closed,
+    // ---- elections ----
+    Proclaimed,
+    Leader(Option<Leadership>),
 }
 
 #[derive(Clone, Debug)]
@@ -520,6 +526,10 @@ enum Action {
     Extend(LockId),
     Release(LockId),
     Close,
+    // ---- elections ----
+    Proclaim(LockId),
+    Observe(String),
+    CloseObservers,
 }
 
 #[derive(Debug)]
@@ -678,6 +688,9 @@ pub struct World<S: SimServer> {
     pub hostile_chunks: u64,
     /// Stream chunks delivered to clients (pieces counted once per chunk).
     pub stream_chunks: u64,
+    /// An election workload (see `set_election`).
+    election: Option<ElectionConfig>,
+    pub election_state: ElectionState,
 }
 
 impl<S: SimServer> World<S> {
@@ -716,6 +729,8 @@ impl<S: SimServer> World<S> {
             steps: 0,
             hostile_chunks: 0,
             stream_chunks: 0,
+            election: None,
+            election_state: ElectionState::default(),
         }
     }
 
@@ -864,6 +879,10 @@ impl<S: SimServer> World<S> {
         self.workload = Some(cfg);
         self.closing = false;
         for c in 0..self.clients.len() {
+            if self.is_observer(c) {
+                self.start_observer(c);
+                continue;
+            }
             let at = self.now + self.rng.range(0, 50);
             self.push(
                 at,
@@ -1631,6 +1650,7 @@ impl<S: SimServer> World<S> {
                             action: Action::Release(lock.id),
                         },
                     );
+                    self.maybe_proclaim(c, lock.id, hold);
                     let extend_chance = self.workload.as_ref().map_or(0.0, |w| w.extend_chance);
                     if self.rng.chance(extend_chance) {
                         self.push(
@@ -1674,7 +1694,11 @@ impl<S: SimServer> World<S> {
                 }
             }
             Seen::Inspected { .. } => {}
-            other @ (Seen::Proclaimed { .. } | Seen::Leader { .. } | Seen::AcquiredAll { .. }) => {
+            Seen::Proclaimed { op } => {
+                self.complete(c, op, Outcome::Proclaimed);
+            }
+            Seen::Leader { op, leader } => self.on_leader_report(c, op, leader),
+            other @ Seen::AcquiredAll { .. } => {
                 self.violations.push(format!(
                     "client {c}: an outcome this world does not drive: {other:?}"
                 ));
@@ -1688,6 +1712,7 @@ impl<S: SimServer> World<S> {
                 }
                 self.clients[c].holdings.clear();
                 self.clients[c].script = Script::Done;
+                self.maybe_close_observers();
                 if self.all_done() && self.all_closed_at.is_none() {
                     self.all_closed_at = Some(self.now);
                 }
@@ -1699,6 +1724,9 @@ impl<S: SimServer> World<S> {
                 };
                 let retryable = error.is_retryable();
                 self.complete(c, op, outcome);
+                if self.observe_failed(c, op) {
+                    return;
+                }
                 self.op_failed(c, op, retryable);
             }
             Seen::Lost { lock, name, reason } => {
@@ -1813,6 +1841,9 @@ impl<S: SimServer> World<S> {
         }
         self.closing = true;
         for c in 0..self.clients.len() {
+            if self.is_observer(c) {
+                continue; // closed after the campaigners (`maybe_close_observers`)
+            }
             let d = self.rng.range(0, 20);
             self.push(
                 self.now + d,
@@ -1904,6 +1935,7 @@ impl<S: SimServer> World<S> {
                     kind,
                     options: opts,
                 };
+                let op = self.as_campaign(c, op);
                 match self.clients[c].machine.start(local, op) {
                     Ok(op) => {
                         self.record(c, op, What::Acquire { name, wait });
@@ -1959,6 +1991,9 @@ impl<S: SimServer> World<S> {
                 }
                 self.log(|| format!("c{c} user releases lock {}", lock.0));
                 self.user_release(c, lock);
+            }
+            a @ (Action::Proclaim(_) | Action::Observe(_) | Action::CloseObservers) => {
+                self.election_user(c, a)
             }
             Action::Close => {
                 if matches!(
@@ -2193,6 +2228,22 @@ impl<S: SimServer> World<S> {
                     });
                     raced && matches!(*code, "NOT_HELD" | "LOST" | "CLOSED")
                 }
+                // Elections: a proclaim racing its leadership's resign or
+                // the close; an observe still waiting when its client closed.
+                (What::Proclaim { lock, .. }, Outcome::Failed { code, .. }) => {
+                    let end = r.end.unwrap_or(Millis::MAX);
+                    let raced = self.history.iter().any(|o| {
+                        o.client == r.client
+                            && o.begin <= end
+                            && match &o.what {
+                                What::Release { lock: l, .. } => l == lock,
+                                What::Close => true,
+                                _ => false,
+                            }
+                    });
+                    raced && matches!(*code, "NOT_HELD" | "LOST" | "CLOSED")
+                }
+                (What::Observe { .. }, Outcome::Failed { code, .. }) => *code == "CLOSED",
                 (_, Outcome::Failed { .. }) => false,
                 _ => true,
             };
@@ -2260,7 +2311,9 @@ impl<S: SimServer> World<S> {
             let n = match &r.what {
                 What::Acquire { name, .. }
                 | What::Release { name, .. }
-                | What::Extend { name, .. } => Some(name.as_str()),
+                | What::Extend { name, .. }
+                | What::Proclaim { name, .. }
+                | What::Observe { name } => Some(name.as_str()),
                 What::Close => None,
             };
             if name.is_some() && n.is_some() && n != name {
@@ -2315,6 +2368,300 @@ impl<S: SimServer> World<S> {
             }
         }
         s
+    }
+}
+
+// ---------------------------------------------------------------- elections
+//
+// An election workload (`set_election`): the campaigners' cycles campaign
+// instead of acquiring (a leadership is an exclusive grant: the same
+// believers' checks apply), proclaim while leading, and resign (release);
+// observer clients only observe every name in a loop (`Operation::Observe`
+// with the state they last saw), and are closed once every campaigner
+// closed and the faults ended, their last reports kept for the checks.
+
+/// What an election workload does beyond the lock cycles.
+#[derive(Clone, Debug)]
+pub struct ElectionConfig {
+    /// The last `observers` clients only observe (every name).
+    pub observers: usize,
+    /// Chance a leader proclaims (once, midway through its hold).
+    pub proclaim_chance: f64,
+    /// Wait bounds of the observers' observes (a few wait forever).
+    pub observe_wait: (Millis, Millis),
+    /// The observers are closed this long after the last campaigner closed
+    /// (and not before the faults ended plus this).
+    pub quiesce_ms: Millis,
+}
+
+/// An observer, a name, and the state it last reported for it (`None`:
+/// never reported).
+pub type FinalReport = (usize, String, Option<Option<Leadership>>);
+
+/// What the election workload saw.
+#[derive(Clone, Debug, Default)]
+pub struct ElectionState {
+    /// (observer, name) → the state it last reported.
+    pub last_seen: BTreeMap<(usize, String), Option<Leadership>>,
+    /// Observe completions (changes and bounds).
+    pub reports: u64,
+    /// Of which reported a leader.
+    pub leader_reports: u64,
+    pub proclaims: u64,
+    /// When the observers were closed, with their last reports then
+    /// (`None` for a name never reported).
+    pub final_reports: Option<(Millis, Vec<FinalReport>)>,
+    campaigns: u64,
+    observers_closing: bool,
+}
+
+impl<S: SimServer> World<S> {
+    /// Makes the workload an election: see [`ElectionConfig`].
+    pub fn set_election(&mut self, cfg: ElectionConfig) {
+        self.election = Some(cfg);
+    }
+
+    fn is_observer(&self, c: usize) -> bool {
+        self.election
+            .as_ref()
+            .is_some_and(|e| c + e.observers >= self.clients.len())
+    }
+
+    fn start_observer(&mut self, c: usize) {
+        // Observers have no cycles: finished from the start for `begin_close`.
+        self.clients[c].script = Script::Finished;
+        let names = self
+            .workload
+            .as_ref()
+            .map(|w| w.names.clone())
+            .unwrap_or_default();
+        for name in names {
+            let at = self.now + self.rng.range(0, 50);
+            self.push(
+                at,
+                Ev::User {
+                    client: c,
+                    action: Action::Observe(name),
+                },
+            );
+        }
+    }
+
+    /// In an election workload, an acquire of the cycle is a campaign.
+    fn as_campaign(&mut self, c: usize, op: Operation) -> Operation {
+        match (&self.election, op) {
+            (Some(_), Operation::Acquire { name, options, .. }) => {
+                self.election_state.campaigns += 1;
+                Operation::Campaign {
+                    name,
+                    value: format!("c{c}#{}", self.election_state.campaigns),
+                    options,
+                }
+            }
+            (_, op) => op,
+        }
+    }
+
+    fn maybe_proclaim(&mut self, c: usize, lock: LockId, hold: Millis) {
+        let Some(p) = self.election.as_ref().map(|e| e.proclaim_chance) else {
+            return;
+        };
+        if self.rng.chance(p) {
+            let at = self.now + self.rng.range(0, hold.max(1));
+            self.push(
+                at,
+                Ev::User {
+                    client: c,
+                    action: Action::Proclaim(lock),
+                },
+            );
+        }
+    }
+
+    fn election_user(&mut self, c: usize, action: Action) {
+        let local = self.local_now(c);
+        match action {
+            Action::Proclaim(lock) => {
+                if self.clients[c].script != (Script::Holding { lock }) {
+                    return;
+                }
+                let Some(name) = self.clients[c].holdings.get(&lock).map(|h| h.name.clone()) else {
+                    return;
+                };
+                self.election_state.proclaims += 1;
+                let value = format!("c{c}#p{}", self.election_state.proclaims);
+                self.log(|| format!("c{c} user proclaims {value:?} on lock {}", lock.0));
+                match self.clients[c]
+                    .machine
+                    .start(local, Operation::Proclaim { lock, value })
+                {
+                    Ok(op) => self.record(c, op, What::Proclaim { name, lock }),
+                    Err(e) => self.violations.push(format!(
+                        "client {c}: proclaim of a held leadership refused: {e}"
+                    )),
+                }
+                self.drain(c);
+            }
+            Action::Observe(name) => {
+                if self.election_state.final_reports.is_some()
+                    || matches!(
+                        self.clients[c].script,
+                        Script::Closing { .. } | Script::Done
+                    )
+                {
+                    return;
+                }
+                let Some((lo, hi)) = self.election.as_ref().map(|e| e.observe_wait) else {
+                    return;
+                };
+                let wait = if self.rng.chance(0.2) {
+                    Wait::Forever
+                } else {
+                    Wait::For(self.rng.range(lo, hi))
+                };
+                let known = self
+                    .election_state
+                    .last_seen
+                    .get(&(c, name.clone()))
+                    .cloned()
+                    .flatten();
+                self.log(|| format!("c{c} user observes {name:?} knowing {known:?} {wait:?}"));
+                let op = Operation::Observe {
+                    name: name.clone(),
+                    known,
+                    wait,
+                };
+                match self.clients[c].machine.start(local, op) {
+                    Ok(op) => self.record(c, op, What::Observe { name }),
+                    Err(e) => self
+                        .violations
+                        .push(format!("client {c}: observe of {name:?} refused: {e}")),
+                }
+                self.drain(c);
+            }
+            Action::CloseObservers => {
+                let reports: Vec<(usize, String, Option<Option<Leadership>>)> =
+                    (0..self.clients.len())
+                        .filter(|&o| self.is_observer(o))
+                        .flat_map(|o| {
+                            let names = self
+                                .workload
+                                .as_ref()
+                                .map(|w| w.names.clone())
+                                .unwrap_or_default();
+                            names.into_iter().map(move |n| (o, n))
+                        })
+                        .map(|(o, n)| {
+                            let seen = self.election_state.last_seen.get(&(o, n.clone())).cloned();
+                            (o, n, seen)
+                        })
+                        .collect();
+                self.election_state.final_reports = Some((self.now, reports));
+                for o in 0..self.clients.len() {
+                    if self.is_observer(o) {
+                        self.user(o, Action::Close);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn observed_name(&self, c: usize, op: OpId) -> Option<String> {
+        let i = *self.clients[c].ops.get(&op)?;
+        match &self.history[i].what {
+            What::Observe { name } => Some(name.clone()),
+            _ => None,
+        }
+    }
+
+    fn on_leader_report(&mut self, c: usize, op: OpId, leader: Option<Leadership>) {
+        let Some(name) = self.observed_name(c, op) else {
+            self.violations.push(format!(
+                "client {c}: a leader report for op {op:?}, no observe"
+            ));
+            return;
+        };
+        if self
+            .complete(c, op, Outcome::Leader(leader.clone()))
+            .is_none()
+        {
+            return;
+        }
+        self.election_state.reports += 1;
+        self.election_state.leader_reports += leader.is_some() as u64;
+        // A leader's token never goes backwards for one observer.
+        let before = self
+            .election_state
+            .last_seen
+            .get(&(c, name.clone()))
+            .cloned()
+            .flatten();
+        if let (Some(b), Some(l)) = (&before, &leader) {
+            if l.fencing_token < b.fencing_token {
+                self.violations.push(format!(
+                    "observer {c}: the leader of {name:?} went back from token {} to {} at t={}",
+                    b.fencing_token, l.fencing_token, self.now
+                ));
+            }
+        }
+        self.election_state
+            .last_seen
+            .insert((c, name.clone()), leader);
+        let d = self.rng.range(0, 30);
+        self.push(
+            self.now + d,
+            Ev::User {
+                client: c,
+                action: Action::Observe(name),
+            },
+        );
+    }
+
+    /// An observe failed: the observer tries again a little later. Whether
+    /// `op` was an observe.
+    fn observe_failed(&mut self, c: usize, op: OpId) -> bool {
+        let Some(name) = self.observed_name(c, op) else {
+            return false;
+        };
+        let d = self.rng.range(50, 300);
+        self.push(
+            self.now + d,
+            Ev::User {
+                client: c,
+                action: Action::Observe(name),
+            },
+        );
+        true
+    }
+
+    /// Once every campaigner closed: the observers are closed after the
+    /// quiescence period (and not before the faults ended plus that).
+    fn maybe_close_observers(&mut self) {
+        let Some(quiesce) = self.election.as_ref().map(|e| e.quiesce_ms) else {
+            return;
+        };
+        if self.election_state.observers_closing {
+            return;
+        }
+        let campaigners_done = (0..self.clients.len())
+            .filter(|&c| !self.is_observer(c))
+            .all(|c| self.clients[c].script == Script::Done);
+        if !campaigners_done {
+            return;
+        }
+        self.election_state.observers_closing = true;
+        let at = (self.now + quiesce).max(self.net.faults_until + quiesce);
+        let first = (0..self.clients.len()).find(|&c| self.is_observer(c));
+        if let Some(o) = first {
+            self.push(
+                at,
+                Ev::User {
+                    client: o,
+                    action: Action::CloseObservers,
+                },
+            );
+        }
     }
 }
 

@@ -681,6 +681,28 @@ pub(super) fn watch_key(key: &[u8], start_revision: i64) -> Value {
     json!({ "create_request": { "key": b64(key), "start_revision": start_revision.to_string() } })
 }
 
+// ---- elections (see `machine/election.rs`) --------------------------------
+
+/// The oldest key of a name, with its value: who leads its election.
+pub(super) fn range_oldest(lock_prefix: &[u8]) -> Value {
+    json!({ "key": b64(lock_prefix), "range_end": b64(&prefix_end(lock_prefix)),
+            "sort_order": "ASCEND", "sort_target": "CREATE", "limit": "1" })
+}
+
+/// A proclaim: replace the value of exactly this incarnation of the
+/// leader's key (its create revision is the leadership's token), on its lease.
+pub(super) fn proclaim_txn(key: &[u8], rev: i64, lease: i64, value: &[u8]) -> Value {
+    json!({
+        "compare": [{ "key": b64(key), "target": "CREATE", "result": "EQUAL", "create_revision": rev.to_string() }],
+        "success": [ { "request_put": { "key": b64(key), "value": b64(value), "lease": lease.to_string() } } ]
+    })
+}
+
+/// Watch every event under a name's prefix from `start_revision` (an observer).
+pub(super) fn watch_prefix(lock_prefix: &[u8], start_revision: i64) -> Value {
+    json!({ "create_request": { "key": b64(lock_prefix), "range_end": b64(&prefix_end(lock_prefix)), "start_revision": start_revision.to_string() } })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

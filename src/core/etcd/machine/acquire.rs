@@ -9,6 +9,7 @@ impl EtcdMachine {
         match self.ops.get(&op).map(|o| &o.kind) {
             Some(OpKind::Acquire(a)) => a.name.clone(),
             Some(OpKind::Inspect { name, .. }) => name.clone(),
+            Some(OpKind::Election(e)) => self.election_op_name(e),
             Some(OpKind::Resume { handle, .. }) => handle.name.clone(),
             Some(OpKind::Release { lock }) | Some(OpKind::Extend { lock, .. }) => self
                 .locks
@@ -303,6 +304,9 @@ impl EtcdMachine {
             (Some(p), Some((_, rev))) => (LockKind::Permits { limit: p.limit }, rev),
             // A reader's token is its key's create revision, like a writer's.
             _ if a.shared => (LockKind::Shared, a.my_rev),
+            // A leadership's token is its key's create revision (etcd's own
+            // `concurrency.Election` revision).
+            _ if a.leader => (LockKind::Leader, a.my_rev),
             _ => (LockKind::Exclusive, a.my_rev),
         };
         let handle = LockHandle {
@@ -327,6 +331,7 @@ impl EtcdMachine {
                 slot,
                 shared: a.shared,
                 releasing: false,
+                leader: a.leader,
             },
         );
         self.rt.out.complete(
@@ -353,6 +358,9 @@ impl EtcdMachine {
             Ok(m) => m,
             Err(_) => return self.watch_broken(now, id, op),
         };
+        if self.is_observe(op) {
+            return self.on_observe_messages(now, id, op, messages);
+        }
         for m in messages {
             // A semaphore's waiter re-checks on any event it watches for
             // (its predecessor's promotion is a PUT); a lock's on a delete.
@@ -397,12 +405,15 @@ impl EtcdMachine {
 
     fn recheck_later(&mut self, now: Millis, id: RequestId, op: OpId) {
         let delay = WATCH_RETRY_MS + jitter(self.entropy.as_mut(), WATCH_RETRY_MS);
+        let observe = self.is_observe(op);
         if let Some(o) = self.ops.get_mut(&op) {
             if o.req == Some(id) {
                 o.req = None;
             }
             if matches!(o.kind, OpKind::Acquire(_)) {
                 self.set_recheck(op, Some(now + delay));
+            } else if observe {
+                self.observe_retry_at(op, now + delay);
             }
         }
     }

@@ -13,6 +13,7 @@ impl LockMachine for EtcdMachine {
                 KindFamily::Exclusive,
                 KindFamily::Shared,
                 KindFamily::Permits,
+                KindFamily::Leader,
             ],
         }
     }
@@ -23,22 +24,31 @@ impl LockMachine for EtcdMachine {
                 name,
                 kind,
                 options,
-            } => self.start_acquire(now, &name, kind, &options),
+            } => self.start_acquire(now, &name, kind, None, &options),
             Operation::Release { lock } => self.start_release(now, lock),
             Operation::Extend { lock, ttl_ms: _ } => self.start_extend(now, lock),
             Operation::Resume { handle } => self.start_resume(now, &handle),
             Operation::Inspect { name } => self.start_inspect(now, &name),
-            op @ (Operation::Campaign { .. }
-            | Operation::Proclaim { .. }
-            | Operation::Leader { .. }
-            | Operation::Observe { .. }
-            | Operation::AcquireAll { .. }) => {
+            Operation::Campaign {
+                name,
+                value,
+                options,
+            } => self.start_acquire(now, &name, LockKind::Leader, Some(&value), &options),
+            Operation::Proclaim { lock, value } => self.start_proclaim(now, lock, &value),
+            Operation::Leader { name } => self.start_leader(now, &name, None),
+            Operation::Observe { name, known, wait } => {
+                self.start_leader(now, &name, Some((known, wait)))
+            }
+            op @ Operation::AcquireAll { .. } => {
                 Err(crate::core::operation::unserved(BackendKind::Etcd, &op))
             }
         }
     }
 
     fn cancel(&mut self, now: Millis, op: OpId) {
+        if self.is_observe(op) {
+            return self.cancel_observe(op);
+        }
         let Some(o) = self.ops.get(&op) else { return };
         if let OpKind::Acquire(a) = &o.kind {
             if a.phase != AcqPhase::Cleanup {
@@ -180,6 +190,7 @@ impl EtcdMachine {
         now: Millis,
         name: &str,
         kind: LockKind,
+        campaign: Option<&str>,
         opts: &AcquireOptions,
     ) -> Result<OpId, LockError> {
         self.check_open()?;
@@ -200,7 +211,12 @@ impl EtcdMachine {
                 }),
                 false,
             ),
-            LockKind::Exclusive | LockKind::Leader => (random.into_bytes(), None, false),
+            LockKind::Leader => (
+                election::leader_value(&random, campaign.unwrap_or_default()),
+                None,
+                false,
+            ),
+            LockKind::Exclusive => (random.into_bytes(), None, false),
             LockKind::Shared => (shared::shared_value(&random), None, true),
         };
         let own_key = permit.is_some() || shared;
@@ -217,6 +233,7 @@ impl EtcdMachine {
             nonce,
             permit,
             shared,
+            leader: kind == LockKind::Leader,
         }));
         if let Some(deadline) = deadline {
             self.rt.timers.set(TimerKey::AcquireDeadline(op), deadline);
@@ -321,7 +338,7 @@ impl EtcdMachine {
             .map_err(|_| LockError::invalid("handle owner is not an etcd lease id"))?;
         let suffix = handle.key.strip_prefix(&prefix).unwrap_or("");
         let (key_ok, tokens_ok) = match (handle.kind, handle.slot) {
-            (LockKind::Exclusive, None) => (
+            (LockKind::Exclusive | LockKind::Leader, None) => (
                 suffix == format!("{lease:x}"),
                 handle.fencing_token == handle.revision,
             ),
@@ -354,7 +371,7 @@ impl EtcdMachine {
         }
         // Permits and shared holds have keys of their own per acquisition (no
         // local claim of the name), but the same hold is not adopted twice.
-        let own_key = handle.kind != LockKind::Exclusive;
+        let own_key = !matches!(handle.kind, LockKind::Exclusive | LockKind::Leader);
         if own_key && self.locks.values().any(|l| l.key == handle.key.as_bytes()) {
             let what = if handle.kind == LockKind::Shared {
                 "shared hold"

@@ -16,6 +16,9 @@ use crate::core::runtime::Runtime;
 use crate::core::*;
 
 mod acquire;
+mod election;
+#[cfg(test)]
+mod election_tests;
 mod ghosts;
 mod local_names;
 mod lock_machine;
@@ -135,6 +138,9 @@ struct HeldLock {
     /// A release is in flight: a check that misses the key is the release's
     /// own doing, not a loss.
     releasing: bool,
+    /// A leadership (`LockKind::Leader`): an exclusive hold whose key's
+    /// value carries the campaign value (see `election.rs`).
+    leader: bool,
 }
 
 impl HeldLock {
@@ -194,6 +200,8 @@ enum OpKind {
         name: String,
         status: Option<LockStatus>,
     },
+    /// Proclaim, leader and observe (see `election.rs`).
+    Election(election::ElectionOp),
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -227,6 +235,9 @@ struct Acquire {
     permit: Option<permits::PermitAcquire>,
     /// The reader side of a read-write lock (`LockKind::Shared`).
     shared: bool,
+    /// A campaign (`LockKind::Leader`): the exclusive recipe, `nonce` being
+    /// the encoded campaign value (see `election.rs`).
+    leader: bool,
 }
 
 impl Acquire {

@@ -188,7 +188,13 @@ impl EtcdMachine {
                                                 LockKind::Shared => {
                                                     shared::is_shared_value(&kv.value)
                                                 }
-                                                _ => true,
+                                                // The kind must match: a
+                                                // leadership's key carries a
+                                                // campaign value, a lock's never.
+                                                LockKind::Leader => {
+                                                    election::is_leader_value(&kv.value)
+                                                }
+                                                _ => !election::is_leader_value(&kv.value),
                                             }
                                     })
                             }) =>
@@ -239,6 +245,7 @@ impl EtcdMachine {
                                     slot,
                                     shared: handle.kind == LockKind::Shared,
                                     releasing: false,
+                                    leader: handle.kind == LockKind::Leader,
                                 },
                             );
                             self.rt.out.complete(
@@ -263,6 +270,7 @@ impl EtcdMachine {
                     },
                 }
             }
+            OpKind::Election(_) => self.on_election_reply(now, op, result),
             OpKind::Inspect { name, status } => {
                 let name = name.clone();
                 match status.clone() {
@@ -375,7 +383,10 @@ impl EtcdMachine {
 
     pub(super) fn fail_op(&mut self, now: Millis, op: OpId, error: LockError) {
         if let Some(OpKind::Resume { handle, .. }) = self.ops.get(&op).map(|o| &o.kind) {
-            let (name, claimed) = (handle.name.clone(), handle.kind == LockKind::Exclusive);
+            let (name, claimed) = (
+                handle.name.clone(),
+                matches!(handle.kind, LockKind::Exclusive | LockKind::Leader),
+            );
             self.ops.remove(&op);
             self.rt.out.fail(op, error);
             // A permit's resume never claimed its name locally.

@@ -39,6 +39,35 @@ impl Script {
         (s, id, txn)
     }
 
+    /// A fresh machine (nothing sent yet) at time 1000.
+    pub(super) fn fresh() -> Script {
+        let m = EtcdMachine::new(
+            EtcdConfig::new(vec!["http://127.0.0.1:2379".into()]),
+            Box::new(SeededEntropy::new(3)),
+        )
+        .unwrap();
+        Script { m, now: 1_000 }
+    }
+
+    /// A machine whose campaign for `name` (announcing `value`) has sent
+    /// its txn on session lease [`LEASE`]; returns it, the txn's id and body.
+    pub(super) fn campaigning(name: &str, value: &str, wait: Wait) -> (Script, RequestId, Value) {
+        let mut s = Script::fresh();
+        s.m.start(
+            s.now,
+            Operation::Campaign {
+                name: name.into(),
+                value: value.into(),
+                options: AcquireOptions { wait, ttl_ms: None },
+            },
+        )
+        .unwrap();
+        let grant = s.sent("/v3/lease/grant");
+        s.reply(grant.0, json!({ "ID": LEASE.to_string(), "TTL": "10" }));
+        let (id, txn) = s.sent("/v3/kv/txn");
+        (s, id, txn)
+    }
+
     /// The next request sent, which must go to `path`: its id and body.
     pub(super) fn sent(&mut self, path: &str) -> (RequestId, Value) {
         loop {

@@ -146,6 +146,8 @@ pub(super) fn rw_status(name: &str, lock_prefix: &[u8], kvs: &[gw::KeyValue]) ->
     let kind = |kv: &gw::KeyValue| {
         if is_reader_key(lock_prefix, &kv.key) {
             LockKind::Shared
+        } else if super::election::is_leader_value(&kv.value) {
+            LockKind::Leader
         } else {
             LockKind::Exclusive
         }

@@ -21,6 +21,11 @@ pub(super) enum TimerKey {
     Recheck(OpId),
     /// Keys whose deletion failed are retried.
     Orphans,
+    /// An observe's wait bound (see `election.rs`).
+    ObserveDeadline(OpId),
+    /// An observe reads its election again and watches anew (after a
+    /// broken watch, or to refresh one that may be silently dead).
+    ObserveRetry(OpId),
 }
 
 impl EtcdMachine {
@@ -119,6 +124,8 @@ impl EtcdMachine {
                 }
                 self.send_predecessor_check(now, op);
             }
+            TimerKey::ObserveDeadline(op) => self.on_observe_deadline(now, op),
+            TimerKey::ObserveRetry(op) => self.on_observe_retry(now, op),
             TimerKey::Orphans => {
                 for i in 0..self.orphans.len() {
                     if self.orphans[i].req.is_none() && self.orphans[i].retry_at <= now {
