@@ -618,3 +618,28 @@ fn observe_loop(
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_spec_without_the_new_fields_is_a_single_lock_contender() {
+        let old =
+            r#"{"id":"c0","lock":"l","wait_ms":5,"hold_ms":1,"writes_per_hold":1,"pause_ms":0}"#;
+        let cfg: ContenderCfg = serde_json::from_str(old).expect("parses");
+        assert!(!cfg.elect && cfg.also.is_empty());
+        assert_eq!(cfg.kind(), LockKind::Exclusive);
+        assert_eq!(cfg.set(), vec!["l".to_string()]);
+        // A lock set keeps the contender's own order; both fields round-trip.
+        let set = ContenderCfg {
+            also: vec!["c".into(), "a".into()],
+            elect: true,
+            ..ContenderCfg::new("s", "b")
+        };
+        assert_eq!(set.set(), vec!["b", "c", "a"]);
+        let back: ContenderCfg =
+            serde_json::from_str(&serde_json::to_string(&set).expect("json")).expect("parses");
+        assert_eq!((back.elect, back.set()), (true, set.set()));
+    }
+}

@@ -501,7 +501,10 @@ fn elect_sets_report(
             sets as f64 / elapsed
         ),
     );
-    r.figure("holds (one per name of a set)", v.acquisitions);
+    r.figure(
+        "holds (leaderships, and one per name of each set)",
+        v.acquisitions,
+    );
     r.figure("proclaims accepted", proclaims);
     r.figure("writes accepted", v.writes_accepted);
     r.figure("errors", v.errors_text());
