@@ -9,7 +9,8 @@
 //!
 //! Both grant exclusive locks and semaphore permits ([`semaphore`]); one
 //! node also grants shared holds of a read-write lock ([`rwlock`]), which
-//! Redlock refuses with `INVALID_ARGUMENT`.
+//! Redlock refuses with `INVALID_ARGUMENT`. Both hold elections
+//! ([`election`]: campaign, proclaim, leader, observe).
 //!
 //! Layout: `value` (commands and replies), `upstash` / `webdis` (the two
 //! HTTP codecs), `codec` (one node), `scripts` (the Lua scripts), `keys`,
@@ -21,6 +22,7 @@
 
 pub mod codec;
 mod context;
+pub mod election;
 mod engine;
 pub mod keys;
 pub mod quorum;
