@@ -175,6 +175,10 @@ enum MValue {
     Err(String),
 }
 
+/// An election's leader record (`election::RECORD`): owner token,
+/// fencing token, value as stored (`=` + the value).
+type LeaderRecord = (Vec<u8>, Vec<u8>, Vec<u8>);
+
 /// One open subscription (a streaming response).
 #[derive(Clone, Debug)]
 struct Subscription {
@@ -198,7 +202,7 @@ pub struct RedisModel {
     readers: HashMap<Vec<u8>, Vec<(Vec<u8>, u64)>>,
     /// Elections' leader records (the hash `<lock key>:leader`): owner
     /// token, fencing token, value as stored (`=` + the value).
-    records: HashMap<Vec<u8>, (Vec<u8>, Vec<u8>, Vec<u8>)>,
+    records: HashMap<Vec<u8>, LeaderRecord>,
     pub log: Vec<Rec>,
     pub restarts: Vec<Millis>,
     /// HTTP requests answered.
