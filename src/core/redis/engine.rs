@@ -563,6 +563,15 @@ impl Engine {
     ) -> Result<OpId, LockError> {
         self.cx.rt.closing.check_open(self.cx.s.backend)?;
         let task: Box<dyn Task> = match op {
+            // The capabilities check refuses it too; the core does not trust its caller.
+            Operation::Acquire {
+                kind: LockKind::Leader,
+                ..
+            } => {
+                return Err(LockError::invalid(
+                    "a leadership is taken by a campaign, not an acquire",
+                ))
+            }
             Operation::Acquire {
                 name,
                 kind,

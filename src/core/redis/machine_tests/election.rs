@@ -549,3 +549,33 @@ fn lock_waiters_ignore_record_messages() {
     assert!(b"leader:5".starts_with(election::LEADER_MESSAGE_PREFIX));
     assert!(!b"released:5".starts_with(election::LEADER_MESSAGE_PREFIX));
 }
+
+/// A plain acquire of a leadership is refused by the machine itself (not
+/// only by the capabilities check), before any request.
+#[test]
+fn an_acquire_of_a_leadership_is_refused() {
+    let mut h = single(|_| {});
+    let e =
+        h.m.start_operation(
+            h.now,
+            Operation::Acquire {
+                name: "sched".into(),
+                kind: LockKind::Leader,
+                options: opts(Wait::Try),
+            },
+        )
+        .unwrap_err();
+    assert_eq!(e.code(), "INVALID_ARGUMENT");
+    let e =
+        h.m.start_operation(
+            h.now,
+            campaign("sched", &"x".repeat(MAX_CAMPAIGN_VALUE + 1), Wait::Try),
+        )
+        .unwrap_err();
+    assert_eq!(e.code(), "INVALID_ARGUMENT");
+    let e =
+        h.m.start_operation(h.now, campaign("", "v", Wait::Try))
+            .unwrap_err();
+    assert_eq!(e.code(), "INVALID_ARGUMENT");
+    assert!(h.take().is_empty());
+}
