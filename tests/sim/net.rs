@@ -2494,8 +2494,8 @@ pub enum ValueSource {
 #[derive(Clone, Debug, Default)]
 pub struct ObserverLog {
     pub name: String,
-    /// (global time of the completion, state), in order.
-    pub seen: Vec<(Millis, Option<edgelock::core::Leadership>)>,
+    /// (global times the observe began and completed, state), in order.
+    pub seen: Vec<(Millis, Millis, Option<edgelock::core::Leadership>)>,
 }
 
 /// The election workload: every acquire is a campaign with a unique value,
@@ -2638,7 +2638,7 @@ impl<S: SimServer> World<S> {
         // First the current state; then changes from the last one seen.
         let (known, wait) = match log.seen.last() {
             None => (None, Wait::Try),
-            Some((_, l)) => {
+            Some((_, _, l)) => {
                 let (lo, hi) = e.observe_wait;
                 (l.clone(), Wait::For(self.rng.range(lo, hi)))
             }
@@ -2672,15 +2672,12 @@ impl<S: SimServer> World<S> {
                 self.complete(c, op, Outcome::Proclaimed);
             }
             Seen::Leader { op, leader } => {
-                if self
-                    .complete(c, op, Outcome::Leader(leader.clone()))
-                    .is_none()
-                {
+                let Some(idx) = self.complete(c, op, Outcome::Leader(leader.clone())) else {
                     return;
-                }
-                let now = self.now;
+                };
+                let (now, begin) = (self.now, self.history[idx].begin);
                 if let Some(log) = self.election.as_mut().and_then(|e| e.observers.get_mut(&c)) {
-                    log.seen.push((now, leader));
+                    log.seen.push((begin, now, leader));
                 }
                 self.push(
                     now,
@@ -2731,7 +2728,7 @@ impl<S: SimServer> World<S> {
         let mut stats = ElectionStats::default();
         for (c, log) in &e.observers {
             let mut highest = 0;
-            for (at, state) in &log.seen {
+            for (begun, at, state) in &log.seen {
                 stats.observed += 1;
                 let Some(l) = state else {
                     continue;
@@ -2760,6 +2757,22 @@ impl<S: SimServer> World<S> {
                     continue;
                 };
                 stats.paired += 1;
+                // Never a leader that had resigned before the read began.
+                let resigned = self.history.iter().find(|r| {
+                    r.client == g.client
+                        && matches!(r.what, What::Release { lock, .. } if lock == g.lock)
+                        && r.outcome
+                            == Outcome::Released {
+                                held_until_release: true,
+                            }
+                        && r.end.is_some_and(|e| e < *begun)
+                });
+                if let Some(r) = resigned {
+                    return Err(format!(
+                        "observer {c} of {:?} saw token {} in a read begun at t={begun}, but that leadership resigned at t={:?}",
+                        log.name, l.fencing_token, r.end
+                    ));
+                }
                 let ok = match source {
                     ValueSource::Campaign { client, op } => {
                         *client == g.client
@@ -2776,7 +2789,7 @@ impl<S: SimServer> World<S> {
                     ));
                 }
             }
-            let last = log.seen.last().map(|(_, s)| s.clone());
+            let last = log.seen.last().map(|(_, _, s)| s.clone());
             if last != Some(final_state.clone()) {
                 return Err(format!(
                     "observer {c} of {:?} ended with {last:?}, the final state is {final_state:?}",
