@@ -4,10 +4,15 @@
 //! # Recipe
 //!
 //! - **Campaign** is an exclusive acquire of the election's lock key (the
-//!   same attempts, queue, push wake-up and fencing counter as
-//!   [`LockKind::Exclusive`](crate::core::LockKind::Exclusive): on one node
-//!   a waiter joins the waiters' queue once it waits, so a release wakes
-//!   the queue's head; strict FIFO with the machine's `fair` setting),
+//!   same attempts, push wake-up and fencing counter as
+//!   [`LockKind::Exclusive`](crate::core::LockKind::Exclusive); on one node
+//!   a campaign always uses the *fair* waiters' queue (`ACQUIRE_QUEUED`
+//!   with `fair`, whatever the machine's `fair` setting): candidates lead in
+//!   the order they started waiting, a release wakes only the queue's head,
+//!   and a dead head holds the others up for at most its lease; a
+//!   `Wait::Try` campaign never queues and is refused while a live head
+//!   waits. Redlock has no queue: its waiters are woken by the release's
+//!   publish and race, like its locks),
 //!   followed, before the leadership is handed out, by one round of
 //!   [`RECORD`] writing the **leader record** with the lock's owner token,
 //!   fencing token and value. On Redlock the record must be written on a

@@ -166,8 +166,11 @@ fn a_campaign_writes_its_record_before_it_is_granted() {
         h.m.start_operation(h.now, campaign("sched", "node-a", Wait::Try))
             .unwrap();
     let r = h.take();
-    assert_eq!(script_of(&r[0]), Script::Acquire);
-    let token = args(&r[0])[7].clone();
+    // A campaign goes through the waiters' queue (fair: FIFO), even a try
+    // (which does not join it: a lease of 0).
+    assert_eq!(script_of(&r[0]), Script::AcquireQueued);
+    assert_eq!(args(&r[0])[12..14], ["0", "1"], "no lease, fair");
+    let token = args(&r[0])[9].clone();
     h.answer(&r[0], r#"{"result":[1,12,0]}"#);
     assert!(
         completed(&h.take_events()).is_empty(),

@@ -377,12 +377,15 @@ impl Attempts {
             let cmd = scripts::acquire_shared(&self.key, &self.fence_key, &self.token, self.ttl);
             return Next::round(self.into_task(Phase::Attempt), cmd, cx.all_nodes());
         }
+        // A campaign on one node is always fair: candidates lead in the
+        // order they started waiting (see `election`).
+        let fair = cx.s.fair || self.leader.is_some();
         let cmd = match &self.waiter {
             // One node: a fair lock's every attempt goes through the queue
             // (a try never queues); a waiter of the default lock joins it
             // once it waits (its first attempt met contention), so that a
             // release wakes one waiter, not all of them.
-            Some(waiter) if cx.s.fair || self.listening => {
+            Some(waiter) if fair || self.listening => {
                 let lease = if self.wait == Wait::Try {
                     0
                 } else {
@@ -396,7 +399,7 @@ impl Attempts {
                     self.ttl,
                     waiter,
                     lease,
-                    cx.s.fair,
+                    fair,
                 )
             }
             _ => {
