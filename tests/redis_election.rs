@@ -305,6 +305,40 @@ fn succession(s: &Setup) {
 /// A proclaim after its leadership is gone fails and leaves the next
 /// leader's value alone.
 fn stale_proclaim(s: &Setup) {
+    // Another owner in the lock key (a new holder whose record is not
+    // written yet): the old record is not reported, nor can it be rewritten.
+    let name = "stale-rec";
+    let (a, _) = s.client(30_000, true);
+    let (b, _) = s.client(30_000, true);
+    let la = lead(&a, name, "a");
+    let key = lock_key("edgelock", name);
+    for n in &s.nodes {
+        n.redis
+            .redis_command(&[b"SET", key.as_bytes(), b"someone-else", b"PX", b"30000"])
+            .expect("SET");
+    }
+    assert_eq!(
+        b.leader(name).unwrap(),
+        None,
+        "a record not of the key's owner"
+    );
+    let e = la.proclaim("stale").expect_err("not ours any more");
+    assert!(matches!(e.code(), "LOST" | "NOT_HELD"), "{e}");
+    for n in &s.nodes {
+        let v = n
+            .redis
+            .redis_command(&[b"HGET", record_key(&key).as_bytes(), b"v"])
+            .expect("HGET");
+        assert_eq!(
+            v.as_bytes(),
+            Some(&b"=a"[..]),
+            "the record was not rewritten"
+        );
+        assert_eq!(n.get(&key).as_deref(), Some(&b"someone-else"[..]));
+    }
+    drop(la);
+    s.delete_lock_key(name);
+
     // The key deleted behind the leader's back: the server refuses.
     let name = "stale-del";
     let (a, _) = s.client(30_000, true);
