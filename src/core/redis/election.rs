@@ -44,7 +44,7 @@
 //!   caller's, listens on the name's wake-up channel (releases, records and
 //!   proclaims publish there) with a timer as the fallback: a lock that
 //!   expires publishes nothing, so the observer re-reads at the holder's
-//!   PTTL and at least every [`PUSH_FALLBACK_MS`](super::context) while
+//!   PTTL and at least every `PUSH_FALLBACK_MS` (2 s) while
 //!   the subscriptions are confirmed (the retry delay otherwise).
 //!
 //! # Keys
@@ -75,7 +75,27 @@
 //! its proclaims are then refused by the owner check, but its own actions
 //! are not. The fencing token, which strictly increases across leaders
 //! (see [`super::redlock`]), is the safety net: a resource that remembers
-//! the highest token it has seen refuses the stale leader.
+//! the highest token it has seen refuses the stale leader. The record's
+//! token is the lock's, so it has exactly the lock's guarantee: with
+//! `Strict` fencing (the default) under the stated precondition on node
+//! restarts, with `Folded` only while every attempt reaches every node.
+//! A node that restarts without persistence loses its records with its
+//! keys; the delayed restart that keeps the lock safe keeps the records
+//! consistent too (a node without the record does not vouch for anyone).
+//!
+//! Nothing here is refused as unsound: every operation has the guarantee
+//! of the lock underneath. What Redlock cannot give is a linearizable
+//! read: `leader` and `observe` report what a quorum vouched for when
+//! each node answered, which may already be stale when it arrives (as on
+//! every backend), and on Redlock may briefly be "nobody" while a record
+//! reaches a quorum.
+//!
+//! # Cost
+//!
+//! A campaign costs the acquire's rounds plus one record round; proclaim
+//! and leader one round each; an observer one read round per wake-up (a
+//! message, a confirmed subscription) or timer (the holder's PTTL, the
+//! fallback period), and one subscription per node while it waits.
 
 use super::scripts::Script;
 use super::subscription::wake_channel;

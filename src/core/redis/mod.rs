@@ -13,7 +13,8 @@
 //! ([`election`]: campaign, proclaim, leader, observe).
 //!
 //! Layout: `value` (commands and replies), `upstash` / `webdis` (the two
-//! HTTP codecs), `codec` (one node), `scripts` (the Lua scripts), `keys`,
+//! HTTP codecs), `codec` (one node), `scripts` (the Lua scripts), `election`
+//! (elections' record, scripts and replies), `keys`,
 //! `quorum` (pure arithmetic), `round` (one command's answers from a set of
 //! nodes); the shared machine: `engine` (the scheduler) runs the tasks of
 //! `tasks/` (one state machine per file) through the one interface in
