@@ -12,7 +12,7 @@
 //! and ends on cancel; a non-renewing leader is replaced at its TTL; a
 //! leadership resumed in another client proclaims. Plus: bad input is
 //! refused before any request, and Redlock with one of three nodes down
-//! still elects.
+//! still elects; the async twins work the same.
 #![cfg(feature = "native")]
 
 use std::sync::mpsc;
@@ -533,4 +533,46 @@ fn redlock_with_one_node_down_still_elects() {
     assert_eq!(b.leader("down").unwrap(), leadership("a2", &la));
     la.release().unwrap();
     assert_eq!(b.leader("down").unwrap(), None);
+}
+
+/// The async twins (smol): campaign, leader, proclaim, observe_change, resign.
+#[test]
+fn the_async_client_elects_too() {
+    let s = Setup::new(Via::Upstash);
+    let (a, _) = s.client(30_000, true);
+    let (b, _) = s.client(30_000, true);
+    let (a, b) = (
+        edgelock::native::AsyncClient::from(a),
+        edgelock::native::AsyncClient::from(b),
+    );
+    smol::block_on(async {
+        let la = a
+            .campaign("async", "a", opts(Wait::Try))
+            .await
+            .unwrap()
+            .expect("elected");
+        let mine = Some(Leadership {
+            value: "a".into(),
+            fencing_token: la.fencing_token(),
+        });
+        assert_eq!(b.leader("async").await.unwrap(), mine);
+        assert!(b
+            .campaign("async", "b", opts(Wait::Try))
+            .await
+            .unwrap()
+            .is_none());
+        let same = b
+            .observe_change("async", mine.as_ref(), Wait::For(300))
+            .await
+            .unwrap();
+        assert_eq!(same, mine);
+        la.proclaim("a2").await.unwrap();
+        let changed = b
+            .observe_change("async", mine.as_ref(), Wait::For(5_000))
+            .await
+            .unwrap();
+        assert_eq!(changed.map(|l| l.value), Some("a2".to_string()));
+        assert!(la.release().await.unwrap());
+        assert_eq!(b.leader("async").await.unwrap(), None);
+    });
 }
