@@ -72,6 +72,11 @@ impl Setup {
     /// A client with `ttl_ms`, renewing or not, polling at most every 5 s
     /// while waiting (only a push makes a waiter quick), recording what it sends.
     fn client(&self, ttl_ms: u64, auto_extend: bool) -> (Client, Log) {
+        self.client_polling(ttl_ms, auto_extend, 5_000)
+    }
+
+    /// [`Setup::client`] polling every `retry_delay_ms` while it waits.
+    fn client_polling(&self, ttl_ms: u64, auto_extend: bool, retry_delay_ms: u64) -> (Client, Log) {
         let log = Log::default();
         let sink = log.clone();
         let on_send: Box<dyn FnMut(&HttpRequest) + Send> =
@@ -83,7 +88,7 @@ impl Setup {
                 cfg.auto_extend,
                 cfg.retry_delay_ms,
                 cfg.retry_jitter_ms,
-            ) = (ttl_ms, auto_extend, 5_000, 0);
+            ) = (ttl_ms, auto_extend, retry_delay_ms, 0);
             let m = RedlockMachine::new(cfg, Box::new(OsEntropy)).expect("config");
             Client::from_machine(Box::new(common::Observing {
                 inner: m,
@@ -97,7 +102,7 @@ impl Setup {
                 cfg.auto_extend,
                 cfg.retry_delay_ms,
                 cfg.retry_jitter_ms,
-            ) = (ttl_ms, auto_extend, 5_000, 0);
+            ) = (ttl_ms, auto_extend, retry_delay_ms, 0);
             let m = RedisMachine::new(cfg, Box::new(OsEntropy)).expect("config");
             Client::from_machine(Box::new(common::Observing {
                 inner: m,
@@ -396,7 +401,8 @@ fn stale_proclaim(s: &Setup) {
 fn observe(s: &Setup) {
     let name = "observed";
     let (a, _) = s.client(30_000, true);
-    let (o, olog) = s.client(30_000, true);
+    // The observer polls every 20 s: a change seen within seconds was pushed.
+    let (o, olog) = s.client_polling(30_000, true, 20_000);
     let cancel = CancelToken::new();
     let (tx, rx) = mpsc::channel();
     let c2 = cancel.clone();
@@ -405,11 +411,16 @@ fn observe(s: &Setup) {
             tx.send(state).unwrap();
         }
     });
+    let quick = std::cell::Cell::new(0);
     let next = |step: &str| {
         let t = Instant::now();
-        let r = rx.recv_timeout(Duration::from_secs(4));
-        eprintln!("{:?}: observed {step} after {:?}", s.via, t.elapsed());
-        r.unwrap_or_else(|e| panic!("{:?}: {step} not observed in time: {e:?}", s.via))
+        let r = rx.recv_timeout(Duration::from_secs(30));
+        let took = t.elapsed();
+        eprintln!("{:?}: observed {step} after {took:?}", s.via);
+        if took < Duration::from_secs(3) {
+            quick.set(quick.get() + 1);
+        }
+        r.unwrap_or_else(|e| panic!("{:?}: {step} not observed: {e:?}", s.via))
     };
     assert_eq!(next("the start").unwrap(), None, "first the current state");
     settled(&olog, s.nodes.len());
@@ -424,7 +435,10 @@ fn observe(s: &Setup) {
     let lb = lead(&b, name, "b");
     assert_eq!(next("the next election").unwrap(), leadership("b", &lb));
     assert_eq!(a.leader(name).unwrap(), leadership("b", &lb));
-    // The changes came by push: well under the 5 s poll each.
+    // The changes came by push: well under the 20 s poll (all but one, so
+    // that one stream stalled on a loaded machine does not fail the test;
+    // a poll would be this quick for three of four by chance ~1 % of runs).
+    assert!(quick.get() >= 4, "{} of 5 states came quickly", quick.get());
     cancel.cancel();
     let end = Instant::now() + Duration::from_secs(5);
     while !watcher.is_finished() {
