@@ -834,3 +834,182 @@ fn shared_runs_overlap_on_one_redis_node_and_exclude_a_writer() {
     assert_eq!(writer.status.code(), Some(0), "{}", text(&writer.stderr));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn elect_runs_the_command_only_while_leading_and_leader_reports_it() {
+    let etcd = Etcd::start();
+    let url = etcd.url();
+    // Nobody leads yet.
+    let out = output(&["leader", "--etcd", &url, "svc"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "no leader\n");
+    assert_eq!(
+        text(&output(&["leader", "--etcd", &url, "--json", "svc"]).stdout),
+        "null\n"
+    );
+
+    // The leader's command sees its token, value and mode.
+    let dump = std::env::temp_dir().join(format!(
+        "edgelock-cli-elect-{}-{}",
+        std::process::id(),
+        free_port()
+    ));
+    let script = format!(
+        "echo \"$EDGELOCK_FENCING_TOKEN $EDGELOCK_LEADER_VALUE $EDGELOCK_LOCK_MODE $EDGELOCK_LOCK_NAME\" > {}; sleep 20",
+        dump.display()
+    );
+    let (mut leader, token) = spawn_holder(&[
+        "elect",
+        "--etcd",
+        &url,
+        "--ttl",
+        "2000",
+        "--value",
+        "node-a:80",
+        "svc",
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ]);
+    let t = Instant::now();
+    while !dump.exists() && t.elapsed() < Duration::from_secs(10) {
+        thread::sleep(Duration::from_millis(20));
+    }
+    thread::sleep(Duration::from_millis(100));
+    let seen = std::fs::read_to_string(&dump).expect("the command ran");
+    let _ = std::fs::remove_file(&dump);
+    assert_eq!(seen.trim(), format!("{token} node-a:80 leader svc"));
+    let out = output(&["leader", "--etcd", &url, "svc"]);
+    assert_eq!(
+        text(&out.stdout),
+        format!("leader: node-a:80\nfencing_token: {token}\n")
+    );
+    let out = output(&["leader", "--etcd", &url, "--json", "svc"]);
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(
+        v,
+        serde_json::json!({ "value": "node-a:80", "fencingToken": token.to_string() })
+    );
+
+    // Someone else leads: --try exits 73 without running its command.
+    let out = output(&[
+        "elect", "--etcd", &url, "--try", "svc", "--", "sh", "-c", "exit 0",
+    ]);
+    assert_eq!(out.status.code(), Some(73), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("someone else leads"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    // A watcher sees the current leader, then the next one after a failover.
+    let mut watch = edgelock(&["leader", "--etcd", &url, "--watch", "svc"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn watch");
+    let mut lines = BufReader::new(watch.stdout.take().expect("stdout")).lines();
+    assert_eq!(
+        lines.next().and_then(Result::ok).as_deref(),
+        Some("leader: node-a:80")
+    );
+    assert_eq!(
+        lines.next().and_then(Result::ok),
+        Some(format!("fencing_token: {token}"))
+    );
+    let (mut next, next_token) = {
+        let mut waiting = edgelock(&[
+            "elect",
+            "--etcd",
+            &url,
+            "--value",
+            "node-b:80",
+            "svc",
+            "--",
+            "sleep",
+            "20",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn candidate");
+        thread::sleep(Duration::from_millis(300));
+        let _ = leader.kill(); // the leader's process dies: its lease expires (default TTL 10 s)
+        let _ = leader.wait();
+        let mut err = BufReader::new(waiting.stderr.take().expect("stderr"));
+        let mut line = String::new();
+        err.read_line(&mut line).expect("read stderr");
+        let t: u64 = line
+            .trim()
+            .rsplit_once("token=")
+            .and_then(|(_, t)| t.parse().ok())
+            .unwrap_or_else(|| panic!("{line:?}"));
+        // Keep draining stderr so the child never writes into a closed pipe.
+        thread::spawn(move || {
+            let _ = err.read_to_end(&mut Vec::new());
+        });
+        (waiting, t)
+    };
+    assert!(next_token > token, "{next_token} > {token}");
+    let mut seen = Vec::new();
+    while let Some(Ok(l)) = lines.next() {
+        seen.push(l.clone());
+        if l == format!("fencing_token: {next_token}") {
+            break;
+        }
+    }
+    assert!(seen.contains(&"leader: node-b:80".to_string()), "{seen:?}");
+    let _ = watch.kill();
+    let _ = watch.wait();
+
+    // Losing the leadership stops the command and exits 75.
+    etcd.delete_lock_keys("svc");
+    let status = next.wait().expect("wait");
+    assert_eq!(status.code(), Some(75));
+}
+
+#[test]
+fn election_flags_are_checked_before_any_request() {
+    // Nothing listens on this port: a request would be exit 69, not 64.
+    let dead = format!("http://127.0.0.1:{}", free_port());
+    let big = "v".repeat(4097);
+    for (args, says) in [
+        (
+            vec![
+                "elect", "--etcd", &dead, "--value", &big, "svc", "--", "true",
+            ],
+            "at most 4096 bytes",
+        ),
+        (vec!["elect", "--etcd", &dead, "svc"], "missing command"),
+        (
+            vec!["leader", "--etcd", &dead, "svc", "--", "true"],
+            "takes no command",
+        ),
+        (
+            vec!["leader", "--etcd", &dead, "--value", "v", "svc"],
+            "unknown option",
+        ),
+        (
+            vec!["elect", "--etcd", &dead, "--watch", "svc", "--", "true"],
+            "unknown option",
+        ),
+        (
+            vec!["elect", "--etcd", &dead, "--json", "svc", "--", "true"],
+            "unknown option",
+        ),
+    ] {
+        let out = output(&args);
+        assert_eq!(
+            out.status.code(),
+            Some(64),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+        assert!(
+            text(&out.stderr).contains(says),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+    }
+}

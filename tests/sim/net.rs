@@ -530,6 +530,8 @@ enum Action {
     Proclaim(LockId),
     Observe(String),
     CloseObservers,
+    RedisProclaim(LockId),
+    RedisObserve,
 }
 
 #[derive(Debug)]
@@ -691,6 +693,8 @@ pub struct World<S: SimServer> {
     /// An election workload (see `set_election`).
     election: Option<ElectionConfig>,
     pub election_state: ElectionState,
+    /// The Redis/Redlock election workload (see `set_redis_election`).
+    pub redis_election: Option<ElectionSim>,
 }
 
 impl<S: SimServer> World<S> {
@@ -731,6 +735,7 @@ impl<S: SimServer> World<S> {
             stream_chunks: 0,
             election: None,
             election_state: ElectionState::default(),
+            redis_election: None,
         }
     }
 
@@ -844,12 +849,14 @@ impl<S: SimServer> World<S> {
             .count()
     }
 
-    /// Whether client `c` has an acquire that waits (not `Try`) and has not completed.
+    /// Whether client `c` has an acquire that waits (not `Try`) and has not
+    /// completed (or, in the election workload, an observe: it listens too).
     pub fn waiting_acquire(&self, c: usize) -> bool {
         self.clients[c].ops.values().any(|&i| {
             let r = &self.history[i];
             r.outcome == Outcome::Pending
-                && matches!(r.what, What::Acquire { wait, .. } if wait != Wait::Try)
+                && (matches!(r.what, What::Acquire { wait, .. } if wait != Wait::Try)
+                    || matches!(r.what, What::Observe { .. }))
         })
     }
 
@@ -1590,7 +1597,7 @@ impl<S: SimServer> World<S> {
                 // earlier grant's, a reader's above every earlier writer's.
                 let kind = lock.handle.kind;
                 let last = match kind {
-                    LockKind::Exclusive | LockKind::Shared => self
+                    LockKind::Exclusive | LockKind::Shared | LockKind::Leader => self
                         .grants
                         .iter()
                         .filter(|g| {
@@ -1651,6 +1658,7 @@ impl<S: SimServer> World<S> {
                         },
                     );
                     self.maybe_proclaim(c, lock.id, hold);
+                    self.election_on_grant(c, lock.id, hold);
                     let extend_chance = self.workload.as_ref().map_or(0.0, |w| w.extend_chance);
                     if self.rng.chance(extend_chance) {
                         self.push(
@@ -1694,6 +1702,11 @@ impl<S: SimServer> World<S> {
                 }
             }
             Seen::Inspected { .. } => {}
+            other @ (Seen::Proclaimed { .. } | Seen::Leader { .. })
+                if self.redis_election.is_some() =>
+            {
+                self.election_event(c, other)
+            }
             Seen::Proclaimed { op } => {
                 self.complete(c, op, Outcome::Proclaimed);
             }
@@ -1728,6 +1741,7 @@ impl<S: SimServer> World<S> {
                     return;
                 }
                 self.op_failed(c, op, retryable);
+                self.election_op_failed(c, op);
             }
             Seen::Lost { lock, name, reason } => {
                 if self.clients[c].holdings.remove(&lock).is_none() {
@@ -1844,7 +1858,7 @@ impl<S: SimServer> World<S> {
             if self.is_observer(c) {
                 continue; // closed after the campaigners (`maybe_close_observers`)
             }
-            let d = self.rng.range(0, 20);
+            let d = self.rng.range(0, 20) + self.observer_close_delay(c);
             self.push(
                 self.now + d,
                 Ev::User {
@@ -1930,15 +1944,29 @@ impl<S: SimServer> World<S> {
                 } else {
                     kinds[0]
                 };
-                let op = Operation::Acquire {
-                    name: name.clone(),
-                    kind,
-                    options: opts,
+                let campaign_value = match self.redis_election.is_some() {
+                    true => Some(self.election_value(c, None)),
+                    false => None,
+                };
+                let op = match &campaign_value {
+                    Some(value) => Operation::Campaign {
+                        name: name.clone(),
+                        value: value.clone(),
+                        options: opts,
+                    },
+                    None => Operation::Acquire {
+                        name: name.clone(),
+                        kind,
+                        options: opts,
+                    },
                 };
                 let op = self.as_campaign(c, op);
                 match self.clients[c].machine.start(local, op) {
                     Ok(op) => {
                         self.record(c, op, What::Acquire { name, wait });
+                        if let Some(v) = &campaign_value {
+                            self.election_note_campaign(c, op, v);
+                        }
                         self.clients[c].script = Script::Acquiring { op };
                         if wait != Wait::Try && self.rng.chance(w.cancel_chance) {
                             let d = self.rng.range(w.cancel_after.0, w.cancel_after.1);
@@ -2011,6 +2039,8 @@ impl<S: SimServer> World<S> {
                 self.clients[c].script = Script::Closing { op };
                 self.drain(c);
             }
+            Action::RedisProclaim(lock) => self.user_proclaim(c, lock),
+            Action::RedisObserve => self.user_observe(c),
         }
     }
 
@@ -2621,6 +2651,10 @@ impl<S: SimServer> World<S> {
     /// An observe failed: the observer tries again a little later. Whether
     /// `op` was an observe.
     fn observe_failed(&mut self, c: usize, op: OpId) -> bool {
+        // The Redis workload's observers recover on their own (`election_op_failed`).
+        if self.election.is_none() {
+            return false;
+        }
         let Some(name) = self.observed_name(c, op) else {
             return false;
         };
@@ -2778,4 +2812,348 @@ impl From<Event> for Seen {
             Event::Lost { lock, name, reason } => Seen::Lost { lock, name, reason },
         }
     }
+}
+
+// ---------------------------------------------------------------- elections
+// The Redis/Redlock election workload (additive: `World::set_redis_election`,
+// `World::add_observer`, the `Action::Proclaim`/`Action::RedisObserve` users and
+// the checks in `World::election_checks`).
+
+/// Who produced a campaign or proclaimed value.
+#[derive(Clone, Debug)]
+pub enum ValueSource {
+    /// Client `client`'s campaign `op`.
+    Campaign { client: usize, op: OpId },
+    /// Client `client`'s proclaim for its leadership `lock`.
+    Proclaim { client: usize, lock: LockId },
+}
+
+/// One observer client: the election it watches and every state it was told.
+#[derive(Clone, Debug, Default)]
+pub struct ObserverLog {
+    pub name: String,
+    /// (global times the observe began and completed, state), in order.
+    pub seen: Vec<(Millis, Millis, Option<edgelock::core::Leadership>)>,
+}
+
+/// The election workload: every acquire is a campaign with a unique value,
+/// leaders sometimes proclaim, observer clients watch one name each.
+#[derive(Clone, Debug, Default)]
+pub struct ElectionSim {
+    /// Chance a leader proclaims a new value halfway through its hold.
+    pub proclaim_chance: f64,
+    /// An observe's wait bound, drawn per observe (ms).
+    pub observe_wait: (Millis, Millis),
+    /// Observers are closed this long after the campaigners' close begins,
+    /// and not before `observer_close_not_before` + this.
+    pub observer_grace: Millis,
+    pub observer_close_not_before: Millis,
+    pub observers: BTreeMap<usize, ObserverLog>,
+    /// Every value handed to a campaign or proclaim (each is unique).
+    pub values: HashMap<String, ValueSource>,
+    pub made: u64,
+}
+
+impl<S: SimServer> World<S> {
+    /// Turns the workload's acquires into campaigns (see [`ElectionSim`]).
+    pub fn set_redis_election(&mut self, e: ElectionSim) {
+        self.redis_election = Some(e);
+    }
+
+    /// Adds an observer client of `name` (call after `set_election`): it
+    /// runs no cycles; it reads the leader, then observes changes until the
+    /// world closes it (`observer_grace` after the others).
+    pub fn add_observer(
+        &mut self,
+        machine: Box<dyn LockMachine>,
+        clock: Clock,
+        name: &str,
+    ) -> usize {
+        let c = self.add_client(machine, clock);
+        self.clients[c].script = Script::Finished;
+        if let Some(e) = self.redis_election.as_mut() {
+            e.observers.insert(
+                c,
+                ObserverLog {
+                    name: name.to_string(),
+                    seen: Vec::new(),
+                },
+            );
+        }
+        let at = self.now + 1;
+        self.push(
+            at,
+            Ev::User {
+                client: c,
+                action: Action::RedisObserve,
+            },
+        );
+        c
+    }
+
+    fn is_redis_observer(&self, c: usize) -> bool {
+        self.redis_election
+            .as_ref()
+            .is_some_and(|e| e.observers.contains_key(&c))
+    }
+
+    fn observer_close_delay(&self, c: usize) -> Millis {
+        match self.redis_election.as_ref() {
+            Some(e) if e.observers.contains_key(&c) => {
+                e.observer_close_not_before.saturating_sub(self.now) + e.observer_grace
+            }
+            _ => 0,
+        }
+    }
+
+    /// A fresh value for client `c` (recorded once its op exists).
+    fn election_value(&mut self, c: usize, _lock: Option<LockId>) -> String {
+        let Some(e) = self.redis_election.as_mut() else {
+            return String::new();
+        };
+        e.made += 1;
+        format!("c{c}/{}", e.made)
+    }
+
+    fn election_on_grant(&mut self, c: usize, lock: LockId, hold: Millis) {
+        let Some(p) = self.redis_election.as_ref().map(|e| e.proclaim_chance) else {
+            return;
+        };
+        if self.rng.chance(p) {
+            self.push(
+                self.now + hold / 2,
+                Ev::User {
+                    client: c,
+                    action: Action::RedisProclaim(lock),
+                },
+            );
+        }
+    }
+
+    fn user_proclaim(&mut self, c: usize, lock: LockId) {
+        if self.clients[c].script != (Script::Holding { lock }) {
+            return;
+        }
+        let Some(name) = self.clients[c].holdings.get(&lock).map(|h| h.name.clone()) else {
+            return;
+        };
+        let value = self.election_value(c, Some(lock));
+        let local = self.local_now(c);
+        self.log(|| format!("c{c} user proclaims {value:?} on lock {}", lock.0));
+        let op = Operation::Proclaim {
+            lock,
+            value: value.clone(),
+        };
+        match self.clients[c].machine.start(local, op) {
+            Ok(op) => {
+                self.record(c, op, What::Proclaim { name, lock });
+                if let Some(e) = self.redis_election.as_mut() {
+                    e.values
+                        .insert(value, ValueSource::Proclaim { client: c, lock });
+                }
+            }
+            Err(e) => self.violations.push(format!(
+                "client {c}: proclaim of a held leadership refused: {e}"
+            )),
+        }
+        self.drain(c);
+    }
+
+    fn user_observe(&mut self, c: usize) {
+        if matches!(
+            self.clients[c].script,
+            Script::Closing { .. } | Script::Done
+        ) {
+            return;
+        }
+        let Some(e) = self.redis_election.as_ref() else {
+            return;
+        };
+        let Some(log) = e.observers.get(&c) else {
+            return;
+        };
+        let name = log.name.clone();
+        // First the current state; then changes from the last one seen.
+        let (known, wait) = match log.seen.last() {
+            None => (None, Wait::Try),
+            Some((_, _, l)) => {
+                let (lo, hi) = e.observe_wait;
+                (l.clone(), Wait::For(self.rng.range(lo, hi)))
+            }
+        };
+        let local = self.local_now(c);
+        let op = Operation::Observe {
+            name: name.clone(),
+            known,
+            wait,
+        };
+        match self.clients[c].machine.start(local, op) {
+            Ok(op) => self.record(c, op, What::Observe { name }),
+            Err(e) => self
+                .violations
+                .push(format!("client {c}: observe refused: {e}")),
+        }
+        self.drain(c);
+    }
+
+    /// A campaign's op id is known only once started: remember its value.
+    fn election_note_campaign(&mut self, c: usize, op: OpId, value: &str) {
+        if let Some(e) = self.redis_election.as_mut() {
+            e.values
+                .insert(value.to_string(), ValueSource::Campaign { client: c, op });
+        }
+    }
+
+    fn election_event(&mut self, c: usize, e: Seen) {
+        match e {
+            Seen::Proclaimed { op } => {
+                self.complete(c, op, Outcome::Proclaimed);
+            }
+            Seen::Leader { op, leader } => {
+                let Some(idx) = self.complete(c, op, Outcome::Leader(leader.clone())) else {
+                    return;
+                };
+                let (now, begin) = (self.now, self.history[idx].begin);
+                if let Some(log) = self
+                    .redis_election
+                    .as_mut()
+                    .and_then(|e| e.observers.get_mut(&c))
+                {
+                    log.seen.push((begin, now, leader));
+                }
+                self.push(
+                    now,
+                    Ev::User {
+                        client: c,
+                        action: Action::RedisObserve,
+                    },
+                );
+            }
+            other => self.violations.push(format!(
+                "client {c}: an outcome the election workload does not drive: {other:?}"
+            )),
+        }
+    }
+
+    /// An observer's failed observe: observe again a little later.
+    fn election_op_failed(&mut self, c: usize, _op: OpId) {
+        if self.is_redis_observer(c)
+            && !matches!(
+                self.clients[c].script,
+                Script::Closing { .. } | Script::Done
+            )
+        {
+            let d = self.rng.range(10, 200);
+            self.push(
+                self.now + d,
+                Ev::User {
+                    client: c,
+                    action: Action::RedisObserve,
+                },
+            );
+        }
+    }
+
+    /// After the run: every state an observer was told pairs a token with a
+    /// value of the same leadership (the value's campaign or a proclaim of
+    /// the lock granted with that token, by that client); on one node
+    /// (`monotonic`) an observer never goes back to an older token; and
+    /// every observer's last state is the final one (`final_state`).
+    pub fn election_checks(
+        &self,
+        monotonic: bool,
+        final_state: Option<edgelock::core::Leadership>,
+    ) -> Result<ElectionStats, String> {
+        let Some(e) = self.redis_election.as_ref() else {
+            return Ok(ElectionStats::default());
+        };
+        let mut stats = ElectionStats::default();
+        for (c, log) in &e.observers {
+            let mut highest = 0;
+            for (begun, at, state) in &log.seen {
+                stats.observed += 1;
+                let Some(l) = state else {
+                    continue;
+                };
+                stats.observed_leaders += 1;
+                if monotonic && l.fencing_token < highest {
+                    return Err(format!(
+                        "observer {c} of {:?} saw token {} at t={at} after {highest}",
+                        log.name, l.fencing_token
+                    ));
+                }
+                highest = highest.max(l.fencing_token);
+                let Some(source) = e.values.get(&l.value) else {
+                    return Err(format!(
+                        "observer {c} of {:?} saw value {:?} nobody campaigned or proclaimed",
+                        log.name, l.value
+                    ));
+                };
+                // The grant of that token (a campaign abandoned between its
+                // record and its answer has none: nothing to pair).
+                let Some(g) = self
+                    .grants
+                    .iter()
+                    .find(|g| g.name == log.name && g.token == l.fencing_token)
+                else {
+                    continue;
+                };
+                stats.paired += 1;
+                // Never a leader that had resigned before the read began.
+                let resigned = self.history.iter().find(|r| {
+                    r.client == g.client
+                        && matches!(r.what, What::Release { lock, .. } if lock == g.lock)
+                        && r.outcome
+                            == Outcome::Released {
+                                held_until_release: true,
+                            }
+                        && r.end.is_some_and(|e| e < *begun)
+                });
+                if let Some(r) = resigned {
+                    return Err(format!(
+                        "observer {c} of {:?} saw token {} in a read begun at t={begun}, but that leadership resigned at t={:?}",
+                        log.name, l.fencing_token, r.end
+                    ));
+                }
+                let ok = match source {
+                    ValueSource::Campaign { client, op } => {
+                        *client == g.client
+                            && self.clients[*client].ops.get(op).is_some_and(|&i| {
+                                matches!(self.history[i].outcome, Outcome::Acquired { lock, .. } if lock == g.lock)
+                            })
+                    }
+                    ValueSource::Proclaim { client, lock } => *client == g.client && *lock == g.lock,
+                };
+                if !ok {
+                    return Err(format!(
+                        "observer {c} of {:?} saw token {} (client {}'s lock {:?}) paired with value {:?} of {source:?}",
+                        log.name, l.fencing_token, g.client, g.lock, l.value
+                    ));
+                }
+            }
+            let last = log.seen.last().map(|(_, _, s)| s.clone());
+            if last != Some(final_state.clone()) {
+                return Err(format!(
+                    "observer {c} of {:?} ended with {last:?}, the final state is {final_state:?}",
+                    log.name
+                ));
+            }
+        }
+        stats.proclaims = self
+            .history
+            .iter()
+            .filter(|r| matches!(r.what, What::Proclaim { .. }) && r.outcome == Outcome::Proclaimed)
+            .count() as u64;
+        Ok(stats)
+    }
+}
+
+/// What an election run saw.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ElectionStats {
+    pub observed: u64,
+    pub observed_leaders: u64,
+    /// Observed states whose token's grant was checked against the value.
+    pub paired: u64,
+    pub proclaims: u64,
 }

@@ -175,6 +175,10 @@ enum MValue {
     Err(String),
 }
 
+/// An election's leader record (`election::RECORD`): owner token,
+/// fencing token, value as stored (`=` + the value).
+type LeaderRecord = (Vec<u8>, Vec<u8>, Vec<u8>);
+
 /// One open subscription (a streaming response).
 #[derive(Clone, Debug)]
 struct Subscription {
@@ -196,6 +200,9 @@ pub struct RedisModel {
     /// Read-write locks' readers under their set's key: owner token and
     /// lease end on the node's clock (the scripts' `TIME`-scored sorted set).
     readers: HashMap<Vec<u8>, Vec<(Vec<u8>, u64)>>,
+    /// Elections' leader records (the hash `<lock key>:leader`): owner
+    /// token, fencing token, value as stored (`=` + the value).
+    records: HashMap<Vec<u8>, LeaderRecord>,
     pub log: Vec<Rec>,
     pub restarts: Vec<Millis>,
     /// HTTP requests answered.
@@ -251,6 +258,7 @@ fn script_keys(s: Script, numkeys: &[u8], rest: &[Vec<u8>]) -> Option<usize> {
         Script::AcquirePermit => n >= 5,
         Script::PermitCleanup => n >= 1,
         Script::Inspect => n >= 4,
+        Script::LeaderRecord | Script::Leader => n == 2,
     };
     parse_u64(numkeys)
         .map(|n| n as usize)
@@ -274,6 +282,7 @@ impl RedisModel {
             data: HashMap::new(),
             queues: HashMap::new(),
             readers: HashMap::new(),
+            records: HashMap::new(),
             log: Vec::new(),
             restarts: Vec::new(),
             requests: 0,
@@ -287,6 +296,49 @@ impl RedisModel {
             deliveries: 0,
             cleanup_deliveries: 0,
             acquire_evals: 0,
+        }
+    }
+
+    // ------------------------------------------------------------ elections
+
+    /// `election::RECORD` and `election::LEADER` (see their Lua).
+    fn election_script(
+        &mut self,
+        s: Script,
+        keys: &[Vec<u8>],
+        argv: &[Vec<u8>],
+        g: Millis,
+    ) -> MValue {
+        let (Some(key), Some(rec)) = (keys.first(), keys.get(1)) else {
+            return err("ERR bad election keys");
+        };
+        let holder = self.get(key, g);
+        match s {
+            Script::LeaderRecord => {
+                let [owner, fence, value, channel] = argv else {
+                    return err("ERR bad record arguments");
+                };
+                if holder.as_deref() != Some(owner.as_slice()) {
+                    return MValue::Int(0);
+                }
+                self.records
+                    .insert(rec.clone(), (owner.clone(), fence.clone(), value.clone()));
+                let payload = [b"leader:".as_slice(), fence].concat();
+                self.publish(channel, &payload);
+                MValue::Int(1)
+            }
+            _ => {
+                let pttl = self.pttl_int(key, g);
+                match (holder, self.records.get(rec)) {
+                    (Some(o), Some((owner, fence, value))) if o == *owner => MValue::Arr(vec![
+                        MValue::Int(1),
+                        MValue::Int(parse_i64(fence).unwrap_or(-1)),
+                        MValue::Int(pttl),
+                        MValue::Bulk(value.clone()),
+                    ]),
+                    _ => MValue::Arr(vec![MValue::Int(0), MValue::Int(0), MValue::Int(pttl)]),
+                }
+            }
         }
     }
 
@@ -593,6 +645,7 @@ impl RedisModel {
                 }
                 return MValue::Int(n);
             }
+            Script::LeaderRecord | Script::Leader => return self.election_script(s, keys, argv, g),
             Script::Inspect => {
                 let limit = keys
                     .get(2)
@@ -621,6 +674,8 @@ impl RedisModel {
             Script::AcquirePermit
             | Script::PermitCleanup
             | Script::Inspect
+            | Script::LeaderRecord
+            | Script::Leader
             | Script::AcquireShared
             | Script::ExtendShared
             | Script::ReleaseShared
@@ -1532,6 +1587,7 @@ impl SimServer for RedisModel {
         self.data.clear();
         self.queues.clear();
         self.readers.clear();
+        self.records.clear();
         self.cached.clear();
         // Its streams broke when it went down (the world closed them); a
         // restarted Redis has no subscribers.

@@ -106,6 +106,8 @@ pub(super) struct Held {
     /// A reader of a read-write lock: `key` is then the readers' set and
     /// `wake_base` the lock key (see `rwlock`).
     pub shared: bool,
+    /// A leadership (an election's lock, see `election`): it may proclaim.
+    pub leader: bool,
     pub ttl: u64,
     pub fencing_token: u64,
     pub expires_at: Millis,

@@ -16,7 +16,12 @@ use super::scripts::{self, Script};
 use super::subscription::{PushDecoder, PushFrame};
 use super::task::{Next, OnClose, Push, Task};
 use super::tasks::{
-    acquire::AcquireTask, extend, inspect::InspectTask, release::ReleaseTask, renew::RenewTask,
+    acquire::AcquireTask,
+    election::{self, LeaderTask, ObserveTask},
+    extend,
+    inspect::InspectTask,
+    release::ReleaseTask,
+    renew::RenewTask,
     resume::ResumeTask,
 };
 use super::value::{RedisCommand, RedisValue};
@@ -558,6 +563,15 @@ impl Engine {
     ) -> Result<OpId, LockError> {
         self.cx.rt.closing.check_open(self.cx.s.backend)?;
         let task: Box<dyn Task> = match op {
+            // The capabilities check refuses it too; the core does not trust its caller.
+            Operation::Acquire {
+                kind: LockKind::Leader,
+                ..
+            } => {
+                return Err(LockError::invalid(
+                    "a leadership is taken by a campaign, not an acquire",
+                ))
+            }
             Operation::Acquire {
                 name,
                 kind,
@@ -585,11 +599,28 @@ impl Engine {
             }
             Operation::Resume { handle } => Box::new(ResumeTask::new(&mut self.cx, &handle)?),
             Operation::Inspect { name } => Box::new(InspectTask::new(&mut self.cx, &name)?),
-            op @ (Operation::Campaign { .. }
-            | Operation::Proclaim { .. }
-            | Operation::Leader { .. }
-            | Operation::Observe { .. }
-            | Operation::AcquireAll { .. }) => {
+            Operation::Campaign {
+                name,
+                value,
+                options,
+            } => Box::new(AcquireTask::campaign(
+                &mut self.cx,
+                now,
+                &name,
+                &value,
+                &options,
+            )?),
+            Operation::Proclaim { lock, value } => {
+                match election::proclaim(&mut self.cx, lock, &value)? {
+                    Ok(task) => Box::new(task),
+                    Err(answered) => return Ok(answered),
+                }
+            }
+            Operation::Leader { name } => Box::new(LeaderTask::new(&mut self.cx, &name)?),
+            Operation::Observe { name, known, wait } => {
+                Box::new(ObserveTask::new(&mut self.cx, now, &name, known, wait)?)
+            }
+            op @ Operation::AcquireAll { .. } => {
                 return Err(crate::core::operation::unserved(self.cx.s.backend, &op))
             }
         };

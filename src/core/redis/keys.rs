@@ -19,6 +19,10 @@
 //!   intent `{<prefix>:<name>}:wintent` (set with a short `PX` by a waiting
 //!   writer so that new readers queue behind it); the writer is the lock
 //!   key itself and the counter is the name's
+//! - election (see [`super::election`]): the leader record
+//!   `{<prefix>:<name>}:leader` (a hash: the holder's owner token, fencing
+//!   token and value; no expiry, reported only while its owner holds the
+//!   lock key); the leader's lock is the lock key itself
 //!
 //! The braces make the pair one Redis Cluster hash slot, so that a script
 //! may touch both (Upstash and any cluster require it). Redis hashes the

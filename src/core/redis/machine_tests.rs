@@ -790,6 +790,7 @@ fn a_manual_extend_during_a_renewal_does_not_make_the_timer_spin() {
     assert!(h.next_timer() > h.now);
 }
 
+mod election;
 mod push;
 mod rwlock;
 

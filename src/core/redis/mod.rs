@@ -9,10 +9,12 @@
 //!
 //! Both grant exclusive locks and semaphore permits ([`semaphore`]); one
 //! node also grants shared holds of a read-write lock ([`rwlock`]), which
-//! Redlock refuses with `INVALID_ARGUMENT`.
+//! Redlock refuses with `INVALID_ARGUMENT`. Both hold elections
+//! ([`election`]: campaign, proclaim, leader, observe).
 //!
 //! Layout: `value` (commands and replies), `upstash` / `webdis` (the two
-//! HTTP codecs), `codec` (one node), `scripts` (the Lua scripts), `keys`,
+//! HTTP codecs), `codec` (one node), `scripts` (the Lua scripts), `election`
+//! (elections' record, scripts and replies), `keys`,
 //! `quorum` (pure arithmetic), `round` (one command's answers from a set of
 //! nodes); the shared machine: `engine` (the scheduler) runs the tasks of
 //! `tasks/` (one state machine per file) through the one interface in
@@ -21,6 +23,7 @@
 
 pub mod codec;
 mod context;
+pub mod election;
 mod engine;
 pub mod keys;
 pub mod quorum;

@@ -225,4 +225,4 @@ impl RedlockMachine {
 }
 
 // Not `Shared`: see `rwlock.rs` for why Redlock refuses read-write locks.
-delegate_lock_machine!(RedlockMachine, [Exclusive, Permits]);
+delegate_lock_machine!(RedlockMachine, [Exclusive, Permits, Leader]);

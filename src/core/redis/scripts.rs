@@ -406,11 +406,15 @@ pub enum Script {
     ReleaseShared,
     /// [`STATUS_SHARED`].
     StatusShared,
+    /// [`super::election::RECORD`].
+    LeaderRecord,
+    /// [`super::election::LEADER`].
+    Leader,
 }
 
 impl Script {
     /// Every script.
-    pub const ALL: [Script; 13] = [
+    pub const ALL: [Script; 15] = [
         Script::Acquire,
         Script::Extend,
         Script::Release,
@@ -424,6 +428,8 @@ impl Script {
         Script::ExtendShared,
         Script::ReleaseShared,
         Script::StatusShared,
+        Script::LeaderRecord,
+        Script::Leader,
     ];
 
     /// The Lua source sent with `EVAL`.
@@ -442,6 +448,8 @@ impl Script {
             Script::ExtendShared => EXTEND_SHARED,
             Script::ReleaseShared => RELEASE_SHARED,
             Script::StatusShared => STATUS_SHARED,
+            Script::LeaderRecord => super::election::RECORD,
+            Script::Leader => super::election::LEADER,
         }
     }
 

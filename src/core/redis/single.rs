@@ -115,4 +115,4 @@ impl RedisMachine {
     }
 }
 
-delegate_lock_machine!(RedisMachine, [Exclusive, Shared, Permits]);
+delegate_lock_machine!(RedisMachine, [Exclusive, Shared, Permits, Leader]);

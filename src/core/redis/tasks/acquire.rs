@@ -43,9 +43,10 @@
 use super::super::context::{
     Context, Held, PUSH_FALLBACK_MS, QUEUE_LEASE_MS, TOKEN_BYTES, WAITER_BYTES,
 };
+use super::super::election::{self, LEADER_MESSAGE_PREFIX};
 use super::super::keys::readers_key;
 use super::super::quorum::{expires_at, free_quorum_in, verdict, AttemptVerdict};
-use super::super::round::{NodeError, Round};
+use super::super::round::{FlagCount, NodeError, Round};
 use super::super::scripts::{self, AcquireReply};
 use super::super::subscription::wake_channel;
 use super::super::task::{Next, OnClose, Push, Task};
@@ -98,6 +99,9 @@ struct Attempts {
     permit: Option<Permit>,
     /// A reader of a read-write lock.
     shared: bool,
+    /// A campaign's value (see [`election`](super::super::election)): the
+    /// leader record is written before the grant.
+    leader: Option<String>,
 }
 
 /// How an attempt's round turned out, whatever its script.
@@ -146,6 +150,8 @@ enum Phase {
     Attempt,
     /// Strict fencing: raising the counters to `fence` before handing out.
     Raise { fence: u64 },
+    /// A campaign: writing the leader record for the lock granted at `fence`.
+    Record { fence: u64 },
     /// Deleting this attempt's key where it may exist, then `next`.
     Cleanup { next: AfterCleanup },
     /// A queued waiter leaving the queue before reporting `next`.
@@ -178,7 +184,7 @@ impl AcquireTask {
         super::super::validate_lock_ttl(ttl, cx.s.request_timeout_ms, cx.s.drift_factor)?;
         let (key, fence_key) = cx.keys_for(name);
         let permit = match kind {
-            LockKind::Exclusive => None,
+            LockKind::Exclusive | LockKind::Leader => None,
             LockKind::Permits { limit } => {
                 // The capabilities check refused these already; the core
                 // must not trust its caller for the slot arithmetic.
@@ -222,11 +228,29 @@ impl AcquireTask {
             raises: 0,
             permit,
             shared: kind == LockKind::Shared,
+            leader: None,
         };
         Ok(AcquireTask {
             a,
             phase: Phase::Sleep { until: now },
         })
+    }
+}
+
+impl AcquireTask {
+    /// A campaign (see [`election`](super::super::election)): an exclusive
+    /// acquire of `name` that writes the leader record before the grant.
+    pub(in super::super) fn campaign(
+        cx: &mut Context,
+        now: Millis,
+        name: &str,
+        value: &str,
+        opts: &AcquireOptions,
+    ) -> Result<Self, LockError> {
+        crate::core::operation::check_campaign_value(value)?;
+        let mut task = AcquireTask::new(cx, now, name, LockKind::Leader, opts)?;
+        task.a.leader = Some(value.to_string());
+        Ok(task)
     }
 }
 
@@ -258,6 +282,10 @@ impl Task for AcquireTask {
             *live = push != Push::Down;
         }
         if let Push::Message(payload) = &push {
+            // A leader record written or proclaimed frees nothing.
+            if payload.starts_with(LEADER_MESSAGE_PREFIX) {
+                return false;
+            }
             // One release publishes on every node it held: wake once.
             if self.a.last_wake.as_deref() == Some(payload.as_slice()) {
                 return false;
@@ -288,10 +316,11 @@ impl Task for AcquireTask {
             (Phase::Sleep { until }, _) => a.attempt(cx, until, now),
             (Phase::Attempt, Some(round)) => a.after_attempt(cx, round, now),
             (Phase::Raise { fence }, Some(round)) => a.after_raise(cx, round, fence, now),
+            (Phase::Record { fence }, Some(round)) => a.after_record(cx, round, fence, now),
             (Phase::Cleanup { next }, _) => a.after_cleanup(cx, next, now),
             (Phase::Leave { next }, _) => a.report(cx, next),
             // The engine steps a task without a round only when it asked for none.
-            (Phase::Attempt | Phase::Raise { .. }, None) => {
+            (Phase::Attempt | Phase::Raise { .. } | Phase::Record { .. }, None) => {
                 let error =
                     LockError::internal("an acquire was stepped without the round it waits for");
                 a.finish(cx, AfterCleanup::Fail(error))
@@ -348,12 +377,15 @@ impl Attempts {
             let cmd = scripts::acquire_shared(&self.key, &self.fence_key, &self.token, self.ttl);
             return Next::round(self.into_task(Phase::Attempt), cmd, cx.all_nodes());
         }
+        // A campaign on one node is always fair: candidates lead in the
+        // order they started waiting (see `election`).
+        let fair = cx.s.fair || self.leader.is_some();
         let cmd = match &self.waiter {
             // One node: a fair lock's every attempt goes through the queue
             // (a try never queues); a waiter of the default lock joins it
             // once it waits (its first attempt met contention), so that a
             // release wakes one waiter, not all of them.
-            Some(waiter) if cx.s.fair || self.listening => {
+            Some(waiter) if fair || self.listening => {
                 let lease = if self.wait == Wait::Try {
                     0
                 } else {
@@ -367,7 +399,7 @@ impl Attempts {
                     self.ttl,
                     waiter,
                     lease,
-                    cx.s.fair,
+                    fair,
                 )
             }
             _ => {
@@ -701,8 +733,41 @@ impl Attempts {
         Next::Done
     }
 
-    /// Hands the lock out: `fence` is its token, `exp` its validity end.
+    /// A campaign's record round ended: the leadership is handed out if a
+    /// quorum wrote it while the lock is still valid; otherwise the attempt
+    /// is cleaned up and counts as unavailable (the lock may have been lost
+    /// between the grant and the record: retried like an acquire).
+    fn after_record(mut self, cx: &mut Context, round: Round, fence: u64, now: Millis) -> Next {
+        let c = FlagCount::of(&round);
+        let all = cx.all_nodes();
+        if let Some(e) = self.abort.clone() {
+            return self.cleanup(cx, all, AfterCleanup::Fail(e), now);
+        }
+        if c.confirmed >= cx.quorum_size() {
+            if let Some(exp) = expires_at(self.attempt_start, now, self.ttl, cx.s.drift_factor) {
+                return self.grant_now(cx, fence, exp);
+            }
+        }
+        let e = cx.round_error(&self.name, c.first_error.as_ref(), c.confirmed);
+        let next = self.unavailable_next(cx, e, now);
+        self.cleanup(cx, all, next, now)
+    }
+
+    /// Hands the lock out (a campaign writes its leader record first).
     fn grant(self, cx: &mut Context, fence: u64, exp: Millis) -> Next {
+        if self.op.is_none() {
+            return Next::Done;
+        }
+        if let Some(value) = &self.leader {
+            let cmd = election::record(&self.key, &self.token, fence, value);
+            let targets = cx.all_nodes();
+            return Next::round(self.into_task(Phase::Record { fence }), cmd, targets);
+        }
+        self.grant_now(cx, fence, exp)
+    }
+
+    /// Hands the lock out: `fence` is its token, `exp` its validity end.
+    fn grant_now(self, cx: &mut Context, fence: u64, exp: Millis) -> Next {
         let Some(op) = self.op else { return Next::Done };
         let id = cx.rt.out.lock_id();
         // A reader's held key is the readers' set; its release wakes the lock's waiters.
@@ -714,6 +779,7 @@ impl Attempts {
         let kind = match &self.permit {
             Some(p) => LockKind::Permits { limit: p.limit() },
             None if self.shared => LockKind::Shared,
+            None if self.leader.is_some() => LockKind::Leader,
             None => LockKind::Exclusive,
         };
         let handle = LockHandle {
@@ -747,6 +813,7 @@ impl Attempts {
             wake_base,
             token: self.token,
             shared: self.shared,
+            leader: self.leader.is_some(),
             ttl: self.ttl,
             fencing_token: fence,
             expires_at: exp,

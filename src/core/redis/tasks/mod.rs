@@ -1,9 +1,10 @@
 //! The engine's tasks, one state machine per file: `acquire` (attempts,
 //! cleanup, waiting), `release` (also the background delete of a lost
-//! lock's keys), `extend`, `renew` (the watchdog), `resume`, `inspect`;
+//! lock's keys), `extend`, `renew` (the watchdog), `resume`, `inspect`; `election` (proclaim, leader, observe);
 //! `permit` is a semaphore permit's part of `acquire`.
 
 pub(super) mod acquire;
+pub(super) mod election;
 pub(super) mod extend;
 pub(super) mod inspect;
 mod permit;

@@ -49,7 +49,7 @@ impl ResumeTask {
         // A handle resumes as the kind it was granted as: a permit on its
         // slot's key (waking its semaphore's waiters), a lock on the lock key.
         let (expected, wake_base) = match (handle.kind, handle.slot) {
-            (LockKind::Exclusive, None) => (key.clone(), key),
+            (LockKind::Exclusive | LockKind::Leader, None) => (key.clone(), key),
             // Redlock does not grant shared holds (see `rwlock`).
             (LockKind::Shared, None) if cx.node_count() == 1 => (readers_key(&key), key),
             (LockKind::Permits { limit }, Some(slot)) if slot < limit => {
@@ -167,6 +167,7 @@ impl Task for ResumeTask {
                     wake_base,
                     token: handle.owner,
                     shared,
+                    leader: handle.kind == LockKind::Leader,
                     ttl,
                     fencing_token: handle.fencing_token,
                     expires_at: exp,
