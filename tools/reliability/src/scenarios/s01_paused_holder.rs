@@ -170,6 +170,10 @@ struct Trial {
     overlaps_believed: usize,
     stale_accepted: usize,
     acked_lost: usize,
+    /// Holds recorded (per name) and writes the resource accepted / refused.
+    holds: usize,
+    writes_accepted: usize,
+    stale_rejected: usize,
     /// Names held across one of their own failed acquires (lock sets).
     held_through_failed: usize,
     /// Elections: what the observer showed.
@@ -222,6 +226,15 @@ fn trial_report(
     r.figure(
         "holder told Lost after SIGCONT (ms, per trial)",
         fmt_list(&learned),
+    );
+    r.figure(
+        "holds / writes accepted / stale writes rejected",
+        format!(
+            "{} / {} / {}",
+            sum(|t| t.holds),
+            sum(|t| t.writes_accepted),
+            sum(|t| t.stale_rejected)
+        ),
     );
     r.figure("overlapping holds believed", sum(|t| t.overlaps_believed));
     r.figure(
@@ -579,6 +592,9 @@ fn one_trial(spec: &BackendSpec, lock: &str, kind: Kind) -> Result<Trial, String
         overlaps_believed: verdict.overlaps_believed,
         stale_accepted: verdict.stale_accepted,
         acked_lost: verdict.acked_lost,
+        holds: verdict.acquisitions,
+        writes_accepted: verdict.writes_accepted,
+        stale_rejected: verdict.stale_rejected,
         held_through_failed: held_through_failed_acquire(&ops),
         observer,
     })
