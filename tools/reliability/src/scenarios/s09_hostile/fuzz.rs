@@ -407,6 +407,16 @@ impl Session {
                         Ok(Outcome::Extended { .. } | Outcome::Inspected(_) | Outcome::NotAcquired),
                     ..
                 }
+                // The fuzzer never campaigns nor takes lock sets.
+                | Event::Completed {
+                    result:
+                        Ok(
+                            Outcome::Proclaimed { .. }
+                            | Outcome::Leader(_)
+                            | Outcome::AcquiredAll(_),
+                        ),
+                    ..
+                }
                 | Event::Renewed { .. } => {}
             }
         }

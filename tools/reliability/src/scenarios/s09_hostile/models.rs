@@ -551,6 +551,10 @@ impl RedisModel {
                 | Script::ReleaseShared
                 | Script::StatusShared,
             ) => Err("ERR read-write locks are not modelled here".into()),
+            // The hostile scenarios take locks only: no leader record.
+            Some(Script::LeaderRecord | Script::Leader) => {
+                Err("ERR elections are not modelled here".into())
+            }
             None => Err("NOSCRIPT unknown script".into()),
         }
     }
