@@ -505,6 +505,9 @@ fn elect_sets_report(
         "holds (leaderships, and one per name of each set)",
         v.acquisitions,
     );
+    if set_max > 4 * set_min.max(1) {
+        r.note(format!("Lock sets are served unevenly ({set_min} to {set_max} sets per taker): acquire_all takes the names one at a time in canonical order, and no queue spans several names. What is checked is progress (every taker completes sets; a deadlock would stop some at 0), not fairness."));
+    }
     r.figure("proclaims accepted", proclaims);
     r.figure("writes accepted", v.writes_accepted);
     r.figure("errors", v.errors_text());
