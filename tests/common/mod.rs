@@ -12,12 +12,15 @@ use std::time::Duration;
 use edgelock::core::*;
 use edgelock::native::Client;
 
+/// A hook called with every input a machine is given.
+pub type InputHook = Box<dyn FnMut(&Input) + Send>;
+
 /// Calls `on_send` with every HTTP request a machine emits, and `on_input`
 /// (if any) with every input it is given (wraps it; changes nothing else).
 pub struct Observing<M> {
     pub inner: M,
     pub on_send: Box<dyn FnMut(&HttpRequest) + Send>,
-    pub on_input: Option<Box<dyn FnMut(&Input) + Send>>,
+    pub on_input: Option<InputHook>,
 }
 
 impl<M: LockMachine> LockMachine for Observing<M> {
