@@ -620,7 +620,7 @@ impl Engine {
             Operation::Observe { name, known, wait } => {
                 Box::new(ObserveTask::new(&mut self.cx, now, &name, known, wait)?)
             }
-            op @ Operation::AcquireAll { .. } => {
+            op @ (Operation::AcquireAll { .. } | Operation::Reenter { .. }) => {
                 return Err(crate::core::operation::unserved(self.cx.s.backend, &op))
             }
         };

@@ -24,6 +24,9 @@ mod local_names;
 mod lock_machine;
 mod operations;
 mod permits;
+mod reentry;
+#[cfg(test)]
+mod reentry_tests;
 mod requests;
 #[cfg(test)]
 mod scripted;
@@ -141,6 +144,11 @@ struct HeldLock {
     /// A leadership (`LockKind::Leader`): an exclusive hold whose key's
     /// value carries the campaign value (see `election.rs`).
     leader: bool,
+    /// A hold taken by [`Operation::Reenter`] (see `reentry.rs`): it shares
+    /// the key of an outer hold and does not claim the name locally (the
+    /// outer hold, if it is local, does; its claim passes on to a local
+    /// hold of the same key when it is released first).
+    reentered: bool,
 }
 
 impl HeldLock {
@@ -148,7 +156,13 @@ impl HeldLock {
     /// named by the lease alone, so a second local acquire must wait for it;
     /// permits and shared holds have keys of their own per acquisition.
     fn claims_name(&self) -> bool {
-        self.slot.is_none() && !self.shared
+        self.slot.is_none() && !self.shared && !self.reentered
+    }
+
+    /// Whether holds can be counted on the key: an exclusive lock (not a
+    /// leadership, a permit or a shared hold).
+    fn countable(&self) -> bool {
+        self.slot.is_none() && !self.shared && !self.leader
     }
 
     /// Every key of the hold with its create revision: the lock's key, and a
@@ -186,7 +200,10 @@ enum OpKind {
     Acquire(Acquire),
     Release {
         lock: LockId,
+        /// Where an exclusive lock's release is (see `reentry.rs`).
+        step: reentry::ReleaseStep,
     },
+    Reenter(reentry::Reenter),
     Extend {
         lock: LockId,
         phase: ExtendPhase,

@@ -370,7 +370,7 @@ impl EtcdMachine {
         if let Some(l) = self.locks.remove(&lock) {
             self.rt.out.lost(lock, l.name.clone(), reason.clone());
             if l.claims_name() {
-                self.free_name(now, &l.name);
+                self.pass_on_name(now, &l);
             } else if l.slot.is_some() && reason == LostReason::KeyGone {
                 // One of a permit's keys is gone, the other may not be: on a
                 // lease that lives on, a slot key without its holder would
