@@ -646,6 +646,46 @@ mod tests {
     }
 
     #[test]
+    fn only_exclusive_handles_reenter() {
+        let caps = Capabilities {
+            kinds: &[
+                KindFamily::Exclusive,
+                KindFamily::Shared,
+                KindFamily::Permits,
+                KindFamily::Leader,
+            ],
+        };
+        let reenter = |kind| Operation::Reenter {
+            handle: LockHandle {
+                v: 1,
+                backend: BackendKind::Etcd,
+                name: "r".into(),
+                key: "k".into(),
+                owner: "1".into(),
+                fencing_token: 7,
+                revision: 7,
+                kind,
+                slot: None,
+            },
+        };
+        assert!(caps
+            .check(BackendKind::Etcd, &reenter(LockKind::Exclusive))
+            .is_ok());
+        assert_eq!(reenter(LockKind::Exclusive).name(), Some("r"));
+        for kind in [
+            LockKind::Shared,
+            LockKind::Permits { limit: 2 },
+            LockKind::Leader,
+        ] {
+            let e = caps.check(BackendKind::Etcd, &reenter(kind)).unwrap_err();
+            assert_eq!(e.code(), "INVALID_ARGUMENT");
+            assert!(e.to_string().contains("only an exclusive lock"), "{e}");
+        }
+        let e = unserved(BackendKind::Redlock, &reenter(LockKind::Exclusive));
+        assert!(e.to_string().contains("reentrant locks"), "{e}");
+    }
+
+    #[test]
     fn a_mismatched_outcome_is_an_internal_error() {
         let e = Outcome::Closed.into_acquired().unwrap_err();
         assert_eq!(e.code(), "INTERNAL");
