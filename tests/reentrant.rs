@@ -1,0 +1,197 @@
+//! Reentrant locks against real servers: a holder re-enters by its lock's
+//! handle (from another client, as another process would), the hold count
+//! lives on the backend, and only the release of the last hold frees the lock.
+#![cfg(feature = "native")]
+
+use std::sync::atomic::Ordering;
+
+use edgelock::core::etcd::{EtcdConfig, EtcdMachine};
+use edgelock::core::*;
+use edgelock::native::{Client, OsEntropy};
+use edgelock_devtools::EtcdServer;
+
+mod common;
+use common::etcd_raw::{b64, keys_of, raw};
+use serde_json::json;
+
+fn client(etcd: &EtcdServer) -> Client {
+    Client::etcd(EtcdConfig::new(vec![etcd.url()])).expect("client")
+}
+
+fn counting_client(etcd: &EtcdServer) -> (Client, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    common::counting_client(
+        EtcdMachine::new(EtcdConfig::new(vec![etcd.url()]), Box::new(OsEntropy)).unwrap(),
+    )
+}
+
+/// The value of `name`'s hold count key, if it exists.
+fn count_of(etcd: &EtcdServer, name: &str) -> Option<String> {
+    let key = format!("edgelock/{name}%holds");
+    let v = raw(etcd, "/v3/kv/range", json!({ "key": b64(key.as_bytes()) }));
+    let kv = v["kvs"].as_array()?.first()?.clone();
+    let value = kv["value"].as_str()?;
+    String::from_utf8(edgelock::core::b64::decode(value.as_bytes())?).ok()
+}
+
+/// Whether a third client can take `name` right now (released at once).
+fn free(other: &Client, name: &str) -> bool {
+    match other.try_acquire(name).unwrap() {
+        Some(l) => {
+            assert!(l.release().unwrap());
+            true
+        }
+        None => false,
+    }
+}
+
+#[test]
+fn etcd_reentry_from_another_client_outer_released_first() {
+    let etcd = EtcdServer::start().expect("start etcd");
+    let (a, b, c) = (client(&etcd), client(&etcd), client(&etcd));
+    let outer = a.acquire("job", None).unwrap();
+    let inner = b.reenter(outer.handle()).unwrap();
+    assert_eq!(inner.fencing_token(), outer.fencing_token(), "same token");
+    assert_eq!(inner.handle(), outer.handle(), "same handle");
+    let count = count_of(&etcd, "job").expect("a count key");
+    assert!(
+        count.starts_with(&format!("{}:2:", outer.fencing_token())),
+        "{count}"
+    );
+    assert_eq!(
+        keys_of(&etcd, "job").len(),
+        1,
+        "the count is outside the name's range"
+    );
+    assert!(!free(&c, "job"));
+    assert!(
+        outer.release().unwrap(),
+        "a decrement is a release of a held hold"
+    );
+    assert!(!free(&c, "job"), "one hold left");
+    assert_eq!(keys_of(&etcd, "job").len(), 1);
+    assert!(inner.release().unwrap());
+    assert!(keys_of(&etcd, "job").is_empty());
+    assert_eq!(
+        count_of(&etcd, "job"),
+        None,
+        "the count key goes with the lock"
+    );
+    assert!(free(&c, "job"));
+    for x in [a, b, c] {
+        x.close().unwrap();
+    }
+}
+
+#[test]
+fn etcd_reentry_inner_released_first_and_a_waiter_gets_in_after_the_last() {
+    let etcd = EtcdServer::start().expect("start etcd");
+    let (a, b, c) = (client(&etcd), client(&etcd), client(&etcd));
+    let outer = a.acquire("job", None).unwrap();
+    let token = outer.fencing_token();
+    let inner = b.reenter(outer.handle()).unwrap();
+    let inner2 = a.reenter(outer.handle()).unwrap();
+    assert_eq!(inner2.fencing_token(), token);
+    let waiter = std::thread::spawn(move || {
+        let l = c
+            .acquire("job", Some(std::time::Duration::from_secs(30)))
+            .unwrap();
+        let t = l.fencing_token();
+        l.release().unwrap();
+        t
+    });
+    assert!(inner.release().unwrap());
+    assert!(inner2.release().unwrap());
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(!waiter.is_finished(), "the outer hold still holds");
+    assert!(outer.release().unwrap());
+    let waited = waiter.join().unwrap();
+    assert!(waited > token, "the waiter got in after the last release");
+    assert!(keys_of(&etcd, "job").is_empty());
+    assert_eq!(count_of(&etcd, "job"), None);
+}
+
+#[test]
+fn etcd_a_stale_handle_is_lost_and_never_frees_the_next_holders_lock() {
+    let etcd = EtcdServer::start().expect("start etcd");
+    let (a, b, c) = (client(&etcd), client(&etcd), client(&etcd));
+    let outer = a.acquire("job", None).unwrap();
+    let handle = outer.handle().clone();
+    let inner = b.reenter(&handle).unwrap();
+    assert!(inner.release().unwrap());
+    assert!(outer.release().unwrap());
+    // Every hold is gone: the count never goes below zero, the lock is free.
+    let next = c.acquire("job", None).unwrap();
+    assert!(next.fencing_token() > handle.fencing_token);
+    let e = b.reenter(&handle).unwrap_err();
+    assert_eq!(e.code(), "LOST", "{e}");
+    assert_eq!(count_of(&etcd, "job"), None, "nothing counted");
+    assert!(!free(&b, "job"), "the next holder still holds");
+    assert_eq!(
+        c.inspect("job").unwrap().fencing_token,
+        Some(next.fencing_token())
+    );
+    // A handle whose lease is gone (its client closed): LOST as well.
+    let gone = a.acquire("other", None).unwrap();
+    let handle = gone.handle().clone();
+    a.close().unwrap();
+    assert_eq!(b.reenter(&handle).unwrap_err().code(), "LOST");
+    assert!(next.release().unwrap());
+}
+
+#[test]
+fn etcd_only_exclusive_handles_reenter_with_no_request() {
+    let etcd = EtcdServer::start().expect("start etcd");
+    let a = client(&etcd);
+    let (b, sent) = counting_client(&etcd);
+    let permit = a
+        .try_acquire_kind("sem", LockKind::Permits { limit: 2 })
+        .unwrap()
+        .unwrap();
+    let shared = a.try_acquire_kind("rw", LockKind::Shared).unwrap().unwrap();
+    for handle in [permit.handle(), shared.handle()] {
+        let e = b.reenter(handle).unwrap_err();
+        assert_eq!(e.code(), "INVALID_ARGUMENT", "{e}");
+        assert!(e.to_string().contains("only an exclusive lock"), "{e}");
+    }
+    let mut leader = permit.handle().clone();
+    leader.kind = LockKind::Leader;
+    leader.slot = None;
+    assert_eq!(b.reenter(&leader).unwrap_err().code(), "INVALID_ARGUMENT");
+    assert_eq!(sent.load(Ordering::SeqCst), 0, "no request sent");
+}
+
+/// Requests per operation (uncontended), printed for the record and checked.
+#[test]
+fn etcd_requests_per_reentrant_operation() {
+    let etcd = EtcdServer::start().expect("start etcd");
+    let (a, sent_a) = counting_client(&etcd);
+    let (b, sent_b) = counting_client(&etcd);
+    // Warm the session lease up.
+    a.acquire("warm", None).unwrap().release().unwrap();
+    let n = |s: &std::sync::atomic::AtomicUsize| s.load(Ordering::SeqCst);
+    let before = n(&sent_a);
+    let plain = a.acquire("job", None).unwrap();
+    let acquire = n(&sent_a) - before;
+    let before = n(&sent_a);
+    assert!(plain.release().unwrap());
+    let release = n(&sent_a) - before;
+    println!("plain: acquire {acquire} request(s), release {release}");
+    assert_eq!((acquire, release), (1, 1), "a plain release stays one txn");
+
+    let outer = a.acquire("job", None).unwrap();
+    let before = n(&sent_b);
+    let inner = b.reenter(outer.handle()).unwrap();
+    let reenter = n(&sent_b) - before;
+    let before = n(&sent_b);
+    assert!(inner.release().unwrap());
+    let decrement = n(&sent_b) - before;
+    let before = n(&sent_a);
+    assert!(outer.release().unwrap());
+    let last = n(&sent_a) - before;
+    println!("reenter {reenter} (keepalive + txn), its release {decrement}, the outer's last release {last}");
+    assert_eq!((reenter, decrement), (2, 2));
+    assert_eq!(
+        last, 2,
+        "the last hold reads the count (1) and deletes both keys"
+    );
+}
