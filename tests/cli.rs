@@ -1013,3 +1013,63 @@ fn election_flags_are_checked_before_any_request() {
         );
     }
 }
+
+/// A `run` inside a `run` of the same name re-enters through
+/// EDGELOCK_LOCK_HANDLE (no self-deadlock), sees the outer token, gives its
+/// hold back (the outer still holds), and the lock is free afterwards.
+#[test]
+fn a_nested_run_of_the_same_name_reenters() {
+    let etcd = Etcd::start();
+    let url = etcd.url();
+    let script = r#"
+        echo "outer=$EDGELOCK_FENCING_TOKEN"
+        test -n "$EDGELOCK_LOCK_HANDLE" || exit 3
+        "$EL" run --etcd "$URL" nest -- sh -c 'echo "inner=$EDGELOCK_FENCING_TOKEN"' || exit 4
+        # The inner hold is given back; the outer one still holds.
+        env -u EDGELOCK_LOCK_HANDLE "$EL" run --etcd "$URL" --try nest -- true
+        echo "other-client=$?"
+        # A handle of another name is ignored: a normal acquire.
+        "$EL" run --etcd "$URL" --try other -- true || exit 5
+    "#;
+    let out = Command::new("timeout")
+        .args([
+            "60", BIN, "run", "--etcd", &url, "nest", "--", "sh", "-c", script,
+        ])
+        .env("EL", BIN)
+        .env("URL", &url)
+        .env_remove("EDGELOCK_LOCK_HANDLE")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run edgelock");
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    let token = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("outer="))
+        .expect("outer token")
+        .to_string();
+    assert!(
+        stdout.contains(&format!("inner={token}\n")),
+        "the child saw the outer token: {stdout}"
+    );
+    assert!(
+        stderr.contains(&format!("edgelock: re-entered nest token={token}")),
+        "{stderr}"
+    );
+    assert!(stdout.contains("other-client=73"), "{stdout}\n{stderr}");
+    // The credential is never printed.
+    assert!(
+        !stderr.contains("owner") && !stdout.contains("owner"),
+        "{stderr}"
+    );
+    // Every hold ended: the lock is free.
+    let out = output(&["run", "--etcd", &url, "--try", "nest", "--", "true"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(etcd
+        .call(
+            "/v3/kv/range",
+            &serde_json::json!({ "key": base64::engine::general_purpose::STANDARD.encode("edgelock/nest%holds") })
+                .to_string()
+        )
+        .is_some_and(|v| v["kvs"].as_array().map_or(true, |a| a.is_empty())));
+}
