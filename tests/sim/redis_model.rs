@@ -252,7 +252,10 @@ fn parse_u64(b: &[u8]) -> Option<u64> {
 fn script_keys(s: Script, numkeys: &[u8], rest: &[Vec<u8>]) -> Option<usize> {
     let ok = |n: usize| match s {
         Script::Extend | Script::Status | Script::ExtendShared | Script::StatusShared => n == 2,
-        Script::Release | Script::Acquire | Script::AcquireShared => n == 4,
+        Script::Acquire | Script::AcquireShared => n == 4,
+        // v4: also the hold count (reentrant holds).
+        Script::Release => n == 5,
+        Script::Reenter => n == 2,
         Script::ReleaseShared | Script::Leave => n == 5,
         Script::AcquireQueued => n == 6,
         Script::AcquirePermit => n >= 5,
@@ -263,6 +266,14 @@ fn script_keys(s: Script, numkeys: &[u8], rest: &[Vec<u8>]) -> Option<usize> {
     parse_u64(numkeys)
         .map(|n| n as usize)
         .filter(|n| ok(*n) && rest.len() >= *n)
+}
+
+/// A hold count's `<owner>:<holds>` (the last `:` splits, as the script's
+/// `^(.*):(%d+)$` does).
+fn token_of_count(c: &[u8]) -> Option<(Vec<u8>, u64)> {
+    let i = c.iter().rposition(|b| *b == b':')?;
+    let n = parse_u64(&c[i + 1..])?;
+    Some((c[..i].to_vec(), n))
 }
 
 fn parse_i64(b: &[u8]) -> Option<i64> {
@@ -770,6 +781,27 @@ impl RedisModel {
                     renew: false,
                 });
                 if ours {
+                    // v4: a count of more than one hold of this owner takes
+                    // one away (2: the key stays, nobody is woken); any
+                    // other count goes with the key.
+                    if let Some(holds_key) = keys.get(4) {
+                        if let Some(c) = self.get(holds_key, g) {
+                            let mut owner = token_of_count(&c);
+                            if let Some((o, n)) =
+                                owner.take().filter(|(o, n)| *o == arg(0) && *n > 1)
+                            {
+                                if n == 2 {
+                                    self.data.remove(holds_key.as_slice());
+                                } else {
+                                    let v = [o.as_slice(), b":", (n - 1).to_string().as_bytes()]
+                                        .concat();
+                                    self.set(holds_key, v, None, g);
+                                }
+                                return MValue::Int(2);
+                            }
+                            self.data.remove(holds_key.as_slice());
+                        }
+                    }
                     self.data.remove(key);
                     // `redis.call('PUBLISH', ARGV[3], 'released:' .. ARGV[2])`:
                     // without ARGV[3] the call fails after the DEL (a Lua error
@@ -791,6 +823,26 @@ impl RedisModel {
                     }
                 }
                 MValue::Int(ours as i64)
+            }
+            Script::Reenter => {
+                let token = arg(0);
+                if self.get(key, g).as_deref() != Some(token.as_slice()) {
+                    return MValue::Arr(vec![MValue::Int(0), MValue::Int(0), MValue::Int(0)]);
+                }
+                // KEYS[2] is the hold count here (`fence` names the second key).
+                let n = self
+                    .get(fence, g)
+                    .and_then(|c| token_of_count(&c))
+                    .filter(|(o, _)| *o == token)
+                    .map_or(1, |(_, n)| n)
+                    + 1;
+                let v = [token.as_slice(), b":", n.to_string().as_bytes()].concat();
+                self.set(fence, v, None, g);
+                MValue::Arr(vec![
+                    MValue::Int(1),
+                    MValue::Int(n as i64),
+                    MValue::Int(self.pttl_int(key, g)),
+                ])
             }
             Script::AcquireQueued => {
                 self.acquire_evals += 1;

@@ -24,6 +24,11 @@
 //!   token and value; no expiry, reported only while its owner holds the
 //!   lock key); the leader's lock is the lock key itself
 //!
+//! - reentrant holds (see `scripts::REENTER`): the hold count
+//!   `<lock key>:holds` (`<owner token>:<holds>`, no expiry: a count whose
+//!   owner no longer holds the lock is stale and ignored; releases delete
+//!   it). It extends the lock key, so it shares its hash tag
+//!
 //! The braces make the pair one Redis Cluster hash slot, so that a script
 //! may touch both (Upstash and any cluster require it). Redis hashes the
 //! text between the first `{` and the first `}` after it; the fencing key
@@ -167,4 +172,9 @@ mod tests {
             prop_assert!(hash_tag(&k).starts_with(&expected));
         }
     }
+}
+
+/// The hold count of the exclusive lock at `key` (see `scripts::REENTER`).
+pub fn holds_key(key: &str) -> String {
+    format!("{key}:holds")
 }

@@ -82,10 +82,26 @@ return {0, f}";
 /// `released:<fence>:<waiter>`, and only that waiter attempts; a dead head
 /// (lease over) is not named, so every waiter attempts and the queued
 /// acquire script drops it.
-pub const RELEASE: &str = "-- edgelock release v3
+///
+/// Reentrant holds (v4): `KEYS[5]` is the lock's hold count
+/// ([`REENTER`]). While it counts more than one hold of this owner, the
+/// release takes one away and returns 2 (the key stays, nobody is woken);
+/// otherwise the count goes with the key. A stale count (another owner's)
+/// is deleted.
+pub const RELEASE: &str = "-- edgelock release v4
 local f = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
 if f < tonumber(ARGV[2]) then redis.call('SET', KEYS[2], ARGV[2]) end
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+local c = redis.call('GET', KEYS[5])
+if c then
+  local owner, n = string.match(c, '^(.*):(%d+)$')
+  n = tonumber(n)
+  if owner == ARGV[1] and n and n > 1 then
+    if n == 2 then redis.call('DEL', KEYS[5]) else redis.call('SET', KEYS[5], owner .. ':' .. (n - 1)) end
+    return 2
+  end
+  redis.call('DEL', KEYS[5])
+end
 redis.call('DEL', KEYS[1])
 if ARGV[2] == '0' then return 1 end
 local msg = 'released:' .. ARGV[2]
@@ -97,6 +113,23 @@ if head then
 end
 redis.call('PUBLISH', ARGV[3], msg)
 return 1";
+
+/// Re-enter the exclusive lock `KEYS[1]` held by owner `ARGV[1]`: one more
+/// hold in the count key `KEYS[2]` (`keys::holds_key`, `<owner>:<holds>`,
+/// no expiry: a count whose owner no longer holds the lock is stale and
+/// counts as one hold; the next release deletes it). `{1, holds, pttl}`, or
+/// `{0, 0, 0}` when the owner does not hold the lock (nothing written).
+pub const REENTER: &str = "-- edgelock reenter v1
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {0, 0, 0} end
+local n = 1
+local c = redis.call('GET', KEYS[2])
+if c then
+  local owner, k = string.match(c, '^(.*):(%d+)$')
+  if owner == ARGV[1] and tonumber(k) then n = tonumber(k) end
+end
+n = n + 1
+redis.call('SET', KEYS[2], ARGV[1] .. ':' .. n)
+return {1, n, redis.call('PTTL', KEYS[1])}";
 
 /// The queued acquire (one node): a FIFO queue of waiter ids (`KEYS[3]`, a
 /// list) with a lease each (`KEYS[4]`, a sorted set scored by the server's
@@ -410,11 +443,13 @@ pub enum Script {
     LeaderRecord,
     /// [`super::election::LEADER`].
     Leader,
+    /// [`REENTER`].
+    Reenter,
 }
 
 impl Script {
     /// Every script.
-    pub const ALL: [Script; 15] = [
+    pub const ALL: [Script; 16] = [
         Script::Acquire,
         Script::Extend,
         Script::Release,
@@ -430,6 +465,7 @@ impl Script {
         Script::StatusShared,
         Script::LeaderRecord,
         Script::Leader,
+        Script::Reenter,
     ];
 
     /// The Lua source sent with `EVAL`.
@@ -450,6 +486,7 @@ impl Script {
             Script::StatusShared => STATUS_SHARED,
             Script::LeaderRecord => super::election::RECORD,
             Script::Leader => super::election::LEADER,
+            Script::Reenter => REENTER,
         }
     }
 
@@ -555,17 +592,45 @@ pub fn extend(
         .arg(fence_floor.to_string())
 }
 
-/// The four keys of a script that knows the waiters' queue: `key`, the
-/// counter, and the queue and leases of `wake_base` (the lock key itself
-/// for a lock, the semaphore's base for a permit).
-fn eval_queue(script: Script, key: &str, fence_key: &str, wake_base: &str) -> RedisCommand {
+/// `EVAL` of [`REENTER`]: one more hold of `token`'s lock at `key`.
+pub fn reenter(key: &str, token: &str) -> RedisCommand {
     RedisCommand::new("EVAL")
-        .arg(script.text())
-        .arg("4")
+        .arg(Script::Reenter.text())
+        .arg("2")
         .arg(key)
-        .arg(fence_key)
-        .arg(super::keys::queue_key(wake_base))
-        .arg(super::keys::leases_key(wake_base))
+        .arg(super::keys::holds_key(key))
+        .arg(token)
+}
+
+/// A reply of [`REENTER`]: `Some(pttl)` when the hold was counted (the
+/// lock's remaining ms), `None` when the owner no longer holds it.
+pub fn parse_reenter(v: &RedisValue) -> Result<Option<u64>, String> {
+    match v.as_ints().as_deref() {
+        Some([1, n, pttl]) if *n >= 2 && *pttl > 0 => Ok(Some(*pttl as u64)),
+        Some([0, 0, 0]) => Ok(None),
+        _ => Err(format!("unexpected reply {}", describe(v))),
+    }
+}
+
+/// What a release did on a node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Released {
+    /// The key was ours and is deleted (1).
+    Deleted,
+    /// The key was ours and stays: one of several counted holds ended (2).
+    Decremented,
+    /// The key was not ours (0).
+    NotOurs,
+}
+
+/// A reply of [`RELEASE`].
+pub fn parse_release(v: &RedisValue) -> Result<Released, String> {
+    match v.as_int() {
+        Some(1) => Ok(Released::Deleted),
+        Some(2) => Ok(Released::Decremented),
+        Some(0) => Ok(Released::NotOurs),
+        _ => Err(format!("unexpected reply {}", describe(v))),
+    }
 }
 
 /// `EVAL` of [`RELEASE`]: delete `key` if it holds `token`, raising the
@@ -576,6 +641,10 @@ pub fn release(key: &str, fence_key: &str, token: &str, fence_floor: u64) -> Red
 
 /// [`release`] of `key` waking the waiters of `wake_base` (its queue's
 /// head, on its channel): a permit's release wakes its semaphore's waiters.
+///
+/// The five keys: `key`, the counter, the queue and leases of `wake_base`
+/// (the lock key itself for a lock, the semaphore's base for a permit) and
+/// `key`'s hold count.
 pub fn release_waking(
     key: &str,
     fence_key: &str,
@@ -584,7 +653,14 @@ pub fn release_waking(
     fence_floor: u64,
 ) -> RedisCommand {
     let channel = super::subscription::wake_channel(wake_base);
-    eval_queue(Script::Release, key, fence_key, wake_base)
+    RedisCommand::new("EVAL")
+        .arg(Script::Release.text())
+        .arg("5")
+        .arg(key)
+        .arg(fence_key)
+        .arg(super::keys::queue_key(wake_base))
+        .arg(super::keys::leases_key(wake_base))
+        .arg(super::keys::holds_key(key))
         .arg(token)
         .arg(fence_floor.to_string())
         .arg(channel)
@@ -1211,8 +1287,10 @@ mod tests {
         assert_eq!(c.args[2], b"3");
         let r = release_waking("{e:s}:permit:1", "{e:s}:fence", "{e:s}:permit", "ab", 4);
         assert_eq!(r.args[5], b"{e:s}:permit:queue");
+        assert_eq!(r.args[2], b"5");
+        assert_eq!(r.args[7], b"{e:s}:permit:1:holds");
         assert_eq!(
-            r.args[9],
+            r.args[10],
             crate::core::redis::subscription::wake_channel("{e:s}:permit").into_bytes()
         );
         let i = inspect("{e:s}", "{e:s}:fence", "{e:s}:limit", &slots[..1]);
