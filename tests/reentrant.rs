@@ -195,3 +195,126 @@ fn etcd_requests_per_reentrant_operation() {
         "the last hold reads the count (1) and deletes both keys"
     );
 }
+
+// ---- one Redis node, via webdis and via the Upstash gateway ---------------
+
+use common::redis_node::Node;
+use edgelock::core::redis::{RedisConfig, RedisMachine, RedisNode};
+use std::sync::atomic::AtomicUsize;
+use std::sync::Arc;
+
+const TOKEN: &str = "reentrant-test-token";
+
+fn redis_client(node: RedisNode, ttl_ms: u64, auto_extend: bool) -> (Client, Arc<AtomicUsize>) {
+    let mut cfg = RedisConfig::new(node);
+    cfg.ttl_ms = ttl_ms;
+    cfg.auto_extend = auto_extend;
+    cfg.retry_delay_ms = 50;
+    common::counting_client(RedisMachine::new(cfg, Box::new(OsEntropy)).unwrap())
+}
+
+fn redis_scenario(node: &Node, via: fn(&Node) -> RedisNode) {
+    let c = || redis_client(via(node), 10_000, true).0;
+    let n = |s: &AtomicUsize| s.load(Ordering::SeqCst);
+    let holds = "{edgelock:job}:holds";
+
+    // Outer released first.
+    let (a, b, x) = (c(), c(), c());
+    let outer = a.acquire("job", None).unwrap();
+    let inner = b.reenter(outer.handle()).unwrap();
+    assert_eq!(inner.fencing_token(), outer.fencing_token(), "same token");
+    assert_eq!(inner.handle(), outer.handle(), "same handle");
+    let count = String::from_utf8(node.get(holds).expect("a count key")).unwrap();
+    assert!(count.ends_with(":2"), "the count is tied to the owner");
+    assert!(!free(&x, "job"));
+    assert!(outer.release().unwrap());
+    assert!(!free(&x, "job"), "one hold left");
+    assert!(node.exists("{edgelock:job}"));
+    assert!(inner.release().unwrap());
+    assert!(!node.exists("{edgelock:job}") && !node.exists(holds));
+    assert!(free(&x, "job"));
+
+    // Inner first, three holds, a waiter gets in after the last release.
+    let outer = a.acquire("job", None).unwrap();
+    let token = outer.fencing_token();
+    let inner = b.reenter(outer.handle()).unwrap();
+    let inner2 = a.reenter(outer.handle()).unwrap();
+    let waiter = std::thread::spawn(move || {
+        let l = x
+            .acquire("job", Some(std::time::Duration::from_secs(30)))
+            .unwrap();
+        let t = l.fencing_token();
+        l.release().unwrap();
+        t
+    });
+    assert!(inner2.release().unwrap());
+    assert!(inner.release().unwrap());
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(!waiter.is_finished(), "the outer hold still holds");
+    assert!(outer.release().unwrap());
+    assert!(waiter.join().unwrap() > token);
+
+    // A stale handle: LOST, nothing counted, the next holder untouched.
+    let outer = a.acquire("job", None).unwrap();
+    let handle = outer.handle().clone();
+    assert!(outer.release().unwrap());
+    let next = c().acquire("job", None).unwrap();
+    assert_eq!(b.reenter(&handle).unwrap_err().code(), "LOST");
+    assert!(!node.exists(holds), "nothing counted");
+    assert!(!free(&b, "job"), "the next holder still holds");
+    assert!(next.release().unwrap());
+
+    // An expired hold: LOST.
+    let (short, _) = redis_client(via(node), 300, false);
+    let gone = short.acquire("brief", None).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(600));
+    assert_eq!(b.reenter(gone.handle()).unwrap_err().code(), "LOST");
+
+    // Other kinds: INVALID_ARGUMENT before any request.
+    let (d, sent_d) = redis_client(via(node), 10_000, true);
+    let permit = a
+        .try_acquire_kind("sem", LockKind::Permits { limit: 2 })
+        .unwrap()
+        .unwrap();
+    let shared = a.try_acquire_kind("rw", LockKind::Shared).unwrap().unwrap();
+    for handle in [permit.handle(), shared.handle()] {
+        assert_eq!(d.reenter(handle).unwrap_err().code(), "INVALID_ARGUMENT");
+    }
+    assert_eq!(n(&sent_d), 0, "no request sent");
+
+    // Requests per operation (auto-extend off: nothing in the background).
+    let (p, sent_p) = redis_client(via(node), 10_000, false);
+    let (q, sent_q) = redis_client(via(node), 10_000, false);
+    let before = n(&sent_p);
+    let plain = p.acquire("cost", None).unwrap();
+    let acquire = n(&sent_p) - before;
+    let before = n(&sent_p);
+    assert!(plain.release().unwrap());
+    let release = n(&sent_p) - before;
+    let outer = p.acquire("cost", None).unwrap();
+    let before = n(&sent_q);
+    let inner = q.reenter(outer.handle()).unwrap();
+    let reenter = n(&sent_q) - before;
+    let before = n(&sent_q);
+    assert!(inner.release().unwrap());
+    let decrement = n(&sent_q) - before;
+    let before = n(&sent_p);
+    assert!(outer.release().unwrap());
+    let last = n(&sent_p) - before;
+    println!(
+        "redis: acquire {acquire}, release {release}; reenter {reenter}, decrement {decrement}, last release {last}"
+    );
+    assert_eq!((release, reenter, decrement, last), (1, 1, 1, 1));
+}
+
+#[test]
+fn redis_reentry_via_webdis() {
+    let node = Node::start(TOKEN);
+    redis_scenario(&node, Node::via_webdis);
+}
+
+#[test]
+fn redis_reentry_via_the_upstash_gateway() {
+    let node = Node::start(TOKEN);
+    redis_scenario(&node, Node::via_upstash);
+}
