@@ -318,3 +318,40 @@ fn redis_reentry_via_the_upstash_gateway() {
     let node = Node::start(TOKEN);
     redis_scenario(&node, Node::via_upstash);
 }
+
+// ---- the async client ------------------------------------------------------
+
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    struct Unpark(std::thread::Thread);
+    impl std::task::Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark()
+        }
+    }
+    let waker = std::task::Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = std::task::Context::from_waker(&waker);
+    let mut f = std::pin::pin!(f);
+    loop {
+        if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            return v;
+        }
+        std::thread::park_timeout(std::time::Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn etcd_async_reentry_by_handle() {
+    let etcd = EtcdServer::start().expect("start etcd");
+    let (a, b) = (client(&etcd).to_async(), client(&etcd).to_async());
+    let other = client(&etcd);
+    block_on(async {
+        let outer = a.acquire("job", None).await.unwrap();
+        let inner = b.reenter(outer.handle()).await.unwrap();
+        assert_eq!(inner.fencing_token(), outer.fencing_token());
+        assert!(inner.release().await.unwrap());
+        assert!(!free(&other, "job"), "the outer hold still holds");
+        assert!(outer.release().await.unwrap());
+    });
+    assert!(free(&other, "job"));
+    assert_eq!(count_of(&etcd, "job"), None);
+}

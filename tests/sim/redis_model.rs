@@ -786,9 +786,8 @@ impl RedisModel {
                     // other count goes with the key.
                     if let Some(holds_key) = keys.get(4) {
                         if let Some(c) = self.get(holds_key, g) {
-                            let mut owner = token_of_count(&c);
                             if let Some((o, n)) =
-                                owner.take().filter(|(o, n)| *o == arg(0) && *n > 1)
+                                token_of_count(&c).filter(|(o, n)| *o == arg(0) && *n > 1)
                             {
                                 if n == 2 {
                                     self.data.remove(holds_key.as_slice());

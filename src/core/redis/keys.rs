@@ -124,6 +124,11 @@ pub fn hash_tag(key: &str) -> &str {
     key
 }
 
+/// The hold count of the exclusive lock at `key` (see `scripts::REENTER`).
+pub fn holds_key(key: &str) -> String {
+    format!("{key}:holds")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -172,9 +177,4 @@ mod tests {
             prop_assert!(hash_tag(&k).starts_with(&expected));
         }
     }
-}
-
-/// The hold count of the exclusive lock at `key` (see `scripts::REENTER`).
-pub fn holds_key(key: &str) -> String {
-    format!("{key}:holds")
 }
