@@ -84,13 +84,11 @@ impl LockMachine for EtcdMachine {
         // A lease this client only borrowed to re-enter another owner's
         // lock is that owner's: closing ends our holds' renewals, never
         // the owner's lease (our holds stay counted until it ends).
-        let borrowed: Vec<i64> = self
-            .leases
-            .keys()
-            .copied()
+        // (Unless a lock of ours, resumed from a handle, also uses it.)
+        let borrowed: Vec<i64> = std::mem::take(&mut self.borrowed)
+            .into_iter()
             .filter(|lease| {
                 self.session_lease != Some(*lease)
-                    && self.locks.values().any(|l| l.lease == *lease)
                     && self
                         .locks
                         .values()

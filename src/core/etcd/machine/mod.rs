@@ -81,6 +81,9 @@ pub struct EtcdMachine {
     /// still apply later and leave a key nobody uses on the session lease
     /// (see `ghosts.rs`). From then on every renewal also sweeps the lease.
     ghost_risk: bool,
+    /// Leases of other owners this client renews only for holds it
+    /// re-entered (see `reentry.rs`): its close never revokes them.
+    borrowed: Vec<i64>,
 }
 
 struct Pending {
@@ -320,6 +323,7 @@ impl EtcdMachine {
             busy_names: VecMap::new(),
             orphans: Vec::new(),
             ghost_risk: false,
+            borrowed: Vec::new(),
         })
     }
 

@@ -178,6 +178,11 @@ impl EtcdMachine {
             nonce,
             tries: 0,
         }));
+        // Another owner's lease (another client's session): never revoked
+        // by our close (see `close`).
+        if !self.leases.contains_key(&lease) && !self.borrowed.contains(&lease) {
+            self.borrowed.push(lease);
+        }
         // Like a resume: renew the lock's lease first (it must be alive),
         // which also tells how long the hold is valid.
         self.leases.get_or_insert_with(lease, || Lease {
@@ -214,9 +219,6 @@ impl EtcdMachine {
         self.drop_lease_if_unused(lease, op);
         self.ops.remove(&op);
         self.rt.out.fail(op, error);
-        if !self.lease_in_use(lease) && self.session_lease != Some(lease) {
-            self.leases.remove(&lease);
-        }
     }
 
     pub(super) fn on_reenter_reply(

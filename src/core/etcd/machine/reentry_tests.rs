@@ -363,3 +363,48 @@ proptest! {
         prop_assert_eq!(ca == cb, a == b);
     }
 }
+
+/// A client that re-entered another owner's lock renews that owner's lease
+/// but never revokes it: closing (or releasing) ends only its own holds.
+#[test]
+fn closing_never_revokes_a_borrowed_lease() {
+    let handle = LockHandle {
+        v: 1,
+        backend: BackendKind::Etcd,
+        name: "r".into(),
+        key: "edgelock/r/2a".into(),
+        owner: "42".into(),
+        fencing_token: 7,
+        revision: 7,
+        kind: LockKind::Exclusive,
+        slot: None,
+    };
+    for pending in [false, true] {
+        let mut s = Script::fresh();
+        s.m.start(
+            s.now,
+            Operation::Reenter {
+                handle: handle.clone(),
+            },
+        )
+        .unwrap();
+        let (ka, body) = s.sent("/v3/lease/keepalive");
+        assert_eq!(body["ID"], "42");
+        if !pending {
+            s.reply(ka, json!({ "result": { "ID": "42", "TTL": "10" } }));
+            let (id, _) = s.sent("/v3/kv/txn");
+            s.txn_reply(id, 9, true, vec![]);
+            let inner = s.completed().unwrap().into_acquired().unwrap().unwrap();
+            assert_eq!(inner.handle.owner, "42");
+        }
+        s.m.close(s.now);
+        while let Some(t) = s.m.poll_transmit() {
+            if let Transmit::Send(r) = t {
+                assert!(
+                    !r.target.to_string().ends_with("/v3/lease/revoke"),
+                    "revoked the owner's lease (pending: {pending})"
+                );
+            }
+        }
+    }
+}
