@@ -159,8 +159,11 @@ impl EtcdMachine {
                 false,
             ))
         };
-        let sweep_due =
-            self.ghost_risk && self.leases.get(&lease).is_some_and(|l| l.sweep.is_none());
+        // Never on a lease borrowed for a re-entry: the other keys on it are
+        // its owner's locks, not ghosts of ours.
+        let sweep_due = self.ghost_risk
+            && !self.borrowed.contains(&lease)
+            && self.leases.get(&lease).is_some_and(|l| l.sweep.is_none());
         let sweep = sweep_due.then(|| {
             self.send(
                 now,
