@@ -251,7 +251,9 @@ fn parse_u64(b: &[u8]) -> Option<u64> {
 /// writer's acquire scripts also name the readers and the writer intent.
 fn script_keys(s: Script, numkeys: &[u8], rest: &[Vec<u8>]) -> Option<usize> {
     let ok = |n: usize| match s {
-        Script::Extend | Script::Status | Script::ExtendShared | Script::StatusShared => n == 2,
+        Script::Status | Script::ExtendShared | Script::StatusShared => n == 2,
+        // v3: also the hold count, renewed with the lock.
+        Script::Extend => n == 3,
         Script::Acquire | Script::AcquireShared => n == 4,
         // v4: also the hold count (reentrant holds).
         Script::Release => n == 5,
@@ -268,12 +270,9 @@ fn script_keys(s: Script, numkeys: &[u8], rest: &[Vec<u8>]) -> Option<usize> {
         .filter(|n| ok(*n) && rest.len() >= *n)
 }
 
-/// A hold count's `<owner>:<holds>` (the last `:` splits, as the script's
-/// `^(.*):(%d+)$` does).
-fn token_of_count(c: &[u8]) -> Option<(Vec<u8>, u64)> {
-    let i = c.iter().rposition(|b| *b == b':')?;
-    let n = parse_u64(&c[i + 1..])?;
-    Some((c[..i].to_vec(), n))
+/// The members of a set of holds as the model stores it (newline-separated).
+fn set_members(v: &[u8]) -> Vec<Vec<u8>> {
+    v.split(|b| *b == b'\n').map(<[u8]>::to_vec).collect()
 }
 
 fn parse_i64(b: &[u8]) -> Option<i64> {
@@ -755,9 +754,12 @@ impl RedisModel {
                     renew: true,
                 });
                 if ours {
-                    if let Some(e) = self.data.get(key) {
-                        let e = self.entry(e.value.clone(), Some(ttl), g);
-                        self.data.insert(key.to_vec(), e);
+                    // `PEXPIRE` of the lock and of its hold count (if any).
+                    for k in std::iter::once(key).chain(keys.get(2).map(Vec::as_slice)) {
+                        if let Some(e) = self.alive(k, g) {
+                            let e = self.entry(e.value.clone(), Some(ttl), g);
+                            self.data.insert(k.to_vec(), e);
+                        }
                     }
                 }
                 MValue::Arr(vec![
@@ -781,22 +783,19 @@ impl RedisModel {
                     renew: false,
                 });
                 if ours {
-                    // v4: a count of more than one hold of this owner takes
-                    // one away (2: the key stays, nobody is woken); any
-                    // other count goes with the key.
+                    // v4: the releasing hold (ARGV[4]) leaves the owner's
+                    // set of holds; while others remain: 2, the key stays
+                    // and nobody is woken. Any other set goes with the key.
                     if let Some(holds_key) = keys.get(4) {
-                        if let Some(c) = self.get(holds_key, g) {
-                            if let Some((o, n)) =
-                                token_of_count(&c).filter(|(o, n)| *o == arg(0) && *n > 1)
-                            {
-                                if n == 2 {
-                                    self.data.remove(holds_key.as_slice());
-                                } else {
-                                    let v = [o.as_slice(), b":", (n - 1).to_string().as_bytes()]
-                                        .concat();
-                                    self.set(holds_key, v, None, g);
+                        if let Some(mut e) = self.alive(holds_key, g).cloned() {
+                            let mut members = set_members(&e.value);
+                            if members.contains(&[b"=".as_slice(), &arg(0)].concat()) {
+                                members.retain(|m| *m != arg(3));
+                                if members.len() > 1 {
+                                    e.value = members.join(&b'\n');
+                                    self.data.insert(holds_key.to_vec(), e);
+                                    return MValue::Int(2);
                                 }
-                                return MValue::Int(2);
                             }
                             self.data.remove(holds_key.as_slice());
                         }
@@ -824,24 +823,24 @@ impl RedisModel {
                 MValue::Int(ours as i64)
             }
             Script::Reenter => {
-                let token = arg(0);
+                let (token, hold) = (arg(0), arg(1));
                 if self.get(key, g).as_deref() != Some(token.as_slice()) {
                     return MValue::Arr(vec![MValue::Int(0), MValue::Int(0), MValue::Int(0)]);
                 }
-                // KEYS[2] is the hold count here (`fence` names the second key).
-                let n = self
-                    .get(fence, g)
-                    .and_then(|c| token_of_count(&c))
-                    .filter(|(o, _)| *o == token)
-                    .map_or(1, |(_, n)| n)
-                    + 1;
-                let v = [token.as_slice(), b":", n.to_string().as_bytes()].concat();
-                self.set(fence, v, None, g);
-                MValue::Arr(vec![
-                    MValue::Int(1),
-                    MValue::Int(n as i64),
-                    MValue::Int(self.pttl_int(key, g)),
-                ])
+                // KEYS[2] is the set of holds here (`fence` names the second
+                // key), kept as newline-separated members.
+                let mark = [b"=".as_slice(), &token].concat();
+                let mut members = self.get(fence, g).map_or(Vec::new(), |v| set_members(&v));
+                if !members.contains(&mark) {
+                    members = vec![mark, b"+".to_vec()];
+                }
+                if !members.contains(&hold) {
+                    members.push(hold);
+                }
+                let ttl = self.pttl_int(key, g);
+                let n = members.len() as i64 - 1;
+                self.set(fence, members.join(&b'\n'), Some(ttl.max(1) as u64), g);
+                MValue::Arr(vec![MValue::Int(1), MValue::Int(n), MValue::Int(ttl)])
             }
             Script::AcquireQueued => {
                 self.acquire_evals += 1;

@@ -910,7 +910,8 @@ mod permits {
             a[9..],
             [
                 "5".to_string(),
-                subscription::wake_channel("{edgelock:s}:permit")
+                subscription::wake_channel("{edgelock:s}:permit"),
+                "+".to_string()
             ]
         );
     }

@@ -56,7 +56,10 @@ return {0, f, wait}";
 /// `{0, counter}`, the counter as it is after the raise: a Redlock raise
 /// round learns from it that a node's counter is above the token it is
 /// about to hand out (that node's attempt answer was lost).
-pub const EXTEND: &str = "-- edgelock extend v2
+///
+/// v3: the lock's hold count `KEYS[3]` ([`REENTER`]), if any, is renewed
+/// with it, so that the count lives exactly as long as the lock.
+pub const EXTEND: &str = "-- edgelock extend v3
 local f = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
 if f < tonumber(ARGV[3]) then
   f = tonumber(ARGV[3])
@@ -64,6 +67,7 @@ if f < tonumber(ARGV[3]) then
 end
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  redis.call('PEXPIRE', KEYS[3], ARGV[2])
   return {1, f}
 end
 return {0, f}";
@@ -83,25 +87,20 @@ return {0, f}";
 /// (lease over) is not named, so every waiter attempts and the queued
 /// acquire script drops it.
 ///
-/// Reentrant holds (v4): `KEYS[5]` is the lock's hold count
-/// ([`REENTER`]). While it counts more than one hold of this owner, the
-/// release takes one away and returns 2 (the key stays, nobody is woken);
-/// otherwise the count goes with the key. A stale count (another owner's)
-/// is deleted.
+/// Reentrant holds (v4): `KEYS[5]` is the lock's set of holds
+/// ([`REENTER`]) and `ARGV[4]` the releasing hold's member (`+` for the
+/// outer hold). While holds of this owner remain after removing it, the
+/// release returns 2 (the key stays, nobody is woken); otherwise the set
+/// goes with the key. A stale set (another owner's) is deleted.
 pub const RELEASE: &str = "-- edgelock release v4
 local f = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
 if f < tonumber(ARGV[2]) then redis.call('SET', KEYS[2], ARGV[2]) end
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-local c = redis.call('GET', KEYS[5])
-if c then
-  local owner, n = string.match(c, '^(.*):(%d+)$')
-  n = tonumber(n)
-  if owner == ARGV[1] and n and n > 1 then
-    if n == 2 then redis.call('DEL', KEYS[5]) else redis.call('SET', KEYS[5], owner .. ':' .. (n - 1)) end
-    return 2
-  end
-  redis.call('DEL', KEYS[5])
+if redis.call('SISMEMBER', KEYS[5], '=' .. ARGV[1]) == 1 then
+  redis.call('SREM', KEYS[5], ARGV[4])
+  if redis.call('SCARD', KEYS[5]) > 1 then return 2 end
 end
+redis.call('DEL', KEYS[5])
 redis.call('DEL', KEYS[1])
 if ARGV[2] == '0' then return 1 end
 local msg = 'released:' .. ARGV[2]
@@ -115,21 +114,25 @@ redis.call('PUBLISH', ARGV[3], msg)
 return 1";
 
 /// Re-enter the exclusive lock `KEYS[1]` held by owner `ARGV[1]`: one more
-/// hold in the count key `KEYS[2]` (`keys::holds_key`, `<owner>:<holds>`,
-/// no expiry: a count whose owner no longer holds the lock is stale and
-/// counts as one hold; the next release deletes it). `{1, holds, pttl}`, or
-/// `{0, 0, 0}` when the owner does not hold the lock (nothing written).
+/// hold, named `ARGV[2]` (random per re-entry), in the lock's set of holds
+/// `KEYS[2]` (`keys::holds_key`): the marker `=<owner>`, `+` for the outer
+/// hold and one member per re-entered hold; it expires with the lock
+/// ([`EXTEND`] renews both). A set without our owner's marker is stale (an
+/// earlier owner's) and replaced. Members, not a number, make every change
+/// idempotent: a re-entry or a release retried after an unknown outcome
+/// adds or removes its own member again, never a second one.
+/// `{1, holds, pttl}`, or `{0, 0, 0}` when the owner does not hold the lock
+/// (nothing written).
 pub const REENTER: &str = "-- edgelock reenter v1
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {0, 0, 0} end
-local n = 1
-local c = redis.call('GET', KEYS[2])
-if c then
-  local owner, k = string.match(c, '^(.*):(%d+)$')
-  if owner == ARGV[1] and tonumber(k) then n = tonumber(k) end
+if redis.call('SISMEMBER', KEYS[2], '=' .. ARGV[1]) == 0 then
+  redis.call('DEL', KEYS[2])
+  redis.call('SADD', KEYS[2], '=' .. ARGV[1], '+')
 end
-n = n + 1
-redis.call('SET', KEYS[2], ARGV[1] .. ':' .. n)
-return {1, n, redis.call('PTTL', KEYS[1])}";
+redis.call('SADD', KEYS[2], ARGV[2])
+local ttl = redis.call('PTTL', KEYS[1])
+redis.call('PEXPIRE', KEYS[2], math.max(1, ttl))
+return {1, redis.call('SCARD', KEYS[2]) - 1, ttl}";
 
 /// The queued acquire (one node): a FIFO queue of waiter ids (`KEYS[3]`, a
 /// list) with a lease each (`KEYS[4]`, a sorted set scored by the server's
@@ -586,20 +589,29 @@ pub fn extend(
     ttl_ms: u64,
     fence_floor: u64,
 ) -> RedisCommand {
-    eval(Script::Extend, key, fence_key)
+    RedisCommand::new("EVAL")
+        .arg(Script::Extend.text())
+        .arg("3")
+        .arg(key)
+        .arg(fence_key)
+        .arg(super::keys::holds_key(key))
         .arg(token)
         .arg(ttl_ms.to_string())
         .arg(fence_floor.to_string())
 }
 
-/// `EVAL` of [`REENTER`]: one more hold of `token`'s lock at `key`.
-pub fn reenter(key: &str, token: &str) -> RedisCommand {
+/// The member of the outer hold in a lock's set of holds ([`REENTER`]).
+pub const OUTER_HOLD: &str = "+";
+
+/// `EVAL` of [`REENTER`]: one more hold, `hold`, of `token`'s lock at `key`.
+pub fn reenter(key: &str, token: &str, hold: &str) -> RedisCommand {
     RedisCommand::new("EVAL")
         .arg(Script::Reenter.text())
         .arg("2")
         .arg(key)
         .arg(super::keys::holds_key(key))
         .arg(token)
+        .arg(hold)
 }
 
 /// A reply of [`REENTER`]: `Some(pttl)` when the hold was counted (the
@@ -652,6 +664,19 @@ pub fn release_waking(
     token: &str,
     fence_floor: u64,
 ) -> RedisCommand {
+    release_hold(key, fence_key, wake_base, token, fence_floor, OUTER_HOLD)
+}
+
+/// [`release_waking`] of the hold named `hold` in the lock's set of holds
+/// ([`OUTER_HOLD`] for the hold an acquire granted).
+pub fn release_hold(
+    key: &str,
+    fence_key: &str,
+    wake_base: &str,
+    token: &str,
+    fence_floor: u64,
+    hold: &str,
+) -> RedisCommand {
     let channel = super::subscription::wake_channel(wake_base);
     RedisCommand::new("EVAL")
         .arg(Script::Release.text())
@@ -664,6 +689,7 @@ pub fn release_waking(
         .arg(token)
         .arg(fence_floor.to_string())
         .arg(channel)
+        .arg(hold)
 }
 
 /// `EVAL` of [`ACQUIRE_QUEUED`] for waiter `waiter` (queueing with a lease

@@ -44,6 +44,11 @@ fn a_reentry_is_one_owner_checked_script_and_a_decrement_keeps_the_key() {
     let a = args_of(&r[0]);
     assert_eq!(a[2..5], ["2", "{edgelock:job}", "{edgelock:job}:holds"]);
     assert_eq!(a[5], outer.handle.owner, "owner-checked by the token");
+    let member = a[6].clone();
+    assert!(
+        member.len() == 16 && member != "+",
+        "a member of its own: {member}"
+    );
     h.answer(&r[0], r#"{"result":[1,2,9000]}"#);
     let inner = acquired(&h.take_events());
     assert_ne!(inner.id, outer.id);
@@ -56,10 +61,12 @@ fn a_reentry_is_one_owner_checked_script_and_a_decrement_keeps_the_key() {
     let r = h.take();
     assert_eq!(script_of(&r[0]), Script::Release);
     assert_eq!(args_of(&r[0])[7], "{edgelock:job}:holds");
+    assert_eq!(args_of(&r[0])[11], "+", "the outer hold's member");
     h.answer(&r[0], r#"{"result":2}"#);
     assert!(released(&h.take_events()));
     h.m.release(h.now, inner.id).unwrap();
     let r = h.take();
+    assert_eq!(args_of(&r[0])[11], member, "the inner hold's own member");
     h.answer(&r[0], r#"{"result":1}"#);
     assert!(released(&h.take_events()));
     assert_eq!(h.m.live_count(), 0);

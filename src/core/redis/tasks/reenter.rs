@@ -17,6 +17,9 @@ pub(in super::super) struct ReenterTask {
     op: OpId,
     handle: LockHandle,
     fence_key: String,
+    /// This hold's member in the lock's set of holds (random per re-entry,
+    /// so that a retried release removes it once: see `scripts::REENTER`).
+    hold: String,
     started: bool,
 }
 
@@ -58,10 +61,12 @@ impl ReenterTask {
         if !is_token(&handle.owner) {
             return Err(LockError::invalid("the handle's owner token is malformed"));
         }
+        let hold = random_hex(cx.entropy.as_mut(), 8);
         Ok(ReenterTask {
             op: cx.rt.out.op_id(),
             handle: handle.clone(),
             fence_key,
+            hold,
             started: false,
         })
     }
@@ -77,17 +82,19 @@ impl Task for ReenterTask {
             op,
             handle,
             fence_key,
+            hold,
             started,
         } = *self;
         let round = match round {
             Some(round) => round,
             None if !started => {
-                let cmd = scripts::reenter(&handle.key, &handle.owner);
+                let cmd = scripts::reenter(&handle.key, &handle.owner, &hold);
                 return Next::round(
                     ReenterTask {
                         op,
                         handle,
                         fence_key,
+                        hold,
                         started: true,
                     },
                     cmd,
@@ -129,6 +136,7 @@ impl Task for ReenterTask {
                     token: handle.owner,
                     shared: false,
                     leader: false,
+                    hold: Some(hold),
                     ttl,
                     fencing_token: handle.fencing_token,
                     expires_at: exp,

@@ -168,6 +168,7 @@ impl Task for ResumeTask {
                     token: handle.owner,
                     shared,
                     leader: handle.kind == LockKind::Leader,
+                    hold: None,
                     ttl,
                     fencing_token: handle.fencing_token,
                     expires_at: exp,
