@@ -69,6 +69,21 @@ fn etcd_reentry_from_another_client_outer_released_first() {
     );
     assert!(!free(&c, "job"), "one hold left");
     assert_eq!(keys_of(&etcd, "job").len(), 1);
+    // The outer holder's process ends: its session lease carries the lock
+    // key, so its close must not revoke it while another hold is counted.
+    let other = a.acquire("other", None).unwrap();
+    a.close().unwrap();
+    assert!(other.is_lost(), "its own lock ended with the close");
+    assert!(
+        keys_of(&etcd, "other").is_empty(),
+        "deleted, not left to the lease"
+    );
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert!(
+        !inner.is_lost(),
+        "the inner hold survives the outer's process"
+    );
+    assert!(!free(&c, "job"), "one hold left after the outer's close");
     assert!(inner.release().unwrap());
     assert!(keys_of(&etcd, "job").is_empty());
     assert_eq!(
@@ -77,7 +92,7 @@ fn etcd_reentry_from_another_client_outer_released_first() {
         "the count key goes with the lock"
     );
     assert!(free(&c, "job"));
-    for x in [a, b, c] {
+    for x in [b, c] {
         x.close().unwrap();
     }
 }

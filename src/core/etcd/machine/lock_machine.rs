@@ -95,6 +95,38 @@ impl LockMachine for EtcdMachine {
                         .all(|l| l.lease != *lease || l.reentered)
             })
             .collect();
+        // A lease on which holds of others may still be counted (a release
+        // of ours only took one hold away): revoking it would end their
+        // holds too. Our own keys on it are deleted one by one instead
+        // (an exclusive lock's only while no holds are counted on it), and
+        // the lease ends when its last holder stops renewing it.
+        let shared: Vec<i64> = std::mem::take(&mut self.shared_leases);
+        let mut deletes: Vec<Value> = Vec::new();
+        for l in self.locks.values() {
+            if !shared.contains(&l.lease) || l.reentered {
+                continue;
+            }
+            deletes.push(if l.countable() {
+                gw::release_uncounted_txn(&l.key, l.rev, &self.count_key(&l.name))
+            } else {
+                let keys = l.keys();
+                gw::delete_all_if_revisions(
+                    &keys
+                        .iter()
+                        .map(|(k, r)| (k.as_slice(), *r))
+                        .collect::<Vec<_>>(),
+                )
+            });
+        }
+        for o in self.orphans.iter().filter(|o| shared.contains(&o.lease)) {
+            if let Some(rev) = o.rev {
+                deletes.push(gw::release_uncounted_txn(
+                    &o.key,
+                    rev,
+                    &self.count_key(&o.name),
+                ));
+            }
+        }
         let locks: Vec<LockId> = self.locks.keys().copied().collect();
         for lock in locks {
             if let Some(l) = self.locks.remove(&lock) {
@@ -112,7 +144,13 @@ impl LockMachine for EtcdMachine {
         self.busy_names.clear();
         let leases: Vec<i64> = std::mem::take(&mut self.leases).into_keys().collect();
         self.session_lease = None;
-        for lease in leases.into_iter().filter(|l| !borrowed.contains(l)) {
+        for body in deletes {
+            self.send(now, Purpose::CloseStep, "/v3/kv/txn", body, false);
+        }
+        for lease in leases
+            .into_iter()
+            .filter(|l| !borrowed.contains(l) && !shared.contains(l))
+        {
             self.send(
                 now,
                 Purpose::CloseStep,

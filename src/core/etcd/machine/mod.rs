@@ -84,6 +84,10 @@ pub struct EtcdMachine {
     /// Leases of other owners this client renews only for holds it
     /// re-entered (see `reentry.rs`): its close never revokes them.
     borrowed: Vec<i64>,
+    /// Leases on which a release of ours took one hold away and left
+    /// others counted (possibly another process's): its close deletes its
+    /// own keys there instead of revoking the lease (see `reentry.rs`).
+    shared_leases: Vec<i64>,
 }
 
 struct Pending {
@@ -324,6 +328,7 @@ impl EtcdMachine {
             orphans: Vec::new(),
             ghost_risk: false,
             borrowed: Vec::new(),
+            shared_leases: Vec::new(),
         })
     }
 

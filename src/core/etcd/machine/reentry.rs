@@ -368,6 +368,9 @@ impl EtcdMachine {
             }
         };
         if t.succeeded {
+            if matches!(step, ReleaseStep::Decrement { .. }) {
+                self.note_shared_lease(lease);
+            }
             return self.finish_release(now, op, lock, true);
         }
         let Some((still_held, count)) = read_back(&t, &key, rev, &count_key) else {
@@ -381,6 +384,7 @@ impl EtcdMachine {
                 .as_ref()
                 .is_some_and(|c| c.token == rev && c.nonce == *nonce)
             {
+                self.note_shared_lease(lease);
                 return self.finish_release(now, op, lock, true);
             }
         }
@@ -425,6 +429,14 @@ impl EtcdMachine {
             *step = next;
         }
         self.send_op_txn(now, op, body);
+    }
+
+    /// Holds (perhaps another process's) remain counted on a lock of
+    /// `lease`: our close must not revoke it.
+    fn note_shared_lease(&mut self, lease: i64) {
+        if !self.shared_leases.contains(&lease) && !self.borrowed.contains(&lease) {
+            self.shared_leases.push(lease);
+        }
     }
 
     /// A release is over: the hold is gone locally.
