@@ -33,6 +33,15 @@
 //! retried write already applied. A count whose token is not the lock
 //! key's (left by an earlier incarnation of the same key) counts as one hold.
 //!
+//! Leases: a re-entering client renews the lock's lease (the owner's
+//! session lease) while it holds, never sweeps it for ghosts and never
+//! revokes it (`borrowed`). An owner whose release only took one hold away
+//! no longer revokes that lease at close: it deletes its own keys there
+//! (an exclusive lock's only while no holds are counted) and lets the lease
+//! end when its last renewer stops (`shared_leases`). A hold closed without
+//! its release (or whose release failed) stays counted until the lease
+//! ends: the lock is then freed by the lease's expiry, not by a release.
+//!
 //! Requests per uncontended operation: a plain acquire + release stays 2
 //! txns (plus the session lease's grant); a re-entry is a keepalive of the
 //! handle's lease + 1 txn; the release of a re-entered hold is 2 txns
