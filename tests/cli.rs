@@ -1013,3 +1013,104 @@ fn election_flags_are_checked_before_any_request() {
         );
     }
 }
+
+/// Runs `edgelock run FLAG URL nest -- sh -c SCRIPT` (SCRIPT nests more
+/// runs through `$EL run "$FLAG" "$URL" ...`) with at most 60 s: its output.
+fn nested(flag: &str, url: &str, script: &str, env: &[(&str, &str)]) -> Output {
+    Command::new("timeout")
+        .args([
+            "60", BIN, "run", flag, url, "nest", "--", "sh", "-c", script,
+        ])
+        .env("EL", BIN)
+        .env("FLAG", flag)
+        .env("URL", url)
+        .envs(env.iter().copied())
+        .env_remove("EDGELOCK_LOCK_HANDLE")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run edgelock")
+}
+
+/// A `run` inside a `run` of the same name re-enters through
+/// EDGELOCK_LOCK_HANDLE (no self-deadlock), sees the outer token, gives its
+/// hold back (the outer still holds), and the lock is free afterwards; on
+/// etcd and on one Redis node. Redlock refuses the nested run (64) instead
+/// of waiting on itself.
+#[test]
+fn a_nested_run_of_the_same_name_reenters() {
+    let script = r#"
+        echo "outer=$EDGELOCK_FENCING_TOKEN"
+        test -n "$EDGELOCK_LOCK_HANDLE" || exit 3
+        "$EL" run "$FLAG" "$URL" nest -- sh -c 'echo "inner=$EDGELOCK_FENCING_TOKEN"' || exit 4
+        # The inner hold is given back; the outer one still holds.
+        env -u EDGELOCK_LOCK_HANDLE "$EL" run "$FLAG" "$URL" --try nest -- true
+        echo "other-client=$?"
+        # A handle of another name is ignored: a normal acquire.
+        "$EL" run "$FLAG" "$URL" --try other -- true || exit 5
+    "#;
+    let etcd = Etcd::start();
+    let redis = RedisServer::start().expect("redis-server");
+    let webdis = Webdis::start(&redis).expect("webdis");
+    let one_node = format!("webdis+{}", webdis.url());
+    for (flag, url) in [("--etcd", etcd.url()), ("--redis", one_node)] {
+        let out = nested(flag, &url, script, &[]);
+        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+        assert_eq!(out.status.code(), Some(0), "{flag}: {stdout}\n{stderr}");
+        let token = stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("outer="))
+            .expect("outer token")
+            .to_string();
+        assert!(
+            stdout.contains(&format!("inner={token}\n")),
+            "the child saw the outer token: {stdout}"
+        );
+        assert!(
+            stderr.contains(&format!("edgelock: re-entered nest token={token}")),
+            "{stderr}"
+        );
+        assert!(stdout.contains("other-client=73"), "{stdout}\n{stderr}");
+        // The credential is never printed.
+        assert!(
+            !stderr.contains("owner") && !stdout.contains("owner"),
+            "{stderr}"
+        );
+        // Every hold ended: the lock is free.
+        let out = output(&["run", flag, &url, "--try", "nest", "--", "true"]);
+        assert_eq!(out.status.code(), Some(0), "{flag}: {}", text(&out.stderr));
+    }
+    assert!(etcd
+        .call(
+            "/v3/kv/range",
+            &serde_json::json!({ "key": base64::engine::general_purpose::STANDARD.encode("edgelock/nest%holds") })
+                .to_string()
+        )
+        .is_some_and(|v| v["kvs"].as_array().map_or(true, |a| a.is_empty())));
+
+    // Redlock counts no holds: the nested run is refused, not a deadlock.
+    let more: Vec<RedisServer> = (0..2)
+        .map(|_| RedisServer::start().expect("redis-server"))
+        .collect();
+    let more_webdis: Vec<Webdis> = more
+        .iter()
+        .map(|r| Webdis::start(r).expect("webdis"))
+        .collect();
+    let nodes = std::iter::once(&webdis)
+        .chain(more_webdis.iter())
+        .map(|w| format!("webdis+{}", w.url()))
+        .collect::<Vec<_>>()
+        .join(",");
+    let out = nested(
+        "--redis",
+        &nodes,
+        r#""$EL" run "$FLAG" "$URL" nest -- true; echo "nested=$?""#,
+        &[],
+    );
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(stdout.contains("nested=64"), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("does not offer reentrant locks"),
+        "{stderr}"
+    );
+}

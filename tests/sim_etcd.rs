@@ -268,6 +268,7 @@ fn build(seed: u64, fixed: Fixed) -> (World<EtcdModel>, Setup) {
         hold: (0, 500),
         long_hold_chance: 0.1,
         extend_chance: 0.2,
+        reenter_chance: 0.0,
         long_hold: (ttl_ms, 3 * ttl_ms),
         think: (0, 300),
         ttl_ms: None,

@@ -110,6 +110,10 @@ enum Mode {
     Election,
     /// `Restarts` with elections.
     ElectionRestarts,
+    /// Like `Main` on one node (Redlock counts no holds), holders often
+    /// re-entering their lock through its handle and giving the inner hold
+    /// back while the outer one holds: the count never lets a second owner in.
+    Reentrant,
 }
 
 impl Mode {
@@ -222,6 +226,8 @@ struct Stats {
     observed_leaders: u64,
     paired: u64,
     proclaims: u64,
+    /// Re-entries granted (reentrant runs).
+    reentries: u64,
 }
 
 impl Stats {
@@ -229,6 +235,7 @@ impl Stats {
         self.seeds += o.seeds;
         self.calm += o.calm;
         self.grants += o.grants;
+        self.reentries += o.reentries;
         self.losts += o.losts;
         self.ops += o.ops;
         self.requests += o.requests;
@@ -278,8 +285,8 @@ fn build(seed: u64, mode: Mode) -> (World<RedisModel>, Setup) {
         }
         Mode::Restarts | Mode::PermitsRestarts | Mode::ElectionRestarts => pick(&mut rng, &[3, 5]),
         Mode::BeyondBound | Mode::BeyondBoundValidity | Mode::PermitsBeyondBound => 3,
-        // Redlock refuses shared holds.
-        Mode::ReadWrite | Mode::ReadWriteBeyondBound => 1,
+        // Redlock refuses shared holds and re-entry.
+        Mode::ReadWrite | Mode::ReadWriteBeyondBound | Mode::Reentrant => 1,
     };
     let fencing = match mode {
         _ if nodes == 1 => None,
@@ -294,12 +301,15 @@ fn build(seed: u64, mode: Mode) -> (World<RedisModel>, Setup) {
         | Mode::BeyondBoundValidity
         | Mode::PermitsBeyondBound
         | Mode::ReadWrite
-        | Mode::ReadWriteBeyondBound => Some(RedlockFencing::Strict),
+        | Mode::ReadWriteBeyondBound
+        | Mode::Reentrant => Some(RedlockFencing::Strict),
     };
     // Folded fencing is only promised while every attempt reaches every node.
     let folded = fencing == Some(RedlockFencing::Folded);
     let calm = match mode {
-        Mode::Main | Mode::Permits | Mode::ReadWrite | Mode::Election => rng.chance(0.3),
+        Mode::Main | Mode::Permits | Mode::ReadWrite | Mode::Election | Mode::Reentrant => {
+            rng.chance(0.3)
+        }
         Mode::Calm { .. } => {
             rng.chance(0.3); // the same draws as `Main`
             true
@@ -511,6 +521,7 @@ fn build(seed: u64, mode: Mode) -> (World<RedisModel>, Setup) {
         hold: (0, 300),
         long_hold_chance: 0.15,
         extend_chance: 0.2,
+        reenter_chance: if mode == Mode::Reentrant { 0.6 } else { 0.0 },
         long_hold: (ttl_ms, 3 * ttl_ms),
         think: (0, 200),
         ttl_ms: if rng.chance(0.5) { Some(ttl_ms) } else { None },
@@ -919,6 +930,14 @@ fn run_seed(seed: u64, mode: Mode, trace: bool) -> Result<Stats, Failure> {
             seeds: 1,
             calm: setup.calm as u64,
             grants: w.grants.len() as u64,
+            reentries: w
+                .history
+                .iter()
+                .filter(|r| {
+                    matches!(r.what, sim::net::What::Reenter { .. })
+                        && matches!(r.outcome, sim::net::Outcome::Acquired { .. })
+                })
+                .count() as u64,
             losts: w.losts.len() as u64,
             ops: w.history.len() as u64,
             requests: (0..setup.nodes).map(|i| w.server(i).requests).sum(),
@@ -1281,6 +1300,25 @@ fn simulation() {
 /// rising (the world checks both), observed states pairing each token with
 /// its own leadership's value, observers on one node never going back, and
 /// every observer ending with the final state.
+/// Reentrant holds (one node, every fault but restarts; see
+/// `Mode::Reentrant`): holders re-enter through their own handle and give
+/// the inner hold back while the outer one holds. The world's checks
+/// (one believer per name across clients, the validity of every report,
+/// rising tokens) must hold: a hold count never lets a second owner in,
+/// and a decrement never frees the lock.
+#[test]
+fn reentrant_holds() {
+    let s = sweep("reentrant_holds", 300, 4, Mode::Reentrant);
+    eprintln!(
+        "reentrant_holds: {} re-entries granted over {} seeds",
+        s.reentries, s.seeds
+    );
+    assert!(s.grants > s.seeds, "{s:?}");
+    if s.seeds >= 20 {
+        assert!(s.reentries > s.seeds / 2, "holders should re-enter: {s:?}");
+    }
+}
+
 #[test]
 fn elections() {
     let s = sweep("elections", 24, 10, Mode::Election);

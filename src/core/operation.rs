@@ -91,6 +91,7 @@ impl LockKind {
 pub fn unserved(backend: BackendKind, op: &Operation) -> LockError {
     let what = match op {
         Operation::AcquireAll { .. } => "acquireAll outside the multi-lock layer",
+        Operation::Reenter { .. } => "reentrant locks",
         Operation::Campaign { .. }
         | Operation::Proclaim { .. }
         | Operation::Leader { .. }
@@ -190,6 +191,26 @@ pub enum Operation {
         /// The handle another process or invocation serialised.
         handle: LockHandle,
     },
+    /// Re-enter an exclusive lock by proof of ownership: its handle (never
+    /// "the current thread", which async code cannot name). The backend,
+    /// owner-checked, adds one hold to the handle's hold and the operation
+    /// completes with [`Outcome::Acquired`]: a new [`LockId`] in this
+    /// machine, with the SAME fencing token and handle as the outer hold; the
+    /// machine renews it like a resumed lock. The hold count lives on the
+    /// backend, so it survives the process that re-entered. A release of any
+    /// hold of that owner (outer or re-entered, from any process) takes one
+    /// hold away and completes `Released { held_until_release: true }`; only
+    /// the release that ends the last hold deletes the lock (waking waiters
+    /// as a release does). A handle whose hold is gone fails with `LOST`,
+    /// nothing changed. Only [`LockKind::Exclusive`] handles re-enter:
+    /// anything else is `INVALID_ARGUMENT` before any request
+    /// ([`Capabilities::check`]). Machines that do not implement it answer
+    /// [`unserved`].
+    Reenter {
+        /// The handle of the hold to re-enter (a credential: it carries the
+        /// owner).
+        handle: LockHandle,
+    },
     /// Ask the backend who holds `name`; completes with [`Outcome::Inspected`].
     Inspect {
         /// The lock's name.
@@ -268,7 +289,7 @@ impl Operation {
             | Operation::Campaign { name, .. }
             | Operation::Leader { name }
             | Operation::Observe { name, .. } => Some(name),
-            Operation::Resume { handle } => Some(&handle.name),
+            Operation::Resume { handle } | Operation::Reenter { handle } => Some(&handle.name),
             Operation::Release { .. }
             | Operation::Extend { .. }
             | Operation::Proclaim { .. }
@@ -443,6 +464,18 @@ impl Capabilities {
                 check_acquire_all_names(names)?;
                 LockKind::Exclusive
             }
+            // Only an exclusive hold has one owner to count holds of: a
+            // permit, a shared hold or a leadership is refused before any
+            // request.
+            Operation::Reenter { handle } => {
+                if handle.kind != LockKind::Exclusive {
+                    return Err(LockError::invalid(format!(
+                        "only an exclusive lock can be re-entered, not a {} hold",
+                        handle.kind.describe()
+                    )));
+                }
+                LockKind::Exclusive
+            }
             _ => return Ok(()),
         };
         if let LockKind::Permits { limit } = kind {
@@ -610,6 +643,46 @@ mod tests {
             h.check_kind(LockKind::Exclusive).unwrap_err().code(),
             "INVALID_ARGUMENT"
         );
+    }
+
+    #[test]
+    fn only_exclusive_handles_reenter() {
+        let caps = Capabilities {
+            kinds: &[
+                KindFamily::Exclusive,
+                KindFamily::Shared,
+                KindFamily::Permits,
+                KindFamily::Leader,
+            ],
+        };
+        let reenter = |kind| Operation::Reenter {
+            handle: LockHandle {
+                v: 1,
+                backend: BackendKind::Etcd,
+                name: "r".into(),
+                key: "k".into(),
+                owner: "1".into(),
+                fencing_token: 7,
+                revision: 7,
+                kind,
+                slot: None,
+            },
+        };
+        assert!(caps
+            .check(BackendKind::Etcd, &reenter(LockKind::Exclusive))
+            .is_ok());
+        assert_eq!(reenter(LockKind::Exclusive).name(), Some("r"));
+        for kind in [
+            LockKind::Shared,
+            LockKind::Permits { limit: 2 },
+            LockKind::Leader,
+        ] {
+            let e = caps.check(BackendKind::Etcd, &reenter(kind)).unwrap_err();
+            assert_eq!(e.code(), "INVALID_ARGUMENT");
+            assert!(e.to_string().contains("only an exclusive lock"), "{e}");
+        }
+        let e = unserved(BackendKind::Redlock, &reenter(LockKind::Exclusive));
+        assert!(e.to_string().contains("reentrant locks"), "{e}");
     }
 
     #[test]

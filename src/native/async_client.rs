@@ -196,6 +196,15 @@ impl AsyncClient {
         .await
     }
 
+    /// Re-enters an exclusive lock by its handle: one more hold counted on
+    /// the backend, with the outer hold's fencing token (see
+    /// [`Client::reenter`]).
+    pub async fn reenter(&self, handle: &LockHandle) -> Result<AsyncLock, LockError> {
+        let done =
+            Pending::start(&self.client, client::reentry::reenter_call(handle), false)?.await?;
+        self.client.resumed(done).map(AsyncLock::from)
+    }
+
     /// Adopts a lock described by a handle, after the backend confirms it is
     /// still held (see [`Client::resume`]).
     pub async fn resume(&self, handle: &LockHandle) -> Result<AsyncLock, LockError> {

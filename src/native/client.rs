@@ -654,6 +654,7 @@ impl CancelToken {
 
 pub(super) mod election;
 pub(super) mod multi;
+pub(super) mod reentry;
 pub use election::Observer;
 
 #[cfg(test)]

@@ -378,6 +378,10 @@ pub struct WorkloadConfig {
     pub long_hold_chance: f64,
     /// Chance the user extends a lock once, halfway through holding it.
     pub extend_chance: f64,
+    /// Chance the user re-enters an exclusive lock once through its own
+    /// handle (`Operation::Reenter`) a third of the way through holding it,
+    /// and gives that inner hold back at once; 0 draws nothing.
+    pub reenter_chance: f64,
     pub long_hold: (Millis, Millis),
     pub think: (Millis, Millis),
     /// Passed as `AcquireOptions::ttl_ms` (Redis backends).
@@ -390,13 +394,32 @@ pub struct WorkloadConfig {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum What {
-    Acquire { name: String, wait: Wait },
-    Release { name: String, lock: LockId },
-    Extend { name: String, lock: LockId },
+    Acquire {
+        name: String,
+        wait: Wait,
+    },
+    Release {
+        name: String,
+        lock: LockId,
+    },
+    Extend {
+        name: String,
+        lock: LockId,
+    },
+    /// A re-entry of the held `lock` through its handle.
+    Reenter {
+        name: String,
+        lock: LockId,
+    },
     Close,
     // ---- elections (campaigns are recorded as `Acquire`) ----
-    Proclaim { name: String, lock: LockId },
-    Observe { name: String },
+    Proclaim {
+        name: String,
+        lock: LockId,
+    },
+    Observe {
+        name: String,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -524,6 +547,9 @@ enum Action {
     StartCycle,
     Cancel(OpId),
     Extend(LockId),
+    Reenter(LockId),
+    /// Give a re-entered hold back (again, after a failed release).
+    ReleaseInner(LockId),
     Release(LockId),
     Close,
     // ---- elections ----
@@ -647,6 +673,9 @@ pub struct World<S: SimServer> {
     /// What the workload's acquires ask for, one drawn per acquire
     /// (exclusive unless set).
     acquire_kinds: Vec<LockKind>,
+    /// Re-entered (inner) holds: (client, lock). Their releases are
+    /// retried until they end, and a client closes only once they have.
+    inner_holds: HashSet<(usize, LockId)>,
     pub seed: u64,
     pub now: Millis,
     pub rng: SimRng,
@@ -724,6 +753,7 @@ impl<S: SimServer> World<S> {
             stop_at: None,
             max_steps: 100_000,
             history: Vec::new(),
+            inner_holds: HashSet::new(),
             grants: Vec::new(),
             losts: Vec::new(),
             violations: Vec::new(),
@@ -1576,6 +1606,17 @@ impl<S: SimServer> World<S> {
         match e {
             Seen::Acquired { op, lock } => {
                 let token = lock.fencing_token;
+                let reentered =
+                    self.clients[c]
+                        .ops
+                        .get(&op)
+                        .and_then(|&i| match &self.history[i].what {
+                            What::Reenter { lock, .. } => Some(*lock),
+                            _ => None,
+                        });
+                if let Some(outer) = reentered {
+                    return self.on_reentered(c, op, outer, lock);
+                }
                 if self
                     .complete(
                         c,
@@ -1659,6 +1700,16 @@ impl<S: SimServer> World<S> {
                     );
                     self.maybe_proclaim(c, lock.id, hold);
                     self.election_on_grant(c, lock.id, hold);
+                    let reenter_chance = self.workload.as_ref().map_or(0.0, |w| w.reenter_chance);
+                    if reenter_chance > 0.0 && self.rng.chance(reenter_chance) {
+                        self.push(
+                            self.now + hold / 3,
+                            Ev::User {
+                                client: c,
+                                action: Action::Reenter(lock.id),
+                            },
+                        );
+                    }
                     let extend_chance = self.workload.as_ref().map_or(0.0, |w| w.extend_chance);
                     if self.rng.chance(extend_chance) {
                         self.push(
@@ -1787,6 +1838,27 @@ impl<S: SimServer> World<S> {
     }
 
     fn op_failed(&mut self, c: usize, op: OpId, retryable: bool) {
+        // A re-entered hold's failed release: try again while it is held.
+        let inner = self.clients[c]
+            .ops
+            .get(&op)
+            .and_then(|&i| match self.history[i].what {
+                What::Release { lock, .. } if self.inner_holds.contains(&(c, lock)) => Some(lock),
+                _ => None,
+            });
+        if let Some(lock) = inner {
+            if self.clients[c].holdings.contains_key(&lock) {
+                let d = self.rng.range(50, 500);
+                self.push(
+                    self.now + d,
+                    Ev::User {
+                        client: c,
+                        action: Action::ReleaseInner(lock),
+                    },
+                );
+            }
+            return self.op_finished(c, op);
+        }
         let retries = self.workload.as_ref().map_or(0, |w| w.release_retries);
         match self.clients[c].script {
             Script::Releasing {
@@ -1867,6 +1939,51 @@ impl<S: SimServer> World<S> {
                 },
             );
         }
+    }
+
+    /// A re-entry of `outer` was granted: the same token as the outer hold,
+    /// not a new grant (tokens do not move); the inner hold is believed like
+    /// any hold and given back at once (a decrement while the outer holds).
+    fn on_reentered(&mut self, c: usize, op: OpId, outer: LockId, lock: LockInfo) {
+        let token = lock.fencing_token;
+        if self
+            .complete(
+                c,
+                op,
+                Outcome::Acquired {
+                    lock: lock.id,
+                    token,
+                },
+            )
+            .is_none()
+        {
+            return;
+        }
+        if let Some(h) = self.clients[c].holdings.get(&outer) {
+            if h.token != token || h.key != lock.handle.key {
+                self.violations.push(format!(
+                    "client {c}: re-entry of {:?} got token {token}, its outer hold has {}",
+                    lock.name, h.token
+                ));
+            }
+        }
+        self.clients[c].holdings.insert(
+            lock.id,
+            Holding {
+                name: lock.name.clone(),
+                kind: lock.handle.kind,
+                token,
+                slot: lock.slot(),
+                key: lock.handle.key.clone(),
+                owner: lock.handle.owner.clone(),
+                revision: lock.handle.revision,
+                expires_at: lock.expires_at,
+                since: self.now,
+                user_done: false,
+            },
+        );
+        self.inner_holds.insert((c, lock.id));
+        self.user_release(c, lock.id);
     }
 
     fn user_release(&mut self, c: usize, lock: LockId) {
@@ -2013,8 +2130,61 @@ impl<S: SimServer> World<S> {
                 }
                 self.drain(c);
             }
+            Action::Reenter(lock) => {
+                if self.clients[c].script != (Script::Holding { lock }) {
+                    return;
+                }
+                let Some(h) = self.clients[c].holdings.get(&lock) else {
+                    return;
+                };
+                let handle = edgelock::core::LockHandle {
+                    v: 1,
+                    backend: self.clients[c].machine.backend(),
+                    name: h.name.clone(),
+                    key: h.key.clone(),
+                    owner: h.owner.clone(),
+                    fencing_token: h.token,
+                    revision: h.revision,
+                    kind: h.kind,
+                    slot: h.slot,
+                };
+                let name = h.name.clone();
+                self.log(|| format!("c{c} user re-enters lock {}", lock.0));
+                match self.clients[c]
+                    .machine
+                    .start(local, edgelock::core::Operation::Reenter { handle })
+                {
+                    Ok(op) => self.record(c, op, What::Reenter { name, lock }),
+                    Err(e) => self
+                        .violations
+                        .push(format!("client {c}: re-entry of a held lock refused: {e}")),
+                }
+                self.drain(c);
+            }
+            Action::ReleaseInner(lock) => {
+                if self.clients[c].holdings.contains_key(&lock) {
+                    self.user_release(c, lock);
+                }
+            }
             Action::Release(lock) => {
                 if self.clients[c].script != (Script::Holding { lock }) {
+                    return;
+                }
+                // A user waits for its own re-entry through this lock before
+                // giving the lock back (released first, the re-entry is
+                // rightly LOST).
+                let reentering = self.clients[c].ops.values().any(|&i| {
+                    self.history[i].outcome == Outcome::Pending
+                        && matches!(self.history[i].what, What::Reenter { lock: l, .. } if l == lock)
+                });
+                if reentering {
+                    self.push(
+                        self.now + 20,
+                        Ev::User {
+                            client: c,
+                            action: Action::Release(lock),
+                        },
+                    );
                     return;
                 }
                 self.log(|| format!("c{c} user releases lock {}", lock.0));
@@ -2028,6 +2198,23 @@ impl<S: SimServer> World<S> {
                     self.clients[c].script,
                     Script::Closing { .. } | Script::Done
                 ) {
+                    return;
+                }
+                // Every re-entered hold is given back first (its release
+                // may be retrying).
+                let stop_at = self.workload.as_ref().map_or(0, |w| w.stop_at);
+                let inner_held = self.clients[c]
+                    .holdings
+                    .keys()
+                    .any(|l| self.inner_holds.contains(&(c, *l)));
+                if inner_held && self.now < stop_at {
+                    self.push(
+                        self.now + 100,
+                        Ev::User {
+                            client: c,
+                            action: Action::Close,
+                        },
+                    );
                     return;
                 }
                 self.log(|| format!("c{c} user closes"));
@@ -2342,6 +2529,7 @@ impl<S: SimServer> World<S> {
                 What::Acquire { name, .. }
                 | What::Release { name, .. }
                 | What::Extend { name, .. }
+                | What::Reenter { name, .. }
                 | What::Proclaim { name, .. }
                 | What::Observe { name } => Some(name.as_str()),
                 What::Close => None,

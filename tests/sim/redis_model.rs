@@ -251,8 +251,13 @@ fn parse_u64(b: &[u8]) -> Option<u64> {
 /// writer's acquire scripts also name the readers and the writer intent.
 fn script_keys(s: Script, numkeys: &[u8], rest: &[Vec<u8>]) -> Option<usize> {
     let ok = |n: usize| match s {
-        Script::Extend | Script::Status | Script::ExtendShared | Script::StatusShared => n == 2,
-        Script::Release | Script::Acquire | Script::AcquireShared => n == 4,
+        Script::Status | Script::ExtendShared | Script::StatusShared => n == 2,
+        // v3: also the hold count, renewed with the lock.
+        Script::Extend => n == 3,
+        Script::Acquire | Script::AcquireShared => n == 4,
+        // v4: also the hold count (reentrant holds).
+        Script::Release => n == 5,
+        Script::Reenter => n == 2,
         Script::ReleaseShared | Script::Leave => n == 5,
         Script::AcquireQueued => n == 6,
         Script::AcquirePermit => n >= 5,
@@ -263,6 +268,11 @@ fn script_keys(s: Script, numkeys: &[u8], rest: &[Vec<u8>]) -> Option<usize> {
     parse_u64(numkeys)
         .map(|n| n as usize)
         .filter(|n| ok(*n) && rest.len() >= *n)
+}
+
+/// The members of a set of holds as the model stores it (newline-separated).
+fn set_members(v: &[u8]) -> Vec<Vec<u8>> {
+    v.split(|b| *b == b'\n').map(<[u8]>::to_vec).collect()
 }
 
 fn parse_i64(b: &[u8]) -> Option<i64> {
@@ -744,9 +754,12 @@ impl RedisModel {
                     renew: true,
                 });
                 if ours {
-                    if let Some(e) = self.data.get(key) {
-                        let e = self.entry(e.value.clone(), Some(ttl), g);
-                        self.data.insert(key.to_vec(), e);
+                    // `PEXPIRE` of the lock and of its hold count (if any).
+                    for k in std::iter::once(key).chain(keys.get(2).map(Vec::as_slice)) {
+                        if let Some(e) = self.alive(k, g) {
+                            let e = self.entry(e.value.clone(), Some(ttl), g);
+                            self.data.insert(k.to_vec(), e);
+                        }
                     }
                 }
                 MValue::Arr(vec![
@@ -770,6 +783,23 @@ impl RedisModel {
                     renew: false,
                 });
                 if ours {
+                    // v4: the releasing hold (ARGV[4]) leaves the owner's
+                    // set of holds; while others remain: 2, the key stays
+                    // and nobody is woken. Any other set goes with the key.
+                    if let Some(holds_key) = keys.get(4) {
+                        if let Some(mut e) = self.alive(holds_key, g).cloned() {
+                            let mut members = set_members(&e.value);
+                            if members.contains(&[b"=".as_slice(), &arg(0)].concat()) {
+                                members.retain(|m| *m != arg(3));
+                                if members.len() > 1 {
+                                    e.value = members.join(&b'\n');
+                                    self.data.insert(holds_key.to_vec(), e);
+                                    return MValue::Int(2);
+                                }
+                            }
+                            self.data.remove(holds_key.as_slice());
+                        }
+                    }
                     self.data.remove(key);
                     // `redis.call('PUBLISH', ARGV[3], 'released:' .. ARGV[2])`:
                     // without ARGV[3] the call fails after the DEL (a Lua error
@@ -791,6 +821,26 @@ impl RedisModel {
                     }
                 }
                 MValue::Int(ours as i64)
+            }
+            Script::Reenter => {
+                let (token, hold) = (arg(0), arg(1));
+                if self.get(key, g).as_deref() != Some(token.as_slice()) {
+                    return MValue::Arr(vec![MValue::Int(0), MValue::Int(0), MValue::Int(0)]);
+                }
+                // KEYS[2] is the set of holds here (`fence` names the second
+                // key), kept as newline-separated members.
+                let mark = [b"=".as_slice(), &token].concat();
+                let mut members = self.get(fence, g).map_or(Vec::new(), |v| set_members(&v));
+                if !members.contains(&mark) {
+                    members = vec![mark, b"+".to_vec()];
+                }
+                if !members.contains(&hold) {
+                    members.push(hold);
+                }
+                let ttl = self.pttl_int(key, g);
+                let n = members.len() as i64 - 1;
+                self.set(fence, members.join(&b'\n'), Some(ttl.max(1) as u64), g);
+                MValue::Arr(vec![MValue::Int(1), MValue::Int(n), MValue::Int(ttl)])
             }
             Script::AcquireQueued => {
                 self.acquire_evals += 1;

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use edgelock::core::redis::{RedisConfig, RedisNode, RedlockConfig};
 use edgelock::core::{
-    AcquireOptions, BackendSpec, Holder, LockKind, LockStatus, Wait, MAX_PERMITS,
+    AcquireOptions, BackendSpec, Holder, LockHandle, LockKind, LockStatus, Wait, MAX_PERMITS,
 };
 use edgelock::native::{Client, ClientOptions, EtcdAuth, EtcdConfig, Lock, TlsConfig};
 use edgelock::LockError;
@@ -40,6 +40,19 @@ holders, but none while an exclusive holder (a plain `run`) holds it. A
 backend that does not offer a kind refuses it with exit 64 before sending
 anything (etcd and one Redis node grant --shared; Redlock refuses it). CMD gets
 EDGELOCK_LOCK_MODE (exclusive, shared or permit).
+
+Re-entry: for an exclusive lock CMD also gets EDGELOCK_LOCK_HANDLE, the
+lock's handle (JSON; it carries the owner credential: keep it in the
+environment, never print or log it). A `run NAME` (exclusive) that finds
+EDGELOCK_LOCK_HANDLE naming the same NAME on the same backend re-enters the
+lock through it instead of waiting for it (so a CMD that itself runs
+`edgelock run NAME -- ...` cannot deadlock on its caller): it prints
+`edgelock: re-entered NAME token=T` (T is the outer hold's token), runs its
+command and then gives its hold back; the lock is freed only when every
+hold has ended (the count lives on the backend: etcd and one Redis node;
+Redlock refuses re-entry with exit 64 instead of waiting on itself). A
+handle of another name is ignored; a stale one (its hold gone) is reported
+and NAME is acquired as usual. Only the innermost lock's handle is exported.
 
 `elect` campaigns in the election NAME announcing V (default: this host's
 name and edgelock's pid), waits until it leads (first come, first served on
@@ -665,7 +678,50 @@ fn wait_of(o: &Options) -> Wait {
     }
 }
 
+/// The variable `run` exports the exclusive lock's handle in (a credential:
+/// only in the command's environment, never printed).
+const HANDLE_VAR: &str = "EDGELOCK_LOCK_HANDLE";
+
+/// A nested `run` of the lock its caller holds: the handle that
+/// [`HANDLE_VAR`] carries, if it names NAME on this client's backend.
+fn inherited_handle(client: &Client, o: &Options) -> Option<LockHandle> {
+    if o.kind != LockKind::Exclusive {
+        return None;
+    }
+    let json = std::env::var(HANDLE_VAR).ok()?;
+    let handle = LockHandle::from_json(&json).ok()?;
+    (handle.name == o.name
+        && handle.kind == LockKind::Exclusive
+        && handle.backend.as_str() == client.backend())
+    .then_some(handle)
+}
+
 fn hold_and_run(client: &Client, o: &Options) -> Result<i32, Exit> {
+    if let Some(handle) = inherited_handle(client, o) {
+        // Our caller holds NAME: re-enter through its handle instead of
+        // waiting forever on ourselves. One more hold, counted on the
+        // backend; our release at the end takes it away again.
+        match client.reenter(&handle) {
+            Ok(lock) => {
+                eprintln!(
+                    "edgelock: re-entered {} token={}",
+                    o.name,
+                    lock.fencing_token()
+                );
+                return run_holding(lock, o, &[]);
+            }
+            // A stale handle (its hold is gone): take the lock as usual.
+            // Anything else (Redlock, which counts no holds; a handle of
+            // another prefix) is an error rather than a wait on ourselves.
+            Err(e @ LockError::Lost { .. }) => {
+                eprintln!(
+                    "edgelock: {HANDLE_VAR} does not hold {} here ({e}); acquiring it",
+                    o.name
+                )
+            }
+            Err(e) => return Err(Exit::lock(&e)),
+        }
+    }
     let wait = wait_of(o);
     let lock =
         match client.acquire_kind(&o.name, o.kind, AcquireOptions { wait, ttl_ms: None }, None) {
@@ -714,6 +770,12 @@ fn run_holding(lock: Lock, o: &Options, extra_env: &[(&str, String)]) -> Result<
         .env("EDGELOCK_LOCK_MODE", mode_name(lock.kind()))
         .envs(lock.slot().map(|slot| ("EDGELOCK_SLOT", slot.to_string())))
         .envs(limit_of(lock.kind()).map(|limit| ("EDGELOCK_LOCK_LIMIT", limit.to_string())))
+        .envs(
+            (lock.kind() == LockKind::Exclusive)
+                .then(|| serde_json::to_string(lock.handle()).ok())
+                .flatten()
+                .map(|json| (HANDLE_VAR, json)),
+        )
         .spawn();
     let mut child = match spawned {
         Ok(c) => c,

@@ -681,6 +681,67 @@ pub(super) fn watch_key(key: &[u8], start_revision: i64) -> Value {
     json!({ "create_request": { "key": b64(key), "start_revision": start_revision.to_string() } })
 }
 
+// ---- reentrant holds (see `machine/reentry.rs` for the count key) --------
+
+fn if_created(key: &[u8], rev: i64) -> Value {
+    json!({ "key": b64(key), "target": "CREATE", "result": "EQUAL", "create_revision": rev.to_string() })
+}
+
+fn if_modified(key: &[u8], rev: i64) -> Value {
+    json!({ "key": b64(key), "target": "MOD", "result": "EQUAL", "mod_revision": rev.to_string() })
+}
+
+/// What every count txn reads when its compare fails: the lock key (index
+/// 0) and the count key (index 1).
+fn read_lock_and_count(key: &[u8], count_key: &[u8]) -> Value {
+    json!([ { "request_range": { "key": b64(key) } }, { "request_range": { "key": b64(count_key) } } ])
+}
+
+/// An exclusive lock's release: delete exactly this incarnation of the key
+/// if no hold count exists (the plain lock's one request); otherwise read
+/// both keys, and the release takes a hold away instead.
+pub(super) fn release_uncounted_txn(key: &[u8], rev: i64, count_key: &[u8]) -> Value {
+    json!({
+        "compare": [ if_created(key, rev), if_created(count_key, 0) ],
+        "success": [ { "request_delete_range": { "key": b64(key) } } ],
+        "failure": read_lock_and_count(key, count_key)
+    })
+}
+
+/// Writes the hold count `value` (on the lock's lease) while the lock is
+/// this incarnation and the count key is as last read (`count_mod` 0: it
+/// does not exist); otherwise reads both keys.
+pub(super) fn put_count_txn(
+    key: &[u8],
+    rev: i64,
+    count_key: &[u8],
+    count_mod: i64,
+    lease: i64,
+    value: &[u8],
+) -> Value {
+    let count_cmp = if count_mod == 0 {
+        if_created(count_key, 0)
+    } else {
+        if_modified(count_key, count_mod)
+    };
+    json!({
+        "compare": [ if_created(key, rev), count_cmp ],
+        "success": [ { "request_put": { "key": b64(count_key), "value": b64(value), "lease": lease.to_string() } } ],
+        "failure": read_lock_and_count(key, count_key)
+    })
+}
+
+/// The last hold's release: deletes the lock key and its count key while
+/// both are as last read; otherwise reads both keys.
+pub(super) fn delete_counted_txn(key: &[u8], rev: i64, count_key: &[u8], count_mod: i64) -> Value {
+    json!({
+        "compare": [ if_created(key, rev), if_modified(count_key, count_mod) ],
+        "success": [ { "request_delete_range": { "key": b64(key) } },
+                     { "request_delete_range": { "key": b64(count_key) } } ],
+        "failure": read_lock_and_count(key, count_key)
+    })
+}
+
 // ---- elections (see `machine/election.rs`) --------------------------------
 
 /// The oldest key of a name, with its value: who leads its election.

@@ -108,6 +108,9 @@ pub(super) struct Held {
     pub shared: bool,
     /// A leadership (an election's lock, see `election`): it may proclaim.
     pub leader: bool,
+    /// A re-entered hold's member in the lock's set of holds
+    /// (`scripts::REENTER`); `None` for the hold an acquire granted.
+    pub hold: Option<String>,
     pub ttl: u64,
     pub fencing_token: u64,
     pub expires_at: Millis,

@@ -20,6 +20,7 @@ use super::tasks::{
     election::{self, LeaderTask, ObserveTask},
     extend,
     inspect::InspectTask,
+    reenter::ReenterTask,
     release::ReleaseTask,
     renew::RenewTask,
     resume::ResumeTask,
@@ -620,6 +621,7 @@ impl Engine {
             Operation::Observe { name, known, wait } => {
                 Box::new(ObserveTask::new(&mut self.cx, now, &name, known, wait)?)
             }
+            Operation::Reenter { handle } => Box::new(ReenterTask::new(&mut self.cx, &handle)?),
             op @ Operation::AcquireAll { .. } => {
                 return Err(crate::core::operation::unserved(self.cx.s.backend, &op))
             }

@@ -24,6 +24,13 @@
 //!   token and value; no expiry, reported only while its owner holds the
 //!   lock key); the leader's lock is the lock key itself
 //!
+//! - reentrant holds (see `scripts::REENTER`): the set of holds
+//!   `<lock key>:holds` (members: the marker `=<owner token>`, `+` for the
+//!   outer hold, one random member per re-entered hold; expiring with the
+//!   lock: every extend renews both; a set without the holder's marker is
+//!   stale and ignored, and releases delete it). It extends the lock key,
+//!   so it shares its hash tag
+//!
 //! The braces make the pair one Redis Cluster hash slot, so that a script
 //! may touch both (Upstash and any cluster require it). Redis hashes the
 //! text between the first `{` and the first `}` after it; the fencing key
@@ -117,6 +124,11 @@ pub fn hash_tag(key: &str) -> &str {
         }
     }
     key
+}
+
+/// The hold count of the exclusive lock at `key` (see `scripts::REENTER`).
+pub fn holds_key(key: &str) -> String {
+    format!("{key}:holds")
 }
 
 #[cfg(test)]

@@ -792,6 +792,7 @@ fn a_manual_extend_during_a_renewal_does_not_make_the_timer_spin() {
 
 mod election;
 mod push;
+mod reentry;
 mod rwlock;
 
 /// A script goes as `EVAL` until the node has run it, then as `EVALSHA`;
@@ -896,19 +897,21 @@ mod permits {
         assert_eq!(script_of(&r[0]), Script::Release);
         let a = args_of(&r[0]);
         assert_eq!(
-            a[3..7],
+            a[3..8],
             [
                 "{edgelock:s}:permit:1",
                 "{edgelock:s}:fence",
                 "{edgelock:s}:permit:queue",
-                "{edgelock:s}:permit:leases"
+                "{edgelock:s}:permit:leases",
+                "{edgelock:s}:permit:1:holds"
             ]
         );
         assert_eq!(
-            a[8..],
+            a[9..],
             [
                 "5".to_string(),
-                subscription::wake_channel("{edgelock:s}:permit")
+                subscription::wake_channel("{edgelock:s}:permit"),
+                "+".to_string()
             ]
         );
     }

@@ -162,7 +162,18 @@ pub(super) struct FlagCount {
 
 impl FlagCount {
     pub(super) fn of(round: &Round) -> FlagCount {
-        let parsed = round.parsed(super::scripts::parse_flag);
+        Self::count(round.parsed(super::scripts::parse_flag))
+    }
+
+    /// A release round's: a decrement of counted holds (reply 2) is done
+    /// on our key like a delete.
+    pub(super) fn of_release(round: &Round) -> FlagCount {
+        Self::count(round.parsed(|v| {
+            super::scripts::parse_release(v).map(|r| r != super::scripts::Released::NotOurs)
+        }))
+    }
+
+    fn count(parsed: Vec<(usize, Result<bool, NodeError>)>) -> FlagCount {
         let mut c = FlagCount {
             confirmed: 0,
             refused: 0,

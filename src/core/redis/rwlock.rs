@@ -96,12 +96,13 @@ pub(super) fn release_command(h: &Held) -> RedisCommand {
     if h.shared {
         scripts::release_shared(&h.wake_base, &h.fence_key, &h.token, h.fencing_token)
     } else {
-        scripts::release_waking(
+        scripts::release_hold(
             &h.key,
             &h.fence_key,
             &h.wake_base,
             &h.token,
             h.fencing_token,
+            h.hold.as_deref().unwrap_or(scripts::OUTER_HOLD),
         )
     }
 }

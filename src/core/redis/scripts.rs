@@ -56,7 +56,10 @@ return {0, f, wait}";
 /// `{0, counter}`, the counter as it is after the raise: a Redlock raise
 /// round learns from it that a node's counter is above the token it is
 /// about to hand out (that node's attempt answer was lost).
-pub const EXTEND: &str = "-- edgelock extend v2
+///
+/// v3: the lock's hold count `KEYS[3]` ([`REENTER`]), if any, is renewed
+/// with it, so that the count lives exactly as long as the lock.
+pub const EXTEND: &str = "-- edgelock extend v3
 local f = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
 if f < tonumber(ARGV[3]) then
   f = tonumber(ARGV[3])
@@ -64,6 +67,7 @@ if f < tonumber(ARGV[3]) then
 end
 if redis.call('GET', KEYS[1]) == ARGV[1] then
   redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  redis.call('PEXPIRE', KEYS[3], ARGV[2])
   return {1, f}
 end
 return {0, f}";
@@ -82,10 +86,21 @@ return {0, f}";
 /// `released:<fence>:<waiter>`, and only that waiter attempts; a dead head
 /// (lease over) is not named, so every waiter attempts and the queued
 /// acquire script drops it.
-pub const RELEASE: &str = "-- edgelock release v3
+///
+/// Reentrant holds (v4): `KEYS[5]` is the lock's set of holds
+/// ([`REENTER`]) and `ARGV[4]` the releasing hold's member (`+` for the
+/// outer hold). While holds of this owner remain after removing it, the
+/// release returns 2 (the key stays, nobody is woken); otherwise the set
+/// goes with the key. A stale set (another owner's) is deleted.
+pub const RELEASE: &str = "-- edgelock release v4
 local f = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
 if f < tonumber(ARGV[2]) then redis.call('SET', KEYS[2], ARGV[2]) end
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+if redis.call('SISMEMBER', KEYS[5], '=' .. ARGV[1]) == 1 then
+  redis.call('SREM', KEYS[5], ARGV[4])
+  if redis.call('SCARD', KEYS[5]) > 1 then return 2 end
+end
+redis.call('DEL', KEYS[5])
 redis.call('DEL', KEYS[1])
 if ARGV[2] == '0' then return 1 end
 local msg = 'released:' .. ARGV[2]
@@ -97,6 +112,27 @@ if head then
 end
 redis.call('PUBLISH', ARGV[3], msg)
 return 1";
+
+/// Re-enter the exclusive lock `KEYS[1]` held by owner `ARGV[1]`: one more
+/// hold, named `ARGV[2]` (random per re-entry), in the lock's set of holds
+/// `KEYS[2]` (`keys::holds_key`): the marker `=<owner>`, `+` for the outer
+/// hold and one member per re-entered hold; it expires with the lock
+/// ([`EXTEND`] renews both). A set without our owner's marker is stale (an
+/// earlier owner's) and replaced. Members, not a number, make every change
+/// idempotent: a re-entry or a release retried after an unknown outcome
+/// adds or removes its own member again, never a second one.
+/// `{1, holds, pttl}`, or `{0, 0, 0}` when the owner does not hold the lock
+/// (nothing written).
+pub const REENTER: &str = "-- edgelock reenter v1
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {0, 0, 0} end
+if redis.call('SISMEMBER', KEYS[2], '=' .. ARGV[1]) == 0 then
+  redis.call('DEL', KEYS[2])
+  redis.call('SADD', KEYS[2], '=' .. ARGV[1], '+')
+end
+redis.call('SADD', KEYS[2], ARGV[2])
+local ttl = redis.call('PTTL', KEYS[1])
+redis.call('PEXPIRE', KEYS[2], math.max(1, ttl))
+return {1, redis.call('SCARD', KEYS[2]) - 1, ttl}";
 
 /// The queued acquire (one node): a FIFO queue of waiter ids (`KEYS[3]`, a
 /// list) with a lease each (`KEYS[4]`, a sorted set scored by the server's
@@ -410,11 +446,13 @@ pub enum Script {
     LeaderRecord,
     /// [`super::election::LEADER`].
     Leader,
+    /// [`REENTER`].
+    Reenter,
 }
 
 impl Script {
     /// Every script.
-    pub const ALL: [Script; 15] = [
+    pub const ALL: [Script; 16] = [
         Script::Acquire,
         Script::Extend,
         Script::Release,
@@ -430,6 +468,7 @@ impl Script {
         Script::StatusShared,
         Script::LeaderRecord,
         Script::Leader,
+        Script::Reenter,
     ];
 
     /// The Lua source sent with `EVAL`.
@@ -450,6 +489,7 @@ impl Script {
             Script::StatusShared => STATUS_SHARED,
             Script::LeaderRecord => super::election::RECORD,
             Script::Leader => super::election::LEADER,
+            Script::Reenter => REENTER,
         }
     }
 
@@ -549,23 +589,60 @@ pub fn extend(
     ttl_ms: u64,
     fence_floor: u64,
 ) -> RedisCommand {
-    eval(Script::Extend, key, fence_key)
+    RedisCommand::new("EVAL")
+        .arg(Script::Extend.text())
+        .arg("3")
+        .arg(key)
+        .arg(fence_key)
+        .arg(super::keys::holds_key(key))
         .arg(token)
         .arg(ttl_ms.to_string())
         .arg(fence_floor.to_string())
 }
 
-/// The four keys of a script that knows the waiters' queue: `key`, the
-/// counter, and the queue and leases of `wake_base` (the lock key itself
-/// for a lock, the semaphore's base for a permit).
-fn eval_queue(script: Script, key: &str, fence_key: &str, wake_base: &str) -> RedisCommand {
+/// The member of the outer hold in a lock's set of holds ([`REENTER`]).
+pub const OUTER_HOLD: &str = "+";
+
+/// `EVAL` of [`REENTER`]: one more hold, `hold`, of `token`'s lock at `key`.
+pub fn reenter(key: &str, token: &str, hold: &str) -> RedisCommand {
     RedisCommand::new("EVAL")
-        .arg(script.text())
-        .arg("4")
+        .arg(Script::Reenter.text())
+        .arg("2")
         .arg(key)
-        .arg(fence_key)
-        .arg(super::keys::queue_key(wake_base))
-        .arg(super::keys::leases_key(wake_base))
+        .arg(super::keys::holds_key(key))
+        .arg(token)
+        .arg(hold)
+}
+
+/// A reply of [`REENTER`]: `Some(pttl)` when the hold was counted (the
+/// lock's remaining ms), `None` when the owner no longer holds it.
+pub fn parse_reenter(v: &RedisValue) -> Result<Option<u64>, String> {
+    match v.as_ints().as_deref() {
+        Some([1, n, pttl]) if *n >= 2 && *pttl > 0 => Ok(Some(*pttl as u64)),
+        Some([0, 0, 0]) => Ok(None),
+        _ => Err(format!("unexpected reply {}", describe(v))),
+    }
+}
+
+/// What a release did on a node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Released {
+    /// The key was ours and is deleted (1).
+    Deleted,
+    /// The key was ours and stays: one of several counted holds ended (2).
+    Decremented,
+    /// The key was not ours (0).
+    NotOurs,
+}
+
+/// A reply of [`RELEASE`].
+pub fn parse_release(v: &RedisValue) -> Result<Released, String> {
+    match v.as_int() {
+        Some(1) => Ok(Released::Deleted),
+        Some(2) => Ok(Released::Decremented),
+        Some(0) => Ok(Released::NotOurs),
+        _ => Err(format!("unexpected reply {}", describe(v))),
+    }
 }
 
 /// `EVAL` of [`RELEASE`]: delete `key` if it holds `token`, raising the
@@ -576,6 +653,10 @@ pub fn release(key: &str, fence_key: &str, token: &str, fence_floor: u64) -> Red
 
 /// [`release`] of `key` waking the waiters of `wake_base` (its queue's
 /// head, on its channel): a permit's release wakes its semaphore's waiters.
+///
+/// The five keys: `key`, the counter, the queue and leases of `wake_base`
+/// (the lock key itself for a lock, the semaphore's base for a permit) and
+/// `key`'s hold count.
 pub fn release_waking(
     key: &str,
     fence_key: &str,
@@ -583,11 +664,32 @@ pub fn release_waking(
     token: &str,
     fence_floor: u64,
 ) -> RedisCommand {
+    release_hold(key, fence_key, wake_base, token, fence_floor, OUTER_HOLD)
+}
+
+/// [`release_waking`] of the hold named `hold` in the lock's set of holds
+/// ([`OUTER_HOLD`] for the hold an acquire granted).
+pub fn release_hold(
+    key: &str,
+    fence_key: &str,
+    wake_base: &str,
+    token: &str,
+    fence_floor: u64,
+    hold: &str,
+) -> RedisCommand {
     let channel = super::subscription::wake_channel(wake_base);
-    eval_queue(Script::Release, key, fence_key, wake_base)
+    RedisCommand::new("EVAL")
+        .arg(Script::Release.text())
+        .arg("5")
+        .arg(key)
+        .arg(fence_key)
+        .arg(super::keys::queue_key(wake_base))
+        .arg(super::keys::leases_key(wake_base))
+        .arg(super::keys::holds_key(key))
         .arg(token)
         .arg(fence_floor.to_string())
         .arg(channel)
+        .arg(hold)
 }
 
 /// `EVAL` of [`ACQUIRE_QUEUED`] for waiter `waiter` (queueing with a lease
@@ -1211,8 +1313,10 @@ mod tests {
         assert_eq!(c.args[2], b"3");
         let r = release_waking("{e:s}:permit:1", "{e:s}:fence", "{e:s}:permit", "ab", 4);
         assert_eq!(r.args[5], b"{e:s}:permit:queue");
+        assert_eq!(r.args[2], b"5");
+        assert_eq!(r.args[7], b"{e:s}:permit:1:holds");
         assert_eq!(
-            r.args[9],
+            r.args[10],
             crate::core::redis::subscription::wake_channel("{e:s}:permit").into_bytes()
         );
         let i = inspect("{e:s}", "{e:s}:fence", "{e:s}:limit", &slots[..1]);

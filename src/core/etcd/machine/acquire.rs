@@ -11,7 +11,8 @@ impl EtcdMachine {
             Some(OpKind::Inspect { name, .. }) => name.clone(),
             Some(OpKind::Election(e)) => self.election_op_name(e),
             Some(OpKind::Resume { handle, .. }) => handle.name.clone(),
-            Some(OpKind::Release { lock }) | Some(OpKind::Extend { lock, .. }) => self
+            Some(OpKind::Reenter(r)) => r.handle.name.clone(),
+            Some(OpKind::Release { lock, .. }) | Some(OpKind::Extend { lock, .. }) => self
                 .locks
                 .get(lock)
                 .map(|l| l.name.clone())
@@ -332,6 +333,7 @@ impl EtcdMachine {
                 shared: a.shared,
                 releasing: false,
                 leader: a.leader,
+                reentered: false,
             },
         );
         self.rt.out.complete(

@@ -28,6 +28,7 @@ impl LockMachine for EtcdMachine {
             Operation::Release { lock } => self.start_release(now, lock),
             Operation::Extend { lock, ttl_ms: _ } => self.start_extend(now, lock),
             Operation::Resume { handle } => self.start_resume(now, &handle),
+            Operation::Reenter { handle } => self.start_reenter(now, &handle),
             Operation::Inspect { name } => self.start_inspect(now, &name),
             Operation::Campaign {
                 name,
@@ -80,6 +81,52 @@ impl LockMachine for EtcdMachine {
                 self.rt.out.fail(id, LockError::Closed { backend: BACKEND });
             }
         }
+        // A lease this client only borrowed to re-enter another owner's
+        // lock is that owner's: closing ends our holds' renewals, never
+        // the owner's lease (our holds stay counted until it ends).
+        // (Unless a lock of ours, resumed from a handle, also uses it.)
+        let borrowed: Vec<i64> = std::mem::take(&mut self.borrowed)
+            .into_iter()
+            .filter(|lease| {
+                self.session_lease != Some(*lease)
+                    && self
+                        .locks
+                        .values()
+                        .all(|l| l.lease != *lease || l.reentered)
+            })
+            .collect();
+        // A lease on which holds of others may still be counted (a release
+        // of ours only took one hold away): revoking it would end their
+        // holds too. Our own keys on it are deleted one by one instead
+        // (an exclusive lock's only while no holds are counted on it), and
+        // the lease ends when its last holder stops renewing it.
+        let shared: Vec<i64> = std::mem::take(&mut self.shared_leases);
+        let mut deletes: Vec<Value> = Vec::new();
+        for l in self.locks.values() {
+            if !shared.contains(&l.lease) || l.reentered {
+                continue;
+            }
+            deletes.push(if l.countable() {
+                gw::release_uncounted_txn(&l.key, l.rev, &self.count_key(&l.name))
+            } else {
+                let keys = l.keys();
+                gw::delete_all_if_revisions(
+                    &keys
+                        .iter()
+                        .map(|(k, r)| (k.as_slice(), *r))
+                        .collect::<Vec<_>>(),
+                )
+            });
+        }
+        for o in self.orphans.iter().filter(|o| shared.contains(&o.lease)) {
+            if let Some(rev) = o.rev {
+                deletes.push(gw::release_uncounted_txn(
+                    &o.key,
+                    rev,
+                    &self.count_key(&o.name),
+                ));
+            }
+        }
         let locks: Vec<LockId> = self.locks.keys().copied().collect();
         for lock in locks {
             if let Some(l) = self.locks.remove(&lock) {
@@ -97,7 +144,13 @@ impl LockMachine for EtcdMachine {
         self.busy_names.clear();
         let leases: Vec<i64> = std::mem::take(&mut self.leases).into_keys().collect();
         self.session_lease = None;
-        for lease in leases {
+        for body in deletes {
+            self.send(now, Purpose::CloseStep, "/v3/kv/txn", body, false);
+        }
+        for lease in leases
+            .into_iter()
+            .filter(|l| !borrowed.contains(l) && !shared.contains(l))
+        {
             self.send(
                 now,
                 Purpose::CloseStep,
@@ -256,7 +309,15 @@ impl EtcdMachine {
         if self.rt.closing.drained() {
             return Err(LockError::Closed { backend: BACKEND });
         }
-        let op = self.new_op(OpKind::Release { lock });
+        let countable = self.locks.get(&lock).is_some_and(|h| h.countable());
+        let op = self.new_op(OpKind::Release {
+            lock,
+            step: if countable {
+                reentry::ReleaseStep::First { tries: 0 }
+            } else {
+                reentry::ReleaseStep::Plain
+            },
+        });
         let Some(held) = self.locks.get(&lock) else {
             // Idempotent: already released or lost.
             self.ops.remove(&op);
@@ -272,7 +333,11 @@ impl EtcdMachine {
         // Exactly this incarnation of each key (a permit: its queue key and
         // its slot key), all or none: a late release never touches a newer holder.
         let keys = held.keys();
+        let count_key = self.count_key(&held.name);
         let body = match keys.as_slice() {
+            // An exclusive lock: deleted at once unless holds are counted
+            // on it (no extra request for a plain lock; see `reentry.rs`).
+            [(key, rev)] if countable => gw::release_uncounted_txn(key, *rev, &count_key),
             [(key, rev)] => gw::delete_if_revision(key, *rev),
             keys => gw::delete_all_if_revisions(
                 &keys

@@ -24,6 +24,9 @@ mod local_names;
 mod lock_machine;
 mod operations;
 mod permits;
+mod reentry;
+#[cfg(test)]
+mod reentry_tests;
 mod requests;
 #[cfg(test)]
 mod scripted;
@@ -78,6 +81,13 @@ pub struct EtcdMachine {
     /// still apply later and leave a key nobody uses on the session lease
     /// (see `ghosts.rs`). From then on every renewal also sweeps the lease.
     ghost_risk: bool,
+    /// Leases of other owners this client renews only for holds it
+    /// re-entered (see `reentry.rs`): its close never revokes them.
+    borrowed: Vec<i64>,
+    /// Leases on which a release of ours took one hold away and left
+    /// others counted (possibly another process's): its close deletes its
+    /// own keys there instead of revoking the lease (see `reentry.rs`).
+    shared_leases: Vec<i64>,
 }
 
 struct Pending {
@@ -141,6 +151,11 @@ struct HeldLock {
     /// A leadership (`LockKind::Leader`): an exclusive hold whose key's
     /// value carries the campaign value (see `election.rs`).
     leader: bool,
+    /// A hold taken by [`Operation::Reenter`] (see `reentry.rs`): it shares
+    /// the key of an outer hold and does not claim the name locally (the
+    /// outer hold, if it is local, does; its claim passes on to a local
+    /// hold of the same key when it is released first).
+    reentered: bool,
 }
 
 impl HeldLock {
@@ -148,7 +163,13 @@ impl HeldLock {
     /// named by the lease alone, so a second local acquire must wait for it;
     /// permits and shared holds have keys of their own per acquisition.
     fn claims_name(&self) -> bool {
-        self.slot.is_none() && !self.shared
+        self.slot.is_none() && !self.shared && !self.reentered
+    }
+
+    /// Whether holds can be counted on the key: an exclusive lock (not a
+    /// leadership, a permit or a shared hold).
+    fn countable(&self) -> bool {
+        self.slot.is_none() && !self.shared && !self.leader
     }
 
     /// Every key of the hold with its create revision: the lock's key, and a
@@ -186,7 +207,10 @@ enum OpKind {
     Acquire(Acquire),
     Release {
         lock: LockId,
+        /// Where an exclusive lock's release is (see `reentry.rs`).
+        step: reentry::ReleaseStep,
     },
+    Reenter(reentry::Reenter),
     Extend {
         lock: LockId,
         phase: ExtendPhase,
@@ -303,6 +327,8 @@ impl EtcdMachine {
             busy_names: VecMap::new(),
             orphans: Vec::new(),
             ghost_risk: false,
+            borrowed: Vec::new(),
+            shared_leases: Vec::new(),
         })
     }
 

@@ -15,7 +15,12 @@ impl EtcdMachine {
         let Some(o) = self.ops.get(&op) else { return };
         match &o.kind {
             OpKind::Acquire(_) => self.on_acquire_reply(now, op, result),
-            OpKind::Release { lock } => {
+            OpKind::Release { lock, step } if *step != reentry::ReleaseStep::Plain => {
+                let (lock, step) = (*lock, step.clone());
+                self.on_counted_release_reply(now, op, lock, step, result)
+            }
+            OpKind::Reenter(_) => self.on_reenter_reply(now, op, sent_at, result),
+            OpKind::Release { lock, .. } => {
                 let lock = *lock;
                 self.ops.remove(&op);
                 let Some(held) = self.locks.get(&lock) else {
@@ -246,6 +251,7 @@ impl EtcdMachine {
                                     shared: handle.kind == LockKind::Shared,
                                     releasing: false,
                                     leader: handle.kind == LockKind::Leader,
+                                    reentered: false,
                                 },
                             );
                             self.rt.out.complete(
@@ -374,7 +380,12 @@ impl EtcdMachine {
 
     pub(super) fn drop_lease_if_unused(&mut self, lease: i64, op: OpId) {
         let resumed_elsewhere = self.ops.iter().any(|(id, o)| {
-            *id != op && matches!(&o.kind, OpKind::Resume { lease: l, .. } if *l == lease)
+            *id != op
+                && match &o.kind {
+                    OpKind::Resume { lease: l, .. } => *l == lease,
+                    OpKind::Reenter(r) => r.lease == lease,
+                    _ => false,
+                }
         });
         if !self.lease_in_use(lease) && !resumed_elsewhere && self.session_lease != Some(lease) {
             self.leases.remove(&lease);

@@ -159,8 +159,11 @@ impl EtcdMachine {
                 false,
             ))
         };
-        let sweep_due =
-            self.ghost_risk && self.leases.get(&lease).is_some_and(|l| l.sweep.is_none());
+        // Never on a lease borrowed for a re-entry: the other keys on it are
+        // its owner's locks, not ghosts of ours.
+        let sweep_due = self.ghost_risk
+            && !self.borrowed.contains(&lease)
+            && self.leases.get(&lease).is_some_and(|l| l.sweep.is_none());
         let sweep = sweep_due.then(|| {
             self.send(
                 now,
@@ -370,7 +373,7 @@ impl EtcdMachine {
         if let Some(l) = self.locks.remove(&lock) {
             self.rt.out.lost(lock, l.name.clone(), reason.clone());
             if l.claims_name() {
-                self.free_name(now, &l.name);
+                self.pass_on_name(now, &l);
             } else if l.slot.is_some() && reason == LostReason::KeyGone {
                 // One of a permit's keys is gone, the other may not be: on a
                 // lease that lives on, a slot key without its holder would

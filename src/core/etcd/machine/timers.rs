@@ -131,6 +131,12 @@ impl EtcdMachine {
                     if self.orphans[i].req.is_none() && self.orphans[i].retry_at <= now {
                         let o = &self.orphans[i];
                         let (path, body) = match (o.rev, &o.value) {
+                            // An exclusive lock's key: only while no holds
+                            // are counted on it (see `reentry.rs`).
+                            (Some(rev), _) if o.holds_name => (
+                                "/v3/kv/txn",
+                                gw::release_uncounted_txn(&o.key, rev, &self.count_key(&o.name)),
+                            ),
                             (Some(rev), _) => ("/v3/kv/txn", gw::delete_if_revision(&o.key, rev)),
                             (None, Some(value)) => {
                                 ("/v3/kv/txn", gw::delete_if_value(&o.key, value))

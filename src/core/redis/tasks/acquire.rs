@@ -814,6 +814,7 @@ impl Attempts {
             token: self.token,
             shared: self.shared,
             leader: self.leader.is_some(),
+            hold: None,
             ttl: self.ttl,
             fencing_token: fence,
             expires_at: exp,

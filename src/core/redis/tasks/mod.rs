@@ -1,6 +1,6 @@
 //! The engine's tasks, one state machine per file: `acquire` (attempts,
 //! cleanup, waiting), `release` (also the background delete of a lost
-//! lock's keys), `extend`, `renew` (the watchdog), `resume`, `inspect`; `election` (proclaim, leader, observe);
+//! lock's keys), `extend`, `renew` (the watchdog), `resume`, `reenter` (reentrant holds, one node), `inspect`; `election` (proclaim, leader, observe);
 //! `permit` is a semaphore permit's part of `acquire`.
 
 pub(super) mod acquire;
@@ -8,6 +8,7 @@ pub(super) mod election;
 pub(super) mod extend;
 pub(super) mod inspect;
 mod permit;
+pub(super) mod reenter;
 pub(super) mod release;
 pub(super) mod renew;
 pub(super) mod resume;

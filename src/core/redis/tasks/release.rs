@@ -46,7 +46,7 @@ impl Task for ReleaseTask {
             let cmd = rwlock::release_command(&lock);
             return Next::round(ReleaseTask { op, lock }, cmd, cx.all_nodes());
         };
-        let c = FlagCount::of(&round);
+        let c = FlagCount::of_release(&round);
         let (n, q) = (cx.node_count(), cx.quorum_size());
         let settled = c.confirmed >= q || c.failed == 0 || c.refused > n - q;
         match op {

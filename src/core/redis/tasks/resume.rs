@@ -11,7 +11,7 @@ use super::super::task::{Next, Task};
 use crate::core::names::validate_name;
 use crate::core::*;
 
-fn is_token(s: &str) -> bool {
+pub(super) fn is_token(s: &str) -> bool {
     s.len() == TOKEN_BYTES * 2
         && s.bytes()
             .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
@@ -168,6 +168,7 @@ impl Task for ResumeTask {
                     token: handle.owner,
                     shared,
                     leader: handle.kind == LockKind::Leader,
+                    hold: None,
                     ttl,
                     fencing_token: handle.fencing_token,
                     expires_at: exp,
