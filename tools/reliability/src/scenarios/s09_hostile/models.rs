@@ -555,6 +555,8 @@ impl RedisModel {
             Some(Script::LeaderRecord | Script::Leader) => {
                 Err("ERR elections are not modelled here".into())
             }
+            // Nor re-entry: the locks here are never re-entered.
+            Some(Script::Reenter) => Err("ERR re-entry is not modelled here".into()),
             None => Err("NOSCRIPT unknown script".into()),
         }
     }
