@@ -111,6 +111,19 @@ export const MAX_CAMPAIGN_VALUE = 4096;
 export const MAX_ACQUIRE_ALL = 16;
 
 const INTERNAL = Symbol("edgelock.internal");
+
+// Re-entry within one async call chain: where the runtime has
+// AsyncLocalStorage (Node, Deno, Bun; workerd with nodejs_compat), the entry
+// hands the class over and `request()` remembers, for the callback's call
+// chain, which exclusive locks it holds. A nested `request()` of such a name
+// re-enters through the lock's handle (the backend counts one more hold)
+// instead of waiting forever on itself. Never "the current thread".
+let heldInChain = null;
+
+/** Called by the entries that have AsyncLocalStorage; the first call wins. */
+export function useAsyncLocalStorage(AsyncLocalStorage) {
+  if (heldInChain === null && typeof AsyncLocalStorage === "function") heldInChain = new AsyncLocalStorage();
+}
 const hasAsyncDispose = typeof Symbol.asyncDispose === "symbol";
 
 /** A held lock. Created only by acquire(), tryAcquire(), request() and resume(). */
@@ -348,11 +361,15 @@ class LockClient {
     const { ifAvailable, ...rest } = checkOptions(opts, REQUEST_OPTIONS, "request");
     if (ifAvailable !== undefined && typeof ifAvailable !== "boolean") throw invalid("ifAvailable must be a boolean");
     if (ifAvailable && rest.waitMs !== undefined) throw invalid("ifAvailable and waitMs exclude each other");
-    const lock = ifAvailable ? await this.tryAcquire(name, rest) : await this.acquire(name, rest);
+    const exclusive = (rest.mode === undefined || rest.mode === "exclusive") && rest.limit === undefined;
+    const outer = exclusive ? heldInChain?.getStore()?.get(this)?.get(name) : undefined;
+    const lock = outer !== undefined && !outer.signal.aborted
+      ? await this.reenter(outer)
+      : ifAvailable ? await this.tryAcquire(name, rest) : await this.acquire(name, rest);
     if (lock === null) return await callback(null);
     let result;
     try {
-      result = await callback(lock);
+      result = await this.#inChain(exclusive ? lock : null, () => callback(lock));
     } catch (callbackError) {
       // The callback's error wins; a failed release then only delays expiry.
       await lock.release().catch(() => {});
@@ -360,6 +377,32 @@ class LockClient {
     }
     await lock.release();
     return result;
+  }
+
+  /**
+   * Re-enters an exclusive lock by proof of ownership: `held` is a Lock or
+   * the handle its `toJSON()` returned (of this client or of another
+   * process). The backend counts one more hold; the new Lock has the same
+   * fencing token, and the lock is freed only when every hold is released.
+   * Rejects with "LOST" if the lock is no longer held; Redlock refuses
+   * (INVALID_ARGUMENT).
+   */
+  async reenter(held) {
+    let json;
+    if (typeof held === "string") json = held;
+    else if (held !== null && typeof held === "object") json = JSON.stringify(typeof held.toJSON === "function" ? held.toJSON() : held);
+    else throw invalid("reenter() needs a held Lock or the object returned by lock.toJSON()");
+    const info = await this.#call((raw) => raw.reenter(json));
+    return this.#adopt(info);
+  }
+
+  /** Runs `fn` with `lock` (if any) remembered as held by this client in the calling chain. */
+  #inChain(lock, fn) {
+    if (heldInChain === null || lock === null) return fn();
+    const outer = heldInChain.getStore();
+    const store = new Map(outer);
+    store.set(this, new Map(outer?.get(this)).set(lock.name, lock));
+    return heldInChain.run(store, fn);
   }
 
   /** Adopts a lock serialised by `lock.toJSON()`; rejects with "LOST" if it is no longer held. */

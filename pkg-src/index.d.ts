@@ -259,6 +259,8 @@ export interface LockClient {
   acquireAll(names: string[], opts: AcquireAllOptions & { ifAvailable: true }): Promise<LockSet | null>;
   acquireAll(names: string[], opts?: AcquireAllOptions): Promise<LockSet>;
   resume(handle: LeadershipHandleJSON): Promise<Leadership>;
+  /** Re-enters an exclusive lock by proof of ownership (a held Lock or its `toJSON()` handle, of any process): the backend counts one more hold, same fencing token; freed when every hold is released. Redlock: `INVALID_ARGUMENT`. */
+  reenter(held: Lock | LockHandleJSON | string): Promise<Lock>;
   /** Adopts a lock serialised by `toJSON()`; rejects with `LOST` if it is no longer held. */
   resume(handle: LockHandleJSON | string): Promise<Lock>;
   /** Releases every lock and ends the session. Idempotent. */
@@ -402,6 +404,8 @@ export declare class EtcdLocks implements LockClient {
   acquireAll(names: string[], opts: AcquireAllOptions & { ifAvailable: true }): Promise<LockSet | null>;
   acquireAll(names: string[], opts?: AcquireAllOptions): Promise<LockSet>;
   resume(handle: LeadershipHandleJSON): Promise<Leadership>;
+  /** Re-enters an exclusive lock by proof of ownership (a held Lock or its `toJSON()` handle, of any process): the backend counts one more hold, same fencing token; freed when every hold is released. Redlock: `INVALID_ARGUMENT`. */
+  reenter(held: Lock | LockHandleJSON | string): Promise<Lock>;
   resume(handle: LockHandleJSON | string): Promise<Lock>;
   close(): Promise<void>;
   [Symbol.asyncDispose](): Promise<void>;
@@ -431,6 +435,8 @@ export declare class RedisLocks implements LockClient {
   acquireAll(names: string[], opts: AcquireAllOptions & { ifAvailable: true }): Promise<LockSet | null>;
   acquireAll(names: string[], opts?: AcquireAllOptions): Promise<LockSet>;
   resume(handle: LeadershipHandleJSON): Promise<Leadership>;
+  /** Re-enters an exclusive lock by proof of ownership (a held Lock or its `toJSON()` handle, of any process): the backend counts one more hold, same fencing token; freed when every hold is released. Redlock: `INVALID_ARGUMENT`. */
+  reenter(held: Lock | LockHandleJSON | string): Promise<Lock>;
   resume(handle: LockHandleJSON | string): Promise<Lock>;
   close(): Promise<void>;
   [Symbol.asyncDispose](): Promise<void>;
@@ -460,6 +466,8 @@ export declare class Redlock implements LockClient {
   acquireAll(names: string[], opts: AcquireAllOptions & { ifAvailable: true }): Promise<LockSet | null>;
   acquireAll(names: string[], opts?: AcquireAllOptions): Promise<LockSet>;
   resume(handle: LeadershipHandleJSON): Promise<Leadership>;
+  /** Re-enters an exclusive lock by proof of ownership (a held Lock or its `toJSON()` handle, of any process): the backend counts one more hold, same fencing token; freed when every hold is released. Redlock: `INVALID_ARGUMENT`. */
+  reenter(held: Lock | LockHandleJSON | string): Promise<Lock>;
   resume(handle: LockHandleJSON | string): Promise<Lock>;
   close(): Promise<void>;
   [Symbol.asyncDispose](): Promise<void>;

@@ -7,8 +7,12 @@
 // when a pooled keep-alive connection turns out to be closed (the reason the
 // Node entry has node_http.mjs).
 import source wasmModule from "./edgelock_wasm_bg.wasm";
+import { AsyncLocalStorage } from "node:async_hooks";
 import { initSync } from "./edgelock_wasm.js";
+import { useAsyncLocalStorage } from "./api.mjs";
 
 initSync({ module: wasmModule });
+// A nested request() of a held name re-enters (see api.mjs).
+useAsyncLocalStorage(AsyncLocalStorage);
 
 export { EtcdLocks, RedisLocks, Redlock, LockError, MAX_PERMITS, MAX_CAMPAIGN_VALUE, MAX_ACQUIRE_ALL } from "./api.mjs";

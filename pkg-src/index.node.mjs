@@ -3,10 +3,13 @@
 // works too (Node >= 20.19 / 22.12 load ES modules from require()).
 import { readFileSync } from "node:fs";
 import { initSync } from "./edgelock_wasm.js";
-import { EtcdLocks as AnyEtcdLocks, RedisLocks as AnyRedisLocks, Redlock as AnyRedlock } from "./api.mjs";
+import { AsyncLocalStorage } from "node:async_hooks";
+import { EtcdLocks as AnyEtcdLocks, RedisLocks as AnyRedisLocks, Redlock as AnyRedlock, useAsyncLocalStorage } from "./api.mjs";
 import { nodeHttpFetch } from "./node_http.mjs";
 
 initSync({ module: readFileSync(new URL("./edgelock_wasm_bg.wasm", import.meta.url)) });
+// A nested request() of a held name re-enters (see api.mjs).
+useAsyncLocalStorage(AsyncLocalStorage);
 
 // Requests go over node:http(s) with keep-alive unless the options name a
 // `fetch` (see node_http.mjs for why). Anything that is not an options object

@@ -3,9 +3,16 @@
 // imports as compiled WebAssembly.Module objects) and instantiated synchronously.
 import wasmModule from "./edgelock_wasm_bg.wasm";
 import { initSync } from "./edgelock_wasm.js";
-import { RedisLocks as AnyRedisLocks, Redlock as AnyRedlock } from "./api.mjs";
+import { RedisLocks as AnyRedisLocks, Redlock as AnyRedlock, useAsyncLocalStorage } from "./api.mjs";
 
 initSync({ module: wasmModule });
+// With the `nodejs_compat` flag a Worker has AsyncLocalStorage: a nested
+// request() of a held name then re-enters (see api.mjs). Without it, nothing.
+try {
+  useAsyncLocalStorage(globalThis.process?.getBuiltinModule?.("node:async_hooks")?.AsyncLocalStorage);
+} catch {
+  // no node:async_hooks in this Worker
+}
 
 // A Workers invocation may hold only 6 connections open at once (more wait
 // for one to close). A waiting acquire holds its push wake-up subscriptions

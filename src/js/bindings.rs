@@ -208,6 +208,27 @@ impl RawLocks {
         }))
     }
 
+    /// Re-enters the exclusive lock of a handle made by `toJSON()` (this
+    /// client's or another process's): the backend counts one more hold,
+    /// and resolves to a lock object with the same fencing token; the lock
+    /// is freed only when every hold is released.
+    pub fn reenter(&self, handle_json: &str) -> Result<Promise, JsValue> {
+        let handle = LockHandle::from_json(handle_json).map_err(|e| to_js_error(&e))?;
+        let (_, done) = self
+            .driver
+            .start(Operation::Reenter { handle })
+            .map_err(|e| to_js_error(&e))?;
+        Ok(future_to_promise(async move {
+            match done.await.and_then(Outcome::into_acquired) {
+                Ok(Some(lock)) => Ok(lock_to_js(&lock)),
+                Ok(None) => Err(to_js_error(&LockError::internal(
+                    "a re-entry completed with NotAcquired",
+                ))),
+                Err(e) => Err(to_js_error(&e)),
+            }
+        }))
+    }
+
     /// Resolves to `{ name, held, holder, fencingToken, remainingMs, waiters,
     /// limit, holders, queued }` (`holders` / `queued`: `{ id, mode, limit,
     /// slot, fencingToken }` each).

@@ -9,7 +9,7 @@ import { EtcdLocks, LockError } from "edgelock";
 import { eventually, freePort, startEtcd } from "./support/etcd.mjs";
 import { runModule, skipUnlessRequired } from "./support/runtime.mjs";
 import { lockKindCases } from "./support/kinds.mjs";
-import { electionCases, multiLockCases } from "./support/elections.mjs";
+import { electionCases, multiLockCases, reentryCases } from "./support/elections.mjs";
 
 let etcd;
 const clients = [];
@@ -348,4 +348,5 @@ describe("elections and multi-locks (EtcdLocks)", () => {
   const make = (extra = {}) => client({ prefix: "elect", ...extra });
   for (const [title, fn] of electionCases(make)) test(title, fn);
   for (const [title, fn] of multiLockCases(make)) test(title, fn);
+  for (const [title, fn] of reentryCases(make)) test(title, fn);
 });

@@ -8,7 +8,7 @@ import { startTestenv } from "./testenv.mjs";
 import { eventually, freePort } from "./support/etcd.mjs";
 import { wakeSubscribers } from "./support/redis.mjs";
 import { lockKindCases } from "./support/kinds.mjs";
-import { electionCases, multiLockCases } from "./support/elections.mjs";
+import { electionCases, multiLockCases, reentryCases } from "./support/elections.mjs";
 
 let env;
 const clients = [];
@@ -310,5 +310,6 @@ for (const [label, make, opts] of kindFamilies) {
   describe(`elections and multi-locks (${label})`, () => {
     for (const [title, fn] of electionCases(make)) test(title, fn);
     for (const [title, fn] of multiLockCases(make)) test(title, fn);
+    for (const [title, fn] of reentryCases(make, { granted: label !== "Redlock" })) test(title, fn);
   });
 }

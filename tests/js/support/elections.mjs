@@ -244,3 +244,85 @@ export function multiLockCases(make) {
 
   return cases;
 }
+
+/**
+ * Re-entry by proof of ownership (`reenter(lock or handle)`) and, where the
+ * runtime has AsyncLocalStorage (Node, Deno, Bun), a nested `request()` of
+ * a held name. `granted`: the backend counts holds (etcd, one Redis node);
+ * otherwise (Redlock) re-entry is refused with INVALID_ARGUMENT.
+ */
+export function reentryCases(make, { granted = true } = {}) {
+  const cases = [];
+  const test = (title, fn) => cases.push([title, fn]);
+
+  if (!granted) {
+    test("reenter is refused cleanly (INVALID_ARGUMENT), and the lock stays held", async () => {
+      const [c, other] = [make(), make()];
+      const name = unique("reenter-refused");
+      const outer = await c.acquire(name);
+      await rejectsWith(c.reenter(outer), "INVALID_ARGUMENT");
+      assert.equal(await other.tryAcquire(name), null, "still held");
+      await outer.release();
+    });
+    return cases;
+  }
+
+  test("reenter: another client re-enters with the handle; same token; freed only after the last hold, in either order", async () => {
+    const [a, b, other] = [make(), make(), make()];
+    for (const outerFirst of [true, false]) {
+      const name = unique("reenter");
+      const outer = await a.acquire(name);
+      const inner = await b.reenter(JSON.parse(JSON.stringify(outer.toJSON())));
+      assert.equal(inner.fencingToken, outer.fencingToken, "the outer hold's token");
+      assert.equal(inner.name, name);
+      const [first, second] = outerFirst ? [outer, inner] : [inner, outer];
+      await first.release();
+      assert.equal(await other.tryAcquire(name), null, "one hold remains: still held");
+      await second.release();
+      const next = await other.tryAcquire(name);
+      assert.ok(next !== null, "free after the last hold");
+      assert.ok(next.fencingToken > outer.fencingToken);
+      await next.release();
+    }
+    // Bad input: no request, INVALID_ARGUMENT.
+    for (const bad of [null, 42, undefined]) await rejectsWith(a.reenter(bad), "INVALID_ARGUMENT");
+    const permit = await a.acquire(unique("reenter-permit"), { limit: 2 });
+    await rejectsWith(a.reenter(permit), "INVALID_ARGUMENT");
+    await permit.release();
+  });
+
+  test("reenter: a handle whose lock is gone is LOST and frees nothing", async () => {
+    const [a, other] = [make(), make()];
+    const name = unique("reenter-gone");
+    const outer = await a.acquire(name);
+    const handle = outer.toJSON();
+    await outer.release();
+    const next = await other.acquire(name);
+    await rejectsWith(a.reenter(handle), "LOST");
+    assert.equal(await a.tryAcquire(name), null, "the next holder still holds");
+    await next.release();
+  });
+
+  test("request() nested in request() of the same name re-enters in the same async call chain (no self-deadlock)", async () => {
+    const [c, other] = [make(), make()];
+    const name = unique("nested");
+    const tokens = await c.request(name, { waitMs: 5000 }, async (outer) => {
+      const innerToken = await c.request(name, { waitMs: 2000 }, async (inner) => {
+        await new Promise((r) => setTimeout(r, 10)); // still the same call chain after a timer
+        return inner.fencingToken;
+      });
+      assert.equal(await other.tryAcquire(name), null, "the outer hold remains after the inner one ended");
+      return [outer.fencingToken, innerToken];
+    });
+    assert.equal(tokens[0], tokens[1], "the inner hold has the outer's token");
+    const after = await other.tryAcquire(name);
+    assert.ok(after !== null, "free after the outer request");
+    await after.release();
+    // Another call chain does not re-enter: it waits like anyone else.
+    const held = await c.acquire(name);
+    await rejectsWith(c.request(name, { waitMs: 200 }, () => assert.fail("ran")), "TIMEOUT");
+    await held.release();
+  });
+
+  return cases;
+}

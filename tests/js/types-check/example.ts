@@ -148,7 +148,13 @@ async function electionExample(client: LockClient): Promise<string> {
   await client.acquireAll("a");
   // @ts-expect-error a leadership's value is read-only (proclaim changes it)
   me.value = "x";
-  void token; void now; void again; void first; void maybe; void limits;
+  // Re-entry by proof of ownership: the same token, freed after the last hold.
+  const outer: Lock = await client.acquire("jobs");
+  const inner: Lock = await client.reenter(outer.toJSON());
+  const sameToken: boolean = inner.fencingToken === outer.fencingToken;
+  // @ts-expect-error reenter needs a lock or its handle
+  await client.reenter(42);
+  void token; void now; void again; void first; void maybe; void limits; void sameToken;
   return me.value;
 }
 
