@@ -166,8 +166,13 @@ export function electionCases(make) {
   return cases;
 }
 
-/** `make(extra)` returns a new client of the family. Returns `[title, fn]` pairs. */
-export function multiLockCases(make) {
+/**
+ * `make(extra)` returns a new client of the family. Returns `[title, fn]`
+ * pairs. `churn`: options for the clients of the churning test (webdis
+ * 0.1.9 writes pub/sub chunks of closed subscribers into reused keep-alive
+ * sockets — README, reliability 10b — so its family polls there).
+ */
+export function multiLockCases(make, { churn = {} } = {}) {
   const cases = [];
   const test = (title, fn) => cases.push([title, fn]);
 
@@ -226,7 +231,7 @@ export function multiLockCases(make) {
     const holders = new Map();
     let rounds = 0;
     await Promise.all(orders.map(async (order, i) => {
-      const c = make();
+      const c = make(churn);
       for (let r = 0; r < 6; r++) {
         const set = await c.acquireAll(order, { waitMs: 20_000 });
         for (const n of order) {
