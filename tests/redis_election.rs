@@ -22,51 +22,21 @@ use std::time::{Duration, Instant};
 
 use edgelock::core::redis::election::record_key;
 use edgelock::core::redis::keys::lock_key;
-use edgelock::core::redis::{RedisConfig, RedisMachine, RedisNode, RedlockConfig, RedlockMachine};
+use edgelock::core::redis::{RedisConfig, RedisMachine, RedlockConfig, RedlockMachine};
 use edgelock::core::*;
 use edgelock::native::{CancelToken, Client, Lock, OsEntropy};
 
 mod common;
-use common::redis_node::Node;
+use common::redis_node::{Nodes as Setup, Via};
 
 const TOKEN: &str = "election-test-token-0123456789";
-
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Via {
-    Upstash,
-    Webdis,
-    Redlock,
-}
 
 /// What a client sent: when, and whether it was a subscription.
 type Log = Arc<Mutex<Vec<(Instant, bool)>>>;
 
-struct Setup {
-    via: Via,
-    nodes: Vec<Node>,
-}
-
 impl Setup {
     fn new(via: Via) -> Setup {
-        let n = if via == Via::Redlock { 3 } else { 1 };
-        Setup {
-            via,
-            nodes: (0..n).map(|_| Node::start(TOKEN)).collect(),
-        }
-    }
-
-    fn node(&self, i: usize) -> RedisNode {
-        let upstash = match self.via {
-            Via::Upstash => true,
-            Via::Webdis => false,
-            Via::Redlock => i % 2 == 1,
-        };
-        let n = &self.nodes[i];
-        if upstash {
-            RedisNode::upstash(n.gateway.url(), TOKEN)
-        } else {
-            RedisNode::webdis(n.webdis.url())
-        }
+        Setup::start(via, TOKEN)
     }
 
     /// A client with `ttl_ms`, renewing or not, polling at most every 5 s

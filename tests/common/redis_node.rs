@@ -55,3 +55,44 @@ impl Node {
             == Some(1)
     }
 }
+
+/// How a test's clients reach Redis.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Via {
+    Upstash,
+    Webdis,
+    /// Three nodes: webdis, Upstash, webdis.
+    Redlock,
+}
+
+/// The nodes of one test: one for `Upstash` / `Webdis`, three for `Redlock`.
+pub struct Nodes {
+    pub via: Via,
+    pub nodes: Vec<Node>,
+}
+
+impl Nodes {
+    /// Starts the nodes; `token` is the gateways' REST token.
+    pub fn start(via: Via, token: &str) -> Nodes {
+        let n = if via == Via::Redlock { 3 } else { 1 };
+        Nodes {
+            via,
+            nodes: (0..n).map(|_| Node::start(token)).collect(),
+        }
+    }
+
+    /// Node `i` as a client reaches it (Redlock: odd nodes over Upstash).
+    pub fn node(&self, i: usize) -> RedisNode {
+        let upstash = match self.via {
+            Via::Upstash => true,
+            Via::Webdis => false,
+            Via::Redlock => i % 2 == 1,
+        };
+        let n = &self.nodes[i];
+        if upstash {
+            n.via_upstash()
+        } else {
+            n.via_webdis()
+        }
+    }
+}
