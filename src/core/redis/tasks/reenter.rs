@@ -9,8 +9,7 @@ use super::super::quorum::drift_ms;
 use super::super::round::Round;
 use super::super::scripts;
 use super::super::task::{Next, Task};
-use super::resume::is_token;
-use crate::core::names::validate_name;
+use super::resume::{check_handle, is_token};
 use crate::core::*;
 
 pub(in super::super) struct ReenterTask {
@@ -32,20 +31,7 @@ impl ReenterTask {
                  node would need a quorum's agreement on every change (use etcd or one Redis node)",
             ));
         }
-        if handle.v != 1 {
-            return Err(LockError::invalid(format!(
-                "unsupported lock handle version {}",
-                handle.v
-            )));
-        }
-        if handle.backend != cx.s.backend {
-            return Err(LockError::invalid(format!(
-                "the handle is for the {} backend, this client is {}",
-                handle.backend.as_str(),
-                cx.backend_str()
-            )));
-        }
-        validate_name(&handle.name)?;
+        check_handle(cx, handle)?;
         if handle.kind != LockKind::Exclusive || handle.slot.is_some() {
             return Err(LockError::invalid(format!(
                 "only an exclusive lock can be re-entered, not a {} hold",

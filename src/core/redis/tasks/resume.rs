@@ -28,23 +28,30 @@ pub(in super::super) struct ResumeTask {
     started: bool,
 }
 
+/// The checks every handle passes before anything is sent: its format
+/// version, its backend (this machine's) and its name.
+pub(super) fn check_handle(cx: &Context, handle: &LockHandle) -> Result<(), LockError> {
+    if handle.v != 1 {
+        return Err(LockError::invalid(format!(
+            "unsupported lock handle version {}",
+            handle.v
+        )));
+    }
+    if handle.backend != cx.s.backend {
+        return Err(LockError::invalid(format!(
+            "the handle is for the {} backend, this client is {}",
+            handle.backend.as_str(),
+            cx.backend_str()
+        )));
+    }
+    validate_name(&handle.name)?;
+    Ok(())
+}
+
 impl ResumeTask {
     /// Validates `handle` against this machine before anything is sent.
     pub(in super::super) fn new(cx: &mut Context, handle: &LockHandle) -> Result<Self, LockError> {
-        if handle.v != 1 {
-            return Err(LockError::invalid(format!(
-                "unsupported lock handle version {}",
-                handle.v
-            )));
-        }
-        if handle.backend != cx.s.backend {
-            return Err(LockError::invalid(format!(
-                "the handle is for the {} backend, this client is {}",
-                handle.backend.as_str(),
-                cx.backend_str()
-            )));
-        }
-        validate_name(&handle.name)?;
+        check_handle(cx, handle)?;
         let (key, fence_key) = cx.keys_for(&handle.name);
         // A handle resumes as the kind it was granted as: a permit on its
         // slot's key (waking its semaphore's waiters), a lock on the lock key.
