@@ -431,6 +431,14 @@ impl Outcome {
 pub struct Capabilities {
     /// The lock kinds its recipe grants.
     pub kinds: &'static [KindFamily],
+    /// The machine serves [`Operation::AcquireAll`] itself as one atomic
+    /// try of the whole set (etcd: one transaction): it answers
+    /// [`Outcome::AcquiredAll`] with every name held, or
+    /// [`Outcome::NotAcquired`] with none of them taken (its wait bound is
+    /// not used). [`MultiLock`](super::MultiLock) tries that first and
+    /// falls back to its one-name-at-a-time recipe. A machine without it
+    /// refuses `AcquireAll`.
+    pub atomic_sets: bool,
 }
 
 impl Capabilities {
@@ -503,6 +511,7 @@ mod tests {
     fn unsupported_kinds_are_refused_with_invalid_argument() {
         let caps = Capabilities {
             kinds: Capabilities::EXCLUSIVE_ONLY,
+            atomic_sets: false,
         };
         let acquire = |kind| Operation::Acquire {
             name: "a".into(),
@@ -527,6 +536,7 @@ mod tests {
         assert!(e.to_string().contains("permits"), "{e}");
         let all = Capabilities {
             kinds: &[KindFamily::Exclusive, KindFamily::Permits],
+            atomic_sets: false,
         };
         assert!(all
             .check(BackendKind::Redis, &acquire(LockKind::Permits { limit: 3 }))
@@ -546,6 +556,7 @@ mod tests {
     fn elections_and_multi_locks_are_checked_before_any_machine_sees_them() {
         let leaders = Capabilities {
             kinds: &[KindFamily::Exclusive, KindFamily::Leader],
+            atomic_sets: false,
         };
         let campaign = |value: &str| Operation::Campaign {
             name: "e".into(),
@@ -583,6 +594,7 @@ mod tests {
         );
         let e = Capabilities {
             kinds: Capabilities::EXCLUSIVE_ONLY,
+            atomic_sets: false,
         }
         .check(BackendKind::Redis, &campaign("v"))
         .unwrap_err();
@@ -654,6 +666,7 @@ mod tests {
                 KindFamily::Permits,
                 KindFamily::Leader,
             ],
+            atomic_sets: false,
         };
         let reenter = |kind| Operation::Reenter {
             handle: LockHandle {

@@ -403,6 +403,7 @@ impl LockMachine for FakeLockMachine {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             kinds: Capabilities::EXCLUSIVE_ONLY,
+            atomic_sets: false,
         }
     }
 

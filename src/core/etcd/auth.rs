@@ -419,6 +419,7 @@ mod tests {
         fn capabilities(&self) -> Capabilities {
             Capabilities {
                 kinds: Capabilities::EXCLUSIVE_ONLY,
+                atomic_sets: false,
             }
         }
         fn live_count(&self) -> usize {

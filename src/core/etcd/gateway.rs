@@ -443,6 +443,41 @@ pub(super) fn acquire_txn(key: &[u8], lock_prefix: &[u8], lease: i64, nonce: &[u
     })
 }
 
+/// One name of an [`acquire_set_txn`]: its lock key, its lock prefix (the
+/// range of every key of the name) and the value to store.
+pub(super) struct SetMember<'a> {
+    pub(super) key: &'a [u8],
+    pub(super) lock_prefix: &'a [u8],
+    pub(super) value: &'a [u8],
+}
+
+/// Takes a whole set of free names in one txn: for each name, its whole
+/// key range is compared empty (etcd compares an empty range as one zero
+/// key: `create_revision == 0` holds iff no key of the name exists, of any
+/// kind), and then each name's lock key is put on `lease` exactly as
+/// [`acquire_txn`] puts it. On failure nothing is put; the failure branch
+/// reads our own keys (an earlier attempt of this very txn may have applied).
+pub(super) fn acquire_set_txn(members: &[SetMember<'_>], lease: i64) -> Value {
+    let compare: Vec<Value> = members
+        .iter()
+        .map(|m| {
+            json!({ "key": b64(m.lock_prefix), "range_end": b64(&prefix_end(m.lock_prefix)),
+                    "target": "CREATE", "result": "EQUAL", "create_revision": "0" })
+        })
+        .collect();
+    let success: Vec<Value> = members
+        .iter()
+        .map(|m| {
+            json!({ "request_put": { "key": b64(m.key), "value": b64(m.value), "lease": lease.to_string() } })
+        })
+        .collect();
+    let failure: Vec<Value> = members
+        .iter()
+        .map(|m| json!({ "request_range": { "key": b64(m.key) } }))
+        .collect();
+    json!({ "compare": compare, "success": success, "failure": failure })
+}
+
 /// Reads our key and the waiter directly ahead of us (largest create revision
 /// below ours) in one round trip.
 pub(super) fn predecessor_txn(key: &[u8], lock_prefix: &[u8], my_rev: i64) -> Value {

@@ -186,7 +186,12 @@ macro_rules! delegate_lock_machine {
                 self.engine.backend()
             }
             fn capabilities(&self) -> $crate::core::Capabilities {
-                $crate::core::Capabilities { kinds: &[$($crate::core::KindFamily::$kind),*] }
+                $crate::core::Capabilities {
+                    kinds: &[$($crate::core::KindFamily::$kind),*],
+                    // One script per name: a name's keys carry its own
+                    // hash tag (see `core::multi`).
+                    atomic_sets: false,
+                }
             }
             fn live_count(&self) -> usize {
                 self.engine.live_count()

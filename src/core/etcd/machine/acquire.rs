@@ -12,6 +12,7 @@ impl EtcdMachine {
             Some(OpKind::Election(e)) => self.election_op_name(e),
             Some(OpKind::Resume { handle, .. }) => handle.name.clone(),
             Some(OpKind::Reenter(r)) => r.handle.name.clone(),
+            Some(OpKind::AcquireSet(s)) => s.members[0].name.clone(),
             Some(OpKind::Release { lock, .. }) | Some(OpKind::Extend { lock, .. }) => self
                 .locks
                 .get(lock)

@@ -69,9 +69,14 @@ impl EtcdMachine {
                     .is_some_and(|s| permits::slot_key(&a.lock_prefix, s) == key)
             })
         };
+        let in_set = |s: &sets::AcquireSet| s.members.iter().any(|m| m.key == key);
         self.locks
             .values()
             .any(|l| l.keys().iter().any(|(k, _)| k == key))
+            || self
+                .ops
+                .values()
+                .any(|o| matches!(&o.kind, OpKind::AcquireSet(s) if in_set(s)))
             || self.orphans.iter().any(|o| o.key == key)
             || self
                 .ops

@@ -15,6 +15,8 @@ impl LockMachine for EtcdMachine {
                 KindFamily::Permits,
                 KindFamily::Leader,
             ],
+            // `AcquireAll` of free names in one txn (see `sets.rs`).
+            atomic_sets: true,
         }
     }
 
@@ -40,8 +42,8 @@ impl LockMachine for EtcdMachine {
             Operation::Observe { name, known, wait } => {
                 self.start_leader(now, &name, Some((known, wait)))
             }
-            op @ Operation::AcquireAll { .. } => {
-                Err(crate::core::operation::unserved(BackendKind::Etcd, &op))
+            Operation::AcquireAll { names, options } => {
+                self.start_acquire_set(now, names, &options)
             }
         }
     }
@@ -51,6 +53,9 @@ impl LockMachine for EtcdMachine {
             return self.cancel_observe(op);
         }
         let Some(o) = self.ops.get(&op) else { return };
+        if let OpKind::AcquireSet(_) = &o.kind {
+            return self.cancel_set(now, op);
+        }
         if let OpKind::Acquire(a) = &o.kind {
             if a.phase != AcqPhase::Cleanup {
                 let name = a.name.clone();

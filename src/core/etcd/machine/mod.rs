@@ -31,6 +31,9 @@ mod requests;
 #[cfg(test)]
 mod scripted;
 mod session;
+mod sets;
+#[cfg(test)]
+mod sets_tests;
 mod shared;
 mod timers;
 
@@ -226,6 +229,8 @@ enum OpKind {
     },
     /// Proclaim, leader and observe (see `election.rs`).
     Election(election::ElectionOp),
+    /// `AcquireAll` of free names in one txn (see `sets.rs`).
+    AcquireSet(sets::AcquireSet),
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]

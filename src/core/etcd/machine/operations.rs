@@ -277,6 +277,7 @@ impl EtcdMachine {
                 }
             }
             OpKind::Election(_) => self.on_election_reply(now, op, result),
+            OpKind::AcquireSet(_) => self.on_set_reply(now, op, result),
             OpKind::Inspect { name, status } => {
                 let name = name.clone();
                 match status.clone() {

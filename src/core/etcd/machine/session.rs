@@ -9,6 +9,7 @@ impl EtcdMachine {
         self.locks.values().any(|l| l.lease == lease)
             || self.ops.values().any(|o| match &o.kind {
                 OpKind::Acquire(a) => a.lease == Some(lease) && a.phase != AcqPhase::LocalQueue,
+                OpKind::AcquireSet(s) => s.lease == Some(lease),
                 _ => false,
             })
             || self.orphans.iter().any(|o| o.lease == lease)
@@ -101,6 +102,9 @@ impl EtcdMachine {
         for op in waiting {
             self.acquire_step(now, op);
         }
+        for op in self.sets_needing_lease() {
+            self.set_step(now, op);
+        }
     }
 
     pub(super) fn acquires_in(&self, phase: AcqPhase) -> Vec<OpId> {
@@ -119,6 +123,14 @@ impl EtcdMachine {
                 Failure::Gateway(g) => Failure::Gateway(g.clone()),
             };
             self.finish_acquire(now, op, Ending::Error(self.backend_error(&name, copy)));
+        }
+        for op in self.sets_needing_lease() {
+            let name = self.op_name(op);
+            let copy = match &f {
+                Failure::Transport(t) => Failure::Transport(t.clone()),
+                Failure::Gateway(g) => Failure::Gateway(g.clone()),
+            };
+            self.finish_set(now, op, Ending::Error(self.backend_error(&name, copy)));
         }
     }
 
@@ -327,6 +339,7 @@ impl EtcdMachine {
         for name in orphan_names {
             self.free_name(now, &name);
         }
+        self.sets_on_lost_lease(now, lease);
         let ops: Vec<OpId> = self.ops.keys().copied().collect();
         for op in ops {
             let Some(o) = self.ops.get_mut(&op) else {
