@@ -99,6 +99,9 @@ struct Group {
     started: usize,
     /// The step in flight: its inner op and the index of its name.
     current: Option<(OpId, usize)>,
+    /// The step in flight is the inner machine's atomic try of the whole
+    /// set (`Capabilities::atomic_sets`), not one name's acquire.
+    atomic: bool,
     /// Names taken so far: (index into `names`, the lock).
     acquired: Vec<(usize, LockInfo)>,
     /// Inner releases of a failing group still in flight, with their locks.
@@ -178,15 +181,26 @@ impl<M: LockMachine> MultiLock<M> {
         let mut order: Vec<usize> = (0..names.len()).collect();
         order.sort_by(|a, b| names[*a].as_bytes().cmp(names[*b].as_bytes()));
         let first = order[0];
-        let op = self
-            .inner
-            .start(now, Operation::acquire(names[first].clone(), options))?;
+        // A machine that can take the whole set at once tries that first;
+        // the recipe (from the first name on) is its fallback.
+        let atomic = self.inner.capabilities().atomic_sets;
+        let (op, started) = if atomic {
+            let all = Operation::AcquireAll {
+                names: names.clone(),
+                options,
+            };
+            (self.inner.start(now, all)?, 0)
+        } else {
+            let one = Operation::acquire(names[first].clone(), options);
+            (self.inner.start(now, one)?, 1)
+        };
         self.groups.push(Group {
             id: op,
             names,
             order,
-            started: 1,
+            started,
             current: Some((op, first)),
+            atomic,
             acquired: Vec::new(),
             releasing: Vec::new(),
             failure: None,
@@ -279,6 +293,9 @@ impl<M: LockMachine> MultiLock<M> {
         let Some((_, index)) = self.groups[g].current.take() else {
             return;
         };
+        if std::mem::take(&mut self.groups[g].atomic) {
+            return self.on_atomic(now, g, index, result);
+        }
         if self.groups[g].failure.is_some() {
             // The group failed while this step was in flight: give back
             // whatever it got.
@@ -302,6 +319,63 @@ impl<M: LockMachine> MultiLock<M> {
                 g,
                 Err(LockError::internal(format!(
                     "a step of acquireAll completed with {}",
+                    other.as_str()
+                ))),
+            ),
+            Err(e) => self.fail(g, Err(e)),
+        }
+    }
+
+    /// The inner machine's atomic try of group `g`'s whole set completed
+    /// (`index`: the group's first name in canonical order).
+    fn on_atomic(
+        &mut self,
+        now: Millis,
+        g: usize,
+        index: usize,
+        result: Result<Outcome, LockError>,
+    ) {
+        match result {
+            Ok(Outcome::AcquiredAll(locks)) => {
+                let group = &mut self.groups[g];
+                let matches = locks.len() == group.names.len()
+                    && locks.iter().zip(&group.names).all(|(l, n)| l.name == *n);
+                group.acquired = locks.into_iter().enumerate().collect();
+                if group.failure.is_some() {
+                    // Failed meanwhile: give the whole set back.
+                    for (_, info) in std::mem::take(&mut self.groups[g].acquired) {
+                        self.release_lock(g, info.id);
+                    }
+                } else if !matches {
+                    let error = LockError::internal(
+                        "the atomic acquireAll answered other names than it was asked for",
+                    );
+                    self.fail(g, Err(error));
+                } else if group.cancelled {
+                    let error = self.aborted(g, index);
+                    self.fail(g, Err(error));
+                } else {
+                    // Every name held: `next_step` completes the group.
+                    group.started = group.order.len();
+                    self.next_step(now, g);
+                }
+            }
+            _ if self.groups[g].failure.is_some() => {}
+            Ok(Outcome::NotAcquired) if self.groups[g].cancelled => {
+                let error = self.aborted(g, index);
+                self.fail(g, Err(error));
+            }
+            // Nothing was taken; a try is over.
+            Ok(Outcome::NotAcquired) if self.groups[g].options.wait == Wait::Try => {
+                self.fail(g, Ok(Outcome::NotAcquired))
+            }
+            // Some name is held (or used by this client): the recipe, one
+            // name at a time in canonical order, waiting in each name's queue.
+            Ok(Outcome::NotAcquired) => self.next_step(now, g),
+            Ok(other) => self.fail(
+                g,
+                Err(LockError::internal(format!(
+                    "the atomic acquireAll completed with {}",
                     other.as_str()
                 ))),
             ),
@@ -403,7 +477,13 @@ impl<M: LockMachine> LockMachine for MultiLock<M> {
     }
 
     fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
+        // What this layer serves is no single atomic try (it waits, and
+        // falls back to taking names one by one): a `MultiLock` around it
+        // would only ask twice.
+        Capabilities {
+            atomic_sets: false,
+            ..self.inner.capabilities()
+        }
     }
 
     fn live_count(&self) -> usize {

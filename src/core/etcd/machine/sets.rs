@@ -116,9 +116,9 @@ impl EtcdMachine {
     pub(super) fn sets_needing_lease(&self) -> Vec<OpId> {
         self.ops
             .iter()
-            .filter(|(_, o)| {
-                matches!(&o.kind, OpKind::AcquireSet(s) if s.phase == SetPhase::NeedLease)
-            })
+            .filter(
+                |(_, o)| matches!(&o.kind, OpKind::AcquireSet(s) if s.phase == SetPhase::NeedLease),
+            )
             .map(|(id, _)| *id)
             .collect()
     }
@@ -186,7 +186,11 @@ impl EtcdMachine {
         };
         self.report_ending(op, &s.members[0].name, ending);
         for m in &s.members {
-            if !self.orphans.iter().any(|o| o.name == m.name && o.holds_name) {
+            if !self
+                .orphans
+                .iter()
+                .any(|o| o.name == m.name && o.holds_name)
+            {
                 self.free_name(now, &m.name);
             }
         }
@@ -268,7 +272,8 @@ impl EtcdMachine {
                     // A set is put whole or not at all: a partial one is a
                     // reply we cannot trust. Delete what may be ours.
                     self.orphan_set_keys(now, op, None);
-                    let error = self.set_malformed(&first, "keys of one txn at different revisions");
+                    let error =
+                        self.set_malformed(&first, "keys of one txn at different revisions");
                     return self.finish_set(now, op, ending.unwrap_or(Ending::Error(error)));
                 }
                 _ => None,
