@@ -552,4 +552,6 @@ impl<M: LockMachine> LockMachine for MultiLock<M> {
 }
 
 #[cfg(test)]
+mod atomic_tests;
+#[cfg(test)]
 mod tests;
