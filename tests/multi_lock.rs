@@ -12,6 +12,12 @@
 //! overlapping sets in different orders all finish (no deadlock) with
 //! mutual exclusion per name and increasing tokens per name; bad sets are
 //! `INVALID_ARGUMENT` before any request.
+//!
+//! etcd takes a set of free names in one transaction (`sets.rs`): an
+//! uncontended set costs exactly one txn request whatever the wait, each
+//! lock being an ordinary one (extended, inspected, released by itself);
+//! a `Try` against a set partly held (by a lock of any kind) costs one
+//! txn and takes nothing, not even for a moment.
 #![cfg(feature = "native")]
 
 use std::collections::BTreeMap;
@@ -22,6 +28,7 @@ use std::time::{Duration, Instant};
 
 use edgelock::core::etcd::EtcdConfig;
 use edgelock::core::redis::{RedisConfig, RedlockConfig};
+use edgelock::core::LockStatus;
 use edgelock::core::*;
 use edgelock::native::{AsyncClient, CancelToken, Client, OsEntropy};
 use edgelock_devtools::EtcdServer;
@@ -111,9 +118,12 @@ fn three_names_come_back_as_three_locks(servers: Servers) {
         .map(|l| (l.name().to_string(), l.fencing_token()))
         .collect();
     assert!(first.values().all(|t| *t > 0), "{first:?}");
+    let canonical: Vec<u64> = first.values().copied().collect();
     if matches!(servers, Servers::Etcd(_)) {
-        // One transaction per name, in canonical order: revisions increase.
-        let canonical: Vec<u64> = first.values().copied().collect();
+        // One transaction for the whole set: one revision for every name.
+        assert!(canonical.windows(2).all(|w| w[0] == w[1]), "{first:?}");
+    } else {
+        // One script per name, in canonical order: tokens increase.
         assert!(canonical.windows(2).all(|w| w[0] < w[1]), "{first:?}");
     }
     let observer = servers.client();
@@ -436,4 +446,135 @@ fn etcd_async_client_acquire_all_and_a_dropped_future() {
             .expect("free after the release");
         assert_eq!(again.len(), 2);
     });
+}
+
+/// An etcd client (built like every other, `BackendSpec::build`) that
+/// records the path of every request it sends.
+fn etcd_recording_client(servers: &Servers) -> (Client, Arc<Mutex<Vec<String>>>) {
+    let machine = servers.spec().build(Box::new(OsEntropy)).expect("machine");
+    let paths: Arc<Mutex<Vec<String>>> = Arc::default();
+    let log = paths.clone();
+    let observing = common::Observing {
+        inner: machine,
+        on_send: Box::new(move |r: &HttpRequest| {
+            let target = r.target.to_string();
+            let path = target[target.find("/v3/").unwrap_or(0)..].to_string();
+            log.lock().unwrap().push(path);
+        }),
+        on_input: None,
+    };
+    (Client::from_machine(Box::new(observing)), paths)
+}
+
+fn take_paths(paths: &Arc<Mutex<Vec<String>>>) -> Vec<String> {
+    std::mem::take(&mut *paths.lock().unwrap())
+}
+
+#[test]
+fn etcd_an_uncontended_set_is_one_txn_and_each_lock_an_ordinary_lock() {
+    let servers = Servers::etcd();
+    let (c, paths) = etcd_recording_client(&servers);
+    let observer = servers.client();
+    // Warm up: the session lease is granted on first use.
+    c.acquire("u-warm", Some(Duration::from_secs(5)))
+        .expect("acquire")
+        .release()
+        .expect("release");
+    take_paths(&paths);
+    let mut last: BTreeMap<String, u64> = BTreeMap::new();
+    for (round, wait) in [Wait::Try, Wait::Forever, Wait::For(5_000)]
+        .into_iter()
+        .enumerate()
+    {
+        let names = ["u-c", "u-a", "u-b"];
+        let locks = c
+            .acquire_all(&names, opts(wait), None)
+            .expect("acquire_all")
+            .expect("granted");
+        assert_eq!(
+            take_paths(&paths),
+            ["/v3/kv/txn"],
+            "round {round} ({wait:?}): one txn for the whole set"
+        );
+        let got: Vec<&str> = locks.iter().map(|l| l.name()).collect();
+        assert_eq!(got, names);
+        let token = locks[0].fencing_token();
+        for l in &locks {
+            assert_eq!(l.fencing_token(), token, "one revision for the set");
+            assert_eq!(l.kind(), LockKind::Exclusive);
+            if let Some(before) = last.get(l.name()) {
+                assert!(token > *before, "{}: {token} after {before}", l.name());
+            }
+            last.insert(l.name().to_string(), token);
+            let status: LockStatus = observer.inspect(l.name()).expect("inspect");
+            assert!(status.held, "{}", l.name());
+            assert_eq!(
+                status.fencing_token,
+                Some(token),
+                "{}: inspect sees the lock's token",
+                l.name()
+            );
+        }
+        // Ordinary locks: each extends and releases by itself.
+        locks[1].extend(None).expect("extend");
+        for l in locks {
+            assert!(l.release().expect("release"), "held until release");
+        }
+        let sent = take_paths(&paths);
+        assert_eq!(
+            sent.iter().filter(|p| p.as_str() == "/v3/kv/txn").count(),
+            1 + 3,
+            "{sent:?}: the extend's key check and one release per name"
+        );
+        for n in names {
+            assert!(!held(&observer, n), "{n}");
+        }
+    }
+}
+
+#[test]
+fn etcd_a_try_against_a_partly_held_set_is_one_txn_and_takes_nothing() {
+    let servers = Servers::etcd();
+    let (c, paths) = etcd_recording_client(&servers);
+    let (holder, observer) = (servers.client(), servers.client());
+    c.acquire("p-warm", Some(Duration::from_secs(5)))
+        .expect("acquire")
+        .release()
+        .expect("release");
+    // A lock of any kind on one name is in the way: here a reader.
+    let reader = holder
+        .try_acquire_kind("p-b", LockKind::Shared)
+        .expect("shared")
+        .expect("free");
+    take_paths(&paths);
+    let r = c
+        .acquire_all(&["p-c", "p-b", "p-a"], opts(Wait::Try), None)
+        .expect("acquire_all");
+    assert!(r.is_none());
+    assert_eq!(take_paths(&paths), ["/v3/kv/txn"], "one txn, no release");
+    for n in ["p-a", "p-c"] {
+        assert!(!held(&observer, n), "{n} was never taken");
+    }
+    // A waiting set falls back to the names one by one and gets them once
+    // the reader is gone.
+    let releaser = thread::spawn(move || {
+        thread::sleep(Duration::from_millis(300));
+        assert!(reader.release().expect("release"));
+    });
+    let locks = c
+        .acquire_all(&["p-c", "p-b", "p-a"], opts(Wait::For(10_000)), None)
+        .expect("acquire_all")
+        .expect("granted after the reader left");
+    releaser.join().unwrap();
+    assert_eq!(locks.len(), 3);
+    // The fallback: one txn per name, each its own revision.
+    let tokens: BTreeMap<&str, u64> = locks
+        .iter()
+        .map(|l| (l.name(), l.fencing_token()))
+        .collect();
+    let canonical: Vec<u64> = tokens.values().copied().collect();
+    assert!(canonical.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
+    for l in locks {
+        l.release().expect("release");
+    }
 }

@@ -643,6 +643,21 @@ pub(super) fn delete_all_if_revisions(keys: &[(&[u8], i64)]) -> Value {
     json!({ "compare": compare, "success": success })
 }
 
+/// Deletes every key only while each holds its value, all or none (the
+/// keys of a set txn whose outcome is unknown: if it applied, every key
+/// holds our value; if it did not, none exists and nothing is deleted).
+pub(super) fn delete_all_if_values(keys: &[(&[u8], &[u8])]) -> Value {
+    let compare: Vec<Value> = keys
+        .iter()
+        .map(|(k, v)| json!({ "key": b64(k), "target": "VALUE", "result": "EQUAL", "value": b64(v) }))
+        .collect();
+    let success: Vec<Value> = keys
+        .iter()
+        .map(|(k, _)| json!({ "request_delete_range": { "key": b64(k) } }))
+        .collect();
+    json!({ "compare": compare, "success": success })
+}
+
 /// Deletes `key` only while it holds `value` (a slot we may have claimed
 /// with an unanswered txn: ours carries our acquisition's value).
 pub(super) fn delete_if_value(key: &[u8], value: &[u8]) -> Value {

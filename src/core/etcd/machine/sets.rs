@@ -20,11 +20,14 @@
 //!   itself uses (holding, acquiring or cleaning up), without a request.
 //! - The names are claimed locally while the txn is in flight, so that a
 //!   local acquire of one of them queues behind the set.
-//! - A txn whose outcome is unknown (a transport error, a timeout, a
-//!   cancel while it was in flight that applied) leaves nothing behind:
-//!   each key that may exist is deleted in the background (exactly our
-//!   value, or exactly the txn's revision) and its name stays busy until
-//!   that is confirmed, like any orphan; `ghost_risk` is set as for every
+//! - A set that fails after its txn may have applied (a transport error or
+//!   a timeout: outcome unknown; a cancel while the txn was in flight, and
+//!   it applied) leaves nothing behind when it completes: one more txn
+//!   deletes its keys, all or none (exactly the txn's revision, or exactly
+//!   our values when the outcome is unknown), like an ordinary acquire's
+//!   cleanup, and only its answer completes the set. Should that delete
+//!   fail too, each key goes to the orphans (deleted in the background, its
+//!   name busy until that is confirmed). `ghost_risk` is set as for every
 //!   abandoned txn (see `ghosts.rs`). A retried txn whose first attempt
 //!   applied finds our own keys in its failure branch and takes them.
 
@@ -42,6 +45,8 @@ pub(super) struct AcquireSet {
     /// answer says which keys to delete.
     pub(super) ending: Option<Ending>,
     pub(super) restarts: u32,
+    /// In `Cleanup`: the revision the keys were put at, if known.
+    rev: Option<i64>,
 }
 
 pub(super) struct Member {
@@ -57,6 +62,8 @@ pub(super) struct Member {
 pub(super) enum SetPhase {
     NeedLease,
     Txn,
+    /// Deleting the keys the txn put (or may have put) before reporting.
+    Cleanup,
 }
 
 impl EtcdMachine {
@@ -97,6 +104,7 @@ impl EtcdMachine {
             phase: SetPhase::NeedLease,
             ending: None,
             restarts: 0,
+            rev: None,
         }));
         for name in &claims {
             self.claim_name(name, op);
@@ -171,6 +179,7 @@ impl EtcdMachine {
         match s.phase {
             SetPhase::NeedLease => self.finish_set(now, op, aborted),
             SetPhase::Txn => s.ending = Some(aborted),
+            SetPhase::Cleanup => {}
         }
     }
 
@@ -193,6 +202,33 @@ impl EtcdMachine {
             {
                 self.free_name(now, &m.name);
             }
+        }
+    }
+
+    /// The set ends with `ending` once its keys (put at `rev`, or perhaps put
+    /// at all when `None`) are deleted, all or none, by one txn.
+    fn cleanup_set(&mut self, now: Millis, op: OpId, rev: Option<i64>, ending: Ending) {
+        let Some(s) = self.set_mut(op) else { return };
+        s.phase = SetPhase::Cleanup;
+        s.ending = Some(ending);
+        s.rev = rev;
+        let body = match rev {
+            Some(rev) => gw::delete_all_if_revisions(
+                &s.members
+                    .iter()
+                    .map(|m| (m.key.as_slice(), rev))
+                    .collect::<Vec<_>>(),
+            ),
+            None => gw::delete_all_if_values(
+                &s.members
+                    .iter()
+                    .map(|m| (m.key.as_slice(), m.nonce.as_slice()))
+                    .collect::<Vec<_>>(),
+            ),
+        };
+        let req = self.send(now, Purpose::Op(op), "/v3/kv/txn", body, false);
+        if let Some(o) = self.ops.get_mut(&op) {
+            o.req = Some(req);
         }
     }
 
@@ -228,6 +264,15 @@ impl EtcdMachine {
         let Some(s) = self.set_mut(op) else { return };
         let (lease, first) = (s.lease.unwrap_or(0), s.members[0].name.clone());
         let ending = s.ending.clone();
+        if s.phase == SetPhase::Cleanup {
+            let ending = ending.unwrap_or(Ending::NotAcquired);
+            let rev = s.rev;
+            if !matches!(&result, Ok((st, _)) if (200..300).contains(st)) {
+                // Keep deleting in the background; the names stay busy.
+                self.orphan_set_keys(now, op, rev);
+            }
+            return self.finish_set(now, op, ending);
+        }
         let txn = match result
             .and_then(|(st, b)| gw::parse::<TxnResponse>(st, &b).map_err(Failure::Gateway))
         {
@@ -244,8 +289,7 @@ impl EtcdMachine {
             Err(f) => {
                 // Unknown outcome: whatever it put goes in the background.
                 let error = self.backend_error(&first, f);
-                self.orphan_set_keys(now, op, None);
-                return self.finish_set(now, op, ending.unwrap_or(Ending::Error(error)));
+                return self.cleanup_set(now, op, None, ending.unwrap_or(Ending::Error(error)));
             }
         };
         let Some(s) = self.set_mut(op) else { return };
@@ -283,14 +327,12 @@ impl EtcdMachine {
             return self.finish_set(now, op, ending.unwrap_or(Ending::NotAcquired));
         };
         if rev <= 0 {
-            self.orphan_set_keys(now, op, None);
             let error = self.set_malformed(&first, "txn reply without revision");
-            return self.finish_set(now, op, ending.unwrap_or(Ending::Error(error)));
+            return self.cleanup_set(now, op, None, ending.unwrap_or(Ending::Error(error)));
         }
         if let Some(ending) = ending {
             // Cancelled while the txn was in flight, and it applied.
-            self.orphan_set_keys(now, op, Some(rev));
-            return self.finish_set(now, op, ending);
+            return self.cleanup_set(now, op, Some(rev), ending);
         }
         self.grant_set(now, op, lease, rev);
     }

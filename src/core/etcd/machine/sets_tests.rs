@@ -260,34 +260,69 @@ fn a_transport_error_completes_with_it_and_deletes_whatever_the_txn_may_have_put
             error: TransportError::Timeout,
         },
     );
-    let e = s.completed().unwrap_err();
-    assert!(matches!(e, LockError::Transport { .. }), "{e}");
     assert!(s.m.ghost_risk, "an abandoned txn is a ghost risk");
-    // The names stay busy until the keys are known gone.
-    s.m.start(
-        s.now,
-        Operation::acquire(
-            "a",
-            AcquireOptions {
-                wait: Wait::Try,
-                ttl_ms: None,
-            },
-        ),
-    )
-    .unwrap();
-    assert_eq!(s.completed(), Ok(Outcome::NotAcquired));
-    s.m.handle_timeout(s.now);
-    let deletes = all_sent(&mut s);
-    assert_eq!(deletes.len(), 2, "{deletes:?}");
-    for ((rid, _, body), (key, value)) in deletes.iter().zip(&puts) {
-        // Exactly our value: never someone else's key.
-        let c = &body["compare"][0];
+    // Whatever it may have put is deleted, all or none, before the set
+    // completes: exactly our values, never someone else's key.
+    s.nothing_completed();
+    let (rid, body) = s.sent("/v3/kv/txn");
+    nothing_sent(&mut s);
+    let compares = body["compare"].as_array().unwrap();
+    assert_eq!(compares.len(), 2);
+    for (c, (key, value)) in compares.iter().zip(&puts) {
         assert_eq!(unb64(&c["key"]), *key);
         assert_eq!(
             (&c["target"], unb64(&c["value"])),
             (&json!("VALUE"), value.clone())
         );
-        s.txn_reply(*rid, 20, true, vec![]);
+    }
+    assert_eq!(body["success"].as_array().unwrap().len(), 2);
+    // The names stay busy meanwhile.
+    let try_a = Operation::acquire(
+        "a",
+        AcquireOptions {
+            wait: Wait::Try,
+            ttl_ms: None,
+        },
+    );
+    s.m.start(s.now, try_a).unwrap();
+    assert_eq!(s.completed(), Ok(Outcome::NotAcquired));
+    s.txn_reply(rid, 20, true, vec![]);
+    let e = s.completed().unwrap_err();
+    assert!(matches!(e, LockError::Transport { .. }), "{e}");
+    assert!(s.m.busy_names.is_empty());
+    assert_eq!(s.m.live_count(), 0);
+}
+
+#[test]
+fn a_cleanup_that_fails_too_leaves_the_keys_to_the_orphans() {
+    let (mut s, _op, id, _) = acquiring_set(&["a", "b"]);
+    s.reply(id, json!({ "header": {}, "succeeded": true })); // no revision: a broken reply
+    let (rid, _) = s.sent("/v3/kv/txn");
+    s.m.handle_input(
+        s.now,
+        Input::Failed {
+            id: rid,
+            error: TransportError::Timeout,
+        },
+    );
+    let (rid, _) = s.sent("/v3/kv/txn"); // the retry
+    s.m.handle_input(
+        s.now,
+        Input::Failed {
+            id: rid,
+            error: TransportError::Timeout,
+        },
+    );
+    let e = s.completed().unwrap_err();
+    assert!(matches!(e, LockError::Backend { .. }), "{e}");
+    assert_eq!(s.m.orphans.len(), 2);
+    assert_eq!(s.m.busy_names.len(), 2, "busy until the orphans are gone");
+    s.m.handle_timeout(s.now + ORPHAN_RETRY_MS);
+    s.now += ORPHAN_RETRY_MS;
+    let deletes = all_sent(&mut s);
+    assert_eq!(deletes.len(), 2, "{deletes:?}");
+    for (rid, _, _) in deletes {
+        s.txn_reply(rid, 30, true, vec![]);
     }
     assert!(s.m.busy_names.is_empty());
     assert_eq!(s.m.live_count(), 0);
@@ -299,20 +334,20 @@ fn a_cancel_while_the_txn_is_in_flight_aborts_and_undoes_it_if_it_applied() {
     s.m.cancel(s.now, op);
     s.nothing_completed();
     s.txn_reply(id, 42, true, vec![json!({ "response_put": {} }); 2]);
+    // Its keys are deleted (exactly that incarnation: create revision 42,
+    // all or none) before it completes.
+    s.nothing_completed();
+    assert!(s.m.locks.is_empty());
+    let (rid, body) = s.sent("/v3/kv/txn");
+    let compares = body["compare"].as_array().unwrap();
+    assert_eq!(compares.len(), 2);
+    assert!(
+        compares.iter().all(|c| c["create_revision"] == json!("42")),
+        "{body}"
+    );
+    s.txn_reply(rid, 43, true, vec![]);
     let e = s.completed().unwrap_err();
     assert!(matches!(e, LockError::Aborted { .. }), "{e}");
-    assert!(s.m.locks.is_empty());
-    s.m.handle_timeout(s.now);
-    let deletes = all_sent(&mut s);
-    assert_eq!(deletes.len(), 2, "{deletes:?}");
-    for (rid, _, body) in deletes {
-        // Exactly that incarnation (create revision 42).
-        assert!(
-            serde_json::to_string(&body).unwrap().contains("\"42\""),
-            "{body}"
-        );
-        s.txn_reply(rid, 43, true, vec![]);
-    }
     assert!(s.m.busy_names.is_empty());
     assert_eq!(s.m.live_count(), 0);
 
