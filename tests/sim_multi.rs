@@ -35,6 +35,13 @@
 //!   bound), with every user done, no lock key left and every machine's
 //!   `live_count` at 0 after its close.
 //!
+//! On etcd every group first tries its whole set in one txn (`sets.rs`)
+//! and falls back to the names one by one when one is held: the runs must
+//! have sent such txns and granted sets through them (one token for the
+//! whole set), under the same checks; a client sometimes pauses just as
+//! the fallback sends a name's acquire, so that names taken by it are lost
+//! mid-group too.
+//!
 //! On etcd every group first tries its whole set in one txn (`sets.rs`),
 //! falling back to the names one by one when a name is held: the runs must
 //! have sent such txns and granted sets through them (one token for the
@@ -518,13 +525,21 @@ impl<S: Backend> Sim<S> {
                 any = true;
                 match t {
                     Transmit::Send(mut req) => {
-                        if req.target.to_string().ends_with("/v3/kv/txn")
-                            && serde_json::from_slice::<serde_json::Value>(&req.body)
-                                .ok()
-                                .and_then(|b| b["compare"].as_array().cloned())
-                                .is_some_and(|c| c.iter().any(|c| c.get("range_end").is_some()))
-                        {
-                            self.stats.set_txns += 1;
+                        match etcd_txn_kind(&req) {
+                            Some(EtcdTxn::Set) => self.stats.set_txns += 1,
+                            Some(EtcdTxn::Acquire)
+                                if matches!(&self.clients[c].user,
+                                    User::Acquiring { names, .. } if names.len() > 1)
+                                    && self.clients[c].paused_until <= self.now
+                                    && self.rng.chance(0.08) =>
+                            {
+                                // The fallback of a set takes its names one
+                                // by one (etcd's one-txn try found one held):
+                                // a long pause now may lose the names it took.
+                                let p = self.rng.range(1_000, 4_000);
+                                self.clients[c].paused_until = self.now + p;
+                            }
+                            _ => {}
                         }
                         let wire = self.next_wire;
                         self.next_wire += 1;
@@ -743,6 +758,29 @@ impl<S: Backend> Sim<S> {
             }
         }
         Ok(())
+    }
+}
+
+/// What an etcd txn request is, for the stats and the fallback's pauses.
+enum EtcdTxn {
+    /// The one-txn try of a whole set (a compare over a key range).
+    Set,
+    /// An ordinary acquire's txn (a put of one key).
+    Acquire,
+}
+
+fn etcd_txn_kind(req: &HttpRequest) -> Option<EtcdTxn> {
+    if !req.target.to_string().ends_with("/v3/kv/txn") {
+        return None;
+    }
+    let body: serde_json::Value = serde_json::from_slice(&req.body).ok()?;
+    let compare = body["compare"].as_array()?;
+    if compare.iter().any(|c| c.get("range_end").is_some()) {
+        Some(EtcdTxn::Set)
+    } else if body["success"][0].get("request_put").is_some() && compare.len() == 1 {
+        Some(EtcdTxn::Acquire)
+    } else {
+        None
     }
 }
 
