@@ -3,8 +3,30 @@
 //!
 //! [`MultiLock`] wraps a machine and passes every operation, input, timeout,
 //! transmit and event through, except `AcquireAll`, which it serves itself
-//! with the inner machine's ordinary exclusive acquires and releases. It
+//! with the inner machine's ordinary exclusive acquires and releases, after
+//! one atomic try of the whole set where the inner machine offers that. It
 //! knows no protocol and sends no request of its own.
+//!
+//! # The atomic try (etcd)
+//!
+//! A machine whose [`Capabilities::atomic_sets`] is set (etcd; not Redis or
+//! Redlock) is first handed the whole `AcquireAll` as it came. It answers
+//! as one try, never waiting (etcd: one transaction, see
+//! `etcd/machine/sets.rs`, that compares every name's whole key range empty
+//! and puts every name's ordinary lock key, or puts nothing):
+//!
+//! - [`Outcome::AcquiredAll`]: the group completes with it at once. Every
+//!   lock is an ordinary lock of the inner machine, as below.
+//! - [`Outcome::NotAcquired`] (a name is held by anyone, of any kind, or
+//!   used by this client): nothing was taken, not even for a moment. A
+//!   `Wait::Try` group completes `NotAcquired` there; any other wait falls
+//!   back to the recipe below, from the first name on.
+//! - An error: the group completes with it (the machine has deleted
+//!   whatever its try may have put before answering).
+//!
+//! A cancel of the group while the try is in flight cancels it; the group
+//! completes `Aborted` once the machine has answered (with nothing left
+//! held: a set the answer brings anyway is released first).
 //!
 //! # The recipe
 //!
@@ -36,25 +58,37 @@
 //!
 //! # What it is not
 //!
-//! It is not one atomic operation on the backend: while a group is being
-//! acquired, its first names are held (and visible to `inspect`) before the
-//! last ones; another client's `Try` may see part of the set held. Each name
-//! still has its own fencing token, increasing per name.
+//! The recipe is not one atomic operation on the backend: while a group is
+//! acquired name by name, its first names are held (and visible to
+//! `inspect`) before the last ones; another client's `Try` may see part of
+//! the set held. Each name still has its own fencing token, increasing per
+//! name.
+//!
+//! What is atomic, on etcd only: the first try. A set whose names are all
+//! free when its transaction applies is taken whole, in that one step, with
+//! one fencing token for every name (the transaction's revision: still
+//! strictly increasing per name); a `Try` that finds any name held takes
+//! nothing at all. The recipe (and so partial holds while a group waits)
+//! runs only after that try found a name held and the caller asked to
+//! wait: a waiting etcd acquire keeps each name's FIFO queue, and the
+//! canonical order keeps overlapping waiting groups deadlock free.
 //!
 //! On Redis the keys of a name carry the name's own hash tag
 //! (`{<prefix>:<name>}`, see `redis::keys`), so the keys of two names are in
 //! different Redis Cluster hash slots. One script over all the names would
 //! fail with `CROSSSLOT` on Cluster-style hosts (Upstash among them); taking
-//! the names one by one, one script each, works on every host. etcd could
-//! take a whole set in one transaction for `Wait::Try`; edgelock does not
-//! (one recipe for every backend, and the per-name queue of a waiting etcd
-//! acquire is kept as it is).
+//! the names one by one, one script each, works on every host. Redis and
+//! Redlock always use the recipe.
 //!
-//! Costs: a set of N free names takes N sequential acquires (N round trips;
-//! Redlock: N quorum rounds), and a failed set one release per name taken.
-//! A release that itself fails (a transport error) completes the group all
-//! the same: that name's key is then left to expire with its TTL or lease,
-//! as after any failed release.
+//! Costs: on etcd a set of N free names takes one transaction (one round
+//! trip, whatever the wait; `tests/multi_lock.rs` counts it), and a `Try`
+//! that finds a name held one transaction and no release. A waiting etcd
+//! set that finds a name held costs that transaction plus the recipe. The
+//! recipe (Redis, Redlock, the etcd fallback) takes a set of N free names
+//! in N sequential acquires (N round trips; Redlock: N quorum rounds), and a
+//! failed set one release per name taken. A release that itself fails (a
+//! transport error) completes the group all the same: that name's key is
+//! then left to expire with its TTL or lease, as after any failed release.
 //!
 //! # Where it sits
 //!
@@ -71,10 +105,10 @@
 //!
 //! The group needs an [`OpId`] that can never collide with an id of the inner
 //! machine. It takes the id the inner machine returned for its **first**
-//! step: that id belongs to the inner machine, which never reuses an id (every
-//! machine counts its ids up in its `Outbox`), and the first step's own
-//! completion is swallowed here, so the id completes exactly once, as the
-//! group. Later steps' and the releases' completions are swallowed too.
+//! step (the atomic try, where there is one): that id belongs to the inner
+//! machine, which never reuses an id (every machine counts its ids up in its
+//! `Outbox`), and the first step's own completion is swallowed here, so the
+//! id completes exactly once, as the group. Later steps' and the releases' completions are swallowed too.
 //! `Renewed` and `Lost` events of the locks of a group still in progress are
 //! not passed on (the user does not know those ids yet): a renewal moves the
 //! `expires_at` of the lock the group will report, a loss fails the group.
