@@ -4,8 +4,8 @@
 # fault proxy and libfaketime, judged against a fenced resource.
 #
 #   bash scripts/reliability.sh            every scenario, long sizes; writes RELIABILITY.md
-#   bash scripts/reliability.sh --short    a few scenarios, short sizes (< 5 min; part of
-#                                          scripts/test.sh); writes target/reliability-short.md
+#   bash scripts/reliability.sh --short    a few scenarios (1, 3m-3o, 4, 8, 9, 10), short sizes
+#                                          (< 5 min; part of scripts/test.sh); writes target/reliability-short.md
 #   bash scripts/reliability.sh --only 5,6 chosen scenarios (long sizes) to target/reliability-only.md
 #   ... --etcd-only                        only the etcd variants (with EDGELOCK_ETCD_BIN: another
 #                                          etcd version) to target/reliability-etcd-only.md

@@ -38,7 +38,7 @@ cargo test --features native --test sim_etcd model_agrees_with_real_etcd
 EDGELOCK_SETUP_DONE=1 bash scripts/reliability.sh --short --etcd-only
 unset EDGELOCK_ETCD_BIN
 
-step "reliability suite, short version (pauses, cut responses, late releases, hostile input, load)"
+step "reliability suite, short version (pauses, partitioned lock sets, cut responses, late releases, hostile input, load)"
 EDGELOCK_SETUP_DONE=1 bash scripts/reliability.sh --short
 
 if [ -x scripts/test-js.sh ]; then

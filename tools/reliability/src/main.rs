@@ -67,7 +67,7 @@ fn main() {
         let chosen = chosen
             && (!scenarios::variants_chosen()
                 || [
-                    "a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m", "n",
+                    "a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m", "n", "o", "p",
                 ]
                 .iter()
                 .any(|l| scenarios::wants(&format!("{}{l}", s.id))));

@@ -34,7 +34,7 @@ use crate::infra::{contenders, Crew, EtcdNodes};
 use crate::report::ScenarioReport;
 use crate::resource::ResourceClient;
 use crate::workload::{
-    acquire, hold_name, release_recorded, watch_lost, write_recorded, ContenderCfg,
+    acquire, acquire_set, hold_name, release_recorded, watch_lost, write_recorded, ContenderCfg,
 };
 
 const TITLE: &str = "etcd leader paused, then killed";
@@ -477,19 +477,24 @@ pub(super) fn errors_text(v: &Verdict) -> String {
     v.errors_text()
 }
 
-/// A client that acquires one lock, then writes to the resource under its
-/// token every `every` until stopped — blindly, also after it was told the
-/// lock is lost (the fence must catch those writes). `Lost` is recorded the
-/// moment the client signals it.
+/// A client that acquires one lock (or, with `cfg.also`, a lock set with one
+/// `acquire_all`), then writes to the resource under its token (for a set:
+/// to every name's resource under that name's own token) every `every`
+/// until stopped — blindly, also after it was told the lock is lost (the
+/// fence must catch those writes). `Lost` is recorded the moment the client
+/// signals it (per name for a set).
 pub(super) struct Holder {
     pub client: Client,
     /// The owner in the lock's handle (for etcd: the lease id, decimal).
     pub lease: String,
-    /// What it holds, as histories name it (`workload::hold_name`).
+    /// What it holds, as histories name it (`workload::hold_name`; for a
+    /// set its first name).
     pub held: String,
+    /// Every name it holds, in its set's order (one lock: just `held`).
+    pub names: Vec<String>,
     stop: Arc<AtomicBool>,
     writer: JoinHandle<()>,
-    watcher: Option<JoinHandle<()>>,
+    watchers: Vec<JoinHandle<()>>,
 }
 
 impl Holder {
@@ -501,42 +506,53 @@ impl Holder {
         every: Duration,
     ) -> Result<Holder, String> {
         let client = spec.client().map_err(|e| format!("holder client: {e}"))?;
-        let lock = acquire(&client, &cfg, history)
-            .ok_or_else(|| format!("the holder could not acquire {}", cfg.lock))?;
-        let token = lock.fencing_token();
-        let lease = lock.handle().owner.clone();
-        let held = hold_name(&lock);
-        let watcher = watch_lost(&lock, history, &cfg.id);
+        let locks = if cfg.also.is_empty() {
+            acquire(&client, &cfg, history).map(|l| vec![l])
+        } else {
+            acquire_set(&client, &cfg, history)
+        }
+        .ok_or_else(|| format!("the holder could not acquire {}", cfg.set().join(", ")))?;
+        let lease = locks[0].handle().owner.clone();
+        let names: Vec<String> = locks.iter().map(hold_name).collect();
+        let held = names[0].clone();
+        let watchers = locks
+            .iter()
+            .filter_map(|l| watch_lost(l, history, &cfg.id))
+            .collect();
         let stop = Arc::new(AtomicBool::new(false));
-        let (s, res, h, name) = (
-            stop.clone(),
-            resource.clone(),
-            history.clone(),
-            held.clone(),
-        );
+        let targets: Vec<(String, u64)> = locks
+            .iter()
+            .map(|l| (hold_name(l), l.fencing_token()))
+            .collect();
+        let (s, res, h) = (stop.clone(), resource.clone(), history.clone());
         let writer = std::thread::spawn(move || {
             while !s.load(Ordering::SeqCst) {
-                write_recorded(&res, &h, &cfg.id, &name, token);
+                for (name, token) in &targets {
+                    write_recorded(&res, &h, &cfg.id, name, *token);
+                }
                 std::thread::sleep(every);
             }
-            release_recorded(lock, &h, &cfg.id);
+            for lock in locks {
+                release_recorded(lock, &h, &cfg.id);
+            }
         });
         Ok(Holder {
             client,
             lease,
             held,
+            names,
             stop,
             writer,
-            watcher,
+            watchers,
         })
     }
 
-    /// Stops writing, releases the lock if it is still held, closes the client.
+    /// Stops writing, releases the locks still held, closes the client.
     pub(super) fn stop(self) {
         self.stop.store(true, Ordering::SeqCst);
         let _ = self.writer.join();
         let _ = self.client.close();
-        if let Some(w) = self.watcher {
+        for w in self.watchers {
             let _ = w.join();
         }
     }

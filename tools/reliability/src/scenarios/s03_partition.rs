@@ -19,6 +19,15 @@
 //!   on direct endpoints follows it): the leader learns Lost before anyone
 //!   else leads, one leader at a time, its blind writes fenced, and the
 //!   observer ends on `Client::leader` (nobody) once all stopped.
+//! - 3m etcd / 3n one Redis node / 3o Redlock: 3c on a lock set of
+//!   [`SET_NAMES`] names: the partitioned holder took the set with
+//!   `acquire_all` and keeps writing to every name's resource under that
+//!   name's own token; the probe and both contenders (one in the reverse
+//!   order) take the same set. The holder learns Lost on every name before
+//!   anyone else is granted it, a contender then takes the whole set, the
+//!   holder's writes after its successor's are refused on every name, and
+//!   no partial set shows (see [`set_checks`]). These three are the
+//!   scenario's short run.
 //!
 //! Must hold: every operation ends within its bound (computed from the
 //! machines' retry policies, see [`etcd_acquire_bound`] and
@@ -39,13 +48,13 @@ use super::s02_etcd_leader::{
 };
 use super::Mode;
 use crate::backend::BackendSpec;
-use crate::checker::{check, check_observer};
-use crate::history::{now_ms, History, Op, OpKind};
+use crate::checker::{check, check_observer, held_through_failed_acquire};
+use crate::history::{now_ms, History, Op, OpKind, Outcome};
 use crate::infra::addr_of;
 use crate::infra::{contenders, Crew, EtcdNodes, RedisNodes};
 use crate::report::ScenarioReport;
 use crate::resource::ResourceClient;
-use crate::workload::{acquire, ContenderCfg, ObserverRun};
+use crate::workload::{acquire, acquire_set, ContenderCfg, ObserverRun};
 
 const TITLE: &str = "client-backend partition";
 const ETCD_TTL_MS: u64 = 4_000;
@@ -59,6 +68,11 @@ const WAIT_MS: u64 = 3_000;
 const PROBE_WAIT_MS: u64 = 2_000;
 /// The limit of the semaphore variants (3e–3h).
 const PERMITS: u32 = 2;
+/// The names of the lock set of 3m–3o.
+const SET_NAMES: usize = 3;
+/// The variants of the short run (`--short`): the partitioned holder of a
+/// lock set, on etcd, one Redis node and Redlock.
+const IN_SHORT: &[&str] = &["3m", "3n", "3o"];
 
 /// Longest an etcd acquire with `Wait::For(wait)` can take: each request is
 /// tried on up to n+1 endpoints (`max_attempts`), each attempt bounded by the
@@ -83,9 +97,12 @@ fn redlock_acquire_bound(wait: u64, timeout: u64) -> u64 {
 
 pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
     let mut out = Vec::new();
-    // `None` for a variant `--variants` left out.
+    // Whether variant `id` runs: chosen by `--variants` (or every one), and
+    // in the short run only the short run's.
+    let runs = |id: &str| super::wants(id) && (!mode.short || IN_SHORT.contains(&id));
+    // `None` for a variant left out.
     let timed = |id: &str, backend: &str, f: &mut dyn FnMut() -> Result<ScenarioReport, String>| {
-        if !super::wants(id) {
+        if !runs(id) {
             return None;
         }
         let started = Instant::now();
@@ -93,8 +110,16 @@ pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
         r.duration = started.elapsed();
         Some(r)
     };
-    match EtcdNodes::start(3, EtcdOptions::default()) {
-        Ok(nodes) => {
+    const ETCD_IDS: [&str; 8] = ["3a", "3c", "3e", "3g", "3i", "3j", "3k", "3m"];
+    const REDIS_IDS: [&str; 7] = ["3b", "3d", "3f", "3h", "3l", "3n", "3o"];
+    // The clusters only for variants that run.
+    let etcd = ETCD_IDS
+        .iter()
+        .any(|id| runs(id))
+        .then(|| EtcdNodes::start(3, EtcdOptions::default()));
+    match etcd {
+        None => {}
+        Some(Ok(nodes)) => {
             out.extend(timed("3a", "etcd", &mut || {
                 etcd_one_member(mode, &nodes, None)
             }));
@@ -114,11 +139,14 @@ pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
                 etcd_client_partitioned_rw(mode, &nodes)
             }));
             out.extend(timed("3k", "etcd", &mut || {
-                etcd_partitioned(mode, &nodes, None, false, true)
+                etcd_partitioned(mode, &nodes, None, false, true, 0)
+            }));
+            out.extend(timed("3m", "etcd", &mut || {
+                etcd_partitioned(mode, &nodes, None, false, false, SET_NAMES)
             }));
         }
-        Err(e) => {
-            for id in ["3a", "3c", "3e", "3g", "3i", "3j", "3k"] {
+        Some(Err(e)) => {
+            for id in ETCD_IDS.into_iter().filter(|id| runs(id)) {
                 out.push(ScenarioReport::failed_to_run(
                     id,
                     TITLE,
@@ -128,9 +156,11 @@ pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
             }
         }
     }
-    match RedisNodes::start(5, false) {
-        _ if !mode.redis() => {}
-        Ok(nodes) => {
+    let redis =
+        (mode.redis() && REDIS_IDS.iter().any(|id| runs(id))).then(|| RedisNodes::start(5, false));
+    match redis {
+        None => {}
+        Some(Ok(nodes)) => {
             out.extend(timed("3b", "redlock ×5", &mut || {
                 redlock_one_node(mode, &nodes, None)
             }));
@@ -144,11 +174,17 @@ pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
                 redlock_client_partitioned(mode, &nodes, Some(PERMITS))
             }));
             out.extend(timed("3l", "redis (webdis)", &mut || {
-                redis_leader_partitioned(mode, &nodes)
+                redis_partitioned(mode, &nodes, true, 0)
+            }));
+            out.extend(timed("3n", "redis (webdis)", &mut || {
+                redis_partitioned(mode, &nodes, false, SET_NAMES)
+            }));
+            out.extend(timed("3o", "redlock ×5", &mut || {
+                redlock_partitioned(mode, &nodes, None, SET_NAMES)
             }));
         }
-        Err(e) => {
-            for id in ["3b", "3d", "3f", "3h", "3l"] {
+        Some(Err(e)) => {
+            for id in REDIS_IDS.into_iter().filter(|id| runs(id)) {
                 out.push(ScenarioReport::failed_to_run(
                     id,
                     TITLE,
@@ -446,6 +482,10 @@ struct Partitioned<'a> {
     /// An election: everyone campaigns (the holder is the leader), an
     /// observer on direct endpoints follows it.
     elect: bool,
+    /// A lock set of this many names (`acquire_all`; 0 or 1: one lock): the
+    /// holder, the probe and both contenders take the same set, the second
+    /// contender in the reverse order.
+    set: usize,
 }
 
 fn client_partitioned(mode: &Mode, s: Partitioned) -> Result<ScenarioReport, String> {
@@ -453,6 +493,7 @@ fn client_partitioned(mode: &Mode, s: Partitioned) -> Result<ScenarioReport, Str
         (Some(l), _) => format!("blackhole on every proxy of the holder and of a probe client (a semaphore of {l})"),
         (None, true) => "blackhole on every proxy of the holder (a writer) and of a probe client (a read-write lock, a reader contending)".to_string(),
         (None, false) if s.elect => "an election: blackhole on every proxy of the leader and of a probe client (all campaign; an observer on direct endpoints)".to_string(),
+        (None, false) if s.set > 1 => format!("a set of {} names (acquire_all): blackhole on every proxy of its holder and of a probe client (2 contenders on direct endpoints take the same set, one in the reverse order)", s.set),
         (None, false) => "blackhole on every proxy of the holder and of a probe client".to_string(),
     };
     let mut r = ScenarioReport::new(s.id, TITLE, s.backend, &fault);
@@ -462,6 +503,15 @@ fn client_partitioned(mode: &Mode, s: Partitioned) -> Result<ScenarioReport, Str
     let lock = format!("s3-{}", s.id);
     let limit = s.limit;
     let elect = s.elect;
+    // A lock set: `<lock>-a`, `<lock>-b`, ...; otherwise the one name.
+    let names: Vec<String> = if s.set > 1 {
+        (0..s.set)
+            .map(|i| format!("{lock}-{}", char::from(b'a' + i as u8)))
+            .collect()
+    } else {
+        vec![lock.clone()]
+    };
+    let multi = names.len() > 1;
     let observer = if elect {
         Some(ObserverRun::start(
             s.direct
@@ -478,7 +528,8 @@ fn client_partitioned(mode: &Mode, s: Partitioned) -> Result<ScenarioReport, Str
             wait_ms: 5_000,
             limit,
             elect,
-            ..ContenderCfg::new("holder", &lock)
+            also: names[1..].to_vec(),
+            ..ContenderCfg::new("holder", &names[0])
         },
         &resource,
         &history,
@@ -487,6 +538,8 @@ fn client_partitioned(mode: &Mode, s: Partitioned) -> Result<ScenarioReport, Str
     // For a semaphore: the holder's slot, which the others may take only
     // once the holder was told it lost its permit.
     let held = holder.held.clone();
+    // Every name it holds (a set: each of its names).
+    let held_all = holder.names.clone();
     let tpl = ContenderCfg {
         wait_ms: 10_000,
         hold_ms: 200,
@@ -496,8 +549,15 @@ fn client_partitioned(mode: &Mode, s: Partitioned) -> Result<ScenarioReport, Str
         elect,
         ..ContenderCfg::new("", &lock)
     };
-    let mut cfgs = contenders("c", 2, &lock, &tpl);
+    let mut cfgs = contenders("c", 2, &names[0], &tpl);
     cfgs[1].shared = s.rw;
+    if multi {
+        // The same set, the second contender in the reverse order.
+        let rev: Vec<String> = names.iter().rev().cloned().collect();
+        cfgs[0].also = names[1..].to_vec();
+        cfgs[1].lock = rev[0].clone();
+        cfgs[1].also = rev[1..].to_vec();
+    }
     let crew = Crew::start(
         &s.direct,
         cfgs,
@@ -514,11 +574,11 @@ fn client_partitioned(mode: &Mode, s: Partitioned) -> Result<ScenarioReport, Str
     // A fresh client behind the same partition keeps trying to acquire.
     let stop = Arc::new(AtomicBool::new(false));
     let probe = {
-        let (spec, h, stop, lock) = (
+        let (spec, h, stop, names) = (
             s.partitioned.clone(),
             history.clone(),
             stop.clone(),
-            lock.clone(),
+            names.clone(),
         );
         std::thread::spawn(move || {
             let Ok(client) = spec.client() else { return };
@@ -526,24 +586,30 @@ fn client_partitioned(mode: &Mode, s: Partitioned) -> Result<ScenarioReport, Str
                 wait_ms: PROBE_WAIT_MS,
                 limit,
                 elect,
-                ..ContenderCfg::new("probe", &lock)
+                also: names[1..].to_vec(),
+                ..ContenderCfg::new("probe", &names[0])
             };
             while !stop.load(Ordering::SeqCst) {
-                if let Some(l) = acquire(&client, &cfg, &h) {
-                    drop(l);
+                if cfg.also.is_empty() {
+                    drop(acquire(&client, &cfg, &h));
+                } else {
+                    drop(acquire_set(&client, &cfg, &h));
                 }
             }
             drop(client);
         })
     };
     let deadline = Instant::now() + Duration::from_millis(s.ttl_ms * 2 + mode.pick(6_000, 8_000));
+    // Someone else was granted what the holder held (a set: every name).
     let granted_held = |ops: &[Op]| {
-        ops.iter().any(|o| {
-            o.kind == OpKind::Acquire
-                && o.is_ok()
-                && o.client != "holder"
-                && o.end > t_part
-                && o.lock == held
+        held_all.iter().all(|h| {
+            ops.iter().any(|o| {
+                o.kind == OpKind::Acquire
+                    && o.is_ok()
+                    && o.client != "holder"
+                    && o.end > t_part
+                    && &o.lock == h
+            })
         })
     };
     while !(first_grant_after(&history.ops(), t_part, "holder").is_some()
@@ -628,11 +694,16 @@ fn client_partitioned(mode: &Mode, s: Partitioned) -> Result<ScenarioReport, Str
         ),
         (None, None) => (true, "holder never told, nobody else granted".into()),
     };
-    r.check(
-        "the partitioned holder learns Lost before anyone else is granted",
-        ok,
-        detail,
-    );
+    let set_figures = if multi {
+        set_checks(&mut r, &ops, &held_all, t_part)
+    } else {
+        r.check(
+            "the partitioned holder learns Lost before anyone else is granted",
+            ok,
+            detail,
+        );
+        Vec::new()
+    };
     r.check(
         "no overlapping holds",
         v.overlaps_believed == 0,
@@ -659,14 +730,20 @@ fn client_partitioned(mode: &Mode, s: Partitioned) -> Result<ScenarioReport, Str
         observer_checks(&mut r, std::iter::once(ov), tolerated);
     }
     r.figure("bounds", s.bound_text);
-    r.figure(
-        "holder learned Lost after",
-        lost.map_or("never".into(), |l| secs(l - t_part)),
-    );
-    r.figure(
-        "handoff (partition → next grant)",
-        grant.map_or("none".into(), |g| secs(g - t_part)),
-    );
+    if multi {
+        for (k, v) in &set_figures {
+            r.figure(k, v);
+        }
+    } else {
+        r.figure(
+            "holder learned Lost after",
+            lost.map_or("never".into(), |l| secs(l - t_part)),
+        );
+        r.figure(
+            "handoff (partition → next grant)",
+            grant.map_or("none".into(), |g| secs(g - t_part)),
+        );
+    }
     r.figure(
         "probe acquires while partitioned",
         format!("{probes}, max {}", probe_max.map_or("-".into(), secs)),
@@ -676,9 +753,265 @@ fn client_partitioned(mode: &Mode, s: Partitioned) -> Result<ScenarioReport, Str
     Ok(r)
 }
 
+/// The last part of a set's name (`s3-3m-b` → `b`), for figures.
+fn short_name(name: &str) -> &str {
+    name.rsplit('-').next().unwrap_or(name)
+}
+
+/// Each client's writes to the names of a set, in rounds: a holder of a
+/// set writes once to every name per round, in one thread, so its writes
+/// to these names sorted by start fall into rounds of `names.len()`.
+fn write_rounds<'a>(ops: &'a [Op], names: &[String]) -> Vec<(&'a str, Vec<&'a Op>)> {
+    let mut by_client: std::collections::BTreeMap<&str, Vec<&Op>> = Default::default();
+    for o in ops
+        .iter()
+        .filter(|o| o.kind == OpKind::Write && names.contains(&o.lock))
+    {
+        by_client.entry(o.client.as_str()).or_default().push(o);
+    }
+    let mut rounds = Vec::new();
+    for (client, mut writes) in by_client {
+        writes.sort_by(|a, b| a.start.total_cmp(&b.start));
+        for chunk in writes.chunks(names.len()) {
+            rounds.push((client, chunk.to_vec()));
+        }
+    }
+    rounds
+}
+
+/// 3m–3o: the checks of a partitioned holder of a lock set (`names`, in
+/// the holder's order), beyond 3c's; returns the figures to report.
+///
+/// - the holder learns Lost on every name, each before anyone else is
+///   granted that name;
+/// - another contender takes the whole set (one `acquire_all` grant of
+///   every name) after the holder learned Lost on all of them;
+/// - the holder's writes after its successor's first write to a name are
+///   refused, on every name;
+/// - no partial set: every `acquire_all` grant recorded holds every name,
+///   no name is held across a failed `acquire_all`
+///   ([`held_through_failed_acquire`]), no write round of a contender is
+///   refused on any name, and a round of the holder is accepted on some
+///   names and refused on others only while a contender is writing its own
+///   round (the fence of each name turns over as the new holder's writes
+///   reach it, one name after the other).
+fn set_checks(
+    r: &mut ScenarioReport,
+    ops: &[Op],
+    names: &[String],
+    t_part: f64,
+) -> Vec<(String, String)> {
+    let partitioned = |c: &str| c == "probe" || c == "holder";
+    let stale = |o: &Op| matches!(&o.outcome, Outcome::Fail(c) if c == "STALE");
+    let mut figures = Vec::new();
+
+    // Lost on every name, before that name's next grant.
+    let mut lost_ok = true;
+    let mut lost_all: Option<f64> = Some(t_part);
+    let mut lost_text = Vec::new();
+    let mut lost_figure = Vec::new();
+    for n in names {
+        let lost = ops
+            .iter()
+            .filter(|o| {
+                o.kind == OpKind::Lost && o.client == "holder" && &o.lock == n && o.start >= t_part
+            })
+            .map(|o| o.start)
+            .min_by(f64::total_cmp);
+        let grant = ops
+            .iter()
+            .filter(|o| {
+                o.kind == OpKind::Acquire
+                    && o.is_ok()
+                    && !partitioned(&o.client)
+                    && o.end > t_part
+                    && &o.lock == n
+            })
+            .map(|o| o.end)
+            .min_by(f64::total_cmp);
+        lost_ok &= match (lost, grant) {
+            (Some(l), Some(g)) => l < g,
+            (Some(_), None) => true,
+            (None, _) => false,
+        };
+        lost_all = match (lost_all, lost) {
+            (Some(a), Some(l)) => Some(a.max(l)),
+            _ => None,
+        };
+        lost_text.push(format!(
+            "{}: Lost {}, next grant {}",
+            short_name(n),
+            lost.map_or("never".into(), |l| rel(l, t_part)),
+            grant.map_or("none".into(), |g| rel(g, t_part))
+        ));
+        lost_figure.push(format!(
+            "{} {}",
+            short_name(n),
+            lost.map_or("never".into(), |l| secs(l - t_part))
+        ));
+    }
+    r.check(
+        &format!(
+            "the partitioned holder learns Lost on each of its {} names before anyone else is granted that name",
+            names.len()
+        ),
+        lost_ok,
+        lost_text.join("; "),
+    );
+
+    // Grants of a set, one per (client, acquire_all): the per-name records
+    // of one grant share their times.
+    let mut grants: std::collections::BTreeMap<(String, u64, u64), Vec<&str>> = Default::default();
+    for o in ops
+        .iter()
+        .filter(|o| o.kind == OpKind::Acquire && o.is_ok() && names.contains(&o.lock))
+    {
+        grants
+            .entry((o.client.clone(), o.start.to_bits(), o.end.to_bits()))
+            .or_default()
+            .push(o.lock.as_str());
+    }
+    let whole = |locks: &Vec<&str>| names.iter().all(|n| locks.contains(&n.as_str()));
+    let partial_grants = grants
+        .iter()
+        .filter(|(_, locks)| !(whole(locks) && locks.len() == names.len()))
+        .count();
+    let taken: Vec<(f64, &str)> = grants
+        .iter()
+        .filter(|((c, _, end), locks)| {
+            !partitioned(c) && f64::from_bits(*end) > t_part && whole(locks)
+        })
+        .map(|((c, _, end), _)| (f64::from_bits(*end), c.as_str()))
+        .collect();
+    let first_set = taken.iter().copied().min_by(|a, b| a.0.total_cmp(&b.0));
+    r.check(
+        "another contender takes the whole set (one acquire_all) after the holder learned Lost on every name",
+        match (first_set, lost_all) {
+            (Some((t, _)), Some(l)) => l < t,
+            _ => false,
+        },
+        format!(
+            "{}; holder Lost on all by {}",
+            first_set.map_or("nobody took the set".into(), |(t, c)| format!(
+                "{c} took it at {}",
+                rel(t, t_part)
+            )),
+            lost_all.map_or("never".into(), |l| rel(l, t_part))
+        ),
+    );
+
+    // The holder's writes after the cut, per name; those after its
+    // successor's first accepted write to that name must all be refused.
+    let mut fenced_ok = true;
+    let mut after_cut = Vec::new();
+    let mut after_successor = Vec::new();
+    for n in names {
+        let mine: Vec<&Op> = ops
+            .iter()
+            .filter(|o| {
+                o.kind == OpKind::Write && o.client == "holder" && &o.lock == n && o.start >= t_part
+            })
+            .collect();
+        let successor_wrote = ops
+            .iter()
+            .filter(|o| {
+                o.kind == OpKind::Write
+                    && o.is_ok()
+                    && !partitioned(&o.client)
+                    && &o.lock == n
+                    && o.start >= t_part
+            })
+            .map(|o| o.end)
+            .min_by(f64::total_cmp);
+        let late: Vec<&&Op> = match successor_wrote {
+            Some(w) => mine.iter().filter(|o| o.start > w).collect(),
+            None => Vec::new(),
+        };
+        let refused = late.iter().filter(|o| stale(o)).count();
+        fenced_ok &= !late.is_empty() && refused == late.len();
+        after_cut.push(format!(
+            "{} {} / {}",
+            short_name(n),
+            mine.iter().filter(|o| o.is_ok()).count(),
+            mine.iter().filter(|o| stale(o)).count()
+        ));
+        after_successor.push(format!("{}: {refused} of {}", short_name(n), late.len()));
+    }
+    r.check(
+        "the holder's writes after its successor's first write to a name are refused, on every name",
+        fenced_ok,
+        after_successor.join(", "),
+    );
+
+    // No partial set.
+    let rounds = write_rounds(ops, names);
+    let span = |w: &[&Op]| {
+        (
+            w.iter().map(|o| o.start).fold(f64::MAX, f64::min),
+            w.iter().map(|o| o.end).fold(f64::MIN, f64::max),
+        )
+    };
+    let contender_rounds: Vec<(f64, f64)> = rounds
+        .iter()
+        .filter(|(c, _)| !partitioned(c))
+        .map(|(_, w)| span(w))
+        .collect();
+    let refused_contender_rounds = rounds
+        .iter()
+        .filter(|(c, w)| !partitioned(c) && w.iter().any(|o| stale(o)))
+        .count();
+    let mixed = |w: &[&Op]| w.iter().any(|o| o.is_ok()) && w.iter().any(|o| stale(o));
+    let holder_mixed: Vec<(f64, f64)> = rounds
+        .iter()
+        .filter(|(c, w)| *c == "holder" && mixed(w))
+        .map(|(_, w)| span(w))
+        .collect();
+    let unexplained = holder_mixed
+        .iter()
+        .filter(|(s, e)| !contender_rounds.iter().any(|(cs, ce)| cs < e && s < ce))
+        .count();
+    let held_through = held_through_failed_acquire(ops);
+    r.check(
+        "no partial set: every acquire_all grant holds every name, none held across a failed acquire_all, no contender's write round refused on any name, the holder's rounds split only while a contender was writing",
+        partial_grants == 0 && held_through == 0 && refused_contender_rounds == 0 && unexplained == 0,
+        format!(
+            "{} grants, {partial_grants} partial; {held_through} held across a failed acquire_all; {refused_contender_rounds} of {} contender rounds refused somewhere; holder rounds split {} ({unexplained} outside a contender's round)",
+            grants.len(),
+            contender_rounds.len(),
+            holder_mixed.len()
+        ),
+    );
+
+    figures.push((
+        "holder learned Lost after (per name)".into(),
+        lost_figure.join(", "),
+    ));
+    figures.push((
+        "holder learned Lost after (every name)".into(),
+        lost_all.map_or("never".into(), |l| secs(l - t_part)),
+    ));
+    figures.push((
+        "whole set taken by another contender after".into(),
+        first_set.map_or("none".into(), |(t, _)| secs(t - t_part)),
+    ));
+    figures.push((
+        "sets taken by the contenders after the cut".into(),
+        taken.len().to_string(),
+    ));
+    figures.push((
+        "holder's writes after the cut accepted / refused (per name)".into(),
+        after_cut.join(", "),
+    ));
+    figures.push((
+        "holder's write rounds split (accepted on some names, refused on others)".into(),
+        holder_mixed.len().to_string(),
+    ));
+    figures
+}
+
 /// 3c on a read-write lock.
 fn etcd_client_partitioned_rw(mode: &Mode, nodes: &EtcdNodes) -> Result<ScenarioReport, String> {
-    etcd_partitioned(mode, nodes, None, true, false)
+    etcd_partitioned(mode, nodes, None, true, false, 0)
 }
 
 fn etcd_client_partitioned(
@@ -686,7 +1019,7 @@ fn etcd_client_partitioned(
     nodes: &EtcdNodes,
     limit: Option<u32>,
 ) -> Result<ScenarioReport, String> {
-    etcd_partitioned(mode, nodes, limit, false, false)
+    etcd_partitioned(mode, nodes, limit, false, false, 0)
 }
 
 fn etcd_partitioned(
@@ -695,6 +1028,7 @@ fn etcd_partitioned(
     limit: Option<u32>,
     rw: bool,
     elect: bool,
+    set: usize,
 ) -> Result<ScenarioReport, String> {
     let urls = nodes.cluster.urls();
     let proxies = urls
@@ -719,6 +1053,7 @@ fn etcd_partitioned(
         (Some(_), _) => "3g",
         (None, true) => "3j",
         (None, false) if elect => "3k",
+        (None, false) if set > 1 => "3m",
         (None, false) => "3c",
     };
     client_partitioned(
@@ -735,6 +1070,7 @@ fn etcd_partitioned(
             limit,
             rw,
             elect,
+            set,
         },
     )
 }
@@ -743,6 +1079,16 @@ fn redlock_client_partitioned(
     mode: &Mode,
     nodes: &RedisNodes,
     limit: Option<u32>,
+) -> Result<ScenarioReport, String> {
+    redlock_partitioned(mode, nodes, limit, 0)
+}
+
+/// 3d (3h with a semaphore, 3o with a lock set of `set` names).
+fn redlock_partitioned(
+    mode: &Mode,
+    nodes: &RedisNodes,
+    limit: Option<u32>,
+    set: usize,
 ) -> Result<ScenarioReport, String> {
     let proxies = nodes
         .webdis
@@ -766,7 +1112,11 @@ fn redlock_client_partitioned(
             .collect(),
     );
     let direct = spec(nodes.webdis_specs());
-    let id = if limit.is_some() { "3h" } else { "3d" };
+    let id = match (limit, set > 1) {
+        (Some(_), _) => "3h",
+        (None, true) => "3o",
+        (None, false) => "3d",
+    };
     client_partitioned(
         mode,
         Partitioned {
@@ -781,13 +1131,20 @@ fn redlock_client_partitioned(
             limit,
             rw: false,
             elect: false,
+            set,
         },
     )
 }
 
 /// 3l: 3c's partition on an election of one Redis node (the first of
-/// `nodes`, through webdis), with Redlock's TTL and request timeout.
-fn redis_leader_partitioned(mode: &Mode, nodes: &RedisNodes) -> Result<ScenarioReport, String> {
+/// `nodes`, through webdis), with Redlock's TTL and request timeout; 3n:
+/// the same on a lock set of `set` names instead of an election.
+fn redis_partitioned(
+    mode: &Mode,
+    nodes: &RedisNodes,
+    elect: bool,
+    set: usize,
+) -> Result<ScenarioReport, String> {
     let webdis = nodes.webdis.first().ok_or("no node")?;
     let proxies = vec![addr_of(&webdis.url())
         .and_then(FaultProxy::start)
@@ -806,7 +1163,7 @@ fn redis_leader_partitioned(mode: &Mode, nodes: &RedisNodes) -> Result<ScenarioR
     client_partitioned(
         mode,
         Partitioned {
-            id: "3l",
+            id: if elect { "3l" } else { "3n" },
             backend: "redis (webdis)",
             partitioned,
             direct,
@@ -816,7 +1173,109 @@ fn redis_leader_partitioned(mode: &Mode, nodes: &RedisNodes) -> Result<ScenarioR
             ttl_ms: REDLOCK_TTL_MS,
             limit: None,
             rw: false,
-            elect: true,
+            elect,
+            set,
         },
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn op(client: &str, lock: &str, kind: OpKind, at: f64, outcome: &str, token: u64) -> Op {
+        Op {
+            client: client.into(),
+            lock: lock.into(),
+            kind,
+            start: at,
+            end: at + 1.0,
+            outcome: if outcome == "ok" {
+                Outcome::Ok
+            } else {
+                Outcome::Fail(outcome.into())
+            },
+            token: Some(token),
+            write_id: None,
+        }
+    }
+
+    /// A holder of {a, b} partitioned at 1000, Lost at 2500/2600, c0 takes
+    /// the set at 3000 and writes; the holder's round at 3200 is refused.
+    fn clean() -> Vec<Op> {
+        use OpKind::*;
+        let mut ops = Vec::new();
+        for (n, t) in [("s-a", 1), ("s-b", 1)] {
+            ops.push(op("holder", n, Acquire, 0.0, "ok", t));
+        }
+        for at in [100.0, 1200.0] {
+            ops.push(op("holder", "s-a", Write, at, "ok", 1));
+            ops.push(op("holder", "s-b", Write, at + 2.0, "ok", 1));
+        }
+        ops.push(op("holder", "s-a", Lost, 2500.0, "expired", 1));
+        ops.push(op("holder", "s-b", Lost, 2600.0, "expired", 1));
+        ops.push(op("c0", "s-a", Acquire, 3000.0, "ok", 2));
+        ops.push(op("c0", "s-b", Acquire, 3000.0, "ok", 2));
+        ops.push(op("c0", "s-a", Write, 3010.0, "ok", 2));
+        ops.push(op("c0", "s-b", Write, 3012.0, "ok", 2));
+        ops.push(op("holder", "s-a", Write, 3200.0, "STALE", 1));
+        ops.push(op("holder", "s-b", Write, 3202.0, "STALE", 1));
+        ops
+    }
+
+    fn verdicts(ops: &[Op]) -> Vec<(String, bool)> {
+        let mut r = ScenarioReport::new("3x", TITLE, "test", "test");
+        let names = vec!["s-a".to_string(), "s-b".to_string()];
+        set_checks(&mut r, ops, &names, 1000.0);
+        r.checks.into_iter().map(|c| (c.what, c.pass)).collect()
+    }
+
+    fn partial_ok(ops: &[Op]) -> bool {
+        verdicts(ops)
+            .into_iter()
+            .find(|(w, _)| w.starts_with("no partial set"))
+            .expect("the partial-set check")
+            .1
+    }
+
+    #[test]
+    fn a_clean_handoff_of_the_set_passes_every_check() {
+        assert!(verdicts(&clean()).iter().all(|(_, pass)| *pass));
+    }
+
+    #[test]
+    fn a_partial_set_is_seen() {
+        // The holder's round split with no contender writing at the time.
+        let mut ops = clean();
+        ops.push(op("holder", "s-a", OpKind::Write, 5000.0, "STALE", 1));
+        ops.push(op("holder", "s-b", OpKind::Write, 5002.0, "ok", 1));
+        assert!(!partial_ok(&ops));
+        // The same split while c0 writes its own round is the fence turning
+        // over name by name.
+        let mut ops = clean();
+        ops.retain(|o| !(o.client == "c0" && o.kind == OpKind::Write));
+        ops.push(op("c0", "s-a", OpKind::Write, 3010.0, "ok", 2));
+        ops.push(op("holder", "s-a", OpKind::Write, 3011.5, "STALE", 1));
+        ops.push(op("holder", "s-b", OpKind::Write, 3012.0, "ok", 1));
+        ops.push(op("c0", "s-b", OpKind::Write, 3014.0, "ok", 2));
+        assert!(partial_ok(&ops));
+        // A grant of one name of the set.
+        let mut ops = clean();
+        ops.push(op("c1", "s-a", OpKind::Acquire, 4000.0, "ok", 3));
+        assert!(!partial_ok(&ops));
+        // A contender's write refused on one name.
+        let mut ops = clean();
+        ops.push(op("c0", "s-a", OpKind::Write, 3050.0, "ok", 2));
+        ops.push(op("c0", "s-b", OpKind::Write, 3052.0, "STALE", 2));
+        assert!(!partial_ok(&ops));
+    }
+
+    #[test]
+    fn the_holder_must_learn_lost_on_every_name() {
+        let mut ops = clean();
+        ops.retain(|o| !(o.kind == OpKind::Lost && o.lock == "s-b"));
+        let v = verdicts(&ops);
+        assert!(!v[0].1, "{v:?}");
+        assert!(!v[1].1, "{v:?}");
+    }
 }
