@@ -577,6 +577,24 @@ impl RedisModel {
                     .count() as i64,
             ),
             ("INCR", [k]) => self.incr(k, g).map_or_else(|e| e, MValue::Int),
+            // A failed re-entry forgets its hold id (`scripts::forget_hold`);
+            // sets of holds are newline-separated members here.
+            ("SREM", [k, member]) => match self.alive(k, g).cloned() {
+                Some(mut e) => {
+                    let mut members = set_members(&e.value);
+                    let before = members.len();
+                    members.retain(|m| m != member);
+                    let removed = before - members.len();
+                    if members.is_empty() {
+                        self.data.remove(k.as_slice());
+                    } else {
+                        e.value = members.join(&b'\n');
+                        self.data.insert(k.to_vec(), e);
+                    }
+                    MValue::Int(removed as i64)
+                }
+                None => MValue::Int(0),
+            },
             ("PUBLISH", [channel, message]) => MValue::Int(self.publish(channel, message) as i64),
             ("SET", [k, v, opts @ ..]) => {
                 let mut nx = false;

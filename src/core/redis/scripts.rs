@@ -614,6 +614,17 @@ pub fn reenter(key: &str, token: &str, hold: &str) -> RedisCommand {
         .arg(hold)
 }
 
+/// `SREM` of hold `hold` from the set of holds of the lock at `key`: the
+/// cleanup of a re-entry that was not granted. Never the release script: on
+/// a node that did not run the re-entry (its answer was lost) there is no
+/// set, and [`RELEASE`] would delete the outer hold's key there. It only
+/// forgets this hold, wherever it was counted (a no-op elsewhere).
+pub fn forget_hold(key: &str, hold: &str) -> RedisCommand {
+    RedisCommand::new("SREM")
+        .arg(super::keys::holds_key(key))
+        .arg(hold)
+}
+
 /// A reply of [`REENTER`]: `Some(pttl)` when the hold was counted (the
 /// lock's remaining ms), `None` when the owner no longer holds it.
 pub fn parse_reenter(v: &RedisValue) -> Result<Option<u64>, String> {
