@@ -49,8 +49,8 @@ lock through it instead of waiting for it (so a CMD that itself runs
 `edgelock run NAME -- ...` cannot deadlock on its caller): it prints
 `edgelock: re-entered NAME token=T` (T is the outer hold's token), runs its
 command and then gives its hold back; the lock is freed only when every
-hold has ended (the count lives on the backend: etcd and one Redis node;
-Redlock refuses re-entry with exit 64 instead of waiting on itself). A
+hold has ended (the count lives on the backend: etcd, one Redis node, and
+on Redlock each node, a quorum deciding). A
 handle of another name is ignored; a stale one (its hold gone) is reported
 and NAME is acquired as usual. Only the innermost lock's handle is exported.
 

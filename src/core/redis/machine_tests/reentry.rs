@@ -120,9 +120,9 @@ fn hostile_reenter_replies_are_errors_without_the_owner() {
         .unwrap();
         let r = h.take();
         h.answer(&r[0], body);
-        // The hold may have been counted: it is forgotten (`SREM`) first.
+        // The hold may have been counted: it is released again first.
         for r in h.take() {
-            assert_eq!(args_of(&r)[0], "SREM", "{body}");
+            assert_eq!(script_of(&r), Script::Release, "{body}");
             h.answer(&r, r#"{"result":0}"#);
         }
         let ev = h.take_events();
@@ -216,6 +216,29 @@ fn redlock_reentry_is_one_round_granted_on_a_quorum_and_released_everywhere() {
     assert_eq!(inner.expires_at, h.now + 8000 - 82);
     assert!(h.take().is_empty(), "nothing to undo");
 
+    // Its extend names it: only nodes that know the hold vouch for it.
+    h.m.extend(h.now, inner.id, None).unwrap();
+    let r = h.take();
+    assert_eq!(r.len(), 3);
+    for req in &r {
+        assert_eq!(script_of(req), Script::Extend);
+        assert_eq!(args_of(req).last().unwrap(), &member);
+    }
+    h.answer(&r[0], r#"{"result":[1,7]}"#);
+    h.answer(&r[1], r#"{"result":[1,7]}"#);
+    h.answer(&r[2], r#"{"result":[0,7]}"#);
+    let ev = h.take_events();
+    assert!(
+        matches!(
+            &ev[..],
+            [Event::Completed {
+                result: Ok(Outcome::Extended { .. }),
+                ..
+            }]
+        ),
+        "{ev:?}"
+    );
+
     // Its release: the release script with its own hold id on every node.
     h.m.release(h.now, inner.id).unwrap();
     let r = h.take();
@@ -226,8 +249,8 @@ fn redlock_reentry_is_one_round_granted_on_a_quorum_and_released_everywhere() {
     }
     h.answer(&r[0], r#"{"result":2}"#);
     h.answer(&r[1], r#"{"result":2}"#);
-    // The node that missed the re-entry frees its key (a quorum keeps it).
-    h.answer(&r[2], r#"{"result":1}"#);
+    // The node that missed the re-entry does not know the hold: nothing.
+    h.answer(&r[2], r#"{"result":0}"#);
     assert!(released(&h.take_events()));
     h.m.release(h.now, outer.id).unwrap();
     let r = h.take();
@@ -240,7 +263,7 @@ fn redlock_reentry_is_one_round_granted_on_a_quorum_and_released_everywhere() {
 }
 
 #[test]
-fn redlock_reentry_without_a_quorum_forgets_the_hold_where_it_may_be_counted() {
+fn redlock_reentry_without_a_quorum_releases_the_hold_where_it_may_be_counted() {
     let mut h = redlock(3, |_| {});
     let outer = redlock_holding(&mut h);
     let r = reenter(&mut h, &outer.handle);
@@ -253,10 +276,8 @@ fn redlock_reentry_without_a_quorum_forgets_the_hold_where_it_may_be_counted() {
     let c = h.take();
     assert_eq!(c.len(), 1, "only where it was counted");
     assert_eq!(c[0].target, r[0].target);
-    assert_eq!(
-        args_of(&c[0]),
-        ["SREM", "{edgelock:job}:holds", member.as_str()]
-    );
+    assert_eq!(script_of(&c[0]), Script::Release);
+    assert_eq!(args_of(&c[0])[11], member, "the re-entry's own hold id");
     h.answer(&c[0], r#"{"result":1}"#);
     assert_eq!(failed(&h.take_events()).code(), "LOST");
 
@@ -268,7 +289,7 @@ fn redlock_reentry_without_a_quorum_forgets_the_hold_where_it_may_be_counted() {
     h.fail(&r[2]);
     let c = h.take();
     assert_eq!(c.len(), 2);
-    assert!(c.iter().all(|c| args_of(c)[0] == "SREM"));
+    assert!(c.iter().all(|c| script_of(c) == Script::Release));
     assert!(c.iter().all(|c| c.target != r[2].target));
     for c in &c {
         h.answer(c, r#"{"result":0}"#);

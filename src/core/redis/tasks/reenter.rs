@@ -5,50 +5,48 @@
 //! One node and Redlock alike: one parallel round of the REENTER script on
 //! every node with a fresh hold id. The hold is granted when a quorum of
 //! nodes counted it (the key was the owner's there) and the outer lock's
-//! validity has not ended: the conservative end is computed as for an
-//! acquire or an extend, `start + pttl − drift(pttl)` from the start of the
-//! round, with the lifetime a quorum of the counting nodes still has (the
-//! quorum-th largest PTTL they reported). Otherwise the hold id is removed
-//! again (`SREM` of that member, see below) from every node that counted it
-//! or may have, and the operation fails: `Lost` when the owner no longer
-//! holds the key on a quorum (as on one node), the round's error when too
-//! few nodes answered to tell.
+//! validity has not ended: its end is computed as for an acquire or an
+//! extend, `start + pttl − drift(pttl)` from the start of the round, `pttl`
+//! the lifetime a quorum of the counting nodes still has (the quorum-th
+//! largest PTTL they reported). Otherwise the hold id is released again
+//! (RELEASE v5 with that id) on every node that counted it or may have, and
+//! the operation fails: `Lost` when the owner no longer holds the key on a
+//! quorum (as on one node), the round's error when too few nodes answered
+//! to tell. The re-entered hold has the outer hold's token and handle.
 //!
 //! # Why counting holds per node is sound on Redlock
 //!
-//! Each node keeps the set of holds `{prefix:name}:holds`: the owner's
-//! marker, `+` for the outer hold and one member per re-entered hold id.
-//! Adds and removals are of members, so they are idempotent, and a node that
-//! missed a change is never "off by one": it simply does not know a hold.
-//! A release of hold `h` runs RELEASE v4 with `h` on every node, and a node
-//! deletes its key only when its set has no hold of the owner left — or when
-//! it never had a set (it counted no re-entry at all). So:
+//! Each node keeps its own set of holds `{prefix:name}:holds` (in the lock
+//! key's hash slot): the owner's marker, `+` for the outer hold and one
+//! member per re-entered hold id. The nodes never agree on a number: a set
+//! of ids makes every change idempotent, and a node that missed a change
+//! is never "off by one", it just does not know that hold. What keeps a
+//! quorum is that a node only acts on holds it knows:
 //!
-//! - every node that counted `h` keeps its key until `h` is released there
-//!   (or the key expires: renewals re-arm the key and its set together,
-//!   EXTEND v3);
-//! - a re-entered hold is only granted when a quorum counted it, so while
-//!   any re-entered hold is live, a quorum keeps the key;
-//! - every node that counted any re-entry also has `+` in its set (REENTER
-//!   creates the set with it), so while the outer hold is live after a
-//!   re-entry, that re-entry's quorum keeps the key; before any re-entry,
-//!   nothing differs from a plain Redlock lock.
+//! - a release of hold `h` (RELEASE v5 with `h`, on every node) frees a
+//!   node's key only when `h` was the last hold that node knew; a node
+//!   that does not know `h` changes nothing (it answers 0);
+//! - a renewal of `h` (EXTEND v4 with `h`) re-arms the key (and the set)
+//!   only where the node knows `h`, so a hold's validity — granted by the
+//!   REENTER round, then by its renewals — always rests on a quorum of
+//!   nodes that know it;
+//! - a node knows `h` from the REENTER that counted it until `h`'s release
+//!   there (a node without a set knows only `+`; REENTER creates the set
+//!   with `+`).
 //!
-//! A node that missed re-entry `h2` (it was down, or slow) frees its key
-//! early — at the release of `h2` if it counted no re-entry at all, or at
-//! the outer release — while the quorum that recorded `h2` keeps the lock
-//! held; it is then just like a node on which the key expired, which
-//! Redlock already tolerates. A quorum still decides: another client needs
-//! a quorum of nodes with the key gone, and two quorums intersect in a node
-//! that keeps it. A release succeeds under Redlock's usual rule (a quorum
-//! confirmed it, answered 1 or 2).
-//!
-//! The failed re-entry's cleanup is a plain `SREM` of its hold id, never
-//! the release script: a node that did not run the REENTER (its answer was
-//! lost) has no set, and RELEASE there would delete the outer hold's key.
-//! `SREM` only ever forgets this hold; in the rare race where it was the
-//! owner's last hold on a node (every other hold released meanwhile), that
-//! key stays until it expires (it is no longer renewed).
+//! So while a hold lives, the quorum its validity rests on keeps the key at
+//! least until that validity ends, whatever happens to the other holds, and
+//! two quorums intersect: no other client gets a quorum in the meantime.
+//! A node that missed re-entry `h2` frees its key at the outer release (if
+//! `h2` outlives it) while the quorum that recorded `h2` keeps the lock
+//! held; for `h2` it is like a node whose key expired, which Redlock
+//! already tolerates. (The first version let a release of an unknown hold
+//! delete the key on a node without a set; the simulation,
+//! `redlock_reentrant_holds`, found the outer hold's validity then resting
+//! on nodes that had dropped the key: RELEASE v5 and EXTEND v4 close it.)
+//! A release succeeds under Redlock's usual rule (a quorum confirmed it,
+//! answering 1 or 2); requests: one round of N for a re-entry, one round
+//! of N for each release.
 
 use super::super::context::{Context, Held};
 use super::super::quorum::{expires_at, kth_largest};
@@ -63,7 +61,7 @@ enum Phase {
     Start,
     /// The REENTER round is out.
     Counting,
-    /// The hold id is being removed again; then `error` is reported.
+    /// The hold id is being released again; then `error` is reported.
     Forgetting { error: LockError },
 }
 
@@ -211,7 +209,8 @@ impl Task for ReenterTask {
                 reason: "the handle's key is no longer held by its owner".to_string(),
             }
         };
-        // Forget the hold wherever it may have been counted.
+        // Release the hold wherever it may have been counted (a node that
+        // does not know it changes nothing, RELEASE v5).
         let targets: Vec<bool> = (0..cx.node_count())
             .map(|i| {
                 parsed.iter().any(|(n, r)| {
@@ -226,7 +225,15 @@ impl Task for ReenterTask {
         if !targets.contains(&true) {
             return self.report(cx, error);
         }
-        let cmd = scripts::forget_hold(&self.handle.key, &self.hold);
+        let h = &self.handle;
+        let cmd = scripts::release_hold(
+            &h.key,
+            &self.fence_key,
+            &h.key,
+            &h.owner,
+            h.fencing_token,
+            &self.hold,
+        );
         self.phase = Phase::Forgetting { error };
         Next::round(*self, cmd, targets)
     }
