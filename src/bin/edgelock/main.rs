@@ -711,8 +711,8 @@ fn hold_and_run(client: &Client, o: &Options) -> Result<i32, Exit> {
                 return run_holding(lock, o, &[]);
             }
             // A stale handle (its hold is gone): take the lock as usual.
-            // Anything else (Redlock, which counts no holds; a handle of
-            // another prefix) is an error rather than a wait on ourselves.
+            // Anything else (no quorum reachable, a handle of another
+            // prefix) is an error rather than a wait on ourselves.
             Err(e @ LockError::Lost { .. }) => {
                 eprintln!(
                     "edgelock: {HANDLE_VAR} does not hold {} here ({e}); acquiring it",
