@@ -62,7 +62,7 @@ enum Phase {
     /// The REENTER round is out.
     Counting,
     /// The hold id is being released again; then `error` is reported.
-    Forgetting { error: LockError },
+    Releasing { error: LockError },
 }
 
 pub(in super::super) struct ReenterTask {
@@ -161,7 +161,7 @@ impl Task for ReenterTask {
             // Nothing was sent: nothing to undo.
             Phase::Start => OnClose::Stop,
             // The round may count the hold: take it back, silently.
-            Phase::Counting | Phase::Forgetting { .. } => {
+            Phase::Counting | Phase::Releasing { .. } => {
                 self.op = None;
                 OnClose::Detach
             }
@@ -176,7 +176,7 @@ impl Task for ReenterTask {
                 return Next::round(*self, cmd, cx.all_nodes());
             }
             (Phase::Counting, Some(round)) => round,
-            (Phase::Forgetting { error }, Some(_)) => return self.report(cx, error),
+            (Phase::Releasing { error }, Some(_)) => return self.report(cx, error),
             _ => {
                 let error = LockError::internal("a reenter was stepped without its round");
                 return self.report(cx, error);
@@ -234,7 +234,7 @@ impl Task for ReenterTask {
             h.fencing_token,
             &self.hold,
         );
-        self.phase = Phase::Forgetting { error };
+        self.phase = Phase::Releasing { error };
         Next::round(*self, cmd, targets)
     }
 }
