@@ -384,8 +384,8 @@ class LockClient {
    * the handle its `toJSON()` returned (of this client or of another
    * process). The backend counts one more hold; the new Lock has the same
    * fencing token, and the lock is freed only when every hold is released.
-   * Rejects with "LOST" if the lock is no longer held; Redlock refuses
-   * (INVALID_ARGUMENT).
+   * Rejects with "LOST" if the lock is no longer held. On Redlock every
+   * node counts the holds it saw and a quorum decides.
    */
   async reenter(held) {
     let json;

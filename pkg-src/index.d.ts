@@ -259,7 +259,7 @@ export interface LockClient {
   acquireAll(names: string[], opts: AcquireAllOptions & { ifAvailable: true }): Promise<LockSet | null>;
   acquireAll(names: string[], opts?: AcquireAllOptions): Promise<LockSet>;
   resume(handle: LeadershipHandleJSON): Promise<Leadership>;
-  /** Re-enters an exclusive lock by proof of ownership (a held Lock or its `toJSON()` handle, of any process): the backend counts one more hold, same fencing token; freed when every hold is released. Redlock: `INVALID_ARGUMENT`. */
+  /** Re-enters an exclusive lock by proof of ownership (a held Lock or its `toJSON()` handle, of any process): the backend counts one more hold, same fencing token; freed when every hold is released (Redlock: counted on a quorum of nodes). */
   reenter(held: Lock | LockHandleJSON | string): Promise<Lock>;
   /** Adopts a lock serialised by `toJSON()`; rejects with `LOST` if it is no longer held. */
   resume(handle: LockHandleJSON | string): Promise<Lock>;
@@ -404,7 +404,7 @@ export declare class EtcdLocks implements LockClient {
   acquireAll(names: string[], opts: AcquireAllOptions & { ifAvailable: true }): Promise<LockSet | null>;
   acquireAll(names: string[], opts?: AcquireAllOptions): Promise<LockSet>;
   resume(handle: LeadershipHandleJSON): Promise<Leadership>;
-  /** Re-enters an exclusive lock by proof of ownership (a held Lock or its `toJSON()` handle, of any process): the backend counts one more hold, same fencing token; freed when every hold is released. Redlock: `INVALID_ARGUMENT`. */
+  /** Re-enters an exclusive lock by proof of ownership (a held Lock or its `toJSON()` handle, of any process): the backend counts one more hold, same fencing token; freed when every hold is released (Redlock: counted on a quorum of nodes). */
   reenter(held: Lock | LockHandleJSON | string): Promise<Lock>;
   resume(handle: LockHandleJSON | string): Promise<Lock>;
   close(): Promise<void>;
@@ -435,7 +435,7 @@ export declare class RedisLocks implements LockClient {
   acquireAll(names: string[], opts: AcquireAllOptions & { ifAvailable: true }): Promise<LockSet | null>;
   acquireAll(names: string[], opts?: AcquireAllOptions): Promise<LockSet>;
   resume(handle: LeadershipHandleJSON): Promise<Leadership>;
-  /** Re-enters an exclusive lock by proof of ownership (a held Lock or its `toJSON()` handle, of any process): the backend counts one more hold, same fencing token; freed when every hold is released. Redlock: `INVALID_ARGUMENT`. */
+  /** Re-enters an exclusive lock by proof of ownership (a held Lock or its `toJSON()` handle, of any process): the backend counts one more hold, same fencing token; freed when every hold is released (Redlock: counted on a quorum of nodes). */
   reenter(held: Lock | LockHandleJSON | string): Promise<Lock>;
   resume(handle: LockHandleJSON | string): Promise<Lock>;
   close(): Promise<void>;
@@ -466,7 +466,7 @@ export declare class Redlock implements LockClient {
   acquireAll(names: string[], opts: AcquireAllOptions & { ifAvailable: true }): Promise<LockSet | null>;
   acquireAll(names: string[], opts?: AcquireAllOptions): Promise<LockSet>;
   resume(handle: LeadershipHandleJSON): Promise<Leadership>;
-  /** Re-enters an exclusive lock by proof of ownership (a held Lock or its `toJSON()` handle, of any process): the backend counts one more hold, same fencing token; freed when every hold is released. Redlock: `INVALID_ARGUMENT`. */
+  /** Re-enters an exclusive lock by proof of ownership (a held Lock or its `toJSON()` handle, of any process): the backend counts one more hold, same fencing token; freed when every hold is released (Redlock: counted on a quorum of nodes). */
   reenter(held: Lock | LockHandleJSON | string): Promise<Lock>;
   resume(handle: LockHandleJSON | string): Promise<Lock>;
   close(): Promise<void>;

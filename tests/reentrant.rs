@@ -346,6 +346,167 @@ fn redis_reentry_via_the_upstash_gateway() {
     redis_scenario(&node, Node::via_upstash);
 }
 
+// ---- Redlock -----------------------------------------------------------------
+
+use common::redis_node::{Nodes, Via};
+use edgelock::core::redis::{RedlockConfig, RedlockMachine};
+
+fn redlock_client(nodes: &Nodes, auto_extend: bool) -> (Client, Arc<AtomicUsize>) {
+    let mut cfg = RedlockConfig::new((0..nodes.nodes.len()).map(|i| nodes.node(i)).collect());
+    cfg.auto_extend = auto_extend;
+    cfg.retry_delay_ms = 50;
+    cfg.retry_jitter_ms = 20;
+    cfg.retry_count = 3;
+    common::counting_client(RedlockMachine::new(cfg, Box::new(OsEntropy)).unwrap())
+}
+
+/// How many members the set of holds of `job` has on each node.
+fn members(nodes: &Nodes) -> Vec<Option<i64>> {
+    nodes
+        .nodes
+        .iter()
+        .map(|n| {
+            n.redis
+                .redis_command(&[b"SCARD", b"{edgelock:job}:holds"])
+                .ok()
+                .and_then(|v| v.as_int())
+        })
+        .collect()
+}
+
+/// Redlock over three nodes (webdis, Upstash, webdis): re-entered twice
+/// from two clients, the same token, freed only by the last release in
+/// either order; a released lock's handle is `LOST`; requests per
+/// operation.
+#[test]
+fn redlock_reentry_over_three_nodes() {
+    let nodes = Nodes::start(Via::Redlock, TOKEN);
+    let c = || redlock_client(&nodes, true).0;
+    let (a, b, x) = (c(), c(), c());
+
+    // Outer released first, then the second re-entry, then the first.
+    let outer = a.acquire("job", None).unwrap();
+    let inner = b.reenter(outer.handle()).unwrap();
+    let inner2 = a.reenter(outer.handle()).unwrap();
+    for h in [&inner, &inner2] {
+        assert_eq!(h.fencing_token(), outer.fencing_token(), "same token");
+        assert_eq!(h.handle(), outer.handle(), "same handle");
+    }
+    // Every node: the owner's marker, the outer hold and both re-entries.
+    assert_eq!(members(&nodes), [Some(4); 3]);
+    assert!(!free(&x, "job"));
+    assert!(outer.release().unwrap());
+    assert!(!free(&x, "job"), "two holds left");
+    assert!(inner2.release().unwrap());
+    assert!(!free(&x, "job"), "one hold left");
+    assert!(nodes.nodes.iter().all(|n| n.exists("{edgelock:job}")));
+    assert!(inner.release().unwrap());
+    for n in &nodes.nodes {
+        assert!(!n.exists("{edgelock:job}") && !n.exists("{edgelock:job}:holds"));
+    }
+    assert!(free(&x, "job"));
+
+    // Re-entries released first; a waiter gets in after the last release.
+    let outer = a.acquire("job", None).unwrap();
+    let token = outer.fencing_token();
+    let inner = b.reenter(outer.handle()).unwrap();
+    let inner2 = b.reenter(outer.handle()).unwrap();
+    let waiter = std::thread::spawn(move || {
+        let l = x
+            .acquire("job", Some(std::time::Duration::from_secs(30)))
+            .unwrap();
+        let t = l.fencing_token();
+        l.release().unwrap();
+        (t, x)
+    });
+    assert!(inner.release().unwrap());
+    assert!(inner2.release().unwrap());
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(!waiter.is_finished(), "the outer hold still holds");
+    assert!(outer.release().unwrap());
+    let (t, x) = waiter.join().unwrap();
+    assert!(t > token);
+
+    // A released lock's handle: LOST, nothing counted, the next holder untouched.
+    let outer = a.acquire("job", None).unwrap();
+    let handle = outer.handle().clone();
+    assert!(outer.release().unwrap());
+    let next = c().acquire("job", None).unwrap();
+    assert_eq!(b.reenter(&handle).unwrap_err().code(), "LOST");
+    assert_eq!(members(&nodes), [Some(0); 3], "nothing counted");
+    assert!(!free(&x, "job"), "the next holder still holds");
+    assert!(next.release().unwrap());
+    assert!(free(&x, "job"));
+
+    // Requests per operation (auto-extend off: nothing in the background).
+    let n = |s: &AtomicUsize| s.load(Ordering::SeqCst);
+    let (p, sent_p) = redlock_client(&nodes, false);
+    let (q, sent_q) = redlock_client(&nodes, false);
+    let outer = p.acquire("cost", None).unwrap();
+    let before = n(&sent_q);
+    let inner = q.reenter(outer.handle()).unwrap();
+    let reenter = n(&sent_q) - before;
+    let before = n(&sent_q);
+    assert!(inner.release().unwrap());
+    let decrement = n(&sent_q) - before;
+    let before = n(&sent_p);
+    assert!(outer.release().unwrap());
+    let last = n(&sent_p) - before;
+    println!("redlock x3: reenter {reenter}, decrement {decrement}, last release {last}");
+    assert_eq!((reenter, decrement, last), (3, 3, 3));
+}
+
+/// One of three nodes stopped while the lock is held: the re-entry still
+/// gets its quorum, the count stays right on the two left, and the lock is
+/// freed only by the last release.
+#[test]
+fn redlock_reentry_with_one_of_three_nodes_down() {
+    let mut nodes = Nodes::start(Via::Redlock, TOKEN);
+    let (a, _) = redlock_client(&nodes, true);
+    let (b, _) = redlock_client(&nodes, true);
+    let (x, _) = redlock_client(&nodes, true);
+    let outer = a.acquire("job", None).unwrap();
+    nodes.nodes[2].redis.kill();
+    let inner = b
+        .reenter(outer.handle())
+        .expect("a quorum of two counts it");
+    assert_eq!(inner.fencing_token(), outer.fencing_token());
+    let inner2 = a.reenter(outer.handle()).expect("again");
+    assert_eq!(members(&nodes)[..2], [Some(4), Some(4)]);
+    assert!(!free(&x, "job"));
+    assert!(inner.release().unwrap());
+    assert_eq!(members(&nodes)[..2], [Some(3), Some(3)]);
+    assert!(!free(&x, "job"), "two holds left");
+    assert!(outer.release().unwrap());
+    assert!(!free(&x, "job"), "one hold left");
+    assert!(inner2.release().unwrap());
+    for n in &nodes.nodes[..2] {
+        assert!(!n.exists("{edgelock:job}") && !n.exists("{edgelock:job}:holds"));
+    }
+    assert!(free(&x, "job"));
+
+    // Taken with the node down: the same on the two left.
+    let outer = a.acquire("job", None).unwrap();
+    let inner = b.reenter(outer.handle()).unwrap();
+    assert!(outer.release().unwrap());
+    assert!(!free(&x, "job"), "the re-entered hold still holds");
+    assert!(inner.release().unwrap());
+    assert!(free(&x, "job"));
+}
+
+/// The seeded workload on Redlock over three nodes.
+#[test]
+fn redlock_reentrant_workload_never_lets_a_second_owner_in() {
+    let nodes = Nodes::start(Via::Redlock, TOKEN);
+    let c = || redlock_client(&nodes, true).0;
+    let clients = (0..3).map(|_| (c(), c())).collect();
+    reentrant_workload(clients, "shared-job", 6, seed());
+    for n in &nodes.nodes {
+        assert!(!n.exists("{edgelock:shared-job}"));
+        assert!(!n.exists("{edgelock:shared-job}:holds"));
+    }
+}
+
 // ---- the async client ------------------------------------------------------
 
 fn block_on<F: std::future::Future>(f: F) -> F::Output {

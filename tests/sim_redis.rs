@@ -110,10 +110,14 @@ enum Mode {
     Election,
     /// `Restarts` with elections.
     ElectionRestarts,
-    /// Like `Main` on one node (Redlock counts no holds), holders often
-    /// re-entering their lock through its handle and giving the inner hold
-    /// back while the outer one holds: the count never lets a second owner in.
+    /// Like `Main` on one node, holders often re-entering their lock
+    /// through its handle and giving the inner hold back while the outer
+    /// one holds: the count never lets a second owner in.
     Reentrant,
+    /// `Reentrant` on Redlock (3 or 5 nodes, either fencing): every node
+    /// counts the holds it saw, a quorum decides (see
+    /// `src/core/redis/tasks/reenter.rs`).
+    ReentrantRedlock,
 }
 
 impl Mode {
@@ -122,6 +126,10 @@ impl Mode {
             self,
             Mode::Restarts | Mode::PermitsRestarts | Mode::ElectionRestarts
         )
+    }
+
+    fn reentrant(self) -> bool {
+        matches!(self, Mode::Reentrant | Mode::ReentrantRedlock)
     }
 
     fn election(self) -> bool {
@@ -283,14 +291,19 @@ fn build(seed: u64, mode: Mode) -> (World<RedisModel>, Setup) {
         Mode::Main | Mode::Calm { .. } | Mode::Permits | Mode::Election => {
             pick(&mut rng, &[1, 3, 5])
         }
+        Mode::ReentrantRedlock => pick(&mut rng, &[3, 5]),
         Mode::Restarts | Mode::PermitsRestarts | Mode::ElectionRestarts => pick(&mut rng, &[3, 5]),
         Mode::BeyondBound | Mode::BeyondBoundValidity | Mode::PermitsBeyondBound => 3,
-        // Redlock refuses shared holds and re-entry.
+        // Redlock refuses shared holds (re-entry on Redlock: its own mode).
         Mode::ReadWrite | Mode::ReadWriteBeyondBound | Mode::Reentrant => 1,
     };
     let fencing = match mode {
         _ if nodes == 1 => None,
-        Mode::Main | Mode::Calm { .. } | Mode::Permits | Mode::Election => Some(pick(
+        Mode::Main
+        | Mode::Calm { .. }
+        | Mode::Permits
+        | Mode::Election
+        | Mode::ReentrantRedlock => Some(pick(
             &mut rng,
             &[RedlockFencing::Folded, RedlockFencing::Strict],
         )),
@@ -307,9 +320,12 @@ fn build(seed: u64, mode: Mode) -> (World<RedisModel>, Setup) {
     // Folded fencing is only promised while every attempt reaches every node.
     let folded = fencing == Some(RedlockFencing::Folded);
     let calm = match mode {
-        Mode::Main | Mode::Permits | Mode::ReadWrite | Mode::Election | Mode::Reentrant => {
-            rng.chance(0.3)
-        }
+        Mode::Main
+        | Mode::Permits
+        | Mode::ReadWrite
+        | Mode::Election
+        | Mode::Reentrant
+        | Mode::ReentrantRedlock => rng.chance(0.3),
         Mode::Calm { .. } => {
             rng.chance(0.3); // the same draws as `Main`
             true
@@ -521,7 +537,7 @@ fn build(seed: u64, mode: Mode) -> (World<RedisModel>, Setup) {
         hold: (0, 300),
         long_hold_chance: 0.15,
         extend_chance: 0.2,
-        reenter_chance: if mode == Mode::Reentrant { 0.6 } else { 0.0 },
+        reenter_chance: if mode.reentrant() { 0.6 } else { 0.0 },
         long_hold: (ttl_ms, 3 * ttl_ms),
         think: (0, 200),
         ttl_ms: if rng.chance(0.5) { Some(ttl_ms) } else { None },
@@ -1295,11 +1311,6 @@ fn simulation() {
     }
 }
 
-/// Elections (one node and Redlock, every fault but restarts; see
-/// `Mode::Election`): at most one believing leader per name and tokens
-/// rising (the world checks both), observed states pairing each token with
-/// its own leadership's value, observers on one node never going back, and
-/// every observer ending with the final state.
 /// Reentrant holds (one node, every fault but restarts; see
 /// `Mode::Reentrant`): holders re-enter through their own handle and give
 /// the inner hold back while the outer one holds. The world's checks
@@ -1319,6 +1330,29 @@ fn reentrant_holds() {
     }
 }
 
+/// Reentrant holds on Redlock (3 or 5 nodes, every fault but restarts; see
+/// `Mode::ReentrantRedlock`): a re-entry is counted on every node that saw
+/// it and granted on a quorum, a release of any hold runs everywhere, and
+/// nodes that missed a re-entry free their key early. The world's checks
+/// (never a second owner of a name, valid reports, rising tokens) must hold.
+#[test]
+fn redlock_reentrant_holds() {
+    let s = sweep("redlock_reentrant_holds", 300, 4, Mode::ReentrantRedlock);
+    eprintln!(
+        "redlock_reentrant_holds: {} re-entries granted over {} seeds",
+        s.reentries, s.seeds
+    );
+    assert!(s.grants > s.seeds, "{s:?}");
+    if s.seeds >= 20 {
+        assert!(s.reentries > s.seeds / 2, "holders should re-enter: {s:?}");
+    }
+}
+
+/// Elections (one node and Redlock, every fault but restarts; see
+/// `Mode::Election`): at most one believing leader per name and tokens
+/// rising (the world checks both), observed states pairing each token with
+/// its own leadership's value, observers on one node never going back, and
+/// every observer ending with the final state.
 #[test]
 fn elections() {
     let s = sweep("elections", 24, 10, Mode::Election);

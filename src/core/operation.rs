@@ -694,7 +694,7 @@ mod tests {
             assert_eq!(e.code(), "INVALID_ARGUMENT");
             assert!(e.to_string().contains("only an exclusive lock"), "{e}");
         }
-        let e = unserved(BackendKind::Redlock, &reenter(LockKind::Exclusive));
+        let e = unserved(BackendKind::Etcd, &reenter(LockKind::Exclusive));
         assert!(e.to_string().contains("reentrant locks"), "{e}");
     }
 

@@ -354,6 +354,26 @@ impl RedisModel {
 
     // ------------------------------------------------------------ the store
 
+    /// Whether this node knows hold `hold` of `owner`'s lock: a member of
+    /// the owner's set of holds at `holds_key`, or without such a set the
+    /// outer hold `+` (EXTEND v4, RELEASE v5).
+    fn knows_hold(
+        &self,
+        holds_key: Option<&Vec<u8>>,
+        owner: &[u8],
+        hold: &[u8],
+        g: Millis,
+    ) -> bool {
+        let mark = [b"=".as_slice(), owner].concat();
+        match holds_key
+            .and_then(|k| self.alive(k, g))
+            .map(|e| set_members(&e.value))
+        {
+            Some(members) if members.contains(&mark) => members.iter().any(|m| m == hold),
+            _ => hold == b"+",
+        }
+    }
+
     fn now_local(&self, g: Millis) -> u64 {
         self.clock.local(g)
     }
@@ -744,6 +764,8 @@ impl RedisModel {
                 };
                 self.raise(fence, floor, g);
                 let ours = self.get(key, g).as_deref() == Some(token.as_slice());
+                // v4: only where this node knows the renewing hold (ARGV[4]).
+                let known = self.knows_hold(keys.get(2), &token, &arg(3), g);
                 self.log.push(Rec::Raised {
                     key: key.to_vec(),
                     owner: token,
@@ -753,6 +775,7 @@ impl RedisModel {
                     ours,
                     renew: true,
                 });
+                let ours = ours && known;
                 if ours {
                     // `PEXPIRE` of the lock and of its hold count (if any).
                     for k in std::iter::once(key).chain(keys.get(2).map(Vec::as_slice)) {
@@ -786,6 +809,10 @@ impl RedisModel {
                     // v4: the releasing hold (ARGV[4]) leaves the owner's
                     // set of holds; while others remain: 2, the key stays
                     // and nobody is woken. Any other set goes with the key.
+                    // v5: a hold the node does not know changes nothing (0).
+                    if !self.knows_hold(keys.get(4), &arg(0), &arg(3), g) {
+                        return MValue::Int(0);
+                    }
                     if let Some(holds_key) = keys.get(4) {
                         if let Some(mut e) = self.alive(holds_key, g).cloned() {
                             let mut members = set_members(&e.value);

@@ -49,8 +49,8 @@ lock through it instead of waiting for it (so a CMD that itself runs
 `edgelock run NAME -- ...` cannot deadlock on its caller): it prints
 `edgelock: re-entered NAME token=T` (T is the outer hold's token), runs its
 command and then gives its hold back; the lock is freed only when every
-hold has ended (the count lives on the backend: etcd and one Redis node;
-Redlock refuses re-entry with exit 64 instead of waiting on itself). A
+hold has ended (the count lives on the backend: etcd, one Redis node, and
+on Redlock each node, a quorum deciding). A
 handle of another name is ignored; a stale one (its hold gone) is reported
 and NAME is acquired as usual. Only the innermost lock's handle is exported.
 
@@ -711,8 +711,8 @@ fn hold_and_run(client: &Client, o: &Options) -> Result<i32, Exit> {
                 return run_holding(lock, o, &[]);
             }
             // A stale handle (its hold is gone): take the lock as usual.
-            // Anything else (Redlock, which counts no holds; a handle of
-            // another prefix) is an error rather than a wait on ourselves.
+            // Anything else (no quorum reachable, a handle of another
+            // prefix) is an error rather than a wait on ourselves.
             Err(e @ LockError::Lost { .. }) => {
                 eprintln!(
                     "edgelock: {HANDLE_VAR} does not hold {} here ({e}); acquiring it",

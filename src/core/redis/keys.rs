@@ -29,7 +29,9 @@
 //!   outer hold, one random member per re-entered hold; expiring with the
 //!   lock: every extend renews both; a set without the holder's marker is
 //!   stale and ignored, and releases delete it). It extends the lock key,
-//!   so it shares its hash tag
+//!   so it shares its hash tag. On Redlock every node keeps its own set
+//!   (see `tasks/reenter.rs` for why sets of ids, unlike a number, need no
+//!   agreement between nodes)
 //!
 //! The braces make the pair one Redis Cluster hash slot, so that a script
 //! may touch both (Upstash and any cluster require it). Redis hashes the

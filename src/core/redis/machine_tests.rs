@@ -238,7 +238,8 @@ fn strict_fencing_raises_a_quorum_before_handing_out() {
     for r in &raise {
         assert_eq!(script_of(r), scripts::Script::Extend);
         let args: Vec<String> = serde_json::from_slice(&r.body).unwrap();
-        assert_eq!(args.last().unwrap(), "9", "raise to the maximum");
+        assert_eq!(args[args.len() - 2], "9", "raise to the maximum");
+        assert_eq!(args.last().unwrap(), "+", "the outer hold renews");
     }
     for r in &raise[..2] {
         h.answer(r, r#"{"result":1}"#);

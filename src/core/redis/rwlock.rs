@@ -86,7 +86,14 @@ pub(super) fn extend_command(h: &Held, ttl_ms: u64) -> RedisCommand {
     if h.shared {
         scripts::extend_shared(&h.key, &h.fence_key, &h.token, ttl_ms, h.fencing_token)
     } else {
-        scripts::extend(&h.key, &h.fence_key, &h.token, ttl_ms, h.fencing_token)
+        scripts::extend_hold(
+            &h.key,
+            &h.fence_key,
+            &h.token,
+            ttl_ms,
+            h.fencing_token,
+            h.hold.as_deref().unwrap_or(scripts::OUTER_HOLD),
+        )
     }
 }
 

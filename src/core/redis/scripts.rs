@@ -59,18 +59,28 @@ return {0, f, wait}";
 ///
 /// v3: the lock's hold count `KEYS[3]` ([`REENTER`]), if any, is renewed
 /// with it, so that the count lives exactly as long as the lock.
-pub const EXTEND: &str = "-- edgelock extend v3
+///
+/// v4: `ARGV[4]` names the renewing hold ([`OUTER_HOLD`] for the hold an
+/// acquire granted). The key counts as ours only where this node knows
+/// that hold: in the owner's set of holds, or, without one, for the outer
+/// hold only. On Redlock a node that missed a re-entry must not vouch for
+/// that hold's lifetime: it may drop its key at another hold's release
+/// (see `tasks/reenter.rs`). One node always knows its holds.
+pub const EXTEND: &str = "-- edgelock extend v4
 local f = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
 if f < tonumber(ARGV[3]) then
   f = tonumber(ARGV[3])
   redis.call('SET', KEYS[2], ARGV[3])
 end
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  redis.call('PEXPIRE', KEYS[3], ARGV[2])
-  return {1, f}
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return {0, f} end
+if redis.call('SISMEMBER', KEYS[3], '=' .. ARGV[1]) == 1 then
+  if redis.call('SISMEMBER', KEYS[3], ARGV[4]) == 0 then return {0, f} end
+elseif ARGV[4] ~= '+' then
+  return {0, f}
 end
-return {0, f}";
+redis.call('PEXPIRE', KEYS[1], ARGV[2])
+redis.call('PEXPIRE', KEYS[3], ARGV[2])
+return {1, f}";
 
 /// Raise the counter to `ARGV[2]`; delete the key only if it holds our token
 /// (1 if deleted, else 0). Never a blind `DEL`. A delete publishes
@@ -92,13 +102,22 @@ return {0, f}";
 /// outer hold). While holds of this owner remain after removing it, the
 /// release returns 2 (the key stays, nobody is woken); otherwise the set
 /// goes with the key. A stale set (another owner's) is deleted.
-pub const RELEASE: &str = "-- edgelock release v4
+///
+/// v5: a hold this node does not know (not in the owner's set, or any
+/// re-entered hold where the node has no set of the owner: it missed that
+/// re-entry on Redlock, or the release is a retry) changes nothing and
+/// returns 0. Only the release of a hold it counted can free a node's key,
+/// so every node that counted a hold keeps its key while that hold lives
+/// (see `tasks/reenter.rs`).
+pub const RELEASE: &str = "-- edgelock release v5
 local f = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
 if f < tonumber(ARGV[2]) then redis.call('SET', KEYS[2], ARGV[2]) end
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 if redis.call('SISMEMBER', KEYS[5], '=' .. ARGV[1]) == 1 then
-  redis.call('SREM', KEYS[5], ARGV[4])
+  if redis.call('SREM', KEYS[5], ARGV[4]) == 0 then return 0 end
   if redis.call('SCARD', KEYS[5]) > 1 then return 2 end
+elseif ARGV[4] ~= '+' then
+  return 0
 end
 redis.call('DEL', KEYS[5])
 redis.call('DEL', KEYS[1])
@@ -581,13 +600,26 @@ pub fn acquire(
 }
 
 /// `EVAL` of [`EXTEND`]: set `key`'s TTL to `ttl_ms` if it holds `token`,
-/// raising the fencing counter to at least `fence_floor`.
+/// raising the fencing counter to at least `fence_floor` (the outer hold).
 pub fn extend(
     key: &str,
     fence_key: &str,
     token: &str,
     ttl_ms: u64,
     fence_floor: u64,
+) -> RedisCommand {
+    extend_hold(key, fence_key, token, ttl_ms, fence_floor, OUTER_HOLD)
+}
+
+/// [`extend`] of the hold named `hold` ([`OUTER_HOLD`] for the hold an
+/// acquire granted): confirmed only where the node knows that hold.
+pub fn extend_hold(
+    key: &str,
+    fence_key: &str,
+    token: &str,
+    ttl_ms: u64,
+    fence_floor: u64,
+    hold: &str,
 ) -> RedisCommand {
     RedisCommand::new("EVAL")
         .arg(Script::Extend.text())
@@ -598,6 +630,7 @@ pub fn extend(
         .arg(token)
         .arg(ttl_ms.to_string())
         .arg(fence_floor.to_string())
+        .arg(hold)
 }
 
 /// The member of the outer hold in a lock's set of holds ([`REENTER`]).

@@ -14,8 +14,8 @@ impl Client {
     /// takes one hold away; only the release of the last hold frees the
     /// lock. `LOST` if the handle's hold is gone (nothing changes);
     /// `INVALID_ARGUMENT` before any request for a permit's, a shared
-    /// hold's or a leadership's handle, and on backends that do not count
-    /// holds (Redlock).
+    /// hold's or a leadership's handle. On Redlock the hold is counted on
+    /// every node in one round and granted on a quorum (see the README).
     pub fn reenter(&self, handle: &LockHandle) -> Result<Lock, LockError> {
         self.resumed(self.call(reenter_call(handle))?)
     }

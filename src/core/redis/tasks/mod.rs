@@ -1,6 +1,6 @@
 //! The engine's tasks, one state machine per file: `acquire` (attempts,
 //! cleanup, waiting), `release` (also the background delete of a lost
-//! lock's keys), `extend`, `renew` (the watchdog), `resume`, `reenter` (reentrant holds, one node), `inspect`; `election` (proclaim, leader, observe);
+//! lock's keys), `extend`, `renew` (the watchdog), `resume`, `reenter` (reentrant holds, one node or Redlock), `inspect`; `election` (proclaim, leader, observe);
 //! `permit` is a semaphore permit's part of `acquire`.
 
 pub(super) mod acquire;
