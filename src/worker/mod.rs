@@ -12,6 +12,8 @@
 //!   the core machine wrapped in a subrequest [`Budgeted`](crate::core::budget::Budgeted));
 //! - [`routes`]: the HTTP API and the job runs, on plain data;
 //! - [`job`]: the demo job writing to the fenced resource;
+//! - [`lock_object`]: the Durable Object lock service (`LockObject`,
+//!   bound as `EDGELOCK_LOCKS`) and its front, `POST /lock/v1/<op>`;
 //! - here: the two entry points, `fetch` and `scheduled`.
 
 // The Worker is an entry point, not a library surface: its `pub` items are
@@ -22,6 +24,7 @@ pub mod auth;
 pub mod client;
 pub mod config;
 pub mod job;
+pub mod lock_object;
 pub mod routes;
 
 use js_sys::Reflect;
@@ -70,6 +73,10 @@ fn respond(reply: Reply) -> worker::Result<Response> {
 
 #[event(fetch)]
 async fn main(mut req: Request, env: Env, _ctx: Context) -> worker::Result<Response> {
+    // The lock service needs no backend configuration, only the tokens.
+    if lock_object::front::is_lock_path(req.path().as_str()) {
+        return lock_object::front::handle(req, &env).await;
+    }
     let cfg = match config(&env) {
         Ok(c) => c,
         // A configuration error names the binding, never its value.

@@ -57,12 +57,17 @@ export const TEST_API_TOKEN = 'test-api-token-0123456789abcdef';
 /**
  * One workerd running the Worker several times over, one named worker per
  * entry of `workers` ({ name: bindings }); the first is the entrypoint.
+ * `lockObjects`: bind each worker's `LockObject` class as EDGELOCK_LOCKS
+ * (the lock service); `persistDir`: keep Durable Object storage there.
  */
-export async function startWorkers(workers) {
+export async function startWorkers(workers, { lockObjects = false, persistDir = undefined } = {}) {
   const script = path.join(buildDir, 'index.js');
   if (!existsSync(script)) throw new Error(`${script} is missing: run scripts/build-worker.sh first`);
   const mf = new Miniflare({
     cf: false,
+    // The lock service's Durable Objects (src/worker/lock_object), stored
+    // under persistDir when given (kept across Miniflare instances).
+    ...(persistDir === undefined ? {} : { durableObjectsPersist: persistDir }),
     workers: Object.entries(workers).map(([name, bindings]) => ({
       name,
       modules: true,
@@ -72,6 +77,7 @@ export async function startWorkers(workers) {
       compatibilityDate: COMPATIBILITY_DATE,
       // A binding given as null is left unset (a Worker without that secret).
       bindings: Object.fromEntries(Object.entries({ EDGELOCK_API_TOKEN: TEST_API_TOKEN, ...bindings }).filter(([, v]) => v !== null)),
+      ...(lockObjects ? { durableObjects: { EDGELOCK_LOCKS: 'LockObject' } } : {}),
     })),
   });
   await mf.ready;

@@ -1,0 +1,46 @@
+//! The Durable Object lock service (HTTP API v1, docs/lock-service-api.md):
+//! one object of class `LockObject` per lock name, bound as
+//! `EDGELOCK_LOCKS` (wrangler.toml), reached through the Worker's front at
+//! `POST /lock/v1/<op>?name=<name>` or through the binding.
+//!
+//! - [`protocol`]: request checks and answers, on plain data;
+//! - [`machine`]: the lock's stored state and its transitions, on plain data;
+//! - `object`: the `#[durable_object]` glue (storage, alarm, held-open waiters);
+//! - [`front`]: the Worker route (bearer token, then forwarding).
+//!
+//! `protocol` and `machine` use no `worker` types; their unit tests run on
+//! the host (tests/worker_lock_object.rs).
+//!
+//! What the service guarantees:
+//! - **Mutual exclusion within a lease.** At most one holder at a time; a
+//!   holder is dropped only by its own release (owner and token checked)
+//!   or at its lease end (the object's alarm, or any later request, sees
+//!   it ended first). Every check happens in the object, which runs one
+//!   transition at a time.
+//! - **Fencing.** Each grant increments a stored counter before the answer
+//!   leaves the object (the state write is issued first and the runtime's
+//!   output gate holds the answer until it is durable); the token is the
+//!   new value. Tokens are strictly increasing across releases, expiries,
+//!   evictions and restarts.
+//! - **FIFO.** Waiters are granted in the order they queued; a re-sent
+//!   `acquire` of a queued owner keeps its place (the queue is stored).
+//!   A waiter is answered in the same request that waited: by the release
+//!   or expiry that frees the lock (no extra round trip), or with
+//!   `acquired:false` when its `waitMs` ends.
+//! - **Late calls are harmless.** A release, extend or resume by an owner
+//!   whose lease ended answers `false` and never touches the next holder.
+//! - **Refusals change nothing.** Bad input is refused (400/404/405/413)
+//!   before the state is read; messages never repeat an owner or token.
+//!
+//! Limits: at most [`machine::MAX_WAITERS`] queued waiters (beyond that an
+//! `acquire` answers `acquired:false` at once). A waiter's request that
+//! closes while it waits is dropped only when it reaches the head of the
+//! queue if the runtime cancels it; otherwise it may still be granted and
+//! its lease then simply runs out.
+
+pub mod front;
+pub mod machine;
+mod object;
+pub mod protocol;
+
+pub use object::LockObject;
