@@ -48,15 +48,28 @@ pub struct LockClient {
 }
 
 thread_local! {
-    /// The Worker's `env` of the current invocation (its bindings).
+    /// The Worker's `env` as an entry point gave it ([`use_env`]).
     static ENV: RefCell<Option<JsValue>> = const { RefCell::new(None) };
+}
+
+#[wasm_bindgen::prelude::wasm_bindgen(module = "cloudflare:workers")]
+extern "C" {
+    /// The Worker's `env` (workerd's `import { env } from "cloudflare:workers"`).
+    #[wasm_bindgen(thread_local_v2, js_name = env)]
+    static WORKERS_ENV: JsValue;
 }
 
 /// Gives the clients made from now on the Worker's `env`, whose Durable
 /// Object namespace `EDGELOCK_LOCKS` the `durable-object` backend uses.
-/// The entry points call it with the invocation's `env` before any route.
+/// Without it they read the runtime's own (`cloudflare:workers`' `env`).
 pub fn use_env(env: &JsValue) {
     ENV.with(|e| *e.borrow_mut() = Some(env.clone()));
+}
+
+fn worker_env() -> Option<JsValue> {
+    ENV.with(|e| e.borrow().clone())
+        .or_else(|| Some(WORKERS_ENV.with(JsValue::clone)))
+        .filter(|env| env.is_object())
 }
 
 /// The bindings object for `backend`: `{ <binding>: router }` for a
@@ -71,8 +84,7 @@ fn bindings_for(
     let DurableEndpoint::Binding(name) = &c.endpoint else {
         return Ok(None);
     };
-    let namespace = ENV
-        .with(|e| e.borrow().clone())
+    let namespace = worker_env()
         .and_then(|env| Reflect::get(&env, &JsValue::from_str(name)).ok())
         .filter(|ns| ns.is_object());
     let Some(namespace) = namespace else {
