@@ -1,0 +1,178 @@
+// The `durable-object` backend (src/core/durable) against the lock service
+// of this Worker (src/worker/lock_object) in workerd through Miniflare:
+//   - the job coordinator with EDGELOCK_BACKEND=durable-object, reaching the
+//     objects through its EDGELOCK_LOCKS binding: 20 concurrent job runs are
+//     mutually excluded, with strictly increasing tokens at the fenced resource;
+//   - the npm package (pkg/, scripts/build-pkg.sh) in Node, reaching the
+//     service by URL through the Worker's front `/lock` with the test token.
+// Needs build/ (scripts/build-worker.sh), pkg/ and the devtools' testenv
+// (for the fenced resource only).
+
+import assert from 'node:assert/strict';
+import { existsSync } from 'node:fs';
+import path from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { after, before, describe, test } from 'node:test';
+import { assertSerialRuns, startWorkers, TEST_API_TOKEN } from './support.mjs';
+import { findDevtoolsBin, repoRoot, spawnWithJsonLine, stopChild } from '../js/testenv.mjs';
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const uniq = (s) => `${s}-${Date.now().toString(36)}-${Math.random().toString(36).slice(2, 6)}`;
+
+/** testenv with only the fenced resource. */
+async function startFenced() {
+  const env = { ...process.env };
+  delete env.EDGELOCK_TESTENV_TOKEN;
+  const { child, info } = await spawnWithJsonLine(findDevtoolsBin('testenv'), ['--fenced'], { env, timeoutMs: 120_000 });
+  child.unref();
+  for (const s of [child.stdout, child.stderr, child.stdin]) s.unref?.();
+  assert.ok(info.fenced_url, 'testenv started a fenced resource');
+  return { ...info, stop: () => stopChild(child) };
+}
+
+describe('job coordinator on the durable-object backend', { timeout: 180_000 }, () => {
+  let env;
+  let w;
+  before(async () => {
+    env = await startFenced();
+    w = await startWorkers(
+      {
+        main: {
+          EDGELOCK_BACKEND: 'durable-object',
+          EDGELOCK_FENCED_URL: env.fenced_url,
+          EDGELOCK_JOB_MS: '20',
+        },
+      },
+      { lockObjects: true },
+    );
+  });
+  after(async () => {
+    await w?.dispose();
+    await env?.stop();
+  });
+
+  test('GET / names the backend', async () => {
+    const r = await w.call(null, 'GET', '/');
+    assert.equal(r.status, 200, r.text);
+    assert.equal(r.body.backend, 'durable-object');
+  });
+
+  test('an uncontended run holds the lock of the service, with its token', async () => {
+    const job = uniq('solo');
+    const r = await w.call(null, 'POST', `/jobs/${job}/run`);
+    assert.equal(r.status, 200, r.text);
+    assert.match(r.body.token, /^[1-9][0-9]*$/);
+    assert.equal(r.body.accepted, true);
+    assert.deepEqual(r.body.release, { released: true, heldUntilRelease: true });
+    console.log(`# durable-object: one uncontended job run = ${r.body.subrequests.lock} lock + ${r.body.subrequests.job} job subrequests`);
+    const s = await w.call(null, 'GET', `/locks/${job}`);
+    assert.equal(s.status, 200, s.text);
+    assert.equal(s.body.held, false);
+  });
+
+  test('20 concurrent POST /jobs/:name/run: one at a time, strictly increasing tokens', async () => {
+    const job = uniq('burst');
+    const replies = await Promise.all(
+      Array.from({ length: 20 }, () => w.call(null, 'POST', `/jobs/${job}/run?waitMs=60000`)),
+    );
+    for (const r of replies) {
+      assert.equal(r.status, 200, r.text);
+      assert.ok(r.body.subrequests.total <= 50, `within the budget: ${JSON.stringify(r.body.subrequests)}`);
+    }
+    const entries = await assertSerialRuns(env, job, 20);
+    assert.deepEqual(
+      new Set(entries.map((e) => e.token)),
+      new Set(replies.map((r) => r.body.token)),
+      'each reply carries the token its run wrote with',
+    );
+  });
+});
+
+const pkgEntry = path.join(repoRoot, 'pkg', 'index.node.mjs');
+
+describe('the npm package reaches the service by URL through the front', { timeout: 120_000, skip: !existsSync(pkgEntry) && 'pkg/ is missing: run scripts/build-pkg.sh' }, () => {
+  let w;
+  let base;
+  let DurableObjectLocks;
+  const clients = [];
+  const connect = (options = {}) => {
+    const c = new DurableObjectLocks({ url: base, token: TEST_API_TOKEN, ...options });
+    clients.push(c);
+    return c;
+  };
+  before(async () => {
+    ({ DurableObjectLocks } = await import(pathToFileURL(pkgEntry).href));
+    w = await startWorkers({ main: {} }, { lockObjects: true });
+    base = new URL('/lock', await w.mf.ready).href;
+  });
+  after(async () => {
+    for (const c of clients) await c.close().catch(() => {});
+    await w?.dispose();
+  });
+
+  test('acquire, tryAcquire, extend, status and release', async () => {
+    const [a, b] = [connect(), connect()];
+    const name = uniq('npm/basic é');
+    const lock = await a.acquire(name, { ttlMs: 5000 });
+    assert.match(lock.fencingToken, /^[1-9][0-9]*$/);
+    assert.equal(await b.tryAcquire(name), null);
+    const s = await b.status(name);
+    assert.equal(s.held, true);
+    assert.equal(s.fencingToken, lock.fencingToken);
+    const before = lock.expiresAt;
+    await sleep(20);
+    await lock.extend(20_000);
+    assert.ok(lock.expiresAt > before + 10_000, `${lock.expiresAt} > ${before}`);
+    const handle = lock.toJSON();
+    assert.equal(handle.backend, 'durable-object');
+    const resumed = await connect().resume(handle);
+    assert.equal(resumed.fencingToken, lock.fencingToken);
+    await lock.release();
+    const next = await b.tryAcquire(name);
+    assert.ok(BigInt(next.fencingToken) > BigInt(lock.fencingToken));
+    await next.release();
+    assert.equal((await a.status(name)).held, false);
+  });
+
+  test('a waiter is handed the lock at the release', async () => {
+    const [a, b] = [connect(), connect()];
+    const name = uniq('npm-handoff');
+    const first = await a.acquire(name);
+    const started = Date.now();
+    const waiting = b.acquire(name, { waitMs: 20_000 });
+    await sleep(300);
+    await first.release();
+    const second = await waiting;
+    assert.ok(Date.now() - started >= 250);
+    assert.ok(BigInt(second.fencingToken) > BigInt(first.fencingToken));
+    await second.release();
+    // A wait that runs out is TIMEOUT.
+    const third = await a.acquire(name);
+    await assert.rejects(b.acquire(name, { waitMs: 300 }), (e) => e.code === 'TIMEOUT');
+    await third.release();
+  });
+
+  test('a lock released by someone else is lost at its next renewal', async () => {
+    const a = connect({ ttlMs: 900 });
+    const name = uniq('npm-lost');
+    const lock = await a.acquire(name);
+    // Its owner, from its handle, releases it behind the client's back.
+    const other = connect();
+    const copy = await other.resume(lock.toJSON());
+    await copy.release();
+    await new Promise((resolve) => {
+      if (lock.signal.aborted) resolve();
+      lock.signal.addEventListener('abort', resolve, { once: true });
+    });
+    assert.equal(lock.signal.reason.code, 'LOST');
+  });
+
+  test('a wrong token is refused without being repeated', async () => {
+    const c = connect({ token: 'wrong-token-0123456789' });
+    await assert.rejects(c.acquire(uniq('npm-auth')), (e) => {
+      assert.equal(e.code, 'BACKEND');
+      assert.ok(!e.message.includes('wrong-token-0123456789'), e.message);
+      return true;
+    });
+  });
+});
