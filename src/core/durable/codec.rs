@@ -190,11 +190,22 @@ pub fn answer_object(
 }
 
 fn http_error(status: u16, body: &[u8], secrets: &[&str]) -> AnswerError {
+    // The service's `{"error":{"code","message"}}`, or the front's
+    // `{"error":"message","code":"CODE"}` (its 401/403, like every route's).
     let detail = serde_json::from_slice::<Value>(body).ok().and_then(|v| {
         let e = v.get("error")?;
-        let code = e.get("code").and_then(Value::as_str).unwrap_or("");
-        let message = e.get("message").and_then(Value::as_str).unwrap_or("");
-        Some(format!("{code}: {message}"))
+        let (code, message) = match e {
+            Value::Object(_) => (
+                e.get("code").and_then(Value::as_str),
+                e.get("message").and_then(Value::as_str).unwrap_or(""),
+            ),
+            Value::String(m) => (v.get("code").and_then(Value::as_str), m.as_str()),
+            _ => return None,
+        };
+        Some(match code {
+            Some(c) if !c.is_empty() => format!("{c}: {message}"),
+            _ => message.to_string(),
+        })
     });
     let prefix = match status {
         401 | 403 => "the lock service refused the credentials",

@@ -610,6 +610,12 @@ fn hostile_answers_are_clear_errors_and_never_a_panic() {
             "refused the credentials",
         ),
         (403, "forbidden".into(), "BACKEND", "HTTP 403"),
+        (
+            403,
+            r#"{"error":"this token may not reach that name","code":"FORBIDDEN"}"#.into(),
+            "BACKEND",
+            "(FORBIDDEN: this token may not reach that name)",
+        ),
         (404, "<html>".into(), "BACKEND", "does not know this path"),
         (
             400,
