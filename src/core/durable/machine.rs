@@ -118,6 +118,18 @@ impl std::fmt::Debug for DurableMachine {
 
 const BACKEND: &str = "durable-object";
 
+/// A lock name the service accepts: the core's rule, and no control
+/// characters (refused before any request, not by the service).
+fn check_name(name: &str) -> Result<(), LockError> {
+    validate_name(name)?;
+    if name.chars().any(char::is_control) {
+        return Err(LockError::invalid(
+            "a durable-object lock name must not contain control characters",
+        ));
+    }
+    Ok(())
+}
+
 /// Whether `s` can be an owner: 16..=64 lowercase hex characters.
 fn is_owner(s: &str) -> bool {
     (16..=64).contains(&s.len())
@@ -738,7 +750,7 @@ impl DurableMachine {
         name: String,
         options: AcquireOptions,
     ) -> Result<OpId, LockError> {
-        validate_name(&name)?;
+        check_name(&name)?;
         let ttl = options.ttl_ms.unwrap_or(self.cfg.ttl_ms);
         validate_ttl("ttl_ms", ttl)?;
         if codec::lease_validity(ttl).is_none() {
@@ -776,7 +788,7 @@ impl DurableMachine {
                 handle.backend.as_str()
             )));
         }
-        validate_name(&handle.name)?;
+        check_name(&handle.name)?;
         handle.check_kind(LockKind::Exclusive)?;
         if handle.key != handle.name {
             return Err(LockError::invalid(
@@ -885,7 +897,7 @@ impl LockMachine for DurableMachine {
             }
             Operation::Resume { handle } => self.start_resume(now, handle),
             Operation::Inspect { name } => {
-                validate_name(&name)?;
+                check_name(&name)?;
                 let op = self.rt.out.op_id();
                 let timeout = self.cfg.request_timeout_ms;
                 self.send(
