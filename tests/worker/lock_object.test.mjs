@@ -147,6 +147,72 @@ describe('lock service (Durable Object) through the front', { timeout: 120_000 }
     assert.deepEqual((await release(w, name, prev.owner, prev.token)).body, { released: true });
   });
 
+  test('a re-sent acquire of a queued owner keeps its place; a queued owner\'s release leaves the queue', async () => {
+    const name = uniq('resend');
+    const [h, b, c] = [newOwner(), newOwner(), newOwner()];
+    const gh = await acquire(w, name, h, 10_000, 0);
+    const oldB = acquire(w, name, b, 10_000, 20_000);
+    await until(async () => (await inspect(w, name)).waiters === 1, 5000, 'b queued');
+    const pc = acquire(w, name, c, 10_000, 20_000);
+    await until(async () => (await inspect(w, name)).waiters === 2, 5000, 'c queued');
+    // b polls again: its older request answers acquired:false, its place is kept.
+    const newB = acquire(w, name, b, 10_000, 20_000);
+    const old = await oldB;
+    assert.equal(old.body.acquired, false, old.text);
+    assert.equal(old.body.token, gh.body.token);
+    assert.equal((await inspect(w, name)).waiters, 2);
+    assert.deepEqual((await release(w, name, h, gh.body.token)).body, { released: true });
+    const gb = await newB;
+    assert.equal(gb.body.acquired, true, 'b, ahead of c, is granted');
+    assert.equal(gb.body.waiters, 1);
+    // c gives up by releasing while queued: released:false, its request answers acquired:false.
+    assert.deepEqual((await release(w, name, c, '0')).body, { released: false });
+    const rc = await pc;
+    assert.equal(rc.body.acquired, false, rc.text);
+    assert.equal(rc.body.token, gb.body.token);
+    assert.equal((await inspect(w, name)).waiters, 0);
+    assert.deepEqual((await release(w, name, b, gb.body.token)).body, { released: true });
+  });
+
+  test('a waiter whose caller went away: granted in its turn, recovered by a re-sent acquire, FIFO kept', async () => {
+    // workerd does not tell the object that a waiting caller left (its
+    // request.signal does not abort, even with enable_request_signal): the
+    // waiter is granted in its turn. The client that re-sends acquire with
+    // the same owner gets that grant back (same token); one that is gone
+    // for good holds it until its lease ends, like a holder that crashed.
+    const name = uniq('gone');
+    const [h, x, y] = [newOwner(), newOwner(), newOwner()];
+    const gh = await acquire(w, name, h, 10_000, 0);
+    const ac = new AbortController();
+    const px = w.mf
+      .dispatchFetch(`http://worker.test${lockPath('acquire', name)}`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${TEST_API_TOKEN}` },
+        body: JSON.stringify({ owner: x, ttlMs: 10_000, waitMs: 20_000 }),
+        signal: ac.signal,
+      })
+      .then(
+        () => 'answered',
+        (e) => e.name,
+      );
+    await until(async () => (await inspect(w, name)).waiters === 1, 5000, 'x queued');
+    const py = acquire(w, name, y, 10_000, 20_000);
+    await until(async () => (await inspect(w, name)).waiters === 2, 5000, 'y queued');
+    ac.abort();
+    assert.equal(await px, 'AbortError');
+    assert.deepEqual((await release(w, name, h, gh.body.token)).body, { released: true });
+    const i = await inspect(w, name);
+    assert.equal(i.token, String(BigInt(gh.body.token) + 1n), 'x, ahead of y, was granted');
+    assert.equal(i.waiters, 1);
+    const again = await acquire(w, name, x, 10_000, 0);
+    assert.equal(again.body.acquired, true, again.text);
+    assert.equal(again.body.token, i.token, 'the re-sent acquire gets the grant back');
+    assert.deepEqual((await release(w, name, x, again.body.token)).body, { released: true });
+    const gy = await py;
+    assert.equal(gy.body.acquired, true, gy.text);
+    assert.deepEqual((await release(w, name, y, gy.body.token)).body, { released: true });
+  });
+
   test('a waiter whose waitMs ends answers acquired:false with the holder and leaves the queue', async () => {
     const name = uniq('timeout');
     const a = newOwner();
@@ -232,6 +298,8 @@ describe('lock service (Durable Object) through the front', { timeout: 120_000 }
       ['POST', lockPath('release', name), { owner: a, token: `0${g.body.token}` }, 400],
       ['POST', lockPath('extend', name), { owner: a, token: g.body.token, ttlMs: -5 }, 400],
       ['POST', lockPath('inspect', name), '', 400],
+      ['POST', lockPath('release', name), JSON.stringify([a, g.body.token]), 400],
+      ['POST', lockPath('inspect', name), '[]', 400],
       ['POST', '/lock/v1/acquire', { owner: other, ttlMs: 1000, waitMs: 0 }, 400],
       ['POST', '/lock/v1/acquire?name=', { owner: other, ttlMs: 1000, waitMs: 0 }, 400],
       ['POST', `/lock/v1/acquire?name=${long}`, { owner: other, ttlMs: 1000, waitMs: 0 }, 400],

@@ -57,8 +57,9 @@ export const TEST_API_TOKEN = 'test-api-token-0123456789abcdef';
 /**
  * One workerd running the Worker several times over, one named worker per
  * entry of `workers` ({ name: bindings }); the first is the entrypoint.
- * `lockObjects`: bind each worker's `LockObject` class as EDGELOCK_LOCKS
- * (the lock service); `persistDir`: keep Durable Object storage there.
+ * `lockObjects`: bind each worker's `LockObject` class (the lock service)
+ * as EDGELOCK_LOCKS, SQLite-backed as wrangler.toml migrates it;
+ * `persistDir`: keep Durable Object storage there.
  */
 export async function startWorkers(workers, { lockObjects = false, persistDir = undefined } = {}) {
   const script = path.join(buildDir, 'index.js');
@@ -77,7 +78,7 @@ export async function startWorkers(workers, { lockObjects = false, persistDir = 
       compatibilityDate: COMPATIBILITY_DATE,
       // A binding given as null is left unset (a Worker without that secret).
       bindings: Object.fromEntries(Object.entries({ EDGELOCK_API_TOKEN: TEST_API_TOKEN, ...bindings }).filter(([, v]) => v !== null)),
-      ...(lockObjects ? { durableObjects: { EDGELOCK_LOCKS: 'LockObject' } } : {}),
+      ...(lockObjects ? { durableObjects: { EDGELOCK_LOCKS: { className: 'LockObject', useSQLite: true } } } : {}),
     })),
   });
   await mf.ready;

@@ -33,10 +33,12 @@
 //!   before the state is read; messages never repeat an owner or token.
 //!
 //! Limits: at most [`machine::MAX_WAITERS`] queued waiters (beyond that an
-//! `acquire` answers `acquired:false` at once). A waiter's request that
-//! closes while it waits is dropped only when it reaches the head of the
-//! queue if the runtime cancels it; otherwise it may still be granted and
-//! its lease then simply runs out.
+//! `acquire` answers `acquired:false` at once). Queued entries left by a
+//! restart are dropped when they reach the head. workerd does not tell the
+//! object that a waiting caller disconnected, so such a waiter is granted
+//! in its turn: its client gets the grant back by re-sending `acquire`
+//! with the same owner; if it is gone for good, the lease it asked for
+//! runs out (like a crashed holder's).
 
 pub mod front;
 pub mod machine;

@@ -29,9 +29,16 @@ use super::protocol::{self, answer, Op, Refusal};
 /// The storage key of the state (one JSON string: u64s stay exact).
 const KEY: &str = "lock";
 
-/// The open `acquire` request of each queued owner: its ticket (which
-/// request) and the channel its answer goes through.
-type Open = HashMap<String, (u64, oneshot::Sender<Notice>)>;
+/// The open `acquire` request of each queued owner.
+type Open = HashMap<String, Waiting>;
+
+struct Waiting {
+    /// Which request of the owner (a re-sent acquire replaces the older).
+    ticket: u64,
+    /// Its answer goes through here (closed when its request future is
+    /// dropped).
+    tx: oneshot::Sender<Notice>,
+}
 
 #[durable_object(alarm)]
 pub struct LockObject {
@@ -45,6 +52,9 @@ struct Inner {
     lock: Option<LockState>,
     open: Open,
     tickets: u64,
+    /// The alarm time this instance last set: it is set again only when
+    /// the lease end moves (or after the alarm fired, or a restart).
+    armed: Option<u64>,
 }
 
 fn now_ms() -> u64 {
@@ -53,7 +63,7 @@ fn now_ms() -> u64 {
 
 /// Whether `owner`'s queued request is still open in this instance.
 fn live(open: &Open, owner: &str) -> bool {
-    open.get(owner).is_some_and(|(_, tx)| !tx.is_canceled())
+    open.get(owner).is_some_and(|w| !w.tx.is_canceled())
 }
 
 /// Hands each notice to the request it is for.
@@ -62,8 +72,8 @@ fn deliver(open: &mut Open, out: Vec<Notice>) {
         let owner = match &n {
             Notice::Granted { owner, .. } | Notice::Dropped { owner } => owner,
         };
-        if let Some((_, tx)) = open.remove(owner) {
-            let _ = tx.send(n);
+        if let Some(w) = open.remove(owner) {
+            let _ = w.tx.send(n);
         }
     }
 }
@@ -116,20 +126,23 @@ impl LockObject {
             let snapshot = (*lock != before).then(|| serde_json::to_string(lock));
             (result, snapshot)
         };
+        let storage = self.state.storage();
         if let Some(snapshot) = snapshot {
             let snapshot = snapshot.map_err(|e| worker::Error::RustError(e.to_string()))?;
-            let storage = self.state.storage();
             storage.put(KEY, snapshot).await?;
-            let alarm = self
-                .inner
-                .borrow()
-                .lock
-                .as_ref()
-                .and_then(LockState::alarm_at);
-            if let Some(at) = alarm {
-                let date = js_sys::Date::new(&wasm_bindgen::JsValue::from_f64(at as f64));
-                storage.set_alarm(ScheduledTime::new(date)).await?;
+        }
+        let alarm = {
+            let mut inner = self.inner.borrow_mut();
+            let at = inner.lock.as_ref().and_then(LockState::alarm_at);
+            let moved = at.is_some() && at != inner.armed;
+            if moved {
+                inner.armed = at;
             }
+            at.filter(|_| moved)
+        };
+        if let Some(at) = alarm {
+            let date = js_sys::Date::new(&wasm_bindgen::JsValue::from_f64(at as f64));
+            storage.set_alarm(ScheduledTime::new(date)).await?;
         }
         Ok(result)
     }
@@ -148,7 +161,7 @@ impl LockObject {
                 },
                 |a, open| {
                     if matches!(a, Acquire::Queued { .. }) {
-                        open.insert(owner.clone(), (ticket, tx));
+                        open.insert(owner.clone(), Waiting { ticket, tx });
                     }
                 },
             )
@@ -188,14 +201,14 @@ impl LockObject {
                 let busy = self
                     .step(
                         |lock, open, now, out| {
-                            if open.get(&owner).is_some_and(|(t, _)| *t == ticket) {
+                            if open.get(&owner).is_some_and(|w| w.ticket == ticket) {
                                 lock.give_up(&owner, now, &|o| o != owner && live(open, o), out)
                             } else {
                                 lock.busy(now)
                             }
                         },
                         |_, open| {
-                            if open.get(&owner).is_some_and(|(t, _)| *t == ticket) {
+                            if open.get(&owner).is_some_and(|w| w.ticket == ticket) {
                                 open.remove(&owner);
                             }
                         },
@@ -310,6 +323,8 @@ impl DurableObject for LockObject {
     /// The holder's lease end: drop it, grant the head waiter.
     async fn alarm(&self) -> worker::Result<Response> {
         self.load().await?;
+        // This alarm is spent: a holder still in place is armed again.
+        self.inner.borrow_mut().armed = None;
         self.step(
             |l, open, now, out| l.settle(now, &|o| live(open, o), out),
             |_, _| {},
