@@ -19,6 +19,9 @@ const ENDED_NAMES_KEPT: usize = 1024;
 /// followed by a pause this long at most before the next poll.
 const EARLY_REFUSAL_PAUSE_MS: u64 = 250;
 
+/// The lease a leaving acquire asks for (see [`Req::Leave`]).
+const LEAVE_TTL_MS: u64 = 2_000;
+
 /// Who a request in flight belongs to.
 enum Req {
     /// A poll of a waiting (or trying) acquire.
@@ -30,6 +33,15 @@ enum Req {
         op: Option<OpId>,
         lock: Option<Held>,
         abort: Option<String>,
+    },
+    /// An acquire that ended without a grant it knows of (cancelled, closed,
+    /// failed) leaves: `acquire` with its owner and `waitMs` 0 takes it out
+    /// of the queue, or answers the token of a grant it missed, which is
+    /// then released. `op`: the cancelled acquire, answered `Aborted` after.
+    Leave {
+        op: Option<OpId>,
+        name: String,
+        owner: String,
     },
     /// A user's extend (`op`) or an automatic renewal.
     Extend {
@@ -52,7 +64,7 @@ impl Req {
     fn op(&self) -> Option<OpId> {
         match self {
             Req::Acquire { op, .. } | Req::Resume { op, .. } | Req::Inspect { op, .. } => Some(*op),
-            Req::Release { op, .. } | Req::Extend { op, .. } => *op,
+            Req::Release { op, .. } | Req::Extend { op, .. } | Req::Leave { op, .. } => *op,
         }
     }
 }
@@ -205,6 +217,53 @@ impl DurableMachine {
         let body = codec::owner_body(owner, token);
         let timeout = self.cfg.request_timeout_ms;
         self.send(now, req, ApiOp::Release, name, body, timeout);
+    }
+
+    /// Takes acquire `a` out of the service's queue, or releases the grant
+    /// it may have had without hearing of it (see [`Req::Leave`]). The
+    /// service keeps a waiter whose caller went away (workerd does not tell
+    /// it), so a cancelled request alone is not enough.
+    fn leave(&mut self, now: Millis, op: Option<OpId>, a: Acquiring) {
+        // A short lease: were the lock free, this grants it, and it is
+        // released at once (a failed release then blocks it briefly only).
+        let body = codec::acquire_body(&a.owner, a.ttl.min(LEAVE_TTL_MS), 0);
+        let timeout = self.cfg.request_timeout_ms;
+        let req = Req::Leave {
+            op,
+            name: a.name.clone(),
+            owner: a.owner,
+        };
+        self.send(now, req, ApiOp::Acquire, &a.name, body, timeout);
+    }
+
+    fn on_leave(
+        &mut self,
+        now: Millis,
+        op: Option<OpId>,
+        name: String,
+        owner: String,
+        input: Result<(u16, Vec<u8>), TransportError>,
+    ) {
+        if let Ok(AcquireAnswer::Granted { token, .. }) =
+            self.read(&name, &input, codec::parse_acquire)
+        {
+            let req = Req::Release {
+                op,
+                lock: None,
+                abort: op.map(|_| name.clone()),
+            };
+            self.send_release(now, &name, &owner, token, req);
+            return;
+        }
+        if let Some(op) = op {
+            self.rt.out.fail(
+                op,
+                LockError::Aborted {
+                    backend: BACKEND,
+                    name,
+                },
+            );
+        }
     }
 
     fn send_extend(
@@ -418,20 +477,8 @@ impl DurableMachine {
                     self.acquires.remove(&op);
                     self.rt.out.complete(op, Ok(Outcome::NotAcquired));
                 } else if a.deadline.is_some_and(|d| d <= now) {
+                    // The service took it out of the queue when its wait ended.
                     let a = self.acquires.remove(&op).expect("present");
-                    // Leave the queue (the service drops a closed request's
-                    // place anyway; this makes it explicit).
-                    self.send_release(
-                        now,
-                        &a.name,
-                        &a.owner,
-                        0,
-                        Req::Release {
-                            op: None,
-                            lock: None,
-                            abort: None,
-                        },
-                    );
                     self.rt.out.fail(
                         op,
                         LockError::Timeout {
@@ -455,18 +502,8 @@ impl DurableMachine {
             Err(error) => {
                 let a = self.acquires.remove(&op).expect("present");
                 self.rt.timers.clear(Timer::Poll(op));
-                // Its outcome is unknown: leave the queue in case it is queued.
-                self.send_release(
-                    now,
-                    &a.name,
-                    &a.owner,
-                    0,
-                    Req::Release {
-                        op: None,
-                        lock: None,
-                        abort: None,
-                    },
-                );
+                // Its outcome is unknown: it may be queued, or even granted.
+                self.leave(now, None, a);
                 self.rt.out.fail(op, error);
             }
         }
@@ -720,6 +757,7 @@ impl DurableMachine {
         match owner {
             Req::Acquire { op, sent_at } => self.on_acquire(now, op, sent_at, input),
             Req::Release { op, lock, abort } => self.on_release(op, lock, abort, input),
+            Req::Leave { op, name, owner } => self.on_leave(now, op, name, owner, input),
             Req::Extend {
                 op,
                 lock,
@@ -925,18 +963,7 @@ impl LockMachine for DurableMachine {
         if let Some(r) = a.request {
             self.rt.cancel(r);
         }
-        let abort = Some(a.name.clone());
-        self.send_release(
-            now,
-            &a.name,
-            &a.owner,
-            0,
-            Req::Release {
-                op: Some(op),
-                lock: None,
-                abort,
-            },
-        );
+        self.leave(now, Some(op), a);
     }
 
     fn close(&mut self, now: Millis) -> OpId {
@@ -951,17 +978,7 @@ impl LockMachine for DurableMachine {
                     if let Some(r) = a.request {
                         self.rt.cancel(r);
                     }
-                    self.send_release(
-                        now,
-                        &a.name,
-                        &a.owner,
-                        0,
-                        Req::Release {
-                            op: None,
-                            lock: None,
-                            abort: None,
-                        },
-                    );
+                    self.leave(now, None, a);
                     self.rt.out.fail(aop, closed.clone());
                 }
             }

@@ -12,6 +12,11 @@
 //!   answers `extended:false` or the lease runs out before a renewal
 //!   succeeded (measured on the client's clock from the request's send time,
 //!   minus a drift allowance, as the single-node Redis lock does);
+//! - an acquire that ends without a grant it knows of (cancelled, closed,
+//!   failed) leaves: `acquire` with its owner and `waitMs` 0 takes it out of
+//!   the queue (the service keeps a waiter whose caller went away) or
+//!   answers the token of a grant it missed, which is then released; a wait
+//!   that ran out needs nothing (the service dropped it);
 //! - the fencing token is the service's counter (a decimal string).
 //!
 //! The service is reached by URL (the job coordinator's `/lock` front, with

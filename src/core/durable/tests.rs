@@ -227,12 +227,8 @@ fn a_waiter_polls_with_the_same_owner_until_its_wait_runs_out() {
     );
     let e = h.completed(op).unwrap_err();
     assert_eq!(e.code(), "TIMEOUT", "{e}");
-    // It leaves the queue: a release with its owner and no token.
-    let leave = h.one();
-    assert!(url(&leave).ends_with("/v1/release?name=a"));
-    assert_eq!(body(&leave)["owner"], owner);
-    assert_eq!(body(&leave)["token"], "0");
-    h.answer(&leave, r#"{"released":false}"#);
+    // The service took it out of its queue when the wait ended: nothing more.
+    assert!(h.take().is_empty());
     assert_eq!(h.m.live_count(), 0);
 }
 
@@ -263,23 +259,63 @@ fn a_waiter_forever_is_granted_on_a_later_poll_and_pauses_after_an_early_refusal
     assert_eq!(info.expires_at, 1_250 + 10_000 - 102);
 }
 
+/// A leaving acquire: `acquire` with the owner and `waitMs` 0.
+fn assert_leave(req: &HttpRequest, owner: &serde_json::Value, name: &str) {
+    assert!(
+        url(req).ends_with(&format!("/v1/acquire?name={name}")),
+        "{req:?}"
+    );
+    assert_eq!(&body(req)["owner"], owner);
+    assert_eq!(body(req)["waitMs"].as_u64(), Some(0));
+    assert_eq!(body(req)["ttlMs"].as_u64(), Some(2_000));
+}
+
 #[test]
 fn a_cancelled_waiter_leaves_the_queue_then_ends_aborted() {
     let mut h = Harness::new(config());
     let op = h.acquire("a", Wait::Forever);
     let poll = h.one();
+    let owner = body(&poll)["owner"].clone();
     h.m.cancel(h.now, op);
     h.drain();
     assert_eq!(h.cancelled, vec![poll.id]);
+    // The service keeps a waiter whose caller left: it is taken out.
     let leave = h.one();
-    assert_eq!(body(&leave)["owner"], body(&poll)["owner"]);
-    assert_eq!(body(&leave)["token"], "0");
+    assert_leave(&leave, &owner, "a");
     assert!(h.take_events().is_empty(), "aborted only once it left");
-    h.answer(&leave, r#"{"released":false}"#);
+    h.answer(
+        &leave,
+        r#"{"acquired":false,"token":"3","pttlMs":900,"waiters":0}"#,
+    );
     assert_eq!(h.completed(op).unwrap_err().code(), "ABORTED");
+    assert!(h.take().is_empty());
     // A late answer to the cancelled poll goes nowhere.
     h.answer(&poll, r#"{"acquired":true,"token":"9","ttlMs":10000}"#);
     assert!(h.take_events().is_empty());
+    assert_eq!(h.m.live_count(), 0);
+}
+
+#[test]
+fn a_grant_missed_by_a_cancelled_waiter_is_released() {
+    let mut h = Harness::new(config());
+    let op = h.acquire("a", Wait::Forever);
+    let poll = h.one();
+    let owner = body(&poll)["owner"].clone();
+    h.m.cancel(h.now, op);
+    let leave = h.one();
+    assert_leave(&leave, &owner, "a");
+    // The service had granted it meanwhile: the leave learns the token.
+    h.answer(
+        &leave,
+        r#"{"acquired":true,"token":"8","ttlMs":7000,"waiters":0}"#,
+    );
+    let release = h.one();
+    assert!(url(&release).ends_with("/v1/release?name=a"));
+    assert_eq!(body(&release)["owner"], owner);
+    assert_eq!(body(&release)["token"], "8");
+    assert!(h.take_events().is_empty());
+    h.answer(&release, r#"{"released":true}"#);
+    assert_eq!(h.completed(op).unwrap_err().code(), "ABORTED");
     assert_eq!(h.m.live_count(), 0);
 }
 
@@ -634,10 +670,13 @@ fn hostile_answers_are_clear_errors_and_never_a_panic() {
         assert_eq!(e.code(), code, "{answer:.80}: {text}");
         assert!(text.contains(says), "{answer:.80}: {text}");
         assert!(!text.contains(SECRET) && !text.contains(&owner), "{text}");
-        // Its outcome is unknown: it leaves the queue.
+        // Its outcome is unknown: it leaves the queue (or releases a grant).
         let leave = h.one();
-        assert!(url(&leave).contains("/v1/release"));
-        h.answer(&leave, r#"{"released":false}"#);
+        assert_leave(&leave, &serde_json::Value::from(owner.as_str()), "a");
+        h.answer(
+            &leave,
+            r#"{"acquired":false,"token":"1","pttlMs":5,"waiters":0}"#,
+        );
     }
     // Transport failures and the request timeout.
     let op = h.acquire("a", Wait::Try);
@@ -712,13 +751,11 @@ fn close_releases_everything_and_ends_waiters() {
     assert!(!events
         .iter()
         .any(|e| matches!(e, Event::Completed { op, .. } if *op == close)));
-    for r in &sent {
-        assert!(url(r).contains("/v1/release"));
-    }
     let held = sent.iter().find(|r| url(r).ends_with("name=a")).unwrap();
+    assert!(url(held).contains("/v1/release"));
     assert_eq!(body(held)["token"], "7");
     let leave = sent.iter().find(|r| url(r).ends_with("name=b")).unwrap();
-    assert_eq!(body(leave)["token"], "0");
+    assert_leave(leave, &body(&poll)["owner"], "b");
     h.answer(held, r#"{"released":true}"#);
     h.respond(leave, 500, "");
     assert_eq!(h.completed(close).unwrap(), Outcome::Closed);
