@@ -152,6 +152,26 @@ describe('the npm package reaches the service by URL through the front', { timeo
     await third.release();
   });
 
+  test('an aborted waiter leaves the queue: the next one gets the lock', async () => {
+    const [a, b, c] = [connect(), connect(), connect()];
+    const name = uniq('npm-abort');
+    const first = await a.acquire(name);
+    const controller = new AbortController();
+    const aborted = b.acquire(name, { waitMs: 20_000, signal: controller.signal });
+    await sleep(200);
+    controller.abort();
+    await assert.rejects(aborted, (e) => e.code === 'ABORTED');
+    const third = c.acquire(name, { waitMs: 20_000 });
+    await sleep(200);
+    const released = Date.now();
+    await first.release();
+    const got = await third;
+    // Not after the 10 s lease a stale waiter of b would have been granted.
+    assert.ok(Date.now() - released < 3_000, `handed over in ${Date.now() - released} ms`);
+    assert.ok(BigInt(got.fencingToken) > BigInt(first.fencingToken));
+    await got.release();
+  });
+
   test('a lock released by someone else is lost at its next renewal', async () => {
     const a = connect({ ttlMs: 900 });
     const name = uniq('npm-lost');
