@@ -517,15 +517,21 @@ export declare function lockServiceRouter(namespace: DurableObjectNamespaceLike)
 
 /**
  * Locks on the edgelock Durable Object lock service (one object per lock
- * name). Exclusive locks only: `mode`/`limit`, elections and `reenter` are
- * `INVALID_ARGUMENT`; `acquireAll` takes the names one at a time.
+ * name). Exclusive locks only: `mode`/`limit` (permits, shared holds),
+ * elections and `reenter` reject with `INVALID_ARGUMENT` (the signatures are
+ * `LockClient`'s); `acquireAll` takes the names one at a time.
  */
 export declare class DurableObjectLocks implements LockClient {
   /** Throws LockError `INVALID_ARGUMENT` synchronously for invalid options (a bad URL, `url` and `binding` both or neither). */
   constructor(options: DurableObjectLocksOptions);
+  /** A permit of a semaphore of `opts.limit` (at most `limit` holders at once). */
+  acquire(name: string, opts: AcquireOptions & PermitOptions): Promise<PermitLock>;
   acquire(name: string, opts?: AcquireOptions & KindOptions): Promise<Lock>;
+  tryAcquire(name: string, opts: TryAcquireOptions & PermitOptions): Promise<PermitLock | null>;
   tryAcquire(name: string, opts?: TryAcquireOptions & KindOptions): Promise<Lock | null>;
   request<T>(name: string, callback: (lock: Lock) => Promise<T> | T): Promise<T>;
+  request<T>(name: string, opts: RequestOptions & PermitOptions & { ifAvailable: true }, callback: (lock: PermitLock | null) => Promise<T> | T): Promise<T>;
+  request<T>(name: string, opts: RequestOptions & PermitOptions, callback: (lock: PermitLock | null) => Promise<T> | T): Promise<T>;
   request<T>(name: string, opts: RequestOptions & KindOptions & { ifAvailable: true }, callback: (lock: Lock | null) => Promise<T> | T): Promise<T>;
   request<T>(name: string, opts: RequestOptions & KindOptions, callback: (lock: Lock | null) => Promise<T> | T): Promise<T>;
   /** Who holds `name` (with modes and slots) and who waits for it. */
