@@ -22,6 +22,9 @@ const EARLY_REFUSAL_PAUSE_MS: u64 = 250;
 /// The lease a leaving acquire asks for (see [`Req::Leave`]).
 const LEAVE_TTL_MS: u64 = 2_000;
 
+/// Reads one kind of answer (`codec::parse_*`).
+type Parser<T> = fn(u16, &[u8], &[&str]) -> Result<T, AnswerError>;
+
 /// Who a request in flight belongs to.
 enum Req {
     /// A poll of a waiting (or trying) acquire.
@@ -318,7 +321,7 @@ impl DurableMachine {
         &self,
         name: &str,
         input: &Result<(u16, Vec<u8>), TransportError>,
-        parse: fn(u16, &[u8], &[&str]) -> Result<T, AnswerError>,
+        parse: Parser<T>,
     ) -> Result<T, LockError> {
         match input {
             Ok((status, body)) => {
