@@ -9,11 +9,13 @@
 // (for the fenced resource only).
 
 import assert from 'node:assert/strict';
-import { existsSync } from 'node:fs';
+import { cpSync, existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { Miniflare } from 'miniflare';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { after, before, describe, test } from 'node:test';
-import { assertSerialRuns, startWorkers, TEST_API_TOKEN } from './support.mjs';
+import { assertSerialRuns, buildDir, startWorkers, TEST_API_TOKEN } from './support.mjs';
 import { findDevtoolsBin, repoRoot, spawnWithJsonLine, stopChild } from '../js/testenv.mjs';
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -194,5 +196,95 @@ describe('the npm package reaches the service by URL through the front', { timeo
       assert.ok(!e.message.includes('wrong-token-0123456789'), e.message);
       return true;
     });
+  });
+});
+
+// A Worker of its own using the package's workerd export, with the
+// LockObject namespace (of the built Worker) bound as LOCKS and reached
+// through lockServiceRouter: no front, no token.
+const APP = `
+import { DurableObjectLocks, lockServiceRouter } from "./edgelock/index.workerd.mjs";
+
+export default {
+  async fetch(request, env) {
+    const name = new URL(request.url).searchParams.get("name");
+    const options = { binding: "LOCKS", bindings: { LOCKS: lockServiceRouter(env.LOCKS) } };
+    const a = new DurableObjectLocks(options);
+    const b = new DurableObjectLocks(options);
+    try {
+      const first = await a.acquire(name);
+      const busy = await b.tryAcquire(name);
+      const waiting = b.acquire(name, { waitMs: 10000 });
+      await new Promise((r) => setTimeout(r, 100));
+      await first.release();
+      const second = await waiting;
+      const status = await a.status(name);
+      await second.release();
+      return Response.json({
+        first: String(first.fencingToken),
+        busy: busy === null,
+        second: String(second.fencingToken),
+        heldWhileSecond: status.held,
+        backend: second.toJSON().backend,
+      });
+    } catch (e) {
+      return Response.json({ error: String(e && e.message), code: e && e.code }, { status: 500 });
+    } finally {
+      await a.close();
+      await b.close();
+    }
+  },
+};
+`;
+
+describe('the npm package inside a Worker, through lockServiceRouter', { timeout: 120_000, skip: !existsSync(pkgEntry) && 'pkg/ is missing: run scripts/build-pkg.sh' }, () => {
+  let mf;
+  let dir;
+  before(async () => {
+    dir = mkdtempSync(path.join(tmpdir(), 'edgelock-do-app-'));
+    cpSync(path.dirname(pkgEntry), path.join(dir, 'edgelock'), { recursive: true });
+    writeFileSync(path.join(dir, 'app.mjs'), APP);
+    const wasm = [{ type: 'CompiledWasm', include: ['**/*.wasm'] }];
+    mf = new Miniflare({
+      cf: false,
+      workers: [
+        {
+          name: 'app',
+          modules: true,
+          scriptPath: path.join(dir, 'app.mjs'),
+          modulesRoot: dir,
+          // The package's glue (edgelock_wasm.js) is an ES module too.
+          modulesRules: [...wasm, { type: 'ESModule', include: ['**/*.js', '**/*.mjs'] }],
+          compatibilityDate: '2026-04-20',
+          durableObjects: { LOCKS: { className: 'LockObject', scriptName: 'locks' } },
+        },
+        {
+          name: 'locks',
+          modules: true,
+          scriptPath: path.join(buildDir, 'index.js'),
+          modulesRoot: buildDir,
+          modulesRules: wasm,
+          compatibilityDate: '2026-04-20',
+          bindings: { EDGELOCK_API_TOKEN: TEST_API_TOKEN },
+          durableObjects: { EDGELOCK_LOCKS: 'LockObject' },
+        },
+      ],
+    });
+    await mf.ready;
+  });
+  after(async () => {
+    await mf?.dispose();
+    if (dir) rmSync(dir, { recursive: true, force: true });
+  });
+
+  test('acquire, tryAcquire, a waiting handoff and status', async () => {
+    const res = await mf.dispatchFetch(`http://app.test/?name=${encodeURIComponent(uniq('router é/+'))}`);
+    const text = await res.text();
+    assert.equal(res.status, 200, text);
+    const r = JSON.parse(text);
+    assert.equal(r.busy, true);
+    assert.ok(BigInt(r.second) > BigInt(r.first), text);
+    assert.equal(r.heldWhileSecond, true);
+    assert.equal(r.backend, 'durable-object');
   });
 });
