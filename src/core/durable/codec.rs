@@ -249,9 +249,13 @@ fn opt_ms_field(o: &Obj, key: &str) -> Result<Option<u64>, AnswerError> {
     }
 }
 
-/// A fencing token: a decimal string of a u64 (digits only, no sign).
+/// A fencing token: the canonical decimal string of a u64 (digits only, no
+/// sign, no leading zero).
 pub fn parse_token(s: &str) -> Option<u64> {
     if s.is_empty() || s.len() > 20 || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    if s.len() > 1 && s.starts_with('0') {
         return None;
     }
     s.parse().ok()
