@@ -356,3 +356,47 @@ pub fn parse_inspect(
         waiters: waiters_field(&o)?,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn tokens_are_canonical_decimal_u64s() {
+        assert_eq!(parse_token("0"), Some(0));
+        assert_eq!(parse_token("18446744073709551615"), Some(u64::MAX));
+        for bad in [
+            "",
+            "01",
+            "+1",
+            "-1",
+            " 1",
+            "1.0",
+            "18446744073709551616",
+            "0x1",
+            "１",
+        ] {
+            assert_eq!(parse_token(bad), None, "{bad:?}");
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_answers_never_panic(status in 100u16..600, body in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let _ = parse_acquire(status, &body, &["secret"]);
+            let _ = parse_release(status, &body, &[]);
+            let _ = parse_extend(status, &body, &[]);
+            let _ = parse_resume(status, &body, &[]);
+            let _ = parse_inspect(status, &body, &[]);
+        }
+
+        #[test]
+        fn arbitrary_json_never_panics(s in "[\\[\\]{}\",:0-9a-zA-Z\\-. ]{0,80}") {
+            for status in [200u16, 400, 500] {
+                let _ = parse_acquire(status, s.as_bytes(), &[]);
+                let _ = parse_inspect(status, s.as_bytes(), &[]);
+            }
+        }
+    }
+}
