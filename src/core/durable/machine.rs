@@ -248,7 +248,7 @@ impl DurableMachine {
         input: Result<(u16, Vec<u8>), TransportError>,
     ) {
         if let Ok(AcquireAnswer::Granted { token, .. }) =
-            self.read(&name, &input, codec::parse_acquire)
+            self.read(&name, &owner, &input, codec::parse_acquire)
         {
             let req = Req::Release {
                 op,
@@ -317,16 +317,20 @@ impl DurableMachine {
 
     /// Reads a final input with `parse`, mapping transport failures and
     /// malformed answers to the operation's error.
+    /// `owner`: the request's owner, kept out of messages even when the
+    /// machine no longer lists it.
     fn read<T>(
         &self,
         name: &str,
+        owner: &str,
         input: &Result<(u16, Vec<u8>), TransportError>,
         parse: Parser<T>,
     ) -> Result<T, LockError> {
         match input {
             Ok((status, body)) => {
                 let secrets = self.secrets();
-                let secrets: Vec<&str> = secrets.iter().map(String::as_str).collect();
+                let mut secrets: Vec<&str> = secrets.iter().map(String::as_str).collect();
+                secrets.push(owner);
                 parse(*status, body, &secrets).map_err(|e| Self::backend_error(name, e))
             }
             Err(e) => Err(Self::transport_error(name, e)),
@@ -404,13 +408,16 @@ impl DurableMachine {
         };
         a.request = None;
         let name = a.name.clone();
-        let answer = self.read(&name, &input, codec::parse_acquire);
+        let owner = a.owner.clone();
+        let answer = self.read(&name, &owner, &input, codec::parse_acquire);
         let Some(a) = self.acquires.get(&op) else {
             return;
         };
         match answer {
             Ok(AcquireAnswer::Granted { token, ttl_ms }) => {
-                let a = self.acquires.remove(&op).expect("present");
+                let Some(a) = self.acquires.remove(&op) else {
+                    return;
+                };
                 self.rt.timers.clear(Timer::Poll(op));
                 // The lease asked for, or what is left of it if it was ours already.
                 let ttl = ttl_ms.min(a.ttl);
@@ -481,7 +488,9 @@ impl DurableMachine {
                     self.rt.out.complete(op, Ok(Outcome::NotAcquired));
                 } else if a.deadline.is_some_and(|d| d <= now) {
                     // The service took it out of the queue when its wait ended.
-                    let a = self.acquires.remove(&op).expect("present");
+                    let Some(a) = self.acquires.remove(&op) else {
+                        return;
+                    };
                     self.rt.out.fail(
                         op,
                         LockError::Timeout {
@@ -503,7 +512,9 @@ impl DurableMachine {
                 }
             }
             Err(error) => {
-                let a = self.acquires.remove(&op).expect("present");
+                let Some(a) = self.acquires.remove(&op) else {
+                    return;
+                };
                 self.rt.timers.clear(Timer::Poll(op));
                 // Its outcome is unknown: it may be queued, or even granted.
                 self.leave(now, None, a);
@@ -535,7 +546,7 @@ impl DurableMachine {
         let (Some(op), Some(h)) = (op, lock) else {
             return;
         };
-        match self.read(&h.name, &input, codec::parse_release) {
+        match self.read(&h.name, &h.owner, &input, codec::parse_release) {
             Ok(held) => {
                 self.record_ended(h.id, &h.name);
                 self.rt.out.complete(
@@ -578,8 +589,10 @@ impl DurableMachine {
             return;
         };
         let name = h.name.clone();
-        let answer = self.read(&name, &input, codec::parse_extend);
-        let h = self.locks.get_mut(&lock).expect("present");
+        let answer = self.read(&name, "", &input, codec::parse_extend);
+        let Some(h) = self.locks.get_mut(&lock) else {
+            return;
+        };
         if op.is_none() {
             h.renewal = None;
         }
@@ -666,7 +679,7 @@ impl DurableMachine {
         sent_at: Millis,
         input: Result<(u16, Vec<u8>), TransportError>,
     ) {
-        match self.read(&handle.name, &input, codec::parse_resume) {
+        match self.read(&handle.name, &handle.owner, &input, codec::parse_resume) {
             Ok(Some(pttl)) => {
                 let exp = codec::lease_validity(pttl)
                     .map(|v| sent_at.saturating_add(v))
@@ -728,7 +741,7 @@ impl DurableMachine {
         name: String,
         input: Result<(u16, Vec<u8>), TransportError>,
     ) {
-        match self.read(&name, &input, codec::parse_inspect) {
+        match self.read(&name, "", &input, codec::parse_inspect) {
             Ok(a) => {
                 let holders = if a.held {
                     vec![Holder {
