@@ -72,6 +72,33 @@ describe('job coordinator on the durable-object backend', { timeout: 180_000 }, 
     assert.equal(s.body.held, false);
   });
 
+  test('busy: 409 with ifAvailable, 504 after waitMs; a handle taken in one invocation is finished by another', async () => {
+    const job = uniq('handle');
+    const held = await w.call(null, 'POST', `/jobs/${job}/start`);
+    assert.equal(held.status, 200, held.text);
+    assert.equal(held.body.handle.backend, 'durable-object');
+    const busy = await w.call(null, 'POST', `/jobs/${job}/run?ifAvailable`);
+    assert.equal(busy.status, 409, busy.text);
+    const t0 = Date.now();
+    const timeout = await w.call(null, 'POST', `/jobs/${job}/run`, { waitMs: 400 });
+    assert.equal(timeout.status, 504, timeout.text);
+    assert.equal(timeout.body.code, 'TIMEOUT');
+    assert.ok(Date.now() - t0 >= 350, 'it waited');
+    const status = await w.call(null, 'GET', `/locks/${job}`);
+    assert.equal(status.body.held, true, status.text);
+    assert.equal(status.body.token, held.body.token, status.text);
+    const done = await w.call(null, 'POST', `/jobs/${job}/finish`, JSON.stringify({ handle: held.body.handle }));
+    assert.equal(done.status, 200, done.text);
+    assert.equal(done.body.token, held.body.token);
+    assert.deepEqual(done.body.release, { released: true, heldUntilRelease: true });
+    const again = await w.call(null, 'POST', `/jobs/${job}/finish`, { handle: held.body.handle });
+    assert.equal(again.status, 409, again.text);
+    assert.equal(again.body.code, 'LOST');
+    const next = await w.call(null, 'POST', `/jobs/${job}/run?ifAvailable`);
+    assert.equal(next.status, 200, next.text);
+    assert.ok(BigInt(next.body.token) > BigInt(held.body.token));
+  });
+
   test('20 concurrent POST /jobs/:name/run: one at a time, strictly increasing tokens', async () => {
     const job = uniq('burst');
     const replies = await Promise.all(
