@@ -395,4 +395,41 @@ describe('lock service state across restarts (persisted Durable Object storage)'
       await w.dispose();
     }
   });
+  test('the queue is stored: after a restart, re-sent acquires keep their FIFO places', async () => {
+    const name = uniq('restart-queue');
+    const [h, b, c] = [newOwner(), newOwner(), newOwner()];
+    let w = await startWorkers({ main: {} }, { lockObjects: true, persistDir: dir });
+    let gh;
+    try {
+      gh = await acquire(w, name, h, 60_000, 0);
+      assert.equal(gh.body.acquired, true);
+      for (const [i, o] of [b, c].entries()) {
+        acquire(w, name, o, 10_000, 20_000).catch(() => {});
+        await until(async () => (await inspect(w, name)).waiters === i + 1, 5000, `waiter ${i} queued`);
+      }
+    } finally {
+      await w.dispose();
+    }
+    w = await startWorkers({ main: {} }, { lockObjects: true, persistDir: dir });
+    try {
+      assert.deepEqual({ ...(await inspect(w, name)), pttlMs: 0 }, { held: true, token: gh.body.token, pttlMs: 0, waiters: 2 });
+      // c polls first, then b: b keeps its place ahead of c.
+      const pc = acquire(w, name, c, 10_000, 20_000);
+      await sleep(100);
+      const pb = acquire(w, name, b, 10_000, 20_000);
+      await sleep(100);
+      assert.equal((await inspect(w, name)).waiters, 2);
+      assert.deepEqual((await release(w, name, h, gh.body.token)).body, { released: true });
+      const gb = await pb;
+      assert.equal(gb.body.acquired, true, gb.text);
+      assert.equal(gb.body.token, String(BigInt(gh.body.token) + 1n));
+      assert.deepEqual((await release(w, name, b, gb.body.token)).body, { released: true });
+      const gc = await pc;
+      assert.equal(gc.body.acquired, true, gc.text);
+      assert.equal(gc.body.token, String(BigInt(gb.body.token) + 1n));
+      assert.deepEqual((await release(w, name, c, gc.body.token)).body, { released: true });
+    } finally {
+      await w.dispose();
+    }
+  });
 });
