@@ -277,3 +277,70 @@ fn a_binding_cannot_be_reached_natively() {
     let c = Client::connect(spec).unwrap();
     assert_eq!(c.try_acquire("x").unwrap_err().code(), "TRANSPORT");
 }
+
+#[test]
+fn the_cli_runs_a_command_under_a_lock_of_the_service() {
+    let (_svc, url) = start();
+    let bin = env!("CARGO_BIN_EXE_edgelock");
+    let out = std::process::Command::new(bin)
+        .args([
+            "run",
+            "--durable-object",
+            &url,
+            "--try",
+            "cli-job",
+            "--",
+            "sh",
+            "-c",
+        ])
+        .arg("echo token=$EDGELOCK_FENCING_TOKEN")
+        .env("EDGELOCK_API_TOKEN", TOKEN)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert_eq!(stdout.trim(), "token=1", "{stderr}");
+    assert!(!stderr.contains(TOKEN), "{stderr}");
+    // Held by someone else: --try exits 73; a kind it does not offer: 64.
+    let holder = client(&url, TOKEN, 10_000);
+    let _held = holder.try_acquire("cli-job").unwrap().unwrap();
+    let busy = std::process::Command::new(bin)
+        .args([
+            "run",
+            "--durable-object",
+            &url,
+            "--try",
+            "cli-job",
+            "--",
+            "true",
+        ])
+        .env("EDGELOCK_API_TOKEN", TOKEN)
+        .output()
+        .unwrap();
+    assert_eq!(
+        busy.status.code(),
+        Some(73),
+        "{}",
+        String::from_utf8_lossy(&busy.stderr)
+    );
+    let shared = std::process::Command::new(bin)
+        .args([
+            "run",
+            "--durable-object",
+            &url,
+            "--shared",
+            "other",
+            "--",
+            "true",
+        ])
+        .env("EDGELOCK_API_TOKEN", TOKEN)
+        .output()
+        .unwrap();
+    assert_eq!(
+        shared.status.code(),
+        Some(64),
+        "{}",
+        String::from_utf8_lossy(&shared.stderr)
+    );
+}
