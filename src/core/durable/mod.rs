@@ -24,7 +24,8 @@
 //! the `name` query parameter ([`DurableEndpoint`]).
 //!
 //! Layout: `codec` (request bodies and strict answer parsing), `machine`
-//! (the [`LockMachine`](crate::core::LockMachine)).
+//! (the [`LockMachine`](crate::core::LockMachine): its state, requests and
+//! user operations), `machine/answers` (what each answer does).
 
 pub mod codec;
 mod machine;
