@@ -613,3 +613,38 @@ export class Redlock extends LockClient {
     super(INTERNAL, construct("redlock", options, "Redlock"));
   }
 }
+
+/**
+ * Locks on the edgelock Durable Object lock service (one object per lock
+ * name, docs/lock-service-api.md): `{ url, token }` reaches it through the
+ * job coordinator's front (`https://<worker>/lock`), `{ binding }` inside a
+ * Worker through `bindings: { [binding]: lockServiceRouter(env.NAMESPACE) }`.
+ * Exclusive locks only.
+ */
+export class DurableObjectLocks extends LockClient {
+  constructor(options) {
+    super(INTERNAL, construct("durable-object", options, "DurableObjectLocks"));
+  }
+}
+
+/**
+ * A binding over a Durable Object namespace of the lock service, for use
+ * inside a Worker: each request goes to `namespace.get(namespace.idFromName(name))`
+ * of its `name` query parameter.
+ */
+export function lockServiceRouter(namespace) {
+  if (namespace === null || typeof namespace !== "object"
+      || typeof namespace.idFromName !== "function" || typeof namespace.get !== "function") {
+    throw invalid("lockServiceRouter needs a Durable Object namespace (an object with idFromName() and get())");
+  }
+  return {
+    fetch(input, init) {
+      const url = typeof input === "string" ? input : input.url;
+      const name = new URL(url).searchParams.get("name");
+      if (name === null || name === "") {
+        return Promise.reject(invalid("lockServiceRouter: the request names no lock"));
+      }
+      return namespace.get(namespace.idFromName(name)).fetch(input, init);
+    },
+  };
+}

@@ -91,7 +91,7 @@ export interface RequestOptions extends AcquireOptions {
 /** What `lock.toJSON()` returns: enough for another process to resume the lock. Contains the owner credential. */
 export interface LockHandleJSON {
   v: number;
-  backend: "etcd" | "redis" | "redlock";
+  backend: "etcd" | "redis" | "redlock" | "durable-object";
   name: string;
   key: string;
   owner: string;
@@ -467,6 +467,86 @@ export declare class Redlock implements LockClient {
   acquireAll(names: string[], opts?: AcquireAllOptions): Promise<LockSet>;
   resume(handle: LeadershipHandleJSON): Promise<Leadership>;
   /** Re-enters an exclusive lock by proof of ownership (a held Lock or its `toJSON()` handle, of any process): the backend counts one more hold, same fencing token; freed when every hold is released (Redlock: counted on a quorum of nodes). */
+  reenter(held: Lock | LockHandleJSON | string): Promise<Lock>;
+  resume(handle: LockHandleJSON | string): Promise<Lock>;
+  close(): Promise<void>;
+  [Symbol.asyncDispose](): Promise<void>;
+}
+
+/** Options of `DurableObjectLocks`: exactly one of `url` and `binding`. */
+export type DurableObjectLocksOptions = DurableObjectCommonOptions & (
+  | {
+      /** The service's base URL, e.g. `https://jobs.example.workers.dev/lock` (requests go to `<url>/v1/<op>?name=…`). */
+      url: string;
+      binding?: never;
+    }
+  | {
+      /** The name of a binding in `bindings` (inside a Worker: `lockServiceRouter(env.NAMESPACE)`). */
+      binding: string;
+      url?: never;
+    }
+);
+
+export interface DurableObjectCommonOptions {
+  /** Sent as `Authorization: Bearer <token>` (the job coordinator's front requires it). */
+  token?: string;
+  /** Default lease (default 10000). */
+  ttlMs?: number;
+  /** Per-request timeout (default 5000; a waiting acquire's poll gets its wait on top). */
+  requestTimeoutMs?: number;
+  /** Renew held locks at TTL/3 until released (default true). */
+  autoExtend?: boolean;
+  /** The only transport used for `url` (default: `globalThis.fetch`; in Node, node:http(s) with keep-alive connections). */
+  fetch?: typeof fetch;
+  /** Named bindings (objects with a `fetch(url, init)` method) that `binding` names. */
+  bindings?: Record<string, { fetch(input: string, init?: unknown): Promise<unknown> }>;
+}
+
+/** A Durable Object namespace, as a Worker's `env` holds it (only what the router uses). */
+export interface DurableObjectNamespaceLike {
+  idFromName(name: string): unknown;
+  get(id: unknown): { fetch(input: string, init?: unknown): Promise<unknown> };
+}
+
+/**
+ * A binding over a Durable Object namespace of the lock service, for
+ * `DurableObjectLocks({ binding, bindings: { [binding]: lockServiceRouter(ns) } })`:
+ * each request goes to `ns.get(ns.idFromName(name))` of its `name` query parameter.
+ */
+export declare function lockServiceRouter(namespace: DurableObjectNamespaceLike): { fetch(input: string, init?: unknown): Promise<unknown> };
+
+/**
+ * Locks on the edgelock Durable Object lock service (one object per lock
+ * name). Exclusive locks only: `mode`/`limit` (permits, shared holds),
+ * elections and `reenter` reject with `INVALID_ARGUMENT` (the signatures are
+ * `LockClient`'s); `acquireAll` takes the names one at a time.
+ */
+export declare class DurableObjectLocks implements LockClient {
+  /** Throws LockError `INVALID_ARGUMENT` synchronously for invalid options (a bad URL, `url` and `binding` both or neither). */
+  constructor(options: DurableObjectLocksOptions);
+  /** A permit of a semaphore of `opts.limit` (at most `limit` holders at once). */
+  acquire(name: string, opts: AcquireOptions & PermitOptions): Promise<PermitLock>;
+  acquire(name: string, opts?: AcquireOptions & KindOptions): Promise<Lock>;
+  tryAcquire(name: string, opts: TryAcquireOptions & PermitOptions): Promise<PermitLock | null>;
+  tryAcquire(name: string, opts?: TryAcquireOptions & KindOptions): Promise<Lock | null>;
+  request<T>(name: string, callback: (lock: Lock) => Promise<T> | T): Promise<T>;
+  request<T>(name: string, opts: RequestOptions & PermitOptions & { ifAvailable: true }, callback: (lock: PermitLock | null) => Promise<T> | T): Promise<T>;
+  request<T>(name: string, opts: RequestOptions & PermitOptions, callback: (lock: PermitLock | null) => Promise<T> | T): Promise<T>;
+  request<T>(name: string, opts: RequestOptions & KindOptions & { ifAvailable: true }, callback: (lock: Lock | null) => Promise<T> | T): Promise<T>;
+  request<T>(name: string, opts: RequestOptions & KindOptions, callback: (lock: Lock | null) => Promise<T> | T): Promise<T>;
+  /** Who holds `name` (with modes and slots) and who waits for it. */
+  status(name: string): Promise<LockStatus>;
+  /** Waits until this client leads the election `name` (FIFO on etcd), announcing `value`. */
+  campaign(name: string, value: string, opts?: CampaignOptions): Promise<Leadership>;
+  /** The current leader of `name`, or `null` when nobody leads. */
+  leader(name: string): Promise<Leader | null>;
+  /** The current leader first, then every change (another leader, a new value, nobody), until `signal` aborts or the loop is left. */
+  observe(name: string, opts?: ObserveOptions): AsyncIterable<Leader | null>;
+  /** Holds every name or none (taken in a canonical order: no deadlock between overlapping sets). */
+  acquireAll(names: string[], opts: AcquireAllOptions & { ifAvailable: true }): Promise<LockSet | null>;
+  acquireAll(names: string[], opts?: AcquireAllOptions): Promise<LockSet>;
+  resume(handle: LeadershipHandleJSON): Promise<Leadership>;
+  /** Re-enters an exclusive lock by proof of ownership (a held Lock or its `toJSON()` handle, of any process): the backend counts one more hold, same fencing token; freed when every hold is released. Redlock: `INVALID_ARGUMENT`. */
   reenter(held: Lock | LockHandleJSON | string): Promise<Lock>;
   resume(handle: LockHandleJSON | string): Promise<Lock>;
   close(): Promise<void>;

@@ -4,7 +4,7 @@
 import { readFileSync } from "node:fs";
 import { initSync } from "./edgelock_wasm.js";
 import { AsyncLocalStorage } from "node:async_hooks";
-import { EtcdLocks as AnyEtcdLocks, RedisLocks as AnyRedisLocks, Redlock as AnyRedlock, useAsyncLocalStorage } from "./api.mjs";
+import { EtcdLocks as AnyEtcdLocks, RedisLocks as AnyRedisLocks, Redlock as AnyRedlock, DurableObjectLocks as AnyDurableObjectLocks, useAsyncLocalStorage } from "./api.mjs";
 import { nodeHttpFetch } from "./node_http.mjs";
 
 initSync({ module: readFileSync(new URL("./edgelock_wasm_bg.wasm", import.meta.url)) });
@@ -40,4 +40,11 @@ export class Redlock extends AnyRedlock {
   }
 }
 
-export { LockError, MAX_PERMITS, MAX_CAMPAIGN_VALUE, MAX_ACQUIRE_ALL } from "./api.mjs";
+/** Locks on the Durable Object lock service; requests over node:http(s) unless `fetch` is given. */
+export class DurableObjectLocks extends AnyDurableObjectLocks {
+  constructor(options) {
+    super(nodeDefaults(options));
+  }
+}
+
+export { LockError, lockServiceRouter, MAX_PERMITS, MAX_CAMPAIGN_VALUE, MAX_ACQUIRE_ALL } from "./api.mjs";

@@ -41,4 +41,4 @@ export class Redlock extends AnyRedlock {
   }
 }
 
-export { EtcdLocks, LockError, MAX_PERMITS, MAX_CAMPAIGN_VALUE, MAX_ACQUIRE_ALL } from "./api.mjs";
+export { EtcdLocks, DurableObjectLocks, lockServiceRouter, LockError, MAX_PERMITS, MAX_CAMPAIGN_VALUE, MAX_ACQUIRE_ALL } from "./api.mjs";

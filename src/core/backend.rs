@@ -17,6 +17,7 @@ use serde_json::Value;
 
 use crate::core::json_fields::{string_item, Fields};
 
+use crate::core::durable::{DurableConfig, DurableEndpoint, DurableMachine};
 use crate::core::etcd::{Authenticated, EtcdAuth, EtcdConfig, EtcdMachine};
 use crate::core::redis::{
     RedisConfig, RedisMachine, RedisNode, RedisProtocol, RedlockConfig, RedlockFencing,
@@ -34,6 +35,8 @@ pub enum BackendSpec {
     Redis(RedisConfig),
     /// Redlock over N independent Redis nodes.
     Redlock(RedlockConfig),
+    /// The Durable Object lock service (`docs/lock-service-api.md`).
+    DurableObject(DurableConfig),
 }
 
 impl BackendSpec {
@@ -43,11 +46,13 @@ impl BackendSpec {
             BackendSpec::Etcd(_) => BackendKind::Etcd,
             BackendSpec::Redis(_) => BackendKind::Redis,
             BackendSpec::Redlock(_) => BackendKind::Redlock,
+            BackendSpec::DurableObject(_) => BackendKind::DurableObject,
         }
     }
 
     /// Reads the JSON options of backend `kind` (the npm package's spelling:
-    /// `{ endpoints, … }`, `{ url, protocol, token, … }`, `{ nodes, … }`).
+    /// `{ endpoints, … }`, `{ url, protocol, token, … }`, `{ nodes, … }`,
+    /// `{ url | binding, token, … }`).
     /// Error messages never repeat a value (it could be a misplaced token).
     pub fn from_json(kind: BackendKind, json: &str) -> Result<BackendSpec, LockError> {
         Ok(match kind {
@@ -60,6 +65,11 @@ impl BackendSpec {
             BackendKind::Redlock => BackendSpec::Redlock(
                 parse("Redlock options", json, RedlockOptions::read)?.into_config(),
             ),
+            BackendKind::DurableObject => BackendSpec::DurableObject(parse(
+                "durable-object options",
+                json,
+                DurableOptions::read,
+            )?),
         })
     }
 
@@ -71,6 +81,7 @@ impl BackendSpec {
             BackendSpec::Etcd(c) => serde_json::to_string(&EtcdOptions::from_config(c)),
             BackendSpec::Redis(c) => serde_json::to_string(&RedisOptions::from_config(c)),
             BackendSpec::Redlock(c) => serde_json::to_string(&RedlockOptions::from_config(c)),
+            BackendSpec::DurableObject(c) => serde_json::to_string(&DurableOptions::from_config(c)),
         };
         // Plain strings, numbers and booleans: serialising cannot fail.
         json.unwrap_or_default()
@@ -99,6 +110,7 @@ impl BackendSpec {
             },
             BackendSpec::Redis(cfg) => Box::new(RedisMachine::new(cfg, entropy)?),
             BackendSpec::Redlock(cfg) => Box::new(RedlockMachine::new(cfg, entropy)?),
+            BackendSpec::DurableObject(cfg) => Box::new(DurableMachine::new(cfg, entropy)?),
         };
         Ok(Box::new(MultiLock::new(machine)))
     }
@@ -109,6 +121,7 @@ impl BackendSpec {
             BackendSpec::Etcd(c) => c.endpoints.iter().map(String::as_str).collect(),
             BackendSpec::Redis(c) => vec![c.node.url.as_str()],
             BackendSpec::Redlock(c) => c.nodes.iter().map(|n| n.url.as_str()).collect(),
+            BackendSpec::DurableObject(c) => c.url().into_iter().collect(),
         }
     }
 }
@@ -426,6 +439,54 @@ impl RedlockOptions {
             }),
         );
         cfg
+    }
+}
+
+/// `{ url | binding, token, ttlMs, requestTimeoutMs, autoExtend }`: exactly
+/// one of `url` and `binding`.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct DurableOptions {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    url: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    binding: Option<String>,
+    token: Option<String>,
+    ttl_ms: u64,
+    request_timeout_ms: u64,
+    auto_extend: bool,
+}
+
+impl DurableOptions {
+    fn read(v: &Value) -> Result<DurableConfig, String> {
+        let f = Fields::new(v)?;
+        let endpoint = match (f.opt_str("url")?, f.opt_str("binding")?) {
+            (Some(url), None) => DurableEndpoint::Url(url),
+            (None, Some(binding)) => DurableEndpoint::Binding(binding),
+            _ => return Err("exactly one of `url` and `binding` is required".into()),
+        };
+        let mut cfg = DurableConfig::new(endpoint);
+        cfg.token = f.opt_str("token")?;
+        set(&mut cfg.ttl_ms, f.opt_u64("ttlMs")?);
+        set(&mut cfg.request_timeout_ms, f.opt_u64("requestTimeoutMs")?);
+        set(&mut cfg.auto_extend, f.opt_bool("autoExtend")?);
+        f.finish()?;
+        Ok(cfg)
+    }
+
+    fn from_config(c: &DurableConfig) -> Self {
+        let (url, binding) = match &c.endpoint {
+            DurableEndpoint::Url(u) => (Some(u.clone()), None),
+            DurableEndpoint::Binding(b) => (None, Some(b.clone())),
+        };
+        DurableOptions {
+            url,
+            binding,
+            token: c.token.clone(),
+            ttl_ms: c.ttl_ms,
+            request_timeout_ms: c.request_timeout_ms,
+            auto_extend: c.auto_extend,
+        }
     }
 }
 

@@ -272,17 +272,34 @@ pub enum BackendKind {
     Redis,
     /// Redlock over several Redis nodes.
     Redlock,
+    /// The Durable Object lock service (`docs/lock-service-api.md`).
+    #[serde(rename = "durable-object")]
+    DurableObject,
 }
 
 impl BackendKind {
-    /// Lowercase name (`etcd`, `redis`, `redlock`), as used in error messages and
-    /// serialised handles.
+    /// Every backend, in the order of [`BackendKind::as_str`]'s names.
+    pub const ALL: [BackendKind; 4] = [
+        BackendKind::Etcd,
+        BackendKind::Redis,
+        BackendKind::Redlock,
+        BackendKind::DurableObject,
+    ];
+
+    /// Lowercase name (`etcd`, `redis`, `redlock`, `durable-object`), as used
+    /// in error messages and serialised handles.
     pub fn as_str(self) -> &'static str {
         match self {
             BackendKind::Etcd => "etcd",
             BackendKind::Redis => "redis",
             BackendKind::Redlock => "redlock",
+            BackendKind::DurableObject => "durable-object",
         }
+    }
+
+    /// The backend named `name` (as [`BackendKind::as_str`] spells it).
+    pub fn from_name(name: &str) -> Option<BackendKind> {
+        BackendKind::ALL.into_iter().find(|k| k.as_str() == name)
     }
 }
 
@@ -325,9 +342,8 @@ impl LockHandle {
     pub fn from_json(json: &str) -> Result<LockHandle, crate::core::LockError> {
         crate::core::backend::parse("lock handle", json, |v| {
             let f = crate::core::json_fields::Fields::new(v)?;
-            let backend = ["etcd", "redis", "redlock"];
-            const KINDS: [BackendKind; 3] =
-                [BackendKind::Etcd, BackendKind::Redis, BackendKind::Redlock];
+            let backend = BackendKind::ALL.map(BackendKind::as_str);
+            const KINDS: [BackendKind; 4] = BackendKind::ALL;
             let mode = f
                 .opt_choice("mode", &["exclusive", "shared", "permit", "leader"])?
                 .unwrap_or(0);

@@ -29,7 +29,8 @@ pub struct RawLocks {
 
 #[wasm_bindgen]
 impl RawLocks {
-    /// A client for `backend` ("etcd", "redis" or "redlock") with its
+    /// A client for `backend` ("etcd", "redis", "redlock" or
+    /// "durable-object") with its
     /// `options_json` (see `BackendSpec::from_json`); `fetch`: the injected
     /// fetch, if any; `bindings`: an object of bindings requests may target.
     pub fn connect(
@@ -39,17 +40,12 @@ impl RawLocks {
         bindings: Option<Object>,
     ) -> Result<RawLocks, JsValue> {
         let build = || -> Result<RawLocks, LockError> {
-            let kind = match backend {
-                "etcd" => BackendKind::Etcd,
-                "redis" => BackendKind::Redis,
-                "redlock" => BackendKind::Redlock,
-                other => {
-                    return Err(LockError::invalid(format!(
-                        "unknown backend {:?}",
-                        other.chars().take(20).collect::<String>()
-                    )))
-                }
-            };
+            let kind = BackendKind::from_name(backend).ok_or_else(|| {
+                LockError::invalid(format!(
+                    "unknown backend {:?}",
+                    backend.chars().take(20).collect::<String>()
+                ))
+            })?;
             let machine =
                 BackendSpec::from_json(kind, options_json)?.build(Box::new(JsEntropy::new()?))?;
             Ok(RawLocks {
@@ -79,7 +75,7 @@ impl RawLocks {
         ERROR_CODES.iter().map(|c| JsValue::from_str(c)).collect()
     }
 
-    /// "etcd", "redis" or "redlock".
+    /// "etcd", "redis", "redlock" or "durable-object".
     pub fn backend(&self) -> String {
         self.driver.backend().as_str().to_string()
     }

@@ -12,19 +12,26 @@
 //! The machine is wrapped in [`Budgeted`] so that the invocation never
 //! exceeds its subrequest budget, and `fetch` itself is counted so that the
 //! Worker can report how many subrequests the lock really made.
+//!
+//! The `durable-object` backend targets the binding `EDGELOCK_LOCKS`: a
+//! router over the Durable Object namespace of that name in the Worker's
+//! `env` ([`use_env`] must have been given it) that sends each request to
+//! the object `idFromName(name)` of its `name` query parameter, counted like
+//! `fetch` (a request to a Durable Object is a subrequest).
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::rc::Rc;
 
-use js_sys::{Function, Reflect};
+use js_sys::{Function, Object, Reflect};
 use wasm_bindgen::closure::Closure;
 use wasm_bindgen::{JsCast, JsValue};
 
 use super::config::{cleanup_requests, Config};
 use crate::core::budget::Budgeted;
+use crate::core::durable::DurableEndpoint;
 use crate::core::{
-    AcquireOptions, Leadership, LockError, LockHandle, LockId, LockInfo, LockKind, LockStatus,
-    Operation,
+    AcquireOptions, BackendSpec, Leadership, LockError, LockHandle, LockId, LockInfo, LockKind,
+    LockStatus, Operation,
 };
 use crate::js::{Driver, JsEntropy};
 
@@ -40,6 +47,92 @@ pub struct LockClient {
     fetches: Rc<Cell<u32>>,
 }
 
+thread_local! {
+    /// The Worker's `env` as an entry point gave it ([`use_env`]).
+    static ENV: RefCell<Option<JsValue>> = const { RefCell::new(None) };
+}
+
+#[wasm_bindgen::prelude::wasm_bindgen(module = "cloudflare:workers")]
+extern "C" {
+    /// The Worker's `env` (workerd's `import { env } from "cloudflare:workers"`).
+    #[wasm_bindgen(thread_local_v2, js_name = env)]
+    static WORKERS_ENV: JsValue;
+}
+
+/// Gives the clients made from now on the Worker's `env`, whose Durable
+/// Object namespace `EDGELOCK_LOCKS` the `durable-object` backend uses.
+/// Without it they read the runtime's own (`cloudflare:workers`' `env`).
+pub fn use_env(env: &JsValue) {
+    ENV.with(|e| *e.borrow_mut() = Some(env.clone()));
+}
+
+fn worker_env() -> Option<JsValue> {
+    ENV.with(|e| e.borrow().clone())
+        .or_else(|| Some(WORKERS_ENV.with(JsValue::clone)))
+        .filter(|env| env.is_object())
+}
+
+/// The bindings object for `backend`: `{ <binding>: router }` for a
+/// `durable-object` backend reached by binding, else none.
+fn bindings_for(
+    backend: &BackendSpec,
+    count: &Rc<Cell<u32>>,
+) -> Result<Option<JsValue>, LockError> {
+    let BackendSpec::DurableObject(c) = backend else {
+        return Ok(None);
+    };
+    let DurableEndpoint::Binding(name) = &c.endpoint else {
+        return Ok(None);
+    };
+    let namespace = worker_env()
+        .and_then(|env| Reflect::get(&env, &JsValue::from_str(name)).ok())
+        .filter(|ns| ns.is_object());
+    let Some(namespace) = namespace else {
+        return Err(LockError::invalid(format!(
+            "the durable-object backend needs the Durable Object namespace binding {name} (see wrangler.toml)"
+        )));
+    };
+    let bindings = Object::new();
+    Reflect::set(
+        &bindings,
+        &JsValue::from_str(name),
+        &lock_router(namespace, count.clone()),
+    )
+    .map_err(|_| LockError::internal("could not build the bindings object"))?;
+    Ok(Some(bindings.into()))
+}
+
+/// `{ fetch(url, init) }` sending each request to the object of `namespace`
+/// named by the URL's `name` query parameter (the lock's name, as the core
+/// encodes it), counted in `count`.
+fn lock_router(namespace: JsValue, count: Rc<Cell<u32>>) -> JsValue {
+    let fetch = Closure::<dyn FnMut(JsValue, JsValue) -> Result<JsValue, JsValue>>::new(
+        move |url: JsValue, init: JsValue| {
+            let url_text = url.as_string().unwrap_or_default();
+            let query = url_text.split_once('?').map_or("", |(_, q)| q);
+            let encoded = query
+                .split('&')
+                .find_map(|kv| kv.strip_prefix("name="))
+                .ok_or_else(|| JsValue::from(js_sys::Error::new("no lock name in the request")))?;
+            let name = js_sys::decode_uri_component(encoded)?;
+            let call =
+                |target: &JsValue, method: &str, arg: &JsValue| -> Result<JsValue, JsValue> {
+                    let f: Function =
+                        Reflect::get(target, &JsValue::from_str(method))?.dyn_into()?;
+                    f.call1(target, arg)
+                };
+            let id = call(&namespace, "idFromName", &name.into())?;
+            let stub = call(&namespace, "get", &id)?;
+            let fetch: Function = Reflect::get(&stub, &JsValue::from_str("fetch"))?.dyn_into()?;
+            count.set(count.get().saturating_add(1));
+            fetch.call2(&stub, &url, &init)
+        },
+    );
+    let router = Object::new();
+    let _ = Reflect::set(&router, &JsValue::from_str("fetch"), &fetch.into_js_value());
+    router.into()
+}
+
 impl LockClient {
     /// `budget`: subrequests the lock may use in this invocation.
     pub fn new(config: &Config, budget: u32) -> Result<LockClient, LockError> {
@@ -48,7 +141,8 @@ impl LockClient {
         let machine = Box::new(Budgeted::new(inner, budget, reserve));
         let fetches = Rc::new(Cell::new(0));
         let fetch = counting_fetch(fetches.clone())?;
-        let driver = Driver::new(machine, Some(fetch), None)?;
+        let bindings = bindings_for(&config.backend, &fetches)?;
+        let driver = Driver::new(machine, Some(fetch), bindings)?;
         Ok(LockClient { driver, fetches })
     }
 

@@ -3,7 +3,7 @@
 //!
 //! | binding | meaning |
 //! |---|---|
-//! | `EDGELOCK_BACKEND` | `etcd`, `redis` or `redlock` |
+//! | `EDGELOCK_BACKEND` | `etcd`, `redis`, `redlock` or `durable-object` (the lock service of this Worker's Durable Object namespace `EDGELOCK_LOCKS`, reached through a router that picks the object by name, see [`super::client`]) |
 //! | `EDGELOCK_ETCD_ENDPOINTS` | etcd gateway URLs, comma-separated |
 //! | `EDGELOCK_ETCD_AUTHORIZATION` | secret: `Authorization` header for etcd (optional) |
 //! | `EDGELOCK_ETCD_USER`, `EDGELOCK_ETCD_PASSWORD` | etcd authentication: user name, and the password as a secret (tokens are fetched and renewed by the client) |
@@ -26,6 +26,7 @@
 //! ever puts a value of a token binding into a message.
 
 use super::auth::AccessPolicy;
+use crate::core::durable::{DurableConfig, DurableEndpoint};
 use crate::core::etcd::EtcdConfig;
 use crate::core::redis::{RedisConfig, RedisNode, RedlockConfig};
 use crate::core::{BackendSpec, LockError, LockKind, MAX_PERMITS};
@@ -38,8 +39,14 @@ pub fn cleanup_requests(backend: &BackendSpec) -> u32 {
         BackendSpec::Etcd(_) => 2,
         BackendSpec::Redis(_) => 1,
         BackendSpec::Redlock(c) => c.nodes.len() as u32,
+        // One owner-checked release of the lock's object.
+        BackendSpec::DurableObject(_) => 1,
     }
 }
+
+/// The Durable Object namespace binding the `durable-object` backend uses
+/// (declared in `wrangler.toml`).
+pub const LOCKS_BINDING: &str = "EDGELOCK_LOCKS";
 
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -221,9 +228,19 @@ impl Config {
                     max_subscriptions.unwrap_or(workers_max_subscriptions(cfg.nodes.len()));
                 BackendSpec::Redlock(cfg)
             }
+            "durable-object" => {
+                let mut cfg = DurableConfig::new(DurableEndpoint::Binding(LOCKS_BINDING.into()));
+                if let Some(t) = ttl {
+                    cfg.ttl_ms = t;
+                }
+                if let Some(t) = timeout {
+                    cfg.request_timeout_ms = t;
+                }
+                BackendSpec::DurableObject(cfg)
+            }
             _ => {
                 return Err(LockError::invalid(
-                    "EDGELOCK_BACKEND must be etcd, redis or redlock",
+                    "EDGELOCK_BACKEND must be etcd, redis, redlock or durable-object",
                 ))
             }
         };

@@ -5,6 +5,7 @@ use std::io::Write;
 use std::process::{Child, Command, ExitStatus};
 use std::time::{Duration, Instant};
 
+use edgelock::core::durable::{DurableConfig, DurableEndpoint};
 use edgelock::core::redis::{RedisConfig, RedisNode, RedlockConfig};
 use edgelock::core::{
     AcquireOptions, BackendSpec, Holder, LockHandle, LockKind, LockStatus, Wait, MAX_PERMITS,
@@ -83,8 +84,13 @@ OPTIONS:
                       upstash+http(s)://HOST:PORT or a bare http(s):// URL
                       (Upstash REST; the token comes from --token or
                       $EDGELOCK_REDIS_TOKEN / $UPSTASH_REDIS_REST_TOKEN)
-    --token T         Upstash bearer token (prefer the environment variable:
-                      arguments are visible to other local users)
+    --durable-object URL
+                      the edgelock Worker's lock service, by its base URL
+                      (https://WORKER/lock); the bearer token comes from
+                      --token or $EDGELOCK_API_TOKEN; exclusive locks only
+    --token T         Upstash (or lock service) bearer token (prefer the
+                      environment variable: arguments are visible to other
+                      local users)
     --etcd-user U     etcd authentication as user U; the password comes from
                       $EDGELOCK_ETCD_PASSWORD (never an argument); tokens are
                       renewed when etcd says they expired
@@ -258,6 +264,8 @@ enum Backend {
     Etcd(Vec<String>),
     /// One node: the single-node lock; several: Redlock.
     Redis(Vec<String>),
+    /// The Durable Object lock service, by its base URL.
+    DurableObject(String),
 }
 
 struct Options {
@@ -326,9 +334,19 @@ fn parse(args: &[String], cmd: Cmd) -> Result<Options, Exit> {
             Ok(v)
         };
         match flag {
+            "--durable-object" => {
+                if backend.is_some() {
+                    return Err(Exit::usage(
+                        "give exactly one of --etcd / --redis / --durable-object, once",
+                    ));
+                }
+                backend = Some(Backend::DurableObject(value("a URL")?.trim().to_string()));
+            }
             "--etcd" | "--redis" => {
                 if backend.is_some() {
-                    return Err(Exit::usage("give exactly one of --etcd / --redis, once"));
+                    return Err(Exit::usage(
+                        "give exactly one of --etcd / --redis / --durable-object, once",
+                    ));
                 }
                 let urls: Vec<String> = value("a URL")?
                     .split(',')
@@ -377,7 +395,9 @@ fn parse(args: &[String], cmd: Cmd) -> Result<Options, Exit> {
             _ => return Err(Exit::usage(format!("unknown option {flag:?}"))),
         }
     }
-    let backend = backend.ok_or_else(|| Exit::usage("--etcd URL or --redis URL is required"))?;
+    let backend = backend.ok_or_else(|| {
+        Exit::usage("--etcd URL, --redis URL or --durable-object URL is required")
+    })?;
     if fair && !matches!(&backend, Backend::Redis(urls) if urls.len() == 1) {
         return Err(Exit::usage(
             "--fair needs exactly one --redis URL (the fair queue is a single-node lock)",
@@ -570,6 +590,22 @@ fn connect(o: &Options) -> Result<Client, Exit> {
             };
             Client::connect_with(spec, &ClientOptions::new().with_tls(o.tls.clone()))
                 .map_err(|e| Exit::lock(&e))
+        }
+        Backend::DurableObject(url) => {
+            let mut cfg = DurableConfig::new(DurableEndpoint::Url(url.clone()));
+            cfg.token = o
+                .token
+                .clone()
+                .or_else(|| std::env::var("EDGELOCK_API_TOKEN").ok());
+            if let Some(t) = o.ttl_ms {
+                cfg.ttl_ms = t;
+                cfg.request_timeout_ms = cfg.request_timeout_ms.min(t / 2).max(1);
+            }
+            Client::connect_with(
+                BackendSpec::DurableObject(cfg),
+                &ClientOptions::new().with_tls(o.tls.clone()),
+            )
+            .map_err(|e| Exit::lock(&e))
         }
     }
 }

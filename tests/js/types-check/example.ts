@@ -1,7 +1,7 @@
 // Type-checked (tsc --noEmit, strict, skipLibCheck off) against the installed
 // package's declarations; never run. Lines marked @ts-expect-error must fail
 // to type-check, so the declarations are known to reject misuse.
-import { EtcdLocks, RedisLocks, Redlock, LockError, MAX_PERMITS, MAX_CAMPAIGN_VALUE, MAX_ACQUIRE_ALL } from "edgelock";
+import { EtcdLocks, RedisLocks, Redlock, DurableObjectLocks, lockServiceRouter, LockError, MAX_PERMITS, MAX_CAMPAIGN_VALUE, MAX_ACQUIRE_ALL } from "edgelock";
 import type { Leader, Leadership, LeadershipHandleJSON, Lock, LockClient, LockErrorCode, LockHandleJSON, LockHolder, LockMode, LockSet, LockStatus, PermitLock } from "edgelock";
 
 async function etcdExample(): Promise<bigint> {
@@ -158,4 +158,21 @@ async function electionExample(client: LockClient): Promise<string> {
   return me.value;
 }
 
-export { electionExample, etcdExample, requestExample, kindsExample, redisExamples, errorExample, misuse };
+async function durableObjectExample(namespace: { idFromName(name: string): { toString(): string }; get(id: { toString(): string }): { fetch(input: string, init?: unknown): Promise<unknown> } }): Promise<bigint> {
+  const byUrl = new DurableObjectLocks({ url: "https://jobs.example.workers.dev/lock", token: "t", ttlMs: 5_000, requestTimeoutMs: 2_000, autoExtend: true });
+  const lock: Lock = await byUrl.acquire("reports", { waitMs: 30_000 });
+  const handle: LockHandleJSON = lock.toJSON();
+  const backend: "etcd" | "redis" | "redlock" | "durable-object" = handle.backend;
+  await lock.release();
+  const inWorker = new DurableObjectLocks({ binding: "LOCKS", bindings: { LOCKS: lockServiceRouter(namespace) } });
+  const maybe: Lock | null = await inWorker.tryAcquire("reports");
+  // @ts-expect-error url and binding exclude each other
+  new DurableObjectLocks({ url: "https://x/lock", binding: "LOCKS" });
+  // @ts-expect-error one of url and binding is required
+  new DurableObjectLocks({ token: "t" });
+  await byUrl.close();
+  void backend; void maybe;
+  return lock.fencingToken;
+}
+
+export { electionExample, etcdExample, requestExample, kindsExample, redisExamples, errorExample, misuse, durableObjectExample };
