@@ -23,6 +23,13 @@ else
   bash scripts/build-worker.sh
 fi
 
+# The npm package's own tests in workerd (tests/worker/durable_backend.test.mjs)
+# need pkg/; the README test command has built it already (scripts/test-js.sh).
+if [ ! -f pkg/package.json ]; then
+  echo "== building the npm package (pkg/ is missing)"
+  bash scripts/build-pkg.sh
+fi
+
 echo "== devtools (testenv: etcd / redis-server / webdis / Upstash gateway / fenced resource)"
 cargo build --quiet -p edgelock-devtools --bins
 

@@ -9,7 +9,7 @@
 // (for the fenced resource only).
 
 import assert from 'node:assert/strict';
-import { cpSync, existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { cpSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { Miniflare } from 'miniflare';
 import path from 'node:path';
@@ -119,7 +119,7 @@ describe('job coordinator on the durable-object backend', { timeout: 180_000 }, 
 
 const pkgEntry = path.join(repoRoot, 'pkg', 'index.node.mjs');
 
-describe('the npm package reaches the service by URL through the front', { timeout: 120_000, skip: !existsSync(pkgEntry) && 'pkg/ is missing: run scripts/build-pkg.sh' }, () => {
+describe('the npm package reaches the service by URL through the front', { timeout: 120_000 }, () => {
   let w;
   let base;
   let DurableObjectLocks;
@@ -264,7 +264,7 @@ export default {
 };
 `;
 
-describe('the npm package inside a Worker, through lockServiceRouter', { timeout: 120_000, skip: !existsSync(pkgEntry) && 'pkg/ is missing: run scripts/build-pkg.sh' }, () => {
+describe('the npm package inside a Worker, through lockServiceRouter', { timeout: 120_000 }, () => {
   let mf;
   let dir;
   before(async () => {
