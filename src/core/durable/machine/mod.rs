@@ -457,6 +457,7 @@ impl LockMachine for DurableMachine {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             kinds: Capabilities::EXCLUSIVE_ONLY,
+            atomic_sets: false,
         }
     }
 
