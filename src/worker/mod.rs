@@ -23,6 +23,7 @@
 pub mod auth;
 pub mod client;
 pub mod config;
+pub mod d1;
 pub mod job;
 pub mod lock_object;
 pub mod routes;
