@@ -169,7 +169,7 @@ pub fn results(
 type Row = serde_json::Map<String, Value>;
 
 /// At most one row (the statements select by primary key).
-fn single<'a>(r: &'a StatementResult) -> Result<Option<&'a Row>, AnswerError> {
+fn single(r: &StatementResult) -> Result<Option<&Row>, AnswerError> {
     match r.rows.as_slice() {
         [] => Ok(None),
         [row] => Ok(Some(row)),
