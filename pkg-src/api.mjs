@@ -654,10 +654,15 @@ export function d1Binding(db) {
   return {
     async fetch(_input, init) {
       const secrets = [];
+      let statements;
       try {
         let body = init?.body;
         if (typeof body !== "string") body = new TextDecoder().decode(body);
-        const { statements } = JSON.parse(body);
+        ({ statements } = JSON.parse(body));
+      } catch {
+        return answer(400, { error: "the request body is not a JSON batch" });
+      }
+      try {
         if (!Array.isArray(statements) || statements.length === 0 || statements.length > 16) {
           return answer(400, { error: "`statements` must be an array of 1..=16 statements" });
         }

@@ -173,6 +173,22 @@ describe('job coordinator on the d1 backend', { timeout: 240_000 }, () => {
     const done = await w.call(null, 'POST', `/jobs/${job}/finish`, { handle: held.body.handle });
     assert.equal(done.status, 200, done.text);
   });
+
+  test('the table is persisted: tokens keep increasing across a restart of workerd', async () => {
+    const job = uniq('restart');
+    const before = await w.call(null, 'POST', `/jobs/${job}/run`);
+    assert.equal(before.status, 200, before.text);
+    await w.dispose();
+    w = await startWorkers(
+      { main: { EDGELOCK_BACKEND: 'd1', EDGELOCK_FENCED_URL: env.fenced_url, EDGELOCK_JOB_MS: '20' } },
+      { d1: true, persistDir: dir },
+    );
+    db = await w.mf.getD1Database('EDGELOCK_D1');
+    assert.equal((await row(job)).version, Number(before.body.token));
+    const after = await w.call(null, 'POST', `/jobs/${job}/run`);
+    assert.equal(after.status, 200, after.text);
+    assert.equal(BigInt(after.body.token), BigInt(before.body.token) + 1n);
+  });
 });
 
 const pkgEntry = path.join(repoRoot, 'pkg', 'index.node.mjs');
@@ -185,6 +201,15 @@ import { D1Locks, d1Binding } from "./edgelock/index.workerd.mjs";
 export default {
   async fetch(request, env) {
     const name = new URL(request.url).searchParams.get("name");
+    if (name === null) {
+      // d1Binding's own answers: a D1 error without the bound values, and garbage refused.
+      const binding = d1Binding(env.DB);
+      const post = (body) => binding.fetch("https://DB.binding/d1/batch", { method: "POST", body });
+      const failed = await post(JSON.stringify({ statements: [{ sql: "SELECT zz_secret_zz FROM sqlite_master WHERE name = ?1", params: ["zz_secret_zz"] }] }));
+      const garbage = await post("{");
+      const empty = await post(JSON.stringify({ statements: [] }));
+      return Response.json({ failed: [failed.status, await failed.text()], garbage: garbage.status, empty: empty.status });
+    }
     const options = { binding: "DB", bindings: { DB: d1Binding(env.DB) }, table: "app_locks" };
     const a = new D1Locks(options);
     const b = new D1Locks(options);
@@ -254,5 +279,17 @@ describe('the npm package inside a Worker, through d1Binding', { timeout: 120_00
     assert.equal(r.heldWhileSecond, true);
     assert.equal(r.backend, 'd1');
     assert.equal(r.refused, 'INVALID_ARGUMENT');
+  });
+
+  test('d1Binding answers a D1 error without the bound values, and refuses garbage', async () => {
+    const res = await mf.dispatchFetch('http://app.test/');
+    const text = await res.text();
+    assert.equal(res.status, 200, text);
+    const r = JSON.parse(text);
+    assert.equal(r.failed[0], 500, text);
+    assert.ok(JSON.parse(r.failed[1]).error.length > 0, text);
+    assert.ok(!r.failed[1].includes('zz_secret_zz'), text);
+    assert.equal(r.garbage, 400, text);
+    assert.equal(r.empty, 400, text);
   });
 });
