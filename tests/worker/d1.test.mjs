@@ -225,6 +225,36 @@ export default {
       await second.release();
       let refused = null;
       try { await a.acquire(name, { mode: "shared" }); } catch (e) { refused = e.code; }
+
+      // A retried acquire batch (sent twice, as a retry after a lost answer
+      // would) grants once: the version is not bumped by the same owner.
+      const inner = d1Binding(env.DB);
+      const text = (init) => new TextDecoder().decode(init.body);
+      const twice = { async fetch(url, init) {
+        if (text(init).includes("INSERT INTO")) await (await inner.fetch(url, init)).text();
+        return inner.fetch(url, init);
+      } };
+      const c = new D1Locks({ binding: "DB", bindings: { DB: twice }, table: "app_locks" });
+      const retried = await c.acquire(name + "/retry");
+      const retriedStatus = await a.status(name + "/retry");
+      await retried.release();
+      await c.close();
+
+      // A late release: its batch reaches D1 only after the lease ran out
+      // and the next holder took the lock; it changes nothing for them.
+      const slow = { async fetch(url, init) {
+        if (text(init).includes("SET owner = NULL")) await new Promise((r) => setTimeout(r, 700));
+        return inner.fetch(url, init);
+      } };
+      const d = new D1Locks({ binding: "DB", bindings: { DB: slow }, table: "app_locks", ttlMs: 300, autoExtend: false });
+      const lateName = name + "/late";
+      const stale = await d.acquire(lateName);
+      const releasing = stale.release().catch((e) => e.code);
+      const next = await b.acquire(lateName, { waitMs: 5000 });
+      await releasing;
+      const afterLate = await a.status(lateName);
+      await next.release();
+      await d.close();
       return Response.json({
         first: String(first.fencingToken),
         busy: busy === null,
@@ -233,6 +263,12 @@ export default {
         heldWhileSecond: status.held,
         backend: second.toJSON().backend,
         refused,
+        retried: String(retried.fencingToken),
+        retriedStatus: String(retriedStatus.fencingToken),
+        stale: String(stale.fencingToken),
+        next: String(next.fencingToken),
+        lateHeld: afterLate.held,
+        lateToken: String(afterLate.fencingToken),
       });
     } catch (e) {
       return Response.json({ error: String(e && e.message), code: e && e.code }, { status: 500 });
@@ -279,6 +315,12 @@ describe('the npm package inside a Worker, through d1Binding', { timeout: 120_00
     assert.equal(r.heldWhileSecond, true);
     assert.equal(r.backend, 'd1');
     assert.equal(r.refused, 'INVALID_ARGUMENT');
+    assert.equal(r.retried, '1', `a retried acquire batch grants version 1 once: ${text}`);
+    assert.equal(r.retriedStatus, '1', text);
+    assert.equal(r.stale, '1', text);
+    assert.equal(r.next, '2', text);
+    assert.equal(r.lateHeld, true, `the late release left the next holder alone: ${text}`);
+    assert.equal(r.lateToken, '2', text);
   });
 
   test('d1Binding answers a D1 error without the bound values, and refuses garbage', async () => {
