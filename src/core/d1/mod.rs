@@ -24,7 +24,9 @@
 //! from outside a Worker here.
 //!
 //! Layout: `sql` (the statements), `codec` (request bodies and strict
-//! answer parsing), `machine` (the [`LockMachine`](crate::core::LockMachine)).
+//! answer parsing), `machine` (the [`LockMachine`](crate::core::LockMachine):
+//! its state, batches and user operations), `machine/answers` (what each
+//! answer does).
 
 pub mod codec;
 mod machine;
