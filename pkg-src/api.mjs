@@ -628,6 +628,66 @@ export class DurableObjectLocks extends LockClient {
 }
 
 /**
+ * Locks as lease rows in a Cloudflare D1 table (`edgelock_locks`, created
+ * on first use): `{ binding, bindings: { [binding]: d1Binding(env.DB) } }`
+ * inside a Worker (D1 is reachable from a Worker only). The fencing token
+ * is the row's version. Exclusive locks only.
+ */
+export class D1Locks extends LockClient {
+  constructor(options) {
+    super(INTERNAL, construct("d1", options, "D1Locks"));
+  }
+}
+
+/**
+ * A binding over a D1 database for `D1Locks`: each request's
+ * `{"statements":[{"sql","params"}]}` runs as one `db.batch(…)` (one
+ * transaction), answered `{"results":[{"rows","changes"}]}`, or 500 with
+ * D1's message (bound values cut out of it).
+ */
+export function d1Binding(db) {
+  if (db === null || typeof db !== "object" || typeof db.prepare !== "function" || typeof db.batch !== "function") {
+    throw invalid("d1Binding needs a D1 database (an object with prepare() and batch())");
+  }
+  const answer = (status, value) =>
+    new Response(JSON.stringify(value), { status, headers: { "content-type": "application/json" } });
+  return {
+    async fetch(_input, init) {
+      const secrets = [];
+      let statements;
+      try {
+        let body = init?.body;
+        if (typeof body !== "string") body = new TextDecoder().decode(body);
+        ({ statements } = JSON.parse(body));
+      } catch {
+        return answer(400, { error: "the request body is not a JSON batch" });
+      }
+      try {
+        if (!Array.isArray(statements) || statements.length === 0 || statements.length > 16) {
+          return answer(400, { error: "`statements` must be an array of 1..=16 statements" });
+        }
+        const prepared = statements.map((s) => {
+          const params = Array.isArray(s?.params) ? s.params : [];
+          for (const p of params) if (typeof p === "string") secrets.push(p);
+          return db.prepare(String(s?.sql)).bind(...params);
+        });
+        const results = await db.batch(prepared);
+        return answer(200, {
+          results: results.map((r) => ({
+            rows: Array.isArray(r?.results) ? r.results : [],
+            changes: r?.meta?.changes ?? 0,
+          })),
+        });
+      } catch (e) {
+        let message = String(e?.message ?? e ?? "D1 failed");
+        for (const s of secrets) if (s) message = message.split(s).join("…");
+        return answer(500, { error: message.slice(0, 500) });
+      }
+    },
+  };
+}
+
+/**
  * A binding over a Durable Object namespace of the lock service, for use
  * inside a Worker: each request goes to `namespace.get(namespace.idFromName(name))`
  * of its `name` query parameter.

@@ -91,7 +91,7 @@ export interface RequestOptions extends AcquireOptions {
 /** What `lock.toJSON()` returns: enough for another process to resume the lock. Contains the owner credential. */
 export interface LockHandleJSON {
   v: number;
-  backend: "etcd" | "redis" | "redlock" | "durable-object";
+  backend: "etcd" | "redis" | "redlock" | "durable-object" | "d1";
   name: string;
   key: string;
   owner: string;
@@ -524,6 +524,76 @@ export declare function lockServiceRouter(namespace: DurableObjectNamespaceLike)
 export declare class DurableObjectLocks implements LockClient {
   /** Throws LockError `INVALID_ARGUMENT` synchronously for invalid options (a bad URL, `url` and `binding` both or neither). */
   constructor(options: DurableObjectLocksOptions);
+  /** A permit of a semaphore of `opts.limit` (at most `limit` holders at once). */
+  acquire(name: string, opts: AcquireOptions & PermitOptions): Promise<PermitLock>;
+  acquire(name: string, opts?: AcquireOptions & KindOptions): Promise<Lock>;
+  tryAcquire(name: string, opts: TryAcquireOptions & PermitOptions): Promise<PermitLock | null>;
+  tryAcquire(name: string, opts?: TryAcquireOptions & KindOptions): Promise<Lock | null>;
+  request<T>(name: string, callback: (lock: Lock) => Promise<T> | T): Promise<T>;
+  request<T>(name: string, opts: RequestOptions & PermitOptions & { ifAvailable: true }, callback: (lock: PermitLock | null) => Promise<T> | T): Promise<T>;
+  request<T>(name: string, opts: RequestOptions & PermitOptions, callback: (lock: PermitLock | null) => Promise<T> | T): Promise<T>;
+  request<T>(name: string, opts: RequestOptions & KindOptions & { ifAvailable: true }, callback: (lock: Lock | null) => Promise<T> | T): Promise<T>;
+  request<T>(name: string, opts: RequestOptions & KindOptions, callback: (lock: Lock | null) => Promise<T> | T): Promise<T>;
+  /** Who holds `name` (with modes and slots) and who waits for it. */
+  status(name: string): Promise<LockStatus>;
+  /** Waits until this client leads the election `name` (FIFO on etcd), announcing `value`. */
+  campaign(name: string, value: string, opts?: CampaignOptions): Promise<Leadership>;
+  /** The current leader of `name`, or `null` when nobody leads. */
+  leader(name: string): Promise<Leader | null>;
+  /** The current leader first, then every change (another leader, a new value, nobody), until `signal` aborts or the loop is left. */
+  observe(name: string, opts?: ObserveOptions): AsyncIterable<Leader | null>;
+  /** Holds every name or none (taken in a canonical order: no deadlock between overlapping sets). */
+  acquireAll(names: string[], opts: AcquireAllOptions & { ifAvailable: true }): Promise<LockSet | null>;
+  acquireAll(names: string[], opts?: AcquireAllOptions): Promise<LockSet>;
+  resume(handle: LeadershipHandleJSON): Promise<Leadership>;
+  /** Re-enters an exclusive lock by proof of ownership (a held Lock or its `toJSON()` handle, of any process): the backend counts one more hold, same fencing token; freed when every hold is released. Redlock: `INVALID_ARGUMENT`. */
+  reenter(held: Lock | LockHandleJSON | string): Promise<Lock>;
+  resume(handle: LockHandleJSON | string): Promise<Lock>;
+  close(): Promise<void>;
+  [Symbol.asyncDispose](): Promise<void>;
+}
+
+/** Options of `D1Locks`. */
+export interface D1LocksOptions {
+  /** The name of a binding in `bindings` (inside a Worker: `d1Binding(env.DB)`). */
+  binding: string;
+  /** Named bindings (objects with a `fetch(url, init)` method) that `binding` names. */
+  bindings: Record<string, { fetch(input: string, init?: unknown): Promise<unknown> }>;
+  /** The lock table, an SQL identifier (default `edgelock_locks`, created on first use). */
+  table?: string;
+  /** Default lease (default 10000). */
+  ttlMs?: number;
+  /** Per-request timeout (default 5000). */
+  requestTimeoutMs?: number;
+  /** Renew held locks at TTL/3 until released (default true). */
+  autoExtend?: boolean;
+  /** Longest pause between a waiter's attempts (default 250; the holder's remaining lease when shorter). */
+  retryDelayMs?: number;
+  /** Random extra pause between attempts, 0..=retryJitterMs (default 100). */
+  retryJitterMs?: number;
+}
+
+/** A D1 database, as a Worker's `env` holds it (only what `d1Binding` uses). */
+export interface D1DatabaseLike {
+  prepare(sql: string): { bind(...values: unknown[]): unknown };
+  batch(statements: unknown[]): Promise<Array<{ results?: unknown[]; meta?: { changes?: number } }>>;
+}
+
+/**
+ * A binding over a D1 database for `D1Locks({ binding, bindings: { [binding]: d1Binding(env.DB) } })`:
+ * each request runs as one `db.batch(…)` (one transaction).
+ */
+export declare function d1Binding(db: D1DatabaseLike): { fetch(input: string, init?: unknown): Promise<unknown> };
+
+/**
+ * Locks as lease rows in a D1 table (owner, expiry, version as fencing
+ * token), inside a Worker. Exclusive locks only: `mode`/`limit`, elections
+ * and `reenter` reject with `INVALID_ARGUMENT`; `acquireAll` takes the
+ * names one at a time.
+ */
+export declare class D1Locks implements LockClient {
+  /** Throws LockError `INVALID_ARGUMENT` synchronously for invalid options (no `binding`, a bad `table`, unknown fields). */
+  constructor(options: D1LocksOptions);
   /** A permit of a semaphore of `opts.limit` (at most `limit` holders at once). */
   acquire(name: string, opts: AcquireOptions & PermitOptions): Promise<PermitLock>;
   acquire(name: string, opts?: AcquireOptions & KindOptions): Promise<Lock>;

@@ -15,4 +15,4 @@ initSync({ module: wasmModule });
 // A nested request() of a held name re-enters (see api.mjs).
 useAsyncLocalStorage(AsyncLocalStorage);
 
-export { EtcdLocks, RedisLocks, Redlock, DurableObjectLocks, lockServiceRouter, LockError, MAX_PERMITS, MAX_CAMPAIGN_VALUE, MAX_ACQUIRE_ALL } from "./api.mjs";
+export { EtcdLocks, RedisLocks, Redlock, DurableObjectLocks, lockServiceRouter, D1Locks, d1Binding, LockError, MAX_PERMITS, MAX_CAMPAIGN_VALUE, MAX_ACQUIRE_ALL } from "./api.mjs";

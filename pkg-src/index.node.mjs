@@ -47,4 +47,4 @@ export class DurableObjectLocks extends AnyDurableObjectLocks {
   }
 }
 
-export { LockError, lockServiceRouter, MAX_PERMITS, MAX_CAMPAIGN_VALUE, MAX_ACQUIRE_ALL } from "./api.mjs";
+export { LockError, lockServiceRouter, D1Locks, d1Binding, MAX_PERMITS, MAX_CAMPAIGN_VALUE, MAX_ACQUIRE_ALL } from "./api.mjs";

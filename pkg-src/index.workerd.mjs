@@ -41,4 +41,4 @@ export class Redlock extends AnyRedlock {
   }
 }
 
-export { EtcdLocks, DurableObjectLocks, lockServiceRouter, LockError, MAX_PERMITS, MAX_CAMPAIGN_VALUE, MAX_ACQUIRE_ALL } from "./api.mjs";
+export { EtcdLocks, DurableObjectLocks, lockServiceRouter, D1Locks, d1Binding, LockError, MAX_PERMITS, MAX_CAMPAIGN_VALUE, MAX_ACQUIRE_ALL } from "./api.mjs";

@@ -17,6 +17,7 @@ use serde_json::Value;
 
 use crate::core::json_fields::{string_item, Fields};
 
+use crate::core::d1::{D1Config, D1Machine};
 use crate::core::durable::{DurableConfig, DurableEndpoint, DurableMachine};
 use crate::core::etcd::{Authenticated, EtcdAuth, EtcdConfig, EtcdMachine};
 use crate::core::redis::{
@@ -37,6 +38,8 @@ pub enum BackendSpec {
     Redlock(RedlockConfig),
     /// The Durable Object lock service (`docs/lock-service-api.md`).
     DurableObject(DurableConfig),
+    /// A lease row in a Cloudflare D1 table (`src/core/d1`).
+    D1(D1Config),
 }
 
 impl BackendSpec {
@@ -47,6 +50,7 @@ impl BackendSpec {
             BackendSpec::Redis(_) => BackendKind::Redis,
             BackendSpec::Redlock(_) => BackendKind::Redlock,
             BackendSpec::DurableObject(_) => BackendKind::DurableObject,
+            BackendSpec::D1(_) => BackendKind::D1,
         }
     }
 
@@ -70,6 +74,7 @@ impl BackendSpec {
                 json,
                 DurableOptions::read,
             )?),
+            BackendKind::D1 => BackendSpec::D1(parse("d1 options", json, D1Options::read)?),
         })
     }
 
@@ -82,6 +87,7 @@ impl BackendSpec {
             BackendSpec::Redis(c) => serde_json::to_string(&RedisOptions::from_config(c)),
             BackendSpec::Redlock(c) => serde_json::to_string(&RedlockOptions::from_config(c)),
             BackendSpec::DurableObject(c) => serde_json::to_string(&DurableOptions::from_config(c)),
+            BackendSpec::D1(c) => serde_json::to_string(&D1Options::from_config(c)),
         };
         // Plain strings, numbers and booleans: serialising cannot fail.
         json.unwrap_or_default()
@@ -111,6 +117,7 @@ impl BackendSpec {
             BackendSpec::Redis(cfg) => Box::new(RedisMachine::new(cfg, entropy)?),
             BackendSpec::Redlock(cfg) => Box::new(RedlockMachine::new(cfg, entropy)?),
             BackendSpec::DurableObject(cfg) => Box::new(DurableMachine::new(cfg, entropy)?),
+            BackendSpec::D1(cfg) => Box::new(D1Machine::new(cfg, entropy)?),
         };
         Ok(Box::new(MultiLock::new(machine)))
     }
@@ -122,6 +129,7 @@ impl BackendSpec {
             BackendSpec::Redis(c) => vec![c.node.url.as_str()],
             BackendSpec::Redlock(c) => c.nodes.iter().map(|n| n.url.as_str()).collect(),
             BackendSpec::DurableObject(c) => c.url().into_iter().collect(),
+            BackendSpec::D1(_) => Vec::new(),
         }
     }
 }
@@ -486,6 +494,50 @@ impl DurableOptions {
             ttl_ms: c.ttl_ms,
             request_timeout_ms: c.request_timeout_ms,
             auto_extend: c.auto_extend,
+        }
+    }
+}
+
+/// `{ binding, table, ttlMs, requestTimeoutMs, autoExtend, retryDelayMs,
+/// retryJitterMs }` (`binding` required).
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct D1Options {
+    binding: String,
+    table: String,
+    ttl_ms: u64,
+    request_timeout_ms: u64,
+    auto_extend: bool,
+    retry_delay_ms: u64,
+    retry_jitter_ms: u64,
+}
+
+impl D1Options {
+    fn read(v: &Value) -> Result<D1Config, String> {
+        let f = Fields::new(v)?;
+        let binding = f
+            .opt_str("binding")?
+            .ok_or_else(|| "`binding` is required".to_string())?;
+        let mut cfg = D1Config::new(binding);
+        set(&mut cfg.table, f.opt_str("table")?);
+        set(&mut cfg.ttl_ms, f.opt_u64("ttlMs")?);
+        set(&mut cfg.request_timeout_ms, f.opt_u64("requestTimeoutMs")?);
+        set(&mut cfg.auto_extend, f.opt_bool("autoExtend")?);
+        set(&mut cfg.retry_delay_ms, f.opt_u64("retryDelayMs")?);
+        set(&mut cfg.retry_jitter_ms, f.opt_u64("retryJitterMs")?);
+        f.finish()?;
+        Ok(cfg)
+    }
+
+    fn from_config(c: &D1Config) -> Self {
+        D1Options {
+            binding: c.binding.clone(),
+            table: c.table.clone(),
+            ttl_ms: c.ttl_ms,
+            request_timeout_ms: c.request_timeout_ms,
+            auto_extend: c.auto_extend,
+            retry_delay_ms: c.retry_delay_ms,
+            retry_jitter_ms: c.retry_jitter_ms,
         }
     }
 }

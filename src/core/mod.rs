@@ -6,6 +6,7 @@
 pub mod b64;
 pub mod backend;
 pub mod budget;
+pub mod d1;
 pub mod durable;
 pub mod error;
 pub mod etcd;

@@ -275,15 +275,18 @@ pub enum BackendKind {
     /// The Durable Object lock service (`docs/lock-service-api.md`).
     #[serde(rename = "durable-object")]
     DurableObject,
+    /// A lease row in a Cloudflare D1 (SQLite) table, reached by binding.
+    D1,
 }
 
 impl BackendKind {
     /// Every backend, in the order of [`BackendKind::as_str`]'s names.
-    pub const ALL: [BackendKind; 4] = [
+    pub const ALL: [BackendKind; 5] = [
         BackendKind::Etcd,
         BackendKind::Redis,
         BackendKind::Redlock,
         BackendKind::DurableObject,
+        BackendKind::D1,
     ];
 
     /// Lowercase name (`etcd`, `redis`, `redlock`, `durable-object`), as used
@@ -294,6 +297,7 @@ impl BackendKind {
             BackendKind::Redis => "redis",
             BackendKind::Redlock => "redlock",
             BackendKind::DurableObject => "durable-object",
+            BackendKind::D1 => "d1",
         }
     }
 
@@ -343,7 +347,7 @@ impl LockHandle {
         crate::core::backend::parse("lock handle", json, |v| {
             let f = crate::core::json_fields::Fields::new(v)?;
             let backend = BackendKind::ALL.map(BackendKind::as_str);
-            const KINDS: [BackendKind; 4] = BackendKind::ALL;
+            const KINDS: [BackendKind; BackendKind::ALL.len()] = BackendKind::ALL;
             let mode = f
                 .opt_choice("mode", &["exclusive", "shared", "permit", "leader"])?
                 .unwrap_or(0);

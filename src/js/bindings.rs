@@ -29,8 +29,8 @@ pub struct RawLocks {
 
 #[wasm_bindgen]
 impl RawLocks {
-    /// A client for `backend` ("etcd", "redis", "redlock" or
-    /// "durable-object") with its
+    /// A client for `backend` ("etcd", "redis", "redlock",
+    /// "durable-object" or "d1") with its
     /// `options_json` (see `BackendSpec::from_json`); `fetch`: the injected
     /// fetch, if any; `bindings`: an object of bindings requests may target.
     pub fn connect(
@@ -75,7 +75,7 @@ impl RawLocks {
         ERROR_CODES.iter().map(|c| JsValue::from_str(c)).collect()
     }
 
-    /// "etcd", "redis", "redlock" or "durable-object".
+    /// "etcd", "redis", "redlock", "durable-object" or "d1".
     pub fn backend(&self) -> String {
         self.driver.backend().as_str().to_string()
     }

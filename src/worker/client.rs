@@ -66,7 +66,7 @@ pub fn use_env(env: &JsValue) {
     ENV.with(|e| *e.borrow_mut() = Some(env.clone()));
 }
 
-fn worker_env() -> Option<JsValue> {
+pub(super) fn worker_env() -> Option<JsValue> {
     ENV.with(|e| e.borrow().clone())
         .or_else(|| Some(WORKERS_ENV.with(JsValue::clone)))
         .filter(|env| env.is_object())
@@ -78,6 +78,9 @@ fn bindings_for(
     backend: &BackendSpec,
     count: &Rc<Cell<u32>>,
 ) -> Result<Option<JsValue>, LockError> {
+    if let BackendSpec::D1(c) = backend {
+        return super::d1::bindings(&c.binding, count).map(Some);
+    }
     let BackendSpec::DurableObject(c) = backend else {
         return Ok(None);
     };

@@ -3,7 +3,7 @@
 //!
 //! | binding | meaning |
 //! |---|---|
-//! | `EDGELOCK_BACKEND` | `etcd`, `redis`, `redlock` or `durable-object` (the lock service of this Worker's Durable Object namespace `EDGELOCK_LOCKS`, reached through a router that picks the object by name, see [`super::client`]) |
+//! | `EDGELOCK_BACKEND` | `etcd`, `redis`, `redlock` or `durable-object` (the lock service of this Worker's Durable Object namespace `EDGELOCK_LOCKS`, reached through a router that picks the object by name, see [`super::client`]) or `d1` (a lease row in the table `edgelock_locks` of the D1 database bound as `EDGELOCK_D1`, see [`super::d1`]) |
 //! | `EDGELOCK_ETCD_ENDPOINTS` | etcd gateway URLs, comma-separated |
 //! | `EDGELOCK_ETCD_AUTHORIZATION` | secret: `Authorization` header for etcd (optional) |
 //! | `EDGELOCK_ETCD_USER`, `EDGELOCK_ETCD_PASSWORD` | etcd authentication: user name, and the password as a secret (tokens are fetched and renewed by the client) |
@@ -26,6 +26,7 @@
 //! ever puts a value of a token binding into a message.
 
 use super::auth::AccessPolicy;
+use crate::core::d1::D1Config;
 use crate::core::durable::{DurableConfig, DurableEndpoint};
 use crate::core::etcd::EtcdConfig;
 use crate::core::redis::{RedisConfig, RedisNode, RedlockConfig};
@@ -41,12 +42,17 @@ pub fn cleanup_requests(backend: &BackendSpec) -> u32 {
         BackendSpec::Redlock(c) => c.nodes.len() as u32,
         // One owner-checked release of the lock's object.
         BackendSpec::DurableObject(_) => 1,
+        // One owner-checked release batch.
+        BackendSpec::D1(_) => 1,
     }
 }
 
 /// The Durable Object namespace binding the `durable-object` backend uses
 /// (declared in `wrangler.toml`).
 pub const LOCKS_BINDING: &str = "EDGELOCK_LOCKS";
+
+/// The D1 database binding the `d1` backend uses (declared in `wrangler.toml`).
+pub const D1_BINDING: &str = "EDGELOCK_D1";
 
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -238,9 +244,19 @@ impl Config {
                 }
                 BackendSpec::DurableObject(cfg)
             }
+            "d1" => {
+                let mut cfg = D1Config::new(D1_BINDING);
+                if let Some(t) = ttl {
+                    cfg.ttl_ms = t;
+                }
+                if let Some(t) = timeout {
+                    cfg.request_timeout_ms = t;
+                }
+                BackendSpec::D1(cfg)
+            }
             _ => {
                 return Err(LockError::invalid(
-                    "EDGELOCK_BACKEND must be etcd, redis, redlock or durable-object",
+                    "EDGELOCK_BACKEND must be etcd, redis, redlock, durable-object or d1",
                 ))
             }
         };

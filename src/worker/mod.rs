@@ -10,6 +10,7 @@
 //! - [`auth`]: the bearer tokens every route requires;
 //! - [`client`]: one lock client per invocation (the npm package's JS driver,
 //!   the core machine wrapped in a subrequest [`Budgeted`](crate::core::budget::Budgeted));
+//! - [`d1`]: the `d1` backend's adapter over the D1 binding `EDGELOCK_D1`;
 //! - [`routes`]: the HTTP API and the job runs, on plain data;
 //! - [`job`]: the demo job writing to the fenced resource;
 //! - [`lock_object`]: the Durable Object lock service (`LockObject`,
@@ -23,6 +24,7 @@
 pub mod auth;
 pub mod client;
 pub mod config;
+pub mod d1;
 pub mod job;
 pub mod lock_object;
 pub mod routes;

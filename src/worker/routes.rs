@@ -220,7 +220,9 @@ pub async fn handle(cfg: &Config, call: &Call<'_>, invocation: &str) -> Reply {
             "maxSubscriptions": match &cfg.backend {
                 BackendSpec::Redis(c) => json!(c.max_subscriptions),
                 BackendSpec::Redlock(c) => json!(c.max_subscriptions),
-                BackendSpec::Etcd(_) | BackendSpec::DurableObject(_) => Value::Null,
+                BackendSpec::Etcd(_) | BackendSpec::DurableObject(_) | BackendSpec::D1(_) => {
+                    Value::Null
+                }
             },
             "routes": ["POST /jobs/:name/run", "POST /jobs/:name/start", "POST /jobs/:name/finish", "GET /locks/:name", "GET /leaders/:name", "POST /lock/v1/acquire|release|extend|resume|inspect?name="],
             "jobLimits": cfg.job_limits.iter().map(|(n, k)| (n.clone(), json!(limit_of(*k)))).collect::<serde_json::Map<_, _>>(),

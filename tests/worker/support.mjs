@@ -59,9 +59,11 @@ export const TEST_API_TOKEN = 'test-api-token-0123456789abcdef';
  * entry of `workers` ({ name: bindings }); the first is the entrypoint.
  * `lockObjects`: bind each worker's `LockObject` class (the lock service)
  * as EDGELOCK_LOCKS, SQLite-backed as wrangler.toml migrates it;
- * `persistDir`: keep Durable Object storage there.
+ * `persistDir`: keep Durable Object storage there;
+ * `d1`: bind a D1 database (one for all workers) as EDGELOCK_D1, stored
+ * under persistDir when given.
  */
-export async function startWorkers(workers, { lockObjects = false, persistDir = undefined } = {}) {
+export async function startWorkers(workers, { lockObjects = false, persistDir = undefined, d1 = false } = {}) {
   const script = path.join(buildDir, 'index.js');
   if (!existsSync(script)) throw new Error(`${script} is missing: run scripts/build-worker.sh first`);
   const mf = new Miniflare({
@@ -69,6 +71,7 @@ export async function startWorkers(workers, { lockObjects = false, persistDir = 
     // The lock service's Durable Objects (src/worker/lock_object), stored
     // under persistDir when given (kept across Miniflare instances).
     ...(persistDir === undefined ? {} : { durableObjectsPersist: persistDir }),
+    ...(d1 && persistDir !== undefined ? { d1Persist: persistDir } : {}),
     workers: Object.entries(workers).map(([name, bindings]) => ({
       name,
       modules: true,
@@ -79,6 +82,7 @@ export async function startWorkers(workers, { lockObjects = false, persistDir = 
       // A binding given as null is left unset (a Worker without that secret).
       bindings: Object.fromEntries(Object.entries({ EDGELOCK_API_TOKEN: TEST_API_TOKEN, ...bindings }).filter(([, v]) => v !== null)),
       ...(lockObjects ? { durableObjects: { EDGELOCK_LOCKS: { className: 'LockObject', useSQLite: true } } } : {}),
+      ...(d1 ? { d1Databases: { EDGELOCK_D1: 'edgelock-test-d1' } } : {}),
     })),
   });
   await mf.ready;

@@ -1,0 +1,373 @@
+//! The machine's answers: each kind of batch's answer, read strictly by the
+//! codec, turned into outcomes, held locks, losses and follow-up batches.
+
+use super::*;
+
+impl D1Machine {
+    // ---- answers ------------------------------------------------------------
+
+    pub(super) fn on_acquire(&mut self, now: Millis, op: OpId, sent_at: Millis, input: Answer) {
+        let Some(a) = self.acquires.get_mut(&op) else {
+            return;
+        };
+        a.request = None;
+        let (name, owner) = (a.name.clone(), a.owner.clone());
+        let answer = self.read(&name, &owner, &input, codec::parse_acquire);
+        match answer {
+            Ok(AcquireAnswer::Granted { token, pttl_ms }) => {
+                let Some(a) = self.acquires.remove(&op) else {
+                    return;
+                };
+                self.rt.timers.clear(Timer::Poll(op));
+                let ttl = pttl_ms.min(a.ttl);
+                let expires_at = codec::lease_validity(ttl)
+                    .map(|v| sent_at.saturating_add(v))
+                    .filter(|e| *e > now);
+                let Some(expires_at) = expires_at else {
+                    let req = Req::Release {
+                        op: None,
+                        lock: None,
+                    };
+                    self.send_release(now, &a.name, &a.owner, token, req);
+                    self.rt.out.fail(
+                        op,
+                        LockError::Backend {
+                            backend: BACKEND,
+                            name: a.name,
+                            status: None,
+                            message: "the grant arrived after its lease had ended (released again)"
+                                .into(),
+                        },
+                    );
+                    return;
+                };
+                let id = self.rt.out.lock_id();
+                let handle = LockHandle {
+                    v: 1,
+                    backend: BackendKind::D1,
+                    name: a.name.clone(),
+                    key: a.name.clone(),
+                    owner: a.owner.clone(),
+                    fencing_token: token,
+                    revision: token,
+                    kind: LockKind::Exclusive,
+                    slot: None,
+                };
+                let info = LockInfo {
+                    id,
+                    name: a.name.clone(),
+                    fencing_token: token,
+                    expires_at,
+                    handle,
+                };
+                let renew_at = sent_at + a.ttl / 3;
+                self.hold(
+                    Held {
+                        id,
+                        name: a.name,
+                        owner: a.owner,
+                        token,
+                        ttl: a.ttl,
+                        expires_at,
+                        renew: self.cfg.auto_extend,
+                        renewal: None,
+                        last_error: None,
+                    },
+                    renew_at,
+                );
+                self.rt.out.complete(op, Ok(Outcome::Acquired(info)));
+            }
+            Ok(AcquireAnswer::Busy { pttl_ms }) => {
+                let Some(a) = self.acquires.get(&op) else {
+                    return;
+                };
+                if a.wait == Wait::Try {
+                    self.acquires.remove(&op);
+                    self.rt.out.complete(op, Ok(Outcome::NotAcquired));
+                } else if a.deadline.is_some_and(|d| d <= now) {
+                    self.acquires.remove(&op);
+                    self.rt.out.fail(
+                        op,
+                        LockError::Timeout {
+                            backend: BACKEND,
+                            name,
+                        },
+                    );
+                } else {
+                    // The holder's remaining lease, capped, plus jitter; the
+                    // last attempt at the deadline.
+                    let deadline = a.deadline;
+                    let pause = pttl_ms.unwrap_or(0).clamp(1, self.cfg.retry_delay_ms)
+                        + jitter(self.entropy.as_mut(), self.cfg.retry_jitter_ms);
+                    let at = now + pause;
+                    let at = deadline.map_or(at, |d| at.min(d));
+                    self.rt.timers.set(Timer::Poll(op), at);
+                }
+            }
+            Err(error) => {
+                let Some(a) = self.acquires.remove(&op) else {
+                    return;
+                };
+                self.rt.timers.clear(Timer::Poll(op));
+                // The batch may have committed: free the row if it is ours.
+                self.leave(now, None, a);
+                self.rt.out.fail(op, error);
+            }
+        }
+    }
+
+    pub(super) fn on_release(&mut self, op: Option<OpId>, lock: Option<Held>, input: Answer) {
+        let (Some(op), Some(h)) = (op, lock) else {
+            return;
+        };
+        match self.read(&h.name, &h.owner, &input, codec::parse_release) {
+            Ok(held) => {
+                self.record_ended(h.id, &h.name);
+                self.rt.out.complete(
+                    op,
+                    Ok(Outcome::Released {
+                        lock: h.id,
+                        held_until_release: held,
+                    }),
+                );
+            }
+            Err(e) => {
+                self.rt.out.fail(op, e);
+                if self.rt.closing.started() {
+                    self.record_ended(h.id, &h.name);
+                } else {
+                    // Kept (without renewals) so that a retry can still release it.
+                    let mut h = h;
+                    h.renew = false;
+                    let at = h.expires_at;
+                    self.hold(h, at);
+                }
+            }
+        }
+    }
+
+    pub(super) fn on_leave(&mut self, op: Option<OpId>, name: String) {
+        if let Some(op) = op {
+            self.rt.out.fail(
+                op,
+                LockError::Aborted {
+                    backend: BACKEND,
+                    name,
+                },
+            );
+        }
+    }
+
+    pub(super) fn on_extend(
+        &mut self,
+        now: Millis,
+        op: Option<OpId>,
+        lock: LockId,
+        ttl: u64,
+        sent_at: Millis,
+        input: Answer,
+    ) {
+        let Some(h) = self.locks.get(&lock) else {
+            if let Some(op) = op {
+                let e = self.not_held(lock);
+                self.rt.out.fail(op, e);
+            }
+            return;
+        };
+        let (name, owner) = (h.name.clone(), h.owner.clone());
+        let answer = self.read(&name, &owner, &input, codec::parse_extend);
+        let Some(h) = self.locks.get_mut(&lock) else {
+            return;
+        };
+        if op.is_none() {
+            h.renewal = None;
+        }
+        match answer {
+            Ok(true) => {
+                let exp = codec::lease_validity(ttl)
+                    .map(|v| sent_at.saturating_add(v))
+                    .filter(|e| *e > now);
+                match exp {
+                    Some(exp) => {
+                        h.ttl = ttl;
+                        h.expires_at = exp;
+                        h.last_error = None;
+                        let renew = h.renew;
+                        self.rt.timers.set(Timer::Expiry(lock), exp);
+                        if renew {
+                            self.rt.timers.set(Timer::Renewal(lock), sent_at + ttl / 3);
+                        }
+                        match op {
+                            Some(op) => self.rt.out.complete(
+                                op,
+                                Ok(Outcome::Extended {
+                                    lock,
+                                    expires_at: exp,
+                                }),
+                            ),
+                            None => self.rt.out.renewed(lock, exp),
+                        }
+                    }
+                    None => {
+                        let e = "the renewal's answer arrived after its lease had ended".into();
+                        self.extend_failed(now, op, lock, e);
+                    }
+                }
+            }
+            Ok(false) => {
+                self.lose(now, lock, LostReason::KeyGone);
+                if let Some(op) = op {
+                    self.rt.out.fail(
+                        op,
+                        LockError::Lost {
+                            backend: BACKEND,
+                            name,
+                            reason: LostReason::KeyGone.to_string(),
+                        },
+                    );
+                }
+            }
+            Err(e) => match op {
+                Some(op) => self.rt.out.fail(op, e),
+                None => self.extend_failed(now, None, lock, e.to_string()),
+            },
+        }
+    }
+
+    /// A renewal that did not confirm the lock: retried soon while the
+    /// lease lasts (its expiry timer ends the lock otherwise).
+    pub(super) fn extend_failed(
+        &mut self,
+        now: Millis,
+        op: Option<OpId>,
+        lock: LockId,
+        error: String,
+    ) {
+        let Some(h) = self.locks.get_mut(&lock) else {
+            return;
+        };
+        if let Some(op) = op {
+            let e = LockError::Backend {
+                backend: BACKEND,
+                name: h.name.clone(),
+                status: None,
+                message: error.clone(),
+            };
+            self.rt.out.fail(op, e);
+        }
+        h.last_error = Some(error);
+        let retry = now + (h.ttl / 10).clamp(1, 1_000);
+        if h.renew && retry < h.expires_at {
+            self.rt.timers.set(Timer::Renewal(lock), retry);
+        }
+    }
+
+    pub(super) fn on_resume(
+        &mut self,
+        now: Millis,
+        op: OpId,
+        handle: LockHandle,
+        sent_at: Millis,
+        input: Answer,
+    ) {
+        let lost = |name: String, reason: &str| LockError::Lost {
+            backend: BACKEND,
+            name,
+            reason: reason.to_string(),
+        };
+        match self.read(&handle.name, &handle.owner, &input, codec::parse_resume) {
+            Ok(Some(pttl)) => {
+                let exp = codec::lease_validity(pttl)
+                    .map(|v| sent_at.saturating_add(v))
+                    .filter(|e| *e > now);
+                let Some(exp) = exp else {
+                    let e = lost(
+                        handle.name,
+                        "the handle's lease ends before it could be resumed",
+                    );
+                    self.rt.out.fail(op, e);
+                    return;
+                };
+                let id = self.rt.out.lock_id();
+                let ttl = self.cfg.ttl_ms;
+                let info = LockInfo {
+                    id,
+                    name: handle.name.clone(),
+                    fencing_token: handle.fencing_token,
+                    expires_at: exp,
+                    handle: handle.clone(),
+                };
+                let h = Held {
+                    id,
+                    name: handle.name,
+                    owner: handle.owner,
+                    token: handle.fencing_token,
+                    ttl,
+                    expires_at: exp,
+                    renew: self.cfg.auto_extend,
+                    renewal: None,
+                    last_error: None,
+                };
+                self.hold(h, now + (ttl / 3).min((exp - now) / 2));
+                self.rt.out.complete(op, Ok(Outcome::Acquired(info)));
+            }
+            Ok(None) => {
+                let e = lost(
+                    handle.name,
+                    "the handle's lock is no longer held by its owner",
+                );
+                self.rt.out.fail(op, e);
+            }
+            Err(e) => self.rt.out.fail(op, e),
+        }
+    }
+
+    pub(super) fn on_inspect(&mut self, op: OpId, name: String, input: Answer) {
+        match self.read(&name, "", &input, codec::parse_inspect) {
+            Ok(a) => {
+                let held = a.pttl_ms.is_some();
+                let holders = if held {
+                    vec![Holder {
+                        fencing_token: a.version,
+                        ..Holder::default()
+                    }]
+                } else {
+                    Vec::new()
+                };
+                let status = LockStatus {
+                    name,
+                    held,
+                    holder: None,
+                    fencing_token: a.version,
+                    remaining_ms: a.pttl_ms,
+                    waiters: Vec::new(),
+                    limit: None,
+                    holders,
+                    queued: Vec::new(),
+                };
+                self.rt.out.complete(op, Ok(Outcome::Inspected(status)));
+            }
+            Err(e) => self.rt.out.fail(op, e),
+        }
+    }
+
+    pub(super) fn dispatch(&mut self, now: Millis, owner: Req, input: Answer) {
+        match owner {
+            Req::Acquire { op, sent_at } => self.on_acquire(now, op, sent_at, input),
+            Req::Release { op, lock } => self.on_release(op, lock, input),
+            Req::Leave { op, name } => self.on_leave(op, name),
+            Req::Extend {
+                op,
+                lock,
+                ttl,
+                sent_at,
+            } => self.on_extend(now, op, lock, ttl, sent_at, input),
+            Req::Resume {
+                op,
+                handle,
+                sent_at,
+            } => self.on_resume(now, op, handle, sent_at, input),
+            Req::Inspect { op, name } => self.on_inspect(op, name, input),
+        }
+    }
+}
