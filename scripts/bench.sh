@@ -8,11 +8,15 @@
 # (default and `fair: true` when the core accepts it), footprint; semaphores
 # of 3 next to redis-semaphore's Semaphore/RedlockSemaphore (bench/semaphore.mjs);
 # read-write locks next to the same backend's exclusive lock (bench/rwlock.mjs);
-# leader election failover next to etcd3's Election (bench/election.mjs). Bounded
-# (about 3 minutes of measuring after the builds).
-# Writes BENCHMARKS.md, bench/handoff.svg and bench/results.json.
+# leader election failover next to etcd3's Election (bench/election.mjs); the
+# Durable Object lock service backend inside workerd next to etcd and Redis
+# reached from the same Worker (bench/durable.mjs, needs build/ and Miniflare
+# from tests/worker). Bounded (about 3 minutes of measuring after the builds).
+# Writes BENCHMARKS.md, bench/handoff.svg and bench/results.json (and the
+# other benches' bench/*-results.json).
 #   BENCH_SKIP_SETUP=1   do not run scripts/setup.sh first
 #   BENCH_REBUILD_PKG=1  rebuild pkg/ even if it exists (otherwise built only when missing)
+#   BENCH_REBUILD_WORKER=1  rebuild build/ (the Worker, optimized) even if it exists
 #   BENCH_QUICK=1        a few seconds per phase, to check the harness (numbers meaningless)
 set -euo pipefail
 
@@ -28,6 +32,16 @@ if [ "${BENCH_REBUILD_PKG:-}" = 1 ] || [ ! -f pkg/package.json ] || [ ! -f pkg/e
   bash scripts/build-pkg.sh
 else
   echo "== using the existing pkg/ (BENCH_REBUILD_PKG=1 rebuilds it)"
+fi
+if [ "${BENCH_REBUILD_WORKER:-}" = 1 ] || [ ! -f build/index.js ] || [ ! -f build/index_bg.wasm ]; then
+  # Optimized (wasm-opt): the Durable Object figures come from this build.
+  EDGELOCK_WORKER_NO_OPT= EDGELOCK_WORKER_PREBUILT= bash scripts/build-worker.sh
+else
+  echo "== using the existing build/ (BENCH_REBUILD_WORKER=1 rebuilds it)"
+fi
+if [ ! -f tests/worker/node_modules/miniflare/package.json ]; then
+  echo "== npm ci in tests/worker (Miniflare, for bench/durable.mjs)"
+  (cd tests/worker && npm ci --no-audit --no-fund --loglevel=error)
 fi
 echo "== devtools (testenv)"
 cargo build --quiet -p edgelock-devtools --bins
@@ -49,3 +63,5 @@ echo "== running bench/rwlock.mjs (read-write locks next to the same backend's e
 node bench/rwlock.mjs
 echo "== running bench/election.mjs (leader election next to etcd3's Election)"
 node bench/election.mjs
+echo "== running bench/durable.mjs (the Durable Object backend inside workerd next to etcd and Redis)"
+node bench/durable.mjs

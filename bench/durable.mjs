@@ -1,0 +1,401 @@
+// The Durable Object lock service (src/worker/lock_object) as a backend of
+// the npm package, measured INSIDE workerd next to the etcd and Redis
+// backends reached from the same Worker (issue 17, item 6).
+//
+// One workerd through Miniflare (the version tests/worker pins) runs two
+// Workers: `locks`, the built Worker (build/, scripts/build-worker.sh) whose
+// LockObject class is the lock service, and `bench`, a small module written
+// to a temp dir next to a copy of pkg/ (scripts/build-pkg.sh) that imports
+// the package's workerd entry and has the LockObject namespace bound as
+// LOCKS (reached through `lockServiceRouter(env.LOCKS)`: no front, no
+// token). Every measured loop runs inside `bench`, per request from here:
+//   - durable-object: DurableObjectLocks({ binding: "LOCKS", bindings });
+//   - etcd: EtcdLocks to the local etcd JSON gateway;
+//   - redis (upstash): RedisLocks to the local Upstash REST gateway;
+//   - redis (webdis): RedisLocks to Webdis;
+// the servers started here by the devtools `testenv` (loopback).
+//
+// Measured per backend, all in the same run, rounds interleaved:
+//   - uncontended: sequential acquire + release on one client for
+//     SLICE_MS per request, ROUNDS requests; ops/s and p50/p99;
+//   - handoff: a holder (its own client) holds while a waiter (a second
+//     client) is blocked in acquire for 50–150 ms, then releases; latency is
+//     the release call → the waiter's acquire resolving, HANDOFFS samples;
+//   - requests per acquire + release: every call of the client's transport
+//     (the counted `fetch` option for etcd/Redis, the counted binding's fetch
+//     for the Durable Object) over the uncontended slices ÷ the operations;
+//     the Worker's globalThis.fetch is wrapped too and must stay at 0 beyond
+//     those (any other request would be counted there).
+// Clocks are workerd's `performance.now()` in the bench Worker: it advances
+// only across I/O (Spectre mitigation), which every measured interval ends on.
+//
+// Run by `bash scripts/bench.sh` (after the other benches); writes
+// bench/durable-results.json and the "Durable Object lock service (inside
+// workerd)" section of BENCHMARKS.md. BENCH_QUICK=1 shortens it. Needs pkg/,
+// build/ and tests/worker/node_modules (Miniflare).
+
+import { performance } from "node:perf_hooks";
+import { cpSync, existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+import { createRequire } from "node:module";
+import { tmpdir } from "node:os";
+import path from "node:path";
+import { pathToFileURL } from "node:url";
+import { startTestenv, repoRoot } from "../tests/js/testenv.mjs";
+import { quantile, writeSection } from "./section.mjs";
+
+const QUICK = process.env.BENCH_QUICK === "1";
+const CFG = {
+  rounds: QUICK ? 2 : 6,
+  sliceMs: QUICK ? 150 : 400,
+  handoffs: QUICK ? 4 : 30,
+  handoffBatch: QUICK ? 2 : 10,
+  warmup: 5,
+  rawInspects: QUICK ? 20 : 200,
+};
+const now = () => performance.now();
+const log = (...a) => console.error("[bench:durable]", ...a);
+const t0All = now();
+
+const buildDir = path.join(repoRoot, "build");
+const pkgDir = path.join(repoRoot, "pkg");
+for (const [p, how] of [[path.join(buildDir, "index.js"), "bash scripts/build-worker.sh"], [path.join(pkgDir, "index.workerd.mjs"), "bash scripts/build-pkg.sh"]]) {
+  if (!existsSync(p)) throw new Error(`${p} is missing: run ${how} first`);
+}
+const requireFromWorkerTests = createRequire(path.join(repoRoot, "tests", "worker", "package.json"));
+let miniflarePath;
+try {
+  miniflarePath = requireFromWorkerTests.resolve("miniflare");
+} catch {
+  throw new Error("miniflare is missing: run `npm ci` in tests/worker (scripts/build-worker.sh does)");
+}
+const { Miniflare } = await import(pathToFileURL(miniflarePath).href);
+const miniflareVersion = requireFromWorkerTests("miniflare/package.json").version;
+
+// The bench Worker. Each request builds its clients, runs one measured loop
+// and closes them (workerd ties I/O objects to the request that made them).
+const APP = `
+import { DurableObjectLocks, EtcdLocks, RedisLocks, lockServiceRouter } from "./edgelock/index.workerd.mjs";
+
+const realFetch = globalThis.fetch.bind(globalThis);
+const stray = { n: 0 };
+globalThis.fetch = (...args) => { stray.n += 1; return realFetch(...args); };
+const now = () => performance.now();
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+/** A client of \`backend\` whose every transport call is counted in \`counter.n\`. */
+function make(backend, env, counter) {
+  const counted = (f) => (...args) => { counter.n += 1; return f(...args); };
+  switch (backend) {
+    case "durable-object": {
+      const router = lockServiceRouter(env.LOCKS);
+      return new DurableObjectLocks({ binding: "LOCKS", bindings: { LOCKS: { fetch: counted((i, init) => router.fetch(i, init)) } } });
+    }
+    case "etcd":
+      return new EtcdLocks({ endpoints: [env.ETCD_URL], fetch: counted(realFetch) });
+    case "redis-upstash":
+      return new RedisLocks({ url: env.GATEWAY_URL, protocol: "upstash", token: env.TOKEN, fetch: counted(realFetch) });
+    case "redis-webdis":
+      return new RedisLocks({ url: env.WEBDIS_URL, protocol: "webdis", fetch: counted(realFetch) });
+  }
+  throw new Error("unknown backend " + backend);
+}
+
+async function uncontended(backend, env, q) {
+  const ms = Number(q.get("ms"));
+  const warm = Number(q.get("warm"));
+  const name = q.get("name");
+  const counter = { n: 0 };
+  const c = make(backend, env, counter);
+  try {
+    for (let i = 0; i < warm; i += 1) await (await c.acquire(name)).release();
+    const lat = [];
+    const strayBefore = stray.n;
+    const before = counter.n;
+    const start = now();
+    while (now() - start < ms) {
+      const t = now();
+      const lock = await c.acquire(name);
+      await lock.release();
+      lat.push(now() - t);
+    }
+    const elapsed = now() - start;
+    return { ops: lat.length, ms: elapsed, requests: counter.n - before, stray: stray.n - strayBefore, lat };
+  } finally {
+    await c.close();
+  }
+}
+
+async function handoff(backend, env, q) {
+  const n = Number(q.get("n"));
+  const name = q.get("name");
+  const hc = { n: 0 };
+  const wc = { n: 0 };
+  const holder = make(backend, env, hc);
+  const waiter = make(backend, env, wc);
+  const lat = [];
+  const afterRelease = [];
+  const wholeWait = [];
+  let early = 0;
+  const strayBefore = stray.n;
+  try {
+    // Warm-up: sessions (etcd lease), connections.
+    await (await holder.acquire(name)).release();
+    await (await waiter.acquire(name)).release();
+    for (let i = 0; i < n; i += 1) {
+      const first = await holder.acquire(name);
+      let heldAt = NaN;
+      let atGrant = NaN;
+      const w0 = wc.n;
+      const waiting = waiter.acquire(name, { waitMs: 30000 }).then((lock) => { heldAt = now(); atGrant = wc.n; return lock; });
+      await sleep(50 + Math.random() * 100);
+      if (!Number.isNaN(heldAt)) early += 1;
+      const w1 = wc.n;
+      const releasedAt = now();
+      await first.release();
+      const second = await waiting;
+      lat.push(heldAt - releasedAt);
+      afterRelease.push(atGrant - w1);
+      wholeWait.push(atGrant - w0);
+      await second.release();
+    }
+  } finally {
+    await Promise.allSettled([holder.close(), waiter.close()]);
+  }
+  return { lat, afterRelease, wholeWait, early, stray: stray.n - strayBefore };
+}
+
+/**
+ * The baseline of the Durable Object row: \`n\` bare \`inspect\` requests (no
+ * storage write) to one object through the router, timed one by one; and
+ * whether workerd's clock showed anything finer than whole milliseconds.
+ */
+async function raw(env, q) {
+  const n = Number(q.get("n"));
+  const router = lockServiceRouter(env.LOCKS);
+  const url = "https://lock-service/v1/inspect?name=" + encodeURIComponent(q.get("name"));
+  const lat = [];
+  for (let i = 0; i < n + 5; i += 1) {
+    const t = now();
+    const res = await router.fetch(url, { method: "POST", body: "{}", headers: { "content-type": "application/json" } });
+    const body = await res.json();
+    if (res.status !== 200 || typeof body.held !== "boolean") throw new Error("inspect: HTTP " + res.status + " " + JSON.stringify(body));
+    if (i >= 5) lat.push(now() - t);
+  }
+  return { lat, integerMs: lat.every(Number.isInteger) };
+}
+
+export default {
+  async fetch(request, env) {
+    const url = new URL(request.url);
+    const q = url.searchParams;
+    try {
+      let out;
+      if (url.pathname === "/uncontended") out = await uncontended(q.get("backend"), env, q);
+      else if (url.pathname === "/handoff") out = await handoff(q.get("backend"), env, q);
+      else if (url.pathname === "/raw") out = await raw(env, q);
+      else return new Response("not found", { status: 404 });
+      return Response.json(out);
+    } catch (e) {
+      return Response.json({ error: String(e && e.message), code: e && e.code }, { status: 500 });
+    }
+  },
+};
+`;
+
+const BACKENDS = {
+  "durable-object": { label: "edgelock DurableObjectLocks (binding, lockServiceRouter)", unit: "binding calls" },
+  etcd: { label: "edgelock EtcdLocks (etcd JSON gateway)", unit: "HTTP requests" },
+  "redis-upstash": { label: "edgelock RedisLocks (Upstash REST, local gateway)", unit: "HTTP requests" },
+  "redis-webdis": { label: "edgelock RedisLocks (Webdis)", unit: "HTTP requests" },
+};
+const ids = Object.keys(BACKENDS);
+
+log("starting testenv (etcd 1, redis 1, webdis, Upstash gateway)");
+const env = await startTestenv({ etcd: 1, redis: 1, webdis: true, gateway: true });
+const dir = mkdtempSync(path.join(tmpdir(), "edgelock-bench-do-"));
+cpSync(pkgDir, path.join(dir, "edgelock"), { recursive: true });
+writeFileSync(path.join(dir, "bench.mjs"), APP);
+const wasm = [{ type: "CompiledWasm", include: ["**/*.wasm"] }];
+const COMPATIBILITY_DATE = "2026-04-20"; // workerd 1.20260426 accepts dates up to its own
+let mf;
+const results = {
+  started: new Date().toISOString(),
+  config: CFG,
+  miniflare: miniflareVersion,
+  libs: Object.fromEntries(ids.map((id) => [id, { label: BACKENDS[id].label, unit: BACKENDS[id].unit }])),
+  uncontended: {},
+  handoff: {},
+};
+try {
+  log(`starting workerd (Miniflare ${miniflareVersion}): bench Worker + the built Worker's LockObject`);
+  mf = new Miniflare({
+    cf: false,
+    workers: [
+      {
+        name: "bench",
+        modules: true,
+        scriptPath: path.join(dir, "bench.mjs"),
+        modulesRoot: dir,
+        // The package's glue (edgelock_wasm.js) is an ES module too.
+        modulesRules: [...wasm, { type: "ESModule", include: ["**/*.js", "**/*.mjs"] }],
+        compatibilityDate: COMPATIBILITY_DATE,
+        bindings: {
+          ETCD_URL: env.etcd_urls[0],
+          GATEWAY_URL: env.gateway_urls[0],
+          WEBDIS_URL: env.webdis_urls[0],
+          TOKEN: env.token,
+        },
+        durableObjects: { LOCKS: { className: "LockObject", scriptName: "locks" } },
+      },
+      {
+        name: "locks",
+        modules: true,
+        scriptPath: path.join(buildDir, "index.js"),
+        modulesRoot: buildDir,
+        modulesRules: wasm,
+        compatibilityDate: COMPATIBILITY_DATE,
+        // The front is not used here (the bench reaches the objects through the binding).
+        bindings: { EDGELOCK_API_TOKEN: "bench-unused-token-0123456789abcdef" },
+        durableObjects: { EDGELOCK_LOCKS: { className: "LockObject", useSQLite: true } },
+      },
+    ],
+  });
+  await mf.ready;
+  const call = async (p, params) => {
+    const res = await mf.dispatchFetch(`http://bench.test${p}?${new URLSearchParams(params)}`);
+    const text = await res.text();
+    let body;
+    try {
+      body = JSON.parse(text);
+    } catch {
+      throw new Error(`${p} ${JSON.stringify(params)}: HTTP ${res.status}: ${text.slice(0, 300)}`);
+    }
+    if (res.status !== 200) throw new Error(`${p} ${JSON.stringify(params)}: HTTP ${res.status}: ${text.slice(0, 300)}`);
+    return body;
+  };
+  const run = Date.now().toString(36);
+  {
+    const r = await call("/raw", { n: CFG.rawInspects, name: `bench-do-raw-${run}` });
+    results.rawInspect = { n: r.lat.length, p50: quantile(r.lat, 0.5), p99: quantile(r.lat, 0.99), mean: r.lat.reduce((a, b) => a + b, 0) / r.lat.length };
+    results.clockIntegerMs = r.integerMs;
+    log(`bare inspect through the binding: ${JSON.stringify(results.rawInspect)}; whole-ms clock: ${r.integerMs}`);
+  }
+
+  log("1/2 uncontended");
+  const unc = Object.fromEntries(ids.map((id) => [id, { ops: 0, ms: 0, requests: 0, stray: 0, lat: [] }]));
+  for (let round = 0; round < CFG.rounds; round += 1) {
+    for (const id of ids) {
+      const r = await call("/uncontended", { backend: id, ms: CFG.sliceMs, warm: CFG.warmup, name: `bench-do-unc-${id}-${run}` });
+      const s = unc[id];
+      s.ops += r.ops; s.ms += r.ms; s.requests += r.requests; s.stray += r.stray; s.lat.push(...r.lat);
+    }
+    log(`uncontended round ${round + 1}/${CFG.rounds}`);
+  }
+  for (const id of ids) {
+    const s = unc[id];
+    results.uncontended[id] = {
+      ops: s.ops, opsPerSec: (s.ops / s.ms) * 1000, p50: quantile(s.lat, 0.5), p99: quantile(s.lat, 0.99),
+      requestsPerOp: s.ops ? s.requests / s.ops : NaN, strayFetches: s.stray,
+    };
+    log(`${id}: ${JSON.stringify(results.uncontended[id])}`);
+  }
+
+  log("2/2 handoff");
+  const hand = Object.fromEntries(ids.map((id) => [id, { lat: [], afterRelease: [], wholeWait: [], early: 0, stray: 0 }]));
+  for (let done = 0; done < CFG.handoffs; done += CFG.handoffBatch) {
+    const n = Math.min(CFG.handoffBatch, CFG.handoffs - done);
+    for (const id of ids) {
+      const r = await call("/handoff", { backend: id, n, name: `bench-do-handoff-${id}-${run}-${done}` });
+      const s = hand[id];
+      s.lat.push(...r.lat); s.afterRelease.push(...r.afterRelease); s.wholeWait.push(...r.wholeWait);
+      s.early += r.early; s.stray += r.stray;
+    }
+    log(`handoff ${done + n}/${CFG.handoffs}`);
+  }
+  const mean = (xs) => (xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : NaN);
+  for (const id of ids) {
+    const s = hand[id];
+    results.handoff[id] = {
+      n: s.lat.length, p50: quantile(s.lat, 0.5), p99: quantile(s.lat, 0.99), max: Math.max(...s.lat),
+      samples: s.lat.map((x) => Math.round(x * 10) / 10),
+      waiterRequestsAfterRelease: mean(s.afterRelease), waiterRequestsWholeWait: mean(s.wholeWait),
+      exclusionViolations: s.early, strayFetches: s.stray,
+    };
+    const { samples, ...brief } = results.handoff[id];
+    log(`${id}: ${JSON.stringify(brief)}`);
+  }
+} finally {
+  await mf?.dispose().catch(() => {});
+  await env.stop();
+  rmSync(dir, { recursive: true, force: true });
+}
+results.elapsedSec = (now() - t0All) / 1000;
+
+// --- report -------------------------------------------------------------------
+const u = results.uncontended;
+const h = results.handoff;
+const f0 = (x) => (Number.isFinite(x) ? Math.round(x).toLocaleString("en-US") : "–");
+const f1 = (x) => (Number.isFinite(x) ? x.toFixed(1) : "–");
+const f2 = (x) => (Number.isFinite(x) ? x.toFixed(2) : "–");
+// Whole-ms clock: latencies printed as whole ms, not with invented decimals.
+const fms = (x) => (results.clockIntegerMs ? f0(x) : f1(x));
+const ratio = (a, b) => (Number.isFinite(a) && Number.isFinite(b) && b !== 0 ? `${(a / b).toFixed(2)}×` : "–");
+const rows = ids.map((id) => {
+  const label = id === "durable-object" ? `**${BACKENDS[id].label}**` : BACKENDS[id].label;
+  return `| ${label} | ${f0(u[id].opsPerSec)} | ${fms(u[id].p50)} | ${fms(u[id].p99)} | ${fms(h[id].p50)} | ${fms(h[id].p99)} | ${f2(u[id].requestsPerOp)} ${BACKENDS[id].unit} | ${f2(h[id].waiterRequestsAfterRelease)} / ${f2(h[id].waiterRequestsWholeWait)} |`;
+});
+const d = "durable-object";
+const peers = ["etcd", "redis-upstash", "redis-webdis"];
+const ratioRows = peers.map((p) =>
+  `| ${BACKENDS[p].label} | ${ratio(u[d].opsPerSec, u[p].opsPerSec)} | ${ratio(h[p].p50, h[d].p50)} | ${ratio(h[p].p99, h[d].p99)} | ${ratio(u[d].requestsPerOp, u[p].requestsPerOp)} |`);
+const violations = ids.filter((id) => h[id].exclusionViolations > 0);
+const stray = ids.filter((id) => u[id].strayFetches > 0 || h[id].strayFetches > 0);
+const section = `## Durable Object lock service (inside workerd)
+
+\`bench/durable.mjs\`, ${results.started}: every loop runs **inside one workerd**
+(Miniflare ${miniflareVersion}, local, no network) in a bench Worker that imports
+the npm package's workerd entry. The \`durable-object\` row reaches the lock
+service (the built Worker's \`LockObject\`, SQLite-backed, in the same workerd)
+through \`lockServiceRouter(env.LOCKS)\`; the other rows reach local etcd,
+the Upstash REST gateway and Webdis (devtools \`testenv\`, loopback) with
+workerd's \`fetch\`, from the same Worker. Uncontended: sequential acquire +
+release on one client, ${CFG.rounds} × ${CFG.sliceMs} ms per backend, rounds
+interleaved. Handoff: a holder releases while a waiter (a second client) has
+been blocked in \`acquire\` for 50–150 ms; latency is the release call → the
+waiter's \`acquire\` resolving, ${CFG.handoffs} samples per backend. Requests:
+every call of the client's transport (the counted \`fetch\` option, or the
+counted binding's \`fetch\` for the Durable Object) over the uncontended
+slices ÷ operations; the waiter's calls between the release call and its grant
+/ over its whole wait. Times are workerd's \`performance.now()\`, which only
+advances across I/O${results.clockIntegerMs ? " and reads whole milliseconds here (so p50/p99 below are quantised to 1 ms; ops/s are over whole slices)" : ""}.
+
+| backend (inside workerd) | acquire+release ops/s | p50 ms | p99 ms | handoff p50 ms | handoff p99 ms | requests per acquire+release | waiter requests: release → grant / whole wait |
+|---|---|---|---|---|---|---|---|
+${rows.join("\n")}
+
+Baseline of the Durable Object row: a bare \`inspect\` request (no storage
+write) to one object through the same router, ${results.rawInspect?.n ?? "–"} in a row: p50
+${fms(results.rawInspect?.p50)} ms, mean ${f2(results.rawInspect?.mean)} ms, p99 ${fms(results.rawInspect?.p99)} ms, against a mean of
+${f2(1000 / u[d].opsPerSec)} ms per uncontended acquire + release (two requests): so reaching the object
+accounts for little of it; the rest is the acquire and release transitions
+(each stores the state; acquire also sets the lease alarm) and the client. This is a local workerd:
+on Cloudflare a Durable Object also sits a network hop away from the Worker
+calling it (in its own location), which none of these figures include.
+
+The Durable Object backend against each peer in the same run (ops/s and
+requests: durable-object ÷ peer; handoff: peer ÷ durable-object, so higher =
+the Durable Object faster):
+
+| peer | ops/s ratio | handoff p50 ratio | handoff p99 ratio | requests per acquire+release ratio |
+|---|---|---|---|---|
+${ratioRows.join("\n")}
+
+${violations.length ? `**Exclusion violations** (the waiter got in while the holder held): ${violations.map((id) => `${id} ${h[id].exclusionViolations}`).join(", ")}.` : "No waiter was granted while its holder held (0 exclusion violations in every row)."}
+${stray.length ? `Fetches outside the clients' transports: ${stray.map((id) => `${id} ${u[id].strayFetches + h[id].strayFetches}`).join(", ")}.` : "No fetch outside the clients' counted transports (the Worker's wrapped \`globalThis.fetch\` saw none)."}
+Whole script: ${results.elapsedSec.toFixed(0)} s.
+`;
+writeFileSync(path.join(repoRoot, "bench", "durable-results.json"), JSON.stringify(results, null, 2) + "\n");
+writeSection("Durable Object lock service (inside workerd)", section);
+console.log(section);
+log(`done in ${results.elapsedSec.toFixed(0)} s: bench/durable-results.json, BENCHMARKS.md`);
+process.exit(0);
