@@ -408,6 +408,7 @@ impl LockMachine for D1Machine {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             kinds: Capabilities::EXCLUSIVE_ONLY,
+            atomic_sets: false,
         }
     }
 
