@@ -253,7 +253,8 @@ impl DoService {
                 before.counter, after.counter
             ));
         }
-        let same = |a: &machine::Holder, b: &machine::Holder| a.owner == b.owner && a.token == b.token;
+        let same =
+            |a: &machine::Holder, b: &machine::Holder| a.owner == b.owner && a.token == b.token;
         if let Some(b) = &before.holder {
             let gone = after.holder.as_ref().is_none_or(|a| !same(a, b));
             if gone {
@@ -350,7 +351,9 @@ impl DoService {
         let busy = self.step(
             name,
             now,
-            |lock, live, epoch, out| lock.give_up(&owner_s, epoch, &|o| o != owner_s && live(o), out),
+            |lock, live, epoch, out| {
+                lock.give_up(&owner_s, epoch, &|o| o != owner_s && live(o), out)
+            },
             |_| None,
         );
         if let Some(obj) = self.objects.get_mut(name) {
@@ -358,7 +361,8 @@ impl DoService {
                 obj.open.remove(owner);
             }
         }
-        self.replies.push((wire, Ok((200, json(answer::busy(&busy))))));
+        self.replies
+            .push((wire, Ok((200, json(answer::busy(&busy))))));
     }
 
     fn alarm(&mut self, name: &str, now: Millis) {
@@ -367,7 +371,12 @@ impl DoService {
             obj.alarm = None;
             obj.armed = None;
         }
-        self.step(name, now, |l, live, epoch, out| l.settle(epoch, live, out), |_| None);
+        self.step(
+            name,
+            now,
+            |l, live, epoch, out| l.settle(epoch, live, out),
+            |_| None,
+        );
     }
 
     fn serve(&mut self, now: Millis, req: &HttpRequest) -> Reply {
@@ -388,7 +397,9 @@ impl DoService {
             self.refusals += 1;
             return full(
                 401,
-                json(serde_json::json!({"error": "missing or wrong bearer token", "code": "UNAUTHORIZED"})),
+                json(
+                    serde_json::json!({"error": "missing or wrong bearer token", "code": "UNAUTHORIZED"}),
+                ),
             );
         }
         let (path, query) = rest.split_once('?').unwrap_or((rest, ""));

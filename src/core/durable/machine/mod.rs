@@ -31,6 +31,14 @@ type Parser<T> = fn(u16, &[u8], &[&str]) -> Result<T, AnswerError>;
 enum Req {
     /// A poll of a waiting (or trying) acquire.
     Acquire { op: OpId, sent_at: Millis },
+    /// An `extend` confirming a grant that arrived after its lease, as
+    /// measured from its poll's send time, had ended (a request held open
+    /// longer than the TTL): the service's answer anchors the lease anew.
+    Confirm {
+        op: OpId,
+        token: u64,
+        sent_at: Millis,
+    },
     /// An owner-checked release: of a held lock (`lock`), or with token 0
     /// only to leave the queue (`lock: None`). `op`: the user's release,
     /// or the cancelled acquire to answer `Aborted`; `None` in the background.
@@ -68,7 +76,10 @@ enum Req {
 impl Req {
     fn op(&self) -> Option<OpId> {
         match self {
-            Req::Acquire { op, .. } | Req::Resume { op, .. } | Req::Inspect { op, .. } => Some(*op),
+            Req::Acquire { op, .. }
+            | Req::Confirm { op, .. }
+            | Req::Resume { op, .. }
+            | Req::Inspect { op, .. } => Some(*op),
             Req::Release { op, .. } | Req::Extend { op, .. } | Req::Leave { op, .. } => *op,
         }
     }
