@@ -112,6 +112,13 @@ pub struct DoService {
     pub log: Vec<Rec>,
     /// The owner → client index (from the world's header), for checks.
     pub owners: HashMap<String, usize>,
+    /// Owners that sent an `acquire` with `waitMs` 0 (a Try, or a client's
+    /// leave after cancelling its poll).
+    left: std::collections::HashSet<String>,
+    /// Owners whose waiting poll arrived AFTER their own leave (the two
+    /// travel on different connections, the leave overtook the poll): the
+    /// service then queues (or grants) an owner its client abandoned.
+    pub overtaken: std::collections::HashSet<String>,
     /// Broken invariants of the service seen by the model.
     pub violations: Vec<String>,
     pub requests: u64,
@@ -145,6 +152,8 @@ impl DoService {
             alarm_delay_max: 0,
             log: Vec::new(),
             owners: HashMap::new(),
+            left: Default::default(),
+            overtaken: Default::default(),
             violations: Vec::new(),
             requests: 0,
             held_open: 0,
@@ -435,6 +444,11 @@ impl DoService {
             } => {
                 if let Some(c) = client {
                     self.owners.insert(owner.clone(), c);
+                }
+                if wait_ms == 0 {
+                    self.left.insert(owner.clone());
+                } else if self.left.contains(&owner) {
+                    self.overtaken.insert(owner.clone());
                 }
                 let ticket = {
                     let obj = self.objects.entry(name.clone()).or_default();
