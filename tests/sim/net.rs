@@ -10,8 +10,12 @@
 //!    index (like a source address; a model may use it to attribute state to a
 //!    client for checks). Answer with [`Reply::Full`], open a stream with
 //!    [`Reply::Stream`] (its chunks come out of `drain_stream_chunks`, keyed by
-//!    the wire id), or [`Reply::NoReply`]. The server's clock is the world's
-//!    global clock: it is the reference every check uses.
+//!    the wire id), [`Reply::NoReply`], or hold the request open with
+//!    [`Reply::Held`] and answer it later through `drain_late_replies` (a
+//!    response or a transport error, keyed by the wire id; the world drains
+//!    them with the streams, after every request and every `advance`). The
+//!    server's clock is the world's global clock: it is the reference every
+//!    check uses.
 //! 2. `let mut w = World::new(seed, NetConfig::calm());`
 //!    `w.add_server(&["http://redis-0:7379"], model)` — several bases
 //!    (*endpoints*, numbered globally in the order added; see
