@@ -1001,3 +1001,28 @@ fn a_refused_confirmation_waits_on() {
     let leave = h.one();
     assert_leave(&leave, &owner, "a");
 }
+
+/// Found by review beside tests/sim_durable.rs: an extend with a shorter
+/// TTL than the lease left shortens the service's lease as soon as it
+/// arrives. If its answer never comes, the lock used to stay trusted until
+/// its old expiry (the service may have granted it to another meanwhile);
+/// it is now trusted no longer than the new lease, counted from the send.
+#[test]
+fn a_shortening_extend_whose_answer_is_lost_shortens_the_trust() {
+    let mut h = Harness::new(config());
+    let info = h.hold("a", 3);
+    assert_eq!(info.expires_at, 1_000 + 10_000 - 102);
+    h.now = 1_100;
+    let op = h.m.extend(h.now, info.id, Some(1_000)).unwrap();
+    let ext = h.one();
+    assert_eq!(body(&ext)["ttlMs"].as_u64(), Some(1_000));
+    // No answer: the request times out after the lease it asked for.
+    h.advance_to(1_100 + 1_000 - 12);
+    let lost = h.take_events();
+    assert!(
+        lost.iter()
+            .any(|e| matches!(e, Event::Lost { lock, .. } if *lock == info.id)),
+        "{lost:?}"
+    );
+    let _ = op;
+}

@@ -259,6 +259,15 @@ impl DurableMachine {
         ttl: u64,
         op: Option<OpId>,
     ) -> Option<RequestId> {
+        let h = self.locks.get_mut(&lock)?;
+        // The service sets the lease to `ttl` from the moment the extend
+        // arrives: a shorter TTL may shorten it, whatever comes back (or
+        // not). Trust the lock no longer than the new lease from now.
+        let bound = codec::lease_validity(ttl).map(|v| now.saturating_add(v));
+        if let Some(bound) = bound.filter(|b| *b < h.expires_at) {
+            h.expires_at = bound;
+            self.rt.timers.set(Timer::Expiry(lock), bound);
+        }
         let h = self.locks.get(&lock)?;
         let body = codec::extend_body(&h.owner, h.token, ttl);
         let name = h.name.clone();
