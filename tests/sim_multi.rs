@@ -407,7 +407,7 @@ impl<S: Backend> Sim<S> {
                             self.server.stream_closed(RequestId(wire));
                         }
                     }
-                    Reply::NoReply => {}
+                    Reply::NoReply | Reply::Held => {}
                 }
             }
             Ev::Deliver { client, input } => {

@@ -10,8 +10,12 @@
 //!    index (like a source address; a model may use it to attribute state to a
 //!    client for checks). Answer with [`Reply::Full`], open a stream with
 //!    [`Reply::Stream`] (its chunks come out of `drain_stream_chunks`, keyed by
-//!    the wire id), or [`Reply::NoReply`]. The server's clock is the world's
-//!    global clock: it is the reference every check uses.
+//!    the wire id), [`Reply::NoReply`], or hold the request open with
+//!    [`Reply::Held`] and answer it later through `drain_late_replies` (a
+//!    response or a transport error, keyed by the wire id; the world drains
+//!    them with the streams, after every request and every `advance`). The
+//!    server's clock is the world's global clock: it is the reference every
+//!    check uses.
 //! 2. `let mut w = World::new(seed, NetConfig::calm());`
 //!    `w.add_server(&["http://redis-0:7379"], model)` — several bases
 //!    (*endpoints*, numbered globally in the order added; see
@@ -116,7 +120,13 @@ pub enum Reply {
     /// The server swallowed the request (crashed mid-request): no answer.
     #[allow(clippy::enum_variant_names)] // the name the harness's users know
     NoReply,
+    /// The server holds the request open and answers it later, through
+    /// `drain_late_replies` (a Durable Object's held-open `acquire`).
+    Held,
 }
+
+/// A held request's answer: a response, or its connection failing.
+pub type LateReply = Result<(u16, Vec<u8>), TransportError>;
 
 pub trait SimServer {
     /// A request arrives at `now`. Return the reply now, a stream registration, or nothing (crashed).
@@ -133,6 +143,10 @@ pub trait SimServer {
     /// streams were closed via `stream_closed`). Lose volatile state here
     /// (Redis without persistence).
     fn crash_restart(&mut self, _now: Millis) {}
+    /// Answers to requests held open earlier ([`Reply::Held`]), by wire id.
+    fn drain_late_replies(&mut self, _now: Millis) -> Vec<(RequestId, LateReply)> {
+        Vec::new()
+    }
 }
 
 impl<S: SimServer + ?Sized> SimServer for Box<S> {
@@ -153,6 +167,9 @@ impl<S: SimServer + ?Sized> SimServer for Box<S> {
     }
     fn crash_restart(&mut self, now: Millis) {
         (**self).crash_restart(now)
+    }
+    fn drain_late_replies(&mut self, now: Millis) -> Vec<(RequestId, LateReply)> {
+        (**self).drain_late_replies(now)
     }
 }
 
@@ -692,6 +709,8 @@ pub struct World<S: SimServer> {
     next_wire: u64,
     wires: HashMap<u64, (usize, RequestId)>,
     streams: HashMap<u64, OpenStream>,
+    /// Requests a server holds open ([`Reply::Held`]): wire → endpoint.
+    held: HashMap<u64, usize>,
     partitions: Vec<Partition>,
     pauses: Vec<Pause>,
     outages: Vec<Outage>,
@@ -744,6 +763,7 @@ impl<S: SimServer> World<S> {
             next_wire: 0,
             wires: HashMap::new(),
             streams: HashMap::new(),
+            held: HashMap::new(),
             partitions: Vec::new(),
             pauses: Vec::new(),
             outages: Vec::new(),
@@ -1004,6 +1024,22 @@ impl<S: SimServer> World<S> {
             }
         }
         out
+    }
+
+    /// Every lock client `c` holds as the world sees it (granted, neither
+    /// released nor lost yet): (lock, name, token, `expires_at` on its
+    /// clock, whether its user already gave it up).
+    pub fn held_locks(&self, c: usize) -> Vec<(LockId, String, u64, Millis, bool)> {
+        self.clients[c]
+            .holdings
+            .iter()
+            .map(|(l, h)| (*l, h.name.clone(), h.token, h.expires_at, h.user_done))
+            .collect()
+    }
+
+    /// Whether client `c` is paused now (it processes nothing).
+    pub fn is_paused(&self, c: usize) -> bool {
+        self.clients[c].paused
     }
 
     /// Whether client `c` has an interest in `name`: a pending acquire of it, a
@@ -1343,8 +1379,39 @@ impl<S: SimServer> World<S> {
                     self.silence(c, id, covered);
                 }
             }
+            Reply::Held => {
+                self.held.insert(wire, endpoint);
+            }
         }
         self.pump_streams(server);
+    }
+
+    /// A held request's answer leaves its server now (dropped if the
+    /// client's driver already ended the request).
+    fn late_reply(&mut self, wire: u64, reply: LateReply) {
+        let Some(endpoint) = self.held.remove(&wire) else {
+            return;
+        };
+        let Some(&(c, id)) = self.wires.get(&wire) else {
+            return;
+        };
+        match reply {
+            Ok((status, body)) => {
+                self.respond(c, endpoint, id, Input::Response { id, status, body })
+            }
+            Err(error) => {
+                if self.partitioned(c, endpoint, self.now).is_none() {
+                    let d = self.delay();
+                    self.push(
+                        self.now + d,
+                        Ev::Deliver {
+                            client: c,
+                            input: Input::Failed { id, error },
+                        },
+                    );
+                }
+            }
+        }
     }
 
     fn arrive_orphan(&mut self, endpoint: usize, req: HttpRequest) {
@@ -1387,6 +1454,9 @@ impl<S: SimServer> World<S> {
     }
 
     fn pump_streams(&mut self, server: usize) {
+        for (wire, reply) in self.servers[server].drain_late_replies(self.now) {
+            self.late_reply(wire.0, reply);
+        }
         let chunks = self.servers[server].drain_stream_chunks(self.now);
         for (wire_id, data) in chunks {
             self.stream_chunk(wire_id.0, data);

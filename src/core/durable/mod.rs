@@ -11,7 +11,9 @@
 //!   lock is renewed at TTL/3 (`autoExtend`), `Event::Lost` when an extend
 //!   answers `extended:false` or the lease runs out before a renewal
 //!   succeeded (measured on the client's clock from the request's send time,
-//!   minus a drift allowance, as the single-node Redis lock does);
+//!   minus a drift allowance, as the single-node Redis lock does); a grant
+//!   that a held-open poll received after its first renewal was due is
+//!   confirmed by an `extend` first, whose send time anchors the lease;
 //! - an acquire that ends without a grant it knows of (cancelled, closed,
 //!   failed) leaves: `acquire` with its owner and `waitMs` 0 takes it out of
 //!   the queue (the service keeps a waiter whose caller went away) or

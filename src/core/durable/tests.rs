@@ -921,3 +921,108 @@ fn debug_never_shows_the_token_or_an_owner() {
     h.answer(&req, r#"{"extended":true,"ttlMs":10000}"#);
     h.completed(op).unwrap();
 }
+
+/// Regression (tests/sim_durable.rs, seed 16): a poll the service held open
+/// longer than the TTL is granted with a fresh lease, but measured from the
+/// poll's send time that lease has ended. It used to be released and the
+/// acquire failed (`BACKEND`); an owner-checked `extend` now confirms it and
+/// anchors its lease.
+#[test]
+fn a_grant_held_open_longer_than_the_ttl_is_confirmed_by_an_extend() {
+    let mut h = Harness::new(config());
+    let op = h.acquire("a", Wait::Forever);
+    let poll = h.one();
+    let owner = body(&poll)["owner"].clone();
+    h.now = 1_000 + 20_000;
+    h.answer(
+        &poll,
+        r#"{"acquired":true,"token":"4","ttlMs":10000,"waiters":0}"#,
+    );
+    let confirm = h.one();
+    assert!(url(&confirm).contains("/v1/extend?name=a"), "{confirm:?}");
+    assert_eq!(body(&confirm)["owner"], owner);
+    assert_eq!(body(&confirm)["token"], "4");
+    assert_eq!(body(&confirm)["ttlMs"].as_u64(), Some(10_000));
+    assert!(h.take_events().is_empty(), "not reported before confirmed");
+    h.now += 30;
+    h.answer(&confirm, r#"{"extended":true,"ttlMs":10000}"#);
+    let info = h.completed(op).unwrap().into_acquired().unwrap().unwrap();
+    assert_eq!(info.fencing_token, 4);
+    // Measured from the confirmation's send time.
+    assert_eq!(info.expires_at, 21_000 + 10_000 - 102);
+    assert_eq!(h.m.poll_timeout(), Some(21_000 + 10_000 / 3));
+}
+
+/// Regression (tests/sim_durable.rs, seed 382): a grant that arrives after
+/// its first renewal was due (validity measured from the poll's send time
+/// nearly spent) is confirmed first, instead of being reported with a few
+/// ms of validity and lost in a calm network.
+#[test]
+fn a_grant_arriving_after_its_renewal_was_due_is_confirmed_first() {
+    let mut h = Harness::new(config());
+    let op = h.acquire("a", Wait::For(20_000));
+    let poll = h.one();
+    h.now = 1_000 + 9_000;
+    h.answer(
+        &poll,
+        r#"{"acquired":true,"token":"9","ttlMs":10000,"waiters":0}"#,
+    );
+    let confirm = h.one();
+    assert!(url(&confirm).contains("/v1/extend"), "{confirm:?}");
+    assert!(h.take_events().is_empty());
+    h.now += 10;
+    h.answer(&confirm, r#"{"extended":true,"ttlMs":10000}"#);
+    let info = h.completed(op).unwrap().into_acquired().unwrap().unwrap();
+    assert_eq!(info.expires_at, 10_000 + 10_000 - 102);
+}
+
+/// A confirmation the service refuses (the fresh lease ended before it
+/// arrived): not ours, nor queued any more; the wait goes on with the same
+/// owner, and a cancel then leaves as usual.
+#[test]
+fn a_refused_confirmation_waits_on() {
+    let mut h = Harness::new(config());
+    let op = h.acquire("a", Wait::Forever);
+    let poll = h.one();
+    let owner = body(&poll)["owner"].clone();
+    h.now = 1_000 + 20_000;
+    h.answer(
+        &poll,
+        r#"{"acquired":true,"token":"4","ttlMs":10000,"waiters":0}"#,
+    );
+    let confirm = h.one();
+    h.now += 10;
+    h.answer(&confirm, r#"{"extended":false}"#);
+    let again = h.one();
+    assert!(url(&again).contains("/v1/acquire"), "{again:?}");
+    assert_eq!(body(&again)["owner"], owner);
+    assert!(h.take_events().is_empty());
+    h.m.cancel(h.now, op);
+    let leave = h.one();
+    assert_leave(&leave, &owner, "a");
+}
+
+/// Found by review beside tests/sim_durable.rs: an extend with a shorter
+/// TTL than the lease left shortens the service's lease as soon as it
+/// arrives. If its answer never comes, the lock used to stay trusted until
+/// its old expiry (the service may have granted it to another meanwhile);
+/// it is now trusted no longer than the new lease, counted from the send.
+#[test]
+fn a_shortening_extend_whose_answer_is_lost_shortens_the_trust() {
+    let mut h = Harness::new(config());
+    let info = h.hold("a", 3);
+    assert_eq!(info.expires_at, 1_000 + 10_000 - 102);
+    h.now = 1_100;
+    let op = h.m.extend(h.now, info.id, Some(1_000)).unwrap();
+    let ext = h.one();
+    assert_eq!(body(&ext)["ttlMs"].as_u64(), Some(1_000));
+    // No answer: the request times out after the lease it asked for.
+    h.advance_to(1_100 + 1_000 - 12);
+    let lost = h.take_events();
+    assert!(
+        lost.iter()
+            .any(|e| matches!(e, Event::Lost { lock, .. } if *lock == info.id)),
+        "{lost:?}"
+    );
+    let _ = op;
+}

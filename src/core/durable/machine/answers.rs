@@ -55,72 +55,23 @@ impl DurableMachine {
         };
         match answer {
             Ok(AcquireAnswer::Granted { token, ttl_ms }) => {
-                let Some(a) = self.acquires.remove(&op) else {
-                    return;
-                };
                 self.rt.timers.clear(Timer::Poll(op));
                 // The lease asked for, or what is left of it if it was ours already.
                 let ttl = ttl_ms.min(a.ttl);
                 let expires_at = codec::lease_validity(ttl)
                     .map(|v| sent_at.saturating_add(v))
                     .filter(|e| *e > now);
-                let Some(expires_at) = expires_at else {
-                    self.send_release(
-                        now,
-                        &a.name,
-                        &a.owner,
-                        token,
-                        Req::Release {
-                            op: None,
-                            lock: None,
-                            abort: None,
-                        },
-                    );
-                    let error = LockError::Backend {
-                        backend: BACKEND,
-                        name: a.name,
-                        status: None,
-                        message: "the grant arrived after its lease had ended (released again)"
-                            .into(),
-                    };
-                    self.rt.out.fail(op, error);
-                    return;
-                };
-                let id = self.rt.out.lock_id();
-                let handle = LockHandle {
-                    v: 1,
-                    backend: BackendKind::DurableObject,
-                    name: a.name.clone(),
-                    key: a.name.clone(),
-                    owner: a.owner.clone(),
-                    fencing_token: token,
-                    revision: token,
-                    kind: LockKind::Exclusive,
-                    slot: None,
-                };
-                let info = LockInfo {
-                    id,
-                    name: a.name.clone(),
-                    fencing_token: token,
-                    expires_at,
-                    handle,
-                };
-                let renew_at = sent_at + ttl / 3;
-                self.hold(
-                    Held {
-                        id,
-                        name: a.name,
-                        owner: a.owner,
-                        token,
-                        ttl: a.ttl,
-                        expires_at,
-                        renew: self.cfg.auto_extend,
-                        renewal: None,
-                        last_error: None,
-                    },
-                    renew_at,
-                );
-                self.rt.out.complete(op, Ok(Outcome::Acquired(info)));
+                // Measured from the poll's send time, a grant that arrives
+                // after its first renewal was due (the service held the
+                // poll open) has little or no validity left, though its
+                // lease began at the grant: confirm it first.
+                let renewal_due = now >= sent_at.saturating_add(ttl / 3);
+                match expires_at {
+                    Some(expires_at) if !renewal_due => {
+                        self.granted(op, token, sent_at, expires_at)
+                    }
+                    _ => self.confirm(now, op, token),
+                }
             }
             Ok(AcquireAnswer::Refused) => {
                 if a.wait == Wait::Try {
@@ -157,6 +108,131 @@ impl DurableMachine {
                 };
                 self.rt.timers.clear(Timer::Poll(op));
                 // Its outcome is unknown: it may be queued, or even granted.
+                self.leave(now, None, a);
+                self.rt.out.fail(op, error);
+            }
+        }
+    }
+
+    /// Acquire `op` holds the lock with `token`, valid until `expires_at`
+    /// (measured from `sent_at`, the send time of the request that
+    /// established it): a held lock, renewed from `sent_at`.
+    fn granted(&mut self, op: OpId, token: u64, sent_at: Millis, expires_at: Millis) {
+        let Some(a) = self.acquires.remove(&op) else {
+            return;
+        };
+        let id = self.rt.out.lock_id();
+        let handle = LockHandle {
+            v: 1,
+            backend: BackendKind::DurableObject,
+            name: a.name.clone(),
+            key: a.name.clone(),
+            owner: a.owner.clone(),
+            fencing_token: token,
+            revision: token,
+            kind: LockKind::Exclusive,
+            slot: None,
+        };
+        let info = LockInfo {
+            id,
+            name: a.name.clone(),
+            fencing_token: token,
+            expires_at,
+            handle,
+        };
+        let renew_at = sent_at + a.ttl / 3;
+        self.hold(
+            Held {
+                id,
+                name: a.name,
+                owner: a.owner,
+                token,
+                ttl: a.ttl,
+                expires_at,
+                renew: self.cfg.auto_extend,
+                renewal: None,
+                last_error: None,
+            },
+            renew_at,
+        );
+        self.rt.out.complete(op, Ok(Outcome::Acquired(info)));
+    }
+
+    /// A grant whose lease, measured from its poll's send time, has already
+    /// ended (the service held the poll open longer than the TTL, then
+    /// granted it with a fresh lease): an owner-checked `extend` confirms
+    /// it, and its answer anchors the lease from its own send time.
+    fn confirm(&mut self, now: Millis, op: OpId, token: u64) {
+        let Some(a) = self.acquires.get(&op) else {
+            return;
+        };
+        let body = codec::extend_body(&a.owner, token, a.ttl);
+        let name = a.name.clone();
+        let timeout = self.cfg.request_timeout_ms;
+        let req = Req::Confirm {
+            op,
+            token,
+            sent_at: now,
+        };
+        let id = self.send(now, req, ApiOp::Extend, &name, body, timeout);
+        if let Some(a) = self.acquires.get_mut(&op) {
+            a.request = Some(id);
+        }
+    }
+
+    pub(super) fn on_confirm(
+        &mut self,
+        now: Millis,
+        op: OpId,
+        token: u64,
+        sent_at: Millis,
+        input: Result<(u16, Vec<u8>), TransportError>,
+    ) {
+        let Some(a) = self.acquires.get_mut(&op) else {
+            return;
+        };
+        a.request = None;
+        let (name, owner, ttl) = (a.name.clone(), a.owner.clone(), a.ttl);
+        match self.read(&name, &owner, &input, codec::parse_extend) {
+            Ok(Some(granted)) => {
+                let exp = codec::lease_validity(granted.min(ttl))
+                    .map(|v| sent_at.saturating_add(v))
+                    .filter(|e| *e > now);
+                match exp {
+                    Some(exp) => self.granted(op, token, sent_at, exp),
+                    // Even the confirmation came back too late: ask again.
+                    None => self.confirm(now, op, token),
+                }
+            }
+            // The lease ended before the confirmation arrived: not ours
+            // (nor queued any more). Wait on while the wait lasts.
+            Ok(None) => {
+                let Some(a) = self.acquires.get(&op) else {
+                    return;
+                };
+                if a.wait != Wait::Try && a.deadline.is_none_or(|d| d > now) {
+                    self.poll(now, op);
+                } else if let Some(a) = self.acquires.remove(&op) {
+                    let error = match a.wait {
+                        Wait::Try => LockError::Backend {
+                            backend: BACKEND,
+                            name: a.name,
+                            status: None,
+                            message: "the grant arrived after its lease had ended".into(),
+                        },
+                        _ => LockError::Timeout {
+                            backend: BACKEND,
+                            name: a.name,
+                        },
+                    };
+                    self.rt.out.fail(op, error);
+                }
+            }
+            Err(error) => {
+                let Some(a) = self.acquires.remove(&op) else {
+                    return;
+                };
+                // Its outcome is unknown: the grant may still be ours.
                 self.leave(now, None, a);
                 self.rt.out.fail(op, error);
             }
@@ -423,6 +499,7 @@ impl DurableMachine {
     ) {
         match owner {
             Req::Acquire { op, sent_at } => self.on_acquire(now, op, sent_at, input),
+            Req::Confirm { op, token, sent_at } => self.on_confirm(now, op, token, sent_at, input),
             Req::Release { op, lock, abort } => self.on_release(op, lock, abort, input),
             Req::Leave { op, name, owner } => self.on_leave(now, op, name, owner, input),
             Req::Extend {

@@ -31,6 +31,14 @@ type Parser<T> = fn(u16, &[u8], &[&str]) -> Result<T, AnswerError>;
 enum Req {
     /// A poll of a waiting (or trying) acquire.
     Acquire { op: OpId, sent_at: Millis },
+    /// An `extend` confirming a grant that arrived after its lease, as
+    /// measured from its poll's send time, had ended (a request held open
+    /// longer than the TTL): the service's answer anchors the lease anew.
+    Confirm {
+        op: OpId,
+        token: u64,
+        sent_at: Millis,
+    },
     /// An owner-checked release: of a held lock (`lock`), or with token 0
     /// only to leave the queue (`lock: None`). `op`: the user's release,
     /// or the cancelled acquire to answer `Aborted`; `None` in the background.
@@ -68,7 +76,10 @@ enum Req {
 impl Req {
     fn op(&self) -> Option<OpId> {
         match self {
-            Req::Acquire { op, .. } | Req::Resume { op, .. } | Req::Inspect { op, .. } => Some(*op),
+            Req::Acquire { op, .. }
+            | Req::Confirm { op, .. }
+            | Req::Resume { op, .. }
+            | Req::Inspect { op, .. } => Some(*op),
             Req::Release { op, .. } | Req::Extend { op, .. } | Req::Leave { op, .. } => *op,
         }
     }
@@ -248,6 +259,15 @@ impl DurableMachine {
         ttl: u64,
         op: Option<OpId>,
     ) -> Option<RequestId> {
+        let h = self.locks.get_mut(&lock)?;
+        // The service sets the lease to `ttl` from the moment the extend
+        // arrives: a shorter TTL may shorten it, whatever comes back (or
+        // not). Trust the lock no longer than the new lease from now.
+        let bound = codec::lease_validity(ttl).map(|v| now.saturating_add(v));
+        if let Some(bound) = bound.filter(|b| *b < h.expires_at) {
+            h.expires_at = bound;
+            self.rt.timers.set(Timer::Expiry(lock), bound);
+        }
         let h = self.locks.get(&lock)?;
         let body = codec::extend_body(&h.owner, h.token, ttl);
         let name = h.name.clone();
