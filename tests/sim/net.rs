@@ -95,7 +95,7 @@ use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet, VecDeque};
 use edgelock::core::{
     AcquireOptions, Event, HttpRequest, Input, Leadership, LockError, LockId, LockInfo, LockKind,
     LockMachine, LockMachineExt, LostReason, Millis, OpId, Operation, RequestId, SeededEntropy,
-    Transmit, TransportError, Wait,
+    Target, Transmit, TransportError, Wait,
 };
 
 /// Header the world adds to every request: the sending client's index.
@@ -1137,7 +1137,13 @@ impl<S: SimServer> World<S> {
 
     fn send(&mut self, c: usize, mut req: HttpRequest) {
         let id = req.id;
-        let Some(endpoint) = self.route(req.target.url().unwrap_or("")) else {
+        // A binding target routes as `binding:{name}{path}` (its `Display`):
+        // add a server with base `binding:{name}` to answer it.
+        let target = match &req.target {
+            Target::Url(u) => u.clone(),
+            t => t.to_string(),
+        };
+        let Some(endpoint) = self.route(&target) else {
             self.violations.push(format!(
                 "client {c} sent to an unknown target {:?}",
                 req.target
