@@ -104,10 +104,14 @@ struct D1Server {
     rollbacks: u64,
     /// Versions that went back (should stay empty).
     regressions: Vec<String>,
+    /// Chance a batch fails after running some or all of its statements
+    /// (D1's internal errors, an overloaded database): rolled back, 500.
+    error_chance: f64,
+    rng: SimRng,
 }
 
 impl D1Server {
-    fn new(clock: DbClock, table: &str) -> Self {
+    fn new(clock: DbClock, table: &str, error_chance: f64, rng: SimRng) -> Self {
         let conn = Connection::open_in_memory().expect("sqlite");
         let now_ms = Arc::new(AtomicI64::new(0));
         let n = now_ms.clone();
@@ -128,6 +132,8 @@ impl D1Server {
             commits: 0,
             rollbacks: 0,
             regressions: Vec::new(),
+            error_chance,
+            rng,
         }
     }
 
@@ -202,8 +208,16 @@ impl D1Server {
         self.batches += 1;
         // One transaction, as D1's batch.
         self.conn.execute_batch("BEGIN IMMEDIATE").expect("begin");
+        // Sometimes D1 fails the batch after its k-th statement.
+        let fail_after = self
+            .rng
+            .chance(self.error_chance)
+            .then(|| self.rng.below(statements.len() as u64 + 1) as usize);
         let mut results = Vec::new();
-        for s in statements {
+        for (k, s) in statements.iter().enumerate() {
+            if fail_after == Some(k) {
+                break;
+            }
             match self.run_statement(s) {
                 Ok(r) => results.push(r),
                 Err(e) => {
@@ -212,6 +226,14 @@ impl D1Server {
                     return (500, json!({"error": e.to_string()}));
                 }
             }
+        }
+        if fail_after.is_some() {
+            self.conn.execute_batch("ROLLBACK").expect("rollback");
+            self.rollbacks += 1;
+            return (
+                500,
+                json!({"error": "D1_ERROR: Internal error in D1 DB storage caused object to be reset."}),
+            );
         }
         self.conn.execute_batch("COMMIT").expect("commit");
         self.commits += 1;
@@ -316,9 +338,9 @@ fn pick<T: Copy>(rng: &mut SimRng, xs: &[T]) -> T {
     xs[rng.below(xs.len() as u64) as usize]
 }
 
-fn build(seed: u64) -> (World<D1Server>, Setup, SimRng) {
+fn build(seed: u64, beyond: bool) -> (World<D1Server>, Setup, SimRng) {
     let mut rng = SimRng::new(seed ^ 0xD1D1_5EED_0000_0000_u64);
-    let calm = rng.chance(0.25);
+    let calm = rng.chance(0.25) && !beyond;
     let ttl_ms = pick(&mut rng, &[1_000, 2_000, 3_000, 5_000]);
     let timeouts: Vec<u64> = [150, 300, 600, 1_000]
         .into_iter()
@@ -361,12 +383,28 @@ fn build(seed: u64) -> (World<D1Server>, Setup, SimRng) {
                 .jumps
                 .push((rng.below(FAULT_WINDOW_MS), rng.range(1, 2_000) as i64));
         }
+        // Beyond the bound: forward steps of half a lease or more, which
+        // end leases under their believers (the checker must notice).
+        if beyond {
+            for _ in 0..rng.range(2, 5) {
+                db_clock.jumps.push((
+                    rng.below(FAULT_WINDOW_MS),
+                    -(rng.range(ttl_ms / 2, ttl_ms) as i64),
+                ));
+            }
+        }
     }
     let mut w: World<D1Server> = World::new(seed, net);
     w.max_steps = 2_000_000;
+    let error_chance = if calm {
+        0.0
+    } else {
+        pick(&mut rng, &[0.0, 0.01, 0.05])
+    };
+    let server_rng = SimRng::new(rng.next_u64());
     w.add_server(
         &[&format!("binding:{BINDING}")],
-        D1Server::new(db_clock.clone(), &table),
+        D1Server::new(db_clock.clone(), &table, error_chance, server_rng),
     );
     let retry_delay_ms = rng.range(50, 300);
     let retry_jitter_ms = rng.range(0, 100);
@@ -626,7 +664,7 @@ fn final_checks(w: &World<D1Server>, setup: &Setup) -> Result<(), String> {
     // backward steps); calm runs have none.
     let db = w.server(0);
     let db_now = db.db_now(w.now);
-    let stepped_back: i64 = setup.db_clock.jumps.iter().map(|(_, d)| *d).sum();
+    let stepped_back: i64 = setup.db_clock.jumps.iter().map(|(_, d)| (*d).max(0)).sum();
     for name in &setup.names {
         let last = w
             .grants
@@ -683,8 +721,12 @@ fn final_checks(w: &World<D1Server>, setup: &Setup) -> Result<(), String> {
     Ok(())
 }
 
-fn run_seed(seed: u64, trace: bool) -> Result<Stats, (String, Box<World<D1Server>>, Setup)> {
-    let (mut w, setup, rng) = build(seed);
+fn run_seed(
+    seed: u64,
+    trace: bool,
+    beyond: bool,
+) -> Result<Stats, (String, Box<World<D1Server>>, Setup)> {
+    let (mut w, setup, rng) = build(seed, beyond);
     if trace {
         w.enable_trace();
     }
@@ -729,7 +771,7 @@ fn run_seed(seed: u64, trace: bool) -> Result<Stats, (String, Box<World<D1Server
 fn report_failure(seed: u64, msg: &str) -> String {
     let mut out =
         format!("\nseed {seed} failed: {msg}\nreplay: SIM_SEED={seed} cargo test --features native --test sim_d1\n");
-    match run_seed(seed, true) {
+    match run_seed(seed, true, false) {
         Ok(_) => out.push_str("(the replay did NOT fail: the simulation is not deterministic!)\n"),
         Err((m, w, setup)) => {
             if m != msg {
@@ -746,7 +788,7 @@ fn report_failure(seed: u64, msg: &str) -> String {
 fn simulation() {
     if let Ok(one) = std::env::var("SIM_SEED") {
         let seed: u64 = one.trim().parse().expect("SIM_SEED must be a number");
-        match run_seed(seed, true) {
+        match run_seed(seed, true, false) {
             Ok(s) => {
                 eprintln!("seed {seed} passed: {s:?}");
                 return;
@@ -757,7 +799,7 @@ fn simulation() {
     let seeds: u64 = std::env::var("SIM_SEEDS")
         .ok()
         .and_then(|s| s.trim().parse().ok())
-        .unwrap_or(300);
+        .unwrap_or(500);
     let started = std::time::Instant::now();
     let workers = std::thread::available_parallelism()
         .map_or(2, |n| n.get())
@@ -769,7 +811,7 @@ fn simulation() {
                     let mut stats = Stats::default();
                     let mut seed = k;
                     while seed < seeds {
-                        match run_seed(seed, false) {
+                        match run_seed(seed, false, false) {
                             Ok(s) => stats.add(&s),
                             Err((msg, _, _)) => return (stats, Some((seed, msg))),
                         }
@@ -819,6 +861,28 @@ fn simulation() {
     assert!(
         total.rejected > 0,
         "some stale writes should reach the fenced resource: {total:?}"
+    );
+}
+
+/// The database clock stepping forward by half a lease or more breaks
+/// exclusion (the lease ends under its believer): the per-step check must
+/// notice, or it checks nothing.
+#[test]
+fn the_checker_catches_db_clock_jumps_beyond_the_bound() {
+    let (mut caught, mut other) = (0, Vec::new());
+    for seed in 0..60 {
+        if let Err((msg, _, _)) = run_seed(seed, false, true) {
+            if msg.contains("believes it holds") {
+                caught += 1;
+            } else {
+                other.push((seed, msg));
+            }
+        }
+    }
+    eprintln!("forward jumps: {caught} of 60 seeds caught; other failures: {other:?}");
+    assert!(
+        caught >= 10,
+        "only {caught} of 60 seeds caught; others: {other:?}"
     );
 }
 
