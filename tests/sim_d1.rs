@@ -542,7 +542,7 @@ impl Checks {
             // A write to the fenced resource now and then, mostly quick,
             // sometimes slower than the lease (a stale write).
             let key = (b.client, lock);
-            let due = self.last_write.get(&key).is_none_or(|t| w.now >= t + 50);
+            let due = !matches!(self.last_write.get(&key), Some(t) if w.now < t + 50);
             if due {
                 self.last_write.insert(key, w.now);
                 let delay = if self.rng.chance(0.1) {
@@ -705,7 +705,12 @@ fn final_checks(w: &World<D1Server>, setup: &Setup) -> Result<(), String> {
         }
         if r.owner.is_some() {
             if setup.calm {
-                return Err(format!("calm run: {name:?} still has an owner at the end"));
+                return Err(format!(
+                    "calm run: {name:?} still has an owner at the end (version {}, highest token handed out {}, {} ms left)",
+                    r.version,
+                    g.token,
+                    r.expires_at - db_now
+                ));
             }
             let left = r.expires_at - db_now;
             if left > setup.ttl_ms as i64 + stepped_back {
