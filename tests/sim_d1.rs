@@ -726,6 +726,7 @@ fn final_checks(w: &World<D1Server>, setup: &Setup) -> Result<(), String> {
     Ok(())
 }
 
+#[allow(clippy::result_large_err)] // the failure carries the world for the report
 fn run_seed(
     seed: u64,
     trace: bool,

@@ -494,7 +494,7 @@ impl LockMachine for D1Machine {
         }
     }
 
-    fn cancel(&mut self, now: Millis, op: OpId) {
+    fn cancel(&mut self, _now: Millis, op: OpId) {
         let Some(a) = self.acquires.remove(&op) else {
             return;
         };
