@@ -101,6 +101,8 @@ struct D1Server {
     rows: BTreeMap<String, Row>,
     batches: u64,
     commits: u64,
+    /// Committed takes (a row granted to an owner).
+    takes: u64,
     rollbacks: u64,
     /// Versions that went back (should stay empty).
     regressions: Vec<String>,
@@ -130,6 +132,7 @@ impl D1Server {
             rows: BTreeMap::new(),
             batches: 0,
             commits: 0,
+            takes: 0,
             rollbacks: 0,
             regressions: Vec::new(),
             error_chance,
@@ -214,12 +217,19 @@ impl D1Server {
             .chance(self.error_chance)
             .then(|| self.rng.below(statements.len() as u64 + 1) as usize);
         let mut results = Vec::new();
+        let mut takes = 0;
         for (k, s) in statements.iter().enumerate() {
             if fail_after == Some(k) {
                 break;
             }
             match self.run_statement(s) {
-                Ok(r) => results.push(r),
+                Ok(r) => {
+                    let sql = s.get("sql").and_then(Value::as_str).unwrap_or("");
+                    if sql.starts_with("INSERT") && r["changes"].as_i64() > Some(0) {
+                        takes += 1;
+                    }
+                    results.push(r)
+                }
                 Err(e) => {
                     self.conn.execute_batch("ROLLBACK").expect("rollback");
                     self.rollbacks += 1;
@@ -237,6 +247,7 @@ impl D1Server {
         }
         self.conn.execute_batch("COMMIT").expect("commit");
         self.commits += 1;
+        self.takes += takes;
         self.refresh();
         (200, json!({ "results": results }))
     }
@@ -594,6 +605,8 @@ struct Stats {
     ops: u64,
     batches: u64,
     rollbacks: u64,
+    answers_lost: u64,
+    unheard_takes: u64,
     belief_checks: u64,
     accepted: u64,
     rejected: u64,
@@ -610,6 +623,8 @@ impl Stats {
         self.ops += o.ops;
         self.batches += o.batches;
         self.rollbacks += o.rollbacks;
+        self.answers_lost += o.answers_lost;
+        self.unheard_takes += o.unheard_takes;
         self.belief_checks += o.belief_checks;
         self.accepted += o.accepted;
         self.rejected += o.rejected;
@@ -766,6 +781,8 @@ fn run_seed(
             ops: w.history.len() as u64,
             batches: w.server(0).batches,
             rollbacks: w.server(0).rollbacks,
+            answers_lost: w.responses_lost,
+            unheard_takes: w.server(0).takes - w.grants.len() as u64,
             belief_checks: checks.belief_checks,
             accepted: checks.accepted,
             rejected: checks.rejected,
@@ -834,7 +851,7 @@ fn simulation() {
         total.add(s);
     }
     eprintln!(
-        "sim_d1: {} seeds ({} calm) in {:.1} s: {} ops, {} grants, {} lost ({} not by close), {} batches on SQLite ({} rolled back), {} belief checks against the table, fenced writes {} accepted / {} stale rejected, {} simulated minutes",
+        "sim_d1: {} seeds ({} calm) in {:.1} s: {} ops, {} grants, {} lost ({} not by close), {} batches on SQLite ({} rolled back, {} answers lost, {} committed takes never heard by their client), {} belief checks against the table, fenced writes {} accepted / {} stale rejected, {} simulated minutes",
         total.seeds,
         total.calm,
         started.elapsed().as_secs_f64(),
@@ -844,6 +861,8 @@ fn simulation() {
         total.expired_losts,
         total.batches,
         total.rollbacks,
+        total.answers_lost,
+        total.unheard_takes,
         total.belief_checks,
         total.accepted,
         total.rejected,
@@ -863,6 +882,10 @@ fn simulation() {
     assert!(
         total.expired_losts > 0,
         "some locks should be lost under faults: {total:?}"
+    );
+    assert!(
+        total.unheard_takes > 0,
+        "some committed takes should lose their answers: {total:?}"
     );
     assert!(
         total.rejected > 0,

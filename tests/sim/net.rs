@@ -719,6 +719,9 @@ pub struct World<S: SimServer> {
     pub hostile_chunks: u64,
     /// Stream chunks delivered to clients (pieces counted once per chunk).
     pub stream_chunks: u64,
+    /// Answers lost after their server handled the request (faults and
+    /// partitions).
+    pub responses_lost: u64,
     /// An election workload (see `set_election`).
     election: Option<ElectionConfig>,
     pub election_state: ElectionState,
@@ -763,6 +766,7 @@ impl<S: SimServer> World<S> {
             steps: 0,
             hostile_chunks: 0,
             stream_chunks: 0,
+            responses_lost: 0,
             election: None,
             election_state: ElectionState::default(),
             redis_election: None,
@@ -1369,6 +1373,7 @@ impl<S: SimServer> World<S> {
         let lost = self.partitioned(c, endpoint, self.now).is_some()
             || (self.faulty() && self.rng.chance(self.net.response_loss));
         if lost {
+            self.responses_lost += 1;
             self.log(|| format!("   response to c{c}#{} lost", id.0));
             if self.faulty() && self.rng.chance(self.net.reset_chance) {
                 let d = self.delay();
