@@ -99,7 +99,7 @@ use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet, VecDeque};
 use edgelock::core::{
     AcquireOptions, Event, HttpRequest, Input, Leadership, LockError, LockId, LockInfo, LockKind,
     LockMachine, LockMachineExt, LostReason, Millis, OpId, Operation, RequestId, SeededEntropy,
-    Transmit, TransportError, Wait,
+    Target, Transmit, TransportError, Wait,
 };
 
 /// Header the world adds to every request: the sending client's index.
@@ -738,6 +738,9 @@ pub struct World<S: SimServer> {
     pub hostile_chunks: u64,
     /// Stream chunks delivered to clients (pieces counted once per chunk).
     pub stream_chunks: u64,
+    /// Answers lost after their server handled the request (faults and
+    /// partitions).
+    pub responses_lost: u64,
     /// An election workload (see `set_election`).
     election: Option<ElectionConfig>,
     pub election_state: ElectionState,
@@ -783,6 +786,7 @@ impl<S: SimServer> World<S> {
             steps: 0,
             hostile_chunks: 0,
             stream_chunks: 0,
+            responses_lost: 0,
             election: None,
             election_state: ElectionState::default(),
             redis_election: None,
@@ -1173,7 +1177,13 @@ impl<S: SimServer> World<S> {
 
     fn send(&mut self, c: usize, mut req: HttpRequest) {
         let id = req.id;
-        let Some(endpoint) = self.route(req.target.url().unwrap_or("")) else {
+        // A binding target routes as `binding:{name}{path}` (its `Display`):
+        // add a server with base `binding:{name}` to answer it.
+        let target = match &req.target {
+            Target::Url(u) => u.clone(),
+            t => t.to_string(),
+        };
+        let Some(endpoint) = self.route(&target) else {
             self.violations.push(format!(
                 "client {c} sent to an unknown target {:?}",
                 req.target
@@ -1430,6 +1440,7 @@ impl<S: SimServer> World<S> {
         let lost = self.partitioned(c, endpoint, self.now).is_some()
             || (self.faulty() && self.rng.chance(self.net.response_loss));
         if lost {
+            self.responses_lost += 1;
             self.log(|| format!("   response to c{c}#{} lost", id.0));
             if self.faulty() && self.rng.chance(self.net.reset_chance) {
                 let d = self.delay();

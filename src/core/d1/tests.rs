@@ -440,12 +440,40 @@ fn hostile_answers_are_errors_that_never_repeat_the_owner() {
 #[test]
 fn cancel_frees_an_attempt_in_flight_and_close_ends_everything() {
     let mut h = Harness::new(D1Config::new("DB"));
+    // Regression (tests/sim_d1.rs, seed 2898 on a calm network): the leave
+    // was sent beside the attempt, ran first, and the attempt's take then
+    // held the row for a whole lease. Now the attempt finishes first.
     let op = h.acquire("a", Wait::Forever);
     let req = h.one();
     h.m.cancel(h.now, op);
+    assert!(h.take().is_empty(), "no leave beside the attempt");
+    assert!(h.cancelled.is_empty(), "the attempt is not abandoned");
+    assert_eq!(h.m.live_count(), 1);
+    h.answer(&req, &granted(1, 10_000));
     let leave = h.one();
-    assert_eq!(h.cancelled, vec![req.id]);
+    let st = statements(&leave);
+    assert_eq!(st[1].0, sql::leave("edgelock_locks"));
+    assert!(h.take_events().is_empty(), "Aborted after the leave");
+    h.answer(&leave, &changes(1));
+    assert!(matches!(h.completed(op), Err(LockError::Aborted { .. })));
+    assert_eq!(h.m.live_count(), 0);
+
+    // An attempt that times out after the cancel: freed too.
+    let op = h.acquire("a", Wait::Forever);
+    let _req = h.one();
+    h.m.cancel(h.now, op);
+    h.advance_to(h.now + 5_001);
+    let leave = h.one();
+    assert_eq!(statements(&leave)[1].0, sql::leave("edgelock_locks"));
     h.answer(&leave, &changes(0));
+    assert!(matches!(h.completed(op), Err(LockError::Aborted { .. })));
+
+    // An attempt refused after the cancel: nothing to free.
+    let op = h.acquire("a", Wait::Forever);
+    let req = h.one();
+    h.m.cancel(h.now, op);
+    h.answer(&req, &busy(3, 500));
+    assert!(h.take().is_empty());
     assert!(matches!(h.completed(op), Err(LockError::Aborted { .. })));
 
     // Pausing between attempts: nothing to free.
@@ -471,6 +499,29 @@ fn cancel_frees_an_attempt_in_flight_and_close_ends_everything() {
     assert!(events
         .iter()
         .any(|e| matches!(e, Event::Completed { op, .. } if *op == close)));
+}
+
+#[test]
+fn close_frees_an_attempt_in_flight_after_its_answer() {
+    let mut h = Harness::new(D1Config::new("DB"));
+    let op = h.acquire("a", Wait::Forever);
+    let req = h.one();
+    let close = h.m.close(h.now);
+    assert!(matches!(h.completed(op), Err(LockError::Closed { .. })));
+    assert!(h.take().is_empty() && h.cancelled.is_empty());
+    h.answer(&req, &granted(4, 10_000));
+    let leave = h.one();
+    assert_eq!(statements(&leave)[1].0, sql::leave("edgelock_locks"));
+    assert!(!h
+        .take_events()
+        .iter()
+        .any(|e| matches!(e, Event::Completed { op, .. } if *op == close)));
+    h.answer(&leave, &changes(1));
+    assert!(h
+        .take_events()
+        .iter()
+        .any(|e| matches!(e, Event::Completed { op, .. } if *op == close)));
+    assert_eq!(h.m.live_count(), 0);
 }
 
 #[test]

@@ -7,6 +7,15 @@ impl D1Machine {
     // ---- answers ------------------------------------------------------------
 
     pub(super) fn on_acquire(&mut self, now: Millis, op: OpId, sent_at: Millis, input: Answer) {
+        if let Some(Abandoned { acquiring: a, op }) = self.abandoned.remove(&op) {
+            // Given up meanwhile: free the row unless the answer says the
+            // take did not happen.
+            match self.read(&a.name, &a.owner, &input, codec::parse_acquire) {
+                Ok(AcquireAnswer::Busy { .. }) => self.on_leave(op, a.name),
+                _ => self.leave(now, op, a),
+            }
+            return;
+        }
         let Some(a) = self.acquires.get_mut(&op) else {
             return;
         };

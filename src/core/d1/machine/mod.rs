@@ -84,6 +84,19 @@ struct Acquiring {
     request: Option<RequestId>,
 }
 
+/// An acquire given up (cancelled, or ended by `close`) while its attempt
+/// was in flight. The attempt is left to finish and the row is freed after
+/// its answer (or its timeout) if it may have become ours: a `leave` sent
+/// beside it may run first (two requests are not ordered), and the take
+/// committed after it would hold the row for a whole lease (the d1
+/// simulation, tests/sim_d1.rs, found it on a calm network).
+struct Abandoned {
+    acquiring: Acquiring,
+    /// The user's cancelled acquire, answered `Aborted` at the end (`None`:
+    /// closed, already failed).
+    op: Option<OpId>,
+}
+
 /// A lock this machine holds.
 #[derive(Clone)]
 struct Held {
@@ -106,6 +119,7 @@ pub struct D1Machine {
     acquires: VecMap<OpId, Acquiring>,
     locks: VecMap<LockId, Held>,
     ended: VecMap<LockId, String>,
+    abandoned: VecMap<OpId, Abandoned>,
 }
 
 impl std::fmt::Debug for D1Machine {
@@ -159,6 +173,7 @@ impl D1Machine {
             acquires: VecMap::new(),
             locks: VecMap::new(),
             ended: VecMap::new(),
+            abandoned: VecMap::new(),
         })
     }
 
@@ -479,16 +494,19 @@ impl LockMachine for D1Machine {
         }
     }
 
-    fn cancel(&mut self, now: Millis, op: OpId) {
+    fn cancel(&mut self, _now: Millis, op: OpId) {
         let Some(a) = self.acquires.remove(&op) else {
             return;
         };
         self.rt.timers.clear(Timer::Poll(op));
         match a.request {
-            // Its attempt may commit: free the row if it becomes ours.
-            Some(r) => {
-                self.rt.cancel(r);
-                self.leave(now, Some(op), a);
+            // Its attempt may commit: free the row after its answer.
+            Some(_) => {
+                let ab = Abandoned {
+                    acquiring: a,
+                    op: Some(op),
+                };
+                self.abandoned.insert(op, ab);
             }
             // Pausing after a refusal: nothing of it is in the table.
             None => self.on_leave(Some(op), a.name),
@@ -504,9 +522,12 @@ impl LockMachine for D1Machine {
             for aop in ops {
                 if let Some(a) = self.acquires.remove(&aop) {
                     self.rt.timers.clear(Timer::Poll(aop));
-                    if let Some(r) = a.request {
-                        self.rt.cancel(r);
-                        self.leave(now, None, a);
+                    if a.request.is_some() {
+                        let ab = Abandoned {
+                            acquiring: a,
+                            op: None,
+                        };
+                        self.abandoned.insert(aop, ab);
                     }
                     self.rt.out.fail(aop, closed.clone());
                 }
