@@ -23,10 +23,11 @@ else
   bash scripts/build-worker.sh
 fi
 
-# The npm package's own tests in workerd (tests/worker/durable_backend.test.mjs)
-# need pkg/; the README test command has built it already (scripts/test-js.sh).
-if [ ! -f pkg/package.json ]; then
-  echo "== building the npm package (pkg/ is missing)"
+# The npm package's own tests in workerd (tests/worker/durable_backend.test.mjs
+# and d1.test.mjs) need a current pkg/; the README test command has built it
+# already (scripts/test-js.sh), so this rebuilds it only when run alone.
+if [ ! -f pkg/package.json ] || [ -n "$(find pkg-src src Cargo.toml -newer pkg/package.json -print -quit)" ]; then
+  echo "== building the npm package (pkg/ is missing or older than its sources)"
   bash scripts/build-pkg.sh
 fi
 
