@@ -1,7 +1,7 @@
 // Type-checked (tsc --noEmit, strict, skipLibCheck off) against the installed
 // package's declarations; never run. Lines marked @ts-expect-error must fail
 // to type-check, so the declarations are known to reject misuse.
-import { EtcdLocks, RedisLocks, Redlock, DurableObjectLocks, lockServiceRouter, LockError, MAX_PERMITS, MAX_CAMPAIGN_VALUE, MAX_ACQUIRE_ALL } from "edgelock";
+import { EtcdLocks, RedisLocks, Redlock, DurableObjectLocks, lockServiceRouter, D1Locks, d1Binding, LockError, MAX_PERMITS, MAX_CAMPAIGN_VALUE, MAX_ACQUIRE_ALL } from "edgelock";
 import type { Leader, Leadership, LeadershipHandleJSON, Lock, LockClient, LockErrorCode, LockHandleJSON, LockHolder, LockMode, LockSet, LockStatus, PermitLock } from "edgelock";
 
 async function etcdExample(): Promise<bigint> {
@@ -162,7 +162,7 @@ async function durableObjectExample(namespace: { idFromName(name: string): { toS
   const byUrl = new DurableObjectLocks({ url: "https://jobs.example.workers.dev/lock", token: "t", ttlMs: 5_000, requestTimeoutMs: 2_000, autoExtend: true });
   const lock: Lock = await byUrl.acquire("reports", { waitMs: 30_000 });
   const handle: LockHandleJSON = lock.toJSON();
-  const backend: "etcd" | "redis" | "redlock" | "durable-object" = handle.backend;
+  const backend: "etcd" | "redis" | "redlock" | "durable-object" | "d1" = handle.backend;
   await lock.release();
   const inWorker = new DurableObjectLocks({ binding: "LOCKS", bindings: { LOCKS: lockServiceRouter(namespace) } });
   const maybe: Lock | null = await inWorker.tryAcquire("reports");
@@ -175,4 +175,16 @@ async function durableObjectExample(namespace: { idFromName(name: string): { toS
   return lock.fencingToken;
 }
 
-export { electionExample, etcdExample, requestExample, kindsExample, redisExamples, errorExample, misuse, durableObjectExample };
+async function d1Example(db: { prepare(sql: string): { bind(...values: unknown[]): unknown }; batch(statements: unknown[]): Promise<Array<{ results?: unknown[]; meta?: { changes?: number } }>> }): Promise<bigint> {
+  const locks = new D1Locks({ binding: "DB", bindings: { DB: d1Binding(db) }, table: "job_locks", ttlMs: 5_000, retryDelayMs: 100 });
+  const lock: Lock = await locks.acquire("nightly", { waitMs: 10_000 });
+  const maybe: Lock | null = await locks.tryAcquire("nightly");
+  await lock.release();
+  // @ts-expect-error a binding is required
+  new D1Locks({ bindings: {} });
+  await locks.close();
+  void maybe;
+  return lock.fencingToken;
+}
+
+export { electionExample, etcdExample, requestExample, kindsExample, redisExamples, errorExample, misuse, durableObjectExample, d1Example };
