@@ -19,6 +19,10 @@
 //! paused holder holds a set of two names (`acquire_all`); the others take
 //! the same set, one of them in the other order: its late writes to both
 //! names must be fenced.
+//!
+//! 1l: the lock service (Durable Object in workerd, the built Worker run by
+//! `tools/reliability/workerd-host.mjs`), its clients native, through the
+//! Worker's front `POST /lock/v1/<op>` with a bearer token.
 
 use std::time::{Duration, Instant};
 
@@ -28,7 +32,7 @@ use super::Mode;
 use crate::backend::BackendSpec;
 use crate::checker::{check, check_observer, held_through_failed_acquire, ObserverVerdict};
 use crate::history::{now_ms, History, OpKind, Outcome};
-use crate::infra::{contenders, etcd_keys, Crew, RedisNodes};
+use crate::infra::{contenders, etcd_keys, Crew, RedisNodes, WorkerdHost, WORKER_TOKEN};
 use crate::report::ScenarioReport;
 use crate::resource::ResourceClient;
 use crate::worker::{WorkerProcess, WorkerSpec};
@@ -123,6 +127,34 @@ pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
             "redis (webdis)",
             &format!("redis: {e}"),
         )),
+    }
+    if super::wants("1l") {
+        // The lock service's Durable Object in workerd, reached by the
+        // native client through the Worker's front.
+        out.push(match WorkerdHost::start(None) {
+            Ok(host) => {
+                let spec = BackendSpec::Durable {
+                    url: host.front_url(),
+                    token: WORKER_TOKEN.into(),
+                    ttl_ms: TTL_MS,
+                    request_timeout_ms: 1_000,
+                    auto_extend: true,
+                };
+                trial_report("1l", &spec, Kind::Lock, trials, &|| {
+                    match host.held(LOCK) {
+                        Some(false) => 0,
+                        Some(true) => 1,
+                        None => usize::MAX,
+                    }
+                })
+            }
+            Err(e) => ScenarioReport::failed_to_run(
+                "1l",
+                TITLE,
+                "durable-object",
+                &format!("workerd: {e}"),
+            ),
+        });
     }
     if !mode.short && super::wants("1c") {
         out.push(match RedisNodes::start(5, false) {
@@ -331,7 +363,7 @@ pub fn on_webdis(spec: &BackendSpec) -> bool {
     match spec {
         BackendSpec::Redis { node, .. } => node.starts_with("webdis+"),
         BackendSpec::Redlock { nodes, .. } => nodes.iter().any(|n| n.starts_with("webdis+")),
-        BackendSpec::Etcd { .. } => false,
+        BackendSpec::Etcd { .. } | BackendSpec::Durable { .. } => false,
     }
 }
 

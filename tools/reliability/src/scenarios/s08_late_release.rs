@@ -4,6 +4,8 @@
 //! directly. The late release must not delete the next holder's key (the
 //! release is owner-checked on the server), must not report that the lock
 //! was still held, and the next holder must keep its lock and its writes.
+//! 8a etcd, 8b Redis, 8c the lock service (Durable Object in workerd through
+//! the Worker's front; the late client without auto-extend).
 
 use std::time::Duration;
 
@@ -15,7 +17,7 @@ use edgelock_devtools::{EtcdServer, Fault, FaultProxy, FencedResource};
 use super::Mode;
 use crate::backend::BackendSpec;
 use crate::history::now_ms;
-use crate::infra::{addr_of, etcd_keys, RedisNodes};
+use crate::infra::{addr_of, etcd_keys, RedisNodes, WorkerdHost, WORKER_TOKEN};
 use crate::report::ScenarioReport;
 use crate::resource::ResourceClient;
 
@@ -47,6 +49,20 @@ pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
     }
     if !mode.redis() {
         return out;
+    }
+    match WorkerdHost::start(None) {
+        Ok(host) => out.push(report(
+            "8c",
+            "durable-object (workerd, Worker front)",
+            trials,
+            || durable_target(&host),
+        )),
+        Err(e) => out.push(ScenarioReport::failed_to_run(
+            "8c",
+            TITLE,
+            "durable-object",
+            &e.to_string(),
+        )),
     }
     match RedisNodes::start(1, false) {
         Ok(nodes) => out.push(report("8b", "redis (webdis)", trials, || {
@@ -90,6 +106,47 @@ fn etcd_target(etcd: &EtcdServer) -> Result<Target, String> {
             etcd_keys(&url, "edgelock/")
                 .map(|k| k.len())
                 .unwrap_or(usize::MAX)
+        }),
+    })
+}
+
+fn durable_target(host: &WorkerdHost) -> Result<Target, String> {
+    let proxy = addr_of(&host.url())
+        .and_then(FaultProxy::start)
+        .map_err(|e| e.to_string())?;
+    // No auto-extend for the late client: its lease must end in the object.
+    let late = BackendSpec::Durable {
+        url: format!("{}/lock", proxy.url().trim_end_matches('/')),
+        token: WORKER_TOKEN.into(),
+        ttl_ms: TTL_MS,
+        request_timeout_ms: 3 * DELAY_MS,
+        auto_extend: false,
+    }
+    .client()
+    .map_err(|e| e.to_string())?;
+    let next = BackendSpec::Durable {
+        url: host.front_url(),
+        token: WORKER_TOKEN.into(),
+        ttl_ms: TTL_MS,
+        request_timeout_ms: 2_000,
+        auto_extend: true,
+    }
+    .client()
+    .map_err(|e| e.to_string())?;
+    let probe = WorkerdHost::probe(&host.url());
+    Ok(Target {
+        late,
+        next,
+        proxy,
+        keys: Box::new(move || {
+            // The trial's lock is the only one held: count it by name.
+            (0..3)
+                .map(|i| match probe(&format!("late-{i}")) {
+                    Some(true) => 1,
+                    Some(false) => 0,
+                    None => usize::MAX / 4,
+                })
+                .sum()
         }),
     })
 }
