@@ -348,8 +348,13 @@ impl WorkerdHost {
                 Stdio::null()
             })
             .spawn()
-            .map_err(|e| io::Error::other(format!("node tools/reliability/workerd-host.mjs: {e}")))?;
-        let stdout = child.stdout.take().ok_or_else(|| io::Error::other("no stdout"))?;
+            .map_err(|e| {
+                io::Error::other(format!("node tools/reliability/workerd-host.mjs: {e}"))
+            })?;
+        let stdout = child
+            .stdout
+            .take()
+            .ok_or_else(|| io::Error::other("no stdout"))?;
         let (tx, rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             let mut lines = std::io::BufReader::new(stdout).lines();
@@ -418,7 +423,10 @@ impl WorkerdHost {
         let r = http_request(
             "POST",
             &format!("{}{path}", self.url),
-            &[("content-type", "application/json"), ("authorization", &auth)],
+            &[
+                ("content-type", "application/json"),
+                ("authorization", &auth),
+            ],
             body.to_string().as_bytes(),
             timeout,
         )?;
@@ -440,7 +448,10 @@ impl WorkerdHost {
             let r = http_request(
                 "POST",
                 &format!("{url}/lock/v1/inspect?name={name}"),
-                &[("content-type", "application/json"), ("authorization", &auth)],
+                &[
+                    ("content-type", "application/json"),
+                    ("authorization", &auth),
+                ],
                 b"{}",
                 Duration::from_secs(3),
             )

@@ -140,12 +140,10 @@ pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
                     request_timeout_ms: 1_000,
                     auto_extend: true,
                 };
-                trial_report("1l", &spec, Kind::Lock, trials, &|| {
-                    match host.held(LOCK) {
-                        Some(false) => 0,
-                        Some(true) => 1,
-                        None => usize::MAX,
-                    }
+                trial_report("1l", &spec, Kind::Lock, trials, &|| match host.held(LOCK) {
+                    Some(false) => 0,
+                    Some(true) => 1,
+                    None => usize::MAX,
                 })
             }
             Err(e) => ScenarioReport::failed_to_run(

@@ -51,12 +51,16 @@ pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
         return out;
     }
     match WorkerdHost::start(None) {
-        Ok(host) => out.push(report(
-            "8c",
-            "durable-object (workerd, Worker front)",
-            trials,
-            || durable_target(&host),
-        )),
+        Ok(host) => {
+            let mut r = report(
+                "8c",
+                "durable-object (workerd, Worker front)",
+                trials,
+                || durable_target(&host),
+            );
+            r.note(&format!("The next holder's lease is {} ms (the late holder's {TTL_MS} ms): the Durable Object client counts a grant's lease from when its held-open acquire was sent, so a grant after a wait longer than the lease arrives already expired and the acquire fails (\"the grant arrived after its lease had ended\") instead of waiting on; with a {TTL_MS} ms lease this trial's next acquire (queued about {TTL_MS} ms) fails that way.", 4 * TTL_MS + DELAY_MS));
+            out.push(r);
+        }
         Err(e) => out.push(ScenarioReport::failed_to_run(
             "8c",
             TITLE,
@@ -124,10 +128,13 @@ fn durable_target(host: &WorkerdHost) -> Result<Target, String> {
     }
     .client()
     .map_err(|e| e.to_string())?;
+    // The next holder's lease is longer than its wait: the client measures a
+    // grant's lease from when its (held-open) acquire was sent, so a grant
+    // after a wait longer than the lease arrives expired (see 8c's note).
     let next = BackendSpec::Durable {
         url: host.front_url(),
         token: WORKER_TOKEN.into(),
-        ttl_ms: TTL_MS,
+        ttl_ms: 4 * TTL_MS + DELAY_MS,
         request_timeout_ms: 2_000,
         auto_extend: true,
     }
