@@ -736,7 +736,11 @@ fn d1_stalled_report(id: &str, trials: usize) -> ScenarioReport {
     r.check(
         "every trial ran",
         errors.is_empty() && ran == trials,
-        if errors.is_empty() { "ok".to_string() } else { errors.join("; ") },
+        if errors.is_empty() {
+            "ok".to_string()
+        } else {
+            errors.join("; ")
+        },
     );
     r.check(
         "the waiting run took over after the stalled holder's lease, with a higher token",
@@ -746,12 +750,19 @@ fn d1_stalled_report(id: &str, trials: usize) -> ScenarioReport {
     r.check(
         "the stalled holder's late finish is refused (409) and its job does not write",
         late_refused == trials && entries.len() == 2 * trials,
-        format!("refused {}, resource entries {} (2 runs per trial)", of(late_refused), entries.len()),
+        format!(
+            "refused {}, resource entries {} (2 runs per trial)",
+            of(late_refused),
+            entries.len()
+        ),
     );
     r.check(
         "0 stale writes accepted",
         v.stale_accepted == 0 && v.stale_rejected == 0,
-        format!("{} accepted, {} refused", v.stale_accepted, v.stale_rejected),
+        format!(
+            "{} accepted, {} refused",
+            v.stale_accepted, v.stale_rejected
+        ),
     );
     r.check(
         "the lock works on after the late finish, tokens still rising",

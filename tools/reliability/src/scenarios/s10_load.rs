@@ -361,6 +361,19 @@ fn load_report(
         v.acked_lost == 0,
         v.acked_lost,
     );
+    if matches!(spec, BackendSpec::Durable { .. }) {
+        // The lock service queues waiters FIFO: nobody starves.
+        let progressed: std::collections::HashSet<&str> = ops
+            .iter()
+            .filter(|o| o.kind == OpKind::Acquire && o.is_ok())
+            .map(|o| o.client.as_str())
+            .collect();
+        r.check(
+            "every contender progressed",
+            progressed.len() == n,
+            format!("{} of {n}", progressed.len()),
+        );
+    }
     r.check(
         "work was done",
         v.acquisitions > n,
