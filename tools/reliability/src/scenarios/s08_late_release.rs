@@ -38,46 +38,52 @@ struct Target {
 pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
     let trials = mode.pick(1, 3);
     let mut out = Vec::new();
-    match EtcdServer::start() {
-        Ok(etcd) => out.push(report("8a", "etcd", trials, || etcd_target(&etcd))),
-        Err(e) => out.push(ScenarioReport::failed_to_run(
-            "8a",
-            TITLE,
-            "etcd",
-            &e.to_string(),
-        )),
+    if super::wants("8a") {
+        match EtcdServer::start() {
+            Ok(etcd) => out.push(report("8a", "etcd", trials, || etcd_target(&etcd))),
+            Err(e) => out.push(ScenarioReport::failed_to_run(
+                "8a",
+                TITLE,
+                "etcd",
+                &e.to_string(),
+            )),
+        }
     }
     if !mode.redis() {
         return out;
     }
-    match WorkerdHost::start(None) {
-        Ok(host) => {
-            let mut r = report(
-                "8c",
-                "durable-object (workerd, Worker front)",
-                trials,
-                || durable_target(&host),
-            );
-            r.note(&format!("The next holder's lease is {} ms (the late holder's {TTL_MS} ms): the Durable Object client counts a grant's lease from when its held-open acquire was sent, so a grant after a wait longer than the lease arrives already expired and the acquire fails (\"the grant arrived after its lease had ended\") instead of waiting on; with a {TTL_MS} ms lease this trial's next acquire (queued about {TTL_MS} ms) fails that way.", 4 * TTL_MS + DELAY_MS));
-            out.push(r);
+    if super::wants("8b") {
+        match RedisNodes::start(1, false) {
+            Ok(nodes) => out.push(report("8b", "redis (webdis)", trials, || {
+                redis_target(&nodes)
+            })),
+            Err(e) => out.push(ScenarioReport::failed_to_run(
+                "8b",
+                TITLE,
+                "redis (webdis)",
+                &e.to_string(),
+            )),
         }
-        Err(e) => out.push(ScenarioReport::failed_to_run(
-            "8c",
-            TITLE,
-            "durable-object",
-            &e.to_string(),
-        )),
     }
-    match RedisNodes::start(1, false) {
-        Ok(nodes) => out.push(report("8b", "redis (webdis)", trials, || {
-            redis_target(&nodes)
-        })),
-        Err(e) => out.push(ScenarioReport::failed_to_run(
-            "8b",
-            TITLE,
-            "redis (webdis)",
-            &e.to_string(),
-        )),
+    if super::wants("8c") {
+        match WorkerdHost::start(None) {
+            Ok(host) => {
+                let mut r = report(
+                    "8c",
+                    "durable-object (workerd, Worker front)",
+                    trials,
+                    || durable_target(&host),
+                );
+                r.note(&format!("The next holder's lease is {} ms (the late holder's {TTL_MS} ms): the Durable Object client counts a grant's lease from when its held-open acquire was sent, so a grant after a wait longer than the lease arrives already expired and the acquire fails (\"the grant arrived after its lease had ended\") instead of waiting on; with a {TTL_MS} ms lease this trial's next acquire (queued about {TTL_MS} ms) fails that way.", 4 * TTL_MS + DELAY_MS));
+                out.push(r);
+            }
+            Err(e) => out.push(ScenarioReport::failed_to_run(
+                "8c",
+                TITLE,
+                "durable-object",
+                &e.to_string(),
+            )),
+        }
     }
     out
 }
