@@ -916,7 +916,7 @@ fn restart_report(id: &str, host: &mut WorkerdHost) -> ScenarioReport {
             )
         })
         .collect();
-    let crew = Crew::start(&spec, cfgs, &resource, &history, Duration::from_secs(7));
+    let crew = Crew::start(&spec, cfgs, &resource, &history, Duration::from_secs(6));
     std::thread::sleep(Duration::from_millis(2_000));
     let held_before: usize = (0..RESTART_LOCKS)
         .filter(|l| host.held(&format!("restart-{l}")) == Some(true))
