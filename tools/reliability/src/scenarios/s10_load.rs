@@ -19,6 +19,14 @@
 //! contender completes rounds; the observer ends on `Client::leader`
 //! (nobody); a failed `acquire_all` (Try, and a 300 ms wait, against a held
 //! name in the middle of the set) leaves none of its names held.
+//!
+//! The Worker's backends, in workerd ([`WorkerdHost`]): 10n the load above
+//! on the Durable Object lock service (native clients through the Worker's
+//! front; every contender must progress: its queue is FIFO); 10o parallel
+//! callers of the job coordinator's `POST /jobs/:name/run` on the D1 table
+//! lock (the jobs write to the fenced resource; see [`d1_jobs_report`]);
+//! 10p the lock service stopped and started again under load
+//! ([`restart_report`]).
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
