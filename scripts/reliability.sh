@@ -5,6 +5,7 @@
 #
 #   bash scripts/reliability.sh            every scenario, long sizes; writes RELIABILITY.md
 #   bash scripts/reliability.sh --short    a few scenarios (1, 3m-3o, 4, 8, 9, 10), short sizes
+#                                          (with the Worker's backends in workerd: 1l, 1m, 8c, 10n-10p)
 #                                          (< 5 min; part of scripts/test.sh); writes target/reliability-short.md
 #   bash scripts/reliability.sh --only 5,6 chosen scenarios (long sizes) to target/reliability-only.md
 #   ... --etcd-only                        only the etcd variants (with EDGELOCK_ETCD_BIN: another
@@ -25,5 +26,19 @@ case " $* " in
   *" --etcd-only "*) out=target/reliability-etcd-only.md ;;
 esac
 mkdir -p target
+# The Durable Object and D1 variants (1l, 1m, 8c, 10n-10p) run the built
+# Worker (build/) in workerd through Miniflare from tests/worker/node_modules
+# (tools/reliability/workerd-host.mjs): build them if missing.
+case " $* " in
+  *" --etcd-only "*) ;;
+  *)
+    if [ ! -d tests/worker/node_modules ] || [ tests/worker/package-lock.json -nt tests/worker/node_modules/.package-lock.json ]; then
+      (cd tests/worker && npm ci --no-audit --no-fund --loglevel=error)
+    fi
+    if [ ! -f build/index.js ]; then
+      bash scripts/build-worker.sh
+    fi
+    ;;
+esac
 cargo build --quiet -p edgelock-reliability
 "${CARGO_TARGET_DIR:-target}/debug/reliability" "$@" --out "$out"

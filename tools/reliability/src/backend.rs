@@ -1,6 +1,7 @@
 //! Which backend a client talks to, as data (so worker processes can be
 //! told on their command line), and how to build its client.
 
+use edgelock::core::durable::{DurableConfig, DurableEndpoint};
 use edgelock::core::etcd::EtcdConfig;
 use edgelock::core::redis::{RedisConfig, RedisNode, RedlockConfig, RedlockFencing};
 use edgelock::core::{BackendSpec as Registry, LockError};
@@ -31,6 +32,21 @@ pub enum BackendSpec {
         #[serde(default)]
         folded: bool,
     },
+    /// The lock service (Durable Objects) through the Worker's front
+    /// `<url>` = `http://…/lock` (the client adds `/v1/<op>`), with its bearer token.
+    Durable {
+        url: String,
+        token: String,
+        ttl_ms: u64,
+        request_timeout_ms: u64,
+        /// Renew held locks at TTL/3 (false: a lease ends on its own).
+        #[serde(default = "yes")]
+        auto_extend: bool,
+    },
+}
+
+fn yes() -> bool {
+    true
 }
 
 impl BackendSpec {
@@ -39,6 +55,7 @@ impl BackendSpec {
             BackendSpec::Etcd { .. } => "etcd",
             BackendSpec::Redis { .. } => "redis",
             BackendSpec::Redlock { .. } => "redlock",
+            BackendSpec::Durable { .. } => "durable-object",
         }
     }
 
@@ -46,7 +63,8 @@ impl BackendSpec {
         match self {
             BackendSpec::Etcd { ttl_ms, .. }
             | BackendSpec::Redis { ttl_ms, .. }
-            | BackendSpec::Redlock { ttl_ms, .. } => *ttl_ms,
+            | BackendSpec::Redlock { ttl_ms, .. }
+            | BackendSpec::Durable { ttl_ms, .. } => *ttl_ms,
         }
     }
 
@@ -104,6 +122,20 @@ impl BackendSpec {
                     RedlockFencing::Strict
                 };
                 Client::connect(Registry::Redlock(cfg))
+            }
+            BackendSpec::Durable {
+                url,
+                token,
+                ttl_ms,
+                request_timeout_ms,
+                auto_extend,
+            } => {
+                let mut cfg = DurableConfig::new(DurableEndpoint::Url(url.clone()));
+                cfg.token = Some(token.clone());
+                cfg.ttl_ms = *ttl_ms;
+                cfg.request_timeout_ms = *request_timeout_ms;
+                cfg.auto_extend = *auto_extend;
+                Client::connect(Registry::DurableObject(cfg))
             }
         }
     }

@@ -19,6 +19,10 @@
 //! paused holder holds a set of two names (`acquire_all`); the others take
 //! the same set, one of them in the other order: its late writes to both
 //! names must be fenced.
+//!
+//! 1l: the lock service (Durable Object in workerd, the built Worker run by
+//! `tools/reliability/workerd-host.mjs`), its clients native, through the
+//! Worker's front `POST /lock/v1/<op>` with a bearer token.
 
 use std::time::{Duration, Instant};
 
@@ -28,7 +32,7 @@ use super::Mode;
 use crate::backend::BackendSpec;
 use crate::checker::{check, check_observer, held_through_failed_acquire, ObserverVerdict};
 use crate::history::{now_ms, History, OpKind, Outcome};
-use crate::infra::{contenders, etcd_keys, Crew, RedisNodes};
+use crate::infra::{contenders, etcd_keys, Crew, RedisNodes, WorkerdHost, WORKER_TOKEN};
 use crate::report::ScenarioReport;
 use crate::resource::ResourceClient;
 use crate::worker::{WorkerProcess, WorkerSpec};
@@ -123,6 +127,35 @@ pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
             "redis (webdis)",
             &format!("redis: {e}"),
         )),
+    }
+    if super::wants("1l") {
+        // The lock service's Durable Object in workerd, reached by the
+        // native client through the Worker's front.
+        out.push(match WorkerdHost::start(None) {
+            Ok(host) => {
+                let spec = BackendSpec::Durable {
+                    url: host.front_url(),
+                    token: WORKER_TOKEN.into(),
+                    ttl_ms: TTL_MS,
+                    request_timeout_ms: 1_000,
+                    auto_extend: true,
+                };
+                trial_report("1l", &spec, Kind::Lock, trials, &|| match host.held(LOCK) {
+                    Some(false) => 0,
+                    Some(true) => 1,
+                    None => usize::MAX,
+                })
+            }
+            Err(e) => ScenarioReport::failed_to_run(
+                "1l",
+                TITLE,
+                "durable-object",
+                &format!("workerd: {e}"),
+            ),
+        });
+    }
+    if super::wants("1m") {
+        out.push(d1_stalled_report("1m", trials));
     }
     if !mode.short && super::wants("1c") {
         out.push(match RedisNodes::start(5, false) {
@@ -331,7 +364,7 @@ pub fn on_webdis(spec: &BackendSpec) -> bool {
     match spec {
         BackendSpec::Redis { node, .. } => node.starts_with("webdis+"),
         BackendSpec::Redlock { nodes, .. } => nodes.iter().any(|n| n.starts_with("webdis+")),
-        BackendSpec::Etcd { .. } => false,
+        BackendSpec::Etcd { .. } | BackendSpec::Durable { .. } => false,
     }
 }
 
@@ -612,4 +645,130 @@ pub fn wait_for(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
         }
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+const TITLE_D1: &str = "job holder stalled past its TTL (D1, inside workerd)";
+
+/// 1m (see the module docs): per trial, `start` with a 1 s lease, a run
+/// waiting for the lock (granted after the lease ended, its job writes),
+/// then the stalled holder's `finish`, then one more run.
+fn d1_stalled_report(id: &str, trials: usize) -> ScenarioReport {
+    use serde_json::{json, Value};
+    let backend = "d1 (workerd, job coordinator)";
+    let ttl = 1_000u64;
+    let mut r = ScenarioReport::new(
+        id,
+        TITLE_D1,
+        backend,
+        &format!("POST /jobs/:name/start (lease {ttl} ms, never renewed), another run waits for it, then the first holder's late POST /jobs/:name/finish"),
+    );
+    let fenced = match FencedResource::start() {
+        Ok(f) => f,
+        Err(e) => return ScenarioReport::failed_to_run(id, TITLE_D1, backend, &e.to_string()),
+    };
+    let host = match WorkerdHost::start(Some(&fenced.url())) {
+        Ok(h) => h,
+        Err(e) => return ScenarioReport::failed_to_run(id, TITLE_D1, backend, &e.to_string()),
+    };
+    let call = |path: &str, body: Value| {
+        host.post(path, &body, Duration::from_secs(20))
+            .unwrap_or((0, Value::Null))
+    };
+    let token_of = |v: &Value| {
+        v.get("token")
+            .and_then(Value::as_str)
+            .and_then(|t| t.parse::<u64>().ok())
+    };
+    let (mut ran, mut took_over, mut late_refused, mut next_kept, mut rising) = (0, 0, 0, 0, 0);
+    let mut takeover_ms = Vec::new();
+    let mut errors = Vec::new();
+    for i in 0..trials {
+        let job = format!("d1-stalled-{i}");
+        let (s1, first) = call(&format!("/jobs/{job}/start"), json!({"ttlMs": ttl}));
+        if s1 != 200 {
+            errors.push(format!("start: HTTP {s1} {first}"));
+            continue;
+        }
+        let t0 = now_ms();
+        let (s2, second) = call(
+            &format!("/jobs/{job}/run"),
+            json!({"waitMs": 10_000, "ttlMs": 10_000}),
+        );
+        let waited = now_ms() - t0;
+        if s2 != 200 {
+            errors.push(format!("run: HTTP {s2} {second}"));
+            continue;
+        }
+        ran += 1;
+        takeover_ms.push(format!("{waited:.0}"));
+        if token_of(&second) > token_of(&first) && waited >= (ttl as f64) * 0.5 {
+            took_over += 1;
+        }
+        let (s3, _) = call(
+            &format!("/jobs/{job}/finish"),
+            json!({"handle": first.get("handle").cloned().unwrap_or(Value::Null)}),
+        );
+        if s3 == 409 {
+            late_refused += 1;
+        }
+        let (s4, third) = call(&format!("/jobs/{job}/run"), json!({"waitMs": 5_000}));
+        if s4 == 200 {
+            next_kept += 1;
+        }
+        if s4 == 200 && token_of(&third) > token_of(&second) {
+            rising += 1;
+        }
+    }
+    let log = fenced.log(None);
+    let v = check(&[], &log);
+    let entries = log
+        .get("entries")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let of = |n: usize| format!("{n} of {trials}");
+    r.figure("trials", trials);
+    r.figure("second run granted after (ms)", takeover_ms.join(", "));
+    r.figure(
+        "resource writes accepted / refused",
+        format!("{} / {}", v.writes_accepted, v.stale_rejected),
+    );
+    r.check(
+        "every trial ran",
+        errors.is_empty() && ran == trials,
+        if errors.is_empty() {
+            "ok".to_string()
+        } else {
+            errors.join("; ")
+        },
+    );
+    r.check(
+        "the waiting run took over after the stalled holder's lease, with a higher token",
+        took_over == trials,
+        of(took_over),
+    );
+    r.check(
+        "the stalled holder's late finish is refused (409) and its job does not write",
+        late_refused == trials && entries.len() == 2 * trials,
+        format!(
+            "refused {}, resource entries {} (2 runs per trial)",
+            of(late_refused),
+            entries.len()
+        ),
+    );
+    r.check(
+        "0 stale writes accepted",
+        v.stale_accepted == 0 && v.stale_rejected == 0,
+        format!(
+            "{} accepted, {} refused",
+            v.stale_accepted, v.stale_rejected
+        ),
+    );
+    r.check(
+        "the lock works on after the late finish, tokens still rising",
+        next_kept == trials && rising == trials,
+        of(rising),
+    );
+    r.note("The job route renews its lease while the job works (a slow job keeps its lock: no late write), and the late `finish` resumes the handle before its job runs, so a stalled holder never reaches the resource with its old token: the fence is not exercised here; 10o judges the runs' tokens at the resource under load.");
+    r
 }

@@ -4,6 +4,8 @@
 //! directly. The late release must not delete the next holder's key (the
 //! release is owner-checked on the server), must not report that the lock
 //! was still held, and the next holder must keep its lock and its writes.
+//! 8a etcd, 8b Redis, 8c the lock service (Durable Object in workerd through
+//! the Worker's front; the late client without auto-extend).
 
 use std::time::Duration;
 
@@ -15,7 +17,7 @@ use edgelock_devtools::{EtcdServer, Fault, FaultProxy, FencedResource};
 use super::Mode;
 use crate::backend::BackendSpec;
 use crate::history::now_ms;
-use crate::infra::{addr_of, etcd_keys, RedisNodes};
+use crate::infra::{addr_of, etcd_keys, RedisNodes, WorkerdHost, WORKER_TOKEN};
 use crate::report::ScenarioReport;
 use crate::resource::ResourceClient;
 
@@ -36,28 +38,52 @@ struct Target {
 pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
     let trials = mode.pick(1, 3);
     let mut out = Vec::new();
-    match EtcdServer::start() {
-        Ok(etcd) => out.push(report("8a", "etcd", trials, || etcd_target(&etcd))),
-        Err(e) => out.push(ScenarioReport::failed_to_run(
-            "8a",
-            TITLE,
-            "etcd",
-            &e.to_string(),
-        )),
+    if super::wants("8a") {
+        match EtcdServer::start() {
+            Ok(etcd) => out.push(report("8a", "etcd", trials, || etcd_target(&etcd))),
+            Err(e) => out.push(ScenarioReport::failed_to_run(
+                "8a",
+                TITLE,
+                "etcd",
+                &e.to_string(),
+            )),
+        }
     }
     if !mode.redis() {
         return out;
     }
-    match RedisNodes::start(1, false) {
-        Ok(nodes) => out.push(report("8b", "redis (webdis)", trials, || {
-            redis_target(&nodes)
-        })),
-        Err(e) => out.push(ScenarioReport::failed_to_run(
-            "8b",
-            TITLE,
-            "redis (webdis)",
-            &e.to_string(),
-        )),
+    if super::wants("8b") {
+        match RedisNodes::start(1, false) {
+            Ok(nodes) => out.push(report("8b", "redis (webdis)", trials, || {
+                redis_target(&nodes)
+            })),
+            Err(e) => out.push(ScenarioReport::failed_to_run(
+                "8b",
+                TITLE,
+                "redis (webdis)",
+                &e.to_string(),
+            )),
+        }
+    }
+    if super::wants("8c") {
+        match WorkerdHost::start(None) {
+            Ok(host) => {
+                let mut r = report(
+                    "8c",
+                    "durable-object (workerd, Worker front)",
+                    trials,
+                    || durable_target(&host),
+                );
+                r.note(&format!("The next holder's lease is {} ms (the late holder's {TTL_MS} ms): the Durable Object client counts a grant's lease from when its held-open acquire was sent, so a grant after a wait longer than the lease arrives already expired and the acquire fails (\"the grant arrived after its lease had ended\") instead of waiting on; with a {TTL_MS} ms lease this trial's next acquire (queued about {TTL_MS} ms) fails that way.", 4 * TTL_MS + DELAY_MS));
+                out.push(r);
+            }
+            Err(e) => out.push(ScenarioReport::failed_to_run(
+                "8c",
+                TITLE,
+                "durable-object",
+                &e.to_string(),
+            )),
+        }
     }
     out
 }
@@ -90,6 +116,50 @@ fn etcd_target(etcd: &EtcdServer) -> Result<Target, String> {
             etcd_keys(&url, "edgelock/")
                 .map(|k| k.len())
                 .unwrap_or(usize::MAX)
+        }),
+    })
+}
+
+fn durable_target(host: &WorkerdHost) -> Result<Target, String> {
+    let proxy = addr_of(&host.url())
+        .and_then(FaultProxy::start)
+        .map_err(|e| e.to_string())?;
+    // No auto-extend for the late client: its lease must end in the object.
+    let late = BackendSpec::Durable {
+        url: format!("{}/lock", proxy.url().trim_end_matches('/')),
+        token: WORKER_TOKEN.into(),
+        ttl_ms: TTL_MS,
+        request_timeout_ms: 3 * DELAY_MS,
+        auto_extend: false,
+    }
+    .client()
+    .map_err(|e| e.to_string())?;
+    // The next holder's lease is longer than its wait: the client measures a
+    // grant's lease from when its (held-open) acquire was sent, so a grant
+    // after a wait longer than the lease arrives expired (see 8c's note).
+    let next = BackendSpec::Durable {
+        url: host.front_url(),
+        token: WORKER_TOKEN.into(),
+        ttl_ms: 4 * TTL_MS + DELAY_MS,
+        request_timeout_ms: 2_000,
+        auto_extend: true,
+    }
+    .client()
+    .map_err(|e| e.to_string())?;
+    let probe = WorkerdHost::probe(&host.url());
+    Ok(Target {
+        late,
+        next,
+        proxy,
+        keys: Box::new(move || {
+            // The trial's lock is the only one held: count it by name.
+            (0..3)
+                .map(|i| match probe(&format!("late-{i}")) {
+                    Some(true) => 1,
+                    Some(false) => 0,
+                    None => usize::MAX / 4,
+                })
+                .sum()
         }),
     })
 }

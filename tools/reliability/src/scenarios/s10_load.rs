@@ -19,6 +19,14 @@
 //! contender completes rounds; the observer ends on `Client::leader`
 //! (nobody); a failed `acquire_all` (Try, and a 300 ms wait, against a held
 //! name in the middle of the set) leaves none of its names held.
+//!
+//! The Worker's backends, in workerd ([`WorkerdHost`]): 10n the load above
+//! on the Durable Object lock service (native clients through the Worker's
+//! front; every contender must progress: its queue is FIFO); 10o parallel
+//! callers of the job coordinator's `POST /jobs/:name/run` on the D1 table
+//! lock (the jobs write to the fenced resource; see [`d1_jobs_report`]);
+//! 10p the lock service stopped and started again under load
+//! ([`restart_report`]).
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -34,7 +42,9 @@ use super::Mode;
 use crate::backend::BackendSpec;
 use crate::checker::{check, check_observer, held_through_failed_acquire};
 use crate::history::{History, OpKind};
-use crate::infra::{contenders, etcd_keys, Crew, RedisNodes, UPSTASH_TOKEN};
+use crate::infra::{
+    contenders, etcd_keys, Crew, RedisNodes, WorkerdHost, UPSTASH_TOKEN, WORKER_TOKEN,
+};
 use crate::report::ScenarioReport;
 use crate::resource::ResourceClient;
 use crate::workload::{ContenderCfg, ObserverRun};
@@ -95,6 +105,9 @@ pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
     }
     if !mode.redis() {
         return out;
+    }
+    if ["10n", "10o", "10p"].iter().any(|v| super::wants(v)) {
+        worker_backends(mode, secs, &mut out);
     }
     match RedisNodes::start(5, false) {
         Ok(nodes) => {
@@ -356,6 +369,19 @@ fn load_report(
         v.acked_lost == 0,
         v.acked_lost,
     );
+    if matches!(spec, BackendSpec::Durable { .. }) {
+        // The lock service queues waiters FIFO: nobody starves.
+        let progressed: std::collections::HashSet<&str> = ops
+            .iter()
+            .filter(|o| o.kind == OpKind::Acquire && o.is_ok())
+            .map(|o| o.client.as_str())
+            .collect();
+        r.check(
+            "every contender progressed",
+            progressed.len() == n,
+            format!("{} of {n}", progressed.len()),
+        );
+    }
     r.check(
         "work was done",
         v.acquisitions > n,
@@ -770,6 +796,401 @@ fn memory_report(id: &str, backend: &str, spec: &BackendSpec, cycles: u64) -> Sc
         "memory flat after warm-up (growth ≤ 1 MiB)",
         done == cycles && growth <= 1024,
         format!("+{growth} KiB"),
+    );
+    r
+}
+
+const TITLE_D1: &str = "load: concurrent job runs on the D1 table lock";
+/// 10o: parallel callers of `POST /jobs/:name/run` (short run, long run).
+const D1_CALLERS: (usize, usize) = (6, 16);
+/// 10o: job names they share.
+const D1_JOBS: usize = 2;
+
+/// 10n (the Durable Object lock service through the Worker's front, native
+/// clients) and 10o (the D1 table lock, contenders inside workerd: the job
+/// coordinator's runs), on one workerd host.
+fn worker_backends(mode: &Mode, secs: u64, out: &mut Vec<ScenarioReport>) {
+    let fenced = match FencedResource::start() {
+        Ok(f) => f,
+        Err(e) => {
+            out.push(ScenarioReport::failed_to_run(
+                "10n",
+                TITLE,
+                "durable-object",
+                &e.to_string(),
+            ));
+            return;
+        }
+    };
+    let host = match WorkerdHost::start(Some(&fenced.url())) {
+        Ok(h) => h,
+        Err(e) => {
+            out.push(ScenarioReport::failed_to_run(
+                "10n",
+                TITLE,
+                "durable-object",
+                &e.to_string(),
+            ));
+            return;
+        }
+    };
+    if super::wants("10n") {
+        let spec = BackendSpec::Durable {
+            url: host.front_url(),
+            token: WORKER_TOKEN.into(),
+            ttl_ms: TTL_MS,
+            request_timeout_ms: 5_000,
+            auto_extend: true,
+        };
+        let keys = || {
+            (0..LOCKS)
+                .map(|l| match host.held(&format!("load-{l}")) {
+                    Some(false) => 0,
+                    Some(true) => 1,
+                    None => usize::MAX / (2 * LOCKS),
+                })
+                .sum()
+        };
+        out.push(load_report(
+            "10n",
+            "durable-object (workerd, Worker front)",
+            &spec,
+            secs,
+            Kind::Lock,
+            &keys,
+        ));
+    }
+    if super::wants("10o") {
+        out.push(d1_jobs_report("10o", &host, &fenced, mode, secs));
+    }
+    if super::wants("10p") {
+        let mut host = host;
+        out.push(restart_report("10p", &mut host));
+    }
+}
+
+const TITLE_RESTART: &str = "lock service restarted under load";
+/// 10p: contenders per lock, locks, lease.
+const RESTART_CLIENTS: usize = 4;
+const RESTART_LOCKS: usize = 2;
+const RESTART_TTL_MS: u64 = 2_000;
+
+/// 10p: native contenders on the lock service while workerd is stopped
+/// (Miniflare disposed) and started again on the same persisted storage and
+/// port, with locks held. The fencing counters are in the objects' storage:
+/// tokens must keep rising across the restart (0 inversions, 0 stale writes
+/// accepted); a holder whose renewals fail meanwhile must learn Lost before
+/// anyone else is granted its lock (0 overlapping holds); every contender
+/// must acquire again after the restart.
+fn restart_report(id: &str, host: &mut WorkerdHost) -> ScenarioReport {
+    let backend = "durable-object (workerd, Worker front)";
+    let n = RESTART_CLIENTS * RESTART_LOCKS;
+    let mut r = ScenarioReport::new(
+        id,
+        TITLE_RESTART,
+        backend,
+        &format!("workerd stopped and started again on the same storage while {n} clients ({RESTART_LOCKS} locks × {RESTART_CLIENTS}, lease {RESTART_TTL_MS} ms) hold and wait"),
+    );
+    let fenced = match FencedResource::start() {
+        Ok(f) => f,
+        Err(e) => return ScenarioReport::failed_to_run(id, TITLE_RESTART, backend, &e.to_string()),
+    };
+    let resource = ResourceClient::new(&fenced.url());
+    let history = History::new();
+    let spec = BackendSpec::Durable {
+        url: host.front_url(),
+        token: WORKER_TOKEN.into(),
+        ttl_ms: RESTART_TTL_MS,
+        request_timeout_ms: 1_000,
+        auto_extend: true,
+    };
+    // Waits shorter than the lease (a grant after a longer held-open wait
+    // arrives expired, see 8c's note); holds long enough to span renewals.
+    let tpl = ContenderCfg {
+        hold_ms: 400,
+        writes_per_hold: 4,
+        wait_ms: 1_500,
+        // Not spinning on refused connections while workerd is down.
+        pause_ms: 20,
+        ..ContenderCfg::new("", "")
+    };
+    let cfgs: Vec<ContenderCfg> = (0..RESTART_LOCKS)
+        .flat_map(|l| {
+            contenders(
+                &format!("r{l}."),
+                RESTART_CLIENTS,
+                &format!("restart-{l}"),
+                &tpl,
+            )
+        })
+        .collect();
+    let crew = Crew::start(&spec, cfgs, &resource, &history, Duration::from_secs(6));
+    std::thread::sleep(Duration::from_millis(2_000));
+    let held_before: usize = (0..RESTART_LOCKS)
+        .filter(|l| host.held(&format!("restart-{l}")) == Some(true))
+        .count();
+    let stopped_at = crate::history::now_ms();
+    let restart = host.restart();
+    let restarted_at = crate::history::now_ms();
+    crew.join_when_done();
+    std::thread::sleep(Duration::from_millis(300));
+    let ops = history.ops();
+    let v = check(&ops, &fenced.log(None));
+    let after =
+        |o: &&crate::history::Op| o.kind == OpKind::Acquire && o.is_ok() && o.start > restarted_at;
+    let mut progressed_after: std::collections::BTreeSet<&str> = Default::default();
+    for o in ops.iter().filter(after) {
+        progressed_after.insert(o.client.as_str());
+    }
+    let max_before = ops
+        .iter()
+        .filter(|o| o.kind == OpKind::Acquire && o.is_ok() && o.end < stopped_at)
+        .filter_map(|o| o.token)
+        .max()
+        .unwrap_or(0);
+    let min_after = ops.iter().filter(after).filter_map(|o| o.token).min();
+    let left: usize = (0..RESTART_LOCKS)
+        .map(|l| match host.held(&format!("restart-{l}")) {
+            Some(false) => 0,
+            _ => 1,
+        })
+        .sum();
+    r.figure(
+        "restart (stop + start, ms)",
+        format!("{:.0}", restarted_at - stopped_at),
+    );
+    r.figure(
+        "locks held when stopped",
+        format!("{held_before} of {RESTART_LOCKS}"),
+    );
+    r.figure("acquisitions", v.acquisitions);
+    r.figure(
+        "highest token before / lowest after the restart",
+        format!(
+            "{max_before} / {}",
+            min_after.map_or("-".into(), |t| t.to_string())
+        ),
+    );
+    r.figure("holders told Lost", v.lost_signals);
+    r.figure("errors", v.errors_text());
+    r.check(
+        "workerd started again",
+        restart.is_ok(),
+        match &restart {
+            Ok(()) => "ok".to_string(),
+            Err(e) => e.to_string(),
+        },
+    );
+    r.check(
+        "0 stale writes accepted",
+        v.stale_accepted == 0,
+        format!(
+            "{} accepted, {} rejected",
+            v.stale_accepted, v.stale_rejected
+        ),
+    );
+    r.check(
+        "0 overlapping holds",
+        v.overlaps_believed == 0,
+        v.overlaps_believed,
+    );
+    r.check(
+        "tokens keep rising across the restart (0 inversions, the first after above the last before)",
+        v.token_inversions == 0 && min_after.is_some_and(|t| t > max_before),
+        format!("{} inversions; {max_before} / {min_after:?}", v.token_inversions),
+    );
+    r.check(
+        "0 acknowledged writes lost",
+        v.acked_lost == 0,
+        v.acked_lost,
+    );
+    r.check(
+        "every contender acquired again after the restart",
+        progressed_after.len() == n,
+        format!("{} of {n}", progressed_after.len()),
+    );
+    r.check("0 locks left held", left == 0, format!("{left} left"));
+    r.note("Errors while workerd is down (transport failures of acquires, renewals and releases) are expected and counted above; what must hold is the fence, the order of tokens and that no two clients believed they held a lock at once.");
+    r
+}
+
+/// 10o: callers run jobs through `POST /jobs/:name/run` (the coordinator on
+/// the d1 backend acquires, runs the demo job, which appends
+/// `{token, started, finished}` to the fenced resource, and releases). Each
+/// run is recorded as a hold from the job's `started` to its `finished` (its
+/// own clock, inside the lock) under its token, and the resource's log is
+/// judged by the checker.
+fn d1_jobs_report(
+    id: &str,
+    host: &WorkerdHost,
+    fenced: &FencedResource,
+    mode: &Mode,
+    secs: u64,
+) -> ScenarioReport {
+    let callers = mode.pick(D1_CALLERS.0, D1_CALLERS.1);
+    let mut r = ScenarioReport::new(
+        id,
+        TITLE_D1,
+        "d1 (workerd, job coordinator)",
+        &format!("none: {callers} parallel callers of POST /jobs/:name/run on {D1_JOBS} jobs for {secs} s"),
+    );
+    let history = History::new();
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    let statuses = std::sync::Mutex::new(std::collections::BTreeMap::<String, usize>::new());
+    let per_caller = std::sync::Mutex::new(vec![0usize; callers]);
+    let started = Instant::now();
+    std::thread::scope(|sc| {
+        for c in 0..callers {
+            let (history, statuses, per_caller) = (&history, &statuses, &per_caller);
+            sc.spawn(move || {
+                let job = format!("d1-load-{}", c % D1_JOBS);
+                let client = format!("caller{c}");
+                while Instant::now() < deadline {
+                    let t0 = crate::history::now_ms();
+                    let answer = host.post(
+                        &format!("/jobs/{job}/run"),
+                        &serde_json::json!({"waitMs": 10_000, "ttlMs": TTL_MS}),
+                        Duration::from_secs(20),
+                    );
+                    let t1 = crate::history::now_ms();
+                    let key = match &answer {
+                        Ok((200, v)) => {
+                            let token = v
+                                .get("token")
+                                .and_then(serde_json::Value::as_str)
+                                .and_then(|t| t.parse::<u64>().ok());
+                            let (from, to) = (
+                                v.get("started").and_then(serde_json::Value::as_f64),
+                                v.get("finished").and_then(serde_json::Value::as_f64),
+                            );
+                            let (from, to) = (from.unwrap_or(t0), to.unwrap_or(t1));
+                            history.record(crate::history::Op {
+                                client: client.clone(),
+                                lock: job.clone(),
+                                kind: OpKind::Acquire,
+                                start: t0.min(from),
+                                end: from,
+                                outcome: crate::history::Outcome::Ok,
+                                token,
+                                write_id: None,
+                            });
+                            history.record(crate::history::Op {
+                                client: client.clone(),
+                                lock: job.clone(),
+                                kind: OpKind::Release,
+                                start: to,
+                                end: t1.max(to),
+                                outcome: crate::history::Outcome::Ok,
+                                token,
+                                write_id: None,
+                            });
+                            if let Ok(mut p) = per_caller.lock() {
+                                p[c] += 1;
+                            }
+                            // A release that found the lease gone: the run outlived its hold.
+                            if v.pointer("/release/heldUntilRelease")
+                                != Some(&serde_json::Value::Bool(true))
+                            {
+                                "200, not held until release".to_string()
+                            } else {
+                                "200".to_string()
+                            }
+                        }
+                        Ok((s, v)) => format!(
+                            "{s} {}",
+                            v.get("code")
+                                .and_then(serde_json::Value::as_str)
+                                .unwrap_or("")
+                        ),
+                        Err(e) => format!("transport: {}", e.kind()),
+                    };
+                    if let Ok(mut m) = statuses.lock() {
+                        *m.entry(key).or_default() += 1;
+                    }
+                }
+            });
+        }
+    });
+    let elapsed = started.elapsed().as_secs_f64();
+    let ops = history.ops();
+    let log = fenced.log(None);
+    let v = check(&ops, &log);
+    // Arrival order at the resource, per job: accepted tokens strictly increase.
+    let mut last: std::collections::HashMap<String, u64> = Default::default();
+    let mut not_increasing = 0usize;
+    let mut runs_logged = 0usize;
+    for e in log
+        .get("entries")
+        .and_then(serde_json::Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let res = e
+            .get("resource")
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or("");
+        if !res.starts_with("d1-load-") || e.get("accepted") != Some(&serde_json::Value::Bool(true))
+        {
+            continue;
+        }
+        runs_logged += 1;
+        let t: u64 = e
+            .get("token")
+            .and_then(serde_json::Value::as_str)
+            .and_then(|t| t.parse().ok())
+            .unwrap_or(0);
+        let prev = last.insert(res.to_string(), t);
+        if prev.is_some_and(|p| t <= p) {
+            not_increasing += 1;
+        }
+    }
+    let statuses = statuses.into_inner().unwrap_or_default();
+    let per_caller = per_caller.into_inner().unwrap_or_default();
+    let status_text = statuses
+        .iter()
+        .map(|(k, n)| format!("{k}: {n}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let runs_ok = statuses.get("200").copied().unwrap_or(0);
+    r.figure(
+        "job runs",
+        format!("{runs_ok} ({:.0}/s)", runs_ok as f64 / elapsed),
+    );
+    r.figure("answers", &status_text);
+    r.figure("runs per caller", format!("{per_caller:?}"));
+    r.check(
+        "0 stale writes accepted",
+        v.stale_accepted == 0,
+        format!(
+            "{} accepted, {} rejected",
+            v.stale_accepted, v.stale_rejected
+        ),
+    );
+    r.check(
+        "0 overlapping runs of one job (the job's own start/finish)",
+        v.overlaps_believed == 0,
+        v.overlaps_believed,
+    );
+    r.check(
+        "accepted tokens strictly increase per job (arrival order)",
+        not_increasing == 0,
+        format!("{not_increasing} not increasing of {runs_logged}"),
+    );
+    let timeouts = statuses.get("504 TIMEOUT").copied().unwrap_or(0);
+    r.check(
+        "every run answered 200 or 504 TIMEOUT (a wait that ran out; no refused token, no backend error)",
+        runs_ok > 0 && runs_ok + timeouts == statuses.values().sum::<usize>(),
+        &status_text,
+    );
+    r.check(
+        "every run reached the resource",
+        runs_logged == runs_ok,
+        format!("{runs_logged} logged, {runs_ok} answered"),
+    );
+    r.check(
+        "every caller progressed",
+        per_caller.iter().all(|n| *n > 0),
+        format!("{per_caller:?}"),
     );
     r
 }
