@@ -300,6 +300,7 @@ struct RedisOptions {
     retry_jitter_ms: Option<u64>,
     max_subscriptions: Option<usize>,
     fair: Option<bool>,
+    cross_slot_scripts: Option<bool>,
 }
 
 impl RedisOptions {
@@ -317,6 +318,7 @@ impl RedisOptions {
             retry_jitter_ms: f.opt_u64("retryJitterMs")?,
             max_subscriptions: f.opt_usize("maxSubscriptions")?,
             fair: f.opt_bool("fair")?,
+            cross_slot_scripts: f.opt_bool("crossSlotScripts")?,
         };
         f.finish()?;
         Ok(out)
@@ -336,6 +338,7 @@ impl RedisOptions {
             retry_jitter_ms: Some(c.retry_jitter_ms),
             max_subscriptions: Some(c.max_subscriptions),
             fair: Some(c.fair),
+            cross_slot_scripts: Some(c.cross_slot_scripts),
         }
     }
 
@@ -355,6 +358,7 @@ impl RedisOptions {
         set(&mut cfg.retry_jitter_ms, self.retry_jitter_ms);
         set(&mut cfg.max_subscriptions, self.max_subscriptions);
         set(&mut cfg.fair, self.fair);
+        set(&mut cfg.cross_slot_scripts, self.cross_slot_scripts);
         cfg
     }
 }
