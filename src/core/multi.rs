@@ -82,9 +82,8 @@
 //! On Redis the keys of a name carry the name's own hash tag
 //! (`{<prefix>:<name>}`, see `redis::keys`), so the keys of two names are in
 //! different Redis Cluster hash slots. One script over all the names fails
-//! with `CROSSSLOT` on Cluster-style hosts (a Redis Cluster; Redis 7 also
-//! refuses undeclared cross-slot keys in scripts with flags), so the atomic
-//! try is opt-in by host: `RedisConfig::cross_slot_scripts` (npm
+//! with `CROSSSLOT` on Cluster-style hosts (a Redis Cluster, or a proxy
+//! that routes by slot), so the atomic try is opt-in by host: `RedisConfig::cross_slot_scripts` (npm
 //! `crossSlotScripts`), on by default for Webdis (it fronts a standalone
 //! `redis-server`), off by default for the Upstash REST protocol (its
 //! documentation does not say whether a script may touch several slots).
