@@ -724,4 +724,27 @@ fn redis_a_try_against_a_partly_held_set_is_one_script_and_takes_nothing() {
     assert_eq!(sent.load(Ordering::SeqCst), 1);
     assert!(!held(&observer, "rp-a"));
     b.release().expect("release");
+    // A semaphore permit (its slot key, found through the limit record).
+    let permit = holder
+        .try_acquire_kind("rp-b", LockKind::Permits { limit: 3 })
+        .expect("permit")
+        .expect("free");
+    sent.store(0, Ordering::SeqCst);
+    let r = c
+        .acquire_all(&["rp-a", "rp-b"], opts(Wait::Try), None)
+        .expect("acquire_all");
+    assert!(r.is_none(), "a permit holder is in the way");
+    assert_eq!(sent.load(Ordering::SeqCst), 1);
+    assert!(!held(&observer, "rp-a"));
+    permit.release().expect("release");
+    // The limit record stays, but no slot is held: the name is free again.
+    sent.store(0, Ordering::SeqCst);
+    let locks = c
+        .acquire_all(&["rp-a", "rp-b"], opts(Wait::Try), None)
+        .expect("acquire_all")
+        .expect("free once the permit is gone");
+    assert_eq!(sent.load(Ordering::SeqCst), 1);
+    for l in locks {
+        l.release().expect("release");
+    }
 }
