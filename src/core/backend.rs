@@ -640,6 +640,7 @@ mod tests {
         let mut redis = RedisConfig::new(RedisNode::webdis("http://127.0.0.1:7379"));
         redis.ttl_ms = 4_321;
         redis.auto_extend = false;
+        redis.cross_slot_scripts = false;
         let mut redlock = RedlockConfig::new(vec![
             RedisNode::upstash("http://a:1", "t1"),
             RedisNode::webdis("http://b:1"),
@@ -663,9 +664,23 @@ mod tests {
         assert!(
             json.contains(r#""protocol":"upstash""#)
                 && json.contains(r#""token":"tok""#)
-                && json.contains(r#""ttlMs":10000"#),
+                && json.contains(r#""ttlMs":10000"#)
+                && json.contains(r#""crossSlotScripts":false"#),
             "{json}"
         );
+        // The one-script set try: on by default for webdis, and as asked.
+        let spec = |json: &str| match BackendSpec::from_json(BackendKind::Redis, json).unwrap() {
+            BackendSpec::Redis(c) => c.cross_slot_scripts,
+            _ => unreachable!(),
+        };
+        assert!(spec(r#"{"url":"http://x","protocol":"webdis"}"#));
+        assert!(!spec(
+            r#"{"url":"http://x","protocol":"webdis","crossSlotScripts":false}"#
+        ));
+        assert!(!spec(r#"{"url":"http://x","token":"t"}"#));
+        assert!(spec(
+            r#"{"url":"http://x","token":"t","crossSlotScripts":true}"#
+        ));
     }
 
     #[test]
