@@ -327,6 +327,14 @@ export interface RedisLocksOptions extends RedisNode {
    * defaults to 5 (a Workers invocation may hold only 6 connections open).
    */
   maxSubscriptions?: number;
+  /**
+   * The host runs one Lua script over keys of different hash slots (a
+   * standalone redis-server; a Redis Cluster answers `CROSSSLOT`). Then an
+   * `acquireAll` of free names is one script taking all or none; without it
+   * the names are taken one by one. Default true for `webdis`, false for
+   * `upstash` (not documented there either way).
+   */
+  crossSlotScripts?: boolean;
   /** The only transport used (default: `globalThis.fetch`; in Node, node:http(s) with keep-alive connections). */
   fetch?: typeof fetch;
   /** Named bindings (objects with a `fetch(url, init)` method, such as a Durable Object stub) that a backend may target instead of a URL. */

@@ -18,6 +18,13 @@
 //! lock being an ordinary one (extended, inspected, released by itself);
 //! a `Try` against a set partly held (by a lock of any kind) costs one
 //! txn and takes nothing, not even for a moment.
+//!
+//! One Redis node through webdis (a standalone redis-server, so
+//! `cross_slot_scripts` is on) takes a set of free names in one script
+//! (`ACQUIRE_SET`): the same suite runs there too, an uncontended set costs
+//! exactly one request, and a `Try` against a set partly held costs one and
+//! takes nothing. Through the Upstash gateway (the option off by default)
+//! the names go one by one.
 #![cfg(feature = "native")]
 
 use std::collections::BTreeMap;
@@ -42,6 +49,9 @@ const TOKEN: &str = "multi-lock-test-token-0123456789";
 enum Servers {
     Etcd(Box<EtcdServer>),
     Redis(Box<Node>),
+    /// One node through webdis: one script may take a whole set
+    /// (`cross_slot_scripts`, on by default there).
+    RedisWebdis(Box<Node>),
     Redlock(Vec<Node>),
 }
 
@@ -52,6 +62,9 @@ impl Servers {
     fn redis() -> Servers {
         Servers::Redis(Box::new(Node::start(TOKEN)))
     }
+    fn redis_webdis() -> Servers {
+        Servers::RedisWebdis(Box::new(Node::start(TOKEN)))
+    }
     fn redlock() -> Servers {
         Servers::Redlock((0..3).map(|_| Node::start(TOKEN)).collect())
     }
@@ -61,6 +74,12 @@ impl Servers {
             Servers::Etcd(e) => BackendSpec::Etcd(EtcdConfig::new(vec![e.url()])),
             Servers::Redis(n) => {
                 let mut cfg = RedisConfig::new(n.via_upstash());
+                cfg.retry_delay_ms = 50;
+                BackendSpec::Redis(cfg)
+            }
+            Servers::RedisWebdis(n) => {
+                let mut cfg = RedisConfig::new(n.via_webdis());
+                assert!(cfg.cross_slot_scripts, "the webdis default");
                 cfg.retry_delay_ms = 50;
                 BackendSpec::Redis(cfg)
             }
@@ -571,6 +590,160 @@ fn etcd_a_try_against_a_partly_held_set_is_one_txn_and_takes_nothing() {
         .collect();
     let canonical: Vec<u64> = tokens.values().copied().collect();
     assert!(canonical.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
+    for l in locks {
+        l.release().expect("release");
+    }
+}
+
+#[test]
+fn redis_webdis_three_names_come_back_as_three_locks() {
+    three_names_come_back_as_three_locks(Servers::redis_webdis());
+}
+#[test]
+fn redis_webdis_a_conflicting_try_returns_none_and_leaves_nothing_held() {
+    a_conflicting_try_returns_none_and_leaves_nothing_held(Servers::redis_webdis());
+}
+#[test]
+fn redis_webdis_a_wait_that_runs_out_leaves_nothing_held() {
+    a_wait_that_runs_out_leaves_nothing_held(Servers::redis_webdis());
+}
+#[test]
+fn redis_webdis_a_cancel_while_waiting_midway_leaves_nothing_held() {
+    a_cancel_while_waiting_midway_leaves_nothing_held(Servers::redis_webdis());
+}
+#[test]
+fn redis_webdis_overlapping_sets_in_any_order_never_deadlock() {
+    overlapping_sets_in_any_order_never_deadlock(Servers::redis_webdis());
+}
+#[test]
+fn redis_webdis_bad_sets_are_refused_before_any_request() {
+    bad_sets_are_refused_before_any_request(Servers::redis_webdis());
+}
+
+#[test]
+fn redis_an_uncontended_set_is_one_script_and_each_lock_an_ordinary_lock() {
+    let servers = Servers::redis_webdis();
+    let (c, sent) = servers.counting_client();
+    let observer = servers.client();
+    let mut last: BTreeMap<String, u64> = BTreeMap::new();
+    for (round, wait) in [Wait::Try, Wait::Forever, Wait::For(5_000), Wait::Try]
+        .into_iter()
+        .enumerate()
+    {
+        let names = ["rs-c", "rs-a", "rs-b"];
+        sent.store(0, Ordering::SeqCst);
+        let locks = c
+            .acquire_all(&names, opts(wait), None)
+            .expect("acquire_all")
+            .expect("granted");
+        assert_eq!(
+            sent.load(Ordering::SeqCst),
+            1,
+            "round {round} ({wait:?}): one script for the whole set"
+        );
+        let got: Vec<&str> = locks.iter().map(|l| l.name()).collect();
+        assert_eq!(got, names);
+        for l in &locks {
+            assert_eq!(l.kind(), LockKind::Exclusive);
+            let token = l.fencing_token();
+            if let Some(before) = last.get(l.name()) {
+                assert!(token > *before, "{}: {token} after {before}", l.name());
+            }
+            last.insert(l.name().to_string(), token);
+            let status: LockStatus = observer.inspect(l.name()).expect("inspect");
+            assert!(status.held, "{}", l.name());
+            assert_eq!(status.fencing_token, Some(token), "{}", l.name());
+        }
+        // Ordinary locks: each extends and releases by itself.
+        sent.store(0, Ordering::SeqCst);
+        locks[1].extend(None).expect("extend");
+        for l in locks {
+            assert!(l.release().expect("release"), "held until release");
+        }
+        assert_eq!(
+            sent.load(Ordering::SeqCst),
+            1 + 3,
+            "an extend, three releases"
+        );
+        for n in names {
+            assert!(!held(&observer, n), "{n}");
+        }
+    }
+    // A single acquire of one of the names afterwards: an ordinary lock,
+    // its token after the set's.
+    let one = c
+        .acquire("rs-a", Some(Duration::from_secs(5)))
+        .expect("acquire");
+    assert!(one.fencing_token() > last["rs-a"]);
+    one.release().expect("release");
+}
+
+#[test]
+fn redis_a_try_against_a_partly_held_set_is_one_script_and_takes_nothing() {
+    let servers = Servers::redis_webdis();
+    let (c, sent) = servers.counting_client();
+    let (holder, observer) = (servers.client(), servers.client());
+    // A lock of any kind on one name is in the way: here a reader.
+    let reader = holder
+        .try_acquire_kind("rp-b", LockKind::Shared)
+        .expect("shared")
+        .expect("free");
+    sent.store(0, Ordering::SeqCst);
+    let r = c
+        .acquire_all(&["rp-c", "rp-b", "rp-a"], opts(Wait::Try), None)
+        .expect("acquire_all");
+    assert!(r.is_none());
+    assert_eq!(sent.load(Ordering::SeqCst), 1, "one script, no release");
+    for n in ["rp-a", "rp-c"] {
+        assert!(!held(&observer, n), "{n} was never taken");
+    }
+    // A waiting set falls back to the names one by one and gets them once
+    // the reader is gone.
+    let releaser = thread::spawn(move || {
+        thread::sleep(Duration::from_millis(300));
+        assert!(reader.release().expect("release"));
+    });
+    let locks = c
+        .acquire_all(&["rp-c", "rp-b", "rp-a"], opts(Wait::For(10_000)), None)
+        .expect("acquire_all")
+        .expect("granted after the reader left");
+    releaser.join().unwrap();
+    assert_eq!(locks.len(), 3);
+    for l in locks {
+        l.release().expect("release");
+    }
+    // An exclusive holder of one name: the same.
+    let b = holder
+        .acquire("rp-b", Some(Duration::from_secs(5)))
+        .expect("acquire");
+    sent.store(0, Ordering::SeqCst);
+    let r = c
+        .acquire_all(&["rp-a", "rp-b"], opts(Wait::Try), None)
+        .expect("acquire_all");
+    assert!(r.is_none());
+    assert_eq!(sent.load(Ordering::SeqCst), 1);
+    assert!(!held(&observer, "rp-a"));
+    b.release().expect("release");
+    // A semaphore permit (its slot key, found through the limit record).
+    let permit = holder
+        .try_acquire_kind("rp-b", LockKind::Permits { limit: 3 })
+        .expect("permit")
+        .expect("free");
+    sent.store(0, Ordering::SeqCst);
+    let r = c
+        .acquire_all(&["rp-a", "rp-b"], opts(Wait::Try), None)
+        .expect("acquire_all");
+    assert!(r.is_none(), "a permit holder is in the way");
+    assert_eq!(sent.load(Ordering::SeqCst), 1);
+    assert!(!held(&observer, "rp-a"));
+    permit.release().expect("release");
+    // The limit record stays, but no slot is held: the name is free again.
+    sent.store(0, Ordering::SeqCst);
+    let locks = c
+        .acquire_all(&["rp-a", "rp-b"], opts(Wait::Try), None)
+        .expect("acquire_all")
+        .expect("free once the permit is gone");
+    assert_eq!(sent.load(Ordering::SeqCst), 1);
     for l in locks {
         l.release().expect("release");
     }

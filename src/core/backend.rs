@@ -300,6 +300,7 @@ struct RedisOptions {
     retry_jitter_ms: Option<u64>,
     max_subscriptions: Option<usize>,
     fair: Option<bool>,
+    cross_slot_scripts: Option<bool>,
 }
 
 impl RedisOptions {
@@ -317,6 +318,7 @@ impl RedisOptions {
             retry_jitter_ms: f.opt_u64("retryJitterMs")?,
             max_subscriptions: f.opt_usize("maxSubscriptions")?,
             fair: f.opt_bool("fair")?,
+            cross_slot_scripts: f.opt_bool("crossSlotScripts")?,
         };
         f.finish()?;
         Ok(out)
@@ -336,6 +338,7 @@ impl RedisOptions {
             retry_jitter_ms: Some(c.retry_jitter_ms),
             max_subscriptions: Some(c.max_subscriptions),
             fair: Some(c.fair),
+            cross_slot_scripts: Some(c.cross_slot_scripts),
         }
     }
 
@@ -355,6 +358,7 @@ impl RedisOptions {
         set(&mut cfg.retry_jitter_ms, self.retry_jitter_ms);
         set(&mut cfg.max_subscriptions, self.max_subscriptions);
         set(&mut cfg.fair, self.fair);
+        set(&mut cfg.cross_slot_scripts, self.cross_slot_scripts);
         cfg
     }
 }
@@ -636,6 +640,7 @@ mod tests {
         let mut redis = RedisConfig::new(RedisNode::webdis("http://127.0.0.1:7379"));
         redis.ttl_ms = 4_321;
         redis.auto_extend = false;
+        redis.cross_slot_scripts = false;
         let mut redlock = RedlockConfig::new(vec![
             RedisNode::upstash("http://a:1", "t1"),
             RedisNode::webdis("http://b:1"),
@@ -659,9 +664,23 @@ mod tests {
         assert!(
             json.contains(r#""protocol":"upstash""#)
                 && json.contains(r#""token":"tok""#)
-                && json.contains(r#""ttlMs":10000"#),
+                && json.contains(r#""ttlMs":10000"#)
+                && json.contains(r#""crossSlotScripts":false"#),
             "{json}"
         );
+        // The one-script set try: on by default for webdis, and as asked.
+        let spec = |json: &str| match BackendSpec::from_json(BackendKind::Redis, json).unwrap() {
+            BackendSpec::Redis(c) => c.cross_slot_scripts,
+            _ => unreachable!(),
+        };
+        assert!(spec(r#"{"url":"http://x","protocol":"webdis"}"#));
+        assert!(!spec(
+            r#"{"url":"http://x","protocol":"webdis","crossSlotScripts":false}"#
+        ));
+        assert!(!spec(r#"{"url":"http://x","token":"t"}"#));
+        assert!(spec(
+            r#"{"url":"http://x","token":"t","crossSlotScripts":true}"#
+        ));
     }
 
     #[test]

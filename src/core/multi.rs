@@ -7,13 +7,18 @@
 //! one atomic try of the whole set where the inner machine offers that. It
 //! knows no protocol and sends no request of its own.
 //!
-//! # The atomic try (etcd)
+//! # The atomic try (etcd; one Redis node where the host allows it)
 //!
-//! A machine whose [`Capabilities::atomic_sets`] is set (etcd; not Redis or
-//! Redlock) is first handed the whole `AcquireAll` as it came. It answers
-//! as one try, never waiting (etcd: one transaction, see
-//! `etcd/machine/sets.rs`, that compares every name's whole key range empty
-//! and puts every name's ordinary lock key, or puts nothing):
+//! A machine whose [`Capabilities::atomic_sets`] is set (etcd; one Redis
+//! node with `RedisConfig::cross_slot_scripts`; never Redlock) is first
+//! handed the whole `AcquireAll` as it came. It answers as one try, never
+//! waiting (etcd: one transaction, see `etcd/machine/sets.rs`, that
+//! compares every name's whole key range empty and puts every name's
+//! ordinary lock key, or puts nothing; Redis: one script,
+//! `redis::scripts::ACQUIRE_SET`, see `redis/tasks/acquire_set.rs`, that
+//! finds no key of any kind of any name but its fencing counter and then
+//! takes every name exactly as the ordinary acquire script takes one, or
+//! takes nothing):
 //!
 //! - [`Outcome::AcquiredAll`]: the group completes with it at once. Every
 //!   lock is an ordinary lock of the inner machine, as below.
@@ -64,27 +69,34 @@
 //! the set held. Each name still has its own fencing token, increasing per
 //! name.
 //!
-//! What is atomic, on etcd only: the first try. A set whose names are all
-//! free when its transaction applies is taken whole, in that one step, with
-//! one fencing token for every name (the transaction's revision: still
-//! strictly increasing per name); a `Try` that finds any name held takes
-//! nothing at all. The recipe (and so partial holds while a group waits)
+//! What is atomic, on etcd and on one Redis node whose host allows it: the
+//! first try. A set whose names are all free when its transaction (script)
+//! applies is taken whole, in that one step: on etcd with one fencing token
+//! for every name (the transaction's revision: still strictly increasing
+//! per name), on Redis with each name's own counter incremented, as for a
+//! single acquire; a `Try` that finds any name held takes nothing at all. The recipe (and so partial holds while a group waits)
 //! runs only after that try found a name held and the caller asked to
 //! wait: a waiting etcd acquire keeps each name's FIFO queue, and the
 //! canonical order keeps overlapping waiting groups deadlock free.
 //!
 //! On Redis the keys of a name carry the name's own hash tag
 //! (`{<prefix>:<name>}`, see `redis::keys`), so the keys of two names are in
-//! different Redis Cluster hash slots. One script over all the names would
-//! fail with `CROSSSLOT` on Cluster-style hosts (Upstash among them); taking
-//! the names one by one, one script each, works on every host. Redis and
-//! Redlock always use the recipe.
+//! different Redis Cluster hash slots. One script over all the names fails
+//! with `CROSSSLOT` on Cluster-style hosts (a Redis Cluster, or a proxy
+//! that routes by slot), so the atomic try is opt-in by host: `RedisConfig::cross_slot_scripts` (npm
+//! `crossSlotScripts`), on by default for Webdis (it fronts a standalone
+//! `redis-server`), off by default for the Upstash REST protocol (its
+//! documentation does not say whether a script may touch several slots).
+//! With the option off, one Redis node uses the recipe only: the names one
+//! by one, one script each, which works on every host. Redlock always uses
+//! the recipe (its nodes vote name by name).
 //!
-//! Costs: on etcd a set of N free names takes one transaction (one round
-//! trip, whatever the wait; `tests/multi_lock.rs` counts it), and a `Try`
-//! that finds a name held one transaction and no release. A waiting etcd
-//! set that finds a name held costs that transaction plus the recipe. The
-//! recipe (Redis, Redlock, the etcd fallback) takes a set of N free names
+//! Costs: on etcd, and on one Redis node with the option, a set of N free
+//! names takes one transaction or script (one round trip, whatever the
+//! wait; `tests/multi_lock.rs` counts it), and a `Try` that finds a name
+//! held one request and no release. A waiting set that finds a name held
+//! costs that request plus the recipe. The recipe (Redis without the
+//! option, Redlock, the fallback) takes a set of N free names
 //! in N sequential acquires (N round trips; Redlock: N quorum rounds), and a
 //! failed set one release per name taken. A release that itself fails (a
 //! transport error) completes the group all the same: that name's key is

@@ -432,7 +432,8 @@ pub struct Capabilities {
     /// The lock kinds its recipe grants.
     pub kinds: &'static [KindFamily],
     /// The machine serves [`Operation::AcquireAll`] itself as one atomic
-    /// try of the whole set (etcd: one transaction): it answers
+    /// try of the whole set (etcd: one transaction; one Redis node whose
+    /// host accepts scripts over several hash slots: one script): it answers
     /// [`Outcome::AcquiredAll`] with every name held, or
     /// [`Outcome::NotAcquired`] with none of them taken (its wait bound is
     /// not used). [`MultiLock`](super::MultiLock) tries that first and

@@ -56,7 +56,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::hash::{Hash, Hasher};
 
 use base64::Engine;
-use edgelock::core::redis::scripts::Script;
+use edgelock::core::redis::scripts::{Script, SET_KEYS_PER_NAME};
 use edgelock::core::{HttpRequest, Method, Millis, RequestId};
 use serde_json::{json, Value};
 
@@ -227,6 +227,9 @@ pub struct RedisModel {
     pub cleanup_deliveries: u64,
     /// Runs of the acquire script (attempts reaching this node).
     pub acquire_evals: u64,
+    /// Runs of the set script (`ACQUIRE_SET`), and those that took their set.
+    pub set_evals: u64,
+    pub set_grants: u64,
 }
 
 fn text_hash(b: &[u8]) -> u64 {
@@ -264,6 +267,7 @@ fn script_keys(s: Script, numkeys: &[u8], rest: &[Vec<u8>]) -> Option<usize> {
         Script::PermitCleanup => n >= 1,
         Script::Inspect => n >= 4,
         Script::LeaderRecord | Script::Leader => n == 2,
+        Script::AcquireSet => n >= SET_KEYS_PER_NAME && n % SET_KEYS_PER_NAME == 0,
     };
     parse_u64(numkeys)
         .map(|n| n as usize)
@@ -306,6 +310,8 @@ impl RedisModel {
             deliveries: 0,
             cleanup_deliveries: 0,
             acquire_evals: 0,
+            set_evals: 0,
+            set_grants: 0,
         }
     }
 
@@ -509,6 +515,84 @@ impl RedisModel {
         }
     }
 
+    /// Whether a key of any kind exists: a string (lock, intent, limit,
+    /// slot, holds), a live waiters' queue (its leases live beside it), live
+    /// readers.
+    fn exists_any(&self, key: &[u8], g: Millis) -> bool {
+        let now = self.now_local(g);
+        self.alive(key, g).is_some()
+            || self
+                .queues
+                .get(key)
+                .is_some_and(|q| q.iter().any(|(_, until)| *until > now))
+            || self
+                .readers
+                .get(key)
+                .is_some_and(|r| r.iter().any(|(_, end)| *end > now))
+    }
+
+    /// `ACQUIRE_SET`: every name free (no key of its ten but the counter,
+    /// nor a permit slot below a stored limit) → each taken as the acquire
+    /// script takes one, `{1, counters...}`; else `{0}`, nothing written.
+    fn acquire_set(
+        &mut self,
+        keys: &[Vec<u8>],
+        argv: &[Vec<u8>],
+        client: Option<usize>,
+        g: Millis,
+    ) -> MValue {
+        self.set_evals += 1;
+        let n = keys.len() / SET_KEYS_PER_NAME;
+        if argv.len() != n + 1 {
+            return err("ERR bad acquire set arguments");
+        }
+        let Some(ttl) = argv.first().and_then(|a| parse_u64(a)).filter(|t| *t > 0) else {
+            return err("ERR invalid expire time in 'set' command");
+        };
+        for i in 0..n {
+            let k = &keys[i * SET_KEYS_PER_NAME..(i + 1) * SET_KEYS_PER_NAME];
+            self.prune_readers(&k[2], g);
+            for (j, key) in k.iter().enumerate() {
+                if j == 1 || !self.exists_any(key, g) {
+                    continue;
+                }
+                if j != 6 {
+                    return MValue::Arr(vec![MValue::Int(0)]);
+                }
+                let limit = self.get(key, g).and_then(|v| parse_i64(&v)).unwrap_or(0);
+                for s in 0..limit.max(0) {
+                    let slot = [k[0].as_slice(), format!(":permit:{s}").as_bytes()].concat();
+                    if self.exists_any(&slot, g) {
+                        return MValue::Arr(vec![MValue::Int(0)]);
+                    }
+                }
+            }
+        }
+        let mut out = vec![MValue::Int(1)];
+        for i in 0..n {
+            let (key, fence) = (
+                &keys[i * SET_KEYS_PER_NAME],
+                &keys[i * SET_KEYS_PER_NAME + 1],
+            );
+            let token = argv[1 + i].clone();
+            self.set(key, token.clone(), Some(ttl), g);
+            let f = match self.incr(fence, g) {
+                Ok(f) => f,
+                Err(e) => return e,
+            };
+            self.log.push(Rec::Granted {
+                key: key.to_vec(),
+                owner: token,
+                client,
+                t: g,
+                fence: f as u64,
+            });
+            out.push(MValue::Int(f));
+        }
+        self.set_grants += 1;
+        MValue::Arr(out)
+    }
+
     /// `ZREMRANGEBYSCORE readers -inf now`; the live readers' last lease end.
     fn prune_readers(&mut self, key: &[u8], g: Millis) -> Option<u64> {
         let now = self.now_local(g);
@@ -651,6 +735,7 @@ impl RedisModel {
         let qkey = keys.get(2).unwrap_or(&empty).clone();
         match s {
             Script::AcquirePermit => return self.acquire_permit(keys, argv, client, g),
+            Script::AcquireSet => return self.acquire_set(keys, argv, client, g),
             Script::AcquireShared
             | Script::ExtendShared
             | Script::ReleaseShared
@@ -702,6 +787,7 @@ impl RedisModel {
         }
         match s {
             Script::AcquirePermit
+            | Script::AcquireSet
             | Script::PermitCleanup
             | Script::Inspect
             | Script::LeaderRecord

@@ -36,6 +36,10 @@ pub(crate) struct Settings {
     /// Only the waiters' queue head may take a free lock (one node only, see
     /// `ACQUIRE_QUEUED`).
     pub fair: bool,
+    /// One script may touch the keys of several names (several hash
+    /// slots): an `AcquireAll` of free names is then one script (one node
+    /// only, see `tasks/acquire_set.rs`).
+    pub cross_slot_scripts: bool,
 }
 
 /// A waiter whose wake-up streams are live still attempts this often at

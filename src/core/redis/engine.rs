@@ -17,6 +17,7 @@ use super::subscription::{PushDecoder, PushFrame};
 use super::task::{Next, OnClose, Push, Task};
 use super::tasks::{
     acquire::AcquireTask,
+    acquire_set::AcquireSetTask,
     election::{self, LeaderTask, ObserveTask},
     extend,
     inspect::InspectTask,
@@ -551,6 +552,12 @@ impl Engine {
         self.cx.rt.poll_event()
     }
 
+    /// `AcquireAll` of free names as one script (one node whose host
+    /// accepts scripts over several hash slots).
+    pub(crate) fn atomic_sets(&self) -> bool {
+        self.cx.s.cross_slot_scripts && self.cx.node_count() == 1
+    }
+
     pub(crate) fn live_count(&self) -> usize {
         self.tasks.len() + self.cx.locks.len()
     }
@@ -622,6 +629,12 @@ impl Engine {
                 Box::new(ObserveTask::new(&mut self.cx, now, &name, known, wait)?)
             }
             Operation::Reenter { handle } => Box::new(ReenterTask::new(&mut self.cx, &handle)?),
+            Operation::AcquireAll { names, options } if self.atomic_sets() => {
+                match AcquireSetTask::new(&mut self.cx, now, names, &options)? {
+                    Ok(task) => Box::new(task),
+                    Err(answered) => return Ok(answered),
+                }
+            }
             op @ Operation::AcquireAll { .. } => {
                 return Err(crate::core::operation::unserved(self.cx.s.backend, &op))
             }

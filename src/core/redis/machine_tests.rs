@@ -795,6 +795,7 @@ mod election;
 mod push;
 mod reentry;
 mod rwlock;
+mod sets;
 
 /// A script goes as `EVAL` until the node has run it, then as `EVALSHA`;
 /// `NOSCRIPT` (a restart emptied the cache) sends the `EVAL` again within

@@ -188,9 +188,10 @@ macro_rules! delegate_lock_machine {
             fn capabilities(&self) -> $crate::core::Capabilities {
                 $crate::core::Capabilities {
                     kinds: &[$($crate::core::KindFamily::$kind),*],
-                    // One script per name: a name's keys carry its own
-                    // hash tag (see `core::multi`).
-                    atomic_sets: false,
+                    // A name's keys carry its own hash tag: one script
+                    // over several names only where the host allows it
+                    // (one node, see `core::multi`).
+                    atomic_sets: self.engine.atomic_sets(),
                 }
             }
             fn live_count(&self) -> usize {

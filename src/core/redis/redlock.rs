@@ -217,6 +217,7 @@ impl RedlockMachine {
             strict_fencing: cfg.fencing == RedlockFencing::Strict,
             max_subscriptions: cfg.max_subscriptions,
             fair: false,
+            cross_slot_scripts: false,
         };
         Ok(RedlockMachine {
             engine: Engine::new(settings, nodes, entropy),

@@ -56,6 +56,17 @@ pub struct RedisConfig {
     /// waiters queue too, so that a release wakes only the head, but anyone
     /// may take a free lock). Off by default (see the README for why).
     pub fair: bool,
+    /// The host runs one script over keys of different Redis Cluster hash
+    /// slots (a standalone `redis-server`; not a Redis Cluster, whose
+    /// `CROSSSLOT` refuses it). Each name's keys carry the name's own hash
+    /// tag, so an `acquireAll` of several names is then one script taking
+    /// them all or none (`Capabilities::atomic_sets`); without it, the names
+    /// are taken one by one, one script each (see `core::multi`).
+    ///
+    /// Default: on for Webdis (it fronts a standalone `redis-server`); off
+    /// for the Upstash REST protocol, whose documentation does not say
+    /// whether it accepts a script over several slots (see the README).
+    pub cross_slot_scripts: bool,
 }
 
 impl RedisConfig {
@@ -63,7 +74,6 @@ impl RedisConfig {
     /// auto-extend, retries after at most 200 ms plus up to 100 ms of jitter.
     pub fn new(node: RedisNode) -> Self {
         RedisConfig {
-            node,
             prefix: "edgelock".into(),
             ttl_ms: 10_000,
             request_timeout_ms: 5_000,
@@ -72,6 +82,8 @@ impl RedisConfig {
             retry_jitter_ms: 100,
             max_subscriptions: super::DEFAULT_MAX_SUBSCRIPTIONS,
             fair: false,
+            cross_slot_scripts: node.protocol == super::RedisProtocol::Webdis,
+            node,
         }
     }
 }
@@ -108,6 +120,7 @@ impl RedisMachine {
             strict_fencing: false,
             max_subscriptions: cfg.max_subscriptions,
             fair: cfg.fair,
+            cross_slot_scripts: cfg.cross_slot_scripts,
         };
         Ok(RedisMachine {
             engine: Engine::new(settings, vec![node], entropy),

@@ -557,6 +557,8 @@ impl RedisModel {
             }
             // Nor re-entry: the locks here are never re-entered.
             Some(Script::Reenter) => Err("ERR re-entry is not modelled here".into()),
+            // Nor sets: the scenarios take one name at a time.
+            Some(Script::AcquireSet) => Err("ERR lock sets are not modelled here".into()),
             None => Err("NOSCRIPT unknown script".into()),
         }
     }
