@@ -12,6 +12,7 @@ pub mod error;
 pub mod etcd;
 pub(crate) mod json_fields;
 pub mod json_stream;
+pub(crate) mod lease;
 pub mod machine;
 pub mod multi;
 pub mod names;

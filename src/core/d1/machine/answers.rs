@@ -16,7 +16,7 @@ impl D1Machine {
             }
             return;
         }
-        let Some(a) = self.acquires.get_mut(&op) else {
+        let Some(a) = self.core.acquires.get_mut(&op) else {
             return;
         };
         a.request = None;
@@ -24,10 +24,10 @@ impl D1Machine {
         let answer = self.read(&name, &owner, &input, codec::parse_acquire);
         match answer {
             Ok(AcquireAnswer::Granted { token, pttl_ms }) => {
-                let Some(a) = self.acquires.remove(&op) else {
+                let Some(a) = self.core.acquires.remove(&op) else {
                     return;
                 };
-                self.rt.timers.clear(Timer::Poll(op));
+                self.core.rt.timers.clear(Timer::Poll(op));
                 let ttl = pttl_ms.min(a.ttl);
                 let expires_at = codec::lease_validity(ttl)
                     .map(|v| sent_at.saturating_add(v))
@@ -38,7 +38,7 @@ impl D1Machine {
                         lock: None,
                     };
                     self.send_release(now, &a.name, &a.owner, token, req);
-                    self.rt.out.fail(
+                    self.core.rt.out.fail(
                         op,
                         LockError::Backend {
                             backend: BACKEND,
@@ -50,7 +50,7 @@ impl D1Machine {
                     );
                     return;
                 };
-                let id = self.rt.out.lock_id();
+                let id = self.core.rt.out.lock_id();
                 let handle = LockHandle {
                     v: 1,
                     backend: BackendKind::D1,
@@ -70,7 +70,7 @@ impl D1Machine {
                     handle,
                 };
                 let renew_at = sent_at + a.ttl / 3;
-                self.hold(
+                self.core.hold(
                     Held {
                         id,
                         name: a.name,
@@ -84,18 +84,18 @@ impl D1Machine {
                     },
                     renew_at,
                 );
-                self.rt.out.complete(op, Ok(Outcome::Acquired(info)));
+                self.core.rt.out.complete(op, Ok(Outcome::Acquired(info)));
             }
             Ok(AcquireAnswer::Busy { pttl_ms }) => {
-                let Some(a) = self.acquires.get(&op) else {
+                let Some(a) = self.core.acquires.get(&op) else {
                     return;
                 };
                 if a.wait == Wait::Try {
-                    self.acquires.remove(&op);
-                    self.rt.out.complete(op, Ok(Outcome::NotAcquired));
+                    self.core.acquires.remove(&op);
+                    self.core.rt.out.complete(op, Ok(Outcome::NotAcquired));
                 } else if a.deadline.is_some_and(|d| d <= now) {
-                    self.acquires.remove(&op);
-                    self.rt.out.fail(
+                    self.core.acquires.remove(&op);
+                    self.core.rt.out.fail(
                         op,
                         LockError::Timeout {
                             backend: BACKEND,
@@ -110,17 +110,17 @@ impl D1Machine {
                         + jitter(self.entropy.as_mut(), self.cfg.retry_jitter_ms);
                     let at = now + pause;
                     let at = deadline.map_or(at, |d| at.min(d));
-                    self.rt.timers.set(Timer::Poll(op), at);
+                    self.core.rt.timers.set(Timer::Poll(op), at);
                 }
             }
             Err(error) => {
-                let Some(a) = self.acquires.remove(&op) else {
+                let Some(a) = self.core.acquires.remove(&op) else {
                     return;
                 };
-                self.rt.timers.clear(Timer::Poll(op));
+                self.core.rt.timers.clear(Timer::Poll(op));
                 // The batch may have committed: free the row if it is ours.
                 self.leave(now, None, a);
-                self.rt.out.fail(op, error);
+                self.core.rt.out.fail(op, error);
             }
         }
     }
@@ -131,8 +131,8 @@ impl D1Machine {
         };
         match self.read(&h.name, &h.owner, &input, codec::parse_release) {
             Ok(held) => {
-                self.record_ended(h.id, &h.name);
-                self.rt.out.complete(
+                self.core.record_ended(h.id, &h.name);
+                self.core.rt.out.complete(
                     op,
                     Ok(Outcome::Released {
                         lock: h.id,
@@ -141,15 +141,15 @@ impl D1Machine {
                 );
             }
             Err(e) => {
-                self.rt.out.fail(op, e);
-                if self.rt.closing.started() {
-                    self.record_ended(h.id, &h.name);
+                self.core.rt.out.fail(op, e);
+                if self.core.rt.closing.started() {
+                    self.core.record_ended(h.id, &h.name);
                 } else {
                     // Kept (without renewals) so that a retry can still release it.
                     let mut h = h;
                     h.renew = false;
                     let at = h.expires_at;
-                    self.hold(h, at);
+                    self.core.hold(h, at);
                 }
             }
         }
@@ -157,117 +157,13 @@ impl D1Machine {
 
     pub(super) fn on_leave(&mut self, op: Option<OpId>, name: String) {
         if let Some(op) = op {
-            self.rt.out.fail(
+            self.core.rt.out.fail(
                 op,
                 LockError::Aborted {
                     backend: BACKEND,
                     name,
                 },
             );
-        }
-    }
-
-    pub(super) fn on_extend(
-        &mut self,
-        now: Millis,
-        op: Option<OpId>,
-        lock: LockId,
-        ttl: u64,
-        sent_at: Millis,
-        input: Answer,
-    ) {
-        let Some(h) = self.locks.get(&lock) else {
-            if let Some(op) = op {
-                let e = self.not_held(lock);
-                self.rt.out.fail(op, e);
-            }
-            return;
-        };
-        let (name, owner) = (h.name.clone(), h.owner.clone());
-        let answer = self.read(&name, &owner, &input, codec::parse_extend);
-        let Some(h) = self.locks.get_mut(&lock) else {
-            return;
-        };
-        if op.is_none() {
-            h.renewal = None;
-        }
-        match answer {
-            Ok(true) => {
-                let exp = codec::lease_validity(ttl)
-                    .map(|v| sent_at.saturating_add(v))
-                    .filter(|e| *e > now);
-                match exp {
-                    Some(exp) => {
-                        h.ttl = ttl;
-                        h.expires_at = exp;
-                        h.last_error = None;
-                        let renew = h.renew;
-                        self.rt.timers.set(Timer::Expiry(lock), exp);
-                        if renew {
-                            self.rt.timers.set(Timer::Renewal(lock), sent_at + ttl / 3);
-                        }
-                        match op {
-                            Some(op) => self.rt.out.complete(
-                                op,
-                                Ok(Outcome::Extended {
-                                    lock,
-                                    expires_at: exp,
-                                }),
-                            ),
-                            None => self.rt.out.renewed(lock, exp),
-                        }
-                    }
-                    None => {
-                        let e = "the renewal's answer arrived after its lease had ended".into();
-                        self.extend_failed(now, op, lock, e);
-                    }
-                }
-            }
-            Ok(false) => {
-                self.lose(now, lock, LostReason::KeyGone);
-                if let Some(op) = op {
-                    self.rt.out.fail(
-                        op,
-                        LockError::Lost {
-                            backend: BACKEND,
-                            name,
-                            reason: LostReason::KeyGone.to_string(),
-                        },
-                    );
-                }
-            }
-            Err(e) => match op {
-                Some(op) => self.rt.out.fail(op, e),
-                None => self.extend_failed(now, None, lock, e.to_string()),
-            },
-        }
-    }
-
-    /// A renewal that did not confirm the lock: retried soon while the
-    /// lease lasts (its expiry timer ends the lock otherwise).
-    pub(super) fn extend_failed(
-        &mut self,
-        now: Millis,
-        op: Option<OpId>,
-        lock: LockId,
-        error: String,
-    ) {
-        let Some(h) = self.locks.get_mut(&lock) else {
-            return;
-        };
-        if let Some(op) = op {
-            let e = LockError::Backend {
-                backend: BACKEND,
-                name: h.name.clone(),
-                status: None,
-                message: error.clone(),
-            };
-            self.rt.out.fail(op, e);
-        }
-        h.last_error = Some(error);
-        let retry = now + (h.ttl / 10).clamp(1, 1_000);
-        if h.renew && retry < h.expires_at {
-            self.rt.timers.set(Timer::Renewal(lock), retry);
         }
     }
 
@@ -294,10 +190,10 @@ impl D1Machine {
                         handle.name,
                         "the handle's lease ends before it could be resumed",
                     );
-                    self.rt.out.fail(op, e);
+                    self.core.rt.out.fail(op, e);
                     return;
                 };
-                let id = self.rt.out.lock_id();
+                let id = self.core.rt.out.lock_id();
                 let ttl = self.cfg.ttl_ms;
                 let info = LockInfo {
                     id,
@@ -317,17 +213,17 @@ impl D1Machine {
                     renewal: None,
                     last_error: None,
                 };
-                self.hold(h, now + (ttl / 3).min((exp - now) / 2));
-                self.rt.out.complete(op, Ok(Outcome::Acquired(info)));
+                self.core.hold(h, now + (ttl / 3).min((exp - now) / 2));
+                self.core.rt.out.complete(op, Ok(Outcome::Acquired(info)));
             }
             Ok(None) => {
                 let e = lost(
                     handle.name,
                     "the handle's lock is no longer held by its owner",
                 );
-                self.rt.out.fail(op, e);
+                self.core.rt.out.fail(op, e);
             }
-            Err(e) => self.rt.out.fail(op, e),
+            Err(e) => self.core.rt.out.fail(op, e),
         }
     }
 
@@ -354,13 +250,16 @@ impl D1Machine {
                     holders,
                     queued: Vec::new(),
                 };
-                self.rt.out.complete(op, Ok(Outcome::Inspected(status)));
+                self.core
+                    .rt
+                    .out
+                    .complete(op, Ok(Outcome::Inspected(status)));
             }
-            Err(e) => self.rt.out.fail(op, e),
+            Err(e) => self.core.rt.out.fail(op, e),
         }
     }
 
-    pub(super) fn dispatch(&mut self, now: Millis, owner: Req, input: Answer) {
+    pub(super) fn answer(&mut self, now: Millis, owner: Req, input: Answer) {
         match owner {
             Req::Acquire { op, sent_at } => self.on_acquire(now, op, sent_at, input),
             Req::Release { op, lock } => self.on_release(op, lock, input),

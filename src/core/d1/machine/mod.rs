@@ -5,26 +5,21 @@ mod answers;
 
 use super::codec::{self, AcquireAnswer, AnswerError, Param};
 use super::{sql, D1Config};
-use crate::core::names::{validate_name, validate_ttl};
+use crate::core::lease::{
+    is_owner, Acquiring, Answer, Held, LeaseCore, LeaseProtocol, LeaseReq, Timer, OWNER_BYTES,
+};
+use crate::core::names::validate_ttl;
 use crate::core::operation::unserved;
-use crate::core::runtime::{Runtime, VecMap};
+use crate::core::runtime::VecMap;
 use crate::core::*;
-
-/// Random bytes of an owner (32 hex characters).
-const OWNER_BYTES: usize = 16;
-
-/// Names of locks that ended, kept for messages (bounded).
-const ENDED_NAMES_KEPT: usize = 1024;
 
 const BACKEND: &str = "d1";
 
 /// Reads one kind of answer (`codec::parse_*`).
 type Parser<T> = fn(u16, &[u8], &[&str]) -> Result<T, AnswerError>;
 
-type Answer = Result<(u16, Vec<u8>), TransportError>;
-
 /// Who a batch in flight belongs to.
-enum Req {
+pub(crate) enum Req {
     /// An attempt of an acquire.
     Acquire { op: OpId, sent_at: Millis },
     /// A release of a held lock (`lock`, for the user's `op`), or in the
@@ -54,34 +49,20 @@ enum Req {
     Inspect { op: OpId, name: String },
 }
 
-impl Req {
+impl LeaseReq for Req {
     fn op(&self) -> Option<OpId> {
         match self {
             Req::Acquire { op, .. } | Req::Resume { op, .. } | Req::Inspect { op, .. } => Some(*op),
             Req::Release { op, .. } | Req::Extend { op, .. } | Req::Leave { op, .. } => *op,
         }
     }
-}
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-enum Timer {
-    /// A waiting acquire's next attempt.
-    Poll(OpId),
-    /// A held lock's lease ends.
-    Expiry(LockId),
-    /// A held lock's next automatic renewal.
-    Renewal(LockId),
-}
-
-/// An acquire under way.
-struct Acquiring {
-    name: String,
-    owner: String,
-    ttl: u64,
-    wait: Wait,
-    deadline: Option<Millis>,
-    /// The attempt in flight, if any (none while pausing).
-    request: Option<RequestId>,
+    fn ends_on_close(&self) -> bool {
+        matches!(
+            self,
+            Req::Extend { .. } | Req::Resume { .. } | Req::Inspect { .. }
+        )
+    }
 }
 
 /// An acquire given up (cancelled, or ended by `close`) while its attempt
@@ -97,28 +78,11 @@ struct Abandoned {
     op: Option<OpId>,
 }
 
-/// A lock this machine holds.
-#[derive(Clone)]
-struct Held {
-    id: LockId,
-    name: String,
-    owner: String,
-    token: u64,
-    ttl: u64,
-    expires_at: Millis,
-    renew: bool,
-    renewal: Option<RequestId>,
-    last_error: Option<String>,
-}
-
 /// The `d1` backend as a sans-IO [`LockMachine`].
 pub struct D1Machine {
     cfg: D1Config,
     entropy: Box<dyn Entropy + Send>,
-    rt: Runtime<Req, Timer>,
-    acquires: VecMap<OpId, Acquiring>,
-    locks: VecMap<LockId, Held>,
-    ended: VecMap<LockId, String>,
+    core: LeaseCore<Req>,
     abandoned: VecMap<OpId, Abandoned>,
 }
 
@@ -126,26 +90,14 @@ impl std::fmt::Debug for D1Machine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("D1Machine")
             .field("cfg", &self.cfg)
-            .field("acquires", &self.acquires.len())
-            .field("locks", &self.locks.len())
+            .field("acquires", &self.core.acquires.len())
+            .field("locks", &self.core.locks.len())
             .finish()
     }
 }
 
 fn check_name(name: &str) -> Result<(), LockError> {
-    validate_name(name)?;
-    if name.chars().any(char::is_control) {
-        return Err(LockError::invalid(
-            "a d1 lock name must not contain control characters",
-        ));
-    }
-    Ok(())
-}
-
-fn is_owner(s: &str) -> bool {
-    (16..=64).contains(&s.len())
-        && s.bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    crate::core::lease::check_name(BACKEND, name)
 }
 
 fn check_ttl(ttl: u64) -> Result<(), LockError> {
@@ -169,10 +121,7 @@ impl D1Machine {
         Ok(D1Machine {
             cfg: cfg.validated()?,
             entropy,
-            rt: Runtime::default(),
-            acquires: VecMap::new(),
-            locks: VecMap::new(),
-            ended: VecMap::new(),
+            core: LeaseCore::new(BACKEND),
             abandoned: VecMap::new(),
         })
     }
@@ -182,31 +131,12 @@ impl D1Machine {
     fn send(&mut self, now: Millis, owner: Req, statements: &[(String, Vec<Param>)]) -> RequestId {
         let body = codec::batch_body(&self.cfg.table, statements);
         let (binding, timeout) = (&self.cfg.binding, self.cfg.request_timeout_ms);
-        let sent = self.rt.send(now, owner, |id| {
+        let sent = self.core.rt.send(now, owner, |id| {
             Ok::<_, std::convert::Infallible>(codec::request(id, binding, body, timeout))
         });
         match sent {
             Ok(id) => id,
             Err(never) => match never {},
-        }
-    }
-
-    /// Sends acquire `op`'s next attempt.
-    fn attempt(&mut self, now: Millis, op: OpId) {
-        let Some(a) = self.acquires.get(&op) else {
-            return;
-        };
-        let t = &self.cfg.table;
-        let statements = [
-            (
-                sql::take(t),
-                vec![text(&a.name), text(&a.owner), Param::Int(a.ttl)],
-            ),
-            (sql::probe(t), vec![text(&a.name), text(&a.owner)]),
-        ];
-        let id = self.send(now, Req::Acquire { op, sent_at: now }, &statements);
-        if let Some(a) = self.acquires.get_mut(&op) {
-            a.request = Some(id);
         }
     }
 
@@ -226,32 +156,6 @@ impl D1Machine {
         self.send(now, Req::Leave { op, name: a.name }, &st);
     }
 
-    fn send_extend(
-        &mut self,
-        now: Millis,
-        lock: LockId,
-        ttl: u64,
-        op: Option<OpId>,
-    ) -> Option<RequestId> {
-        let h = self.locks.get(&lock)?;
-        let st = [(
-            sql::extend(&self.cfg.table),
-            vec![
-                text(&h.name),
-                text(&h.owner),
-                Param::Int(h.token),
-                Param::Int(ttl),
-            ],
-        )];
-        let req = Req::Extend {
-            op,
-            lock,
-            ttl,
-            sent_at: now,
-        };
-        Some(self.send(now, req, &st))
-    }
-
     // ---- errors ------------------------------------------------------------
 
     fn read<T>(
@@ -264,8 +168,8 @@ impl D1Machine {
         match input {
             Ok((status, body)) => {
                 let mut secrets: Vec<&str> =
-                    self.locks.values().map(|h| h.owner.as_str()).collect();
-                secrets.extend(self.acquires.values().map(|a| a.owner.as_str()));
+                    self.core.locks.values().map(|h| h.owner.as_str()).collect();
+                secrets.extend(self.core.acquires.values().map(|a| a.owner.as_str()));
                 secrets.push(owner);
                 secrets.retain(|s| !s.is_empty());
                 parse(*status, body, &secrets).map_err(|e| LockError::Backend {
@@ -283,63 +187,6 @@ impl D1Machine {
         }
     }
 
-    fn record_ended(&mut self, id: LockId, name: &str) {
-        self.ended.insert(id, name.to_string());
-        while self.ended.len() > ENDED_NAMES_KEPT {
-            self.ended.pop_first();
-        }
-    }
-
-    fn not_held(&self, lock: LockId) -> LockError {
-        LockError::NotHeld {
-            backend: BACKEND,
-            name: self.ended.get(&lock).cloned().unwrap_or_default(),
-        }
-    }
-
-    // ---- the table of held locks -------------------------------------------
-
-    fn hold(&mut self, h: Held, renew_at: Millis) {
-        self.rt.timers.set(Timer::Expiry(h.id), h.expires_at);
-        if h.renew {
-            self.rt.timers.set(Timer::Renewal(h.id), renew_at);
-        }
-        self.locks.insert(h.id, h);
-    }
-
-    fn take_lock(&mut self, id: LockId) -> Option<Held> {
-        let mut h = self.locks.remove(&id)?;
-        self.rt.timers.clear(Timer::Expiry(id));
-        self.rt.timers.clear(Timer::Renewal(id));
-        if let Some(r) = h.renewal.take() {
-            self.rt.cancel(r);
-        }
-        Some(h)
-    }
-
-    /// Forgets lock `id`, reports it lost, and (unless the database said it
-    /// is not ours) releases whatever may still be ours.
-    fn lose(&mut self, now: Millis, id: LockId, reason: LostReason) {
-        let Some(h) = self.take_lock(id) else {
-            return;
-        };
-        self.record_ended(id, &h.name);
-        if reason != LostReason::KeyGone {
-            let req = Req::Release {
-                op: None,
-                lock: None,
-            };
-            self.send_release(now, &h.name, &h.owner, h.token, req);
-        }
-        self.rt.out.lost(id, h.name, reason);
-    }
-
-    fn settle(&mut self) {
-        let drained =
-            self.acquires.is_empty() && self.locks.is_empty() && !self.rt.requests.any(|_| true);
-        self.rt.closing.finish_if(drained, &mut self.rt.out);
-    }
-
     // ---- user operations ----------------------------------------------------
 
     fn start_acquire(
@@ -351,9 +198,9 @@ impl D1Machine {
         check_name(&name)?;
         let ttl = options.ttl_ms.unwrap_or(self.cfg.ttl_ms);
         check_ttl(ttl)?;
-        let op = self.rt.out.op_id();
+        let op = self.core.rt.out.op_id();
         let owner = random_hex(self.entropy.as_mut(), OWNER_BYTES);
-        self.acquires.insert(
+        self.core.acquires.insert(
             op,
             Acquiring {
                 name,
@@ -396,7 +243,7 @@ impl D1Machine {
                 "the handle's fencing token is out of range",
             ));
         }
-        let op = self.rt.out.op_id();
+        let op = self.core.rt.out.op_id();
         let st = [(
             sql::resume(&self.cfg.table),
             vec![
@@ -415,6 +262,93 @@ impl D1Machine {
     }
 }
 
+impl LeaseProtocol for D1Machine {
+    type Req = Req;
+
+    fn core(&mut self) -> &mut LeaseCore<Req> {
+        &mut self.core
+    }
+
+    /// Sends acquire `op`'s next attempt.
+    fn attempt(&mut self, now: Millis, op: OpId) {
+        let Some(a) = self.core.acquires.get(&op) else {
+            return;
+        };
+        let t = &self.cfg.table;
+        let statements = [
+            (
+                sql::take(t),
+                vec![text(&a.name), text(&a.owner), Param::Int(a.ttl)],
+            ),
+            (sql::probe(t), vec![text(&a.name), text(&a.owner)]),
+        ];
+        let id = self.send(now, Req::Acquire { op, sent_at: now }, &statements);
+        if let Some(a) = self.core.acquires.get_mut(&op) {
+            a.request = Some(id);
+        }
+    }
+
+    fn send_extend(
+        &mut self,
+        now: Millis,
+        lock: LockId,
+        ttl: u64,
+        op: Option<OpId>,
+    ) -> Option<RequestId> {
+        let h = self.core.locks.get(&lock)?;
+        let st = [(
+            sql::extend(&self.cfg.table),
+            vec![
+                text(&h.name),
+                text(&h.owner),
+                Param::Int(h.token),
+                Param::Int(ttl),
+            ],
+        )];
+        let req = Req::Extend {
+            op,
+            lock,
+            ttl,
+            sent_at: now,
+        };
+        Some(self.send(now, req, &st))
+    }
+
+    fn release_in_background(&mut self, now: Millis, h: &Held) {
+        let req = Req::Release {
+            op: None,
+            lock: None,
+        };
+        self.send_release(now, &h.name, &h.owner, h.token, req);
+    }
+
+    fn dispatch(&mut self, now: Millis, owner: Req, input: Answer) {
+        self.answer(now, owner, input);
+    }
+
+    fn read_extend(
+        &self,
+        name: &str,
+        owner: &str,
+        ttl: u64,
+        input: &Answer,
+    ) -> Result<Option<Option<u64>>, LockError> {
+        let ours = self.read(name, owner, input, codec::parse_extend)?;
+        Ok(ours.then(|| codec::lease_validity(ttl)))
+    }
+
+    /// An attempt in flight may commit: the row is freed after its answer.
+    fn abandon_on_close(&mut self, _now: Millis, op: OpId, a: Acquiring) {
+        if a.request.is_some() {
+            let ab = Abandoned {
+                acquiring: a,
+                op: None,
+            };
+            self.abandoned.insert(op, ab);
+        }
+    }
+}
+
 impl LockMachine for D1Machine {
     fn backend(&self) -> BackendKind {
         BackendKind::D1
@@ -428,17 +362,11 @@ impl LockMachine for D1Machine {
     }
 
     fn live_count(&self) -> usize {
-        let requests = self.rt.requests.iter().count();
-        let pausing = self
-            .acquires
-            .values()
-            .filter(|a| a.request.is_none())
-            .count();
-        requests + pausing + self.locks.len()
+        self.core.live_count()
     }
 
     fn start_operation(&mut self, now: Millis, op: Operation) -> Result<OpId, LockError> {
-        self.rt.closing.check_open(BackendKind::D1)?;
+        self.core.rt.closing.check_open(BackendKind::D1)?;
         match op {
             Operation::Acquire {
                 name,
@@ -446,8 +374,8 @@ impl LockMachine for D1Machine {
                 options,
             } => self.start_acquire(now, name, options),
             Operation::Release { lock } => {
-                let op = self.rt.out.op_id();
-                match self.take_lock(lock) {
+                let op = self.core.rt.out.op_id();
+                match self.core.take_lock(lock) {
                     Some(h) => {
                         let (name, owner, token) = (h.name.clone(), h.owner.clone(), h.token);
                         let req = Req::Release {
@@ -456,13 +384,7 @@ impl LockMachine for D1Machine {
                         };
                         self.send_release(now, &name, &owner, token, req);
                     }
-                    None => self.rt.out.complete(
-                        op,
-                        Ok(Outcome::Released {
-                            lock,
-                            held_until_release: false,
-                        }),
-                    ),
+                    None => self.core.released_not_held(op, lock),
                 }
                 Ok(op)
             }
@@ -470,14 +392,14 @@ impl LockMachine for D1Machine {
                 if let Some(t) = ttl_ms {
                     check_ttl(t)?;
                 }
-                let op = self.rt.out.op_id();
-                match self.locks.get(&lock).map(|h| ttl_ms.unwrap_or(h.ttl)) {
+                let op = self.core.rt.out.op_id();
+                match self.core.locks.get(&lock).map(|h| ttl_ms.unwrap_or(h.ttl)) {
                     Some(ttl) => {
                         self.send_extend(now, lock, ttl, Some(op));
                     }
                     None => {
-                        let e = self.not_held(lock);
-                        self.rt.out.fail(op, e);
+                        let e = self.core.not_held(lock);
+                        self.core.rt.out.fail(op, e);
                     }
                 }
                 Ok(op)
@@ -485,7 +407,7 @@ impl LockMachine for D1Machine {
             Operation::Resume { handle } => self.start_resume(now, handle),
             Operation::Inspect { name } => {
                 check_name(&name)?;
-                let op = self.rt.out.op_id();
+                let op = self.core.rt.out.op_id();
                 let st = [(sql::inspect(&self.cfg.table), vec![text(&name)])];
                 self.send(now, Req::Inspect { op, name }, &st);
                 Ok(op)
@@ -495,10 +417,10 @@ impl LockMachine for D1Machine {
     }
 
     fn cancel(&mut self, _now: Millis, op: OpId) {
-        let Some(a) = self.acquires.remove(&op) else {
+        let Some(a) = self.core.acquires.remove(&op) else {
             return;
         };
-        self.rt.timers.clear(Timer::Poll(op));
+        self.core.rt.timers.clear(Timer::Poll(op));
         match a.request {
             // Its attempt may commit: free the row after its answer.
             Some(_) => {
@@ -511,106 +433,30 @@ impl LockMachine for D1Machine {
             // Pausing after a refusal: nothing of it is in the table.
             None => self.on_leave(Some(op), a.name),
         }
-        self.settle();
+        self.core.settle();
     }
 
     fn close(&mut self, now: Millis) -> OpId {
-        let op = self.rt.out.op_id();
-        if self.rt.closing.begin(op) {
-            let closed = LockError::Closed { backend: BACKEND };
-            let ops: Vec<OpId> = self.acquires.keys().copied().collect();
-            for aop in ops {
-                if let Some(a) = self.acquires.remove(&aop) {
-                    self.rt.timers.clear(Timer::Poll(aop));
-                    if a.request.is_some() {
-                        let ab = Abandoned {
-                            acquiring: a,
-                            op: None,
-                        };
-                        self.abandoned.insert(aop, ab);
-                    }
-                    self.rt.out.fail(aop, closed.clone());
-                }
-            }
-            let stopped = self.rt.cancel_where(|r| {
-                matches!(
-                    r,
-                    Req::Extend { .. } | Req::Resume { .. } | Req::Inspect { .. }
-                )
-            });
-            for (_, r) in stopped {
-                if let Some(op) = r.op() {
-                    self.rt.out.fail(op, closed.clone());
-                }
-            }
-            let ids: Vec<LockId> = self.locks.keys().copied().collect();
-            for id in ids {
-                self.lose(now, id, LostReason::ClientClosed);
-            }
-        }
-        self.settle();
-        op
+        self.lease_close(now)
     }
 
     fn handle_input(&mut self, now: Millis, input: Input) {
-        if !input.is_final() {
-            return;
-        }
-        let Some(owner) = self.rt.requests.finish(input.id()) else {
-            return;
-        };
-        let result = match input {
-            Input::Response { status, body, .. } => Ok((status, body)),
-            Input::Failed { error, .. } => Err(error),
-            Input::StreamEnd { .. } | Input::Chunk { .. } => {
-                Err(TransportError::Io("the answer ended without a body".into()))
-            }
-        };
-        self.dispatch(now, owner, result);
-        self.settle();
+        self.lease_input(now, input)
     }
 
     fn handle_timeout(&mut self, now: Millis) {
-        for (_, owner) in self.rt.expire(now) {
-            self.dispatch(now, owner, Err(TransportError::Timeout));
-        }
-        for key in self.rt.timers.take_due(now) {
-            match key {
-                Timer::Poll(op) => self.attempt(now, op),
-                Timer::Expiry(id) => {
-                    let reason = match self.locks.get(&id).and_then(|h| h.last_error.clone()) {
-                        Some(e) => LostReason::RenewalFailed(e),
-                        None => LostReason::Expired,
-                    };
-                    self.lose(now, id, reason);
-                }
-                Timer::Renewal(id) => {
-                    let Some(h) = self.locks.get(&id) else {
-                        continue;
-                    };
-                    if h.renewal.is_some() || !h.renew {
-                        continue;
-                    }
-                    let ttl = h.ttl;
-                    let r = self.send_extend(now, id, ttl, None);
-                    if let Some(h) = self.locks.get_mut(&id) {
-                        h.renewal = r;
-                    }
-                }
-            }
-        }
-        self.settle();
+        self.lease_timeout(now)
     }
 
     fn poll_transmit(&mut self) -> Option<Transmit> {
-        self.rt.poll_transmit()
+        self.core.rt.poll_transmit()
     }
 
     fn poll_event(&mut self) -> Option<Event> {
-        self.rt.poll_event()
+        self.core.rt.poll_event()
     }
 
     fn poll_timeout(&self) -> Option<Millis> {
-        self.rt.poll_timeout()
+        self.core.rt.poll_timeout()
     }
 }

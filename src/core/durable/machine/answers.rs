@@ -24,7 +24,7 @@ impl DurableMachine {
             return;
         }
         if let Some(op) = op {
-            self.rt.out.fail(
+            self.core.rt.out.fail(
                 op,
                 LockError::Aborted {
                     backend: BACKEND,
@@ -43,19 +43,19 @@ impl DurableMachine {
         sent_at: Millis,
         input: Result<(u16, Vec<u8>), TransportError>,
     ) {
-        let Some(a) = self.acquires.get_mut(&op) else {
+        let Some(a) = self.core.acquires.get_mut(&op) else {
             return;
         };
         a.request = None;
         let name = a.name.clone();
         let owner = a.owner.clone();
         let answer = self.read(&name, &owner, &input, codec::parse_acquire);
-        let Some(a) = self.acquires.get(&op) else {
+        let Some(a) = self.core.acquires.get(&op) else {
             return;
         };
         match answer {
             Ok(AcquireAnswer::Granted { token, ttl_ms }) => {
-                self.rt.timers.clear(Timer::Poll(op));
+                self.core.rt.timers.clear(Timer::Poll(op));
                 // The lease asked for, or what is left of it if it was ours already.
                 let ttl = ttl_ms.min(a.ttl);
                 let expires_at = codec::lease_validity(ttl)
@@ -75,14 +75,14 @@ impl DurableMachine {
             }
             Ok(AcquireAnswer::Refused) => {
                 if a.wait == Wait::Try {
-                    self.acquires.remove(&op);
-                    self.rt.out.complete(op, Ok(Outcome::NotAcquired));
+                    self.core.acquires.remove(&op);
+                    self.core.rt.out.complete(op, Ok(Outcome::NotAcquired));
                 } else if a.deadline.is_some_and(|d| d <= now) {
                     // The service took it out of the queue when its wait ended.
-                    let Some(a) = self.acquires.remove(&op) else {
+                    let Some(a) = self.core.acquires.remove(&op) else {
                         return;
                     };
-                    self.rt.out.fail(
+                    self.core.rt.out.fail(
                         op,
                         LockError::Timeout {
                             backend: BACKEND,
@@ -96,20 +96,20 @@ impl DurableMachine {
                     if early {
                         let at = now + EARLY_REFUSAL_PAUSE_MS;
                         let at = a.deadline.map_or(at, |d| at.min(d));
-                        self.rt.timers.set(Timer::Poll(op), at);
+                        self.core.rt.timers.set(Timer::Poll(op), at);
                     } else {
-                        self.poll(now, op);
+                        self.attempt(now, op);
                     }
                 }
             }
             Err(error) => {
-                let Some(a) = self.acquires.remove(&op) else {
+                let Some(a) = self.core.acquires.remove(&op) else {
                     return;
                 };
-                self.rt.timers.clear(Timer::Poll(op));
+                self.core.rt.timers.clear(Timer::Poll(op));
                 // Its outcome is unknown: it may be queued, or even granted.
                 self.leave(now, None, a);
-                self.rt.out.fail(op, error);
+                self.core.rt.out.fail(op, error);
             }
         }
     }
@@ -118,10 +118,10 @@ impl DurableMachine {
     /// (measured from `sent_at`, the send time of the request that
     /// established it): a held lock, renewed from `sent_at`.
     fn granted(&mut self, op: OpId, token: u64, sent_at: Millis, expires_at: Millis) {
-        let Some(a) = self.acquires.remove(&op) else {
+        let Some(a) = self.core.acquires.remove(&op) else {
             return;
         };
-        let id = self.rt.out.lock_id();
+        let id = self.core.rt.out.lock_id();
         let handle = LockHandle {
             v: 1,
             backend: BackendKind::DurableObject,
@@ -141,7 +141,7 @@ impl DurableMachine {
             handle,
         };
         let renew_at = sent_at + a.ttl / 3;
-        self.hold(
+        self.core.hold(
             Held {
                 id,
                 name: a.name,
@@ -155,7 +155,7 @@ impl DurableMachine {
             },
             renew_at,
         );
-        self.rt.out.complete(op, Ok(Outcome::Acquired(info)));
+        self.core.rt.out.complete(op, Ok(Outcome::Acquired(info)));
     }
 
     /// A grant whose lease, measured from its poll's send time, has already
@@ -163,7 +163,7 @@ impl DurableMachine {
     /// granted it with a fresh lease): an owner-checked `extend` confirms
     /// it, and its answer anchors the lease from its own send time.
     fn confirm(&mut self, now: Millis, op: OpId, token: u64) {
-        let Some(a) = self.acquires.get(&op) else {
+        let Some(a) = self.core.acquires.get(&op) else {
             return;
         };
         let body = codec::extend_body(&a.owner, token, a.ttl);
@@ -175,7 +175,7 @@ impl DurableMachine {
             sent_at: now,
         };
         let id = self.send(now, req, ApiOp::Extend, &name, body, timeout);
-        if let Some(a) = self.acquires.get_mut(&op) {
+        if let Some(a) = self.core.acquires.get_mut(&op) {
             a.request = Some(id);
         }
     }
@@ -188,7 +188,7 @@ impl DurableMachine {
         sent_at: Millis,
         input: Result<(u16, Vec<u8>), TransportError>,
     ) {
-        let Some(a) = self.acquires.get_mut(&op) else {
+        let Some(a) = self.core.acquires.get_mut(&op) else {
             return;
         };
         a.request = None;
@@ -207,12 +207,12 @@ impl DurableMachine {
             // The lease ended before the confirmation arrived: not ours
             // (nor queued any more). Wait on while the wait lasts.
             Ok(None) => {
-                let Some(a) = self.acquires.get(&op) else {
+                let Some(a) = self.core.acquires.get(&op) else {
                     return;
                 };
                 if a.wait != Wait::Try && a.deadline.is_none_or(|d| d > now) {
-                    self.poll(now, op);
-                } else if let Some(a) = self.acquires.remove(&op) {
+                    self.attempt(now, op);
+                } else if let Some(a) = self.core.acquires.remove(&op) {
                     let error = match a.wait {
                         Wait::Try => LockError::Backend {
                             backend: BACKEND,
@@ -225,16 +225,16 @@ impl DurableMachine {
                             name: a.name,
                         },
                     };
-                    self.rt.out.fail(op, error);
+                    self.core.rt.out.fail(op, error);
                 }
             }
             Err(error) => {
-                let Some(a) = self.acquires.remove(&op) else {
+                let Some(a) = self.core.acquires.remove(&op) else {
                     return;
                 };
                 // Its outcome is unknown: the grant may still be ours.
                 self.leave(now, None, a);
-                self.rt.out.fail(op, error);
+                self.core.rt.out.fail(op, error);
             }
         }
     }
@@ -249,7 +249,7 @@ impl DurableMachine {
         if let Some(name) = abort {
             // A cancelled acquire: it ends `Aborted` whatever the answer.
             if let Some(op) = op {
-                self.rt.out.fail(
+                self.core.rt.out.fail(
                     op,
                     LockError::Aborted {
                         backend: BACKEND,
@@ -264,8 +264,8 @@ impl DurableMachine {
         };
         match self.read(&h.name, &h.owner, &input, codec::parse_release) {
             Ok(held) => {
-                self.record_ended(h.id, &h.name);
-                self.rt.out.complete(
+                self.core.record_ended(h.id, &h.name);
+                self.core.rt.out.complete(
                     op,
                     Ok(Outcome::Released {
                         lock: h.id,
@@ -274,122 +274,17 @@ impl DurableMachine {
                 );
             }
             Err(e) => {
-                self.rt.out.fail(op, e);
-                if self.rt.closing.started() {
-                    self.record_ended(h.id, &h.name);
+                self.core.rt.out.fail(op, e);
+                if self.core.rt.closing.started() {
+                    self.core.record_ended(h.id, &h.name);
                 } else {
                     // Kept (without renewals) so that a retry can still release it.
                     let mut h = h;
                     h.renew = false;
                     let at = h.expires_at;
-                    self.hold(h, at);
+                    self.core.hold(h, at);
                 }
             }
-        }
-    }
-
-    pub(super) fn on_extend(
-        &mut self,
-        now: Millis,
-        op: Option<OpId>,
-        lock: LockId,
-        ttl: u64,
-        sent_at: Millis,
-        input: Result<(u16, Vec<u8>), TransportError>,
-    ) {
-        let Some(h) = self.locks.get(&lock) else {
-            if let Some(op) = op {
-                let e = self.not_held(lock);
-                self.rt.out.fail(op, e);
-            }
-            return;
-        };
-        let name = h.name.clone();
-        let answer = self.read(&name, "", &input, codec::parse_extend);
-        let Some(h) = self.locks.get_mut(&lock) else {
-            return;
-        };
-        if op.is_none() {
-            h.renewal = None;
-        }
-        match answer {
-            Ok(Some(granted)) => {
-                let exp = codec::lease_validity(granted.min(ttl))
-                    .map(|v| sent_at.saturating_add(v))
-                    .filter(|e| *e > now);
-                match exp {
-                    Some(exp) => {
-                        h.ttl = ttl;
-                        h.expires_at = exp;
-                        h.last_error = None;
-                        let renew = h.renew;
-                        self.rt.timers.set(Timer::Expiry(lock), exp);
-                        if renew {
-                            self.rt.timers.set(Timer::Renewal(lock), sent_at + ttl / 3);
-                        }
-                        match op {
-                            Some(op) => self.rt.out.complete(
-                                op,
-                                Ok(Outcome::Extended {
-                                    lock,
-                                    expires_at: exp,
-                                }),
-                            ),
-                            None => self.rt.out.renewed(lock, exp),
-                        }
-                    }
-                    None => {
-                        let e =
-                            "the renewal's answer arrived after its lease had ended".to_string();
-                        self.extend_failed(now, op, lock, e);
-                    }
-                }
-            }
-            Ok(None) => {
-                self.lose(now, lock, LostReason::KeyGone);
-                if let Some(op) = op {
-                    self.rt.out.fail(
-                        op,
-                        LockError::Lost {
-                            backend: BACKEND,
-                            name,
-                            reason: LostReason::KeyGone.to_string(),
-                        },
-                    );
-                }
-            }
-            Err(e) => match op {
-                Some(op) => self.rt.out.fail(op, e),
-                None => self.extend_failed(now, None, lock, e.to_string()),
-            },
-        }
-    }
-
-    /// A renewal that did not confirm the lock: retried soon while the
-    /// lease lasts (its expiry timer ends the lock otherwise).
-    pub(super) fn extend_failed(
-        &mut self,
-        now: Millis,
-        op: Option<OpId>,
-        lock: LockId,
-        error: String,
-    ) {
-        let Some(h) = self.locks.get_mut(&lock) else {
-            return;
-        };
-        if let Some(op) = op {
-            let e = LockError::Backend {
-                backend: BACKEND,
-                name: h.name.clone(),
-                status: None,
-                message: error.clone(),
-            };
-            self.rt.out.fail(op, e);
-        }
-        h.last_error = Some(error);
-        let retry = now + (h.ttl / 10).clamp(1, 1_000);
-        if h.renew && retry < h.expires_at {
-            self.rt.timers.set(Timer::Renewal(lock), retry);
         }
     }
 
@@ -408,7 +303,7 @@ impl DurableMachine {
                     .filter(|e| *e > now);
                 let Some(exp) = exp else {
                     let reason = "the handle's lease ends before it could be resumed".into();
-                    self.rt.out.fail(
+                    self.core.rt.out.fail(
                         op,
                         LockError::Lost {
                             backend: BACKEND,
@@ -418,7 +313,7 @@ impl DurableMachine {
                     );
                     return;
                 };
-                let id = self.rt.out.lock_id();
+                let id = self.core.rt.out.lock_id();
                 let ttl = self.cfg.ttl_ms;
                 let info = LockInfo {
                     id,
@@ -439,12 +334,12 @@ impl DurableMachine {
                     last_error: None,
                 };
                 // Soon: the remaining lease is whatever the previous process left.
-                self.hold(h, now + (ttl / 3).min((exp - now) / 2));
-                self.rt.out.complete(op, Ok(Outcome::Acquired(info)));
+                self.core.hold(h, now + (ttl / 3).min((exp - now) / 2));
+                self.core.rt.out.complete(op, Ok(Outcome::Acquired(info)));
             }
             Ok(None) => {
                 let reason = "the handle's lock is no longer held by its owner".into();
-                self.rt.out.fail(
+                self.core.rt.out.fail(
                     op,
                     LockError::Lost {
                         backend: BACKEND,
@@ -453,7 +348,7 @@ impl DurableMachine {
                     },
                 );
             }
-            Err(e) => self.rt.out.fail(op, e),
+            Err(e) => self.core.rt.out.fail(op, e),
         }
     }
 
@@ -485,13 +380,16 @@ impl DurableMachine {
                     holders,
                     queued,
                 };
-                self.rt.out.complete(op, Ok(Outcome::Inspected(status)));
+                self.core
+                    .rt
+                    .out
+                    .complete(op, Ok(Outcome::Inspected(status)));
             }
-            Err(e) => self.rt.out.fail(op, e),
+            Err(e) => self.core.rt.out.fail(op, e),
         }
     }
 
-    pub(super) fn dispatch(
+    pub(super) fn answer(
         &mut self,
         now: Millis,
         owner: Req,

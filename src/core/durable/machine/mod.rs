@@ -5,16 +5,12 @@ mod answers;
 
 use super::codec::{self, AcquireAnswer, AnswerError, ApiOp};
 use super::{DurableConfig, MAX_POLL_WAIT_MS};
-use crate::core::names::{validate_name, validate_ttl};
+use crate::core::lease::{
+    is_owner, Acquiring, Answer, Held, LeaseCore, LeaseProtocol, LeaseReq, Timer, OWNER_BYTES,
+};
+use crate::core::names::validate_ttl;
 use crate::core::operation::unserved;
-use crate::core::runtime::{Runtime, VecMap};
 use crate::core::*;
-
-/// Random bytes of an owner (32 hex characters).
-const OWNER_BYTES: usize = 16;
-
-/// Names of locks that ended, kept for messages (bounded).
-const ENDED_NAMES_KEPT: usize = 1024;
 
 /// A refusal that came back before its `waitMs` (a newer poll of the same
 /// owner superseded it, or a service that does not hold requests open) is
@@ -28,7 +24,7 @@ const LEAVE_TTL_MS: u64 = 2_000;
 type Parser<T> = fn(u16, &[u8], &[&str]) -> Result<T, AnswerError>;
 
 /// Who a request in flight belongs to.
-enum Req {
+pub(crate) enum Req {
     /// A poll of a waiting (or trying) acquire.
     Acquire { op: OpId, sent_at: Millis },
     /// An `extend` confirming a grant that arrived after its lease, as
@@ -73,7 +69,7 @@ enum Req {
     Inspect { op: OpId, name: String },
 }
 
-impl Req {
+impl LeaseReq for Req {
     fn op(&self) -> Option<OpId> {
         match self {
             Req::Acquire { op, .. }
@@ -83,63 +79,28 @@ impl Req {
             Req::Release { op, .. } | Req::Extend { op, .. } | Req::Leave { op, .. } => *op,
         }
     }
-}
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-enum Timer {
-    /// A waiting acquire's next poll (after an early refusal).
-    Poll(OpId),
-    /// A held lock's lease ends.
-    Expiry(LockId),
-    /// A held lock's next automatic renewal.
-    Renewal(LockId),
-}
-
-/// An acquire under way.
-struct Acquiring {
-    name: String,
-    owner: String,
-    ttl: u64,
-    wait: Wait,
-    /// When a `Wait::For` runs out.
-    deadline: Option<Millis>,
-    /// The poll in flight, if any (none while pausing).
-    request: Option<RequestId>,
-}
-
-/// A lock this machine holds.
-#[derive(Clone)]
-struct Held {
-    id: LockId,
-    name: String,
-    owner: String,
-    token: u64,
-    ttl: u64,
-    expires_at: Millis,
-    /// Renew automatically (off after a failed release).
-    renew: bool,
-    /// The renewal in flight, if any.
-    renewal: Option<RequestId>,
-    /// Why the last renewal failed, for the loss report.
-    last_error: Option<String>,
+    fn ends_on_close(&self) -> bool {
+        matches!(
+            self,
+            Req::Extend { .. } | Req::Resume { .. } | Req::Inspect { .. }
+        )
+    }
 }
 
 /// The `durable-object` backend as a sans-IO [`LockMachine`].
 pub struct DurableMachine {
     cfg: DurableConfig,
     entropy: Box<dyn Entropy + Send>,
-    rt: Runtime<Req, Timer>,
-    acquires: VecMap<OpId, Acquiring>,
-    locks: VecMap<LockId, Held>,
-    ended: VecMap<LockId, String>,
+    core: LeaseCore<Req>,
 }
 
 impl std::fmt::Debug for DurableMachine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("DurableMachine")
             .field("cfg", &self.cfg)
-            .field("acquires", &self.acquires.len())
-            .field("locks", &self.locks.len())
+            .field("acquires", &self.core.acquires.len())
+            .field("locks", &self.core.locks.len())
             .finish()
     }
 }
@@ -149,20 +110,7 @@ const BACKEND: &str = "durable-object";
 /// A lock name the service accepts: the core's rule, and no control
 /// characters (refused before any request, not by the service).
 fn check_name(name: &str) -> Result<(), LockError> {
-    validate_name(name)?;
-    if name.chars().any(char::is_control) {
-        return Err(LockError::invalid(
-            "a durable-object lock name must not contain control characters",
-        ));
-    }
-    Ok(())
-}
-
-/// Whether `s` can be an owner: 16..=64 lowercase hex characters.
-fn is_owner(s: &str) -> bool {
-    (16..=64).contains(&s.len())
-        && s.bytes()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    crate::core::lease::check_name(BACKEND, name)
 }
 
 impl DurableMachine {
@@ -172,10 +120,7 @@ impl DurableMachine {
         Ok(DurableMachine {
             cfg: cfg.validated()?,
             entropy,
-            rt: Runtime::default(),
-            acquires: VecMap::new(),
-            locks: VecMap::new(),
-            ended: VecMap::new(),
+            core: LeaseCore::new(BACKEND),
         })
     }
 
@@ -191,7 +136,7 @@ impl DurableMachine {
         timeout_ms: u64,
     ) -> RequestId {
         let (endpoint, token) = (&self.cfg.endpoint, self.cfg.token.as_deref());
-        let sent = self.rt.send(now, owner, |id| {
+        let sent = self.core.rt.send(now, owner, |id| {
             Ok::<_, std::convert::Infallible>(codec::request(
                 id, endpoint, token, op, name, body, timeout_ms,
             ))
@@ -199,32 +144,6 @@ impl DurableMachine {
         match sent {
             Ok(id) => id,
             Err(never) => match never {},
-        }
-    }
-
-    /// Sends (or re-sends) acquire `op`'s poll.
-    fn poll(&mut self, now: Millis, op: OpId) {
-        let Some(a) = self.acquires.get(&op) else {
-            return;
-        };
-        let wait_ms = match (a.wait, a.deadline) {
-            (Wait::Try, _) => 0,
-            (_, Some(d)) => d.saturating_sub(now).min(MAX_POLL_WAIT_MS),
-            (_, None) => MAX_POLL_WAIT_MS,
-        };
-        let body = codec::acquire_body(&a.owner, a.ttl, wait_ms);
-        let name = a.name.clone();
-        let timeout = wait_ms + self.cfg.request_timeout_ms;
-        let id = self.send(
-            now,
-            Req::Acquire { op, sent_at: now },
-            ApiOp::Acquire,
-            &name,
-            body,
-            timeout,
-        );
-        if let Some(a) = self.acquires.get_mut(&op) {
-            a.request = Some(id);
         }
     }
 
@@ -252,41 +171,12 @@ impl DurableMachine {
         self.send(now, req, ApiOp::Acquire, &a.name, body, timeout);
     }
 
-    fn send_extend(
-        &mut self,
-        now: Millis,
-        lock: LockId,
-        ttl: u64,
-        op: Option<OpId>,
-    ) -> Option<RequestId> {
-        let h = self.locks.get_mut(&lock)?;
-        // The service sets the lease to `ttl` from the moment the extend
-        // arrives: a shorter TTL may shorten it, whatever comes back (or
-        // not). Trust the lock no longer than the new lease from now.
-        let bound = codec::lease_validity(ttl).map(|v| now.saturating_add(v));
-        if let Some(bound) = bound.filter(|b| *b < h.expires_at) {
-            h.expires_at = bound;
-            self.rt.timers.set(Timer::Expiry(lock), bound);
-        }
-        let h = self.locks.get(&lock)?;
-        let body = codec::extend_body(&h.owner, h.token, ttl);
-        let name = h.name.clone();
-        let timeout = self.cfg.request_timeout_ms;
-        let req = Req::Extend {
-            op,
-            lock,
-            ttl,
-            sent_at: now,
-        };
-        Some(self.send(now, req, ApiOp::Extend, &name, body, timeout))
-    }
-
     // ---- errors ------------------------------------------------------------
 
     fn secrets(&self) -> Vec<String> {
         let mut s: Vec<String> = self.cfg.token.iter().cloned().collect();
-        s.extend(self.locks.values().map(|h| h.owner.clone()));
-        s.extend(self.acquires.values().map(|a| a.owner.clone()));
+        s.extend(self.core.locks.values().map(|h| h.owner.clone()));
+        s.extend(self.core.acquires.values().map(|a| a.owner.clone()));
         s
     }
 
@@ -329,70 +219,6 @@ impl DurableMachine {
         }
     }
 
-    fn record_ended(&mut self, id: LockId, name: &str) {
-        self.ended.insert(id, name.to_string());
-        while self.ended.len() > ENDED_NAMES_KEPT {
-            self.ended.pop_first();
-        }
-    }
-
-    fn not_held(&self, lock: LockId) -> LockError {
-        LockError::NotHeld {
-            backend: BACKEND,
-            name: self.ended.get(&lock).cloned().unwrap_or_default(),
-        }
-    }
-
-    // ---- the table of held locks -------------------------------------------
-
-    fn hold(&mut self, h: Held, renew_at: Millis) {
-        self.rt.timers.set(Timer::Expiry(h.id), h.expires_at);
-        if h.renew {
-            self.rt.timers.set(Timer::Renewal(h.id), renew_at);
-        }
-        self.locks.insert(h.id, h);
-    }
-
-    fn take_lock(&mut self, id: LockId) -> Option<Held> {
-        let mut h = self.locks.remove(&id)?;
-        self.rt.timers.clear(Timer::Expiry(id));
-        self.rt.timers.clear(Timer::Renewal(id));
-        if let Some(r) = h.renewal.take() {
-            self.rt.cancel(r);
-        }
-        Some(h)
-    }
-
-    /// Forgets lock `id`, reports it lost, and (unless the service said it
-    /// is not ours) releases whatever the service may still hold of it.
-    fn lose(&mut self, now: Millis, id: LockId, reason: LostReason) {
-        let Some(h) = self.take_lock(id) else {
-            return;
-        };
-        self.record_ended(id, &h.name);
-        if reason != LostReason::KeyGone {
-            self.send_release(
-                now,
-                &h.name,
-                &h.owner,
-                h.token,
-                Req::Release {
-                    op: None,
-                    lock: None,
-                    abort: None,
-                },
-            );
-        }
-        self.rt.out.lost(id, h.name, reason);
-    }
-
-    /// Answers the close calls once nothing is in flight or held.
-    fn settle(&mut self) {
-        let drained =
-            self.acquires.is_empty() && self.locks.is_empty() && !self.rt.requests.any(|_| true);
-        self.rt.closing.finish_if(drained, &mut self.rt.out);
-    }
-
     // ---- user operations ----------------------------------------------------
 
     fn start_acquire(
@@ -409,9 +235,9 @@ impl DurableMachine {
                 "ttl_ms of {ttl} ms leaves no validity after the clock-drift allowance"
             )));
         }
-        let op = self.rt.out.op_id();
+        let op = self.core.rt.out.op_id();
         let owner = random_hex(self.entropy.as_mut(), OWNER_BYTES);
-        self.acquires.insert(
+        self.core.acquires.insert(
             op,
             Acquiring {
                 name,
@@ -422,7 +248,7 @@ impl DurableMachine {
                 request: None,
             },
         );
-        self.poll(now, op);
+        self.attempt(now, op);
         Ok(op)
     }
 
@@ -449,7 +275,7 @@ impl DurableMachine {
         if !is_owner(&handle.owner) {
             return Err(LockError::invalid("the handle's owner is malformed"));
         }
-        let op = self.rt.out.op_id();
+        let op = self.core.rt.out.op_id();
         let body = codec::owner_body(&handle.owner, handle.fencing_token);
         let name = handle.name.clone();
         let timeout = self.cfg.request_timeout_ms;
@@ -469,6 +295,101 @@ impl DurableMachine {
     }
 }
 
+impl LeaseProtocol for DurableMachine {
+    type Req = Req;
+
+    fn core(&mut self) -> &mut LeaseCore<Req> {
+        &mut self.core
+    }
+
+    /// Sends (or re-sends) acquire `op`'s poll.
+    fn attempt(&mut self, now: Millis, op: OpId) {
+        let Some(a) = self.core.acquires.get(&op) else {
+            return;
+        };
+        let wait_ms = match (a.wait, a.deadline) {
+            (Wait::Try, _) => 0,
+            (_, Some(d)) => d.saturating_sub(now).min(MAX_POLL_WAIT_MS),
+            (_, None) => MAX_POLL_WAIT_MS,
+        };
+        let body = codec::acquire_body(&a.owner, a.ttl, wait_ms);
+        let name = a.name.clone();
+        let timeout = wait_ms + self.cfg.request_timeout_ms;
+        let id = self.send(
+            now,
+            Req::Acquire { op, sent_at: now },
+            ApiOp::Acquire,
+            &name,
+            body,
+            timeout,
+        );
+        if let Some(a) = self.core.acquires.get_mut(&op) {
+            a.request = Some(id);
+        }
+    }
+
+    fn send_extend(
+        &mut self,
+        now: Millis,
+        lock: LockId,
+        ttl: u64,
+        op: Option<OpId>,
+    ) -> Option<RequestId> {
+        let h = self.core.locks.get_mut(&lock)?;
+        // The service sets the lease to `ttl` from the moment the extend
+        // arrives: a shorter TTL may shorten it, whatever comes back (or
+        // not). Trust the lock no longer than the new lease from now.
+        let bound = codec::lease_validity(ttl).map(|v| now.saturating_add(v));
+        if let Some(bound) = bound.filter(|b| *b < h.expires_at) {
+            h.expires_at = bound;
+            self.core.rt.timers.set(Timer::Expiry(lock), bound);
+        }
+        let h = self.core.locks.get(&lock)?;
+        let body = codec::extend_body(&h.owner, h.token, ttl);
+        let name = h.name.clone();
+        let timeout = self.cfg.request_timeout_ms;
+        let req = Req::Extend {
+            op,
+            lock,
+            ttl,
+            sent_at: now,
+        };
+        Some(self.send(now, req, ApiOp::Extend, &name, body, timeout))
+    }
+
+    fn release_in_background(&mut self, now: Millis, h: &Held) {
+        let req = Req::Release {
+            op: None,
+            lock: None,
+            abort: None,
+        };
+        self.send_release(now, &h.name, &h.owner, h.token, req);
+    }
+
+    fn dispatch(&mut self, now: Millis, owner: Req, input: Answer) {
+        self.answer(now, owner, input);
+    }
+
+    fn read_extend(
+        &self,
+        name: &str,
+        _owner: &str,
+        ttl: u64,
+        input: &Answer,
+    ) -> Result<Option<Option<u64>>, LockError> {
+        let granted = self.read(name, "", input, codec::parse_extend)?;
+        Ok(granted.map(|g| codec::lease_validity(g.min(ttl))))
+    }
+
+    /// Waiting acquires end now and leave their queues.
+    fn abandon_on_close(&mut self, now: Millis, _op: OpId, a: Acquiring) {
+        if let Some(r) = a.request {
+            self.core.rt.cancel(r);
+        }
+        self.leave(now, None, a);
+    }
+}
+
 impl LockMachine for DurableMachine {
     fn backend(&self) -> BackendKind {
         BackendKind::DurableObject
@@ -482,17 +403,14 @@ impl LockMachine for DurableMachine {
     }
 
     fn live_count(&self) -> usize {
-        let requests = self.rt.requests.iter().count();
-        let pausing = self
-            .acquires
-            .values()
-            .filter(|a| a.request.is_none())
-            .count();
-        requests + pausing + self.locks.len()
+        self.core.live_count()
     }
 
     fn start_operation(&mut self, now: Millis, op: Operation) -> Result<OpId, LockError> {
-        self.rt.closing.check_open(BackendKind::DurableObject)?;
+        self.core
+            .rt
+            .closing
+            .check_open(BackendKind::DurableObject)?;
         match op {
             Operation::Acquire {
                 name,
@@ -500,8 +418,8 @@ impl LockMachine for DurableMachine {
                 options,
             } => self.start_acquire(now, name, options),
             Operation::Release { lock } => {
-                let op = self.rt.out.op_id();
-                match self.take_lock(lock) {
+                let op = self.core.rt.out.op_id();
+                match self.core.take_lock(lock) {
                     Some(h) => {
                         let (name, owner, token) = (h.name.clone(), h.owner.clone(), h.token);
                         self.send_release(
@@ -516,13 +434,7 @@ impl LockMachine for DurableMachine {
                             },
                         );
                     }
-                    None => self.rt.out.complete(
-                        op,
-                        Ok(Outcome::Released {
-                            lock,
-                            held_until_release: false,
-                        }),
-                    ),
+                    None => self.core.released_not_held(op, lock),
                 }
                 Ok(op)
             }
@@ -535,14 +447,14 @@ impl LockMachine for DurableMachine {
                         )));
                     }
                 }
-                let op = self.rt.out.op_id();
-                match self.locks.get(&lock).map(|h| ttl_ms.unwrap_or(h.ttl)) {
+                let op = self.core.rt.out.op_id();
+                match self.core.locks.get(&lock).map(|h| ttl_ms.unwrap_or(h.ttl)) {
                     Some(ttl) => {
                         self.send_extend(now, lock, ttl, Some(op));
                     }
                     None => {
-                        let e = self.not_held(lock);
-                        self.rt.out.fail(op, e);
+                        let e = self.core.not_held(lock);
+                        self.core.rt.out.fail(op, e);
                     }
                 }
                 Ok(op)
@@ -550,7 +462,7 @@ impl LockMachine for DurableMachine {
             Operation::Resume { handle } => self.start_resume(now, handle),
             Operation::Inspect { name } => {
                 check_name(&name)?;
-                let op = self.rt.out.op_id();
+                let op = self.core.rt.out.op_id();
                 let timeout = self.cfg.request_timeout_ms;
                 self.send(
                     now,
@@ -570,113 +482,37 @@ impl LockMachine for DurableMachine {
     }
 
     fn cancel(&mut self, now: Millis, op: OpId) {
-        let Some(a) = self.acquires.remove(&op) else {
+        let Some(a) = self.core.acquires.remove(&op) else {
             return;
         };
-        self.rt.timers.clear(Timer::Poll(op));
+        self.core.rt.timers.clear(Timer::Poll(op));
         if let Some(r) = a.request {
-            self.rt.cancel(r);
+            self.core.rt.cancel(r);
         }
         self.leave(now, Some(op), a);
     }
 
     fn close(&mut self, now: Millis) -> OpId {
-        let op = self.rt.out.op_id();
-        if self.rt.closing.begin(op) {
-            let closed = LockError::Closed { backend: BACKEND };
-            // Waiting acquires end now and leave their queues.
-            let ops: Vec<OpId> = self.acquires.keys().copied().collect();
-            for aop in ops {
-                if let Some(a) = self.acquires.remove(&aop) {
-                    self.rt.timers.clear(Timer::Poll(aop));
-                    if let Some(r) = a.request {
-                        self.rt.cancel(r);
-                    }
-                    self.leave(now, None, a);
-                    self.rt.out.fail(aop, closed.clone());
-                }
-            }
-            // Extends, resumes and inspects end now; user releases finish.
-            let stopped = self.rt.cancel_where(|r| {
-                matches!(
-                    r,
-                    Req::Extend { .. } | Req::Resume { .. } | Req::Inspect { .. }
-                )
-            });
-            for (_, r) in stopped {
-                if let Some(op) = r.op() {
-                    self.rt.out.fail(op, closed.clone());
-                }
-            }
-            let ids: Vec<LockId> = self.locks.keys().copied().collect();
-            for id in ids {
-                self.lose(now, id, LostReason::ClientClosed);
-            }
-        }
-        self.settle();
-        op
+        self.lease_close(now)
     }
 
     fn handle_input(&mut self, now: Millis, input: Input) {
-        if !input.is_final() {
-            return;
-        }
-        let Some(owner) = self.rt.requests.finish(input.id()) else {
-            return;
-        };
-        let result = match input {
-            Input::Response { status, body, .. } => Ok((status, body)),
-            Input::Failed { error, .. } => Err(error),
-            // Nothing here streams: an end without a response is a broken answer.
-            Input::StreamEnd { .. } | Input::Chunk { .. } => {
-                Err(TransportError::Io("the answer ended without a body".into()))
-            }
-        };
-        self.dispatch(now, owner, result);
-        self.settle();
+        self.lease_input(now, input)
     }
 
     fn handle_timeout(&mut self, now: Millis) {
-        for (_, owner) in self.rt.expire(now) {
-            self.dispatch(now, owner, Err(TransportError::Timeout));
-        }
-        for key in self.rt.timers.take_due(now) {
-            match key {
-                Timer::Poll(op) => self.poll(now, op),
-                Timer::Expiry(id) => {
-                    let reason = match self.locks.get(&id).and_then(|h| h.last_error.clone()) {
-                        Some(e) => LostReason::RenewalFailed(e),
-                        None => LostReason::Expired,
-                    };
-                    self.lose(now, id, reason);
-                }
-                Timer::Renewal(id) => {
-                    let Some(h) = self.locks.get(&id) else {
-                        continue;
-                    };
-                    if h.renewal.is_some() || !h.renew {
-                        continue;
-                    }
-                    let ttl = h.ttl;
-                    let r = self.send_extend(now, id, ttl, None);
-                    if let Some(h) = self.locks.get_mut(&id) {
-                        h.renewal = r;
-                    }
-                }
-            }
-        }
-        self.settle();
+        self.lease_timeout(now)
     }
 
     fn poll_transmit(&mut self) -> Option<Transmit> {
-        self.rt.poll_transmit()
+        self.core.rt.poll_transmit()
     }
 
     fn poll_event(&mut self) -> Option<Event> {
-        self.rt.poll_event()
+        self.core.rt.poll_event()
     }
 
     fn poll_timeout(&self) -> Option<Millis> {
-        self.rt.poll_timeout()
+        self.core.rt.poll_timeout()
     }
 }

@@ -1,0 +1,451 @@
+//! What the request/response lease-lock machines (`durable`, `d1`) share:
+//! the table of acquires and held locks, expiry and automatic renewal,
+//! losing a lock, `close`, reading final answers, and the renewal answers.
+//!
+//! Why the split is here: both backends keep a lock as "an owner string and
+//! a fencing token, valid for a lease measured from the send time of the
+//! request that granted or extended it", and everything that follows from
+//! that alone (timers, loss reasons, renewal retries, the close drain) is
+//! protocol-independent, so it lives once in [`LeaseCore`] and the provided
+//! methods of [`LeaseProtocol`]. What stays in each backend is what truly
+//! differs: its codec (how requests are encoded and answers parsed), how a
+//! waiting acquire proceeds (`durable`: the service holds the request open,
+//! a late grant is confirmed with an extend, a leaving acquire re-asks with
+//! `waitMs` 0; `d1`: polling after the holder's PTTL with jitter, and an
+//! acquire given up mid-attempt frees the row only after its answer), and
+//! its options. The request-owner enums stay per backend (their variants
+//! differ); they expose what the shared code needs through [`LeaseReq`].
+
+use crate::core::names::validate_name;
+use crate::core::runtime::{Runtime, VecMap};
+use crate::core::*;
+
+/// Random bytes of an owner (32 hex characters).
+pub(crate) const OWNER_BYTES: usize = 16;
+
+/// Names of locks that ended, kept for messages (bounded).
+const ENDED_NAMES_KEPT: usize = 1024;
+
+/// A final answer: status and body, or how the transport failed.
+pub(crate) type Answer = Result<(u16, Vec<u8>), TransportError>;
+
+/// The timers of a lease machine.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Timer {
+    /// A waiting acquire's next attempt (or poll).
+    Poll(OpId),
+    /// A held lock's lease ends.
+    Expiry(LockId),
+    /// A held lock's next automatic renewal.
+    Renewal(LockId),
+}
+
+/// An acquire under way.
+pub(crate) struct Acquiring {
+    pub(crate) name: String,
+    pub(crate) owner: String,
+    pub(crate) ttl: u64,
+    pub(crate) wait: Wait,
+    /// When a `Wait::For` runs out.
+    pub(crate) deadline: Option<Millis>,
+    /// The attempt in flight, if any (none while pausing).
+    pub(crate) request: Option<RequestId>,
+}
+
+/// A lock this machine holds.
+#[derive(Clone)]
+pub(crate) struct Held {
+    pub(crate) id: LockId,
+    pub(crate) name: String,
+    pub(crate) owner: String,
+    pub(crate) token: u64,
+    pub(crate) ttl: u64,
+    pub(crate) expires_at: Millis,
+    /// Renew automatically (off after a failed release).
+    pub(crate) renew: bool,
+    /// The renewal in flight, if any.
+    pub(crate) renewal: Option<RequestId>,
+    /// Why the last renewal failed, for the loss report.
+    pub(crate) last_error: Option<String>,
+}
+
+/// What the shared code needs of a backend's request owner.
+pub(crate) trait LeaseReq {
+    /// The user's operation it answers, if any.
+    fn op(&self) -> Option<OpId>;
+    /// Whether `close` stops it at once, failing its operation (extends,
+    /// resumes, inspects); the others are left to finish.
+    fn ends_on_close(&self) -> bool;
+}
+
+/// A lock name the backend accepts: the core's rule, and no control
+/// characters (refused before any request).
+pub(crate) fn check_name(backend: &str, name: &str) -> Result<(), LockError> {
+    validate_name(name)?;
+    if name.chars().any(char::is_control) {
+        return Err(LockError::invalid(format!(
+            "a {backend} lock name must not contain control characters"
+        )));
+    }
+    Ok(())
+}
+
+/// Whether `s` can be an owner: 16..=64 lowercase hex characters.
+pub(crate) fn is_owner(s: &str) -> bool {
+    (16..=64).contains(&s.len())
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// The state both lease machines keep: the runtime (requests, timers,
+/// outbox, closing), acquires, held locks and the names of ended locks.
+pub(crate) struct LeaseCore<R> {
+    pub(crate) backend: &'static str,
+    pub(crate) rt: Runtime<R, Timer>,
+    pub(crate) acquires: VecMap<OpId, Acquiring>,
+    pub(crate) locks: VecMap<LockId, Held>,
+    pub(crate) ended: VecMap<LockId, String>,
+}
+
+impl<R: LeaseReq> LeaseCore<R> {
+    pub(crate) fn new(backend: &'static str) -> Self {
+        LeaseCore {
+            backend,
+            rt: Runtime::default(),
+            acquires: VecMap::new(),
+            locks: VecMap::new(),
+            ended: VecMap::new(),
+        }
+    }
+
+    pub(crate) fn record_ended(&mut self, id: LockId, name: &str) {
+        self.ended.insert(id, name.to_string());
+        while self.ended.len() > ENDED_NAMES_KEPT {
+            self.ended.pop_first();
+        }
+    }
+
+    pub(crate) fn not_held(&self, lock: LockId) -> LockError {
+        LockError::NotHeld {
+            backend: self.backend,
+            name: self.ended.get(&lock).cloned().unwrap_or_default(),
+        }
+    }
+
+    pub(crate) fn hold(&mut self, h: Held, renew_at: Millis) {
+        self.rt.timers.set(Timer::Expiry(h.id), h.expires_at);
+        if h.renew {
+            self.rt.timers.set(Timer::Renewal(h.id), renew_at);
+        }
+        self.locks.insert(h.id, h);
+    }
+
+    pub(crate) fn take_lock(&mut self, id: LockId) -> Option<Held> {
+        let mut h = self.locks.remove(&id)?;
+        self.rt.timers.clear(Timer::Expiry(id));
+        self.rt.timers.clear(Timer::Renewal(id));
+        if let Some(r) = h.renewal.take() {
+            self.rt.cancel(r);
+        }
+        Some(h)
+    }
+
+    /// Answers the close calls once nothing is in flight or held.
+    pub(crate) fn settle(&mut self) {
+        let drained =
+            self.acquires.is_empty() && self.locks.is_empty() && !self.rt.requests.any(|_| true);
+        self.rt.closing.finish_if(drained, &mut self.rt.out);
+    }
+
+    pub(crate) fn live_count(&self) -> usize {
+        let requests = self.rt.requests.iter().count();
+        let pausing = self
+            .acquires
+            .values()
+            .filter(|a| a.request.is_none())
+            .count();
+        requests + pausing + self.locks.len()
+    }
+
+    /// Answers a user's release of a lock not held (any more).
+    pub(crate) fn released_not_held(&mut self, op: OpId, lock: LockId) {
+        self.rt.out.complete(
+            op,
+            Ok(Outcome::Released {
+                lock,
+                held_until_release: false,
+            }),
+        );
+    }
+
+    /// A renewal that did not confirm the lock: retried soon while the
+    /// lease lasts (its expiry timer ends the lock otherwise).
+    pub(crate) fn extend_failed(
+        &mut self,
+        now: Millis,
+        op: Option<OpId>,
+        lock: LockId,
+        error: String,
+    ) {
+        let Some(h) = self.locks.get_mut(&lock) else {
+            return;
+        };
+        if let Some(op) = op {
+            let e = LockError::Backend {
+                backend: self.backend,
+                name: h.name.clone(),
+                status: None,
+                message: error.clone(),
+            };
+            self.rt.out.fail(op, e);
+        }
+        h.last_error = Some(error);
+        let retry = now + (h.ttl / 10).clamp(1, 1_000);
+        if h.renew && retry < h.expires_at {
+            self.rt.timers.set(Timer::Renewal(lock), retry);
+        }
+    }
+
+    /// An extend the backend confirmed: the lease is `validity` from
+    /// `sent_at` (`None`: no validity left). Renews again a third of `ttl` on.
+    pub(crate) fn extended(
+        &mut self,
+        now: Millis,
+        op: Option<OpId>,
+        lock: LockId,
+        ttl: u64,
+        sent_at: Millis,
+        validity: Option<u64>,
+    ) {
+        let Some(h) = self.locks.get_mut(&lock) else {
+            return;
+        };
+        let exp = validity
+            .map(|v| sent_at.saturating_add(v))
+            .filter(|e| *e > now);
+        match exp {
+            Some(exp) => {
+                h.ttl = ttl;
+                h.expires_at = exp;
+                h.last_error = None;
+                let renew = h.renew;
+                self.rt.timers.set(Timer::Expiry(lock), exp);
+                if renew {
+                    self.rt.timers.set(Timer::Renewal(lock), sent_at + ttl / 3);
+                }
+                match op {
+                    Some(op) => self.rt.out.complete(
+                        op,
+                        Ok(Outcome::Extended {
+                            lock,
+                            expires_at: exp,
+                        }),
+                    ),
+                    None => self.rt.out.renewed(lock, exp),
+                }
+            }
+            None => {
+                let e = "the renewal's answer arrived after its lease had ended".to_string();
+                self.extend_failed(now, op, lock, e);
+            }
+        }
+    }
+}
+
+/// A request/response lease machine: what each backend supplies (its
+/// requests and answers), and the shared steps built on them.
+pub(crate) trait LeaseProtocol {
+    type Req: LeaseReq;
+
+    fn core(&mut self) -> &mut LeaseCore<Self::Req>;
+
+    /// Sends acquire `op`'s next attempt (or poll).
+    fn attempt(&mut self, now: Millis, op: OpId);
+
+    /// Sends an extend of `lock` to `ttl` (`op`: the user's; `None`: a renewal).
+    fn send_extend(
+        &mut self,
+        now: Millis,
+        lock: LockId,
+        ttl: u64,
+        op: Option<OpId>,
+    ) -> Option<RequestId>;
+
+    /// Releases, in the background, whatever the backend may still hold of `h`.
+    fn release_in_background(&mut self, now: Millis, h: &Held);
+
+    /// Handles the final answer of a request.
+    fn dispatch(&mut self, now: Millis, owner: Self::Req, input: Answer);
+
+    /// Reads an extend's answer for lock `name` of `owner`: `Ok(None)` the
+    /// lock is not ours, `Ok(Some(validity))` confirmed, the lease lasting
+    /// `validity` from the send time (`None`: none left).
+    fn read_extend(
+        &self,
+        name: &str,
+        owner: &str,
+        ttl: u64,
+        input: &Answer,
+    ) -> Result<Option<Option<u64>>, LockError>;
+
+    /// `close` ends acquire `op` (already out of the table; it is failed
+    /// `Closed` after this): whatever the backend needs to give it up.
+    fn abandon_on_close(&mut self, now: Millis, op: OpId, a: Acquiring);
+
+    /// Forgets lock `id`, reports it lost, and (unless the backend said it
+    /// is not ours) releases whatever the backend may still hold of it.
+    fn lose(&mut self, now: Millis, id: LockId, reason: LostReason) {
+        let Some(h) = self.core().take_lock(id) else {
+            return;
+        };
+        self.core().record_ended(id, &h.name);
+        if reason != LostReason::KeyGone {
+            self.release_in_background(now, &h);
+        }
+        self.core().rt.out.lost(id, h.name, reason);
+    }
+
+    /// An extend that found the lock not ours: lose it, and fail the user's
+    /// extend (if any) `Lost`.
+    fn extend_key_gone(&mut self, now: Millis, op: Option<OpId>, lock: LockId, name: String) {
+        self.lose(now, lock, LostReason::KeyGone);
+        if let Some(op) = op {
+            let backend = self.core().backend;
+            self.core().rt.out.fail(
+                op,
+                LockError::Lost {
+                    backend,
+                    name,
+                    reason: LostReason::KeyGone.to_string(),
+                },
+            );
+        }
+    }
+
+    /// The answer of an extend (`op`: the user's; `None`: a renewal).
+    fn on_extend(
+        &mut self,
+        now: Millis,
+        op: Option<OpId>,
+        lock: LockId,
+        ttl: u64,
+        sent_at: Millis,
+        input: Answer,
+    ) {
+        let core = self.core();
+        let Some(h) = core.locks.get(&lock) else {
+            if let Some(op) = op {
+                let e = core.not_held(lock);
+                core.rt.out.fail(op, e);
+            }
+            return;
+        };
+        let (name, owner) = (h.name.clone(), h.owner.clone());
+        let answer = self.read_extend(&name, &owner, ttl, &input);
+        let core = self.core();
+        let Some(h) = core.locks.get_mut(&lock) else {
+            return;
+        };
+        if op.is_none() {
+            h.renewal = None;
+        }
+        match answer {
+            Ok(Some(validity)) => core.extended(now, op, lock, ttl, sent_at, validity),
+            Ok(None) => self.extend_key_gone(now, op, lock, name),
+            Err(e) => match op {
+                Some(op) => core.rt.out.fail(op, e),
+                None => core.extend_failed(now, None, lock, e.to_string()),
+            },
+        }
+    }
+
+    /// [`LockMachine::close`]: acquires end (each as the backend gives it
+    /// up), extends, resumes and inspects end now, user releases finish,
+    /// held locks are lost `ClientClosed` and released.
+    fn lease_close(&mut self, now: Millis) -> OpId {
+        let op = self.core().rt.out.op_id();
+        if self.core().rt.closing.begin(op) {
+            let closed = LockError::Closed {
+                backend: self.core().backend,
+            };
+            let ops: Vec<OpId> = self.core().acquires.keys().copied().collect();
+            for aop in ops {
+                if let Some(a) = self.core().acquires.remove(&aop) {
+                    self.core().rt.timers.clear(Timer::Poll(aop));
+                    self.abandon_on_close(now, aop, a);
+                    self.core().rt.out.fail(aop, closed.clone());
+                }
+            }
+            let stopped = self.core().rt.cancel_where(|r| r.ends_on_close());
+            for (_, r) in stopped {
+                if let Some(op) = r.op() {
+                    self.core().rt.out.fail(op, closed.clone());
+                }
+            }
+            let ids: Vec<LockId> = self.core().locks.keys().copied().collect();
+            for id in ids {
+                self.lose(now, id, LostReason::ClientClosed);
+            }
+        }
+        self.core().settle();
+        op
+    }
+
+    /// [`LockMachine::handle_input`].
+    fn lease_input(&mut self, now: Millis, input: Input) {
+        if !input.is_final() {
+            return;
+        }
+        let Some(owner) = self.core().rt.requests.finish(input.id()) else {
+            return;
+        };
+        let result = match input {
+            Input::Response { status, body, .. } => Ok((status, body)),
+            Input::Failed { error, .. } => Err(error),
+            // Nothing here streams: an end without a response is a broken answer.
+            Input::StreamEnd { .. } | Input::Chunk { .. } => {
+                Err(TransportError::Io("the answer ended without a body".into()))
+            }
+        };
+        self.dispatch(now, owner, result);
+        self.core().settle();
+    }
+
+    /// [`LockMachine::handle_timeout`].
+    fn lease_timeout(&mut self, now: Millis) {
+        for (_, owner) in self.core().rt.expire(now) {
+            self.dispatch(now, owner, Err(TransportError::Timeout));
+        }
+        for key in self.core().rt.timers.take_due(now) {
+            match key {
+                Timer::Poll(op) => self.attempt(now, op),
+                Timer::Expiry(id) => {
+                    let last = self
+                        .core()
+                        .locks
+                        .get(&id)
+                        .and_then(|h| h.last_error.clone());
+                    let reason = match last {
+                        Some(e) => LostReason::RenewalFailed(e),
+                        None => LostReason::Expired,
+                    };
+                    self.lose(now, id, reason);
+                }
+                Timer::Renewal(id) => {
+                    let Some(h) = self.core().locks.get(&id) else {
+                        continue;
+                    };
+                    if h.renewal.is_some() || !h.renew {
+                        continue;
+                    }
+                    let ttl = h.ttl;
+                    let r = self.send_extend(now, id, ttl, None);
+                    if let Some(h) = self.core().locks.get_mut(&id) {
+                        h.renewal = r;
+                    }
+                }
+            }
+        }
+        self.core().settle();
+    }
+}
