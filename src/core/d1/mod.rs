@@ -34,7 +34,7 @@ pub mod sql;
 
 pub use machine::D1Machine;
 
-use crate::core::names::validate_ttl;
+use crate::core::lease::{check_binding, check_lease_options};
 use crate::core::LockError;
 
 /// The path of every request to the binding.
@@ -81,34 +81,13 @@ impl D1Config {
 
     /// Every option checked.
     pub(crate) fn validated(self) -> Result<D1Config, LockError> {
-        let b = &self.binding;
-        if b.is_empty()
-            || b.len() > 256
-            || !b
-                .bytes()
-                .all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-')
-        {
-            return Err(LockError::invalid(
-                "a d1 binding must be a name of 1..=256 letters, digits, `_` or `-`",
-            ));
-        }
+        check_binding("d1", &self.binding)?;
         if !sql::is_table_name(&self.table) {
             return Err(LockError::invalid(
                 "a d1 table must be an SQL identifier of 1..=64 ASCII letters, digits or `_`, not starting with a digit, `sqlite_` or `_cf_`",
             ));
         }
-        validate_ttl("ttl_ms", self.ttl_ms)?;
-        codec::lease_validity(self.ttl_ms).ok_or_else(|| {
-            LockError::invalid(format!(
-                "ttl_ms of {} ms leaves no validity after the clock-drift allowance",
-                self.ttl_ms
-            ))
-        })?;
-        if self.request_timeout_ms == 0 || self.request_timeout_ms > 600_000 {
-            return Err(LockError::invalid(
-                "request_timeout_ms must be between 1 and 600000",
-            ));
-        }
+        check_lease_options(self.ttl_ms, self.request_timeout_ms, codec::lease_validity)?;
         if self.retry_delay_ms == 0 || self.retry_delay_ms > 60_000 {
             return Err(LockError::invalid(
                 "retry_delay_ms must be between 1 and 60000",

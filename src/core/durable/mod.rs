@@ -34,7 +34,8 @@ mod machine;
 
 pub use machine::DurableMachine;
 
-use crate::core::names::{validate_base_url, validate_ttl};
+use crate::core::lease::{check_binding, check_lease_options};
+use crate::core::names::validate_base_url;
 use crate::core::LockError;
 
 /// How long one waiting `acquire` request asks the service to hold it open.
@@ -102,16 +103,7 @@ impl DurableConfig {
         self.endpoint = match self.endpoint {
             DurableEndpoint::Url(u) => DurableEndpoint::Url(validate_base_url(&u)?),
             DurableEndpoint::Binding(b) => {
-                if b.is_empty()
-                    || b.len() > 256
-                    || !b
-                        .bytes()
-                        .all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-')
-                {
-                    return Err(LockError::invalid(
-                        "a durable-object binding must be a name of 1..=256 letters, digits, `_` or `-`",
-                    ));
-                }
+                check_binding("durable-object", &b)?;
                 DurableEndpoint::Binding(b)
             }
         };
@@ -122,18 +114,7 @@ impl DurableConfig {
                 ));
             }
         }
-        validate_ttl("ttl_ms", self.ttl_ms)?;
-        codec::lease_validity(self.ttl_ms).ok_or_else(|| {
-            LockError::invalid(format!(
-                "ttl_ms of {} ms leaves no validity after the clock-drift allowance",
-                self.ttl_ms
-            ))
-        })?;
-        if self.request_timeout_ms == 0 || self.request_timeout_ms > 600_000 {
-            return Err(LockError::invalid(
-                "request_timeout_ms must be between 1 and 600000",
-            ));
-        }
+        check_lease_options(self.ttl_ms, self.request_timeout_ms, codec::lease_validity)?;
         Ok(self)
     }
 }

@@ -16,7 +16,7 @@
 //! its options. The request-owner enums stay per backend (their variants
 //! differ); they expose what the shared code needs through [`LeaseReq`].
 
-use crate::core::names::validate_name;
+use crate::core::names::{validate_name, validate_ttl};
 use crate::core::runtime::{Runtime, VecMap};
 use crate::core::*;
 
@@ -97,10 +97,86 @@ pub(crate) fn is_owner(s: &str) -> bool {
             .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
+/// A lease the backend can keep: the core's TTL rule, and some validity
+/// left after the clock-drift allowance (`validity`: the codec's).
+pub(crate) fn check_ttl(ttl: u64, validity: fn(u64) -> Option<u64>) -> Result<(), LockError> {
+    validate_ttl("ttl_ms", ttl)?;
+    if validity(ttl).is_none() {
+        return Err(LockError::invalid(format!(
+            "ttl_ms of {ttl} ms leaves no validity after the clock-drift allowance"
+        )));
+    }
+    Ok(())
+}
+
+/// A binding name of the options: 1..=256 letters, digits, `_` or `-`.
+pub(crate) fn check_binding(backend: &str, b: &str) -> Result<(), LockError> {
+    if b.is_empty()
+        || b.len() > 256
+        || !b
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-')
+    {
+        return Err(LockError::invalid(format!(
+            "a {backend} binding must be a name of 1..=256 letters, digits, `_` or `-`"
+        )));
+    }
+    Ok(())
+}
+
+/// The options' lease and request timeout.
+pub(crate) fn check_lease_options(
+    ttl_ms: u64,
+    request_timeout_ms: u64,
+    validity: fn(u64) -> Option<u64>,
+) -> Result<(), LockError> {
+    check_ttl(ttl_ms, validity)?;
+    if request_timeout_ms == 0 || request_timeout_ms > 600_000 {
+        return Err(LockError::invalid(
+            "request_timeout_ms must be between 1 and 600000",
+        ));
+    }
+    Ok(())
+}
+
+/// A handle this backend (`kind`, named `backend`) can resume: version 1,
+/// an exclusive lock, key equal to its name, a well-formed owner.
+pub(crate) fn check_handle(
+    backend: &str,
+    kind: BackendKind,
+    handle: &LockHandle,
+) -> Result<(), LockError> {
+    if handle.v != 1 {
+        return Err(LockError::invalid(format!(
+            "unsupported lock handle version {}",
+            handle.v
+        )));
+    }
+    if handle.backend != kind {
+        return Err(LockError::invalid(format!(
+            "the handle is for the {} backend, this client is {backend}",
+            handle.backend.as_str()
+        )));
+    }
+    check_name(backend, &handle.name)?;
+    handle.check_kind(LockKind::Exclusive)?;
+    if handle.key != handle.name {
+        return Err(LockError::invalid(
+            "the handle's key does not match its name",
+        ));
+    }
+    if !is_owner(&handle.owner) {
+        return Err(LockError::invalid("the handle's owner is malformed"));
+    }
+    Ok(())
+}
+
 /// The state both lease machines keep: the runtime (requests, timers,
 /// outbox, closing), acquires, held locks and the names of ended locks.
 pub(crate) struct LeaseCore<R> {
     pub(crate) backend: &'static str,
+    /// Where owners (and the d1 poll jitter) come from.
+    pub(crate) entropy: Box<dyn Entropy + Send>,
     pub(crate) rt: Runtime<R, Timer>,
     pub(crate) acquires: VecMap<OpId, Acquiring>,
     pub(crate) locks: VecMap<LockId, Held>,
@@ -108,9 +184,10 @@ pub(crate) struct LeaseCore<R> {
 }
 
 impl<R: LeaseReq> LeaseCore<R> {
-    pub(crate) fn new(backend: &'static str) -> Self {
+    pub(crate) fn new(backend: &'static str, entropy: Box<dyn Entropy + Send>) -> Self {
         LeaseCore {
             backend,
+            entropy,
             rt: Runtime::default(),
             acquires: VecMap::new(),
             locks: VecMap::new(),
@@ -167,15 +244,23 @@ impl<R: LeaseReq> LeaseCore<R> {
         requests + pausing + self.locks.len()
     }
 
-    /// Answers a user's release of a lock not held (any more).
-    pub(crate) fn released_not_held(&mut self, op: OpId, lock: LockId) {
-        self.rt.out.complete(
+    /// Lists a new acquire of `name` with a fresh random owner (its first
+    /// attempt is the backend's to send).
+    pub(crate) fn new_acquire(&mut self, now: Millis, name: String, ttl: u64, wait: Wait) -> OpId {
+        let op = self.rt.out.op_id();
+        let owner = random_hex(self.entropy.as_mut(), OWNER_BYTES);
+        self.acquires.insert(
             op,
-            Ok(Outcome::Released {
-                lock,
-                held_until_release: false,
-            }),
+            Acquiring {
+                name,
+                owner,
+                ttl,
+                wait,
+                deadline: wait.deadline(now),
+                request: None,
+            },
         );
+        op
     }
 
     /// A renewal that did not confirm the lock: retried soon while the
@@ -271,8 +356,12 @@ pub(crate) trait LeaseProtocol {
         op: Option<OpId>,
     ) -> Option<RequestId>;
 
-    /// Releases, in the background, whatever the backend may still hold of `h`.
-    fn release_in_background(&mut self, now: Millis, h: &Held);
+    /// Sends an owner-checked release of `h`: the user's (`op`, `lock`:
+    /// the lock taken out of the table) or in the background (both `None`).
+    fn send_release(&mut self, now: Millis, h: &Held, op: Option<OpId>, lock: Option<Held>);
+
+    /// The codec's lease validity of a TTL (after the clock-drift allowance).
+    fn validity(ttl: u64) -> Option<u64>;
 
     /// Handles the final answer of a request.
     fn dispatch(&mut self, now: Millis, owner: Self::Req, input: Answer);
@@ -300,7 +389,7 @@ pub(crate) trait LeaseProtocol {
         };
         self.core().record_ended(id, &h.name);
         if reason != LostReason::KeyGone {
-            self.release_in_background(now, &h);
+            self.send_release(now, &h, None, None);
         }
         self.core().rt.out.lost(id, h.name, reason);
     }
@@ -320,6 +409,70 @@ pub(crate) trait LeaseProtocol {
                 },
             );
         }
+    }
+
+    /// Starts an exclusive acquire of `name` (`default_ttl` unless the
+    /// options say otherwise) and sends its first attempt.
+    fn lease_acquire(
+        &mut self,
+        now: Millis,
+        name: String,
+        options: AcquireOptions,
+        default_ttl: u64,
+    ) -> Result<OpId, LockError> {
+        check_name(self.core().backend, &name)?;
+        let ttl = options.ttl_ms.unwrap_or(default_ttl);
+        check_ttl(ttl, Self::validity)?;
+        let op = self.core().new_acquire(now, name, ttl, options.wait);
+        self.attempt(now, op);
+        Ok(op)
+    }
+
+    /// A user's release: of a held lock, or at once of one not held.
+    fn lease_release(&mut self, now: Millis, lock: LockId) -> OpId {
+        let op = self.core().rt.out.op_id();
+        match self.core().take_lock(lock) {
+            Some(h) => {
+                let held = h.clone();
+                self.send_release(now, &held, Some(op), Some(h));
+            }
+            None => self.core().rt.out.complete(
+                op,
+                Ok(Outcome::Released {
+                    lock,
+                    held_until_release: false,
+                }),
+            ),
+        }
+        op
+    }
+
+    /// A user's extend (to `ttl_ms`, or the lock's own TTL).
+    fn lease_extend(
+        &mut self,
+        now: Millis,
+        lock: LockId,
+        ttl_ms: Option<u64>,
+    ) -> Result<OpId, LockError> {
+        if let Some(t) = ttl_ms {
+            check_ttl(t, Self::validity)?;
+        }
+        let op = self.core().rt.out.op_id();
+        match self
+            .core()
+            .locks
+            .get(&lock)
+            .map(|h| ttl_ms.unwrap_or(h.ttl))
+        {
+            Some(ttl) => {
+                self.send_extend(now, lock, ttl, Some(op));
+            }
+            None => {
+                let e = self.core().not_held(lock);
+                self.core().rt.out.fail(op, e);
+            }
+        }
+        Ok(op)
     }
 
     /// The answer of an extend (`op`: the user's; `None`: a renewal).

@@ -37,7 +37,7 @@ impl D1Machine {
                         op: None,
                         lock: None,
                     };
-                    self.send_release(now, &a.name, &a.owner, token, req);
+                    self.release_request(now, &a.name, &a.owner, token, req);
                     self.core.rt.out.fail(
                         op,
                         LockError::Backend {
@@ -107,7 +107,7 @@ impl D1Machine {
                     // last attempt at the deadline.
                     let deadline = a.deadline;
                     let pause = pttl_ms.unwrap_or(0).clamp(1, self.cfg.retry_delay_ms)
-                        + jitter(self.entropy.as_mut(), self.cfg.retry_jitter_ms);
+                        + jitter(self.core.entropy.as_mut(), self.cfg.retry_jitter_ms);
                     let at = now + pause;
                     let at = deadline.map_or(at, |d| at.min(d));
                     self.core.rt.timers.set(Timer::Poll(op), at);

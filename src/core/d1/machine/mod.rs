@@ -6,9 +6,8 @@ mod answers;
 use super::codec::{self, AcquireAnswer, AnswerError, Param};
 use super::{sql, D1Config};
 use crate::core::lease::{
-    is_owner, Acquiring, Answer, Held, LeaseCore, LeaseProtocol, LeaseReq, Timer, OWNER_BYTES,
+    check_handle, Acquiring, Answer, Held, LeaseCore, LeaseProtocol, LeaseReq, Timer,
 };
-use crate::core::names::validate_ttl;
 use crate::core::operation::unserved;
 use crate::core::runtime::VecMap;
 use crate::core::*;
@@ -81,7 +80,6 @@ struct Abandoned {
 /// The `d1` backend as a sans-IO [`LockMachine`].
 pub struct D1Machine {
     cfg: D1Config,
-    entropy: Box<dyn Entropy + Send>,
     core: LeaseCore<Req>,
     abandoned: VecMap<OpId, Abandoned>,
 }
@@ -100,16 +98,6 @@ fn check_name(name: &str) -> Result<(), LockError> {
     crate::core::lease::check_name(BACKEND, name)
 }
 
-fn check_ttl(ttl: u64) -> Result<(), LockError> {
-    validate_ttl("ttl_ms", ttl)?;
-    if codec::lease_validity(ttl).is_none() {
-        return Err(LockError::invalid(format!(
-            "ttl_ms of {ttl} ms leaves no validity after the clock-drift allowance"
-        )));
-    }
-    Ok(())
-}
-
 fn text(s: &str) -> Param {
     Param::Text(s.to_string())
 }
@@ -120,8 +108,7 @@ impl D1Machine {
     pub fn new(cfg: D1Config, entropy: Box<dyn Entropy + Send>) -> Result<Self, LockError> {
         Ok(D1Machine {
             cfg: cfg.validated()?,
-            entropy,
-            core: LeaseCore::new(BACKEND),
+            core: LeaseCore::new(BACKEND, entropy),
             abandoned: VecMap::new(),
         })
     }
@@ -140,7 +127,7 @@ impl D1Machine {
         }
     }
 
-    fn send_release(&mut self, now: Millis, name: &str, owner: &str, token: u64, req: Req) {
+    fn release_request(&mut self, now: Millis, name: &str, owner: &str, token: u64, req: Req) {
         let st = [(
             sql::release(&self.cfg.table),
             vec![text(name), text(owner), Param::Int(token)],
@@ -189,55 +176,8 @@ impl D1Machine {
 
     // ---- user operations ----------------------------------------------------
 
-    fn start_acquire(
-        &mut self,
-        now: Millis,
-        name: String,
-        options: AcquireOptions,
-    ) -> Result<OpId, LockError> {
-        check_name(&name)?;
-        let ttl = options.ttl_ms.unwrap_or(self.cfg.ttl_ms);
-        check_ttl(ttl)?;
-        let op = self.core.rt.out.op_id();
-        let owner = random_hex(self.entropy.as_mut(), OWNER_BYTES);
-        self.core.acquires.insert(
-            op,
-            Acquiring {
-                name,
-                owner,
-                ttl,
-                wait: options.wait,
-                deadline: options.wait.deadline(now),
-                request: None,
-            },
-        );
-        self.attempt(now, op);
-        Ok(op)
-    }
-
     fn start_resume(&mut self, now: Millis, handle: LockHandle) -> Result<OpId, LockError> {
-        if handle.v != 1 {
-            return Err(LockError::invalid(format!(
-                "unsupported lock handle version {}",
-                handle.v
-            )));
-        }
-        if handle.backend != BackendKind::D1 {
-            return Err(LockError::invalid(format!(
-                "the handle is for the {} backend, this client is {BACKEND}",
-                handle.backend.as_str()
-            )));
-        }
-        check_name(&handle.name)?;
-        handle.check_kind(LockKind::Exclusive)?;
-        if handle.key != handle.name {
-            return Err(LockError::invalid(
-                "the handle's key does not match its name",
-            ));
-        }
-        if !is_owner(&handle.owner) {
-            return Err(LockError::invalid("the handle's owner is malformed"));
-        }
+        check_handle(BACKEND, BackendKind::D1, &handle)?;
         if handle.fencing_token == 0 || handle.fencing_token > codec::MAX_VERSION {
             return Err(LockError::invalid(
                 "the handle's fencing token is out of range",
@@ -314,12 +254,13 @@ impl LeaseProtocol for D1Machine {
         Some(self.send(now, req, &st))
     }
 
-    fn release_in_background(&mut self, now: Millis, h: &Held) {
-        let req = Req::Release {
-            op: None,
-            lock: None,
-        };
-        self.send_release(now, &h.name, &h.owner, h.token, req);
+    fn send_release(&mut self, now: Millis, h: &Held, op: Option<OpId>, lock: Option<Held>) {
+        let req = Req::Release { op, lock };
+        self.release_request(now, &h.name, &h.owner, h.token, req);
+    }
+
+    fn validity(ttl: u64) -> Option<u64> {
+        codec::lease_validity(ttl)
     }
 
     fn dispatch(&mut self, now: Millis, owner: Req, input: Answer) {
@@ -372,38 +313,12 @@ impl LockMachine for D1Machine {
                 name,
                 kind: LockKind::Exclusive,
                 options,
-            } => self.start_acquire(now, name, options),
-            Operation::Release { lock } => {
-                let op = self.core.rt.out.op_id();
-                match self.core.take_lock(lock) {
-                    Some(h) => {
-                        let (name, owner, token) = (h.name.clone(), h.owner.clone(), h.token);
-                        let req = Req::Release {
-                            op: Some(op),
-                            lock: Some(h),
-                        };
-                        self.send_release(now, &name, &owner, token, req);
-                    }
-                    None => self.core.released_not_held(op, lock),
-                }
-                Ok(op)
+            } => {
+                let ttl = self.cfg.ttl_ms;
+                self.lease_acquire(now, name, options, ttl)
             }
-            Operation::Extend { lock, ttl_ms } => {
-                if let Some(t) = ttl_ms {
-                    check_ttl(t)?;
-                }
-                let op = self.core.rt.out.op_id();
-                match self.core.locks.get(&lock).map(|h| ttl_ms.unwrap_or(h.ttl)) {
-                    Some(ttl) => {
-                        self.send_extend(now, lock, ttl, Some(op));
-                    }
-                    None => {
-                        let e = self.core.not_held(lock);
-                        self.core.rt.out.fail(op, e);
-                    }
-                }
-                Ok(op)
-            }
+            Operation::Release { lock } => Ok(self.lease_release(now, lock)),
+            Operation::Extend { lock, ttl_ms } => self.lease_extend(now, lock, ttl_ms),
             Operation::Resume { handle } => self.start_resume(now, handle),
             Operation::Inspect { name } => {
                 check_name(&name)?;

@@ -20,7 +20,7 @@ impl DurableMachine {
                 lock: None,
                 abort: op.map(|_| name.clone()),
             };
-            self.send_release(now, &name, &owner, token, req);
+            self.release_request(now, &name, &owner, token, req);
             return;
         }
         if let Some(op) = op {

@@ -6,9 +6,8 @@ mod answers;
 use super::codec::{self, AcquireAnswer, AnswerError, ApiOp};
 use super::{DurableConfig, MAX_POLL_WAIT_MS};
 use crate::core::lease::{
-    is_owner, Acquiring, Answer, Held, LeaseCore, LeaseProtocol, LeaseReq, Timer, OWNER_BYTES,
+    check_handle, Acquiring, Answer, Held, LeaseCore, LeaseProtocol, LeaseReq, Timer,
 };
-use crate::core::names::validate_ttl;
 use crate::core::operation::unserved;
 use crate::core::*;
 
@@ -91,7 +90,6 @@ impl LeaseReq for Req {
 /// The `durable-object` backend as a sans-IO [`LockMachine`].
 pub struct DurableMachine {
     cfg: DurableConfig,
-    entropy: Box<dyn Entropy + Send>,
     core: LeaseCore<Req>,
 }
 
@@ -119,8 +117,7 @@ impl DurableMachine {
     pub fn new(cfg: DurableConfig, entropy: Box<dyn Entropy + Send>) -> Result<Self, LockError> {
         Ok(DurableMachine {
             cfg: cfg.validated()?,
-            entropy,
-            core: LeaseCore::new(BACKEND),
+            core: LeaseCore::new(BACKEND, entropy),
         })
     }
 
@@ -148,7 +145,7 @@ impl DurableMachine {
     }
 
     /// An owner-checked release of `owner` on `name` (token 0: leave the queue).
-    fn send_release(&mut self, now: Millis, name: &str, owner: &str, token: u64, req: Req) {
+    fn release_request(&mut self, now: Millis, name: &str, owner: &str, token: u64, req: Req) {
         let body = codec::owner_body(owner, token);
         let timeout = self.cfg.request_timeout_ms;
         self.send(now, req, ApiOp::Release, name, body, timeout);
@@ -221,60 +218,8 @@ impl DurableMachine {
 
     // ---- user operations ----------------------------------------------------
 
-    fn start_acquire(
-        &mut self,
-        now: Millis,
-        name: String,
-        options: AcquireOptions,
-    ) -> Result<OpId, LockError> {
-        check_name(&name)?;
-        let ttl = options.ttl_ms.unwrap_or(self.cfg.ttl_ms);
-        validate_ttl("ttl_ms", ttl)?;
-        if codec::lease_validity(ttl).is_none() {
-            return Err(LockError::invalid(format!(
-                "ttl_ms of {ttl} ms leaves no validity after the clock-drift allowance"
-            )));
-        }
-        let op = self.core.rt.out.op_id();
-        let owner = random_hex(self.entropy.as_mut(), OWNER_BYTES);
-        self.core.acquires.insert(
-            op,
-            Acquiring {
-                name,
-                owner,
-                ttl,
-                wait: options.wait,
-                deadline: options.wait.deadline(now),
-                request: None,
-            },
-        );
-        self.attempt(now, op);
-        Ok(op)
-    }
-
     fn start_resume(&mut self, now: Millis, handle: LockHandle) -> Result<OpId, LockError> {
-        if handle.v != 1 {
-            return Err(LockError::invalid(format!(
-                "unsupported lock handle version {}",
-                handle.v
-            )));
-        }
-        if handle.backend != BackendKind::DurableObject {
-            return Err(LockError::invalid(format!(
-                "the handle is for the {} backend, this client is {BACKEND}",
-                handle.backend.as_str()
-            )));
-        }
-        check_name(&handle.name)?;
-        handle.check_kind(LockKind::Exclusive)?;
-        if handle.key != handle.name {
-            return Err(LockError::invalid(
-                "the handle's key does not match its name",
-            ));
-        }
-        if !is_owner(&handle.owner) {
-            return Err(LockError::invalid("the handle's owner is malformed"));
-        }
+        check_handle(BACKEND, BackendKind::DurableObject, &handle)?;
         let op = self.core.rt.out.op_id();
         let body = codec::owner_body(&handle.owner, handle.fencing_token);
         let name = handle.name.clone();
@@ -357,13 +302,17 @@ impl LeaseProtocol for DurableMachine {
         Some(self.send(now, req, ApiOp::Extend, &name, body, timeout))
     }
 
-    fn release_in_background(&mut self, now: Millis, h: &Held) {
+    fn send_release(&mut self, now: Millis, h: &Held, op: Option<OpId>, lock: Option<Held>) {
         let req = Req::Release {
-            op: None,
-            lock: None,
+            op,
+            lock,
             abort: None,
         };
-        self.send_release(now, &h.name, &h.owner, h.token, req);
+        self.release_request(now, &h.name, &h.owner, h.token, req);
+    }
+
+    fn validity(ttl: u64) -> Option<u64> {
+        codec::lease_validity(ttl)
     }
 
     fn dispatch(&mut self, now: Millis, owner: Req, input: Answer) {
@@ -416,49 +365,12 @@ impl LockMachine for DurableMachine {
                 name,
                 kind: LockKind::Exclusive,
                 options,
-            } => self.start_acquire(now, name, options),
-            Operation::Release { lock } => {
-                let op = self.core.rt.out.op_id();
-                match self.core.take_lock(lock) {
-                    Some(h) => {
-                        let (name, owner, token) = (h.name.clone(), h.owner.clone(), h.token);
-                        self.send_release(
-                            now,
-                            &name,
-                            &owner,
-                            token,
-                            Req::Release {
-                                op: Some(op),
-                                lock: Some(h),
-                                abort: None,
-                            },
-                        );
-                    }
-                    None => self.core.released_not_held(op, lock),
-                }
-                Ok(op)
+            } => {
+                let ttl = self.cfg.ttl_ms;
+                self.lease_acquire(now, name, options, ttl)
             }
-            Operation::Extend { lock, ttl_ms } => {
-                if let Some(t) = ttl_ms {
-                    validate_ttl("ttl_ms", t)?;
-                    if codec::lease_validity(t).is_none() {
-                        return Err(LockError::invalid(format!(
-                            "ttl_ms of {t} ms leaves no validity after the clock-drift allowance"
-                        )));
-                    }
-                }
-                let op = self.core.rt.out.op_id();
-                match self.core.locks.get(&lock).map(|h| ttl_ms.unwrap_or(h.ttl)) {
-                    Some(ttl) => {
-                        self.send_extend(now, lock, ttl, Some(op));
-                    }
-                    None => {
-                        let e = self.core.not_held(lock);
-                        self.core.rt.out.fail(op, e);
-                    }
-                }
-                Ok(op)
-            }
+            Operation::Release { lock } => Ok(self.lease_release(now, lock)),
+            Operation::Extend { lock, ttl_ms } => self.lease_extend(now, lock, ttl_ms),
             Operation::Resume { handle } => self.start_resume(now, handle),
             Operation::Inspect { name } => {
                 check_name(&name)?;
