@@ -175,6 +175,11 @@ pub(crate) fn check_handle(
 /// outbox, closing), acquires, held locks and the names of ended locks.
 pub(crate) struct LeaseCore<R> {
     pub(crate) backend: &'static str,
+    pub(crate) kind: BackendKind,
+    /// The options' default lease (acquires without one, resumed locks).
+    pub(crate) ttl_ms: u64,
+    /// The options' automatic renewal.
+    pub(crate) auto_extend: bool,
     /// Where owners (and the d1 poll jitter) come from.
     pub(crate) entropy: Box<dyn Entropy + Send>,
     pub(crate) rt: Runtime<R, Timer>,
@@ -184,9 +189,18 @@ pub(crate) struct LeaseCore<R> {
 }
 
 impl<R: LeaseReq> LeaseCore<R> {
-    pub(crate) fn new(backend: &'static str, entropy: Box<dyn Entropy + Send>) -> Self {
+    pub(crate) fn new(
+        backend: &'static str,
+        kind: BackendKind,
+        ttl_ms: u64,
+        auto_extend: bool,
+        entropy: Box<dyn Entropy + Send>,
+    ) -> Self {
         LeaseCore {
             backend,
+            kind,
+            ttl_ms,
+            auto_extend,
             entropy,
             rt: Runtime::default(),
             acquires: VecMap::new(),
@@ -261,6 +275,118 @@ impl<R: LeaseReq> LeaseCore<R> {
             },
         );
         op
+    }
+
+    /// Acquire `op` (`a`, out of the table) holds the lock with `token`,
+    /// valid until `expires_at` (measured from `sent_at`, the send time of
+    /// the request that established it): a held lock, renewed from `sent_at`.
+    pub(crate) fn grant(
+        &mut self,
+        op: OpId,
+        a: Acquiring,
+        token: u64,
+        sent_at: Millis,
+        expires_at: Millis,
+    ) {
+        let id = self.rt.out.lock_id();
+        let handle = LockHandle {
+            v: 1,
+            backend: self.kind,
+            name: a.name.clone(),
+            key: a.name.clone(),
+            owner: a.owner.clone(),
+            fencing_token: token,
+            revision: token,
+            kind: LockKind::Exclusive,
+            slot: None,
+        };
+        let info = LockInfo {
+            id,
+            name: a.name.clone(),
+            fencing_token: token,
+            expires_at,
+            handle,
+        };
+        let renew_at = sent_at + a.ttl / 3;
+        self.hold(
+            Held {
+                id,
+                name: a.name,
+                owner: a.owner,
+                token,
+                ttl: a.ttl,
+                expires_at,
+                renew: self.auto_extend,
+                renewal: None,
+                last_error: None,
+            },
+            renew_at,
+        );
+        self.rt.out.complete(op, Ok(Outcome::Acquired(info)));
+    }
+
+    /// The answer of resume `op` of `handle` sent at `sent_at`: the lock's
+    /// remaining lease (`Ok(None)`: not held by the handle's owner).
+    pub(crate) fn resumed(
+        &mut self,
+        now: Millis,
+        op: OpId,
+        handle: LockHandle,
+        sent_at: Millis,
+        answer: Result<Option<u64>, LockError>,
+        validity: fn(u64) -> Option<u64>,
+    ) {
+        let lost = |name: String, reason: &str| LockError::Lost {
+            backend: self.backend,
+            name,
+            reason: reason.to_string(),
+        };
+        match answer {
+            Ok(Some(pttl)) => {
+                let exp = validity(pttl)
+                    .map(|v| sent_at.saturating_add(v))
+                    .filter(|e| *e > now);
+                let Some(exp) = exp else {
+                    let e = lost(
+                        handle.name,
+                        "the handle's lease ends before it could be resumed",
+                    );
+                    self.rt.out.fail(op, e);
+                    return;
+                };
+                let id = self.rt.out.lock_id();
+                let ttl = self.ttl_ms;
+                let info = LockInfo {
+                    id,
+                    name: handle.name.clone(),
+                    fencing_token: handle.fencing_token,
+                    expires_at: exp,
+                    handle: handle.clone(),
+                };
+                let h = Held {
+                    id,
+                    name: handle.name,
+                    owner: handle.owner,
+                    token: handle.fencing_token,
+                    ttl,
+                    expires_at: exp,
+                    renew: self.auto_extend,
+                    renewal: None,
+                    last_error: None,
+                };
+                // Soon: the remaining lease is whatever the previous process left.
+                self.hold(h, now + (ttl / 3).min((exp - now) / 2));
+                self.rt.out.complete(op, Ok(Outcome::Acquired(info)));
+            }
+            Ok(None) => {
+                let e = lost(
+                    handle.name,
+                    "the handle's lock is no longer held by its owner",
+                );
+                self.rt.out.fail(op, e);
+            }
+            Err(e) => self.rt.out.fail(op, e),
+        }
     }
 
     /// A renewal that did not confirm the lock: retried soon while the
@@ -411,17 +537,16 @@ pub(crate) trait LeaseProtocol {
         }
     }
 
-    /// Starts an exclusive acquire of `name` (`default_ttl` unless the
+    /// Starts an exclusive acquire of `name` (the options' TTL unless the
     /// options say otherwise) and sends its first attempt.
     fn lease_acquire(
         &mut self,
         now: Millis,
         name: String,
         options: AcquireOptions,
-        default_ttl: u64,
     ) -> Result<OpId, LockError> {
         check_name(self.core().backend, &name)?;
-        let ttl = options.ttl_ms.unwrap_or(default_ttl);
+        let ttl = options.ttl_ms.unwrap_or(self.core().ttl_ms);
         check_ttl(ttl, Self::validity)?;
         let op = self.core().new_acquire(now, name, ttl, options.wait);
         self.attempt(now, op);

@@ -106,9 +106,17 @@ impl D1Machine {
     /// Validates `cfg` and builds the machine. Nothing is sent before the
     /// first operation.
     pub fn new(cfg: D1Config, entropy: Box<dyn Entropy + Send>) -> Result<Self, LockError> {
+        let cfg = cfg.validated()?;
+        let core = LeaseCore::new(
+            BACKEND,
+            BackendKind::D1,
+            cfg.ttl_ms,
+            cfg.auto_extend,
+            entropy,
+        );
         Ok(D1Machine {
-            cfg: cfg.validated()?,
-            core: LeaseCore::new(BACKEND, entropy),
+            cfg,
+            core,
             abandoned: VecMap::new(),
         })
     }
@@ -313,10 +321,7 @@ impl LockMachine for D1Machine {
                 name,
                 kind: LockKind::Exclusive,
                 options,
-            } => {
-                let ttl = self.cfg.ttl_ms;
-                self.lease_acquire(now, name, options, ttl)
-            }
+            } => self.lease_acquire(now, name, options),
             Operation::Release { lock } => Ok(self.lease_release(now, lock)),
             Operation::Extend { lock, ttl_ms } => self.lease_extend(now, lock, ttl_ms),
             Operation::Resume { handle } => self.start_resume(now, handle),

@@ -121,41 +121,7 @@ impl DurableMachine {
         let Some(a) = self.core.acquires.remove(&op) else {
             return;
         };
-        let id = self.core.rt.out.lock_id();
-        let handle = LockHandle {
-            v: 1,
-            backend: BackendKind::DurableObject,
-            name: a.name.clone(),
-            key: a.name.clone(),
-            owner: a.owner.clone(),
-            fencing_token: token,
-            revision: token,
-            kind: LockKind::Exclusive,
-            slot: None,
-        };
-        let info = LockInfo {
-            id,
-            name: a.name.clone(),
-            fencing_token: token,
-            expires_at,
-            handle,
-        };
-        let renew_at = sent_at + a.ttl / 3;
-        self.core.hold(
-            Held {
-                id,
-                name: a.name,
-                owner: a.owner,
-                token,
-                ttl: a.ttl,
-                expires_at,
-                renew: self.cfg.auto_extend,
-                renewal: None,
-                last_error: None,
-            },
-            renew_at,
-        );
-        self.core.rt.out.complete(op, Ok(Outcome::Acquired(info)));
+        self.core.grant(op, a, token, sent_at, expires_at);
     }
 
     /// A grant whose lease, measured from its poll's send time, has already
@@ -296,60 +262,10 @@ impl DurableMachine {
         sent_at: Millis,
         input: Result<(u16, Vec<u8>), TransportError>,
     ) {
-        match self.read(&handle.name, &handle.owner, &input, codec::parse_resume) {
-            Ok(Some(pttl)) => {
-                let exp = codec::lease_validity(pttl)
-                    .map(|v| sent_at.saturating_add(v))
-                    .filter(|e| *e > now);
-                let Some(exp) = exp else {
-                    let reason = "the handle's lease ends before it could be resumed".into();
-                    self.core.rt.out.fail(
-                        op,
-                        LockError::Lost {
-                            backend: BACKEND,
-                            name: handle.name,
-                            reason,
-                        },
-                    );
-                    return;
-                };
-                let id = self.core.rt.out.lock_id();
-                let ttl = self.cfg.ttl_ms;
-                let info = LockInfo {
-                    id,
-                    name: handle.name.clone(),
-                    fencing_token: handle.fencing_token,
-                    expires_at: exp,
-                    handle: handle.clone(),
-                };
-                let h = Held {
-                    id,
-                    name: handle.name,
-                    owner: handle.owner,
-                    token: handle.fencing_token,
-                    ttl,
-                    expires_at: exp,
-                    renew: self.cfg.auto_extend,
-                    renewal: None,
-                    last_error: None,
-                };
-                // Soon: the remaining lease is whatever the previous process left.
-                self.core.hold(h, now + (ttl / 3).min((exp - now) / 2));
-                self.core.rt.out.complete(op, Ok(Outcome::Acquired(info)));
-            }
-            Ok(None) => {
-                let reason = "the handle's lock is no longer held by its owner".into();
-                self.core.rt.out.fail(
-                    op,
-                    LockError::Lost {
-                        backend: BACKEND,
-                        name: handle.name,
-                        reason,
-                    },
-                );
-            }
-            Err(e) => self.core.rt.out.fail(op, e),
-        }
+        let answer = self.read(&handle.name, &handle.owner, &input, codec::parse_resume);
+        let validity = codec::lease_validity;
+        self.core
+            .resumed(now, op, handle, sent_at, answer, validity);
     }
 
     pub(super) fn on_inspect(

@@ -115,10 +115,15 @@ impl DurableMachine {
     /// Validates `cfg` and builds the machine. Nothing is sent before the
     /// first operation.
     pub fn new(cfg: DurableConfig, entropy: Box<dyn Entropy + Send>) -> Result<Self, LockError> {
-        Ok(DurableMachine {
-            cfg: cfg.validated()?,
-            core: LeaseCore::new(BACKEND, entropy),
-        })
+        let cfg = cfg.validated()?;
+        let core = LeaseCore::new(
+            BACKEND,
+            BackendKind::DurableObject,
+            cfg.ttl_ms,
+            cfg.auto_extend,
+            entropy,
+        );
+        Ok(DurableMachine { cfg, core })
     }
 
     // ---- sending -----------------------------------------------------------
@@ -365,10 +370,7 @@ impl LockMachine for DurableMachine {
                 name,
                 kind: LockKind::Exclusive,
                 options,
-            } => {
-                let ttl = self.cfg.ttl_ms;
-                self.lease_acquire(now, name, options, ttl)
-            }
+            } => self.lease_acquire(now, name, options),
             Operation::Release { lock } => Ok(self.lease_release(now, lock)),
             Operation::Extend { lock, ttl_ms } => self.lease_extend(now, lock, ttl_ms),
             Operation::Resume { handle } => self.start_resume(now, handle),
