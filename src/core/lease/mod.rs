@@ -389,6 +389,35 @@ impl<R: LeaseReq> LeaseCore<R> {
         }
     }
 
+    /// The answer of a user's release `op` of `h` (`answer`: whether the
+    /// lock was still held until the release).
+    pub(crate) fn released(&mut self, op: OpId, h: Held, answer: Result<bool, LockError>) {
+        match answer {
+            Ok(held) => {
+                self.record_ended(h.id, &h.name);
+                self.rt.out.complete(
+                    op,
+                    Ok(Outcome::Released {
+                        lock: h.id,
+                        held_until_release: held,
+                    }),
+                );
+            }
+            Err(e) => {
+                self.rt.out.fail(op, e);
+                if self.rt.closing.started() {
+                    self.record_ended(h.id, &h.name);
+                } else {
+                    // Kept (without renewals) so that a retry can still release it.
+                    let mut h = h;
+                    h.renew = false;
+                    let at = h.expires_at;
+                    self.hold(h, at);
+                }
+            }
+        }
+    }
+
     /// A renewal that did not confirm the lock: retried soon while the
     /// lease lasts (its expiry timer ends the lock otherwise).
     pub(crate) fn extend_failed(
@@ -727,3 +756,49 @@ pub(crate) trait LeaseProtocol {
         self.core().settle();
     }
 }
+
+/// The [`LockMachine`] methods a lease machine (a `core` field, an impl of
+/// [`LeaseProtocol`]) answers alike, for the body of its `impl LockMachine`.
+macro_rules! lease_lock_machine_steps {
+    () => {
+        fn backend(&self) -> BackendKind {
+            self.core.kind
+        }
+
+        fn capabilities(&self) -> Capabilities {
+            Capabilities {
+                kinds: Capabilities::EXCLUSIVE_ONLY,
+                atomic_sets: false,
+            }
+        }
+
+        fn live_count(&self) -> usize {
+            self.core.live_count()
+        }
+
+        fn close(&mut self, now: Millis) -> OpId {
+            self.lease_close(now)
+        }
+
+        fn handle_input(&mut self, now: Millis, input: Input) {
+            self.lease_input(now, input)
+        }
+
+        fn handle_timeout(&mut self, now: Millis) {
+            self.lease_timeout(now)
+        }
+
+        fn poll_transmit(&mut self) -> Option<Transmit> {
+            self.core.rt.poll_transmit()
+        }
+
+        fn poll_event(&mut self) -> Option<Event> {
+            self.core.rt.poll_event()
+        }
+
+        fn poll_timeout(&self) -> Option<Millis> {
+            self.core.rt.poll_timeout()
+        }
+    };
+}
+pub(crate) use lease_lock_machine_steps;

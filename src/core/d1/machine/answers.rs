@@ -95,30 +95,8 @@ impl D1Machine {
         let (Some(op), Some(h)) = (op, lock) else {
             return;
         };
-        match self.read(&h.name, &h.owner, &input, codec::parse_release) {
-            Ok(held) => {
-                self.core.record_ended(h.id, &h.name);
-                self.core.rt.out.complete(
-                    op,
-                    Ok(Outcome::Released {
-                        lock: h.id,
-                        held_until_release: held,
-                    }),
-                );
-            }
-            Err(e) => {
-                self.core.rt.out.fail(op, e);
-                if self.core.rt.closing.started() {
-                    self.core.record_ended(h.id, &h.name);
-                } else {
-                    // Kept (without renewals) so that a retry can still release it.
-                    let mut h = h;
-                    h.renew = false;
-                    let at = h.expires_at;
-                    self.core.hold(h, at);
-                }
-            }
-        }
+        let answer = self.read(&h.name, &h.owner, &input, codec::parse_release);
+        self.core.released(op, h, answer);
     }
 
     pub(super) fn on_leave(&mut self, op: Option<OpId>, name: String) {

@@ -299,20 +299,7 @@ impl LeaseProtocol for D1Machine {
 }
 
 impl LockMachine for D1Machine {
-    fn backend(&self) -> BackendKind {
-        BackendKind::D1
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            kinds: Capabilities::EXCLUSIVE_ONLY,
-            atomic_sets: false,
-        }
-    }
-
-    fn live_count(&self) -> usize {
-        self.core.live_count()
-    }
+    crate::core::lease::lease_lock_machine_steps!();
 
     fn start_operation(&mut self, now: Millis, op: Operation) -> Result<OpId, LockError> {
         self.core.rt.closing.check_open(BackendKind::D1)?;
@@ -354,29 +341,5 @@ impl LockMachine for D1Machine {
             None => self.on_leave(Some(op), a.name),
         }
         self.core.settle();
-    }
-
-    fn close(&mut self, now: Millis) -> OpId {
-        self.lease_close(now)
-    }
-
-    fn handle_input(&mut self, now: Millis, input: Input) {
-        self.lease_input(now, input)
-    }
-
-    fn handle_timeout(&mut self, now: Millis) {
-        self.lease_timeout(now)
-    }
-
-    fn poll_transmit(&mut self) -> Option<Transmit> {
-        self.core.rt.poll_transmit()
-    }
-
-    fn poll_event(&mut self) -> Option<Event> {
-        self.core.rt.poll_event()
-    }
-
-    fn poll_timeout(&self) -> Option<Millis> {
-        self.core.rt.poll_timeout()
     }
 }
