@@ -1,7 +1,7 @@
 //! The `d1` [`LockMachine`]: one batch per step (see the module docs of
 //! `d1`); its batches and answers (in `answers`). The lease table, timers,
 //! renewals, `close` and the answers both lease backends share live in
-//! [`crate::core::lease`]; what is here is d1's own: the SQL batches, and
+//! `crate::core::lease`; what is here is d1's own: the SQL batches, and
 //! how a waiting acquire proceeds (polling after the holder's PTTL with
 //! jitter, and an acquire given up mid-attempt freeing the row only after
 //! that attempt's answer).

@@ -1,7 +1,7 @@
 //! The `durable-object` [`LockMachine`]: one request per step, the service
 //! does the rest (see the module docs of `durable`). The lease table,
 //! timers, renewals, `close` and the answers both lease backends share live
-//! in [`crate::core::lease`]; what is here is the service's own: its
+//! in `crate::core::lease`; what is here is the service's own: its
 //! requests, and how a waiting acquire proceeds (re-sent with the service
 //! holding it open, a late grant confirmed with an extend, a leaving acquire
 //! asking again with `waitMs` 0).
