@@ -265,7 +265,7 @@ impl DoService {
         let same =
             |a: &machine::Holder, b: &machine::Holder| a.owner == b.owner && a.token == b.token;
         if let Some(b) = &before.holder {
-            let gone = after.holder.as_ref().is_none_or(|a| !same(a, b));
+            let gone = after.holder.as_ref().map_or(true, |a| !same(a, b));
             if gone {
                 let by_release = released
                     .as_ref()
@@ -292,7 +292,7 @@ impl DoService {
             }
         }
         if let Some(a) = &after.holder {
-            let new = before.holder.as_ref().is_none_or(|b| !same(a, b));
+            let new = before.holder.as_ref().map_or(true, |b| !same(a, b));
             if new {
                 if a.token != after.counter || after.counter != before.counter + 1 {
                     self.violations.push(format!(
@@ -532,7 +532,7 @@ impl DoService {
     fn next_due(&self, now: Millis) -> Option<(Millis, Due)> {
         let mut best: Option<(Millis, Due)> = None;
         let mut consider = |t: Millis, d: Due| {
-            if t <= now && best.as_ref().is_none_or(|(bt, _)| t < *bt) {
+            if t <= now && best.as_ref().map_or(true, |(bt, _)| t < *bt) {
                 best = Some((t, d));
             }
         };

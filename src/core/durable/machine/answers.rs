@@ -176,7 +176,7 @@ impl DurableMachine {
                 let Some(a) = self.core.acquires.get(&op) else {
                     return;
                 };
-                if a.wait != Wait::Try && a.deadline.is_none_or(|d| d > now) {
+                if a.wait != Wait::Try && a.deadline.map_or(true, |d| d > now) {
                     self.attempt(now, op);
                 } else if let Some(a) = self.core.acquires.remove(&op) {
                     let error = match a.wait {
