@@ -12,7 +12,7 @@
 // devtools' testenv (for the fenced resource only).
 
 import assert from 'node:assert/strict';
-import { cpSync, existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { cpSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import path from 'node:path';
 import { Miniflare } from 'miniflare';
@@ -280,7 +280,7 @@ export default {
 };
 `;
 
-describe('the npm package inside a Worker, through d1Binding', { timeout: 120_000, skip: !existsSync(pkgEntry) && 'pkg/ is missing: run scripts/build-pkg.sh' }, () => {
+describe('the npm package inside a Worker, through d1Binding', { timeout: 120_000 }, () => {
   let mf;
   let dir;
   before(async () => {
