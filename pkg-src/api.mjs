@@ -293,6 +293,26 @@ function sameLeader(a, b) {
   return a === b || (a !== null && b !== null && a.value === b.value && a.fencingToken === b.fencingToken);
 }
 
+// observe(): which errors are retried, how often in a row, and the first
+// backoff (doubled per failure: 50, 100, 200, 400, 800 ms, about 1.5 s in all).
+const OBSERVE_TRANSIENT = new Set(["TRANSPORT", "BACKEND", "NO_QUORUM"]);
+const OBSERVE_RETRIES = 5;
+const OBSERVE_BACKOFF_MS = 50;
+
+/** Resolves after `ms`, or at once when `signal` aborts. */
+function abortableSleep(ms, signal) {
+  return new Promise((resolve) => {
+    if (signal.aborted) return resolve();
+    const done = () => {
+      clearTimeout(timer);
+      signal.removeEventListener("abort", done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    signal.addEventListener("abort", done);
+  });
+}
+
 // `mode` and `limit` (the lock kind) go to the Rust side as given: it checks
 // and converts them (src/js/args.rs), before any request.
 const ACQUIRE_OPTIONS = ["mode", "limit", "waitMs", "signal", "ttlMs"];
@@ -459,19 +479,37 @@ class LockClient {
         const stop = new AbortController();
         const onAbort = () => stop.abort(signal.reason);
         signal?.addEventListener("abort", onAbort);
+        // A transient failure (no answer, a 5xx, no quorum) is retried with
+        // backoff, OBSERVE_RETRIES times in a row at most, so that one dropped
+        // connection does not end a long-lived observer; the error is thrown
+        // once the backend stays unreachable.
+        let failures = 0;
+        const attempt = async (read) => {
+          for (;;) {
+            try {
+              const v = await read();
+              failures = 0;
+              return { v };
+            } catch (e) {
+              if (stop.signal.aborted) return null;
+              if (!OBSERVE_TRANSIENT.has(e?.code) || failures >= OBSERVE_RETRIES) throw e;
+              await abortableSleep(OBSERVE_BACKOFF_MS * 2 ** failures, stop.signal);
+              failures += 1;
+              if (stop.signal.aborted) return null;
+            }
+          }
+        };
         try {
           if (stop.signal.aborted || signal?.aborted) return;
-          let known = await client.leader(name);
+          const first = await attempt(() => client.leader(name));
+          if (first === null) return;
+          let known = first.v;
           yield known;
           for (;;) {
-            let next;
-            try {
-              next = leaderFromRaw(await client.#call((raw) => raw.observeChange(
-                name, known?.value, known?.fencingToken.toString(), undefined, stop.signal)));
-            } catch (e) {
-              if (stop.signal.aborted) return;
-              throw e;
-            }
+            const got = await attempt(async () => leaderFromRaw(await client.#call((raw) => raw.observeChange(
+              name, known?.value, known?.fencingToken.toString(), undefined, stop.signal))));
+            if (got === null) return;
+            const next = got.v;
             if (sameLeader(next, known)) continue;
             known = next;
             yield known;

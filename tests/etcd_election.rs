@@ -474,3 +474,66 @@ fn observe_survives_a_dropped_watch_connection() {
     observer.join().unwrap();
     l.release().unwrap();
 }
+
+/// The observer iterator rides out a short outage (each failed read is
+/// retried with backoff: 50, 100, 200, 400, 800 ms) and still reports the
+/// next change; an outage that lasts is reported as an error after the
+/// fifth retry, and the iterator then ends.
+#[test]
+fn observe_iterator_retries_an_outage_then_reports_one_that_lasts() {
+    use edgelock_devtools::{Fault, FaultProxy};
+    let etcd = EtcdServer::start().expect("start etcd");
+    let upstream: std::net::SocketAddr = etcd.url().trim_start_matches("http://").parse().unwrap();
+    let proxy = FaultProxy::start(upstream).unwrap();
+    let a = client(&etcd);
+    let (o, traffic) = etcd_traffic::counted_client(
+        EtcdMachine::new(EtcdConfig::new(vec![proxy.url()]), Box::new(OsEntropy)).unwrap(),
+    );
+    let l = campaign(&a, "outage", "A");
+    let cancel = CancelToken::new();
+    let mut observer = o.observe("outage", cancel.clone());
+    assert_eq!(
+        observer.next().unwrap().unwrap(),
+        leads("A", l.fencing_token())
+    );
+    let (tx, rx) = channel();
+    let thread = std::thread::spawn(move || {
+        for item in observer.by_ref() {
+            let _ = tx.send((Instant::now(), item));
+        }
+        tx.send((Instant::now(), Ok(leads("iterator ended", 0))))
+            .unwrap();
+    });
+    wait_until("the observer watches", || {
+        traffic.watches.load(Ordering::SeqCst) == 1
+    });
+    // A short outage while the observer waits: its watch and the reads
+    // after it fail for 300 ms.
+    proxy.set(Fault::Drop);
+    std::thread::sleep(Duration::from_millis(300));
+    proxy.set(Fault::Pass);
+    wait_until("the observer watches anew", || {
+        traffic.watches.load(Ordering::SeqCst) >= 2
+    });
+    assert!(rx.try_recv().is_err(), "no error and no change reported");
+    l.proclaim("A2").unwrap();
+    let (_, item) = rx.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert_eq!(item.unwrap(), leads("A2", l.fencing_token()));
+    // An outage that lasts: reported after five retries, about 1.55 s.
+    let cut = Instant::now();
+    proxy.set(Fault::Drop);
+    l.proclaim("A3").unwrap_or_else(|e| panic!("the leader's own client is direct: {e}"));
+    let (at, item) = rx.recv_timeout(Duration::from_secs(15)).unwrap();
+    let err = item.expect_err("a lasting outage is an error");
+    assert!(err.is_retryable(), "{err}");
+    let took = at - cut;
+    assert!(
+        took >= Duration::from_millis(1400),
+        "reported after {took:?}: before the retries ran"
+    );
+    let (_, end) = rx.recv_timeout(Duration::from_secs(5)).unwrap();
+    assert_eq!(end.unwrap(), leads("iterator ended", 0), "the iterator ends after its error");
+    thread.join().unwrap();
+    cancel.cancel();
+    l.release().unwrap();
+}

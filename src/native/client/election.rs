@@ -8,6 +8,7 @@
 use super::{CancelToken, Client, Lock};
 use crate::core::{AcquireOptions, Leadership, LockError, LockKind, Operation, Wait};
 use crate::native::driver::Call;
+use std::time::{Duration, Instant};
 
 impl Client {
     /// Waits (as `opts.wait` says) until this client leads the election
@@ -100,7 +101,29 @@ impl Lock {
     }
 }
 
-/// The leadership changes of one election, from [`Client::observe`].
+/// How often in a row [`Observer`] retries a retryable error
+/// ([`LockError::is_retryable`]: no answer, a backend error, no quorum)
+/// before it yields the error, so that one dropped connection does not end
+/// a long-lived observer. The npm package's `observe` does the same.
+const OBSERVE_RETRIES: u32 = 5;
+/// The first retry's backoff, doubled per failure (50 ms … 800 ms).
+const OBSERVE_BACKOFF: Duration = Duration::from_millis(50);
+
+fn sleep_unless_cancelled(total: Duration, cancel: &CancelToken) {
+    let end = Instant::now() + total;
+    while !cancel.is_cancelled() {
+        let now = Instant::now();
+        if now >= end {
+            return;
+        }
+        std::thread::sleep((end - now).min(Duration::from_millis(10)));
+    }
+}
+
+/// The leadership changes of one election, from [`Client::observe`]: the
+/// current state, then every change. A retryable error is retried with
+/// backoff up to five times in a row before it is yielded (and ends the
+/// iterator).
 pub struct Observer {
     client: Client,
     name: String,
@@ -117,27 +140,40 @@ impl Iterator for Observer {
         if self.done || self.cancel.is_cancelled() {
             return None;
         }
-        let result = match &self.known {
-            None => self.client.leader(&self.name),
-            Some(known) => loop {
-                let seen = self.client.observe_change(
+        let mut failures = 0;
+        let result = loop {
+            let seen = match &self.known {
+                None => self.client.leader(&self.name),
+                Some(known) => self.client.observe_change(
                     &self.name,
                     known.as_ref(),
                     Wait::Forever,
                     Some(&self.cancel),
-                );
-                match seen {
-                    Ok(now) if now == *known => continue,
-                    other => break other,
+                ),
+            };
+            match seen {
+                Ok(now) if self.known.as_ref() == Some(&now) => failures = 0,
+                Err(e)
+                    if e.is_retryable()
+                        && failures < OBSERVE_RETRIES
+                        && !self.cancel.is_cancelled() =>
+                {
+                    sleep_unless_cancelled(OBSERVE_BACKOFF * 2u32.pow(failures), &self.cancel);
+                    if self.cancel.is_cancelled() {
+                        break Err(e);
+                    }
+                    failures += 1;
                 }
-            },
+                other => break other,
+            }
         };
         match result {
             Ok(state) => {
                 self.known = Some(state.clone());
                 Some(Ok(state))
             }
-            Err(LockError::Aborted { .. }) if self.cancel.is_cancelled() => {
+            // Cancelled: the iterator ends, whatever the interrupted call said.
+            Err(_) if self.cancel.is_cancelled() => {
                 self.done = true;
                 None
             }

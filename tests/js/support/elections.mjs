@@ -146,6 +146,42 @@ export function electionCases(make) {
     }
   });
 
+  test("election: observe retries failed requests with backoff, then reports a backend that stays unreachable", async () => {
+    // `failNext` requests fail as a dropped connection would; `failAll` every one.
+    const flaky = { failNext: 0, failAll: false, failed: 0 };
+    const flakyFetch = (input, init) => {
+      if (flaky.failAll || flaky.failNext > 0) {
+        flaky.failNext = Math.max(0, flaky.failNext - 1);
+        flaky.failed += 1;
+        return Promise.reject(new TypeError("fetch failed (injected)"));
+      }
+      return fetch(input, init);
+    };
+    const [a, watcher] = [make(), make({ fetch: flakyFetch })];
+    const name = unique("observe-flaky");
+    const la = await a.campaign(name, "a1", { waitMs: 5000 });
+    flaky.failNext = 2;
+    const obs = observeInto(watcher, name);
+    await until(() => same(obs.latest(), "a1", la.fencingToken), 10_000, "the current leader, after two failures");
+    assert.equal(flaky.failed, 2, "the first reads failed and were retried");
+    flaky.failNext = 2;
+    await la.proclaim("a2");
+    await until(() => same(obs.latest(), "a2", la.fencingToken), 10_000, "the proclaimed value, after two more failures");
+    await la.resign();
+    await until(() => obs.latest() === null, 10_000, "nobody leads");
+    assert.equal(flaky.failed, 4, "every injected failure was met and ridden out");
+    await obs.stop();
+    // Unreachable for good: the observer gives up after five retries (50 … 800 ms).
+    flaky.failAll = true;
+    const t0 = Date.now();
+    const err = await (async () => {
+      for await (const _ of watcher.observe(name)) assert.fail("nothing is yielded while unreachable");
+    })().then(() => null, (e) => e);
+    assert.ok(err instanceof LockError, `a LockError, got ${err}`);
+    assert.ok(["TRANSPORT", "NO_QUORUM"].includes(err.code), err.message);
+    assert.ok(Date.now() - t0 >= 1400, `reported after ${Date.now() - t0} ms: before the retries ran`);
+  });
+
   test("election: a leadership's handle resumes in another client, which can proclaim; resume keeps the value", async () => {
     const [a, b, watcher] = [make(), make(), make()];
     const name = unique("resume-lead");
