@@ -253,7 +253,7 @@ export interface LockClient {
   campaign(name: string, value: string, opts?: CampaignOptions): Promise<Leadership>;
   /** The current leader of `name`, or `null` when nobody leads. */
   leader(name: string): Promise<Leader | null>;
-  /** The current leader first, then every change (another leader, a new value, nobody), until `signal` aborts or the loop is left. */
+  /** The current leader first, then every change (another leader, a new value, nobody), until `signal` aborts or the loop is left. A failed read is retried five times in a row (50 ms backoff, doubling) before the loop throws it. */
   observe(name: string, opts?: ObserveOptions): AsyncIterable<Leader | null>;
   /** Holds every name or none (taken in a canonical order: no deadlock between overlapping sets). */
   acquireAll(names: string[], opts: AcquireAllOptions & { ifAvailable: true }): Promise<LockSet | null>;
@@ -406,7 +406,7 @@ export declare class EtcdLocks implements LockClient {
   campaign(name: string, value: string, opts?: CampaignOptions): Promise<Leadership>;
   /** The current leader of `name`, or `null` when nobody leads. */
   leader(name: string): Promise<Leader | null>;
-  /** The current leader first, then every change (another leader, a new value, nobody), until `signal` aborts or the loop is left. */
+  /** The current leader first, then every change (another leader, a new value, nobody), until `signal` aborts or the loop is left. A failed read is retried five times in a row (50 ms backoff, doubling) before the loop throws it. */
   observe(name: string, opts?: ObserveOptions): AsyncIterable<Leader | null>;
   /** Holds every name or none (taken in a canonical order: no deadlock between overlapping sets). */
   acquireAll(names: string[], opts: AcquireAllOptions & { ifAvailable: true }): Promise<LockSet | null>;
@@ -437,7 +437,7 @@ export declare class RedisLocks implements LockClient {
   campaign(name: string, value: string, opts?: CampaignOptions): Promise<Leadership>;
   /** The current leader of `name`, or `null` when nobody leads. */
   leader(name: string): Promise<Leader | null>;
-  /** The current leader first, then every change (another leader, a new value, nobody), until `signal` aborts or the loop is left. */
+  /** The current leader first, then every change (another leader, a new value, nobody), until `signal` aborts or the loop is left. A failed read is retried five times in a row (50 ms backoff, doubling) before the loop throws it. */
   observe(name: string, opts?: ObserveOptions): AsyncIterable<Leader | null>;
   /** Holds every name or none (taken in a canonical order: no deadlock between overlapping sets). */
   acquireAll(names: string[], opts: AcquireAllOptions & { ifAvailable: true }): Promise<LockSet | null>;
@@ -468,7 +468,7 @@ export declare class Redlock implements LockClient {
   campaign(name: string, value: string, opts?: CampaignOptions): Promise<Leadership>;
   /** The current leader of `name`, or `null` when nobody leads. */
   leader(name: string): Promise<Leader | null>;
-  /** The current leader first, then every change (another leader, a new value, nobody), until `signal` aborts or the loop is left. */
+  /** The current leader first, then every change (another leader, a new value, nobody), until `signal` aborts or the loop is left. A failed read is retried five times in a row (50 ms backoff, doubling) before the loop throws it. */
   observe(name: string, opts?: ObserveOptions): AsyncIterable<Leader | null>;
   /** Holds every name or none (taken in a canonical order: no deadlock between overlapping sets). */
   acquireAll(names: string[], opts: AcquireAllOptions & { ifAvailable: true }): Promise<LockSet | null>;
@@ -548,7 +548,7 @@ export declare class DurableObjectLocks implements LockClient {
   campaign(name: string, value: string, opts?: CampaignOptions): Promise<Leadership>;
   /** The current leader of `name`, or `null` when nobody leads. */
   leader(name: string): Promise<Leader | null>;
-  /** The current leader first, then every change (another leader, a new value, nobody), until `signal` aborts or the loop is left. */
+  /** The current leader first, then every change (another leader, a new value, nobody), until `signal` aborts or the loop is left. A failed read is retried five times in a row (50 ms backoff, doubling) before the loop throws it. */
   observe(name: string, opts?: ObserveOptions): AsyncIterable<Leader | null>;
   /** Holds every name or none (taken in a canonical order: no deadlock between overlapping sets). */
   acquireAll(names: string[], opts: AcquireAllOptions & { ifAvailable: true }): Promise<LockSet | null>;
@@ -618,7 +618,7 @@ export declare class D1Locks implements LockClient {
   campaign(name: string, value: string, opts?: CampaignOptions): Promise<Leadership>;
   /** The current leader of `name`, or `null` when nobody leads. */
   leader(name: string): Promise<Leader | null>;
-  /** The current leader first, then every change (another leader, a new value, nobody), until `signal` aborts or the loop is left. */
+  /** The current leader first, then every change (another leader, a new value, nobody), until `signal` aborts or the loop is left. A failed read is retried five times in a row (50 ms backoff, doubling) before the loop throws it. */
   observe(name: string, opts?: ObserveOptions): AsyncIterable<Leader | null>;
   /** Holds every name or none (taken in a canonical order: no deadlock between overlapping sets). */
   acquireAll(names: string[], opts: AcquireAllOptions & { ifAvailable: true }): Promise<LockSet | null>;
