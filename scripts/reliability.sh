@@ -28,7 +28,7 @@ esac
 mkdir -p target
 # The Durable Object and D1 variants (1l, 1m, 8c, 10n-10p) run the built
 # Worker (build/) in workerd through Miniflare from tests/worker/node_modules
-# (tools/reliability/workerd-host.mjs): build them if missing.
+# (tools/devtools/workerd-host.mjs): build them if missing.
 case " $* " in
   *" --etcd-only "*) ;;
   *)

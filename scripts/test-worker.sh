@@ -39,4 +39,12 @@ if [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.j
   npm ci --no-audit --no-fund --loglevel=error
 fi
 echo "== node --test (tests/worker)"
-EDGELOCK_DEVTOOLS_NO_BUILD=1 node --test --test-concurrency=1 "$@"
+status=0
+EDGELOCK_DEVTOOLS_NO_BUILD=1 node --test --test-concurrency=1 "$@" || status=$?
+cd "$root"
+# The native Rust client and the CLI against this Worker's lock service
+# (tests/durable_native.rs: ignored by the plain `cargo test`, which runs
+# before build/ exists).
+echo "== cargo test --test durable_native -- --ignored (the built Worker in workerd)"
+cargo test --quiet --features native --test durable_native -- --ignored || status=$?
+exit "$status"

@@ -522,7 +522,8 @@ fn observe_iterator_retries_an_outage_then_reports_one_that_lasts() {
     // An outage that lasts: reported after five retries, about 1.55 s.
     let cut = Instant::now();
     proxy.set(Fault::Drop);
-    l.proclaim("A3").unwrap_or_else(|e| panic!("the leader's own client is direct: {e}"));
+    l.proclaim("A3")
+        .unwrap_or_else(|e| panic!("the leader's own client is direct: {e}"));
     let (at, item) = rx.recv_timeout(Duration::from_secs(15)).unwrap();
     let err = item.expect_err("a lasting outage is an error");
     assert!(err.is_retryable(), "{err}");
@@ -532,7 +533,11 @@ fn observe_iterator_retries_an_outage_then_reports_one_that_lasts() {
         "reported after {took:?}: before the retries ran"
     );
     let (_, end) = rx.recv_timeout(Duration::from_secs(5)).unwrap();
-    assert_eq!(end.unwrap(), leads("iterator ended", 0), "the iterator ends after its error");
+    assert_eq!(
+        end.unwrap(),
+        leads("iterator ended", 0),
+        "the iterator ends after its error"
+    );
     thread.join().unwrap();
     cancel.cancel();
     l.release().unwrap();

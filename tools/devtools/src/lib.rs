@@ -36,6 +36,7 @@ pub mod serve_cli;
 pub mod tempdir;
 pub mod tls;
 pub mod webdis;
+pub mod workerd;
 
 pub use env::{Env, EnvBuilder};
 pub use etcd::{etcd_bin, EtcdCluster, EtcdOptions, EtcdServer, EtcdStatus, EtcdTls};

@@ -21,7 +21,7 @@
 //! names must be fenced.
 //!
 //! 1l: the lock service (Durable Object in workerd, the built Worker run by
-//! `tools/reliability/workerd-host.mjs`), its clients native, through the
+//! `tools/devtools/workerd-host.mjs`), its clients native, through the
 //! Worker's front `POST /lock/v1/<op>` with a bearer token.
 
 use std::time::{Duration, Instant};

@@ -1,6 +1,7 @@
 // The built Worker (build/, scripts/build-worker.sh) in workerd through
 // Miniflare (from tests/worker/node_modules), for the reliability tool's
-// Durable Object and D1 variants (tools/reliability/src/infra.rs spawns it):
+// Durable Object and D1 variants and the Rust tests of the durable-object
+// backend (tools/devtools/src/workerd.rs spawns it):
 //   node workerd-host.mjs '{"persistDir":…,"fencedUrl":…,"token":…}'
 // binds the lock service's `LockObject` (EDGELOCK_LOCKS, SQLite-backed) and a
 // D1 database (EDGELOCK_D1), both persisted under persistDir (a second host on
