@@ -25,7 +25,7 @@ pub fn choose_variants(ids: Vec<String>) {
 
 /// Whether variant `id` (e.g. "10k") runs: every variant unless
 /// `--variants` named others. Scenarios that honour it check it before
-/// setting a variant up (1, 3, 8 and 10).
+/// setting a variant up (1, 3, 8, 9 and 10).
 pub fn wants(id: &str) -> bool {
     VARIANTS
         .get()

@@ -2,13 +2,17 @@
 //!
 //! - 9a: ≥ 10⁶ mutated backend replies (10⁵ in the short run) through every
 //!   codec via the sans-IO machines (etcd gateway JSON, Upstash, Webdis,
-//!   Redlock over both), each session under `catch_unwind`: 0 panics.
+//!   Redlock over both, the Durable Object lock service's API v1, D1
+//!   batches through a binding), each session under `catch_unwind`: 0 panics.
 //! - 9b: adversarial lock names against real etcd / webdis / Upstash-gateway
 //!   servers seeded with unrelated keys: 0 other keys touched; invalid names
 //!   rejected with INVALID_ARGUMENT before any request.
 //! - 9c: a sentinel secret as Upstash token and etcd Authorization header,
 //!   echoed back by hostile backends (real sockets here, and injected into
-//!   mutated replies in 9a): it appears in no error or loss text.
+//!   mutated replies in 9a, where it is also the lock service's bearer
+//!   token): it appears in no error or loss text; nor does a lock owner of
+//!   the `durable-object` and `d1` clients (their credential, sent in
+//!   every request body), echoed the same way in 9a.
 //! - 9d: 10⁶ owner tokens (10⁵ short) made the way the machines make them,
 //!   from the OS CSPRNG: 0 duplicates.
 //! - 9e: hostile Redis push wake-up streams: the stream decoders
@@ -118,8 +122,13 @@ fn fuzz_report(mode: &Mode) -> (ScenarioReport, Vec<(fuzz::Codec, fuzz::Stats)>)
          100 000 deep, wrong JSON types, NUL / invalid UTF-8 / lone surrogates, duplicated keys, removed fields, random \
          statuses, the echoed sentinel, chunk splits down to single bytes, transport failures, duplicate and misrouted \
          answers, late answers to cancelled requests; timers are driven, locks extended / resumed from mutated handles / \
-         released, and the session closed. Hostile bodies are also fed to the public decoders directly. A reported \
-         session replays alone with `S09_SEED=<seed> S09_CODEC=<codec> reliability --only 9 --short`.",
+         released, and the session closed. Hostile bodies are also fed to the public decoders directly. The models: one \
+         etcd store behind every endpoint; Redis nodes running edgelock's scripts (Upstash REST, Webdis, Redlock over \
+         both); the Durable Object lock service's API v1 (`POST <base>/v1/<op>?name=` with the bearer token, one holder \
+         per name with owner, token and lease end, a held-open acquire answered at once, granted or refused); a D1 \
+         database whose batches (`/d1/batch` on the binding) are recognised statement by statement from the codec's \
+         SQL. A reported session replays alone with \
+         `S09_SEED=<seed> S09_CODEC=<Etcd|Upstash|Webdis|Redlock|Durable|D1> reliability --only 9 --variants 9a --short`.",
     );
     if total.panics > 0 {
         r.note(
@@ -225,7 +234,7 @@ fn secrets_report(per_codec: &[(fuzz::Codec, fuzz::Stats)]) -> ScenarioReport {
     let mut r = ScenarioReport::new(
         "9c",
         TITLE,
-        "etcd, redis (upstash), redlock (3× upstash)",
+        "etcd, redis (upstash), redlock (3× upstash); fuzz: every codec of 9a",
         "backends echoing the credential",
     );
     r.figure("hostile-backend cases", res.subcases);
@@ -245,6 +254,16 @@ fn secrets_report(per_codec: &[(fuzz::Codec, fuzz::Stats)]) -> ScenarioReport {
         r.figure(
             &format!("fuzz: texts with the sentinel, {}", codec.label()),
             format!("{} of {}", st.sentinel_hits, st.error_texts),
+        );
+    }
+    let lease: Vec<&(fuzz::Codec, fuzz::Stats)> = per_codec
+        .iter()
+        .filter(|(c, _)| matches!(c, fuzz::Codec::Durable | fuzz::Codec::D1))
+        .collect();
+    for (codec, st) in &lease {
+        r.figure(
+            &format!("fuzz: texts with a lock owner, {}", codec.label()),
+            format!("{} of {}", st.owner_hits, st.error_texts),
         );
     }
     r.figure(
@@ -281,12 +300,33 @@ fn secrets_report(per_codec: &[(fuzz::Codec, fuzz::Stats)]) -> ScenarioReport {
         res.fragments == 0 && fuzz.sentinel_fragments == 0,
         format!("{} texts", res.fragments as u64 + fuzz.sentinel_fragments),
     );
+    if !lease.is_empty() {
+        let hits: u64 = lease.iter().map(|(_, st)| st.owner_hits).sum();
+        r.check(
+            "no lock owner (the durable-object / d1 credential) in any error or loss text (fuzz)",
+            hits == 0,
+            format!(
+                "{hits} texts{}",
+                lease
+                    .iter()
+                    .filter_map(|(c, st)| st
+                        .leak_samples
+                        .iter()
+                        .find(|s| s.contains("owner="))
+                        .map(|s| format!(" | fuzz {c:?}: {s}")))
+                    .collect::<String>()
+            ),
+        );
+    }
     r.note(
         "Modes: 401 with the raw request echoed, 500 JSON error with it, a 200 cut off inside a string holding it, error \
          objects carrying it (200 and 400), reply values replaced by it, a header line and a status line made of the \
          Authorization header, a reply that is not HTTP at all, and a 500 whose message puts the secret across the \
          200-character cut of error details; each from the first request and after the lock was \
-         granted (so that renewals, loss, extend, release, inspect and close meet it).",
+         granted (so that renewals, loss, extend, release, inspect and close meet it). In 9a's fuzz the hostile \
+         replies and transport failures echo the request's header lines (the sentinel as Upstash token, etcd \
+         Authorization header and the lock service's bearer token) and, for durable-object and d1, the lock owners its \
+         body carries; a text holding the session's owner counts as a leak of it.",
     );
     r.duration = t.elapsed();
     r
@@ -459,10 +499,27 @@ pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
     if std::env::var("S09_ONLY_PUSH").is_ok() {
         return vec![push_report(mode)];
     }
-    let (fuzz, per_codec) = fuzz_report(mode);
-    let names = names_report();
-    let secrets = secrets_report(&per_codec);
-    let tokens = tokens_report(mode);
-    let push = push_report(mode);
-    vec![fuzz, names, secrets, tokens, push]
+    // `--variants 9a,9c`: only those parts (9c reads 9a's fuzz figures
+    // when 9a ran).
+    let wants = super::wants;
+    let mut out = Vec::new();
+    let mut per_codec = Vec::new();
+    if wants("9a") {
+        let (fuzz, per) = fuzz_report(mode);
+        out.push(fuzz);
+        per_codec = per;
+    }
+    if wants("9b") {
+        out.push(names_report());
+    }
+    if wants("9c") {
+        out.push(secrets_report(&per_codec));
+    }
+    if wants("9d") {
+        out.push(tokens_report(mode));
+    }
+    if wants("9e") {
+        out.push(push_report(mode));
+    }
+    out
 }

@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
 
+use edgelock::core::d1::{codec as d1_codec, D1Config, BATCH_PATH};
+use edgelock::core::durable::{codec as durable_codec, DurableConfig, DurableEndpoint};
 use edgelock::core::etcd::{EtcdConfig, EtcdMachine};
 use edgelock::core::json_stream::JsonObjectSplitter;
 use edgelock::core::redis::subscription::PushDecoder;
@@ -21,11 +23,13 @@ use edgelock::core::redis::{
 };
 use edgelock::core::sse_stream::SseSplitter;
 use edgelock::core::{
-    AcquireOptions, Event, HttpRequest, Input, LockHandle, LockId, LockMachine, LockMachineExt,
-    OpId, Outcome, SeededEntropy, Transmit, Wait,
+    AcquireOptions, BackendSpec, Event, HttpRequest, Input, LockHandle, LockId, LockMachine,
+    LockMachineExt, OpId, Outcome, SeededEntropy, Target, Transmit, Wait,
 };
 
-use super::models::{subscription_channel, EtcdModel, Proto, RedisModel, Reply};
+use super::models::{
+    subscription_channel, D1Model, DurableModel, EtcdModel, Proto, RedisModel, Reply,
+};
 use super::mutate::{deliver, mutate_body};
 use super::panics::{in_case, take_last_panic};
 use super::rng::{mix, Rng};
@@ -37,10 +41,19 @@ pub enum Codec {
     Upstash,
     Webdis,
     Redlock,
+    Durable,
+    D1,
 }
 
 impl Codec {
-    pub const ALL: [Codec; 4] = [Codec::Etcd, Codec::Upstash, Codec::Webdis, Codec::Redlock];
+    pub const ALL: [Codec; 6] = [
+        Codec::Etcd,
+        Codec::Upstash,
+        Codec::Webdis,
+        Codec::Redlock,
+        Codec::Durable,
+        Codec::D1,
+    ];
 
     pub fn label(self) -> &'static str {
         match self {
@@ -48,6 +61,8 @@ impl Codec {
             Codec::Upstash => "Upstash REST (RedisMachine)",
             Codec::Webdis => "Webdis (RedisMachine)",
             Codec::Redlock => "Upstash + Webdis (RedlockMachine)",
+            Codec::Durable => "Durable Object lock service API v1 (durable-object)",
+            Codec::D1 => "D1 batch binding (d1)",
         }
     }
 }
@@ -79,6 +94,13 @@ pub struct Stats {
     /// answered with a hostile push stream (`push::hostile_stream`).
     pub subscriptions: u64,
     pub hostile_push_streams: u64,
+    /// Error / loss texts holding a lock owner of the session (the
+    /// `durable-object` and `d1` clients' credential: 32 hex characters
+    /// sent in every request body, echoed back by hostile replies).
+    pub owner_hits: u64,
+    /// The owners the current session's requests carried (per session,
+    /// not merged).
+    pub session_owners: Vec<String>,
     pub elapsed: Duration,
 }
 
@@ -100,6 +122,7 @@ impl Stats {
         self.closed += o.closed;
         self.subscriptions += o.subscriptions;
         self.hostile_push_streams += o.hostile_push_streams;
+        self.owner_hits += o.owner_hits;
         self.elapsed = self.elapsed.max(o.elapsed);
         for s in &o.samples {
             let site = s
@@ -130,12 +153,32 @@ struct World {
     codec: Codec,
     etcd: EtcdModel,
     redis: Vec<(String, Proto, RedisModel)>,
+    /// The lock service and its base URL (`Codec::Durable`).
+    durable: Option<(String, DurableModel)>,
+    /// The database and its binding's request target (`Codec::D1`).
+    d1: Option<(String, D1Model)>,
+}
+
+/// Where a request goes, as one string: the URL, or `binding:<name><path>`.
+fn target_of(req: &HttpRequest) -> String {
+    req.target.to_string()
 }
 
 impl World {
     fn reply(&mut self, req: &HttpRequest, now: u64) -> Reply {
-        if self.codec == Codec::Etcd {
-            return self.etcd.reply(req);
+        match (self.codec, &mut self.durable, &mut self.d1) {
+            (Codec::Etcd, _, _) => return self.etcd.reply(req),
+            (Codec::Durable, Some((_, model)), _) => return model.reply(req, now),
+            (Codec::D1, _, Some((target, model))) if target_of(req) == *target => {
+                return model.reply(req, now)
+            }
+            (Codec::Durable | Codec::D1, _, _) => {
+                return Reply::Whole {
+                    status: 404,
+                    body: b"no such binding or path".to_vec(),
+                }
+            }
+            _ => {}
         }
         match self.redis.iter_mut().find(|(base, _, _)| {
             req.target
@@ -165,6 +208,14 @@ impl World {
     fn bases(&self, etcd_endpoints: &[String]) -> Vec<String> {
         match self.codec {
             Codec::Etcd => etcd_endpoints.to_vec(),
+            // `<base>/v1/…`: the base with its slash, so that a sibling
+            // path (`/locks`) is not taken for it.
+            Codec::Durable => self
+                .durable
+                .iter()
+                .map(|(b, _)| format!("{b}/v1/"))
+                .collect(),
+            Codec::D1 => self.d1.iter().map(|(t, _)| t.clone()).collect(),
             _ => self.redis.iter().map(|(b, _, _)| b.clone()).collect(),
         }
     }
@@ -172,6 +223,13 @@ impl World {
 
 fn escape(name: &str) -> String {
     name.replace('%', "%25").replace('/', "%2F")
+}
+
+/// A lock name as the `durable-object` client spells it in `?name=`.
+fn escape_query(name: &str) -> String {
+    let mut out = Vec::new();
+    webdis::encode_arg(name.as_bytes(), &mut out);
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 fn redis_node(rng: &mut Rng, i: usize, proto: Proto) -> (RedisNode, String) {
@@ -196,6 +254,8 @@ fn build(codec: Codec, rng: &mut Rng, seed: u64, name: &str, now: u64) -> Result
         codec,
         etcd: EtcdModel::new(0x7000_0000_0000 + (seed as i64 & 0xffff) * 1000),
         redis: Vec::new(),
+        durable: None,
+        d1: None,
     };
     let ttl = *rng.pick(&[100u64, 1_000, 3_000, 10_000]);
     let timeout = *rng.pick(&[50u64, 500, 1_000, 5_000]);
@@ -217,6 +277,61 @@ fn build(codec: Codec, rng: &mut Rng, seed: u64, name: &str, now: u64) -> Result
             }
             let m = EtcdMachine::new(cfg, entropy).map_err(|e| e.to_string())?;
             return Ok((Box::new(m), world, endpoints));
+        }
+        Codec::Durable => {
+            let base = format!(
+                "http://10.7.0.{}:8787{}",
+                1 + rng.below(9),
+                rng.pick(&["/lock", "", "/api/lock"])
+            );
+            let mut model = DurableModel::new(&base, SENTINEL);
+            // The configured URL, sometimes with a trailing `/` (normalised away).
+            let url = if rng.chance(20) {
+                format!("{base}/")
+            } else {
+                base.clone()
+            };
+            let mut cfg = DurableConfig::new(DurableEndpoint::Url(url));
+            cfg.token = Some(SENTINEL.to_string());
+            cfg.ttl_ms = ttl;
+            cfg.request_timeout_ms = timeout;
+            cfg.auto_extend = rng.chance(80);
+            if foreign {
+                let until = now + rng.below(3_000) as u64;
+                model.seed_foreign(&escape_query(name), 1 + rng.below(50) as u64, until);
+            }
+            world.durable = Some((base, model));
+            let m = BackendSpec::DurableObject(cfg)
+                .build(entropy)
+                .map_err(|e| e.to_string())?;
+            return Ok((m, world, Vec::new()));
+        }
+        Codec::D1 => {
+            let binding = *rng.pick(&["LOCKS_DB", "db", "edge-locks_2"]);
+            let mut cfg = D1Config::new(binding);
+            if rng.chance(30) {
+                cfg.table = "locks_v2".into();
+            }
+            let mut model = D1Model::new(&cfg.table);
+            cfg.ttl_ms = ttl;
+            cfg.request_timeout_ms = timeout;
+            cfg.auto_extend = rng.chance(80);
+            cfg.retry_delay_ms = *rng.pick(&[1u64, 50, 250]);
+            cfg.retry_jitter_ms = *rng.pick(&[0u64, 50, 100]);
+            if foreign {
+                let until = now + rng.below(3_000) as u64;
+                model.seed_foreign(name, 1 + rng.below(50) as u64, until);
+            }
+            let target = Target::Binding {
+                name: binding.to_string(),
+                path: BATCH_PATH.to_string(),
+            }
+            .to_string();
+            world.d1 = Some((target, model));
+            let m = BackendSpec::D1(cfg)
+                .build(entropy)
+                .map_err(|e| e.to_string())?;
+            return Ok((m, world, Vec::new()));
         }
         Codec::Upstash | Codec::Webdis => {
             let proto = if codec == Codec::Upstash {
@@ -306,6 +421,31 @@ fn feed_direct(codec: Codec, status: u16, body: &[u8], st: &mut Stats) {
         let _ = PushDecoder::new(RedisProtocol::Webdis).push(body);
         st.direct_calls += 3;
     }
+    if matches!(codec, Codec::Durable) {
+        let secrets = [SENTINEL];
+        let _ = durable_codec::parse_acquire(status, body, &secrets);
+        let _ = durable_codec::parse_release(status, body, &secrets);
+        let _ = durable_codec::parse_extend(status, body, &secrets);
+        let _ = durable_codec::parse_resume(status, body, &secrets);
+        let _ = durable_codec::parse_inspect(status, body, &secrets);
+        // The texts of their errors must not carry the token either.
+        if let Err(e) = durable_codec::answer_object(status, body, &secrets) {
+            scan_sentinel(&format!("{} {e:?}", e.message), st);
+        }
+        st.direct_calls += 6;
+    }
+    if matches!(codec, Codec::D1) {
+        let secrets = [SENTINEL];
+        let _ = d1_codec::parse_acquire(status, body, &secrets);
+        let _ = d1_codec::parse_release(status, body, &secrets);
+        let _ = d1_codec::parse_extend(status, body, &secrets);
+        let _ = d1_codec::parse_resume(status, body, &secrets);
+        let _ = d1_codec::parse_inspect(status, body, &secrets);
+        if let Err(e) = d1_codec::results(status, body, 2, &secrets) {
+            scan_sentinel(&format!("{} {e:?}", e.message), st);
+        }
+        st.direct_calls += 6;
+    }
 }
 
 /// What a hostile server can echo: the request's own header lines, and the
@@ -325,12 +465,37 @@ fn echo_of(req: &HttpRequest) -> String {
     echo.join("\r\n")
 }
 
+/// The lock owners a request body carries: JSON strings of exactly 32
+/// lowercase hex characters (`"owner":"…"` of the lock service, the owner
+/// parameter of a d1 statement).
+fn owners_in(body: &[u8]) -> Vec<String> {
+    String::from_utf8_lossy(body)
+        .split('"')
+        .filter(|p| p.len() == 32 && p.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Scans a text of the machine (an error or a loss) for the sentinel and
+/// the session's owners.
 fn scan(text: &str, st: &mut Stats) {
+    scan_for(text, st, true);
+}
+
+/// Scans a text of a decoder called directly, for the sentinel only (the
+/// decoder was told the sentinel is secret, not the owners).
+fn scan_sentinel(text: &str, st: &mut Stats) {
+    scan_for(text, st, false);
+}
+
+fn scan_for(text: &str, st: &mut Stats, owners: bool) {
     st.error_texts += 1;
     let (full, fragments) = leak_count(text);
     st.sentinel_hits += full as u64;
     st.sentinel_fragments += fragments as u64;
-    if (full > 0 || fragments > 0) && st.leak_samples.len() < 5 {
+    let owner = owners && st.session_owners.iter().any(|o| text.contains(o.as_str()));
+    st.owner_hits += u64::from(owner);
+    if (full > 0 || fragments > 0 || owner) && st.leak_samples.len() < 5 {
         st.leak_samples.push(
             text.chars()
                 .take(300)
@@ -346,6 +511,8 @@ struct Session {
     ops: Vec<OpId>,
     closed: bool,
     bases: Vec<String>,
+    /// Whether requests carry lock owners to watch for (`Durable`, `D1`).
+    lease_owners: bool,
 }
 
 impl Session {
@@ -354,12 +521,16 @@ impl Session {
         while let Some(t) = m.poll_transmit() {
             match t {
                 Transmit::Send(r) => {
-                    if !self
-                        .bases
-                        .iter()
-                        .any(|b| r.target.url().is_some_and(|u| u.starts_with(b.as_str())))
-                    {
+                    let to = target_of(&r);
+                    if !self.bases.iter().any(|b| to.starts_with(b.as_str())) {
                         st.foreign_urls += 1;
+                    }
+                    if self.lease_owners {
+                        for o in owners_in(&r.body) {
+                            if !st.session_owners.contains(&o) {
+                                st.session_owners.push(o);
+                            }
+                        }
                     }
                     self.pending.push(r);
                 }
@@ -536,6 +707,7 @@ fn run_session(codec: Codec, seed: u64, st: &mut Stats, last: &mut Last) {
         ops: Vec::new(),
         closed: false,
         bases: world.bases(&endpoints),
+        lease_owners: matches!(codec, Codec::Durable | Codec::D1),
     };
     let wait_ms = rng.below(3_000) as u64;
     let wait = *rng.pick(&[Wait::Try, Wait::For(wait_ms), Wait::Forever]);
@@ -590,7 +762,18 @@ fn run_session(codec: Codec, seed: u64, st: &mut Stats, last: &mut Last) {
                         1,
                     )
                 }
-                _ => deliver(&mut rng, &req, &reply, hostile, &echo_of(&req)),
+                _ => {
+                    let mut echo = echo_of(&req);
+                    // The lock service and the database know the owner too.
+                    if s.lease_owners {
+                        let mut owners = owners_in(&req.body);
+                        owners.dedup();
+                        for o in owners {
+                            echo.push_str(&format!("\r\nowner={o}"));
+                        }
+                    }
+                    deliver(&mut rng, &req, &reply, hostile, &echo)
+                }
             };
             st.hostile += h;
             for input in inputs {
@@ -632,7 +815,8 @@ pub fn run_codec(
     let mut st = Stats::default();
     let started = Instant::now();
     let mut i: u64 = 0;
-    // Reproduction of one session: S09_SEED=<hex seed> S09_CODEC=<Etcd|Upstash|Webdis|Redlock>.
+    // Reproduction of one session: S09_SEED=<hex seed>
+    // S09_CODEC=<Etcd|Upstash|Webdis|Redlock|Durable|D1>.
     let replay = std::env::var("S09_SEED")
         .ok()
         .and_then(|s| u64::from_str_radix(s.trim_start_matches("0x"), 16).ok());
@@ -657,6 +841,9 @@ pub fn run_codec(
             run_session(codec, seed, &mut case, &mut last)
         }));
         in_case(false);
+        for l in &mut case.leak_samples {
+            *l = format!("seed {seed:#x}: {l}");
+        }
         st.merge(&case);
         if result.is_err() {
             st.panics += 1;
@@ -692,7 +879,14 @@ pub fn run_all(target_per_codec: u64, cap: Duration, threads: usize) -> Vec<(Cod
             let (results, stop) = (&results, &stop);
             scope.spawn(move || {
                 // etcd last: it is the slowest, and gets whatever time is left.
-                let order = [Codec::Upstash, Codec::Webdis, Codec::Redlock, Codec::Etcd];
+                let order = [
+                    Codec::Upstash,
+                    Codec::Webdis,
+                    Codec::Redlock,
+                    Codec::Durable,
+                    Codec::D1,
+                    Codec::Etcd,
+                ];
                 for (i, codec) in order.into_iter().enumerate() {
                     let share = target_per_codec.div_ceil(threads as u64);
                     // What is left of the time, shared by the codecs still to run.

@@ -667,3 +667,350 @@ impl RedisModel {
         Reply::Stream { messages }
     }
 }
+
+// ---- the Durable Object lock service (docs/lock-service-api.md) --------------
+
+/// The owner of a lock another client holds (a valid owner: 32 hex).
+pub const FOREIGN_OWNER: &str = "f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0f0";
+
+struct DurableLock {
+    /// The fencing counter (the last token granted).
+    counter: u64,
+    /// Owner, token and lease end.
+    holder: Option<(String, u64, u64)>,
+}
+
+/// The lock service behind the front (`<base>/v1/<op>?name=`, bearer
+/// token): one holder per name with its owner, token and lease end; no
+/// queue. A held-open acquire (`waitMs` > 0) against another client's lock
+/// is answered at once, every other time granted (that client released
+/// meanwhile, as the other models' foreign holders do) and otherwise
+/// refused (its wait "ran out"); against this session's own lock it is
+/// refused.
+pub struct DurableModel {
+    base: String,
+    bearer: String,
+    locks: HashMap<String, DurableLock>,
+    polls: u64,
+}
+
+fn service_error(status: u16, message: &str) -> Reply {
+    Reply::Whole {
+        status,
+        body: json!({"error": {"code": "INVALID_ARGUMENT", "message": message}})
+            .to_string()
+            .into_bytes(),
+    }
+}
+
+impl DurableModel {
+    pub fn new(base: &str, token: &str) -> DurableModel {
+        DurableModel {
+            base: base.to_string(),
+            bearer: format!("Bearer {token}"),
+            locks: HashMap::new(),
+            polls: 0,
+        }
+    }
+
+    /// Another client holds `name` (as the request's query spells it)
+    /// until `until`, with token `token`.
+    pub fn seed_foreign(&mut self, name: &str, token: u64, until: u64) {
+        self.locks.insert(
+            name.to_string(),
+            DurableLock {
+                counter: token,
+                holder: Some((FOREIGN_OWNER.to_string(), token, until)),
+            },
+        );
+    }
+
+    /// The valid reply to `req` at `now` (and its effect on the service).
+    pub fn reply(&mut self, req: &HttpRequest, now: u64) -> Reply {
+        let authorized = req
+            .headers
+            .iter()
+            .any(|(k, v)| k.eq_ignore_ascii_case("authorization") && *v == self.bearer);
+        if !authorized {
+            return Reply::Whole {
+                status: 401,
+                body: json!({"error": "missing or wrong bearer token", "code": "UNAUTHORIZED"})
+                    .to_string()
+                    .into_bytes(),
+            };
+        }
+        let url = req.target.url().unwrap_or("");
+        let Some((op, name)) = url
+            .strip_prefix(self.base.as_str())
+            .and_then(|p| p.strip_prefix("/v1/"))
+            .and_then(|p| p.split_once("?name="))
+        else {
+            return service_error(404, "unknown path");
+        };
+        if name.is_empty() {
+            return service_error(400, "missing name");
+        }
+        let body = match serde_json::from_slice::<Value>(&req.body) {
+            Ok(Value::Object(o)) => o,
+            _ => return service_error(400, "the body must be a JSON object"),
+        };
+        let owner = body.get("owner").and_then(Value::as_str).unwrap_or("");
+        let token = body
+            .get("token")
+            .and_then(Value::as_str)
+            .and_then(|t| t.parse::<u64>().ok());
+        let ttl = body.get("ttlMs").and_then(Value::as_u64);
+        let lock = self.locks.entry(name.to_string()).or_insert(DurableLock {
+            counter: 0,
+            holder: None,
+        });
+        // A holder whose lease ended is gone.
+        if lock
+            .holder
+            .as_ref()
+            .is_some_and(|(_, _, until)| *until <= now)
+        {
+            lock.holder = None;
+        }
+        let ours = |lock: &DurableLock| matches!(&lock.holder, Some((o, t, _)) if o == owner && Some(*t) == token);
+        match op {
+            "acquire" => {
+                let (Some(ttl), Some(wait)) = (ttl, body.get("waitMs").and_then(Value::as_u64))
+                else {
+                    return service_error(400, "bad ttlMs or waitMs");
+                };
+                if owner.is_empty() || ttl == 0 {
+                    return service_error(400, "bad owner or ttlMs");
+                }
+                match lock.holder.clone() {
+                    Some((o, t, until)) if o == owner => ok(
+                        json!({"acquired": true, "token": t.to_string(), "ttlMs": until - now, "waiters": 0}),
+                    ),
+                    Some((o, t, until)) => {
+                        self.polls += 1;
+                        if wait > 0 && o == FOREIGN_OWNER && self.polls % 2 == 0 {
+                            lock.counter += 1;
+                            lock.holder =
+                                Some((owner.to_string(), lock.counter, now.saturating_add(ttl)));
+                            ok(
+                                json!({"acquired": true, "token": lock.counter.to_string(), "ttlMs": ttl, "waiters": 0}),
+                            )
+                        } else {
+                            ok(
+                                json!({"acquired": false, "token": t.to_string(), "pttlMs": until - now, "waiters": u64::from(wait > 0)}),
+                            )
+                        }
+                    }
+                    None => {
+                        lock.counter += 1;
+                        lock.holder =
+                            Some((owner.to_string(), lock.counter, now.saturating_add(ttl)));
+                        ok(
+                            json!({"acquired": true, "token": lock.counter.to_string(), "ttlMs": ttl, "waiters": 0}),
+                        )
+                    }
+                }
+            }
+            "release" => {
+                let released = ours(lock);
+                if released {
+                    lock.holder = None;
+                }
+                ok(json!({ "released": released }))
+            }
+            "extend" => match ttl.filter(|t| *t > 0) {
+                None => service_error(400, "bad ttlMs"),
+                Some(ttl) if ours(lock) => {
+                    if let Some(h) = lock.holder.as_mut() {
+                        h.2 = now.saturating_add(ttl);
+                    }
+                    ok(json!({"extended": true, "ttlMs": ttl}))
+                }
+                Some(_) => ok(json!({"extended": false})),
+            },
+            "resume" => match &lock.holder {
+                Some((_, _, until)) if ours(lock) => {
+                    ok(json!({"held": true, "pttlMs": until - now}))
+                }
+                _ => ok(json!({"held": false})),
+            },
+            "inspect" => {
+                let token = (lock.counter > 0).then(|| lock.counter.to_string());
+                match &lock.holder {
+                    Some((_, t, until)) => ok(
+                        json!({"held": true, "token": t.to_string(), "pttlMs": until - now, "waiters": 0}),
+                    ),
+                    None => {
+                        ok(json!({"held": false, "token": token, "pttlMs": null, "waiters": 0}))
+                    }
+                }
+            }
+            _ => service_error(404, "unknown path"),
+        }
+    }
+}
+
+// ---- a D1 database behind its binding (`/d1/batch`) --------------------------
+
+struct D1Row {
+    owner: Option<String>,
+    expires_at: u64,
+    version: u64,
+}
+
+/// The lock table of src/core/d1/sql.rs answered by hand: each statement
+/// the codec builds is recognised by its exact text and applied to a map
+/// of rows, on the database's clock (the session's `now` plus an epoch).
+pub struct D1Model {
+    table: String,
+    rows: HashMap<String, D1Row>,
+}
+
+/// The database's clock: ms since the Unix epoch.
+const D1_EPOCH: u64 = 1_760_000_000_000;
+
+impl D1Model {
+    pub fn new(table: &str) -> D1Model {
+        D1Model {
+            table: table.to_string(),
+            rows: HashMap::new(),
+        }
+    }
+
+    /// Another client holds `name` until `until` (session time), as grant
+    /// `version`.
+    pub fn seed_foreign(&mut self, name: &str, version: u64, until: u64) {
+        self.rows.insert(
+            name.to_string(),
+            D1Row {
+                owner: Some(FOREIGN_OWNER.to_string()),
+                expires_at: D1_EPOCH + until,
+                version,
+            },
+        );
+    }
+
+    /// One statement: its rows and changes, or D1's error message.
+    fn statement(&mut self, sql_text: &str, params: &[Value], now: u64) -> Result<Value, String> {
+        use edgelock::core::d1::sql;
+        let t = self.table.as_str();
+        let text = |i: usize| params.get(i).and_then(Value::as_str).unwrap_or("");
+        let int = |i: usize| params.get(i).and_then(Value::as_u64).unwrap_or(0);
+        let name = text(0).to_string();
+        let owner = text(1).to_string();
+        let db_now = D1_EPOCH + now;
+        let live = |r: &D1Row| r.owner.is_some() && r.expires_at > db_now;
+        let result = |rows: Vec<Value>, changes: u64| json!({"rows": rows, "changes": changes});
+        if sql_text == sql::create(t) {
+            return Ok(result(Vec::new(), 0));
+        }
+        if sql_text == sql::take(t) {
+            let expires_at = db_now.saturating_add(int(2));
+            return Ok(match self.rows.get_mut(&name) {
+                None => {
+                    let row = D1Row {
+                        owner: Some(owner),
+                        expires_at,
+                        version: 1,
+                    };
+                    self.rows.insert(name, row);
+                    result(Vec::new(), 1)
+                }
+                Some(r) if !live(r) => {
+                    r.owner = Some(owner);
+                    r.expires_at = expires_at;
+                    r.version += 1;
+                    result(Vec::new(), 1)
+                }
+                Some(_) => result(Vec::new(), 0),
+            });
+        }
+        let pttl = |r: &D1Row| live(r).then(|| r.expires_at - db_now);
+        let mine = |r: &D1Row| live(r) && r.owner.as_deref() == Some(owner.as_str());
+        let grant = |r: &D1Row| mine(r) && r.version == int(2);
+        if sql_text == sql::probe(t) {
+            let rows = self.rows.get(&name).map(
+                |r| json!({"mine": u64::from(mine(r)), "version": r.version, "pttl": pttl(r)}),
+            );
+            return Ok(result(rows.into_iter().collect(), 0));
+        }
+        if sql_text == sql::release(t) {
+            let changed = self.rows.get_mut(&name).filter(|r| grant(r));
+            let n = u64::from(changed.is_some());
+            if let Some(r) = changed {
+                r.owner = None;
+            }
+            return Ok(result(Vec::new(), n));
+        }
+        if sql_text == sql::leave(t) {
+            let changed = self
+                .rows
+                .get_mut(&name)
+                .filter(|r| r.owner.as_deref() == Some(owner.as_str()));
+            let n = u64::from(changed.is_some());
+            if let Some(r) = changed {
+                r.owner = None;
+            }
+            return Ok(result(Vec::new(), n));
+        }
+        if sql_text == sql::extend(t) {
+            let ttl = int(3);
+            let changed = self.rows.get_mut(&name).filter(|r| grant(r));
+            let n = u64::from(changed.is_some());
+            if let Some(r) = changed {
+                r.expires_at = db_now.saturating_add(ttl);
+            }
+            return Ok(result(Vec::new(), n));
+        }
+        if sql_text == sql::resume(t) {
+            let rows = self
+                .rows
+                .get(&name)
+                .filter(|r| grant(r))
+                .map(|r| json!({ "pttl": r.expires_at - db_now }));
+            return Ok(result(rows.into_iter().collect(), 0));
+        }
+        if sql_text == sql::inspect(t) {
+            let rows = self
+                .rows
+                .get(&name)
+                .map(|r| json!({"version": r.version, "pttl": pttl(r)}));
+            return Ok(result(rows.into_iter().collect(), 0));
+        }
+        Err("D1_ERROR: not a statement of the lock table".into())
+    }
+
+    /// The valid answer to a batch (one transaction: an error undoes
+    /// nothing here, as no statement of this model fails after another
+    /// changed something).
+    pub fn reply(&mut self, req: &HttpRequest, now: u64) -> Reply {
+        let body: Value = serde_json::from_slice(&req.body).unwrap_or(Value::Null);
+        let Some(statements) = body.get("statements").and_then(Value::as_array) else {
+            return Reply::Whole {
+                status: 500,
+                body: json!({"error": "D1_ERROR: no statements"})
+                    .to_string()
+                    .into_bytes(),
+            };
+        };
+        let mut results = Vec::new();
+        for s in statements {
+            let sql_text = s.get("sql").and_then(Value::as_str).unwrap_or("");
+            let params = s
+                .get("params")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            match self.statement(sql_text, &params, now) {
+                Ok(r) => results.push(r),
+                Err(e) => {
+                    return Reply::Whole {
+                        status: 500,
+                        body: json!({ "error": e }).to_string().into_bytes(),
+                    }
+                }
+            }
+        }
+        ok(json!({ "results": results }))
+    }
+}
