@@ -437,6 +437,32 @@ fn hostile_answers_are_errors_that_never_repeat_the_owner() {
     }
 }
 
+/// Regression (reliability 9c, seed 0xf542dfadc1bac22d): a driver's
+/// transport message that quotes the request (its owner) was copied into
+/// the error as it came.
+#[test]
+fn a_transport_failure_quoting_the_request_does_not_repeat_the_owner() {
+    let mut h = Harness::new(D1Config::new("DB"));
+    let op = h.acquire("a", Wait::Forever);
+    let req = h.one();
+    let owner = statements(&req)[1].1[1].as_str().unwrap().to_string();
+    h.m.handle_input(
+        h.now,
+        Input::Failed {
+            id: req.id,
+            error: TransportError::Connect(format!(
+                "content-type: application/json\r\nowner={owner}"
+            )),
+        },
+    );
+    h.drain();
+    let e = h.completed(op).unwrap_err();
+    assert!(matches!(e, LockError::Transport { .. }), "{e:?}");
+    let text = format!("{e} {e:?}");
+    assert!(!text.contains(&owner), "{text}");
+    assert!(text.contains("<redacted>"), "{text}");
+}
+
 #[test]
 fn cancel_frees_an_attempt_in_flight_and_close_ends_everything() {
     let mut h = Harness::new(D1Config::new("DB"));

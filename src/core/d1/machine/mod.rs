@@ -10,6 +10,7 @@ mod answers;
 
 use super::codec::{self, AcquireAnswer, AnswerError, Param};
 use super::{sql, D1Config};
+use crate::core::error::sanitize_detail;
 use crate::core::lease::{
     check_handle, Acquiring, Answer, Held, LeaseCore, LeaseProtocol, LeaseReq, Timer,
 };
@@ -165,24 +166,22 @@ impl D1Machine {
         input: &Answer,
         parse: Parser<T>,
     ) -> Result<T, LockError> {
+        let mut secrets: Vec<&str> = self.core.locks.values().map(|h| h.owner.as_str()).collect();
+        secrets.extend(self.core.acquires.values().map(|a| a.owner.as_str()));
+        secrets.push(owner);
+        secrets.retain(|s| !s.is_empty());
         match input {
-            Ok((status, body)) => {
-                let mut secrets: Vec<&str> =
-                    self.core.locks.values().map(|h| h.owner.as_str()).collect();
-                secrets.extend(self.core.acquires.values().map(|a| a.owner.as_str()));
-                secrets.push(owner);
-                secrets.retain(|s| !s.is_empty());
-                parse(*status, body, &secrets).map_err(|e| LockError::Backend {
-                    backend: BACKEND,
-                    name: name.to_string(),
-                    status: e.status,
-                    message: e.message,
-                })
-            }
+            Ok((status, body)) => parse(*status, body, &secrets).map_err(|e| LockError::Backend {
+                backend: BACKEND,
+                name: name.to_string(),
+                status: e.status,
+                message: e.message,
+            }),
+            // A driver's transport message may quote what it sent (an owner).
             Err(e) => Err(LockError::Transport {
                 backend: BACKEND,
                 name: name.to_string(),
-                message: e.to_string(),
+                message: sanitize_detail(&e.to_string(), &secrets),
             }),
         }
     }
