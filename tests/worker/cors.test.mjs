@@ -39,8 +39,8 @@ describe('CORS on the lock service front', { timeout: 120_000 }, () => {
   before(async () => {
     const configs = {
       cors: {
-        // Spaces, a trailing slash and capitals are tolerated in the list.
-        EDGELOCK_CORS_ORIGINS: ` ${APP}/ , HTTP://LOCALHOST:8080`,
+        // Spaces, a trailing slash, capitals and empty entries are tolerated in the list.
+        EDGELOCK_CORS_ORIGINS: ` ${APP}/ , HTTP://LOCALHOST:8080,`,
         EDGELOCK_API_TOKENS: `scoped/=${SCOPED_TOKEN}`,
         // For `GET /` (the job routes): a backend needing no server.
         EDGELOCK_BACKEND: 'durable-object',

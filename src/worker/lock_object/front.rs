@@ -90,6 +90,9 @@ impl Cors {
         }
         let mut origins = Vec::new();
         for (i, entry) in var.split(',').map(str::trim).enumerate() {
+            if entry.is_empty() {
+                continue; // a trailing or doubled comma
+            }
             match normalize_origin(entry) {
                 Some(o) => origins.push(o),
                 None => {
