@@ -316,7 +316,8 @@ function readService() {
   const token = $("do-token").value;
   let parsed = null;
   try { parsed = new URL(url); } catch { /* below */ }
-  if (!parsed || !/^https?:$/.test(parsed.protocol) || parsed.search || parsed.hash) {
+  // No query, fragment or user info: the URL is shown in the log, the token goes in a header.
+  if (!parsed || !/^https?:$/.test(parsed.protocol) || parsed.search || parsed.hash || parsed.username || parsed.password) {
     logEvent("warn", "Enter the lock service URL: http(s)://<worker>/lock");
     return null;
   }
