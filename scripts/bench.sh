@@ -9,9 +9,9 @@
 # of 3 next to redis-semaphore's Semaphore/RedlockSemaphore (bench/semaphore.mjs);
 # read-write locks next to the same backend's exclusive lock (bench/rwlock.mjs);
 # leader election failover next to etcd3's Election (bench/election.mjs); the
-# Durable Object lock service backend inside workerd next to etcd and Redis
-# reached from the same Worker (bench/durable.mjs, needs build/ and Miniflare
-# from tests/worker). Bounded (about 3 minutes of measuring after the builds).
+# Durable Object lock service and D1 backends inside workerd next to each
+# other and to etcd and Redis reached from the same Worker (bench/durable.mjs,
+# needs build/ and Miniflare from tests/worker). Bounded (about 3 minutes of measuring after the builds).
 # Writes BENCHMARKS.md, bench/handoff.svg and bench/results.json (and the
 # other benches' bench/*-results.json).
 #   BENCH_SKIP_SETUP=1   do not run scripts/setup.sh first
@@ -63,5 +63,5 @@ echo "== running bench/rwlock.mjs (read-write locks next to the same backend's e
 node bench/rwlock.mjs
 echo "== running bench/election.mjs (leader election next to etcd3's Election)"
 node bench/election.mjs
-echo "== running bench/durable.mjs (the Durable Object backend inside workerd next to etcd and Redis)"
+echo "== running bench/durable.mjs (the Durable Object and D1 backends inside workerd next to etcd and Redis)"
 node bench/durable.mjs

@@ -2,8 +2,13 @@
 // (like separate edge isolates), contend for one lock name on the backend the
 // user picks. Everything the page shows is recorded in window.__edgelockDemo
 // so that the browser test can check it (tests/www/www.test.mjs).
+//
+// The Durable Object lock service is reached by the URL and bearer token the
+// user types in: the token is read from its password field when a run
+// starts and kept only in that run's closure (never in __edgelockDemo, the
+// log, the page URL or storage); it is sent only to that URL.
 
-import { EtcdLocks, RedisLocks, Redlock } from "/pkg/index.browser.mjs";
+import { DurableObjectLocks, EtcdLocks, RedisLocks, Redlock } from "/pkg/index.browser.mjs";
 
 const $ = (id) => document.getElementById(id);
 const t0 = performance.now();
@@ -88,7 +93,15 @@ const BACKENDS = {
   "redis-upstash": "Redis (Upstash REST)",
   "redis-webdis": "Redis (Webdis)",
   redlock: "Redlock",
+  "durable-object": "Durable Object lock service",
 };
+
+/**
+ * Workers a backend runs at most. The lock service holds a waiting worker's
+ * request open; over HTTP/1.1 (a local workerd) a browser opens about 6
+ * connections per origin, and the holder's renewals and release need one.
+ */
+const MAX_WORKERS = { "durable-object": 5 };
 
 function makeClient(run, worker) {
   const cfg = demo.config;
@@ -108,6 +121,10 @@ function makeClient(run, worker) {
         // Polling: with push, every release woke all six Redlock waiters for a
         // round on all five nodes and the page stalled (see the README).
         requestTimeoutMs: 500, retryCount: 20, ...redisPolling, maxSubscriptions: 0, fetch });
+    case "durable-object":
+      // A waiting acquire is held open by the service (its poll gets the wait on top of the timeout).
+      return new DurableObjectLocks({ url: run.service.url, token: run.service.token(), ttlMs: run.ttlMs,
+        requestTimeoutMs: 2000, fetch });
     default:
       throw new Error(`unknown backend ${run.backend}`);
   }
@@ -164,6 +181,10 @@ async function workerLoop(run, worker) {
       if (run.abort.signal.aborted) break;
       push(demo.errors, { run: run.id, worker: worker.index, at: now(), code: e?.code ?? "ERROR", message: String(e?.message ?? e) });
       logEvent("warn", `W${worker.index + 1}: ${e?.code ?? "error"} – ${e?.message ?? e}`);
+      if (run.service && !run.service.hinted) {
+        run.service.hinted = true;
+        logEvent("info", "Lock service: check the URL (…/lock), the token, and that the Worker lists this page's origin in EDGELOCK_CORS_ORIGINS");
+      }
       if (e?.code === "CLOSED") worker.client = null;
       await sleep(300, run.abort.signal);
       continue;
@@ -285,11 +306,42 @@ function readControls() {
   };
 }
 
+/**
+ * The lock service's URL and token from their fields, or null (with the
+ * reason logged) when they are missing or the URL is not http(s). The token
+ * is returned inside a closure: nothing that is recorded or logged holds it.
+ */
+function readService() {
+  const url = $("do-url").value.trim().replace(/\/+$/, "");
+  const token = $("do-token").value;
+  let parsed = null;
+  try { parsed = new URL(url); } catch { /* below */ }
+  // No query, fragment or user info: the URL is shown in the log, the token goes in a header.
+  if (!parsed || !/^https?:$/.test(parsed.protocol) || parsed.search || parsed.hash || parsed.username || parsed.password) {
+    logEvent("warn", "Enter the lock service URL: http(s)://<worker>/lock");
+    return null;
+  }
+  if (token.length === 0) {
+    logEvent("warn", "Enter the lock service's bearer token");
+    return null;
+  }
+  return { url, token: () => token, hinted: false };
+}
+
 function startRun() {
   const c = readControls();
+  let service = null;
+  if (c.backend === "durable-object") {
+    service = readService();
+    if (!service) {
+      $("status").textContent = "idle · lock service URL and token needed";
+      return;
+    }
+  }
+  const maxWorkers = MAX_WORKERS[c.backend] ?? Infinity;
   const id = demo.runs.length + 1;
   const run = {
-    id, backend: c.backend, ttlMs: c.ttlMs,
+    id, backend: c.backend, ttlMs: c.ttlMs, service,
     lockName: `demo-${Date.now().toString(36)}-${id}`,
     startedAt: now(),
     abort: new AbortController(),
@@ -299,7 +351,7 @@ function startRun() {
     pausing: false,
     lastEnd: -Infinity,
     acquisitions: 0, waitSum: 0, handoffs: 0, handoffSum: 0, lastToken: null, lostCount: 0,
-    targetWorkers: () => readControls().workers,
+    targetWorkers: () => Math.min(readControls().workers, maxWorkers),
     holdMs: () => readControls().holdMs,
     noteAcquired(hold) {
       this.acquisitions++;
@@ -314,10 +366,13 @@ function startRun() {
     },
   };
   resource.maxToken = 0n;
-  demo.run = { id, backend: run.backend, lockName: run.lockName, ttlMs: run.ttlMs, startedAt: run.startedAt };
+  demo.run = { id, backend: run.backend, lockName: run.lockName, ttlMs: run.ttlMs, startedAt: run.startedAt,
+    ...(service ? { serviceUrl: service.url } : {}) };
   demo.runs.push(demo.run);
   current = run;
-  logEvent("info", `run ${id}: ${c.workers} workers on ${BACKENDS[run.backend]}, lock “${run.lockName}”, TTL ${run.ttlMs} ms`);
+  const where = service ? ` at ${service.url}` : "";
+  logEvent("info", `run ${id}: ${run.targetWorkers()} workers on ${BACKENDS[run.backend]}${where}, lock “${run.lockName}”, TTL ${run.ttlMs} ms`);
+  if (c.workers > maxWorkers) logEvent("info", `${BACKENDS[run.backend]}: at most ${maxWorkers} workers (each waiting one holds a request open)`);
   ensureWorkers(run);
   updateUi();
 }
@@ -410,6 +465,7 @@ function updateUi() {
   $("start").textContent = running ? "Stop" : "Start";
   $("start").classList.toggle("danger", running);
   $("nodes").hidden = $("backend").value !== "redlock";
+  $("service").hidden = $("backend").value !== "durable-object";
   const run = current ?? lastRun;
   $("status").textContent = running
     ? `running · ${BACKENDS[current.backend]}`
@@ -445,7 +501,7 @@ const COLORS = {
 function drawTimeline() {
   const canvas = $("timeline");
   const run = current ?? lastRun;
-  const lanes = Math.max(run ? run.workers.length : 0, readControls().workers, 1);
+  const lanes = Math.max(run ? run.workers.length : 0, run ? run.targetWorkers() : readControls().workers, 1);
   const cssWidth = canvas.clientWidth;
   const narrow = cssWidth < 560;
   const laneH = narrow ? 24 : 30;

@@ -21,6 +21,7 @@
 //! | `EDGELOCK_JOB_LIMITS` | jobs that may run N at once, `name=N` comma-separated (e.g. `renders=3,thumbs=5`): each run takes one of N permits of a semaphore instead of the exclusive lock (the cron job too, if listed) |
 //! | `EDGELOCK_API_TOKEN` | secret: the bearer token every route requires (all lock names); without it or the next, every route answers 403 (see [`super::auth`]) |
 //! | `EDGELOCK_API_TOKENS` | secret: tokens scoped to lock-name prefixes, `PREFIX=TOKEN` per line or comma |
+//! | `EDGELOCK_CORS_ORIGINS` | origins whose browser pages may call the lock service's front `/lock` (CORS), comma-separated `scheme://host[:port]`, or `*`; unset (the default): no CORS headers. Read by [`super::lock_object::front`]; the bearer token stays the access control |
 //!
 //! Values are strings; numbers may also be given as numbers. Nothing here
 //! ever puts a value of a token binding into a message.

@@ -14,17 +14,30 @@
 // never more than 4 per origin (the browser entry's cap: a browser opens
 // about 6 connections per origin), and none once the run is stopped.
 // Screenshots (1280×800 and a 390 px phone width) go to .test-output/www/.
+//
+// The Durable Object lock service by URL: the built Worker (build/,
+// scripts/build-worker.sh) runs in workerd through Miniflare
+// (tests/worker/support.mjs), with EDGELOCK_CORS_ORIGINS set to the page's
+// origin, so every call of the page crosses origins (preflight + CORS). The
+// page is given the service URL and the test token, runs 3 workers and is
+// stopped; checked: holds never overlap and tokens strictly increase, the
+// latest token shown is the last hold's, the service's `inspect` saw one of
+// those tokens held during the run and the lock free after Stop, a second
+// acquire (from here) gets a higher token, and the token is nowhere in the
+// page (DOM, URL, storage, recorded data, console).
 
 import { spawn } from 'node:child_process';
 import { mkdirSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { randomBytes } from 'node:crypto';
 import { chromium } from 'playwright-core';
+import { startWorkers, TEST_API_TOKEN } from '../worker/support.mjs';
 
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 const outDir = path.join(repoRoot, '.test-output', 'www');
 const CHROMIUM = process.env.CHROMIUM_BIN ?? '/usr/bin/chromium';
-const TOTAL_BUDGET_MS = 170_000;
+const TOTAL_BUDGET_MS = 210_000;
 const WORKERS = 6;
 const TTL_MS = 2000;
 const HOLD_MS = 150;
@@ -223,6 +236,97 @@ async function exercise(page, backend, { pause = true, stopNode = false, screens
   return shot;
 }
 
+/** POST to the lock service's front `base` (…/lock) with the test token. */
+async function service(base, op, name, body) {
+  const r = await fetch(`${base}/v1/${op}?name=${encodeURIComponent(name)}`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${TEST_API_TOKEN}`, 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+    signal: AbortSignal.timeout(5000),
+  });
+  const text = await r.text();
+  check(r.status === 200, `${op}: HTTP ${r.status} ${text}`);
+  return JSON.parse(text);
+}
+
+/** The durable-object backend: the page takes and releases locks on the service by URL. */
+async function exerciseDurable(page, base, consoleLines) {
+  const label = 'durable-object';
+  await page.selectOption('#backend', label);
+  check(await page.isVisible('#do-url') && await page.isVisible('#do-token'), `${label}: URL and token fields not shown`);
+  check(await page.getAttribute('#do-token', 'type') === 'password', `${label}: the token field is not a password field`);
+  // Without a URL and a token the run does not start.
+  const runsBefore = await page.evaluate(() => window.__edgelockDemo.runs.length);
+  await page.fill('#do-url', '');
+  await page.fill('#do-token', '');
+  await page.click('#start');
+  check(await page.evaluate(() => window.__edgelockDemo.runs.length) === runsBefore, `${label}: a run started without URL and token`);
+
+  await page.fill('#do-url', base);
+  await page.fill('#do-token', TEST_API_TOKEN);
+  await page.fill('#workers', '3');
+  await page.fill('#ttl', String(TTL_MS));
+  await page.fill('#hold', String(HOLD_MS));
+  await page.click('#start');
+  const { id: runId, lockName } = await page.evaluate(() => window.__edgelockDemo.run);
+  const t = Date.now();
+  // The service, asked from here while the page runs: held by one of the page's holds.
+  let seenHeld = null;
+  const watch = (async () => {
+    while (seenHeld === null && Date.now() - t < 30_000) {
+      const s = await service(base, 'inspect', lockName, {});
+      if (s.held) seenHeld = s;
+      else await new Promise((r) => setTimeout(r, 30));
+    }
+  })();
+  await page.waitForFunction(([id, n]) => window.__edgelockDemo.holds.filter((h) => h.run === id).length >= n,
+    [runId, ACQUISITIONS], { timeout: 30_000 });
+  await watch;
+  log(`${label}: ${ACQUISITIONS} acquisitions by 3 workers in ${Date.now() - t} ms`);
+  await page.click('#start'); // Stop
+  await page.waitForFunction((id) => window.__edgelockDemo.runs.find((r) => r.id === id)?.stoppedAt !== undefined,
+    runId, { timeout: 20_000 });
+  const data = await runData(page, runId);
+  checkHolds(label, data.holds);
+  check(data.lost.length === 0, `${label}: unexpected lost-lock event: ${data.lost[0]?.message}`);
+  check(data.errors.length === 0, `${label}: acquire errors: ${data.errors.map((e) => `${e.code}: ${e.message}`).join(' | ')}`);
+  check(new Set(data.holds.map((h) => h.worker)).size >= 2, `${label}: only one worker ever held the lock`);
+  const last = [...data.holds].sort((a, b) => a.acquiredAt - b.acquiredAt).at(-1);
+  const shown = (await page.textContent('#c-token')).trim();
+  check(shown === last.token, `${label}: the page shows token ${shown}, the last hold had ${last.token}`);
+  check(seenHeld !== null, `${label}: inspect never saw the lock held during the run`);
+  check(data.holds.some((h) => h.token === seenHeld.token), `${label}: inspect saw token ${seenHeld.token}, not one of the page's holds`);
+  // Every hold was released: the lock is free, and the next grant's token is higher.
+  const after = await service(base, 'inspect', lockName, {});
+  check(after.held === false, `${label}: after Stop the service says ${JSON.stringify(after)}`);
+  const owner = randomBytes(16).toString('hex');
+  // waitMs: a waiter the page left behind at Stop would be dropped when it reaches the head.
+  const next = await service(base, 'acquire', lockName, { owner, ttlMs: 5000, waitMs: 3000 });
+  check(next.acquired === true && BigInt(next.token) > BigInt(last.token),
+    `${label}: a second acquire after the page's got ${JSON.stringify(next)} (page's last token ${last.token})`);
+  check((await service(base, 'release', lockName, { owner, token: next.token })).released === true, `${label}: release`);
+  log(`${label}: inspect saw token ${seenHeld.token} held during the run; after Stop the lock was free and the next acquire got ${next.token} > ${last.token}`);
+
+  // The token is kept in memory only.
+  const leaks = await page.evaluate((secret) => {
+    const where = [];
+    if (document.documentElement.outerHTML.includes(secret)) where.push('DOM');
+    if (location.href.includes(secret)) where.push('URL');
+    for (const [n, s] of [['localStorage', localStorage], ['sessionStorage', sessionStorage]]) {
+      for (let i = 0; i < s.length; i++) if (s.getItem(s.key(i)).includes(secret) || s.key(i).includes(secret)) where.push(n);
+    }
+    if (JSON.stringify(window.__edgelockDemo).includes(secret)) where.push('__edgelockDemo');
+    if (document.cookie.includes(secret)) where.push('cookie');
+    return where;
+  }, TEST_API_TOKEN);
+  if (consoleLines.some((l) => l.includes(TEST_API_TOKEN))) leaks.push('console');
+  check(leaks.length === 0, `${label}: the token shows up in: ${leaks.join(', ')}`);
+  log(`${label}: the token is nowhere in the DOM, URL, storage, recorded data or console`);
+  const shot = path.join(outDir, 'www-durable-object-1280x800.png');
+  await page.screenshot({ path: shot });
+  return shot;
+}
+
 /** After Stop: every wake-up subscription of the page is gone from the servers. */
 async function checkStreamsClosed(label, redisConfig) {
   const deadline = Date.now() + 5000;
@@ -239,7 +343,9 @@ async function main() {
   const { child, info } = await startServer();
   log(`page at ${info.url}`);
   let browser;
+  let worker;
   const pageErrors = [];
+  const consoleLines = [];
   try {
     browser = await chromium.launch({
       executablePath: CHROMIUM,
@@ -249,6 +355,7 @@ async function main() {
     });
     const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
     page.on('pageerror', (e) => pageErrors.push(e.message));
+    page.on('console', (m) => consoleLines.push(m.text()));
     await page.goto(info.url);
     await page.waitForFunction(() => window.__edgelockDemo?.ready || window.__edgelockDemo?.bootError, null, { timeout: 20_000 });
     const bootError = await page.evaluate(() => window.__edgelockDemo.bootError);
@@ -260,6 +367,15 @@ async function main() {
     shots.push(await exercise(page, 'redlock', { stopNode: true, screenshot: 'www-redlock-1280x800.png', redisConfig }));
     // One Redis node through the Upstash-compatible gateway (bearer token): a shorter check.
     await exercise(page, 'redis-upstash', { pause: false, redisConfig });
+
+    // The Durable Object lock service, on another origin that lists the page's.
+    const origin = new URL(info.url).origin;
+    const ts = Date.now();
+    worker = await startWorkers({ main: { EDGELOCK_CORS_ORIGINS: origin } }, { lockObjects: true });
+    const base = new URL('/lock', await worker.mf.ready).href;
+    check(new URL(base).origin !== origin, 'the lock service is on the page\'s own origin');
+    log(`durable-object: the Worker in workerd at ${base} (CORS for ${origin}), started in ${Date.now() - ts} ms`);
+    shots.push(await exerciseDurable(page, base, consoleLines));
 
     // The same page at phone width (the stopped run's timeline stays on screen).
     await page.setViewportSize({ width: 390, height: 844 });
@@ -275,6 +391,7 @@ async function main() {
     log('PASS');
   } finally {
     await browser?.close().catch(() => {});
+    await worker?.dispose().catch(() => {});
     await stopServer(child);
   }
 }
