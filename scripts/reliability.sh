@@ -5,7 +5,7 @@
 #
 #   bash scripts/reliability.sh            every scenario, long sizes; writes RELIABILITY.md
 #   bash scripts/reliability.sh --short    a few scenarios (1, 3m-3o, 4, 8, 9, 10), short sizes
-#                                          (with the Worker's backends in workerd: 1l, 1m, 8c, 10n-10p)
+#                                          (with the Worker's backends in workerd: 1l, 1m, 8c, 10n-10r)
 #                                          (< 5 min; part of scripts/test.sh); writes target/reliability-short.md
 #   bash scripts/reliability.sh --only 5,6 chosen scenarios (long sizes) to target/reliability-only.md
 #   ... --etcd-only                        only the etcd variants (with EDGELOCK_ETCD_BIN: another
@@ -26,7 +26,7 @@ case " $* " in
   *" --etcd-only "*) out=target/reliability-etcd-only.md ;;
 esac
 mkdir -p target
-# The Durable Object and D1 variants (1l, 1m, 8c, 10n-10p) run the built
+# The Durable Object and D1 variants (1l, 1m, 8c, 10n-10r) run the built
 # Worker (build/) in workerd through Miniflare from tests/worker/node_modules
 # (tools/devtools/workerd-host.mjs): build them if missing.
 case " $* " in

@@ -26,7 +26,8 @@
 //! callers of the job coordinator's `POST /jobs/:name/run` on the D1 table
 //! lock (the jobs write to the fenced resource; see [`d1_jobs_report`]);
 //! 10p the lock service stopped and started again under load
-//! ([`restart_report`]).
+//! ([`restart_report`]); 10q semaphores of [`PERMITS`] and 10r read-write
+//! locks on the lock service, with the checks of 10f–10j.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -106,7 +107,10 @@ pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
     if !mode.redis() {
         return out;
     }
-    if ["10n", "10o", "10p"].iter().any(|v| super::wants(v)) {
+    if ["10n", "10o", "10p", "10q", "10r"]
+        .iter()
+        .any(|v| super::wants(v))
+    {
         worker_backends(mode, secs, &mut out);
     }
     match RedisNodes::start(5, false) {
@@ -834,31 +838,34 @@ fn worker_backends(mode: &Mode, secs: u64, out: &mut Vec<ScenarioReport>) {
             return;
         }
     };
-    if super::wants("10n") {
-        let spec = BackendSpec::Durable {
-            url: host.front_url(),
-            token: WORKER_TOKEN.into(),
-            ttl_ms: TTL_MS,
-            request_timeout_ms: 5_000,
-            auto_extend: true,
-        };
-        let keys = || {
-            (0..LOCKS)
-                .map(|l| match host.held(&format!("load-{l}")) {
-                    Some(false) => 0,
-                    Some(true) => 1,
-                    None => usize::MAX / (2 * LOCKS),
-                })
-                .sum()
-        };
-        out.push(load_report(
-            "10n",
-            "durable-object (workerd, Worker front)",
-            &spec,
-            secs,
-            Kind::Lock,
-            &keys,
-        ));
+    let spec = BackendSpec::Durable {
+        url: host.front_url(),
+        token: WORKER_TOKEN.into(),
+        ttl_ms: TTL_MS,
+        request_timeout_ms: 5_000,
+        auto_extend: true,
+    };
+    // Names still held after every client closed (the lock service keeps
+    // no key per lock: its `inspect` says whether anyone holds the name).
+    let keys = || {
+        (0..LOCKS)
+            .flat_map(|l| [format!("load-{l}"), format!("load-{l}-rw")])
+            .map(|name| match host.held(&name) {
+                Some(false) => 0,
+                Some(true) => 1,
+                None => usize::MAX / (4 * LOCKS),
+            })
+            .sum()
+    };
+    for (id, kind) in [
+        ("10n", Kind::Lock),
+        ("10q", Kind::Permits(PERMITS)),
+        ("10r", Kind::ReadWrite),
+    ] {
+        if super::wants(id) {
+            let backend = "durable-object (workerd, Worker front)";
+            out.push(load_report(id, backend, &spec, secs, kind, &keys));
+        }
     }
     if super::wants("10o") {
         out.push(d1_jobs_report("10o", &host, &fenced, mode, secs));
