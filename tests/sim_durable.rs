@@ -310,19 +310,19 @@ impl Checks {
         // (5) Calm: nothing left in the service when the last client closed.
         if self.setup.calm && !self.calm_close_checked && w.all_closed_at.is_some() {
             self.calm_close_checked = true;
-            service_is_empty(w, true)?;
+            service_is_empty(w, false)?;
         }
         Ok(())
     }
 }
 
-/// No holder, no queue entry, no held-open request. `overtaken_ok`: an
+/// No holder, no queue entry, and (`at_end`) no held-open request. An
 /// owner whose poll arrived after its own leave (see
-/// `DoService::overtaken`) may still hold or wait (until its lease or wait
-/// ends: the end of the run must find nothing).
-fn service_is_empty(w: &World<DoService>, overtaken_ok: bool) -> Result<(), String> {
+/// `DoService::overtaken`) gets no exception: the service remembers owners
+/// that left and neither queues nor grants such a poll.
+fn service_is_empty(w: &World<DoService>, at_end: bool) -> Result<(), String> {
     let m = w.server(0);
-    let ok = |owner: &str| overtaken_ok && m.overtaken.contains(owner);
+    let ok = |_: &str| false;
     for name in m.names() {
         let s = m.state(&name).expect("listed");
         let holder = s.holder.as_ref().filter(|h| !ok(&h.owner)).map(|h| h.token);
@@ -341,7 +341,7 @@ fn service_is_empty(w: &World<DoService>, overtaken_ok: bool) -> Result<(), Stri
             ));
         }
     }
-    if !overtaken_ok && m.open_requests() != 0 {
+    if at_end && m.open_requests() != 0 {
         return Err(format!(
             "the service still holds {} request(s) open at the end",
             m.open_requests()
@@ -497,7 +497,7 @@ fn final_checks(w: &World<DoService>, setup: &Setup) -> Result<(), String> {
         }
     }
     // (5) Nothing left: no holder, no queue, no open request.
-    service_is_empty(w, false)?;
+    service_is_empty(w, true)?;
     if setup.calm {
         w.check_calm_run()?;
     }

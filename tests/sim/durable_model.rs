@@ -445,11 +445,13 @@ impl DoService {
                 if let Some(c) = client {
                     self.owners.insert(owner.clone(), c);
                 }
+                let late_poll = wait_ms > 0 && self.left.contains(&owner);
                 if wait_ms == 0 {
                     self.left.insert(owner.clone());
-                } else if self.left.contains(&owner) {
+                } else if late_poll {
                     self.overtaken.insert(owner.clone());
                 }
+                let counter_before = self.objects.get(&name).map_or(0, |o| o.lock.counter);
                 let ticket = {
                     let obj = self.objects.entry(name.clone()).or_default();
                     obj.tickets += 1;
@@ -462,6 +464,16 @@ impl DoService {
                     |l, live, epoch, out| l.acquire(&o, ttl_ms, wait_ms, epoch, live, out),
                     |_| None,
                 );
+                if late_poll {
+                    let granted =
+                        matches!(a, Acquire::Held { token, .. } if token > counter_before);
+                    if granted || matches!(a, Acquire::Queued { .. }) {
+                        self.violations.push(format!(
+                            "{name:?}: a poll that arrived after its own leave at t={now} was {}",
+                            if granted { "granted" } else { "queued" }
+                        ));
+                    }
+                }
                 match a {
                     Acquire::Held {
                         token,

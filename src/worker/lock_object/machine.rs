@@ -22,6 +22,15 @@ use std::collections::VecDeque;
 /// `acquired:false` at once (the stored value stays small).
 pub const MAX_WAITERS: usize = 512;
 
+/// Most owners remembered as having left (see [`LockState::left`]); the
+/// oldest is forgotten first.
+pub const MAX_LEFT: usize = 256;
+
+/// How long an owner that left is remembered: longer than any poll can
+/// be in flight (its `waitMs`, at most 60 s, plus a client's request
+/// timeout, at most 600 s).
+pub const LEFT_KEEP_MS: u64 = 660_000;
+
 /// The current holder.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Holder {
@@ -50,6 +59,24 @@ pub struct LockState {
     pub counter: u64,
     pub holder: Option<Holder>,
     pub queue: VecDeque<Waiter>,
+    /// Owners that ended their acquire (an `acquire` with `waitMs` 0, or a
+    /// release while queued), each with when it is forgotten (ms since the
+    /// epoch), oldest first: a later waiting `acquire` of one of them that
+    /// does not hold the lock is answered `acquired:false` and neither
+    /// queued nor granted. A client's poll can arrive after its own leave
+    /// (they travel on different connections); without this the abandoned
+    /// owner would be queued again and granted a lease nobody uses. Absent
+    /// in a state stored by an older version: empty.
+    #[serde(default, skip_serializing_if = "VecDeque::is_empty")]
+    pub left: VecDeque<Left>,
+}
+
+/// An owner that left (see [`LockState::left`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Left {
+    pub owner: String,
+    /// When it is forgotten, ms since the epoch.
+    pub until_ms: u64,
 }
 
 /// An answer for a request held open, delivered through its channel.
@@ -104,6 +131,9 @@ impl LockState {
     /// while the lock is free, grants the head of the queue, dropping
     /// waiters that are not `live` (their request is no longer open).
     pub fn settle(&mut self, now_ms: u64, live: &dyn Fn(&str) -> bool, out: &mut Vec<Notice>) {
+        while self.left.front().is_some_and(|l| l.until_ms <= now_ms) {
+            self.left.pop_front();
+        }
         if self
             .holder
             .as_ref()
@@ -144,6 +174,24 @@ impl LockState {
             .filter(|h| h.owner == owner && h.token == token)
     }
 
+    fn has_left(&self, owner: &str) -> bool {
+        self.left.iter().any(|l| l.owner == owner)
+    }
+
+    /// Remembers that `owner` left, until [`LEFT_KEEP_MS`] from now.
+    fn remember_left(&mut self, owner: &str, now_ms: u64) {
+        if let Some(i) = self.left.iter().position(|l| l.owner == owner) {
+            self.left.remove(i);
+        }
+        while self.left.len() >= MAX_LEFT {
+            self.left.pop_front();
+        }
+        self.left.push_back(Left {
+            owner: owner.to_string(),
+            until_ms: now_ms.saturating_add(LEFT_KEEP_MS),
+        });
+    }
+
     fn position(&self, owner: &str) -> Option<usize> {
         self.queue.iter().position(|w| w.owner == owner)
     }
@@ -162,7 +210,11 @@ impl LockState {
 
     /// `acquire`. An owner already queued is replaced in place (its older
     /// request gets [`Notice::Dropped`]); with `wait_ms` 0 it leaves the
-    /// queue instead.
+    /// queue instead. `wait_ms` 0 ends the owner's acquire: it is
+    /// remembered as left, and a later waiting acquire of it (`wait_ms` >
+    /// 0: a poll that its own leave overtook) that does not hold the lock
+    /// answers `acquired:false`, neither queued nor granted. (Trying again
+    /// with `wait_ms` 0 stays possible.)
     pub fn acquire(
         &mut self,
         owner: &str,
@@ -173,12 +225,27 @@ impl LockState {
         out: &mut Vec<Notice>,
     ) -> Acquire {
         self.settle(now_ms, live, out);
+        let ended = wait_ms > 0 && self.has_left(owner);
+        if wait_ms == 0 {
+            self.remember_left(owner, now_ms);
+        }
         if let Some(h) = self.holder.as_ref().filter(|h| h.owner == owner) {
             return Acquire::Held {
                 token: h.token,
                 ttl_ms: h.deadline_ms.saturating_sub(now_ms),
                 waiters: self.queue.len(),
             };
+        }
+        if ended {
+            // Neither queued nor granted (it is not queued: leaving took
+            // it out of the queue).
+            if let Some(i) = self.position(owner) {
+                self.queue.remove(i);
+                out.push(Notice::Dropped {
+                    owner: owner.to_string(),
+                });
+            }
+            return Acquire::Busy(self.busy(now_ms));
         }
         if self.holder.is_none() {
             // Free: by the invariant the queue has no live waiter.
@@ -255,6 +322,7 @@ impl LockState {
         }
         if let Some(i) = self.position(owner) {
             self.queue.remove(i);
+            self.remember_left(owner, now_ms);
             out.push(Notice::Dropped {
                 owner: owner.to_string(),
             });

@@ -29,6 +29,9 @@
 //!   `acquired:false` when its `waitMs` ends.
 //! - **Late calls are harmless.** A release, extend or resume by an owner
 //!   whose lease ended answers `false` and never touches the next holder.
+//!   A waiting poll of an owner that left (`acquire` with `waitMs` 0) is
+//!   answered `acquired:false`, never queued nor granted (it was overtaken
+//!   by its own leave).
 //! - **Refusals change nothing.** Bad input is refused (400/404/405/413)
 //!   before the state is read; messages never repeat an owner or token.
 //!

@@ -264,7 +264,10 @@ impl LeaseProtocol for DurableMachine {
         };
         let wait_ms = match (a.wait, a.deadline) {
             (Wait::Try, _) => 0,
-            (_, Some(d)) => d.saturating_sub(now).min(MAX_POLL_WAIT_MS),
+            // At least 1 ms: `waitMs` 0 is how an acquire leaves, and the
+            // service refuses a waiting poll of an owner that left (a late
+            // poll overtaken by its own leave must not be granted).
+            (_, Some(d)) => d.saturating_sub(now).clamp(1, MAX_POLL_WAIT_MS),
             (_, None) => MAX_POLL_WAIT_MS,
         };
         let body = codec::acquire_body(&a.owner, a.ttl, wait_ms);
