@@ -302,7 +302,8 @@ fn the_cli_runs_a_command_under_a_lock_of_the_service() {
     assert!(out.status.success(), "{stdout}{stderr}");
     assert_eq!(stdout.trim(), "token=1", "{stderr}");
     assert!(!stderr.contains(TOKEN), "{stderr}");
-    // Held by someone else: --try exits 73; a kind it does not offer: 64.
+    // Held by someone else: --try exits 73; a shared hold (offered since
+    // the service holds read-write locks) runs; a bad limit: 64.
     let holder = client(&url, TOKEN, 10_000);
     let _held = holder.try_acquire("cli-job").unwrap().unwrap();
     let busy = std::process::Command::new(bin)
@@ -324,23 +325,27 @@ fn the_cli_runs_a_command_under_a_lock_of_the_service() {
         "{}",
         String::from_utf8_lossy(&busy.stderr)
     );
-    let shared = std::process::Command::new(bin)
-        .args([
-            "run",
-            "--durable-object",
-            &url,
-            "--shared",
-            "other",
-            "--",
-            "true",
-        ])
-        .env("EDGELOCK_API_TOKEN", TOKEN)
-        .output()
-        .unwrap();
+    let run = |kind: &[&str]| {
+        std::process::Command::new(bin)
+            .args(["run", "--durable-object", &url])
+            .args(kind)
+            .args(["other", "--", "true"])
+            .env("EDGELOCK_API_TOKEN", TOKEN)
+            .output()
+            .unwrap()
+    };
+    let shared = run(&["--shared"]);
     assert_eq!(
         shared.status.code(),
-        Some(64),
+        Some(0),
         "{}",
         String::from_utf8_lossy(&shared.stderr)
+    );
+    let bad = run(&["--limit", "0"]);
+    assert_eq!(
+        bad.status.code(),
+        Some(64),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
     );
 }

@@ -322,3 +322,34 @@ mod kinds {
         }
     }
 }
+
+/// A dead waiter (its request gone, e.g. after a restart) keeps its place
+/// while it is not its turn: a re-sent acquire of it takes the place up.
+#[test]
+fn a_dead_waiter_keeps_its_place_until_its_turn() {
+    use machine::*;
+    let (h, b, c) = (
+        "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+        "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb",
+        "cccccccccccccccccccccccccccccccc",
+    );
+    let mut s = LockState::default();
+    let mut out = vec![];
+    let all = |_: &str| true;
+    s.acquire(h, Kind::Exclusive, 60_000, 0, 0, &all, &mut out);
+    s.acquire(b, Kind::Exclusive, 1000, 5000, 0, &all, &mut out);
+    s.acquire(c, Kind::Shared, 1000, 5000, 0, &all, &mut out);
+    // A restart: nobody's request is open; c re-sends first.
+    let none = |_: &str| false;
+    assert_eq!(s.inspect(10, &none, &mut out).waiters, 2);
+    let only_c = |o: &str| o == c;
+    assert_eq!(
+        s.acquire(c, Kind::Shared, 1000, 5000, 20, &only_c, &mut out),
+        Acquire::Queued { waiters: 2 }
+    );
+    assert_eq!(s.queue[0].owner, b, "b kept its place");
+    // b never re-sends: at the holder's release it is dropped, c granted.
+    out.clear();
+    assert!(s.release(h, 1, 30, &only_c, &mut out));
+    assert!(matches!(&out[..], [Notice::Granted { owner, token: 2, .. }] if owner == c));
+}

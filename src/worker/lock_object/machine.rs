@@ -17,9 +17,9 @@
 //!   token is the new value, so tokens are unique and strictly increasing;
 //! - a holder whose lease has ended is gone before anything else is
 //!   decided (every operation starts with [`LockState::settle`]);
-//! - the queue's head, if any, is a live waiter that is not compatible
-//!   with the holders (compatible heads are granted at once; waiters whose
-//!   request is no longer open are dropped when they reach the head);
+//! - the queue's head, if any, is not compatible with the holders
+//!   (compatible heads are granted at once; a waiter whose request is no
+//!   longer open is dropped when its turn comes);
 //! - holders are compatible: one exclusive, or only shared, or at most
 //!   `limit` permits in distinct slots below `limit`; every permit holder
 //!   and live permit waiter has the same limit;
@@ -294,8 +294,8 @@ pub struct Hold {
 impl LockState {
     /// Drops the holders whose lease has ended (at `now_ms` or before) and
     /// grants the head waiters while they are compatible with the holders,
-    /// dropping waiters that are not `live` (their request is no longer
-    /// open) when they reach the head.
+    /// dropping those that are not `live` (their request is no longer open)
+    /// instead when their turn comes.
     pub fn settle(&mut self, now_ms: u64, live: &dyn Fn(&str) -> bool, out: &mut Vec<Notice>) {
         while self.left.front().is_some_and(|l| l.until_ms <= now_ms) {
             self.left.pop_front();
@@ -303,16 +303,17 @@ impl LockState {
         self.holders.retain(|h| h.deadline_ms > now_ms);
         self.fix_limit();
         while let Some(w) = self.queue.front() {
-            if !live(&w.owner) {
-                self.queue.pop_front();
-                continue;
-            }
+            // A dead head is dropped only when its turn comes (it keeps its
+            // place until then: a re-sent acquire of it takes the place up).
             if !self.admits(w.kind()) {
                 break;
             }
             let Some(w) = self.queue.pop_front() else {
                 break;
             };
+            if !live(&w.owner) {
+                continue;
+            }
             let (token, slot) = self.grant(w.owner.clone(), w.kind(), w.ttl_ms, now_ms);
             out.push(Notice::Granted {
                 owner: w.owner,
