@@ -137,7 +137,7 @@ fn pick<T: Copy>(rng: &mut SimRng, xs: &[T]) -> T {
 }
 
 fn build(seed: u64, mode: Mode) -> (World<DoService>, Setup) {
-    let mut rng = SimRng::new(seed ^ 0xD0_0B_1EC7_0000_0000_u64);
+    let mut rng = SimRng::new(seed ^ 0xD00B_1EC7_0000_0000_u64);
     let calm = mode != Mode::Restarts && rng.chance(0.3);
     let ttl_ms = pick(&mut rng, &[1_000, 2_000, 3_000, 5_000]);
     let timeouts: Vec<u64> = [150, 300, 600, 1_000]
