@@ -353,3 +353,30 @@ fn a_dead_waiter_keeps_its_place_until_its_turn() {
     assert!(s.release(h, 1, 30, &only_c, &mut out));
     assert!(matches!(&out[..], [Notice::Granted { owner, token: 2, .. }] if owner == c));
 }
+
+/// sim_durable semaphores seed 2487 (10000 seeds): a cancelled acquire of
+/// another limit leaves (refused with 409 while permits of the held limit
+/// are held), then its own poll arrives once no permit is held: it must not
+/// be granted.
+#[test]
+fn a_leave_refused_for_its_limit_still_ends_the_owners_acquire() {
+    use machine::*;
+    let (a, x) = (
+        "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+        "cccccccccccccccccccccccccccccccc",
+    );
+    let mut s = LockState::default();
+    let mut out = vec![];
+    let all = |_: &str| true;
+    s.acquire(a, Kind::Permit { limit: 3 }, 5000, 0, 0, &all, &mut out);
+    assert_eq!(
+        s.acquire(x, Kind::Permit { limit: 4 }, 2000, 0, 10, &all, &mut out),
+        Acquire::OtherLimit { limit: 3 }
+    );
+    assert!(s.release(a, 1, 20, &all, &mut out));
+    assert!(matches!(
+        s.acquire(x, Kind::Permit { limit: 4 }, 5000, 5000, 30, &all, &mut out),
+        Acquire::Busy(_)
+    ));
+    assert!(s.holders.is_empty() && s.queue.is_empty());
+}

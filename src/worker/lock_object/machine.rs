@@ -441,7 +441,8 @@ impl LockState {
     /// `acquired:false`, neither queued nor granted. (Trying again with
     /// `wait_ms` 0 stays possible.) A permit of another limit than the
     /// name's permits are held or queued with is refused
-    /// ([`Acquire::OtherLimit`]) and changes nothing.
+    /// ([`Acquire::OtherLimit`]) and takes nothing (a refused `wait_ms` 0
+    /// is still remembered as left).
     #[allow(clippy::too_many_arguments)]
     pub fn acquire(
         &mut self,
@@ -462,15 +463,17 @@ impl LockState {
                 slot: h.slot,
             };
         }
+        let ended = wait_ms > 0 && self.has_left(owner);
+        if wait_ms == 0 {
+            // Before the limit check: a leave refused for its limit is a
+            // leave all the same (its own poll may still be on the way).
+            self.remember_left(owner, now_ms);
+        }
         if let Kind::Permit { limit } = kind {
             let other = |o: &str| o != owner && live(o);
             if let Some(required) = self.required_limit(&other).filter(|l| *l != limit) {
                 return Acquire::OtherLimit { limit: required };
             }
-        }
-        let ended = wait_ms > 0 && self.has_left(owner);
-        if wait_ms == 0 {
-            self.remember_left(owner, now_ms);
         }
         if ended {
             // Neither queued nor granted (it is not queued: leaving took
