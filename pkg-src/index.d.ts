@@ -525,8 +525,9 @@ export declare function lockServiceRouter(namespace: DurableObjectNamespaceLike)
 
 /**
  * Locks on the edgelock Durable Object lock service (one object per lock
- * name). Exclusive locks only: `mode`/`limit` (permits, shared holds),
- * elections and `reenter` reject with `INVALID_ARGUMENT` (the signatures are
+ * name): exclusive locks, read-write locks (`mode: "shared"`) and
+ * semaphores (`limit`, a slot and a fencing token per permit). Elections and
+ * `reenter` reject with `INVALID_ARGUMENT` (the signatures are
  * `LockClient`'s); `acquireAll` takes the names one at a time.
  */
 export declare class DurableObjectLocks implements LockClient {

@@ -226,4 +226,41 @@ fn the_cli_runs_a_command_under_a_lock_of_the_service() {
         "{}",
         String::from_utf8_lossy(&busy.stderr)
     );
+    // The kinds the service holds: a shared hold and a semaphore's permit
+    // run (the permit's slot exported); a bad limit is refused (64).
+    let run = |kind: &[&str], name: &str| {
+        std::process::Command::new(bin)
+            .args(["run", "--durable-object", &url])
+            .args(kind)
+            .args([name, "--", "sh", "-c", "echo slot=${EDGELOCK_SLOT:-none}"])
+            .env("EDGELOCK_API_TOKEN", WORKER_TOKEN)
+            .output()
+            .unwrap()
+    };
+    let shared = run(&["--shared"], "cli-rw");
+    assert!(
+        shared.status.success(),
+        "{}",
+        String::from_utf8_lossy(&shared.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&shared.stdout).trim(), "slot=none");
+    let permit = run(&["--limit", "3"], "cli-sem");
+    assert!(
+        permit.status.success(),
+        "{}",
+        String::from_utf8_lossy(&permit.stderr)
+    );
+    let slot = String::from_utf8_lossy(&permit.stdout).trim().to_string();
+    assert!(
+        ["slot=0", "slot=1", "slot=2"].contains(&slot.as_str()),
+        "{slot}"
+    );
+    let bad = run(&["--limit", "0"], "cli-sem");
+    assert_eq!(
+        bad.status.code(),
+        Some(64),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
+    drop(held);
 }

@@ -45,7 +45,7 @@ mod core {
 use std::collections::{HashMap, HashSet};
 
 use edgelock::core::durable::{DurableConfig, DurableEndpoint};
-use edgelock::core::{BackendSpec, LockMachine, Millis};
+use edgelock::core::{BackendSpec, LockKind, LockMachine, Millis};
 use sim::durable_model::{DoService, End, Rec};
 use sim::net::{Clock, NetConfig, Outcome, Partition, Pause, SimRng, What, WorkloadConfig, World};
 
@@ -63,6 +63,12 @@ enum Mode {
     Main,
     /// Object restarts in every run, with pauses and loss.
     Restarts,
+    /// As `Main`, every acquire a permit of a semaphore of 2 or 3 (with
+    /// more clients than permits), sometimes another limit too (refused
+    /// while permits of the held one are held).
+    Permits,
+    /// As `Main`, a read-write mix: exclusive and shared acquires.
+    ReadWrite,
 }
 
 #[derive(Clone, Debug)]
@@ -76,6 +82,10 @@ struct Setup {
     clients: usize,
     names: Vec<String>,
     restarts: Vec<Millis>,
+    /// The semaphore's limit (`Mode::Permits`).
+    limit: Option<u32>,
+    /// Some acquires ask for `limit + 1`.
+    mixed_limits: bool,
 }
 
 #[derive(Default, Debug, Clone, Copy)]
@@ -94,6 +104,11 @@ struct Stats {
     timeouts: u64,
     aborted: u64,
     sim_ms: u64,
+    /// Runs in which two clients believed they held one name at once
+    /// (shared holds, or permits).
+    concurrent: u64,
+    /// Permits refused for another limit (409).
+    other_limits: u64,
 }
 
 impl Stats {
@@ -112,6 +127,8 @@ impl Stats {
         self.timeouts += o.timeouts;
         self.aborted += o.aborted;
         self.sim_ms += o.sim_ms;
+        self.concurrent += o.concurrent;
+        self.other_limits += o.other_limits;
     }
 }
 
@@ -120,8 +137,8 @@ fn pick<T: Copy>(rng: &mut SimRng, xs: &[T]) -> T {
 }
 
 fn build(seed: u64, mode: Mode) -> (World<DoService>, Setup) {
-    let mut rng = SimRng::new(seed ^ 0xD0_0B_1EC7_0000_0000_u64);
-    let calm = mode == Mode::Main && rng.chance(0.3);
+    let mut rng = SimRng::new(seed ^ 0xD00B_1EC7_0000_0000_u64);
+    let calm = mode != Mode::Restarts && rng.chance(0.3);
     let ttl_ms = pick(&mut rng, &[1_000, 2_000, 3_000, 5_000]);
     let timeouts: Vec<u64> = [150, 300, 600, 1_000]
         .into_iter()
@@ -130,7 +147,13 @@ fn build(seed: u64, mode: Mode) -> (World<DoService>, Setup) {
     let request_timeout_ms = pick(&mut rng, &timeouts);
     // Without renewals a long hold is rightly lost: calm runs renew.
     let auto_extend = rng.chance(0.8) || calm;
-    let clients = rng.range(2, 5) as usize;
+    let mut clients = rng.range(2, 5) as usize;
+    let limit = (mode == Mode::Permits).then(|| rng.range(2, 3) as u32);
+    if let Some(l) = limit {
+        // More clients than permits, so that they run out.
+        clients = clients.max(l as usize + rng.range(1, 3) as usize);
+    }
+    let mixed_limits = limit.is_some() && rng.chance(0.3);
     let names: Vec<String> = {
         let k = rng.range(1, 3) as usize;
         let first = rng.below(NAMES.len() as u64) as usize;
@@ -151,7 +174,7 @@ fn build(seed: u64, mode: Mode) -> (World<DoService>, Setup) {
     }
     let restarts: Vec<Millis> = match (mode, calm) {
         (_, true) => Vec::new(),
-        (Mode::Main, false) if rng.chance(0.5) => Vec::new(),
+        (Mode::Main | Mode::Permits | Mode::ReadWrite, false) if rng.chance(0.5) => Vec::new(),
         _ => (0..rng.range(1, 4))
             .map(|_| rng.below(FAULT_WINDOW_MS))
             .collect(),
@@ -165,6 +188,8 @@ fn build(seed: u64, mode: Mode) -> (World<DoService>, Setup) {
         clients,
         names: names.clone(),
         restarts: restarts.clone(),
+        limit,
+        mixed_limits,
     };
     let mut service = DoService::new(ORIGIN, TOKEN, rng.next_u64(), restarts);
     service.restart_window = if calm { 0 } else { rng.range(0, 300) };
@@ -228,6 +253,20 @@ fn build(seed: u64, mode: Mode) -> (World<DoService>, Setup) {
         release_retries: 3,
         stop_at: STOP_AT_MS,
     });
+    if let Some(limit) = limit {
+        let mut kinds = vec![LockKind::Permits { limit }];
+        if mixed_limits {
+            kinds.push(LockKind::Permits { limit: limit + 1 });
+        }
+        w.set_acquire_kinds(kinds);
+    }
+    if mode == Mode::ReadWrite {
+        w.set_acquire_kinds(vec![
+            LockKind::Exclusive,
+            LockKind::Shared,
+            LockKind::Shared,
+        ]);
+    }
     (w, setup)
 }
 
@@ -235,10 +274,12 @@ fn build(seed: u64, mode: Mode) -> (World<DoService>, Setup) {
 struct Checks {
     setup: Setup,
     rng: SimRng,
-    /// The fenced resource: per name, the highest token it accepted.
-    resource: HashMap<String, u64>,
+    /// The fenced resources: per name (a permit: per name and slot), the
+    /// highest token it accepted.
+    resource: HashMap<(String, Option<u32>), u64>,
     writes: u64,
     calm_close_checked: bool,
+    concurrent: bool,
 }
 
 impl Checks {
@@ -249,6 +290,7 @@ impl Checks {
             resource: HashMap::new(),
             writes: 0,
             calm_close_checked: false,
+            concurrent: false,
         }
     }
 
@@ -257,21 +299,29 @@ impl Checks {
         if let Some(v) = m.violations.first() {
             return Err(format!("service: {v}"));
         }
-        // (1) Every believer is the service's holder, and its belief ends
-        // before the service's lease does.
+        let believers = w.believers();
+        for (i, a) in believers.iter().enumerate() {
+            self.concurrent |= believers[i + 1..]
+                .iter()
+                .any(|b| b.name == a.name && b.client != a.client);
+        }
+        // (1) Every believer is one of the service's holders (owner,
+        // token and slot), and its belief ends before that lease does.
         for b in w.believers() {
-            let Some((owner, token, until)) = m.holder(&b.name, w.now) else {
+            let holders = m.holders(&b.name, w.now);
+            let Some((_, token, until, slot)) = holders.iter().find(|h| h.0 == b.owner) else {
                 return Err(format!(
-                    "client {} believes it holds {:?} (token {}) at t={}, the service has no holder",
-                    b.client, b.name, b.token, w.now
+                    "client {} believes it holds {:?} (token {}) at t={}, the service has no such holder (holders' tokens {:?})",
+                    b.client, b.name, b.token, w.now, holders.iter().map(|h| h.1).collect::<Vec<_>>()
                 ));
             };
-            if owner != b.owner || token != b.token {
+            if *token != b.token || *slot != b.slot {
                 return Err(format!(
-                    "client {} believes it holds {:?} (token {}) at t={}, the service's holder has token {token}",
-                    b.client, b.name, b.token, w.now
+                    "client {} believes it holds {:?} (token {}, slot {:?}) at t={}, the service's holder has token {token}, slot {slot:?}",
+                    b.client, b.name, b.token, b.slot, w.now
                 ));
             }
+            let until = *until;
             // The last instant of the belief: local clock still <= expires_at.
             let belief_end = w.client_clock(b.client).to_global(b.expires_at + 1);
             if belief_end > until {
@@ -280,17 +330,21 @@ impl Checks {
                     b.client, b.name, b.token, belief_end - 1, b.expires_at
                 ));
             }
-            // (4) It writes to the fenced resource, now and then.
+            // (4) It uses the fenced resource (a permit: its slot's), now and
+            // then: a writer (exclusive, permit) writes with its token, a
+            // reader (shared) reads, which a newer write must not precede.
             if self.rng.chance(0.2) {
                 self.writes += 1;
-                let highest = self.resource.entry(b.name.clone()).or_insert(0);
+                let highest = self.resource.entry((b.name.clone(), b.slot)).or_insert(0);
                 if b.token < *highest {
                     return Err(format!(
-                        "the fenced resource of {:?} rejected client {}'s write with token {} at t={}: it had accepted {}",
-                        b.name, b.client, b.token, w.now, highest
+                        "the fenced resource of {:?} (slot {:?}) rejected client {}'s {} with token {} at t={}: it had accepted {}",
+                        b.name, b.slot, b.client, if b.kind == LockKind::Shared { "read" } else { "write" }, b.token, w.now, highest
                     ));
                 }
-                *highest = b.token;
+                if b.kind != LockKind::Shared {
+                    *highest = b.token;
+                }
             }
         }
         // (3) No lock outlives its expiry in a running client without Lost.
@@ -310,22 +364,22 @@ impl Checks {
         // (5) Calm: nothing left in the service when the last client closed.
         if self.setup.calm && !self.calm_close_checked && w.all_closed_at.is_some() {
             self.calm_close_checked = true;
-            service_is_empty(w, true)?;
+            service_is_empty(w, false)?;
         }
         Ok(())
     }
 }
 
-/// No holder, no queue entry, no held-open request. `overtaken_ok`: an
+/// No holder, no queue entry, and (`at_end`) no held-open request. An
 /// owner whose poll arrived after its own leave (see
-/// `DoService::overtaken`) may still hold or wait (until its lease or wait
-/// ends: the end of the run must find nothing).
-fn service_is_empty(w: &World<DoService>, overtaken_ok: bool) -> Result<(), String> {
+/// `DoService::overtaken`) gets no exception: the service remembers owners
+/// that left and neither queues nor grants such a poll.
+fn service_is_empty(w: &World<DoService>, at_end: bool) -> Result<(), String> {
     let m = w.server(0);
-    let ok = |owner: &str| overtaken_ok && m.overtaken.contains(owner);
+    let ok = |_: &str| false;
     for name in m.names() {
         let s = m.state(&name).expect("listed");
-        let holder = s.holder.as_ref().filter(|h| !ok(&h.owner)).map(|h| h.token);
+        let holder = s.holders.iter().find(|h| !ok(&h.owner)).map(|h| h.token);
         if let Some(t) = holder {
             return Err(format!(
                 "{name:?} is still held (token {t}) at t={} after every client closed",
@@ -341,7 +395,7 @@ fn service_is_empty(w: &World<DoService>, overtaken_ok: bool) -> Result<(), Stri
             ));
         }
     }
-    if !overtaken_ok && m.open_requests() != 0 {
+    if at_end && m.open_requests() != 0 {
         return Err(format!(
             "the service still holds {} request(s) open at the end",
             m.open_requests()
@@ -389,6 +443,8 @@ fn run_seed(seed: u64, mode: Mode, trace: bool) -> Result<(Stats, u64), Failure>
                     timeouts: failed("TIMEOUT"),
                     aborted: failed("ABORTED"),
                     sim_ms: w.now,
+                    concurrent: checks.concurrent as u64,
+                    other_limits: m.other_limits,
                 },
                 m.refusals,
             ))
@@ -497,7 +553,7 @@ fn final_checks(w: &World<DoService>, setup: &Setup) -> Result<(), String> {
         }
     }
     // (5) Nothing left: no holder, no queue, no open request.
-    service_is_empty(w, false)?;
+    service_is_empty(w, true)?;
     if setup.calm {
         w.check_calm_run()?;
     }
@@ -585,10 +641,12 @@ fn sweep(test: &str, default_seeds: u64, mode: Mode) -> Stats {
         total.add(s);
     }
     eprintln!(
-        "{test}: {} seeds ({} calm) in {:.1} s: {} ops, {} grants, {} lost, {} wait timeouts, {} aborted, {} HTTP requests, {} held open, {} polls overtaken by their leave, {} object restarts, {} alarms, {} fenced writes, {} simulated minutes",
+        "{test}: {} seeds ({} calm) in {:.1} s: {} runs with concurrent holders, {} permits refused for another limit, {} ops, {} grants, {} lost, {} wait timeouts, {} aborted, {} HTTP requests, {} held open, {} polls overtaken by their leave, {} object restarts, {} alarms, {} fenced writes, {} simulated minutes",
         total.seeds,
         total.calm,
         started.elapsed().as_secs_f64(),
+        total.concurrent,
+        total.other_limits,
         total.ops,
         total.grants,
         total.losts,
@@ -647,6 +705,37 @@ fn restarts() {
         s.grants > s.seeds,
         "the workload should acquire locks: {s:?}"
     );
+}
+
+#[test]
+fn semaphores() {
+    let s = sweep("semaphores", 500, Mode::Permits);
+    if !sweeping() {
+        return;
+    }
+    assert!(
+        s.grants > s.seeds,
+        "the workload should acquire permits: {s:?}"
+    );
+    assert!(s.held_open > s.seeds, "acquires should be held open: {s:?}");
+    assert!(
+        s.concurrent > s.seeds / 4,
+        "permits should be held together: {s:?}"
+    );
+    assert!(s.other_limits > 0, "another limit should be refused: {s:?}");
+}
+
+#[test]
+fn read_write() {
+    let s = sweep("read_write", 500, Mode::ReadWrite);
+    if !sweeping() {
+        return;
+    }
+    assert!(
+        s.grants > s.seeds,
+        "the workload should acquire locks: {s:?}"
+    );
+    assert!(s.concurrent > s.seeds / 10, "readers should share: {s:?}");
 }
 
 #[test]

@@ -34,7 +34,7 @@ pub mod machine;
 #[allow(dead_code)]
 pub mod protocol;
 
-use machine::{Acquire, LockState, Notice};
+use machine::{Acquire, LockState, Mode, Notice};
 use protocol::{answer, Op};
 
 /// `Date.now()` at global time 0.
@@ -126,6 +126,8 @@ pub struct DoService {
     pub restarts_done: u64,
     pub alarms_fired: u64,
     pub refusals: u64,
+    /// Permits refused for asking another limit than the held ones' (409).
+    pub other_limits: u64,
 }
 
 fn json(v: serde_json::Value) -> Vec<u8> {
@@ -160,6 +162,7 @@ impl DoService {
             restarts_done: 0,
             alarms_fired: 0,
             refusals: 0,
+            other_limits: 0,
         }
     }
 
@@ -168,12 +171,18 @@ impl DoService {
         self.objects.get(name).map(|o| &o.lock)
     }
 
-    /// `name`'s holder whose lease has not ended at global `now`:
-    /// (owner, token, lease end in global time).
-    pub fn holder(&self, name: &str, now: Millis) -> Option<(String, u64, Millis)> {
-        let h = self.objects.get(name)?.lock.holder.as_ref()?;
-        let until = to_global(h.deadline_ms);
-        (until > now).then(|| (h.owner.clone(), h.token, until))
+    /// `name`'s holders whose lease has not ended at global `now`:
+    /// (owner, token, lease end in global time, slot).
+    pub fn holders(&self, name: &str, now: Millis) -> Vec<(String, u64, Millis, Option<u32>)> {
+        let Some(o) = self.objects.get(name) else {
+            return Vec::new();
+        };
+        o.lock
+            .holders
+            .iter()
+            .map(|h| (h.owner.clone(), h.token, to_global(h.deadline_ms), h.slot))
+            .filter(|(_, _, until, _)| *until > now)
+            .collect()
     }
 
     /// Held-open requests right now.
@@ -229,8 +238,9 @@ impl DoService {
                     token,
                     ttl_ms,
                     waiters,
+                    slot,
                     ..
-                } => answer::granted(token, ttl_ms, waiters),
+                } => answer::granted(token, ttl_ms, waiters, slot),
                 Notice::Dropped { .. } => answer::busy(&obj.lock.busy(epoch)),
             };
             self.replies.push((wire, Ok((200, json(body)))));
@@ -256,64 +266,97 @@ impl DoService {
                 before.counter, after.counter
             ));
         }
-        if after.counter > before.counter + 1 {
-            self.violations.push(format!(
-                "{name:?}: two grants in one transition ({} → {})",
-                before.counter, after.counter
-            ));
-        }
         let same =
             |a: &machine::Holder, b: &machine::Holder| a.owner == b.owner && a.token == b.token;
-        if let Some(b) = &before.holder {
-            let gone = after.holder.as_ref().map_or(true, |a| !same(a, b));
-            if gone {
-                let by_release = released
-                    .as_ref()
-                    .is_some_and(|(o, t)| *o == b.owner && *t == b.token);
-                let how = if by_release {
-                    End::Released
-                } else {
-                    if b.deadline_ms > epoch {
-                        self.violations.push(format!(
-                            "{name:?}: holder token {} dropped at t={now}, {} ms before its lease end, without its release",
-                            b.token,
-                            b.deadline_ms - epoch
-                        ));
-                    }
-                    End::Expired
-                };
-                self.log.push(Rec::Ended {
-                    name: name.to_string(),
-                    owner: b.owner.clone(),
-                    token: b.token,
-                    at: now,
-                    how,
-                });
+        for b in &before.holders {
+            if after.holders.iter().any(|a| same(a, b)) {
+                continue;
             }
-        }
-        if let Some(a) = &after.holder {
-            let new = before.holder.as_ref().map_or(true, |b| !same(a, b));
-            if new {
-                if a.token != after.counter || after.counter != before.counter + 1 {
+            let by_release = released
+                .as_ref()
+                .is_some_and(|(o, t)| *o == b.owner && *t == b.token);
+            let how = if by_release {
+                End::Released
+            } else {
+                if b.deadline_ms > epoch {
                     self.violations.push(format!(
-                        "{name:?}: a new holder with token {} (counter {} → {})",
-                        a.token, before.counter, after.counter
+                        "{name:?}: holder token {} dropped at t={now}, {} ms before its lease end, without its release",
+                        b.token,
+                        b.deadline_ms - epoch
                     ));
                 }
-                self.log.push(Rec::Granted {
-                    name: name.to_string(),
-                    owner: a.owner.clone(),
-                    token: a.token,
-                    at: now,
-                    until: to_global(a.deadline_ms),
-                });
+                End::Expired
+            };
+            self.log.push(Rec::Ended {
+                name: name.to_string(),
+                owner: b.owner.clone(),
+                token: b.token,
+                at: now,
+                how,
+            });
+        }
+        let new: Vec<&machine::Holder> = after
+            .holders
+            .iter()
+            .filter(|a| !before.holders.iter().any(|b| same(a, b)))
+            .collect();
+        if after.counter != before.counter + new.len() as u64 {
+            self.violations.push(format!(
+                "{name:?}: {} new holder(s) but the counter went {} → {}",
+                new.len(),
+                before.counter,
+                after.counter
+            ));
+        }
+        for (i, a) in new.iter().enumerate() {
+            if a.token != before.counter + 1 + i as u64 {
+                self.violations.push(format!(
+                    "{name:?}: a new holder with token {} (counter {} → {})",
+                    a.token, before.counter, after.counter
+                ));
+            }
+            self.log.push(Rec::Granted {
+                name: name.to_string(),
+                owner: a.owner.clone(),
+                token: a.token,
+                at: now,
+                until: to_global(a.deadline_ms),
+            });
+        }
+        // Holders are compatible: one exclusive, or shared ones, or at most
+        // `limit` permits in distinct slots below it.
+        let hs = &after.holders;
+        let modes = |m: Mode| hs.iter().filter(|h| h.mode == m).count();
+        let (ex, sh, pe) = (
+            modes(Mode::Exclusive),
+            modes(Mode::Shared),
+            modes(Mode::Permit),
+        );
+        let mixed = [ex, sh, pe].iter().filter(|n| **n > 0).count() > 1;
+        if ex > 1 || mixed {
+            self.violations.push(format!(
+                "{name:?}: incompatible holders at t={now}: {ex} exclusive, {sh} shared, {pe} permits"
+            ));
+        }
+        if pe > 0 {
+            let limit = after.limit.unwrap_or(0);
+            let mut slots: Vec<Option<u32>> = hs.iter().map(|h| h.slot).collect();
+            slots.sort_unstable();
+            slots.dedup();
+            if pe > limit as usize
+                || slots.len() != pe
+                || hs.iter().any(|h| h.slot.map_or(true, |s| s >= limit))
+            {
+                self.violations.push(format!(
+                    "{name:?}: {pe} permits of limit {limit} at t={now}, slots {:?}",
+                    hs.iter().map(|h| h.slot).collect::<Vec<_>>()
+                ));
             }
         }
         // No holder ⇒ no live waiter.
-        if after.holder.is_none() {
+        if after.holders.is_empty() {
             if let Some(o) = self.objects.get(name) {
-                if let Some(w) = after.queue.iter().find(|w| o.open.contains_key(&w.owner)) {
-                    let _ = w;
+                if after.queue.iter().any(|w| o.open.contains_key(&w.owner)) {
                     self.violations.push(format!(
                         "{name:?}: free at t={now} with a live waiter queued"
                     ));
@@ -439,17 +482,20 @@ impl DoService {
         match cmd.op {
             Op::Acquire {
                 owner,
+                kind,
                 ttl_ms,
                 wait_ms,
             } => {
                 if let Some(c) = client {
                     self.owners.insert(owner.clone(), c);
                 }
+                let late_poll = wait_ms > 0 && self.left.contains(&owner);
                 if wait_ms == 0 {
                     self.left.insert(owner.clone());
-                } else if self.left.contains(&owner) {
+                } else if late_poll {
                     self.overtaken.insert(owner.clone());
                 }
+                let counter_before = self.objects.get(&name).map_or(0, |o| o.lock.counter);
                 let ticket = {
                     let obj = self.objects.entry(name.clone()).or_default();
                     obj.tickets += 1;
@@ -459,16 +505,31 @@ impl DoService {
                 let a = self.step(
                     &name,
                     now,
-                    |l, live, epoch, out| l.acquire(&o, ttl_ms, wait_ms, epoch, live, out),
+                    |l, live, epoch, out| l.acquire(&o, kind, ttl_ms, wait_ms, epoch, live, out),
                     |_| None,
                 );
+                if late_poll {
+                    let granted =
+                        matches!(a, Acquire::Held { token, .. } if token > counter_before);
+                    if granted || matches!(a, Acquire::Queued { .. }) {
+                        self.violations.push(format!(
+                            "{name:?}: a poll that arrived after its own leave at t={now} was {}",
+                            if granted { "granted" } else { "queued" }
+                        ));
+                    }
+                }
                 match a {
                     Acquire::Held {
                         token,
                         ttl_ms,
                         waiters,
-                    } => ok(answer::granted(token, ttl_ms, waiters)),
+                        slot,
+                    } => ok(answer::granted(token, ttl_ms, waiters, slot)),
                     Acquire::Busy(b) => ok(answer::busy(&b)),
+                    Acquire::OtherLimit { limit } => {
+                        self.other_limits += 1;
+                        full(409, json(answer::other_limit(limit)))
+                    }
                     Acquire::Queued { .. } => {
                         self.held_open += 1;
                         let obj = self.objects.entry(name).or_default();
@@ -514,7 +575,7 @@ impl DoService {
                     |l, live, epoch, out| l.resume(&owner, token, epoch, live, out),
                     |_| None,
                 );
-                ok(answer::resumed(left))
+                ok(answer::resumed(left.as_ref()))
             }
             Op::Inspect => {
                 let s = self.step(

@@ -1097,7 +1097,9 @@ impl<S: SimServer> World<S> {
                 b.name == a.name
                     && (b.client != a.client || rw)
                     && !both_shared(b)
-                    && (limit == 1 || b.key == a.key || b.kind != a.kind)
+                    // One slot: one key (etcd, Redis), or one name and
+                    // slot (the Durable Object, whose keys are the name).
+                    && (limit == 1 || (b.key == a.key && b.slot == a.slot) || b.kind != a.kind)
             });
             if let Some(b) = clash {
                 let v = format!(

@@ -216,6 +216,97 @@ describe('the npm package reaches the service by URL through the front', { timeo
     assert.equal(lock.signal.reason.code, 'LOST');
   });
 
+  test('limit: 3 — 10 concurrent holders, never more than 3 at once, each in a slot of its own', async () => {
+    const name = uniq('npm-sem');
+    let inside = 0;
+    let maxInside = 0;
+    const slots = new Set();
+    const tokens = [];
+    await Promise.all(
+      Array.from({ length: 10 }, () => connect()).map((c) =>
+        c.request(name, { limit: 3, waitMs: 30_000 }, async (lock) => {
+          assert.equal(lock.mode, 'permit');
+          assert.equal(lock.limit, 3);
+          assert.ok(lock.slot >= 0 && lock.slot < 3, `slot ${lock.slot}`);
+          assert.ok(!slots.has(lock.slot), `slot ${lock.slot} is held twice`);
+          slots.add(lock.slot);
+          inside += 1;
+          maxInside = Math.max(maxInside, inside);
+          tokens.push(BigInt(lock.fencingToken));
+          await sleep(60);
+          inside -= 1;
+          slots.delete(lock.slot);
+        }),
+      ),
+    );
+    assert.equal(maxInside, 3, 'three permits were used at once, never more');
+    assert.equal(new Set(tokens).size, 10, 'every permit has its own token');
+    // Status lists the permits; another limit is refused while they are held.
+    const [a, b] = [connect(), connect()];
+    const p1 = await a.acquire(name, { limit: 3 });
+    const p2 = await b.acquire(name, { limit: 3 });
+    const s = await a.status(name);
+    assert.equal(s.held, true);
+    assert.equal(s.limit, 3);
+    assert.deepEqual(s.holders.map((h) => [h.mode, h.slot]).sort(), [['permit', p1.slot], ['permit', p2.slot]].sort());
+    await assert.rejects(connect().tryAcquire(name, { limit: 4 }), (e) => e.code === 'INVALID_ARGUMENT' && /limit 3/.test(e.message));
+    // A permit's handle keeps its kind and slot through resume.
+    const handle = JSON.parse(JSON.stringify(p2));
+    assert.deepEqual([handle.mode, handle.limit, handle.slot], ['permit', 3, p2.slot]);
+    const resumed = await connect().resume(handle);
+    assert.deepEqual([resumed.mode, resumed.limit, resumed.slot], ['permit', 3, p2.slot]);
+    const asExclusive = { ...handle };
+    delete asExclusive.mode;
+    delete asExclusive.limit;
+    delete asExclusive.slot;
+    await assert.rejects(connect().resume(asExclusive), (e) => e.code === 'INVALID_ARGUMENT' && /permit/.test(e.message));
+    await resumed.release();
+    await p1.release();
+    // None held: the limit may change.
+    const other = await a.tryAcquire(name, { limit: 4 });
+    assert.ok(other !== null);
+    await other.release();
+  });
+
+  test('mode: "shared": readers together, a writer alone, a queued writer not overtaken by later readers', async () => {
+    const [r1c, r2c, wc, r3c] = [connect(), connect(), connect(), connect()];
+    const name = uniq('npm-rw');
+    const r1 = await r1c.acquire(name, { mode: 'shared' });
+    const r2 = await r2c.tryAcquire(name, { mode: 'shared' });
+    assert.ok(r2 !== null, 'readers share');
+    assert.equal(r1.mode, 'shared');
+    assert.equal(r1.toJSON().mode, 'shared');
+    assert.ok(BigInt(r2.fencingToken) > BigInt(r1.fencingToken));
+    assert.equal(await wc.tryAcquire(name), null, 'no writer beside readers');
+    const s = await wc.status(name);
+    assert.equal(s.holders.length, 2);
+    assert.ok(s.holders.every((h) => h.mode === 'shared' && h.slot === null));
+    let writerAt = 0;
+    let readerAt = 0;
+    const writer = wc.acquire(name, { waitMs: 20_000 }).then((l) => { writerAt = Date.now(); return l; });
+    await sleep(200);
+    // A reader arriving after the queued writer waits behind it.
+    const reader = r3c.acquire(name, { mode: 'shared', waitMs: 20_000 }).then((l) => { readerAt = Date.now(); return l; });
+    await sleep(200);
+    assert.equal(readerAt, 0, 'a later reader overtook the queued writer');
+    await r1.release();
+    await sleep(100);
+    assert.equal(writerAt, 0, 'the writer was granted beside a reader');
+    await r2.release();
+    const w = await writer;
+    assert.equal(w.mode, 'exclusive');
+    assert.ok(BigInt(w.fencingToken) > BigInt(r2.fencingToken));
+    await sleep(200);
+    assert.equal(readerAt, 0, 'a reader was granted beside the writer');
+    assert.equal(await r1c.tryAcquire(name, { mode: 'shared' }), null, 'no reader beside the writer');
+    await w.release();
+    const r3 = await reader;
+    assert.ok(readerAt >= writerAt);
+    assert.ok(BigInt(r3.fencingToken) > BigInt(w.fencingToken));
+    await r3.release();
+    assert.equal((await r1c.status(name)).held, false);
+  });
+
   test('a wrong token is refused without being repeated', async () => {
     const c = connect({ token: 'wrong-token-0123456789' });
     await assert.rejects(c.acquire(uniq('npm-auth')), (e) => {

@@ -37,6 +37,10 @@ async function until(check, ms, what) {
     await sleep(10);
   }
 }
+/** inspect's answer of a free lock. */
+const FREE = { held: false, token: null, pttlMs: null, waiters: 0, limit: null, holders: [] };
+/** An inspect answer without its (time-dependent) leases. */
+const timeless = (i) => ({ ...i, pttlMs: 0, holders: i.holders.map((h) => ({ ...h, pttlMs: 0 })) });
 const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
 describe('lock service (Durable Object) through the front', { timeout: 120_000 }, () => {
@@ -51,7 +55,7 @@ describe('lock service (Durable Object) through the front', { timeout: 120_000 }
   test('acquire, extend, resume, release and inspect answer as the contract says', async () => {
     const name = uniq('basic');
     const [a, b] = [newOwner(), newOwner()];
-    assert.deepEqual(await inspect(w, name), { held: false, token: null, pttlMs: null, waiters: 0 });
+    assert.deepEqual(await inspect(w, name), FREE);
     const g = await acquire(w, name, a, 5000, 0);
     assert.equal(g.status, 200, g.text);
     assert.equal(g.body.acquired, true);
@@ -113,7 +117,7 @@ describe('lock service (Durable Object) through the front', { timeout: 120_000 }
     assert.equal(maxActive, 1, 'never two holders at once');
     assert.equal(grants.length, 20);
     for (let i = 1; i < grants.length; i++) assert.ok(grants[i] > grants[i - 1], `tokens in grant order: ${grants.join(', ')}`);
-    assert.deepEqual(await inspect(w, name), { held: false, token: null, pttlMs: null, waiters: 0 });
+    assert.deepEqual(await inspect(w, name), FREE);
   });
 
   test('waiters are held open and granted in FIFO order, each by the release before it', async () => {
@@ -319,8 +323,50 @@ describe('lock service (Durable Object) through the front', { timeout: 120_000 }
       for (const secret of [a, other, other.toUpperCase(), TEST_API_TOKEN]) assert.ok(!r.text.includes(secret), `${method} ${p}: echoes a secret: ${r.text}`);
     }
     const afterAll = await inspect(w, name);
-    assert.deepEqual({ ...afterAll, pttlMs: 0 }, { ...before, pttlMs: 0 });
+    assert.deepEqual(timeless(afterAll), timeless(before));
     assert.deepEqual((await release(w, name, a, g.body.token)).body, { released: true });
+  });
+
+  test('semaphores and read-write locks on the raw API: slots, tokens, 409 for another limit, 400 for bad kinds', async () => {
+    const name = uniq('kinds');
+    const owners = Array.from({ length: 4 }, newOwner);
+    const take = (owner, extra, waitMs = 0) => op(w, name, 'acquire', { owner, ttlMs: 10_000, waitMs, ...extra });
+    const got = [];
+    for (const o of owners.slice(0, 3)) {
+      const r = await take(o, { limit: 3 });
+      assert.equal(r.status, 200, r.text);
+      assert.equal(r.body.acquired, true, r.text);
+      got.push(r.body);
+    }
+    assert.deepEqual(got.map((g) => g.slot).sort(), [0, 1, 2]);
+    assert.equal(new Set(got.map((g) => g.token)).size, 3);
+    assert.equal((await take(owners[3], { limit: 3 })).body.acquired, false);
+    const other = await take(owners[3], { limit: 2 });
+    assert.equal(other.status, 409, other.text);
+    assert.equal(other.body.error.code, 'INVALID_ARGUMENT');
+    assert.equal(other.body.error.limit, 3);
+    assert.equal((await take(owners[3], { mode: 'shared' })).body.acquired, false);
+    const i = await inspect(w, name);
+    assert.equal(i.limit, 3);
+    assert.deepEqual(i.holders.map((h) => h.mode), ['permit', 'permit', 'permit']);
+    assert.ok(!JSON.stringify(i).includes(owners[0]));
+    const res = await op(w, name, 'resume', { owner: owners[1], token: got[1].token });
+    assert.deepEqual({ ...res.body, pttlMs: 0 }, { held: true, pttlMs: 0, mode: 'permit', limit: 3, slot: got[1].slot });
+    for (let k = 0; k < 3; k += 1) assert.deepEqual((await release(w, name, owners[k], got[k].token)).body, { released: true });
+    // Read-write: readers together, then a writer alone.
+    const rw = uniq('rw');
+    const r1 = await op(w, rw, 'acquire', { owner: owners[0], ttlMs: 10_000, waitMs: 0, mode: 'shared' });
+    const r2 = await op(w, rw, 'acquire', { owner: owners[1], ttlMs: 10_000, waitMs: 0, mode: 'shared' });
+    assert.equal(r1.body.acquired && r2.body.acquired, true);
+    assert.equal((await op(w, rw, 'acquire', { owner: owners[2], ttlMs: 10_000, waitMs: 0, mode: 'exclusive' })).body.acquired, false);
+    for (const [extra, status] of [
+      [{ limit: 0 }, 400], [{ limit: 101 }, 400], [{ limit: 1.5 }, 400], [{ limit: '3' }, 400],
+      [{ mode: 'shared', limit: 3 }, 400], [{ mode: 'permit' }, 400], [{ mode: 'writer' }, 400],
+    ]) {
+      const r = await take(owners[3], extra);
+      assert.equal(r.status, status, `${JSON.stringify(extra)}: ${r.text}`);
+      assert.equal(r.body.error.code, 'INVALID_ARGUMENT');
+    }
   });
 
   test('no token, a wrong token or a token for another prefix: 401/403 and nothing changes', async () => {
@@ -342,7 +388,7 @@ describe('lock service (Durable Object) through the front', { timeout: 120_000 }
         for (const secret of [TEST_API_TOKEN, SCOPED_TOKEN, a]) assert.ok(!r.text.includes(secret), r.text);
       }
     }
-    assert.deepEqual(await inspect(w, name), { held: false, token: null, pttlMs: null, waiters: 0 });
+    assert.deepEqual(await inspect(w, name), FREE);
     // The scoped token reaches names under its prefix.
     const g = await w.call(null, 'POST', lockPath('acquire', scopedName), body, { authorization: `Bearer ${SCOPED_TOKEN}` });
     assert.equal(g.body.acquired, true, g.text);
@@ -412,7 +458,14 @@ describe('lock service state across restarts (persisted Durable Object storage)'
     }
     w = await startWorkers({ main: {} }, { lockObjects: true, persistDir: dir });
     try {
-      assert.deepEqual({ ...(await inspect(w, name)), pttlMs: 0 }, { held: true, token: gh.body.token, pttlMs: 0, waiters: 2 });
+      assert.deepEqual(timeless(await inspect(w, name)), {
+        held: true,
+        token: gh.body.token,
+        pttlMs: 0,
+        waiters: 2,
+        limit: null,
+        holders: [{ mode: 'exclusive', token: gh.body.token, pttlMs: 0 }],
+      });
       // c polls first, then b: b keeps its place ahead of c.
       const pc = acquire(w, name, c, 10_000, 20_000);
       await sleep(100);

@@ -10,7 +10,7 @@ use crate::core::error::sanitize_detail;
 use crate::core::names::MAX_TTL_MS;
 use crate::core::redis::quorum::validity_ms;
 use crate::core::redis::webdis::encode_arg;
-use crate::core::{HttpRequest, Method, RequestId, Target};
+use crate::core::{HttpRequest, LockKind, Method, RequestId, Target, MAX_PERMITS};
 
 /// The clock-drift factor applied to every lease (as the single-node Redis lock).
 pub const DRIFT_FACTOR: f64 = 0.01;
@@ -95,9 +95,16 @@ pub fn request(
     }
 }
 
-/// `{"owner","ttlMs","waitMs"}` (owners are hex: nothing to escape).
-pub fn acquire_body(owner: &str, ttl_ms: u64, wait_ms: u64) -> String {
-    format!(r#"{{"owner":"{owner}","ttlMs":{ttl_ms},"waitMs":{wait_ms}}}"#)
+/// `{"owner","ttlMs","waitMs"}` (owners are hex: nothing to escape), with
+/// `"mode":"shared"` for a shared hold or `"limit"` for a permit (an
+/// exclusive acquire sends neither: what every version of the service reads).
+pub fn acquire_body(owner: &str, kind: LockKind, ttl_ms: u64, wait_ms: u64) -> String {
+    let extra = match kind {
+        LockKind::Shared => r#","mode":"shared""#.to_string(),
+        LockKind::Permits { limit } => format!(r#","limit":{limit}"#),
+        LockKind::Exclusive | LockKind::Leader => String::new(),
+    };
+    format!(r#"{{"owner":"{owner}","ttlMs":{ttl_ms},"waitMs":{wait_ms}{extra}}}"#)
 }
 
 /// `{"owner","token"}` (release and resume).
@@ -138,16 +145,49 @@ pub enum AcquireAnswer {
         token: u64,
         /// The lease from the service's answer.
         ttl_ms: u64,
+        /// A permit's slot (`None` for other holds).
+        slot: Option<u32>,
     },
     /// Not granted within `waitMs` (or superseded by a newer poll).
     Refused,
+    /// A permit of another limit than the one the name's permits are held
+    /// with (409): nothing was taken.
+    OtherLimit {
+        /// The limit the permits are held with.
+        limit: u32,
+    },
 }
 
 /// The answer to `extend`: the new lease, or `None` (the lock is lost).
 pub type ExtendAnswer = Option<u64>;
 
-/// The answer to `resume`: the remaining lease, or `None` (not held).
-pub type ResumeAnswer = Option<u64>;
+/// The answer to `resume`: the hold, or `None` (not held).
+pub type ResumeAnswer = Option<Resumed>;
+
+/// A hold `resume` found.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Resumed {
+    /// The remaining lease.
+    pub pttl_ms: u64,
+    /// What the service holds it as (`None`: a service that does not say,
+    /// which holds exclusive locks only).
+    pub kind: Option<LockKind>,
+    /// A permit's slot.
+    pub slot: Option<u32>,
+}
+
+/// One holder as `inspect` lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct InspectHolder {
+    /// Exclusive, shared, or a permit (of the answer's `limit`).
+    pub kind: LockKind,
+    /// Its fencing token.
+    pub token: u64,
+    /// Its remaining lease.
+    pub pttl_ms: u64,
+    /// A permit's slot.
+    pub slot: Option<u32>,
+}
 
 /// The answer to `inspect`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -160,6 +200,10 @@ pub struct InspectAnswer {
     pub pttl_ms: Option<u64>,
     /// Queued waiters.
     pub waiters: u64,
+    /// A semaphore's limit while permits are held.
+    pub limit: Option<u32>,
+    /// Every holder (a service that does not list them: empty).
+    pub holders: Vec<InspectHolder>,
 }
 
 /// The JSON object of a 200 answer, or the error the answer is: an HTTP
@@ -279,6 +323,44 @@ fn opt_token_field(o: &Obj, key: &str) -> Result<Option<u64>, AnswerError> {
     }
 }
 
+/// An optional whole number below `below`.
+fn opt_small_field(o: &Obj, key: &str, below: u32) -> Result<Option<u32>, AnswerError> {
+    match o.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v
+            .as_u64()
+            .filter(|n| *n < below as u64)
+            .map(|n| Some(n as u32))
+            .ok_or_else(|| {
+                AnswerError::malformed(&format!("`{key}` is not a whole number below {below}"))
+            }),
+    }
+}
+
+fn opt_limit_field(o: &Obj) -> Result<Option<u32>, AnswerError> {
+    let l = opt_small_field(o, "limit", MAX_PERMITS + 1)?;
+    if l == Some(0) {
+        return Err(AnswerError::malformed("`limit` is 0"));
+    }
+    Ok(l)
+}
+
+/// `mode` (+ the limit for a permit): `None` when absent.
+fn opt_kind_field(o: &Obj, limit: Option<u32>) -> Result<Option<LockKind>, AnswerError> {
+    let bad =
+        || AnswerError::malformed("`mode` is not exclusive, shared, or a permit with its limit");
+    match o.get("mode") {
+        None => Ok(None),
+        Some(Value::String(m)) => match (m.as_str(), limit) {
+            ("exclusive", _) => Ok(Some(LockKind::Exclusive)),
+            ("shared", _) => Ok(Some(LockKind::Shared)),
+            ("permit", Some(limit)) => Ok(Some(LockKind::Permits { limit })),
+            _ => Err(bad()),
+        },
+        Some(_) => Err(bad()),
+    }
+}
+
 fn waiters_field(o: &Obj) -> Result<u64, AnswerError> {
     match o.get("waiters") {
         None => Ok(0),
@@ -296,12 +378,29 @@ pub fn parse_acquire(
     body: &[u8],
     secrets: &[&str],
 ) -> Result<AcquireAnswer, AnswerError> {
+    if status == 409 {
+        // `{"error":{"code":"INVALID_ARGUMENT","message","limit"}}`.
+        let limit = serde_json::from_slice::<Value>(body)
+            .ok()
+            .and_then(|v| v.get("error")?.get("limit")?.as_u64())
+            .filter(|l| (1..=MAX_PERMITS as u64).contains(l));
+        if let Some(limit) = limit {
+            return Ok(AcquireAnswer::OtherLimit {
+                limit: limit as u32,
+            });
+        }
+    }
     let o = answer_object(status, body, secrets)?;
     waiters_field(&o)?;
     if bool_field(&o, "acquired")? {
         let token = token_field(&o, "token")?;
         let ttl_ms = ms_field(&o, "ttlMs")?;
-        Ok(AcquireAnswer::Granted { token, ttl_ms })
+        let slot = opt_small_field(&o, "slot", MAX_PERMITS)?;
+        Ok(AcquireAnswer::Granted {
+            token,
+            ttl_ms,
+            slot,
+        })
     } else {
         opt_token_field(&o, "token")?;
         opt_ms_field(&o, "pttlMs")?;
@@ -335,11 +434,16 @@ pub fn parse_resume(
     secrets: &[&str],
 ) -> Result<ResumeAnswer, AnswerError> {
     let o = answer_object(status, body, secrets)?;
-    if bool_field(&o, "held")? {
-        Ok(Some(ms_field(&o, "pttlMs")?))
-    } else {
-        Ok(None)
+    if !bool_field(&o, "held")? {
+        return Ok(None);
     }
+    let limit = opt_limit_field(&o)?;
+    let slot = opt_small_field(&o, "slot", limit.unwrap_or(0))?;
+    Ok(Some(Resumed {
+        pttl_ms: ms_field(&o, "pttlMs")?,
+        kind: opt_kind_field(&o, limit)?,
+        slot,
+    }))
 }
 
 /// Reads an `inspect` answer.
@@ -349,11 +453,34 @@ pub fn parse_inspect(
     secrets: &[&str],
 ) -> Result<InspectAnswer, AnswerError> {
     let o = answer_object(status, body, secrets)?;
+    let limit = opt_limit_field(&o)?;
+    let holders = match o.get("holders") {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(hs)) if hs.len() <= MAX_WAITERS as usize => hs
+            .iter()
+            .map(|h| {
+                let h = h
+                    .as_object()
+                    .ok_or_else(|| AnswerError::malformed("a holder is not an object"))?;
+                let kind = opt_kind_field(h, limit)?.unwrap_or(LockKind::Exclusive);
+                let slot = opt_small_field(h, "slot", limit.unwrap_or(0))?;
+                Ok(InspectHolder {
+                    kind,
+                    token: token_field(h, "token")?,
+                    pttl_ms: ms_field(h, "pttlMs")?,
+                    slot,
+                })
+            })
+            .collect::<Result<_, AnswerError>>()?,
+        Some(_) => return Err(AnswerError::malformed("`holders` is not a list")),
+    };
     Ok(InspectAnswer {
         held: bool_field(&o, "held")?,
         token: opt_token_field(&o, "token")?,
         pttl_ms: opt_ms_field(&o, "pttlMs")?,
         waiters: waiters_field(&o)?,
+        limit,
+        holders,
     })
 }
 

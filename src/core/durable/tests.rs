@@ -512,8 +512,17 @@ fn resume_checks_the_handle_with_the_service() {
     bad.owner = "not hex".into();
     refused(&mut other, bad);
     let mut bad = info.handle.clone();
-    bad.kind = LockKind::Shared;
+    bad.kind = LockKind::Leader;
     refused(&mut other, bad);
+    // A kind the service offers is checked against what it holds.
+    let mut shared = info.handle.clone();
+    shared.kind = LockKind::Shared;
+    let op = other.m.resume(other.now, &shared).unwrap();
+    let req = other.one();
+    other.answer(&req, r#"{"held":true,"pttlMs":5000,"mode":"exclusive"}"#);
+    let e = other.completed(op).unwrap_err();
+    assert_eq!(e.code(), "INVALID_ARGUMENT", "{e}");
+    assert!(e.to_string().contains("shared"), "{e}");
     let mut bad = info.handle.clone();
     bad.key = "b".into();
     refused(&mut other, bad);
@@ -767,7 +776,7 @@ fn close_releases_everything_and_ends_waiters() {
 }
 
 #[test]
-fn exclusive_only_and_acquire_all_one_name_at_a_time() {
+fn semaphores_and_read_write_locks_and_acquire_all_one_name_at_a_time() {
     let spec = BackendSpec::from_json(
         BackendKind::DurableObject,
         r#"{"url":"https://x.example/lock","token":"t0k3n-value"}"#,
@@ -775,20 +784,129 @@ fn exclusive_only_and_acquire_all_one_name_at_a_time() {
     .unwrap();
     let m = spec.build(Box::new(SeededEntropy::new(3))).unwrap();
     assert_eq!(m.backend(), BackendKind::DurableObject);
+    let caps = m.capabilities();
+    assert!(caps.supports(LockKind::Shared) && caps.supports(LockKind::Permits { limit: 2 }));
+    assert!(!caps.supports(LockKind::Leader));
     let mut h = Harness::with(m);
-    for kind in [LockKind::Shared, LockKind::Permits { limit: 2 }] {
-        let e =
-            h.m.start(
-                h.now,
-                Operation::Acquire {
-                    name: "a".into(),
-                    kind,
-                    options: AcquireOptions::default(),
+    let start = |h: &mut Harness, kind| {
+        h.m.start(
+            h.now,
+            Operation::Acquire {
+                name: "a".into(),
+                kind,
+                options: AcquireOptions {
+                    wait: Wait::Try,
+                    ttl_ms: None,
                 },
-            )
-            .unwrap_err();
-        assert_eq!(e.code(), "INVALID_ARGUMENT");
-        assert!(e.to_string().contains("durable-object backend"), "{e}");
+            },
+        )
+    };
+    // A permit: `limit` sent, the slot in the handle, its own token.
+    let op = start(&mut h, LockKind::Permits { limit: 3 }).unwrap();
+    let req = h.one();
+    assert_eq!(body(&req)["limit"], 3);
+    assert!(body(&req).get("mode").is_none());
+    h.answer(
+        &req,
+        r#"{"acquired":true,"token":"5","ttlMs":10000,"waiters":0,"slot":2}"#,
+    );
+    let permit = h.completed(op).unwrap().into_acquired().unwrap().unwrap();
+    assert_eq!(permit.fencing_token, 5);
+    assert_eq!(permit.handle.kind, LockKind::Permits { limit: 3 });
+    assert_eq!(permit.handle.slot, Some(2));
+    let json = serde_json::to_value(&permit.handle).unwrap();
+    assert_eq!(
+        (&json["mode"], &json["limit"], &json["slot"]),
+        (&"permit".into(), &3.into(), &2.into())
+    );
+    // A permit's grant without a slot below its limit is malformed (and left).
+    let op = start(&mut h, LockKind::Permits { limit: 3 }).unwrap();
+    let req = h.one();
+    h.answer(
+        &req,
+        r#"{"acquired":true,"token":"6","ttlMs":10000,"slot":3}"#,
+    );
+    assert_eq!(h.completed(op).unwrap_err().code(), "BACKEND");
+    let leave = h.one();
+    assert_eq!(body(&leave)["waitMs"], 0);
+    assert_eq!(body(&leave)["limit"], 3);
+    h.answer(
+        &leave,
+        r#"{"acquired":false,"token":"5","pttlMs":1,"waiters":0}"#,
+    );
+    // Another limit than the held permits': INVALID_ARGUMENT, nothing taken.
+    let op = start(&mut h, LockKind::Permits { limit: 5 }).unwrap();
+    let req = h.one();
+    h.respond(
+        &req,
+        409,
+        r#"{"error":{"code":"INVALID_ARGUMENT","message":"held with limit 3","limit":3}}"#,
+    );
+    let e = h.completed(op).unwrap_err();
+    assert_eq!(e.code(), "INVALID_ARGUMENT", "{e}");
+    assert!(e.to_string().contains("limit 3"), "{e}");
+    let leave = h.one();
+    h.respond(
+        &leave,
+        409,
+        r#"{"error":{"code":"INVALID_ARGUMENT","message":"held with limit 3","limit":3}}"#,
+    );
+    assert!(h.take().is_empty());
+    // A shared hold: `mode` sent, no slot.
+    let op = start(&mut h, LockKind::Shared).unwrap();
+    let req = h.one();
+    assert_eq!(body(&req)["mode"], "shared");
+    h.answer(&req, r#"{"acquired":true,"token":"7","ttlMs":10000}"#);
+    let shared = h.completed(op).unwrap().into_acquired().unwrap().unwrap();
+    assert_eq!(
+        (shared.handle.kind, shared.handle.slot),
+        (LockKind::Shared, None)
+    );
+    // Exclusive sends neither field (what every service version reads).
+    let op = start(&mut h, LockKind::Exclusive).unwrap();
+    let req = h.one();
+    assert!(body(&req).get("mode").is_none() && body(&req).get("limit").is_none());
+    h.answer(
+        &req,
+        r#"{"acquired":false,"token":"7","pttlMs":10,"waiters":0}"#,
+    );
+    assert!(h.completed(op).unwrap().into_acquired().unwrap().is_none());
+    // Inspect lists the holders with their kinds and slots.
+    let op =
+        h.m.start(h.now, Operation::Inspect { name: "a".into() })
+            .unwrap();
+    let req = h.one();
+    h.answer(
+        &req,
+        r#"{"held":true,"token":"6","pttlMs":900,"waiters":1,"limit":3,"holders":[{"mode":"permit","token":"5","pttlMs":800,"slot":2},{"mode":"permit","token":"6","pttlMs":900,"slot":0}]}"#,
+    );
+    let status = h.completed(op).unwrap().into_inspected().unwrap();
+    assert_eq!(status.limit, Some(3));
+    let got: Vec<_> = status
+        .holders
+        .iter()
+        .map(|x| (x.kind, x.slot, x.fencing_token))
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (LockKind::Permits { limit: 3 }, Some(2), Some(5)),
+            (LockKind::Permits { limit: 3 }, Some(0), Some(6))
+        ]
+    );
+    for bad in [
+        r#"{"held":true,"holders":[{"mode":"permit","token":"5","pttlMs":1,"slot":0}]}"#,
+        r#"{"held":true,"limit":3,"holders":[{"mode":"permit","token":"5","pttlMs":1,"slot":3}]}"#,
+        r#"{"held":true,"limit":0,"holders":[]}"#,
+        r#"{"held":true,"holders":[{"mode":"writer","token":"5","pttlMs":1}]}"#,
+        r#"{"held":true,"holders":{}}"#,
+    ] {
+        let op =
+            h.m.start(h.now, Operation::Inspect { name: "a".into() })
+                .unwrap();
+        let req = h.one();
+        h.answer(&req, bad);
+        assert_eq!(h.completed(op).unwrap_err().code(), "BACKEND", "{bad}");
     }
     let e =
         h.m.start(

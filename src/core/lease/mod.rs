@@ -43,6 +43,9 @@ pub(crate) enum Timer {
 /// An acquire under way.
 pub(crate) struct Acquiring {
     pub(crate) name: String,
+    /// What it asks for (a backend grants only the kinds of its
+    /// [`LeaseProtocol::KINDS`]).
+    pub(crate) kind: LockKind,
     pub(crate) owner: String,
     pub(crate) ttl: u64,
     pub(crate) wait: Wait,
@@ -140,10 +143,11 @@ pub(crate) fn check_lease_options(
 }
 
 /// A handle this backend (`kind`, named `backend`) can resume: version 1,
-/// an exclusive lock, key equal to its name, a well-formed owner.
+/// a hold of one of `kinds`, key equal to its name, a well-formed owner.
 pub(crate) fn check_handle(
     backend: &str,
     kind: BackendKind,
+    kinds: &'static [KindFamily],
     handle: &LockHandle,
 ) -> Result<(), LockError> {
     if handle.v != 1 {
@@ -159,7 +163,13 @@ pub(crate) fn check_handle(
         )));
     }
     check_name(backend, &handle.name)?;
-    handle.check_kind(LockKind::Exclusive)?;
+    let offered = Capabilities {
+        kinds,
+        atomic_sets: false,
+    };
+    if !offered.supports(handle.kind) || handle.kind == LockKind::Leader {
+        handle.check_kind(LockKind::Exclusive)?;
+    }
     if handle.key != handle.name {
         return Err(LockError::invalid(
             "the handle's key does not match its name",
@@ -260,13 +270,21 @@ impl<R: LeaseReq> LeaseCore<R> {
 
     /// Lists a new acquire of `name` with a fresh random owner (its first
     /// attempt is the backend's to send).
-    pub(crate) fn new_acquire(&mut self, now: Millis, name: String, ttl: u64, wait: Wait) -> OpId {
+    pub(crate) fn new_acquire(
+        &mut self,
+        now: Millis,
+        name: String,
+        kind: LockKind,
+        ttl: u64,
+        wait: Wait,
+    ) -> OpId {
         let op = self.rt.out.op_id();
         let owner = random_hex(self.entropy.as_mut(), OWNER_BYTES);
         self.acquires.insert(
             op,
             Acquiring {
                 name,
+                kind,
                 owner,
                 ttl,
                 wait,
@@ -277,14 +295,16 @@ impl<R: LeaseReq> LeaseCore<R> {
         op
     }
 
-    /// Acquire `op` (`a`, out of the table) holds the lock with `token`,
-    /// valid until `expires_at` (measured from `sent_at`, the send time of
-    /// the request that established it): a held lock, renewed from `sent_at`.
+    /// Acquire `op` (`a`, out of the table) holds the lock with `token`
+    /// (a permit: in `slot`), valid until `expires_at` (measured from
+    /// `sent_at`, the send time of the request that established it): a
+    /// held lock, renewed from `sent_at`.
     pub(crate) fn grant(
         &mut self,
         op: OpId,
         a: Acquiring,
         token: u64,
+        slot: Option<u32>,
         sent_at: Millis,
         expires_at: Millis,
     ) {
@@ -297,8 +317,8 @@ impl<R: LeaseReq> LeaseCore<R> {
             owner: a.owner.clone(),
             fencing_token: token,
             revision: token,
-            kind: LockKind::Exclusive,
-            slot: None,
+            kind: a.kind,
+            slot: slot.filter(|_| matches!(a.kind, LockKind::Permits { .. })),
         };
         let info = LockInfo {
             id,
@@ -497,6 +517,9 @@ impl<R: LeaseReq> LeaseCore<R> {
 pub(crate) trait LeaseProtocol {
     type Req: LeaseReq;
 
+    /// The lock kinds the backend grants (its [`Capabilities`]).
+    const KINDS: &'static [KindFamily] = Capabilities::EXCLUSIVE_ONLY;
+
     fn core(&mut self) -> &mut LeaseCore<Self::Req>;
 
     /// Sends acquire `op`'s next attempt (or poll).
@@ -566,18 +589,19 @@ pub(crate) trait LeaseProtocol {
         }
     }
 
-    /// Starts an exclusive acquire of `name` (the options' TTL unless the
-    /// options say otherwise) and sends its first attempt.
+    /// Starts an acquire of `name` for a hold of `kind` (the options' TTL
+    /// unless the options say otherwise) and sends its first attempt.
     fn lease_acquire(
         &mut self,
         now: Millis,
         name: String,
+        kind: LockKind,
         options: AcquireOptions,
     ) -> Result<OpId, LockError> {
         check_name(self.core().backend, &name)?;
         let ttl = options.ttl_ms.unwrap_or(self.core().ttl_ms);
         check_ttl(ttl, Self::validity)?;
-        let op = self.core().new_acquire(now, name, ttl, options.wait);
+        let op = self.core().new_acquire(now, name, kind, ttl, options.wait);
         self.attempt(now, op);
         Ok(op)
     }
@@ -767,7 +791,7 @@ macro_rules! lease_lock_machine_steps {
 
         fn capabilities(&self) -> Capabilities {
             Capabilities {
-                kinds: Capabilities::EXCLUSIVE_ONLY,
+                kinds: <Self as $crate::core::lease::LeaseProtocol>::KINDS,
                 atomic_sets: false,
             }
         }

@@ -12,8 +12,10 @@
 //! the host (tests/worker_lock_object.rs).
 //!
 //! What the service guarantees:
-//! - **Mutual exclusion within a lease.** At most one holder at a time; a
-//!   holder is dropped only by its own release (owner and token checked)
+//! - **Mutual exclusion within a lease.** One exclusive holder, or shared
+//!   holders only (a read-write lock), or at most `limit` permits in
+//!   distinct slots (a semaphore); a holder is dropped only by its own
+//!   release (owner and token checked)
 //!   or at its lease end (the object's alarm, or any later request, sees
 //!   it ended first). Every check happens in the object, which runs one
 //!   transition at a time.
@@ -22,13 +24,18 @@
 //!   output gate holds the answer until it is durable); the token is the
 //!   new value. Tokens are strictly increasing across releases, expiries,
 //!   evictions and restarts.
-//! - **FIFO.** Waiters are granted in the order they queued; a re-sent
+//! - **FIFO.** Waiters are granted in the order they queued (as many heads
+//!   as are compatible with the holders: a queued writer is not overtaken
+//!   by later readers); a re-sent
 //!   `acquire` of a queued owner keeps its place (the queue is stored).
 //!   A waiter is answered in the same request that waited: by the release
 //!   or expiry that frees the lock (no extra round trip), or with
 //!   `acquired:false` when its `waitMs` ends.
 //! - **Late calls are harmless.** A release, extend or resume by an owner
 //!   whose lease ended answers `false` and never touches the next holder.
+//!   A waiting poll of an owner that left (`acquire` with `waitMs` 0) is
+//!   answered `acquired:false`, never queued nor granted (it was overtaken
+//!   by its own leave).
 //! - **Refusals change nothing.** Bad input is refused (400/404/405/413)
 //!   before the state is read; messages never repeat an owner or token.
 //!

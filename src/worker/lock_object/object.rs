@@ -23,7 +23,7 @@ use worker::{
     durable_object, Date, Delay, DurableObject, Env, Request, Response, ScheduledTime, State,
 };
 
-use super::machine::{Acquire, LockState, Notice};
+use super::machine::{Acquire, Kind, LockState, Notice};
 use super::protocol::{self, answer, Op, Refusal};
 
 /// The storage key of the state (one JSON string: u64s stay exact).
@@ -147,7 +147,13 @@ impl LockObject {
         Ok(result)
     }
 
-    async fn acquire(&self, owner: String, ttl_ms: u64, wait_ms: u64) -> worker::Result<Response> {
+    async fn acquire(
+        &self,
+        owner: String,
+        kind: Kind,
+        ttl_ms: u64,
+        wait_ms: u64,
+    ) -> worker::Result<Response> {
         let (tx, rx) = oneshot::channel();
         let ticket = {
             let mut inner = self.inner.borrow_mut();
@@ -157,7 +163,7 @@ impl LockObject {
         let now = self
             .step(
                 |lock, open, now, out| {
-                    lock.acquire(&owner, ttl_ms, wait_ms, now, &|o| live(open, o), out)
+                    lock.acquire(&owner, kind, ttl_ms, wait_ms, now, &|o| live(open, o), out)
                 },
                 |a, open| {
                     if matches!(a, Acquire::Queued { .. }) {
@@ -171,8 +177,10 @@ impl LockObject {
                 token,
                 ttl_ms,
                 waiters,
-            } => respond(200, &answer::granted(token, ttl_ms, waiters)),
+                slot,
+            } => respond(200, &answer::granted(token, ttl_ms, waiters, slot)),
             Acquire::Busy(b) => respond(200, &answer::busy(&b)),
+            Acquire::OtherLimit { limit } => respond(409, &answer::other_limit(limit)),
             Acquire::Queued { .. } => self.wait(owner, ticket, rx, wait_ms).await,
         }
     }
@@ -225,8 +233,9 @@ impl LockObject {
                 token,
                 ttl_ms,
                 waiters,
+                slot,
                 ..
-            }) => respond(200, &answer::granted(token, ttl_ms, waiters)),
+            }) => respond(200, &answer::granted(token, ttl_ms, waiters, slot)),
             _ => {
                 let busy = self
                     .step(|lock, _, now, _| lock.busy(now), |_, _| {})
@@ -240,9 +249,10 @@ impl LockObject {
         let body = match op {
             Op::Acquire {
                 owner,
+                kind,
                 ttl_ms,
                 wait_ms,
-            } => return self.acquire(owner, ttl_ms, wait_ms).await,
+            } => return self.acquire(owner, kind, ttl_ms, wait_ms).await,
             Op::Release { owner, token } => {
                 let ok = self
                     .step(
@@ -274,7 +284,7 @@ impl LockObject {
                         |_, _| {},
                     )
                     .await?;
-                answer::resumed(left)
+                answer::resumed(left.as_ref())
             }
             Op::Inspect => {
                 let s = self
@@ -320,7 +330,8 @@ impl DurableObject for LockObject {
         self.run(cmd.op).await
     }
 
-    /// The holder's lease end: drop it, grant the head waiter.
+    /// The earliest lease end: drop the holders whose lease ended, grant
+    /// the head waiters they admit.
     async fn alarm(&self) -> worker::Result<Response> {
         self.load().await?;
         // This alarm is spent: a holder still in place is armed again.

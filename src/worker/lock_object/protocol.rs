@@ -10,6 +10,7 @@
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use super::machine::{Kind, MAX_LIMIT};
 use crate::core::names::{validate_name, MAX_TTL_MS};
 
 /// Largest request body accepted, in bytes.
@@ -52,6 +53,7 @@ impl Refusal {
 pub enum Op {
     Acquire {
         owner: String,
+        kind: Kind,
         ttl_ms: u64,
         wait_ms: u64,
     },
@@ -84,6 +86,13 @@ struct AcquireBody {
     owner: String,
     ttl_ms: u64,
     wait_ms: u64,
+    /// `"exclusive"` (default) or `"shared"`; read as any JSON value so
+    /// that a wrong one gets its own message.
+    #[serde(default)]
+    mode: Option<Value>,
+    /// A semaphore's limit (a permit), 1..=MAX_LIMIT.
+    #[serde(default)]
+    limit: Option<Value>,
 }
 
 #[derive(Deserialize)]
@@ -145,9 +154,10 @@ pub fn parse(method: &str, path: &str, query: &str, body: &[u8]) -> Result<Comma
     }
     let op = match op {
         "acquire" => {
-            let b: AcquireBody = body_of(body, "owner, ttlMs, waitMs")?;
+            let b: AcquireBody = body_of(body, "owner, ttlMs, waitMs (mode, limit optional)")?;
             Op::Acquire {
                 owner: owner(b.owner)?,
+                kind: kind(b.mode.as_ref(), b.limit.as_ref())?,
                 ttl_ms: ttl(b.ttl_ms)?,
                 wait_ms: wait(b.wait_ms)?,
             }
@@ -205,6 +215,40 @@ fn token(t: &str) -> Result<u64, Refusal> {
         .then(|| t.parse::<u64>().ok())
         .flatten()
         .ok_or_else(|| Refusal::bad("token must be a fencing token: a decimal string (u64)"))
+}
+
+/// The kind an `acquire` asks for: `mode` ("exclusive", the default, or
+/// "shared") or `limit` (a permit of a semaphore, 1..=MAX_LIMIT), not both.
+fn kind(mode: Option<&Value>, limit: Option<&Value>) -> Result<Kind, Refusal> {
+    let mode = match mode {
+        None => None,
+        Some(Value::String(m)) if m == "exclusive" => Some(Kind::Exclusive),
+        Some(Value::String(m)) if m == "shared" => Some(Kind::Shared),
+        Some(_) => {
+            return Err(Refusal::bad(
+                "mode must be \"exclusive\" or \"shared\" (a permit is asked with limit)",
+            ))
+        }
+    };
+    let limit = match limit {
+        None => None,
+        Some(v) => Some(
+            v.as_u64()
+                .filter(|l| (1..=MAX_LIMIT as u64).contains(l))
+                .ok_or_else(|| {
+                    Refusal::bad(format!(
+                        "limit must be a whole number in 1..={MAX_LIMIT} (a semaphore's permits)"
+                    ))
+                })? as u32,
+        ),
+    };
+    match (mode, limit) {
+        (Some(_), Some(_)) => Err(Refusal::bad(
+            "mode and limit exclude each other: limit asks for a semaphore's permit",
+        )),
+        (_, Some(limit)) => Ok(Kind::Permit { limit }),
+        (mode, None) => Ok(mode.unwrap_or(Kind::Exclusive)),
+    }
 }
 
 fn ttl(ms: u64) -> Result<u64, Refusal> {
@@ -278,10 +322,28 @@ fn percent_decode(s: &str) -> Option<String> {
 pub mod answer {
     use serde_json::{json, Value};
 
-    use super::super::machine::{Busy, Status};
+    use super::super::machine::{Busy, Hold, Mode, Status};
 
-    pub fn granted(token: u64, ttl_ms: u64, waiters: usize) -> Value {
-        json!({ "acquired": true, "token": token.to_string(), "ttlMs": ttl_ms, "waiters": waiters })
+    fn mode(m: Mode) -> &'static str {
+        match m {
+            Mode::Exclusive => "exclusive",
+            Mode::Shared => "shared",
+            Mode::Permit => "permit",
+        }
+    }
+
+    /// `slot`: a permit's (only then in the answer).
+    pub fn granted(token: u64, ttl_ms: u64, waiters: usize, slot: Option<u32>) -> Value {
+        let mut v = json!({ "acquired": true, "token": token.to_string(), "ttlMs": ttl_ms, "waiters": waiters });
+        if let Some(s) = slot {
+            v["slot"] = json!(s);
+        }
+        v
+    }
+
+    /// A permit of another limit than the held (or queued) permits': 409.
+    pub fn other_limit(limit: u32) -> Value {
+        json!({ "error": { "code": "INVALID_ARGUMENT", "message": format!("this semaphore's permits are held with limit {limit}: every holder must use the same limit (nothing taken)"), "limit": limit } })
     }
 
     pub fn busy(b: &Busy) -> Value {
@@ -299,19 +361,40 @@ pub mod answer {
         }
     }
 
-    pub fn resumed(pttl_ms: Option<u64>) -> Value {
-        match pttl_ms {
-            Some(t) => json!({ "held": true, "pttlMs": t }),
+    /// `mode` always; `limit` and `slot` for a permit.
+    pub fn resumed(hold: Option<&Hold>) -> Value {
+        match hold {
+            Some(h) => {
+                let mut v = json!({ "held": true, "pttlMs": h.pttl_ms, "mode": mode(h.mode) });
+                if let (Some(l), Some(s)) = (h.limit, h.slot) {
+                    v["limit"] = json!(l);
+                    v["slot"] = json!(s);
+                }
+                v
+            }
             None => json!({ "held": false }),
         }
     }
 
     pub fn status(s: &Status) -> Value {
+        let holders: Vec<Value> = s
+            .holders
+            .iter()
+            .map(|h| {
+                let mut v = json!({ "mode": mode(h.mode), "token": h.token.to_string(), "pttlMs": h.pttl_ms });
+                if let Some(slot) = h.slot {
+                    v["slot"] = json!(slot);
+                }
+                v
+            })
+            .collect();
         json!({
             "held": s.token.is_some(),
             "token": s.token.map(|t| t.to_string()),
             "pttlMs": s.pttl_ms,
             "waiters": s.waiters,
+            "limit": s.limit,
+            "holders": holders,
         })
     }
 }
@@ -339,6 +422,7 @@ mod tests {
             c.op,
             Op::Acquire {
                 owner: OWNER.into(),
+                kind: Kind::Exclusive,
                 ttl_ms: 30000,
                 wait_ms: 0
             }

@@ -50,7 +50,7 @@ impl D1Machine {
                     );
                     return;
                 };
-                self.core.grant(op, a, token, sent_at, expires_at);
+                self.core.grant(op, a, token, None, sent_at, expires_at);
             }
             Ok(AcquireAnswer::Busy { pttl_ms }) => {
                 let Some(a) = self.core.acquires.get(&op) else {

@@ -189,7 +189,12 @@ impl D1Machine {
     // ---- user operations ----------------------------------------------------
 
     fn start_resume(&mut self, now: Millis, handle: LockHandle) -> Result<OpId, LockError> {
-        check_handle(BACKEND, BackendKind::D1, &handle)?;
+        check_handle(
+            BACKEND,
+            BackendKind::D1,
+            Capabilities::EXCLUSIVE_ONLY,
+            &handle,
+        )?;
         if handle.fencing_token == 0 || handle.fencing_token > codec::MAX_VERSION {
             return Err(LockError::invalid(
                 "the handle's fencing token is out of range",
@@ -312,7 +317,7 @@ impl LockMachine for D1Machine {
                 name,
                 kind: LockKind::Exclusive,
                 options,
-            } => self.lease_acquire(now, name, options),
+            } => self.lease_acquire(now, name, LockKind::Exclusive, options),
             Operation::Release { lock } => Ok(self.lease_release(now, lock)),
             Operation::Extend { lock, ttl_ms } => self.lease_extend(now, lock, ttl_ms),
             Operation::Resume { handle } => self.start_resume(now, handle),

@@ -54,7 +54,28 @@ impl DurableMachine {
             return;
         };
         match answer {
-            Ok(AcquireAnswer::Granted { token, ttl_ms }) => {
+            Ok(AcquireAnswer::Granted { slot, .. }) if matches!(a.kind, LockKind::Permits { limit } if slot.map_or(true, |s| s >= limit)) =>
+            {
+                let Some(a) = self.core.acquires.remove(&op) else {
+                    return;
+                };
+                self.core.rt.timers.clear(Timer::Poll(op));
+                let error = Self::backend_error(
+                    &a.name,
+                    AnswerError {
+                        status: None,
+                        message: "malformed answer from the lock service: a permit's grant without a slot below its limit".into(),
+                    },
+                );
+                // Whatever it granted is released by the leave.
+                self.leave(now, None, a);
+                self.core.rt.out.fail(op, error);
+            }
+            Ok(AcquireAnswer::Granted {
+                token,
+                ttl_ms,
+                slot,
+            }) => {
                 self.core.rt.timers.clear(Timer::Poll(op));
                 // The lease asked for, or what is left of it if it was ours already.
                 let ttl = ttl_ms.min(a.ttl);
@@ -68,10 +89,27 @@ impl DurableMachine {
                 let renewal_due = now >= sent_at.saturating_add(ttl / 3);
                 match expires_at {
                     Some(expires_at) if !renewal_due => {
-                        self.granted(op, token, sent_at, expires_at)
+                        self.granted(op, token, slot, sent_at, expires_at)
                     }
-                    _ => self.confirm(now, op, token),
+                    _ => self.confirm(now, op, token, slot),
                 }
+            }
+            Ok(AcquireAnswer::OtherLimit { limit }) => {
+                let Some(a) = self.core.acquires.remove(&op) else {
+                    return;
+                };
+                self.core.rt.timers.clear(Timer::Poll(op));
+                let asked = match a.kind {
+                    LockKind::Permits { limit } => limit,
+                    _ => 0,
+                };
+                let error = LockError::invalid(format!(
+                    "the durable-object semaphore {:?} is held with limit {limit}, not {asked}: every holder of a name must use the same limit (nothing was taken)",
+                    a.name
+                ));
+                // Nothing was taken; an earlier poll of it may still be queued.
+                self.leave(now, None, a);
+                self.core.rt.out.fail(op, error);
             }
             Ok(AcquireAnswer::Refused) => {
                 if a.wait == Wait::Try {
@@ -117,18 +155,25 @@ impl DurableMachine {
     /// Acquire `op` holds the lock with `token`, valid until `expires_at`
     /// (measured from `sent_at`, the send time of the request that
     /// established it): a held lock, renewed from `sent_at`.
-    fn granted(&mut self, op: OpId, token: u64, sent_at: Millis, expires_at: Millis) {
+    fn granted(
+        &mut self,
+        op: OpId,
+        token: u64,
+        slot: Option<u32>,
+        sent_at: Millis,
+        expires_at: Millis,
+    ) {
         let Some(a) = self.core.acquires.remove(&op) else {
             return;
         };
-        self.core.grant(op, a, token, sent_at, expires_at);
+        self.core.grant(op, a, token, slot, sent_at, expires_at);
     }
 
     /// A grant whose lease, measured from its poll's send time, has already
     /// ended (the service held the poll open longer than the TTL, then
     /// granted it with a fresh lease): an owner-checked `extend` confirms
     /// it, and its answer anchors the lease from its own send time.
-    fn confirm(&mut self, now: Millis, op: OpId, token: u64) {
+    fn confirm(&mut self, now: Millis, op: OpId, token: u64, slot: Option<u32>) {
         let Some(a) = self.core.acquires.get(&op) else {
             return;
         };
@@ -138,6 +183,7 @@ impl DurableMachine {
         let req = Req::Confirm {
             op,
             token,
+            slot,
             sent_at: now,
         };
         let id = self.send(now, req, ApiOp::Extend, &name, body, timeout);
@@ -150,7 +196,7 @@ impl DurableMachine {
         &mut self,
         now: Millis,
         op: OpId,
-        token: u64,
+        (token, slot): (u64, Option<u32>),
         sent_at: Millis,
         input: Result<(u16, Vec<u8>), TransportError>,
     ) {
@@ -165,9 +211,9 @@ impl DurableMachine {
                     .map(|v| sent_at.saturating_add(v))
                     .filter(|e| *e > now);
                 match exp {
-                    Some(exp) => self.granted(op, token, sent_at, exp),
+                    Some(exp) => self.granted(op, token, slot, sent_at, exp),
                     // Even the confirmation came back too late: ask again.
-                    None => self.confirm(now, op, token),
+                    None => self.confirm(now, op, token, slot),
                 }
             }
             // The lease ended before the confirmation arrived: not ours
@@ -240,7 +286,23 @@ impl DurableMachine {
         sent_at: Millis,
         input: Result<(u16, Vec<u8>), TransportError>,
     ) {
-        let answer = self.read(&handle.name, &handle.owner, &input, codec::parse_resume);
+        let answer = self
+            .read(&handle.name, &handle.owner, &input, codec::parse_resume)
+            .and_then(|r| match r {
+                None => Ok(None),
+                // A service that does not say the kind holds exclusive locks only.
+                Some(r) if r.kind.unwrap_or(LockKind::Exclusive) != handle.kind => {
+                    Err(LockError::invalid(format!(
+                        "the handle is of a {} hold, the lock service holds it as a {}",
+                        handle.kind.describe(),
+                        r.kind.unwrap_or(LockKind::Exclusive).describe()
+                    )))
+                }
+                Some(r) if r.slot != handle.slot => Err(LockError::invalid(
+                    "the handle's slot is not the one the lock service holds",
+                )),
+                Some(r) => Ok(Some(r.pttl_ms)),
+            });
         let validity = codec::lease_validity;
         self.core
             .resumed(now, op, handle, sent_at, answer, validity);
@@ -254,7 +316,17 @@ impl DurableMachine {
     ) {
         match self.read(&name, "", &input, codec::parse_inspect) {
             Ok(a) => {
-                let holders = if a.held {
+                let holders = if !a.holders.is_empty() {
+                    a.holders
+                        .iter()
+                        .map(|h| Holder {
+                            kind: h.kind,
+                            slot: h.slot,
+                            fencing_token: Some(h.token),
+                            ..Holder::default()
+                        })
+                        .collect()
+                } else if a.held {
                     vec![Holder {
                         fencing_token: a.token,
                         ..Holder::default()
@@ -270,7 +342,7 @@ impl DurableMachine {
                     fencing_token: a.token,
                     remaining_ms: if a.held { a.pttl_ms } else { None },
                     waiters: Vec::new(),
-                    limit: None,
+                    limit: a.limit,
                     holders,
                     queued,
                 };
@@ -291,7 +363,12 @@ impl DurableMachine {
     ) {
         match owner {
             Req::Acquire { op, sent_at } => self.on_acquire(now, op, sent_at, input),
-            Req::Confirm { op, token, sent_at } => self.on_confirm(now, op, token, sent_at, input),
+            Req::Confirm {
+                op,
+                token,
+                slot,
+                sent_at,
+            } => self.on_confirm(now, op, (token, slot), sent_at, input),
             Req::Release { op, lock, abort } => self.on_release(op, lock, abort, input),
             Req::Leave { op, name, owner } => self.on_leave(now, op, name, owner, input),
             Req::Extend {

@@ -37,6 +37,8 @@ pub(crate) enum Req {
     Confirm {
         op: OpId,
         token: u64,
+        /// A permit's slot.
+        slot: Option<u32>,
         sent_at: Millis,
     },
     /// An owner-checked release: of a held lock (`lock`), or with token 0
@@ -168,7 +170,7 @@ impl DurableMachine {
     fn leave(&mut self, now: Millis, op: Option<OpId>, a: Acquiring) {
         // A short lease: were the lock free, this grants it, and it is
         // released at once (a failed release then blocks it briefly only).
-        let body = codec::acquire_body(&a.owner, a.ttl.min(LEAVE_TTL_MS), 0);
+        let body = codec::acquire_body(&a.owner, a.kind, a.ttl.min(LEAVE_TTL_MS), 0);
         let timeout = self.cfg.request_timeout_ms;
         let req = Req::Leave {
             op,
@@ -229,7 +231,7 @@ impl DurableMachine {
     // ---- user operations ----------------------------------------------------
 
     fn start_resume(&mut self, now: Millis, handle: LockHandle) -> Result<OpId, LockError> {
-        check_handle(BACKEND, BackendKind::DurableObject, &handle)?;
+        check_handle(BACKEND, BackendKind::DurableObject, KINDS, &handle)?;
         let op = self.core.rt.out.op_id();
         let body = codec::owner_body(&handle.owner, handle.fencing_token);
         let name = handle.name.clone();
@@ -250,8 +252,18 @@ impl DurableMachine {
     }
 }
 
+/// What the service grants: exclusive locks, read-write locks (shared
+/// holds) and semaphores (permits), each name in one object.
+const KINDS: &[KindFamily] = &[
+    KindFamily::Exclusive,
+    KindFamily::Shared,
+    KindFamily::Permits,
+];
+
 impl LeaseProtocol for DurableMachine {
     type Req = Req;
+
+    const KINDS: &'static [KindFamily] = KINDS;
 
     fn core(&mut self) -> &mut LeaseCore<Req> {
         &mut self.core
@@ -264,10 +276,13 @@ impl LeaseProtocol for DurableMachine {
         };
         let wait_ms = match (a.wait, a.deadline) {
             (Wait::Try, _) => 0,
-            (_, Some(d)) => d.saturating_sub(now).min(MAX_POLL_WAIT_MS),
+            // At least 1 ms: `waitMs` 0 is how an acquire leaves, and the
+            // service refuses a waiting poll of an owner that left (a late
+            // poll overtaken by its own leave must not be granted).
+            (_, Some(d)) => d.saturating_sub(now).clamp(1, MAX_POLL_WAIT_MS),
             (_, None) => MAX_POLL_WAIT_MS,
         };
-        let body = codec::acquire_body(&a.owner, a.ttl, wait_ms);
+        let body = codec::acquire_body(&a.owner, a.kind, a.ttl, wait_ms);
         let name = a.name.clone();
         let timeout = wait_ms + self.cfg.request_timeout_ms;
         let id = self.send(
@@ -360,9 +375,9 @@ impl LockMachine for DurableMachine {
         match op {
             Operation::Acquire {
                 name,
-                kind: LockKind::Exclusive,
+                kind: kind @ (LockKind::Exclusive | LockKind::Shared | LockKind::Permits { .. }),
                 options,
-            } => self.lease_acquire(now, name, options),
+            } => self.lease_acquire(now, name, kind, options),
             Operation::Release { lock } => Ok(self.lease_release(now, lock)),
             Operation::Extend { lock, ttl_ms } => self.lease_extend(now, lock, ttl_ms),
             Operation::Resume { handle } => self.start_resume(now, handle),
