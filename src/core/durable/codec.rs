@@ -18,8 +18,9 @@ pub const DRIFT_FACTOR: f64 = 0.01;
 /// Largest answer body read (the service's answers are a few dozen bytes).
 pub const MAX_ANSWER_BYTES: usize = 16 * 1024;
 
-/// Most waiters an answer may report (a larger count is not believed).
-pub const MAX_WAITERS: u64 = 1_000_000;
+/// Most waiters an answer may report: the API's queue bound (a larger count
+/// is not believed, and `inspect` lists one entry per waiter).
+pub const MAX_WAITERS: u64 = 512;
 
 /// How long a lease of `ttl_ms` is trusted from the send time of the
 /// request that established it: `ttl − (ttl × 1% + 2 ms)`, if positive.
@@ -456,7 +457,8 @@ pub fn parse_inspect(
     let limit = opt_limit_field(&o)?;
     let holders = match o.get("holders") {
         None | Some(Value::Null) => Vec::new(),
-        Some(Value::Array(hs)) if hs.len() <= MAX_WAITERS as usize => hs
+        // Bounded by the answer's size (MAX_ANSWER_BYTES).
+        Some(Value::Array(hs)) => hs
             .iter()
             .map(|h| {
                 let h = h

@@ -699,6 +699,23 @@ fn hostile_answers_are_clear_errors_and_never_a_panic() {
     );
     assert_eq!(h.completed(op).unwrap_err().code(), "TRANSPORT");
     h.take();
+    // Regression (reliability 9c, seed 0x93591ff7af7d0a3b): a driver's
+    // message quoting the request (token, owner) was copied as it came.
+    let op = h.acquire("a", Wait::Try);
+    let req = h.one();
+    let owner = body(&req)["owner"].as_str().unwrap().to_string();
+    h.m.handle_input(
+        h.now,
+        Input::Failed {
+            id: req.id,
+            error: TransportError::Io(format!("authorization: Bearer {SECRET}\r\nowner={owner}")),
+        },
+    );
+    let e = h.completed(op).unwrap_err();
+    let text = format!("{e} {e:?}");
+    assert_eq!(e.code(), "TRANSPORT");
+    assert!(!text.contains(SECRET) && !text.contains(&owner), "{text}");
+    h.take();
     let op = h.acquire("a", Wait::Try);
     let req = h.one();
     h.advance_to(h.now + 5_000);

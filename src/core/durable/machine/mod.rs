@@ -10,6 +10,7 @@ mod answers;
 
 use super::codec::{self, AcquireAnswer, AnswerError, ApiOp};
 use super::{DurableConfig, MAX_POLL_WAIT_MS};
+use crate::core::error::sanitize_detail;
 use crate::core::lease::{
     check_handle, Acquiring, Answer, Held, LeaseCore, LeaseProtocol, LeaseReq, Timer,
 };
@@ -198,11 +199,13 @@ impl DurableMachine {
         }
     }
 
-    fn transport_error(name: &str, e: &TransportError) -> LockError {
+    /// A driver's transport message may quote what it sent (the bearer
+    /// token, an owner): scrubbed like a backend's.
+    fn transport_error(name: &str, e: &TransportError, secrets: &[&str]) -> LockError {
         LockError::Transport {
             backend: BACKEND,
             name: name.to_string(),
-            message: e.to_string(),
+            message: sanitize_detail(&e.to_string(), secrets),
         }
     }
 
@@ -217,14 +220,14 @@ impl DurableMachine {
         input: &Result<(u16, Vec<u8>), TransportError>,
         parse: Parser<T>,
     ) -> Result<T, LockError> {
+        let secrets = self.secrets();
+        let mut secrets: Vec<&str> = secrets.iter().map(String::as_str).collect();
+        secrets.push(owner);
         match input {
             Ok((status, body)) => {
-                let secrets = self.secrets();
-                let mut secrets: Vec<&str> = secrets.iter().map(String::as_str).collect();
-                secrets.push(owner);
                 parse(*status, body, &secrets).map_err(|e| Self::backend_error(name, e))
             }
-            Err(e) => Err(Self::transport_error(name, e)),
+            Err(e) => Err(Self::transport_error(name, e, &secrets)),
         }
     }
 
