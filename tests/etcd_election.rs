@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use edgelock::core::etcd::{EtcdConfig, EtcdMachine};
 use edgelock::core::*;
 use edgelock::native::{CancelToken, Client, Lock, OsEntropy};
-use edgelock_devtools::EtcdServer;
+use edgelock_devtools::{EtcdServer, Fault, FaultProxy};
 use serde_json::json;
 
 mod common;
@@ -434,18 +434,24 @@ fn uncontended_campaign_and_resign_cost_two_requests() {
     );
 }
 
+/// A counted client that reaches `etcd` through a fault proxy (for the
+/// observer), with the proxy to cut its connections.
+fn observer_behind_a_proxy(etcd: &EtcdServer) -> (FaultProxy, Client, Arc<Traffic>) {
+    let upstream: std::net::SocketAddr = etcd.url().trim_start_matches("http://").parse().unwrap();
+    let proxy = FaultProxy::start(upstream).unwrap();
+    let (o, traffic) = etcd_traffic::counted_client(
+        EtcdMachine::new(EtcdConfig::new(vec![proxy.url()]), Box::new(OsEntropy)).unwrap(),
+    );
+    (proxy, o, traffic)
+}
+
 /// The observer's watch connection is dropped while it waits: it reads
 /// again and watches anew, and still reports the next change.
 #[test]
 fn observe_survives_a_dropped_watch_connection() {
-    use edgelock_devtools::{Fault, FaultProxy};
     let etcd = EtcdServer::start().expect("start etcd");
-    let upstream: std::net::SocketAddr = etcd.url().trim_start_matches("http://").parse().unwrap();
-    let proxy = FaultProxy::start(upstream).unwrap();
+    let (proxy, o, traffic) = observer_behind_a_proxy(&etcd);
     let a = client(&etcd);
-    let (o, traffic) = etcd_traffic::counted_client(
-        EtcdMachine::new(EtcdConfig::new(vec![proxy.url()]), Box::new(OsEntropy)).unwrap(),
-    );
     let l = campaign(&a, "drop", "A");
     let known = leads("A", l.fencing_token());
     let (tx, rx) = channel();
@@ -481,14 +487,9 @@ fn observe_survives_a_dropped_watch_connection() {
 /// fifth retry, and the iterator then ends.
 #[test]
 fn observe_iterator_retries_an_outage_then_reports_one_that_lasts() {
-    use edgelock_devtools::{Fault, FaultProxy};
     let etcd = EtcdServer::start().expect("start etcd");
-    let upstream: std::net::SocketAddr = etcd.url().trim_start_matches("http://").parse().unwrap();
-    let proxy = FaultProxy::start(upstream).unwrap();
+    let (proxy, o, traffic) = observer_behind_a_proxy(&etcd);
     let a = client(&etcd);
-    let (o, traffic) = etcd_traffic::counted_client(
-        EtcdMachine::new(EtcdConfig::new(vec![proxy.url()]), Box::new(OsEntropy)).unwrap(),
-    );
     let l = campaign(&a, "outage", "A");
     let cancel = CancelToken::new();
     let mut observer = o.observe("outage", cancel.clone());
