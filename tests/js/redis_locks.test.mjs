@@ -295,12 +295,20 @@ describe("push wake-up on Redlock (2 nodes via the gateway, 1 via Webdis)", () =
 
 // Semaphores (`limit`), read-write locks (`mode`) and status() with holders,
 // on one node (both protocols) and on Redlock.
+//
+// No wake-up subscription on a webdis node in these families: webdis 0.1.9
+// writes pub/sub chunks of closed subscribers into reused sockets (README,
+// reliability 10b), so with the subscriber churn of these cases any request
+// to it may fail with TRANSPORT ("invalid HTTP version parsed"). Its waiters
+// poll (maxSubscriptions: 0); Redlock subscribes on its two gateway nodes
+// only (maxSubscriptions: 2, still a push that covers every holder's
+// quorum). Push over webdis is tested above, where subscribers churn less.
 const kindFamilies = [
   ["RedisLocks over upstash", (extra = {}) => track(new RedisLocks({ ...nodes().upstash, ttlMs: 5000, requestTimeoutMs: 1000, retryDelayMs: 50, ...extra })), { sharedGranted: true }],
-  ["RedisLocks over webdis", (extra = {}) => track(new RedisLocks({ ...nodes().webdis, ttlMs: 5000, requestTimeoutMs: 1000, retryDelayMs: 50, ...extra })), { sharedGranted: true }],
+  ["RedisLocks over webdis", (extra = {}) => track(new RedisLocks({ ...nodes().webdis, ttlMs: 5000, requestTimeoutMs: 1000, retryDelayMs: 50, maxSubscriptions: 0, ...extra })), { sharedGranted: true }],
   ["Redlock", (extra = {}) => track(new Redlock({
     nodes: [{ url: env.gateway_urls[0], token: env.token }, { url: env.gateway_urls[1], token: env.token }, { url: env.webdis_urls[2], protocol: "webdis" }],
-    ttlMs: 5000, retryDelayMs: 50, ...extra,
+    ttlMs: 5000, retryDelayMs: 50, maxSubscriptions: 2, ...extra,
   })), {}],
 ];
 for (const [label, make, opts] of kindFamilies) {
