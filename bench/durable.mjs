@@ -35,6 +35,17 @@
 //     uncontended slices ÷ the operations;
 //     the Worker's globalThis.fetch is wrapped too and must stay at 0 beyond
 //     those (any other request would be counted there).
+// Then the kinds part, for durable-object, etcd and redis (upstash) only (D1
+// is exclusive-only; Webdis left out), with DO ÷ etcd and DO ÷ Redis ratios:
+//   - semaphore of 3: uncontended permit acquire (limit 3) + release as
+//     above; contended, 6 clients each looping acquire / hold ~5 ms /
+//     release for a fixed slice: permits granted/s and the most holders
+//     seen at once (the bench FAILS if above 3, or on a slot clash);
+//   - read-write: uncontended shared acquire + release as above; a writer's
+//     handoff after the last of 2 readers releases (the bench FAILS if the
+//     writer is granted while a reader holds);
+//   - requests per acquire + release (and per permit granted) as above.
+// BENCH_SHARED=0/1 says in the report whether the machine was shared.
 // Clocks are workerd's `performance.now()` in the bench Worker: it advances
 // only across I/O (Spectre mitigation), which every measured interval ends on.
 //
@@ -61,6 +72,16 @@ const CFG = {
   handoffBatch: QUICK ? 2 : 10,
   warmup: 5,
   rawInspects: QUICK ? 20 : 200,
+  // The kinds part (semaphores, read-write locks; D1 and Webdis not in it).
+  kinds: {
+    limit: 3,
+    holders: 6,
+    holdMs: 5,
+    contendedRounds: QUICK ? 1 : 2,
+    contendedMs: QUICK ? 400 : 2500,
+    rwHandoffs: QUICK ? 4 : 30,
+    rwHandoffBatch: QUICK ? 2 : 10,
+  },
 };
 const now = () => performance.now();
 const log = (...a) => console.error("[bench:durable]", ...a);
@@ -123,14 +144,30 @@ function make(backend, env, counter) {
   throw new Error("unknown backend " + backend);
 }
 
+/** The acquire options of a kind: exclusive (none), a permit of a semaphore of 3, a shared hold. */
+function kindOpts(kind) {
+  if (!kind || kind === "exclusive") return undefined;
+  if (kind === "permit") return { limit: 3 };
+  if (kind === "shared") return { mode: "shared" };
+  throw new Error("unknown kind " + kind);
+}
+
+function checkKind(lock, opts) {
+  if (opts?.limit !== undefined && (lock.mode !== "permit" || lock.limit !== opts.limit || !(lock.slot >= 0 && lock.slot < opts.limit))) {
+    throw new Error("not a permit of " + opts.limit + ": " + JSON.stringify({ mode: lock.mode, limit: lock.limit, slot: lock.slot }));
+  }
+  if (opts?.mode === "shared" && lock.mode !== "shared") throw new Error("not a shared hold: mode " + lock.mode);
+}
+
 async function uncontended(backend, env, q) {
   const ms = Number(q.get("ms"));
   const warm = Number(q.get("warm"));
   const name = q.get("name");
+  const opts = kindOpts(q.get("kind"));
   const counter = { n: 0 };
   const c = make(backend, env, counter);
   try {
-    for (let i = 0; i < warm; i += 1) await (await c.acquire(name)).release();
+    for (let i = 0; i < warm; i += 1) await (await c.acquire(name, opts)).release();
     const lat = [];
     const strayBefore = stray.n;
     const before = counter.n;
@@ -138,7 +175,8 @@ async function uncontended(backend, env, q) {
     const start = now();
     while (now() - start < ms) {
       const t = now();
-      const lock = await c.acquire(name);
+      const lock = await c.acquire(name, opts);
+      checkKind(lock, opts);
       await lock.release();
       lat.push(now() - t);
     }
@@ -189,6 +227,102 @@ async function handoff(backend, env, q) {
 }
 
 /**
+ * A semaphore under contention: \`holders\` clients (each its own) loop
+ * acquire (limit \`limit\`) / hold \`holdMs\` / release for \`ms\`. Counts the
+ * permits granted, the most holders seen at once (a holder counts from its
+ * acquire resolving to just before its release call), and slot clashes (a
+ * permit granted a slot another current holder has, or one outside 0..limit).
+ */
+async function semContended(backend, env, q) {
+  const ms = Number(q.get("ms"));
+  const holders = Number(q.get("holders"));
+  const limit = Number(q.get("limit"));
+  const holdMs = Number(q.get("holdMs"));
+  const name = q.get("name");
+  const counters = Array.from({ length: holders }, () => ({ n: 0 }));
+  const clients = counters.map((c) => make(backend, env, c));
+  const strayBefore = stray.n;
+  try {
+    // Warm-up: sessions (etcd lease), connections.
+    for (const c of clients) await (await c.acquire(name, { limit })).release();
+    const before = counters.reduce((a, c) => a + c.n, 0);
+    let cur = 0;
+    let max = 0;
+    let grants = 0;
+    let slotClashes = 0;
+    const held = new Set();
+    const start = now();
+    await Promise.all(clients.map(async (c) => {
+      while (now() - start < ms) {
+        const p = await c.acquire(name, { limit, waitMs: 30000 });
+        cur += 1;
+        grants += 1;
+        if (cur > max) max = cur;
+        if (held.has(p.slot) || !(p.slot >= 0 && p.slot < limit)) slotClashes += 1;
+        held.add(p.slot);
+        await sleep(holdMs);
+        held.delete(p.slot);
+        cur -= 1;
+        await p.release();
+      }
+    }));
+    const elapsed = now() - start;
+    const requests = counters.reduce((a, c) => a + c.n, 0) - before;
+    return { grants, ms: elapsed, max, slotClashes, requests, stray: stray.n - strayBefore };
+  } finally {
+    await Promise.allSettled(clients.map((c) => c.close()));
+  }
+}
+
+/**
+ * A read-write lock's writer handoff: two readers (each its own client) hold
+ * shared; a writer (a third client) is blocked in acquire for 50–150 ms; the
+ * first reader releases, 10 ms later the second; latency is the last
+ * reader's release call → the writer's acquire resolving. \`early\` counts a
+ * writer granted while a reader still held.
+ */
+async function rwHandoff(backend, env, q) {
+  const n = Number(q.get("n"));
+  const name = q.get("name");
+  const rc = { n: 0 };
+  const wc = { n: 0 };
+  const r1 = make(backend, env, rc);
+  const r2 = make(backend, env, rc);
+  const writer = make(backend, env, wc);
+  const shared = { mode: "shared" };
+  const lat = [];
+  const afterRelease = [];
+  let early = 0;
+  const strayBefore = stray.n;
+  try {
+    await (await r1.acquire(name, shared)).release();
+    await (await r2.acquire(name, shared)).release();
+    await (await writer.acquire(name)).release();
+    for (let i = 0; i < n; i += 1) {
+      const a = await r1.acquire(name, { ...shared, waitMs: 10000 });
+      const b = await r2.acquire(name, { ...shared, waitMs: 10000 });
+      let heldAt = NaN;
+      let atGrant = NaN;
+      const waiting = writer.acquire(name, { waitMs: 30000 }).then((lock) => { heldAt = now(); atGrant = wc.n; return lock; });
+      await sleep(50 + Math.random() * 100);
+      await a.release();
+      await sleep(10);
+      if (!Number.isNaN(heldAt)) early += 1;
+      const w1 = wc.n;
+      const releasedAt = now();
+      await b.release();
+      const w = await waiting;
+      lat.push(heldAt - releasedAt);
+      afterRelease.push(atGrant - w1);
+      await w.release();
+    }
+  } finally {
+    await Promise.allSettled([r1.close(), r2.close(), writer.close()]);
+  }
+  return { lat, afterRelease, early, stray: stray.n - strayBefore };
+}
+
+/**
  * The baseline of the Durable Object row: \`n\` bare \`inspect\` requests (no
  * storage write) to one object through the router, timed one by one; and
  * whether workerd's clock showed anything finer than whole milliseconds.
@@ -227,6 +361,8 @@ export default {
       if (url.pathname === "/uncontended") out = await uncontended(q.get("backend"), env, q);
       else if (url.pathname === "/handoff") out = await handoff(q.get("backend"), env, q);
       else if (url.pathname === "/raw") out = await raw(env, q);
+      else if (url.pathname === "/sem-contended") out = await semContended(q.get("backend"), env, q);
+      else if (url.pathname === "/rw-handoff") out = await rwHandoff(q.get("backend"), env, q);
       else return new Response("not found", { status: 404 });
       return Response.json(out);
     } catch (e) {
@@ -244,6 +380,8 @@ const BACKENDS = {
   "redis-webdis": { label: "edgelock RedisLocks (Webdis)", unit: "HTTP requests" },
 };
 const ids = Object.keys(BACKENDS);
+// The kinds part: the Durable Object and the peers that grant both kinds from a Worker (D1 is exclusive-only).
+const KIND_IDS = ["durable-object", "etcd", "redis-upstash"];
 
 log("starting testenv (etcd 1, redis 1, webdis, Upstash gateway)");
 const env = await startTestenv({ etcd: 1, redis: 1, webdis: true, gateway: true });
@@ -256,6 +394,7 @@ let mf;
 const results = {
   started: new Date().toISOString(),
   config: CFG,
+  loadAvg: { start: os.loadavg().map((x) => x.toFixed(2)).join(" / ") },
   miniflare: miniflareVersion,
   libs: Object.fromEntries(ids.map((id) => [id, { label: BACKENDS[id].label, unit: BACKENDS[id].unit }])),
   uncontended: {},
@@ -319,7 +458,7 @@ try {
     log(`bare inspect through the binding: ${JSON.stringify(results.rawInspect)}; bare D1 batch: ${JSON.stringify(results.rawD1Batch)}; whole-ms clock: ${r.integerMs}`);
   }
 
-  log("1/2 uncontended");
+  log("1/3 uncontended");
   const unc = Object.fromEntries(ids.map((id) => [id, { ops: 0, ms: 0, requests: 0, statements: 0, stray: 0, lat: [] }]));
   for (let round = 0; round < CFG.rounds; round += 1) {
     for (const id of ids) {
@@ -339,7 +478,7 @@ try {
     log(`${id}: ${JSON.stringify(results.uncontended[id])}`);
   }
 
-  log("2/2 handoff");
+  log("2/3 handoff");
   const hand = Object.fromEntries(ids.map((id) => [id, { lat: [], afterRelease: [], wholeWait: [], early: 0, stray: 0 }]));
   for (let done = 0; done < CFG.handoffs; done += CFG.handoffBatch) {
     const n = Math.min(CFG.handoffBatch, CFG.handoffs - done);
@@ -363,12 +502,77 @@ try {
     const { samples, ...brief } = results.handoff[id];
     log(`${id}: ${JSON.stringify(brief)}`);
   }
+
+  // --- kinds: semaphores of 3 and read-write locks ---------------------------
+  log("3/3 kinds: semaphore of 3, read-write lock (durable-object, etcd, redis-upstash)");
+  const K = CFG.kinds;
+  const tKinds = now();
+  const kinds = (results.kinds = { backends: KIND_IDS, limit: K.limit, permit: {}, contended: {}, shared: {}, rwHandoff: {} });
+  const kunc = Object.fromEntries(["permit", "shared"].map((kind) => [kind, Object.fromEntries(KIND_IDS.map((id) => [id, { ops: 0, ms: 0, requests: 0, stray: 0, lat: [] }]))]));
+  for (let round = 0; round < CFG.rounds; round += 1) {
+    for (const kind of ["permit", "shared"]) {
+      for (const id of KIND_IDS) {
+        const r = await call("/uncontended", { backend: id, kind, ms: CFG.sliceMs, warm: CFG.warmup, name: `bench-do-${kind}-${id}-${run}` });
+        const s = kunc[kind][id];
+        s.ops += r.ops; s.ms += r.ms; s.requests += r.requests; s.stray += r.stray; s.lat.push(...r.lat);
+      }
+    }
+    log(`kinds uncontended round ${round + 1}/${CFG.rounds}`);
+  }
+  for (const kind of ["permit", "shared"]) {
+    for (const id of KIND_IDS) {
+      const s = kunc[kind][id];
+      kinds[kind][id] = { ops: s.ops, opsPerSec: (s.ops / s.ms) * 1000, p50: quantile(s.lat, 0.5), p99: quantile(s.lat, 0.99), requestsPerOp: s.ops ? s.requests / s.ops : NaN, strayFetches: s.stray };
+      log(`${kind} ${id}: ${JSON.stringify(kinds[kind][id])}`);
+    }
+  }
+  const cont = Object.fromEntries(KIND_IDS.map((id) => [id, { grants: 0, ms: 0, max: 0, slotClashes: 0, requests: 0, stray: 0 }]));
+  for (let round = 0; round < K.contendedRounds; round += 1) {
+    for (const id of KIND_IDS) {
+      const r = await call("/sem-contended", { backend: id, ms: K.contendedMs, holders: K.holders, limit: K.limit, holdMs: K.holdMs, name: `bench-do-semc-${id}-${run}-${round}` });
+      const s = cont[id];
+      s.grants += r.grants; s.ms += r.ms; s.max = Math.max(s.max, r.max); s.slotClashes += r.slotClashes; s.requests += r.requests; s.stray += r.stray;
+      if (r.max > K.limit || r.slotClashes > 0) {
+        throw new Error(`semaphore of ${K.limit} on ${id}: ${r.max} holders seen at once, ${r.slotClashes} slot clashes (must be ≤ ${K.limit} and 0)`);
+      }
+    }
+    log(`semaphore contended round ${round + 1}/${K.contendedRounds}`);
+  }
+  for (const id of KIND_IDS) {
+    const s = cont[id];
+    kinds.contended[id] = { holders: K.holders, holdMs: K.holdMs, grants: s.grants, ms: s.ms, grantsPerSec: (s.grants / s.ms) * 1000, maxHolders: s.max, slotClashes: s.slotClashes, requestsPerGrant: s.grants ? s.requests / s.grants : NaN, strayFetches: s.stray };
+    log(`contended ${id}: ${JSON.stringify(kinds.contended[id])}`);
+  }
+  const rwh = Object.fromEntries(KIND_IDS.map((id) => [id, { lat: [], afterRelease: [], early: 0, stray: 0 }]));
+  for (let done = 0; done < K.rwHandoffs; done += K.rwHandoffBatch) {
+    const n = Math.min(K.rwHandoffBatch, K.rwHandoffs - done);
+    for (const id of KIND_IDS) {
+      const r = await call("/rw-handoff", { backend: id, n, name: `bench-do-rw-${id}-${run}-${done}` });
+      const s = rwh[id];
+      s.lat.push(...r.lat); s.afterRelease.push(...r.afterRelease); s.early += r.early; s.stray += r.stray;
+      if (r.early > 0) throw new Error(`read-write lock on ${id}: the writer was granted while a reader held (${r.early} times)`);
+    }
+    log(`rw handoff ${done + n}/${K.rwHandoffs}`);
+  }
+  for (const id of KIND_IDS) {
+    const s = rwh[id];
+    kinds.rwHandoff[id] = {
+      n: s.lat.length, p50: quantile(s.lat, 0.5), p99: quantile(s.lat, 0.99), max: Math.max(...s.lat),
+      samples: s.lat.map((x) => Math.round(x * 10) / 10),
+      writerRequestsAfterRelease: s.afterRelease.reduce((a, b) => a + b, 0) / s.afterRelease.length,
+      exclusionViolations: s.early, strayFetches: s.stray,
+    };
+    const { samples, ...brief } = kinds.rwHandoff[id];
+    log(`rw handoff ${id}: ${JSON.stringify(brief)}`);
+  }
+  kinds.elapsedSec = (now() - tKinds) / 1000;
 } finally {
   await mf?.dispose().catch(() => {});
   await env.stop();
   rmSync(dir, { recursive: true, force: true });
 }
 results.elapsedSec = (now() - t0All) / 1000;
+results.loadAvg.end = os.loadavg().map((x) => x.toFixed(2)).join(" / ");
 
 // --- report -------------------------------------------------------------------
 const u = results.uncontended;
@@ -393,15 +597,57 @@ const ratioRows = peers.map((p) => ratioRow(d, p));
 // D1's handoff is a poll's share, tens of times a push handoff: d1 ÷ peer reads better there.
 const d1RatioRows = [d, ...peers].map((p) =>
   `| ${BACKENDS[p].label} | ${ratio(u.d1.opsPerSec, u[p].opsPerSec)} | ${ratio(h.d1.p50, h[p].p50)} | ${ratio(h.d1.p99, h[p].p99)} | ${ratio(u.d1.requestsPerOp, u[p].requestsPerOp)} |`);
+// The kinds part: one row per figure, the three backends' values and DO's ratio to each peer
+// (ops/s, permits/s, requests: durable-object ÷ peer; latencies: peer ÷ durable-object).
+const k = results.kinds;
+const KP = ["etcd", "redis-upstash"];
+const kindFigures = [
+  ["permitOpsPerSec", "semaphore of 3, uncontended permit acquire+release ops/s", (id) => k.permit[id].opsPerSec, f0, "do/peer"],
+  ["permitP50", "… p50 ms", (id) => k.permit[id].p50, fms, "peer/do"],
+  ["permitP99", "… p99 ms", (id) => k.permit[id].p99, fms, "peer/do"],
+  ["permitRequestsPerOp", "… requests per permit acquire+release", (id) => k.permit[id].requestsPerOp, f2, "do/peer"],
+  ["contendedGrantsPerSec", `semaphore of 3, contended (${CFG.kinds.holders} holders, ~${CFG.kinds.holdMs} ms hold): permits granted/s`, (id) => k.contended[id].grantsPerSec, f0, "do/peer"],
+  ["contendedMaxHolders", "… most holders seen at once (asserted ≤ 3)", (id) => k.contended[id].maxHolders, f0, null],
+  ["contendedRequestsPerGrant", "… requests per permit granted", (id) => k.contended[id].requestsPerGrant, f2, "do/peer"],
+  ["sharedOpsPerSec", "read-write, uncontended shared acquire+release ops/s", (id) => k.shared[id].opsPerSec, f0, "do/peer"],
+  ["sharedP50", "… p50 ms", (id) => k.shared[id].p50, fms, "peer/do"],
+  ["sharedP99", "… p99 ms", (id) => k.shared[id].p99, fms, "peer/do"],
+  ["sharedRequestsPerOp", "… requests per shared acquire+release", (id) => k.shared[id].requestsPerOp, f2, "do/peer"],
+  ["writerHandoffP50", "read-write, writer handoff after the last of 2 readers releases: p50 ms", (id) => k.rwHandoff[id].p50, fms, "peer/do"],
+  ["writerHandoffP99", "… p99 ms", (id) => k.rwHandoff[id].p99, fms, "peer/do"],
+  ["writerRequestsAfterRelease", "… writer's requests, last release → grant", (id) => k.rwHandoff[id].writerRequestsAfterRelease, f2, null],
+];
+k.ratios = {};
+const kindRows = kindFigures.map(([key, label, get, fmt, dir]) => {
+  const cells = KIND_IDS.map((id) => fmt(get(id)));
+  const rs = KP.map((p) => (dir === "do/peer" ? ratio(get(d), get(p)) : dir === "peer/do" ? ratio(get(p), get(d)) : "–"));
+  const num = (a, b) => (Number.isFinite(a) && Number.isFinite(b) && b !== 0 ? Math.round((a / b) * 1000) / 1000 : null);
+  if (dir) {
+    k.ratios[key] = {
+      direction: dir === "do/peer" ? "durable-object ÷ peer" : "peer ÷ durable-object",
+      ...Object.fromEntries(KP.map((p) => [p, dir === "do/peer" ? num(get(d), get(p)) : num(get(p), get(d))])),
+    };
+  }
+  return `| ${label} | ${cells.join(" | ")} | ${rs.join(" | ")} |`;
+});
+for (const p of KP) {
+  log(`kinds, durable-object vs ${p}: ` + kindFigures.filter((f) => f[4]).map(([key]) => `${key} ${k.ratios[key][p]}×`).join("; "));
+}
+const kindStray = KIND_IDS.filter((id) => ["permit", "shared", "contended", "rwHandoff"].some((x) => k[x][id].strayFetches > 0));
 const violations = ids.filter((id) => h[id].exclusionViolations > 0);
 const stray = ids.filter((id) => u[id].strayFetches > 0 || h[id].strayFetches > 0);
+// BENCH_SHARED=0: nothing else ran on the machine during the run; 1: other work did; unset: unknown.
+const machineNote = process.env.BENCH_SHARED === "0"
+  ? "not shared with other jobs during the run"
+  : process.env.BENCH_SHARED === "1" ? "shared with other work during the run" : "possibly shared with other work";
+results.machine = { cpus: os.cpus().length, shared: process.env.BENCH_SHARED === "0" ? false : process.env.BENCH_SHARED === "1" ? true : null };
 const SECTION_TITLE = "Durable Object lock service and D1 (inside workerd)";
 const section = `## ${SECTION_TITLE}
 
 \`bench/durable.mjs\`, ${results.started}: every loop runs **inside one workerd**
 (Miniflare ${miniflareVersion}, local, no network) in a bench Worker that imports
-the npm package's workerd entry, on a ${os.cpus().length}-core machine shared with other
-work (absolute figures are noisy; the ratios within the run are the point). The \`durable-object\` row reaches the lock
+the npm package's workerd entry, on a ${os.cpus().length}-core machine ${machineNote} (load average
+${results.loadAvg.start} at the start, ${results.loadAvg.end} at the end; absolute figures are noisy; the ratios within the run are the point). The \`durable-object\` row reaches the lock
 service (the built Worker's \`LockObject\`, SQLite-backed, in the same workerd)
 through \`lockServiceRouter(env.LOCKS)\`; the \`d1\` row is \`D1Locks\` with
 its defaults on Miniflare's local D1 (SQLite in memory, as the Durable
@@ -461,6 +707,40 @@ slower):
 | peer | ops/s ratio | handoff p50, d1 ÷ peer | handoff p99, d1 ÷ peer | requests per acquire+release ratio |
 |---|---|---|---|---|
 ${d1RatioRows.join("\n")}
+
+### Semaphores and read-write locks
+
+The same run, for the lock kinds the Durable Object lock service grants
+besides exclusive locks, next to the peers a Workers user would otherwise
+pick for them: the same npm API on etcd (\`EtcdLocks\`) and on Redis through
+the Upstash REST gateway (\`RedisLocks\`), from the same bench Worker (D1 is
+exclusive-only, and Webdis is left out here). Semaphore of ${CFG.kinds.limit}:
+uncontended, sequential \`acquire(name, { limit: ${CFG.kinds.limit} })\` + release on one client,
+${CFG.rounds} × ${CFG.sliceMs} ms per backend (interleaved with the shared rounds); contended,
+${CFG.kinds.holders} clients in the bench Worker each looping acquire (limit ${CFG.kinds.limit}) / hold ~${CFG.kinds.holdMs} ms /
+release for ${CFG.kinds.contendedRounds} × ${CFG.kinds.contendedMs} ms, counting the permits granted and the
+most holders seen at once (the bench fails if it exceeds ${CFG.kinds.limit}, or if a permit's
+slot is one another current holder has). Read-write: uncontended
+\`acquire(name, { mode: "shared" })\` + release, as for permits; writer
+handoff: two readers (each its own client) hold, a writer (a third client)
+has been blocked in \`acquire\` for 50–150 ms, the first reader releases and
+10 ms later the second; latency is the last reader's release call → the
+writer's \`acquire\` resolving, ${CFG.kinds.rwHandoffs} samples per backend (the bench fails if the
+writer is granted while a reader holds). Requests are counted as above.
+Ratios: ops/s, permits/s and requests durable-object ÷ peer; latencies
+peer ÷ durable-object (so higher = the Durable Object faster, fewer requests
+= a ratio below 1); with workerd's whole-millisecond clock the latency
+ratios of figures of a few ms are coarse (a 1 ms step is a factor of 2 at
+2 ms). The Durable Object writer's requests after the last release are 0:
+its one acquire request, sent before the readers released, is held open by
+the object and answered with the grant. The kinds part took ${f0(k.elapsedSec)} s of the run.
+
+| figure (inside workerd) | durable-object | etcd | redis (upstash) | DO vs etcd | DO vs Redis (Upstash) |
+|---|---|---|---|---|---|
+${kindRows.join("\n")}
+
+Most holders seen at once: ${KIND_IDS.map((id) => `${id} ${k.contended[id].maxHolders}`).join(", ")} (limit ${CFG.kinds.limit}); slot clashes: ${KIND_IDS.map((id) => k.contended[id].slotClashes).reduce((a, b) => a + b, 0)}; writers granted while a reader held: ${KIND_IDS.map((id) => k.rwHandoff[id].exclusionViolations).reduce((a, b) => a + b, 0)}.
+${kindStray.length ? `Fetches outside the clients' transports in the kinds part: ${kindStray.join(", ")}.` : "No fetch outside the clients' counted transports in the kinds part either."}
 
 ${violations.length ? `**Exclusion violations** (the waiter got in while the holder held): ${violations.map((id) => `${id} ${h[id].exclusionViolations}`).join(", ")}.` : "No waiter was granted while its holder held (0 exclusion violations in every row)."}
 ${stray.length ? `Fetches outside the clients' transports: ${stray.map((id) => `${id} ${u[id].strayFetches + h[id].strayFetches}`).join(", ")}.` : "No fetch outside the clients' counted transports (the Worker's wrapped \`globalThis.fetch\` saw none)."}
