@@ -167,8 +167,12 @@ pub(crate) fn check_handle(
         kinds,
         atomic_sets: false,
     };
-    if !offered.supports(handle.kind) || handle.kind == LockKind::Leader {
-        handle.check_kind(LockKind::Exclusive)?;
+    // No lease backend grants leaderships (a campaign is refused).
+    if handle.kind == LockKind::Leader || !offered.supports(handle.kind) {
+        return Err(LockError::invalid(format!(
+            "the handle is of a {} hold, which the {backend} backend does not grant",
+            handle.kind.describe()
+        )));
     }
     if handle.key != handle.name {
         return Err(LockError::invalid(
@@ -199,6 +203,13 @@ pub(crate) struct LeaseCore<R> {
 }
 
 impl<R: LeaseReq> LeaseCore<R> {
+    /// Every owner credential this client knows (held locks and acquires
+    /// under way): kept out of every error and loss text.
+    pub(crate) fn owners(&self) -> impl Iterator<Item = &str> {
+        let held = self.locks.values().map(|h| h.owner.as_str());
+        held.chain(self.acquires.values().map(|a| a.owner.as_str()))
+    }
+
     pub(crate) fn new(
         backend: &'static str,
         kind: BackendKind,

@@ -166,8 +166,7 @@ impl D1Machine {
         input: &Answer,
         parse: Parser<T>,
     ) -> Result<T, LockError> {
-        let mut secrets: Vec<&str> = self.core.locks.values().map(|h| h.owner.as_str()).collect();
-        secrets.extend(self.core.acquires.values().map(|a| a.owner.as_str()));
+        let mut secrets: Vec<&str> = self.core.owners().collect();
         secrets.push(owner);
         secrets.retain(|s| !s.is_empty());
         match input {

@@ -185,8 +185,7 @@ impl DurableMachine {
 
     fn secrets(&self) -> Vec<String> {
         let mut s: Vec<String> = self.cfg.token.iter().cloned().collect();
-        s.extend(self.core.locks.values().map(|h| h.owner.clone()));
-        s.extend(self.core.acquires.values().map(|a| a.owner.clone()));
+        s.extend(self.core.owners().map(str::to_string));
         s
     }
 
