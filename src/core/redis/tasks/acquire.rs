@@ -50,6 +50,7 @@ use super::super::round::{FlagCount, NodeError, Round};
 use super::super::scripts::{self, AcquireReply};
 use super::super::subscription::wake_channel;
 use super::super::task::{Next, OnClose, Push, Task};
+use super::super::value::RedisValue;
 use super::permit::{Permit, PermitRound};
 use crate::core::names::validate_name;
 use crate::core::*;
@@ -275,6 +276,23 @@ impl Task for AcquireTask {
 
     fn listens(&self) -> Option<&str> {
         (self.a.listening && self.a.abort.is_none()).then_some(self.a.channel.as_str())
+    }
+
+    /// An attempt is decided once a quorum granted (the raise round, which
+    /// waits for every node, learns any counter a silent node holds above
+    /// the token) or none can form; a raise round only once it can no longer
+    /// confirm a quorum (its grant waits for every answer, see `after_raise`).
+    /// Permit attempts wait for every node (their slot choice needs all).
+    fn settled(&self, round: &Round, quorum: usize) -> bool {
+        let granted =
+            |v: &RedisValue| matches!(scripts::parse_acquire(v), Ok(AcquireReply::Granted { .. }));
+        let confirmed =
+            |v: &RedisValue| matches!(scripts::parse_flag_and_counter(v), Ok((true, _)));
+        match self.phase {
+            Phase::Attempt if self.a.permit.is_none() => round.quorum_decided(quorum, granted),
+            Phase::Raise { .. } => round.quorum_lost(quorum, confirmed),
+            _ => false,
+        }
     }
 
     fn on_push(&mut self, node: usize, push: Push, now: Millis) -> bool {
