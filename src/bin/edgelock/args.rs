@@ -602,11 +602,149 @@ fn what_follows(flag: &str) -> &'static str {
 #[cfg(test)]
 mod tests {
     use clap::CommandFactory;
+    use edgelock::core::LockKind;
 
-    use super::Cli;
+    use super::{parse, Backend, Cli, Options};
 
     #[test]
     fn the_command_line_definition_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    fn parsed(args: &[&str]) -> Options {
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        match parse(&args) {
+            Ok(o) => o,
+            Err(e) => panic!("{args:?}: exit {}: {}", e.code, e.message),
+        }
+    }
+
+    fn refused(args: &[&str]) -> String {
+        let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+        match parse(&args) {
+            Ok(_) => panic!("{args:?} was accepted"),
+            Err(e) => {
+                assert_eq!(e.code, 64, "{args:?}: {}", e.message);
+                e.message
+            }
+        }
+    }
+
+    #[test]
+    fn everything_after_the_first_double_dash_is_the_command() {
+        let o = parsed(&[
+            "run", "--etcd", "http://a", "n", "--", "sh", "--", "-x", "--etcd",
+        ]);
+        assert_eq!(o.command, ["sh", "--", "-x", "--etcd"]);
+        assert_eq!(o.name, "n");
+        // Options may follow NAME; `-` is a name; `--flag=value` works.
+        let o = parsed(&[
+            "run",
+            "-",
+            "--redis=webdis+http://a,webdis+http://b",
+            "--limit=3",
+            "--",
+            "true",
+        ]);
+        assert_eq!(o.name, "-");
+        assert!(matches!(&o.backend, Backend::Redis(urls) if urls.len() == 2));
+        assert_eq!(o.kind, LockKind::Permits { limit: 3 });
+    }
+
+    #[test]
+    fn a_repeated_flag_keeps_its_last_value_and_values_may_start_with_a_dash() {
+        let o = parsed(&[
+            "status", "--etcd", "http://a", "--prefix", "a", "--prefix", "-b", "--header", "X: 1",
+            "--header", "Y:2", "n",
+        ]);
+        assert_eq!(o.prefix.as_deref(), Some("-b"));
+        assert_eq!(
+            o.headers,
+            [("X".into(), "1".into()), ("Y".into(), "2".into())]
+        );
+    }
+
+    #[test]
+    fn refusals_say_what_was_wrong_as_before() {
+        for (args, says) in [
+            (
+                &["run", "--etcd", "http://a", "--ttl", "x", "n", "--", "true"][..],
+                "--ttl needs a whole number of milliseconds, got \"x\"",
+            ),
+            (&["run", "--etcd"], "--etcd needs a URL"),
+            (
+                &["run", "--etcd", "http://a", "--try=1", "n", "--", "true"],
+                "unknown option \"--try\"",
+            ),
+            (
+                &["status", "--etcd", "http://a", "--wait", "5", "n"],
+                "unknown option \"--wait\"",
+            ),
+            (
+                &[
+                    "run",
+                    "--etcd",
+                    "a",
+                    "--durable-object",
+                    "b",
+                    "n",
+                    "--",
+                    "true",
+                ],
+                "give exactly one of",
+            ),
+            (
+                &["status", "--etcd", "a", "n", "m"],
+                "expected one lock NAME, got 2",
+            ),
+            (&["status", "--etcd", "a"], "missing lock NAME"),
+            (&["bogus"], "unknown command \"bogus\""),
+            (&[], "missing command"),
+        ] {
+            let message = refused(args);
+            assert!(message.contains(says), "{args:?}: {message}");
+            assert!(
+                message.ends_with("Run `edgelock --help` for usage."),
+                "{message}"
+            );
+        }
+    }
+
+    #[test]
+    fn help_and_version_are_texts_with_exit_0() {
+        for args in [
+            &["--help"][..],
+            &["help", "run"],
+            &["run", "--help"],
+            &["-V"],
+        ] {
+            let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+            match parse(&args) {
+                Err(e) => assert_eq!(e.code, 0, "{args:?}"),
+                Ok(_) => panic!("{args:?}"),
+            }
+        }
+    }
+
+    /// Every command's --help names every backend the CLI reaches.
+    #[test]
+    fn each_command_help_names_every_backend() {
+        for command in ["run", "status", "elect", "leader"] {
+            let mut cli = Cli::command();
+            let help = cli
+                .find_subcommand_mut(command)
+                .expect("subcommand")
+                .render_long_help()
+                .to_string();
+            for backend in [
+                "--etcd",
+                "Upstash REST",
+                "Webdis",
+                "Redlock",
+                "Durable Object lock service",
+            ] {
+                assert!(help.contains(backend), "{command} --help lacks {backend}");
+            }
+        }
     }
 }
