@@ -32,7 +32,7 @@ pub mod codec;
 mod machine;
 pub mod sql;
 
-pub use machine::D1Machine;
+pub(crate) use machine::D1Machine;
 
 use crate::core::lease::{check_binding, check_lease_options};
 use crate::core::LockError;

@@ -32,7 +32,7 @@
 pub mod codec;
 mod machine;
 
-pub use machine::DurableMachine;
+pub(crate) use machine::DurableMachine;
 
 use crate::core::lease::{check_binding, check_lease_options};
 use crate::core::names::validate_base_url;
