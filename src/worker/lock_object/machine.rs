@@ -670,7 +670,7 @@ impl LockState {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{Acquire, Busy, HolderStatus, Kind, LockState, Mode, Notice, Status, MAX_WAITERS};
 
     const A: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
     const B: &str = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
