@@ -3,8 +3,9 @@
 //! fencing counter), so the client is a thin sans-IO machine.
 //!
 //! - acquire: `POST <base>/v1/acquire?name=…` with a random owner (32 hex
-//!   from the injected [`Entropy`]) and `waitMs`; the service holds a
-//!   waiting request open until it grants or `waitMs` passes, so a longer
+//!   from the injected [`Entropy`](crate::core::Entropy)) and `waitMs`; the
+//!   service holds a waiting request open until it grants or `waitMs`
+//!   passes, so a longer
 //!   wait re-sends `acquire` with the same owner (keeping its FIFO place)
 //!   every [`MAX_POLL_WAIT_MS`] at most;
 //! - release / extend / resume are owner-checked by the service; a held
@@ -26,8 +27,9 @@
 //! the `name` query parameter ([`DurableEndpoint`]).
 //!
 //! Layout: `codec` (request bodies and strict answer parsing), `machine`
-//! (the [`LockMachine`](crate::core::LockMachine): its state, requests and
-//! user operations), `machine/answers` (what each answer does).
+//! (the service's part of the shared lease machine, `crate::core::lease`:
+//! its options and requests), `machine/acquire` (a waiting acquire's steps:
+//! polls, confirmations, leaving), `machine/answers` (the other answers).
 
 pub mod codec;
 mod machine;

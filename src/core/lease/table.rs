@@ -33,7 +33,7 @@ pub(crate) enum Timer {
 pub(crate) struct Acquiring {
     pub(crate) name: String,
     /// What it asks for (a backend grants only the kinds of its
-    /// [`LeaseProtocol::KINDS`]).
+    /// `LeaseProtocol::KINDS`).
     pub(crate) kind: LockKind,
     pub(crate) owner: String,
     pub(crate) ttl: u64,
