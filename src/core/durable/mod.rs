@@ -5,9 +5,8 @@
 //! - acquire: `POST <base>/v1/acquire?name=…` with a random owner (32 hex
 //!   from the injected [`Entropy`](crate::core::Entropy)) and `waitMs`; the
 //!   service holds a waiting request open until it grants or `waitMs`
-//!   passes, so a longer
-//!   wait re-sends `acquire` with the same owner (keeping its FIFO place)
-//!   every [`MAX_POLL_WAIT_MS`] at most;
+//!   passes, so a longer wait re-sends `acquire` with the same owner
+//!   (keeping its FIFO place) every [`MAX_POLL_WAIT_MS`] at most;
 //! - release / extend / resume are owner-checked by the service; a held
 //!   lock is renewed at TTL/3 (`autoExtend`), `Event::Lost` when an extend
 //!   answers `extended:false` or the lease runs out before a renewal
