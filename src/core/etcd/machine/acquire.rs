@@ -8,18 +8,22 @@ impl EtcdMachine {
     pub(super) fn op_name(&self, op: OpId) -> String {
         match self.ops.get(&op).map(|o| &o.kind) {
             Some(OpKind::Acquire(a)) => a.name.clone(),
-            Some(OpKind::Inspect { name, .. }) => name.clone(),
+            Some(OpKind::Inspect(i)) => i.name().to_string(),
             Some(OpKind::Election(e)) => self.election_op_name(e),
-            Some(OpKind::Resume { handle, .. }) => handle.name.clone(),
-            Some(OpKind::Reenter(r)) => r.handle.name.clone(),
+            Some(OpKind::Resume(r)) => r.name().to_string(),
+            Some(OpKind::Reenter(r)) => r.name().to_string(),
             Some(OpKind::AcquireSet(s)) => s.members[0].name.clone(),
-            Some(OpKind::Release { lock, .. }) | Some(OpKind::Extend { lock, .. }) => self
-                .locks
-                .get(lock)
-                .map(|l| l.name.clone())
-                .unwrap_or_default(),
+            Some(OpKind::Release(r)) => self.lock_name(r.lock()),
+            Some(OpKind::Extend(e)) => self.lock_name(e.lock()),
             None => String::new(),
         }
+    }
+
+    fn lock_name(&self, lock: LockId) -> String {
+        self.locks
+            .get(&lock)
+            .map(|l| l.name.clone())
+            .unwrap_or_default()
     }
 
     pub(super) fn acquire_mut(&mut self, op: OpId) -> Option<&mut Acquire> {

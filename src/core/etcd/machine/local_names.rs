@@ -43,4 +43,18 @@ impl EtcdMachine {
             q.retain(|o| *o != op);
         }
     }
+
+    /// A hold that claimed its name locally is gone: another local hold of
+    /// the same key (a re-entry) takes the claim over, else the name is free.
+    pub(super) fn pass_on_name(&mut self, now: Millis, h: &HeldLock) {
+        if let Some((_, other)) = self
+            .locks
+            .iter_mut()
+            .find(|(_, l)| l.key == h.key && l.reentered)
+        {
+            other.reentered = false;
+            return;
+        }
+        self.free_name(now, &h.name);
+    }
 }

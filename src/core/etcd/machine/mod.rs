@@ -23,8 +23,8 @@ mod ghosts;
 mod local_names;
 mod lock_machine;
 mod operations;
+mod ops;
 mod permits;
-mod reentry;
 #[cfg(test)]
 mod reentry_tests;
 mod requests;
@@ -37,6 +37,7 @@ mod sets_tests;
 mod shared;
 mod timers;
 
+use ops::{ExtendOp, InspectOp, Next, Op, OpKind, ReenterOp, ReleaseOp, Reply, ResumeOp};
 use timers::TimerKey;
 
 const BACKEND: &str = "etcd";
@@ -85,11 +86,11 @@ pub struct EtcdMachine {
     /// (see `ghosts.rs`). From then on every renewal also sweeps the lease.
     ghost_risk: bool,
     /// Leases of other owners this client renews only for holds it
-    /// re-entered (see `reentry.rs`): its close never revokes them.
+    /// re-entered (see `ops/hold_count.rs`): its close never revokes them.
     borrowed: Vec<i64>,
     /// Leases on which a release of ours took one hold away and left
     /// others counted (possibly another process's): its close deletes its
-    /// own keys there instead of revoking the lease (see `reentry.rs`).
+    /// own keys there instead of revoking the lease (see `ops/hold_count.rs`).
     shared_leases: Vec<i64>,
 }
 
@@ -137,6 +138,22 @@ struct Lease {
     sweep: Option<RequestId>,
 }
 
+impl Lease {
+    /// A lease this client did not grant (a handle's, resumed or
+    /// re-entered), not yet confirmed alive: due for a keepalive now.
+    fn unconfirmed(ttl_ms: u64, now: Millis) -> Lease {
+        Lease {
+            ttl_ms,
+            expires_at: 0,
+            next_keepalive: now,
+            keepalive: None,
+            check: None,
+            checked: Vec::new(),
+            sweep: None,
+        }
+    }
+}
+
 struct HeldLock {
     name: String,
     key: Vec<u8>,
@@ -154,7 +171,7 @@ struct HeldLock {
     /// A leadership (`LockKind::Leader`): an exclusive hold whose key's
     /// value carries the campaign value (see `election.rs`).
     leader: bool,
-    /// A hold taken by [`Operation::Reenter`] (see `reentry.rs`): it shares
+    /// A hold taken by [`Operation::Reenter`] (see `ops/hold_count.rs`): it shares
     /// the key of an outer hold and does not claim the name locally (the
     /// outer hold, if it is local, does; its claim passes on to a local
     /// hold of the same key when it is released first).
@@ -199,50 +216,6 @@ struct Orphan {
     lease: i64,
     retry_at: Millis,
     req: Option<RequestId>,
-}
-
-struct Op {
-    req: Option<RequestId>,
-    kind: OpKind,
-}
-
-enum OpKind {
-    Acquire(Acquire),
-    Release {
-        lock: LockId,
-        /// Where an exclusive lock's release is (see `reentry.rs`).
-        step: reentry::ReleaseStep,
-    },
-    Reenter(reentry::Reenter),
-    Extend {
-        lock: LockId,
-        phase: ExtendPhase,
-    },
-    Resume {
-        handle: LockHandle,
-        lease: i64,
-        phase: ResumePhase,
-    },
-    Inspect {
-        name: String,
-        status: Option<LockStatus>,
-    },
-    /// Proclaim, leader and observe (see `election.rs`).
-    Election(election::ElectionOp),
-    /// `AcquireAll` of free names in one txn (see `sets.rs`).
-    AcquireSet(sets::AcquireSet),
-}
-
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum ExtendPhase {
-    KeepAlive,
-    CheckKey,
-}
-
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum ResumePhase {
-    ReadKey,
-    KeepAlive,
 }
 
 struct Acquire {
