@@ -1,6 +1,9 @@
 //! Names this client is using: a second local acquire of a name queues behind the first.
 
-use super::*;
+use std::collections::VecDeque;
+
+use super::{AcqPhase, EtcdMachine, HeldLock, OpKind};
+use crate::core::{Millis, OpId};
 
 impl EtcdMachine {
     // ---- names in use by this client ------------------------------------

@@ -1,6 +1,19 @@
 //! The `LockMachine` interface: user calls, inputs, timers and outputs.
 
-use super::*;
+use serde_json::Value;
+
+use crate::core::names::validate_name;
+
+use super::{
+    election, permits, shared, AcqPhase, Acquire, Ending, EtcdMachine, Failure, OpKind, Pending,
+    Purpose, TimerKey, BACKEND,
+};
+use crate::core::etcd::gateway::{self as gw, GatewayError};
+use crate::core::{
+    random_hex, AcquireOptions, BackendKind, Capabilities, Event, Input, KindFamily, LockError,
+    LockId, LockKind, LockMachine, LostReason, Millis, OpId, Operation, RequestId, Transmit,
+    TransportError, Wait,
+};
 
 impl LockMachine for EtcdMachine {
     fn backend(&self) -> BackendKind {
@@ -86,52 +99,12 @@ impl LockMachine for EtcdMachine {
                 self.rt.out.fail(id, LockError::Closed { backend: BACKEND });
             }
         }
-        // A lease this client only borrowed to re-enter another owner's
-        // lock is that owner's: closing ends our holds' renewals, never
-        // the owner's lease (our holds stay counted until it ends).
-        // (Unless a lock of ours, resumed from a handle, also uses it.)
-        let borrowed: Vec<i64> = std::mem::take(&mut self.borrowed)
-            .into_iter()
-            .filter(|lease| {
-                self.session_lease != Some(*lease)
-                    && self
-                        .locks
-                        .values()
-                        .all(|l| l.lease != *lease || l.reentered)
-            })
-            .collect();
+        let borrowed = self.take_borrowed_leases();
         // A lease on which holds of others may still be counted (a release
         // of ours only took one hold away): revoking it would end their
-        // holds too. Our own keys on it are deleted one by one instead
-        // (an exclusive lock's only while no holds are counted on it), and
-        // the lease ends when its last holder stops renewing it.
+        // holds too (see `close_deletes`).
         let shared: Vec<i64> = std::mem::take(&mut self.shared_leases);
-        let mut deletes: Vec<Value> = Vec::new();
-        for l in self.locks.values() {
-            if !shared.contains(&l.lease) || l.reentered {
-                continue;
-            }
-            deletes.push(if l.countable() {
-                gw::release_uncounted_txn(&l.key, l.rev, &self.count_key(&l.name))
-            } else {
-                let keys = l.keys();
-                gw::delete_all_if_revisions(
-                    &keys
-                        .iter()
-                        .map(|(k, r)| (k.as_slice(), *r))
-                        .collect::<Vec<_>>(),
-                )
-            });
-        }
-        for o in self.orphans.iter().filter(|o| shared.contains(&o.lease)) {
-            if let Some(rev) = o.rev {
-                deletes.push(gw::release_uncounted_txn(
-                    &o.key,
-                    rev,
-                    &self.count_key(&o.name),
-                ));
-            }
-        }
+        let deletes = self.close_deletes(&shared);
         let locks: Vec<LockId> = self.locks.keys().copied().collect();
         for lock in locks {
             if let Some(l) = self.locks.remove(&lock) {
@@ -235,6 +208,57 @@ impl LockMachine for EtcdMachine {
 }
 
 impl EtcdMachine {
+    /// The leases this client only borrowed to re-enter another owner's
+    /// lock: closing ends our holds' renewals, never the owner's lease (our
+    /// holds stay counted until it ends). (Unless a lock of ours, resumed
+    /// from a handle, also uses it.)
+    fn take_borrowed_leases(&mut self) -> Vec<i64> {
+        std::mem::take(&mut self.borrowed)
+            .into_iter()
+            .filter(|lease| {
+                self.session_lease != Some(*lease)
+                    && self
+                        .locks
+                        .values()
+                        .all(|l| l.lease != *lease || l.reentered)
+            })
+            .collect()
+    }
+
+    /// The txns deleting our own keys on the `shared` leases one by one
+    /// (those leases are not revoked: holds of others may be counted on
+    /// them); an exclusive lock's key only while no holds are counted on
+    /// it. The lease ends when its last holder stops renewing it.
+    fn close_deletes(&self, shared: &[i64]) -> Vec<Value> {
+        let mut deletes: Vec<Value> = Vec::new();
+        for l in self.locks.values() {
+            if !shared.contains(&l.lease) || l.reentered {
+                continue;
+            }
+            deletes.push(if l.countable() {
+                gw::release_uncounted_txn(&l.key, l.rev, &self.count_key(&l.name))
+            } else {
+                let keys = l.keys();
+                gw::delete_all_if_revisions(
+                    &keys
+                        .iter()
+                        .map(|(k, r)| (k.as_slice(), *r))
+                        .collect::<Vec<_>>(),
+                )
+            });
+        }
+        for o in self.orphans.iter().filter(|o| shared.contains(&o.lease)) {
+            if let Some(rev) = o.rev {
+                deletes.push(gw::release_uncounted_txn(
+                    &o.key,
+                    rev,
+                    &self.count_key(&o.name),
+                ));
+            }
+        }
+        deletes
+    }
+
     /// A request failed or timed out (already out of the requests in flight).
     fn on_request_failed(&mut self, now: Millis, id: RequestId, p: Pending, error: TransportError) {
         if p.splitter.is_some() {

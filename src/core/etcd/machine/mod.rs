@@ -2,18 +2,11 @@
 
 use std::collections::VecDeque;
 
-use crate::core::runtime::VecMap;
-
-use serde_json::Value;
-
-use super::gateway::{
-    self as gw, GatewayError, LeaseGrantResponse, LeaseKeys, LeaseTtl, RangeResponse, TxnResponse,
-};
+use super::gateway::GatewayError;
 use super::{escape_name, EtcdConfig};
 use crate::core::json_stream::JsonObjectSplitter;
-use crate::core::names::validate_name;
-use crate::core::runtime::Runtime;
-use crate::core::*;
+use crate::core::runtime::{Runtime, VecMap};
+use crate::core::{Entropy, LockError, LockId, Millis, OpId, RequestId, TransportError, Wait};
 
 mod acquire;
 mod election;

@@ -3,7 +3,13 @@
 //! sending what they ask for; acquires, elections and sets are stepped by
 //! their own files.
 
-use super::*;
+use crate::core::names::validate_name;
+
+use super::{
+    permits, EtcdMachine, ExtendOp, Failure, HeldLock, InspectOp, Next, Op, OpKind, Orphan,
+    Purpose, ReenterOp, ReleaseOp, Reply, ResumeOp, BACKEND,
+};
+use crate::core::{BackendKind, LockError, LockHandle, LockId, Millis, OpId};
 
 impl EtcdMachine {
     /// The answer to operation `op`'s request: its state takes a step.

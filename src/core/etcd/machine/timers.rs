@@ -5,7 +5,9 @@
 //! still in use, an acquire not yet ending), so a timer left armed for
 //! something that moved on is harmless.
 
-use super::*;
+use super::{AcqPhase, Ending, EtcdMachine, Purpose, BACKEND};
+use crate::core::etcd::gateway as gw;
+use crate::core::{LockError, LostReason, Millis, OpId};
 
 /// What a timer is for. Keys due at the same moment fire in this order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
