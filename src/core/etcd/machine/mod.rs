@@ -1,4 +1,23 @@
-//! `EtcdMachine`: the etcd recipe (see the module docs) as a sans-IO state machine.
+//! `EtcdMachine`: the etcd recipe (see the `core::etcd` module docs) as a
+//! sans-IO state machine. Where each part lives:
+//!
+//! - `mod.rs`: the machine's state (leases, held locks, orphans, the op
+//!   table) and the types the files share.
+//! - `lock_machine.rs`: the [`LockMachine`](crate::core::LockMachine)
+//!   interface (user calls, inputs, `close`); `requests.rs`: sending,
+//!   retrying on the next endpoint and routing answers; `timers.rs`: the
+//!   one timer table.
+//! - `operations.rs`: the op table's driver; `ops/`: one state struct per
+//!   operation taken by value at each step (release, extend, resume,
+//!   inspect, re-entry and the hold count; see `ops/mod.rs`).
+//! - The acquire recipe: `acquire.rs` (txn, predecessor watch, grant,
+//!   cleanup), with the kinds' parts in `permits.rs` (semaphores),
+//!   `shared.rs` (readers) and `election.rs` (campaign, proclaim, leader,
+//!   observe); `sets.rs` is `AcquireAll` in one txn; `local_names.rs` queues
+//!   a second local acquire of a name.
+//! - The session: `session.rs` (grant, keepalive, key checks, loss) and
+//!   `ghosts.rs` (deleting keys a lost txn left on the lease).
+//! - Tests: `scripted.rs` drives the machine by hand; `*_tests.rs`.
 
 use std::collections::VecDeque;
 

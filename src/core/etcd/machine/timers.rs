@@ -134,7 +134,7 @@ impl EtcdMachine {
                         let o = &self.orphans[i];
                         let (path, body) = match (o.rev, &o.value) {
                             // An exclusive lock's key: only while no holds
-                            // are counted on it (see `reentry.rs`).
+                            // are counted on it (see `ops/hold_count.rs`).
                             (Some(rev), _) if o.holds_name => (
                                 "/v3/kv/txn",
                                 gw::release_uncounted_txn(&o.key, rev, &self.count_key(&o.name)),
