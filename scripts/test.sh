@@ -10,6 +10,12 @@ step() { printf '\n\033[1m== %s\033[0m\n' "$*" >&2; }
 step "core builds for wasm32 with no I/O dependency"
 cargo build --quiet --lib --no-default-features --target wasm32-unknown-unknown
 
+step "no import cycle between modules under src/ (scripts/module-cycles-allowed.txt: cycles being broken)"
+python3 scripts/check-module-cycles.py
+
+step "API docs build with no warning (broken intra-doc links included)"
+RUSTDOCFLAGS="-D warnings" cargo doc --quiet --no-deps --features native
+
 step "no tokio in any feature combination, for the host and for wasm32"
 # Cargo.lock does list tokio: wasm-bindgen-futures declares it under
 # cfg(all(target_os = "emscripten", wasm_bindgen_unstable_tokio)), a target
