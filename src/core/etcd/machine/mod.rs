@@ -71,7 +71,7 @@ const KEYS_PER_CHECK: usize = 100;
 const MAX_RESTARTS: u32 = 5;
 
 /// The etcd lock recipe (see the `core::etcd` module docs) as a sans-IO
-/// [`LockMachine`](crate::core::LockMachine): one session lease per client, shared by all its locks.
+/// [`LockMachine`](crate::core::LockMachine): one session lease per client shared by all its locks.
 pub struct EtcdMachine {
     endpoints: Vec<String>,
     current_endpoint: usize,
