@@ -445,3 +445,19 @@ impl Drop for Pending {
 mod tests;
 
 mod election;
+
+// Here rather than in client.rs: the blocking client does not depend on the
+// async one (modules import one way; scripts/check-module-cycles.py).
+impl Client {
+    /// An async handle on the same session (same driver thread, same locks).
+    pub fn to_async(&self) -> AsyncClient {
+        AsyncClient::from(self.clone())
+    }
+}
+
+impl Lock {
+    /// Wraps this lock for the async API (same lock, same session).
+    pub fn into_async(self) -> AsyncLock {
+        AsyncLock::from(self)
+    }
+}

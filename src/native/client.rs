@@ -280,11 +280,6 @@ impl Client {
         closed_result(self.call(Call::Close))
     }
 
-    /// An async handle on the same session (same driver thread, same locks).
-    pub fn to_async(&self) -> super::AsyncClient {
-        super::AsyncClient::from(self.clone())
-    }
-
     pub(super) fn send(&self, msg: Msg) -> Result<(), LockError> {
         self.inner.tx.send(msg).map_err(|_| self.closed())
     }
@@ -527,11 +522,6 @@ impl Lock {
             Some(call) => release_result(self.client.call(call)),
             None => Ok(false),
         }
-    }
-
-    /// Wraps this lock for the async API (same lock, same session).
-    pub fn into_async(self) -> super::AsyncLock {
-        super::AsyncLock::from(self)
     }
 
     pub(super) fn client(&self) -> &Client {
