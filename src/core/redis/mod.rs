@@ -13,8 +13,9 @@
 //! ([`election`]: campaign, proclaim, leader, observe).
 //!
 //! Layout: `value` (commands and replies), `upstash` / `webdis` (the two
-//! HTTP codecs), `codec` (one node), `scripts` (the Lua scripts), `election`
-//! (elections' record, scripts and replies), `keys`,
+//! HTTP codecs), `codec` (one node), `scripts` (the Lua scripts, one file
+//! per kind with their commands and reply parsers), `election` (the
+//! election recipe and what a quorum of leader records agrees on), `keys`,
 //! `quorum` (pure arithmetic), `round` (one command's answers from a set of
 //! nodes); the shared machine: `engine` (the scheduler) runs the tasks of
 //! `tasks/` (one state machine per file) through the one interface in
