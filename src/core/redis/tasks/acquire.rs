@@ -46,11 +46,12 @@ use super::super::context::{
 use super::super::election::{self, LEADER_MESSAGE_PREFIX};
 use super::super::keys::readers_key;
 use super::super::quorum::{expires_at, free_quorum_in, verdict, AttemptVerdict};
-use super::super::round::{FlagCount, NodeError, Round};
+use super::super::round::{FlagCount, Round};
 use super::super::scripts::{self, AcquireReply};
 use super::super::subscription::wake_channel;
 use super::super::task::{Next, OnClose, Push, Task};
 use super::permit::{Permit, PermitRound};
+use super::tally::Tally;
 use crate::core::names::validate_name;
 use crate::core::*;
 
@@ -102,44 +103,6 @@ struct Attempts {
     /// A campaign's value (see [`election`](super::super::election)): the
     /// leader record is written before the grant.
     leader: Option<String>,
-}
-
-/// How an attempt's round turned out, whatever its script.
-pub(super) struct Tally {
-    pub(super) granted: usize,
-    pub(super) held_pttls: Vec<Option<u64>>,
-    fence: u64,
-    pub(super) maybe_ours: Vec<bool>,
-    /// Each node's counter as it answered (None: no answer).
-    counters: Vec<Option<u64>>,
-    first_error: Option<NodeError>,
-}
-
-impl Tally {
-    pub(super) fn new(n: usize) -> Tally {
-        Tally {
-            granted: 0,
-            held_pttls: Vec::new(),
-            fence: 0,
-            maybe_ours: vec![false; n],
-            counters: vec![None; n],
-            first_error: None,
-        }
-    }
-
-    pub(super) fn answered(&mut self, node: usize, fence: u64) {
-        self.fence = self.fence.max(fence);
-        if let Some(c) = self.counters.get_mut(node) {
-            *c = Some(fence);
-        }
-    }
-
-    pub(super) fn failed(&mut self, node: usize, e: &NodeError) {
-        if let Some(m) = self.maybe_ours.get_mut(node) {
-            *m = e.maybe_applied();
-        }
-        self.first_error.get_or_insert_with(|| e.clone());
-    }
 }
 
 /// Where the acquire is; each phase waits for one thing.

@@ -15,7 +15,7 @@ use super::super::round::{NodeError, Round};
 use super::super::scripts::{self, FreeSlots, PermitReply};
 use super::super::semaphore::{choose_slot, limit_mismatch};
 use super::super::value::RedisCommand;
-use super::acquire::Tally;
+use super::tally::Tally;
 use crate::core::LockError;
 
 /// A Redlock permit attempt that met its named slot held while another
