@@ -696,3 +696,55 @@ impl Engine {
         op
     }
 }
+
+/// Implements [`LockMachine`](crate::core::LockMachine) by delegating to the engine.
+macro_rules! delegate_lock_machine {
+    ($t:ty, [$($kind:ident),*]) => {
+        impl $crate::core::LockMachine for $t {
+            fn backend(&self) -> $crate::core::BackendKind {
+                self.engine.backend()
+            }
+            fn capabilities(&self) -> $crate::core::Capabilities {
+                $crate::core::Capabilities {
+                    kinds: &[$($crate::core::KindFamily::$kind),*],
+                    // A name's keys carry its own hash tag: one script
+                    // over several names only where the host allows it
+                    // (one node, see `core::multi`).
+                    atomic_sets: self.engine.atomic_sets(),
+                }
+            }
+            fn live_count(&self) -> usize {
+                self.engine.live_count()
+            }
+            fn start_operation(
+                &mut self,
+                now: $crate::core::Millis,
+                op: $crate::core::Operation,
+            ) -> Result<$crate::core::OpId, $crate::core::LockError> {
+                self.engine.start_operation(now, op)
+            }
+            fn cancel(&mut self, now: $crate::core::Millis, op: $crate::core::OpId) {
+                self.engine.cancel(now, op)
+            }
+            fn close(&mut self, now: $crate::core::Millis) -> $crate::core::OpId {
+                self.engine.close(now)
+            }
+            fn handle_input(&mut self, now: $crate::core::Millis, input: $crate::core::Input) {
+                self.engine.handle_input(now, input)
+            }
+            fn handle_timeout(&mut self, now: $crate::core::Millis) {
+                self.engine.handle_timeout(now)
+            }
+            fn poll_transmit(&mut self) -> Option<$crate::core::Transmit> {
+                self.engine.poll_transmit()
+            }
+            fn poll_event(&mut self) -> Option<$crate::core::Event> {
+                self.engine.poll_event()
+            }
+            fn poll_timeout(&self) -> Option<$crate::core::Millis> {
+                self.engine.poll_timeout()
+            }
+        }
+    };
+}
+pub(crate) use delegate_lock_machine;

@@ -144,7 +144,7 @@ impl AcquireTask {
     ) -> Result<Self, LockError> {
         validate_name(name)?;
         let ttl = opts.ttl_ms.unwrap_or(cx.s.ttl_ms);
-        super::super::validate_lock_ttl(ttl, cx.s.request_timeout_ms, cx.s.drift_factor)?;
+        super::super::config::validate_lock_ttl(ttl, cx.s.request_timeout_ms, cx.s.drift_factor)?;
         let (key, fence_key) = cx.keys_for(name);
         let permit = match kind {
             LockKind::Exclusive | LockKind::Leader => None,
