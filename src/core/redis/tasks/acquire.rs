@@ -50,6 +50,7 @@ use super::super::round::{FlagCount, Round};
 use super::super::scripts::{self, AcquireReply};
 use super::super::subscription::wake_channel;
 use super::super::task::{Next, OnClose, Push, Task};
+use super::super::value::RedisCommand;
 use super::permit::{Permit, PermitRound};
 use super::tally::Tally;
 use crate::core::names::validate_name;
@@ -330,20 +331,26 @@ impl Attempts {
         self.raises = 0;
         self.token = random_hex(cx.entropy.as_mut(), TOKEN_BYTES);
         self.attempt_start = now;
+        let cmd = self.attempt_command(cx);
+        Next::round(self.into_task(Phase::Attempt), cmd, cx.all_nodes())
+    }
+
+    /// The attempt's script, by kind: a permit's, a reader's, or a lock's
+    /// (through the waiters' queue where it waits on one node).
+    fn attempt_command(&mut self, cx: &mut Context) -> RedisCommand {
         if let Some(p) = self.permit.take() {
             let cmd = self.permit_attempt(cx, &p);
             self.permit = Some(p);
-            return Next::round(self.into_task(Phase::Attempt), cmd, cx.all_nodes());
+            return cmd;
         }
         if self.shared {
             // A reader never queues: the queue orders writers.
-            let cmd = scripts::acquire_shared(&self.key, &self.fence_key, &self.token, self.ttl);
-            return Next::round(self.into_task(Phase::Attempt), cmd, cx.all_nodes());
+            return scripts::acquire_shared(&self.key, &self.fence_key, &self.token, self.ttl);
         }
         // A campaign on one node is always fair: candidates lead in the
         // order they started waiting (see `election`).
         let fair = cx.s.fair || self.leader.is_some();
-        let cmd = match &self.waiter {
+        match &self.waiter {
             // One node: a fair lock's every attempt goes through the queue
             // (a try never queues); a waiter of the default lock joins it
             // once it waits (its first attempt met contention), so that a
@@ -382,17 +389,12 @@ impl Attempts {
                     intent,
                 )
             }
-        };
-        Next::round(self.into_task(Phase::Attempt), cmd, cx.all_nodes())
+        }
     }
 
     /// The attempt script of a permit; one node's waiter joins the
     /// semaphore's queue once it waits (never fair, see `semaphore`).
-    fn permit_attempt(
-        &mut self,
-        cx: &mut Context,
-        p: &Permit,
-    ) -> super::super::value::RedisCommand {
+    fn permit_attempt(&mut self, cx: &mut Context, p: &Permit) -> RedisCommand {
         let waiter = match &self.waiter {
             Some(w) if self.listening => {
                 let lease = if self.wait == Wait::Try {

@@ -43,6 +43,18 @@ pub(super) struct Permit {
     slot_retries: u32,
 }
 
+/// What a permit attempt's answers said, before anything is decided.
+struct Answers {
+    /// The answers as a lock's attempt would count them.
+    t: Tally,
+    /// A node's stored limit other than ours, with holders.
+    mismatch: Option<u32>,
+    /// The largest stored limit with more slots than were declared.
+    needs: Option<u32>,
+    /// The slot granted (where it was).
+    slot: Option<u32>,
+}
+
 /// What a permit attempt's answers lead to.
 pub(super) enum PermitRound {
     /// The acquire fails with `error` (after deleting what `maybe_ours` marks).
@@ -128,6 +140,54 @@ impl Permit {
     /// Reads an attempt's answers (see the module docs).
     pub(super) fn tally(&mut self, cx: &Context, round: &Round, name: &str) -> PermitRound {
         let n = cx.node_count();
+        let Answers {
+            mut t,
+            mismatch,
+            needs,
+            slot,
+        } = self.read(n, round);
+        self.slot = slot;
+        if let Some(stored) = mismatch {
+            return PermitRound::Refused {
+                error: limit_mismatch(name, stored, self.limit),
+                maybe_ours: t.maybe_ours,
+            };
+        }
+        if let Some(stored) = needs {
+            // Not contention nor unavailability: the same attempt again,
+            // declaring the stored limit's slots.
+            self.declared = permit_keys(&self.lock_key, stored);
+            return PermitRound::Repeat {
+                maybe_ours: t.maybe_ours,
+            };
+        }
+        // Another slot is free on a quorum: name it at once.
+        let q = cx.quorum_size();
+        let contended = t.granted < q && t.granted + t.held_pttls.len() >= q;
+        let free_on_quorum =
+            (0..self.limit).any(|k| self.free.iter().filter(|f| (*f >> k) & 1 == 1).count() >= q);
+        if n > 1 && contended && free_on_quorum && self.slot_retries < MAX_SLOT_RETRIES {
+            self.slot_retries += 1;
+            return PermitRound::Repeat {
+                maybe_ours: t.maybe_ours,
+            };
+        }
+        self.slot_retries = 0;
+        if n > 1 {
+            // "Another slot is free" (wait 0) after the quick retries ran
+            // out is a split vote, not a time: wait as for the lock's.
+            for w in &mut t.held_pttls {
+                if *w == Some(0) {
+                    *w = None;
+                }
+            }
+        }
+        PermitRound::Tallied(t)
+    }
+
+    /// Each node's answer, into the lock's tally and this permit's free
+    /// slots (`self.free`).
+    fn read(&mut self, n: usize, round: &Round) -> Answers {
         let mut t = Tally::new(n);
         let (mut mismatch, mut needs) = (None, None);
         let mut slot = None;
@@ -169,42 +229,11 @@ impl Permit {
                 Err(e) => t.failed(i, &e),
             }
         }
-        self.slot = slot;
-        if let Some(stored) = mismatch {
-            return PermitRound::Refused {
-                error: limit_mismatch(name, stored, self.limit),
-                maybe_ours: t.maybe_ours,
-            };
+        Answers {
+            t,
+            mismatch,
+            needs,
+            slot,
         }
-        if let Some(stored) = needs {
-            // Not contention nor unavailability: the same attempt again,
-            // declaring the stored limit's slots.
-            self.declared = permit_keys(&self.lock_key, stored);
-            return PermitRound::Repeat {
-                maybe_ours: t.maybe_ours,
-            };
-        }
-        // Another slot is free on a quorum: name it at once.
-        let q = cx.quorum_size();
-        let contended = t.granted < q && t.granted + t.held_pttls.len() >= q;
-        let free_on_quorum =
-            (0..self.limit).any(|k| self.free.iter().filter(|f| (*f >> k) & 1 == 1).count() >= q);
-        if n > 1 && contended && free_on_quorum && self.slot_retries < MAX_SLOT_RETRIES {
-            self.slot_retries += 1;
-            return PermitRound::Repeat {
-                maybe_ours: t.maybe_ours,
-            };
-        }
-        self.slot_retries = 0;
-        if n > 1 {
-            // "Another slot is free" (wait 0) after the quick retries ran
-            // out is a split vote, not a time: wait as for the lock's.
-            for w in &mut t.held_pttls {
-                if *w == Some(0) {
-                    *w = None;
-                }
-            }
-        }
-        PermitRound::Tallied(t)
     }
 }
