@@ -2,6 +2,11 @@
 // (src/js/bindings.rs). This layer only checks argument types, turns results
 // into `Lock` objects and errors into `LockError`s, and plumbs AbortSignals:
 // every protocol decision is made by the Rust core.
+//
+// Each entry (index.<runtime>.mjs) instantiates the wasm, then re-exports this
+// module (`export * from "./api.mjs"`) and adds only what differs on its
+// runtime. Every named export here is the package's API; the entries' hook
+// is the default export, which `export *` leaves out.
 
 import { RawLocks } from "./edgelock_wasm.js";
 
@@ -120,8 +125,8 @@ const INTERNAL = Symbol("edgelock.internal");
 // instead of waiting forever on itself. Never "the current thread".
 let heldInChain = null;
 
-/** Called by the entries that have AsyncLocalStorage; the first call wins. */
-export function useAsyncLocalStorage(AsyncLocalStorage) {
+/** Called by the entries that have AsyncLocalStorage; the first call wins. Not re-exported (the default export). */
+export default function useAsyncLocalStorage(AsyncLocalStorage) {
   if (heldInChain === null && typeof AsyncLocalStorage === "function") heldInChain = new AsyncLocalStorage();
 }
 const hasAsyncDispose = typeof Symbol.asyncDispose === "symbol";

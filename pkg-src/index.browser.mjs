@@ -13,4 +13,4 @@ await init({ module_or_path: new URL("./edgelock_wasm_bg.wasm", import.meta.url)
 const inBrowser = typeof globalThis.document === "object" || typeof globalThis.importScripts === "function";
 if (inBrowser) RawLocks.limitStreamsPerOrigin(4);
 
-export { EtcdLocks, RedisLocks, Redlock, DurableObjectLocks, lockServiceRouter, D1Locks, d1Binding, LockError, MAX_PERMITS, MAX_CAMPAIGN_VALUE, MAX_ACQUIRE_ALL } from "./api.mjs";
+export * from "./api.mjs";

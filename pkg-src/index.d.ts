@@ -236,16 +236,32 @@ export interface LockSet {
   [Symbol.asyncDispose](): Promise<void>;
 }
 
+/**
+ * What every client offers: `EtcdLocks`, `RedisLocks`, `Redlock`,
+ * `DurableObjectLocks` and `D1Locks` each merge this interface (a backend
+ * that does not offer a kind or an operation rejects it with
+ * `INVALID_ARGUMENT`).
+ */
 export interface LockClient {
   /** A permit of a semaphore of `opts.limit` (at most `limit` holders at once). */
   acquire(name: string, opts: AcquireOptions & PermitOptions): Promise<PermitLock>;
   acquire(name: string, opts?: AcquireOptions & KindOptions): Promise<Lock>;
   tryAcquire(name: string, opts: TryAcquireOptions & PermitOptions): Promise<PermitLock | null>;
   tryAcquire(name: string, opts?: TryAcquireOptions & KindOptions): Promise<Lock | null>;
+  /**
+   * Web Locks style: acquires `name`, calls `callback` with the lock and
+   * releases it when the callback settles (also when it throws); resolves to
+   * what the callback returned. The callback gets `null` (the lock is held
+   * elsewhere) only with `ifAvailable: true`.
+   */
   request<T>(name: string, callback: (lock: Lock) => Promise<T> | T): Promise<T>;
   request<T>(name: string, opts: RequestOptions & PermitOptions & { ifAvailable: true }, callback: (lock: PermitLock | null) => Promise<T> | T): Promise<T>;
+  request<T>(name: string, opts: RequestOptions & PermitOptions & { ifAvailable?: false }, callback: (lock: PermitLock) => Promise<T> | T): Promise<T>;
+  /** `ifAvailable` only known at run time: the callback may get `null`. */
   request<T>(name: string, opts: RequestOptions & PermitOptions, callback: (lock: PermitLock | null) => Promise<T> | T): Promise<T>;
   request<T>(name: string, opts: RequestOptions & KindOptions & { ifAvailable: true }, callback: (lock: Lock | null) => Promise<T> | T): Promise<T>;
+  request<T>(name: string, opts: RequestOptions & KindOptions & { ifAvailable?: false }, callback: (lock: Lock) => Promise<T> | T): Promise<T>;
+  /** `ifAvailable` only known at run time: the callback may get `null`. */
   request<T>(name: string, opts: RequestOptions & KindOptions, callback: (lock: Lock | null) => Promise<T> | T): Promise<T>;
   /** Who holds `name` (with modes and slots) and who waits for it. */
   status(name: string): Promise<LockStatus>;
@@ -387,99 +403,27 @@ export interface RedlockOptions {
   bindings?: Record<string, { fetch(input: string, init?: unknown): Promise<unknown> }>;
 }
 
-export declare class EtcdLocks implements LockClient {
+/** Locks on etcd v3 through its JSON gateway (session lease, FIFO waiters). */
+export declare class EtcdLocks {
   /** Throws LockError `INVALID_ARGUMENT` synchronously for invalid options. */
   constructor(options: EtcdLocksOptions);
-  /** A permit of a semaphore of `opts.limit` (at most `limit` holders at once). */
-  acquire(name: string, opts: AcquireOptions & PermitOptions): Promise<PermitLock>;
-  acquire(name: string, opts?: AcquireOptions & KindOptions): Promise<Lock>;
-  tryAcquire(name: string, opts: TryAcquireOptions & PermitOptions): Promise<PermitLock | null>;
-  tryAcquire(name: string, opts?: TryAcquireOptions & KindOptions): Promise<Lock | null>;
-  request<T>(name: string, callback: (lock: Lock) => Promise<T> | T): Promise<T>;
-  request<T>(name: string, opts: RequestOptions & PermitOptions & { ifAvailable: true }, callback: (lock: PermitLock | null) => Promise<T> | T): Promise<T>;
-  request<T>(name: string, opts: RequestOptions & PermitOptions, callback: (lock: PermitLock | null) => Promise<T> | T): Promise<T>;
-  request<T>(name: string, opts: RequestOptions & KindOptions & { ifAvailable: true }, callback: (lock: Lock | null) => Promise<T> | T): Promise<T>;
-  request<T>(name: string, opts: RequestOptions & KindOptions, callback: (lock: Lock | null) => Promise<T> | T): Promise<T>;
-  /** Who holds `name` (with modes and slots) and who waits for it. */
-  status(name: string): Promise<LockStatus>;
-  /** Waits until this client leads the election `name` (FIFO on etcd), announcing `value`. */
-  campaign(name: string, value: string, opts?: CampaignOptions): Promise<Leadership>;
-  /** The current leader of `name`, or `null` when nobody leads. */
-  leader(name: string): Promise<Leader | null>;
-  /** The current leader first, then every change (another leader, a new value, nobody), until `signal` aborts or the loop is left. A failed read is retried five times in a row (50 ms backoff, doubling) before the loop throws it. */
-  observe(name: string, opts?: ObserveOptions): AsyncIterable<Leader | null>;
-  /** Holds every name or none (taken in a canonical order: no deadlock between overlapping sets). */
-  acquireAll(names: string[], opts: AcquireAllOptions & { ifAvailable: true }): Promise<LockSet | null>;
-  acquireAll(names: string[], opts?: AcquireAllOptions): Promise<LockSet>;
-  resume(handle: LeadershipHandleJSON): Promise<Leadership>;
-  /** Re-enters an exclusive lock by proof of ownership (a held Lock or its `toJSON()` handle, of any process): the backend counts one more hold, same fencing token; freed when every hold is released (Redlock: counted on a quorum of nodes). */
-  reenter(held: Lock | LockHandleJSON | string): Promise<Lock>;
-  resume(handle: LockHandleJSON | string): Promise<Lock>;
-  close(): Promise<void>;
-  [Symbol.asyncDispose](): Promise<void>;
 }
+/** The {@link LockClient} methods (this interface merges into the class). */
+export interface EtcdLocks extends LockClient {}
 
-export declare class RedisLocks implements LockClient {
+/** Locks on one Redis node over Upstash REST or Webdis. */
+export declare class RedisLocks {
   constructor(options: RedisLocksOptions);
-  /** A permit of a semaphore of `opts.limit` (at most `limit` holders at once). */
-  acquire(name: string, opts: AcquireOptions & PermitOptions): Promise<PermitLock>;
-  acquire(name: string, opts?: AcquireOptions & KindOptions): Promise<Lock>;
-  tryAcquire(name: string, opts: TryAcquireOptions & PermitOptions): Promise<PermitLock | null>;
-  tryAcquire(name: string, opts?: TryAcquireOptions & KindOptions): Promise<Lock | null>;
-  request<T>(name: string, callback: (lock: Lock) => Promise<T> | T): Promise<T>;
-  request<T>(name: string, opts: RequestOptions & PermitOptions & { ifAvailable: true }, callback: (lock: PermitLock | null) => Promise<T> | T): Promise<T>;
-  request<T>(name: string, opts: RequestOptions & PermitOptions, callback: (lock: PermitLock | null) => Promise<T> | T): Promise<T>;
-  request<T>(name: string, opts: RequestOptions & KindOptions & { ifAvailable: true }, callback: (lock: Lock | null) => Promise<T> | T): Promise<T>;
-  request<T>(name: string, opts: RequestOptions & KindOptions, callback: (lock: Lock | null) => Promise<T> | T): Promise<T>;
-  /** Who holds `name` (with modes and slots) and who waits for it. */
-  status(name: string): Promise<LockStatus>;
-  /** Waits until this client leads the election `name` (FIFO on etcd), announcing `value`. */
-  campaign(name: string, value: string, opts?: CampaignOptions): Promise<Leadership>;
-  /** The current leader of `name`, or `null` when nobody leads. */
-  leader(name: string): Promise<Leader | null>;
-  /** The current leader first, then every change (another leader, a new value, nobody), until `signal` aborts or the loop is left. A failed read is retried five times in a row (50 ms backoff, doubling) before the loop throws it. */
-  observe(name: string, opts?: ObserveOptions): AsyncIterable<Leader | null>;
-  /** Holds every name or none (taken in a canonical order: no deadlock between overlapping sets). */
-  acquireAll(names: string[], opts: AcquireAllOptions & { ifAvailable: true }): Promise<LockSet | null>;
-  acquireAll(names: string[], opts?: AcquireAllOptions): Promise<LockSet>;
-  resume(handle: LeadershipHandleJSON): Promise<Leadership>;
-  /** Re-enters an exclusive lock by proof of ownership (a held Lock or its `toJSON()` handle, of any process): the backend counts one more hold, same fencing token; freed when every hold is released (Redlock: counted on a quorum of nodes). */
-  reenter(held: Lock | LockHandleJSON | string): Promise<Lock>;
-  resume(handle: LockHandleJSON | string): Promise<Lock>;
-  close(): Promise<void>;
-  [Symbol.asyncDispose](): Promise<void>;
 }
+/** The {@link LockClient} methods (this interface merges into the class). */
+export interface RedisLocks extends LockClient {}
 
-export declare class Redlock implements LockClient {
+/** Redlock: locks held on a majority of independent Redis nodes (each over Upstash REST or Webdis). */
+export declare class Redlock {
   constructor(options: RedlockOptions);
-  /** A permit of a semaphore of `opts.limit` (at most `limit` holders at once). */
-  acquire(name: string, opts: AcquireOptions & PermitOptions): Promise<PermitLock>;
-  acquire(name: string, opts?: AcquireOptions & KindOptions): Promise<Lock>;
-  tryAcquire(name: string, opts: TryAcquireOptions & PermitOptions): Promise<PermitLock | null>;
-  tryAcquire(name: string, opts?: TryAcquireOptions & KindOptions): Promise<Lock | null>;
-  request<T>(name: string, callback: (lock: Lock) => Promise<T> | T): Promise<T>;
-  request<T>(name: string, opts: RequestOptions & PermitOptions & { ifAvailable: true }, callback: (lock: PermitLock | null) => Promise<T> | T): Promise<T>;
-  request<T>(name: string, opts: RequestOptions & PermitOptions, callback: (lock: PermitLock | null) => Promise<T> | T): Promise<T>;
-  request<T>(name: string, opts: RequestOptions & KindOptions & { ifAvailable: true }, callback: (lock: Lock | null) => Promise<T> | T): Promise<T>;
-  request<T>(name: string, opts: RequestOptions & KindOptions, callback: (lock: Lock | null) => Promise<T> | T): Promise<T>;
-  /** Who holds `name` (with modes and slots) and who waits for it. */
-  status(name: string): Promise<LockStatus>;
-  /** Waits until this client leads the election `name` (FIFO on etcd), announcing `value`. */
-  campaign(name: string, value: string, opts?: CampaignOptions): Promise<Leadership>;
-  /** The current leader of `name`, or `null` when nobody leads. */
-  leader(name: string): Promise<Leader | null>;
-  /** The current leader first, then every change (another leader, a new value, nobody), until `signal` aborts or the loop is left. A failed read is retried five times in a row (50 ms backoff, doubling) before the loop throws it. */
-  observe(name: string, opts?: ObserveOptions): AsyncIterable<Leader | null>;
-  /** Holds every name or none (taken in a canonical order: no deadlock between overlapping sets). */
-  acquireAll(names: string[], opts: AcquireAllOptions & { ifAvailable: true }): Promise<LockSet | null>;
-  acquireAll(names: string[], opts?: AcquireAllOptions): Promise<LockSet>;
-  resume(handle: LeadershipHandleJSON): Promise<Leadership>;
-  /** Re-enters an exclusive lock by proof of ownership (a held Lock or its `toJSON()` handle, of any process): the backend counts one more hold, same fencing token; freed when every hold is released (Redlock: counted on a quorum of nodes). */
-  reenter(held: Lock | LockHandleJSON | string): Promise<Lock>;
-  resume(handle: LockHandleJSON | string): Promise<Lock>;
-  close(): Promise<void>;
-  [Symbol.asyncDispose](): Promise<void>;
 }
+/** The {@link LockClient} methods (this interface merges into the class). */
+export interface Redlock extends LockClient {}
 
 /** Options of `DurableObjectLocks`: exactly one of `url` and `binding`. */
 export type DurableObjectLocksOptions = DurableObjectCommonOptions & (
@@ -530,37 +474,12 @@ export declare function lockServiceRouter(namespace: DurableObjectNamespaceLike)
  * `reenter` reject with `INVALID_ARGUMENT` (the signatures are
  * `LockClient`'s); `acquireAll` takes the names one at a time.
  */
-export declare class DurableObjectLocks implements LockClient {
+export declare class DurableObjectLocks {
   /** Throws LockError `INVALID_ARGUMENT` synchronously for invalid options (a bad URL, `url` and `binding` both or neither). */
   constructor(options: DurableObjectLocksOptions);
-  /** A permit of a semaphore of `opts.limit` (at most `limit` holders at once). */
-  acquire(name: string, opts: AcquireOptions & PermitOptions): Promise<PermitLock>;
-  acquire(name: string, opts?: AcquireOptions & KindOptions): Promise<Lock>;
-  tryAcquire(name: string, opts: TryAcquireOptions & PermitOptions): Promise<PermitLock | null>;
-  tryAcquire(name: string, opts?: TryAcquireOptions & KindOptions): Promise<Lock | null>;
-  request<T>(name: string, callback: (lock: Lock) => Promise<T> | T): Promise<T>;
-  request<T>(name: string, opts: RequestOptions & PermitOptions & { ifAvailable: true }, callback: (lock: PermitLock | null) => Promise<T> | T): Promise<T>;
-  request<T>(name: string, opts: RequestOptions & PermitOptions, callback: (lock: PermitLock | null) => Promise<T> | T): Promise<T>;
-  request<T>(name: string, opts: RequestOptions & KindOptions & { ifAvailable: true }, callback: (lock: Lock | null) => Promise<T> | T): Promise<T>;
-  request<T>(name: string, opts: RequestOptions & KindOptions, callback: (lock: Lock | null) => Promise<T> | T): Promise<T>;
-  /** Who holds `name` (with modes and slots) and who waits for it. */
-  status(name: string): Promise<LockStatus>;
-  /** Waits until this client leads the election `name` (FIFO on etcd), announcing `value`. */
-  campaign(name: string, value: string, opts?: CampaignOptions): Promise<Leadership>;
-  /** The current leader of `name`, or `null` when nobody leads. */
-  leader(name: string): Promise<Leader | null>;
-  /** The current leader first, then every change (another leader, a new value, nobody), until `signal` aborts or the loop is left. A failed read is retried five times in a row (50 ms backoff, doubling) before the loop throws it. */
-  observe(name: string, opts?: ObserveOptions): AsyncIterable<Leader | null>;
-  /** Holds every name or none (taken in a canonical order: no deadlock between overlapping sets). */
-  acquireAll(names: string[], opts: AcquireAllOptions & { ifAvailable: true }): Promise<LockSet | null>;
-  acquireAll(names: string[], opts?: AcquireAllOptions): Promise<LockSet>;
-  resume(handle: LeadershipHandleJSON): Promise<Leadership>;
-  /** Re-enters an exclusive lock by proof of ownership (a held Lock or its `toJSON()` handle, of any process): the backend counts one more hold, same fencing token; freed when every hold is released. Redlock: `INVALID_ARGUMENT`. */
-  reenter(held: Lock | LockHandleJSON | string): Promise<Lock>;
-  resume(handle: LockHandleJSON | string): Promise<Lock>;
-  close(): Promise<void>;
-  [Symbol.asyncDispose](): Promise<void>;
 }
+/** The {@link LockClient} methods (this interface merges into the class). */
+export interface DurableObjectLocks extends LockClient {}
 
 /** Options of `D1Locks`. */
 export interface D1LocksOptions {
@@ -600,34 +519,9 @@ export declare function d1Binding(db: D1DatabaseLike): { fetch(input: string, in
  * and `reenter` reject with `INVALID_ARGUMENT`; `acquireAll` takes the
  * names one at a time.
  */
-export declare class D1Locks implements LockClient {
+export declare class D1Locks {
   /** Throws LockError `INVALID_ARGUMENT` synchronously for invalid options (no `binding`, a bad `table`, unknown fields). */
   constructor(options: D1LocksOptions);
-  /** A permit of a semaphore of `opts.limit` (at most `limit` holders at once). */
-  acquire(name: string, opts: AcquireOptions & PermitOptions): Promise<PermitLock>;
-  acquire(name: string, opts?: AcquireOptions & KindOptions): Promise<Lock>;
-  tryAcquire(name: string, opts: TryAcquireOptions & PermitOptions): Promise<PermitLock | null>;
-  tryAcquire(name: string, opts?: TryAcquireOptions & KindOptions): Promise<Lock | null>;
-  request<T>(name: string, callback: (lock: Lock) => Promise<T> | T): Promise<T>;
-  request<T>(name: string, opts: RequestOptions & PermitOptions & { ifAvailable: true }, callback: (lock: PermitLock | null) => Promise<T> | T): Promise<T>;
-  request<T>(name: string, opts: RequestOptions & PermitOptions, callback: (lock: PermitLock | null) => Promise<T> | T): Promise<T>;
-  request<T>(name: string, opts: RequestOptions & KindOptions & { ifAvailable: true }, callback: (lock: Lock | null) => Promise<T> | T): Promise<T>;
-  request<T>(name: string, opts: RequestOptions & KindOptions, callback: (lock: Lock | null) => Promise<T> | T): Promise<T>;
-  /** Who holds `name` (with modes and slots) and who waits for it. */
-  status(name: string): Promise<LockStatus>;
-  /** Waits until this client leads the election `name` (FIFO on etcd), announcing `value`. */
-  campaign(name: string, value: string, opts?: CampaignOptions): Promise<Leadership>;
-  /** The current leader of `name`, or `null` when nobody leads. */
-  leader(name: string): Promise<Leader | null>;
-  /** The current leader first, then every change (another leader, a new value, nobody), until `signal` aborts or the loop is left. A failed read is retried five times in a row (50 ms backoff, doubling) before the loop throws it. */
-  observe(name: string, opts?: ObserveOptions): AsyncIterable<Leader | null>;
-  /** Holds every name or none (taken in a canonical order: no deadlock between overlapping sets). */
-  acquireAll(names: string[], opts: AcquireAllOptions & { ifAvailable: true }): Promise<LockSet | null>;
-  acquireAll(names: string[], opts?: AcquireAllOptions): Promise<LockSet>;
-  resume(handle: LeadershipHandleJSON): Promise<Leadership>;
-  /** Re-enters an exclusive lock by proof of ownership (a held Lock or its `toJSON()` handle, of any process): the backend counts one more hold, same fencing token; freed when every hold is released. Redlock: `INVALID_ARGUMENT`. */
-  reenter(held: Lock | LockHandleJSON | string): Promise<Lock>;
-  resume(handle: LockHandleJSON | string): Promise<Lock>;
-  close(): Promise<void>;
-  [Symbol.asyncDispose](): Promise<void>;
 }
+/** The {@link LockClient} methods (this interface merges into the class). */
+export interface D1Locks extends LockClient {}

@@ -9,10 +9,10 @@
 import source wasmModule from "./edgelock_wasm_bg.wasm";
 import { AsyncLocalStorage } from "node:async_hooks";
 import { initSync } from "./edgelock_wasm.js";
-import { useAsyncLocalStorage } from "./api.mjs";
+import useAsyncLocalStorage from "./api.mjs";
 
 initSync({ module: wasmModule });
 // A nested request() of a held name re-enters (see api.mjs).
 useAsyncLocalStorage(AsyncLocalStorage);
 
-export { EtcdLocks, RedisLocks, Redlock, DurableObjectLocks, lockServiceRouter, D1Locks, d1Binding, LockError, MAX_PERMITS, MAX_CAMPAIGN_VALUE, MAX_ACQUIRE_ALL } from "./api.mjs";
+export * from "./api.mjs";

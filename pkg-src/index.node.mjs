@@ -4,7 +4,7 @@
 import { readFileSync } from "node:fs";
 import { initSync } from "./edgelock_wasm.js";
 import { AsyncLocalStorage } from "node:async_hooks";
-import { EtcdLocks as AnyEtcdLocks, RedisLocks as AnyRedisLocks, Redlock as AnyRedlock, DurableObjectLocks as AnyDurableObjectLocks, useAsyncLocalStorage } from "./api.mjs";
+import useAsyncLocalStorage, { EtcdLocks as AnyEtcdLocks, RedisLocks as AnyRedisLocks, Redlock as AnyRedlock, DurableObjectLocks as AnyDurableObjectLocks } from "./api.mjs";
 import { nodeHttpFetch } from "./node_http.mjs";
 
 initSync({ module: readFileSync(new URL("./edgelock_wasm_bg.wasm", import.meta.url)) });
@@ -47,4 +47,5 @@ export class DurableObjectLocks extends AnyDurableObjectLocks {
   }
 }
 
-export { LockError, lockServiceRouter, D1Locks, d1Binding, MAX_PERMITS, MAX_CAMPAIGN_VALUE, MAX_ACQUIRE_ALL } from "./api.mjs";
+// The rest as api.mjs has it (the classes above shadow its four).
+export * from "./api.mjs";

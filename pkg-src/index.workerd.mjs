@@ -3,7 +3,7 @@
 // imports as compiled WebAssembly.Module objects) and instantiated synchronously.
 import wasmModule from "./edgelock_wasm_bg.wasm";
 import { initSync } from "./edgelock_wasm.js";
-import { RedisLocks as AnyRedisLocks, Redlock as AnyRedlock, useAsyncLocalStorage } from "./api.mjs";
+import useAsyncLocalStorage, { RedisLocks as AnyRedisLocks, Redlock as AnyRedlock } from "./api.mjs";
 
 initSync({ module: wasmModule });
 // With the `nodejs_compat` flag a Worker has AsyncLocalStorage: a nested
@@ -41,4 +41,5 @@ export class Redlock extends AnyRedlock {
   }
 }
 
-export { EtcdLocks, DurableObjectLocks, lockServiceRouter, D1Locks, d1Binding, LockError, MAX_PERMITS, MAX_CAMPAIGN_VALUE, MAX_ACQUIRE_ALL } from "./api.mjs";
+// The rest as api.mjs has it (the classes above shadow its two).
+export * from "./api.mjs";

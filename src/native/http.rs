@@ -663,10 +663,35 @@ fn parse_head(raw: &[u8]) -> Result<Head, TransportError> {
     let text = std::str::from_utf8(raw)
         .map_err(|_| TransportError::Io("response headers are not valid UTF-8".into()))?;
     let mut lines = text.split('\n').map(|l| l.strip_suffix('\r').unwrap_or(l));
-    let status_line = lines.next().unwrap_or("");
+    let (minor, status) = parse_status_line(lines.next().unwrap_or(""))?;
+    let mut head = Head {
+        status,
+        keep_alive: minor == 1,
+        content_length: None,
+        chunked: false,
+        no_body: status == 204 || status == 304 || (100..200).contains(&status),
+    };
+    for line in lines.filter(|l| !l.is_empty()) {
+        let (name, value) = line.split_once(':').ok_or_else(|| {
+            TransportError::Io(format!("malformed header line ({} bytes)", line.len()))
+        })?;
+        apply_header(&mut head, minor, name, value.trim())?;
+    }
+    if head.chunked {
+        // RFC 9112 §6.3: chunked wins over Content-Length; such a message must not be reused.
+        if head.content_length.is_some() {
+            head.keep_alive = false;
+        }
+    } else if head.content_length.is_none() && !head.no_body {
+        head.keep_alive = false; // body ends at close
+    }
+    Ok(head)
+}
+
+/// `HTTP/1.x NNN reason` -> (x, NNN).
+fn parse_status_line(status_line: &str) -> Result<(u8, u16), TransportError> {
     let mut parts = status_line.splitn(3, ' ');
-    let version = parts.next().unwrap_or("");
-    let minor = match version {
+    let minor = match parts.next().unwrap_or("") {
         "HTTP/1.1" => 1,
         "HTTP/1.0" => 0,
         // The server's bytes are not quoted: a hostile or confused server may
@@ -689,69 +714,53 @@ fn parse_head(raw: &[u8]) -> Result<Head, TransportError> {
                 status_line.len()
             ))
         })?;
-    let mut head = Head {
-        status,
-        keep_alive: minor == 1,
-        content_length: None,
-        chunked: false,
-        no_body: status == 204 || status == 304 || (100..200).contains(&status),
-    };
-    for line in lines {
-        if line.is_empty() {
-            continue;
-        }
-        let (name, value) = line.split_once(':').ok_or_else(|| {
-            TransportError::Io(format!("malformed header line ({} bytes)", line.len()))
-        })?;
-        let value = value.trim();
-        if name.eq_ignore_ascii_case("content-length") {
-            let n = value
-                .parse::<u64>()
-                .map_err(|_| TransportError::Io("invalid Content-Length".into()))?;
-            if head.content_length.is_some_and(|old| old != n) {
-                return Err(TransportError::Io(
-                    "conflicting Content-Length headers".into(),
-                ));
-            }
-            head.content_length = Some(n);
-        } else if name.eq_ignore_ascii_case("transfer-encoding") {
-            let last = value.rsplit(',').next().unwrap_or("").trim();
-            if last.eq_ignore_ascii_case("chunked") {
-                head.chunked = true;
-            } else if !last.eq_ignore_ascii_case("identity") {
-                return Err(TransportError::Io(format!(
-                    "unsupported Transfer-Encoding ({} bytes)",
-                    value.len()
-                )));
-            }
-        } else if name.eq_ignore_ascii_case("connection") {
-            for token in value.split(',') {
-                let t = token.trim();
-                if t.eq_ignore_ascii_case("close") {
-                    head.keep_alive = false;
-                } else if t.eq_ignore_ascii_case("keep-alive") && minor == 0 {
-                    head.keep_alive = true;
-                }
-            }
-        }
-    }
-    if head.chunked {
-        // RFC 9112 §6.3: chunked wins over Content-Length; such a message must not be reused.
-        if head.content_length.is_some() {
-            head.keep_alive = false;
-        }
-    } else if head.content_length.is_none() && !head.no_body {
-        head.keep_alive = false; // body ends at close
-    }
-    Ok(head)
+    Ok((minor, status))
 }
+
+/// The headers that decide framing and reuse; the others are ignored.
+fn apply_header(head: &mut Head, minor: u8, name: &str, value: &str) -> Result<(), TransportError> {
+    if name.eq_ignore_ascii_case("content-length") {
+        let n = value
+            .parse::<u64>()
+            .map_err(|_| TransportError::Io("invalid Content-Length".into()))?;
+        if head.content_length.is_some_and(|old| old != n) {
+            return Err(TransportError::Io(
+                "conflicting Content-Length headers".into(),
+            ));
+        }
+        head.content_length = Some(n);
+    } else if name.eq_ignore_ascii_case("transfer-encoding") {
+        let last = value.rsplit(',').next().unwrap_or("").trim();
+        if last.eq_ignore_ascii_case("chunked") {
+            head.chunked = true;
+        } else if !last.eq_ignore_ascii_case("identity") {
+            return Err(TransportError::Io(format!(
+                "unsupported Transfer-Encoding ({} bytes)",
+                value.len()
+            )));
+        }
+    } else if name.eq_ignore_ascii_case("connection") {
+        for token in value.split(',') {
+            let t = token.trim();
+            if t.eq_ignore_ascii_case("close") {
+                head.keep_alive = false;
+            } else if t.eq_ignore_ascii_case("keep-alive") && minor == 0 {
+                head.keep_alive = true;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Where a piece of the body goes.
+type Deliver<'a> = dyn FnMut(&[u8]) -> Result<(), TransportError> + 'a;
 
 /// Reads the body, handing pieces to `deliver`; returns whether the connection
 /// is positioned at the end of the message (reusable).
 fn read_body(
     conn: &mut Conn,
     framing: &Framing,
-    deliver: &mut dyn FnMut(&[u8]) -> Result<(), TransportError>,
+    deliver: &mut Deliver<'_>,
 ) -> Result<bool, TransportError> {
     match *framing {
         Framing::Empty => Ok(true),
@@ -761,17 +770,7 @@ fn read_body(
                     "Content-Length {n} is too large"
                 )));
             }
-            let mut left = n;
-            while left > 0 {
-                let piece = conn.read_some(left.min(READ_BUF as u64) as usize)?;
-                if piece.is_empty() {
-                    return Err(TransportError::Io(
-                        "connection closed inside response body".into(),
-                    ));
-                }
-                left -= piece.len() as u64;
-                deliver(&piece)?;
-            }
+            read_exactly(conn, n, "connection closed inside response body", deliver)?;
             Ok(true)
         }
         Framing::UntilClose => loop {
@@ -781,51 +780,69 @@ fn read_body(
             }
             deliver(&piece)?;
         },
-        Framing::Chunked => {
-            let mut line = Vec::new();
-            loop {
-                line.clear();
-                if !conn.read_line_into(&mut line, MAX_CHUNK_LINE)? {
-                    return Err(TransportError::Io(
-                        "connection closed inside chunked body".into(),
-                    ));
-                }
-                let size = parse_chunk_size(&line)?;
-                if size == 0 {
-                    // Trailers, up to the empty line.
-                    let mut trailer_bytes = 0usize;
-                    loop {
-                        line.clear();
-                        if !conn.read_line_into(&mut line, MAX_CHUNK_LINE)? {
-                            return Err(TransportError::Io(
-                                "connection closed inside chunked trailer".into(),
-                            ));
-                        }
-                        trailer_bytes += line.len();
-                        if trailer_bytes > MAX_HEADER_BYTES {
-                            return Err(TransportError::Io("chunked trailer too large".into()));
-                        }
-                        if line == b"\r\n" || line == b"\n" {
-                            return Ok(true);
-                        }
-                    }
-                }
-                let mut left = size;
-                while left > 0 {
-                    let piece = conn.read_some(left.min(READ_BUF as u64) as usize)?;
-                    if piece.is_empty() {
-                        return Err(TransportError::Io(
-                            "connection closed inside a chunk".into(),
-                        ));
-                    }
-                    left -= piece.len() as u64;
-                    deliver(&piece)?;
-                }
-                line.clear();
-                if !conn.read_line_into(&mut line, 2)? || !(line == b"\r\n" || line == b"\n") {
-                    return Err(TransportError::Io("malformed chunk terminator".into()));
-                }
-            }
+        Framing::Chunked => read_chunked(conn, deliver).map(|()| true),
+    }
+}
+
+/// Hands the next `n` bytes to `deliver`; the connection closing first is
+/// the error `closed`.
+fn read_exactly(
+    conn: &mut Conn,
+    n: u64,
+    closed: &str,
+    deliver: &mut Deliver<'_>,
+) -> Result<(), TransportError> {
+    let mut left = n;
+    while left > 0 {
+        let piece = conn.read_some(left.min(READ_BUF as u64) as usize)?;
+        if piece.is_empty() {
+            return Err(TransportError::Io(closed.into()));
+        }
+        left -= piece.len() as u64;
+        deliver(&piece)?;
+    }
+    Ok(())
+}
+
+/// A chunked body, through its last chunk and trailers.
+fn read_chunked(conn: &mut Conn, deliver: &mut Deliver<'_>) -> Result<(), TransportError> {
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        if !conn.read_line_into(&mut line, MAX_CHUNK_LINE)? {
+            return Err(TransportError::Io(
+                "connection closed inside chunked body".into(),
+            ));
+        }
+        let size = parse_chunk_size(&line)?;
+        if size == 0 {
+            return skip_trailers(conn);
+        }
+        read_exactly(conn, size, "connection closed inside a chunk", deliver)?;
+        line.clear();
+        if !conn.read_line_into(&mut line, 2)? || !(line == b"\r\n" || line == b"\n") {
+            return Err(TransportError::Io("malformed chunk terminator".into()));
+        }
+    }
+}
+
+/// The trailers after the last chunk, up to the empty line (ignored).
+fn skip_trailers(conn: &mut Conn) -> Result<(), TransportError> {
+    let mut line = Vec::new();
+    let mut trailer_bytes = 0usize;
+    loop {
+        line.clear();
+        if !conn.read_line_into(&mut line, MAX_CHUNK_LINE)? {
+            return Err(TransportError::Io(
+                "connection closed inside chunked trailer".into(),
+            ));
+        }
+        trailer_bytes += line.len();
+        if trailer_bytes > MAX_HEADER_BYTES {
+            return Err(TransportError::Io("chunked trailer too large".into()));
+        }
+        if line == b"\r\n" || line == b"\n" {
+            return Ok(());
         }
     }
 }

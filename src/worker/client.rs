@@ -66,7 +66,7 @@ pub fn use_env(env: &JsValue) {
     ENV.with(|e| *e.borrow_mut() = Some(env.clone()));
 }
 
-pub(super) fn worker_env() -> Option<JsValue> {
+fn worker_env() -> Option<JsValue> {
     ENV.with(|e| e.borrow().clone())
         .or_else(|| Some(WORKERS_ENV.with(JsValue::clone)))
         .filter(|env| env.is_object())
@@ -79,7 +79,7 @@ fn bindings_for(
     count: &Rc<Cell<u32>>,
 ) -> Result<Option<JsValue>, LockError> {
     if let BackendSpec::D1(c) = backend {
-        return super::d1::bindings(&c.binding, count).map(Some);
+        return super::d1::bindings(worker_env(), &c.binding, count).map(Some);
     }
     let BackendSpec::DurableObject(c) = backend else {
         return Ok(None);

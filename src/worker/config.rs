@@ -29,7 +29,7 @@
 use super::auth::AccessPolicy;
 use crate::core::d1::D1Config;
 use crate::core::durable::{DurableConfig, DurableEndpoint};
-use crate::core::etcd::EtcdConfig;
+use crate::core::etcd::{EtcdAuth, EtcdConfig};
 use crate::core::redis::{RedisConfig, RedisNode, RedlockConfig};
 use crate::core::{BackendSpec, LockError, LockKind, MAX_PERMITS};
 
@@ -128,142 +128,191 @@ pub fn workers_max_subscriptions(nodes: usize) -> usize {
 /// Longest a request may ask to wait or work: a Worker invocation is not a daemon.
 pub const MAX_WAIT_MS: u64 = 15 * 60 * 1000;
 
+/// How the Worker reads a variable: the binding's value as a string, if set.
+pub type Vars<'a> = &'a dyn Fn(&str) -> Option<String>;
+
+/// `name` as a whole number in `0..=max` (`default` when unset).
+fn num(var: Vars, name: &str, default: u64, max: u64) -> Result<u64, LockError> {
+    match var(name) {
+        None => Ok(default),
+        Some(v) => match v.trim().parse::<u64>() {
+            Ok(n) if n <= max => Ok(n),
+            _ => Err(LockError::invalid(format!(
+                "{name} must be a whole number between 0 and {max}"
+            ))),
+        },
+    }
+}
+
+/// `name` as a whole number in `0..=max`, if set.
+fn optional_num(var: Vars, name: &str, max: u64) -> Result<Option<u64>, LockError> {
+    var(name).map(|_| num(var, name, 0, max)).transpose()
+}
+
+/// The variables several backends read alike (each applies those it has).
+pub struct Common {
+    /// `EDGELOCK_PREFIX`.
+    pub prefix: Option<String>,
+    /// `EDGELOCK_TTL_MS`.
+    pub ttl: Option<u64>,
+    /// `EDGELOCK_REQUEST_TIMEOUT_MS`.
+    pub timeout: Option<u64>,
+    /// `EDGELOCK_MAX_SUBSCRIPTIONS`.
+    pub max_subscriptions: Option<usize>,
+}
+
+impl Common {
+    fn from_vars(var: Vars) -> Result<Common, LockError> {
+        Ok(Common {
+            ttl: optional_num(var, "EDGELOCK_TTL_MS", MAX_WAIT_MS)?,
+            timeout: optional_num(var, "EDGELOCK_REQUEST_TIMEOUT_MS", 600_000)?,
+            prefix: var("EDGELOCK_PREFIX"),
+            max_subscriptions: optional_num(var, "EDGELOCK_MAX_SUBSCRIPTIONS", 1_000)?
+                .map(|n| n as usize),
+        })
+    }
+}
+
+/// Reads one backend's variables into its spec.
+pub type BackendVars = fn(Vars, Common) -> Result<BackendSpec, LockError>;
+
+/// Each `EDGELOCK_BACKEND` value and the function reading its variables.
+pub const BACKENDS: &[(&str, BackendVars)] = &[
+    ("etcd", etcd_vars),
+    ("redis", redis_vars),
+    ("redlock", redlock_vars),
+    ("durable-object", durable_vars),
+    ("d1", d1_vars),
+];
+
+/// `EDGELOCK_ETCD_*`, and the prefix, TTL (the session lease's) and timeout.
+pub fn etcd_vars(var: Vars, c: Common) -> Result<BackendSpec, LockError> {
+    let endpoints = list(&var("EDGELOCK_ETCD_ENDPOINTS").unwrap_or_default());
+    if endpoints.is_empty() {
+        return Err(LockError::invalid(
+            "EDGELOCK_ETCD_ENDPOINTS is required for the etcd backend",
+        ));
+    }
+    let mut cfg = EtcdConfig::new(endpoints);
+    if let Some(auth) = var("EDGELOCK_ETCD_AUTHORIZATION") {
+        cfg.headers.push(("Authorization".into(), auth));
+    }
+    if let Some(username) = var("EDGELOCK_ETCD_USER") {
+        let password = var("EDGELOCK_ETCD_PASSWORD").ok_or_else(|| {
+            LockError::invalid("EDGELOCK_ETCD_USER needs the secret EDGELOCK_ETCD_PASSWORD")
+        })?;
+        cfg.auth = Some(EtcdAuth { username, password });
+    }
+    if let Some(p) = c.prefix {
+        cfg.prefix = p;
+    }
+    if let Some(t) = c.ttl {
+        cfg.session_ttl_ms = t;
+    }
+    if let Some(t) = c.timeout {
+        cfg.request_timeout_ms = t;
+    }
+    Ok(BackendSpec::Etcd(cfg))
+}
+
+/// `EDGELOCK_REDIS_URL` and `EDGELOCK_REDIS_TOKEN`, and the common ones.
+pub fn redis_vars(var: Vars, c: Common) -> Result<BackendSpec, LockError> {
+    let url = var("EDGELOCK_REDIS_URL").ok_or_else(|| {
+        LockError::invalid("EDGELOCK_REDIS_URL is required for the redis backend")
+    })?;
+    let node = node(&url, var("EDGELOCK_REDIS_TOKEN"))?;
+    let mut cfg = RedisConfig::new(node);
+    if let Some(p) = c.prefix {
+        cfg.prefix = p;
+    }
+    if let Some(t) = c.ttl {
+        cfg.ttl_ms = t;
+    }
+    if let Some(t) = c.timeout {
+        cfg.request_timeout_ms = t;
+    }
+    cfg.max_subscriptions = c.max_subscriptions.unwrap_or(workers_max_subscriptions(1));
+    Ok(BackendSpec::Redis(cfg))
+}
+
+/// `EDGELOCK_REDLOCK_NODES` with a token per node (`EDGELOCK_REDIS_TOKEN_<i>`,
+/// else `EDGELOCK_REDIS_TOKEN`), and the common ones.
+pub fn redlock_vars(var: Vars, c: Common) -> Result<BackendSpec, LockError> {
+    let urls = list(&var("EDGELOCK_REDLOCK_NODES").unwrap_or_default());
+    if urls.is_empty() {
+        return Err(LockError::invalid(
+            "EDGELOCK_REDLOCK_NODES is required for the redlock backend",
+        ));
+    }
+    let token = |i: usize| {
+        var(&format!("EDGELOCK_REDIS_TOKEN_{i}")).or_else(|| var("EDGELOCK_REDIS_TOKEN"))
+    };
+    let nodes = urls
+        .iter()
+        .enumerate()
+        .map(|(i, u)| node(u, token(i)))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut cfg = RedlockConfig::new(nodes);
+    if let Some(p) = c.prefix {
+        cfg.prefix = p;
+    }
+    if let Some(t) = c.ttl {
+        cfg.ttl_ms = t;
+    }
+    if let Some(t) = c.timeout {
+        cfg.request_timeout_ms = t;
+    }
+    cfg.max_subscriptions = c
+        .max_subscriptions
+        .unwrap_or(workers_max_subscriptions(cfg.nodes.len()));
+    Ok(BackendSpec::Redlock(cfg))
+}
+
+/// The lock service behind [`LOCKS_BINDING`]: TTL and timeout only.
+pub fn durable_vars(_var: Vars, c: Common) -> Result<BackendSpec, LockError> {
+    let mut cfg = DurableConfig::new(DurableEndpoint::Binding(LOCKS_BINDING.into()));
+    if let Some(t) = c.ttl {
+        cfg.ttl_ms = t;
+    }
+    if let Some(t) = c.timeout {
+        cfg.request_timeout_ms = t;
+    }
+    Ok(BackendSpec::DurableObject(cfg))
+}
+
+/// The D1 database behind [`D1_BINDING`]: TTL and timeout only.
+pub fn d1_vars(_var: Vars, c: Common) -> Result<BackendSpec, LockError> {
+    let mut cfg = D1Config::new(D1_BINDING);
+    if let Some(t) = c.ttl {
+        cfg.ttl_ms = t;
+    }
+    if let Some(t) = c.timeout {
+        cfg.request_timeout_ms = t;
+    }
+    Ok(BackendSpec::D1(cfg))
+}
+
+/// `EDGELOCK_BACKEND` and that backend's variables.
+fn backend_from_vars(var: Vars) -> Result<BackendSpec, LockError> {
+    let name = var("EDGELOCK_BACKEND").unwrap_or_default();
+    // Read (and checked) before the backend is known, as they always were.
+    let common = Common::from_vars(var)?;
+    let Some((_, read)) = BACKENDS.iter().find(|(n, _)| *n == name.trim()) else {
+        return Err(LockError::invalid(
+            "EDGELOCK_BACKEND must be etcd, redis, redlock, durable-object or d1",
+        ));
+    };
+    read(var, common)
+}
+
 impl Config {
     /// `var(name)` returns the binding's value as a string, if it is set.
-    pub fn from_vars(var: &dyn Fn(&str) -> Option<String>) -> Result<Config, LockError> {
-        let num = |name: &str, default: u64, max: u64| -> Result<u64, LockError> {
-            match var(name) {
-                None => Ok(default),
-                Some(v) => match v.trim().parse::<u64>() {
-                    Ok(n) if n <= max => Ok(n),
-                    _ => Err(LockError::invalid(format!(
-                        "{name} must be a whole number between 0 and {max}"
-                    ))),
-                },
-            }
-        };
-        let backend_name = var("EDGELOCK_BACKEND").unwrap_or_default();
-        let ttl = var("EDGELOCK_TTL_MS")
-            .map(|_| num("EDGELOCK_TTL_MS", 0, MAX_WAIT_MS))
-            .transpose()?;
-        let timeout = var("EDGELOCK_REQUEST_TIMEOUT_MS")
-            .map(|_| num("EDGELOCK_REQUEST_TIMEOUT_MS", 0, 600_000))
-            .transpose()?;
-        let prefix = var("EDGELOCK_PREFIX");
-        let max_subscriptions = var("EDGELOCK_MAX_SUBSCRIPTIONS")
-            .map(|_| num("EDGELOCK_MAX_SUBSCRIPTIONS", 0, 1_000))
-            .transpose()?
-            .map(|n| n as usize);
-        let backend = match backend_name.trim() {
-            "etcd" => {
-                let endpoints = list(&var("EDGELOCK_ETCD_ENDPOINTS").unwrap_or_default());
-                if endpoints.is_empty() {
-                    return Err(LockError::invalid(
-                        "EDGELOCK_ETCD_ENDPOINTS is required for the etcd backend",
-                    ));
-                }
-                let mut cfg = EtcdConfig::new(endpoints);
-                if let Some(auth) = var("EDGELOCK_ETCD_AUTHORIZATION") {
-                    cfg.headers.push(("Authorization".into(), auth));
-                }
-                if let Some(username) = var("EDGELOCK_ETCD_USER") {
-                    let password = var("EDGELOCK_ETCD_PASSWORD").ok_or_else(|| {
-                        LockError::invalid(
-                            "EDGELOCK_ETCD_USER needs the secret EDGELOCK_ETCD_PASSWORD",
-                        )
-                    })?;
-                    cfg.auth = Some(crate::core::etcd::EtcdAuth { username, password });
-                }
-                if let Some(p) = prefix {
-                    cfg.prefix = p;
-                }
-                if let Some(t) = ttl {
-                    cfg.session_ttl_ms = t;
-                }
-                if let Some(t) = timeout {
-                    cfg.request_timeout_ms = t;
-                }
-                BackendSpec::Etcd(cfg)
-            }
-            "redis" => {
-                let url = var("EDGELOCK_REDIS_URL").ok_or_else(|| {
-                    LockError::invalid("EDGELOCK_REDIS_URL is required for the redis backend")
-                })?;
-                let node = node(&url, var("EDGELOCK_REDIS_TOKEN"))?;
-                let mut cfg = RedisConfig::new(node);
-                if let Some(p) = prefix {
-                    cfg.prefix = p;
-                }
-                if let Some(t) = ttl {
-                    cfg.ttl_ms = t;
-                }
-                if let Some(t) = timeout {
-                    cfg.request_timeout_ms = t;
-                }
-                cfg.max_subscriptions = max_subscriptions.unwrap_or(workers_max_subscriptions(1));
-                BackendSpec::Redis(cfg)
-            }
-            "redlock" => {
-                let urls = list(&var("EDGELOCK_REDLOCK_NODES").unwrap_or_default());
-                if urls.is_empty() {
-                    return Err(LockError::invalid(
-                        "EDGELOCK_REDLOCK_NODES is required for the redlock backend",
-                    ));
-                }
-                let nodes = urls
-                    .iter()
-                    .enumerate()
-                    .map(|(i, u)| {
-                        node(
-                            u,
-                            var(&format!("EDGELOCK_REDIS_TOKEN_{i}"))
-                                .or_else(|| var("EDGELOCK_REDIS_TOKEN")),
-                        )
-                    })
-                    .collect::<Result<Vec<_>, _>>()?;
-                let mut cfg = RedlockConfig::new(nodes);
-                if let Some(p) = prefix {
-                    cfg.prefix = p;
-                }
-                if let Some(t) = ttl {
-                    cfg.ttl_ms = t;
-                }
-                if let Some(t) = timeout {
-                    cfg.request_timeout_ms = t;
-                }
-                cfg.max_subscriptions =
-                    max_subscriptions.unwrap_or(workers_max_subscriptions(cfg.nodes.len()));
-                BackendSpec::Redlock(cfg)
-            }
-            "durable-object" => {
-                let mut cfg = DurableConfig::new(DurableEndpoint::Binding(LOCKS_BINDING.into()));
-                if let Some(t) = ttl {
-                    cfg.ttl_ms = t;
-                }
-                if let Some(t) = timeout {
-                    cfg.request_timeout_ms = t;
-                }
-                BackendSpec::DurableObject(cfg)
-            }
-            "d1" => {
-                let mut cfg = D1Config::new(D1_BINDING);
-                if let Some(t) = ttl {
-                    cfg.ttl_ms = t;
-                }
-                if let Some(t) = timeout {
-                    cfg.request_timeout_ms = t;
-                }
-                BackendSpec::D1(cfg)
-            }
-            _ => {
-                return Err(LockError::invalid(
-                    "EDGELOCK_BACKEND must be etcd, redis, redlock, durable-object or d1",
-                ))
-            }
-        };
+    pub fn from_vars(var: Vars) -> Result<Config, LockError> {
+        let backend = backend_from_vars(var)?;
         Ok(Config {
             backend,
             subrequest_budget: num(
+                var,
                 "EDGELOCK_SUBREQUEST_BUDGET",
                 DEFAULT_SUBREQUEST_BUDGET as u64,
                 100_000,
@@ -271,12 +320,12 @@ impl Config {
             fenced_url: var("EDGELOCK_FENCED_URL")
                 .map(|u| u.trim().trim_end_matches('/').to_string())
                 .filter(|u| !u.is_empty()),
-            job_ms: num("EDGELOCK_JOB_MS", 20, MAX_WAIT_MS)?,
-            default_wait_ms: num("EDGELOCK_DEFAULT_WAIT_MS", 10_000, MAX_WAIT_MS)?,
+            job_ms: num(var, "EDGELOCK_JOB_MS", 20, MAX_WAIT_MS)?,
+            default_wait_ms: num(var, "EDGELOCK_DEFAULT_WAIT_MS", 10_000, MAX_WAIT_MS)?,
             cron_job: var("EDGELOCK_CRON_JOB")
                 .filter(|j| !j.trim().is_empty())
                 .unwrap_or_else(|| "cron".into()),
-            cron_wait_ms: num("EDGELOCK_CRON_WAIT_MS", 0, MAX_WAIT_MS)?,
+            cron_wait_ms: num(var, "EDGELOCK_CRON_WAIT_MS", 0, MAX_WAIT_MS)?,
             cron_elect: flag(var("EDGELOCK_CRON_ELECT").as_deref(), "EDGELOCK_CRON_ELECT")?,
             job_limits: job_limits(&var("EDGELOCK_JOB_LIMITS").unwrap_or_default())?,
             access: AccessPolicy::from_secrets(

@@ -17,9 +17,14 @@ use wasm_bindgen_futures::JsFuture;
 
 use crate::core::LockError;
 
-/// `{ <binding>: adapter }` over the D1 database `env[<binding>]`.
-pub fn bindings(binding: &str, count: &Rc<Cell<u32>>) -> Result<JsValue, LockError> {
-    let db = super::client::worker_env()
+/// `{ <binding>: adapter }` over the D1 database `env[<binding>]` (`env`:
+/// the Worker's, as the client found it).
+pub fn bindings(
+    env: Option<JsValue>,
+    binding: &str,
+    count: &Rc<Cell<u32>>,
+) -> Result<JsValue, LockError> {
+    let db = env
         .and_then(|env| Reflect::get(&env, &JsValue::from_str(binding)).ok())
         .filter(|db| db.is_object());
     let Some(db) = db else {

@@ -3,6 +3,7 @@
 // from the devtools `testenv` (see testenv.mjs).
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
+import net from "node:net";
 import { RedisLocks, Redlock, LockError } from "edgelock";
 import { startTestenv } from "./testenv.mjs";
 import { eventually, freePort } from "./support/etcd.mjs";
@@ -174,7 +175,68 @@ describe("Redlock over 3 nodes (2 via the Upstash gateway, 1 via Webdis)", () =>
     await rejectsWith(r.acquire(name, { waitMs: 5000 }), "NO_QUORUM");
     assert.equal(await redis(0, "EXISTS", lockKey(name)), 0, "a failed Redlock attempt left its key");
   });
+
+  // A frozen node accepts the connection and never answers (a SIGSTOPped
+  // server): the three real nodes plus two such make five with a frozen
+  // minority (issue 26). An attempt is settled a grace (a tenth of the
+  // request timeout) after a quorum granted, so only the raise round waits
+  // for the frozen nodes' whole timeout: about 1.1 s against 2.3 s.
+  test("with 2 of 5 nodes frozen, a free lock is granted within 2 request timeouts + a retry delay, and contenders keep being granted", async () => {
+    const frozen = await Promise.all([0, 1].map(() => blackHole()));
+    try {
+      const timing = { requestTimeoutMs: 1000, retryDelayMs: 200, retryJitterMs: 100 };
+      const five = () => [...allNodes(), ...frozen.map((h) => ({ url: h.url, token: env.token }))];
+      const r = track(new Redlock({ nodes: five(), ttlMs: 10_000, ...timing }));
+      const bound = 2 * timing.requestTimeoutMs + timing.retryDelayMs + timing.retryJitterMs;
+      const took = [];
+      for (let i = 0; i < 3; i++) {
+        const t = performance.now();
+        const lock = await r.acquire(unique("frozen"), { waitMs: 30_000 });
+        took.push(Math.round(performance.now() - t));
+        await lock.release();
+      }
+      assert.ok(took.every((ms) => ms <= bound), `granted after ${took.join(", ")} ms; bound ${bound} ms`);
+      // Contenders: 3 clients × 2 rounds, one holder at a time, tokens rising.
+      const name = unique("frozen-contended");
+      let inside = false;
+      const tokens = [];
+      await Promise.all([0, 1, 2].map(async () => {
+        const c = track(new Redlock({ nodes: five(), ttlMs: 10_000, ...timing }));
+        for (let round = 0; round < 2; round++) {
+          const lock = await c.acquire(name, { waitMs: 60_000 });
+          assert.ok(!inside, "two holders at once");
+          inside = true;
+          tokens.push(lock.fencingToken);
+          await sleep(20);
+          inside = false;
+          await lock.release();
+        }
+      }));
+      assert.equal(tokens.length, 6);
+      assert.ok(tokens.every((t, i) => i === 0 || t > tokens[i - 1]), `tokens ${tokens.join(", ")}`);
+    } finally {
+      await Promise.all(frozen.map((h) => h.close()));
+    }
+  });
 });
+
+/** A TCP server that accepts connections and never answers (a frozen node). */
+async function blackHole() {
+  const sockets = new Set();
+  const server = net.createServer((s) => {
+    sockets.add(s);
+    s.on("error", () => {});
+    s.on("close", () => sockets.delete(s));
+  });
+  await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
+  return {
+    url: `http://127.0.0.1:${server.address().port}`,
+    close: () => new Promise((resolve) => {
+      for (const s of sockets) s.destroy();
+      server.close(() => resolve());
+    }),
+  };
+}
 
 // Push wake-up: a release publishes on the lock's channel and a waiter
 // subscribed to it (Upstash: POST /subscribe as server-sent events; Webdis:

@@ -4,7 +4,10 @@
 use edgelock::core::{AcquireOptions, Leadership};
 use edgelock::native::{CancelToken, Client};
 
-use super::{connect, run_holding, wait_of, Exit, Options, EX_BUSY};
+use crate::args::Options;
+use crate::connect::connect;
+use crate::run::{run_holding, wait_of};
+use crate::{Exit, EX_BUSY};
 
 pub(super) fn cmd_elect(o: &Options) -> Result<i32, Exit> {
     let client = connect(o)?;

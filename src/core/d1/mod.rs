@@ -24,15 +24,16 @@
 //! from outside a Worker here.
 //!
 //! Layout: `sql` (the statements), `codec` (request bodies and strict
-//! answer parsing), `machine` (the [`LockMachine`](crate::core::LockMachine):
-//! its state, batches and user operations), `machine/answers` (what each
-//! answer does).
+//! answer parsing), `machine` (d1's part of the shared lease machine,
+//! `crate::core::lease`: its options and batches), `machine/acquire` (a
+//! waiting acquire's steps: attempts, pauses, freeing the row),
+//! `machine/answers` (the other answers).
 
 pub mod codec;
 mod machine;
 pub mod sql;
 
-pub use machine::D1Machine;
+pub(crate) use machine::D1Machine;
 
 use crate::core::lease::{check_binding, check_lease_options};
 use crate::core::LockError;

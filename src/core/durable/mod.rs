@@ -3,10 +3,10 @@
 //! fencing counter), so the client is a thin sans-IO machine.
 //!
 //! - acquire: `POST <base>/v1/acquire?name=…` with a random owner (32 hex
-//!   from the injected [`Entropy`]) and `waitMs`; the service holds a
-//!   waiting request open until it grants or `waitMs` passes, so a longer
-//!   wait re-sends `acquire` with the same owner (keeping its FIFO place)
-//!   every [`MAX_POLL_WAIT_MS`] at most;
+//!   from the injected [`Entropy`](crate::core::Entropy)) and `waitMs`; the
+//!   service holds a waiting request open until it grants or `waitMs`
+//!   passes, so a longer wait re-sends `acquire` with the same owner
+//!   (keeping its FIFO place) every [`MAX_POLL_WAIT_MS`] at most;
 //! - release / extend / resume are owner-checked by the service; a held
 //!   lock is renewed at TTL/3 (`autoExtend`), `Event::Lost` when an extend
 //!   answers `extended:false` or the lease runs out before a renewal
@@ -26,13 +26,14 @@
 //! the `name` query parameter ([`DurableEndpoint`]).
 //!
 //! Layout: `codec` (request bodies and strict answer parsing), `machine`
-//! (the [`LockMachine`](crate::core::LockMachine): its state, requests and
-//! user operations), `machine/answers` (what each answer does).
+//! (the service's part of the shared lease machine, `crate::core::lease`:
+//! its options and requests), `machine/acquire` (a waiting acquire's steps:
+//! polls, confirmations, leaving), `machine/answers` (the other answers).
 
 pub mod codec;
 mod machine;
 
-pub use machine::DurableMachine;
+pub(crate) use machine::DurableMachine;
 
 use crate::core::lease::{check_binding, check_lease_options};
 use crate::core::names::validate_base_url;

@@ -731,7 +731,7 @@ pub(super) fn watch_key(key: &[u8], start_revision: i64) -> Value {
     json!({ "create_request": { "key": b64(key), "start_revision": start_revision.to_string() } })
 }
 
-// ---- reentrant holds (see `machine/reentry.rs` for the count key) --------
+// ---- reentrant holds (see `machine/ops/hold_count.rs` for the count key) --------
 
 fn if_created(key: &[u8], rev: i64) -> Value {
     json!({ "key": b64(key), "target": "CREATE", "result": "EQUAL", "create_revision": rev.to_string() })

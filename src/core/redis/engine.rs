@@ -154,6 +154,7 @@ impl Engine {
             started: now,
             slots: vec![Slot::Skipped; n],
             sha: vec![false; n],
+            settle_at: None,
         };
         for node in (0..n).filter(|i| targets.get(*i).copied().unwrap_or(false)) {
             (round.slots[node], round.sha[node]) = self.send_to(tid, node, &round.cmd, now);
@@ -217,25 +218,51 @@ impl Engine {
         false
     }
 
-    /// Steps task `tid` if its round is complete.
+    /// Steps task `tid` if its round is complete, or if its outcome was
+    /// decided without its slow nodes (see [`Task::settled`]) a grace period
+    /// ago: then the requests still out are cancelled and count as timed
+    /// out. The grace (a tenth of the request timeout) lets nodes that are
+    /// merely a little behind answer, so rounds whose every node answers
+    /// promptly keep every answer (strict fencing's one-round acquire needs
+    /// them all); a frozen node holds the round up for the grace only.
     fn round_progress(&mut self, tid: TaskId, now: Millis) {
-        if self
-            .tasks
-            .get(&tid)
-            .is_some_and(|r| r.round.as_ref().is_some_and(Round::is_done))
-        {
-            if let Some(r) = self.tasks.remove(&tid) {
-                self.advance(tid, r.task, r.round, now);
+        let quorum = self.cx.quorum_size();
+        let grace = (self.cx.s.request_timeout_ms / 10).max(1);
+        let Some(running) = self.tasks.get_mut(&tid) else {
+            return;
+        };
+        let Some(round) = running.round.as_mut() else {
+            return;
+        };
+        if !round.is_done() {
+            if !running.task.settled(round, quorum) {
+                return;
             }
+            let at = *round.settle_at.get_or_insert(now.saturating_add(grace));
+            if now < at {
+                self.cx.rt.timers.set(TimerKey::Task(tid), at);
+                return;
+            }
+            for id in round.abandon_pending() {
+                self.cx.rt.cancel(id);
+            }
+        }
+        if let Some(r) = self.tasks.remove(&tid) {
+            self.advance(tid, r.task, r.round, now);
         }
     }
 
-    /// Steps a sleeping task now (its timer fired, or it was aborted).
+    /// Steps a sleeping task now (its timer fired, or it was aborted); a
+    /// task in a round, when the round's settle time came.
     fn wake(&mut self, tid: TaskId, now: Millis) {
-        if self.tasks.get(&tid).is_some_and(|r| r.round.is_none()) {
-            if let Some(r) = self.tasks.remove(&tid) {
-                self.advance(tid, r.task, None, now);
+        match self.tasks.get(&tid).map(|r| r.round.is_none()) {
+            Some(true) => {
+                if let Some(r) = self.tasks.remove(&tid) {
+                    self.advance(tid, r.task, None, now);
+                }
             }
+            Some(false) => self.round_progress(tid, now),
+            None => {}
         }
     }
 

@@ -1238,3 +1238,66 @@ mod permits {
         }
     }
 }
+
+/// Issue 26: with a frozen minority, an attempt whose quorum granted stops
+/// waiting for the silent nodes a grace (a tenth of the request timeout)
+/// later: they count as timed out (cancelled, and cleaned up like any node
+/// that may have applied), and the raise round goes out then, not at the
+/// timeout. A contended attempt that can no longer reach a quorum does the
+/// same. Rounds whose nodes all answer at once are unchanged (above).
+#[test]
+fn a_decided_round_stops_waiting_for_frozen_nodes_after_a_grace() {
+    let mut h = redlock(5, |c| c.fencing = RedlockFencing::Strict);
+    h.m.acquire(h.now, "job", &opts(Wait::Forever)).unwrap();
+    let reqs = h.take();
+    let t0 = h.now;
+    for r in &reqs[..3] {
+        h.answer(r, r#"{"result":[1,7,0]}"#);
+    }
+    assert!(
+        h.take().is_empty(),
+        "the grace: silent nodes may still answer"
+    );
+    assert_eq!(
+        h.next_timer(),
+        t0 + 100,
+        "a tenth of the 1 s request timeout"
+    );
+    h.advance_to(t0 + 100);
+    let mut cancelled = h.cancelled.clone();
+    cancelled.sort();
+    assert_eq!(
+        cancelled,
+        [reqs[3].id, reqs[4].id],
+        "the frozen nodes' requests"
+    );
+    let raise = h.take();
+    assert_eq!(raise.len(), 5, "the raise round, on every node");
+    assert!(raise
+        .iter()
+        .all(|r| script_of(r) == scripts::Script::Extend));
+    for r in &raise[..3] {
+        h.answer(r, r#"{"result":[1,7]}"#);
+    }
+    assert!(h.take_events().is_empty(), "a raise waits for every node");
+    h.advance_to(t0 + 100 + 1_000);
+    let lock = acquired(&h.take_events());
+    assert_eq!(lock.fencing_token, 7);
+
+    // Contended: three nodes held by another owner, two frozen.
+    h.m.acquire(h.now, "other", &opts(Wait::For(60_000)))
+        .unwrap();
+    let reqs = h.take();
+    let t1 = h.now;
+    for r in &reqs[..3] {
+        h.answer(r, r#"{"result":[0,9,5000]}"#);
+    }
+    h.advance_to(t1 + 100);
+    let cleanup = h.take();
+    let targets: Vec<&Target> = cleanup.iter().map(|r| &r.target).collect();
+    assert_eq!(
+        targets,
+        [&reqs[3].target, &reqs[4].target],
+        "the silent nodes may hold the key"
+    );
+}

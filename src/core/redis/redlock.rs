@@ -5,7 +5,13 @@
 //!
 //! An attempt sends the acquire script to all N nodes at once, each request
 //! with its own timeout (`request_timeout_ms`), and waits until every node
-//! has answered or timed out. It succeeds only if ⌊N/2⌋+1 nodes granted and
+//! has answered or timed out — or, once its outcome is decided without the
+//! nodes still silent (a quorum granted, or none can form any more), for a
+//! grace of a tenth of the timeout, after which the silent nodes count as
+//! timed out (`Task::settled`). Without that, a frozen minority held every
+//! attempt for the whole timeout, and a failed attempt's keys stayed on the
+//! live nodes that long, so contending waiters kept failing one another (a
+//! livelock; issue 26). It succeeds only if ⌊N/2⌋+1 nodes granted and
 //! `validity = ttl − elapsed − (ttl × drift_factor + 2 ms) > 0`, with
 //! `elapsed` measured from the start of *this* attempt (node-redlock measured
 //! it from the first attempt, its issues #169/#296). On failure it deletes its

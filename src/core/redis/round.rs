@@ -94,6 +94,9 @@ pub struct Round {
     pub slots: Vec<Slot>,
     /// Per node: its request went as `EVALSHA` (see `scripts::as_evalsha`).
     pub sha: Vec<bool>,
+    /// When the round stops waiting for its slow nodes, once its outcome
+    /// was decided without them (see `Task::settled`); `None` until then.
+    pub settle_at: Option<Millis>,
 }
 
 impl Round {
@@ -117,6 +120,55 @@ impl Round {
             }
             _ => false,
         }
+    }
+
+    /// Stops waiting for the nodes still pending: their slots become
+    /// [`NodeError::Timeout`] (the request may still apply, exactly as a
+    /// timed-out one may). Returns their requests, for the caller to cancel.
+    pub fn abandon_pending(&mut self) -> Vec<RequestId> {
+        let mut ids = Vec::new();
+        for slot in &mut self.slots {
+            if let Slot::Pending(id) = *slot {
+                ids.push(id);
+                *slot = Slot::Done(Err(NodeError::Timeout));
+            }
+        }
+        ids
+    }
+
+    /// How many nodes answered `yes` so far, and how many are still pending.
+    fn quorum_count(&self, yes: impl Fn(&RedisValue) -> bool) -> (usize, usize) {
+        let (mut count, mut pending) = (0, 0);
+        for slot in &self.slots {
+            match slot {
+                Slot::Pending(_) => pending += 1,
+                Slot::Done(Ok(v)) if !matches!(v, RedisValue::Error(_)) && yes(v) => count += 1,
+                _ => {}
+            }
+        }
+        (count, pending)
+    }
+
+    /// Whether a round of several nodes can no longer reach `quorum`
+    /// answers `yes`, whatever the nodes still pending answer.
+    pub fn quorum_lost(&self, quorum: usize, yes: impl Fn(&RedisValue) -> bool) -> bool {
+        let (count, pending) = self.quorum_count(yes);
+        self.several_nodes() && pending > 0 && count + pending < quorum
+    }
+
+    /// Whether a round of several nodes has `quorum` answers `yes` already,
+    /// or can no longer reach it.
+    pub fn quorum_decided(&self, quorum: usize, yes: impl Fn(&RedisValue) -> bool) -> bool {
+        let (count, pending) = self.quorum_count(yes);
+        self.several_nodes() && pending > 0 && (count >= quorum || count + pending < quorum)
+    }
+
+    fn several_nodes(&self) -> bool {
+        self.slots
+            .iter()
+            .filter(|s| !matches!(s, Slot::Skipped))
+            .count()
+            > 1
     }
 
     /// Results of the nodes that took part, by node index.

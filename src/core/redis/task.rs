@@ -21,6 +21,18 @@ pub(super) trait Task: Send {
     /// its first step and when its sleep ended (or it was aborted).
     fn step(self: Box<Self>, cx: &mut Context, round: Option<Round>, now: Millis) -> Next;
 
+    /// Whether the outcome of the task's `round` is decided before every
+    /// node answered (Redlock: a quorum granted, or none can form any more;
+    /// `quorum` is the machine's). The engine then waits a short grace for
+    /// the rest (a tenth of the request timeout) and stops: it cancels the
+    /// requests still out and records them as timed out (they may still
+    /// apply, exactly as a timed-out request may). So the per-node timeout
+    /// holds up only a round whose outcome hangs on the slow node, and a
+    /// frozen minority of nodes cannot stall every attempt (issue 26).
+    fn settled(&self, _round: &Round, _quorum: usize) -> bool {
+        false
+    }
+
     /// The wake-up channel this task wants to hear while it waits (see
     /// [`super::subscription`]); the engine keeps one subscription per node
     /// open for it, and closes them when this turns `None` or the task ends.

@@ -476,15 +476,7 @@ impl LockState {
             }
         }
         if ended {
-            // Neither queued nor granted (it is not queued: leaving took
-            // it out of the queue).
-            if let Some(i) = self.position(owner) {
-                self.queue.remove(i);
-                out.push(Notice::Dropped {
-                    owner: owner.to_string(),
-                });
-            }
-            return Acquire::Busy(self.busy(now_ms));
+            return self.refuse_ended(owner, now_ms, out);
         }
         if self.queue.is_empty() && self.admits(kind) {
             // By the invariant an empty queue has nobody ahead.
@@ -496,6 +488,33 @@ impl LockState {
                 slot,
             };
         }
+        self.queue_up(owner, kind, (ttl_ms, wait_ms), now_ms, live, out)
+    }
+
+    /// A waiting `acquire` of `owner` after it left: neither queued nor
+    /// granted (it is not queued: leaving took it out of the queue).
+    fn refuse_ended(&mut self, owner: &str, now_ms: u64, out: &mut Vec<Notice>) -> Acquire {
+        if let Some(i) = self.position(owner) {
+            self.queue.remove(i);
+            out.push(Notice::Dropped {
+                owner: owner.to_string(),
+            });
+        }
+        Acquire::Busy(self.busy(now_ms))
+    }
+
+    /// An `acquire` of `kind` that cannot be granted now: queued (an
+    /// owner already queued is replaced in place), or with `wait_ms` 0
+    /// out of the queue, or refused when the queue is full.
+    fn queue_up(
+        &mut self,
+        owner: &str,
+        kind: Kind,
+        (ttl_ms, wait_ms): (u64, u64),
+        now_ms: u64,
+        live: &dyn Fn(&str) -> bool,
+        out: &mut Vec<Notice>,
+    ) -> Acquire {
         let queued = self.position(owner);
         if queued.is_some() {
             out.push(Notice::Dropped {
@@ -651,7 +670,7 @@ impl LockState {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{Acquire, Busy, HolderStatus, Kind, LockState, Mode, Notice, Status, MAX_WAITERS};
 
     const A: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
     const B: &str = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";

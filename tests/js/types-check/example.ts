@@ -34,7 +34,14 @@ async function requestExample(client: LockClient): Promise<number> {
   const n: number = await client.request("counter", async (lock) => Number(lock.fencingToken));
   const m: string = await client.request("counter", { ifAvailable: true }, async (lock) => (lock === null ? "busy" : lock.name));
   const k: number = await client.request("counter", { waitMs: 100, ttlMs: 5_000 }, (lock) => (lock ? 1 : 0));
-  return n + m.length + k;
+  // Only `ifAvailable: true` (or a flag known at run time) can call back with null.
+  const token: bigint = await client.request("counter", { waitMs: 100 }, (lock) => lock.fencingToken);
+  const slot: number = await client.request("renders", { limit: 3, ifAvailable: false }, (p) => p.slot);
+  // @ts-expect-error ifAvailable: true may call back with null
+  await client.request("counter", { ifAvailable: true }, (lock) => lock.fencingToken);
+  // @ts-expect-error a run-time ifAvailable may call back with null
+  await client.request("renders", { limit: 3, ifAvailable: m.length > 0 }, (p) => p.slot);
+  return n + m.length + k + Number(token) + slot;
 }
 
 async function kindsExample(client: LockClient): Promise<number> {
@@ -64,6 +71,14 @@ async function kindsExample(client: LockClient): Promise<number> {
   void mode; void handleSlot; void maybe; void m; void s; void l; void firstSlot; void token; void queued; void statusLimit;
   await resumed.release();
   return slot + limit + viaRequest;
+}
+
+// Each class has every LockClient method (declared once, merged into the class).
+function clientClasses(): LockClient[] {
+  const etcd: EtcdLocks = new EtcdLocks({ endpoints: ["http://127.0.0.1:2379"] });
+  const acquire: (name: string) => Promise<Lock> = (name) => etcd.acquire(name);
+  void acquire;
+  return [etcd, new DurableObjectLocks({ url: "https://x/lock" }), new D1Locks({ binding: "DB", bindings: {} })];
 }
 
 function redisExamples(): LockClient[] {
@@ -187,4 +202,4 @@ async function d1Example(db: { prepare(sql: string): { bind(...values: unknown[]
   return lock.fencingToken;
 }
 
-export { electionExample, etcdExample, requestExample, kindsExample, redisExamples, errorExample, misuse, durableObjectExample, d1Example };
+export { electionExample, etcdExample, requestExample, clientClasses, kindsExample, redisExamples, errorExample, misuse, durableObjectExample, d1Example };

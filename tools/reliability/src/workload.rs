@@ -75,7 +75,17 @@ pub struct ContenderCfg {
     /// More names: take `[lock] + also` with one `acquire_all`, in this order.
     #[serde(default)]
     pub also: Vec<String>,
+    /// Keep going past the run's deadline (up to [`UNTIL_GRANTED_GRACE`]
+    /// more) until granted once: a check that every contender progressed
+    /// then holds on a slow machine too, where the timed run may end before
+    /// a contender's turn came.
+    #[serde(default)]
+    pub until_granted: bool,
 }
+
+/// How long a contender with [`ContenderCfg::until_granted`] may go on past
+/// the run's deadline: a safety bound, not a speed assumption.
+pub const UNTIL_GRANTED_GRACE: Duration = Duration::from_secs(60);
 
 impl ContenderCfg {
     pub fn new(id: impl Into<String>, lock: impl Into<String>) -> ContenderCfg {
@@ -93,6 +103,7 @@ impl ContenderCfg {
             shared: false,
             elect: false,
             also: Vec::new(),
+            until_granted: false,
         }
     }
 
@@ -275,6 +286,48 @@ pub fn proclaim_recorded(lock: &Lock, history: &History, client: &str, value: &s
         write_id: None,
     });
     outcome
+}
+
+/// `cfgs.len()` clients that hold `cfgs`' lock at the same time, by
+/// construction rather than by the machine's speed: each acquires (recorded
+/// like any acquire), writes once when it is not a reader, then waits at a
+/// barrier until every one of them has acquired or given up, and only then
+/// releases. A load check that the workload reached L holders at once (L
+/// permits, readers sharing) holds whatever the machine's speed, as long as
+/// the lock grants them. Returns how many acquired.
+pub fn hold_together(
+    backend: &crate::backend::BackendSpec,
+    cfgs: &[ContenderCfg],
+    resource: &ResourceClient,
+    history: &History,
+) -> usize {
+    let barrier = std::sync::Barrier::new(cfgs.len());
+    let acquired = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        for cfg in cfgs {
+            let (barrier, acquired) = (&barrier, &acquired);
+            scope.spawn(move || {
+                let client = backend.client().ok();
+                let lock = client.as_ref().and_then(|c| acquire(c, cfg, history));
+                if let Some(lock) = &lock {
+                    acquired.fetch_add(1, Ordering::SeqCst);
+                    if !cfg.shared {
+                        let token = lock.fencing_token();
+                        write_recorded(resource, history, &cfg.id, &hold_name(lock), token);
+                    }
+                }
+                // Everyone arrives, granted or not: the wait is bounded.
+                barrier.wait();
+                if let Some(lock) = lock {
+                    release_recorded(lock, history, &cfg.id);
+                }
+                if let Some(c) = client {
+                    let _ = c.close();
+                }
+            });
+        }
+    });
+    acquired.into_inner()
 }
 
 /// One `acquire_all` of the contender's set (`[lock] + also`, in its
@@ -468,16 +521,23 @@ pub fn contend(
     deadline: Instant,
 ) {
     let mut rounds = 0u64;
+    let mut granted = false;
+    let in_time = |granted: bool| {
+        let now = Instant::now();
+        now < deadline || (cfg.until_granted && !granted && now < deadline + UNTIL_GRANTED_GRACE)
+    };
     while !stop.load(Ordering::SeqCst)
-        && Instant::now() < deadline
+        && in_time(granted)
         && cfg.max_rounds.map_or(true, |m| rounds < m)
     {
         rounds += 1;
         if !cfg.also.is_empty() {
             if let Some(locks) = acquire_set(client, cfg, history) {
+                granted = true;
                 hold_set_and_release(locks, cfg, resource, history);
             }
         } else if let Some(lock) = acquire(client, cfg, history) {
+            granted = true;
             hold_and_release(lock, cfg, resource, history);
         }
         if cfg.pause_ms > 0 {

@@ -1,29 +1,37 @@
-//! The `d1` [`LockMachine`]: one batch per step (see the module docs of
-//! `d1`); its batches and answers (in `answers`). The lease table, timers,
-//! renewals, `close` and the answers both lease backends share live in
-//! `crate::core::lease`; what is here is d1's own: the SQL batches, and
-//! how a waiting acquire proceeds (polling after the holder's PTTL with
-//! jitter, and an acquire given up mid-attempt freeing the row only after
-//! that attempt's answer).
+//! The `d1` [`LockMachine`](crate::core::LockMachine): one batch per step
+//! (see the module docs of `d1`). The machine is the shared
+//! [`LeaseMachine`](crate::core::lease::LeaseMachine) (lease table, timers,
+//! renewals, `close`, the extend answers) over [`D1`], d1's own part: the
+//! SQL batches (here), how a waiting acquire proceeds (`acquire`: polling
+//! after the holder's PTTL with jitter, and an acquire given up mid-attempt
+//! freeing the row only after that attempt's answer) and what the other
+//! answers do (`answers`).
 
+mod acquire;
 mod answers;
 
-use super::codec::{self, AcquireAnswer, AnswerError, Param};
+use super::codec::{self, AnswerError, Param};
 use super::{sql, D1Config};
 use crate::core::error::sanitize_detail;
 use crate::core::lease::{
-    check_handle, Acquiring, Answer, Held, LeaseCore, LeaseProtocol, LeaseReq, Timer,
+    self, check_handle, Acquiring, Answer, Extend, Held, LeaseMachine, LeaseProtocol, LeaseReq,
 };
-use crate::core::operation::unserved;
 use crate::core::runtime::VecMap;
-use crate::core::*;
+use crate::core::{
+    BackendKind, Capabilities, Entropy, KindFamily, LockError, LockHandle, LockId, Millis, OpId,
+    RequestId,
+};
 
 const BACKEND: &str = "d1";
 
 /// Reads one kind of answer (`codec::parse_*`).
 type Parser<T> = fn(u16, &[u8], &[&str]) -> Result<T, AnswerError>;
 
-/// Who a batch in flight belongs to.
+/// The state the machine lends the backend (see [`lease::Core`]).
+type Core = lease::Core<D1>;
+
+/// Who a batch in flight belongs to (besides extends, which the shared
+/// machine keeps).
 pub(crate) enum Req {
     /// An attempt of an acquire.
     Acquire { op: OpId, sent_at: Millis },
@@ -37,13 +45,6 @@ pub(crate) enum Req {
     /// granted (cancelled, closed, failed) frees the row if its owner has
     /// it. `op`: the cancelled acquire, answered `Aborted` after.
     Leave { op: Option<OpId>, name: String },
-    /// A user's extend (`op`) or an automatic renewal.
-    Extend {
-        op: Option<OpId>,
-        lock: LockId,
-        ttl: u64,
-        sent_at: Millis,
-    },
     /// A resume from a handle.
     Resume {
         op: OpId,
@@ -58,15 +59,12 @@ impl LeaseReq for Req {
     fn op(&self) -> Option<OpId> {
         match self {
             Req::Acquire { op, .. } | Req::Resume { op, .. } | Req::Inspect { op, .. } => Some(*op),
-            Req::Release { op, .. } | Req::Extend { op, .. } | Req::Leave { op, .. } => *op,
+            Req::Release { op, .. } | Req::Leave { op, .. } => *op,
         }
     }
 
     fn ends_on_close(&self) -> bool {
-        matches!(
-            self,
-            Req::Extend { .. } | Req::Resume { .. } | Req::Inspect { .. }
-        )
+        matches!(self, Req::Resume { .. } | Req::Inspect { .. })
     }
 }
 
@@ -83,26 +81,24 @@ struct Abandoned {
     op: Option<OpId>,
 }
 
-/// The `d1` backend as a sans-IO [`LockMachine`].
-pub struct D1Machine {
+/// d1's part of the machine: its options, and the acquires given up while
+/// their attempt was in flight.
+pub(crate) struct D1 {
     cfg: D1Config,
-    core: LeaseCore<Req>,
     abandoned: VecMap<OpId, Abandoned>,
 }
 
-impl std::fmt::Debug for D1Machine {
+impl std::fmt::Debug for D1 {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("D1Machine")
+        f.debug_struct("D1")
             .field("cfg", &self.cfg)
-            .field("acquires", &self.core.acquires.len())
-            .field("locks", &self.core.locks.len())
+            .field("abandoned", &self.abandoned.len())
             .finish()
     }
 }
 
-fn check_name(name: &str) -> Result<(), LockError> {
-    crate::core::lease::check_name(BACKEND, name)
-}
+/// The `d1` backend as a sans-IO [`LockMachine`](crate::core::LockMachine).
+pub(crate) type D1Machine = LeaseMachine<D1>;
 
 fn text(s: &str) -> Param {
     Param::Text(s.to_string())
@@ -111,28 +107,36 @@ fn text(s: &str) -> Param {
 impl D1Machine {
     /// Validates `cfg` and builds the machine. Nothing is sent before the
     /// first operation.
-    pub fn new(cfg: D1Config, entropy: Box<dyn Entropy + Send>) -> Result<Self, LockError> {
+    pub(crate) fn new(cfg: D1Config, entropy: Box<dyn Entropy + Send>) -> Result<Self, LockError> {
         let cfg = cfg.validated()?;
-        let core = LeaseCore::new(
-            BACKEND,
-            BackendKind::D1,
-            cfg.ttl_ms,
-            cfg.auto_extend,
-            entropy,
-        );
-        Ok(D1Machine {
+        let (ttl, renew) = (cfg.ttl_ms, cfg.auto_extend);
+        let d1 = D1 {
             cfg,
-            core,
             abandoned: VecMap::new(),
-        })
+        };
+        Ok(LeaseMachine::with(
+            d1,
+            (BACKEND, BackendKind::D1),
+            ttl,
+            renew,
+            entropy,
+        ))
     }
+}
 
+impl D1 {
     // ---- sending -----------------------------------------------------------
 
-    fn send(&mut self, now: Millis, owner: Req, statements: &[(String, Vec<Param>)]) -> RequestId {
+    fn send(
+        &self,
+        core: &mut Core,
+        now: Millis,
+        owner: lease::Req<Req>,
+        statements: &[(String, Vec<Param>)],
+    ) -> RequestId {
         let body = codec::batch_body(&self.cfg.table, statements);
         let (binding, timeout) = (&self.cfg.binding, self.cfg.request_timeout_ms);
-        let sent = self.core.rt.send(now, owner, |id| {
+        let sent = core.rt.send(now, owner, |id| {
             Ok::<_, std::convert::Infallible>(codec::request(id, binding, body, timeout))
         });
         match sent {
@@ -141,32 +145,42 @@ impl D1Machine {
         }
     }
 
-    fn release_request(&mut self, now: Millis, name: &str, owner: &str, token: u64, req: Req) {
+    /// Sends one of d1's own batches.
+    fn send_own(
+        &self,
+        core: &mut Core,
+        now: Millis,
+        req: Req,
+        statements: &[(String, Vec<Param>)],
+    ) -> RequestId {
+        self.send(core, now, lease::Req::Own(req), statements)
+    }
+
+    fn release_request(
+        &self,
+        core: &mut Core,
+        now: Millis,
+        (name, owner): (&str, &str),
+        token: u64,
+        req: Req,
+    ) {
         let st = [(
             sql::release(&self.cfg.table),
             vec![text(name), text(owner), Param::Int(token)],
         )];
-        self.send(now, req, &st);
-    }
-
-    fn leave(&mut self, now: Millis, op: Option<OpId>, a: Acquiring) {
-        let st = [(
-            sql::leave(&self.cfg.table),
-            vec![text(&a.name), text(&a.owner)],
-        )];
-        self.send(now, Req::Leave { op, name: a.name }, &st);
+        self.send_own(core, now, req, &st);
     }
 
     // ---- errors ------------------------------------------------------------
 
     fn read<T>(
         &self,
-        name: &str,
-        owner: &str,
+        core: &Core,
+        (name, owner): (&str, &str),
         input: &Answer,
         parse: Parser<T>,
     ) -> Result<T, LockError> {
-        let mut secrets: Vec<&str> = self.core.owners().collect();
+        let mut secrets: Vec<&str> = core.owners().collect();
         secrets.push(owner);
         secrets.retain(|s| !s.is_empty());
         match input {
@@ -184,10 +198,85 @@ impl D1Machine {
             }),
         }
     }
+}
 
-    // ---- user operations ----------------------------------------------------
+impl LeaseProtocol for D1 {
+    type Req = Req;
 
-    fn start_resume(&mut self, now: Millis, handle: LockHandle) -> Result<OpId, LockError> {
+    const KINDS: &'static [KindFamily] = Capabilities::EXCLUSIVE_ONLY;
+
+    fn validity(ttl: u64) -> Option<u64> {
+        codec::lease_validity(ttl)
+    }
+
+    /// Sends acquire `op`'s next attempt.
+    fn attempt(&mut self, core: &mut Core, now: Millis, op: OpId) {
+        if let Some(a) = core.acquires.remove(&op) {
+            self.poll(core, now, op, a);
+        }
+    }
+
+    fn send_extend(
+        &mut self,
+        core: &mut Core,
+        now: Millis,
+        lock: LockId,
+        ttl: u64,
+        op: Option<OpId>,
+    ) -> Option<RequestId> {
+        let h = core.locks.get(&lock)?;
+        let st = [(
+            sql::extend(&self.cfg.table),
+            vec![
+                text(&h.name),
+                text(&h.owner),
+                Param::Int(h.token),
+                Param::Int(ttl),
+            ],
+        )];
+        let req = lease::Req::Extend(Extend {
+            op,
+            lock,
+            ttl,
+            sent_at: now,
+        });
+        Some(self.send(core, now, req, &st))
+    }
+
+    fn send_release(
+        &mut self,
+        core: &mut Core,
+        now: Millis,
+        h: &Held,
+        op: Option<OpId>,
+        lock: Option<Held>,
+    ) {
+        let req = Req::Release { op, lock };
+        self.release_request(core, now, (&h.name, &h.owner), h.token, req);
+    }
+
+    fn read_extend(
+        &self,
+        core: &Core,
+        name: &str,
+        owner: &str,
+        ttl: u64,
+        input: &Answer,
+    ) -> Result<Option<Option<u64>>, LockError> {
+        let ours = self.read(core, (name, owner), input, codec::parse_extend)?;
+        Ok(ours.then(|| codec::lease_validity(ttl)))
+    }
+
+    fn answer(&mut self, core: &mut Core, now: Millis, owner: Req, input: Answer) {
+        self.dispatch(core, now, owner, input);
+    }
+
+    fn resume(
+        &mut self,
+        core: &mut Core,
+        now: Millis,
+        handle: LockHandle,
+    ) -> Result<OpId, LockError> {
         check_handle(
             BACKEND,
             BackendKind::D1,
@@ -199,7 +288,7 @@ impl D1Machine {
                 "the handle's fencing token is out of range",
             ));
         }
-        let op = self.core.rt.out.op_id();
+        let op = core.rt.out.op_id();
         let st = [(
             sql::resume(&self.cfg.table),
             vec![
@@ -213,141 +302,34 @@ impl D1Machine {
             handle,
             sent_at: now,
         };
-        self.send(now, req, &st);
+        self.send_own(core, now, req, &st);
         Ok(op)
     }
-}
 
-impl LeaseProtocol for D1Machine {
-    type Req = Req;
-
-    fn core(&mut self) -> &mut LeaseCore<Req> {
-        &mut self.core
+    fn inspect(&mut self, core: &mut Core, now: Millis, op: OpId, name: String) {
+        let st = [(sql::inspect(&self.cfg.table), vec![text(&name)])];
+        self.send_own(core, now, Req::Inspect { op, name }, &st);
     }
 
-    /// Sends acquire `op`'s next attempt.
-    fn attempt(&mut self, now: Millis, op: OpId) {
-        let Some(a) = self.core.acquires.get(&op) else {
-            return;
-        };
-        let t = &self.cfg.table;
-        let statements = [
-            (
-                sql::take(t),
-                vec![text(&a.name), text(&a.owner), Param::Int(a.ttl)],
-            ),
-            (sql::probe(t), vec![text(&a.name), text(&a.owner)]),
-        ];
-        let id = self.send(now, Req::Acquire { op, sent_at: now }, &statements);
-        if let Some(a) = self.core.acquires.get_mut(&op) {
-            a.request = Some(id);
-        }
-    }
-
-    fn send_extend(
+    /// An attempt in flight may commit: the row is freed after its answer
+    /// (see [`Abandoned`]). Pausing after a refusal, nothing of it is in
+    /// the table: a cancelled acquire ends `Aborted` at once.
+    fn give_up(
         &mut self,
-        now: Millis,
-        lock: LockId,
-        ttl: u64,
-        op: Option<OpId>,
-    ) -> Option<RequestId> {
-        let h = self.core.locks.get(&lock)?;
-        let st = [(
-            sql::extend(&self.cfg.table),
-            vec![
-                text(&h.name),
-                text(&h.owner),
-                Param::Int(h.token),
-                Param::Int(ttl),
-            ],
-        )];
-        let req = Req::Extend {
-            op,
-            lock,
-            ttl,
-            sent_at: now,
-        };
-        Some(self.send(now, req, &st))
-    }
-
-    fn send_release(&mut self, now: Millis, h: &Held, op: Option<OpId>, lock: Option<Held>) {
-        let req = Req::Release { op, lock };
-        self.release_request(now, &h.name, &h.owner, h.token, req);
-    }
-
-    fn validity(ttl: u64) -> Option<u64> {
-        codec::lease_validity(ttl)
-    }
-
-    fn dispatch(&mut self, now: Millis, owner: Req, input: Answer) {
-        self.answer(now, owner, input);
-    }
-
-    fn read_extend(
-        &self,
-        name: &str,
-        owner: &str,
-        ttl: u64,
-        input: &Answer,
-    ) -> Result<Option<Option<u64>>, LockError> {
-        let ours = self.read(name, owner, input, codec::parse_extend)?;
-        Ok(ours.then(|| codec::lease_validity(ttl)))
-    }
-
-    /// An attempt in flight may commit: the row is freed after its answer.
-    fn abandon_on_close(&mut self, _now: Millis, op: OpId, a: Acquiring) {
+        core: &mut Core,
+        _now: Millis,
+        op: OpId,
+        a: Acquiring,
+        aborted: Option<OpId>,
+    ) {
         if a.request.is_some() {
             let ab = Abandoned {
                 acquiring: a,
-                op: None,
+                op: aborted,
             };
             self.abandoned.insert(op, ab);
+        } else {
+            self.on_leave(core, aborted, a.name);
         }
-    }
-}
-
-impl LockMachine for D1Machine {
-    crate::core::lease::lease_lock_machine_steps!();
-
-    fn start_operation(&mut self, now: Millis, op: Operation) -> Result<OpId, LockError> {
-        self.core.rt.closing.check_open(BackendKind::D1)?;
-        match op {
-            Operation::Acquire {
-                name,
-                kind: LockKind::Exclusive,
-                options,
-            } => self.lease_acquire(now, name, LockKind::Exclusive, options),
-            Operation::Release { lock } => Ok(self.lease_release(now, lock)),
-            Operation::Extend { lock, ttl_ms } => self.lease_extend(now, lock, ttl_ms),
-            Operation::Resume { handle } => self.start_resume(now, handle),
-            Operation::Inspect { name } => {
-                check_name(&name)?;
-                let op = self.core.rt.out.op_id();
-                let st = [(sql::inspect(&self.cfg.table), vec![text(&name)])];
-                self.send(now, Req::Inspect { op, name }, &st);
-                Ok(op)
-            }
-            other => Err(unserved(BackendKind::D1, &other)),
-        }
-    }
-
-    fn cancel(&mut self, _now: Millis, op: OpId) {
-        let Some(a) = self.core.acquires.remove(&op) else {
-            return;
-        };
-        self.core.rt.timers.clear(Timer::Poll(op));
-        match a.request {
-            // Its attempt may commit: free the row after its answer.
-            Some(_) => {
-                let ab = Abandoned {
-                    acquiring: a,
-                    op: Some(op),
-                };
-                self.abandoned.insert(op, ab);
-            }
-            // Pausing after a refusal: nothing of it is in the table.
-            None => self.on_leave(Some(op), a.name),
-        }
-        self.core.settle();
     }
 }

@@ -1,26 +1,26 @@
-//! The `durable-object` [`LockMachine`]: one request per step, the service
-//! does the rest (see the module docs of `durable`). The lease table,
-//! timers, renewals, `close` and the answers both lease backends share live
-//! in `crate::core::lease`; what is here is the service's own: its
-//! requests, and how a waiting acquire proceeds (re-sent with the service
-//! holding it open, a late grant confirmed with an extend, a leaving acquire
-//! asking again with `waitMs` 0).
+//! The `durable-object` [`LockMachine`](crate::core::LockMachine): one
+//! request per step, the service does the rest (see the module docs of
+//! `durable`). The machine is the shared
+//! [`LeaseMachine`](crate::core::lease::LeaseMachine) (lease table, timers,
+//! renewals, `close`, the extend answers) over [`Durable`], the service's
+//! own part: its requests (here), how a waiting acquire proceeds (`acquire`:
+//! re-sent with the service holding it open, a late grant confirmed with an
+//! extend, a leaving acquire asking again with `waitMs` 0) and what the
+//! other answers do (`answers`).
 
+mod acquire;
 mod answers;
 
-use super::codec::{self, AcquireAnswer, AnswerError, ApiOp};
-use super::{DurableConfig, MAX_POLL_WAIT_MS};
+use super::codec::{self, AnswerError, ApiOp};
+use super::DurableConfig;
 use crate::core::error::sanitize_detail;
 use crate::core::lease::{
-    check_handle, Acquiring, Answer, Held, LeaseCore, LeaseProtocol, LeaseReq, Timer,
+    self, check_handle, Acquiring, Answer, Extend, Held, LeaseMachine, LeaseProtocol, LeaseReq,
 };
-use crate::core::operation::unserved;
-use crate::core::*;
-
-/// A refusal that came back before its `waitMs` (a newer poll of the same
-/// owner superseded it, or a service that does not hold requests open) is
-/// followed by a pause this long at most before the next poll.
-const EARLY_REFUSAL_PAUSE_MS: u64 = 250;
+use crate::core::{
+    BackendKind, Entropy, KindFamily, LockError, LockHandle, LockId, Millis, OpId, RequestId,
+    TransportError,
+};
 
 /// The lease a leaving acquire asks for (see [`Req::Leave`]).
 const LEAVE_TTL_MS: u64 = 2_000;
@@ -28,7 +28,11 @@ const LEAVE_TTL_MS: u64 = 2_000;
 /// Reads one kind of answer (`codec::parse_*`).
 type Parser<T> = fn(u16, &[u8], &[&str]) -> Result<T, AnswerError>;
 
-/// Who a request in flight belongs to.
+/// The state the machine lends the backend (see [`lease::Core`]).
+type Core = lease::Core<Durable>;
+
+/// Who a request in flight belongs to (besides extends, which the shared
+/// machine keeps).
 pub(crate) enum Req {
     /// A poll of a waiting (or trying) acquire.
     Acquire { op: OpId, sent_at: Millis },
@@ -59,13 +63,6 @@ pub(crate) enum Req {
         name: String,
         owner: String,
     },
-    /// A user's extend (`op`) or an automatic renewal.
-    Extend {
-        op: Option<OpId>,
-        lock: LockId,
-        ttl: u64,
-        sent_at: Millis,
-    },
     /// A resume from a handle.
     Resume {
         op: OpId,
@@ -83,70 +80,60 @@ impl LeaseReq for Req {
             | Req::Confirm { op, .. }
             | Req::Resume { op, .. }
             | Req::Inspect { op, .. } => Some(*op),
-            Req::Release { op, .. } | Req::Extend { op, .. } | Req::Leave { op, .. } => *op,
+            Req::Release { op, .. } | Req::Leave { op, .. } => *op,
         }
     }
 
     fn ends_on_close(&self) -> bool {
-        matches!(
-            self,
-            Req::Extend { .. } | Req::Resume { .. } | Req::Inspect { .. }
-        )
+        matches!(self, Req::Resume { .. } | Req::Inspect { .. })
     }
 }
 
-/// The `durable-object` backend as a sans-IO [`LockMachine`].
-pub struct DurableMachine {
+/// The lock service's part of the `durable-object` machine: its options.
+#[derive(Debug)]
+pub(crate) struct Durable {
     cfg: DurableConfig,
-    core: LeaseCore<Req>,
 }
 
-impl std::fmt::Debug for DurableMachine {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DurableMachine")
-            .field("cfg", &self.cfg)
-            .field("acquires", &self.core.acquires.len())
-            .field("locks", &self.core.locks.len())
-            .finish()
-    }
-}
+/// The `durable-object` backend as a sans-IO [`LockMachine`](crate::core::LockMachine).
+pub(crate) type DurableMachine = LeaseMachine<Durable>;
 
 const BACKEND: &str = "durable-object";
-
-/// A lock name the service accepts: the core's rule, and no control
-/// characters (refused before any request, not by the service).
-fn check_name(name: &str) -> Result<(), LockError> {
-    crate::core::lease::check_name(BACKEND, name)
-}
 
 impl DurableMachine {
     /// Validates `cfg` and builds the machine. Nothing is sent before the
     /// first operation.
-    pub fn new(cfg: DurableConfig, entropy: Box<dyn Entropy + Send>) -> Result<Self, LockError> {
+    pub(crate) fn new(
+        cfg: DurableConfig,
+        entropy: Box<dyn Entropy + Send>,
+    ) -> Result<Self, LockError> {
         let cfg = cfg.validated()?;
-        let core = LeaseCore::new(
-            BACKEND,
-            BackendKind::DurableObject,
-            cfg.ttl_ms,
-            cfg.auto_extend,
+        let (ttl, renew) = (cfg.ttl_ms, cfg.auto_extend);
+        let kind = (BACKEND, BackendKind::DurableObject);
+        Ok(LeaseMachine::with(
+            Durable { cfg },
+            kind,
+            ttl,
+            renew,
             entropy,
-        );
-        Ok(DurableMachine { cfg, core })
+        ))
     }
+}
 
+impl Durable {
     // ---- sending -----------------------------------------------------------
 
     fn send(
-        &mut self,
+        &self,
+        core: &mut Core,
         now: Millis,
-        owner: Req,
-        op: ApiOp,
-        name: &str,
+        owner: lease::Req<Req>,
+        (op, name): (ApiOp, &str),
         body: String,
         timeout_ms: u64,
     ) -> RequestId {
         let (endpoint, token) = (&self.cfg.endpoint, self.cfg.token.as_deref());
-        let sent = self.core.rt.send(now, owner, |id| {
+        let sent = core.rt.send(now, owner, |id| {
             Ok::<_, std::convert::Infallible>(codec::request(
                 id, endpoint, token, op, name, body, timeout_ms,
             ))
@@ -157,35 +144,30 @@ impl DurableMachine {
         }
     }
 
-    /// An owner-checked release of `owner` on `name` (token 0: leave the queue).
-    fn release_request(&mut self, now: Millis, name: &str, owner: &str, token: u64, req: Req) {
-        let body = codec::owner_body(owner, token);
+    /// Sends one of the service's own requests with the request timeout.
+    fn send_own(&self, core: &mut Core, now: Millis, req: Req, to: (ApiOp, &str), body: String) {
         let timeout = self.cfg.request_timeout_ms;
-        self.send(now, req, ApiOp::Release, name, body, timeout);
+        self.send(core, now, lease::Req::Own(req), to, body, timeout);
     }
 
-    /// Takes acquire `a` out of the service's queue, or releases the grant
-    /// it may have had without hearing of it (see [`Req::Leave`]). The
-    /// service keeps a waiter whose caller went away (workerd does not tell
-    /// it), so a cancelled request alone is not enough.
-    fn leave(&mut self, now: Millis, op: Option<OpId>, a: Acquiring) {
-        // A short lease: were the lock free, this grants it, and it is
-        // released at once (a failed release then blocks it briefly only).
-        let body = codec::acquire_body(&a.owner, a.kind, a.ttl.min(LEAVE_TTL_MS), 0);
-        let timeout = self.cfg.request_timeout_ms;
-        let req = Req::Leave {
-            op,
-            name: a.name.clone(),
-            owner: a.owner,
-        };
-        self.send(now, req, ApiOp::Acquire, &a.name, body, timeout);
+    /// An owner-checked release of `owner` on `name` (token 0: leave the queue).
+    fn release_request(
+        &self,
+        core: &mut Core,
+        now: Millis,
+        (name, owner): (&str, &str),
+        token: u64,
+        req: Req,
+    ) {
+        let body = codec::owner_body(owner, token);
+        self.send_own(core, now, req, (ApiOp::Release, name), body);
     }
 
     // ---- errors ------------------------------------------------------------
 
-    fn secrets(&self) -> Vec<String> {
+    fn secrets(&self, core: &Core) -> Vec<String> {
         let mut s: Vec<String> = self.cfg.token.iter().cloned().collect();
-        s.extend(self.core.owners().map(str::to_string));
+        s.extend(core.owners().map(str::to_string));
         s
     }
 
@@ -214,12 +196,12 @@ impl DurableMachine {
     /// machine no longer lists it.
     fn read<T>(
         &self,
-        name: &str,
-        owner: &str,
-        input: &Result<(u16, Vec<u8>), TransportError>,
+        core: &Core,
+        (name, owner): (&str, &str),
+        input: &Answer,
         parse: Parser<T>,
     ) -> Result<T, LockError> {
-        let secrets = self.secrets();
+        let secrets = self.secrets(core);
         let mut secrets: Vec<&str> = secrets.iter().map(String::as_str).collect();
         secrets.push(owner);
         match input {
@@ -228,29 +210,6 @@ impl DurableMachine {
             }
             Err(e) => Err(Self::transport_error(name, e, &secrets)),
         }
-    }
-
-    // ---- user operations ----------------------------------------------------
-
-    fn start_resume(&mut self, now: Millis, handle: LockHandle) -> Result<OpId, LockError> {
-        check_handle(BACKEND, BackendKind::DurableObject, KINDS, &handle)?;
-        let op = self.core.rt.out.op_id();
-        let body = codec::owner_body(&handle.owner, handle.fencing_token);
-        let name = handle.name.clone();
-        let timeout = self.cfg.request_timeout_ms;
-        self.send(
-            now,
-            Req::Resume {
-                op,
-                handle,
-                sent_at: now,
-            },
-            ApiOp::Resume,
-            &name,
-            body,
-            timeout,
-        );
-        Ok(op)
     }
 }
 
@@ -262,156 +221,123 @@ const KINDS: &[KindFamily] = &[
     KindFamily::Permits,
 ];
 
-impl LeaseProtocol for DurableMachine {
+impl LeaseProtocol for Durable {
     type Req = Req;
 
     const KINDS: &'static [KindFamily] = KINDS;
 
-    fn core(&mut self) -> &mut LeaseCore<Req> {
-        &mut self.core
+    fn validity(ttl: u64) -> Option<u64> {
+        codec::lease_validity(ttl)
     }
 
     /// Sends (or re-sends) acquire `op`'s poll.
-    fn attempt(&mut self, now: Millis, op: OpId) {
-        let Some(a) = self.core.acquires.get(&op) else {
-            return;
-        };
-        let wait_ms = match (a.wait, a.deadline) {
-            (Wait::Try, _) => 0,
-            // At least 1 ms: `waitMs` 0 is how an acquire leaves, and the
-            // service refuses a waiting poll of an owner that left (a late
-            // poll overtaken by its own leave must not be granted).
-            (_, Some(d)) => d.saturating_sub(now).clamp(1, MAX_POLL_WAIT_MS),
-            (_, None) => MAX_POLL_WAIT_MS,
-        };
-        let body = codec::acquire_body(&a.owner, a.kind, a.ttl, wait_ms);
-        let name = a.name.clone();
-        let timeout = wait_ms + self.cfg.request_timeout_ms;
-        let id = self.send(
-            now,
-            Req::Acquire { op, sent_at: now },
-            ApiOp::Acquire,
-            &name,
-            body,
-            timeout,
-        );
-        if let Some(a) = self.core.acquires.get_mut(&op) {
-            a.request = Some(id);
+    fn attempt(&mut self, core: &mut Core, now: Millis, op: OpId) {
+        if let Some(a) = core.acquires.remove(&op) {
+            self.poll(core, now, op, a);
         }
     }
 
     fn send_extend(
         &mut self,
+        core: &mut Core,
         now: Millis,
         lock: LockId,
         ttl: u64,
         op: Option<OpId>,
     ) -> Option<RequestId> {
-        let h = self.core.locks.get_mut(&lock)?;
+        let h = core.locks.get_mut(&lock)?;
         // The service sets the lease to `ttl` from the moment the extend
         // arrives: a shorter TTL may shorten it, whatever comes back (or
         // not). Trust the lock no longer than the new lease from now.
         let bound = codec::lease_validity(ttl).map(|v| now.saturating_add(v));
         if let Some(bound) = bound.filter(|b| *b < h.expires_at) {
             h.expires_at = bound;
-            self.core.rt.timers.set(Timer::Expiry(lock), bound);
+            core.rt.timers.set(lease::Timer::Expiry(lock), bound);
         }
-        let h = self.core.locks.get(&lock)?;
+        let h = core.locks.get(&lock)?;
         let body = codec::extend_body(&h.owner, h.token, ttl);
         let name = h.name.clone();
         let timeout = self.cfg.request_timeout_ms;
-        let req = Req::Extend {
+        let req = lease::Req::Extend(Extend {
             op,
             lock,
             ttl,
             sent_at: now,
-        };
-        Some(self.send(now, req, ApiOp::Extend, &name, body, timeout))
+        });
+        Some(self.send(core, now, req, (ApiOp::Extend, &name), body, timeout))
     }
 
-    fn send_release(&mut self, now: Millis, h: &Held, op: Option<OpId>, lock: Option<Held>) {
+    fn send_release(
+        &mut self,
+        core: &mut Core,
+        now: Millis,
+        h: &Held,
+        op: Option<OpId>,
+        lock: Option<Held>,
+    ) {
         let req = Req::Release {
             op,
             lock,
             abort: None,
         };
-        self.release_request(now, &h.name, &h.owner, h.token, req);
-    }
-
-    fn validity(ttl: u64) -> Option<u64> {
-        codec::lease_validity(ttl)
-    }
-
-    fn dispatch(&mut self, now: Millis, owner: Req, input: Answer) {
-        self.answer(now, owner, input);
+        self.release_request(core, now, (&h.name, &h.owner), h.token, req);
     }
 
     fn read_extend(
         &self,
+        core: &Core,
         name: &str,
         _owner: &str,
         ttl: u64,
         input: &Answer,
     ) -> Result<Option<Option<u64>>, LockError> {
-        let granted = self.read(name, "", input, codec::parse_extend)?;
+        let granted = self.read(core, (name, ""), input, codec::parse_extend)?;
         Ok(granted.map(|g| codec::lease_validity(g.min(ttl))))
     }
 
-    /// Waiting acquires end now and leave their queues.
-    fn abandon_on_close(&mut self, now: Millis, _op: OpId, a: Acquiring) {
-        if let Some(r) = a.request {
-            self.core.rt.cancel(r);
-        }
-        self.leave(now, None, a);
-    }
-}
-
-impl LockMachine for DurableMachine {
-    crate::core::lease::lease_lock_machine_steps!();
-
-    fn start_operation(&mut self, now: Millis, op: Operation) -> Result<OpId, LockError> {
-        self.core
-            .rt
-            .closing
-            .check_open(BackendKind::DurableObject)?;
-        match op {
-            Operation::Acquire {
-                name,
-                kind: kind @ (LockKind::Exclusive | LockKind::Shared | LockKind::Permits { .. }),
-                options,
-            } => self.lease_acquire(now, name, kind, options),
-            Operation::Release { lock } => Ok(self.lease_release(now, lock)),
-            Operation::Extend { lock, ttl_ms } => self.lease_extend(now, lock, ttl_ms),
-            Operation::Resume { handle } => self.start_resume(now, handle),
-            Operation::Inspect { name } => {
-                check_name(&name)?;
-                let op = self.core.rt.out.op_id();
-                let timeout = self.cfg.request_timeout_ms;
-                self.send(
-                    now,
-                    Req::Inspect {
-                        op,
-                        name: name.clone(),
-                    },
-                    ApiOp::Inspect,
-                    &name,
-                    "{}".into(),
-                    timeout,
-                );
-                Ok(op)
-            }
-            other => Err(unserved(BackendKind::DurableObject, &other)),
-        }
+    fn answer(&mut self, core: &mut Core, now: Millis, owner: Req, input: Answer) {
+        self.dispatch(core, now, owner, input);
     }
 
-    fn cancel(&mut self, now: Millis, op: OpId) {
-        let Some(a) = self.core.acquires.remove(&op) else {
-            return;
+    fn resume(
+        &mut self,
+        core: &mut Core,
+        now: Millis,
+        handle: LockHandle,
+    ) -> Result<OpId, LockError> {
+        check_handle(BACKEND, BackendKind::DurableObject, KINDS, &handle)?;
+        let op = core.rt.out.op_id();
+        let body = codec::owner_body(&handle.owner, handle.fencing_token);
+        let name = handle.name.clone();
+        let req = Req::Resume {
+            op,
+            handle,
+            sent_at: now,
         };
-        self.core.rt.timers.clear(Timer::Poll(op));
+        self.send_own(core, now, req, (ApiOp::Resume, &name), body);
+        Ok(op)
+    }
+
+    fn inspect(&mut self, core: &mut Core, now: Millis, op: OpId, name: String) {
+        let req = Req::Inspect {
+            op,
+            name: name.clone(),
+        };
+        self.send_own(core, now, req, (ApiOp::Inspect, &name), "{}".into());
+    }
+
+    /// The waiting request ends now, and the acquire leaves the queue.
+    fn give_up(
+        &mut self,
+        core: &mut Core,
+        now: Millis,
+        _op: OpId,
+        a: Acquiring,
+        aborted: Option<OpId>,
+    ) {
         if let Some(r) = a.request {
-            self.core.rt.cancel(r);
+            core.rt.cancel(r);
         }
-        self.leave(now, Some(op), a);
+        self.leave(core, now, aborted, a);
     }
 }

@@ -1,6 +1,14 @@
 //! The acquire recipe: txn, predecessor watch, grant, cleanup of abandoned keys.
 
-use super::*;
+use super::{
+    permits, shared, AcqPhase, Acquire, Ending, EtcdMachine, Failure, HeldLock, Op, OpKind, Orphan,
+    Pending, Purpose, MAX_RESTARTS, ORPHAN_RETRY_MS, WATCH_REFRESH_MS, WATCH_RETRY_MS,
+};
+use crate::core::etcd::gateway::{self as gw, GatewayError, TxnResponse};
+use crate::core::{
+    jitter, BackendKind, LockError, LockHandle, LockId, LockInfo, LockKind, LostReason, Millis,
+    OpId, Outcome, RequestId, Wait,
+};
 
 impl EtcdMachine {
     // ---- acquire ----------------------------------------------------------
@@ -8,18 +16,22 @@ impl EtcdMachine {
     pub(super) fn op_name(&self, op: OpId) -> String {
         match self.ops.get(&op).map(|o| &o.kind) {
             Some(OpKind::Acquire(a)) => a.name.clone(),
-            Some(OpKind::Inspect { name, .. }) => name.clone(),
+            Some(OpKind::Inspect(i)) => i.name().to_string(),
             Some(OpKind::Election(e)) => self.election_op_name(e),
-            Some(OpKind::Resume { handle, .. }) => handle.name.clone(),
-            Some(OpKind::Reenter(r)) => r.handle.name.clone(),
+            Some(OpKind::Resume(r)) => r.name().to_string(),
+            Some(OpKind::Reenter(r)) => r.name().to_string(),
             Some(OpKind::AcquireSet(s)) => s.members[0].name.clone(),
-            Some(OpKind::Release { lock, .. }) | Some(OpKind::Extend { lock, .. }) => self
-                .locks
-                .get(lock)
-                .map(|l| l.name.clone())
-                .unwrap_or_default(),
+            Some(OpKind::Release(r)) => self.lock_name(r.lock()),
+            Some(OpKind::Extend(e)) => self.lock_name(e.lock()),
             None => String::new(),
         }
+    }
+
+    fn lock_name(&self, lock: LockId) -> String {
+        self.locks
+            .get(&lock)
+            .map(|l| l.name.clone())
+            .unwrap_or_default()
     }
 
     pub(super) fn acquire_mut(&mut self, op: OpId) -> Option<&mut Acquire> {
@@ -95,9 +107,7 @@ impl EtcdMachine {
         let Some(a) = self.acquire_mut(op) else {
             return;
         };
-        let phase = a.phase.clone();
-        let name = a.name.clone();
-        let lease = a.lease;
+        let (phase, name, lease) = (a.phase.clone(), a.name.clone(), a.lease);
         if phase == AcqPhase::Cleanup {
             return self.on_cleanup_reply(now, op, result);
         }
@@ -119,129 +129,135 @@ impl EtcdMachine {
                 }
             };
         }
-        let txn = match result
-            .and_then(|(s, b)| gw::parse::<TxnResponse>(s, &b).map_err(Failure::Gateway))
-        {
-            Ok(t) => t,
+        match result.and_then(|(s, b)| gw::parse::<TxnResponse>(s, &b).map_err(Failure::Gateway)) {
+            Ok(txn) => self.on_acquire_txn(now, op, phase, txn),
             Err(Failure::Gateway(GatewayError::LeaseNotFound)) => {
                 if let Some(l) = lease {
-                    self.lease_lost(
-                        now,
-                        l,
-                        LostReason::RenewalFailed("the lease no longer exists".into()),
-                    );
+                    let reason = LostReason::RenewalFailed("the lease no longer exists".into());
+                    self.lease_lost(now, l, reason);
                 }
-                return;
             }
             Err(f) => {
                 let err = self.backend_error(&name, f);
-                return self.cleanup(now, op, Ending::Error(err));
+                self.cleanup(now, op, Ending::Error(err))
             }
-        };
+        }
+    }
+
+    /// An acquire's txn answered: a permit's and a reader's go to their own
+    /// files (`permits.rs`, `shared.rs`), a lock's (and a campaign's) on here.
+    fn on_acquire_txn(&mut self, now: Millis, op: OpId, phase: AcqPhase, txn: TxnResponse) {
         let Some(a) = self.acquire_mut(op) else {
             return;
         };
-        let revision = txn.header.revision;
-        if a.permit.is_some() && (phase != AcqPhase::Txn || txn.succeeded) {
-            if revision <= 0 {
+        let (permit, shared) = (a.permit.is_some(), a.shared);
+        if (permit || shared) && (phase != AcqPhase::Txn || txn.succeeded) {
+            if txn.header.revision <= 0 {
                 return self.malformed(now, op, "txn reply without revision");
             }
-            return self.on_permit_txn(now, op, phase, txn);
+            return if permit {
+                self.on_permit_txn(now, op, phase, txn)
+            } else {
+                self.on_shared_txn(now, op, phase, txn)
+            };
         }
-        if a.shared && (phase != AcqPhase::Txn || txn.succeeded) {
-            if revision <= 0 {
-                return self.malformed(now, op, "txn reply without revision");
-            }
-            return self.on_shared_txn(now, op, phase, txn);
+        if txn.header.revision <= 0 || txn.range(0).is_none() {
+            return self.malformed(now, op, "txn reply without revision or range");
         }
-        let malformed = |m: &str| LockError::Backend {
-            backend: BACKEND,
-            name: name.clone(),
-            status: None,
-            message: format!("malformed reply: {m}"),
+        let found = match phase {
+            AcqPhase::Txn if txn.succeeded => self.lock_key_put(now, op, &txn),
+            AcqPhase::Txn => self.lock_key_existed(now, op, &txn),
+            AcqPhase::Predecessor => self.acquire_mut(op).map(|a| predecessor_read(a, &txn)),
+            _ => None,
         };
-        if revision <= 0 || txn.range(0).is_none() {
-            return self.cleanup(
-                now,
-                op,
-                Ending::Error(malformed("txn reply without revision or range")),
-            );
+        if let Some((predecessor, own_present)) = found {
+            self.wait_or_grant(now, op, txn.header.revision, predecessor, own_present);
         }
-        let (predecessor, own_present) = match phase {
-            AcqPhase::Txn if txn.succeeded => {
-                // The oldest key decides what the name is: a semaphore's
-                // (its value carries the limit) is no lock to wait for.
-                if let Some(permits::KeyKind::Permit(limit)) = txn
-                    .range(1)
-                    .and_then(|r| r.kvs.first())
-                    .map(|kv| permits::key_kind(&kv.value))
-                {
-                    a.my_rev = revision;
-                    let message =
-                        format!("{name:?} is a semaphore of {limit}, not an exclusive lock");
-                    return self.cleanup(now, op, Ending::Error(LockError::invalid(message)));
+    }
+
+    /// The acquire txn put our key: its predecessor, if any (`None`: the
+    /// acquire already moved on, refused a semaphore's name).
+    fn lock_key_put(
+        &mut self,
+        now: Millis,
+        op: OpId,
+        txn: &TxnResponse,
+    ) -> Option<(Option<Vec<u8>>, bool)> {
+        let a = self.acquire_mut(op)?;
+        a.my_rev = txn.header.revision;
+        // The oldest key decides what the name is: a semaphore's
+        // (its value carries the limit) is no lock to wait for.
+        if let Some(permits::KeyKind::Permit(limit)) = txn
+            .range(1)
+            .and_then(|r| r.kvs.first())
+            .map(|kv| permits::key_kind(&kv.value))
+        {
+            let name = &a.name;
+            let message = format!("{name:?} is a semaphore of {limit}, not an exclusive lock");
+            self.cleanup(now, op, Ending::Error(LockError::invalid(message)));
+            return None;
+        }
+        let newest = txn.range(0).map(|r| r.kvs.clone()).unwrap_or_default();
+        let pred = newest
+            .iter()
+            .find(|kv| kv.key != a.key && kv.create_revision < a.my_rev)
+            .map(|kv| kv.key.clone());
+        Some((pred, true))
+    }
+
+    /// Our key already existed: an earlier attempt applied (learn its
+    /// revision and check the predecessor), or it is a leftover of an
+    /// earlier incarnation (remove exactly it, then try again with a fresh key).
+    fn lock_key_existed(
+        &mut self,
+        now: Millis,
+        op: OpId,
+        txn: &TxnResponse,
+    ) -> Option<(Option<Vec<u8>>, bool)> {
+        let a = self.acquire_mut(op)?;
+        let found = txn
+            .range(0)
+            .and_then(|r| r.kvs.iter().find(|kv| kv.key == a.key))
+            .cloned();
+        match found {
+            // A revision is positive; anything else is a hostile reply.
+            Some(kv) if kv.value == a.nonce && kv.create_revision > 0 => {
+                a.my_rev = kv.create_revision;
+                self.send_predecessor_check(now, op);
+                None
+            }
+            Some(kv) => {
+                a.restarts += 1;
+                if a.restarts > MAX_RESTARTS {
+                    self.malformed(now, op, "a stale key cannot be removed");
+                    return None;
                 }
-                a.my_rev = revision;
-                let newest = txn.range(0).map(|r| r.kvs.clone()).unwrap_or_default();
-                let pred = newest
-                    .iter()
-                    .find(|kv| kv.key != a.key && kv.create_revision < a.my_rev)
-                    .map(|kv| kv.key.clone());
-                (pred, true)
-            }
-            AcqPhase::Txn => {
-                // Our key already exists: an earlier attempt applied. Learn its revision.
-                match txn
-                    .range(0)
-                    .and_then(|r| r.kvs.iter().find(|kv| kv.key == a.key))
-                    .cloned()
-                {
-                    // A revision is positive; anything else is a hostile reply.
-                    Some(kv) if kv.value == a.nonce && kv.create_revision > 0 => {
-                        a.my_rev = kv.create_revision;
-                        return self.send_predecessor_check(now, op);
-                    }
-                    Some(kv) => {
-                        // A leftover of an earlier incarnation of our key: remove
-                        // exactly it, then try again with a fresh key.
-                        a.restarts += 1;
-                        if a.restarts > MAX_RESTARTS {
-                            return self.cleanup(
-                                now,
-                                op,
-                                Ending::Error(malformed("a stale key cannot be removed")),
-                            );
-                        }
-                        a.phase = AcqPhase::NeedLease;
-                        let body = gw::delete_if_revision(&kv.key, kv.create_revision);
-                        let req = self.send(now, Purpose::Op(op), "/v3/kv/txn", body, false);
-                        if let Some(o) = self.ops.get_mut(&op) {
-                            o.req = Some(req);
-                        }
-                        if let Some(a) = self.acquire_mut(op) {
-                            a.phase = AcqPhase::RemoveStale;
-                        }
-                        return;
-                    }
-                    None => (None, false),
+                a.phase = AcqPhase::NeedLease;
+                let body = gw::delete_if_revision(&kv.key, kv.create_revision);
+                let req = self.send(now, Purpose::Op(op), "/v3/kv/txn", body, false);
+                if let Some(o) = self.ops.get_mut(&op) {
+                    o.req = Some(req);
                 }
+                if let Some(a) = self.acquire_mut(op) {
+                    a.phase = AcqPhase::RemoveStale;
+                }
+                None
             }
-            AcqPhase::Predecessor => {
-                let own = txn
-                    .range(0)
-                    .map(|r| {
-                        r.kvs
-                            .iter()
-                            .any(|kv| kv.key == a.key && kv.create_revision == a.my_rev)
-                    })
-                    .unwrap_or(false);
-                let pred = txn
-                    .range(1)
-                    .and_then(|r| r.kvs.first())
-                    .map(|kv| kv.key.clone());
-                (pred, own)
-            }
-            _ => return,
+            None => Some((None, false)),
+        }
+    }
+
+    /// Our key's predecessor is known: hold, give up (a try) or watch it.
+    fn wait_or_grant(
+        &mut self,
+        now: Millis,
+        op: OpId,
+        revision: i64,
+        predecessor: Option<Vec<u8>>,
+        own_present: bool,
+    ) {
+        let Some(a) = self.acquire_mut(op) else {
+            return;
         };
         if !own_present || a.my_rev <= 0 {
             return self.restart_acquire(now, op);
@@ -652,4 +668,22 @@ impl EtcdMachine {
             self.arm_orphans();
         }
     }
+}
+
+/// A re-check's answer: our key's predecessor, and whether our key is
+/// still that incarnation.
+fn predecessor_read(a: &Acquire, txn: &TxnResponse) -> (Option<Vec<u8>>, bool) {
+    let own = txn
+        .range(0)
+        .map(|r| {
+            r.kvs
+                .iter()
+                .any(|kv| kv.key == a.key && kv.create_revision == a.my_rev)
+        })
+        .unwrap_or(false);
+    let pred = txn
+        .range(1)
+        .and_then(|r| r.kvs.first())
+        .map(|kv| kv.key.clone());
+    (pred, own)
 }

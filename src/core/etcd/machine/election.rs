@@ -64,7 +64,15 @@
 //! would otherwise never report anything); a failing read ends the observe
 //! with the backend's error. Cancel ends it `Aborted`, close `Closed`.
 
-use super::*;
+use crate::core::names::validate_name;
+
+use super::{
+    EtcdMachine, Failure, OpKind, Purpose, TimerKey, BACKEND, WATCH_REFRESH_MS, WATCH_RETRY_MS,
+};
+use crate::core::etcd::gateway::{self as gw, GatewayError, RangeResponse, TxnResponse};
+use crate::core::{
+    random_hex, Leadership, LockError, LockId, LostReason, Millis, OpId, Outcome, RequestId, Wait,
+};
 
 /// The tag that starts every leadership key's value.
 const LEADER_TAG: &[u8] = b"l:";

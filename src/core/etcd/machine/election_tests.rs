@@ -1,10 +1,14 @@
 //! Elections on the scripted machine (requests out, hand-written etcd
 //! replies in), and the value encoding's separation from the other kinds.
 
+use super::{permits, shared, WATCH_RETRY_MS};
+use crate::core::{
+    b64, BackendKind, Event, Input, Leadership, LockError, LockHandle, LockInfo, LockKind,
+    LockMachine, OpId, Operation, Outcome, RequestId, Transmit, Wait,
+};
+
 use super::election::*;
 use super::scripted::{range, Script, LEASE};
-use super::*;
-use crate::core::b64;
 use proptest::prelude::*;
 use serde_json::{json, Value};
 

@@ -11,7 +11,11 @@
 //! locally until the delete is confirmed (like any orphan), so a new acquire
 //! of it cannot race the deletion.
 
-use super::*;
+use std::collections::VecDeque;
+
+use super::{permits, sets, shared, Acquire, EtcdMachine, Failure, OpKind, Orphan};
+use crate::core::etcd::gateway::{self as gw, LeaseKeys};
+use crate::core::{Millis, RequestId};
 
 impl EtcdMachine {
     pub(super) fn on_sweep(

@@ -1,6 +1,9 @@
 //! Names this client is using: a second local acquire of a name queues behind the first.
 
-use super::*;
+use std::collections::VecDeque;
+
+use super::{AcqPhase, EtcdMachine, HeldLock, OpKind};
+use crate::core::{Millis, OpId};
 
 impl EtcdMachine {
     // ---- names in use by this client ------------------------------------
@@ -42,5 +45,19 @@ impl EtcdMachine {
         if let Some(q) = self.busy_names.get_mut(name) {
             q.retain(|o| *o != op);
         }
+    }
+
+    /// A hold that claimed its name locally is gone: another local hold of
+    /// the same key (a re-entry) takes the claim over, else the name is free.
+    pub(super) fn pass_on_name(&mut self, now: Millis, h: &HeldLock) {
+        if let Some((_, other)) = self
+            .locks
+            .iter_mut()
+            .find(|(_, l)| l.key == h.key && l.reentered)
+        {
+            other.reentered = false;
+            return;
+        }
+        self.free_name(now, &h.name);
     }
 }

@@ -1,6 +1,19 @@
 //! The `LockMachine` interface: user calls, inputs, timers and outputs.
 
-use super::*;
+use serde_json::Value;
+
+use crate::core::names::validate_name;
+
+use super::{
+    election, permits, shared, AcqPhase, Acquire, Ending, EtcdMachine, Failure, OpKind, Pending,
+    Purpose, TimerKey, BACKEND,
+};
+use crate::core::etcd::gateway::{self as gw, GatewayError};
+use crate::core::{
+    random_hex, AcquireOptions, BackendKind, Capabilities, Event, Input, KindFamily, LockError,
+    LockId, LockKind, LockMachine, LostReason, Millis, OpId, Operation, RequestId, Transmit,
+    TransportError, Wait,
+};
 
 impl LockMachine for EtcdMachine {
     fn backend(&self) -> BackendKind {
@@ -86,52 +99,12 @@ impl LockMachine for EtcdMachine {
                 self.rt.out.fail(id, LockError::Closed { backend: BACKEND });
             }
         }
-        // A lease this client only borrowed to re-enter another owner's
-        // lock is that owner's: closing ends our holds' renewals, never
-        // the owner's lease (our holds stay counted until it ends).
-        // (Unless a lock of ours, resumed from a handle, also uses it.)
-        let borrowed: Vec<i64> = std::mem::take(&mut self.borrowed)
-            .into_iter()
-            .filter(|lease| {
-                self.session_lease != Some(*lease)
-                    && self
-                        .locks
-                        .values()
-                        .all(|l| l.lease != *lease || l.reentered)
-            })
-            .collect();
+        let borrowed = self.take_borrowed_leases();
         // A lease on which holds of others may still be counted (a release
         // of ours only took one hold away): revoking it would end their
-        // holds too. Our own keys on it are deleted one by one instead
-        // (an exclusive lock's only while no holds are counted on it), and
-        // the lease ends when its last holder stops renewing it.
+        // holds too (see `close_deletes`).
         let shared: Vec<i64> = std::mem::take(&mut self.shared_leases);
-        let mut deletes: Vec<Value> = Vec::new();
-        for l in self.locks.values() {
-            if !shared.contains(&l.lease) || l.reentered {
-                continue;
-            }
-            deletes.push(if l.countable() {
-                gw::release_uncounted_txn(&l.key, l.rev, &self.count_key(&l.name))
-            } else {
-                let keys = l.keys();
-                gw::delete_all_if_revisions(
-                    &keys
-                        .iter()
-                        .map(|(k, r)| (k.as_slice(), *r))
-                        .collect::<Vec<_>>(),
-                )
-            });
-        }
-        for o in self.orphans.iter().filter(|o| shared.contains(&o.lease)) {
-            if let Some(rev) = o.rev {
-                deletes.push(gw::release_uncounted_txn(
-                    &o.key,
-                    rev,
-                    &self.count_key(&o.name),
-                ));
-            }
-        }
+        let deletes = self.close_deletes(&shared);
         let locks: Vec<LockId> = self.locks.keys().copied().collect();
         for lock in locks {
             if let Some(l) = self.locks.remove(&lock) {
@@ -235,6 +208,57 @@ impl LockMachine for EtcdMachine {
 }
 
 impl EtcdMachine {
+    /// The leases this client only borrowed to re-enter another owner's
+    /// lock: closing ends our holds' renewals, never the owner's lease (our
+    /// holds stay counted until it ends). (Unless a lock of ours, resumed
+    /// from a handle, also uses it.)
+    fn take_borrowed_leases(&mut self) -> Vec<i64> {
+        std::mem::take(&mut self.borrowed)
+            .into_iter()
+            .filter(|lease| {
+                self.session_lease != Some(*lease)
+                    && self
+                        .locks
+                        .values()
+                        .all(|l| l.lease != *lease || l.reentered)
+            })
+            .collect()
+    }
+
+    /// The txns deleting our own keys on the `shared` leases one by one
+    /// (those leases are not revoked: holds of others may be counted on
+    /// them); an exclusive lock's key only while no holds are counted on
+    /// it. The lease ends when its last holder stops renewing it.
+    fn close_deletes(&self, shared: &[i64]) -> Vec<Value> {
+        let mut deletes: Vec<Value> = Vec::new();
+        for l in self.locks.values() {
+            if !shared.contains(&l.lease) || l.reentered {
+                continue;
+            }
+            deletes.push(if l.countable() {
+                gw::release_uncounted_txn(&l.key, l.rev, &self.count_key(&l.name))
+            } else {
+                let keys = l.keys();
+                gw::delete_all_if_revisions(
+                    &keys
+                        .iter()
+                        .map(|(k, r)| (k.as_slice(), *r))
+                        .collect::<Vec<_>>(),
+                )
+            });
+        }
+        for o in self.orphans.iter().filter(|o| shared.contains(&o.lease)) {
+            if let Some(rev) = o.rev {
+                deletes.push(gw::release_uncounted_txn(
+                    &o.key,
+                    rev,
+                    &self.count_key(&o.name),
+                ));
+            }
+        }
+        deletes
+    }
+
     /// A request failed or timed out (already out of the requests in flight).
     fn on_request_failed(&mut self, now: Millis, id: RequestId, p: Pending, error: TransportError) {
         if p.splitter.is_some() {
@@ -306,186 +330,6 @@ impl EtcdMachine {
         } else if opts.wait == Wait::Try {
             // This client itself holds or is acquiring the name.
             self.finish_acquire(now, op, Ending::NotAcquired);
-        }
-        Ok(op)
-    }
-
-    fn start_release(&mut self, now: Millis, lock: LockId) -> Result<OpId, LockError> {
-        if self.rt.closing.drained() {
-            return Err(LockError::Closed { backend: BACKEND });
-        }
-        let countable = self.locks.get(&lock).is_some_and(|h| h.countable());
-        let op = self.new_op(OpKind::Release {
-            lock,
-            step: if countable {
-                reentry::ReleaseStep::First { tries: 0 }
-            } else {
-                reentry::ReleaseStep::Plain
-            },
-        });
-        let Some(held) = self.locks.get(&lock) else {
-            // Idempotent: already released or lost.
-            self.ops.remove(&op);
-            self.rt.out.complete(
-                op,
-                Ok(Outcome::Released {
-                    lock,
-                    held_until_release: false,
-                }),
-            );
-            return Ok(op);
-        };
-        // Exactly this incarnation of each key (a permit: its queue key and
-        // its slot key), all or none: a late release never touches a newer holder.
-        let keys = held.keys();
-        let count_key = self.count_key(&held.name);
-        let body = match keys.as_slice() {
-            // An exclusive lock: deleted at once unless holds are counted
-            // on it (no extra request for a plain lock; see `reentry.rs`).
-            [(key, rev)] if countable => gw::release_uncounted_txn(key, *rev, &count_key),
-            [(key, rev)] => gw::delete_if_revision(key, *rev),
-            keys => gw::delete_all_if_revisions(
-                &keys
-                    .iter()
-                    .map(|(k, r)| (k.as_slice(), *r))
-                    .collect::<Vec<_>>(),
-            ),
-        };
-        if let Some(l) = self.locks.get_mut(&lock) {
-            l.releasing = true;
-        }
-        let req = self.send(now, Purpose::Op(op), "/v3/kv/txn", body, false);
-        if let Some(o) = self.ops.get_mut(&op) {
-            o.req = Some(req);
-        }
-        Ok(op)
-    }
-
-    fn start_extend(&mut self, now: Millis, lock: LockId) -> Result<OpId, LockError> {
-        self.check_open()?;
-        let lease = match self.locks.get(&lock) {
-            Some(h) if !h.releasing => h.lease,
-            // Like every other outcome, "not held" completes the operation
-            // (the Redis machine answers the same way).
-            other => {
-                let name =
-                    other.map_or_else(|| "<released or lost lock>".to_string(), |h| h.name.clone());
-                let op = self.rt.out.op_id();
-                self.rt.out.fail(
-                    op,
-                    LockError::NotHeld {
-                        backend: BACKEND,
-                        name,
-                    },
-                );
-                return Ok(op);
-            }
-        };
-        let op = self.new_op(OpKind::Extend {
-            lock,
-            phase: ExtendPhase::KeepAlive,
-        });
-        let req = self.send_keepalive(now, lease, Purpose::Op(op));
-        if let Some(o) = self.ops.get_mut(&op) {
-            o.req = Some(req);
-        }
-        Ok(op)
-    }
-
-    fn start_resume(&mut self, now: Millis, handle: &LockHandle) -> Result<OpId, LockError> {
-        self.check_open()?;
-        validate_name(&handle.name)?;
-        if handle.backend != BackendKind::Etcd {
-            return Err(LockError::invalid(format!(
-                "handle is for the {} backend, not etcd",
-                handle.backend.as_str()
-            )));
-        }
-        let prefix = String::from_utf8_lossy(&self.lock_prefix(&handle.name)).into_owned();
-        let lease: i64 = handle
-            .owner
-            .parse()
-            .map_err(|_| LockError::invalid("handle owner is not an etcd lease id"))?;
-        let suffix = handle.key.strip_prefix(&prefix).unwrap_or("");
-        let (key_ok, tokens_ok) = match (handle.kind, handle.slot) {
-            (LockKind::Exclusive | LockKind::Leader, None) => (
-                suffix == format!("{lease:x}"),
-                handle.fencing_token == handle.revision,
-            ),
-            (LockKind::Shared, None) => (
-                shared::is_reader_suffix_of(suffix, lease),
-                handle.fencing_token == handle.revision,
-            ),
-            // A permit's token is its slot key's create revision, which is
-            // created after its queue key.
-            (LockKind::Permits { limit }, Some(slot)) if slot < limit && limit <= MAX_PERMITS => (
-                permits::is_queue_suffix_of(suffix, lease),
-                handle.fencing_token > handle.revision && handle.fencing_token <= i64::MAX as u64,
-            ),
-            (kind, _) => {
-                return Err(LockError::invalid(format!(
-                    "the etcd backend does not offer {} holds",
-                    kind.describe()
-                )))
-            }
-        };
-        if !key_ok {
-            return Err(LockError::invalid(
-                "handle key does not belong to this lock name and prefix",
-            ));
-        }
-        if handle.revision == 0 || handle.revision > i64::MAX as u64 || !tokens_ok {
-            return Err(LockError::invalid(
-                "handle revision/fencing token is not valid",
-            ));
-        }
-        // Permits and shared holds have keys of their own per acquisition (no
-        // local claim of the name), but the same hold is not adopted twice.
-        let own_key = !matches!(handle.kind, LockKind::Exclusive | LockKind::Leader);
-        if own_key && self.locks.values().any(|l| l.key == handle.key.as_bytes()) {
-            let what = if handle.kind == LockKind::Shared {
-                "shared hold"
-            } else {
-                "permit"
-            };
-            return Err(LockError::invalid(format!(
-                "this {what} of {:?} is already held by this client",
-                handle.name
-            )));
-        }
-        let op = self.new_op(OpKind::Resume {
-            handle: handle.clone(),
-            lease,
-            phase: ResumePhase::ReadKey,
-        });
-        if !own_key && !self.claim_name(&handle.name, op) {
-            self.unqueue_local(&handle.name, op);
-            self.ops.remove(&op);
-            return Err(LockError::invalid(format!(
-                "lock {:?} is already held or being acquired by this client",
-                handle.name
-            )));
-        }
-        let keys = self.resume_keys(handle);
-        let body = gw::read_values_txn(keys.iter().map(|(k, _)| k.as_slice()));
-        let req = self.send(now, Purpose::Op(op), "/v3/kv/txn", body, false);
-        if let Some(o) = self.ops.get_mut(&op) {
-            o.req = Some(req);
-        }
-        Ok(op)
-    }
-
-    fn start_inspect(&mut self, now: Millis, name: &str) -> Result<OpId, LockError> {
-        self.check_open()?;
-        validate_name(name)?;
-        let op = self.new_op(OpKind::Inspect {
-            name: name.to_string(),
-            status: None,
-        });
-        let body = gw::range_prefix_ascending(&self.lock_prefix(name));
-        let req = self.send(now, Purpose::Op(op), "/v3/kv/range", body, false);
-        if let Some(o) = self.ops.get_mut(&op) {
-            o.req = Some(req);
         }
         Ok(op)
     }

@@ -1,19 +1,31 @@
-//! `EtcdMachine`: the etcd recipe (see the module docs) as a sans-IO state machine.
+//! `EtcdMachine`: the etcd recipe (see the `core::etcd` module docs) as a
+//! sans-IO state machine. Where each part lives:
+//!
+//! - `mod.rs`: the machine's state (leases, held locks, orphans, the op
+//!   table) and the types the files share.
+//! - `lock_machine.rs`: the [`LockMachine`](crate::core::LockMachine)
+//!   interface (user calls, inputs, `close`); `requests.rs`: sending,
+//!   retrying on the next endpoint and routing answers; `timers.rs`: the
+//!   one timer table.
+//! - `operations.rs`: the op table's driver; `ops/`: one state struct per
+//!   operation taken by value at each step (release, extend, resume,
+//!   inspect, re-entry and the hold count; see `ops/mod.rs`).
+//! - The acquire recipe: `acquire.rs` (txn, predecessor watch, grant,
+//!   cleanup), with the kinds' parts in `permits.rs` (semaphores),
+//!   `shared.rs` (readers) and `election.rs` (campaign, proclaim, leader,
+//!   observe); `sets.rs` is `AcquireAll` in one txn; `local_names.rs` queues
+//!   a second local acquire of a name.
+//! - The session: `session.rs` (grant, keepalive, key checks, loss) and
+//!   `ghosts.rs` (deleting keys a lost txn left on the lease).
+//! - Tests: `scripted.rs` drives the machine by hand; `*_tests.rs`.
 
 use std::collections::VecDeque;
 
-use crate::core::runtime::VecMap;
-
-use serde_json::Value;
-
-use super::gateway::{
-    self as gw, GatewayError, LeaseGrantResponse, LeaseKeys, LeaseTtl, RangeResponse, TxnResponse,
-};
+use super::gateway::GatewayError;
 use super::{escape_name, EtcdConfig};
 use crate::core::json_stream::JsonObjectSplitter;
-use crate::core::names::validate_name;
-use crate::core::runtime::Runtime;
-use crate::core::*;
+use crate::core::runtime::{Runtime, VecMap};
+use crate::core::{Entropy, LockError, LockId, Millis, OpId, RequestId, TransportError, Wait};
 
 mod acquire;
 mod election;
@@ -23,8 +35,8 @@ mod ghosts;
 mod local_names;
 mod lock_machine;
 mod operations;
+mod ops;
 mod permits;
-mod reentry;
 #[cfg(test)]
 mod reentry_tests;
 mod requests;
@@ -37,6 +49,7 @@ mod sets_tests;
 mod shared;
 mod timers;
 
+use ops::{ExtendOp, InspectOp, Next, Op, OpKind, ReenterOp, ReleaseOp, Reply, ResumeOp};
 use timers::TimerKey;
 
 const BACKEND: &str = "etcd";
@@ -85,11 +98,11 @@ pub struct EtcdMachine {
     /// (see `ghosts.rs`). From then on every renewal also sweeps the lease.
     ghost_risk: bool,
     /// Leases of other owners this client renews only for holds it
-    /// re-entered (see `reentry.rs`): its close never revokes them.
+    /// re-entered (see `ops/hold_count.rs`): its close never revokes them.
     borrowed: Vec<i64>,
     /// Leases on which a release of ours took one hold away and left
     /// others counted (possibly another process's): its close deletes its
-    /// own keys there instead of revoking the lease (see `reentry.rs`).
+    /// own keys there instead of revoking the lease (see `ops/hold_count.rs`).
     shared_leases: Vec<i64>,
 }
 
@@ -137,6 +150,22 @@ struct Lease {
     sweep: Option<RequestId>,
 }
 
+impl Lease {
+    /// A lease this client did not grant (a handle's, resumed or
+    /// re-entered), not yet confirmed alive: due for a keepalive now.
+    fn unconfirmed(ttl_ms: u64, now: Millis) -> Lease {
+        Lease {
+            ttl_ms,
+            expires_at: 0,
+            next_keepalive: now,
+            keepalive: None,
+            check: None,
+            checked: Vec::new(),
+            sweep: None,
+        }
+    }
+}
+
 struct HeldLock {
     name: String,
     key: Vec<u8>,
@@ -154,7 +183,7 @@ struct HeldLock {
     /// A leadership (`LockKind::Leader`): an exclusive hold whose key's
     /// value carries the campaign value (see `election.rs`).
     leader: bool,
-    /// A hold taken by [`Operation::Reenter`] (see `reentry.rs`): it shares
+    /// A hold taken by [`Operation::Reenter`] (see `ops/hold_count.rs`): it shares
     /// the key of an outer hold and does not claim the name locally (the
     /// outer hold, if it is local, does; its claim passes on to a local
     /// hold of the same key when it is released first).
@@ -199,50 +228,6 @@ struct Orphan {
     lease: i64,
     retry_at: Millis,
     req: Option<RequestId>,
-}
-
-struct Op {
-    req: Option<RequestId>,
-    kind: OpKind,
-}
-
-enum OpKind {
-    Acquire(Acquire),
-    Release {
-        lock: LockId,
-        /// Where an exclusive lock's release is (see `reentry.rs`).
-        step: reentry::ReleaseStep,
-    },
-    Reenter(reentry::Reenter),
-    Extend {
-        lock: LockId,
-        phase: ExtendPhase,
-    },
-    Resume {
-        handle: LockHandle,
-        lease: i64,
-        phase: ResumePhase,
-    },
-    Inspect {
-        name: String,
-        status: Option<LockStatus>,
-    },
-    /// Proclaim, leader and observe (see `election.rs`).
-    Election(election::ElectionOp),
-    /// `AcquireAll` of free names in one txn (see `sets.rs`).
-    AcquireSet(sets::AcquireSet),
-}
-
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum ExtendPhase {
-    KeepAlive,
-    CheckKey,
-}
-
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum ResumePhase {
-    ReadKey,
-    KeepAlive,
 }
 
 struct Acquire {

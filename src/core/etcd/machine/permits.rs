@@ -14,7 +14,14 @@
 //! Every key's value is `p<limit>:<random>`: the limit is stored with the
 //! semaphore's keys, and no key outlives its holders.
 
-use super::*;
+use serde_json::Value;
+
+use super::{
+    shared, AcqPhase, Acquire, Ending, EtcdMachine, Orphan, Purpose, BACKEND, MAX_RESTARTS,
+    WATCH_RETRY_MS,
+};
+use crate::core::etcd::gateway::{self as gw, TxnResponse};
+use crate::core::{Holder, LockError, LockKind, LockStatus, Millis, OpId, Wait};
 
 /// A permit acquisition's own state (next to the common [`Acquire`] fields).
 pub(super) struct PermitAcquire {
@@ -156,85 +163,96 @@ impl EtcdMachine {
         phase: AcqPhase,
         txn: TxnResponse,
     ) {
+        match phase {
+            AcqPhase::Txn => self.on_permit_put(now, op, &txn),
+            AcqPhase::Predecessor => self.on_permit_recheck(now, op, &txn),
+            AcqPhase::Claim => self.on_permit_claim(now, op, &txn),
+            _ => {}
+        }
+    }
+
+    /// The acquire txn put our queue key: refuse a read-write lock's name,
+    /// else decide from what it read.
+    fn on_permit_put(&mut self, now: Millis, op: OpId, txn: &TxnResponse) {
         let Some((a, _)) = self.permit_mut(op) else {
             return;
         };
         let revision = txn.header.revision;
-        let ranges = |n: usize| {
-            (0..n)
-                .map(|i| txn.range(i).map(|r| r.kvs.clone()))
-                .collect::<Option<Vec<_>>>()
+        let Some(mut r) = ranges(txn, 4) else {
+            return self.malformed(now, op, "permit txn reply without its ranges");
         };
-        match phase {
-            AcqPhase::Txn => {
-                let Some(mut r) = ranges(4) else {
-                    return self.malformed(now, op, "permit txn reply without its ranges");
-                };
-                a.my_rev = revision;
-                let my_rev = a.my_rev;
-                let (readers, slots, newest, oldest) = (
-                    r.pop().unwrap_or_default(),
-                    r.pop().unwrap_or_default(),
-                    r.pop().unwrap_or_default(),
-                    r.pop().unwrap_or_default(),
-                );
-                if !readers.is_empty() {
-                    // A read-write lock's reader: the name is no semaphore.
-                    let message = format!(
-                        "{:?} is a read-write lock, not a semaphore of {}",
-                        a.name,
-                        a.permit.as_ref().map_or(0, |p| p.limit)
-                    );
-                    return self.cleanup(now, op, Ending::Error(LockError::invalid(message)));
-                }
-                let key = a.key.clone();
-                let pred = newest
-                    .into_iter()
-                    .find(|kv| kv.key != key && kv.create_revision < my_rev);
-                self.permit_evaluate(now, op, revision, oldest, pred, slots)
-            }
-            AcqPhase::Predecessor => {
-                let Some(mut r) = ranges(4) else {
-                    return self.malformed(now, op, "permit re-check reply without its ranges");
-                };
-                let (slots, pred, oldest, own) = (
-                    r.pop().unwrap_or_default(),
-                    r.pop().unwrap_or_default(),
-                    r.pop().unwrap_or_default(),
-                    r.pop().unwrap_or_default(),
-                );
-                if !own
-                    .iter()
-                    .any(|kv| kv.key == a.key && kv.create_revision == a.my_rev)
-                {
-                    return self.restart_acquire(now, op);
-                }
-                self.permit_evaluate(now, op, revision, oldest, pred.into_iter().next(), slots)
-            }
-            AcqPhase::Claim => {
-                if txn.succeeded {
-                    let slot = a.permit.as_ref().and_then(|p| p.claiming);
-                    return match slot {
-                        Some(slot) => self.grant_lock(now, op, Some((slot, revision))),
-                        None => self.malformed(now, op, "a claim without a slot"),
-                    };
-                }
-                let Some(mut r) = ranges(2) else {
-                    return self.malformed(now, op, "claim reply without its ranges");
-                };
-                let (slots, own) = (r.pop().unwrap_or_default(), r.pop().unwrap_or_default());
-                if !own
-                    .iter()
-                    .any(|kv| kv.key == a.key && kv.create_revision == a.my_rev)
-                {
-                    return self.restart_acquire(now, op);
-                }
-                // Lost a race for the slot (or an earlier attempt of this
-                // claim applied): look at the slots again.
-                self.permit_claim(now, op, 0, slots)
-            }
-            _ => {}
+        a.my_rev = revision;
+        let my_rev = a.my_rev;
+        let (readers, slots, newest, oldest) = (
+            r.pop().unwrap_or_default(),
+            r.pop().unwrap_or_default(),
+            r.pop().unwrap_or_default(),
+            r.pop().unwrap_or_default(),
+        );
+        if !readers.is_empty() {
+            // A read-write lock's reader: the name is no semaphore.
+            let message = format!(
+                "{:?} is a read-write lock, not a semaphore of {}",
+                a.name,
+                a.permit.as_ref().map_or(0, |p| p.limit)
+            );
+            return self.cleanup(now, op, Ending::Error(LockError::invalid(message)));
         }
+        let key = a.key.clone();
+        let pred = newest
+            .into_iter()
+            .find(|kv| kv.key != key && kv.create_revision < my_rev);
+        self.permit_evaluate(now, op, revision, oldest, pred, slots)
+    }
+
+    /// A re-check answered: our queue key must still be there.
+    fn on_permit_recheck(&mut self, now: Millis, op: OpId, txn: &TxnResponse) {
+        let Some((a, _)) = self.permit_mut(op) else {
+            return;
+        };
+        let Some(mut r) = ranges(txn, 4) else {
+            return self.malformed(now, op, "permit re-check reply without its ranges");
+        };
+        let (slots, pred, oldest, own) = (
+            r.pop().unwrap_or_default(),
+            r.pop().unwrap_or_default(),
+            r.pop().unwrap_or_default(),
+            r.pop().unwrap_or_default(),
+        );
+        if !own
+            .iter()
+            .any(|kv| kv.key == a.key && kv.create_revision == a.my_rev)
+        {
+            return self.restart_acquire(now, op);
+        }
+        let revision = txn.header.revision;
+        self.permit_evaluate(now, op, revision, oldest, pred.into_iter().next(), slots)
+    }
+
+    /// A claim answered: the slot is ours, or (lost race, or an earlier
+    /// attempt of this claim applied) the slots are looked at again.
+    fn on_permit_claim(&mut self, now: Millis, op: OpId, txn: &TxnResponse) {
+        let Some((a, _)) = self.permit_mut(op) else {
+            return;
+        };
+        if txn.succeeded {
+            let slot = a.permit.as_ref().and_then(|p| p.claiming);
+            return match slot {
+                Some(slot) => self.grant_lock(now, op, Some((slot, txn.header.revision))),
+                None => self.malformed(now, op, "a claim without a slot"),
+            };
+        }
+        let Some(mut r) = ranges(txn, 2) else {
+            return self.malformed(now, op, "claim reply without its ranges");
+        };
+        let (slots, own) = (r.pop().unwrap_or_default(), r.pop().unwrap_or_default());
+        if !own
+            .iter()
+            .any(|kv| kv.key == a.key && kv.create_revision == a.my_rev)
+        {
+            return self.restart_acquire(now, op);
+        }
+        self.permit_claim(now, op, 0, slots)
     }
 
     /// Decides from the oldest `limit + 1` queue keys (up to ours), our
@@ -477,9 +495,17 @@ pub(super) fn semaphore_status(
     })
 }
 
+/// The key lists of a txn's first `n` ranges; `None` if one is missing.
+fn ranges(txn: &TxnResponse, n: usize) -> Option<Vec<Vec<gw::KeyValue>>> {
+    (0..n)
+        .map(|i| txn.range(i).map(|r| r.kvs.clone()))
+        .collect::<Option<Vec<_>>>()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::{Input, LockMachine, Outcome, RequestId};
 
     #[test]
     fn values_carry_the_limit() {

@@ -1,9 +1,12 @@
 //! Reentrant holds on the scripted machine (requests out, hand-written etcd
 //! replies in): the count key, the requests per operation, hostile replies.
 
+use crate::core::{
+    b64, AcquireOptions, BackendKind, Event, Input, LockHandle, LockInfo, LockKind, LockMachine,
+    LockMachineExt, Operation, Outcome, RequestId, Transmit, Wait,
+};
+
 use super::scripted::{range, Script, LEASE};
-use super::*;
-use crate::core::b64;
 use proptest::prelude::*;
 use serde_json::{json, Value};
 

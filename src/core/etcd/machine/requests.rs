@@ -1,6 +1,11 @@
 //! Sending requests, retrying them on the next endpoint, and routing their answers.
 
-use super::*;
+use serde_json::Value;
+
+use crate::core::json_stream::JsonObjectSplitter;
+
+use super::{EtcdMachine, Failure, Pending, Purpose, BACKEND};
+use crate::core::{HttpRequest, LockError, Method, Millis, OpId, RequestId, Target};
 
 impl EtcdMachine {
     // ---- requests ---------------------------------------------------------

@@ -2,9 +2,14 @@
 //! JSON and hand-written etcd replies fed back (the permits' and the
 //! read-write lock's machine tests).
 
-use serde_json::{json, Value};
+use super::EtcdMachine;
+use crate::core::etcd::EtcdConfig;
+use crate::core::{
+    AcquireOptions, Event, Input, LockError, LockKind, LockMachine, Millis, Operation, Outcome,
+    RequestId, SeededEntropy, Transmit, Wait,
+};
 
-use super::*;
+use serde_json::{json, Value};
 
 /// The session lease every scripted machine is granted.
 pub(super) const LEASE: i64 = 0x1f;

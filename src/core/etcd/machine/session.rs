@@ -1,6 +1,13 @@
 //! The session lease (and adopted leases): grant, keepalive, key checks, loss.
 
-use super::*;
+use super::{
+    AcqPhase, Ending, EtcdMachine, Failure, Lease, OpKind, Purpose, BACKEND, KEYS_PER_CHECK,
+    MAX_RESTARTS,
+};
+use crate::core::etcd::gateway::{
+    self as gw, GatewayError, LeaseGrantResponse, LeaseTtl, TxnResponse,
+};
+use crate::core::{LockError, LockId, LostReason, Millis, OpId, RequestId};
 
 impl EtcdMachine {
     // ---- the session lease -----------------------------------------------
@@ -400,6 +407,10 @@ impl EtcdMachine {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::etcd::EtcdConfig;
+    use crate::core::{
+        AcquireOptions, Input, LockMachine, LockMachineExt, SeededEntropy, Transmit,
+    };
 
     /// A hostile lease grant with the largest TTL etcd's JSON can carry, and
     /// a clock far along, once overflowed `now + ttl / 3` (found by

@@ -31,8 +31,17 @@
 //!   abandoned txn (see `ghosts.rs`). A retried txn whose first attempt
 //!   applied finds our own keys in its failure branch and takes them.
 
-use super::*;
+use crate::core::names::validate_name;
 use crate::core::operation::check_acquire_all_names;
+
+use super::{
+    Ending, EtcdMachine, Failure, HeldLock, Op, OpKind, Orphan, Purpose, BACKEND, MAX_RESTARTS,
+};
+use crate::core::etcd::gateway::{self as gw, GatewayError, TxnResponse};
+use crate::core::{
+    random_hex, AcquireOptions, BackendKind, LockError, LockHandle, LockInfo, LockKind, LostReason,
+    Millis, OpId, Outcome,
+};
 
 /// An `AcquireAll` in progress.
 pub(super) struct AcquireSet {
@@ -296,23 +305,9 @@ impl EtcdMachine {
         let rev = if txn.succeeded {
             Some(txn.header.revision)
         } else {
-            // An earlier attempt of this txn (retried after a transport
-            // error) may have applied: then every key is ours, all of one
-            // revision.
-            let found: Vec<Option<i64>> = s
-                .members
-                .iter()
-                .enumerate()
-                .map(|(i, m)| {
-                    txn.range(i)
-                        .and_then(|r| r.kvs.iter().find(|kv| kv.key == m.key))
-                        .filter(|kv| kv.value == m.nonce)
-                        .map(|kv| kv.create_revision)
-                })
-                .collect();
-            match found.first() {
-                Some(Some(r)) if found.iter().all(|f| *f == Some(*r)) => Some(*r),
-                _ if found.iter().any(|f| f.is_some()) => {
+            match earlier_attempt(&s.members, &txn) {
+                Earlier::Applied(r) => Some(r),
+                Earlier::Partly => {
                     // A set is put whole or not at all: a partial one is a
                     // reply we cannot trust. Delete what may be ours.
                     self.orphan_set_keys(now, op, None);
@@ -320,7 +315,7 @@ impl EtcdMachine {
                         self.set_malformed(&first, "keys of one txn at different revisions");
                     return self.finish_set(now, op, ending.unwrap_or(Ending::Error(error)));
                 }
-                _ => None,
+                Earlier::Not => None,
             }
         };
         let Some(rev) = rev else {
@@ -432,5 +427,33 @@ impl EtcdMachine {
                 self.set_step(now, op);
             }
         }
+    }
+}
+
+/// Whether an earlier attempt of a set's txn (retried after a transport
+/// error) applied, as its failed compare read back.
+enum Earlier {
+    /// Every key is ours, all of this one revision.
+    Applied(i64),
+    /// Some keys are ours, or at different revisions.
+    Partly,
+    Not,
+}
+
+fn earlier_attempt(members: &[Member], txn: &TxnResponse) -> Earlier {
+    let found: Vec<Option<i64>> = members
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            txn.range(i)
+                .and_then(|r| r.kvs.iter().find(|kv| kv.key == m.key))
+                .filter(|kv| kv.value == m.nonce)
+                .map(|kv| kv.create_revision)
+        })
+        .collect();
+    match found.first() {
+        Some(Some(r)) if found.iter().all(|f| *f == Some(*r)) => Earlier::Applied(*r),
+        _ if found.iter().any(|f| f.is_some()) => Earlier::Partly,
+        _ => Earlier::Not,
     }
 }

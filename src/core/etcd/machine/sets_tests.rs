@@ -1,9 +1,14 @@
 //! `AcquireAll` as one txn on the scripted machine (requests out,
 //! hand-written etcd replies in).
+use super::ORPHAN_RETRY_MS;
+use crate::core::{
+    b64, AcquireOptions, Input, LockError, LockKind, LockMachine, OpId, Operation, Outcome,
+    RequestId, Transmit, TransportError, Wait,
+};
+
+use crate::core::etcd::gateway as gw;
 
 use super::scripted::{range, Script, LEASE};
-use super::*;
-use crate::core::b64;
 use serde_json::{json, Value};
 
 fn unb64(v: &Value) -> Vec<u8> {

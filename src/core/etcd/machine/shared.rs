@@ -16,7 +16,11 @@
 //! inspect and resume, and (not being a permit's `p<limit>:…`) makes an
 //! exclusive acquire treat it as an ordinary predecessor.
 
-use super::*;
+use serde_json::Value;
+
+use super::{permits, AcqPhase, Acquire, Ending, EtcdMachine, Purpose};
+use crate::core::etcd::gateway::{self as gw, TxnResponse};
+use crate::core::{Holder, LockError, LockKind, LockStatus, Millis, OpId, Wait};
 
 /// The value of a reader key.
 pub(super) fn shared_value(random: &str) -> Vec<u8> {
@@ -195,6 +199,11 @@ pub(super) fn rw_status(name: &str, lock_prefix: &[u8], kvs: &[gw::KeyValue]) ->
 mod tests {
     use super::*;
     use crate::core::b64;
+    use crate::core::etcd::EtcdConfig;
+    use crate::core::{
+        AcquireOptions, BackendKind, Event, Input, LockHandle, LockMachine, Operation, Outcome,
+        RequestId, SeededEntropy, Transmit,
+    };
     use serde_json::json;
 
     #[test]

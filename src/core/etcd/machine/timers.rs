@@ -5,7 +5,9 @@
 //! still in use, an acquire not yet ending), so a timer left armed for
 //! something that moved on is harmless.
 
-use super::*;
+use super::{AcqPhase, Ending, EtcdMachine, Purpose, BACKEND};
+use crate::core::etcd::gateway as gw;
+use crate::core::{LockError, LostReason, Millis, OpId};
 
 /// What a timer is for. Keys due at the same moment fire in this order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -132,7 +134,7 @@ impl EtcdMachine {
                         let o = &self.orphans[i];
                         let (path, body) = match (o.rev, &o.value) {
                             // An exclusive lock's key: only while no holds
-                            // are counted on it (see `reentry.rs`).
+                            // are counted on it (see `ops/hold_count.rs`).
                             (Some(rev), _) if o.holds_name => (
                                 "/v3/kv/txn",
                                 gw::release_uncounted_txn(&o.key, rev, &self.count_key(&o.name)),

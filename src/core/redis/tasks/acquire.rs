@@ -52,7 +52,7 @@ use super::super::round::{FlagCount, Round};
 use super::super::scripts;
 use super::super::subscription::wake_channel;
 use super::super::task::{Next, OnClose, Push, Task};
-use super::super::value::RedisCommand;
+use super::super::value::{RedisCommand, RedisValue};
 use super::campaign::Campaign;
 use super::exclusive::Exclusive;
 use super::part::{AttemptArgs, AttemptRound, Part};
@@ -241,6 +241,19 @@ impl Task for AcquireTask {
 
     fn listens(&self) -> Option<&str> {
         (self.a.listening && self.a.abort.is_none()).then_some(self.a.channel.as_str())
+    }
+
+    /// An attempt is decided when its kind says so (see
+    /// `Part::attempt_settled`); a raise round only once it can no longer
+    /// confirm a quorum (its grant waits for every answer, see `after_raise`).
+    fn settled(&self, round: &Round, quorum: usize) -> bool {
+        let confirmed =
+            |v: &RedisValue| matches!(scripts::parse_flag_and_counter(v), Ok((true, _)));
+        match self.phase {
+            Phase::Attempt => self.a.part.attempt_settled(round, quorum),
+            Phase::Raise { .. } => round.quorum_lost(quorum, confirmed),
+            _ => false,
+        }
     }
 
     fn on_push(&mut self, node: usize, push: Push, now: Millis) -> bool {

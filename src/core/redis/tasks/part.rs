@@ -9,7 +9,7 @@
 use super::super::context::{Context, QUEUE_LEASE_MS};
 use super::super::round::Round;
 use super::super::scripts::{self, AcquireReply};
-use super::super::value::RedisCommand;
+use super::super::value::{RedisCommand, RedisValue};
 use super::tally::Tally;
 use crate::core::{LockError, LockKind, Wait};
 
@@ -60,6 +60,16 @@ pub(super) trait Part: Send {
     /// The attempt's script, and whether it may have put this waiter in
     /// the waiters' queue (then it leaves when it gives up).
     fn attempt(&mut self, cx: &mut Context, a: &AttemptArgs<'_>) -> (RedisCommand, bool);
+
+    /// Whether the attempt's round is decided before every node answered:
+    /// once a quorum granted (the raise round, which waits for every node,
+    /// learns any counter a silent node holds above the token) or none can
+    /// form.
+    fn attempt_settled(&self, round: &Round, quorum: usize) -> bool {
+        let granted =
+            |v: &RedisValue| matches!(scripts::parse_acquire(v), Ok(AcquireReply::Granted { .. }));
+        round.quorum_decided(quorum, granted)
+    }
 
     /// Reads the attempt's answers (`name` for the errors).
     fn read(&mut self, cx: &Context, round: &Round, _name: &str) -> AttemptRound {

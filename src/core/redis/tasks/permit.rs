@@ -85,6 +85,11 @@ impl Part for Permit {
         (cmd, waiter.is_some_and(|(_, lease)| lease > 0))
     }
 
+    /// A permit attempt waits for every node: its slot choice needs all.
+    fn attempt_settled(&self, _round: &Round, _quorum: usize) -> bool {
+        false
+    }
+
     fn read(&mut self, cx: &Context, round: &Round, name: &str) -> AttemptRound {
         self.tally(cx, round, name)
     }

@@ -48,7 +48,7 @@ use crate::infra::{
 };
 use crate::report::ScenarioReport;
 use crate::resource::ResourceClient;
-use crate::workload::{ContenderCfg, ObserverRun};
+use crate::workload::{hold_together, ContenderCfg, ObserverRun};
 
 const TITLE: &str = "load: 64 concurrent clients";
 const TITLE_PERMITS: &str = "load: 64 concurrent clients on semaphores";
@@ -276,6 +276,8 @@ fn load_report(
         writes_per_hold: 1,
         wait_ms: 10_000,
         limit,
+        // "every contender progressed" by construction (see the field).
+        until_granted: true,
         ..ContenderCfg::new("", "")
     };
     let mut cfgs: Vec<ContenderCfg> = (0..LOCKS)
@@ -286,6 +288,23 @@ fn load_report(
             c.shared = i % 2 == 1;
             c.lock = format!("{}-rw", c.lock);
         }
+    }
+    // The semaphore filled and readers sharing, arranged (not hoped for):
+    // the first semaphore's or read-write lock's first `together` contenders
+    // hold at once before the timed load begins.
+    let together = match kind {
+        Kind::Permits(l) => l as usize,
+        Kind::ReadWrite => 2,
+        Kind::Lock => 0,
+    };
+    if together > 0 {
+        let first: Vec<ContenderCfg> = cfgs
+            .iter()
+            .filter(|c| c.lock == cfgs[0].lock && (kind != Kind::ReadWrite || c.shared))
+            .take(together)
+            .cloned()
+            .collect();
+        hold_together(spec, &first, &resource, &history);
     }
     let started = Instant::now();
     let crew = Crew::start(spec, cfgs, &resource, &history, Duration::from_secs(secs));
@@ -443,6 +462,8 @@ fn elect_sets_report(
         hold_ms: 5,
         writes_per_hold: 1,
         wait_ms: 10_000,
+        // "every elector led and every set taker completed sets" by construction.
+        until_granted: true,
         ..ContenderCfg::new("", "")
     };
     let mut cfgs = contenders(

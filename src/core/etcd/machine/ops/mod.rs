@@ -1,0 +1,143 @@
+//! The operation table: one state struct per operation, each in its own
+//! file, taken by value at every step and handing back what it waits for
+//! next (the shape of `redis/tasks/`, after rustls' `State::handle`).
+//!
+//! - `release.rs`: [`ReleaseOp`], the owner-checked delete of a hold's keys
+//!   (an exclusive lock's through its hold count, see `hold_count.rs`).
+//! - `extend.rs`: [`ExtendOp`], a keepalive of the hold's lease, then a read
+//!   of its keys.
+//! - `resume.rs`: [`ResumeOp`], adopting a hold from its handle: read the
+//!   keys, then keep the handle's lease alive.
+//! - `inspect.rs`: [`InspectOp`], one range of the name, then the holder's
+//!   lease TTL.
+//! - `reenter.rs`: [`ReenterOp`], one more hold of an exclusive lock, counted
+//!   on etcd (`hold_count.rs` has the count key's format and parsing).
+//!
+//! Acquires, elections and `AcquireAll` keep their state in the table too
+//! ([`OpKind`]), stepped by `acquire.rs`, `election.rs` and `sets.rs`.
+//!
+//! The machine (`operations.rs`) takes a state out of the table when its
+//! request's answer arrives and calls its `step` with the answer; `step`
+//! returns [`Next`]: a request to send and the state to keep until its
+//! answer, or `Done` once the operation is answered. States never send,
+//! cancel or time out requests themselves; they act on the machine's locks,
+//! leases and outbox directly.
+
+mod extend;
+mod hold_count;
+mod inspect;
+mod reenter;
+mod release;
+mod resume;
+
+pub(super) use extend::ExtendOp;
+pub(super) use inspect::InspectOp;
+pub(super) use reenter::ReenterOp;
+pub(super) use release::ReleaseOp;
+pub(super) use resume::ResumeOp;
+
+use serde_json::Value;
+
+use super::election::ElectionOp;
+use super::sets::AcquireSet;
+use super::{Acquire, Failure};
+use crate::core::etcd::gateway::{self as gw, TxnResponse};
+use crate::core::{Millis, RequestId};
+
+/// An operation in flight: its state, and the request it waits for.
+pub(super) struct Op {
+    pub(super) req: Option<RequestId>,
+    pub(super) kind: OpKind,
+}
+
+/// Every operation's state; a new operation adds a file here and a variant.
+pub(super) enum OpKind {
+    Acquire(Acquire),
+    Release(ReleaseOp),
+    Reenter(ReenterOp),
+    Extend(ExtendOp),
+    Resume(ResumeOp),
+    Inspect(InspectOp),
+    /// Proclaim, leader and observe (see `election.rs`).
+    Election(ElectionOp),
+    /// `AcquireAll` of free names in one txn (see `sets.rs`).
+    AcquireSet(AcquireSet),
+}
+
+/// The answer to a state's request.
+pub(super) struct Reply {
+    /// When the request was sent (a keepalive's TTL counts from then).
+    pub(super) sent_at: Millis,
+    pub(super) result: Result<(u16, Vec<u8>), Failure>,
+}
+
+impl Reply {
+    /// The answer as a txn response.
+    pub(super) fn txn(self) -> Result<TxnResponse, Failure> {
+        self.result
+            .and_then(|(s, b)| gw::parse::<TxnResponse>(s, &b).map_err(Failure::Gateway))
+    }
+}
+
+/// What a state waits for after a step.
+pub(super) enum Next {
+    /// Send `body` to `path` (on the current endpoint, retried on the next
+    /// one), keep `state`, and step it with the answer.
+    Send {
+        state: Box<OpKind>,
+        path: &'static str,
+        body: Value,
+    },
+    /// The operation is answered (or ended without an answer).
+    Done,
+}
+
+impl Next {
+    pub(super) fn send(state: impl Into<OpKind>, path: &'static str, body: Value) -> Next {
+        Next::Send {
+            state: Box::new(state.into()),
+            path,
+            body,
+        }
+    }
+
+    /// A `/v3/kv/txn` request.
+    pub(super) fn txn(state: impl Into<OpKind>, body: Value) -> Next {
+        Next::send(state, "/v3/kv/txn", body)
+    }
+
+    /// A keepalive of `lease`.
+    pub(super) fn keepalive(state: impl Into<OpKind>, lease: i64) -> Next {
+        Next::send(state, "/v3/lease/keepalive", gw::lease_id(lease))
+    }
+}
+
+impl From<ReleaseOp> for OpKind {
+    fn from(s: ReleaseOp) -> OpKind {
+        OpKind::Release(s)
+    }
+}
+
+impl From<ReenterOp> for OpKind {
+    fn from(s: ReenterOp) -> OpKind {
+        OpKind::Reenter(s)
+    }
+}
+
+impl From<ExtendOp> for OpKind {
+    fn from(s: ExtendOp) -> OpKind {
+        OpKind::Extend(s)
+    }
+}
+
+impl From<ResumeOp> for OpKind {
+    fn from(s: ResumeOp) -> OpKind {
+        OpKind::Resume(s)
+    }
+}
+
+impl From<InspectOp> for OpKind {
+    fn from(s: InspectOp) -> OpKind {
+        OpKind::Inspect(s)
+    }
+}
