@@ -2,8 +2,9 @@
 //! credentials, turning commands into [`HttpRequest`]s and answers back into
 //! [`RedisValue`]s.
 
+use super::config::{RedisNode, RedisProtocol};
 use super::value::{RedisCommand, RedisValue, ReplyError};
-use super::{upstash, webdis, RedisNode, RedisProtocol};
+use super::{upstash, webdis};
 use crate::core::names::validate_base_url;
 use crate::core::{HttpRequest, LockError, Method, RequestId, Target};
 

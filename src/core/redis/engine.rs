@@ -597,6 +597,22 @@ impl Engine {
         op: Operation,
     ) -> Result<OpId, LockError> {
         self.cx.rt.closing.check_open(self.cx.s.backend)?;
+        let task = match self.task_for(now, op)? {
+            Ok(task) => task,
+            Err(answered) => return Ok(answered),
+        };
+        let op = task
+            .op()
+            .ok_or_else(|| LockError::internal("a user operation's task has no operation id"))?;
+        self.spawn(task, now);
+        self.settle(now);
+        Ok(op)
+    }
+
+    /// The task that runs `op`, or its id when it is answered already.
+    fn task_for(&mut self, now: Millis, op: Operation) -> Result<Started, LockError> {
+        let atomic_sets = self.atomic_sets();
+        let cx = &mut self.cx;
         let task: Box<dyn Task> = match op {
             // The capabilities check refuses it too; the core does not trust its caller.
             Operation::Acquire {
@@ -611,67 +627,32 @@ impl Engine {
                 name,
                 kind,
                 options,
-            } => Box::new(AcquireTask::new(&mut self.cx, now, &name, kind, &options)?),
-            Operation::Release { lock } => {
-                let op = self.cx.rt.out.op_id();
-                let Some(h) = self.cx.take_lock(lock) else {
-                    self.cx.rt.out.complete(
-                        op,
-                        Ok(Outcome::Released {
-                            lock,
-                            held_until_release: false,
-                        }),
-                    );
-                    return Ok(op);
-                };
-                Box::new(ReleaseTask::new(op, h))
-            }
-            Operation::Extend { lock, ttl_ms } => {
-                match extend::start(&mut self.cx, lock, ttl_ms)? {
-                    Ok(task) => Box::new(task),
-                    Err(answered) => return Ok(answered),
-                }
-            }
-            Operation::Resume { handle } => Box::new(ResumeTask::new(&mut self.cx, &handle)?),
-            Operation::Inspect { name } => Box::new(InspectTask::new(&mut self.cx, &name)?),
+            } => Box::new(AcquireTask::new(cx, now, &name, kind, &options)?),
+            Operation::Release { lock } => return Ok(release_task(cx, lock)),
+            Operation::Extend { lock, ttl_ms } => return boxed(extend::start(cx, lock, ttl_ms)?),
+            Operation::Resume { handle } => Box::new(ResumeTask::new(cx, &handle)?),
+            Operation::Inspect { name } => Box::new(InspectTask::new(cx, &name)?),
             Operation::Campaign {
                 name,
                 value,
                 options,
-            } => Box::new(AcquireTask::campaign(
-                &mut self.cx,
-                now,
-                &name,
-                &value,
-                &options,
-            )?),
+            } => Box::new(AcquireTask::campaign(cx, now, &name, &value, &options)?),
             Operation::Proclaim { lock, value } => {
-                match election::proclaim(&mut self.cx, lock, &value)? {
-                    Ok(task) => Box::new(task),
-                    Err(answered) => return Ok(answered),
-                }
+                return boxed(election::proclaim(cx, lock, &value)?)
             }
-            Operation::Leader { name } => Box::new(LeaderTask::new(&mut self.cx, &name)?),
+            Operation::Leader { name } => Box::new(LeaderTask::new(cx, &name)?),
             Operation::Observe { name, known, wait } => {
-                Box::new(ObserveTask::new(&mut self.cx, now, &name, known, wait)?)
+                Box::new(ObserveTask::new(cx, now, &name, known, wait)?)
             }
-            Operation::Reenter { handle } => Box::new(ReenterTask::new(&mut self.cx, &handle)?),
-            Operation::AcquireAll { names, options } if self.atomic_sets() => {
-                match AcquireSetTask::new(&mut self.cx, now, names, &options)? {
-                    Ok(task) => Box::new(task),
-                    Err(answered) => return Ok(answered),
-                }
+            Operation::Reenter { handle } => Box::new(ReenterTask::new(cx, &handle)?),
+            Operation::AcquireAll { names, options } if atomic_sets => {
+                return boxed(AcquireSetTask::new(cx, now, names, &options)?)
             }
             op @ Operation::AcquireAll { .. } => {
-                return Err(crate::core::operation::unserved(self.cx.s.backend, &op))
+                return Err(crate::core::operation::unserved(cx.s.backend, &op))
             }
         };
-        let op = task
-            .op()
-            .ok_or_else(|| LockError::internal("a user operation's task has no operation id"))?;
-        self.spawn(task, now);
-        self.settle(now);
-        Ok(op)
+        Ok(Ok(task))
     }
 
     pub(crate) fn cancel(&mut self, now: Millis, op: OpId) {
@@ -723,3 +704,78 @@ impl Engine {
         op
     }
 }
+
+/// A started operation: its task, or its id when it was answered at once.
+type Started = Result<Box<dyn Task>, OpId>;
+
+fn boxed<T: Task + 'static>(started: Result<T, OpId>) -> Result<Started, LockError> {
+    Ok(started.map(|task| Box::new(task) as Box<dyn Task>))
+}
+
+/// A release's task; a lock this machine does not hold is answered at once.
+fn release_task(cx: &mut Context, lock: LockId) -> Started {
+    let op = cx.rt.out.op_id();
+    let Some(h) = cx.take_lock(lock) else {
+        cx.rt.out.complete(
+            op,
+            Ok(Outcome::Released {
+                lock,
+                held_until_release: false,
+            }),
+        );
+        return Err(op);
+    };
+    Ok(Box::new(ReleaseTask::new(op, h)))
+}
+
+/// Implements [`LockMachine`](crate::core::LockMachine) by delegating to the engine.
+macro_rules! delegate_lock_machine {
+    ($t:ty, [$($kind:ident),*]) => {
+        impl $crate::core::LockMachine for $t {
+            fn backend(&self) -> $crate::core::BackendKind {
+                self.engine.backend()
+            }
+            fn capabilities(&self) -> $crate::core::Capabilities {
+                $crate::core::Capabilities {
+                    kinds: &[$($crate::core::KindFamily::$kind),*],
+                    // A name's keys carry its own hash tag: one script
+                    // over several names only where the host allows it
+                    // (one node, see `core::multi`).
+                    atomic_sets: self.engine.atomic_sets(),
+                }
+            }
+            fn live_count(&self) -> usize {
+                self.engine.live_count()
+            }
+            fn start_operation(
+                &mut self,
+                now: $crate::core::Millis,
+                op: $crate::core::Operation,
+            ) -> Result<$crate::core::OpId, $crate::core::LockError> {
+                self.engine.start_operation(now, op)
+            }
+            fn cancel(&mut self, now: $crate::core::Millis, op: $crate::core::OpId) {
+                self.engine.cancel(now, op)
+            }
+            fn close(&mut self, now: $crate::core::Millis) -> $crate::core::OpId {
+                self.engine.close(now)
+            }
+            fn handle_input(&mut self, now: $crate::core::Millis, input: $crate::core::Input) {
+                self.engine.handle_input(now, input)
+            }
+            fn handle_timeout(&mut self, now: $crate::core::Millis) {
+                self.engine.handle_timeout(now)
+            }
+            fn poll_transmit(&mut self) -> Option<$crate::core::Transmit> {
+                self.engine.poll_transmit()
+            }
+            fn poll_event(&mut self) -> Option<$crate::core::Event> {
+                self.engine.poll_event()
+            }
+            fn poll_timeout(&self) -> Option<$crate::core::Millis> {
+                self.engine.poll_timeout()
+            }
+        }
+    };
+}
+pub(crate) use delegate_lock_machine;

@@ -97,9 +97,9 @@
 //! ("delayed restart"), or a quorum may be formed twice.
 
 use super::codec::NodeCodec;
+use super::config::{validate_common, RedisNode, DEFAULT_MAX_SUBSCRIPTIONS};
 use super::context::Settings;
-use super::engine::Engine;
-use super::{delegate_lock_machine, validate_common, RedisNode};
+use super::engine::{delegate_lock_machine, Engine};
 use crate::core::{BackendKind, Entropy, LockError};
 
 /// Most nodes a Redlock client accepts (every attempt talks to all of them).
@@ -166,7 +166,7 @@ impl RedlockConfig {
             auto_extend: true,
             request_timeout_ms: 1_000,
             fencing: RedlockFencing::default(),
-            max_subscriptions: super::DEFAULT_MAX_SUBSCRIPTIONS,
+            max_subscriptions: DEFAULT_MAX_SUBSCRIPTIONS,
         }
     }
 }

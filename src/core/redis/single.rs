@@ -25,9 +25,11 @@
 //! must survive restarts).
 
 use super::codec::NodeCodec;
+use super::config::{
+    validate_common, RedisNode, RedisProtocol, DEFAULT_DRIFT_FACTOR, DEFAULT_MAX_SUBSCRIPTIONS,
+};
 use super::context::Settings;
-use super::engine::Engine;
-use super::{delegate_lock_machine, validate_common, RedisNode, DEFAULT_DRIFT_FACTOR};
+use super::engine::{delegate_lock_machine, Engine};
 use crate::core::{BackendKind, Entropy, LockError};
 
 /// Configuration of a single-node Redis client; [`RedisConfig::new`] gives the
@@ -80,9 +82,9 @@ impl RedisConfig {
             auto_extend: true,
             retry_delay_ms: 200,
             retry_jitter_ms: 100,
-            max_subscriptions: super::DEFAULT_MAX_SUBSCRIPTIONS,
+            max_subscriptions: DEFAULT_MAX_SUBSCRIPTIONS,
             fair: false,
-            cross_slot_scripts: node.protocol == super::RedisProtocol::Webdis,
+            cross_slot_scripts: node.protocol == RedisProtocol::Webdis,
             node,
         }
     }

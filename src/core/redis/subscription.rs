@@ -16,7 +16,7 @@
 
 use serde_json::Value;
 
-use super::RedisProtocol;
+use super::config::RedisProtocol;
 use crate::core::json_stream::JsonObjectSplitter;
 use crate::core::sse_stream::SseSplitter;
 

@@ -39,19 +39,26 @@
 //! acquire script (same reply); its waiters listen on the lock's channel
 //! without joining the queue. A writer that will wait sets the writer
 //! intent with every refused attempt (see `ACQUIRE`).
+//!
+//! What differs by kind lives in the kind's part (`part.rs`: `exclusive`,
+//! `campaign`, `reader`, `permit`); this file never asks which kind it runs.
 
 use super::super::context::{
     Context, Held, PUSH_FALLBACK_MS, QUEUE_LEASE_MS, TOKEN_BYTES, WAITER_BYTES,
 };
 use super::super::election::{self, LEADER_MESSAGE_PREFIX};
-use super::super::keys::readers_key;
 use super::super::quorum::{expires_at, free_quorum_in, verdict, AttemptVerdict};
-use super::super::round::{FlagCount, NodeError, Round};
-use super::super::scripts::{self, AcquireReply};
+use super::super::round::{FlagCount, Round};
+use super::super::scripts;
 use super::super::subscription::wake_channel;
 use super::super::task::{Next, OnClose, Push, Task};
-use super::super::value::RedisValue;
-use super::permit::{Permit, PermitRound};
+use super::super::value::{RedisCommand, RedisValue};
+use super::campaign::Campaign;
+use super::exclusive::Exclusive;
+use super::part::{AttemptArgs, AttemptRound, Part};
+use super::permit::Permit;
+use super::reader::Reader;
+use super::tally::Tally;
 use crate::core::names::validate_name;
 use crate::core::*;
 
@@ -96,51 +103,8 @@ struct Attempts {
     last_push_attempt: Option<Millis>,
     /// Raise rounds of the current attempt (bounded: see `after_raise`).
     raises: u32,
-    /// A semaphore's permit (`None`: an exclusive lock or a reader).
-    permit: Option<Permit>,
-    /// A reader of a read-write lock.
-    shared: bool,
-    /// A campaign's value (see [`election`](super::super::election)): the
-    /// leader record is written before the grant.
-    leader: Option<String>,
-}
-
-/// How an attempt's round turned out, whatever its script.
-pub(super) struct Tally {
-    pub(super) granted: usize,
-    pub(super) held_pttls: Vec<Option<u64>>,
-    fence: u64,
-    pub(super) maybe_ours: Vec<bool>,
-    /// Each node's counter as it answered (None: no answer).
-    counters: Vec<Option<u64>>,
-    first_error: Option<NodeError>,
-}
-
-impl Tally {
-    pub(super) fn new(n: usize) -> Tally {
-        Tally {
-            granted: 0,
-            held_pttls: Vec::new(),
-            fence: 0,
-            maybe_ours: vec![false; n],
-            counters: vec![None; n],
-            first_error: None,
-        }
-    }
-
-    pub(super) fn answered(&mut self, node: usize, fence: u64) {
-        self.fence = self.fence.max(fence);
-        if let Some(c) = self.counters.get_mut(node) {
-            *c = Some(fence);
-        }
-    }
-
-    pub(super) fn failed(&mut self, node: usize, e: &NodeError) {
-        if let Some(m) = self.maybe_ours.get_mut(node) {
-            *m = e.maybe_applied();
-        }
-        self.first_error.get_or_insert_with(|| e.clone());
-    }
+    /// What is particular to the kind acquired (see `part.rs`).
+    part: Box<dyn Part>,
 }
 
 /// Where the acquire is; each phase waits for one thing.
@@ -182,19 +146,20 @@ impl AcquireTask {
     ) -> Result<Self, LockError> {
         validate_name(name)?;
         let ttl = opts.ttl_ms.unwrap_or(cx.s.ttl_ms);
-        super::super::validate_lock_ttl(ttl, cx.s.request_timeout_ms, cx.s.drift_factor)?;
+        super::super::config::validate_lock_ttl(ttl, cx.s.request_timeout_ms, cx.s.drift_factor)?;
         let (key, fence_key) = cx.keys_for(name);
-        let permit = match kind {
-            LockKind::Exclusive | LockKind::Leader => None,
+        let part: Box<dyn Part> = match kind {
+            // A campaign's part replaces this one (see `campaign`).
+            LockKind::Exclusive | LockKind::Leader => Box::new(Exclusive),
             LockKind::Permits { limit } => {
                 // The capabilities check refused these already; the core
                 // must not trust its caller for the slot arithmetic.
                 LockKind::permits(u64::from(limit))?;
-                Some(Permit::new(&key, limit))
+                Box::new(Permit::new(&key, limit))
             }
             // Redlock refuses readers (see `rwlock`); its capabilities
             // did already, the core does not trust its caller.
-            LockKind::Shared if cx.node_count() == 1 => None,
+            LockKind::Shared if cx.node_count() == 1 => Box::new(Reader),
             other => {
                 return Err(LockError::invalid(format!(
                     "the {} backend does not offer {} locks",
@@ -203,7 +168,7 @@ impl AcquireTask {
                 )))
             }
         };
-        let channel = wake_channel(permit.as_ref().map_or(key.as_str(), Permit::base));
+        let channel = wake_channel(part.wake_base(&key));
         let a = Attempts {
             op: Some(cx.rt.out.op_id()),
             backend: cx.s.backend,
@@ -227,9 +192,7 @@ impl AcquireTask {
             pushed: false,
             last_push_attempt: None,
             raises: 0,
-            permit,
-            shared: kind == LockKind::Shared,
-            leader: None,
+            part,
         };
         Ok(AcquireTask {
             a,
@@ -250,7 +213,9 @@ impl AcquireTask {
     ) -> Result<Self, LockError> {
         crate::core::operation::check_campaign_value(value)?;
         let mut task = AcquireTask::new(cx, now, name, LockKind::Leader, opts)?;
-        task.a.leader = Some(value.to_string());
+        task.a.part = Box::new(Campaign {
+            value: value.to_string(),
+        });
         Ok(task)
     }
 }
@@ -278,18 +243,14 @@ impl Task for AcquireTask {
         (self.a.listening && self.a.abort.is_none()).then_some(self.a.channel.as_str())
     }
 
-    /// An attempt is decided once a quorum granted (the raise round, which
-    /// waits for every node, learns any counter a silent node holds above
-    /// the token) or none can form; a raise round only once it can no longer
+    /// An attempt is decided when its kind says so (see
+    /// `Part::attempt_settled`); a raise round only once it can no longer
     /// confirm a quorum (its grant waits for every answer, see `after_raise`).
-    /// Permit attempts wait for every node (their slot choice needs all).
     fn settled(&self, round: &Round, quorum: usize) -> bool {
-        let granted =
-            |v: &RedisValue| matches!(scripts::parse_acquire(v), Ok(AcquireReply::Granted { .. }));
         let confirmed =
             |v: &RedisValue| matches!(scripts::parse_flag_and_counter(v), Ok((true, _)));
         match self.phase {
-            Phase::Attempt if self.a.permit.is_none() => round.quorum_decided(quorum, granted),
+            Phase::Attempt => self.a.part.attempt_settled(round, quorum),
             Phase::Raise { .. } => round.quorum_lost(quorum, confirmed),
             _ => false,
         }
@@ -385,131 +346,46 @@ impl Attempts {
         self.raises = 0;
         self.token = random_hex(cx.entropy.as_mut(), TOKEN_BYTES);
         self.attempt_start = now;
-        if let Some(p) = self.permit.take() {
-            let cmd = self.permit_attempt(cx, &p);
-            self.permit = Some(p);
-            return Next::round(self.into_task(Phase::Attempt), cmd, cx.all_nodes());
-        }
-        if self.shared {
-            // A reader never queues: the queue orders writers.
-            let cmd = scripts::acquire_shared(&self.key, &self.fence_key, &self.token, self.ttl);
-            return Next::round(self.into_task(Phase::Attempt), cmd, cx.all_nodes());
-        }
-        // A campaign on one node is always fair: candidates lead in the
-        // order they started waiting (see `election`).
-        let fair = cx.s.fair || self.leader.is_some();
-        let cmd = match &self.waiter {
-            // One node: a fair lock's every attempt goes through the queue
-            // (a try never queues); a waiter of the default lock joins it
-            // once it waits (its first attempt met contention), so that a
-            // release wakes one waiter, not all of them.
-            Some(waiter) if fair || self.listening => {
-                let lease = if self.wait == Wait::Try {
-                    0
-                } else {
-                    QUEUE_LEASE_MS
-                };
-                self.queued |= lease > 0;
-                scripts::acquire_queued(
-                    &self.key,
-                    &self.fence_key,
-                    &self.token,
-                    self.ttl,
-                    waiter,
-                    lease,
-                    fair,
-                )
-            }
-            _ => {
-                // One node: a writer that will wait keeps new readers out
-                // (Redlock has no readers).
-                let intent = if self.wait == Wait::Try || cx.node_count() > 1 {
-                    0
-                } else {
-                    QUEUE_LEASE_MS
-                };
-                scripts::acquire(
-                    &self.key,
-                    &self.fence_key,
-                    &self.token,
-                    self.ttl,
-                    cx.node_count() > 1,
-                    intent,
-                )
-            }
-        };
+        let cmd = self.attempt_command(cx);
         Next::round(self.into_task(Phase::Attempt), cmd, cx.all_nodes())
     }
 
-    /// The attempt script of a permit; one node's waiter joins the
-    /// semaphore's queue once it waits (never fair, see `semaphore`).
-    fn permit_attempt(
-        &mut self,
-        cx: &mut Context,
-        p: &Permit,
-    ) -> super::super::value::RedisCommand {
-        let waiter = match &self.waiter {
-            Some(w) if self.listening => {
-                let lease = if self.wait == Wait::Try {
-                    0
-                } else {
-                    QUEUE_LEASE_MS
-                };
-                self.queued |= lease > 0;
-                Some((w.as_str(), lease))
-            }
-            _ => None,
+    /// The attempt's script (its kind's, see `part.rs`).
+    fn attempt_command(&mut self, cx: &mut Context) -> RedisCommand {
+        let args = AttemptArgs {
+            key: &self.key,
+            fence_key: &self.fence_key,
+            token: &self.token,
+            ttl: self.ttl,
+            wait: self.wait,
+            waiter: self.waiter.as_deref(),
+            listening: self.listening,
         };
-        p.attempt(cx, &self.fence_key, &self.token, self.ttl, waiter)
+        let (cmd, queued) = self.part.attempt(cx, &args);
+        self.queued |= queued;
+        cmd
     }
 
-    fn after_attempt(self, cx: &mut Context, round: Round, now: Millis) -> Next {
-        if self.permit.is_some() {
-            return self.after_permit_attempt(cx, round, now);
-        }
-        let mut t = Tally::new(cx.node_count());
-        for (i, r) in round.parsed(scripts::parse_acquire) {
-            match r {
-                Ok(AcquireReply::Granted { fence: f }) => {
-                    t.granted += 1;
-                    t.maybe_ours[i] = true;
-                    t.answered(i, f);
-                }
-                // Every answering node's counter counts, granted or not.
-                Ok(AcquireReply::Held { fence: f, pttl }) => {
-                    t.held_pttls.push(pttl);
-                    t.answered(i, f);
-                }
-                Err(e) => t.failed(i, &e),
-            }
-        }
-        self.decide(cx, t, now)
-    }
-
-    /// A permit attempt's answers (see `permit.rs`): the slot granted
+    /// An attempt's answers, read by its kind; a permit's granted slot
     /// becomes the key the raise round and the grant work on.
-    fn after_permit_attempt(mut self, cx: &mut Context, round: Round, now: Millis) -> Next {
-        let Some(mut p) = self.permit.take() else {
-            return self.decide(cx, Tally::new(cx.node_count()), now);
-        };
-        let answer = p.tally(cx, &round, &self.name);
-        if let Some(key) = p.slot_key() {
+    fn after_attempt(mut self, cx: &mut Context, round: Round, now: Millis) -> Next {
+        let answer = self.part.read(cx, &round, &self.name);
+        if let Some(key) = self.part.granted_key() {
             self.key = key;
         }
-        self.permit = Some(p);
         match answer {
-            PermitRound::Refused { error, maybe_ours } => {
+            AttemptRound::Refused { error, maybe_ours } => {
                 self.cleanup(cx, maybe_ours, AfterCleanup::Fail(error), now)
             }
-            PermitRound::Repeat { maybe_ours } if self.abort.is_none() => {
+            AttemptRound::Repeat { maybe_ours } if self.abort.is_none() => {
                 self.cleanup(cx, maybe_ours, AfterCleanup::Retry { at: now }, now)
             }
-            PermitRound::Repeat { maybe_ours } => {
+            AttemptRound::Repeat { maybe_ours } => {
                 let mut t = Tally::new(cx.node_count());
                 t.maybe_ours = maybe_ours;
                 self.decide(cx, t, now)
             }
-            PermitRound::Tallied(t) => self.decide(cx, t, now),
+            AttemptRound::Tallied(t) => self.decide(cx, t, now),
         }
     }
 
@@ -660,7 +536,7 @@ impl Attempts {
         }
         // One node: a refused writer that waits has set the writer intent
         // (see `ACQUIRE`), which it drops if it gives up.
-        self.queued |= self.waiter.is_some() && self.permit.is_none() && !self.shared;
+        self.queued |= self.waiter.is_some() && self.part.sets_writer_intent();
         self.listening = true;
         if self.woken {
             return self.bounded_by_deadline(now, now);
@@ -709,14 +585,7 @@ impl Attempts {
         if !targets.iter().any(|t| *t) {
             return self.after_cleanup(cx, next, now);
         }
-        let cmd = match &self.permit {
-            // One node chose the slot itself: the token may be in any.
-            Some(p) => p.cleanup(&self.token),
-            None if self.shared => {
-                scripts::release_shared(&self.key, &self.fence_key, &self.token, 0)
-            }
-            None => scripts::release(&self.key, &self.fence_key, &self.token, 0),
-        };
+        let cmd = self.part.cleanup(&self.key, &self.fence_key, &self.token);
         Next::round(self.into_task(Phase::Cleanup { next }), cmd, targets)
     }
 
@@ -728,10 +597,7 @@ impl Attempts {
         match (&self.waiter, self.queued) {
             (Some(waiter), true) => {
                 self.queued = false;
-                let cmd = match &self.permit {
-                    Some(p) => p.leave(&self.fence_key, waiter),
-                    None => scripts::leave(&self.key, &self.fence_key, waiter),
-                };
+                let cmd = self.part.leave(&self.key, &self.fence_key, waiter);
                 Next::round(self.into_task(Phase::Leave { next }), cmd, cx.all_nodes())
             }
             _ => self.report(cx, next),
@@ -776,7 +642,7 @@ impl Attempts {
         if self.op.is_none() {
             return Next::Done;
         }
-        if let Some(value) = &self.leader {
+        if let Some(value) = self.part.record() {
             let cmd = election::record(&self.key, &self.token, fence, value);
             let targets = cx.all_nodes();
             return Next::round(self.into_task(Phase::Record { fence }), cmd, targets);
@@ -789,17 +655,8 @@ impl Attempts {
         let Some(op) = self.op else { return Next::Done };
         let id = cx.rt.out.lock_id();
         // A reader's held key is the readers' set; its release wakes the lock's waiters.
-        let held_key = if self.shared {
-            readers_key(&self.key)
-        } else {
-            self.key.clone()
-        };
-        let kind = match &self.permit {
-            Some(p) => LockKind::Permits { limit: p.limit() },
-            None if self.shared => LockKind::Shared,
-            None if self.leader.is_some() => LockKind::Leader,
-            None => LockKind::Exclusive,
-        };
+        let held_key = self.part.held_key(&self.key);
+        let kind = self.part.kind();
         let handle = LockHandle {
             v: 1,
             backend: cx.s.backend,
@@ -809,12 +666,9 @@ impl Attempts {
             fencing_token: fence,
             revision: 0,
             kind,
-            slot: self.permit.as_ref().and_then(Permit::slot),
+            slot: self.part.slot(),
         };
-        let wake_base = self
-            .permit
-            .as_ref()
-            .map_or_else(|| self.key.clone(), |p| p.base().to_string());
+        let wake_base = self.part.wake_base(&self.key).to_string();
         let info = LockInfo {
             id,
             name: self.name.clone(),
@@ -830,8 +684,8 @@ impl Attempts {
             fence_key: self.fence_key,
             wake_base,
             token: self.token,
-            shared: self.shared,
-            leader: self.leader.is_some(),
+            shared: kind == LockKind::Shared,
+            leader: kind == LockKind::Leader,
             hold: None,
             ttl: self.ttl,
             fencing_token: fence,

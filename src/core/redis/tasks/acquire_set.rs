@@ -75,7 +75,7 @@ impl AcquireSetTask {
             validate_name(name)?;
         }
         let ttl = opts.ttl_ms.unwrap_or(cx.s.ttl_ms);
-        super::super::validate_lock_ttl(ttl, cx.s.request_timeout_ms, cx.s.drift_factor)?;
+        super::super::config::validate_lock_ttl(ttl, cx.s.request_timeout_ms, cx.s.drift_factor)?;
         let op = cx.rt.out.op_id();
         if names
             .iter()

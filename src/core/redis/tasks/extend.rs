@@ -29,7 +29,7 @@ pub(in super::super) fn start(
 ) -> Result<Result<ExtendTask, OpId>, LockError> {
     if let Some(t) = ttl_ms {
         validate_ttl("ttl_ms", t)?;
-        super::super::validate_lock_ttl(t, cx.s.request_timeout_ms, cx.s.drift_factor)?;
+        super::super::config::validate_lock_ttl(t, cx.s.request_timeout_ms, cx.s.drift_factor)?;
     }
     let op = cx.rt.out.op_id();
     let Some(h) = cx.locks.get(&lock) else {

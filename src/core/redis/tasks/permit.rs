@@ -1,7 +1,8 @@
 //! A semaphore permit's part of an acquire (see
 //! [`semaphore`](super::super::semaphore)): the attempt, cleanup and leave
 //! commands, and the reading of an attempt's answers into the lock's
-//! [`Tally`], so that `acquire.rs` runs a permit's attempts like a lock's.
+//! [`Tally`], so that `acquire.rs` runs a permit's attempts like a lock's
+//! (see [`Part`]).
 //!
 //! One node takes the lowest free slot; Redlock names one slot on every node,
 //! chosen from the nodes' last answers ([`choose_slot`]). A refused limit
@@ -15,8 +16,9 @@ use super::super::round::{NodeError, Round};
 use super::super::scripts::{self, FreeSlots, PermitReply};
 use super::super::semaphore::{choose_slot, limit_mismatch};
 use super::super::value::RedisCommand;
-use super::acquire::Tally;
-use crate::core::LockError;
+use super::part::{AttemptArgs, AttemptRound, Part};
+use super::tally::Tally;
+use crate::core::LockKind;
 
 /// A Redlock permit attempt that met its named slot held while another
 /// slot is free on a quorum is repeated at once (a try too: a permit is
@@ -43,17 +45,79 @@ pub(super) struct Permit {
     slot_retries: u32,
 }
 
-/// What a permit attempt's answers lead to.
-pub(super) enum PermitRound {
-    /// The acquire fails with `error` (after deleting what `maybe_ours` marks).
-    Refused {
-        error: LockError,
-        maybe_ours: Vec<bool>,
-    },
-    /// The attempt is repeated at once (after the same cleanup).
-    Repeat { maybe_ours: Vec<bool> },
-    /// A lock's attempt on [`Permit::slot_key`]: the acquire decides.
-    Tallied(Tally),
+/// What a permit attempt's answers said, before anything is decided.
+struct Answers {
+    /// The answers as a lock's attempt would count them.
+    t: Tally,
+    /// A node's stored limit other than ours, with holders.
+    mismatch: Option<u32>,
+    /// The largest stored limit with more slots than were declared.
+    needs: Option<u32>,
+    /// The slot granted (where it was).
+    slot: Option<u32>,
+}
+
+impl Part for Permit {
+    fn kind(&self) -> LockKind {
+        LockKind::Permits { limit: self.limit }
+    }
+
+    /// The attempt script; one node's waiter joins the semaphore's queue
+    /// once it waits (never fair, see `semaphore`).
+    fn attempt(&mut self, cx: &mut Context, a: &AttemptArgs<'_>) -> (RedisCommand, bool) {
+        let waiter = match a.waiter {
+            Some(w) if a.listening => Some((w, a.queue_lease())),
+            _ => None,
+        };
+        let redlock = cx.node_count() > 1;
+        let cmd = scripts::acquire_permit(&scripts::PermitAttempt {
+            fence_key: a.fence_key,
+            limit_key: &self.limit_key,
+            base: &self.base,
+            slots: &self.declared,
+            token: a.token,
+            ttl_ms: a.ttl,
+            limit: self.limit,
+            preferred: redlock.then(|| choose_slot(self.limit, &self.free, cx.entropy.as_mut())),
+            count_every_attempt: redlock,
+            waiter,
+        });
+        (cmd, waiter.is_some_and(|(_, lease)| lease > 0))
+    }
+
+    /// A permit attempt waits for every node: its slot choice needs all.
+    fn attempt_settled(&self, _round: &Round, _quorum: usize) -> bool {
+        false
+    }
+
+    fn read(&mut self, cx: &Context, round: &Round, name: &str) -> AttemptRound {
+        self.tally(cx, round, name)
+    }
+
+    /// The key of the slot the last attempt was granted.
+    fn granted_key(&self) -> Option<String> {
+        self.slot.map(|k| permit_key(&self.lock_key, k))
+    }
+
+    /// The semaphore's waiters (queue, leases, channel).
+    fn wake_base<'a>(&'a self, _key: &'a str) -> &'a str {
+        &self.base
+    }
+
+    fn slot(&self) -> Option<u32> {
+        self.slot
+    }
+
+    /// Deletes the attempt's token from whichever slot holds it (one node
+    /// chose the slot itself: an unknown outcome may have taken any).
+    fn cleanup(&self, _key: &str, _fence_key: &str, token: &str) -> RedisCommand {
+        scripts::permit_cleanup(&self.declared, token)
+    }
+
+    /// A queued waiter leaves the semaphore's queue.
+    fn leave(&self, _key: &str, fence_key: &str, waiter: &str) -> RedisCommand {
+        scripts::leave_permits(&self.base, fence_key, waiter)
+    }
 }
 
 impl Permit {
@@ -71,63 +135,57 @@ impl Permit {
         }
     }
 
-    pub(super) fn limit(&self) -> u32 {
-        self.limit
-    }
-
-    /// Whose waiters a release wakes (`Held::wake_base`), and its channel's base.
-    pub(super) fn base(&self) -> &str {
-        &self.base
-    }
-
-    /// The slot the last attempt was granted.
-    pub(super) fn slot(&self) -> Option<u32> {
-        self.slot
-    }
-
-    /// The key of the slot the last attempt was granted.
-    pub(super) fn slot_key(&self) -> Option<String> {
-        self.slot.map(|k| permit_key(&self.lock_key, k))
-    }
-
-    /// The attempt script (`waiter`: one node's queue id and lease, once it waits).
-    pub(super) fn attempt(
-        &self,
-        cx: &mut Context,
-        fence_key: &str,
-        token: &str,
-        ttl_ms: u64,
-        waiter: Option<(&str, u64)>,
-    ) -> RedisCommand {
-        let redlock = cx.node_count() > 1;
-        scripts::acquire_permit(&scripts::PermitAttempt {
-            fence_key,
-            limit_key: &self.limit_key,
-            base: &self.base,
-            slots: &self.declared,
-            token,
-            ttl_ms,
-            limit: self.limit,
-            preferred: redlock.then(|| choose_slot(self.limit, &self.free, cx.entropy.as_mut())),
-            count_every_attempt: redlock,
-            waiter,
-        })
-    }
-
-    /// Deletes the attempt's token from whichever slot holds it (one node
-    /// chose the slot itself: an unknown outcome may have taken any).
-    pub(super) fn cleanup(&self, token: &str) -> RedisCommand {
-        scripts::permit_cleanup(&self.declared, token)
-    }
-
-    /// A queued waiter leaves the semaphore's queue.
-    pub(super) fn leave(&self, fence_key: &str, waiter: &str) -> RedisCommand {
-        scripts::leave_permits(&self.base, fence_key, waiter)
-    }
-
     /// Reads an attempt's answers (see the module docs).
-    pub(super) fn tally(&mut self, cx: &Context, round: &Round, name: &str) -> PermitRound {
+    fn tally(&mut self, cx: &Context, round: &Round, name: &str) -> AttemptRound {
         let n = cx.node_count();
+        let Answers {
+            mut t,
+            mismatch,
+            needs,
+            slot,
+        } = self.read_answers(n, round);
+        self.slot = slot;
+        if let Some(stored) = mismatch {
+            return AttemptRound::Refused {
+                error: limit_mismatch(name, stored, self.limit),
+                maybe_ours: t.maybe_ours,
+            };
+        }
+        if let Some(stored) = needs {
+            // Not contention nor unavailability: the same attempt again,
+            // declaring the stored limit's slots.
+            self.declared = permit_keys(&self.lock_key, stored);
+            return AttemptRound::Repeat {
+                maybe_ours: t.maybe_ours,
+            };
+        }
+        // Another slot is free on a quorum: name it at once.
+        let q = cx.quorum_size();
+        let contended = t.granted < q && t.granted + t.held_pttls.len() >= q;
+        let free_on_quorum =
+            (0..self.limit).any(|k| self.free.iter().filter(|f| (*f >> k) & 1 == 1).count() >= q);
+        if n > 1 && contended && free_on_quorum && self.slot_retries < MAX_SLOT_RETRIES {
+            self.slot_retries += 1;
+            return AttemptRound::Repeat {
+                maybe_ours: t.maybe_ours,
+            };
+        }
+        self.slot_retries = 0;
+        if n > 1 {
+            // "Another slot is free" (wait 0) after the quick retries ran
+            // out is a split vote, not a time: wait as for the lock's.
+            for w in &mut t.held_pttls {
+                if *w == Some(0) {
+                    *w = None;
+                }
+            }
+        }
+        AttemptRound::Tallied(t)
+    }
+
+    /// Each node's answer, into the lock's tally and this permit's free
+    /// slots (`self.free`).
+    fn read_answers(&mut self, n: usize, round: &Round) -> Answers {
         let mut t = Tally::new(n);
         let (mut mismatch, mut needs) = (None, None);
         let mut slot = None;
@@ -169,42 +227,11 @@ impl Permit {
                 Err(e) => t.failed(i, &e),
             }
         }
-        self.slot = slot;
-        if let Some(stored) = mismatch {
-            return PermitRound::Refused {
-                error: limit_mismatch(name, stored, self.limit),
-                maybe_ours: t.maybe_ours,
-            };
+        Answers {
+            t,
+            mismatch,
+            needs,
+            slot,
         }
-        if let Some(stored) = needs {
-            // Not contention nor unavailability: the same attempt again,
-            // declaring the stored limit's slots.
-            self.declared = permit_keys(&self.lock_key, stored);
-            return PermitRound::Repeat {
-                maybe_ours: t.maybe_ours,
-            };
-        }
-        // Another slot is free on a quorum: name it at once.
-        let q = cx.quorum_size();
-        let contended = t.granted < q && t.granted + t.held_pttls.len() >= q;
-        let free_on_quorum =
-            (0..self.limit).any(|k| self.free.iter().filter(|f| (*f >> k) & 1 == 1).count() >= q);
-        if n > 1 && contended && free_on_quorum && self.slot_retries < MAX_SLOT_RETRIES {
-            self.slot_retries += 1;
-            return PermitRound::Repeat {
-                maybe_ours: t.maybe_ours,
-            };
-        }
-        self.slot_retries = 0;
-        if n > 1 {
-            // "Another slot is free" (wait 0) after the quick retries ran
-            // out is a split vote, not a time: wait as for the lock's.
-            for w in &mut t.held_pttls {
-                if *w == Some(0) {
-                    *w = None;
-                }
-            }
-        }
-        PermitRound::Tallied(t)
     }
 }

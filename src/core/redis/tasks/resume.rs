@@ -102,43 +102,36 @@ impl Task for ResumeTask {
     }
 
     fn step(self: Box<Self>, cx: &mut Context, round: Option<Round>, now: Millis) -> Next {
-        let ResumeTask {
-            op,
-            handle,
-            fence_key,
-            wake_base,
-            shared,
-            started,
-        } = *self;
-        let round = match round {
-            Some(round) => round,
-            None if !started => {
-                let cmd = if shared {
-                    scripts::status_shared(&handle.key, &fence_key, &handle.owner)
-                } else {
-                    scripts::status(&handle.key, &fence_key, Some(&handle.owner))
-                };
-                return Next::round(
-                    ResumeTask {
-                        op,
-                        handle,
-                        fence_key,
-                        wake_base,
-                        shared,
-                        started: true,
-                    },
-                    cmd,
-                    cx.all_nodes(),
-                );
-            }
+        match round {
+            Some(round) => (*self).after_status(cx, &round, now),
+            None if !self.started => (*self).ask_status(cx),
             None => {
                 cx.rt.out.fail(
-                    op,
+                    self.op,
                     LockError::internal("a resume was stepped without its round"),
                 );
-                return Next::Done;
+                Next::Done
             }
+        }
+    }
+}
+
+impl ResumeTask {
+    /// Asks every node whether the handle's owner still holds its key.
+    fn ask_status(mut self, cx: &mut Context) -> Next {
+        let (key, owner) = (&self.handle.key, &self.handle.owner);
+        let cmd = if self.shared {
+            scripts::status_shared(key, &self.fence_key, owner)
+        } else {
+            scripts::status(key, &self.fence_key, Some(owner))
         };
+        self.started = true;
+        Next::round(self, cmd, cx.all_nodes())
+    }
+
+    /// Adopts the lock if a quorum vouches for the owner long enough;
+    /// otherwise reports why not (the nodes' errors, or the lock is lost).
+    fn after_status(self, cx: &mut Context, round: &Round, now: Millis) -> Next {
         let parsed = round.parsed(scripts::parse_status);
         let mine: Vec<u64> = parsed
             .iter()
@@ -156,51 +149,63 @@ impl Task for ResumeTask {
             })
             .filter(|e| *e > now);
         match exp {
-            Some(exp) => {
-                let id = cx.rt.out.lock_id();
-                let ttl = cx.s.ttl_ms;
-                let info = LockInfo {
-                    id,
-                    name: handle.name.clone(),
-                    fencing_token: handle.fencing_token,
-                    expires_at: exp,
-                    handle: handle.clone(),
-                };
-                let held = Held {
-                    id,
-                    name: handle.name,
-                    key: handle.key,
-                    fence_key,
-                    wake_base,
-                    token: handle.owner,
-                    shared,
-                    leader: handle.kind == LockKind::Leader,
-                    hold: None,
-                    ttl,
-                    fencing_token: handle.fencing_token,
-                    expires_at: exp,
-                    renew: cx.s.auto_extend,
-                    renewal: None,
-                    last_error: None,
-                };
-                // Soon: the remaining lifetime is whatever the previous owner left.
-                cx.hold(held, now + (ttl / 3).min((exp - now) / 2));
-                cx.rt.out.complete(op, Ok(Outcome::Acquired(info)));
-            }
+            Some(exp) => self.adopt(cx, exp, now),
             None if mine.len() + failed >= q && failed > 0 => {
-                let error = cx.round_error(&handle.name, Round::first_error(&parsed), mine.len());
-                cx.rt.out.fail(op, error);
+                let error =
+                    cx.round_error(&self.handle.name, Round::first_error(&parsed), mine.len());
+                cx.rt.out.fail(self.op, error);
             }
             None => {
                 let reason = "the handle's key is no longer held by its owner".to_string();
                 let error = LockError::Lost {
                     backend: cx.backend_str(),
-                    name: handle.name,
+                    name: self.handle.name,
                     reason,
                 };
-                cx.rt.out.fail(op, error);
+                cx.rt.out.fail(self.op, error);
             }
         }
         Next::Done
+    }
+
+    /// Holds the resumed lock until `exp` and answers the operation with it.
+    fn adopt(self, cx: &mut Context, exp: Millis, now: Millis) {
+        let ResumeTask {
+            op,
+            handle,
+            fence_key,
+            wake_base,
+            shared,
+            started: _,
+        } = self;
+        let id = cx.rt.out.lock_id();
+        let ttl = cx.s.ttl_ms;
+        let info = LockInfo {
+            id,
+            name: handle.name.clone(),
+            fencing_token: handle.fencing_token,
+            expires_at: exp,
+            handle: handle.clone(),
+        };
+        let held = Held {
+            id,
+            name: handle.name,
+            key: handle.key,
+            fence_key,
+            wake_base,
+            token: handle.owner,
+            shared,
+            leader: handle.kind == LockKind::Leader,
+            hold: None,
+            ttl,
+            fencing_token: handle.fencing_token,
+            expires_at: exp,
+            renew: cx.s.auto_extend,
+            renewal: None,
+            last_error: None,
+        };
+        // Soon: the remaining lifetime is whatever the previous owner left.
+        cx.hold(held, now + (ttl / 3).min((exp - now) / 2));
+        cx.rt.out.complete(op, Ok(Outcome::Acquired(info)));
     }
 }
