@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::core::json_fields::{string_item, Fields};
+use crate::core::json_fields::{parse, string_item, Fields};
 
 use crate::core::d1::{D1Config, D1Machine};
 use crate::core::durable::{DurableConfig, DurableEndpoint, DurableMachine};
@@ -550,35 +550,6 @@ fn set<T>(field: &mut T, value: Option<T>) {
     if let Some(v) = value {
         *field = v;
     }
-}
-
-/// Parses `json` as the options of `what` with `read`. Error messages name
-/// fields and expected types but never repeat a value, which could be a
-/// token put in the wrong field (JSON syntax errors drop quoted text).
-pub(crate) fn parse<T>(
-    what: &str,
-    json: &str,
-    read: impl FnOnce(&Value) -> Result<T, String>,
-) -> Result<T, LockError> {
-    let v: Value = serde_json::from_str(json)
-        .map_err(|e| LockError::invalid(format!("{what}: {}", drop_quoted(&e.to_string()))))?;
-    read(&v).map_err(|e| LockError::invalid(format!("{what}: {e}")))
-}
-
-fn drop_quoted(message: &str) -> String {
-    let mut out = String::with_capacity(message.len());
-    let mut in_quotes = false;
-    for c in message.chars() {
-        if c == '"' {
-            if !in_quotes {
-                out.push_str("\"…\"");
-            }
-            in_quotes = !in_quotes;
-        } else if !in_quotes {
-            out.push(c);
-        }
-    }
-    out
 }
 
 #[cfg(test)]

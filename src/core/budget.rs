@@ -26,7 +26,7 @@ use std::collections::VecDeque;
 
 use crate::core::runtime::VecMap;
 
-use super::operation::{Capabilities, Operation};
+use super::operation::{Capabilities, Event, Operation};
 use super::types::*;
 use super::{LockError, LockMachine};
 

@@ -5,7 +5,7 @@
 //! driver loop with a compiled example. Tests and simulations may drive a
 //! machine by hand with the same loop.
 
-use super::operation::{Capabilities, Operation};
+use super::operation::{Capabilities, Event, Operation};
 use super::types::*;
 use super::LockError;
 

@@ -129,7 +129,7 @@
 use std::collections::VecDeque;
 
 use super::names::validate_name;
-use super::operation::{check_acquire_all_names, Capabilities, Operation, Outcome};
+use super::operation::{check_acquire_all_names, Capabilities, Event, Operation, Outcome};
 use super::types::*;
 use super::{LockError, LockMachine};
 

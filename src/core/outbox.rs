@@ -2,7 +2,7 @@
 
 use std::collections::VecDeque;
 
-use super::operation::Outcome;
+use super::operation::{Event, Outcome};
 use super::types::*;
 use super::LockError;
 

@@ -63,7 +63,7 @@ use std::collections::VecDeque;
 
 use crate::core::runtime::VecMap;
 
-use super::operation::{Operation, Outcome};
+use super::operation::{Event, Operation, Outcome};
 use super::types::*;
 use super::{LockError, LockMachine};
 

@@ -33,7 +33,7 @@ use crate::core::runtime::VecMap;
 use serde_json::Value;
 
 use super::EtcdAuth;
-use crate::core::operation::{Capabilities, Operation};
+use crate::core::operation::{Capabilities, Event, Operation};
 use crate::core::types::*;
 use crate::core::{LockError, LockMachine};
 
