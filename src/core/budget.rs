@@ -27,7 +27,7 @@ use std::collections::VecDeque;
 use crate::core::runtime::VecMap;
 
 use super::operation::{Capabilities, Event, Operation};
-use super::types::*;
+use super::types::{BackendKind, Input, Millis, OpId, RequestId, Transmit, TransportError};
 use super::{LockError, LockMachine};
 
 /// What the wrapper needs to know about an operation it started.

@@ -6,7 +6,9 @@
 //! machine by hand with the same loop.
 
 use super::operation::{Capabilities, Event, Operation};
-use super::types::*;
+use super::types::{
+    AcquireOptions, BackendKind, Input, LockHandle, LockId, Millis, OpId, Transmit,
+};
 use super::LockError;
 
 /// A lock protocol as a sans-IO state machine.

@@ -6,12 +6,12 @@
 //! it; drivers, the session and the budget wrapper pass operations through
 //! without looking inside, so they do not change.
 
+use super::error::LockError;
 pub use super::kind::{KindFamily, LockKind, MAX_PERMITS};
 use super::types::{
     AcquireOptions, BackendKind, Leadership, LockHandle, LockId, LockInfo, LockStatus, LostReason,
     Millis, OpId, Wait,
 };
-use super::LockError;
 
 /// The largest campaign value, in bytes of UTF-8.
 pub const MAX_CAMPAIGN_VALUE: usize = 4096;

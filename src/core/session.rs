@@ -64,7 +64,10 @@ use std::collections::VecDeque;
 use crate::core::runtime::VecMap;
 
 use super::operation::{Event, Operation, Outcome};
-use super::types::*;
+use super::types::{
+    BackendKind, HttpRequest, Input, LockId, LostReason, Millis, OpId, RequestId,
+    Transmit,
+};
 use super::{LockError, LockMachine};
 
 /// What a session asks of its driver, in order.
