@@ -223,7 +223,7 @@ impl Operation {
 }
 
 /// The successful result of an operation, carried by
-/// [`Event::Completed`](super::Event::Completed).
+/// [`Event::Completed`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Outcome {
     /// An acquire or resume was granted.
