@@ -26,8 +26,8 @@ use std::collections::VecDeque;
 
 use crate::core::runtime::VecMap;
 
-use super::operation::{Capabilities, Operation};
-use super::types::*;
+use super::operation::{Capabilities, Event, Operation};
+use super::types::{BackendKind, Input, Millis, OpId, RequestId, Transmit, TransportError};
 use super::{LockError, LockMachine};
 
 /// What the wrapper needs to know about an operation it started.

@@ -13,6 +13,8 @@ use std::cell::RefCell;
 
 use serde_json::{Map, Value};
 
+use super::error::LockError;
+
 /// The fields of one JSON object. The keys a reader asks for are recorded,
 /// so that [`Fields::finish`] can refuse the others without a second list of
 /// known names to keep in step with the reads.
@@ -206,6 +208,35 @@ pub(crate) fn string_item(v: &Value) -> Result<String, String> {
     v.as_str()
         .map(str::to_string)
         .ok_or_else(|| "expected strings".to_string())
+}
+
+/// Parses `json` as the options of `what` with `read`. Error messages name
+/// fields and expected types but never repeat a value, which could be a
+/// token put in the wrong field (JSON syntax errors drop quoted text).
+pub(crate) fn parse<T>(
+    what: &str,
+    json: &str,
+    read: impl FnOnce(&Value) -> Result<T, String>,
+) -> Result<T, LockError> {
+    let v: Value = serde_json::from_str(json)
+        .map_err(|e| LockError::invalid(format!("{what}: {}", drop_quoted(&e.to_string()))))?;
+    read(&v).map_err(|e| LockError::invalid(format!("{what}: {e}")))
+}
+
+fn drop_quoted(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut in_quotes = false;
+    for c in message.chars() {
+        if c == '"' {
+            if !in_quotes {
+                out.push_str("\"…\"");
+            }
+            in_quotes = !in_quotes;
+        } else if !in_quotes {
+            out.push(c);
+        }
+    }
+    out
 }
 
 #[cfg(test)]

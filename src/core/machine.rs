@@ -5,8 +5,10 @@
 //! driver loop with a compiled example. Tests and simulations may drive a
 //! machine by hand with the same loop.
 
-use super::operation::{Capabilities, Operation};
-use super::types::*;
+use super::operation::{Capabilities, Event, Operation};
+use super::types::{
+    AcquireOptions, BackendKind, Input, LockHandle, LockId, Millis, OpId, Transmit,
+};
 use super::LockError;
 
 /// A lock protocol as a sans-IO state machine.

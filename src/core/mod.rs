@@ -12,6 +12,7 @@ pub mod error;
 pub mod etcd;
 pub(crate) mod json_fields;
 pub mod json_stream;
+mod kind;
 pub(crate) mod lease;
 pub mod machine;
 pub mod multi;
@@ -29,7 +30,7 @@ pub use error::LockError;
 pub use machine::{LockMachine, LockMachineExt};
 pub use multi::MultiLock;
 pub use operation::{
-    check_acquire_all_names, check_campaign_value, Capabilities, KindFamily, LockKind, Operation,
-    Outcome, MAX_ACQUIRE_ALL, MAX_CAMPAIGN_VALUE, MAX_PERMITS,
+    check_acquire_all_names, check_campaign_value, Capabilities, Event, KindFamily, LockKind,
+    Operation, Outcome, MAX_ACQUIRE_ALL, MAX_CAMPAIGN_VALUE, MAX_PERMITS,
 };
 pub use types::*;

@@ -129,8 +129,10 @@
 use std::collections::VecDeque;
 
 use super::names::validate_name;
-use super::operation::{check_acquire_all_names, Capabilities, Operation, Outcome};
-use super::types::*;
+use super::operation::{check_acquire_all_names, Capabilities, Event, Operation, Outcome};
+use super::types::{
+    AcquireOptions, BackendKind, Input, LockId, LockInfo, Millis, OpId, Transmit, Wait,
+};
 use super::{LockError, LockMachine};
 
 /// One `AcquireAll` in progress.

@@ -6,84 +6,18 @@
 //! it; drivers, the session and the budget wrapper pass operations through
 //! without looking inside, so they do not change.
 
+use super::error::LockError;
+pub use super::kind::{KindFamily, LockKind, MAX_PERMITS};
 use super::types::{
-    AcquireOptions, BackendKind, Leadership, LockHandle, LockId, LockInfo, LockStatus, Millis, Wait,
+    AcquireOptions, BackendKind, Leadership, LockHandle, LockId, LockInfo, LockStatus, LostReason,
+    Millis, OpId, Wait,
 };
-use super::LockError;
-
-/// What kind of hold an acquire asks for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-#[non_exhaustive]
-pub enum LockKind {
-    /// One holder at a time (a mutex).
-    #[default]
-    Exclusive,
-    /// Any number of shared holders, or one exclusive holder (the reader side
-    /// of a read-write lock; the writer side is [`LockKind::Exclusive`]).
-    Shared,
-    /// At most `limit` holders at once (a semaphore).
-    Permits {
-        /// How many holders the name admits at once (≥ 1).
-        limit: u32,
-    },
-    /// The leader of an election: one holder at a time, like
-    /// [`LockKind::Exclusive`], whose hold carries a value that
-    /// [`Operation::Leader`] reports. Granted by [`Operation::Campaign`] only.
-    Leader,
-}
 
 /// The largest campaign value, in bytes of UTF-8.
 pub const MAX_CAMPAIGN_VALUE: usize = 4096;
 
 /// The most names one [`Operation::AcquireAll`] may take.
 pub const MAX_ACQUIRE_ALL: usize = 16;
-
-/// The largest `limit` a semaphore may have. Every backend keeps one slot
-/// record per permit, and etcd's transactions are capped at 128 operations.
-pub const MAX_PERMITS: u32 = 100;
-
-impl LockKind {
-    /// A semaphore of `limit` permits, checked: `INVALID_ARGUMENT` for 0 or
-    /// above [`MAX_PERMITS`].
-    pub fn permits(limit: u64) -> Result<LockKind, LockError> {
-        if limit == 0 || limit > MAX_PERMITS as u64 {
-            return Err(LockError::invalid(format!(
-                "a semaphore's limit must be an integer in 1..={MAX_PERMITS}, not {limit}"
-            )));
-        }
-        Ok(LockKind::Permits {
-            limit: limit as u32,
-        })
-    }
-
-    /// The kind's name and parameter, for messages ("exclusive", "shared",
-    /// "permit of a semaphore of 3").
-    pub fn describe(self) -> String {
-        match self {
-            LockKind::Permits { limit } => format!("permit of a semaphore of {limit}"),
-            k => k.as_str().to_string(),
-        }
-    }
-
-    /// The kind's name in messages and capability lists.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            LockKind::Exclusive => "exclusive",
-            LockKind::Shared => "shared",
-            LockKind::Permits { .. } => "permits",
-            LockKind::Leader => "leader",
-        }
-    }
-
-    fn family(self) -> KindFamily {
-        match self {
-            LockKind::Exclusive => KindFamily::Exclusive,
-            LockKind::Shared => KindFamily::Shared,
-            LockKind::Permits { .. } => KindFamily::Permits,
-            LockKind::Leader => KindFamily::Leader,
-        }
-    }
-}
 
 /// The error of a machine asked for an operation it does not serve (its
 /// capabilities should have refused it first; [`Operation::AcquireAll`] is
@@ -137,21 +71,6 @@ pub fn check_acquire_all_names(names: &[String]) -> Result<(), LockError> {
         }
     }
     Ok(())
-}
-
-/// A [`LockKind`] without its parameters, for capability lists.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum KindFamily {
-    /// [`LockKind::Exclusive`].
-    Exclusive,
-    /// [`LockKind::Shared`].
-    Shared,
-    /// [`LockKind::Permits`] with any limit.
-    Permits,
-    /// [`LockKind::Leader`]: elections ([`Operation::Campaign`],
-    /// [`Operation::Proclaim`], [`Operation::Leader`], [`Operation::Observe`]).
-    Leader,
 }
 
 /// One user operation. Every machine takes the same value through
@@ -304,7 +223,7 @@ impl Operation {
 }
 
 /// The successful result of an operation, carried by
-/// [`Event::Completed`](super::Event::Completed).
+/// [`Event::Completed`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Outcome {
     /// An acquire or resume was granted.
@@ -502,6 +421,35 @@ impl Capabilities {
         }
         Ok(())
     }
+}
+
+/// What the core tells the driver: the completion of an operation, or news
+/// about a held lock.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// Operation `op` finished: every operation completes exactly once.
+    Completed {
+        /// The operation, as `start` / `close` returned it.
+        op: OpId,
+        /// Its typed outcome, or why it failed.
+        result: Result<Outcome, LockError>,
+    },
+    /// Automatic renewal moved a lock's validity forward.
+    Renewed {
+        /// The renewed lock.
+        lock: LockId,
+        /// New conservative end of validity on the driver's clock.
+        expires_at: Millis,
+    },
+    /// A held lock is no longer held. Emitted once per lock; the lock is forgotten.
+    Lost {
+        /// The lost lock.
+        lock: LockId,
+        /// Its name, for messages.
+        name: String,
+        /// Why it was lost.
+        reason: LostReason,
+    },
 }
 
 #[cfg(test)]

@@ -2,8 +2,8 @@
 
 use std::collections::VecDeque;
 
-use super::operation::Outcome;
-use super::types::*;
+use super::operation::{Event, Outcome};
+use super::types::{HttpRequest, LockId, LostReason, Millis, OpId, RequestId, Transmit};
 use super::LockError;
 
 /// Allocates request, operation and lock ids, and queues the transmits and

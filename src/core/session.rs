@@ -63,8 +63,11 @@ use std::collections::VecDeque;
 
 use crate::core::runtime::VecMap;
 
-use super::operation::{Operation, Outcome};
-use super::types::*;
+use super::operation::{Event, Operation, Outcome};
+use super::types::{
+    BackendKind, HttpRequest, Input, LockId, LostReason, Millis, OpId, RequestId,
+    Transmit,
+};
 use super::{LockError, LockMachine};
 
 /// What a session asks of its driver, in order.

@@ -5,7 +5,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::operation::{LockKind, Outcome, MAX_PERMITS};
+use super::error::LockError;
+use super::json_fields::{parse, Fields};
+use super::kind::{LockKind, MAX_PERMITS};
 
 /// Milliseconds on the driver's clock. The origin is arbitrary, but it must never
 /// go backwards within one machine's life (drivers use a monotonic clock).
@@ -225,7 +227,7 @@ impl Input {
 /// How long an acquire may wait for a held lock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Wait {
-    /// Try once: if someone else holds the lock, finish with [`Outcome::NotAcquired`].
+    /// Try once: if someone else holds the lock, finish with [`Outcome::NotAcquired`](super::Outcome::NotAcquired).
     Try,
     /// Wait up to this many milliseconds, then fail with `LockError::Timeout`.
     For(u64),
@@ -343,9 +345,9 @@ impl LockHandle {
     /// Reads the JSON of a handle (as its `Serialize` writes it and the npm
     /// package's `toJSON()` returns it); unknown fields are ignored (no
     /// `finish`: the handle format may grow fields).
-    pub fn from_json(json: &str) -> Result<LockHandle, crate::core::LockError> {
-        crate::core::backend::parse("lock handle", json, |v| {
-            let f = crate::core::json_fields::Fields::new(v)?;
+    pub fn from_json(json: &str) -> Result<LockHandle, LockError> {
+        parse("lock handle", json, |v| {
+            let f = Fields::new(v)?;
             let backend = BackendKind::ALL.map(BackendKind::as_str);
             const KINDS: [BackendKind; BackendKind::ALL.len()] = BackendKind::ALL;
             let mode = f
@@ -394,11 +396,11 @@ impl LockHandle {
     /// Refuses (`INVALID_ARGUMENT`) a handle whose kind is not `expected`:
     /// a permit of a semaphore of 3 is not resumed as a shared hold, nor as a
     /// permit of a semaphore of 5.
-    pub fn check_kind(&self, expected: LockKind) -> Result<(), crate::core::LockError> {
+    pub fn check_kind(&self, expected: LockKind) -> Result<(), LockError> {
         if self.kind == expected {
             return Ok(());
         }
-        Err(crate::core::LockError::invalid(format!(
+        Err(LockError::invalid(format!(
             "the handle is of a {} hold, not the {} asked for",
             self.kind.describe(),
             expected.describe()
@@ -560,35 +562,6 @@ impl std::fmt::Display for LostReason {
             LostReason::ClientClosed => write!(f, "the client was closed"),
         }
     }
-}
-
-/// What the core tells the driver: the completion of an operation, or news
-/// about a held lock.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Event {
-    /// Operation `op` finished: every operation completes exactly once.
-    Completed {
-        /// The operation, as `start` / `close` returned it.
-        op: OpId,
-        /// Its typed outcome, or why it failed.
-        result: Result<Outcome, crate::core::LockError>,
-    },
-    /// Automatic renewal moved a lock's validity forward.
-    Renewed {
-        /// The renewed lock.
-        lock: LockId,
-        /// New conservative end of validity on the driver's clock.
-        expires_at: Millis,
-    },
-    /// A held lock is no longer held. Emitted once per lock; the lock is forgotten.
-    Lost {
-        /// The lost lock.
-        lock: LockId,
-        /// Its name, for messages.
-        name: String,
-        /// Why it was lost.
-        reason: LostReason,
-    },
 }
 
 /// The source of owner tokens and jitter, injected so that the core never reads

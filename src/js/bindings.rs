@@ -15,10 +15,11 @@ use super::args::{limit_of, lock_kind, mode_name, whole_number};
 use super::clock::to_epoch_ms;
 use super::driver::{Driver, LockNotice};
 use super::entropy::JsEntropy;
+use crate::core::backend::backend_named;
 use crate::core::error::ERROR_CODES;
 use crate::core::{
-    AcquireOptions, BackendKind, BackendSpec, Holder, LockError, LockHandle, LockId, LockInfo,
-    LockKind, LockStatus, OpId, Operation, Outcome, Wait,
+    AcquireOptions, BackendSpec, Holder, LockError, LockHandle, LockId, LockInfo, LockKind,
+    LockStatus, OpId, Operation, Outcome, Wait,
 };
 
 /// One lock client (any backend) as JavaScript sees it.
@@ -29,8 +30,8 @@ pub struct RawLocks {
 
 #[wasm_bindgen]
 impl RawLocks {
-    /// A client for `backend` ("etcd", "redis", "redlock",
-    /// "durable-object" or "d1") with its
+    /// A client for `backend` (a name of the core's backend table: "etcd",
+    /// "redis", "redlock", "durable-object" or "d1") with its
     /// `options_json` (see `BackendSpec::from_json`); `fetch`: the injected
     /// fetch, if any; `bindings`: an object of bindings requests may target.
     pub fn connect(
@@ -40,14 +41,14 @@ impl RawLocks {
         bindings: Option<Object>,
     ) -> Result<RawLocks, JsValue> {
         let build = || -> Result<RawLocks, LockError> {
-            let kind = BackendKind::from_name(backend).ok_or_else(|| {
+            let entry = backend_named(backend).ok_or_else(|| {
                 LockError::invalid(format!(
                     "unknown backend {:?}",
                     backend.chars().take(20).collect::<String>()
                 ))
             })?;
-            let machine =
-                BackendSpec::from_json(kind, options_json)?.build(Box::new(JsEntropy::new()?))?;
+            let machine = BackendSpec::from_json(entry.kind(), options_json)?
+                .build(Box::new(JsEntropy::new()?))?;
             Ok(RawLocks {
                 driver: Driver::new(machine, fetch, bindings.map(JsValue::from))?,
             })

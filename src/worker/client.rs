@@ -26,9 +26,9 @@ use js_sys::{Function, Object, Reflect};
 use wasm_bindgen::closure::Closure;
 use wasm_bindgen::{JsCast, JsValue};
 
-use super::config::{cleanup_requests, Config};
+use super::config::Config;
+use crate::core::backend::{Binding, BindingKind};
 use crate::core::budget::Budgeted;
-use crate::core::durable::DurableEndpoint;
 use crate::core::{
     AcquireOptions, BackendSpec, Leadership, LockError, LockHandle, LockId, LockInfo, LockKind,
     LockStatus, Operation,
@@ -72,21 +72,23 @@ fn worker_env() -> Option<JsValue> {
         .filter(|env| env.is_object())
 }
 
-/// The bindings object for `backend`: `{ <binding>: router }` for a
-/// `durable-object` backend reached by binding, else none.
+/// The bindings object for `backend`'s binding (the lock service's
+/// namespace, or a D1 database), if it has one.
 fn bindings_for(
     backend: &BackendSpec,
     count: &Rc<Cell<u32>>,
 ) -> Result<Option<JsValue>, LockError> {
-    if let BackendSpec::D1(c) = backend {
-        return super::d1::bindings(worker_env(), &c.binding, count).map(Some);
+    let Some(Binding { name, kind }) = backend.config().binding() else {
+        return Ok(None);
+    };
+    match kind {
+        BindingKind::D1Database => super::d1::bindings(worker_env(), name, count).map(Some),
+        BindingKind::DurableObjectNamespace => lock_service_bindings(name, count).map(Some),
     }
-    let BackendSpec::DurableObject(c) = backend else {
-        return Ok(None);
-    };
-    let DurableEndpoint::Binding(name) = &c.endpoint else {
-        return Ok(None);
-    };
+}
+
+/// `{ <name>: router }` over the Durable Object namespace bound as `name`.
+fn lock_service_bindings(name: &str, count: &Rc<Cell<u32>>) -> Result<JsValue, LockError> {
     let namespace = worker_env()
         .and_then(|env| Reflect::get(&env, &JsValue::from_str(name)).ok())
         .filter(|ns| ns.is_object());
@@ -102,7 +104,7 @@ fn bindings_for(
         &lock_router(namespace, count.clone()),
     )
     .map_err(|_| LockError::internal("could not build the bindings object"))?;
-    Ok(Some(bindings.into()))
+    Ok(bindings.into())
 }
 
 /// `{ fetch(url, init) }` sending each request to the object of `namespace`
@@ -139,7 +141,8 @@ fn lock_router(namespace: JsValue, count: Rc<Cell<u32>>) -> JsValue {
 impl LockClient {
     /// `budget`: subrequests the lock may use in this invocation.
     pub fn new(config: &Config, budget: u32) -> Result<LockClient, LockError> {
-        let reserve = cleanup_requests(&config.backend);
+        // Requests kept back for releasing and cleaning up when the budget runs low.
+        let reserve = config.backend.config().cleanup_requests();
         let inner = config.backend.clone().build(Box::new(JsEntropy::new()?))?;
         let machine = Box::new(Budgeted::new(inner, budget, reserve));
         let fetches = Rc::new(Cell::new(0));

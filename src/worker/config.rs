@@ -27,26 +27,12 @@
 //! ever puts a value of a token binding into a message.
 
 use super::auth::AccessPolicy;
+use crate::core::backend::{backend, backend_named};
 use crate::core::d1::D1Config;
 use crate::core::durable::{DurableConfig, DurableEndpoint};
 use crate::core::etcd::{EtcdAuth, EtcdConfig};
 use crate::core::redis::{RedisConfig, RedisNode, RedlockConfig};
-use crate::core::{BackendSpec, LockError, LockKind, MAX_PERMITS};
-
-/// Requests kept back for releasing and cleaning up when the budget runs
-/// low: one owner-checked delete per Redis node; etcd deletes the key and
-/// revokes the invocation's session lease.
-pub fn cleanup_requests(backend: &BackendSpec) -> u32 {
-    match backend {
-        BackendSpec::Etcd(_) => 2,
-        BackendSpec::Redis(_) => 1,
-        BackendSpec::Redlock(c) => c.nodes.len() as u32,
-        // One owner-checked release of the lock's object.
-        BackendSpec::DurableObject(_) => 1,
-        // One owner-checked release batch.
-        BackendSpec::D1(_) => 1,
-    }
-}
+use crate::core::{BackendKind, BackendSpec, LockError, LockKind, MAX_PERMITS};
 
 /// The Durable Object namespace binding the `durable-object` backend uses
 /// (declared in `wrangler.toml`).
@@ -176,13 +162,14 @@ impl Common {
 /// Reads one backend's variables into its spec.
 pub type BackendVars = fn(Vars, Common) -> Result<BackendSpec, LockError>;
 
-/// Each `EDGELOCK_BACKEND` value and the function reading its variables.
-pub const BACKENDS: &[(&str, BackendVars)] = &[
-    ("etcd", etcd_vars),
-    ("redis", redis_vars),
-    ("redlock", redlock_vars),
-    ("durable-object", durable_vars),
-    ("d1", d1_vars),
+/// The function reading each backend's variables (the `EDGELOCK_BACKEND`
+/// value naming it comes from the core's backend table).
+pub const BACKENDS: &[(BackendKind, BackendVars)] = &[
+    (BackendKind::Etcd, etcd_vars),
+    (BackendKind::Redis, redis_vars),
+    (BackendKind::Redlock, redlock_vars),
+    (BackendKind::DurableObject, durable_vars),
+    (BackendKind::D1, d1_vars),
 ];
 
 /// `EDGELOCK_ETCD_*`, and the prefix, TTL (the session lease's) and timeout.
@@ -297,12 +284,29 @@ fn backend_from_vars(var: Vars) -> Result<BackendSpec, LockError> {
     let name = var("EDGELOCK_BACKEND").unwrap_or_default();
     // Read (and checked) before the backend is known, as they always were.
     let common = Common::from_vars(var)?;
-    let Some((_, read)) = BACKENDS.iter().find(|(n, _)| *n == name.trim()) else {
-        return Err(LockError::invalid(
-            "EDGELOCK_BACKEND must be etcd, redis, redlock, durable-object or d1",
-        ));
+    let read = backend_named(name.trim())
+        .and_then(|b| BACKENDS.iter().find(|(kind, _)| *kind == b.kind()))
+        .map(|(_, read)| read);
+    let Some(read) = read else {
+        return Err(LockError::invalid(format!(
+            "EDGELOCK_BACKEND must be {}",
+            served_backends()
+        )));
     };
     read(var, common)
+}
+
+/// The names of the backends this Worker serves: `etcd, redis or d1`.
+fn served_backends() -> String {
+    let names: Vec<&str> = BACKENDS
+        .iter()
+        .map(|(kind, _)| backend(*kind).name())
+        .collect();
+    match names.split_last() {
+        Some((last, [])) => last.to_string(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+        None => String::new(),
+    }
 }
 
 impl Config {

@@ -36,8 +36,7 @@ use super::client::{Acquired, LockClient};
 use super::config::{Config, MAX_WAIT_MS};
 use super::job::{self, JOB_SUBREQUESTS};
 use crate::core::{
-    AcquireOptions, BackendSpec, Holder, Leadership, LockError, LockHandle, LockInfo, LockKind,
-    Wait,
+    AcquireOptions, Holder, Leadership, LockError, LockHandle, LockInfo, LockKind, Wait,
 };
 use crate::js::args::{limit_of, mode_name};
 
@@ -217,13 +216,7 @@ pub async fn handle(cfg: &Config, call: &Call<'_>, invocation: &str) -> Reply {
             "service": "edgelock job coordinator",
             "backend": cfg.backend.kind().as_str(),
             "subrequestBudget": cfg.subrequest_budget,
-            "maxSubscriptions": match &cfg.backend {
-                BackendSpec::Redis(c) => json!(c.max_subscriptions),
-                BackendSpec::Redlock(c) => json!(c.max_subscriptions),
-                BackendSpec::Etcd(_) | BackendSpec::DurableObject(_) | BackendSpec::D1(_) => {
-                    Value::Null
-                }
-            },
+            "maxSubscriptions": cfg.backend.config().max_subscriptions(),
             "routes": ["POST /jobs/:name/run", "POST /jobs/:name/start", "POST /jobs/:name/finish", "GET /locks/:name", "GET /leaders/:name", "POST /lock/v1/acquire|release|extend|resume|inspect?name="],
             "jobLimits": cfg.job_limits.iter().map(|(n, k)| (n.clone(), json!(limit_of(*k)))).collect::<serde_json::Map<_, _>>(),
         })),

@@ -33,8 +33,11 @@ use crate::core::runtime::VecMap;
 use serde_json::Value;
 
 use super::EtcdAuth;
-use crate::core::operation::{Capabilities, Operation};
-use crate::core::types::*;
+use crate::core::operation::{Capabilities, Event, Operation};
+use crate::core::types::{
+    BackendKind, HttpRequest, Input, Method, Millis, OpId, RequestId, Target, Transmit,
+    TransportError,
+};
 use crate::core::{LockError, LockMachine};
 
 /// Request ids of the wrapper's own requests count down from here, far
@@ -401,6 +404,7 @@ impl<M: LockMachine> LockMachine for Authenticated<M> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::core::types::{AcquireOptions, Wait};
     use crate::core::operation::{Capabilities, Outcome};
 
     /// A stand-in for the etcd machine: an acquire sends one request per

@@ -5,6 +5,7 @@
 use serde_json::{json, Value};
 
 use super::*;
+use crate::core::types::{RequestId, TransportError};
 use crate::core::etcd::{EtcdConfig, EtcdMachine};
 use crate::core::{b64, LockMachineExt, SeededEntropy};
 

@@ -2,6 +2,7 @@
 //! node answers.
 
 use super::*;
+use crate::core::types::{HttpRequest, RequestId};
 use crate::core::redis::scripts::Script;
 use crate::core::redis::{RedisConfig, RedisMachine, RedisNode};
 use crate::core::{LockMachineExt, SeededEntropy};

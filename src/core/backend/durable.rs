@@ -1,0 +1,106 @@
+//! The Durable Object lock service (`docs/lock-service-api.md`).
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::{set, to_json, Backend, BackendConfig, BackendSpec, Binding, BindingKind};
+use crate::core::durable::{DurableConfig, DurableEndpoint, DurableMachine};
+use crate::core::json_fields::Fields;
+use crate::core::{BackendKind, Entropy, LockError, LockMachine};
+
+/// The durable-object line of [`BACKENDS`](super::BACKENDS).
+pub(super) struct DurableObject;
+
+impl Backend for DurableObject {
+    fn kind(&self) -> BackendKind {
+        BackendKind::DurableObject
+    }
+
+    fn options_label(&self) -> &'static str {
+        "durable-object options"
+    }
+
+    fn read_options(&self, options: &Value) -> Result<BackendSpec, String> {
+        Ok(BackendSpec::DurableObject(DurableOptions::read(options)?))
+    }
+}
+
+impl BackendConfig for DurableConfig {
+    fn kind(&self) -> BackendKind {
+        BackendKind::DurableObject
+    }
+
+    fn options_json(&self) -> String {
+        to_json(&DurableOptions::from_config(self))
+    }
+
+    fn build(
+        &self,
+        entropy: Box<dyn Entropy + Send>,
+    ) -> Result<Box<dyn LockMachine + Send>, LockError> {
+        Ok(Box::new(DurableMachine::new(self.clone(), entropy)?))
+    }
+
+    fn urls(&self) -> Vec<&str> {
+        self.url().into_iter().collect()
+    }
+
+    /// The lock service's namespace, when reached by binding.
+    fn binding(&self) -> Option<Binding<'_>> {
+        let DurableEndpoint::Binding(name) = &self.endpoint else {
+            return None;
+        };
+        Some(Binding {
+            name,
+            kind: BindingKind::DurableObjectNamespace,
+        })
+    }
+}
+
+/// `{ url | binding, token, ttlMs, requestTimeoutMs, autoExtend }`: exactly
+/// one of `url` and `binding`.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct DurableOptions {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    url: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    binding: Option<String>,
+    token: Option<String>,
+    ttl_ms: u64,
+    request_timeout_ms: u64,
+    auto_extend: bool,
+}
+
+impl DurableOptions {
+    fn read(v: &Value) -> Result<DurableConfig, String> {
+        let f = Fields::new(v)?;
+        let endpoint = match (f.opt_str("url")?, f.opt_str("binding")?) {
+            (Some(url), None) => DurableEndpoint::Url(url),
+            (None, Some(binding)) => DurableEndpoint::Binding(binding),
+            _ => return Err("exactly one of `url` and `binding` is required".into()),
+        };
+        let mut cfg = DurableConfig::new(endpoint);
+        cfg.token = f.opt_str("token")?;
+        set(&mut cfg.ttl_ms, f.opt_u64("ttlMs")?);
+        set(&mut cfg.request_timeout_ms, f.opt_u64("requestTimeoutMs")?);
+        set(&mut cfg.auto_extend, f.opt_bool("autoExtend")?);
+        f.finish()?;
+        Ok(cfg)
+    }
+
+    fn from_config(c: &DurableConfig) -> Self {
+        let (url, binding) = match &c.endpoint {
+            DurableEndpoint::Url(u) => (Some(u.clone()), None),
+            DurableEndpoint::Binding(b) => (None, Some(b.clone())),
+        };
+        DurableOptions {
+            url,
+            binding,
+            token: c.token.clone(),
+            ttl_ms: c.ttl_ms,
+            request_timeout_ms: c.request_timeout_ms,
+            auto_extend: c.auto_extend,
+        }
+    }
+}

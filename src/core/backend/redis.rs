@@ -1,0 +1,197 @@
+//! One Redis node (Upstash REST or Webdis): `{ url, protocol, token, prefix,
+//! ttlMs, … }`. Its node options are Redlock's too.
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::{set, to_json, Backend, BackendConfig, BackendSpec};
+use crate::core::json_fields::Fields;
+use crate::core::redis::{RedisConfig, RedisMachine, RedisNode, RedisProtocol};
+use crate::core::{BackendKind, Entropy, LockError, LockMachine};
+
+/// The redis line of [`BACKENDS`](super::BACKENDS).
+pub(super) struct Redis;
+
+impl Backend for Redis {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Redis
+    }
+
+    fn options_label(&self) -> &'static str {
+        "Redis options"
+    }
+
+    fn read_options(&self, options: &Value) -> Result<BackendSpec, String> {
+        Ok(BackendSpec::Redis(
+            RedisOptions::read(options)?.into_config(),
+        ))
+    }
+}
+
+impl BackendConfig for RedisConfig {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Redis
+    }
+
+    fn options_json(&self) -> String {
+        to_json(&RedisOptions::from_config(self))
+    }
+
+    fn build(
+        &self,
+        entropy: Box<dyn Entropy + Send>,
+    ) -> Result<Box<dyn LockMachine + Send>, LockError> {
+        Ok(Box::new(RedisMachine::new(self.clone(), entropy)?))
+    }
+
+    fn urls(&self) -> Vec<&str> {
+        vec![self.node.url.as_str()]
+    }
+
+    fn max_subscriptions(&self) -> Option<usize> {
+        Some(self.max_subscriptions)
+    }
+}
+
+#[derive(Serialize, Clone, Copy, Default)]
+#[serde(rename_all = "lowercase")]
+enum ProtocolName {
+    #[default]
+    Upstash,
+    Webdis,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct NodeOptions {
+    url: String,
+    protocol: ProtocolName,
+    token: Option<String>,
+}
+
+/// `protocol`, read by index into [`PROTOCOLS`].
+const PROTOCOLS: [(&str, ProtocolName); 2] = [
+    ("upstash", ProtocolName::Upstash),
+    ("webdis", ProtocolName::Webdis),
+];
+
+fn read_protocol(f: &Fields<'_>) -> Result<ProtocolName, String> {
+    Ok(f.opt_choice("protocol", &PROTOCOLS.map(|p| p.0))?
+        .map_or(ProtocolName::default(), |i| PROTOCOLS[i].1))
+}
+
+impl NodeOptions {
+    pub(super) fn read(v: &Value) -> Result<Self, String> {
+        let f = Fields::new(v)?;
+        let out = NodeOptions {
+            url: f.str("url")?,
+            protocol: read_protocol(&f)?,
+            token: f.opt_str("token")?,
+        };
+        f.finish()?;
+        Ok(out)
+    }
+
+    pub(super) fn from_node(n: &RedisNode) -> Self {
+        let protocol = match n.protocol {
+            RedisProtocol::Upstash => ProtocolName::Upstash,
+            RedisProtocol::Webdis => ProtocolName::Webdis,
+        };
+        NodeOptions {
+            url: n.url.clone(),
+            protocol,
+            token: n.token.clone(),
+        }
+    }
+
+    pub(super) fn into_node(self) -> RedisNode {
+        let protocol = match self.protocol {
+            ProtocolName::Upstash => RedisProtocol::Upstash,
+            ProtocolName::Webdis => RedisProtocol::Webdis,
+        };
+        RedisNode {
+            url: self.url,
+            protocol,
+            token: self.token,
+        }
+    }
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct RedisOptions {
+    // The node's fields inline (serde's `flatten` does not combine with
+    // `deny_unknown_fields`).
+    url: String,
+    protocol: ProtocolName,
+    token: Option<String>,
+    prefix: Option<String>,
+    ttl_ms: Option<u64>,
+    request_timeout_ms: Option<u64>,
+    auto_extend: Option<bool>,
+    retry_delay_ms: Option<u64>,
+    retry_jitter_ms: Option<u64>,
+    max_subscriptions: Option<usize>,
+    fair: Option<bool>,
+    cross_slot_scripts: Option<bool>,
+}
+
+impl RedisOptions {
+    fn read(v: &Value) -> Result<Self, String> {
+        let f = Fields::new(v)?;
+        let out = RedisOptions {
+            url: f.str("url")?,
+            protocol: read_protocol(&f)?,
+            token: f.opt_str("token")?,
+            prefix: f.opt_str("prefix")?,
+            ttl_ms: f.opt_u64("ttlMs")?,
+            request_timeout_ms: f.opt_u64("requestTimeoutMs")?,
+            auto_extend: f.opt_bool("autoExtend")?,
+            retry_delay_ms: f.opt_u64("retryDelayMs")?,
+            retry_jitter_ms: f.opt_u64("retryJitterMs")?,
+            max_subscriptions: f.opt_usize("maxSubscriptions")?,
+            fair: f.opt_bool("fair")?,
+            cross_slot_scripts: f.opt_bool("crossSlotScripts")?,
+        };
+        f.finish()?;
+        Ok(out)
+    }
+
+    fn from_config(c: &RedisConfig) -> Self {
+        let node = NodeOptions::from_node(&c.node);
+        RedisOptions {
+            url: node.url,
+            protocol: node.protocol,
+            token: node.token,
+            prefix: Some(c.prefix.clone()),
+            ttl_ms: Some(c.ttl_ms),
+            request_timeout_ms: Some(c.request_timeout_ms),
+            auto_extend: Some(c.auto_extend),
+            retry_delay_ms: Some(c.retry_delay_ms),
+            retry_jitter_ms: Some(c.retry_jitter_ms),
+            max_subscriptions: Some(c.max_subscriptions),
+            fair: Some(c.fair),
+            cross_slot_scripts: Some(c.cross_slot_scripts),
+        }
+    }
+
+    fn into_config(self) -> RedisConfig {
+        let node = NodeOptions {
+            url: self.url,
+            protocol: self.protocol,
+            token: self.token,
+        }
+        .into_node();
+        let mut cfg = RedisConfig::new(node);
+        set(&mut cfg.prefix, self.prefix);
+        set(&mut cfg.ttl_ms, self.ttl_ms);
+        set(&mut cfg.request_timeout_ms, self.request_timeout_ms);
+        set(&mut cfg.auto_extend, self.auto_extend);
+        set(&mut cfg.retry_delay_ms, self.retry_delay_ms);
+        set(&mut cfg.retry_jitter_ms, self.retry_jitter_ms);
+        set(&mut cfg.max_subscriptions, self.max_subscriptions);
+        set(&mut cfg.fair, self.fair);
+        set(&mut cfg.cross_slot_scripts, self.cross_slot_scripts);
+        cfg
+    }
+}

@@ -1,0 +1,151 @@
+//! Redlock over N independent Redis nodes: `{ nodes, prefix, ttlMs,
+//! fencing, … }`, each node as the redis backend spells one.
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::redis::NodeOptions;
+use super::{set, to_json, Backend, BackendConfig, BackendSpec};
+use crate::core::json_fields::Fields;
+use crate::core::redis::{RedlockConfig, RedlockFencing, RedlockMachine};
+use crate::core::{BackendKind, Entropy, LockError, LockMachine};
+
+/// The redlock line of [`BACKENDS`](super::BACKENDS).
+pub(super) struct Redlock;
+
+impl Backend for Redlock {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Redlock
+    }
+
+    fn options_label(&self) -> &'static str {
+        "Redlock options"
+    }
+
+    fn read_options(&self, options: &Value) -> Result<BackendSpec, String> {
+        Ok(BackendSpec::Redlock(
+            RedlockOptions::read(options)?.into_config(),
+        ))
+    }
+}
+
+impl BackendConfig for RedlockConfig {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Redlock
+    }
+
+    fn options_json(&self) -> String {
+        to_json(&RedlockOptions::from_config(self))
+    }
+
+    fn build(
+        &self,
+        entropy: Box<dyn Entropy + Send>,
+    ) -> Result<Box<dyn LockMachine + Send>, LockError> {
+        Ok(Box::new(RedlockMachine::new(self.clone(), entropy)?))
+    }
+
+    fn urls(&self) -> Vec<&str> {
+        self.nodes.iter().map(|n| n.url.as_str()).collect()
+    }
+
+    /// One owner-checked delete per node.
+    fn cleanup_requests(&self) -> u32 {
+        self.nodes.len() as u32
+    }
+
+    fn max_subscriptions(&self) -> Option<usize> {
+        Some(self.max_subscriptions)
+    }
+}
+
+#[derive(Serialize, Clone, Copy)]
+#[serde(rename_all = "lowercase")]
+enum FencingName {
+    Folded,
+    Strict,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct RedlockOptions {
+    nodes: Vec<NodeOptions>,
+    prefix: Option<String>,
+    ttl_ms: Option<u64>,
+    drift_factor: Option<f64>,
+    retry_count: Option<u32>,
+    retry_delay_ms: Option<u64>,
+    retry_jitter_ms: Option<u64>,
+    auto_extend: Option<bool>,
+    request_timeout_ms: Option<u64>,
+    fencing: Option<FencingName>,
+    max_subscriptions: Option<usize>,
+}
+
+impl RedlockOptions {
+    fn read(v: &Value) -> Result<Self, String> {
+        let f = Fields::new(v)?;
+        const FENCING: [(&str, FencingName); 2] = [
+            ("folded", FencingName::Folded),
+            ("strict", FencingName::Strict),
+        ];
+        let out = RedlockOptions {
+            nodes: f.list("nodes", NodeOptions::read)?,
+            prefix: f.opt_str("prefix")?,
+            ttl_ms: f.opt_u64("ttlMs")?,
+            drift_factor: f.opt_f64("driftFactor")?,
+            retry_count: f.opt_u32("retryCount")?,
+            retry_delay_ms: f.opt_u64("retryDelayMs")?,
+            retry_jitter_ms: f.opt_u64("retryJitterMs")?,
+            auto_extend: f.opt_bool("autoExtend")?,
+            request_timeout_ms: f.opt_u64("requestTimeoutMs")?,
+            fencing: f
+                .opt_choice("fencing", &FENCING.map(|p| p.0))?
+                .map(|i| FENCING[i].1),
+            max_subscriptions: f.opt_usize("maxSubscriptions")?,
+        };
+        f.finish()?;
+        Ok(out)
+    }
+
+    fn from_config(c: &RedlockConfig) -> Self {
+        RedlockOptions {
+            nodes: c.nodes.iter().map(NodeOptions::from_node).collect(),
+            prefix: Some(c.prefix.clone()),
+            ttl_ms: Some(c.ttl_ms),
+            drift_factor: Some(c.drift_factor),
+            retry_count: Some(c.retry_count),
+            retry_delay_ms: Some(c.retry_delay_ms),
+            retry_jitter_ms: Some(c.retry_jitter_ms),
+            auto_extend: Some(c.auto_extend),
+            request_timeout_ms: Some(c.request_timeout_ms),
+            fencing: Some(match c.fencing {
+                RedlockFencing::Folded => FencingName::Folded,
+                RedlockFencing::Strict => FencingName::Strict,
+            }),
+            max_subscriptions: Some(c.max_subscriptions),
+        }
+    }
+
+    fn into_config(self) -> RedlockConfig {
+        let mut cfg =
+            RedlockConfig::new(self.nodes.into_iter().map(NodeOptions::into_node).collect());
+        set(&mut cfg.prefix, self.prefix);
+        set(&mut cfg.ttl_ms, self.ttl_ms);
+        set(&mut cfg.drift_factor, self.drift_factor);
+        set(&mut cfg.retry_count, self.retry_count);
+        set(&mut cfg.retry_delay_ms, self.retry_delay_ms);
+        set(&mut cfg.retry_jitter_ms, self.retry_jitter_ms);
+        set(&mut cfg.auto_extend, self.auto_extend);
+        set(&mut cfg.request_timeout_ms, self.request_timeout_ms);
+        set(&mut cfg.max_subscriptions, self.max_subscriptions);
+        set(
+            &mut cfg.fencing,
+            self.fencing.map(|f| match f {
+                FencingName::Folded => RedlockFencing::Folded,
+                FencingName::Strict => RedlockFencing::Strict,
+            }),
+        );
+        cfg
+    }
+}
