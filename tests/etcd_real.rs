@@ -385,9 +385,8 @@ fn a_waiter_whose_watch_endpoint_goes_silent_still_gets_the_lock() {
     let mut cfg = EtcdConfig::new(vec![proxy.url(), etcd.url()]);
     cfg.request_timeout_ms = 1_000;
     cfg.session_ttl_ms = 3_000;
-    let (waiter, traffic) = common::etcd_traffic::counted_client(
-        EtcdMachine::new(cfg, Box::new(OsEntropy)).unwrap(),
-    );
+    let (waiter, traffic) =
+        common::etcd_traffic::counted_client(EtcdMachine::new(cfg, Box::new(OsEntropy)).unwrap());
     let w = std::thread::spawn(move || {
         let r = waiter.acquire("silent-watch", Some(Duration::from_secs(25)));
         (r.map(|l| l.release()), Instant::now())
