@@ -22,6 +22,26 @@ fn free_port() -> u16 {
         .expect("free port")
 }
 
+/// What a command wrote to `path` once it wrote a whole line (polled: the
+/// command runs in another process, started whenever the machine gets to it).
+fn written_line(path: &std::path::Path) -> String {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(s) = std::fs::read_to_string(path)
+            .ok()
+            .filter(|s| s.ends_with('\n'))
+        {
+            return s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "nothing written to {} in 30 s",
+            path.display()
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// A throwaway single-node etcd on loopback (the devtools harness kills it
 /// and removes its data dir on drop).
 struct Etcd(EtcdServer);
@@ -260,7 +280,7 @@ fn try_wait_and_status_while_held() {
     let etcd = Etcd::start();
     let url = etcd.url();
     let (mut holder, token) = spawn_holder(&[
-        "run", "--etcd", &url, "--ttl", "2000", "busy", "--", "sleep", "20",
+        "run", "--etcd", &url, "--ttl", "2000", "busy", "--", "sleep", "60",
     ]);
 
     let out = output(&["run", "--etcd", &url, "--try", "busy", "--", "true"]);
@@ -339,7 +359,7 @@ fn shared_runs_hold_together_on_etcd_and_exclude_a_writer() {
     let mut readers = Vec::new();
     for i in 0..2 {
         let script = format!(
-            "echo \"$EDGELOCK_LOCK_MODE $EDGELOCK_FENCING_TOKEN\" > {}; sleep 30",
+            "echo \"$EDGELOCK_LOCK_MODE $EDGELOCK_FENCING_TOKEN\" > {}; sleep 60",
             dir.join(format!("r{i}")).display()
         );
         readers.push(spawn_holder(&[
@@ -349,17 +369,7 @@ fn shared_runs_hold_together_on_etcd_and_exclude_a_writer() {
     }
     for (i, (_, token)) in readers.iter().enumerate() {
         let f = dir.join(format!("r{i}"));
-        let seen = (0..100)
-            .find_map(|_| {
-                let s = std::fs::read_to_string(&f)
-                    .ok()
-                    .filter(|s| s.ends_with('\n'));
-                if s.is_none() {
-                    thread::sleep(Duration::from_millis(50));
-                }
-                s
-            })
-            .expect("the command wrote its environment");
+        let seen = written_line(&f);
         assert_eq!(seen.trim(), format!("shared {token}"), "reader {i}");
     }
     let out = output(&["run", "--etcd", &url, "--try", "cfg", "--", "true"]);
@@ -590,13 +600,13 @@ fn spawn_permit(
     out: &std::path::Path,
 ) -> (Child, u32, u64) {
     let script = format!(
-        "echo \"$EDGELOCK_SLOT $EDGELOCK_LOCK_MODE $EDGELOCK_LOCK_LIMIT $EDGELOCK_FENCING_TOKEN\" > {}; sleep 30",
+        "echo \"$EDGELOCK_SLOT $EDGELOCK_LOCK_MODE $EDGELOCK_LOCK_LIMIT $EDGELOCK_FENCING_TOKEN\" > {}; sleep 60",
         out.display()
     );
     let mut args = vec!["run"];
     args.extend_from_slice(backend);
     args.extend_from_slice(&[
-        "--limit", "3", "--ttl", "3000", "--wait", "10000", name, "--", "sh", "-c", &script,
+        "--limit", "3", "--ttl", "3000", "--wait", "60000", name, "--", "sh", "-c", &script,
     ]);
     let mut child = edgelock(&args)
         .envs(env.iter().copied())
@@ -648,17 +658,7 @@ fn assert_permits(backend: &[&str], env: &[(&str, &str)]) {
     // What CMD saw in its environment.
     for (i, (_, slot, token)) in holders.iter().enumerate() {
         let f = dir.join(format!("run{i}"));
-        let seen = (0..100)
-            .find_map(|_| {
-                let s = std::fs::read_to_string(&f)
-                    .ok()
-                    .filter(|s| s.ends_with('\n'));
-                if s.is_none() {
-                    thread::sleep(Duration::from_millis(50));
-                }
-                s
-            })
-            .expect("the command wrote its environment");
+        let seen = written_line(&f);
         assert_eq!(seen.trim(), format!("{slot} permit 3 {token}"), "run {i}");
     }
 
@@ -784,28 +784,32 @@ fn shared_runs_overlap_on_one_redis_node_and_exclude_a_writer() {
         free_port()
     ));
     std::fs::create_dir_all(&dir).expect("temp dir");
+    // Each reader holds until the test creates `release`: if the second
+    // could not get in beside the first, it would never write its mode.
+    let release = dir.join("release");
     let reader = |i: usize| {
         let out = dir.join(format!("r{i}"));
-        let script = format!("echo $EDGELOCK_LOCK_MODE > {}; sleep 2", out.display());
+        let script = format!(
+            "echo $EDGELOCK_LOCK_MODE > {}; while [ ! -e {} ]; do sleep 0.05; done",
+            out.display(),
+            release.display()
+        );
         let child = edgelock(&[
             "run", "--redis", &node, "--shared", "cfg", "--", "sh", "-c", &script,
         ])
-        .stderr(Stdio::piped())
+        .stderr(Stdio::null())
         .spawn()
         .expect("spawn");
         (child, out)
     };
-    let started = Instant::now();
     let (mut a, a_out) = reader(0);
     let (mut b, b_out) = reader(1);
-    // Both hold once both wrote their mode.
-    while !(a_out.exists() && b_out.exists()) {
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "the readers did not both start"
-        );
-        thread::sleep(Duration::from_millis(20));
-    }
+    // Both hold at once: both wrote their mode, and neither has ended.
+    let modes = [written_line(&a_out), written_line(&b_out)];
+    assert!(
+        a.try_wait().expect("a").is_none() && b.try_wait().expect("b").is_none(),
+        "the readers hold until released"
+    );
     let writer = output(&["run", "--redis", &node, "--try", "cfg", "--", "true"]);
     assert_eq!(
         writer.status.code(),
@@ -821,14 +825,10 @@ fn shared_runs_overlap_on_one_redis_node_and_exclude_a_writer() {
         "{}",
         text(&status.stdout)
     );
+    std::fs::write(&release, "").expect("release the readers");
     assert!(a.wait().expect("wait").success() && b.wait().expect("wait").success());
-    assert!(
-        started.elapsed() < Duration::from_millis(3_900),
-        "the readers ran one after the other: {:?}",
-        started.elapsed()
-    );
-    for f in [a_out, b_out] {
-        assert_eq!(std::fs::read_to_string(f).expect("mode").trim(), "shared");
+    for mode in modes {
+        assert_eq!(mode.trim(), "shared");
     }
     let writer = output(&["run", "--redis", &node, "--try", "cfg", "--", "true"]);
     assert_eq!(writer.status.code(), Some(0), "{}", text(&writer.stderr));
@@ -855,7 +855,7 @@ fn elect_runs_the_command_only_while_leading_and_leader_reports_it() {
         free_port()
     ));
     let script = format!(
-        "echo \"$EDGELOCK_FENCING_TOKEN $EDGELOCK_LEADER_VALUE $EDGELOCK_LOCK_MODE $EDGELOCK_LOCK_NAME\" > {}; sleep 20",
+        "echo \"$EDGELOCK_FENCING_TOKEN $EDGELOCK_LEADER_VALUE $EDGELOCK_LOCK_MODE $EDGELOCK_LOCK_NAME\" > {}; sleep 60",
         dump.display()
     );
     let (mut leader, token) = spawn_holder(&[
@@ -872,12 +872,7 @@ fn elect_runs_the_command_only_while_leading_and_leader_reports_it() {
         "-c",
         &script,
     ]);
-    let t = Instant::now();
-    while !dump.exists() && t.elapsed() < Duration::from_secs(10) {
-        thread::sleep(Duration::from_millis(20));
-    }
-    thread::sleep(Duration::from_millis(100));
-    let seen = std::fs::read_to_string(&dump).expect("the command ran");
+    let seen = written_line(&dump);
     let _ = std::fs::remove_file(&dump);
     assert_eq!(seen.trim(), format!("{token} node-a:80 leader svc"));
     let out = output(&["leader", "--etcd", &url, "svc"]);
@@ -928,7 +923,7 @@ fn elect_runs_the_command_only_while_leading_and_leader_reports_it() {
             "svc",
             "--",
             "sleep",
-            "20",
+            "60",
         ])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())

@@ -253,7 +253,9 @@ fn a_leader_that_stops_renewing_is_replaced() {
 fn a_leader_key_whose_lease_expires_is_replaced() {
     let etcd = EtcdServer::start().expect("start etcd");
     // A campaign as another implementation would leave it: our value
-    // layout, on a 2 s lease that nobody keeps alive.
+    // layout, on a 2 s lease that nobody keeps alive. It is granted after
+    // this instant and lives 2 s from then, however long the set-up takes.
+    let started = Instant::now();
     let grant = raw(&etcd, "/v3/lease/grant", json!({ "TTL": "2" }));
     let lease = grant["ID"].as_str().unwrap().to_string();
     raw(
@@ -265,9 +267,12 @@ fn a_leader_key_whose_lease_expires_is_replaced() {
     let (b, o) = (client(&etcd), client(&etcd));
     let t = o.leader("expire").unwrap().expect("the ghost leads");
     assert_eq!(t.value, "ghost");
-    let started = Instant::now();
     let new = campaign(&b, "expire", "B");
-    assert!(started.elapsed() >= Duration::from_millis(500));
+    assert!(
+        started.elapsed() >= Duration::from_millis(1_900),
+        "led after {:?}, before the 2 s lease ended",
+        started.elapsed()
+    );
     assert!(new.fencing_token() > t.fencing_token);
     assert_eq!(o.leader("expire").unwrap(), leads("B", new.fencing_token()));
     new.release().unwrap();
@@ -460,15 +465,17 @@ fn observe_survives_a_dropped_watch_connection() {
         tx.send(seen).unwrap();
         o
     });
+    // Created: its connection is through the proxy (a watch only sent
+    // might connect after the drop below and never be cut).
     wait_until("the observer watches", || {
-        traffic.watches.load(Ordering::SeqCst) == 1
+        traffic.watches_created.load(Ordering::SeqCst) == 1
     });
-    std::thread::sleep(Duration::from_millis(100));
     proxy.set(Fault::Drop);
     std::thread::sleep(Duration::from_millis(50));
     proxy.set(Fault::Pass);
     wait_until("the observer watches anew", || {
-        traffic.watches.load(Ordering::SeqCst) == 2
+        traffic.watches.load(Ordering::SeqCst) >= 2
+            && traffic.watches_created.load(Ordering::SeqCst) >= 2
     });
     assert!(rx.try_recv().is_err(), "no change yet, no report");
     l.proclaim("A2").unwrap();
@@ -505,8 +512,10 @@ fn observe_iterator_retries_an_outage_then_reports_one_that_lasts() {
         tx.send((Instant::now(), Ok(leads("iterator ended", 0))))
             .unwrap();
     });
+    // Created: its connection is through the proxy (a watch only sent
+    // might connect after the outage below and never be cut).
     wait_until("the observer watches", || {
-        traffic.watches.load(Ordering::SeqCst) == 1
+        traffic.watches_created.load(Ordering::SeqCst) == 1
     });
     // A short outage while the observer waits: its watch and the reads
     // after it fail for 300 ms.
@@ -515,6 +524,7 @@ fn observe_iterator_retries_an_outage_then_reports_one_that_lasts() {
     proxy.set(Fault::Pass);
     wait_until("the observer watches anew", || {
         traffic.watches.load(Ordering::SeqCst) >= 2
+            && traffic.watches_created.load(Ordering::SeqCst) >= 2
     });
     assert!(rx.try_recv().is_err(), "no error and no change reported");
     l.proclaim("A2").unwrap();

@@ -141,8 +141,9 @@ fn a_lease_grant_followed_by_garbage_txn_replies_is_a_backend_error() {
 fn a_silent_server_times_out_as_a_transport_error() {
     let (err, took) = try_against(hostile_server(None));
     assert_eq!(err.code(), "TRANSPORT", "{err}");
-    // Two attempts of 400 ms each, plus scheduling slack on a busy machine.
-    assert!(took < Duration::from_secs(10), "took {took:?}");
+    // Two attempts of 400 ms each, plus scheduling slack on a busy machine
+    // (still well short of the 30 s the server stays silent).
+    assert!(took < Duration::from_secs(20), "took {took:?}");
 }
 
 #[test]

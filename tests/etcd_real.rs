@@ -143,7 +143,10 @@ fn cancelled_waiter_fails_with_aborted_and_leaves_no_key() {
 #[test]
 fn a_vanished_holder_is_replaced_after_its_lease_ttl() {
     let etcd = EtcdServer::start().expect("start etcd");
-    // A holder that dies without releasing: its lease (TTL 2 s) is never renewed.
+    // A holder that dies without releasing: its lease (TTL 2 s) is never
+    // renewed. It is granted after this instant and lives 2 s from then,
+    // however long the set-up below takes.
+    let started = Instant::now();
     let grant = raw(&etcd, "/v3/lease/grant", json!({"TTL": "2"}));
     let lease: i64 = grant["ID"].as_str().unwrap().parse().unwrap();
     let key = format!("edgelock/vanish/{lease:x}");
@@ -154,13 +157,12 @@ fn a_vanished_holder_is_replaced_after_its_lease_ttl() {
     );
     let dead_rev: u64 = put["header"]["revision"].as_str().unwrap().parse().unwrap();
     let c = client(&etcd);
-    let started = Instant::now();
     let lock = c
         .acquire("vanish", Some(Duration::from_secs(15)))
         .expect("granted after the dead lease expires");
     let waited = started.elapsed();
     assert!(
-        waited >= Duration::from_millis(1000),
+        waited >= Duration::from_millis(1_900),
         "waited only {waited:?}: the dead holder was not respected"
     );
     assert!(waited < Duration::from_secs(8), "waited {waited:?}");
@@ -383,13 +385,19 @@ fn a_waiter_whose_watch_endpoint_goes_silent_still_gets_the_lock() {
     let mut cfg = EtcdConfig::new(vec![proxy.url(), etcd.url()]);
     cfg.request_timeout_ms = 1_000;
     cfg.session_ttl_ms = 3_000;
-    let waiter = Client::etcd(cfg).unwrap();
+    let (waiter, traffic) =
+        common::etcd_traffic::counted_client(EtcdMachine::new(cfg, Box::new(OsEntropy)).unwrap());
     let w = std::thread::spawn(move || {
         let r = waiter.acquire("silent-watch", Some(Duration::from_secs(25)));
         (r.map(|l| l.release()), Instant::now())
     });
-    // The waiter is watching the holder's key through the proxy by now.
-    std::thread::sleep(Duration::from_millis(1_500));
+    // The waiter watches the holder's key through the proxy (etcd
+    // confirmed the watch) before the proxy goes silent.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while traffic.watches_created.load(Ordering::SeqCst) == 0 {
+        assert!(Instant::now() < deadline, "the waiter never watched");
+        std::thread::sleep(Duration::from_millis(10));
+    }
     proxy.set(Fault::Blackhole);
     let released_at = Instant::now();
     assert!(lock.release().unwrap());

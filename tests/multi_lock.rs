@@ -123,6 +123,15 @@ fn held(observer: &Client, name: &str) -> bool {
     observer.inspect(name).expect("inspect").held
 }
 
+/// Polls until `name` is held (at most 15 s).
+fn wait_until_held(observer: &Client, name: &str) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while !held(observer, name) {
+        assert!(Instant::now() < deadline, "{name} never taken");
+        thread::sleep(Duration::from_millis(10));
+    }
+}
+
 fn three_names_come_back_as_three_locks(servers: Servers) {
     let c = servers.client();
     let names = ["m-c", "m-a", "m-b"];
@@ -219,10 +228,11 @@ fn a_cancel_while_waiting_midway_leaves_nothing_held(servers: Servers) {
         .acquire("k-y", Some(Duration::from_secs(5)))
         .expect("plain acquire");
     let token = CancelToken::new();
+    // Cancelled once k-x is taken (midway by construction, not by a pause).
     let canceller = {
-        let token = token.clone();
+        let (token, watcher) = (token.clone(), servers.client());
         thread::spawn(move || {
-            thread::sleep(Duration::from_millis(300));
+            wait_until_held(&watcher, "k-x");
             token.cancel();
         })
     };
@@ -436,13 +446,18 @@ fn etcd_async_client_acquire_all_and_a_dropped_future() {
             .expect("acquire_all")
             .is_none());
         assert!(!held(&observer, "as-c"));
-        // A waiting group (as-a is free, as-b held), dropped after 300 ms.
+        // A waiting group (as-a2 is free, as-b held), dropped once it has
+        // taken its first name (polled: however long that takes).
         let mut waiting = Box::pin(b.acquire_all(&["as-a2", "as-b"], opts(Wait::Forever)));
-        let timer = async {
-            smol::Timer::after(Duration::from_millis(300)).await;
+        let first_taken = async {
+            let deadline = Instant::now() + Duration::from_secs(15);
+            while !held(&observer, "as-a2") {
+                assert!(Instant::now() < deadline, "as-a2 never taken");
+                smol::Timer::after(Duration::from_millis(20)).await;
+            }
             None
         };
-        let r = smol::future::or(async { Some((&mut waiting).await) }, timer).await;
+        let r = smol::future::or(async { Some((&mut waiting).await) }, first_taken).await;
         assert!(r.is_none(), "the group waits while as-b is held");
         assert!(held(&observer, "as-a2"), "its first name is taken");
         drop(waiting);
@@ -572,9 +587,11 @@ fn etcd_a_try_against_a_partly_held_set_is_one_txn_and_takes_nothing() {
         assert!(!held(&observer, n), "{n} was never taken");
     }
     // A waiting set falls back to the names one by one and gets them once
-    // the reader is gone.
+    // the reader is gone: released once the set took its first name (so
+    // it is waiting on the way, however slowly it got there).
+    let watcher = servers.client();
     let releaser = thread::spawn(move || {
-        thread::sleep(Duration::from_millis(300));
+        wait_until_held(&watcher, "p-a");
         assert!(reader.release().expect("release"));
     });
     let locks = c
@@ -698,9 +715,11 @@ fn redis_a_try_against_a_partly_held_set_is_one_script_and_takes_nothing() {
         assert!(!held(&observer, n), "{n} was never taken");
     }
     // A waiting set falls back to the names one by one and gets them once
-    // the reader is gone.
+    // the reader is gone: released once the set took its first name (so
+    // it is waiting on the way, however slowly it got there).
+    let watcher = servers.client();
     let releaser = thread::spawn(move || {
-        thread::sleep(Duration::from_millis(300));
+        wait_until_held(&watcher, "rp-a");
         assert!(reader.release().expect("release"));
     });
     let locks = c

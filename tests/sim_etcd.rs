@@ -1600,9 +1600,45 @@ struct RealGateway {
     addr: String,
     ids: Option<(String, String)>,
     streams: std::collections::BTreeMap<u64, (std::net::TcpStream, Vec<u8>)>,
+    /// The header revision of the last answered write: a watch that saw
+    /// it has delivered everything the scenario's writes produced.
+    last_revision: Option<String>,
 }
 
 impl RealGateway {
+    fn new(addr: String) -> Self {
+        RealGateway {
+            addr,
+            ids: None,
+            streams: Default::default(),
+            last_revision: None,
+        }
+    }
+
+    /// Reads watch `id` until `done` holds for what it delivered and then
+    /// nothing more comes for one read timeout (300 ms), or 10 s pass.
+    /// Waiting for the content, not for a fixed pause, is what keeps a
+    /// slow etcd (a loaded machine) from being read too early.
+    fn read_stream_until(&mut self, id: u64, done: impl Fn(&str) -> bool) -> String {
+        use std::io::Read;
+        let Some((s, raw)) = self.streams.get_mut(&id) else {
+            return String::new();
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let mut buf = [0u8; 4096];
+        loop {
+            match s.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => raw.extend_from_slice(&buf[..n]),
+                Err(_) if done(&parse_http(raw).1) => break,
+                Err(_) if std::time::Instant::now() >= deadline => break,
+                Err(_) => {}
+            }
+        }
+        let body = parse_http(raw).1;
+        self.normalize(body)
+    }
+
     /// Replace the real cluster's ids by the model's so bodies compare byte for byte.
     fn normalize(&mut self, body: String) -> String {
         if self.ids.is_none() {
@@ -1673,6 +1709,11 @@ impl Gateway for RealGateway {
         } else {
             (status, text)
         };
+        if let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) {
+            if let Some(rev) = v["header"]["revision"].as_str() {
+                self.last_revision = Some(rev.to_string());
+            }
+        }
         (status, self.normalize(text))
     }
     fn watch(&mut self, id: u64, body: String) {
@@ -1680,22 +1721,18 @@ impl Gateway for RealGateway {
         s.set_read_timeout(Some(std::time::Duration::from_millis(300)))
             .unwrap();
         self.streams.insert(id, (s, Vec::new()));
-        self.stream(id); // let the watch be created before the next write
+        // The watch must be created before the next write.
+        self.read_stream_until(id, |body| body.contains(r#""created":true"#));
     }
     fn stream(&mut self, id: u64) -> String {
-        use std::io::Read;
-        let Some((s, raw)) = self.streams.get_mut(&id) else {
-            return String::new();
-        };
-        let mut buf = [0u8; 4096];
-        while let Ok(n) = s.read(&mut buf) {
-            if n == 0 {
-                break;
-            }
-            raw.extend_from_slice(&buf[..n]);
-        }
-        let body = parse_http(raw).1;
-        self.normalize(body)
+        // Every watch of the scenarios sees the last write (the revoke).
+        let last = self
+            .last_revision
+            .as_ref()
+            .map(|r| format!(r#""revision":"{r}""#));
+        self.read_stream_until(id, |body| {
+            last.as_ref().map_or(true, |r| body.contains(r.as_str()))
+        })
     }
 }
 
@@ -1709,11 +1746,7 @@ fn model_agrees_with_real_etcd() {
             eprintln!("SKIPPED model_agrees_with_real_etcd: no etcd binary on PATH");
             return;
         };
-        let mut g = RealGateway {
-            addr: etcd.addr.clone(),
-            ids: None,
-            streams: Default::default(),
-        };
+        let mut g = RealGateway::new(etcd.addr.clone());
         for (i, step) in script.0.iter().enumerate() {
             let got = g.post(step.path, step.body.clone());
             assert_eq!(
@@ -1724,11 +1757,7 @@ fn model_agrees_with_real_etcd() {
         }
     }
     let etcd = RealEtcd::start().expect("etcd started before");
-    let mut g = RealGateway {
-        addr: etcd.addr.clone(),
-        ids: None,
-        streams: Default::default(),
-    };
+    let mut g = RealGateway::new(etcd.addr.clone());
     let real = watch_scenario(&mut g);
     let model = watch_scenario(&mut ModelGateway::new());
     assert_eq!(real, model);

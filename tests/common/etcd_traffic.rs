@@ -10,12 +10,14 @@ use edgelock::native::Client;
 
 use super::Observing;
 
-/// What one client's machine did: re-check txns sent, watches opened, and
+/// What one client's machine did: re-check txns sent, watches opened (sent),
+/// watches etcd confirmed (`created`: their connection is through), and
 /// watch messages carrying events delivered to it.
 #[derive(Default)]
 pub struct Traffic {
     pub rechecks: AtomicUsize,
     pub watches: AtomicUsize,
+    pub watches_created: AtomicUsize,
     pub watch_events: AtomicUsize,
     pub requests: AtomicUsize,
 }
@@ -45,10 +47,14 @@ pub fn counted_client<M: LockMachine + Send + 'static>(machine: M) -> (Client, A
         // One message per chunk is how etcd's gateway sends them; count the
         // ones with events (not the `created` confirmation).
         if let Input::Chunk { id, data } = i {
-            if watch_ids.lock().unwrap().contains(id)
-                && String::from_utf8_lossy(data).contains("\"events\"")
-            {
-                t.watch_events.fetch_add(1, Ordering::SeqCst);
+            if watch_ids.lock().unwrap().contains(id) {
+                let text = String::from_utf8_lossy(data);
+                if text.contains("\"events\"") {
+                    t.watch_events.fetch_add(1, Ordering::SeqCst);
+                }
+                if text.contains("\"created\":true") {
+                    t.watches_created.fetch_add(1, Ordering::SeqCst);
+                }
             }
         }
     });

@@ -7,7 +7,7 @@ pub mod redis_node;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use edgelock::core::*;
 use edgelock::native::Client;
@@ -129,4 +129,30 @@ pub fn assert_mutual_exclusion(
         tokens.windows(2).all(|w| w[0] < w[1]),
         "fencing tokens must strictly increase: {tokens:?}"
     );
+}
+
+/// For a waiter whose sends are logged as (when, is a subscription): waits
+/// until its latest attempt (a script) was sent 150 ms to 500 ms ago, and
+/// returns when. Quiet for 150 ms: that attempt was answered (refused) and
+/// the waiter sleeps; at most 500 ms: its next poll is still far off, so
+/// a release now must wake it by push to be this quick. If the test got
+/// here late (a loaded machine), this waits for the waiter's next poll.
+pub fn just_after_an_attempt(log: &Mutex<Vec<(Instant, bool)>>) -> Instant {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let last = log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, stream)| !stream)
+            .map(|(at, _)| *at)
+            .max()
+            .expect("the waiter attempted");
+        let age = last.elapsed();
+        if age >= Duration::from_millis(150) && age <= Duration::from_millis(500) {
+            return last;
+        }
+        assert!(Instant::now() < deadline, "the waiter stopped attempting");
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }

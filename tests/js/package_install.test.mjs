@@ -248,7 +248,10 @@ test("headless Chromium: at most 4 streams per origin; waiters beyond them poll,
       await lock.release();
       return String(lock.fencingToken);
     });
+    // Until the cap is reached (however slowly the 6 waiters get going),
+    // then 40 samples more in which a 5th stream would show.
     let maxSeen = 0;
+    for (let i = 0; i < 1200 && maxSeen < 4; i++) { maxSeen = Math.max(maxSeen, await numsub()); await sleep(25); }
     for (let i = 0; i < 40; i++) { maxSeen = Math.max(maxSeen, await numsub()); await sleep(25); }
     const t0 = performance.now();
     await holder.release();
@@ -264,6 +267,6 @@ test("headless Chromium: at most 4 streams per origin; waiters beyond them poll,
   assert.equal(r.tokens.length, 6);
   assert.equal(r.overlap, false);
   assert.equal(new Set(r.tokens).size, 6);
-  assert.ok(r.elapsed < 15_000, `6 handoffs took ${r.elapsed} ms`);
+  assert.ok(r.elapsed < 30_000, `6 handoffs took ${r.elapsed} ms`);
   assert.equal(r.after, 0, "every stream closed");
 });

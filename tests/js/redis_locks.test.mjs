@@ -296,7 +296,8 @@ for (const protocol of ["upstash", "webdis"]) {
       const urls = [];
       const waiting = client({ maxSubscriptions: 0, retryDelayMs: 300, retryJitterMs: 0, fetch: recordingFetch(urls) })
         .acquire(name, { waitMs: 20_000 });
-      await sleep(1000);
+      // Counted, not timed: three attempts (it polls), however slowly they come.
+      await eventually(async () => urls.length >= 3, 15_000, "three polls");
       assert.equal(await subscribers(0, name), 0);
       await holder.release();
       const lock = await waiting;

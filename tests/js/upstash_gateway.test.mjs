@@ -207,7 +207,7 @@ describe('pub/sub: @upstash/redis subscribe/psubscribe over the gateway event st
   // Counted on the Redis side through the plain command route.
   const numsub = async (ch) => (await plain.exec(['PUBSUB', 'NUMSUB', ch]))[1];
   const numpat = () => plain.exec(['PUBSUB', 'NUMPAT']);
-  const until = (what, cond, timeoutMs = 3_000) =>
+  const until = (what, cond, timeoutMs = 10_000) =>
     waitFor(async () => assert.ok(await cond(), what), timeoutMs);
 
   test('redis.subscribe receives what redis.publish sends, unsubscribe releases the Redis connection', async () => {

@@ -37,7 +37,9 @@ import { startWorkers, TEST_API_TOKEN } from '../worker/support.mjs';
 const repoRoot = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..');
 const outDir = path.join(repoRoot, '.test-output', 'www');
 const CHROMIUM = process.env.CHROMIUM_BIN ?? '/usr/bin/chromium';
-const TOTAL_BUDGET_MS = 210_000;
+// A guard against a hang outside the steps' own bounds, not a speed test:
+// above the sum of those bounds.
+const TOTAL_BUDGET_MS = 600_000;
 const WORKERS = 6;
 const TTL_MS = 2000;
 const HOLD_MS = 150;
@@ -151,15 +153,18 @@ async function exercise(page, backend, { pause = true, stopNode = false, screens
   const runId = await page.evaluate(() => window.__edgelockDemo.run.id);
   const t = Date.now();
   await page.waitForFunction(([id, n]) => window.__edgelockDemo.holds.filter((h) => h.run === id).length >= n,
-    [runId, ACQUISITIONS], { timeout: 45_000 });
+    [runId, ACQUISITIONS], { timeout: 90_000 });
   log(`${label}: ${ACQUISITIONS} acquisitions by ${WORKERS} workers in ${Date.now() - t} ms`);
   const lanesBusy = await page.evaluate((id) => new Set(window.__edgelockDemo.holds.filter((h) => h.run === id).map((h) => h.worker)).size, runId);
   check(lanesBusy >= 2, `${label}: only ${lanesBusy} worker(s) ever held the lock`);
 
   if (redisConfig) {
-    // The waiters hold wake-up subscriptions, at most 4 per origin.
+    // The waiters hold wake-up subscriptions, at most 4 per origin. 20
+    // samples at least; where some are expected, sampled until one shows
+    // (up to 15 s: a waiter subscribes on its own time), not for 1 s only.
     const max = redisConfig.gateway.map(() => 0);
-    for (let i = 0; i < 20; i++) {
+    const someExpected = label !== 'redlock';
+    for (let i = 0; i < 300 && (i < 20 || (someExpected && max.every((n) => n === 0))); i++) {
       (await wakeSubscriptions(redisConfig)).forEach((n, j) => { max[j] = Math.max(max[j], n); });
       await new Promise((r) => setTimeout(r, 50));
     }
@@ -357,7 +362,7 @@ async function exerciseDurable(page, base, consoleLines) {
 
 /** After Stop: every wake-up subscription of the page is gone from the servers. */
 async function checkStreamsClosed(label, redisConfig) {
-  const deadline = Date.now() + 5000;
+  const deadline = Date.now() + 20_000;
   let counts;
   while ((counts = await wakeSubscriptions(redisConfig)).some((n) => n > 0)) {
     check(Date.now() < deadline, `${label}: subscriptions still open after Stop: ${counts.join(', ')}`);

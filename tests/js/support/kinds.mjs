@@ -192,12 +192,25 @@ export function lockKindCases(make, { queuedVisible = false, sharedGranted = fal
       const name = unique("sem-load");
       let inside = 0;
       let maxInside = 0;
+      // The first holders stay until a second one is inside beside them, so
+      // the two permits are used at once by construction, not by how fast
+      // this machine hands them out (a semaphore of 1 would leave them
+      // waiting out the 10 s cap, and maxInside would say 1).
+      let paired;
+      const bothInside = new Promise((resolve) => { paired = resolve; });
+      const atMost = (promise, ms) => {
+        let timer;
+        return Promise.race([promise, new Promise((resolve) => { timer = setTimeout(resolve, ms); })])
+          .finally(() => clearTimeout(timer));
+      };
       await Promise.all(Array.from({ length: 5 }, () => make()).map(async (c) => {
         for (let i = 0; i < 2; i += 1) {
           await c.request(name, { limit: 2, waitMs: 30_000 }, async (lock) => {
             assert.equal(lock.mode, "permit");
             inside += 1;
             maxInside = Math.max(maxInside, inside);
+            if (inside >= 2) paired();
+            await atMost(bothInside, 10_000);
             await sleep(30);
             inside -= 1;
           });
