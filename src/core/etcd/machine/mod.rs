@@ -28,6 +28,7 @@ use crate::core::runtime::{Runtime, VecMap};
 use crate::core::{Entropy, LockError, LockId, Millis, OpId, RequestId, TransportError, Wait};
 
 mod acquire;
+mod acquire_kind;
 mod election;
 #[cfg(test)]
 mod election_tests;
@@ -49,6 +50,7 @@ mod sets_tests;
 mod shared;
 mod timers;
 
+use acquire_kind::AcquireKind;
 use ops::{ExtendOp, InspectOp, Next, Op, OpKind, ReenterOp, ReleaseOp, Reply, ResumeOp};
 use timers::TimerKey;
 
@@ -245,19 +247,14 @@ struct Acquire {
     /// revision, as a fencing token, would go backwards). A permit's is
     /// `p<limit>:<random>`, so that every key of a semaphore carries its limit.
     nonce: Vec<u8>,
-    /// A semaphore permit's state; `None` for an exclusive lock.
-    permit: Option<permits::PermitAcquire>,
-    /// The reader side of a read-write lock (`LockKind::Shared`).
-    shared: bool,
-    /// A campaign (`LockKind::Leader`): the exclusive recipe, `nonce` being
-    /// the encoded campaign value (see `election.rs`).
-    leader: bool,
+    /// The kind of hold taken, with the kind's own state (a permit's).
+    kind: AcquireKind,
 }
 
 impl Acquire {
     /// Whether the acquire claims its name locally (see [`HeldLock::claims_name`]).
     fn claims_name(&self) -> bool {
-        self.permit.is_none() && !self.shared
+        !self.kind.own_key()
     }
 }
 

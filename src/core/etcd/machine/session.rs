@@ -375,9 +375,9 @@ impl EtcdMachine {
                         a.lease = None;
                         a.my_rev = 0;
                         a.phase = AcqPhase::NeedLease;
-                        if let Some(p) = a.permit.as_mut() {
+                        if let Some(p) = a.kind.permit_mut() {
                             // Its slot key, if a claim applied, died with the lease.
-                            (p.claiming, p.claims) = (None, 0);
+                            p.forget_claims();
                         }
                         self.set_recheck(op, None);
                         self.cancel_request(req);

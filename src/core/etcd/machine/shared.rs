@@ -61,17 +61,19 @@ pub(super) fn is_reader_key(lock_prefix: &[u8], key: &[u8]) -> bool {
         .is_some_and(|rest| rest.starts_with(b"r/"))
 }
 
+/// The acquire txn of a reader (its key set) on `lease`.
+pub(super) fn shared_acquire_body(a: &Acquire, lease: i64) -> Value {
+    let (w0, w1) = writers_range(&a.lock_prefix);
+    gw::shared_acquire_txn(&a.key, &a.lock_prefix, (&w0, &w1), lease, &a.nonce)
+}
+
+/// The re-check txn of a waiting reader.
+pub(super) fn shared_check_body(a: &Acquire) -> Value {
+    let (w0, w1) = writers_range(&a.lock_prefix);
+    gw::shared_check_txn(&a.key, (&w0, &w1), a.my_rev)
+}
+
 impl EtcdMachine {
-    pub(super) fn shared_acquire_body(a: &Acquire, lease: i64) -> Value {
-        let (w0, w1) = writers_range(&a.lock_prefix);
-        gw::shared_acquire_txn(&a.key, &a.lock_prefix, (&w0, &w1), lease, &a.nonce)
-    }
-
-    pub(super) fn shared_check_body(a: &Acquire) -> Value {
-        let (w0, w1) = writers_range(&a.lock_prefix);
-        gw::shared_check_txn(&a.key, (&w0, &w1), a.my_rev)
-    }
-
     /// A shared acquire's txn (that put our key) or re-check answered
     /// (parsed, with a positive revision). A `Txn` whose compare failed is
     /// handled with the lock's: it learns our key's revision and re-checks.
