@@ -17,7 +17,9 @@ impl EtcdMachine {
         match self.ops.get(&op).map(|o| &o.kind) {
             Some(OpKind::Acquire(a)) => a.name.clone(),
             Some(OpKind::Inspect(i)) => i.name().to_string(),
-            Some(OpKind::Election(e)) => self.election_op_name(e),
+            Some(OpKind::Observe(o)) => Self::observe_name(o).to_string(),
+            Some(OpKind::Leader(l)) => l.name().to_string(),
+            Some(OpKind::Proclaim(p)) => self.lock_name(p.lock()),
             Some(OpKind::Resume(r)) => r.name().to_string(),
             Some(OpKind::Reenter(r)) => r.name().to_string(),
             Some(OpKind::AcquireSet(s)) => s.members[0].name.clone(),

@@ -9,11 +9,12 @@
 //!   one timer table.
 //! - `operations.rs`: the op table's driver; `ops/`: one state struct per
 //!   operation taken by value at each step (release, extend, resume,
-//!   inspect, re-entry and the hold count; see `ops/mod.rs`).
+//!   inspect, re-entry and the hold count, proclaim, leader; see `ops/mod.rs`).
 //! - The acquire recipe: `acquire.rs` (txn, predecessor watch, grant,
 //!   cleanup), with the kinds' parts in `permits.rs` (semaphores),
-//!   `shared.rs` (readers) and `election.rs` (campaign, proclaim, leader,
-//!   observe); `sets.rs` is `AcquireAll` in one txn; `local_names.rs` queues
+//!   `shared.rs` (readers) and `election.rs` (a campaign's value, observe;
+//!   proclaim and the leader query are `ops/proclaim.rs`, `ops/leader.rs`);
+//!   `acquire_kind.rs` is what the kinds' acquires differ in; `sets.rs` is `AcquireAll` in one txn; `local_names.rs` queues
 //!   a second local acquire of a name.
 //! - The session: `session.rs` (grant, keepalive, key checks, loss) and
 //!   `ghosts.rs` (deleting keys a lost txn left on the lease).
@@ -51,7 +52,10 @@ mod shared;
 mod timers;
 
 use acquire_kind::AcquireKind;
-use ops::{ExtendOp, InspectOp, Next, Op, OpKind, ReenterOp, ReleaseOp, Reply, ResumeOp};
+use ops::{
+    ExtendOp, InspectOp, LeaderOp, Next, Op, OpKind, ProclaimOp, ReenterOp, ReleaseOp, Reply,
+    ResumeOp,
+};
 use timers::TimerKey;
 
 const BACKEND: &str = "etcd";
