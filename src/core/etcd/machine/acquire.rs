@@ -1,8 +1,9 @@
-//! The acquire recipe: txn, predecessor watch, grant, cleanup of abandoned keys.
+//! The acquire recipe: its state ([`Acquire`], [`AcqPhase`]), txn, predecessor
+//! watch, grant, cleanup of abandoned keys.
 
 use super::{
-    permits, AcqPhase, Acquire, AcquireKind, Ending, EtcdMachine, Failure, HeldLock, Op, OpKind,
-    Orphan, Pending, Purpose, MAX_RESTARTS, ORPHAN_RETRY_MS, WATCH_REFRESH_MS, WATCH_RETRY_MS,
+    permits, AcquireKind, EtcdMachine, Failure, HeldLock, Op, OpKind, Orphan, Pending, Purpose,
+    MAX_RESTARTS, ORPHAN_RETRY_MS, WATCH_REFRESH_MS, WATCH_RETRY_MS,
 };
 use crate::core::etcd::gateway::{self as gw, GatewayError, TxnResponse};
 use crate::core::{
@@ -649,6 +650,52 @@ impl EtcdMachine {
             self.arm_orphans();
         }
     }
+}
+
+pub(super) struct Acquire {
+    pub(super) name: String,
+    pub(super) lock_prefix: Vec<u8>,
+    pub(super) wait: Wait,
+    pub(super) lease: Option<i64>,
+    pub(super) key: Vec<u8>,
+    pub(super) my_rev: i64,
+    pub(super) phase: AcqPhase,
+    pub(super) ending: Option<Ending>,
+    pub(super) restarts: u32,
+    /// Random value stored in our key: a key found with another value is a
+    /// leftover of an earlier incarnation and must never be adopted (its
+    /// revision, as a fencing token, would go backwards). A permit's is
+    /// `p<limit>:<random>`, so that every key of a semaphore carries its limit.
+    pub(super) nonce: Vec<u8>,
+    /// The kind of hold taken, with the kind's own state (a permit's).
+    pub(super) kind: AcquireKind,
+}
+
+impl Acquire {
+    /// Whether the acquire claims its name locally (see [`HeldLock::claims_name`]).
+    pub(super) fn claims_name(&self) -> bool {
+        !self.kind.own_key()
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum AcqPhase {
+    LocalQueue,
+    NeedLease,
+    Txn,
+    Predecessor,
+    Watch,
+    /// A permit holder's claim of a slot key is in flight.
+    Claim,
+    /// Deleting a leftover key of ours before trying again.
+    RemoveStale,
+    Cleanup,
+}
+
+#[derive(Clone, Debug)]
+pub(super) enum Ending {
+    NotAcquired,
+    Error(LockError),
 }
 
 /// A re-check's answer: our key's predecessor, and whether our key is

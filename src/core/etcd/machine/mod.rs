@@ -26,7 +26,7 @@ use super::gateway::GatewayError;
 use super::{escape_name, EtcdConfig};
 use crate::core::json_stream::JsonObjectSplitter;
 use crate::core::runtime::{Runtime, VecMap};
-use crate::core::{Entropy, LockError, LockId, Millis, OpId, RequestId, TransportError, Wait};
+use crate::core::{Entropy, LockError, LockId, Millis, OpId, RequestId, TransportError};
 
 mod acquire;
 mod acquire_kind;
@@ -51,6 +51,7 @@ mod sets_tests;
 mod shared;
 mod timers;
 
+use acquire::{AcqPhase, Acquire, Ending};
 use acquire_kind::AcquireKind;
 use ops::{
     ExtendOp, InspectOp, LeaderOp, Next, Op, OpKind, ProclaimOp, ReenterOp, ReleaseOp, Reply,
@@ -234,52 +235,6 @@ struct Orphan {
     lease: i64,
     retry_at: Millis,
     req: Option<RequestId>,
-}
-
-struct Acquire {
-    name: String,
-    lock_prefix: Vec<u8>,
-    wait: Wait,
-    lease: Option<i64>,
-    key: Vec<u8>,
-    my_rev: i64,
-    phase: AcqPhase,
-    ending: Option<Ending>,
-    restarts: u32,
-    /// Random value stored in our key: a key found with another value is a
-    /// leftover of an earlier incarnation and must never be adopted (its
-    /// revision, as a fencing token, would go backwards). A permit's is
-    /// `p<limit>:<random>`, so that every key of a semaphore carries its limit.
-    nonce: Vec<u8>,
-    /// The kind of hold taken, with the kind's own state (a permit's).
-    kind: AcquireKind,
-}
-
-impl Acquire {
-    /// Whether the acquire claims its name locally (see [`HeldLock::claims_name`]).
-    fn claims_name(&self) -> bool {
-        !self.kind.own_key()
-    }
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum AcqPhase {
-    LocalQueue,
-    NeedLease,
-    Txn,
-    Predecessor,
-    Watch,
-    /// A permit holder's claim of a slot key is in flight.
-    Claim,
-    /// Deleting a leftover key of ours before trying again.
-    RemoveStale,
-    Cleanup,
-}
-
-#[derive(Clone, Debug)]
-enum Ending {
-    NotAcquired,
-    Error(LockError),
 }
 
 enum Failure {
