@@ -2,8 +2,8 @@
 //! watch, grant, cleanup of abandoned keys.
 
 use super::{
-    permits, AcquireKind, EtcdMachine, Failure, HeldLock, Op, OpKind, Orphan, Pending, Purpose,
-    MAX_RESTARTS, ORPHAN_RETRY_MS, WATCH_REFRESH_MS, WATCH_RETRY_MS,
+    permits, AcquireKind, EtcdMachine, Failure, HeldKind, HeldLock, Op, OpKind, Orphan, Pending,
+    Purpose, MAX_RESTARTS, ORPHAN_RETRY_MS, WATCH_REFRESH_MS, WATCH_RETRY_MS,
 };
 use crate::core::etcd::gateway::{self as gw, GatewayError, TxnResponse};
 use crate::core::{
@@ -328,10 +328,8 @@ impl EtcdMachine {
                 key: a.key.clone(),
                 rev: a.my_rev,
                 lease,
-                slot,
-                shared: matches!(a.kind, AcquireKind::Shared),
+                kind: HeldKind::new(kind, slot),
                 releasing: false,
-                leader: matches!(a.kind, AcquireKind::Leader),
                 reentered: false,
             },
         );

@@ -69,7 +69,7 @@ use crate::core::names::validate_name;
 use serde_json::Value;
 
 use super::{
-    EtcdMachine, Failure, LeaderOp, OpKind, ProclaimOp, Purpose, TimerKey, BACKEND,
+    EtcdMachine, Failure, HeldKind, LeaderOp, OpKind, ProclaimOp, Purpose, TimerKey, BACKEND,
     WATCH_REFRESH_MS, WATCH_RETRY_MS,
 };
 use crate::core::etcd::gateway::{self as gw, RangeResponse};
@@ -173,7 +173,7 @@ impl EtcdMachine {
     ) -> Result<OpId, LockError> {
         self.check_open()?;
         crate::core::operation::check_campaign_value(value)?;
-        if matches!(self.locks.get(&lock), Some(h) if !h.leader) {
+        if matches!(self.locks.get(&lock), Some(h) if !matches!(h.kind, HeldKind::Leader)) {
             return Err(LockError::invalid(
                 "proclaim needs a leadership (a campaign's lock), not a lock",
             ));

@@ -26,7 +26,7 @@ use super::gateway::GatewayError;
 use super::{escape_name, EtcdConfig};
 use crate::core::json_stream::JsonObjectSplitter;
 use crate::core::runtime::{Runtime, VecMap};
-use crate::core::{Entropy, LockError, LockId, Millis, OpId, RequestId, TransportError};
+use crate::core::{Entropy, LockError, LockId, LockKind, Millis, OpId, RequestId, TransportError};
 
 mod acquire;
 mod acquire_kind;
@@ -178,18 +178,11 @@ struct HeldLock {
     key: Vec<u8>,
     rev: i64,
     lease: i64,
-    /// A semaphore permit's slot: (slot, slot key, its create revision = the
-    /// fencing token). `None` for an exclusive lock.
-    slot: Option<(u32, Vec<u8>, i64)>,
-    /// A read-write lock's shared hold (a reader key of its own per
-    /// acquisition, like a permit's queue key).
-    shared: bool,
+    /// The kind of hold, with what only that kind has (a permit's slot).
+    kind: HeldKind,
     /// A release is in flight: a check that misses the key is the release's
     /// own doing, not a loss.
     releasing: bool,
-    /// A leadership (`LockKind::Leader`): an exclusive hold whose key's
-    /// value carries the campaign value (see `election.rs`).
-    leader: bool,
     /// A hold taken by [`Operation::Reenter`] (see `ops/hold_count.rs`): it shares
     /// the key of an outer hold and does not claim the name locally (the
     /// outer hold, if it is local, does; its claim passes on to a local
@@ -197,25 +190,59 @@ struct HeldLock {
     reentered: bool,
 }
 
+/// What kind of hold a held lock is, with what only that kind has.
+enum HeldKind {
+    Exclusive,
+    /// A leadership (`LockKind::Leader`): an exclusive hold whose key's
+    /// value carries the campaign value (see `election.rs`).
+    Leader,
+    /// A read-write lock's shared hold (a reader key of its own per
+    /// acquisition, like a permit's queue key).
+    Shared,
+    /// A semaphore permit: its slot's key and that key's create revision
+    /// (= the fencing token).
+    Permit {
+        key: Vec<u8>,
+        rev: i64,
+    },
+}
+
+impl HeldKind {
+    /// The hold of `kind`; a permit's is its `slot` (slot, key, revision).
+    fn new(kind: LockKind, slot: Option<(u32, Vec<u8>, i64)>) -> HeldKind {
+        match (kind, slot) {
+            (_, Some((_, key, rev))) => HeldKind::Permit { key, rev },
+            (LockKind::Shared, None) => HeldKind::Shared,
+            (LockKind::Leader, None) => HeldKind::Leader,
+            _ => HeldKind::Exclusive,
+        }
+    }
+}
+
 impl HeldLock {
     /// Whether the hold owns its name locally: an exclusive lock's key is
     /// named by the lease alone, so a second local acquire must wait for it;
     /// permits and shared holds have keys of their own per acquisition.
     fn claims_name(&self) -> bool {
-        self.slot.is_none() && !self.shared && !self.reentered
+        matches!(self.kind, HeldKind::Exclusive | HeldKind::Leader) && !self.reentered
     }
 
     /// Whether holds can be counted on the key: an exclusive lock (not a
     /// leadership, a permit or a shared hold).
     fn countable(&self) -> bool {
-        self.slot.is_none() && !self.shared && !self.leader
+        matches!(self.kind, HeldKind::Exclusive)
+    }
+
+    /// Whether the hold is a semaphore's permit (two keys: queue and slot).
+    fn is_permit(&self) -> bool {
+        matches!(self.kind, HeldKind::Permit { .. })
     }
 
     /// Every key of the hold with its create revision: the lock's key, and a
     /// permit's slot key.
     fn keys(&self) -> Vec<(Vec<u8>, i64)> {
         let mut keys = vec![(self.key.clone(), self.rev)];
-        if let Some((_, key, rev)) = &self.slot {
+        if let HeldKind::Permit { key, rev, .. } = &self.kind {
             keys.push((key.clone(), *rev));
         }
         keys

@@ -394,7 +394,7 @@ impl EtcdMachine {
             self.rt.out.lost(lock, l.name.clone(), reason.clone());
             if l.claims_name() {
                 self.pass_on_name(now, &l);
-            } else if l.slot.is_some() && reason == LostReason::KeyGone {
+            } else if l.is_permit() && reason == LostReason::KeyGone {
                 // One of a permit's keys is gone, the other may not be: on a
                 // lease that lives on, a slot key without its holder would
                 // take a permit away from everyone until the session ends.
