@@ -522,8 +522,12 @@ fn ranges(txn: &TxnResponse, n: usize) -> Option<Vec<Vec<gw::KeyValue>>> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{
+        is_queue_suffix_of, key_kind, permit_value, queue_end, queue_key, slot_key, slot_of,
+        slots_range, KeyKind, NO_FREE_SLOT_RETRY_MS,
+    };
     use crate::core::{Input, LockMachine, Outcome, RequestId};
+    use crate::core::{LockKind, OpId, Wait};
 
     #[test]
     fn values_carry_the_limit() {

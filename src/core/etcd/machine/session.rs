@@ -406,7 +406,7 @@ impl EtcdMachine {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::super::EtcdMachine;
     use crate::core::etcd::EtcdConfig;
     use crate::core::{
         AcquireOptions, Input, LockMachine, LockMachineExt, SeededEntropy, Transmit,

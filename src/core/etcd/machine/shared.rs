@@ -199,13 +199,19 @@ pub(super) fn rw_status(name: &str, lock_prefix: &[u8], kvs: &[gw::KeyValue]) ->
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::super::{permits, EtcdMachine};
+    use super::{
+        is_reader_key, is_reader_suffix_of, is_shared_value, reader_key, readers_range, rw_status,
+        shared_value, writers_range,
+    };
     use crate::core::b64;
+    use crate::core::etcd::gateway as gw;
     use crate::core::etcd::EtcdConfig;
     use crate::core::{
         AcquireOptions, BackendKind, Event, Input, LockHandle, LockMachine, Operation, Outcome,
         RequestId, SeededEntropy, Transmit,
     };
+    use crate::core::{Holder, LockKind, OpId, Wait};
     use serde_json::json;
 
     #[test]
