@@ -1,13 +1,14 @@
-//! The acquire recipe: txn, predecessor watch, grant, cleanup of abandoned keys.
+//! The acquire recipe: its state ([`Acquire`], [`AcqPhase`]), txn, predecessor
+//! watch, grant, cleanup of abandoned keys.
 
 use super::{
-    permits, shared, AcqPhase, Acquire, Ending, EtcdMachine, Failure, HeldLock, Op, OpKind, Orphan,
-    Pending, Purpose, MAX_RESTARTS, ORPHAN_RETRY_MS, WATCH_REFRESH_MS, WATCH_RETRY_MS,
+    permits, AcquireKind, EtcdMachine, Failure, HeldKind, HeldLock, Op, OpKind, Orphan, Pending,
+    Purpose, MAX_RESTARTS, ORPHAN_RETRY_MS, WATCH_REFRESH_MS, WATCH_RETRY_MS,
 };
 use crate::core::etcd::gateway::{self as gw, GatewayError, TxnResponse};
 use crate::core::{
-    jitter, BackendKind, LockError, LockHandle, LockId, LockInfo, LockKind, LostReason, Millis,
-    OpId, Outcome, RequestId, Wait,
+    jitter, BackendKind, LockError, LockHandle, LockId, LockInfo, LostReason, Millis, OpId,
+    Outcome, RequestId, Wait,
 };
 
 impl EtcdMachine {
@@ -17,7 +18,9 @@ impl EtcdMachine {
         match self.ops.get(&op).map(|o| &o.kind) {
             Some(OpKind::Acquire(a)) => a.name.clone(),
             Some(OpKind::Inspect(i)) => i.name().to_string(),
-            Some(OpKind::Election(e)) => self.election_op_name(e),
+            Some(OpKind::Observe(o)) => Self::observe_name(o).to_string(),
+            Some(OpKind::Leader(l)) => l.name().to_string(),
+            Some(OpKind::Proclaim(p)) => self.lock_name(p.lock()),
             Some(OpKind::Resume(r)) => r.name().to_string(),
             Some(OpKind::Reenter(r)) => r.name().to_string(),
             Some(OpKind::AcquireSet(s)) => s.members[0].name.clone(),
@@ -55,11 +58,7 @@ impl EtcdMachine {
         let Some(a) = self.acquire_mut(op) else {
             return;
         };
-        a.key = match &a.permit {
-            Some(_) => permits::queue_key(&a.lock_prefix, lease, op),
-            None if a.shared => shared::reader_key(&a.lock_prefix, lease, op),
-            None => [a.lock_prefix.as_slice(), format!("{lease:x}").as_bytes()].concat(),
-        };
+        a.key = a.kind.key(&a.lock_prefix, lease, op);
         a.lease = Some(lease);
         a.phase = AcqPhase::Txn;
         // The lease is in use from now on: its timers must run.
@@ -67,11 +66,7 @@ impl EtcdMachine {
         let Some(a) = self.acquire_mut(op) else {
             return;
         };
-        let body = match &a.permit {
-            Some(p) => Self::permit_acquire_body(a, lease, p.limit),
-            None if a.shared => Self::shared_acquire_body(a, lease),
-            None => gw::acquire_txn(&a.key, &a.lock_prefix, lease, &a.nonce),
-        };
+        let body = a.kind.acquire_body(a, lease);
         let req = self.send(now, Purpose::Op(op), "/v3/kv/txn", body, false);
         if let Some(o) = self.ops.get_mut(&op) {
             o.req = Some(req);
@@ -87,11 +82,7 @@ impl EtcdMachine {
         let Some(a) = self.acquire_mut(op) else {
             return;
         };
-        let body = match &a.permit {
-            Some(p) => Self::permit_check_body(a, p.limit),
-            None if a.shared => Self::shared_check_body(a),
-            None => gw::predecessor_txn(&a.key, &a.lock_prefix, a.my_rev),
-        };
+        let body = a.kind.check_body(a);
         let req = self.send(now, Purpose::Op(op), "/v3/kv/txn", body, false);
         if let Some(o) = self.ops.get_mut(&op) {
             o.req = Some(req);
@@ -150,15 +141,15 @@ impl EtcdMachine {
         let Some(a) = self.acquire_mut(op) else {
             return;
         };
-        let (permit, shared) = (a.permit.is_some(), a.shared);
-        if (permit || shared) && (phase != AcqPhase::Txn || txn.succeeded) {
+        // A failed compare of an acquire txn is the lock's case for every
+        // kind: our key existed (see `lock_key_existed`).
+        if a.kind.own_key() && (phase != AcqPhase::Txn || txn.succeeded) {
             if txn.header.revision <= 0 {
                 return self.malformed(now, op, "txn reply without revision");
             }
-            return if permit {
-                self.on_permit_txn(now, op, phase, txn)
-            } else {
-                self.on_shared_txn(now, op, phase, txn)
+            return match a.kind {
+                AcquireKind::Permit(_) => self.on_permit_txn(now, op, phase, txn),
+                _ => self.on_shared_txn(now, op, phase, txn),
             };
         }
         if txn.header.revision <= 0 || txn.range(0).is_none() {
@@ -287,9 +278,9 @@ impl EtcdMachine {
         }
         a.phase = AcqPhase::NeedLease;
         a.my_rev = 0;
-        if let Some(p) = a.permit.as_mut() {
+        if let Some(p) = a.kind.permit_mut() {
             // A slot claimed on the vanished key's lease went with it.
-            (p.claiming, p.claims) = (None, 0);
+            p.forget_claims();
         }
         self.acquire_step(now, op)
     }
@@ -317,16 +308,7 @@ impl EtcdMachine {
         };
         self.clear_acquire_timers(op);
         let lock = self.rt.out.lock_id();
-        // A permit's token is its slot key's create revision (see the module docs).
-        let (kind, token) = match (&a.permit, slot) {
-            (Some(p), Some((_, rev))) => (LockKind::Permits { limit: p.limit }, rev),
-            // A reader's token is its key's create revision, like a writer's.
-            _ if a.shared => (LockKind::Shared, a.my_rev),
-            // A leadership's token is its key's create revision (etcd's own
-            // `concurrency.Election` revision).
-            _ if a.leader => (LockKind::Leader, a.my_rev),
-            _ => (LockKind::Exclusive, a.my_rev),
-        };
+        let (kind, token) = a.kind.granted(a.my_rev, slot.map(|(_, rev)| rev));
         let handle = LockHandle {
             v: 1,
             backend: BackendKind::Etcd,
@@ -346,10 +328,8 @@ impl EtcdMachine {
                 key: a.key.clone(),
                 rev: a.my_rev,
                 lease,
-                slot,
-                shared: a.shared,
+                kind: HeldKind::new(kind, slot),
                 releasing: false,
-                leader: a.leader,
                 reentered: false,
             },
         );
@@ -383,13 +363,13 @@ impl EtcdMachine {
         for m in messages {
             // A semaphore's waiter re-checks on any event it watches for
             // (its predecessor's promotion is a PUT); a lock's on a delete.
-            let permit = matches!(self.ops.get(&op).map(|o| &o.kind), Some(OpKind::Acquire(a)) if a.permit.is_some());
+            let any_event = matches!(self.ops.get(&op).map(|o| &o.kind), Some(OpKind::Acquire(a)) if a.kind.wakes_on_any_event());
             match gw::parse_watch_message(&m) {
                 Ok(w)
                     if w.canceled
                         || w.compact_revision > 0
                         || w.has_delete()
-                        || (permit && !w.events.is_empty()) =>
+                        || (any_event && !w.events.is_empty()) =>
                 {
                     // The predecessor went away (or the watch can't tell): re-check.
                     self.cancel_request(Some(id));
@@ -485,8 +465,8 @@ impl EtcdMachine {
         a.phase = AcqPhase::Cleanup;
         a.ending = Some(ending);
         let claimed = a
-            .permit
-            .as_ref()
+            .kind
+            .permit()
             .and_then(|p| p.claimed)
             .map(|(slot, rev)| (permits::slot_key(&a.lock_prefix, slot), rev));
         let body = match claimed {
@@ -536,12 +516,12 @@ impl EtcdMachine {
                 .and_then(|(s, b)| gw::parse::<TxnResponse>(s, &b).ok())
             {
                 Some(t) if t.succeeded && t.header.revision > 0 => {
-                    if let Some(p) = a.permit.as_mut() {
+                    if let Some(p) = a.kind.permit_mut() {
                         p.claimed = p.claiming.take().map(|slot| (slot, t.header.revision));
                     }
                 }
                 Some(_) => {
-                    if let Some(p) = a.permit.as_mut() {
+                    if let Some(p) = a.kind.permit_mut() {
                         p.claiming = None;
                     }
                 }
@@ -600,7 +580,7 @@ impl EtcdMachine {
                 ..
             }) = self.ops.remove(&op)
             {
-                if let Some((slot, rev)) = a.permit.as_ref().and_then(|p| p.claimed) {
+                if let Some((slot, rev)) = a.kind.permit().and_then(|p| p.claimed) {
                     let key = permits::slot_key(&a.lock_prefix, slot);
                     let (name, lease, retry_at) =
                         (orphan.name.clone(), orphan.lease, orphan.retry_at);
@@ -668,6 +648,52 @@ impl EtcdMachine {
             self.arm_orphans();
         }
     }
+}
+
+pub(super) struct Acquire {
+    pub(super) name: String,
+    pub(super) lock_prefix: Vec<u8>,
+    pub(super) wait: Wait,
+    pub(super) lease: Option<i64>,
+    pub(super) key: Vec<u8>,
+    pub(super) my_rev: i64,
+    pub(super) phase: AcqPhase,
+    pub(super) ending: Option<Ending>,
+    pub(super) restarts: u32,
+    /// Random value stored in our key: a key found with another value is a
+    /// leftover of an earlier incarnation and must never be adopted (its
+    /// revision, as a fencing token, would go backwards). A permit's is
+    /// `p<limit>:<random>`, so that every key of a semaphore carries its limit.
+    pub(super) nonce: Vec<u8>,
+    /// The kind of hold taken, with the kind's own state (a permit's).
+    pub(super) kind: AcquireKind,
+}
+
+impl Acquire {
+    /// Whether the acquire claims its name locally (see [`HeldLock::claims_name`]).
+    pub(super) fn claims_name(&self) -> bool {
+        !self.kind.own_key()
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) enum AcqPhase {
+    LocalQueue,
+    NeedLease,
+    Txn,
+    Predecessor,
+    Watch,
+    /// A permit holder's claim of a slot key is in flight.
+    Claim,
+    /// Deleting a leftover key of ours before trying again.
+    RemoveStale,
+    Cleanup,
+}
+
+#[derive(Clone, Debug)]
+pub(super) enum Ending {
+    NotAcquired,
+    Error(LockError),
 }
 
 /// A re-check's answer: our key's predecessor, and whether our key is

@@ -66,13 +66,14 @@
 
 use crate::core::names::validate_name;
 
+use serde_json::Value;
+
 use super::{
-    EtcdMachine, Failure, OpKind, Purpose, TimerKey, BACKEND, WATCH_REFRESH_MS, WATCH_RETRY_MS,
+    EtcdMachine, Failure, HeldKind, LeaderOp, OpKind, ProclaimOp, Purpose, TimerKey, BACKEND,
+    WATCH_REFRESH_MS, WATCH_RETRY_MS,
 };
-use crate::core::etcd::gateway::{self as gw, GatewayError, RangeResponse, TxnResponse};
-use crate::core::{
-    random_hex, Leadership, LockError, LockId, LostReason, Millis, OpId, Outcome, RequestId, Wait,
-};
+use crate::core::etcd::gateway::{self as gw, RangeResponse};
+use crate::core::{Leadership, LockError, LockId, Millis, OpId, Outcome, RequestId, Wait};
 
 /// The tag that starts every leadership key's value.
 const LEADER_TAG: &[u8] = b"l:";
@@ -127,13 +128,8 @@ pub(super) fn leadership_of(oldest: Option<&gw::KeyValue>) -> Result<Option<Lead
     }))
 }
 
-/// The election operations that are not a campaign (which is an acquire).
-pub(super) enum ElectionOp {
-    Proclaim { lock: LockId },
-    Leader { name: String },
-    Observe(Box<Observe>),
-}
-
+/// An observe in flight (a campaign is an acquire; proclaim and a leader
+/// query are `ops/proclaim.rs` and `ops/leader.rs`).
 pub(super) struct Observe {
     name: String,
     lock_prefix: Vec<u8>,
@@ -151,28 +147,18 @@ pub(super) struct Observe {
 }
 
 impl EtcdMachine {
-    pub(super) fn election_op_name(&self, e: &ElectionOp) -> String {
-        match e {
-            ElectionOp::Proclaim { lock } => self
-                .locks
-                .get(lock)
-                .map(|l| l.name.clone())
-                .unwrap_or_default(),
-            ElectionOp::Leader { name } => name.clone(),
-            ElectionOp::Observe(o) => o.name.clone(),
-        }
+    /// The name an observe watches.
+    pub(super) fn observe_name(o: &Observe) -> &str {
+        &o.name
     }
 
     pub(super) fn is_observe(&self, op: OpId) -> bool {
-        matches!(
-            self.ops.get(&op).map(|o| &o.kind),
-            Some(OpKind::Election(ElectionOp::Observe(_)))
-        )
+        matches!(self.ops.get(&op).map(|o| &o.kind), Some(OpKind::Observe(_)))
     }
 
     fn observe_mut(&mut self, op: OpId) -> Option<&mut Observe> {
         match self.ops.get_mut(&op).map(|o| &mut o.kind) {
-            Some(OpKind::Election(ElectionOp::Observe(o))) => Some(o),
+            Some(OpKind::Observe(o)) => Some(o),
             _ => None,
         }
     }
@@ -187,85 +173,15 @@ impl EtcdMachine {
     ) -> Result<OpId, LockError> {
         self.check_open()?;
         crate::core::operation::check_campaign_value(value)?;
-        let (key, rev, lease) = match self.locks.get(&lock) {
-            Some(h) if !h.leader => {
-                return Err(LockError::invalid(
-                    "proclaim needs a leadership (a campaign's lock), not a lock",
-                ))
-            }
-            Some(h) if !h.releasing => (h.key.clone(), h.rev, h.lease),
-            // Like extend: "not held" completes the operation.
-            other => {
-                let name =
-                    other.map_or_else(|| "<released or lost lock>".to_string(), |h| h.name.clone());
-                let op = self.rt.out.op_id();
-                self.rt.out.fail(
-                    op,
-                    LockError::NotHeld {
-                        backend: BACKEND,
-                        name,
-                    },
-                );
-                return Ok(op);
-            }
-        };
-        let random = random_hex(self.entropy.as_mut(), 8);
-        let body = gw::proclaim_txn(&key, rev, lease, &leader_value(&random, value));
-        let op = self.new_op(OpKind::Election(ElectionOp::Proclaim { lock }));
-        let req = self.send(now, Purpose::Op(op), "/v3/kv/txn", body, false);
-        if let Some(o) = self.ops.get_mut(&op) {
-            o.req = Some(req);
+        if matches!(self.locks.get(&lock), Some(h) if !matches!(h.kind, HeldKind::Leader)) {
+            return Err(LockError::invalid(
+                "proclaim needs a leadership (a campaign's lock), not a lock",
+            ));
         }
+        let op = self.rt.out.op_id();
+        let next = ProclaimOp::start(self, op, lock, value);
+        self.follow(now, op, next);
         Ok(op)
-    }
-
-    fn on_proclaim_reply(
-        &mut self,
-        now: Millis,
-        op: OpId,
-        lock: LockId,
-        result: Result<(u16, Vec<u8>), Failure>,
-    ) {
-        self.ops.remove(&op);
-        let Some(held) = self.locks.get(&lock) else {
-            return self.rt.out.fail(
-                op,
-                LockError::NotHeld {
-                    backend: BACKEND,
-                    name: "<released or lost lock>".into(),
-                },
-            );
-        };
-        let (name, lease, releasing) = (held.name.clone(), held.lease, held.releasing);
-        let lost = |reason: &LostReason| LockError::Lost {
-            backend: BACKEND,
-            name: name.clone(),
-            reason: reason.to_string(),
-        };
-        match result.and_then(|(s, b)| gw::parse::<TxnResponse>(s, &b).map_err(Failure::Gateway)) {
-            Ok(t) if t.succeeded => self.rt.out.complete(op, Ok(Outcome::Proclaimed { lock })),
-            Ok(_) if releasing => self.rt.out.fail(
-                op,
-                LockError::NotHeld {
-                    backend: BACKEND,
-                    name,
-                },
-            ),
-            Ok(_) => {
-                // The compare failed: this incarnation of the key is gone.
-                self.rt.out.fail(op, lost(&LostReason::KeyGone));
-                self.lose_lock(now, lock, LostReason::KeyGone);
-            }
-            Err(Failure::Gateway(GatewayError::LeaseNotFound)) => {
-                let reason = LostReason::RenewalFailed("the lease no longer exists".into());
-                self.rt.out.fail(op, lost(&reason));
-                self.lease_lost(now, lease, reason);
-            }
-            Err(f) => {
-                let e = self.backend_error(&name, f);
-                self.rt.out.fail(op, e);
-            }
-        }
     }
 
     // ---- leader and observe -----------------------------------------------
@@ -279,23 +195,26 @@ impl EtcdMachine {
     ) -> Result<OpId, LockError> {
         self.check_open()?;
         validate_name(name)?;
-        let kind = match observe {
+        let (known, wait) = match observe {
             // An observe that may not wait is a leader query.
-            None | Some((_, Wait::Try)) => ElectionOp::Leader {
-                name: name.to_string(),
-            },
-            Some((known, wait)) => ElectionOp::Observe(Box::new(Observe {
-                name: name.to_string(),
-                lock_prefix: self.lock_prefix(name),
-                known,
-                wait,
-                deadline: wait.deadline(now),
-                oldest: None,
-                current: None,
-                reading: false,
-            })),
+            None | Some((_, Wait::Try)) => {
+                let op = self.rt.out.op_id();
+                let next = LeaderOp::start(self, name);
+                self.follow(now, op, next);
+                return Ok(op);
+            }
+            Some(observe) => observe,
         };
-        let op = self.new_op(OpKind::Election(kind));
+        let op = self.new_op(OpKind::Observe(Box::new(Observe {
+            name: name.to_string(),
+            lock_prefix: self.lock_prefix(name),
+            known,
+            wait,
+            deadline: wait.deadline(now),
+            oldest: None,
+            current: None,
+            reading: false,
+        })));
         if let Some(deadline) = self.observe_mut(op).and_then(|o| o.deadline) {
             self.rt
                 .timers
@@ -306,7 +225,7 @@ impl EtcdMachine {
     }
 
     fn send_leader_read(&mut self, now: Millis, op: OpId, name: &str) {
-        let body = gw::range_oldest(&self.lock_prefix(name));
+        let body = leader_read_body(self, name);
         let req = self.send(now, Purpose::Op(op), "/v3/kv/range", body, false);
         if let Some(o) = self.ops.get_mut(&op) {
             o.req = Some(req);
@@ -316,39 +235,24 @@ impl EtcdMachine {
         }
     }
 
-    pub(super) fn on_election_reply(
+    pub(super) fn on_observe_reply(
         &mut self,
         now: Millis,
         op: OpId,
         result: Result<(u16, Vec<u8>), Failure>,
     ) {
-        let (name, observe) = match self.ops.get(&op).map(|o| &o.kind) {
-            Some(OpKind::Election(ElectionOp::Proclaim { lock })) => {
-                let lock = *lock;
-                return self.on_proclaim_reply(now, op, lock, result);
-            }
-            Some(OpKind::Election(ElectionOp::Leader { name })) => (name.clone(), false),
-            Some(OpKind::Election(ElectionOp::Observe(o))) if o.reading => (o.name.clone(), true),
-            Some(OpKind::Election(ElectionOp::Observe(_))) => {
+        let name = match self.ops.get(&op).map(|o| &o.kind) {
+            Some(OpKind::Observe(o)) if o.reading => o.name.clone(),
+            Some(OpKind::Observe(_)) => {
                 // A watch answered as a whole request: it broke.
                 return self.observe_retry_at(op, now + WATCH_RETRY_MS);
             }
             _ => return,
         };
-        let read = result
-            .and_then(|(s, b)| gw::parse::<RangeResponse>(s, &b).map_err(Failure::Gateway))
-            .map_err(|f| self.backend_error(&name, f))
-            .and_then(|r| {
-                let state = leadership_of(r.kvs.first()).map_err(|m| malformed(&name, &m))?;
-                Ok((r, state))
-            });
-        let (r, state) = match read {
+        let (r, state) = match read_leadership(self, &name, result) {
             Ok(x) => x,
             Err(e) => return self.end_election_op(op, Err(e)),
         };
-        if !observe {
-            return self.end_election_op(op, Ok(state));
-        }
         let Some(ob) = self.observe_mut(op) else {
             return;
         };
@@ -493,7 +397,7 @@ impl EtcdMachine {
         );
     }
 
-    /// Ends a leader query or an observe: its request, its timers, its report.
+    /// Ends an observe: its request, its timers, its report.
     fn end_election_op(&mut self, op: OpId, result: Result<Option<Leadership>, LockError>) {
         let Some(o) = self.ops.remove(&op) else {
             return;
@@ -503,6 +407,26 @@ impl EtcdMachine {
         self.cancel_request(o.req);
         self.rt.out.complete(op, result.map(Outcome::Leader));
     }
+}
+
+/// The read of the oldest key of `name` (a leader query's, an observe's).
+pub(super) fn leader_read_body(m: &EtcdMachine, name: &str) -> Value {
+    gw::range_oldest(&m.lock_prefix(name))
+}
+
+/// A leader read's answer: the range, and who leads by it.
+pub(super) fn read_leadership(
+    m: &EtcdMachine,
+    name: &str,
+    result: Result<(u16, Vec<u8>), Failure>,
+) -> Result<(RangeResponse, Option<Leadership>), LockError> {
+    result
+        .and_then(|(s, b)| gw::parse::<RangeResponse>(s, &b).map_err(Failure::Gateway))
+        .map_err(|f| m.backend_error(name, f))
+        .and_then(|r| {
+            let state = leadership_of(r.kvs.first()).map_err(|m| malformed(name, &m))?;
+            Ok((r, state))
+        })
 }
 
 fn malformed(name: &str, message: &str) -> LockError {

@@ -68,7 +68,7 @@ impl EtcdMachine {
 
     fn key_in_use(&self, key: &[u8]) -> bool {
         let claimed = |a: &Acquire| {
-            a.permit.as_ref().is_some_and(|p| {
+            a.kind.permit().is_some_and(|p| {
                 p.claiming
                     .is_some_and(|s| permits::slot_key(&a.lock_prefix, s) == key)
             })

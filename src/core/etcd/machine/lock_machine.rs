@@ -5,8 +5,8 @@ use serde_json::Value;
 use crate::core::names::validate_name;
 
 use super::{
-    election, permits, shared, AcqPhase, Acquire, Ending, EtcdMachine, Failure, OpKind, Pending,
-    Purpose, TimerKey, BACKEND,
+    election, permits, shared, AcqPhase, Acquire, AcquireKind, Ending, EtcdMachine, Failure,
+    OpKind, Pending, Purpose, TimerKey, BACKEND,
 };
 use crate::core::etcd::gateway::{self as gw, GatewayError};
 use crate::core::{
@@ -282,26 +282,14 @@ impl EtcdMachine {
         }
         let deadline = opts.wait.deadline(now);
         let random = random_hex(self.entropy.as_mut(), 8);
-        let (nonce, permit, shared) = match kind {
-            LockKind::Permits { limit } => (
-                permits::permit_value(limit, &random),
-                Some(permits::PermitAcquire {
-                    limit,
-                    claiming: None,
-                    claims: 0,
-                    claimed: None,
-                }),
-                false,
-            ),
-            LockKind::Leader => (
-                election::leader_value(&random, campaign.unwrap_or_default()),
-                None,
-                false,
-            ),
-            LockKind::Exclusive => (random.into_bytes(), None, false),
-            LockKind::Shared => (shared::shared_value(&random), None, true),
+        let nonce = match kind {
+            LockKind::Permits { limit } => permits::permit_value(limit, &random),
+            LockKind::Leader => election::leader_value(&random, campaign.unwrap_or_default()),
+            LockKind::Exclusive => random.into_bytes(),
+            LockKind::Shared => shared::shared_value(&random),
         };
-        let own_key = permit.is_some() || shared;
+        let kind = AcquireKind::new(kind);
+        let own_key = kind.own_key();
         let op = self.new_op(OpKind::Acquire(Acquire {
             name: name.to_string(),
             lock_prefix: self.lock_prefix(name),
@@ -313,9 +301,7 @@ impl EtcdMachine {
             ending: None,
             restarts: 0,
             nonce,
-            permit,
-            shared,
-            leader: kind == LockKind::Leader,
+            kind,
         }));
         if let Some(deadline) = deadline {
             self.rt.timers.set(TimerKey::AcquireDeadline(op), deadline);

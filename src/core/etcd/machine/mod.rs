@@ -9,11 +9,12 @@
 //!   one timer table.
 //! - `operations.rs`: the op table's driver; `ops/`: one state struct per
 //!   operation taken by value at each step (release, extend, resume,
-//!   inspect, re-entry and the hold count; see `ops/mod.rs`).
+//!   inspect, re-entry and the hold count, proclaim, leader; see `ops/mod.rs`).
 //! - The acquire recipe: `acquire.rs` (txn, predecessor watch, grant,
 //!   cleanup), with the kinds' parts in `permits.rs` (semaphores),
-//!   `shared.rs` (readers) and `election.rs` (campaign, proclaim, leader,
-//!   observe); `sets.rs` is `AcquireAll` in one txn; `local_names.rs` queues
+//!   `shared.rs` (readers) and `election.rs` (a campaign's value, observe;
+//!   proclaim and the leader query are `ops/proclaim.rs`, `ops/leader.rs`);
+//!   `acquire_kind.rs` is what the kinds' acquires differ in; `sets.rs` is `AcquireAll` in one txn; `local_names.rs` queues
 //!   a second local acquire of a name.
 //! - The session: `session.rs` (grant, keepalive, key checks, loss) and
 //!   `ghosts.rs` (deleting keys a lost txn left on the lease).
@@ -25,9 +26,10 @@ use super::gateway::GatewayError;
 use super::{escape_name, EtcdConfig};
 use crate::core::json_stream::JsonObjectSplitter;
 use crate::core::runtime::{Runtime, VecMap};
-use crate::core::{Entropy, LockError, LockId, Millis, OpId, RequestId, TransportError, Wait};
+use crate::core::{Entropy, LockError, LockId, LockKind, Millis, OpId, RequestId, TransportError};
 
 mod acquire;
+mod acquire_kind;
 mod election;
 #[cfg(test)]
 mod election_tests;
@@ -49,7 +51,12 @@ mod sets_tests;
 mod shared;
 mod timers;
 
-use ops::{ExtendOp, InspectOp, Next, Op, OpKind, ReenterOp, ReleaseOp, Reply, ResumeOp};
+use acquire::{AcqPhase, Acquire, Ending};
+use acquire_kind::AcquireKind;
+use ops::{
+    ExtendOp, InspectOp, LeaderOp, Next, Op, OpKind, ProclaimOp, ReenterOp, ReleaseOp, Reply,
+    ResumeOp,
+};
 use timers::TimerKey;
 
 const BACKEND: &str = "etcd";
@@ -171,18 +178,11 @@ struct HeldLock {
     key: Vec<u8>,
     rev: i64,
     lease: i64,
-    /// A semaphore permit's slot: (slot, slot key, its create revision = the
-    /// fencing token). `None` for an exclusive lock.
-    slot: Option<(u32, Vec<u8>, i64)>,
-    /// A read-write lock's shared hold (a reader key of its own per
-    /// acquisition, like a permit's queue key).
-    shared: bool,
+    /// The kind of hold, with what only that kind has (a permit's slot).
+    kind: HeldKind,
     /// A release is in flight: a check that misses the key is the release's
     /// own doing, not a loss.
     releasing: bool,
-    /// A leadership (`LockKind::Leader`): an exclusive hold whose key's
-    /// value carries the campaign value (see `election.rs`).
-    leader: bool,
     /// A hold taken by [`Operation::Reenter`] (see `ops/hold_count.rs`): it shares
     /// the key of an outer hold and does not claim the name locally (the
     /// outer hold, if it is local, does; its claim passes on to a local
@@ -190,25 +190,59 @@ struct HeldLock {
     reentered: bool,
 }
 
+/// What kind of hold a held lock is, with what only that kind has.
+enum HeldKind {
+    Exclusive,
+    /// A leadership (`LockKind::Leader`): an exclusive hold whose key's
+    /// value carries the campaign value (see `election.rs`).
+    Leader,
+    /// A read-write lock's shared hold (a reader key of its own per
+    /// acquisition, like a permit's queue key).
+    Shared,
+    /// A semaphore permit: its slot's key and that key's create revision
+    /// (= the fencing token).
+    Permit {
+        key: Vec<u8>,
+        rev: i64,
+    },
+}
+
+impl HeldKind {
+    /// The hold of `kind`; a permit's is its `slot` (slot, key, revision).
+    fn new(kind: LockKind, slot: Option<(u32, Vec<u8>, i64)>) -> HeldKind {
+        match (kind, slot) {
+            (_, Some((_, key, rev))) => HeldKind::Permit { key, rev },
+            (LockKind::Shared, None) => HeldKind::Shared,
+            (LockKind::Leader, None) => HeldKind::Leader,
+            _ => HeldKind::Exclusive,
+        }
+    }
+}
+
 impl HeldLock {
     /// Whether the hold owns its name locally: an exclusive lock's key is
     /// named by the lease alone, so a second local acquire must wait for it;
     /// permits and shared holds have keys of their own per acquisition.
     fn claims_name(&self) -> bool {
-        self.slot.is_none() && !self.shared && !self.reentered
+        matches!(self.kind, HeldKind::Exclusive | HeldKind::Leader) && !self.reentered
     }
 
     /// Whether holds can be counted on the key: an exclusive lock (not a
     /// leadership, a permit or a shared hold).
     fn countable(&self) -> bool {
-        self.slot.is_none() && !self.shared && !self.leader
+        matches!(self.kind, HeldKind::Exclusive)
+    }
+
+    /// Whether the hold is a semaphore's permit (two keys: queue and slot).
+    fn is_permit(&self) -> bool {
+        matches!(self.kind, HeldKind::Permit { .. })
     }
 
     /// Every key of the hold with its create revision: the lock's key, and a
     /// permit's slot key.
     fn keys(&self) -> Vec<(Vec<u8>, i64)> {
         let mut keys = vec![(self.key.clone(), self.rev)];
-        if let Some((_, key, rev)) = &self.slot {
+        if let HeldKind::Permit { key, rev, .. } = &self.kind {
             keys.push((key.clone(), *rev));
         }
         keys
@@ -228,57 +262,6 @@ struct Orphan {
     lease: i64,
     retry_at: Millis,
     req: Option<RequestId>,
-}
-
-struct Acquire {
-    name: String,
-    lock_prefix: Vec<u8>,
-    wait: Wait,
-    lease: Option<i64>,
-    key: Vec<u8>,
-    my_rev: i64,
-    phase: AcqPhase,
-    ending: Option<Ending>,
-    restarts: u32,
-    /// Random value stored in our key: a key found with another value is a
-    /// leftover of an earlier incarnation and must never be adopted (its
-    /// revision, as a fencing token, would go backwards). A permit's is
-    /// `p<limit>:<random>`, so that every key of a semaphore carries its limit.
-    nonce: Vec<u8>,
-    /// A semaphore permit's state; `None` for an exclusive lock.
-    permit: Option<permits::PermitAcquire>,
-    /// The reader side of a read-write lock (`LockKind::Shared`).
-    shared: bool,
-    /// A campaign (`LockKind::Leader`): the exclusive recipe, `nonce` being
-    /// the encoded campaign value (see `election.rs`).
-    leader: bool,
-}
-
-impl Acquire {
-    /// Whether the acquire claims its name locally (see [`HeldLock::claims_name`]).
-    fn claims_name(&self) -> bool {
-        self.permit.is_none() && !self.shared
-    }
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum AcqPhase {
-    LocalQueue,
-    NeedLease,
-    Txn,
-    Predecessor,
-    Watch,
-    /// A permit holder's claim of a slot key is in flight.
-    Claim,
-    /// Deleting a leftover key of ours before trying again.
-    RemoveStale,
-    Cleanup,
-}
-
-#[derive(Clone, Debug)]
-enum Ending {
-    NotAcquired,
-    Error(LockError),
 }
 
 enum Failure {

@@ -1,7 +1,7 @@
 //! The operation table's driver: starting the states of `ops/` (release,
-//! extend, resume, re-entry, inspect), stepping them with their answers and
-//! sending what they ask for; acquires, elections and sets are stepped by
-//! their own files.
+//! extend, resume, re-entry, inspect, proclaim, leader), stepping them with
+//! their answers and sending what they ask for; acquires, observes and sets
+//! are stepped by their own files.
 
 use crate::core::names::validate_name;
 
@@ -23,7 +23,7 @@ impl EtcdMachine {
         let Some(o) = self.ops.get(&op) else { return };
         match &o.kind {
             OpKind::Acquire(_) => return self.on_acquire_reply(now, op, result),
-            OpKind::Election(_) => return self.on_election_reply(now, op, result),
+            OpKind::Observe(_) => return self.on_observe_reply(now, op, result),
             OpKind::AcquireSet(_) => return self.on_set_reply(now, op, result),
             _ => {}
         }
@@ -37,7 +37,9 @@ impl EtcdMachine {
             OpKind::Extend(s) => s.step(self, now, op, reply),
             OpKind::Resume(s) => s.step(self, now, op, reply),
             OpKind::Inspect(s) => s.step(self, op, reply),
-            OpKind::Acquire(_) | OpKind::Election(_) | OpKind::AcquireSet(_) => Next::Done,
+            OpKind::Proclaim(s) => s.step(self, now, op, reply),
+            OpKind::Leader(s) => s.step(self, op, reply),
+            OpKind::Acquire(_) | OpKind::Observe(_) | OpKind::AcquireSet(_) => Next::Done,
         };
         self.follow(now, op, next);
     }

@@ -36,6 +36,23 @@ pub(super) struct PermitAcquire {
     pub(super) claimed: Option<(u32, i64)>,
 }
 
+impl PermitAcquire {
+    pub(super) fn new(limit: u32) -> PermitAcquire {
+        PermitAcquire {
+            limit,
+            claiming: None,
+            claims: 0,
+            claimed: None,
+        }
+    }
+
+    /// The acquire starts over on a new key: a slot claimed on the old
+    /// key's lease went with it.
+    pub(super) fn forget_claims(&mut self) {
+        (self.claiming, self.claims) = (None, 0);
+    }
+}
+
 /// How long a holder that finds every slot taken waits before looking
 /// again. Only a key left on a lease by a txn that applied after its
 /// client gave up (swept, or gone with the lease) can cause it.
@@ -120,37 +137,38 @@ enum Standing {
     Unclear,
 }
 
+/// The re-check txn of a waiting permit (see `send_predecessor_check`).
+pub(super) fn permit_check_body(a: &Acquire, limit: u32) -> Value {
+    let (s0, s1) = slots_range(&a.lock_prefix);
+    gw::permit_check_txn(
+        &a.key,
+        a.my_rev,
+        (&a.lock_prefix, &queue_end(&a.lock_prefix)),
+        (&s0, &s1),
+        limit,
+    )
+}
+
+/// The acquire txn of a permit (its queue key set) on `lease`.
+pub(super) fn permit_acquire_body(a: &Acquire, lease: i64, limit: u32) -> Value {
+    let (s0, s1) = slots_range(&a.lock_prefix);
+    let (r0, r1) = shared::readers_range(&a.lock_prefix);
+    gw::permit_acquire_txn(
+        &a.key,
+        (&a.lock_prefix, &queue_end(&a.lock_prefix)),
+        (&s0, &s1),
+        (&r0, &r1),
+        lease,
+        &a.nonce,
+        limit,
+    )
+}
+
 impl EtcdMachine {
     pub(super) fn permit_mut(&mut self, op: OpId) -> Option<(&mut Acquire, u32)> {
         let a = self.acquire_mut(op)?;
-        let limit = a.permit.as_ref()?.limit;
+        let limit = a.kind.permit()?.limit;
         Some((a, limit))
-    }
-
-    /// The re-check txn of a waiting permit (see `send_predecessor_check`).
-    pub(super) fn permit_check_body(a: &Acquire, limit: u32) -> Value {
-        let (s0, s1) = slots_range(&a.lock_prefix);
-        gw::permit_check_txn(
-            &a.key,
-            a.my_rev,
-            (&a.lock_prefix, &queue_end(&a.lock_prefix)),
-            (&s0, &s1),
-            limit,
-        )
-    }
-
-    pub(super) fn permit_acquire_body(a: &Acquire, lease: i64, limit: u32) -> Value {
-        let (s0, s1) = slots_range(&a.lock_prefix);
-        let (r0, r1) = shared::readers_range(&a.lock_prefix);
-        gw::permit_acquire_txn(
-            &a.key,
-            (&a.lock_prefix, &queue_end(&a.lock_prefix)),
-            (&s0, &s1),
-            (&r0, &r1),
-            lease,
-            &a.nonce,
-            limit,
-        )
     }
 
     /// A permit acquire's txn answered (parsed, with a positive revision).
@@ -194,7 +212,7 @@ impl EtcdMachine {
             let message = format!(
                 "{:?} is a read-write lock, not a semaphore of {}",
                 a.name,
-                a.permit.as_ref().map_or(0, |p| p.limit)
+                a.kind.permit().map_or(0, |p| p.limit)
             );
             return self.cleanup(now, op, Ending::Error(LockError::invalid(message)));
         }
@@ -236,7 +254,7 @@ impl EtcdMachine {
             return;
         };
         if txn.succeeded {
-            let slot = a.permit.as_ref().and_then(|p| p.claiming);
+            let slot = a.kind.permit().and_then(|p| p.claiming);
             return match slot {
                 Some(slot) => self.grant_lock(now, op, Some((slot, txn.header.revision))),
                 None => self.malformed(now, op, "a claim without a slot"),
@@ -365,7 +383,7 @@ impl EtcdMachine {
         let Some((a, _)) = self.permit_mut(op) else {
             return;
         };
-        let Some(p) = a.permit.as_mut() else { return };
+        let Some(p) = a.kind.permit_mut() else { return };
         if free.is_empty() {
             // Every slot is taken, by keys we do not see as holders (a slot
             // key left behind by a txn that applied late): wait until it is
@@ -416,7 +434,7 @@ impl EtcdMachine {
         let Some(a) = self.acquire_mut(op) else {
             return;
         };
-        let Some(p) = a.permit.as_mut() else { return };
+        let Some(p) = a.kind.permit_mut() else { return };
         let Some(slot) = p.claiming.take() else {
             return;
         };
@@ -504,8 +522,12 @@ fn ranges(txn: &TxnResponse, n: usize) -> Option<Vec<Vec<gw::KeyValue>>> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{
+        is_queue_suffix_of, key_kind, permit_value, queue_end, queue_key, slot_key, slot_of,
+        slots_range, KeyKind, NO_FREE_SLOT_RETRY_MS,
+    };
     use crate::core::{Input, LockMachine, Outcome, RequestId};
+    use crate::core::{LockKind, OpId, Wait};
 
     #[test]
     fn values_carry_the_limit() {

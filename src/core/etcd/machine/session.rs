@@ -375,9 +375,9 @@ impl EtcdMachine {
                         a.lease = None;
                         a.my_rev = 0;
                         a.phase = AcqPhase::NeedLease;
-                        if let Some(p) = a.permit.as_mut() {
+                        if let Some(p) = a.kind.permit_mut() {
                             // Its slot key, if a claim applied, died with the lease.
-                            (p.claiming, p.claims) = (None, 0);
+                            p.forget_claims();
                         }
                         self.set_recheck(op, None);
                         self.cancel_request(req);
@@ -394,7 +394,7 @@ impl EtcdMachine {
             self.rt.out.lost(lock, l.name.clone(), reason.clone());
             if l.claims_name() {
                 self.pass_on_name(now, &l);
-            } else if l.slot.is_some() && reason == LostReason::KeyGone {
+            } else if l.is_permit() && reason == LostReason::KeyGone {
                 // One of a permit's keys is gone, the other may not be: on a
                 // lease that lives on, a slot key without its holder would
                 // take a permit away from everyone until the session ends.
@@ -406,7 +406,7 @@ impl EtcdMachine {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::super::EtcdMachine;
     use crate::core::etcd::EtcdConfig;
     use crate::core::{
         AcquireOptions, Input, LockMachine, LockMachineExt, SeededEntropy, Transmit,

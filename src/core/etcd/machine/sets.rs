@@ -35,7 +35,8 @@ use crate::core::names::validate_name;
 use crate::core::operation::check_acquire_all_names;
 
 use super::{
-    Ending, EtcdMachine, Failure, HeldLock, Op, OpKind, Orphan, Purpose, BACKEND, MAX_RESTARTS,
+    Ending, EtcdMachine, Failure, HeldKind, HeldLock, Op, OpKind, Orphan, Purpose, BACKEND,
+    MAX_RESTARTS,
 };
 use crate::core::etcd::gateway::{self as gw, GatewayError, TxnResponse};
 use crate::core::{
@@ -378,10 +379,8 @@ impl EtcdMachine {
                     key: m.key,
                     rev,
                     lease,
-                    slot: None,
-                    shared: false,
+                    kind: HeldKind::Exclusive,
                     releasing: false,
-                    leader: false,
                     reentered: false,
                 },
             );

@@ -61,17 +61,19 @@ pub(super) fn is_reader_key(lock_prefix: &[u8], key: &[u8]) -> bool {
         .is_some_and(|rest| rest.starts_with(b"r/"))
 }
 
+/// The acquire txn of a reader (its key set) on `lease`.
+pub(super) fn shared_acquire_body(a: &Acquire, lease: i64) -> Value {
+    let (w0, w1) = writers_range(&a.lock_prefix);
+    gw::shared_acquire_txn(&a.key, &a.lock_prefix, (&w0, &w1), lease, &a.nonce)
+}
+
+/// The re-check txn of a waiting reader.
+pub(super) fn shared_check_body(a: &Acquire) -> Value {
+    let (w0, w1) = writers_range(&a.lock_prefix);
+    gw::shared_check_txn(&a.key, (&w0, &w1), a.my_rev)
+}
+
 impl EtcdMachine {
-    pub(super) fn shared_acquire_body(a: &Acquire, lease: i64) -> Value {
-        let (w0, w1) = writers_range(&a.lock_prefix);
-        gw::shared_acquire_txn(&a.key, &a.lock_prefix, (&w0, &w1), lease, &a.nonce)
-    }
-
-    pub(super) fn shared_check_body(a: &Acquire) -> Value {
-        let (w0, w1) = writers_range(&a.lock_prefix);
-        gw::shared_check_txn(&a.key, (&w0, &w1), a.my_rev)
-    }
-
     /// A shared acquire's txn (that put our key) or re-check answered
     /// (parsed, with a positive revision). A `Txn` whose compare failed is
     /// handled with the lock's: it learns our key's revision and re-checks.
@@ -197,13 +199,19 @@ pub(super) fn rw_status(name: &str, lock_prefix: &[u8], kvs: &[gw::KeyValue]) ->
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::super::{permits, EtcdMachine};
+    use super::{
+        is_reader_key, is_reader_suffix_of, is_shared_value, reader_key, readers_range, rw_status,
+        shared_value, writers_range,
+    };
     use crate::core::b64;
+    use crate::core::etcd::gateway as gw;
     use crate::core::etcd::EtcdConfig;
     use crate::core::{
         AcquireOptions, BackendKind, Event, Input, LockHandle, LockMachine, Operation, Outcome,
         RequestId, SeededEntropy, Transmit,
     };
+    use crate::core::{Holder, LockKind, OpId, Wait};
     use serde_json::json;
 
     #[test]

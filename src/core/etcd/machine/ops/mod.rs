@@ -10,10 +10,13 @@
 //!   keys, then keep the handle's lease alive.
 //! - `inspect.rs`: [`InspectOp`], one range of the name, then the holder's
 //!   lease TTL.
+//! - `proclaim.rs`: [`ProclaimOp`], a new campaign value on a leadership's
+//!   key (one txn).
+//! - `leader.rs`: [`LeaderOp`], who leads a name (one range read).
 //! - `reenter.rs`: [`ReenterOp`], one more hold of an exclusive lock, counted
 //!   on etcd (`hold_count.rs` has the count key's format and parsing).
 //!
-//! Acquires, elections and `AcquireAll` keep their state in the table too
+//! Acquires, observes and `AcquireAll` keep their state in the table too
 //! ([`OpKind`]), stepped by `acquire.rs`, `election.rs` and `sets.rs`.
 //!
 //! The machine (`operations.rs`) takes a state out of the table when its
@@ -26,19 +29,23 @@
 mod extend;
 mod hold_count;
 mod inspect;
+mod leader;
+mod proclaim;
 mod reenter;
 mod release;
 mod resume;
 
 pub(super) use extend::ExtendOp;
 pub(super) use inspect::InspectOp;
+pub(super) use leader::LeaderOp;
+pub(super) use proclaim::ProclaimOp;
 pub(super) use reenter::ReenterOp;
 pub(super) use release::ReleaseOp;
 pub(super) use resume::ResumeOp;
 
 use serde_json::Value;
 
-use super::election::ElectionOp;
+use super::election::Observe;
 use super::sets::AcquireSet;
 use super::{Acquire, Failure};
 use crate::core::etcd::gateway::{self as gw, TxnResponse};
@@ -58,8 +65,10 @@ pub(super) enum OpKind {
     Extend(ExtendOp),
     Resume(ResumeOp),
     Inspect(InspectOp),
-    /// Proclaim, leader and observe (see `election.rs`).
-    Election(ElectionOp),
+    Proclaim(ProclaimOp),
+    Leader(LeaderOp),
+    /// An observe's read and watch (see `election.rs`).
+    Observe(Box<Observe>),
     /// `AcquireAll` of free names in one txn (see `sets.rs`).
     AcquireSet(AcquireSet),
 }
@@ -139,5 +148,17 @@ impl From<ResumeOp> for OpKind {
 impl From<InspectOp> for OpKind {
     fn from(s: InspectOp) -> OpKind {
         OpKind::Inspect(s)
+    }
+}
+
+impl From<ProclaimOp> for OpKind {
+    fn from(s: ProclaimOp) -> OpKind {
+        OpKind::Proclaim(s)
+    }
+}
+
+impl From<LeaderOp> for OpKind {
+    fn from(s: LeaderOp) -> OpKind {
+        OpKind::Leader(s)
     }
 }

@@ -4,7 +4,7 @@
 //! txn, a CAS retried while other holders change the count (see
 //! `hold_count.rs` for the count key).
 
-use super::super::{EtcdMachine, HeldLock, Lease, BACKEND};
+use super::super::{EtcdMachine, HeldKind, HeldLock, Lease, BACKEND};
 use super::hold_count::{
     broken_reply, count_contended, count_value, parse_count, read_back, CountKey, MAX_COUNT_TRIES,
 };
@@ -184,10 +184,8 @@ impl ReenterOp {
                 key: lock.key,
                 rev: lock.rev,
                 lease: self.lease,
-                slot: None,
-                shared: false,
+                kind: HeldKind::Exclusive,
                 releasing: false,
-                leader: false,
                 reentered: true,
             },
         );

@@ -123,7 +123,7 @@ impl ReleaseOp {
         match reply.txn() {
             Ok(t) => {
                 if let Some(h) = m.locks.remove(&lock) {
-                    if h.slot.is_some() {
+                    if h.is_permit() {
                         if !t.succeeded {
                             // One of a permit's two keys was gone: the
                             // other, if still ours, goes in the background.

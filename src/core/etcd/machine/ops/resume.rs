@@ -4,7 +4,7 @@
 //! kind), then a keepalive of the handle's lease proves it alive and says
 //! how long the hold lasts.
 
-use super::super::{election, permits, shared, EtcdMachine, HeldLock, Lease, BACKEND};
+use super::super::{election, permits, shared, EtcdMachine, HeldKind, HeldLock, Lease, BACKEND};
 use super::{Next, Reply};
 use crate::core::etcd::gateway::{self as gw, KeyValue, TxnResponse};
 use crate::core::{
@@ -164,10 +164,8 @@ impl ResumeOp {
                 key: handle.key.as_bytes().to_vec(),
                 rev: handle.revision as i64,
                 lease,
-                slot,
-                shared: handle.kind == LockKind::Shared,
+                kind: HeldKind::new(handle.kind, slot),
                 releasing: false,
-                leader: handle.kind == LockKind::Leader,
                 reentered: false,
             },
         );
