@@ -65,8 +65,7 @@ use crate::core::runtime::VecMap;
 
 use super::operation::{Event, Operation, Outcome};
 use super::types::{
-    BackendKind, HttpRequest, Input, LockId, LostReason, Millis, OpId, RequestId,
-    Transmit,
+    BackendKind, HttpRequest, Input, LockId, LostReason, Millis, OpId, RequestId, Transmit,
 };
 use super::{LockError, LockMachine};
 

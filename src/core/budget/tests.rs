@@ -3,9 +3,9 @@
 //! every operation it stops must end with `BudgetExhausted`.
 
 use super::*;
-use crate::core::types::{AcquireOptions, HttpRequest, LockId, Wait};
 use crate::core::redis::scripts::Script;
 use crate::core::redis::{RedisConfig, RedisMachine, RedisNode, RedlockConfig, RedlockMachine};
+use crate::core::types::{AcquireOptions, HttpRequest, LockId, Wait};
 use crate::core::SeededEntropy;
 use crate::core::{LockMachineExt, Outcome};
 

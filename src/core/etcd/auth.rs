@@ -404,8 +404,8 @@ impl<M: LockMachine> LockMachine for Authenticated<M> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::types::{AcquireOptions, Wait};
     use crate::core::operation::{Capabilities, Outcome};
+    use crate::core::types::{AcquireOptions, Wait};
 
     /// A stand-in for the etcd machine: an acquire sends one request per
     /// call of `again`, and completes with what the answer said.

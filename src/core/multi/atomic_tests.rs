@@ -5,8 +5,8 @@
 use serde_json::{json, Value};
 
 use super::*;
-use crate::core::types::{RequestId, TransportError};
 use crate::core::etcd::{EtcdConfig, EtcdMachine};
+use crate::core::types::{RequestId, TransportError};
 use crate::core::{b64, LockMachineExt, SeededEntropy};
 
 const LEASE: &str = "31"; // 0x1f

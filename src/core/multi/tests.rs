@@ -2,9 +2,9 @@
 //! node answers.
 
 use super::*;
-use crate::core::types::{HttpRequest, RequestId};
 use crate::core::redis::scripts::Script;
 use crate::core::redis::{RedisConfig, RedisMachine, RedisNode};
+use crate::core::types::{HttpRequest, RequestId};
 use crate::core::{LockMachineExt, SeededEntropy};
 
 struct Harness {
