@@ -13,6 +13,7 @@ pub mod s07_slow_nodes;
 pub mod s08_late_release;
 pub mod s09_hostile;
 pub mod s10_load;
+pub mod s11_frozen_minority;
 
 /// The variants `--variants 1h,3k` chose (none given: every variant).
 static VARIANTS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
@@ -146,6 +147,13 @@ pub fn all() -> Vec<Scenario> {
             in_short: true,
             etcd: true,
             run: s10_load::run,
+        },
+        Scenario {
+            id: "11",
+            title: "Redlock with 2 of 5 nodes frozen (SIGSTOP)",
+            in_short: false,
+            etcd: false,
+            run: s11_frozen_minority::run,
         },
     ]
 }
