@@ -210,6 +210,24 @@ pub fn max_concurrent_holders(holds: &[Hold]) -> HashMap<String, usize> {
         .collect()
 }
 
+/// The two checks every fenced run makes: no stale write accepted by the
+/// resource, no two holders believed at once.
+pub fn check_fenced(r: &mut crate::report::ScenarioReport, v: &Verdict) {
+    r.check(
+        "0 stale writes accepted",
+        v.stale_accepted == 0,
+        format!(
+            "{} accepted, {} rejected",
+            v.stale_accepted, v.stale_rejected
+        ),
+    );
+    r.check(
+        "0 overlapping holds",
+        v.overlaps_believed == 0,
+        v.overlaps_believed,
+    );
+}
+
 /// Applies the checks to `ops` and the resource log (`GET /log`'s JSON).
 pub fn check(ops: &[Op], resource_log: &Value) -> Verdict {
     let mut v = Verdict::default();

@@ -41,7 +41,7 @@ use edgelock::core::{AcquireOptions, Wait};
 use super::s01_paused_holder::{observer_checks, on_webdis, WEBDIS_OBSERVE_ERRORS};
 use super::Mode;
 use crate::backend::BackendSpec;
-use crate::checker::{check, check_observer, held_through_failed_acquire};
+use crate::checker::{check, check_fenced, check_observer, held_through_failed_acquire};
 use crate::history::{History, OpKind};
 use crate::infra::{
     contenders, etcd_keys, Crew, RedisNodes, WorkerdHost, UPSTASH_TOKEN, WORKER_TOKEN,
@@ -1009,19 +1009,7 @@ fn restart_report(id: &str, host: &mut WorkerdHost) -> ScenarioReport {
             Err(e) => e.to_string(),
         },
     );
-    r.check(
-        "0 stale writes accepted",
-        v.stale_accepted == 0,
-        format!(
-            "{} accepted, {} rejected",
-            v.stale_accepted, v.stale_rejected
-        ),
-    );
-    r.check(
-        "0 overlapping holds",
-        v.overlaps_believed == 0,
-        v.overlaps_believed,
-    );
+    check_fenced(&mut r, &v);
     r.check(
         "tokens keep rising across the restart (0 inversions, the first after above the last before)",
         v.token_inversions == 0 && min_after.is_some_and(|t| t > max_before),

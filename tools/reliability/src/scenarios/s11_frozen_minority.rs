@@ -20,7 +20,7 @@ use edgelock_devtools::FencedResource;
 
 use super::Mode;
 use crate::backend::BackendSpec;
-use crate::checker::check;
+use crate::checker::{check, check_fenced};
 use crate::history::{History, OpKind};
 use crate::infra::{contenders, Crew, RedisNodes};
 use crate::report::ScenarioReport;
@@ -157,19 +157,7 @@ fn contention_checks(
         .collect();
     r.figure("acquisitions (8 contenders)", v.acquisitions);
     r.figure("errors", v.errors_text());
-    r.check(
-        "0 stale writes accepted",
-        v.stale_accepted == 0,
-        format!(
-            "{} accepted, {} rejected",
-            v.stale_accepted, v.stale_rejected
-        ),
-    );
-    r.check(
-        "0 overlapping holds",
-        v.overlaps_believed == 0,
-        v.overlaps_believed,
-    );
+    check_fenced(r, &v);
     r.check(
         "fencing tokens follow grant order (0 inversions)",
         v.token_inversions == 0,
