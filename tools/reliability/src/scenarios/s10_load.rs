@@ -910,6 +910,10 @@ const RESTART_TTL_MS: u64 = 2_000;
 /// accepted); a holder whose renewals fail meanwhile must learn Lost before
 /// anyone else is granted its lock (0 overlapping holds); every contender
 /// must acquire again after the restart.
+/// 10p's safety bound on the run after the restart (it ends as soon as
+/// every contender acquired again).
+const RESTART_RUN_BOUND: Duration = Duration::from_secs(60);
+
 fn restart_report(id: &str, host: &mut WorkerdHost) -> ScenarioReport {
     let backend = "durable-object (workerd, Worker front)";
     let n = RESTART_CLIENTS * RESTART_LOCKS;
@@ -952,7 +956,10 @@ fn restart_report(id: &str, host: &mut WorkerdHost) -> ScenarioReport {
             )
         })
         .collect();
-    let crew = Crew::start(&spec, cfgs, &resource, &history, Duration::from_secs(6));
+    // The crew runs until every contender acquired again after the restart
+    // (and at least a second past it), not for a fixed time: a slow restart
+    // (3 s on a loaded machine) must not leave too little time for it.
+    let crew = Crew::start(&spec, cfgs, &resource, &history, RESTART_RUN_BOUND);
     std::thread::sleep(Duration::from_millis(2_000));
     let held_before: usize = (0..RESTART_LOCKS)
         .filter(|l| host.held(&format!("restart-{l}")) == Some(true))
@@ -960,7 +967,16 @@ fn restart_report(id: &str, host: &mut WorkerdHost) -> ScenarioReport {
     let stopped_at = crate::history::now_ms();
     let restart = host.restart();
     let restarted_at = crate::history::now_ms();
-    crew.join_when_done();
+    super::s01_paused_holder::wait_for(RESTART_RUN_BOUND, || {
+        let acquired_after: std::collections::BTreeSet<String> = history
+            .ops()
+            .iter()
+            .filter(|o| o.kind == OpKind::Acquire && o.is_ok() && o.start > restarted_at)
+            .map(|o| o.client.clone())
+            .collect();
+        acquired_after.len() == n && crate::history::now_ms() > restarted_at + 1_000.0
+    });
+    crew.join();
     std::thread::sleep(Duration::from_millis(300));
     let ops = history.ops();
     let v = check(&ops, &fenced.log(None));
