@@ -180,11 +180,11 @@ describe("Redlock over 3 nodes (2 via the Upstash gateway, 1 via Webdis)", () =>
   // server): the three real nodes plus two such make five with a frozen
   // minority (issue 26). An attempt is settled a grace (a tenth of the
   // request timeout) after a quorum granted, so only the raise round waits
-  // for the frozen nodes' whole timeout: about 1.1 s against 2.3 s.
+XX
   test("with 2 of 5 nodes frozen, a free lock is granted within 2 request timeouts + a retry delay, and contenders keep being granted", async () => {
     const frozen = await Promise.all([0, 1].map(() => blackHole()));
     try {
-      const timing = { requestTimeoutMs: 1000, retryDelayMs: 200, retryJitterMs: 100 };
+      const timing = { requestTimeoutMs: 1000, retryDelayMs: 1000, retryJitterMs: 100 };
       const five = () => [...allNodes(), ...frozen.map((h) => ({ url: h.url, token: env.token }))];
       const r = track(new Redlock({ nodes: five(), ttlMs: 10_000, ...timing }));
       const bound = 2 * timing.requestTimeoutMs + timing.retryDelayMs + timing.retryJitterMs;
