@@ -180,7 +180,8 @@ describe("Redlock over 3 nodes (2 via the Upstash gateway, 1 via Webdis)", () =>
   // server): the three real nodes plus two such make five with a frozen
   // minority (issue 26). An attempt is settled a grace (a tenth of the
   // request timeout) after a quorum granted, so only the raise round waits
-XX
+  // for the frozen nodes' whole timeout: about 1.1 s against the bound of
+  // 3.1 s (two request timeouts and a retry delay with its jitter).
   test("with 2 of 5 nodes frozen, a free lock is granted within 2 request timeouts + a retry delay, and contenders keep being granted", async () => {
     const frozen = await Promise.all([0, 1].map(() => blackHole()));
     try {
