@@ -63,6 +63,9 @@
 
 pub mod core;
 
+#[doc(hidden)]
+pub mod internals;
+
 #[cfg(feature = "native")]
 pub mod native;
 

@@ -18,9 +18,9 @@ use std::task::{Context, Wake, Waker};
 use std::time::{Duration, Instant};
 
 use edgelock::core::etcd::EtcdConfig;
-use edgelock::core::redis::keys::lock_key;
 use edgelock::core::redis::{RedisConfig, RedisNode};
 use edgelock::core::{BackendSpec, LockError, LostReason};
+use edgelock::internals::redis::keys::lock_key;
 use edgelock::native::{AsyncClient, AsyncLock};
 use edgelock_devtools::{EtcdServer, RedisServer, UpstashGateway, Webdis};
 use serde_json::json;

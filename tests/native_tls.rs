@@ -11,9 +11,10 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use edgelock::core::etcd::EtcdConfig;
-use edgelock::core::redis::subscription::wake_channel;
-use edgelock::core::redis::{keys::lock_key, RedisConfig, RedisMachine, RedisNode};
+use edgelock::core::redis::{RedisConfig, RedisMachine, RedisNode};
 use edgelock::core::*;
+use edgelock::internals::redis::keys::lock_key;
+use edgelock::internals::redis::subscription::wake_channel;
 use edgelock::native::{AsyncClient, CancelToken, Client, ClientOptions, OsEntropy, TlsConfig};
 use edgelock_devtools::{
     EtcdOptions, EtcdServer, EtcdTls, RedisServer, TestPki, TlsFront, UpstashGateway, Webdis,

@@ -21,9 +21,9 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use edgelock::core::redis::election::record_key;
-use edgelock::core::redis::keys::lock_key;
 use edgelock::core::redis::{RedisConfig, RedisMachine, RedlockConfig, RedlockMachine};
 use edgelock::core::*;
+use edgelock::internals::redis::keys::lock_key;
 use edgelock::native::{CancelToken, Client, Lock, OsEntropy};
 
 mod common;

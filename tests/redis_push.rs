@@ -10,11 +10,10 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use edgelock::core::redis::subscription::wake_channel;
-use edgelock::core::redis::{
-    keys::lock_key, RedisConfig, RedisMachine, RedisNode, RedlockConfig, RedlockMachine,
-};
+use edgelock::core::redis::{RedisConfig, RedisMachine, RedisNode, RedlockConfig, RedlockMachine};
 use edgelock::core::*;
+use edgelock::internals::redis::keys::lock_key;
+use edgelock::internals::redis::subscription::wake_channel;
 use edgelock::native::{Client, OsEntropy};
 use edgelock_devtools::{RedisServer, UpstashGateway, Webdis};
 
@@ -494,7 +493,7 @@ fn fair_client(node: RedisNode) -> Client {
 }
 
 fn queue_len(redis: &RedisServer, name: &str) -> i64 {
-    let q = edgelock::core::redis::keys::queue_key(&lock_key("edgelock", name));
+    let q = edgelock::internals::redis::keys::queue_key(&lock_key("edgelock", name));
     redis
         .redis_command(&[b"LLEN", q.as_bytes()])
         .expect("LLEN")
@@ -523,8 +522,8 @@ fn fair_mode_hands_off_in_arrival_order_and_survives_a_vanished_waiter() {
             let t = redis.redis_command(&[b"TIME"]).unwrap();
             let secs: u64 = t.as_array().unwrap()[0].as_text().unwrap().parse().unwrap();
             let exp = (secs * 1000 + 2_000).to_string();
-            let q = edgelock::core::redis::keys::queue_key(&key);
-            let l = edgelock::core::redis::keys::leases_key(&key);
+            let q = edgelock::internals::redis::keys::queue_key(&key);
+            let l = edgelock::internals::redis::keys::leases_key(&key);
             redis
                 .redis_command(&[b"RPUSH", q.as_bytes(), b"vanished"])
                 .unwrap();

@@ -8,13 +8,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use edgelock::core::redis::codec::NodeCodec;
-use edgelock::core::redis::keys::{fence_key, lock_key};
 use edgelock::core::redis::{
-    scripts, webdis, RedisCommand, RedisConfig, RedisMachine, RedisNode, RedisValue, RedlockConfig,
-    RedlockFencing, RedlockMachine,
+    RedisCommand, RedisConfig, RedisMachine, RedisNode, RedisValue, RedlockConfig, RedlockFencing,
+    RedlockMachine,
 };
 use edgelock::core::*;
+use edgelock::internals::redis::codec::NodeCodec;
+use edgelock::internals::redis::keys::{fence_key, lock_key};
+use edgelock::internals::redis::{scripts, webdis};
 use edgelock::native::http::{CancelHandle, HttpClient, Request};
 use edgelock::native::{Client, OsEntropy};
 

@@ -19,9 +19,9 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use edgelock::core::redis::keys::{intent_key, lock_key, readers_key};
 use edgelock::core::redis::{RedisConfig, RedisMachine, RedisNode, RedlockConfig, RedlockMachine};
 use edgelock::core::*;
+use edgelock::internals::redis::keys::{intent_key, lock_key, readers_key};
 use edgelock::native::{Client, Lock, OsEntropy};
 
 mod common;

@@ -18,9 +18,9 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use edgelock::core::redis::keys::{limit_key, lock_key, permit_key};
 use edgelock::core::redis::{RedisConfig, RedisMachine, RedlockConfig, RedlockMachine};
 use edgelock::core::*;
+use edgelock::internals::redis::keys::{limit_key, lock_key, permit_key};
 use edgelock::native::{Client, Lock, OsEntropy};
 
 mod common;

@@ -30,7 +30,7 @@ fn count_of(etcd: &EtcdServer, name: &str) -> Option<String> {
     let v = raw(etcd, "/v3/kv/range", json!({ "key": b64(key.as_bytes()) }));
     let kv = v["kvs"].as_array()?.first()?.clone();
     let value = kv["value"].as_str()?;
-    String::from_utf8(edgelock::core::b64::decode(value.as_bytes())?).ok()
+    String::from_utf8(edgelock::internals::b64::decode(value.as_bytes())?).ok()
 }
 
 /// Whether a third client can take `name` right now (released at once).

@@ -64,7 +64,8 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
-use edgelock::core::d1::{sql, D1Config, BATCH_PATH};
+use edgelock::core::d1::{D1Config, BATCH_PATH};
+use edgelock::internals::d1::sql;
 use edgelock::core::{BackendSpec, HttpRequest, LockMachine, Millis, RequestId, Target};
 use rusqlite::functions::FunctionFlags;
 use rusqlite::types::{Value as SqlValue, ValueRef};

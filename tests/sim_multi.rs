@@ -58,9 +58,9 @@ use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
 
 use edgelock::core::etcd::EtcdConfig;
-use edgelock::core::redis::keys::lock_key;
 use edgelock::core::redis::{RedisConfig, RedisNode};
 use edgelock::core::*;
+use edgelock::internals::redis::keys::lock_key;
 use sim::etcd_model::EtcdModel;
 use sim::net::{Reply, SimRng, SimServer, CLIENT_HEADER};
 use sim::redis_model::{NodeClock, Proto, Rec, RedisModel};
@@ -784,7 +784,7 @@ enum EtcdTxn {
 /// fallback's pauses apply to it as to etcd's acquire txns. The set script
 /// is counted by the model.
 fn redis_fallback_kind(req: &HttpRequest) -> Option<EtcdTxn> {
-    use edgelock::core::redis::scripts::Script;
+    use edgelock::internals::redis::scripts::Script;
     let args: Vec<String> = serde_json::from_slice(&req.body).ok()?;
     let s = match args.first()?.as_str() {
         "EVAL" => Script::from_text(args.get(1)?.as_bytes()),

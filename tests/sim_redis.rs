@@ -56,13 +56,14 @@ mod sim {
 
 use std::collections::{HashMap, HashSet};
 
-use edgelock::core::redis::keys::{lock_key, readers_key};
-use edgelock::core::redis::quorum::quorum;
 use edgelock::core::redis::{
-    upstash, webdis, RedisCommand, RedisConfig, RedisMachine, RedisNode, RedisValue, RedlockConfig,
-    RedlockFencing, RedlockMachine,
+    RedisCommand, RedisConfig, RedisMachine, RedisNode, RedisValue, RedlockConfig, RedlockFencing,
+    RedlockMachine,
 };
 use edgelock::core::{HttpRequest, LockKind, LockMachine, Method, Millis, RequestId, Target};
+use edgelock::internals::redis::keys::{lock_key, readers_key};
+use edgelock::internals::redis::quorum::quorum;
+use edgelock::internals::redis::{upstash, webdis};
 use sim::net::{
     Clock, ElectionSim, ElectionStats, NetConfig, Outage, Partition, Pause, Reply, SimRng,
     SimServer, WorkloadConfig, World,
@@ -1742,10 +1743,10 @@ fn node_clocks_drive_expiry() {
 /// the stream closed.
 #[test]
 fn the_model_streams_subscriptions_like_the_real_servers() {
-    use edgelock::core::redis::codec::NodeCodec;
-    use edgelock::core::redis::scripts;
-    use edgelock::core::redis::subscription::{wake_channel, PushDecoder, PushFrame};
     use edgelock::core::redis::RedisProtocol;
+    use edgelock::internals::redis::codec::NodeCodec;
+    use edgelock::internals::redis::scripts;
+    use edgelock::internals::redis::subscription::{wake_channel, PushDecoder, PushFrame};
 
     for proto in [Proto::Upstash, Proto::Webdis] {
         let (node, protocol) = match proto {

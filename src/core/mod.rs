@@ -3,7 +3,7 @@
 //! reads, no sockets, no async runtime, no wasm-bindgen (see `machine` for the
 //! driver loop).
 
-pub mod b64;
+pub(crate) mod b64;
 pub mod backend;
 pub mod budget;
 pub mod d1;
@@ -11,7 +11,7 @@ pub mod durable;
 pub mod error;
 pub mod etcd;
 pub(crate) mod json_fields;
-pub mod json_stream;
+pub(crate) mod json_stream;
 mod kind;
 pub(crate) mod lease;
 pub mod machine;
@@ -22,7 +22,7 @@ pub mod outbox;
 pub mod redis;
 pub(crate) mod runtime;
 pub mod session;
-pub mod sse_stream;
+pub(crate) mod sse_stream;
 pub mod types;
 
 pub use backend::BackendSpec;

@@ -56,8 +56,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::hash::{Hash, Hasher};
 
 use base64::Engine;
-use edgelock::core::redis::scripts::{Script, SET_KEYS_PER_NAME};
 use edgelock::core::{HttpRequest, Method, Millis, RequestId};
+use edgelock::internals::redis::scripts::{Script, SET_KEYS_PER_NAME};
 use serde_json::{json, Value};
 
 use super::net::{Reply, SimServer, CLIENT_HEADER};

@@ -29,9 +29,9 @@
 //! waiting acquire's steps: attempts, pauses, freeing the row),
 //! `machine/answers` (the other answers).
 
-pub mod codec;
+pub(crate) mod codec;
 mod machine;
-pub mod sql;
+pub(crate) mod sql;
 
 pub(crate) use machine::D1Machine;
 

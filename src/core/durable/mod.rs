@@ -30,7 +30,7 @@
 //! its options and requests), `machine/acquire` (a waiting acquire's steps:
 //! polls, confirmations, leaving), `machine/answers` (the other answers).
 
-pub mod codec;
+pub(crate) mod codec;
 mod machine;
 
 pub(crate) use machine::DurableMachine;

@@ -51,7 +51,7 @@
 //! # Keys
 //!
 //! The leader record is the hash `{<prefix>:<name>}:leader` (same hash tag
-//! as the lock key, see [`super::keys`]) with fields `o` (the holder's owner
+//! as the lock key, see `keys`) with fields `o` (the holder's owner
 //! token), `f` (its fencing token, decimal) and `v` (`=` followed by the
 //! value: webdis cannot carry an empty argument). It has no expiry: like
 //! the fencing counter it costs one small key per election name; it is

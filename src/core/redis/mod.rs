@@ -23,25 +23,25 @@
 //! `task`, each step given the `context` (settings, nodes, runtime, held
 //! locks); `single` and `redlock` are the public faces.
 
-pub mod codec;
+pub(crate) mod codec;
 mod config;
 mod context;
 pub mod election;
 mod engine;
-pub mod keys;
-pub mod quorum;
+pub(crate) mod keys;
+pub(crate) mod quorum;
 pub mod redlock;
-pub mod round;
+pub(crate) mod round;
 pub mod rwlock;
-pub mod scripts;
+pub(crate) mod scripts;
 pub mod semaphore;
 pub mod single;
-pub mod subscription;
+pub(crate) mod subscription;
 mod task;
 mod tasks;
-pub mod upstash;
+pub(crate) mod upstash;
 pub mod value;
-pub mod webdis;
+pub(crate) mod webdis;
 
 pub use config::{RedisNode, RedisProtocol, DEFAULT_DRIFT_FACTOR, DEFAULT_MAX_SUBSCRIPTIONS};
 pub use redlock::{RedlockConfig, RedlockFencing, RedlockMachine};

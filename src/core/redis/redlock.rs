@@ -147,7 +147,7 @@ pub struct RedlockConfig {
     /// [`RedlockFencing::Strict`]).
     pub fencing: RedlockFencing,
     /// Wake-up subscriptions open at once (a waiter opens one per node); 0
-    /// makes waiters poll. See [`super::subscription`].
+    /// makes waiters poll. See `subscription`.
     pub max_subscriptions: usize,
 }
 

@@ -6,7 +6,7 @@
 //! - The writer is the exclusive lock itself: the lock key `{<prefix>:<name>}`
 //!   holding its owner token with `PX ttl`.
 //! - The readers are one sorted set, `{<prefix>:<name>}:readers` (see
-//!   [`super::keys`]): member = a reader's random owner token, score = the
+//!   `keys`): member = a reader's random owner token, score = the
 //!   end of its lease in the server's `TIME` ms (never a client clock). Every
 //!   script that reads it first drops the members whose lease is over, and
 //!   the set itself expires with its last reader.

@@ -4,7 +4,7 @@
 //!
 //! A semaphore of `limit` permits is `limit` slot keys under the name's hash
 //! tag, `{<prefix>:<name>}:permit:<k>` for `k` in `0..limit` (see
-//! [`super::keys`]): a permit is one slot key holding its owner token with
+//! `keys`): a permit is one slot key holding its owner token with
 //! `PX ttl`, so a permit's lease ends on the Redis server's own clock like
 //! a lock's. One script ([`ACQUIRE_PERMIT`](super::scripts::ACQUIRE_PERMIT))
 //! declares every slot key and takes a free one atomically; the held permit

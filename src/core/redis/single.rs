@@ -51,7 +51,7 @@ pub struct RedisConfig {
     /// Random extra pause, `0..=retry_jitter_ms`.
     pub retry_jitter_ms: u64,
     /// Wake-up subscriptions (one streaming request per waiting acquire)
-    /// open at once; 0 makes waiters poll. See [`super::subscription`].
+    /// open at once; 0 makes waiters poll. See `subscription`.
     pub max_subscriptions: usize,
     /// Fair lock (like Redisson's `getFairLock`): every attempt goes through
     /// the waiters' queue and only its head may take the lock (without it,

@@ -131,7 +131,7 @@ pub fn extend_hold(
 /// Raise the counter to `ARGV[2]`; delete the key only if it holds our token (1
 /// if deleted, else 0). Never a blind `DEL`. A delete publishes
 /// `released:<ARGV[2]>` on the wake-up channel `ARGV[3]` (see
-/// [`subscription`](crate::core::redis::subscription)) so that waiters attempt
+/// `subscription`) so that waiters attempt
 /// at once; nothing is published when the key was not ours (it expired:
 /// waiters' timers cover it), nor by the cleanup of a failed attempt (`ARGV[2]`
 /// = 0: such a key was never handed out, and waking every waiter after each

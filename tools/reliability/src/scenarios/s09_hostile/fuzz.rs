@@ -12,20 +12,23 @@ use std::time::{Duration, Instant};
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
 
-use edgelock::core::d1::{codec as d1_codec, D1Config, BATCH_PATH};
-use edgelock::core::durable::{codec as durable_codec, DurableConfig, DurableEndpoint};
+use edgelock::core::d1::{D1Config, BATCH_PATH};
+use edgelock::core::durable::{DurableConfig, DurableEndpoint};
 use edgelock::core::etcd::{EtcdConfig, EtcdMachine};
-use edgelock::core::json_stream::JsonObjectSplitter;
-use edgelock::core::redis::subscription::PushDecoder;
 use edgelock::core::redis::{
-    scripts, upstash, webdis, RedisConfig, RedisMachine, RedisNode, RedisProtocol, RedlockConfig,
-    RedlockFencing, RedlockMachine,
+    RedisConfig, RedisMachine, RedisNode, RedisProtocol, RedlockConfig, RedlockFencing,
+    RedlockMachine,
 };
-use edgelock::core::sse_stream::SseSplitter;
 use edgelock::core::{
     AcquireOptions, BackendSpec, Event, HttpRequest, Input, LockHandle, LockId, LockMachine,
     LockMachineExt, OpId, Outcome, SeededEntropy, Target, Transmit, Wait,
 };
+use edgelock::internals::d1::codec as d1_codec;
+use edgelock::internals::durable::codec as durable_codec;
+use edgelock::internals::json_stream::JsonObjectSplitter;
+use edgelock::internals::redis::subscription::PushDecoder;
+use edgelock::internals::redis::{scripts, upstash, webdis};
+use edgelock::internals::sse_stream::SseSplitter;
 
 use super::models::{
     subscription_channel, D1Model, DurableModel, EtcdModel, Proto, RedisModel, Reply,

@@ -9,10 +9,10 @@ use std::sync::OnceLock;
 
 use base64::engine::general_purpose::STANDARD as B64;
 use base64::Engine as _;
-use edgelock::core::redis::scripts::Script;
-use edgelock::core::redis::subscription::wake_channel;
-use edgelock::core::redis::webdis;
 use edgelock::core::HttpRequest;
+use edgelock::internals::redis::scripts::Script;
+use edgelock::internals::redis::subscription::wake_channel;
+use edgelock::internals::redis::webdis;
 use serde_json::{json, Value};
 
 /// A valid answer to one request.
@@ -892,7 +892,7 @@ impl D1Model {
 
     /// One statement: its rows and changes, or D1's error message.
     fn statement(&mut self, sql_text: &str, params: &[Value], now: u64) -> Result<Value, String> {
-        use edgelock::core::d1::sql;
+        use edgelock::internals::d1::sql;
         let t = self.table.as_str();
         let text = |i: usize| params.get(i).and_then(Value::as_str).unwrap_or("");
         let int = |i: usize| params.get(i).and_then(Value::as_u64).unwrap_or(0);

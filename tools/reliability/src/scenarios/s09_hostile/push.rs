@@ -26,16 +26,16 @@ use std::collections::BTreeMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{Duration, Instant};
 
-use edgelock::core::json_stream::{JsonObjectSplitter, MAX_MESSAGE_BYTES};
-use edgelock::core::redis::subscription::{PushDecoder, PushFrame};
 use edgelock::core::redis::{
     RedisConfig, RedisMachine, RedisNode, RedisProtocol, RedlockConfig, RedlockMachine,
 };
-use edgelock::core::sse_stream::{SseError, SseSplitter, MAX_LINE_BYTES};
 use edgelock::core::{
     AcquireOptions, Event, Input, LockMachine, LockMachineExt, Millis, Outcome, RequestId,
     SeededEntropy, Transmit, TransportError, Wait,
 };
+use edgelock::internals::json_stream::{JsonObjectSplitter, MAX_MESSAGE_BYTES};
+use edgelock::internals::redis::subscription::{PushDecoder, PushFrame};
+use edgelock::internals::sse_stream::{SseError, SseSplitter, MAX_LINE_BYTES};
 use serde_json::json;
 
 use super::models::{push_event, subscription_channel, Proto, RedisModel, Reply};
@@ -400,7 +400,7 @@ fn check_json(chunks: &[Vec<u8>], st: &mut Stats) {
                     ));
                 }
             }
-            Err(edgelock::core::json_stream::SplitError::TooLarge) => {
+            Err(edgelock::internals::json_stream::SplitError::TooLarge) => {
                 st.huge_objects_refused += 1;
                 return;
             }
@@ -537,7 +537,7 @@ fn wait_session(seed: u64, st: &mut Stats) {
     // core starts one more attempt when a cleanup ran past the deadline,
     // that attempt and its cleanup.
     let bound = start + wait_ms + 4 * timeout + 2;
-    let acquire_sha = edgelock::core::redis::scripts::Script::Acquire.sha1();
+    let acquire_sha = edgelock::internals::redis::scripts::Script::Acquire.sha1();
     let is_acquire = |body: &[u8]| {
         let text = String::from_utf8_lossy(body);
         text.contains(&acquire_sha)
