@@ -31,6 +31,7 @@ mod engine;
 pub mod keys;
 pub mod quorum;
 pub mod redlock;
+pub mod resp;
 pub mod round;
 pub mod rwlock;
 pub mod scripts;
