@@ -222,6 +222,12 @@ impl RespDecoder {
         self.buf.len() - self.pos
     }
 
+    /// Bytes of memory the receive buffer holds: at most about twice the
+    /// bytes fed, whatever lengths the stream declares (for bounds checks).
+    pub fn buffer_capacity(&self) -> usize {
+        self.buf.capacity()
+    }
+
     /// Whether part of a frame was received: a stream closing now cut a
     /// reply short.
     pub fn in_frame(&self) -> bool {

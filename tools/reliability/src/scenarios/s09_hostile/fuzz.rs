@@ -16,6 +16,7 @@ use edgelock::core::d1::{codec as d1_codec, D1Config, BATCH_PATH};
 use edgelock::core::durable::{codec as durable_codec, DurableConfig, DurableEndpoint};
 use edgelock::core::etcd::{EtcdConfig, EtcdMachine};
 use edgelock::core::json_stream::JsonObjectSplitter;
+use edgelock::core::redis::resp::RespDecoder;
 use edgelock::core::redis::subscription::PushDecoder;
 use edgelock::core::redis::{
     scripts, upstash, webdis, RedisConfig, RedisMachine, RedisNode, RedisProtocol, RedlockConfig,
@@ -420,6 +421,16 @@ fn feed_direct(codec: Codec, status: u16, body: &[u8], st: &mut Stats) {
         let _ = webdis::decode_body(body);
         let _ = PushDecoder::new(RedisProtocol::Webdis).push(body);
         st.direct_calls += 3;
+    }
+    if matches!(codec, Codec::Upstash | Codec::Webdis | Codec::Redlock) {
+        // The RESP decoder (Redis over TCP) meets the same hostile bodies.
+        let mut d = RespDecoder::new();
+        d.feed(body);
+        while let Ok(Some(_)) = d.next_frame() {}
+        if let Some(e) = d.error() {
+            scan_sentinel(&format!("{e} {e:?}"), st);
+        }
+        st.direct_calls += 1;
     }
     if matches!(codec, Codec::Durable) {
         let secrets = [SENTINEL];
