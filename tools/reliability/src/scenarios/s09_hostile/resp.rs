@@ -243,6 +243,30 @@ fn hostile_frame(rng: &mut Rng, large_pct: u64) -> Vec<u8> {
         pick = rng.below(26);
     }
     match pick {
+        0..=3 => large_frame(rng, pick),
+        4..=11 => broken_frame(rng, pick),
+        // The secret, echoed in errors and strings.
+        12 => format!("-ERR wrong password {SENTINEL}\r\n").into_bytes(),
+        13 => format!("${}\r\n{SENTINEL}\r\n", SENTINEL.len()).into_bytes(),
+        14 => format!("${SENTINEL}\r\n").into_bytes(),
+        15 => format!(":{SENTINEL}\r\n").into_bytes(),
+        16 => format!("={}\r\n{SENTINEL}\r\n", SENTINEL.len()).into_bytes(),
+        // An aggregate cut off, a header without its elements.
+        17 => header(*rng.pick(b"*%~>|"), 1 + rng.below(100)),
+        18 => {
+            let (b, _) = valid_stream(rng);
+            b[..rng.below(b.len())].to_vec()
+        }
+        _ => {
+            let n = 1 + rng.below(64);
+            rng.bytes(n)
+        }
+    }
+}
+
+/// Frames at and past the decoder's bounds (`pick` 0–3).
+fn large_frame(rng: &mut Rng, pick: usize) -> Vec<u8> {
+    match pick {
         // Nesting at, just past and far past the cap.
         0 => {
             let unit = *rng.pick(&[
@@ -274,10 +298,16 @@ fn hostile_frame(rng: &mut Rng, large_pct: u64) -> Vec<u8> {
             v
         }
         // Many small elements.
-        3 => {
+        _ => {
             let n = 1_000 + rng.below(20_000);
             [header(b'*', n), b"_\r\n".repeat(n)].concat()
         }
+    }
+}
+
+/// Huge declared lengths and broken framing (`pick` 4–11).
+fn broken_frame(rng: &mut Rng, pick: usize) -> Vec<u8> {
+    match pick {
         // Huge declared lengths, with a few bytes behind them.
         4 => [format!("${MAX_BULK_BYTES}\r\n").as_bytes(), b"abc"].concat(),
         5 => format!("${}\r\nabc", MAX_BULK_BYTES + 1).into_bytes(),
@@ -336,7 +366,7 @@ fn hostile_frame(rng: &mut Rng, large_pct: u64) -> Vec<u8> {
             ])
             .to_vec(),
         // Streamed types, unknown types, other protocols.
-        11 => rng
+        _ => rng
             .pick(&[
                 b"$?\r\n;4\r\nHell\r\n;0\r\n".as_slice(),
                 b"*?\r\n:1\r\n.\r\n",
@@ -347,22 +377,6 @@ fn hostile_frame(rng: &mut Rng, large_pct: u64) -> Vec<u8> {
                 b"\x16\x03\x01\x02\x00\x01",
             ])
             .to_vec(),
-        // The secret, echoed in errors and strings.
-        12 => format!("-ERR wrong password {SENTINEL}\r\n").into_bytes(),
-        13 => format!("${}\r\n{SENTINEL}\r\n", SENTINEL.len()).into_bytes(),
-        14 => format!("${SENTINEL}\r\n").into_bytes(),
-        15 => format!(":{SENTINEL}\r\n").into_bytes(),
-        16 => format!("={}\r\n{SENTINEL}\r\n", SENTINEL.len()).into_bytes(),
-        // An aggregate cut off, a header without its elements.
-        17 => header(*rng.pick(b"*%~>|"), 1 + rng.below(100)),
-        18 => {
-            let (b, _) = valid_stream(rng);
-            b[..rng.below(b.len())].to_vec()
-        }
-        _ => {
-            let n = 1 + rng.below(64);
-            rng.bytes(n)
-        }
     }
 }
 
