@@ -54,6 +54,10 @@ pub mod redis {
     pub mod quorum {
         pub use crate::core::redis::quorum::*;
     }
+    /// `core::redis::resp`: the Redis protocol's own codec (RESP2/RESP3).
+    pub mod resp {
+        pub use crate::core::redis::resp::*;
+    }
     /// `core::redis::round`: one command's answers from a set of nodes.
     pub mod round {
         pub use crate::core::redis::round::*;

@@ -31,6 +31,7 @@ mod engine;
 pub(crate) mod keys;
 pub(crate) mod quorum;
 pub mod redlock;
+pub(crate) mod resp;
 pub(crate) mod round;
 pub mod rwlock;
 pub(crate) mod scripts;

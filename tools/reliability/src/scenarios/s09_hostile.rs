@@ -21,6 +21,11 @@
 //!   waiting acquires whose subscriptions get hostile streams (never the
 //!   lock, 0 panics, every wait ends within its bound). 9a's sessions also
 //!   meet hostile push streams.
+//! - 9f: hostile RESP streams (Redis over TCP) through the core's
+//!   `RespDecoder`, cut at random bytes: 0 panics, memory bounded by the
+//!   bytes fed (nothing reserved from a declared length), errors final and
+//!   quoting nothing, valid streams (RESP2 and RESP3) decoded the same
+//!   however cut. 9a's hostile Redis bodies go through it too.
 //!
 //! Everything in 9a is deterministic: a panicking session is reported with
 //! its codec and seed (and the input that hit it), which reproduce it.
@@ -31,6 +36,7 @@ mod mutate;
 mod names;
 mod panics;
 mod push;
+mod resp;
 mod rng;
 mod secrets;
 mod tokens;
@@ -497,6 +503,82 @@ fn push_report(mode: &Mode) -> ScenarioReport {
     r
 }
 
+fn resp_report(mode: &Mode) -> ScenarioReport {
+    let target: u64 = mode.pick(20_000, 200_000);
+    // A count with no time cap, as 9a (about 3 s for the short run on an
+    // idle 2-core machine).
+    let st = resp::run(2, target);
+    let mut r = ScenarioReport::new(
+        "9f",
+        TITLE,
+        "redis over TCP (RESP2, RESP3)",
+        "hostile RESP streams",
+    );
+    r.figure(
+        "streams (valid / hostile)",
+        format!("{} / {}", st.valid_cases, st.cases - st.valid_cases),
+    );
+    r.figure(
+        "chunks / bytes fed",
+        format!("{} / {}", st.chunks, st.bytes),
+    );
+    r.figure(
+        "frames decoded (pushes)",
+        format!("{} ({})", st.frames, st.pushes),
+    );
+    r.figure(
+        "streams refused: protocol / too large / too deep",
+        format!(
+            "{} / {} / {}",
+            st.protocol_errors, st.too_large, st.too_deep
+        ),
+    );
+    r.figure("largest receive buffer (bytes)", st.max_capacity);
+    r.figure("panics", st.panics);
+    r.figure("streams/s", rate(st.cases, st.elapsed));
+    let samples = if st.samples.is_empty() {
+        "none".to_string()
+    } else {
+        st.samples.join(" | ")
+    };
+    r.check(
+        "no panic on any hostile RESP stream",
+        st.panics == 0,
+        if st.panics == 0 {
+            "0 panics".to_string()
+        } else {
+            samples.clone()
+        },
+    );
+    r.check(
+        "the decoder holds at most twice the bytes fed (a declared length reserves nothing), every bound is met (depth, bulk, line), an error is final, and valid streams decode the same however cut",
+        st.violations == 0 && st.too_large > 0 && st.too_deep > 0 && st.protocol_errors > 0,
+        if st.violations == 0 { format!("largest buffer {} bytes", st.max_capacity) } else { samples.clone() },
+    );
+    r.check(
+        "the sentinel appears in no decoder error text",
+        st.sentinel_hits == 0,
+        format!("{} texts checked", st.error_texts),
+    );
+    r.check(
+        &format!("at least {target} streams"),
+        st.cases >= target,
+        format!("{} in {:.1} s", st.cases, st.elapsed.as_secs_f64()),
+    );
+    r.note(
+        "Valid streams: every RESP2 and RESP3 type (simple, bulk with CR/LF and the sentinel inside, integer, error, the \
+         three nulls, boolean, double, big number, verbatim, blob error, array, set, map, attribute, push), nested up to 6 \
+         deep. Hostile streams: nesting at, just past and far past 64 (arrays, maps, sets, attributes, up to 100 000 deep), \
+         lines at and past 64 KiB, large and cut bulk strings, 512 MiB and 2^63 declared lengths with a few bytes behind, \
+         aggregates of 2^31 elements, broken lengths and line ends, invalid integers, booleans and verbatim prefixes, a push \
+         inside an array, streamed types, HTTP / JSON / SSE / TLS bytes, the echoed sentinel, random bytes, and mutations of \
+         all of these, cut at random bytes (sometimes into single bytes). A reported seed replays alone with \
+         `S09_RESP_SEED=<hex seed> reliability --only 9 --variants 9f --short`.",
+    );
+    r.duration = st.elapsed;
+    r
+}
+
 pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
     if std::env::var("S09_ONLY_PUSH").is_ok() {
         return vec![push_report(mode)];
@@ -522,6 +604,9 @@ pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
     }
     if wants("9e") {
         out.push(push_report(mode));
+    }
+    if wants("9f") {
+        out.push(resp_report(mode));
     }
     out
 }

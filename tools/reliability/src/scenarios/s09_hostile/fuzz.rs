@@ -15,6 +15,7 @@ use base64::Engine as _;
 use edgelock::core::d1::{D1Config, BATCH_PATH};
 use edgelock::core::durable::{DurableConfig, DurableEndpoint};
 use edgelock::core::etcd::{EtcdConfig, EtcdMachine};
+use edgelock::internals::redis::resp::RespDecoder;
 use edgelock::core::redis::{
     RedisConfig, RedisMachine, RedisNode, RedisProtocol, RedlockConfig, RedlockFencing,
     RedlockMachine,
@@ -423,6 +424,16 @@ fn feed_direct(codec: Codec, status: u16, body: &[u8], st: &mut Stats) {
         let _ = webdis::decode_body(body);
         let _ = PushDecoder::new(RedisProtocol::Webdis).push(body);
         st.direct_calls += 3;
+    }
+    if matches!(codec, Codec::Upstash | Codec::Webdis | Codec::Redlock) {
+        // The RESP decoder (Redis over TCP) meets the same hostile bodies.
+        let mut d = RespDecoder::new();
+        d.feed(body);
+        while let Ok(Some(_)) = d.next_frame() {}
+        if let Some(e) = d.error() {
+            scan_sentinel(&format!("{e} {e:?}"), st);
+        }
+        st.direct_calls += 1;
     }
     if matches!(codec, Codec::Durable) {
         let secrets = [SENTINEL];
