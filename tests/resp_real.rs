@@ -9,8 +9,8 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use edgelock::internals::redis::resp::{encode_command, Frame, RespDecoder};
 use edgelock::core::redis::{RedisCommand, RedisValue};
+use edgelock::internals::redis::resp::{encode_command, Frame, RespDecoder};
 use edgelock_devtools::redis::{RedisOptions, RedisServer};
 
 const TIMEOUT: Duration = Duration::from_secs(5);

@@ -15,7 +15,6 @@ use base64::Engine as _;
 use edgelock::core::d1::{D1Config, BATCH_PATH};
 use edgelock::core::durable::{DurableConfig, DurableEndpoint};
 use edgelock::core::etcd::{EtcdConfig, EtcdMachine};
-use edgelock::internals::redis::resp::RespDecoder;
 use edgelock::core::redis::{
     RedisConfig, RedisMachine, RedisNode, RedisProtocol, RedlockConfig, RedlockFencing,
     RedlockMachine,
@@ -27,6 +26,7 @@ use edgelock::core::{
 use edgelock::internals::d1::codec as d1_codec;
 use edgelock::internals::durable::codec as durable_codec;
 use edgelock::internals::json_stream::JsonObjectSplitter;
+use edgelock::internals::redis::resp::RespDecoder;
 use edgelock::internals::redis::subscription::PushDecoder;
 use edgelock::internals::redis::{scripts, upstash, webdis};
 use edgelock::internals::sse_stream::SseSplitter;

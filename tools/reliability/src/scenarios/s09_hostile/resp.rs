@@ -19,10 +19,10 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{Duration, Instant};
 
+use edgelock::core::redis::RedisValue;
 use edgelock::internals::redis::resp::{
     Frame, RespDecoder, RespError, MAX_BULK_BYTES, MAX_DEPTH, MAX_LINE_BYTES,
 };
-use edgelock::core::redis::RedisValue;
 
 use super::mutate::{mutate_body, split};
 use super::panics::{in_case, take_last_panic};
