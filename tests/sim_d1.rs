@@ -65,8 +65,8 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
 use edgelock::core::d1::{D1Config, BATCH_PATH};
-use edgelock::internals::d1::sql;
 use edgelock::core::{BackendSpec, HttpRequest, LockMachine, Millis, RequestId, Target};
+use edgelock::internals::d1::sql;
 use rusqlite::functions::FunctionFlags;
 use rusqlite::types::{Value as SqlValue, ValueRef};
 use rusqlite::Connection;
