@@ -62,7 +62,7 @@ fn recorded(machine: impl LockMachine + Send + 'static) -> (Client, Log) {
     let on_input: common::InputHook = Box::new(move |i: &Input| {
         let id = match i {
             Input::Response { id, .. } | Input::Failed { id, .. } | Input::Chunk { id, .. } => id,
-            Input::StreamEnd { .. } => return,
+            Input::Opened { .. } | Input::StreamEnd { .. } => return,
         };
         // A script's answer, or a subscription's first message (its confirmation).
         for s in sink.lock().unwrap().iter_mut().filter(|s| s.id == *id) {

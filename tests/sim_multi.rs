@@ -561,6 +561,9 @@ impl<S: Backend> Sim<S> {
                         let d = self.delay();
                         self.push(self.now + d, Ev::Arrive { client: c, req });
                     }
+                    t @ (Transmit::Open(_) | Transmit::Write { .. }) => {
+                        panic!("an HTTP machine opened a byte stream: {t:?}")
+                    }
                     Transmit::Cancel(id) => {
                         if let Some(wire) = self.clients[c].wires.remove(&id) {
                             if self.stream_last.remove(&wire).is_some() {

@@ -52,8 +52,9 @@ pub struct Budgeted<M> {
     withheld: Vec<RequestId>,
     /// Set once the budget ran out; cancelled ops may then use the reserve.
     exhausted: bool,
-    /// Cancels taken from the machine while withholding, still to be passed on.
-    queued_cancels: VecDeque<RequestId>,
+    /// Cancels and stream writes taken from the machine while withholding,
+    /// still to be passed on.
+    queued: VecDeque<Transmit>,
     /// The time of the latest input (for cancels issued from a poll).
     now: Millis,
 }
@@ -71,7 +72,7 @@ impl<M: LockMachine> Budgeted<M> {
             affected: VecMap::new(),
             withheld: Vec::new(),
             exhausted: false,
-            queued_cancels: VecDeque::new(),
+            queued: VecDeque::new(),
             now: 0,
         }
     }
@@ -143,7 +144,9 @@ impl<M: LockMachine> Budgeted<M> {
         while let Some(t) = self.inner.poll_transmit() {
             match t {
                 Transmit::Send(r) => self.withheld.push(r.id),
+                Transmit::Open(o) => self.withheld.push(o.id),
                 Transmit::Cancel(c) => self.forward_cancel(c),
+                Transmit::Write { .. } => self.forward_write(t),
             }
         }
         self.exhausted = true;
@@ -161,8 +164,34 @@ impl<M: LockMachine> Budgeted<M> {
         if let Some(i) = self.withheld.iter().position(|w| *w == id) {
             self.withheld.remove(i);
         } else {
-            self.queued_cancels.push_back(id);
+            self.queued.push_back(Transmit::Cancel(id));
         }
+    }
+
+    /// A write on a withheld stream is dropped (the stream was never
+    /// opened); any other is passed on.
+    fn forward_write(&mut self, t: Transmit) {
+        match &t {
+            Transmit::Write { id, .. } if self.withheld.contains(id) => {}
+            _ => self.queued.push_back(t),
+        }
+    }
+
+    /// Spends one of the budget on a request or a stream opening (in a
+    /// Worker both count as a subrequest), or withholds it once the budget
+    /// is spent.
+    fn spend(&mut self, id: RequestId, t: Transmit) -> Option<Transmit> {
+        let limit = if self.cleanup_pending() {
+            self.budget
+        } else {
+            self.budget - self.reserve
+        };
+        if self.sent < limit {
+            self.sent += 1;
+            return Some(t);
+        }
+        self.exhaust(id);
+        None
     }
 
     fn translate(&mut self, e: Event) -> Event {
@@ -282,23 +311,23 @@ impl<M: LockMachine> LockMachine for Budgeted<M> {
 
     fn poll_transmit(&mut self) -> Option<Transmit> {
         loop {
-            if let Some(id) = self.queued_cancels.pop_front() {
-                return Some(Transmit::Cancel(id));
+            if let Some(t) = self.queued.pop_front() {
+                return Some(t);
             }
-            match self.inner.poll_transmit()? {
-                Transmit::Cancel(id) => self.forward_cancel(id),
-                Transmit::Send(req) => {
-                    let limit = if self.cleanup_pending() {
-                        self.budget
-                    } else {
-                        self.budget - self.reserve
-                    };
-                    if self.sent < limit {
-                        self.sent += 1;
-                        return Some(Transmit::Send(req));
-                    }
-                    self.exhaust(req.id);
+            let admitted = match self.inner.poll_transmit()? {
+                Transmit::Cancel(id) => {
+                    self.forward_cancel(id);
+                    None
                 }
+                t @ Transmit::Write { .. } => {
+                    self.forward_write(t);
+                    None
+                }
+                Transmit::Send(req) => self.spend(req.id, Transmit::Send(req)),
+                Transmit::Open(o) => self.spend(o.id, Transmit::Open(o)),
+            };
+            if admitted.is_some() {
+                return admitted;
             }
         }
     }

@@ -65,7 +65,8 @@ use crate::core::runtime::VecMap;
 
 use super::operation::{Event, Operation, Outcome};
 use super::types::{
-    BackendKind, HttpRequest, Input, LockId, LostReason, Millis, OpId, RequestId, Transmit,
+    BackendKind, HttpRequest, Input, LockId, LostReason, Millis, OpId, Redacted, RequestId,
+    StreamOpen, Transmit,
 };
 use super::{LockError, LockMachine};
 
@@ -75,8 +76,19 @@ pub enum Output<T> {
     /// Perform this request and feed every answer back with
     /// [`Session::handle_input`].
     Send(HttpRequest),
-    /// Abort this request; anything it still delivers is dropped anyway.
+    /// Abort this request or close this stream; anything it still delivers
+    /// is dropped anyway.
     Cancel(RequestId),
+    /// Open this byte stream and feed what happens on it back with
+    /// [`Session::handle_input`] (`Opened`, `Chunk`s, `StreamEnd` or `Failed`).
+    Open(StreamOpen),
+    /// Write these bytes on an open stream, after the earlier writes.
+    Write {
+        /// The stream.
+        id: RequestId,
+        /// The bytes (`Debug` shows only their length).
+        data: Redacted,
+    },
     /// An operation finished. `reply` is the token given when it was started
     /// (`None` for operations started without one).
     Done {
@@ -262,6 +274,15 @@ impl<T> Session<T> {
                     Transmit::Cancel(id) => {
                         if self.inflight.remove(&id).is_some() {
                             self.queue.push_back(Output::Cancel(id));
+                        }
+                    }
+                    Transmit::Open(open) => {
+                        self.inflight.insert(open.id, ());
+                        self.queue.push_back(Output::Open(open));
+                    }
+                    Transmit::Write { id, data } => {
+                        if self.inflight.contains_key(&id) {
+                            self.queue.push_back(Output::Write { id, data });
                         }
                     }
                 }

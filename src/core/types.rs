@@ -142,14 +142,73 @@ impl std::fmt::Debug for HttpRequest {
     }
 }
 
+/// A byte stream (TCP, optionally TLS) the core asks a driver to open: the
+/// Redis protocol and ZooKeeper's run over one. Its id names it in every
+/// [`Transmit`] and [`Input`] that concerns it; ids share one space with
+/// requests. The driver only moves bytes: framing, pipelining, reply matching,
+/// reconnects and deadlines are the core's.
+#[derive(Clone, PartialEq, Eq)]
+pub struct StreamOpen {
+    /// Names the stream in every [`Transmit::Write`] and [`Input`] about it.
+    pub id: RequestId,
+    /// Host name or IP address to connect to.
+    pub host: String,
+    /// TCP port.
+    pub port: u16,
+    /// `Some(server name)`: TLS, checking the server's certificate for this
+    /// name (and sending it as SNI); `None`: plain TCP.
+    pub tls: Option<String>,
+    /// The core enforces it itself (it cancels a stream not opened in time);
+    /// drivers may use it as their connect timeout.
+    pub timeout_ms: Option<u64>,
+}
+
+// Host names are not secrets, but keep the shape of `HttpRequest`'s Debug.
+impl std::fmt::Debug for StreamOpen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StreamOpen")
+            .field("id", &self.id)
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field("tls", &self.tls)
+            .field("timeout_ms", &self.timeout_ms)
+            .finish()
+    }
+}
+
 /// What the core asks a driver to do.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Transmit {
     /// Perform this request and answer it with [`Input`]s carrying its id.
     Send(HttpRequest),
-    /// Abort a request (timeout, cancelled waiter, closed watch). The driver must
-    /// not deliver anything more for this id; late deliveries are ignored anyway.
+    /// Abort a request (timeout, cancelled waiter, closed watch), or close a
+    /// stream. The driver must not deliver anything more for this id; late
+    /// deliveries are ignored anyway.
     Cancel(RequestId),
+    /// Open a byte stream; answer [`Input::Opened`] once connected (TLS
+    /// handshake done), then each read as [`Input::Chunk`], the peer's close
+    /// as [`Input::StreamEnd`] and a failure (connect, TLS, I/O) as
+    /// [`Input::Failed`].
+    Open(StreamOpen),
+    /// Write these bytes on an open stream, after those written before.
+    Write {
+        /// The stream.
+        id: RequestId,
+        /// The bytes, in order after earlier writes (never printed: they
+        /// may carry a password).
+        data: Redacted,
+    },
+}
+
+/// Bytes whose `Debug` shows only their length (stream writes may carry a
+/// password, stream reads a lock's owner token).
+#[derive(Clone, PartialEq, Eq, Default)]
+pub struct Redacted(pub Vec<u8>);
+
+impl std::fmt::Debug for Redacted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "<{} bytes>", self.0.len())
+    }
 }
 
 /// Why a request produced no HTTP response.
@@ -186,14 +245,21 @@ pub enum Input {
         /// The whole body.
         body: Vec<u8>,
     },
-    /// The next piece of a 2xx streaming body (any split; the core reassembles).
+    /// A stream opened by [`Transmit::Open`] is connected (TLS included):
+    /// writes may follow.
+    Opened {
+        /// The stream.
+        id: RequestId,
+    },
+    /// The next piece of a 2xx streaming body, or the next bytes read from a
+    /// stream (any split; the core reassembles).
     Chunk {
         /// The request answered.
         id: RequestId,
         /// The next bytes of the body.
         data: Vec<u8>,
     },
-    /// The 2xx streaming body ended.
+    /// The 2xx streaming body ended, or the peer closed the stream.
     StreamEnd {
         /// The request answered.
         id: RequestId,
@@ -208,15 +274,17 @@ pub enum Input {
 }
 
 impl Input {
-    /// Whether this input ends its request (anything but a `Chunk`).
+    /// Whether this input ends its request or stream (anything but a
+    /// `Chunk` or `Opened`).
     pub fn is_final(&self) -> bool {
-        !matches!(self, Input::Chunk { .. })
+        !matches!(self, Input::Chunk { .. } | Input::Opened { .. })
     }
 
     /// The request this input answers.
     pub fn id(&self) -> RequestId {
         match self {
             Input::Response { id, .. }
+            | Input::Opened { id }
             | Input::Chunk { id, .. }
             | Input::StreamEnd { id }
             | Input::Failed { id, .. } => *id,

@@ -242,6 +242,16 @@ impl Driver {
             match o {
                 Output::Send(req) => self.send(req),
                 Output::Cancel(id) => self.abort_request(id),
+                // The sockets of Node, Deno and workerd's `connect()` come
+                // with the Redis-over-TCP backend (issue 28); until a backend
+                // opens streams, an open fails at once as a connect failure.
+                Output::Open(open) => self.fail_later(
+                    open.id,
+                    crate::core::TransportError::Connect(
+                        "this JavaScript driver opens no TCP streams yet".into(),
+                    ),
+                ),
+                Output::Write { .. } => {}
                 Output::Done { reply, result, .. } => {
                     if let Some(slot) = reply {
                         slot.complete(result);

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use super::http::{CancelHandle, HttpClient, Request, StreamOutcome};
 use super::oneshot;
+use super::stream::Streams;
 use crate::core::session::{Output, Session};
 use crate::core::{
     HttpRequest, Input, LockError, LockId, LockMachine, LostReason, Millis, OpId, Operation,
@@ -268,6 +269,7 @@ pub(crate) fn spawn(
                 clock,
                 http,
                 inflight: HashMap::new(),
+                streams: Streams::default(),
                 local: VecDeque::new(),
                 tickets: HashMap::new(),
                 locks: HashMap::new(),
@@ -287,6 +289,8 @@ struct Driver {
     http: HttpClient,
     /// In-flight requests: their cancel handle and whether they stream.
     inflight: HashMap<RequestId, (CancelHandle, bool)>,
+    /// Open byte streams (`Output::Open`).
+    streams: Streams,
     /// Inputs produced on this thread (a worker that could not be spawned).
     local: VecDeque<Input>,
     tickets: HashMap<u64, OpId>,
@@ -391,6 +395,7 @@ impl Driver {
     fn net(&mut self, input: Input) {
         if input.is_final() {
             self.inflight.remove(&input.id());
+            self.streams.ended(input.id());
         }
         let now = self.clock.now();
         self.session.handle_input(now, input);
@@ -405,7 +410,16 @@ impl Driver {
                     if let Some((c, _)) = self.inflight.remove(&id) {
                         c.cancel();
                     }
+                    self.streams.close(id);
                 }
+                Output::Open(open) => {
+                    let http = &self.http;
+                    if let Err(failed) = self.streams.open(open, &self.tx, || http.tls_connector())
+                    {
+                        self.local.push_back(failed);
+                    }
+                }
+                Output::Write { id, data } => self.streams.write(id, data.0),
                 Output::Done { reply, result, .. } => self.complete(reply, result),
                 Output::Renewed { lock, expires_at } => {
                     if let Some(s) = self.locks.get(&lock) {

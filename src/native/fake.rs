@@ -470,7 +470,8 @@ impl LockMachine for FakeLockMachine {
     fn handle_input(&mut self, now: Millis, input: Input) {
         let id = input.id();
         match input {
-            Input::Chunk { .. } => {} // the watch's `free` chunk: act on StreamEnd
+            // The watch's `free` chunk: act on StreamEnd. etcd opens no stream.
+            Input::Opened { .. } | Input::Chunk { .. } => {}
             Input::Response { status, body, .. } => {
                 if let Some(kind) = self.requests.remove(&id) {
                     self.on_final(now, kind, Ok((status, body)));

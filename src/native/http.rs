@@ -282,7 +282,7 @@ impl HttpClient {
         })
     }
 
-    fn tls_connector(&self) -> Result<TlsConnector, TransportError> {
+    pub(crate) fn tls_connector(&self) -> Result<TlsConnector, TransportError> {
         match &self.tls {
             Some(c) => Ok(c.clone()),
             None => tls::default_connector().map_err(|e| TransportError::Connect(e.to_string())),
@@ -432,11 +432,21 @@ fn still_open(s: &Stream) -> bool {
 }
 
 fn connect(url: &Url, timeout: Duration) -> Result<TcpStream, TransportError> {
-    let addrs: Vec<SocketAddr> = (url.host.as_str(), url.port)
+    tcp_connect(&url.host, url.port, timeout)
+}
+
+/// A TCP connection to the first address of `host` that answers within
+/// `timeout` (Nagle off: requests and commands are small and wait for answers).
+pub(crate) fn tcp_connect(
+    host: &str,
+    port: u16,
+    timeout: Duration,
+) -> Result<TcpStream, TransportError> {
+    let addrs: Vec<SocketAddr> = (host, port)
         .to_socket_addrs()
-        .map_err(|e| TransportError::Connect(format!("cannot resolve {}: {e}", short(&url.host))))?
+        .map_err(|e| TransportError::Connect(format!("cannot resolve {}: {e}", short(host))))?
         .collect();
-    let mut last = TransportError::Connect(format!("no address for {}", short(&url.host)));
+    let mut last = TransportError::Connect(format!("no address for {}", short(host)));
     for addr in addrs {
         match TcpStream::connect_timeout(&addr, timeout) {
             Ok(s) => {

@@ -26,6 +26,7 @@ mod driver;
 #[cfg(test)]
 mod fake;
 mod oneshot;
+mod stream;
 
 pub use crate::core::etcd::{EtcdAuth, EtcdConfig};
 pub use crate::core::{Leadership, LockKind, MAX_ACQUIRE_ALL, MAX_CAMPAIGN_VALUE, MAX_PERMITS};

@@ -1160,6 +1160,9 @@ impl<S: SimServer> World<S> {
             let t = self.clients[c].machine.poll_transmit();
             match t {
                 Some(Transmit::Send(req)) => self.send(c, req),
+                Some(t @ (Transmit::Open(_) | Transmit::Write { .. })) => {
+                    panic!("an HTTP machine opened a byte stream: {t:?}")
+                }
                 Some(Transmit::Cancel(id)) => self.cancel(c, id),
                 None => break,
             }
@@ -1312,6 +1315,7 @@ impl<S: SimServer> World<S> {
             Input::Chunk { data, .. } => {
                 format!("c{c} <- #{} chunk {}", id.0, String::from_utf8_lossy(data))
             }
+            Input::Opened { .. } => format!("c{c} <- #{} opened", id.0),
             Input::StreamEnd { .. } => format!("c{c} <- #{} end", id.0),
             Input::Failed { error, .. } => format!("c{c} <- #{} failed: {error}", id.0),
         });

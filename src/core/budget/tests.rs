@@ -36,6 +36,9 @@ impl<M: LockMachine> Harness<M> {
                     self.sent_total += 1;
                     self.inflight.push(r);
                 }
+                t @ (Transmit::Open(_) | Transmit::Write { .. }) => {
+                    panic!("an HTTP machine opened a byte stream: {t:?}")
+                }
                 Transmit::Cancel(id) => self.inflight.retain(|r| r.id != id),
             }
         }

@@ -42,6 +42,9 @@ impl Harness {
         while let Some(t) = self.m.poll_transmit() {
             match t {
                 Transmit::Send(r) => self.sent.push(r),
+                t @ (Transmit::Open(_) | Transmit::Write { .. }) => {
+                    panic!("an HTTP machine opened a byte stream: {t:?}")
+                }
                 Transmit::Cancel(id) => self.cancelled.push(id),
             }
         }

@@ -340,7 +340,7 @@ fn answer_of(input: Input) -> Answer {
         Input::Response { status, body, .. } => Ok((status, body)),
         Input::Failed { error, .. } => Err(error),
         // Nothing here streams: an end without a response is a broken answer.
-        Input::StreamEnd { .. } | Input::Chunk { .. } => {
+        Input::Opened { .. } | Input::StreamEnd { .. } | Input::Chunk { .. } => {
             Err(TransportError::Io("the answer ended without a body".into()))
         }
     }

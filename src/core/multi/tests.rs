@@ -76,6 +76,9 @@ impl Harness {
                         self.log.push((script_of(&r), name_of(&r)));
                         self.sent.push(r);
                     }
+                    t @ (Transmit::Open(_) | Transmit::Write { .. }) => {
+                        panic!("an HTTP machine opened a byte stream: {t:?}")
+                    }
                     Transmit::Cancel(id) => self.cancelled.push(id),
                 }
             }

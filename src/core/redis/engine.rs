@@ -487,7 +487,7 @@ impl Engine {
             Input::Failed { error, .. } => {
                 Err(NodeError::Transport(codec.scrub(&error.to_string())))
             }
-            Input::Chunk { .. } | Input::StreamEnd { .. } => {
+            Input::Opened { .. } | Input::Chunk { .. } | Input::StreamEnd { .. } => {
                 // A command's answer never streams: drop the rest of it.
                 self.cx.rt.out.cancel(id);
                 Err(NodeError::Transport("unexpected streamed answer".into()))

@@ -30,6 +30,9 @@ impl<M: LockMachine> Harness<M> {
         while let Some(t) = self.m.poll_transmit() {
             match t {
                 Transmit::Send(r) => self.sent.push(r),
+                t @ (Transmit::Open(_) | Transmit::Write { .. }) => {
+                    panic!("an HTTP machine opened a byte stream: {t:?}")
+                }
                 Transmit::Cancel(id) => self.cancelled.push(id),
             }
         }

@@ -125,6 +125,9 @@ mod tests {
         assert_eq!(rt.requests.next_deadline(), None);
         let cancels: Vec<RequestId> = std::iter::from_fn(|| rt.poll_transmit())
             .filter_map(|t| match t {
+                t @ (Transmit::Open(_) | Transmit::Write { .. }) => {
+                    panic!("an HTTP machine opened a byte stream: {t:?}")
+                }
                 Transmit::Cancel(id) => Some(id),
                 Transmit::Send(_) => None,
             })

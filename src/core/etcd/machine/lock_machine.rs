@@ -144,6 +144,8 @@ impl LockMachine for EtcdMachine {
     fn handle_input(&mut self, now: Millis, input: Input) {
         let id = input.id();
         match input {
+            // etcd's JSON gateway is HTTP: it opens no byte stream.
+            Input::Opened { .. } => {}
             Input::Chunk { data, .. } => {
                 if self.rt.requests.owner(id).is_some() {
                     self.on_watch_chunk(now, id, &data);

@@ -85,6 +85,9 @@ impl Script {
                     );
                     return (r.id, serde_json::from_slice(&r.body).unwrap());
                 }
+                Some(t @ (Transmit::Open(_) | Transmit::Write { .. })) => {
+                    panic!("an HTTP machine opened a byte stream: {t:?}")
+                }
                 Some(Transmit::Cancel(_)) => continue,
                 None => panic!("nothing sent (expected {path})"),
             }

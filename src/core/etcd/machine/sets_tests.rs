@@ -76,6 +76,9 @@ fn all_sent(s: &mut Script) -> Vec<(RequestId, String, Value)> {
                 r.target.to_string(),
                 serde_json::from_slice(&r.body).unwrap(),
             )),
+            t @ (Transmit::Open(_) | Transmit::Write { .. }) => {
+                panic!("an HTTP machine opened a byte stream: {t:?}")
+            }
             Transmit::Cancel(_) => None,
         })
         .collect()

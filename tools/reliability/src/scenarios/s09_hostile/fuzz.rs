@@ -549,6 +549,9 @@ impl Session {
                     self.pending.push(r);
                 }
                 // Sometimes keep it: a late answer to a cancelled request.
+                t @ (Transmit::Open(_) | Transmit::Write { .. }) => {
+                    panic!("an HTTP machine opened a byte stream: {t:?}")
+                }
                 Transmit::Cancel(id) if !rng.chance(10) => self.pending.retain(|r| r.id != id),
                 Transmit::Cancel(_) => {}
             }

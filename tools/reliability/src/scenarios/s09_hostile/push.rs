@@ -626,6 +626,9 @@ fn wait_session(seed: u64, st: &mut Stats) {
                         }
                     }
                 }
+                t @ (Transmit::Open(_) | Transmit::Write { .. }) => {
+                    panic!("an HTTP machine opened a byte stream: {t:?}")
+                }
                 Transmit::Cancel(id) => {
                     if trace {
                         eprintln!("{:>6} cancel #{}", now - start, id.0);
