@@ -81,6 +81,11 @@ impl BackendConfig for DurableConfig {
         self.url().into_iter().collect()
     }
 
+    /// The lock service queues each lock's waiters (`docs/lock-service-api.md`).
+    fn queues_waiters_in_order(&self) -> bool {
+        true
+    }
+
     /// The lock service's namespace, when reached by binding.
     fn binding(&self) -> Option<Binding<'_>> {
         let DurableEndpoint::Binding(name) = &self.endpoint else {

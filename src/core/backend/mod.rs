@@ -154,6 +154,12 @@ pub trait BackendConfig {
     fn max_subscriptions(&self) -> Option<usize> {
         None
     }
+
+    /// Whether waiters get the lock in the order they asked (a FIFO queue
+    /// on the backend), so that no contender starves.
+    fn queues_waiters_in_order(&self) -> bool {
+        false
+    }
 }
 
 /// A backend, as data: which protocol, where, and its options.

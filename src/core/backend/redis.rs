@@ -107,6 +107,11 @@ impl BackendConfig for RedisConfig {
     fn max_subscriptions(&self) -> Option<usize> {
         Some(self.max_subscriptions)
     }
+
+    /// The fair lock's FIFO queue kept in Redis.
+    fn queues_waiters_in_order(&self) -> bool {
+        self.fair
+    }
 }
 
 #[derive(Serialize, Clone, Copy, Default)]
