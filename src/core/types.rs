@@ -282,7 +282,7 @@ pub enum BackendKind {
 }
 
 impl BackendKind {
-    /// Every backend, in declaration order (the order of [`Self::NAMES`]).
+    /// Every backend, in declaration order (the order of their names).
     pub const ALL: [BackendKind; 5] = [
         BackendKind::Etcd,
         BackendKind::Redis,
