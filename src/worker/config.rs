@@ -28,6 +28,8 @@
 
 use super::auth::AccessPolicy;
 use crate::core::backend::worker_vars::list;
+// Each backend reads its own variables in its module of the core's backend
+// table (`Backend::read_worker_vars`); what they share lives there too.
 pub use crate::core::backend::worker_vars::{
     workers_max_subscriptions, Vars, WorkerCommon, D1_BINDING, LOCKS_BINDING, OPEN_CONNECTIONS,
 };

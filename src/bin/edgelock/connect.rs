@@ -2,9 +2,9 @@
 //! The backend's table entry builds its configuration from the flags
 //! ([`Backend::read_flags`](edgelock::core::backend::Backend::read_flags));
 //! credentials not given as flags come from the environment variables its
-//! [`CommandLine`] names, read here.
+//! [`CommandLine`](edgelock::core::backend::CommandLine) names, read here.
 
-use edgelock::core::backend::{CommandLine, Flags};
+use edgelock::core::backend::Flags;
 use edgelock::native::{Client, ClientOptions};
 
 use crate::args::Options;
@@ -23,19 +23,20 @@ pub(crate) fn connect(o: &Options) -> Result<Client, Exit> {
 fn flags(o: &Options) -> Result<Flags, Exit> {
     Ok(Flags {
         urls: o.urls.clone(),
-        token: token(o, &o.line),
+        token: token(o),
         prefix: o.prefix.clone(),
         ttl_ms: o.ttl_ms,
         headers: o.headers.clone(),
-        user: user(o, &o.line)?,
+        user: user(o)?,
         fair: o.fair,
     })
 }
 
 /// `--token`, else the first of the backend's token variables that is set.
-fn token(o: &Options, line: &CommandLine) -> Option<String> {
+fn token(o: &Options) -> Option<String> {
     o.token.clone().or_else(|| {
-        line.token_vars
+        o.line
+            .token_vars
             .iter()
             .find_map(|name| std::env::var(name).ok())
     })
@@ -43,8 +44,8 @@ fn token(o: &Options, line: &CommandLine) -> Option<String> {
 
 /// `--etcd-user` with the password from the backend's variable (never an
 /// argument: arguments are visible to other local users).
-fn user(o: &Options, line: &CommandLine) -> Result<Option<(String, String)>, Exit> {
-    let (Some(user), Some(var)) = (&o.etcd_user, line.password_var) else {
+fn user(o: &Options) -> Result<Option<(String, String)>, Exit> {
+    let (Some(user), Some(var)) = (&o.etcd_user, o.line.password_var) else {
         return Ok(None);
     };
     let password = std::env::var(var)
