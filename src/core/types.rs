@@ -350,7 +350,7 @@ pub enum BackendKind {
 }
 
 impl BackendKind {
-    /// Every backend, in the order of [`BackendKind::as_str`]'s names.
+    /// Every backend, in declaration order (the order of their names).
     pub const ALL: [BackendKind; 5] = [
         BackendKind::Etcd,
         BackendKind::Redis,
@@ -359,16 +359,15 @@ impl BackendKind {
         BackendKind::D1,
     ];
 
-    /// Lowercase name (`etcd`, `redis`, `redlock`, `durable-object`), as used
-    /// in error messages and serialised handles.
+    /// Each backend's name, indexed by its declaration order: the one home
+    /// of the names (serde's spelling above agrees; a test checks both).
+    const NAMES: [&'static str; 5] = ["etcd", "redis", "redlock", "durable-object", "d1"];
+
+    /// Lowercase name (`etcd`, `redis`, `redlock`, `durable-object`, `d1`),
+    /// as used in error messages and serialised handles.
     pub fn as_str(self) -> &'static str {
-        match self {
-            BackendKind::Etcd => "etcd",
-            BackendKind::Redis => "redis",
-            BackendKind::Redlock => "redlock",
-            BackendKind::DurableObject => "durable-object",
-            BackendKind::D1 => "d1",
-        }
+        // A fieldless enum's discriminant is its declaration index.
+        Self::NAMES[self as usize]
     }
 
     /// The backend named `name` (as [`BackendKind::as_str`] spells it).
@@ -693,7 +692,17 @@ impl Entropy for SeededEntropy {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{BackendKind, LockHandle, LockKind};
+
+    #[test]
+    fn every_kind_has_its_name_in_declaration_order_as_serde_spells_it() {
+        for (i, kind) in BackendKind::ALL.into_iter().enumerate() {
+            assert_eq!(kind as usize, i);
+            let serde_name = serde_json::to_string(&kind).unwrap();
+            assert_eq!(serde_name, format!("\"{}\"", kind.as_str()));
+            assert_eq!(BackendKind::from_name(kind.as_str()), Some(kind));
+        }
+    }
 
     fn handle(kind: LockKind, slot: Option<u32>) -> LockHandle {
         LockHandle {

@@ -27,19 +27,14 @@
 //! ever puts a value of a token binding into a message.
 
 use super::auth::AccessPolicy;
-use crate::core::backend::{backend, backend_named};
-use crate::core::d1::D1Config;
-use crate::core::durable::{DurableConfig, DurableEndpoint};
-use crate::core::etcd::{EtcdAuth, EtcdConfig};
-use crate::core::redis::{RedisConfig, RedisNode, RedlockConfig};
-use crate::core::{BackendKind, BackendSpec, LockError, LockKind, MAX_PERMITS};
-
-/// The Durable Object namespace binding the `durable-object` backend uses
-/// (declared in `wrangler.toml`).
-pub const LOCKS_BINDING: &str = "EDGELOCK_LOCKS";
-
-/// The D1 database binding the `d1` backend uses (declared in `wrangler.toml`).
-pub const D1_BINDING: &str = "EDGELOCK_D1";
+use crate::core::backend::worker_vars::list;
+// Each backend reads its own variables in its module of the core's backend
+// table (`Backend::read_worker_vars`); what they share lives there too.
+pub use crate::core::backend::worker_vars::{
+    workers_max_subscriptions, Vars, WorkerCommon, D1_BINDING, LOCKS_BINDING, OPEN_CONNECTIONS,
+};
+use crate::core::backend::{backend_named, BACKENDS};
+use crate::core::{BackendSpec, LockError, LockKind, MAX_PERMITS};
 
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -90,32 +85,8 @@ fn job_limits(v: &str) -> Result<Vec<(String, LockKind)>, LockError> {
 
 pub const DEFAULT_SUBREQUEST_BUDGET: u32 = 50;
 
-/// Connections a Workers invocation may hold open at once; more wait until
-/// one closes.
-pub const OPEN_CONNECTIONS: usize = 6;
-
-/// The default cap on a Redis client's wake-up subscriptions in a Worker.
-/// A waiting acquire holds one streaming request open per subscribed node
-/// and sends an attempt round to all `nodes` at once, so the two together
-/// must stay within [`OPEN_CONNECTIONS`] (`EDGELOCK_MAX_SUBSCRIPTIONS` = 3
-/// on three Redlock nodes, 1 on five). The default subscribes on one node
-/// (5) and not on Redlock (0: the waiter polls): every release wakes every
-/// Redlock waiter for a round on every node, and a burst of 20 concurrent
-/// short jobs then spent more than the invocation's 50 subrequests
-/// (measured by the Worker suite), where polling stays under 30. Each
-/// subscription is a subrequest: the budget counts it.
-pub fn workers_max_subscriptions(nodes: usize) -> usize {
-    if nodes > 1 {
-        return 0;
-    }
-    OPEN_CONNECTIONS.saturating_sub(nodes)
-}
-
 /// Longest a request may ask to wait or work: a Worker invocation is not a daemon.
 pub const MAX_WAIT_MS: u64 = 15 * 60 * 1000;
-
-/// How the Worker reads a variable: the binding's value as a string, if set.
-pub type Vars<'a> = &'a dyn Fn(&str) -> Option<String>;
 
 /// `name` as a whole number in `0..=max` (`default` when unset).
 fn num(var: Vars, name: &str, default: u64, max: u64) -> Result<u64, LockError> {
@@ -135,173 +106,35 @@ fn optional_num(var: Vars, name: &str, max: u64) -> Result<Option<u64>, LockErro
     var(name).map(|_| num(var, name, 0, max)).transpose()
 }
 
-/// The variables several backends read alike (each applies those it has).
-pub struct Common {
-    /// `EDGELOCK_PREFIX`.
-    pub prefix: Option<String>,
-    /// `EDGELOCK_TTL_MS`.
-    pub ttl: Option<u64>,
-    /// `EDGELOCK_REQUEST_TIMEOUT_MS`.
-    pub timeout: Option<u64>,
-    /// `EDGELOCK_MAX_SUBSCRIPTIONS`.
-    pub max_subscriptions: Option<usize>,
+/// The variables several backends read alike (each applies those it has),
+/// read and checked before the backend is known, as they always were.
+fn common_vars(var: Vars) -> Result<WorkerCommon, LockError> {
+    Ok(WorkerCommon {
+        ttl: optional_num(var, "EDGELOCK_TTL_MS", MAX_WAIT_MS)?,
+        timeout: optional_num(var, "EDGELOCK_REQUEST_TIMEOUT_MS", 600_000)?,
+        prefix: var("EDGELOCK_PREFIX"),
+        max_subscriptions: optional_num(var, "EDGELOCK_MAX_SUBSCRIPTIONS", 1_000)?
+            .map(|n| n as usize),
+    })
 }
 
-impl Common {
-    fn from_vars(var: Vars) -> Result<Common, LockError> {
-        Ok(Common {
-            ttl: optional_num(var, "EDGELOCK_TTL_MS", MAX_WAIT_MS)?,
-            timeout: optional_num(var, "EDGELOCK_REQUEST_TIMEOUT_MS", 600_000)?,
-            prefix: var("EDGELOCK_PREFIX"),
-            max_subscriptions: optional_num(var, "EDGELOCK_MAX_SUBSCRIPTIONS", 1_000)?
-                .map(|n| n as usize),
-        })
-    }
-}
-
-/// Reads one backend's variables into its spec.
-pub type BackendVars = fn(Vars, Common) -> Result<BackendSpec, LockError>;
-
-/// The function reading each backend's variables (the `EDGELOCK_BACKEND`
-/// value naming it comes from the core's backend table).
-pub const BACKENDS: &[(BackendKind, BackendVars)] = &[
-    (BackendKind::Etcd, etcd_vars),
-    (BackendKind::Redis, redis_vars),
-    (BackendKind::Redlock, redlock_vars),
-    (BackendKind::DurableObject, durable_vars),
-    (BackendKind::D1, d1_vars),
-];
-
-/// `EDGELOCK_ETCD_*`, and the prefix, TTL (the session lease's) and timeout.
-pub fn etcd_vars(var: Vars, c: Common) -> Result<BackendSpec, LockError> {
-    let endpoints = list(&var("EDGELOCK_ETCD_ENDPOINTS").unwrap_or_default());
-    if endpoints.is_empty() {
-        return Err(LockError::invalid(
-            "EDGELOCK_ETCD_ENDPOINTS is required for the etcd backend",
-        ));
-    }
-    let mut cfg = EtcdConfig::new(endpoints);
-    if let Some(auth) = var("EDGELOCK_ETCD_AUTHORIZATION") {
-        cfg.headers.push(("Authorization".into(), auth));
-    }
-    if let Some(username) = var("EDGELOCK_ETCD_USER") {
-        let password = var("EDGELOCK_ETCD_PASSWORD").ok_or_else(|| {
-            LockError::invalid("EDGELOCK_ETCD_USER needs the secret EDGELOCK_ETCD_PASSWORD")
-        })?;
-        cfg.auth = Some(EtcdAuth { username, password });
-    }
-    if let Some(p) = c.prefix {
-        cfg.prefix = p;
-    }
-    if let Some(t) = c.ttl {
-        cfg.session_ttl_ms = t;
-    }
-    if let Some(t) = c.timeout {
-        cfg.request_timeout_ms = t;
-    }
-    Ok(BackendSpec::Etcd(cfg))
-}
-
-/// `EDGELOCK_REDIS_URL` and `EDGELOCK_REDIS_TOKEN`, and the common ones.
-pub fn redis_vars(var: Vars, c: Common) -> Result<BackendSpec, LockError> {
-    let url = var("EDGELOCK_REDIS_URL").ok_or_else(|| {
-        LockError::invalid("EDGELOCK_REDIS_URL is required for the redis backend")
-    })?;
-    let node = node(&url, var("EDGELOCK_REDIS_TOKEN"))?;
-    let mut cfg = RedisConfig::new(node);
-    if let Some(p) = c.prefix {
-        cfg.prefix = p;
-    }
-    if let Some(t) = c.ttl {
-        cfg.ttl_ms = t;
-    }
-    if let Some(t) = c.timeout {
-        cfg.request_timeout_ms = t;
-    }
-    cfg.max_subscriptions = c.max_subscriptions.unwrap_or(workers_max_subscriptions(1));
-    Ok(BackendSpec::Redis(cfg))
-}
-
-/// `EDGELOCK_REDLOCK_NODES` with a token per node (`EDGELOCK_REDIS_TOKEN_<i>`,
-/// else `EDGELOCK_REDIS_TOKEN`), and the common ones.
-pub fn redlock_vars(var: Vars, c: Common) -> Result<BackendSpec, LockError> {
-    let urls = list(&var("EDGELOCK_REDLOCK_NODES").unwrap_or_default());
-    if urls.is_empty() {
-        return Err(LockError::invalid(
-            "EDGELOCK_REDLOCK_NODES is required for the redlock backend",
-        ));
-    }
-    let token = |i: usize| {
-        var(&format!("EDGELOCK_REDIS_TOKEN_{i}")).or_else(|| var("EDGELOCK_REDIS_TOKEN"))
-    };
-    let nodes = urls
-        .iter()
-        .enumerate()
-        .map(|(i, u)| node(u, token(i)))
-        .collect::<Result<Vec<_>, _>>()?;
-    let mut cfg = RedlockConfig::new(nodes);
-    if let Some(p) = c.prefix {
-        cfg.prefix = p;
-    }
-    if let Some(t) = c.ttl {
-        cfg.ttl_ms = t;
-    }
-    if let Some(t) = c.timeout {
-        cfg.request_timeout_ms = t;
-    }
-    cfg.max_subscriptions = c
-        .max_subscriptions
-        .unwrap_or(workers_max_subscriptions(cfg.nodes.len()));
-    Ok(BackendSpec::Redlock(cfg))
-}
-
-/// The lock service behind [`LOCKS_BINDING`]: TTL and timeout only.
-pub fn durable_vars(_var: Vars, c: Common) -> Result<BackendSpec, LockError> {
-    let mut cfg = DurableConfig::new(DurableEndpoint::Binding(LOCKS_BINDING.into()));
-    if let Some(t) = c.ttl {
-        cfg.ttl_ms = t;
-    }
-    if let Some(t) = c.timeout {
-        cfg.request_timeout_ms = t;
-    }
-    Ok(BackendSpec::DurableObject(cfg))
-}
-
-/// The D1 database behind [`D1_BINDING`]: TTL and timeout only.
-pub fn d1_vars(_var: Vars, c: Common) -> Result<BackendSpec, LockError> {
-    let mut cfg = D1Config::new(D1_BINDING);
-    if let Some(t) = c.ttl {
-        cfg.ttl_ms = t;
-    }
-    if let Some(t) = c.timeout {
-        cfg.request_timeout_ms = t;
-    }
-    Ok(BackendSpec::D1(cfg))
-}
-
-/// `EDGELOCK_BACKEND` and that backend's variables.
+/// `EDGELOCK_BACKEND` and that backend's variables, read by its entry of
+/// the core's backend table.
 fn backend_from_vars(var: Vars) -> Result<BackendSpec, LockError> {
     let name = var("EDGELOCK_BACKEND").unwrap_or_default();
-    // Read (and checked) before the backend is known, as they always were.
-    let common = Common::from_vars(var)?;
-    let read = backend_named(name.trim())
-        .and_then(|b| BACKENDS.iter().find(|(kind, _)| *kind == b.kind()))
-        .map(|(_, read)| read);
-    let Some(read) = read else {
+    let common = common_vars(var)?;
+    let Some(backend) = backend_named(name.trim()) else {
         return Err(LockError::invalid(format!(
             "EDGELOCK_BACKEND must be {}",
             served_backends()
         )));
     };
-    read(var, common)
+    backend.read_worker_vars(var, common)
 }
 
 /// The names of the backends this Worker serves: `etcd, redis or d1`.
 fn served_backends() -> String {
-    let names: Vec<&str> = BACKENDS
-        .iter()
-        .map(|(kind, _)| backend(*kind).name())
-        .collect();
+    let names: Vec<&str> = BACKENDS.iter().map(|b| b.name()).collect();
     match names.split_last() {
         Some((last, [])) => last.to_string(),
         Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
@@ -349,16 +182,4 @@ fn flag(v: Option<&str>, name: &str) -> Result<bool, LockError> {
             "{name} must be \"true\" or \"false\""
         ))),
     }
-}
-
-fn list(v: &str) -> Vec<String> {
-    v.split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(String::from)
-        .collect()
-}
-
-fn node(spec: &str, token: Option<String>) -> Result<RedisNode, LockError> {
-    RedisNode::from_spec(spec, token.as_deref())
 }

@@ -5,6 +5,7 @@
 
 use clap::error::{ContextKind, ContextValue, ErrorKind};
 use clap::{Args, Parser, Subcommand};
+use edgelock::core::backend::{Backend, CommandLine, BACKENDS};
 use edgelock::core::{LockKind, MAX_PERMITS};
 use edgelock::native::TlsConfig;
 
@@ -288,18 +289,15 @@ impl Cmd {
     }
 }
 
-pub(crate) enum Backend {
-    Etcd(Vec<String>),
-    /// One node: the single-node lock; several: Redlock.
-    Redis(Vec<String>),
-    /// The Durable Object lock service, by its base URL.
-    DurableObject(String),
-}
-
 /// A checked command line.
 pub(crate) struct Options {
     pub(crate) cmd: Cmd,
-    pub(crate) backend: Backend,
+    /// The backend the flag names (the core's table entry) ...
+    pub(crate) backend: &'static dyn Backend,
+    /// ... its line on the command line ...
+    pub(crate) line: CommandLine,
+    /// ... and the URLs the flag's value lists.
+    pub(crate) urls: Vec<String>,
     pub(crate) token: Option<String>,
     pub(crate) prefix: Option<String>,
     pub(crate) ttl_ms: Option<u64>,
@@ -348,7 +346,7 @@ pub(crate) fn parse(args: &[String]) -> Result<Options, Exit> {
 
 fn run_options(a: RunArgs) -> Result<Options, Exit> {
     let mut o = base_options(Cmd::Run, a.backend, a.target.names, a.target.command)?;
-    if a.fair && !matches!(&o.backend, Backend::Redis(urls) if urls.len() == 1) {
+    if a.fair && !o.line.fair {
         return Err(Exit::usage(
             "--fair needs exactly one --redis URL (the fair queue is a single-node lock)",
         ));
@@ -389,8 +387,8 @@ fn base_options(
     names: Vec<String>,
     command: Vec<String>,
 ) -> Result<Options, Exit> {
-    let backend = backend(&b)?;
-    if b.etcd_user.is_some() && !matches!(backend, Backend::Etcd(_)) {
+    let (backend, line, urls) = backend(&b)?;
+    if b.etcd_user.is_some() && line.password_var.is_none() {
         return Err(Exit::usage("--etcd-user needs --etcd"));
     }
     let tls = tls_config(b.tls)?;
@@ -407,6 +405,8 @@ fn base_options(
     Ok(Options {
         cmd,
         backend,
+        line,
+        urls,
         token: b.token,
         prefix: b.prefix,
         ttl_ms: None,
@@ -425,8 +425,9 @@ fn base_options(
     })
 }
 
-/// Exactly one of `--etcd`, `--redis`, `--durable-object`, given once.
-fn backend(b: &BackendArgs) -> Result<Backend, Exit> {
+/// Exactly one of `--etcd`, `--redis`, `--durable-object`, given once: the
+/// backend it names, its command-line entry and the URLs its value lists.
+fn backend(b: &BackendArgs) -> Result<(&'static dyn Backend, CommandLine, Vec<String>), Exit> {
     let given = [
         (&b.etcd, "--etcd"),
         (&b.redis, "--redis"),
@@ -443,23 +444,27 @@ fn backend(b: &BackendArgs) -> Result<Backend, Exit> {
             "give exactly one of --etcd / --redis / --durable-object, once",
         ));
     }
-    if flag == "--durable-object" {
-        return Ok(Backend::DurableObject(value.trim().to_string()));
+    named_by(flag, value)
+}
+
+/// The backend of the core's table that `flag` names and that takes as
+/// many URLs as `value` lists (`--redis`: one node, or Redlock over several).
+fn named_by(
+    flag: &str,
+    value: &str,
+) -> Result<(&'static dyn Backend, CommandLine, Vec<String>), Exit> {
+    let lines = BACKENDS
+        .iter()
+        .filter_map(|b| Some((*b, b.command_line()?)))
+        .filter(|(_, line)| line.flag == flag);
+    for (backend, line) in lines {
+        let urls = line.urls.read(value);
+        if line.urls.admits(urls.len()) {
+            return Ok((backend, line, urls));
+        }
     }
-    let urls: Vec<String> = value
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(String::from)
-        .collect();
-    if urls.is_empty() {
-        return Err(Exit::usage(format!("{flag} needs at least one URL")));
-    }
-    Ok(if flag == "--etcd" {
-        Backend::Etcd(urls)
-    } else {
-        Backend::Redis(urls)
-    })
+    // Every flag's backends together take any number of URLs but none.
+    Err(Exit::usage(format!("{flag} needs at least one URL")))
 }
 
 fn one_name(names: Vec<String>) -> Result<String, Exit> {
@@ -585,8 +590,13 @@ fn first_line(e: &clap::Error) -> String {
 
 /// What a flag given without its value needed (`--limit needs ...`).
 fn what_follows(flag: &str) -> &'static str {
+    let names_a_backend = BACKENDS
+        .iter()
+        .any(|b| b.command_line().is_some_and(|line| line.flag == flag));
+    if names_a_backend {
+        return "a URL";
+    }
     match flag {
-        "--etcd" | "--redis" | "--durable-object" => "a URL",
         "--prefix" => "a prefix",
         "--token" => "a token",
         "--etcd-user" => "a user name",
@@ -602,9 +612,10 @@ fn what_follows(flag: &str) -> &'static str {
 #[cfg(test)]
 mod tests {
     use clap::CommandFactory;
+    use edgelock::core::backend::BACKENDS;
     use edgelock::core::LockKind;
 
-    use super::{parse, Backend, Cli, Options};
+    use super::{parse, Cli, Options};
 
     #[test]
     fn the_command_line_definition_is_consistent() {
@@ -647,7 +658,8 @@ mod tests {
             "true",
         ]);
         assert_eq!(o.name, "-");
-        assert!(matches!(&o.backend, Backend::Redis(urls) if urls.len() == 2));
+        assert_eq!(o.backend.name(), "redlock");
+        assert_eq!(o.urls.len(), 2);
         assert_eq!(o.kind, LockKind::Permits { limit: 3 });
     }
 
@@ -708,6 +720,96 @@ mod tests {
                 "{message}"
             );
         }
+    }
+
+    /// The backend flags clap knows are the flags of the core's table.
+    #[test]
+    fn every_backend_flag_is_a_line_of_the_backend_table() {
+        let cli = Cli::command();
+        let run = cli.find_subcommand("run").expect("run");
+        let mut clap_flags: Vec<String> = run
+            .get_arguments()
+            .filter(|a| a.get_help_heading() == Some("Backend (exactly one)"))
+            .filter_map(|a| a.get_long().map(|l| format!("--{l}")))
+            .collect();
+        let mut table_flags: Vec<String> = BACKENDS
+            .iter()
+            .filter_map(|b| b.command_line().map(|line| line.flag.to_string()))
+            .collect();
+        clap_flags.sort();
+        table_flags.sort();
+        table_flags.dedup();
+        assert_eq!(clap_flags, table_flags);
+    }
+
+    #[test]
+    fn a_flag_names_the_backend_taking_as_many_urls() {
+        for (args, backend, urls) in [
+            (
+                &["status", "--etcd", "http://a, http://b", "n"][..],
+                "etcd",
+                &["http://a", "http://b"][..],
+            ),
+            (
+                &["status", "--redis", " webdis+http://a ,", "n"],
+                "redis",
+                &["webdis+http://a"],
+            ),
+            (
+                &["status", "--redis", "http://a,http://b,http://c", "n"],
+                "redlock",
+                &["http://a", "http://b", "http://c"],
+            ),
+            // The lock service's URL is the whole value, commas and all.
+            (
+                &["status", "--durable-object", " http://a/lock,x ", "n"],
+                "durable-object",
+                &["http://a/lock,x"],
+            ),
+        ] {
+            let o = parsed(args);
+            assert_eq!(o.backend.name(), backend, "{args:?}");
+            assert_eq!(o.urls, urls, "{args:?}");
+            assert_eq!(o.line, o.backend.command_line().unwrap());
+        }
+        for flag in ["--etcd", "--redis"] {
+            let message = refused(&["status", flag, " , ", "n"]);
+            assert!(
+                message.starts_with(&format!("{flag} needs at least one URL")),
+                "{message}"
+            );
+        }
+        for (args, says) in [
+            (
+                &["status", "--redis", "http://a", "--etcd-user", "u", "n"][..],
+                "--etcd-user needs --etcd",
+            ),
+            (
+                &[
+                    "run",
+                    "--redis",
+                    "http://a,http://b",
+                    "--fair",
+                    "n",
+                    "--",
+                    "true",
+                ],
+                "--fair needs exactly one --redis URL",
+            ),
+            (
+                &["run", "--etcd", "http://a", "--fair", "n", "--", "true"],
+                "--fair needs exactly one --redis URL",
+            ),
+            (
+                &["leader", "--durable-object"],
+                "--durable-object needs a URL",
+            ),
+            (&["status", "--redis"], "--redis needs a URL"),
+        ] {
+            let message = refused(args);
+            assert!(message.starts_with(says), "{args:?}: {message}");
+        }
+        assert!(parsed(&["run", "--redis", "http://a", "--fair", "n", "--", "true"]).fair);
     }
 
     #[test]

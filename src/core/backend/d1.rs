@@ -3,6 +3,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
+use super::worker_vars::{Vars, WorkerCommon, D1_BINDING};
 use super::{set, to_json, Backend, BackendConfig, BackendSpec, Binding, BindingKind};
 use crate::core::d1::{D1Config, D1Machine};
 use crate::core::json_fields::Fields;
@@ -22,6 +23,14 @@ impl Backend for D1 {
 
     fn read_options(&self, options: &Value) -> Result<BackendSpec, String> {
         Ok(BackendSpec::D1(D1Options::read(options)?))
+    }
+
+    /// The D1 database behind [`D1_BINDING`]: TTL and timeout only.
+    fn read_worker_vars(&self, _var: Vars, c: WorkerCommon) -> Result<BackendSpec, LockError> {
+        let mut cfg = D1Config::new(D1_BINDING);
+        set(&mut cfg.ttl_ms, c.ttl);
+        set(&mut cfg.request_timeout_ms, c.timeout);
+        Ok(BackendSpec::D1(cfg))
     }
 }
 

@@ -3,7 +3,11 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use super::{set, to_json, Backend, BackendConfig, BackendSpec, Binding, BindingKind};
+use super::worker_vars::{Vars, WorkerCommon, LOCKS_BINDING};
+use super::{
+    set, to_json, Backend, BackendConfig, BackendSpec, Binding, BindingKind, CommandLine, Flags,
+    UrlList,
+};
 use crate::core::durable::{DurableConfig, DurableEndpoint, DurableMachine};
 use crate::core::json_fields::Fields;
 use crate::core::{BackendKind, Entropy, LockError, LockMachine};
@@ -22,6 +26,38 @@ impl Backend for DurableObject {
 
     fn read_options(&self, options: &Value) -> Result<BackendSpec, String> {
         Ok(BackendSpec::DurableObject(DurableOptions::read(options)?))
+    }
+
+    /// The lock service behind [`LOCKS_BINDING`]: TTL and timeout only.
+    fn read_worker_vars(&self, _var: Vars, c: WorkerCommon) -> Result<BackendSpec, LockError> {
+        let mut cfg = DurableConfig::new(DurableEndpoint::Binding(LOCKS_BINDING.into()));
+        set(&mut cfg.ttl_ms, c.ttl);
+        set(&mut cfg.request_timeout_ms, c.timeout);
+        Ok(BackendSpec::DurableObject(cfg))
+    }
+
+    /// `--durable-object URL` (the service's base URL, whole), its bearer
+    /// token from `--token` or `$EDGELOCK_API_TOKEN`.
+    fn command_line(&self) -> Option<CommandLine> {
+        Some(CommandLine {
+            flag: "--durable-object",
+            urls: UrlList::Whole,
+            token_vars: &["EDGELOCK_API_TOKEN"],
+            password_var: None,
+            fair: false,
+        })
+    }
+
+    /// The URL, token and lock TTL (requests bounded by half of it).
+    fn read_flags(&self, f: Flags) -> Result<BackendSpec, LockError> {
+        let url = f.urls.into_iter().next().unwrap_or_default();
+        let mut cfg = DurableConfig::new(DurableEndpoint::Url(url));
+        cfg.token = f.token;
+        if let Some(t) = f.ttl_ms {
+            cfg.ttl_ms = t;
+            cfg.request_timeout_ms = Flags::request_timeout(t, cfg.request_timeout_ms, 2);
+        }
+        Ok(BackendSpec::DurableObject(cfg))
     }
 }
 
@@ -43,6 +79,11 @@ impl BackendConfig for DurableConfig {
 
     fn urls(&self) -> Vec<&str> {
         self.url().into_iter().collect()
+    }
+
+    /// The lock service queues each lock's waiters (`docs/lock-service-api.md`).
+    fn queues_waiters_in_order(&self) -> bool {
+        true
     }
 
     /// The lock service's namespace, when reached by binding.

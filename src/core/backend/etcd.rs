@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use serde_json::Value;
 
-use super::{to_json, Backend, BackendConfig, BackendSpec};
+use super::worker_vars::{list, Vars, WorkerCommon};
+use super::{set, to_json, Backend, BackendConfig, BackendSpec, CommandLine, Flags, UrlList};
 use crate::core::etcd::{Authenticated, EtcdAuth, EtcdConfig, EtcdMachine};
 use crate::core::json_fields::{string_item, Fields};
 use crate::core::{BackendKind, Entropy, LockError, LockMachine};
@@ -25,6 +26,61 @@ impl Backend for Etcd {
 
     fn read_options(&self, options: &Value) -> Result<BackendSpec, String> {
         Ok(BackendSpec::Etcd(EtcdOptions::read(options)?.into_config()))
+    }
+
+    /// `EDGELOCK_ETCD_*`, and the prefix, TTL (the session lease's) and timeout.
+    fn read_worker_vars(&self, var: Vars, c: WorkerCommon) -> Result<BackendSpec, LockError> {
+        let endpoints = list(&var("EDGELOCK_ETCD_ENDPOINTS").unwrap_or_default());
+        if endpoints.is_empty() {
+            return Err(LockError::invalid(
+                "EDGELOCK_ETCD_ENDPOINTS is required for the etcd backend",
+            ));
+        }
+        let mut cfg = EtcdConfig::new(endpoints);
+        if let Some(auth) = var("EDGELOCK_ETCD_AUTHORIZATION") {
+            cfg.headers.push(("Authorization".into(), auth));
+        }
+        if let Some(username) = var("EDGELOCK_ETCD_USER") {
+            let password = var("EDGELOCK_ETCD_PASSWORD").ok_or_else(|| {
+                LockError::invalid("EDGELOCK_ETCD_USER needs the secret EDGELOCK_ETCD_PASSWORD")
+            })?;
+            cfg.auth = Some(EtcdAuth { username, password });
+        }
+        set(&mut cfg.prefix, c.prefix);
+        set(&mut cfg.session_ttl_ms, c.ttl);
+        set(&mut cfg.request_timeout_ms, c.timeout);
+        Ok(BackendSpec::Etcd(cfg))
+    }
+
+    /// `--etcd URLS` (comma-separated), `--etcd-user` with its password
+    /// from `$EDGELOCK_ETCD_PASSWORD`; no token.
+    fn command_line(&self) -> Option<CommandLine> {
+        Some(CommandLine {
+            flag: "--etcd",
+            urls: UrlList::Commas {
+                min: 1,
+                max: usize::MAX,
+            },
+            token_vars: &[],
+            password_var: Some("EDGELOCK_ETCD_PASSWORD"),
+            fair: false,
+        })
+    }
+
+    /// The endpoints, prefix, session lease TTL (requests bounded by half
+    /// of it), headers and user.
+    fn read_flags(&self, f: Flags) -> Result<BackendSpec, LockError> {
+        let mut cfg = EtcdConfig::new(f.urls);
+        set(&mut cfg.prefix, f.prefix);
+        if let Some(t) = f.ttl_ms {
+            cfg.session_ttl_ms = t;
+            cfg.request_timeout_ms = Flags::request_timeout(t, cfg.request_timeout_ms, 2);
+        }
+        cfg.headers = f.headers;
+        cfg.auth = f
+            .user
+            .map(|(username, password)| EtcdAuth { username, password });
+        Ok(BackendSpec::Etcd(cfg))
     }
 }
 

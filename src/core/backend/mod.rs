@@ -3,7 +3,10 @@
 //! configuration: its machine, its URLs and bindings, what a Worker budgets
 //! for it), plus one line of [`BACKENDS`] and one [`BackendSpec`] variant.
 //! The npm bindings, the Worker, the CLI and the reliability tool reach a
-//! backend through these, never by matching on its kind.
+//! backend through these, never by matching on its kind: the npm package and
+//! the tool by its JSON options, the Worker by its variables
+//! ([`Backend::read_worker_vars`]), the CLI by its flags
+//! ([`Backend::command_line`], [`Backend::read_flags`]).
 //!
 //! [`BackendSpec`] describes a backend as data, and [`BackendSpec::build`] is
 //! the one constructor of lock machines. The serialised form is one JSON
@@ -12,15 +15,17 @@
 //! Unknown fields are rejected so that a misspelt option fails loudly instead
 //! of silently using a default.
 //!
-//! A new backend: its module here (options, [`Backend`], [`BackendConfig`]),
-//! its line in [`BACKENDS`], its [`BackendSpec`] variant and
-//! [`BackendKind`] name, and its machine.
+//! A new backend: its module here (options, Worker variables, command-line
+//! flags if any, [`Backend`], [`BackendConfig`]), its line in [`BACKENDS`],
+//! its [`BackendSpec`] variant and [`BackendKind`] name, and its machine.
 
+mod command_line;
 mod d1;
 mod durable;
 mod etcd;
 mod redis;
 mod redlock;
+pub mod worker_vars;
 
 use serde_json::Value;
 
@@ -30,6 +35,9 @@ use crate::core::etcd::EtcdConfig;
 use crate::core::json_fields::parse;
 use crate::core::redis::{RedisConfig, RedlockConfig};
 use crate::core::{BackendKind, Entropy, LockError, LockMachine, MultiLock};
+
+pub use command_line::{CommandLine, Flags, UrlList};
+use worker_vars::{Vars, WorkerCommon};
 
 /// Every backend, in the order of [`BackendKind::ALL`]: the one list the
 /// bindings, the Worker, the CLI and the tools read.
@@ -59,6 +67,27 @@ pub trait Backend: Sync {
     /// Reads its JSON options (the npm package's spelling). Error messages
     /// never repeat a value (it could be a misplaced token).
     fn read_options(&self, options: &Value) -> Result<BackendSpec, String>;
+
+    /// Reads its configuration from a Worker's variables (`var`), the
+    /// variables every backend reads alike already read into `common`.
+    /// Error messages name variables, never their values.
+    fn read_worker_vars(&self, var: Vars, common: WorkerCommon) -> Result<BackendSpec, LockError>;
+
+    /// How the command line names it; `None` (the default): the command
+    /// line does not reach it.
+    fn command_line(&self) -> Option<CommandLine> {
+        None
+    }
+
+    /// Its configuration from the command line's flags (for a backend with
+    /// a [`command_line`](Self::command_line)).
+    fn read_flags(&self, flags: Flags) -> Result<BackendSpec, LockError> {
+        let _ = flags;
+        Err(LockError::invalid(format!(
+            "the command line does not reach the {} backend",
+            self.name()
+        )))
+    }
 }
 
 /// The backend of `kind` in [`BACKENDS`].
@@ -124,6 +153,12 @@ pub trait BackendConfig {
     /// The cap on Redis wake-up subscriptions, for backends that subscribe.
     fn max_subscriptions(&self) -> Option<usize> {
         None
+    }
+
+    /// Whether waiters get the lock in the order they asked (a FIFO queue
+    /// on the backend), so that no contender starves.
+    fn queues_waiters_in_order(&self) -> bool {
+        false
     }
 }
 

@@ -4,7 +4,8 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use super::{set, to_json, Backend, BackendConfig, BackendSpec};
+use super::worker_vars::{workers_max_subscriptions, Vars, WorkerCommon};
+use super::{set, to_json, Backend, BackendConfig, BackendSpec, CommandLine, Flags, UrlList};
 use crate::core::json_fields::Fields;
 use crate::core::redis::{RedisConfig, RedisMachine, RedisNode, RedisProtocol};
 use crate::core::{BackendKind, Entropy, LockError, LockMachine};
@@ -26,6 +27,61 @@ impl Backend for Redis {
             RedisOptions::read(options)?.into_config(),
         ))
     }
+
+    /// `EDGELOCK_REDIS_URL` and `EDGELOCK_REDIS_TOKEN`, and the common ones.
+    fn read_worker_vars(&self, var: Vars, c: WorkerCommon) -> Result<BackendSpec, LockError> {
+        let url = var("EDGELOCK_REDIS_URL").ok_or_else(|| {
+            LockError::invalid("EDGELOCK_REDIS_URL is required for the redis backend")
+        })?;
+        let node = RedisNode::from_spec(&url, var("EDGELOCK_REDIS_TOKEN").as_deref())?;
+        let mut cfg = RedisConfig::new(node);
+        set(&mut cfg.prefix, c.prefix);
+        set(&mut cfg.ttl_ms, c.ttl);
+        set(&mut cfg.request_timeout_ms, c.timeout);
+        cfg.max_subscriptions = c.max_subscriptions.unwrap_or(workers_max_subscriptions(1));
+        Ok(BackendSpec::Redis(cfg))
+    }
+
+    /// `--redis URL` (one node; several are Redlock's), its token from
+    /// `--token` or the environment; the one backend with `--fair`.
+    fn command_line(&self) -> Option<CommandLine> {
+        Some(CommandLine {
+            flag: "--redis",
+            urls: UrlList::Commas { min: 1, max: 1 },
+            token_vars: REDIS_TOKEN_VARS,
+            password_var: None,
+            fair: true,
+        })
+    }
+
+    /// The node (its URL names its protocol), prefix, lock TTL (requests
+    /// bounded by half of it) and fair queue.
+    fn read_flags(&self, f: Flags) -> Result<BackendSpec, LockError> {
+        let nodes = nodes_from_flags(&f)?;
+        let [node] = <[RedisNode; 1]>::try_from(nodes)
+            .map_err(|_| LockError::invalid("--redis: one node for the single-node lock"))?;
+        let mut cfg = RedisConfig::new(node);
+        cfg.fair = f.fair;
+        set(&mut cfg.prefix, f.prefix);
+        if let Some(t) = f.ttl_ms {
+            cfg.ttl_ms = t;
+            cfg.request_timeout_ms = Flags::request_timeout(t, cfg.request_timeout_ms, 2);
+        }
+        Ok(BackendSpec::Redis(cfg))
+    }
+}
+
+/// Where the command line's Redis token comes from when `--token` is not
+/// given (the single node and Redlock alike).
+pub(super) const REDIS_TOKEN_VARS: &[&str] = &["EDGELOCK_REDIS_TOKEN", "UPSTASH_REDIS_REST_TOKEN"];
+
+/// The command line's Redis nodes: `webdis+http(s)://…`, `upstash+http(s)://…`
+/// or a bare Upstash URL each, with the one token.
+pub(super) fn nodes_from_flags(f: &Flags) -> Result<Vec<RedisNode>, LockError> {
+    f.urls
+        .iter()
+        .map(|u| RedisNode::from_spec(u, f.token.as_deref()))
+        .collect()
 }
 
 impl BackendConfig for RedisConfig {
@@ -50,6 +106,11 @@ impl BackendConfig for RedisConfig {
 
     fn max_subscriptions(&self) -> Option<usize> {
         Some(self.max_subscriptions)
+    }
+
+    /// The fair lock's FIFO queue kept in Redis.
+    fn queues_waiters_in_order(&self) -> bool {
+        self.fair
     }
 }
 

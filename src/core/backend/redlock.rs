@@ -4,10 +4,11 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use super::redis::NodeOptions;
-use super::{set, to_json, Backend, BackendConfig, BackendSpec};
+use super::redis::{nodes_from_flags, NodeOptions, REDIS_TOKEN_VARS};
+use super::worker_vars::{list, workers_max_subscriptions, Vars, WorkerCommon};
+use super::{set, to_json, Backend, BackendConfig, BackendSpec, CommandLine, Flags, UrlList};
 use crate::core::json_fields::Fields;
-use crate::core::redis::{RedlockConfig, RedlockFencing, RedlockMachine};
+use crate::core::redis::{RedisNode, RedlockConfig, RedlockFencing, RedlockMachine};
 use crate::core::{BackendKind, Entropy, LockError, LockMachine};
 
 /// The redlock line of [`BACKENDS`](super::BACKENDS).
@@ -26,6 +27,59 @@ impl Backend for Redlock {
         Ok(BackendSpec::Redlock(
             RedlockOptions::read(options)?.into_config(),
         ))
+    }
+
+    /// `EDGELOCK_REDLOCK_NODES` with a token per node (`EDGELOCK_REDIS_TOKEN_<i>`,
+    /// else `EDGELOCK_REDIS_TOKEN`), and the common ones.
+    fn read_worker_vars(&self, var: Vars, c: WorkerCommon) -> Result<BackendSpec, LockError> {
+        let urls = list(&var("EDGELOCK_REDLOCK_NODES").unwrap_or_default());
+        if urls.is_empty() {
+            return Err(LockError::invalid(
+                "EDGELOCK_REDLOCK_NODES is required for the redlock backend",
+            ));
+        }
+        let token = |i: usize| {
+            var(&format!("EDGELOCK_REDIS_TOKEN_{i}")).or_else(|| var("EDGELOCK_REDIS_TOKEN"))
+        };
+        let nodes = urls
+            .iter()
+            .enumerate()
+            .map(|(i, u)| RedisNode::from_spec(u, token(i).as_deref()))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut cfg = RedlockConfig::new(nodes);
+        set(&mut cfg.prefix, c.prefix);
+        set(&mut cfg.ttl_ms, c.ttl);
+        set(&mut cfg.request_timeout_ms, c.timeout);
+        cfg.max_subscriptions = c
+            .max_subscriptions
+            .unwrap_or(workers_max_subscriptions(cfg.nodes.len()));
+        Ok(BackendSpec::Redlock(cfg))
+    }
+
+    /// `--redis URL,URL,…`: two or more nodes make Redlock.
+    fn command_line(&self) -> Option<CommandLine> {
+        Some(CommandLine {
+            flag: "--redis",
+            urls: UrlList::Commas {
+                min: 2,
+                max: usize::MAX,
+            },
+            token_vars: REDIS_TOKEN_VARS,
+            password_var: None,
+            fair: false,
+        })
+    }
+
+    /// The nodes, prefix and lock TTL; a request may take a quarter of it
+    /// (a Redlock round must leave most of the TTL as validity).
+    fn read_flags(&self, f: Flags) -> Result<BackendSpec, LockError> {
+        let mut cfg = RedlockConfig::new(nodes_from_flags(&f)?);
+        set(&mut cfg.prefix, f.prefix);
+        if let Some(t) = f.ttl_ms {
+            cfg.ttl_ms = t;
+            cfg.request_timeout_ms = Flags::request_timeout(t, cfg.request_timeout_ms, 4);
+        }
+        Ok(BackendSpec::Redlock(cfg))
     }
 }
 

@@ -1,28 +1,37 @@
 //! Which backend a client talks to, as data (so worker processes can be
 //! told on their command line), and how to build its client.
+//!
+//! The variants are how scenarios write a backend down; nothing here
+//! matches on them. Every variant serialises to one shape ([`Settings`]:
+//! its `kind` is the name of its entry in the core's backend table), and the
+//! client is built through that entry: its configuration from the URLs,
+//! token and TTL ([`Backend::read_flags`], the command line's reading), then
+//! the tool's settings written over the JSON options the backend has.
 
-use edgelock::core::durable::{DurableConfig, DurableEndpoint};
-use edgelock::core::etcd::EtcdConfig;
-use edgelock::core::redis::{RedisConfig, RedisNode, RedlockConfig, RedlockFencing};
+use edgelock::core::backend::{backend_named, Backend, Flags};
 use edgelock::core::{BackendSpec as Registry, LockError};
 use edgelock::native::Client;
 use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "lowercase")]
+#[serde(tag = "kind")]
 pub enum BackendSpec {
+    #[serde(rename = "etcd")]
     Etcd {
         endpoints: Vec<String>,
         ttl_ms: u64,
         request_timeout_ms: u64,
     },
     /// One Redis node: `webdis+http://…` or `upstash+http://…` (with `token`).
+    #[serde(rename = "redis")]
     Redis {
         node: String,
         token: Option<String>,
         ttl_ms: u64,
         request_timeout_ms: u64,
     },
+    #[serde(rename = "redlock")]
     Redlock {
         nodes: Vec<String>,
         token: Option<String>,
@@ -34,6 +43,7 @@ pub enum BackendSpec {
     },
     /// The lock service (Durable Objects) through the Worker's front
     /// `<url>` = `http://…/lock` (the client adds `/v1/<op>`), with its bearer token.
+    #[serde(rename = "durable-object", alias = "durable")]
     Durable {
         url: String,
         token: String,
@@ -49,94 +59,226 @@ fn yes() -> bool {
     true
 }
 
+/// The one shape every [`BackendSpec`] variant serialises to: a variant's
+/// URL field (`endpoints`, `node`, `nodes`, `url`) and token, its lock TTL
+/// and request timeout, and the knobs some variants have.
+#[derive(Deserialize)]
+struct Settings {
+    /// The backend's name in the core's table.
+    kind: String,
+    #[serde(default, alias = "endpoints", alias = "nodes")]
+    urls: Vec<String>,
+    #[serde(alias = "node")]
+    url: Option<String>,
+    token: Option<String>,
+    ttl_ms: u64,
+    request_timeout_ms: u64,
+    #[serde(default)]
+    folded: bool,
+    #[serde(default = "yes")]
+    auto_extend: bool,
+}
+
+/// What the tool sets on every backend that has the option: retries come
+/// quicker than the library's default, so that contention shows in a short run.
+const RETRY_DELAY_MS: u64 = 50;
+const RETRY_JITTER_MS: u64 = 50;
+
 impl BackendSpec {
+    fn settings(&self) -> Settings {
+        let json = serde_json::to_value(self).expect("a BackendSpec serialises");
+        serde_json::from_value(json).expect("every BackendSpec variant has the Settings shape")
+    }
+
+    /// Its entry in the core's backend table.
+    pub fn backend(&self) -> &'static dyn Backend {
+        let kind = self.settings().kind;
+        // A test checks that every variant is named after an entry.
+        backend_named(&kind).unwrap_or_else(|| panic!("no backend named {kind:?}"))
+    }
+
+    /// The backend's name (`etcd`, `redis`, `redlock`, `durable-object`).
     pub fn kind(&self) -> &'static str {
-        match self {
-            BackendSpec::Etcd { .. } => "etcd",
-            BackendSpec::Redis { .. } => "redis",
-            BackendSpec::Redlock { .. } => "redlock",
-            BackendSpec::Durable { .. } => "durable-object",
-        }
+        self.backend().name()
     }
 
     pub fn ttl_ms(&self) -> u64 {
-        match self {
-            BackendSpec::Etcd { ttl_ms, .. }
-            | BackendSpec::Redis { ttl_ms, .. }
-            | BackendSpec::Redlock { ttl_ms, .. }
-            | BackendSpec::Durable { ttl_ms, .. } => *ttl_ms,
+        self.settings().ttl_ms
+    }
+
+    /// Every URL its requests go to, as written (`webdis+http://…`).
+    pub fn urls(&self) -> Vec<String> {
+        let s = self.settings();
+        s.url.into_iter().chain(s.urls).collect()
+    }
+
+    /// Whether it talks to webdis (whose pub/sub misroutes, see
+    /// `scenarios::s01_paused_holder::WEBDIS_OBSERVE_ERRORS`).
+    pub fn on_webdis(&self) -> bool {
+        self.urls().iter().any(|u| u.starts_with("webdis+"))
+    }
+
+    /// The backend's name and, on webdis, its nodes: `redlock (5 × webdis)`,
+    /// `redis (webdis)`, `etcd`.
+    pub fn label(&self) -> String {
+        let webdis = self
+            .urls()
+            .iter()
+            .filter(|u| u.starts_with("webdis+"))
+            .count();
+        match webdis {
+            0 => self.kind().to_string(),
+            1 => format!("{} (webdis)", self.kind()),
+            n => format!("{} ({n} × webdis)", self.kind()),
         }
+    }
+
+    /// Whether its waiters get the lock in arrival order (the lock service's
+    /// queue, a fair Redis lock), so that no contender starves.
+    pub fn queues_waiters_in_order(&self) -> bool {
+        self.registry()
+            .is_ok_and(|spec| spec.config().queues_waiters_in_order())
+    }
+
+    /// The core's spec: the backend's configuration from the URLs, token
+    /// and TTL, with the tool's settings over the options the backend has.
+    pub fn registry(&self) -> Result<Registry, LockError> {
+        let s = self.settings();
+        let backend = self.backend();
+        let flags = Flags {
+            urls: s.url.clone().into_iter().chain(s.urls.clone()).collect(),
+            token: s.token.clone(),
+            ttl_ms: Some(s.ttl_ms),
+            ..Flags::default()
+        };
+        let spec = backend.read_flags(flags)?;
+        let mut options: Map<String, Value> =
+            serde_json::from_str(&spec.to_json()).map_err(|e| LockError::invalid(e.to_string()))?;
+        for (option, value) in tool_options(&s) {
+            if let Some(v) = options.get_mut(option) {
+                *v = value;
+            }
+        }
+        Registry::from_json(backend.kind(), &Value::Object(options).to_string())
     }
 
     /// A new client (its own session and driver thread).
     pub fn client(&self) -> Result<Client, LockError> {
-        match self {
+        Client::connect(self.registry()?)
+    }
+}
+
+/// The tool's settings as JSON options (the npm spelling), each applied to
+/// the backends that have it.
+fn tool_options(s: &Settings) -> Vec<(&'static str, Value)> {
+    let mut options = vec![
+        ("requestTimeoutMs", s.request_timeout_ms.into()),
+        ("retryDelayMs", RETRY_DELAY_MS.into()),
+        ("retryJitterMs", RETRY_JITTER_MS.into()),
+        ("fencing", if s.folded { "folded" } else { "strict" }.into()),
+        ("autoExtend", s.auto_extend.into()),
+    ];
+    let max_subscriptions = std::env::var("RELIABILITY_REDIS_MAX_SUBSCRIPTIONS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok());
+    if let Some(n) = max_subscriptions {
+        options.push(("maxSubscriptions", n.into()));
+    }
+    options
+}
+
+#[cfg(test)]
+mod tests {
+    use edgelock::core::redis::RedlockFencing;
+    use edgelock::core::BackendSpec as Registry;
+
+    use super::BackendSpec;
+
+    fn every_variant() -> [BackendSpec; 4] {
+        [
             BackendSpec::Etcd {
-                endpoints,
-                ttl_ms,
-                request_timeout_ms,
-            } => {
-                let mut cfg = EtcdConfig::new(endpoints.clone());
-                cfg.session_ttl_ms = *ttl_ms;
-                cfg.request_timeout_ms = *request_timeout_ms;
-                Client::connect(Registry::Etcd(cfg))
-            }
+                endpoints: vec!["http://a:2379".into(), "http://b:2379".into()],
+                ttl_ms: 3_000,
+                request_timeout_ms: 700,
+            },
             BackendSpec::Redis {
-                node,
-                token,
-                ttl_ms,
-                request_timeout_ms,
-            } => {
-                let mut cfg = RedisConfig::new(RedisNode::from_spec(node, token.as_deref())?);
-                cfg.ttl_ms = *ttl_ms;
-                cfg.request_timeout_ms = *request_timeout_ms;
-                cfg.retry_delay_ms = 50;
-                cfg.retry_jitter_ms = 50;
-                if let Some(n) = std::env::var("RELIABILITY_REDIS_MAX_SUBSCRIPTIONS")
-                    .ok()
-                    .and_then(|v| v.parse().ok())
-                {
-                    cfg.max_subscriptions = n;
-                }
-                Client::connect(Registry::Redis(cfg))
-            }
+                node: "upstash+http://a:8080".into(),
+                token: Some("tok".into()),
+                ttl_ms: 4_000,
+                request_timeout_ms: 800,
+            },
             BackendSpec::Redlock {
-                nodes,
-                token,
-                ttl_ms,
-                request_timeout_ms,
-                folded,
-            } => {
-                let nodes = nodes
-                    .iter()
-                    .map(|n| RedisNode::from_spec(n, token.as_deref()))
-                    .collect::<Result<Vec<_>, _>>()?;
-                let mut cfg = RedlockConfig::new(nodes);
-                cfg.ttl_ms = *ttl_ms;
-                cfg.request_timeout_ms = *request_timeout_ms;
-                cfg.retry_delay_ms = 50;
-                cfg.retry_jitter_ms = 50;
-                cfg.fencing = if *folded {
-                    RedlockFencing::Folded
-                } else {
-                    RedlockFencing::Strict
-                };
-                Client::connect(Registry::Redlock(cfg))
-            }
+                nodes: vec!["webdis+http://a:7379".into(), "webdis+http://b:7379".into()],
+                token: None,
+                ttl_ms: 5_000,
+                request_timeout_ms: 900,
+                folded: true,
+            },
             BackendSpec::Durable {
-                url,
-                token,
-                ttl_ms,
-                request_timeout_ms,
-                auto_extend,
-            } => {
-                let mut cfg = DurableConfig::new(DurableEndpoint::Url(url.clone()));
-                cfg.token = Some(token.clone());
-                cfg.ttl_ms = *ttl_ms;
-                cfg.request_timeout_ms = *request_timeout_ms;
-                cfg.auto_extend = *auto_extend;
-                Client::connect(Registry::DurableObject(cfg))
-            }
+                url: "http://w/lock".into(),
+                token: "t".into(),
+                ttl_ms: 6_000,
+                request_timeout_ms: 1_000,
+                auto_extend: false,
+            },
+        ]
+    }
+
+    #[test]
+    fn every_variant_names_a_backend_and_survives_the_command_line() {
+        let names: Vec<&str> = every_variant().iter().map(|s| s.kind()).collect();
+        assert_eq!(names, ["etcd", "redis", "redlock", "durable-object"]);
+        for spec in every_variant() {
+            let json = serde_json::to_string(&spec).unwrap();
+            let back: BackendSpec = serde_json::from_str(&json).unwrap();
+            assert_eq!(serde_json::to_string(&back).unwrap(), json);
         }
+        assert_eq!(every_variant()[2].label(), "redlock (2 × webdis)");
+        assert_eq!(every_variant()[0].label(), "etcd");
+        assert!(!every_variant()[1].on_webdis());
+        let in_order: Vec<bool> = every_variant()
+            .iter()
+            .map(|s| s.queues_waiters_in_order())
+            .collect();
+        assert_eq!(in_order, [false, false, false, true]);
+    }
+
+    /// The configurations the tool built by hand before it went through the table.
+    #[test]
+    fn each_variant_configures_its_backend_as_before() {
+        let [etcd, redis, redlock, durable] = every_variant().map(|s| s.registry().unwrap());
+        let Registry::Etcd(c) = etcd else { panic!() };
+        assert_eq!(c.endpoints, ["http://a:2379", "http://b:2379"]);
+        assert_eq!((c.session_ttl_ms, c.request_timeout_ms), (3_000, 700));
+        let Registry::Redis(c) = redis else { panic!() };
+        assert_eq!(
+            (c.node.url.as_str(), c.node.token.as_deref()),
+            ("http://a:8080", Some("tok"))
+        );
+        assert_eq!((c.ttl_ms, c.request_timeout_ms), (4_000, 800));
+        assert_eq!(
+            (c.retry_delay_ms, c.retry_jitter_ms, c.auto_extend),
+            (50, 50, true)
+        );
+        let Registry::Redlock(c) = redlock else {
+            panic!()
+        };
+        assert_eq!(
+            (c.nodes.len(), c.ttl_ms, c.request_timeout_ms),
+            (2, 5_000, 900)
+        );
+        assert_eq!((c.retry_delay_ms, c.retry_jitter_ms), (50, 50));
+        assert_eq!(c.fencing, RedlockFencing::Folded);
+        let Registry::DurableObject(c) = durable else {
+            panic!()
+        };
+        assert_eq!(
+            (c.url(), c.token.as_deref()),
+            (Some("http://w/lock"), Some("t"))
+        );
+        assert_eq!(
+            (c.ttl_ms, c.request_timeout_ms, c.auto_extend),
+            (6_000, 1_000, false)
+        );
     }
 }

@@ -220,11 +220,8 @@ fn trial_report(
     trials: usize,
     keys_left: &dyn Fn() -> usize,
 ) -> ScenarioReport {
-    let backend = match spec.kind() {
-        "redlock" => "redlock (5 × webdis)",
-        "redis" => "redis (webdis)",
-        k => k,
-    };
+    // `redlock (5 × webdis)`, `redis (webdis)`, `etcd`, `durable-object`.
+    let backend = spec.label();
     let (title, fault) = match kind {
         Kind::ReadWrite => (TITLE_RW, format!("a read-write lock: SIGSTOP the writer's process for TTL ({TTL_MS} ms) + until another writer wrote (a reader contends too); then SIGCONT")),
         Kind::Permits(l) => (TITLE_PERMITS, format!("a semaphore of {l}: SIGSTOP the holder's process for TTL ({TTL_MS} ms) + until another client wrote under its slot; then SIGCONT")),
@@ -232,7 +229,7 @@ fn trial_report(
         Kind::Leader => (TITLE_LEADER, format!("an election (2 others campaign, an observer follows it): SIGSTOP the leader's process for TTL ({TTL_MS} ms) + until a new leader wrote; then SIGCONT")),
         Kind::Multi => (TITLE_MULTI, format!("a set of 2 names (2 others take the same set, one in the other order): SIGSTOP the holder's process for TTL ({TTL_MS} ms) + until others wrote to both names; then SIGCONT")),
     };
-    let mut r = ScenarioReport::new(id, title, backend, &fault);
+    let mut r = ScenarioReport::new(id, title, &backend, &fault);
     let mut results = Vec::new();
     for t in 0..trials {
         let lock = match kind {
@@ -361,11 +358,7 @@ pub const WEBDIS_OBSERVE_ERRORS: &[&str] = &["TRANSPORT"];
 /// Whether `spec` talks to webdis (whose pub/sub misroutes, see
 /// [`WEBDIS_OBSERVE_ERRORS`]).
 pub fn on_webdis(spec: &BackendSpec) -> bool {
-    match spec {
-        BackendSpec::Redis { node, .. } => node.starts_with("webdis+"),
-        BackendSpec::Redlock { nodes, .. } => nodes.iter().any(|n| n.starts_with("webdis+")),
-        BackendSpec::Etcd { .. } | BackendSpec::Durable { .. } => false,
-    }
+    spec.on_webdis()
 }
 
 /// The observer checks of an election variant (one verdict per trial):

@@ -392,7 +392,7 @@ fn load_report(
         v.acked_lost == 0,
         v.acked_lost,
     );
-    if matches!(spec, BackendSpec::Durable { .. }) {
+    if spec.queues_waiters_in_order() {
         // The lock service queues waiters FIFO: nobody starves.
         let progressed: std::collections::HashSet<&str> = ops
             .iter()
