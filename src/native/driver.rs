@@ -17,11 +17,11 @@ use std::time::{Duration, Instant};
 
 use super::http::{CancelHandle, HttpClient, Request, StreamOutcome};
 use super::oneshot;
-use super::stream::Streams;
+use super::stream::{Deliver, Streams};
 use crate::core::session::{Output, Session};
 use crate::core::{
     HttpRequest, Input, LockError, LockId, LockMachine, LostReason, Millis, OpId, Operation,
-    Outcome, RequestId,
+    Outcome, RequestId, StreamOpen,
 };
 
 /// How long a background shutdown (every handle dropped) may take to release
@@ -412,13 +412,7 @@ impl Driver {
                     }
                     self.streams.close(id);
                 }
-                Output::Open(open) => {
-                    let http = &self.http;
-                    if let Err(failed) = self.streams.open(open, &self.tx, || http.tls_connector())
-                    {
-                        self.local.push_back(failed);
-                    }
-                }
+                Output::Open(open) => self.open_stream(open),
                 Output::Write { id, data } => self.streams.write(id, data.0),
                 Output::Done { reply, result, .. } => self.complete(reply, result),
                 Output::Renewed { lock, expires_at } => {
@@ -433,6 +427,18 @@ impl Driver {
                 }
                 Output::Wait { wake_at } => return wake_at,
             }
+        }
+    }
+
+    fn open_stream(&mut self, open: StreamOpen) {
+        let tx = self.tx.clone();
+        let deliver: Deliver = Arc::new(move |input| {
+            // A failed send: the driver is gone, and the stream with it.
+            let _ = tx.send(Msg::Net(input));
+        });
+        let http = &self.http;
+        if let Err(failed) = self.streams.open(open, &deliver, || http.tls_connector()) {
+            self.local.push_back(failed);
         }
     }
 

@@ -17,10 +17,12 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread;
 use std::time::Duration;
 
-use super::driver::Msg;
 use super::http::tcp_connect;
 use super::tls::{self, TlsConnector};
 use crate::core::{Input, RequestId, StreamOpen, TransportError};
+
+/// Where a stream's inputs go (the driver's channel, wrapped).
+pub(crate) type Deliver = Arc<dyn Fn(Input) + Send + Sync>;
 
 const STREAM_STACK: usize = 256 * 1024;
 const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -39,12 +41,12 @@ struct Handle {
 }
 
 impl Streams {
-    /// Starts connecting `open`; what happens is sent to `tx` as `Msg::Net`.
+    /// Starts connecting `open`; what happens on it goes to `deliver`.
     /// `tls` is asked for only when the stream wants TLS.
     pub(crate) fn open(
         &mut self,
         open: StreamOpen,
-        tx: &Sender<Msg>,
+        deliver: &Deliver,
         tls: impl FnOnce() -> Result<TlsConnector, TransportError>,
     ) -> Result<(), Input> {
         let id = open.id;
@@ -59,7 +61,7 @@ impl Streams {
             open,
             connector,
             socket: socket.clone(),
-            tx: tx.clone(),
+            deliver: deliver.clone(),
         };
         thread::Builder::new()
             .name("edgelock-stream".into())
@@ -118,20 +120,17 @@ struct Connecting {
     connector: Option<TlsConnector>,
     /// Filled once connected, so that a close can shut the socket down.
     socket: Arc<Mutex<Option<TcpStream>>>,
-    tx: Sender<Msg>,
+    deliver: Deliver,
 }
 
 impl Connecting {
     fn run(self, queued: Receiver<Vec<u8>>) {
         let id = self.open.id;
-        let tx = self.tx.clone();
-        let send = move |input: Input| {
-            let _ = tx.send(Msg::Net(input));
-        };
+        let send = &*self.deliver;
         match self.connect() {
             Ok(wire) => {
                 send(Input::Opened { id });
-                wire.serve(id, queued, &send);
+                wire.serve(id, queued, send);
             }
             Err(error) => send(Input::Failed { id, error }),
         }

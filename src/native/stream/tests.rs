@@ -8,11 +8,11 @@ use std::time::{Duration, Instant};
 use edgelock_devtools::redis::{RedisOptions, RedisServer};
 use edgelock_devtools::{free_port, TestPki};
 
-use super::Streams;
+use super::{Deliver, Streams};
 use crate::core::{Input, RequestId, StreamOpen, TransportError};
-use crate::native::driver::Msg;
 use crate::native::tls::TlsConnector;
 use crate::native::TlsConfig;
+use std::sync::Arc;
 
 const PING: &[u8] = b"*1\r\n$4\r\nPING\r\n";
 const WAIT: Duration = Duration::from_secs(10);
@@ -32,16 +32,25 @@ fn no_tls() -> Result<TlsConnector, TransportError> {
 }
 
 /// The next input delivered for the stream.
-fn next(rx: &Receiver<Msg>) -> Input {
+fn next(rx: &Receiver<Input>) -> Input {
     match rx.recv_timeout(WAIT) {
-        Ok(Msg::Net(input)) => input,
-        Ok(_) => panic!("a stream sent something other than an input"),
+        Ok(input) => input,
         Err(e) => panic!("no input within {WAIT:?}: {e}"),
     }
 }
 
+/// A sink for the stream's inputs, and where they arrive.
+fn sink() -> (Deliver, Receiver<Input>) {
+    let (tx, rx) = channel();
+    let tx = std::sync::Mutex::new(tx);
+    let deliver: Deliver = Arc::new(move |input| {
+        let _ = tx.lock().unwrap().send(input);
+    });
+    (deliver, rx)
+}
+
 /// Bytes read on the stream until `want` bytes arrived (any split).
-fn read_exactly(rx: &Receiver<Msg>, want: usize) -> Vec<u8> {
+fn read_exactly(rx: &Receiver<Input>, want: usize) -> Vec<u8> {
     let deadline = Instant::now() + WAIT;
     let mut got = Vec::new();
     while got.len() < want {
@@ -57,7 +66,7 @@ fn read_exactly(rx: &Receiver<Msg>, want: usize) -> Vec<u8> {
 #[test]
 fn a_plain_stream_carries_pipelined_commands_and_reports_the_peer_closing() {
     let redis = RedisServer::start().unwrap();
-    let (tx, rx) = channel();
+    let (tx, rx) = sink();
     let mut streams = Streams::default();
     streams
         .open(open(1, redis.port(), None), &tx, no_tls)
@@ -77,7 +86,7 @@ fn a_plain_stream_carries_pipelined_commands_and_reports_the_peer_closing() {
 #[test]
 fn a_closed_stream_delivers_nothing_more() {
     let redis = RedisServer::start().unwrap();
-    let (tx, rx) = channel();
+    let (tx, rx) = sink();
     let mut streams = Streams::default();
     streams
         .open(open(7, redis.port(), None), &tx, no_tls)
@@ -87,7 +96,7 @@ fn a_closed_stream_delivers_nothing_more() {
     streams.write(RequestId(7), PING.to_vec());
     // The reading thread ends on the shutdown; whatever it reports for the
     // closed id, no reply to the write after the close can arrive.
-    while let Ok(Msg::Net(input)) = rx.recv_timeout(Duration::from_millis(500)) {
+    while let Ok(input) = rx.recv_timeout(Duration::from_millis(500)) {
         assert!(!matches!(input, Input::Chunk { .. }), "{input:?}");
     }
 }
@@ -95,7 +104,7 @@ fn a_closed_stream_delivers_nothing_more() {
 #[test]
 fn a_refused_connection_is_a_connect_failure() {
     let port = free_port().unwrap();
-    let (tx, rx) = channel();
+    let (tx, rx) = sink();
     let mut streams = Streams::default();
     streams.open(open(3, port, None), &tx, no_tls).unwrap();
     match next(&rx) {
@@ -135,7 +144,7 @@ fn a_tls_stream_to_redis_own_tls_port_carries_commands() {
     let pki = TestPki::generate().unwrap();
     let (_redis, tls_port) = tls_redis(&pki);
     let connector = TlsConfig::new().with_ca_file(pki.ca_cert()).load().unwrap();
-    let (tx, rx) = channel();
+    let (tx, rx) = sink();
     let mut streams = Streams::default();
     let c = connector.clone();
     streams
@@ -166,7 +175,7 @@ fn a_tls_stream_to_an_untrusted_server_fails_to_connect_naming_the_cause() {
         .with_ca_file(pki.other_ca_cert())
         .load()
         .unwrap();
-    let (tx, rx) = channel();
+    let (tx, rx) = sink();
     let mut streams = Streams::default();
     streams
         .open(open(6, tls_port, Some("127.0.0.1")), &tx, || Ok(connector))
