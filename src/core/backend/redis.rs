@@ -120,6 +120,7 @@ enum ProtocolName {
     #[default]
     Upstash,
     Webdis,
+    Resp,
 }
 
 #[derive(Serialize)]
@@ -131,9 +132,10 @@ pub(super) struct NodeOptions {
 }
 
 /// `protocol`, read by index into [`PROTOCOLS`].
-const PROTOCOLS: [(&str, ProtocolName); 2] = [
+const PROTOCOLS: [(&str, ProtocolName); 3] = [
     ("upstash", ProtocolName::Upstash),
     ("webdis", ProtocolName::Webdis),
+    ("resp", ProtocolName::Resp),
 ];
 
 fn read_protocol(f: &Fields<'_>) -> Result<ProtocolName, String> {
@@ -157,6 +159,7 @@ impl NodeOptions {
         let protocol = match n.protocol {
             RedisProtocol::Upstash => ProtocolName::Upstash,
             RedisProtocol::Webdis => ProtocolName::Webdis,
+            RedisProtocol::Resp => ProtocolName::Resp,
         };
         NodeOptions {
             url: n.url.clone(),
@@ -169,6 +172,7 @@ impl NodeOptions {
         let protocol = match self.protocol {
             ProtocolName::Upstash => RedisProtocol::Upstash,
             ProtocolName::Webdis => RedisProtocol::Webdis,
+            ProtocolName::Resp => RedisProtocol::Resp,
         };
         RedisNode {
             url: self.url,

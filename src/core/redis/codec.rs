@@ -8,11 +8,18 @@ use super::{upstash, webdis};
 use crate::core::names::validate_base_url;
 use crate::core::{HttpRequest, LockError, Method, RequestId, Target};
 
+/// The two HTTP fronts a [`NodeCodec`] speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum HttpProtocol {
+    Upstash,
+    Webdis,
+}
+
 /// One node's protocol, base URL and credentials: turns commands into
 /// [`HttpRequest`]s and answers into [`RedisValue`]s. `Debug` omits the credentials.
 #[derive(Clone)]
 pub struct NodeCodec {
-    protocol: RedisProtocol,
+    protocol: HttpProtocol,
     /// Validated, without a trailing slash.
     base: String,
     headers: Vec<(String, String)>,
@@ -43,8 +50,17 @@ impl NodeCodec {
                 ));
             }
         }
-        match node.protocol {
-            RedisProtocol::Upstash => {
+        let protocol = match node.protocol {
+            RedisProtocol::Upstash => HttpProtocol::Upstash,
+            RedisProtocol::Webdis => HttpProtocol::Webdis,
+            RedisProtocol::Resp => {
+                return Err(LockError::internal(
+                    "a Redis-protocol node has no HTTP codec (it is reached over a stream)",
+                ))
+            }
+        };
+        match protocol {
+            HttpProtocol::Upstash => {
                 let t = token.ok_or_else(|| LockError::invalid("an Upstash node needs a token"))?;
                 headers.push(("Authorization".to_string(), format!("Bearer {t}")));
                 headers.push((
@@ -53,7 +69,7 @@ impl NodeCodec {
                 ));
                 headers.push(("Content-Type".to_string(), "application/json".to_string()));
             }
-            RedisProtocol::Webdis => {
+            HttpProtocol::Webdis => {
                 // Webdis ACLs authenticate with HTTP Basic "user:password".
                 if let Some(t) = token {
                     let b = crate::core::b64::encode(t.as_bytes());
@@ -63,7 +79,7 @@ impl NodeCodec {
             }
         }
         Ok(NodeCodec {
-            protocol: node.protocol,
+            protocol,
             base,
             headers,
             secret: token.map(str::to_string),
@@ -72,7 +88,10 @@ impl NodeCodec {
 
     /// The protocol this node speaks.
     pub fn protocol(&self) -> RedisProtocol {
-        self.protocol
+        match self.protocol {
+            HttpProtocol::Upstash => RedisProtocol::Upstash,
+            HttpProtocol::Webdis => RedisProtocol::Webdis,
+        }
     }
 
     /// The validated base URL, without a trailing slash.
@@ -88,14 +107,14 @@ impl NodeCodec {
         timeout_ms: u64,
     ) -> Result<HttpRequest, LockError> {
         let body = match self.protocol {
-            RedisProtocol::Upstash => upstash::encode_command(cmd)?,
-            RedisProtocol::Webdis => webdis::encode_command(cmd)?,
+            HttpProtocol::Upstash => upstash::encode_command(cmd)?,
+            HttpProtocol::Webdis => webdis::encode_command(cmd)?,
         };
         let url = match self.protocol {
             // Exactly the base, like the official client; a bare origin gets
             // its "/" (the same request on the wire).
-            RedisProtocol::Upstash if has_path(&self.base) => self.base.clone(),
-            RedisProtocol::Upstash | RedisProtocol::Webdis => format!("{}/", self.base),
+            HttpProtocol::Upstash if has_path(&self.base) => self.base.clone(),
+            HttpProtocol::Upstash | HttpProtocol::Webdis => format!("{}/", self.base),
         };
         Ok(HttpRequest {
             id,
@@ -133,7 +152,7 @@ impl NodeCodec {
             .filter(|(k, _)| k == "Authorization")
             .cloned();
         let (method, url, headers) = match self.protocol {
-            RedisProtocol::Upstash => {
+            HttpProtocol::Upstash => {
                 let accept = ("Accept".to_string(), "text/event-stream".to_string());
                 (
                     Method::Post,
@@ -141,7 +160,7 @@ impl NodeCodec {
                     auth.chain([accept]).collect(),
                 )
             }
-            RedisProtocol::Webdis => (
+            HttpProtocol::Webdis => (
                 Method::Get,
                 format!("{}/SUBSCRIBE/{channel}", self.base),
                 auth.collect(),
@@ -166,8 +185,8 @@ impl NodeCodec {
         body: &[u8],
     ) -> Result<RedisValue, ReplyError> {
         let r = match self.protocol {
-            RedisProtocol::Upstash => upstash::decode_reply(status, body, true),
-            RedisProtocol::Webdis => webdis::decode_reply(status, body, cmd.name()),
+            HttpProtocol::Upstash => upstash::decode_reply(status, body, true),
+            HttpProtocol::Webdis => webdis::decode_reply(status, body, cmd.name()),
         };
         // Redis error replies are data too (`-ERR …` may quote anything the
         // backend saw, our token included): scrub them like failures.

@@ -3,6 +3,7 @@
 //! settings (a leaf: the machines, codecs and tasks use it, it uses none of
 //! them).
 
+use super::address::{is_resp_url, RespAddress};
 use super::{keys, quorum};
 use crate::core::LockError;
 
@@ -13,12 +14,18 @@ pub enum RedisProtocol {
     Upstash,
     /// Webdis (`token`, if any, is `user:password` for its HTTP Basic ACL).
     Webdis,
+    /// The Redis protocol itself over TCP or TLS: `url` is
+    /// `redis://[user@]host[:port][/db]` or `rediss://…`, `token` the
+    /// password to `AUTH` with, if any (see [`RespAddress`](super::address::RespAddress)).
+    Resp,
 }
 
 /// One Redis node.
 #[derive(Clone, PartialEq, Eq)]
 pub struct RedisNode {
-    /// `http(s)://host[:port][/base]`, without query or credentials.
+    /// `http(s)://host[:port][/base]`, without query or credentials; for
+    /// [`RedisProtocol::Resp`] `redis://[user@]host[:port][/db]` or
+    /// `rediss://…` (never with a password: that is the token).
     pub url: String,
     /// How the node is reached.
     pub protocol: RedisProtocol,
@@ -46,12 +53,29 @@ impl RedisNode {
         }
     }
 
-    /// Parses the one spelling every binding accepts: `webdis+http(s)://…`,
-    /// `upstash+http(s)://…`, or a bare `http(s)://…` (Upstash, the usual edge
-    /// case). `token` is used by Upstash nodes only; its absence there is
-    /// reported when the machine is built. The URL itself is validated then too.
+    /// A node speaking the Redis protocol at `url` (`redis://…` or
+    /// `rediss://…`, as redis-cli reads it). A password in the URL moves to
+    /// the token; `password` may be given instead (not both).
+    pub fn resp(url: &str, password: Option<&str>) -> Result<RedisNode, LockError> {
+        let address = RespAddress::parse(url, password)?;
+        Ok(RedisNode {
+            url: address.public_url(),
+            protocol: RedisProtocol::Resp,
+            token: address.password,
+        })
+    }
+
+    /// Parses the one spelling every binding accepts: `redis://…` or
+    /// `rediss://…` (the Redis protocol over TCP, see [`RedisNode::resp`]),
+    /// `webdis+http(s)://…`, `upstash+http(s)://…`, or a bare `http(s)://…`
+    /// (Upstash, the usual edge case). `token` is the Upstash token or the
+    /// Redis password; an Upstash node's missing token is reported when the
+    /// machine is built. The URL itself is validated then too.
     pub fn from_spec(spec: &str, token: Option<&str>) -> Result<RedisNode, LockError> {
         let spec = spec.trim();
+        if is_resp_url(spec) {
+            return RedisNode::resp(spec, token);
+        }
         let (protocol, url) = if let Some(u) = spec.strip_prefix("webdis+") {
             (RedisProtocol::Webdis, u)
         } else if let Some(u) = spec.strip_prefix("upstash+") {
@@ -60,13 +84,13 @@ impl RedisNode {
             (RedisProtocol::Upstash, spec)
         } else {
             return Err(LockError::invalid(format!(
-                "Redis node URL {:?} must be webdis+http://HOST:PORT, upstash+https://HOST or a bare https:// Upstash URL",
+                "Redis node URL {:?} must be redis://HOST:PORT, rediss://HOST:PORT, webdis+http://HOST:PORT, upstash+https://HOST or a bare https:// Upstash URL",
                 spec.chars().take(80).collect::<String>()
             )));
         };
         let token = match protocol {
             RedisProtocol::Upstash => token.map(str::to_string),
-            RedisProtocol::Webdis => None,
+            RedisProtocol::Webdis | RedisProtocol::Resp => None,
         };
         Ok(RedisNode {
             url: url.to_string(),

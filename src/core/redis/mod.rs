@@ -23,6 +23,7 @@
 //! `task`, each step given the `context` (settings, nodes, runtime, held
 //! locks); `single` and `redlock` are the public faces.
 
+pub mod address;
 pub(crate) mod codec;
 mod config;
 mod context;

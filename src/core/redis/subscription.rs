@@ -17,6 +17,8 @@
 use serde_json::Value;
 
 use super::config::RedisProtocol;
+use super::resp::{Frame, RespDecoder};
+use super::value::RedisValue;
 use crate::core::json_stream::JsonObjectSplitter;
 use crate::core::sse_stream::SseSplitter;
 
@@ -50,6 +52,8 @@ pub enum PushDecoder {
     Sse(SseSplitter),
     /// Webdis: concatenated JSON objects.
     Json(JsonObjectSplitter),
+    /// The Redis protocol: a subscribed connection's replies and pushes.
+    Resp(Box<RespDecoder>),
 }
 
 impl PushDecoder {
@@ -58,6 +62,7 @@ impl PushDecoder {
         match protocol {
             RedisProtocol::Upstash => PushDecoder::Sse(SseSplitter::new()),
             RedisProtocol::Webdis => PushDecoder::Json(JsonObjectSplitter::new()),
+            RedisProtocol::Resp => PushDecoder::Resp(Box::default()),
         }
     }
 
@@ -65,6 +70,7 @@ impl PushDecoder {
     /// cannot be read (no content of it: it may quote anything).
     pub fn push(&mut self, data: &[u8]) -> Result<Vec<PushFrame>, String> {
         let (texts, webdis) = match self {
+            PushDecoder::Resp(d) => return resp_frames(d, data),
             PushDecoder::Sse(s) => (
                 s.push(data)
                     .map_err(|e| format!("unreadable event stream: {e:?}"))?,
@@ -103,6 +109,39 @@ fn sse_frame(data: &[u8]) -> Result<Option<PushFrame>, String> {
         (b"subscribe" | b"message", _, _) => Err("a subscription event without its fields".into()),
         _ => Ok(None),
     }
+}
+
+/// A subscribed connection's frames: `subscribe` and `message` arrays
+/// (RESP2 replies or RESP3 pushes); others (`unsubscribe`, a PING's
+/// answer) are skipped.
+fn resp_frames(d: &mut RespDecoder, data: &[u8]) -> Result<Vec<PushFrame>, String> {
+    d.feed(data);
+    let mut frames = Vec::new();
+    while let Some(frame) = d
+        .next_frame()
+        .map_err(|e| format!("unreadable subscription stream: {e}"))?
+    {
+        let items = match frame {
+            Frame::Push(items) | Frame::Reply(RedisValue::Array(items)) => items,
+            Frame::Reply(RedisValue::Error(_)) => return Err("the subscription was refused".into()),
+            Frame::Reply(_) => continue,
+        };
+        let kind = match items.first() {
+            Some(RedisValue::Bulk(k)) => k.as_slice(),
+            _ => continue,
+        };
+        match (kind, items.get(2)) {
+            (b"subscribe", Some(_)) => frames.push(PushFrame::Subscribed),
+            (b"message", Some(RedisValue::Bulk(payload))) => {
+                frames.push(PushFrame::Message(payload.clone()))
+            }
+            (b"subscribe" | b"message", _) => {
+                return Err("a subscription event without its fields".into())
+            }
+            _ => {}
+        }
+    }
+    Ok(frames)
 }
 
 /// `{"SUBSCRIBE":[kind, channel, count-or-payload]}`.
