@@ -9,8 +9,9 @@
 
 use crate::core::runtime::VecMap;
 
-use super::codec::NodeCodec;
+use super::connection::Answer;
 use super::context::{Context, RequestOwner, Settings, Spawn, TaskId, TimerKey};
+use super::link::NodeLink;
 use super::round::{NodeError, Round, Slot};
 use super::scripts::{self, Script};
 use super::subscription::{PushDecoder, PushFrame};
@@ -59,11 +60,7 @@ pub(crate) struct Engine {
 }
 
 impl Engine {
-    pub(crate) fn new(
-        s: Settings,
-        nodes: Vec<NodeCodec>,
-        entropy: Box<dyn Entropy + Send>,
-    ) -> Self {
+    pub(crate) fn new(s: Settings, nodes: Vec<NodeLink>, entropy: Box<dyn Entropy + Send>) -> Self {
         Engine {
             cx: Context::new(s, nodes, entropy),
             tasks: VecMap::new(),
@@ -178,19 +175,25 @@ impl Engine {
         let sha = cached.map(|s| scripts::as_evalsha(cmd, s));
         let wire = sha.as_ref().unwrap_or(cmd);
         let timeout = cx.s.request_timeout_ms;
-        let Some(codec) = cx.nodes.get(node) else {
-            return (
-                Slot::Done(Err(NodeError::NotSent("no such node".into()))),
-                false,
-            );
+        let owner = RequestOwner::Round { task: tid, node };
+        let sent = match cx.nodes.get_mut(node) {
+            None => Err(NodeError::NotSent("no such node".into())),
+            Some(NodeLink::Http(codec)) => cx
+                .rt
+                .send(now, owner, |id| codec.encode(id, wire, timeout))
+                .map_err(|e| NodeError::NotSent(e.to_string())),
+            Some(NodeLink::Resp(conn)) => {
+                let id = cx.rt.requests.track(&mut cx.rt.out, now, owner, timeout);
+                let sent = conn.send(&mut cx.rt.out, now, id, wire);
+                if sent.is_err() {
+                    cx.rt.requests.finish(id);
+                }
+                sent.map(|()| id)
+            }
         };
-        match cx
-            .rt
-            .send(now, RequestOwner::Round { task: tid, node }, |id| {
-                codec.encode(id, wire, timeout)
-            }) {
+        match sent {
             Ok(id) => (Slot::Pending(id), sha.is_some()),
-            Err(e) => (Slot::Done(Err(NodeError::NotSent(e.to_string()))), false),
+            Err(e) => (Slot::Done(Err(e)), false),
         }
     }
 
@@ -307,8 +310,10 @@ impl Engine {
                 return;
             }
             let cx = &mut self.cx;
-            let Some(codec) = cx.nodes.get(node) else {
-                return;
+            // Wake-up over a Redis-protocol node is not built yet: its
+            // waiters retry on their timer.
+            let Some(NodeLink::Http(codec)) = cx.nodes.get(node) else {
+                continue;
             };
             let owner = RequestOwner::Stream {
                 task: tid,
@@ -444,6 +449,14 @@ impl Engine {
             }
         }
         let drained = self.tasks.is_empty() && self.cx.locks.is_empty();
+        if drained && self.cx.rt.closing.started() {
+            // Closed clients leave no connection open.
+            for link in &mut self.cx.nodes {
+                if let NodeLink::Resp(conn) = link {
+                    conn.shut(&mut self.cx.rt.out);
+                }
+            }
+        }
         self.cx.rt.closing.finish_if(drained, &mut self.cx.rt.out);
     }
 
@@ -451,6 +464,14 @@ impl Engine {
 
     pub(crate) fn handle_input(&mut self, now: Millis, input: Input) {
         let id = input.id();
+        if let Some(node) = self.connection_of(id) {
+            let answers = match self.cx.nodes.get_mut(node) {
+                Some(NodeLink::Resp(conn)) => conn.on_input(&mut self.cx.rt.out, now, input),
+                _ => Vec::new(),
+            };
+            self.on_stream_answers(answers, now);
+            return self.settle(now);
+        }
         if matches!(
             self.cx.rt.requests.owner(id),
             Some(RequestOwner::Stream { .. })
@@ -461,14 +482,54 @@ impl Engine {
         let Some(RequestOwner::Round { task: tid, node }) = self.cx.rt.requests.finish(id) else {
             return;
         };
-        let Some(codec) = self.cx.nodes.get(node) else {
+        let Some(result) = self.decode_http(tid, node, id, input) else {
             return;
         };
-        let Some(round) = self.tasks.get_mut(&tid).and_then(|r| r.round.as_mut()) else {
-            return;
+        self.on_node_answer(tid, node, id, result, now);
+        self.settle(now);
+    }
+
+    /// The node whose Redis-protocol connection is stream `id`.
+    fn connection_of(&self, id: RequestId) -> Option<usize> {
+        self.cx
+            .nodes
+            .iter()
+            .position(|l| matches!(l, NodeLink::Resp(c) if c.owns(id)))
+    }
+
+    /// Answers read on a connection, each to the round that still waits for it.
+    fn on_stream_answers(&mut self, answers: Vec<Answer>, now: Millis) {
+        for (id, result) in answers {
+            if let Some(RequestOwner::Round { task, node }) = self.cx.rt.requests.finish(id) {
+                let result = result.map(|v| self.scrub_value(node, v));
+                self.on_node_answer(task, node, id, result, now);
+            }
+        }
+    }
+
+    /// Redis error replies are data too (`-ERR …` may quote what it was
+    /// sent, a password included): scrubbed like failures.
+    fn scrub_value(&self, node: usize, v: RedisValue) -> RedisValue {
+        match (v, self.cx.nodes.get(node)) {
+            (RedisValue::Error(e), Some(link)) => RedisValue::Error(link.scrub(&e)),
+            (v, _) => v,
+        }
+    }
+
+    /// An HTTP node's answer to task `tid`'s round as a reply or a failure.
+    fn decode_http(
+        &mut self,
+        tid: TaskId,
+        node: usize,
+        id: RequestId,
+        input: Input,
+    ) -> Option<Result<RedisValue, NodeError>> {
+        let Some(NodeLink::Http(codec)) = self.cx.nodes.get(node) else {
+            return None;
         };
+        let round = self.tasks.get(&tid).and_then(|r| r.round.as_ref())?;
         let sha = round.sha.get(node).copied().unwrap_or(false);
-        let result = match input {
+        Some(match input {
             // Webdis names its reply after the command as sent.
             Input::Response { status, body, .. } => codec
                 .decode(if sha { &EVALSHA } else { &round.cmd }, status, &body)
@@ -492,8 +553,26 @@ impl Engine {
                 self.cx.rt.out.cancel(id);
                 Err(NodeError::Transport("unexpected streamed answer".into()))
             }
+        })
+    }
+
+    /// Node `node`'s answer to request `id` of task `tid`'s round: a
+    /// `NOSCRIPT` sends the `EVAL` again; anything else counts in the round.
+    fn on_node_answer(
+        &mut self,
+        tid: TaskId,
+        node: usize,
+        id: RequestId,
+        result: Result<RedisValue, NodeError>,
+        now: Millis,
+    ) {
+        let Some(round) = self.tasks.get(&tid).and_then(|r| r.round.as_ref()) else {
+            return;
         };
-        let cmd = round.cmd.clone();
+        let (cmd, sha) = (
+            round.cmd.clone(),
+            round.sha.get(node).copied().unwrap_or(false),
+        );
         if self.learn_script_cache(node, &cmd, sha, &result) {
             // NOSCRIPT: the node lost its script cache. Send the EVAL instead,
             // in the same round.
@@ -503,8 +582,7 @@ impl Engine {
                     (round.slots[node], round.sha[node]) = (slot, sha);
                 }
             }
-            self.round_progress(tid, now);
-            return self.settle(now);
+            return self.round_progress(tid, now);
         }
         let Some(round) = self.tasks.get_mut(&tid).and_then(|r| r.round.as_mut()) else {
             return;
@@ -512,7 +590,6 @@ impl Engine {
         if round.answer(node, id, result) {
             self.round_progress(tid, now);
         }
-        self.settle(now);
     }
 
     pub(crate) fn handle_timeout(&mut self, now: Millis) {
@@ -530,6 +607,11 @@ impl Engine {
             if let Some(round) = self.tasks.get_mut(&tid).and_then(|r| r.round.as_mut()) {
                 round.answer(node, id, Err(NodeError::Timeout));
                 waiting.push(tid);
+            }
+            // A command late on a stream: the connection may be half-open.
+            if let Some(NodeLink::Resp(conn)) = self.cx.nodes.get_mut(node) {
+                let others = conn.timed_out(&mut self.cx.rt.out, now, id);
+                self.on_stream_answers(others, now);
             }
         }
         waiting.dedup();
