@@ -6,8 +6,8 @@
 use crate::core::names::validate_name;
 
 use super::{
-    permits, EtcdMachine, ExtendOp, Failure, HeldLock, InspectOp, Next, Op, OpKind, Orphan,
-    Purpose, ReenterOp, ReleaseOp, Reply, ResumeOp, BACKEND,
+    permits, EtcdMachine, ExtendOp, Failure, HeldKind, HeldLock, InspectOp, Next, Op, OpKind,
+    Orphan, ProclaimOp, Purpose, ReenterOp, ReleaseOp, Reply, ResumeOp, BACKEND,
 };
 use crate::core::{BackendKind, LockError, LockHandle, LockId, Millis, OpId};
 
@@ -106,6 +106,50 @@ impl EtcdMachine {
         validate_name(name)?;
         let op = self.rt.out.op_id();
         let next = InspectOp::start(self, name);
+        self.follow(now, op, next);
+        Ok(op)
+    }
+
+    /// The name operation `op` is about (for its errors).
+    pub(super) fn op_name(&self, op: OpId) -> String {
+        match self.ops.get(&op).map(|o| &o.kind) {
+            Some(OpKind::Acquire(a)) => a.name.clone(),
+            Some(OpKind::Inspect(i)) => i.name().to_string(),
+            Some(OpKind::Observe(o)) => Self::observe_name(o).to_string(),
+            Some(OpKind::Leader(l)) => l.name().to_string(),
+            Some(OpKind::Proclaim(p)) => self.lock_name(p.lock()),
+            Some(OpKind::Resume(r)) => r.name().to_string(),
+            Some(OpKind::Reenter(r)) => r.name().to_string(),
+            Some(OpKind::AcquireSet(s)) => s.members[0].name.clone(),
+            Some(OpKind::Release(r)) => self.lock_name(r.lock()),
+            Some(OpKind::Extend(e)) => self.lock_name(e.lock()),
+            None => String::new(),
+        }
+    }
+
+    fn lock_name(&self, lock: LockId) -> String {
+        self.locks
+            .get(&lock)
+            .map(|l| l.name.clone())
+            .unwrap_or_default()
+    }
+
+    /// Starts a proclaim on leadership `lock` (see `ops/proclaim.rs`).
+    pub(super) fn start_proclaim(
+        &mut self,
+        now: Millis,
+        lock: LockId,
+        value: &str,
+    ) -> Result<OpId, LockError> {
+        self.check_open()?;
+        crate::core::operation::check_campaign_value(value)?;
+        if matches!(self.locks.get(&lock), Some(h) if !matches!(h.kind, HeldKind::Leader)) {
+            return Err(LockError::invalid(
+                "proclaim needs a leadership (a campaign's lock), not a lock",
+            ));
+        }
+        let op = self.rt.out.op_id();
+        let next = ProclaimOp::start(self, op, lock, value);
         self.follow(now, op, next);
         Ok(op)
     }

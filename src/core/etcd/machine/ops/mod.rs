@@ -16,8 +16,15 @@
 //! - `reenter.rs`: [`ReenterOp`], one more hold of an exclusive lock, counted
 //!   on etcd (`hold_count.rs` has the count key's format and parsing).
 //!
-//! Acquires, observes and `AcquireAll` keep their state in the table too
-//! ([`OpKind`]), stepped by `acquire.rs`, `election.rs` and `sets.rs`.
+//! - `acquire/`: [`Acquire`], an acquire of any kind (the kinds' parts in
+//!   `acquire/kind.rs`, `acquire/permits.rs`, `acquire/shared.rs`).
+//! - `sets.rs`: [`AcquireSet`], `AcquireAll` of free names in one txn.
+//! - `observe.rs`: [`Observe`], a read and watch of who leads a name.
+//!
+//! Acquires, observes and sets are kept in the table like the others
+//! ([`OpKind`]) but are still stepped in place, by the machine methods in
+//! their files (a watch stream, timers, a local queue and a lost lease
+//! reach them between answers).
 //!
 //! The machine (`operations.rs`) takes a state out of the table when its
 //! request's answer arrives and calls its `step` with the answer; `step`
@@ -26,18 +33,22 @@
 //! cancel or time out requests themselves; they act on the machine's locks,
 //! leases and outbox directly.
 
+pub(super) mod acquire;
 mod extend;
 mod hold_count;
 mod inspect;
 mod leader;
+mod observe;
 mod proclaim;
 mod reenter;
 mod release;
 mod resume;
+pub(super) mod sets;
 
 pub(super) use extend::ExtendOp;
 pub(super) use inspect::InspectOp;
 pub(super) use leader::LeaderOp;
+pub(super) use observe::Observe;
 pub(super) use proclaim::ProclaimOp;
 pub(super) use reenter::ReenterOp;
 pub(super) use release::ReleaseOp;
@@ -45,9 +56,9 @@ pub(super) use resume::ResumeOp;
 
 use serde_json::Value;
 
-use super::election::Observe;
-use super::sets::AcquireSet;
-use super::{Acquire, Failure};
+use self::acquire::Acquire;
+use self::sets::AcquireSet;
+use super::Failure;
 use crate::core::etcd::gateway::{self as gw, TxnResponse};
 use crate::core::{Millis, RequestId};
 

@@ -34,10 +34,11 @@
 use crate::core::names::validate_name;
 use crate::core::operation::check_acquire_all_names;
 
-use super::{
-    Ending, EtcdMachine, Failure, HeldKind, HeldLock, Op, OpKind, Orphan, Purpose, BACKEND,
-    MAX_RESTARTS,
+use super::super::{
+    EtcdMachine, Failure, HeldKind, HeldLock, Orphan, Purpose, BACKEND, MAX_RESTARTS,
 };
+use super::acquire::Ending;
+use super::{Op, OpKind};
 use crate::core::etcd::gateway::{self as gw, GatewayError, TxnResponse};
 use crate::core::{
     random_hex, AcquireOptions, BackendKind, LockError, LockHandle, LockInfo, LockKind, LostReason,
@@ -45,31 +46,31 @@ use crate::core::{
 };
 
 /// An `AcquireAll` in progress.
-pub(super) struct AcquireSet {
+pub(in super::super) struct AcquireSet {
     /// The names in the caller's order.
-    pub(super) members: Vec<Member>,
+    pub(in super::super) members: Vec<Member>,
     /// The lease the txn put (or will put) the keys on.
-    pub(super) lease: Option<i64>,
-    pub(super) phase: SetPhase,
+    pub(in super::super) lease: Option<i64>,
+    pub(in super::super) phase: SetPhase,
     /// Set by a cancel while the txn is in flight: what to report once its
     /// answer says which keys to delete.
-    pub(super) ending: Option<Ending>,
-    pub(super) restarts: u32,
+    pub(in super::super) ending: Option<Ending>,
+    pub(in super::super) restarts: u32,
     /// In `Cleanup`: the revision the keys were put at, if known.
     rev: Option<i64>,
 }
 
-pub(super) struct Member {
-    pub(super) name: String,
-    pub(super) lock_prefix: Vec<u8>,
+pub(in super::super) struct Member {
+    pub(in super::super) name: String,
+    pub(in super::super) lock_prefix: Vec<u8>,
     /// The lock key (known once the lease is).
-    pub(super) key: Vec<u8>,
+    pub(in super::super) key: Vec<u8>,
     /// The random value stored in the key.
-    pub(super) nonce: Vec<u8>,
+    pub(in super::super) nonce: Vec<u8>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum SetPhase {
+pub(in super::super) enum SetPhase {
     NeedLease,
     Txn,
     /// Deleting the keys the txn put (or may have put) before reporting.
@@ -77,7 +78,7 @@ pub(super) enum SetPhase {
 }
 
 impl EtcdMachine {
-    pub(super) fn start_acquire_set(
+    pub(in super::super) fn start_acquire_set(
         &mut self,
         now: Millis,
         names: Vec<String>,
@@ -123,7 +124,7 @@ impl EtcdMachine {
         Ok(op)
     }
 
-    pub(super) fn set_mut(&mut self, op: OpId) -> Option<&mut AcquireSet> {
+    pub(in super::super) fn set_mut(&mut self, op: OpId) -> Option<&mut AcquireSet> {
         match self.ops.get_mut(&op).map(|o| &mut o.kind) {
             Some(OpKind::AcquireSet(s)) => Some(s),
             _ => None,
@@ -131,7 +132,7 @@ impl EtcdMachine {
     }
 
     /// The sets waiting for the session lease.
-    pub(super) fn sets_needing_lease(&self) -> Vec<OpId> {
+    pub(in super::super) fn sets_needing_lease(&self) -> Vec<OpId> {
         self.ops
             .iter()
             .filter(
@@ -142,7 +143,7 @@ impl EtcdMachine {
     }
 
     /// Sends the set's txn once the session lease exists.
-    pub(super) fn set_step(&mut self, now: Millis, op: OpId) {
+    pub(in super::super) fn set_step(&mut self, now: Millis, op: OpId) {
         if self.set_mut(op).map(|s| s.phase) != Some(SetPhase::NeedLease) {
             return;
         }
@@ -177,7 +178,7 @@ impl EtcdMachine {
 
     /// The caller cancelled the set: at once while it waits for the lease;
     /// with its txn in flight, once the answer tells what to delete.
-    pub(super) fn cancel_set(&mut self, now: Millis, op: OpId) {
+    pub(in super::super) fn cancel_set(&mut self, now: Millis, op: OpId) {
         let Some(s) = self.set_mut(op) else { return };
         if s.ending.is_some() {
             return;
@@ -195,7 +196,7 @@ impl EtcdMachine {
 
     /// Ends the set without a key left (or with its keys handed to the
     /// orphans, which keep their names busy): frees the other names.
-    pub(super) fn finish_set(&mut self, now: Millis, op: OpId, ending: Ending) {
+    pub(in super::super) fn finish_set(&mut self, now: Millis, op: OpId, ending: Ending) {
         let Some(o) = self.ops.remove(&op) else {
             return;
         };
@@ -265,7 +266,7 @@ impl EtcdMachine {
         self.arm_orphans();
     }
 
-    pub(super) fn on_set_reply(
+    pub(in super::super) fn on_set_reply(
         &mut self,
         now: Millis,
         op: OpId,
@@ -398,7 +399,7 @@ impl EtcdMachine {
     /// The session lease `lease` is gone: a set on it starts over (its txn,
     /// if it applies at all, put its keys on the dead lease), or ends if it
     /// was cancelled or keeps losing its lease.
-    pub(super) fn sets_on_lost_lease(&mut self, now: Millis, lease: i64) {
+    pub(in super::super) fn sets_on_lost_lease(&mut self, now: Millis, lease: i64) {
         let sets: Vec<OpId> = self
             .ops
             .iter()

@@ -1,43 +1,27 @@
 //! The acquire recipe: its state ([`Acquire`], [`AcqPhase`]), txn, predecessor
-//! watch, grant, cleanup of abandoned keys.
+//! watch, grant, cleanup of abandoned keys. What the kinds differ in is
+//! [`AcquireKind`] (`kind.rs`); the semaphore's and the reader's own steps
+//! are `permits.rs` and `shared.rs` (with their keys' layout, which inspect,
+//! resume and the ghost sweep read too).
 
-use super::{
-    permits, AcquireKind, EtcdMachine, Failure, HeldKind, HeldLock, Op, OpKind, Orphan, Pending,
-    Purpose, MAX_RESTARTS, ORPHAN_RETRY_MS, WATCH_REFRESH_MS, WATCH_RETRY_MS,
+pub(in crate::core::etcd::machine) mod kind;
+pub(in crate::core::etcd::machine) mod permits;
+pub(in crate::core::etcd::machine) mod shared;
+
+use self::kind::AcquireKind;
+use super::super::{
+    EtcdMachine, Failure, HeldKind, HeldLock, Orphan, Pending, Purpose, BACKEND, MAX_RESTARTS,
+    ORPHAN_RETRY_MS, WATCH_REFRESH_MS, WATCH_RETRY_MS,
 };
+use super::{Op, OpKind};
 use crate::core::etcd::gateway::{self as gw, GatewayError, TxnResponse};
 use crate::core::{
-    jitter, BackendKind, LockError, LockHandle, LockId, LockInfo, LostReason, Millis, OpId,
-    Outcome, RequestId, Wait,
+    jitter, BackendKind, LockError, LockHandle, LockInfo, LostReason, Millis, OpId, Outcome,
+    RequestId, Wait,
 };
 
 impl EtcdMachine {
-    // ---- acquire ----------------------------------------------------------
-
-    pub(super) fn op_name(&self, op: OpId) -> String {
-        match self.ops.get(&op).map(|o| &o.kind) {
-            Some(OpKind::Acquire(a)) => a.name.clone(),
-            Some(OpKind::Inspect(i)) => i.name().to_string(),
-            Some(OpKind::Observe(o)) => Self::observe_name(o).to_string(),
-            Some(OpKind::Leader(l)) => l.name().to_string(),
-            Some(OpKind::Proclaim(p)) => self.lock_name(p.lock()),
-            Some(OpKind::Resume(r)) => r.name().to_string(),
-            Some(OpKind::Reenter(r)) => r.name().to_string(),
-            Some(OpKind::AcquireSet(s)) => s.members[0].name.clone(),
-            Some(OpKind::Release(r)) => self.lock_name(r.lock()),
-            Some(OpKind::Extend(e)) => self.lock_name(e.lock()),
-            None => String::new(),
-        }
-    }
-
-    fn lock_name(&self, lock: LockId) -> String {
-        self.locks
-            .get(&lock)
-            .map(|l| l.name.clone())
-            .unwrap_or_default()
-    }
-
-    pub(super) fn acquire_mut(&mut self, op: OpId) -> Option<&mut Acquire> {
+    pub(in crate::core::etcd::machine) fn acquire_mut(&mut self, op: OpId) -> Option<&mut Acquire> {
         match self.ops.get_mut(&op).map(|o| &mut o.kind) {
             Some(OpKind::Acquire(a)) => Some(a),
             _ => None,
@@ -45,7 +29,7 @@ impl EtcdMachine {
     }
 
     /// Advances an acquire that is in NeedLease: sends its txn once a lease exists.
-    pub(super) fn acquire_step(&mut self, now: Millis, op: OpId) {
+    pub(in crate::core::etcd::machine) fn acquire_step(&mut self, now: Millis, op: OpId) {
         let Some(a) = self.acquire_mut(op) else {
             return;
         };
@@ -73,7 +57,7 @@ impl EtcdMachine {
         }
     }
 
-    pub(super) fn send_predecessor_check(&mut self, now: Millis, op: OpId) {
+    pub(in crate::core::etcd::machine) fn send_predecessor_check(&mut self, now: Millis, op: OpId) {
         let Some(a) = self.acquire_mut(op) else {
             return;
         };
@@ -89,7 +73,44 @@ impl EtcdMachine {
         }
     }
 
-    pub(super) fn on_acquire_reply(
+    /// The acquire's wait bound passed (`TimerKey::AcquireDeadline`): it
+    /// times out, removing its key first if it may have one.
+    pub(in crate::core::etcd::machine) fn on_acquire_deadline(&mut self, now: Millis, op: OpId) {
+        let Some(a) = self.acquire_mut(op) else {
+            return;
+        };
+        if a.phase == AcqPhase::Cleanup || a.ending.is_some() {
+            return;
+        }
+        let (name, queued) = (a.name.clone(), a.phase == AcqPhase::LocalQueue);
+        let ending = Ending::Error(LockError::Timeout {
+            backend: BACKEND,
+            name,
+        });
+        if queued {
+            self.finish_acquire(now, op, ending);
+        } else {
+            self.cleanup(now, op, ending);
+        }
+    }
+
+    /// A waiter's re-check is due (`TimerKey::Recheck`).
+    pub(in crate::core::etcd::machine) fn on_recheck(&mut self, now: Millis, op: OpId) {
+        let Some(a) = self.acquire_mut(op) else {
+            return;
+        };
+        if a.phase == AcqPhase::Cleanup || a.ending.is_some() {
+            return;
+        }
+        // A watch due for its refresh is replaced, not doubled.
+        if a.phase == AcqPhase::Watch {
+            let req = self.ops.get_mut(&op).and_then(|o| o.req.take());
+            self.cancel_request(req);
+        }
+        self.send_predecessor_check(now, op);
+    }
+
+    pub(in crate::core::etcd::machine) fn on_acquire_reply(
         &mut self,
         now: Millis,
         op: OpId,
@@ -268,7 +289,7 @@ impl EtcdMachine {
     }
 
     /// Our key vanished (deleted, or the lease expired): start over.
-    pub(super) fn restart_acquire(&mut self, now: Millis, op: OpId) {
+    pub(in crate::core::etcd::machine) fn restart_acquire(&mut self, now: Millis, op: OpId) {
         let Some(a) = self.acquire_mut(op) else {
             return;
         };
@@ -288,7 +309,12 @@ impl EtcdMachine {
     /// Our key is the lowest (a lock), or we claimed `slot` = (slot, its
     /// key's create revision) of a semaphore: hand the hold out if our lease
     /// is still valid.
-    pub(super) fn grant_lock(&mut self, now: Millis, op: OpId, slot: Option<(u32, i64)>) {
+    pub(in crate::core::etcd::machine) fn grant_lock(
+        &mut self,
+        now: Millis,
+        op: OpId,
+        slot: Option<(u32, i64)>,
+    ) {
         let Some(a) = self.acquire_mut(op) else {
             return;
         };
@@ -345,7 +371,12 @@ impl EtcdMachine {
         );
     }
 
-    pub(super) fn on_watch_chunk(&mut self, now: Millis, id: RequestId, data: &[u8]) {
+    pub(in crate::core::etcd::machine) fn on_watch_chunk(
+        &mut self,
+        now: Millis,
+        id: RequestId,
+        data: &[u8],
+    ) {
         let Some(p) = self.rt.requests.owner_mut(id) else {
             return;
         };
@@ -390,14 +421,24 @@ impl EtcdMachine {
 
     /// A watch request (already taken out of the requests in flight) ended
     /// or failed: its waiter re-checks (see [`Self::watch_broken`]).
-    pub(super) fn stream_ended(&mut self, now: Millis, id: RequestId, p: Pending) {
+    pub(in crate::core::etcd::machine) fn stream_ended(
+        &mut self,
+        now: Millis,
+        id: RequestId,
+        p: Pending,
+    ) {
         if let Purpose::Op(op) = p.purpose {
             self.recheck_later(now, id, op);
         }
     }
 
     /// The watch ended or failed: re-check after a short jittered pause.
-    pub(super) fn watch_broken(&mut self, now: Millis, id: RequestId, op: OpId) {
+    pub(in crate::core::etcd::machine) fn watch_broken(
+        &mut self,
+        now: Millis,
+        id: RequestId,
+        op: OpId,
+    ) {
         self.cancel_request(Some(id));
         self.recheck_later(now, id, op);
     }
@@ -418,7 +459,12 @@ impl EtcdMachine {
     }
 
     /// Remove our key (if it may exist), then report `ending`.
-    pub(super) fn cleanup(&mut self, now: Millis, op: OpId, ending: Ending) {
+    pub(in crate::core::etcd::machine) fn cleanup(
+        &mut self,
+        now: Millis,
+        op: OpId,
+        ending: Ending,
+    ) {
         let Some(o) = self.ops.get_mut(&op) else {
             return;
         };
@@ -490,7 +536,7 @@ impl EtcdMachine {
 
     /// The answer to the txn that was in flight when the acquire was cancelled:
     /// learn our key's revision from it (if it applied) and delete exactly that.
-    pub(super) fn cleanup_after_txn(
+    pub(in crate::core::etcd::machine) fn cleanup_after_txn(
         &mut self,
         now: Millis,
         op: OpId,
@@ -552,7 +598,7 @@ impl EtcdMachine {
         self.cleanup(now, op, ending);
     }
 
-    pub(super) fn on_cleanup_reply(
+    pub(in crate::core::etcd::machine) fn on_cleanup_reply(
         &mut self,
         now: Millis,
         op: OpId,
@@ -604,14 +650,24 @@ impl EtcdMachine {
         self.finish_acquire(now, op, ending);
     }
 
-    pub(super) fn report_ending(&mut self, op: OpId, _name: &str, ending: Ending) {
+    pub(in crate::core::etcd::machine) fn report_ending(
+        &mut self,
+        op: OpId,
+        _name: &str,
+        ending: Ending,
+    ) {
         match ending {
             Ending::NotAcquired => self.rt.out.complete(op, Ok(Outcome::NotAcquired)),
             Ending::Error(error) => self.rt.out.fail(op, error),
         }
     }
 
-    pub(super) fn finish_acquire(&mut self, now: Millis, op: OpId, ending: Ending) {
+    pub(in crate::core::etcd::machine) fn finish_acquire(
+        &mut self,
+        now: Millis,
+        op: OpId,
+        ending: Ending,
+    ) {
         let Some(o) = self.ops.remove(&op) else {
             return;
         };
@@ -628,7 +684,7 @@ impl EtcdMachine {
         }
     }
 
-    pub(super) fn on_orphan(
+    pub(in crate::core::etcd::machine) fn on_orphan(
         &mut self,
         now: Millis,
         id: RequestId,
@@ -650,34 +706,34 @@ impl EtcdMachine {
     }
 }
 
-pub(super) struct Acquire {
-    pub(super) name: String,
-    pub(super) lock_prefix: Vec<u8>,
-    pub(super) wait: Wait,
-    pub(super) lease: Option<i64>,
-    pub(super) key: Vec<u8>,
-    pub(super) my_rev: i64,
-    pub(super) phase: AcqPhase,
-    pub(super) ending: Option<Ending>,
-    pub(super) restarts: u32,
+pub(in crate::core::etcd::machine) struct Acquire {
+    pub(in crate::core::etcd::machine) name: String,
+    pub(in crate::core::etcd::machine) lock_prefix: Vec<u8>,
+    pub(in crate::core::etcd::machine) wait: Wait,
+    pub(in crate::core::etcd::machine) lease: Option<i64>,
+    pub(in crate::core::etcd::machine) key: Vec<u8>,
+    pub(in crate::core::etcd::machine) my_rev: i64,
+    pub(in crate::core::etcd::machine) phase: AcqPhase,
+    pub(in crate::core::etcd::machine) ending: Option<Ending>,
+    pub(in crate::core::etcd::machine) restarts: u32,
     /// Random value stored in our key: a key found with another value is a
     /// leftover of an earlier incarnation and must never be adopted (its
     /// revision, as a fencing token, would go backwards). A permit's is
     /// `p<limit>:<random>`, so that every key of a semaphore carries its limit.
-    pub(super) nonce: Vec<u8>,
+    pub(in crate::core::etcd::machine) nonce: Vec<u8>,
     /// The kind of hold taken, with the kind's own state (a permit's).
-    pub(super) kind: AcquireKind,
+    pub(in crate::core::etcd::machine) kind: AcquireKind,
 }
 
 impl Acquire {
     /// Whether the acquire claims its name locally (see [`HeldLock::claims_name`]).
-    pub(super) fn claims_name(&self) -> bool {
+    pub(in crate::core::etcd::machine) fn claims_name(&self) -> bool {
         !self.kind.own_key()
     }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) enum AcqPhase {
+pub(in crate::core::etcd::machine) enum AcqPhase {
     LocalQueue,
     NeedLease,
     Txn,
@@ -691,7 +747,7 @@ pub(super) enum AcqPhase {
 }
 
 #[derive(Clone, Debug)]
-pub(super) enum Ending {
+pub(in crate::core::etcd::machine) enum Ending {
     NotAcquired,
     Error(LockError),
 }

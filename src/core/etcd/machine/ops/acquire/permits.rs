@@ -16,28 +16,26 @@
 
 use serde_json::Value;
 
-use super::{
-    shared, AcqPhase, Acquire, Ending, EtcdMachine, Orphan, Purpose, BACKEND, MAX_RESTARTS,
-    WATCH_RETRY_MS,
-};
+use super::super::super::{EtcdMachine, Orphan, Purpose, BACKEND, MAX_RESTARTS, WATCH_RETRY_MS};
+use super::{AcqPhase, Acquire, Ending};
 use crate::core::etcd::gateway::{self as gw, TxnResponse};
 use crate::core::{Holder, LockError, LockKind, LockStatus, Millis, OpId, Wait};
 
 /// A permit acquisition's own state (next to the common [`Acquire`] fields).
-pub(super) struct PermitAcquire {
-    pub(super) limit: u32,
+pub(in crate::core::etcd::machine) struct PermitAcquire {
+    pub(in crate::core::etcd::machine) limit: u32,
     /// The slot of the claim in flight (or last sent).
-    pub(super) claiming: Option<u32>,
+    pub(in crate::core::etcd::machine) claiming: Option<u32>,
     /// Claims sent so far; bounded (each lost race means someone else took
     /// a slot: many in a row mean a misbehaving backend).
-    pub(super) claims: u32,
+    pub(in crate::core::etcd::machine) claims: u32,
     /// The slot (and its key's create revision) a claim got while the
     /// acquire was already ending: its cleanup deletes it with the queue key.
-    pub(super) claimed: Option<(u32, i64)>,
+    pub(in crate::core::etcd::machine) claimed: Option<(u32, i64)>,
 }
 
 impl PermitAcquire {
-    pub(super) fn new(limit: u32) -> PermitAcquire {
+    pub(in crate::core::etcd::machine) fn new(limit: u32) -> PermitAcquire {
         PermitAcquire {
             limit,
             claiming: None,
@@ -48,7 +46,7 @@ impl PermitAcquire {
 
     /// The acquire starts over on a new key: a slot claimed on the old
     /// key's lease went with it.
-    pub(super) fn forget_claims(&mut self) {
+    pub(in crate::core::etcd::machine) fn forget_claims(&mut self) {
         (self.claiming, self.claims) = (None, 0);
     }
 }
@@ -60,7 +58,7 @@ const NO_FREE_SLOT_RETRY_MS: u64 = 1_000;
 
 /// What a key's value says about the name it belongs to.
 #[derive(Debug, PartialEq, Eq)]
-pub(super) enum KeyKind {
+pub(in crate::core::etcd::machine) enum KeyKind {
     /// A permit of a semaphore of this limit.
     Permit(u32),
     /// Anything else: an exclusive lock's key (its value is a bare nonce).
@@ -68,11 +66,11 @@ pub(super) enum KeyKind {
 }
 
 /// The value of every key of one permit acquisition.
-pub(super) fn permit_value(limit: u32, random: &str) -> Vec<u8> {
+pub(in crate::core::etcd::machine) fn permit_value(limit: u32, random: &str) -> Vec<u8> {
     format!("p{limit}:{random}").into_bytes()
 }
 
-pub(super) fn key_kind(value: &[u8]) -> KeyKind {
+pub(in crate::core::etcd::machine) fn key_kind(value: &[u8]) -> KeyKind {
     let Some(rest) = value.strip_prefix(b"p") else {
         return KeyKind::Plain;
     };
@@ -90,21 +88,21 @@ pub(super) fn key_kind(value: &[u8]) -> KeyKind {
 }
 
 /// End of the queue range of a name's prefix (`P"g"`).
-pub(super) fn queue_end(lock_prefix: &[u8]) -> Vec<u8> {
+pub(in crate::core::etcd::machine) fn queue_end(lock_prefix: &[u8]) -> Vec<u8> {
     [lock_prefix, b"g"].concat()
 }
 
 /// The slot keys' range `[P"s/", P"s0")`.
-pub(super) fn slots_range(lock_prefix: &[u8]) -> (Vec<u8>, Vec<u8>) {
+pub(in crate::core::etcd::machine) fn slots_range(lock_prefix: &[u8]) -> (Vec<u8>, Vec<u8>) {
     ([lock_prefix, b"s/"].concat(), [lock_prefix, b"s0"].concat())
 }
 
-pub(super) fn slot_key(lock_prefix: &[u8], slot: u32) -> Vec<u8> {
+pub(in crate::core::etcd::machine) fn slot_key(lock_prefix: &[u8], slot: u32) -> Vec<u8> {
     [lock_prefix, format!("s/{slot}").as_bytes()].concat()
 }
 
 /// The slot number of a slot key (`None` for anything else in the range).
-pub(super) fn slot_of(lock_prefix: &[u8], key: &[u8]) -> Option<u32> {
+pub(in crate::core::etcd::machine) fn slot_of(lock_prefix: &[u8], key: &[u8]) -> Option<u32> {
     let rest = key.strip_prefix(lock_prefix)?.strip_prefix(b"s/")?;
     let text = std::str::from_utf8(rest).ok()?;
     // Canonical decimal only: "01" is not slot 1.
@@ -113,12 +111,16 @@ pub(super) fn slot_of(lock_prefix: &[u8], key: &[u8]) -> Option<u32> {
 }
 
 /// The queue key of permit acquisition `op` on `lease`.
-pub(super) fn queue_key(lock_prefix: &[u8], lease: i64, op: OpId) -> Vec<u8> {
+pub(in crate::core::etcd::machine) fn queue_key(
+    lock_prefix: &[u8],
+    lease: i64,
+    op: OpId,
+) -> Vec<u8> {
     [lock_prefix, format!("{lease:x}.{}", op.0).as_bytes()].concat()
 }
 
 /// Whether `suffix` (after the name's prefix) is a permit queue key of `lease`.
-pub(super) fn is_queue_suffix_of(suffix: &str, lease: i64) -> bool {
+pub(in crate::core::etcd::machine) fn is_queue_suffix_of(suffix: &str, lease: i64) -> bool {
     suffix
         .strip_prefix(&format!("{lease:x}."))
         .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
@@ -138,7 +140,7 @@ enum Standing {
 }
 
 /// The re-check txn of a waiting permit (see `send_predecessor_check`).
-pub(super) fn permit_check_body(a: &Acquire, limit: u32) -> Value {
+pub(in crate::core::etcd::machine) fn permit_check_body(a: &Acquire, limit: u32) -> Value {
     let (s0, s1) = slots_range(&a.lock_prefix);
     gw::permit_check_txn(
         &a.key,
@@ -149,10 +151,17 @@ pub(super) fn permit_check_body(a: &Acquire, limit: u32) -> Value {
     )
 }
 
-/// The acquire txn of a permit (its queue key set) on `lease`.
-pub(super) fn permit_acquire_body(a: &Acquire, lease: i64, limit: u32) -> Value {
+/// The acquire txn of a permit (its queue key set) on `lease`; `readers`
+/// is the name's readers' range (`shared.rs`), which must be empty: a
+/// semaphore's name is no read-write lock.
+pub(in crate::core::etcd::machine) fn permit_acquire_body(
+    a: &Acquire,
+    lease: i64,
+    limit: u32,
+    readers: (Vec<u8>, Vec<u8>),
+) -> Value {
     let (s0, s1) = slots_range(&a.lock_prefix);
-    let (r0, r1) = shared::readers_range(&a.lock_prefix);
+    let (r0, r1) = readers;
     gw::permit_acquire_txn(
         &a.key,
         (&a.lock_prefix, &queue_end(&a.lock_prefix)),
@@ -165,7 +174,10 @@ pub(super) fn permit_acquire_body(a: &Acquire, lease: i64, limit: u32) -> Value 
 }
 
 impl EtcdMachine {
-    pub(super) fn permit_mut(&mut self, op: OpId) -> Option<(&mut Acquire, u32)> {
+    pub(in crate::core::etcd::machine) fn permit_mut(
+        &mut self,
+        op: OpId,
+    ) -> Option<(&mut Acquire, u32)> {
         let a = self.acquire_mut(op)?;
         let limit = a.kind.permit()?.limit;
         Some((a, limit))
@@ -174,7 +186,7 @@ impl EtcdMachine {
     /// A permit acquire's txn answered (parsed, with a positive revision).
     /// `Txn` (whose compare failed) is handled with the lock's: it learns
     /// our key's revision and re-checks.
-    pub(super) fn on_permit_txn(
+    pub(in crate::core::etcd::machine) fn on_permit_txn(
         &mut self,
         now: Millis,
         op: OpId,
@@ -416,7 +428,12 @@ impl EtcdMachine {
         }
     }
 
-    pub(super) fn malformed(&mut self, now: Millis, op: OpId, message: &str) {
+    pub(in crate::core::etcd::machine) fn malformed(
+        &mut self,
+        now: Millis,
+        op: OpId,
+        message: &str,
+    ) {
         let name = self.op_name(op);
         let error = LockError::Backend {
             backend: BACKEND,
@@ -430,7 +447,11 @@ impl EtcdMachine {
     /// A permit acquire is giving up while a claim's outcome is unknown:
     /// the slot key it may have created (with our value) is deleted in the
     /// background, like any key whose deletion is not confirmed yet.
-    pub(super) fn forget_unanswered_claim(&mut self, now: Millis, op: OpId) {
+    pub(in crate::core::etcd::machine) fn forget_unanswered_claim(
+        &mut self,
+        now: Millis,
+        op: OpId,
+    ) {
         let Some(a) = self.acquire_mut(op) else {
             return;
         };
@@ -456,7 +477,7 @@ impl EtcdMachine {
 /// What an inspect reports about a semaphore, from every key of its name
 /// (oldest first); `None` when the name is not a semaphore (its oldest queue
 /// key is a lock's, or it has no keys).
-pub(super) fn semaphore_status(
+pub(in crate::core::etcd::machine) fn semaphore_status(
     name: &str,
     lock_prefix: &[u8],
     kvs: &[gw::KeyValue],
@@ -581,7 +602,7 @@ mod tests {
     use crate::core::b64;
     use serde_json::{json, Value};
 
-    use super::super::scripted::{range, Script, LEASE};
+    use crate::core::etcd::machine::scripted::{range, Script, LEASE};
 
     fn kv(key: &[u8], rev: i64, value: &str, lease: i64) -> Value {
         json!({ "key": b64::encode(key), "create_revision": rev.to_string(), "mod_revision": rev.to_string(), "value": b64::encode(value.as_bytes()), "lease": lease.to_string() })
