@@ -69,18 +69,8 @@ impl LockMachine for EtcdMachine {
         if let OpKind::AcquireSet(_) = &o.kind {
             return self.cancel_set(now, op);
         }
-        if let OpKind::Acquire(a) = &o.kind {
-            if a.phase != AcqPhase::Cleanup {
-                let name = a.name.clone();
-                self.cleanup(
-                    now,
-                    op,
-                    Ending::Error(LockError::Aborted {
-                        backend: BACKEND,
-                        name,
-                    }),
-                );
-            }
+        if let OpKind::Acquire(_) = &o.kind {
+            self.cancel_acquire(now, op);
         }
     }
 

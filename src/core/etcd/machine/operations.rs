@@ -7,9 +7,9 @@ use crate::core::names::validate_name;
 
 use super::{
     permits, EtcdMachine, ExtendOp, Failure, HeldKind, HeldLock, InspectOp, Next, Op, OpKind,
-    Orphan, ProclaimOp, Purpose, ReenterOp, ReleaseOp, Reply, ResumeOp, BACKEND,
+    Orphan, ProclaimOp, Purpose, ReenterOp, ReleaseOp, Reply, ResumeOp, BACKEND, ORPHAN_RETRY_MS,
 };
-use crate::core::{BackendKind, LockError, LockHandle, LockId, Millis, OpId};
+use crate::core::{BackendKind, LockError, LockHandle, LockId, Millis, OpId, RequestId};
 
 impl EtcdMachine {
     /// The answer to operation `op`'s request: its state takes a step.
@@ -22,7 +22,6 @@ impl EtcdMachine {
     ) {
         let Some(o) = self.ops.get(&op) else { return };
         match &o.kind {
-            OpKind::Acquire(_) => return self.on_acquire_reply(now, op, result),
             OpKind::Observe(_) => return self.on_observe_reply(now, op, result),
             OpKind::AcquireSet(_) => return self.on_set_reply(now, op, result),
             _ => {}
@@ -39,7 +38,8 @@ impl EtcdMachine {
             OpKind::Inspect(s) => s.step(self, op, reply),
             OpKind::Proclaim(s) => s.step(self, now, op, reply),
             OpKind::Leader(s) => s.step(self, op, reply),
-            OpKind::Acquire(_) | OpKind::Observe(_) | OpKind::AcquireSet(_) => Next::Done,
+            OpKind::Acquire(s) => s.step(self, now, op, reply),
+            OpKind::Observe(_) | OpKind::AcquireSet(_) => Next::Done,
         };
         self.follow(now, op, next);
     }
@@ -47,16 +47,34 @@ impl EtcdMachine {
     /// Does what a state's step asked for: sends its request and keeps the
     /// state in the table until the answer (or forgets nothing: `Done`).
     pub(super) fn follow(&mut self, now: Millis, op: OpId, next: Next) {
-        if let Next::Send { state, path, body } = next {
-            let req = self.send(now, Purpose::Op(op), path, body, false);
-            self.ops.insert(
-                op,
-                Op {
-                    req: Some(req),
-                    kind: *state,
-                },
-            );
+        match next {
+            Next::Send { state, path, body } => {
+                let req = self.send(now, Purpose::Op(op), path, body, false);
+                self.keep_op(op, *state, Some(req));
+            }
+            Next::Watch { state, body } => {
+                let req = self.send(now, Purpose::Op(op), "/v3/watch", body, true);
+                self.keep_op(op, *state, Some(req));
+            }
+            Next::Keep { state, req } => self.keep_op(op, *state, req),
+            Next::AwaitLease(state) => {
+                self.keep_op(op, *state, None);
+                self.acquire_step(now, op);
+            }
+            Next::LeaseLost {
+                state,
+                lease,
+                reason,
+            } => {
+                self.keep_op(op, *state, None);
+                self.lease_lost(now, lease, reason);
+            }
+            Next::Done => {}
         }
+    }
+
+    fn keep_op(&mut self, op: OpId, kind: OpKind, req: Option<RequestId>) {
+        self.ops.insert(op, Op { req, kind });
     }
 
     pub(super) fn start_release(&mut self, now: Millis, lock: LockId) -> Result<OpId, LockError> {
@@ -171,6 +189,29 @@ impl EtcdMachine {
             });
         }
         self.arm_orphans();
+    }
+
+    /// The answer to an orphan's deletion: done (its name is free, if it
+    /// held it), or retried later.
+    pub(super) fn on_orphan(
+        &mut self,
+        now: Millis,
+        id: RequestId,
+        result: Result<(u16, Vec<u8>), Failure>,
+    ) {
+        let Some(i) = self.orphans.iter().position(|o| o.req == Some(id)) else {
+            return;
+        };
+        if matches!(&result, Ok((s, _)) if (200..300).contains(s)) {
+            let o = self.orphans.remove(i);
+            if o.holds_name {
+                self.free_name(now, &o.name);
+            }
+        } else {
+            self.orphans[i].req = None;
+            self.orphans[i].retry_at = now + ORPHAN_RETRY_MS;
+            self.arm_orphans();
+        }
     }
 
     /// The keys (and create revisions) a handle names: its key, and a

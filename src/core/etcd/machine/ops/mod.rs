@@ -21,10 +21,12 @@
 //! - `sets.rs`: [`AcquireSet`], `AcquireAll` of free names in one txn.
 //! - `observe.rs`: [`Observe`], a read and watch of who leads a name.
 //!
-//! Acquires, observes and sets are kept in the table like the others
-//! ([`OpKind`]) but are still stepped in place, by the machine methods in
-//! their files (a watch stream, timers, a local queue and a lost lease
-//! reach them between answers).
+//! An acquire is stepped by value like the others, and by more than its
+//! answers: its watch stream's messages, its timers, a cancel and a lost
+//! lease take it out of the table too (`acquire/entries.rs`), so its steps
+//! may also keep it with a request still in flight or wait for the session
+//! lease ([`Next::Keep`], [`Next::AwaitLease`]). Observes and sets are still
+//! stepped in place, by the machine methods in their files.
 //!
 //! The machine (`operations.rs`) takes a state out of the table when its
 //! request's answer arrives and calls its `step` with the answer; `step`
@@ -60,7 +62,7 @@ use self::acquire::Acquire;
 use self::sets::AcquireSet;
 use super::Failure;
 use crate::core::etcd::gateway::{self as gw, TxnResponse};
-use crate::core::{Millis, RequestId};
+use crate::core::{LostReason, Millis, RequestId};
 
 /// An operation in flight: its state, and the request it waits for.
 pub(super) struct Op {
@@ -108,6 +110,25 @@ pub(super) enum Next {
         path: &'static str,
         body: Value,
     },
+    /// Open the watch stream `body`, keep `state`; its messages and its end
+    /// reach the state through the machine (see `acquire/entries.rs`).
+    Watch { state: Box<OpKind>, body: Value },
+    /// Keep `state` with `req` (a request still in flight, or none while a
+    /// timer or the local queue is what it waits for).
+    Keep {
+        state: Box<OpKind>,
+        req: Option<RequestId>,
+    },
+    /// Keep `state` (an acquire without a key) and send its txn as soon as
+    /// the session lease can carry a key: now, if it can.
+    AwaitLease(Box<OpKind>),
+    /// Keep `state`, then handle the loss of `lease`, which reaches the
+    /// state too (it restarts or ends every acquire on the lease).
+    LeaseLost {
+        state: Box<OpKind>,
+        lease: i64,
+        reason: LostReason,
+    },
     /// The operation is answered (or ended without an answer).
     Done,
 }
@@ -129,6 +150,28 @@ impl Next {
     /// A keepalive of `lease`.
     pub(super) fn keepalive(state: impl Into<OpKind>, lease: i64) -> Next {
         Next::send(state, "/v3/lease/keepalive", gw::lease_id(lease))
+    }
+
+    /// A `/v3/watch` stream.
+    pub(super) fn watch(state: impl Into<OpKind>, body: Value) -> Next {
+        Next::Watch {
+            state: Box::new(state.into()),
+            body,
+        }
+    }
+
+    /// Keep `state` with `req`.
+    pub(super) fn keep(state: impl Into<OpKind>, req: Option<RequestId>) -> Next {
+        Next::Keep {
+            state: Box::new(state.into()),
+            req,
+        }
+    }
+}
+
+impl From<Acquire> for OpKind {
+    fn from(s: Acquire) -> OpKind {
+        OpKind::Acquire(s)
     }
 }
 

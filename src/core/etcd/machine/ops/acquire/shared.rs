@@ -18,7 +18,8 @@
 
 use serde_json::Value;
 
-use super::super::super::{EtcdMachine, Purpose};
+use super::super::super::EtcdMachine;
+use super::super::Next;
 use super::{permits, AcqPhase, Acquire, Ending};
 use crate::core::etcd::gateway::{self as gw, TxnResponse};
 use crate::core::{Holder, LockError, LockKind, LockStatus, Millis, OpId, Wait};
@@ -78,43 +79,41 @@ pub(in crate::core::etcd::machine) fn shared_check_body(a: &Acquire) -> Value {
     gw::shared_check_txn(&a.key, (&w0, &w1), a.my_rev)
 }
 
-impl EtcdMachine {
+impl Acquire {
     /// A shared acquire's txn (that put our key) or re-check answered
     /// (parsed, with a positive revision). A `Txn` whose compare failed is
     /// handled with the lock's: it learns our key's revision and re-checks.
     pub(in crate::core::etcd::machine) fn on_shared_txn(
-        &mut self,
+        mut self,
+        m: &mut EtcdMachine,
         now: Millis,
         op: OpId,
         phase: AcqPhase,
         txn: TxnResponse,
-    ) {
-        let Some(a) = self.acquire_mut(op) else {
-            return;
-        };
+    ) -> Next {
         let revision = txn.header.revision;
         let (writer, oldest) = match phase {
             AcqPhase::Txn => {
                 let (Some(w), Some(o)) = (txn.range(0), txn.range(1)) else {
-                    return self.malformed(now, op, "shared acquire reply without its ranges");
+                    return self.malformed(m, now, op, "shared acquire reply without its ranges");
                 };
-                a.my_rev = revision;
+                self.my_rev = revision;
                 (w.kvs.first().cloned(), o.kvs.first().cloned())
             }
             AcqPhase::Predecessor => {
                 let (Some(own), Some(w)) = (txn.range(0), txn.range(1)) else {
-                    return self.malformed(now, op, "shared re-check reply without its ranges");
+                    return self.malformed(m, now, op, "shared re-check reply without its ranges");
                 };
                 if !own
                     .kvs
                     .iter()
-                    .any(|kv| kv.key == a.key && kv.create_revision == a.my_rev)
+                    .any(|kv| kv.key == self.key && kv.create_revision == self.my_rev)
                 {
-                    return self.restart_acquire(now, op);
+                    return self.restart(m, now, op);
                 }
                 (w.kvs.first().cloned(), None)
             }
-            _ => return,
+            _ => return Next::keep(self, None),
         };
         // A semaphore's keys (oldest of the name, or in the writers' range)
         // carry its limit: its name is no read-write lock.
@@ -127,23 +126,22 @@ impl EtcdMachine {
         if let Some(limit) = semaphore {
             let message = format!(
                 "{:?} is a semaphore of {limit}, not a read-write lock",
-                a.name
+                self.name
             );
-            return self.cleanup(now, op, Ending::Error(LockError::invalid(message)));
+            let ending = Ending::Error(LockError::invalid(message));
+            return self.cleanup(m, now, op, None, ending);
         }
         // Only a writer created before us matters: readers ahead share.
-        match writer.filter(|kv| kv.create_revision < a.my_rev) {
-            None => self.grant_lock(now, op, None),
-            Some(_) if a.wait == Wait::Try => self.cleanup(now, op, Ending::NotAcquired),
+        match writer.filter(|kv| kv.create_revision < self.my_rev) {
+            None => self.grant(m, now, op, None),
+            Some(_) if self.wait == Wait::Try => {
+                self.cleanup(m, now, op, None, Ending::NotAcquired)
+            }
             Some(w) => {
                 // The newest writer before us: when it goes, every older
                 // writer is gone too, or it is re-checked into the next one.
-                a.phase = AcqPhase::Watch;
-                let body = gw::watch_delete(&w.key, revision.saturating_add(1));
-                let req = self.send(now, Purpose::Op(op), "/v3/watch", body, true);
-                if let Some(o) = self.ops.get_mut(&op) {
-                    o.req = Some(req);
-                }
+                self.phase = AcqPhase::Watch;
+                Next::watch(self, gw::watch_delete(&w.key, revision.saturating_add(1)))
             }
         }
     }
