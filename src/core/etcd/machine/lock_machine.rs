@@ -63,7 +63,7 @@ impl LockMachine for EtcdMachine {
 
     fn cancel(&mut self, now: Millis, op: OpId) {
         if self.is_observe(op) {
-            return self.cancel_observe(op);
+            return self.cancel_observe(now, op);
         }
         let Some(o) = self.ops.get(&op) else { return };
         if let OpKind::AcquireSet(_) = &o.kind {

@@ -21,10 +21,8 @@ impl EtcdMachine {
         result: Result<(u16, Vec<u8>), Failure>,
     ) {
         let Some(o) = self.ops.get(&op) else { return };
-        match &o.kind {
-            OpKind::Observe(_) => return self.on_observe_reply(now, op, result),
-            OpKind::AcquireSet(_) => return self.on_set_reply(now, op, result),
-            _ => {}
+        if let OpKind::AcquireSet(_) = &o.kind {
+            return self.on_set_reply(now, op, result);
         }
         let Some(Op { kind, .. }) = self.ops.remove(&op) else {
             return;
@@ -39,7 +37,8 @@ impl EtcdMachine {
             OpKind::Proclaim(s) => s.step(self, now, op, reply),
             OpKind::Leader(s) => s.step(self, op, reply),
             OpKind::Acquire(s) => s.step(self, now, op, reply),
-            OpKind::Observe(_) | OpKind::AcquireSet(_) => Next::Done,
+            OpKind::Observe(s) => (*s).step(self, now, op, reply),
+            OpKind::AcquireSet(_) => Next::Done,
         };
         self.follow(now, op, next);
     }
