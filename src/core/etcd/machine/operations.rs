@@ -20,10 +20,6 @@ impl EtcdMachine {
         sent_at: Millis,
         result: Result<(u16, Vec<u8>), Failure>,
     ) {
-        let Some(o) = self.ops.get(&op) else { return };
-        if let OpKind::AcquireSet(_) = &o.kind {
-            return self.on_set_reply(now, op, result);
-        }
         let Some(Op { kind, .. }) = self.ops.remove(&op) else {
             return;
         };
@@ -38,7 +34,7 @@ impl EtcdMachine {
             OpKind::Leader(s) => s.step(self, op, reply),
             OpKind::Acquire(s) => s.step(self, now, op, reply),
             OpKind::Observe(s) => (*s).step(self, now, op, reply),
-            OpKind::AcquireSet(_) => Next::Done,
+            OpKind::AcquireSet(s) => s.step(self, now, op, reply),
         };
         self.follow(now, op, next);
     }
@@ -57,8 +53,13 @@ impl EtcdMachine {
             }
             Next::Keep { state, req } => self.keep_op(op, *state, req),
             Next::AwaitLease(state) => {
+                let set = matches!(*state, OpKind::AcquireSet(_));
                 self.keep_op(op, *state, None);
-                self.acquire_step(now, op);
+                if set {
+                    self.set_step(now, op);
+                } else {
+                    self.acquire_step(now, op);
+                }
             }
             Next::LeaseLost {
                 state,

@@ -21,19 +21,22 @@
 //! - `sets.rs`: [`AcquireSet`], `AcquireAll` of free names in one txn.
 //! - `observe.rs`: [`Observe`], a read and watch of who leads a name.
 //!
-//! An acquire is stepped by value like the others, and by more than its
-//! answers: its watch stream's messages, its timers, a cancel and a lost
-//! lease take it out of the table too (`acquire/entries.rs`), so its steps
-//! may also keep it with a request still in flight or wait for the session
-//! lease ([`Next::Keep`], [`Next::AwaitLease`]). Observes and sets are still
-//! stepped in place, by the machine methods in their files.
+//! An acquire, an observe and a set are stepped by more than their
+//! answers: a watch stream's messages, timers, a cancel and a lost lease
+//! take them out of the table too (`acquire/entries.rs`,
+//! `EtcdMachine::with_observe`, `EtcdMachine::with_set`), so their steps
+//! may also keep them with a request still in flight, wait for the session
+//! lease or report that it is lost ([`Next::Keep`], [`Next::AwaitLease`],
+//! [`Next::LeaseLost`]).
 //!
 //! The machine (`operations.rs`) takes a state out of the table when its
 //! request's answer arrives and calls its `step` with the answer; `step`
 //! returns [`Next`]: a request to send and the state to keep until its
-//! answer, or `Done` once the operation is answered. States never send,
-//! cancel or time out requests themselves; they act on the machine's locks,
-//! leases and outbox directly.
+//! answer, or `Done` once the operation is answered. States never send
+//! requests themselves (the machine sends what [`Next`] asks for); one
+//! stepped while its request is still in flight (a cancel, a timer, a
+//! watch message) cancels that request or keeps it ([`Next::Keep`]). They
+//! act on the machine's locks, leases, timers and outbox directly.
 
 pub(super) mod acquire;
 mod extend;
@@ -119,11 +122,11 @@ pub(super) enum Next {
         state: Box<OpKind>,
         req: Option<RequestId>,
     },
-    /// Keep `state` (an acquire without a key) and send its txn as soon as
-    /// the session lease can carry a key: now, if it can.
+    /// Keep `state` (an acquire or a set without a key) and send its txn as
+    /// soon as the session lease can carry a key: now, if it can.
     AwaitLease(Box<OpKind>),
     /// Keep `state`, then handle the loss of `lease`, which reaches the
-    /// state too (it restarts or ends every acquire on the lease).
+    /// state too (it restarts or ends every acquire and set on the lease).
     LeaseLost {
         state: Box<OpKind>,
         lease: i64,
@@ -166,6 +169,12 @@ impl Next {
             state: Box::new(state.into()),
             req,
         }
+    }
+}
+
+impl From<AcquireSet> for OpKind {
+    fn from(s: AcquireSet) -> OpKind {
+        OpKind::AcquireSet(s)
     }
 }
 

@@ -34,15 +34,13 @@
 use crate::core::names::validate_name;
 use crate::core::operation::check_acquire_all_names;
 
-use super::super::{
-    EtcdMachine, Failure, HeldKind, HeldLock, Orphan, Purpose, BACKEND, MAX_RESTARTS,
-};
+use super::super::{EtcdMachine, Failure, HeldKind, HeldLock, Orphan, BACKEND, MAX_RESTARTS};
 use super::acquire::Ending;
-use super::{Op, OpKind};
+use super::{Next, Op, OpKind, Reply};
 use crate::core::etcd::gateway::{self as gw, GatewayError, TxnResponse};
 use crate::core::{
     random_hex, AcquireOptions, BackendKind, LockError, LockHandle, LockInfo, LockKind, LostReason,
-    Millis, OpId, Outcome,
+    Millis, OpId, Outcome, RequestId,
 };
 
 /// An `AcquireAll` in progress.
@@ -131,6 +129,29 @@ impl EtcdMachine {
         }
     }
 
+    /// Takes set `op` (with its request in flight) out of the table, steps
+    /// it with `f`, and follows what the step returns. Nothing if `op` is
+    /// no set (any more).
+    fn with_set(
+        &mut self,
+        now: Millis,
+        op: OpId,
+        f: impl FnOnce(AcquireSet, &mut EtcdMachine, Option<RequestId>) -> Next,
+    ) {
+        if self.set_mut(op).is_none() {
+            return;
+        }
+        let Some(Op {
+            req,
+            kind: OpKind::AcquireSet(s),
+        }) = self.ops.remove(&op)
+        else {
+            return;
+        };
+        let next = f(s, self, req);
+        self.follow(now, op, next);
+    }
+
     /// The sets waiting for the session lease.
     pub(in super::super) fn sets_needing_lease(&self) -> Vec<OpId> {
         self.ops
@@ -142,7 +163,9 @@ impl EtcdMachine {
             .collect()
     }
 
-    /// Sends the set's txn once the session lease exists.
+    /// Sends the set's txn once the session lease exists. The set stays in
+    /// the table while the lease is looked at (a lease a set is on counts
+    /// as in use).
     pub(in super::super) fn set_step(&mut self, now: Millis, op: OpId) {
         if self.set_mut(op).map(|s| s.phase) != Some(SetPhase::NeedLease) {
             return;
@@ -150,250 +173,18 @@ impl EtcdMachine {
         let Some(lease) = self.usable_session_lease(now) else {
             return;
         };
-        let Some(s) = self.set_mut(op) else { return };
-        for m in &mut s.members {
-            // The key layout of an ordinary exclusive acquire (`acquire_step`).
-            m.key = [m.lock_prefix.as_slice(), format!("{lease:x}").as_bytes()].concat();
-        }
-        s.lease = Some(lease);
-        s.phase = SetPhase::Txn;
-        let body = gw::acquire_set_txn(
-            &s.members
-                .iter()
-                .map(|m| gw::SetMember {
-                    key: &m.key,
-                    lock_prefix: &m.lock_prefix,
-                    value: &m.nonce,
-                })
-                .collect::<Vec<_>>(),
-            lease,
-        );
-        // The lease is in use from now on: its timers must run.
-        self.arm_lease(lease);
-        let req = self.send(now, Purpose::Op(op), "/v3/kv/txn", body, false);
-        if let Some(o) = self.ops.get_mut(&op) {
-            o.req = Some(req);
-        }
+        self.with_set(now, op, |s, m, _| s.put_keys(m, lease));
     }
 
     /// The caller cancelled the set: at once while it waits for the lease;
     /// with its txn in flight, once the answer tells what to delete.
     pub(in super::super) fn cancel_set(&mut self, now: Millis, op: OpId) {
-        let Some(s) = self.set_mut(op) else { return };
-        if s.ending.is_some() {
-            return;
-        }
-        let aborted = Ending::Error(LockError::Aborted {
-            backend: BACKEND,
-            name: s.members[0].name.clone(),
-        });
-        match s.phase {
-            SetPhase::NeedLease => self.finish_set(now, op, aborted),
-            SetPhase::Txn => s.ending = Some(aborted),
-            SetPhase::Cleanup => {}
-        }
+        self.with_set(now, op, |s, m, req| s.cancel(m, now, op, req));
     }
 
-    /// Ends the set without a key left (or with its keys handed to the
-    /// orphans, which keep their names busy): frees the other names.
+    /// Ends set `op` with `ending` (see [`AcquireSet::finish`]).
     pub(in super::super) fn finish_set(&mut self, now: Millis, op: OpId, ending: Ending) {
-        let Some(o) = self.ops.remove(&op) else {
-            return;
-        };
-        self.cancel_request(o.req);
-        let OpKind::AcquireSet(s) = o.kind else {
-            return;
-        };
-        self.report_ending(op, &s.members[0].name, ending);
-        for m in &s.members {
-            if !self
-                .orphans
-                .iter()
-                .any(|o| o.name == m.name && o.holds_name)
-            {
-                self.free_name(now, &m.name);
-            }
-        }
-    }
-
-    /// The set ends with `ending` once its keys (put at `rev`, or perhaps put
-    /// at all when `None`) are deleted, all or none, by one txn.
-    fn cleanup_set(&mut self, now: Millis, op: OpId, rev: Option<i64>, ending: Ending) {
-        let Some(s) = self.set_mut(op) else { return };
-        s.phase = SetPhase::Cleanup;
-        s.ending = Some(ending);
-        s.rev = rev;
-        let body = match rev {
-            Some(rev) => gw::delete_all_if_revisions(
-                &s.members
-                    .iter()
-                    .map(|m| (m.key.as_slice(), rev))
-                    .collect::<Vec<_>>(),
-            ),
-            None => gw::delete_all_if_values(
-                &s.members
-                    .iter()
-                    .map(|m| (m.key.as_slice(), m.nonce.as_slice()))
-                    .collect::<Vec<_>>(),
-            ),
-        };
-        let req = self.send(now, Purpose::Op(op), "/v3/kv/txn", body, false);
-        if let Some(o) = self.ops.get_mut(&op) {
-            o.req = Some(req);
-        }
-    }
-
-    /// Every key of the set may exist: delete each in the background
-    /// (exactly `rev`, or exactly our value when the revision is unknown).
-    fn orphan_set_keys(&mut self, now: Millis, op: OpId, rev: Option<i64>) {
-        let Some(s) = self.set_mut(op) else { return };
-        let lease = s.lease.unwrap_or(0);
-        let orphans: Vec<Orphan> = s
-            .members
-            .iter()
-            .map(|m| Orphan {
-                name: m.name.clone(),
-                key: m.key.clone(),
-                rev,
-                value: rev.is_none().then(|| m.nonce.clone()),
-                holds_name: true,
-                lease,
-                retry_at: now,
-                req: None,
-            })
-            .collect();
-        self.orphans.extend(orphans);
-        self.arm_orphans();
-    }
-
-    pub(in super::super) fn on_set_reply(
-        &mut self,
-        now: Millis,
-        op: OpId,
-        result: Result<(u16, Vec<u8>), Failure>,
-    ) {
-        let Some(s) = self.set_mut(op) else { return };
-        let (lease, first) = (s.lease.unwrap_or(0), s.members[0].name.clone());
-        let ending = s.ending.clone();
-        if s.phase == SetPhase::Cleanup {
-            let ending = ending.unwrap_or(Ending::NotAcquired);
-            let rev = s.rev;
-            if !matches!(&result, Ok((st, _)) if (200..300).contains(st)) {
-                // Keep deleting in the background; the names stay busy.
-                self.orphan_set_keys(now, op, rev);
-            }
-            return self.finish_set(now, op, ending);
-        }
-        let txn = match result
-            .and_then(|(st, b)| gw::parse::<TxnResponse>(st, &b).map_err(Failure::Gateway))
-        {
-            Ok(t) => t,
-            Err(Failure::Gateway(GatewayError::LeaseNotFound)) => {
-                // Nothing was put; the set starts over on a new lease (or
-                // ends, if cancelled: see `lease_lost`).
-                return self.lease_lost(
-                    now,
-                    lease,
-                    LostReason::RenewalFailed("the lease no longer exists".into()),
-                );
-            }
-            Err(f) => {
-                // Unknown outcome: whatever it put goes in the background.
-                let error = self.backend_error(&first, f);
-                return self.cleanup_set(now, op, None, ending.unwrap_or(Ending::Error(error)));
-            }
-        };
-        let Some(s) = self.set_mut(op) else { return };
-        let rev = if txn.succeeded {
-            Some(txn.header.revision)
-        } else {
-            match earlier_attempt(&s.members, &txn) {
-                Earlier::Applied(r) => Some(r),
-                Earlier::Partly => {
-                    // A set is put whole or not at all: a partial one is a
-                    // reply we cannot trust. Delete what may be ours.
-                    self.orphan_set_keys(now, op, None);
-                    let error =
-                        self.set_malformed(&first, "keys of one txn at different revisions");
-                    return self.finish_set(now, op, ending.unwrap_or(Ending::Error(error)));
-                }
-                Earlier::Not => None,
-            }
-        };
-        let Some(rev) = rev else {
-            return self.finish_set(now, op, ending.unwrap_or(Ending::NotAcquired));
-        };
-        if rev <= 0 {
-            let error = self.set_malformed(&first, "txn reply without revision");
-            return self.cleanup_set(now, op, None, ending.unwrap_or(Ending::Error(error)));
-        }
-        if let Some(ending) = ending {
-            // Cancelled while the txn was in flight, and it applied.
-            return self.cleanup_set(now, op, Some(rev), ending);
-        }
-        self.grant_set(now, op, lease, rev);
-    }
-
-    fn set_malformed(&self, name: &str, what: &str) -> LockError {
-        LockError::Backend {
-            backend: BACKEND,
-            name: name.to_string(),
-            status: None,
-            message: format!("malformed reply: {what}"),
-        }
-    }
-
-    /// Every key of the set exists at `rev`: each name is an ordinary held
-    /// exclusive lock (see [`Self::grant_lock`]).
-    fn grant_set(&mut self, now: Millis, op: OpId, lease: i64, rev: i64) {
-        let expires_at = match self.leases.get(&lease) {
-            Some(l) if l.expires_at > now => l.expires_at,
-            // The keys go with the lease; the set starts over (`lease_lost`).
-            _ => return self.lease_lost(now, lease, LostReason::Expired),
-        };
-        let Some(Op {
-            kind: OpKind::AcquireSet(s),
-            ..
-        }) = self.ops.remove(&op)
-        else {
-            return;
-        };
-        let mut infos = Vec::with_capacity(s.members.len());
-        for m in s.members {
-            let lock = self.rt.out.lock_id();
-            let handle = LockHandle {
-                v: 1,
-                backend: BackendKind::Etcd,
-                name: m.name.clone(),
-                key: String::from_utf8_lossy(&m.key).into_owned(),
-                owner: lease.to_string(),
-                fencing_token: rev as u64,
-                revision: rev as u64,
-                kind: LockKind::Exclusive,
-                slot: None,
-            };
-            // The name stays claimed locally: by the held lock now.
-            self.locks.insert(
-                lock,
-                HeldLock {
-                    name: m.name.clone(),
-                    key: m.key,
-                    rev,
-                    lease,
-                    kind: HeldKind::Exclusive,
-                    releasing: false,
-                    reentered: false,
-                },
-            );
-            infos.push(LockInfo {
-                id: lock,
-                name: m.name,
-                fencing_token: rev as u64,
-                expires_at,
-                handle,
-            });
-        }
-        self.rt.out.complete(op, Ok(Outcome::AcquiredAll(infos)));
+        self.with_set(now, op, |s, m, req| s.finish(m, now, op, req, ending));
     }
 
     /// The session lease `lease` is gone: a set on it starts over (its txn,
@@ -407,26 +198,289 @@ impl EtcdMachine {
             .map(|(id, _)| *id)
             .collect();
         for op in sets {
-            let Some(s) = self.set_mut(op) else { continue };
-            if let Some(ending) = s.ending.clone() {
-                self.finish_set(now, op, ending);
-            } else if s.restarts >= MAX_RESTARTS {
-                let error = LockError::Backend {
-                    backend: BACKEND,
-                    name: s.members[0].name.clone(),
-                    status: None,
-                    message: "the session lease keeps disappearing".into(),
-                };
-                self.finish_set(now, op, Ending::Error(error));
-            } else {
-                s.restarts += 1;
-                s.lease = None;
-                s.phase = SetPhase::NeedLease;
-                let req = self.ops.get_mut(&op).and_then(|o| o.req.take());
-                self.cancel_request(req);
-                self.set_step(now, op);
+            self.with_set(now, op, |s, m, req| s.on_lease_lost(m, now, op, req));
+        }
+    }
+}
+
+impl AcquireSet {
+    /// The session lease `lease` can carry the keys: the set's txn.
+    fn put_keys(mut self, m: &mut EtcdMachine, lease: i64) -> Next {
+        for member in &mut self.members {
+            // The key layout of an ordinary exclusive acquire (`AcquireKind::key`).
+            member.key = [
+                member.lock_prefix.as_slice(),
+                format!("{lease:x}").as_bytes(),
+            ]
+            .concat();
+        }
+        self.lease = Some(lease);
+        self.phase = SetPhase::Txn;
+        let body = gw::acquire_set_txn(
+            &self
+                .members
+                .iter()
+                .map(|m| gw::SetMember {
+                    key: &m.key,
+                    lock_prefix: &m.lock_prefix,
+                    value: &m.nonce,
+                })
+                .collect::<Vec<_>>(),
+            lease,
+        );
+        // The lease is in use from now on: its timers must run.
+        m.arm_lease(lease);
+        Next::txn(self, body)
+    }
+
+    /// The caller cancelled (`req`: the request in flight).
+    fn cancel(
+        mut self,
+        m: &mut EtcdMachine,
+        now: Millis,
+        op: OpId,
+        req: Option<RequestId>,
+    ) -> Next {
+        if self.ending.is_some() {
+            return Next::keep(self, req);
+        }
+        let aborted = Ending::Error(LockError::Aborted {
+            backend: BACKEND,
+            name: self.members[0].name.clone(),
+        });
+        match self.phase {
+            SetPhase::NeedLease => self.finish(m, now, op, req, aborted),
+            SetPhase::Txn => {
+                self.ending = Some(aborted);
+                Next::keep(self, req)
+            }
+            SetPhase::Cleanup => Next::keep(self, req),
+        }
+    }
+
+    /// Ends the set without a key left (or with its keys handed to the
+    /// orphans, which keep their names busy): frees the other names.
+    fn finish(
+        self,
+        m: &mut EtcdMachine,
+        now: Millis,
+        op: OpId,
+        req: Option<RequestId>,
+        ending: Ending,
+    ) -> Next {
+        m.cancel_request(req);
+        m.report_ending(op, &self.members[0].name, ending);
+        for member in &self.members {
+            if !m
+                .orphans
+                .iter()
+                .any(|o| o.name == member.name && o.holds_name)
+            {
+                m.free_name(now, &member.name);
             }
         }
+        Next::Done
+    }
+
+    /// The set ends with `ending` once its keys (put at `rev`, or perhaps put
+    /// at all when `None`) are deleted, all or none, by one txn.
+    fn cleanup(mut self, rev: Option<i64>, ending: Ending) -> Next {
+        self.phase = SetPhase::Cleanup;
+        self.ending = Some(ending);
+        self.rev = rev;
+        let body = match rev {
+            Some(rev) => gw::delete_all_if_revisions(
+                &self
+                    .members
+                    .iter()
+                    .map(|m| (m.key.as_slice(), rev))
+                    .collect::<Vec<_>>(),
+            ),
+            None => gw::delete_all_if_values(
+                &self
+                    .members
+                    .iter()
+                    .map(|m| (m.key.as_slice(), m.nonce.as_slice()))
+                    .collect::<Vec<_>>(),
+            ),
+        };
+        Next::txn(self, body)
+    }
+
+    /// Every key of the set may exist: delete each in the background
+    /// (exactly `rev`, or exactly our value when the revision is unknown).
+    fn orphan_keys(&self, m: &mut EtcdMachine, now: Millis, rev: Option<i64>) {
+        let lease = self.lease.unwrap_or(0);
+        let orphans = self.members.iter().map(|member| Orphan {
+            name: member.name.clone(),
+            key: member.key.clone(),
+            rev,
+            value: rev.is_none().then(|| member.nonce.clone()),
+            holds_name: true,
+            lease,
+            retry_at: now,
+            req: None,
+        });
+        m.orphans.extend(orphans);
+        m.arm_orphans();
+    }
+
+    /// The answer to the set's request (its txn, or its keys' deletion).
+    pub(in super::super) fn step(
+        self,
+        m: &mut EtcdMachine,
+        now: Millis,
+        op: OpId,
+        reply: Reply,
+    ) -> Next {
+        let (lease, first) = (self.lease.unwrap_or(0), self.members[0].name.clone());
+        let ending = self.ending.clone();
+        if self.phase == SetPhase::Cleanup {
+            let ending = ending.unwrap_or(Ending::NotAcquired);
+            if !matches!(&reply.result, Ok((st, _)) if (200..300).contains(st)) {
+                // Keep deleting in the background; the names stay busy.
+                self.orphan_keys(m, now, self.rev);
+            }
+            return self.finish(m, now, op, None, ending);
+        }
+        match reply.txn() {
+            Ok(txn) => self.on_txn(m, now, op, txn),
+            // Nothing was put; the set starts over on a new lease (or
+            // ends, if cancelled: see `on_lease_lost`).
+            Err(Failure::Gateway(GatewayError::LeaseNotFound)) => Next::LeaseLost {
+                state: Box::new(self.into()),
+                lease,
+                reason: LostReason::RenewalFailed("the lease no longer exists".into()),
+            },
+            Err(f) => {
+                // Unknown outcome: whatever it put goes in the background.
+                let error = m.backend_error(&first, f);
+                self.cleanup(None, ending.unwrap_or(Ending::Error(error)))
+            }
+        }
+    }
+
+    /// The set's txn answered: granted, not acquired, or (cancelled
+    /// meanwhile, or a reply we cannot trust) its keys deleted.
+    fn on_txn(self, m: &mut EtcdMachine, now: Millis, op: OpId, txn: TxnResponse) -> Next {
+        let (lease, first) = (self.lease.unwrap_or(0), self.members[0].name.clone());
+        let ending = self.ending.clone();
+        let rev = if txn.succeeded {
+            Some(txn.header.revision)
+        } else {
+            match earlier_attempt(&self.members, &txn) {
+                Earlier::Applied(r) => Some(r),
+                Earlier::Partly => {
+                    // A set is put whole or not at all: a partial one is a
+                    // reply we cannot trust. Delete what may be ours.
+                    self.orphan_keys(m, now, None);
+                    let error = set_malformed(&first, "keys of one txn at different revisions");
+                    return self.finish(m, now, op, None, ending.unwrap_or(Ending::Error(error)));
+                }
+                Earlier::Not => None,
+            }
+        };
+        let Some(rev) = rev else {
+            return self.finish(m, now, op, None, ending.unwrap_or(Ending::NotAcquired));
+        };
+        if rev <= 0 {
+            let error = set_malformed(&first, "txn reply without revision");
+            return self.cleanup(None, ending.unwrap_or(Ending::Error(error)));
+        }
+        if let Some(ending) = ending {
+            // Cancelled while the txn was in flight, and it applied.
+            return self.cleanup(Some(rev), ending);
+        }
+        self.grant(m, now, op, lease, rev)
+    }
+
+    /// Every key of the set exists at `rev`: each name is an ordinary held
+    /// exclusive lock (see `Acquire::grant`).
+    fn grant(self, m: &mut EtcdMachine, now: Millis, op: OpId, lease: i64, rev: i64) -> Next {
+        let expires_at = match m.leases.get(&lease) {
+            Some(l) if l.expires_at > now => l.expires_at,
+            // The keys go with the lease; the set starts over (`on_lease_lost`).
+            _ => {
+                return Next::LeaseLost {
+                    state: Box::new(self.into()),
+                    lease,
+                    reason: LostReason::Expired,
+                }
+            }
+        };
+        let mut infos = Vec::with_capacity(self.members.len());
+        for member in self.members {
+            let lock = m.rt.out.lock_id();
+            let handle = LockHandle {
+                v: 1,
+                backend: BackendKind::Etcd,
+                name: member.name.clone(),
+                key: String::from_utf8_lossy(&member.key).into_owned(),
+                owner: lease.to_string(),
+                fencing_token: rev as u64,
+                revision: rev as u64,
+                kind: LockKind::Exclusive,
+                slot: None,
+            };
+            // The name stays claimed locally: by the held lock now.
+            m.locks.insert(
+                lock,
+                HeldLock {
+                    name: member.name.clone(),
+                    key: member.key,
+                    rev,
+                    lease,
+                    kind: HeldKind::Exclusive,
+                    releasing: false,
+                    reentered: false,
+                },
+            );
+            infos.push(LockInfo {
+                id: lock,
+                name: member.name,
+                fencing_token: rev as u64,
+                expires_at,
+                handle,
+            });
+        }
+        m.rt.out.complete(op, Ok(Outcome::AcquiredAll(infos)));
+        Next::Done
+    }
+
+    /// The lease the set is on is lost.
+    fn on_lease_lost(
+        mut self,
+        m: &mut EtcdMachine,
+        now: Millis,
+        op: OpId,
+        req: Option<RequestId>,
+    ) -> Next {
+        if let Some(ending) = self.ending.clone() {
+            return self.finish(m, now, op, req, ending);
+        }
+        if self.restarts >= MAX_RESTARTS {
+            let error = LockError::Backend {
+                backend: BACKEND,
+                name: self.members[0].name.clone(),
+                status: None,
+                message: "the session lease keeps disappearing".into(),
+            };
+            return self.finish(m, now, op, req, Ending::Error(error));
+        }
+        self.restarts += 1;
+        self.lease = None;
+        self.phase = SetPhase::NeedLease;
+        m.cancel_request(req);
+        Next::AwaitLease(Box::new(self.into()))
+    }
+}
+
+fn set_malformed(name: &str, what: &str) -> LockError {
+    LockError::Backend {
+        backend: BACKEND,
+        name: name.to_string(),
+        status: None,
+        message: format!("malformed reply: {what}"),
     }
 }
 
