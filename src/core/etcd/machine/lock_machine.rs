@@ -299,10 +299,7 @@ impl EtcdMachine {
         // Permits and shared holds have keys of their own per acquisition:
         // one client may hold several of one name, so they never queue locally.
         if own_key || self.claim_name(name, op) {
-            if let Some(a) = self.acquire_mut(op) {
-                a.phase = AcqPhase::NeedLease;
-            }
-            self.acquire_step(now, op);
+            self.unqueue_acquire(now, op);
         } else if opts.wait == Wait::Try {
             // This client itself holds or is acquiring the name.
             self.finish_acquire(now, op, Ending::NotAcquired);

@@ -62,6 +62,16 @@ impl EtcdMachine {
         self.with_acquire(now, op, |a, m, _| a.put_key(m, op, lease));
     }
 
+    /// Acquire `op` leaves the local queue (its name is free here, or it
+    /// needs no claim): it waits for the session lease, and sends its txn
+    /// at once if the lease can carry a key.
+    pub(in crate::core::etcd::machine) fn unqueue_acquire(&mut self, now: Millis, op: OpId) {
+        self.with_acquire(now, op, |mut a, _, _| {
+            a.phase = AcqPhase::NeedLease;
+            Next::AwaitLease(Box::new(a.into()))
+        });
+    }
+
     /// The acquire's wait bound passed (`TimerKey::AcquireDeadline`): it
     /// times out, removing its key first if it may have one.
     pub(in crate::core::etcd::machine) fn on_acquire_deadline(&mut self, now: Millis, op: OpId) {
