@@ -182,7 +182,7 @@ struct HeldLock {
     /// A release is in flight: a check that misses the key is the release's
     /// own doing, not a loss.
     releasing: bool,
-    /// A hold taken by [`Operation::Reenter`] (see `ops/hold_count.rs`): it shares
+    /// A hold taken by [`Operation::Reenter`](crate::core::Operation::Reenter) (see `ops/hold_count.rs`): it shares
     /// the key of an outer hold and does not claim the name locally (the
     /// outer hold, if it is local, does; its claim passes on to a local
     /// hold of the same key when it is released first).
