@@ -15,7 +15,7 @@ pub(crate) enum NodeLink {
     /// Upstash REST or Webdis.
     Http(NodeCodec),
     /// The Redis protocol over TCP or TLS.
-    Resp(Connection),
+    Resp(Box<Connection>),
 }
 
 impl NodeLink {
@@ -30,11 +30,11 @@ impl NodeLink {
         match node.protocol {
             RedisProtocol::Resp => {
                 let address = RespAddress::parse(&node.url, node.token.as_deref())?;
-                Ok(NodeLink::Resp(Connection::new(
+                Ok(NodeLink::Resp(Box::new(Connection::new(
                     address,
                     request_timeout_ms,
                     retry_delay_ms,
-                )))
+                ))))
             }
             RedisProtocol::Upstash | RedisProtocol::Webdis => {
                 Ok(NodeLink::Http(NodeCodec::new(node)?))
