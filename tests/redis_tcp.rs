@@ -294,3 +294,79 @@ fn the_async_client_over_tcp() {
     });
     assert_eq!(token, 1);
 }
+
+#[test]
+fn waiters_share_one_subscriber_connection_and_a_release_wakes_them() {
+    use edgelock::internals::redis::subscription::wake_channel;
+    let redis = RedisServer::start().unwrap();
+    let holder = single(tcp(&url(&redis)));
+    let mut cfg = RedisConfig::new(tcp(&url(&redis)));
+    // Waiters poll rarely; what is checked is that they subscribe, on one
+    // shared connection, and are granted after the releases.
+    (cfg.ttl_ms, cfg.retry_delay_ms, cfg.retry_jitter_ms) = (60_000, 60_000, 0);
+    let waiters = Arc::new(Client::from_machine(Box::new(
+        RedisMachine::new(cfg, Box::new(OsEntropy)).unwrap(),
+    )));
+    let names = ["w1", "w2", "w3"];
+    let held: Vec<_> = names
+        .iter()
+        .map(|n| holder.acquire(n, None).expect("hold"))
+        .collect();
+    let waiting: Vec<_> = names
+        .iter()
+        .map(|n| {
+            let (c, n) = (waiters.clone(), n.to_string());
+            thread::spawn(move || {
+                let t = Instant::now();
+                let lock = c.acquire(&n, Some(Duration::from_secs(50))).expect("woken");
+                let waited = t.elapsed();
+                assert!(lock.release().unwrap());
+                waited
+            })
+        })
+        .collect();
+    // Every waiter subscribed, on one connection of the waiting client.
+    let numsub = |channel: &str| {
+        let v = redis
+            .redis_command(&[b"PUBSUB", b"NUMSUB", channel.as_bytes()])
+            .expect("NUMSUB");
+        format!("{v:?}")
+    };
+    let channels: Vec<String> = names
+        .iter()
+        .map(|n| wake_channel(&lock_key("edgelock", n)))
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while channels.iter().any(|c| !numsub(c).contains("Integer(1)")) {
+        assert!(
+            Instant::now() < deadline,
+            "waiters never subscribed: {}",
+            numsub(&channels[0])
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
+    let clients = redis
+        .redis_command(&[b"CLIENT", b"LIST"])
+        .expect("CLIENT LIST");
+    let list = String::from_utf8_lossy(clients.as_bytes().unwrap()).into_owned();
+    let subscribers = list
+        .lines()
+        .filter(|l| l.contains("name=edgelock") && l.contains(" sub=3"))
+        .count();
+    assert_eq!(
+        subscribers, 1,
+        "one subscriber connection for three waiters:\n{list}"
+    );
+    let started = Instant::now();
+    for lock in held {
+        assert!(lock.release().unwrap());
+    }
+    for w in waiting {
+        let waited = w.join().expect("waiter");
+        assert!(waited < Duration::from_secs(50));
+    }
+    eprintln!(
+        "three waiters granted {:?} after the releases",
+        started.elapsed()
+    );
+}

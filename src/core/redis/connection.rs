@@ -18,8 +18,13 @@
 //!   closed and the other commands in flight fail as unknown too. A half-open
 //!   connection is therefore noticed within one request timeout.
 //! - a reply the decoder cannot read: the stream is closed likewise.
+//!
+//! A connection in [`Mode::Subscriber`] carries the client's wake-up
+//! subscriptions on that node instead: one stream for every channel its
+//! waiters listen on (`SUBSCRIBE` / `UNSUBSCRIBE` as they come and go), what
+//! arrives reported as [`SubNews`].
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 
 use super::address::RespAddress;
 use super::resp::{encode_command, Frame, RespDecoder};
@@ -34,6 +39,27 @@ const CLIENT_NAME: &str = "edgelock";
 
 /// An answer for a command the engine tracks.
 pub(crate) type Answer = (RequestId, Result<RedisValue, NodeError>);
+
+/// What a connection carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// The engine's commands, answered in order.
+    Commands,
+    /// Wake-up subscriptions (Redis' subscribed state: only `SUBSCRIBE`
+    /// and `UNSUBSCRIBE` are sent once set up).
+    Subscriber,
+}
+
+/// What happened on a subscriber connection.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum SubNews {
+    /// The server confirmed `channel`: no later publish on it is missed.
+    Confirmed(String),
+    /// A message on `channel`.
+    Message(String, Vec<u8>),
+    /// The stream is gone: every subscription with it.
+    Down,
+}
 
 /// What a reply read from the stream answers, oldest first.
 #[derive(Debug)]
@@ -76,12 +102,21 @@ pub(crate) struct Connection {
     retry_at: Millis,
     awaiting: VecDeque<Awaiting>,
     decoder: RespDecoder,
+    mode: Mode,
+    /// Subscriber: the channels subscribed (or asked for), confirmed or not.
+    channels: BTreeMap<String, bool>,
+    news: Vec<SubNews>,
 }
 
 impl Connection {
     /// A connection to `address`, not opened yet. `connect_timeout_ms` bounds
     /// the driver's connect (the commands' own deadlines bound it too).
-    pub(crate) fn new(address: RespAddress, connect_timeout_ms: u64, retry_delay_ms: u64) -> Self {
+    pub(crate) fn new(
+        address: RespAddress,
+        connect_timeout_ms: u64,
+        retry_delay_ms: u64,
+        mode: Mode,
+    ) -> Self {
         Connection {
             address,
             connect_timeout_ms,
@@ -91,6 +126,9 @@ impl Connection {
             retry_at: 0,
             awaiting: VecDeque::new(),
             decoder: RespDecoder::new(),
+            mode,
+            channels: BTreeMap::new(),
+            news: Vec::new(),
         }
     }
 
@@ -137,6 +175,53 @@ impl Connection {
         self.awaiting.push_back(Awaiting::Command(id));
         self.write(out, bytes);
         Ok(())
+    }
+
+    /// Subscriber: listens on `channel` (opening the stream if there is
+    /// none). `Ok(true)` when it is confirmed already; `Err` when the stream
+    /// cannot open now (a back-off after a failed open).
+    pub(crate) fn subscribe(
+        &mut self,
+        out: &mut Outbox,
+        now: Millis,
+        channel: &str,
+    ) -> Result<bool, NodeError> {
+        if let Some(confirmed) = self.channels.get(channel) {
+            return Ok(*confirmed);
+        }
+        if matches!(self.state, State::Closed) {
+            if now < self.retry_at {
+                return Err(NodeError::NotSent("reconnecting".into()));
+            }
+            self.open(out);
+        }
+        self.channels.insert(channel.to_string(), false);
+        let mut bytes = Vec::new();
+        encode_command(&RedisCommand::new("SUBSCRIBE").arg(channel), &mut bytes);
+        self.write(out, bytes);
+        Ok(false)
+    }
+
+    /// Subscriber: stops listening on `channel`.
+    pub(crate) fn unsubscribe(&mut self, out: &mut Outbox, channel: &str) {
+        if self.channels.remove(channel).is_none() {
+            return;
+        }
+        if self.channels.is_empty() {
+            // Nobody waits on this node any more: the stream goes.
+            self.close(out);
+            self.awaiting.clear();
+            self.state = State::Closed;
+            return;
+        }
+        let mut bytes = Vec::new();
+        encode_command(&RedisCommand::new("UNSUBSCRIBE").arg(channel), &mut bytes);
+        self.write(out, bytes);
+    }
+
+    /// What happened on a subscriber connection since the last call.
+    pub(crate) fn take_news(&mut self) -> Vec<SubNews> {
+        std::mem::take(&mut self.news)
     }
 
     /// Opens the stream and queues the set-up commands.
@@ -236,8 +321,19 @@ impl Connection {
                     return answers;
                 }
             };
-            // Pushes (RESP3 out-of-band data) answer no command.
-            let Frame::Reply(value) = frame else { continue };
+            let value = match frame {
+                Frame::Push(items) => {
+                    self.on_subscriber_frame(items);
+                    continue;
+                }
+                Frame::Reply(value) => value,
+            };
+            if self.mode == Mode::Subscriber && self.awaiting.is_empty() {
+                if let RedisValue::Array(items) = value {
+                    self.on_subscriber_frame(items);
+                }
+                continue;
+            }
             match self.awaiting.pop_front() {
                 Some(Awaiting::Command(id)) => answers.push((id, Ok(value))),
                 Some(Awaiting::Name) => self.ready_if_set_up(out),
@@ -255,6 +351,30 @@ impl Connection {
                     return answers;
                 }
             }
+        }
+    }
+
+    /// `subscribe` / `message` on a subscriber connection (RESP2 arrays or
+    /// RESP3 pushes); anything else (`unsubscribe`) says nothing new.
+    fn on_subscriber_frame(&mut self, items: Vec<RedisValue>) {
+        let text = |v: Option<&RedisValue>| match v {
+            Some(RedisValue::Bulk(b)) => Some(String::from_utf8_lossy(b).into_owned()),
+            _ => None,
+        };
+        let (kind, channel) = (text(items.first()), text(items.get(1)));
+        match (kind.as_deref(), channel, items.into_iter().nth(2)) {
+            (Some("subscribe"), Some(ch), _) => {
+                if let Some(confirmed) = self.channels.get_mut(&ch) {
+                    *confirmed = true;
+                    self.news.push(SubNews::Confirmed(ch));
+                }
+            }
+            (Some("message"), Some(ch), Some(RedisValue::Bulk(payload))) => {
+                if self.channels.contains_key(&ch) {
+                    self.news.push(SubNews::Message(ch, payload));
+                }
+            }
+            _ => {}
         }
     }
 
@@ -333,7 +453,16 @@ impl Connection {
         };
         let answers = self.drain(|_| error(why));
         self.closed(now, never_opened);
+        self.subscriptions_down();
         answers
+    }
+
+    /// A subscriber's stream is gone: its channels are to be asked for again.
+    fn subscriptions_down(&mut self) {
+        if self.mode == Mode::Subscriber && !self.channels.is_empty() {
+            self.channels.clear();
+            self.news.push(SubNews::Down);
+        }
     }
 
     /// A set-up command was refused (a wrong password, a database that does
@@ -343,6 +472,7 @@ impl Connection {
         let node = self.address.public_url();
         let answers = self.drain(|_| NodeError::NotSent(format!("{node} refused {what}: {reply}")));
         self.closed(now, true);
+        self.subscriptions_down();
         answers
     }
 

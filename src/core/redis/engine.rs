@@ -9,7 +9,7 @@
 
 use crate::core::runtime::VecMap;
 
-use super::connection::Answer;
+use super::connection::{Answer, SubNews};
 use super::context::{Context, RequestOwner, Settings, Spawn, TaskId, TimerKey};
 use super::link::NodeLink;
 use super::round::{NodeError, Round, Slot};
@@ -47,6 +47,9 @@ struct Running {
 enum Sub {
     /// The streaming request is out (confirmed or not yet).
     Open { id: RequestId, failures: u32 },
+    /// On a Redis-protocol node: `channel` is subscribed on the node's one
+    /// subscriber connection, which every waiter of this client shares.
+    Shared { channel: String, failures: u32 },
     /// It ended; opened again from `retry_at` on (backing off).
     Down { retry_at: Millis, failures: u32 },
 }
@@ -182,9 +185,9 @@ impl Engine {
                 .rt
                 .send(now, owner, |id| codec.encode(id, wire, timeout))
                 .map_err(|e| NodeError::NotSent(e.to_string())),
-            Some(NodeLink::Resp(conn)) => {
+            Some(NodeLink::Resp(r)) => {
                 let id = cx.rt.requests.track(&mut cx.rt.out, now, owner, timeout);
-                let sent = conn.send(&mut cx.rt.out, now, id, wire);
+                let sent = r.commands.send(&mut cx.rt.out, now, id, wire);
                 if sent.is_err() {
                     cx.rt.requests.finish(id);
                 }
@@ -296,11 +299,15 @@ impl Engine {
         };
         for node in 0..self.cx.node_count() {
             let failures = match self.subs.get(&(tid, node)) {
-                Some(Sub::Open { .. }) => continue,
+                Some(Sub::Open { .. } | Sub::Shared { .. }) => continue,
                 Some(Sub::Down { retry_at, .. }) if now < *retry_at => continue,
                 Some(Sub::Down { failures, .. }) => *failures,
                 None => 0,
             };
+            if matches!(self.cx.nodes.get(node), Some(NodeLink::Resp(_))) {
+                self.subscribe_shared(tid, node, &channel, failures, now);
+                continue;
+            }
             let open = self
                 .subs
                 .values()
@@ -310,8 +317,6 @@ impl Engine {
                 return;
             }
             let cx = &mut self.cx;
-            // Wake-up over a Redis-protocol node is not built yet: its
-            // waiters retry on their timer.
             let Some(NodeLink::Http(codec)) = cx.nodes.get(node) else {
                 continue;
             };
@@ -335,6 +340,39 @@ impl Engine {
         }
     }
 
+    /// Subscribes task `tid` to `channel` on Redis-protocol node `node`'s
+    /// shared subscriber connection; a channel confirmed already is live
+    /// for the task at once.
+    fn subscribe_shared(
+        &mut self,
+        tid: TaskId,
+        node: usize,
+        channel: &str,
+        failures: u32,
+        now: Millis,
+    ) {
+        let Some(NodeLink::Resp(r)) = self.cx.nodes.get_mut(node) else {
+            return;
+        };
+        match r.pubsub.subscribe(&mut self.cx.rt.out, now, channel) {
+            Ok(confirmed) => {
+                let channel = channel.to_string();
+                self.subs
+                    .insert((tid, node), Sub::Shared { channel, failures });
+                if confirmed {
+                    self.push(tid, node, Push::Live, now);
+                }
+            }
+            Err(_) => {
+                let sub = Sub::Down {
+                    retry_at: self.backoff(now, failures + 1),
+                    failures: failures + 1,
+                };
+                self.subs.insert((tid, node), sub);
+            }
+        }
+    }
+
     /// Closes every subscription of task `tid`.
     fn close_streams(&mut self, tid: TaskId) {
         let keys: Vec<(TaskId, usize)> = self
@@ -343,9 +381,23 @@ impl Engine {
             .map(|(k, _)| *k)
             .collect();
         for key in keys {
-            if let Some(Sub::Open { id, .. }) = self.subs.remove(&key) {
-                self.cx.rt.cancel(id);
+            match self.subs.remove(&key) {
+                Some(Sub::Open { id, .. }) => {
+                    self.cx.rt.cancel(id);
+                }
+                Some(Sub::Shared { channel, .. }) => self.unsubscribe_shared(key.1, &channel),
+                Some(Sub::Down { .. }) | None => {}
             }
+        }
+    }
+
+    /// Unsubscribes `channel` on node `node` once no task listens on it.
+    fn unsubscribe_shared(&mut self, node: usize, channel: &str) {
+        let still = self.subs.iter().any(|((_, n), s)| {
+            *n == node && matches!(s, Sub::Shared { channel: c, .. } if c == channel)
+        });
+        if let (false, Some(NodeLink::Resp(r))) = (still, self.cx.nodes.get_mut(node)) {
+            r.pubsub.unsubscribe(&mut self.cx.rt.out, channel);
         }
     }
 
@@ -401,7 +453,11 @@ impl Engine {
     /// Subscription (`tid`, `node`) is gone: open it again after its back-off.
     fn stream_down(&mut self, tid: TaskId, node: usize, now: Millis) {
         let failures = match self.subs.get(&(tid, node)) {
-            Some(Sub::Open { failures, .. } | Sub::Down { failures, .. }) => failures + 1,
+            Some(
+                Sub::Open { failures, .. }
+                | Sub::Shared { failures, .. }
+                | Sub::Down { failures, .. },
+            ) => failures + 1,
             None => return,
         };
         self.subs.insert(
@@ -452,8 +508,9 @@ impl Engine {
         if drained && self.cx.rt.closing.started() {
             // Closed clients leave no connection open.
             for link in &mut self.cx.nodes {
-                if let NodeLink::Resp(conn) = link {
-                    conn.shut(&mut self.cx.rt.out);
+                if let NodeLink::Resp(r) = link {
+                    r.commands.shut(&mut self.cx.rt.out);
+                    r.pubsub.shut(&mut self.cx.rt.out);
                 }
             }
         }
@@ -465,11 +522,19 @@ impl Engine {
     pub(crate) fn handle_input(&mut self, now: Millis, input: Input) {
         let id = input.id();
         if let Some(node) = self.connection_of(id) {
-            let answers = match self.cx.nodes.get_mut(node) {
-                Some(NodeLink::Resp(conn)) => conn.on_input(&mut self.cx.rt.out, now, input),
-                _ => Vec::new(),
+            let (answers, news) = match self.cx.nodes.get_mut(node) {
+                Some(NodeLink::Resp(r)) if r.pubsub.owns(id) => {
+                    let answers = r.pubsub.on_input(&mut self.cx.rt.out, now, input);
+                    (answers, r.pubsub.take_news())
+                }
+                Some(NodeLink::Resp(r)) => (
+                    r.commands.on_input(&mut self.cx.rt.out, now, input),
+                    Vec::new(),
+                ),
+                _ => (Vec::new(), Vec::new()),
             };
             self.on_stream_answers(answers, now);
+            self.on_sub_news(node, news, now);
             return self.settle(now);
         }
         if matches!(
@@ -491,10 +556,44 @@ impl Engine {
 
     /// The node whose Redis-protocol connection is stream `id`.
     fn connection_of(&self, id: RequestId) -> Option<usize> {
-        self.cx
-            .nodes
-            .iter()
-            .position(|l| matches!(l, NodeLink::Resp(c) if c.owns(id)))
+        self.cx.nodes.iter().position(
+            |l| matches!(l, NodeLink::Resp(r) if r.commands.owns(id) || r.pubsub.owns(id)),
+        )
+    }
+
+    /// What node `node`'s subscriber connection reported, told to the
+    /// tasks listening on the channel it concerns.
+    fn on_sub_news(&mut self, node: usize, news: Vec<SubNews>, now: Millis) {
+        for n in news {
+            let (channel, push) = match n {
+                SubNews::Confirmed(ch) => (Some(ch), Push::Live),
+                SubNews::Message(ch, payload) => (Some(ch), Push::Message(payload)),
+                SubNews::Down => (None, Push::Down),
+            };
+            let listening: Vec<TaskId> = self
+                .subs
+                .iter()
+                .filter(|((_, n), sub)| {
+                    *n == node
+                        && matches!(sub, Sub::Shared { channel: c, .. }
+                            if channel.as_ref().is_none_or(|ch| ch == c))
+                })
+                .map(|((tid, _), _)| *tid)
+                .collect();
+            for tid in listening {
+                match &push {
+                    Push::Down => self.stream_down(tid, node, now),
+                    Push::Live => {
+                        if let Some(Sub::Shared { failures, .. }) = self.subs.get_mut(&(tid, node))
+                        {
+                            *failures = 0;
+                        }
+                        self.push(tid, node, Push::Live, now);
+                    }
+                    Push::Message(p) => self.push(tid, node, Push::Message(p.clone()), now),
+                }
+            }
+        }
     }
 
     /// Answers read on a connection, each to the round that still waits for it.
@@ -609,8 +708,8 @@ impl Engine {
                 waiting.push(tid);
             }
             // A command late on a stream: the connection may be half-open.
-            if let Some(NodeLink::Resp(conn)) = self.cx.nodes.get_mut(node) {
-                let others = conn.timed_out(&mut self.cx.rt.out, now, id);
+            if let Some(NodeLink::Resp(r)) = self.cx.nodes.get_mut(node) {
+                let others = r.commands.timed_out(&mut self.cx.rt.out, now, id);
                 self.on_stream_answers(others, now);
             }
         }

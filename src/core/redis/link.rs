@@ -6,7 +6,7 @@
 use super::address::RespAddress;
 use super::codec::NodeCodec;
 use super::config::{RedisNode, RedisProtocol};
-use super::connection::Connection;
+use super::connection::{Connection, Mode};
 use crate::core::LockError;
 
 /// One node, by the way it is reached.
@@ -15,7 +15,16 @@ pub(crate) enum NodeLink {
     /// Upstash REST or Webdis.
     Http(NodeCodec),
     /// The Redis protocol over TCP or TLS.
-    Resp(Box<Connection>),
+    Resp(Box<RespLinks>),
+}
+
+/// A Redis-protocol node's two streams: commands, and the wake-up
+/// subscriptions of every waiter of this client (Redis answers nothing but
+/// subscription commands on a subscribed connection).
+#[derive(Debug)]
+pub(crate) struct RespLinks {
+    pub(crate) commands: Connection,
+    pub(crate) pubsub: Connection,
 }
 
 impl NodeLink {
@@ -30,11 +39,13 @@ impl NodeLink {
         match node.protocol {
             RedisProtocol::Resp => {
                 let address = RespAddress::parse(&node.url, node.token.as_deref())?;
-                Ok(NodeLink::Resp(Box::new(Connection::new(
-                    address,
-                    request_timeout_ms,
-                    retry_delay_ms,
-                ))))
+                let conn = |mode| {
+                    Connection::new(address.clone(), request_timeout_ms, retry_delay_ms, mode)
+                };
+                Ok(NodeLink::Resp(Box::new(RespLinks {
+                    commands: conn(Mode::Commands),
+                    pubsub: conn(Mode::Subscriber),
+                })))
             }
             RedisProtocol::Upstash | RedisProtocol::Webdis => {
                 Ok(NodeLink::Http(NodeCodec::new(node)?))
@@ -46,7 +57,7 @@ impl NodeLink {
     pub(crate) fn name(&self) -> String {
         match self {
             NodeLink::Http(codec) => codec.base_url().to_string(),
-            NodeLink::Resp(conn) => conn.address().public_url(),
+            NodeLink::Resp(r) => r.commands.address().public_url(),
         }
     }
 
@@ -54,7 +65,7 @@ impl NodeLink {
     pub(crate) fn scrub(&self, s: &str) -> String {
         match self {
             NodeLink::Http(codec) => codec.scrub(s),
-            NodeLink::Resp(conn) => conn.scrub(s),
+            NodeLink::Resp(r) => r.commands.scrub(s),
         }
     }
 }
