@@ -219,6 +219,12 @@ impl Connection {
         self.write(out, bytes);
     }
 
+    /// Subscriber: whether any channel is subscribed (its stream is, or is
+    /// being, open).
+    pub(crate) fn in_use(&self) -> bool {
+        !self.channels.is_empty()
+    }
+
     /// What happened on a subscriber connection since the last call.
     pub(crate) fn take_news(&mut self) -> Vec<SubNews> {
         std::mem::take(&mut self.news)

@@ -305,7 +305,9 @@ impl Engine {
                 None => 0,
             };
             if matches!(self.cx.nodes.get(node), Some(NodeLink::Resp(_))) {
-                self.subscribe_shared(tid, node, &channel, failures, now);
+                if self.subscriber_allowed(node) {
+                    self.subscribe_shared(tid, node, &channel, failures, now);
+                }
                 continue;
             }
             let open = self
@@ -338,6 +340,18 @@ impl Engine {
             };
             self.subs.insert((tid, node), sub);
         }
+    }
+
+    /// Whether node `node` may carry subscriptions: its subscriber stream is
+    /// open already, or fewer than `max_subscriptions` are (a Worker's
+    /// connection cap: each is one more open connection).
+    fn subscriber_allowed(&self, node: usize) -> bool {
+        let in_use = |l: &NodeLink| matches!(l, NodeLink::Resp(r) if r.pubsub.in_use());
+        let Some(link) = self.cx.nodes.get(node) else {
+            return false;
+        };
+        in_use(link)
+            || self.cx.nodes.iter().filter(|l| in_use(l)).count() < self.cx.s.max_subscriptions
     }
 
     /// Subscribes task `tid` to `channel` on Redis-protocol node `node`'s
