@@ -197,7 +197,8 @@ mod tests {
             .read_flags(flags(&["ftp://a"]))
             .unwrap_err();
         assert!(
-            e.to_string().contains("must be webdis+http://HOST:PORT"),
+            e.to_string().contains("must be redis://HOST:PORT")
+                && e.to_string().contains("webdis+http://HOST:PORT"),
             "{e}"
         );
         let d1 = backend_named("d1").unwrap();

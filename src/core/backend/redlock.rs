@@ -1,5 +1,6 @@
 //! Redlock over N independent Redis nodes: `{ nodes, prefix, ttlMs,
-//! fencing, … }`, each node as the redis backend spells one.
+//! fencing, … }`, each node as the redis backend spells one (HTTP and
+//! `redis://` nodes may be mixed).
 
 use serde::Serialize;
 use serde_json::Value;
@@ -25,7 +26,7 @@ impl Backend for Redlock {
 
     fn read_options(&self, options: &Value) -> Result<BackendSpec, String> {
         Ok(BackendSpec::Redlock(
-            RedlockOptions::read(options)?.into_config(),
+            RedlockOptions::read(options)?.into_config()?,
         ))
     }
 
@@ -181,9 +182,14 @@ impl RedlockOptions {
         }
     }
 
-    fn into_config(self) -> RedlockConfig {
-        let mut cfg =
-            RedlockConfig::new(self.nodes.into_iter().map(NodeOptions::into_node).collect());
+    fn into_config(self) -> Result<RedlockConfig, String> {
+        let nodes = self
+            .nodes
+            .into_iter()
+            .enumerate()
+            .map(|(i, n)| n.into_node().map_err(|e| format!("`nodes[{i}]`: {e}")))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut cfg = RedlockConfig::new(nodes);
         set(&mut cfg.prefix, self.prefix);
         set(&mut cfg.ttl_ms, self.ttl_ms);
         set(&mut cfg.drift_factor, self.drift_factor);
@@ -200,6 +206,6 @@ impl RedlockOptions {
                 FencingName::Strict => RedlockFencing::Strict,
             }),
         );
-        cfg
+        Ok(cfg)
     }
 }
