@@ -498,10 +498,10 @@ fn usage_and_backend_errors_have_their_exit_codes() {
         "a bare URL is an Upstash node, which needs a token"
     );
     assert!(text(&out.stderr).contains("token"), "{}", text(&out.stderr));
-    let out = output(&["status", "--redis", "redis://127.0.0.1:1", "n"]);
+    let out = output(&["status", "--redis", "ftp://127.0.0.1:1", "n"]);
     assert_eq!(out.status.code(), Some(64));
     assert!(
-        text(&out.stderr).contains("webdis+http://"),
+        text(&out.stderr).contains("redis://HOST") && text(&out.stderr).contains("webdis+http://"),
         "{}",
         text(&out.stderr)
     );
@@ -516,6 +516,54 @@ fn usage_and_backend_errors_have_their_exit_codes() {
     assert_eq!(help.status.code(), Some(0));
     assert!(text(&help.stdout).contains("EXIT CODES"));
     assert!(text(&help.stdout).contains("--limit N"));
+}
+
+/// `redis://` URLs are read before anything is sent; a bad one is a usage
+/// error whose message never holds the password.
+#[test]
+fn redis_urls_are_checked_before_any_request_without_their_password() {
+    let refused = |args: &[&str], env: &[(&str, &str)], says: &str| {
+        let out = edgelock(args)
+            .env_remove("REDISCLI_AUTH")
+            .env_remove("EDGELOCK_REDIS_PASSWORD")
+            .envs(env.iter().copied())
+            .output()
+            .expect("run edgelock");
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+        assert!(!stderr.contains("hunter2"), "{args:?}: {stderr}");
+    };
+    let run = |url: &'static str| ["run", "--redis", url, "--try", "n", "--", "true"];
+    refused(&run("redis://:hunter2@127.0.0.1:99999"), &[], "port");
+    refused(&run("rediss://u:hunter2@/0"), &[], "needs a host");
+    refused(&run("redis://:hunter2@h/x"), &[], "database");
+    refused(&run("redis://:hunter2%zz@h"), &[], "%-escape");
+    // One bad node of a Redlock is enough.
+    refused(&run("http://a,redis://:hunter2@h:0"), &[], "port");
+    let mut twice = run("redis://:hunter2@127.0.0.1:1").to_vec();
+    twice.splice(1..1, ["--token", "other"]);
+    refused(&twice, &[], "once");
+    // A password variable gives way to the URL's own (as in redis-cli), and
+    // a status is refused like a run.
+    let out = edgelock(&["status", "--redis", "redis://:hunter2@127.0.0.1:1", "n"])
+        .env("REDISCLI_AUTH", "from-env")
+        .env("EDGELOCK_REDIS_PASSWORD", "from-env-too")
+        .output()
+        .expect("run edgelock");
+    let stderr = text(&out.stderr);
+    assert!(
+        !stderr.contains("once") && !stderr.contains("hunter2") && !stderr.contains("from-env"),
+        "{stderr}"
+    );
+    refused(
+        &["status", "--redis", "redis://:hunter2@h:0", "n"],
+        &[("REDISCLI_AUTH", "x")],
+        "port",
+    );
+    let help = output(&["--help"]);
+    assert!(text(&help.stdout).contains("redis://[USER[:PASSWORD]@]HOST"));
+    assert!(text(&help.stdout).contains("REDISCLI_AUTH"));
 }
 
 #[test]

@@ -45,13 +45,15 @@ impl Backend for Redis {
     }
 
     /// `--redis URL` (one node; several are Redlock's), its token from
-    /// `--token` or the environment; the one backend with `--fair`.
+    /// `--token` or the environment (a `redis://` node's password from its
+    /// URL, `--token` or its own variables); the one backend with `--fair`.
     fn command_line(&self) -> Option<CommandLine> {
         Some(CommandLine {
             flag: "--redis",
             urls: UrlList::Commas { min: 1, max: 1 },
             token_vars: REDIS_TOKEN_VARS,
             password_var: None,
+            redis_password_vars: REDIS_PASSWORD_VARS,
             fair: true,
         })
     }
@@ -74,16 +76,36 @@ impl Backend for Redis {
 }
 
 /// Where the command line's Redis token comes from when `--token` is not
-/// given (the single node and Redlock alike).
+/// given (the single node and Redlock alike; HTTP nodes).
 pub(super) const REDIS_TOKEN_VARS: &[&str] = &["EDGELOCK_REDIS_TOKEN", "UPSTASH_REDIS_REST_TOKEN"];
 
-/// The command line's Redis nodes: `webdis+http(s)://…`, `upstash+http(s)://…`
-/// or a bare Upstash URL each, with the one token.
+/// Where a `redis://` node's password comes from when neither its URL nor
+/// `--token` gives one: edgelock's variable, then redis-cli's own.
+pub(super) const REDIS_PASSWORD_VARS: &[&str] = &["EDGELOCK_REDIS_PASSWORD", "REDISCLI_AUTH"];
+
+/// The command line's Redis nodes: `redis://…` / `rediss://…`,
+/// `webdis+http(s)://…`, `upstash+http(s)://…` or a bare Upstash URL each.
 pub(super) fn nodes_from_flags(f: &Flags) -> Result<Vec<RedisNode>, LockError> {
-    f.urls
-        .iter()
-        .map(|u| RedisNode::from_spec(u, f.token.as_deref()))
-        .collect()
+    f.urls.iter().map(|u| node_from_flags(u, f)).collect()
+}
+
+/// One node of `--redis`. An HTTP node takes the token. A `redis://` node's
+/// password is its URL's, else `--token` (giving both is refused), else the
+/// environment's password variable: a variable set for every shell gives
+/// way to a URL that says otherwise, as redis-cli lets `-u` override
+/// `REDISCLI_AUTH`.
+fn node_from_flags(url: &str, f: &Flags) -> Result<RedisNode, LockError> {
+    if !is_resp_url(url) {
+        return RedisNode::from_spec(url, f.token.as_deref());
+    }
+    if f.token_given {
+        return RedisNode::resp(url, f.token.as_deref());
+    }
+    let node = RedisNode::resp(url, None)?;
+    match (&node.token, &f.redis_password) {
+        (None, Some(password)) => RedisNode::resp(url, Some(password)),
+        _ => Ok(node),
+    }
 }
 
 impl BackendConfig for RedisConfig {

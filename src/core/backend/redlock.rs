@@ -5,7 +5,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use super::redis::{nodes_from_flags, NodeOptions, REDIS_TOKEN_VARS};
+use super::redis::{nodes_from_flags, NodeOptions, REDIS_PASSWORD_VARS, REDIS_TOKEN_VARS};
 use super::worker_vars::{list, workers_max_subscriptions, Vars, WorkerCommon};
 use super::{set, to_json, Backend, BackendConfig, BackendSpec, CommandLine, Flags, UrlList};
 use crate::core::json_fields::Fields;
@@ -67,6 +67,7 @@ impl Backend for Redlock {
             },
             token_vars: REDIS_TOKEN_VARS,
             password_var: None,
+            redis_password_vars: REDIS_PASSWORD_VARS,
             fair: false,
         })
     }
