@@ -24,7 +24,7 @@ fn flags(o: &Options) -> Result<Flags, Exit> {
     Ok(Flags {
         urls: o.urls.clone(),
         token: token(o),
-        token_given: o.token.is_some(),
+        token_from_env: o.token.is_none(),
         redis_password: first_set(o.line.redis_password_vars),
         prefix: o.prefix.clone(),
         ttl_ms: o.ttl_ms,

@@ -79,10 +79,11 @@ pub struct Flags {
     pub urls: Vec<String>,
     /// `--token`, else the first set variable of [`CommandLine::token_vars`].
     pub token: Option<String>,
-    /// Whether `token` is `--token` itself (not read from a variable): a
-    /// `redis://` node takes it as its password, and refuses it beside a
-    /// password in its URL.
-    pub token_given: bool,
+    /// Whether `token` was read from a variable of
+    /// [`CommandLine::token_vars`] rather than given (`--token`): a
+    /// `redis://` node takes a given token as its password (and refuses it
+    /// beside a password in its URL), never a token variable's.
+    pub token_from_env: bool,
     /// The first set variable of [`CommandLine::redis_password_vars`]: the
     /// password of a `redis://` node whose URL and `--token` give none.
     pub redis_password: Option<String>,
@@ -204,10 +205,10 @@ mod tests {
 
     #[test]
     fn a_redis_url_takes_its_password_from_the_url_the_token_or_the_environment() {
-        let node = |url: &str, token: Option<&str>, given: bool, env: Option<&str>| {
+        let node = |url: &str, token: Option<&str>, from_env: bool, env: Option<&str>| {
             let f = Flags {
                 token: token.map(String::from),
-                token_given: given,
+                token_from_env: from_env,
                 redis_password: env.map(String::from),
                 ..flags(&[url])
             };
@@ -222,14 +223,14 @@ mod tests {
             (n.protocol, n.url.as_str(), n.token.as_deref()),
             (RedisProtocol::Resp, "redis://h:6380/2", Some("url-pw"))
         );
-        let n = node("rediss://u@h", Some("flag-pw"), true, Some("env-pw")).unwrap();
+        let n = node("rediss://u@h", Some("flag-pw"), false, Some("env-pw")).unwrap();
         assert_eq!(n.token.as_deref(), Some("flag-pw"));
         let n = node("redis://h", None, false, Some("env-pw")).unwrap();
         assert_eq!(n.token.as_deref(), Some("env-pw"));
         // An Upstash token from the environment is no Redis password.
-        let n = node("redis://h", Some("upstash-token"), false, None).unwrap();
+        let n = node("redis://h", Some("upstash-token"), true, None).unwrap();
         assert_eq!(n.token, None);
-        let e = node("redis://:url-pw@h", Some("flag-pw"), true, None).unwrap_err();
+        let e = node("redis://:url-pw@h", Some("flag-pw"), false, None).unwrap_err();
         assert_eq!(e.code(), "INVALID_ARGUMENT");
         assert!(e.to_string().contains("once"), "{e}");
         let e = node("redis://:url-pw@h:0", None, false, None).unwrap_err();
@@ -237,6 +238,7 @@ mod tests {
         // Redlock: an HTTP node takes the token, a redis:// node its password.
         let f = Flags {
             token: Some("tok".into()),
+            token_from_env: true,
             redis_password: Some("env-pw".into()),
             ..flags(&["https://a", "redis://b", "redis://:own@c"])
         };

@@ -98,7 +98,7 @@ fn node_from_flags(url: &str, f: &Flags) -> Result<RedisNode, LockError> {
     if !is_resp_url(url) {
         return RedisNode::from_spec(url, f.token.as_deref());
     }
-    if f.token_given {
+    if !f.token_from_env && f.token.is_some() {
         return RedisNode::resp(url, f.token.as_deref());
     }
     let node = RedisNode::resp(url, None)?;
