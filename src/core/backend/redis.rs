@@ -5,7 +5,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use super::worker_vars::{workers_max_subscriptions, Vars, WorkerCommon};
+use super::worker_vars::{in_var, workers_max_subscriptions, Vars, WorkerCommon};
 use super::{set, to_json, Backend, BackendConfig, BackendSpec, CommandLine, Flags, UrlList};
 use crate::core::json_fields::Fields;
 use crate::core::redis::address::is_resp_url;
@@ -30,12 +30,15 @@ impl Backend for Redis {
         ))
     }
 
-    /// `EDGELOCK_REDIS_URL` and `EDGELOCK_REDIS_TOKEN`, and the common ones.
+    /// `EDGELOCK_REDIS_URL` and `EDGELOCK_REDIS_TOKEN` (the Upstash token,
+    /// or a `redis://` node's password unless its URL holds one: not both),
+    /// and the common ones.
     fn read_worker_vars(&self, var: Vars, c: WorkerCommon) -> Result<BackendSpec, LockError> {
         let url = var("EDGELOCK_REDIS_URL").ok_or_else(|| {
             LockError::invalid("EDGELOCK_REDIS_URL is required for the redis backend")
         })?;
-        let node = RedisNode::from_spec(&url, var("EDGELOCK_REDIS_TOKEN").as_deref())?;
+        let node = RedisNode::from_spec(&url, var("EDGELOCK_REDIS_TOKEN").as_deref())
+            .map_err(in_var("EDGELOCK_REDIS_URL"))?;
         let mut cfg = RedisConfig::new(node);
         set(&mut cfg.prefix, c.prefix);
         set(&mut cfg.ttl_ms, c.ttl);
