@@ -3,7 +3,9 @@
 use std::collections::VecDeque;
 
 use super::operation::{Event, Outcome};
-use super::types::{HttpRequest, LockId, LostReason, Millis, OpId, RequestId, Transmit};
+use super::types::{
+    HttpRequest, LockId, LostReason, Millis, OpId, Redacted, RequestId, StreamOpen, Transmit,
+};
 use super::LockError;
 
 /// Allocates request, operation and lock ids, and queues the transmits and
@@ -37,7 +39,15 @@ impl Outbox {
     pub fn send(&mut self, req: HttpRequest) {
         self.transmits.push_back(Transmit::Send(req));
     }
-    /// Queues a cancel of request `id` for the driver.
+    /// Queues the opening of a byte stream for the driver.
+    pub fn open(&mut self, stream: StreamOpen) {
+        self.transmits.push_back(Transmit::Open(stream));
+    }
+    /// Queues bytes to write on stream `id`.
+    pub fn write(&mut self, id: RequestId, data: Redacted) {
+        self.transmits.push_back(Transmit::Write { id, data });
+    }
+    /// Queues a cancel of request `id` (or the close of stream `id`) for the driver.
     pub fn cancel(&mut self, id: RequestId) {
         self.transmits.push_back(Transmit::Cancel(id));
     }

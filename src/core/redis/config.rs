@@ -184,7 +184,17 @@ mod spec_tests {
         );
         let bare = RedisNode::from_spec("https://x.upstash.io", None).unwrap();
         assert_eq!(bare.protocol, RedisProtocol::Upstash);
-        let err = RedisNode::from_spec("redis://127.0.0.1:6379", Some("t0k3n")).unwrap_err();
+        let tcp = RedisNode::from_spec("redis://127.0.0.1:6379", Some("t0k3n")).unwrap();
+        assert_eq!(
+            (tcp.protocol, tcp.url.as_str(), tcp.token.as_deref()),
+            (RedisProtocol::Resp, "redis://127.0.0.1:6379", Some("t0k3n"))
+        );
+        let moved = RedisNode::from_spec("rediss://u:pw@h/2", None).unwrap();
+        assert_eq!(
+            (moved.url.as_str(), moved.token.as_deref()),
+            ("rediss://u@h:6379/2", Some("pw"))
+        );
+        let err = RedisNode::from_spec("tcp://127.0.0.1:6379", Some("t0k3n")).unwrap_err();
         assert_eq!(err.code(), "INVALID_ARGUMENT");
         assert!(!err.to_string().contains("t0k3n"));
     }

@@ -6,8 +6,8 @@
 
 use crate::core::runtime::VecMap;
 
-use super::codec::NodeCodec;
 use super::keys::{fence_key, lock_key};
+use super::link::NodeLink;
 use super::quorum::quorum;
 use super::round::NodeError;
 use super::scripts::Script;
@@ -134,7 +134,7 @@ pub(super) enum Spawn {
 
 pub(crate) struct Context {
     pub(super) s: Settings,
-    pub(super) nodes: Vec<NodeCodec>,
+    pub(super) nodes: Vec<NodeLink>,
     pub(super) entropy: Box<dyn Entropy + Send>,
     pub(super) rt: Runtime<RequestOwner, TimerKey>,
     pub(super) locks: VecMap<LockId, Held>,
@@ -147,11 +147,7 @@ pub(crate) struct Context {
 }
 
 impl Context {
-    pub(super) fn new(
-        s: Settings,
-        nodes: Vec<NodeCodec>,
-        entropy: Box<dyn Entropy + Send>,
-    ) -> Self {
+    pub(super) fn new(s: Settings, nodes: Vec<NodeLink>, entropy: Box<dyn Entropy + Send>) -> Self {
         let n = nodes.len();
         Context {
             s,

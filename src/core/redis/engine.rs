@@ -9,8 +9,9 @@
 
 use crate::core::runtime::VecMap;
 
-use super::codec::NodeCodec;
+use super::connection::{Answer, SubNews};
 use super::context::{Context, RequestOwner, Settings, Spawn, TaskId, TimerKey};
+use super::link::NodeLink;
 use super::round::{NodeError, Round, Slot};
 use super::scripts::{self, Script};
 use super::subscription::{PushDecoder, PushFrame};
@@ -46,6 +47,9 @@ struct Running {
 enum Sub {
     /// The streaming request is out (confirmed or not yet).
     Open { id: RequestId, failures: u32 },
+    /// On a Redis-protocol node: `channel` is subscribed on the node's one
+    /// subscriber connection, which every waiter of this client shares.
+    Shared { channel: String, failures: u32 },
     /// It ended; opened again from `retry_at` on (backing off).
     Down { retry_at: Millis, failures: u32 },
 }
@@ -59,11 +63,7 @@ pub(crate) struct Engine {
 }
 
 impl Engine {
-    pub(crate) fn new(
-        s: Settings,
-        nodes: Vec<NodeCodec>,
-        entropy: Box<dyn Entropy + Send>,
-    ) -> Self {
+    pub(crate) fn new(s: Settings, nodes: Vec<NodeLink>, entropy: Box<dyn Entropy + Send>) -> Self {
         Engine {
             cx: Context::new(s, nodes, entropy),
             tasks: VecMap::new(),
@@ -178,19 +178,25 @@ impl Engine {
         let sha = cached.map(|s| scripts::as_evalsha(cmd, s));
         let wire = sha.as_ref().unwrap_or(cmd);
         let timeout = cx.s.request_timeout_ms;
-        let Some(codec) = cx.nodes.get(node) else {
-            return (
-                Slot::Done(Err(NodeError::NotSent("no such node".into()))),
-                false,
-            );
+        let owner = RequestOwner::Round { task: tid, node };
+        let sent = match cx.nodes.get_mut(node) {
+            None => Err(NodeError::NotSent("no such node".into())),
+            Some(NodeLink::Http(codec)) => cx
+                .rt
+                .send(now, owner, |id| codec.encode(id, wire, timeout))
+                .map_err(|e| NodeError::NotSent(e.to_string())),
+            Some(NodeLink::Resp(r)) => {
+                let id = cx.rt.requests.track(&mut cx.rt.out, now, owner, timeout);
+                let sent = r.commands.send(&mut cx.rt.out, now, id, wire);
+                if sent.is_err() {
+                    cx.rt.requests.finish(id);
+                }
+                sent.map(|()| id)
+            }
         };
-        match cx
-            .rt
-            .send(now, RequestOwner::Round { task: tid, node }, |id| {
-                codec.encode(id, wire, timeout)
-            }) {
+        match sent {
             Ok(id) => (Slot::Pending(id), sha.is_some()),
-            Err(e) => (Slot::Done(Err(NodeError::NotSent(e.to_string()))), false),
+            Err(e) => (Slot::Done(Err(e)), false),
         }
     }
 
@@ -293,11 +299,17 @@ impl Engine {
         };
         for node in 0..self.cx.node_count() {
             let failures = match self.subs.get(&(tid, node)) {
-                Some(Sub::Open { .. }) => continue,
+                Some(Sub::Open { .. } | Sub::Shared { .. }) => continue,
                 Some(Sub::Down { retry_at, .. }) if now < *retry_at => continue,
                 Some(Sub::Down { failures, .. }) => *failures,
                 None => 0,
             };
+            if matches!(self.cx.nodes.get(node), Some(NodeLink::Resp(_))) {
+                if self.subscriber_allowed(node) {
+                    self.subscribe_shared(tid, node, &channel, failures, now);
+                }
+                continue;
+            }
             let open = self
                 .subs
                 .values()
@@ -307,8 +319,8 @@ impl Engine {
                 return;
             }
             let cx = &mut self.cx;
-            let Some(codec) = cx.nodes.get(node) else {
-                return;
+            let Some(NodeLink::Http(codec)) = cx.nodes.get(node) else {
+                continue;
             };
             let owner = RequestOwner::Stream {
                 task: tid,
@@ -330,6 +342,51 @@ impl Engine {
         }
     }
 
+    /// Whether node `node` may carry subscriptions: its subscriber stream is
+    /// open already, or fewer than `max_subscriptions` are (a Worker's
+    /// connection cap: each is one more open connection).
+    fn subscriber_allowed(&self, node: usize) -> bool {
+        let in_use = |l: &NodeLink| matches!(l, NodeLink::Resp(r) if r.pubsub.in_use());
+        let Some(link) = self.cx.nodes.get(node) else {
+            return false;
+        };
+        in_use(link)
+            || self.cx.nodes.iter().filter(|l| in_use(l)).count() < self.cx.s.max_subscriptions
+    }
+
+    /// Subscribes task `tid` to `channel` on Redis-protocol node `node`'s
+    /// shared subscriber connection; a channel confirmed already is live
+    /// for the task at once.
+    fn subscribe_shared(
+        &mut self,
+        tid: TaskId,
+        node: usize,
+        channel: &str,
+        failures: u32,
+        now: Millis,
+    ) {
+        let Some(NodeLink::Resp(r)) = self.cx.nodes.get_mut(node) else {
+            return;
+        };
+        match r.pubsub.subscribe(&mut self.cx.rt.out, now, channel) {
+            Ok(confirmed) => {
+                let channel = channel.to_string();
+                self.subs
+                    .insert((tid, node), Sub::Shared { channel, failures });
+                if confirmed {
+                    self.push(tid, node, Push::Live, now);
+                }
+            }
+            Err(_) => {
+                let sub = Sub::Down {
+                    retry_at: self.backoff(now, failures + 1),
+                    failures: failures + 1,
+                };
+                self.subs.insert((tid, node), sub);
+            }
+        }
+    }
+
     /// Closes every subscription of task `tid`.
     fn close_streams(&mut self, tid: TaskId) {
         let keys: Vec<(TaskId, usize)> = self
@@ -338,9 +395,23 @@ impl Engine {
             .map(|(k, _)| *k)
             .collect();
         for key in keys {
-            if let Some(Sub::Open { id, .. }) = self.subs.remove(&key) {
-                self.cx.rt.cancel(id);
+            match self.subs.remove(&key) {
+                Some(Sub::Open { id, .. }) => {
+                    self.cx.rt.cancel(id);
+                }
+                Some(Sub::Shared { channel, .. }) => self.unsubscribe_shared(key.1, &channel),
+                Some(Sub::Down { .. }) | None => {}
             }
+        }
+    }
+
+    /// Unsubscribes `channel` on node `node` once no task listens on it.
+    fn unsubscribe_shared(&mut self, node: usize, channel: &str) {
+        let still = self.subs.iter().any(|((_, n), s)| {
+            *n == node && matches!(s, Sub::Shared { channel: c, .. } if c == channel)
+        });
+        if let (false, Some(NodeLink::Resp(r))) = (still, self.cx.nodes.get_mut(node)) {
+            r.pubsub.unsubscribe(&mut self.cx.rt.out, channel);
         }
     }
 
@@ -396,7 +467,11 @@ impl Engine {
     /// Subscription (`tid`, `node`) is gone: open it again after its back-off.
     fn stream_down(&mut self, tid: TaskId, node: usize, now: Millis) {
         let failures = match self.subs.get(&(tid, node)) {
-            Some(Sub::Open { failures, .. } | Sub::Down { failures, .. }) => failures + 1,
+            Some(
+                Sub::Open { failures, .. }
+                | Sub::Shared { failures, .. }
+                | Sub::Down { failures, .. },
+            ) => failures + 1,
             None => return,
         };
         self.subs.insert(
@@ -444,6 +519,15 @@ impl Engine {
             }
         }
         let drained = self.tasks.is_empty() && self.cx.locks.is_empty();
+        if drained && self.cx.rt.closing.started() {
+            // Closed clients leave no connection open.
+            for link in &mut self.cx.nodes {
+                if let NodeLink::Resp(r) = link {
+                    r.commands.shut(&mut self.cx.rt.out);
+                    r.pubsub.shut(&mut self.cx.rt.out);
+                }
+            }
+        }
         self.cx.rt.closing.finish_if(drained, &mut self.cx.rt.out);
     }
 
@@ -451,6 +535,22 @@ impl Engine {
 
     pub(crate) fn handle_input(&mut self, now: Millis, input: Input) {
         let id = input.id();
+        if let Some(node) = self.connection_of(id) {
+            let (answers, news) = match self.cx.nodes.get_mut(node) {
+                Some(NodeLink::Resp(r)) if r.pubsub.owns(id) => {
+                    let answers = r.pubsub.on_input(&mut self.cx.rt.out, now, input);
+                    (answers, r.pubsub.take_news())
+                }
+                Some(NodeLink::Resp(r)) => (
+                    r.commands.on_input(&mut self.cx.rt.out, now, input),
+                    Vec::new(),
+                ),
+                _ => (Vec::new(), Vec::new()),
+            };
+            self.on_stream_answers(answers, now);
+            self.on_sub_news(node, news, now);
+            return self.settle(now);
+        }
         if matches!(
             self.cx.rt.requests.owner(id),
             Some(RequestOwner::Stream { .. })
@@ -461,14 +561,88 @@ impl Engine {
         let Some(RequestOwner::Round { task: tid, node }) = self.cx.rt.requests.finish(id) else {
             return;
         };
-        let Some(codec) = self.cx.nodes.get(node) else {
+        let Some(result) = self.decode_http(tid, node, id, input) else {
             return;
         };
-        let Some(round) = self.tasks.get_mut(&tid).and_then(|r| r.round.as_mut()) else {
-            return;
+        self.on_node_answer(tid, node, id, result, now);
+        self.settle(now);
+    }
+
+    /// The node whose Redis-protocol connection is stream `id`.
+    fn connection_of(&self, id: RequestId) -> Option<usize> {
+        self.cx.nodes.iter().position(
+            |l| matches!(l, NodeLink::Resp(r) if r.commands.owns(id) || r.pubsub.owns(id)),
+        )
+    }
+
+    /// What node `node`'s subscriber connection reported, told to the
+    /// tasks listening on the channel it concerns.
+    fn on_sub_news(&mut self, node: usize, news: Vec<SubNews>, now: Millis) {
+        for n in news {
+            let (channel, push) = match n {
+                SubNews::Confirmed(ch) => (Some(ch), Push::Live),
+                SubNews::Message(ch, payload) => (Some(ch), Push::Message(payload)),
+                SubNews::Down => (None, Push::Down),
+            };
+            let listening: Vec<TaskId> = self
+                .subs
+                .iter()
+                .filter(|((_, n), sub)| {
+                    *n == node
+                        && matches!(sub, Sub::Shared { channel: c, .. }
+                            if channel.as_ref().is_none_or(|ch| ch == c))
+                })
+                .map(|((tid, _), _)| *tid)
+                .collect();
+            for tid in listening {
+                match &push {
+                    Push::Down => self.stream_down(tid, node, now),
+                    Push::Live => {
+                        if let Some(Sub::Shared { failures, .. }) = self.subs.get_mut(&(tid, node))
+                        {
+                            *failures = 0;
+                        }
+                        self.push(tid, node, Push::Live, now);
+                    }
+                    Push::Message(p) => self.push(tid, node, Push::Message(p.clone()), now),
+                }
+            }
+        }
+    }
+
+    /// Answers read on a connection, each to the round that still waits for it.
+    fn on_stream_answers(&mut self, answers: Vec<Answer>, now: Millis) {
+        for (id, result) in answers {
+            if let Some(RequestOwner::Round { task, node }) = self.cx.rt.requests.finish(id) {
+                let result = result.map(|v| self.scrub_value(node, v));
+                self.on_node_answer(task, node, id, result, now);
+            }
+        }
+    }
+
+    /// Redis error replies are data too (`-ERR …` may quote what it was
+    /// sent, a password included): scrubbed like failures.
+    fn scrub_value(&self, node: usize, v: RedisValue) -> RedisValue {
+        match (v, self.cx.nodes.get(node)) {
+            (RedisValue::Error(e), Some(link)) => RedisValue::Error(link.scrub(&e)),
+            (v, _) => v,
+        }
+    }
+
+    /// An HTTP node's answer to task `tid`'s round as a reply or a failure.
+    fn decode_http(
+        &mut self,
+        tid: TaskId,
+        node: usize,
+        id: RequestId,
+        input: Input,
+    ) -> Option<Result<RedisValue, NodeError>> {
+        let Some(NodeLink::Http(codec)) = self.cx.nodes.get(node) else {
+            return None;
         };
+        let round = self.tasks.get(&tid).and_then(|r| r.round.as_ref())?;
         let sha = round.sha.get(node).copied().unwrap_or(false);
-        let result = match input {
+        Some(match input {
             // Webdis names its reply after the command as sent.
             Input::Response { status, body, .. } => codec
                 .decode(if sha { &EVALSHA } else { &round.cmd }, status, &body)
@@ -492,8 +666,26 @@ impl Engine {
                 self.cx.rt.out.cancel(id);
                 Err(NodeError::Transport("unexpected streamed answer".into()))
             }
+        })
+    }
+
+    /// Node `node`'s answer to request `id` of task `tid`'s round: a
+    /// `NOSCRIPT` sends the `EVAL` again; anything else counts in the round.
+    fn on_node_answer(
+        &mut self,
+        tid: TaskId,
+        node: usize,
+        id: RequestId,
+        result: Result<RedisValue, NodeError>,
+        now: Millis,
+    ) {
+        let Some(round) = self.tasks.get(&tid).and_then(|r| r.round.as_ref()) else {
+            return;
         };
-        let cmd = round.cmd.clone();
+        let (cmd, sha) = (
+            round.cmd.clone(),
+            round.sha.get(node).copied().unwrap_or(false),
+        );
         if self.learn_script_cache(node, &cmd, sha, &result) {
             // NOSCRIPT: the node lost its script cache. Send the EVAL instead,
             // in the same round.
@@ -503,8 +695,7 @@ impl Engine {
                     (round.slots[node], round.sha[node]) = (slot, sha);
                 }
             }
-            self.round_progress(tid, now);
-            return self.settle(now);
+            return self.round_progress(tid, now);
         }
         let Some(round) = self.tasks.get_mut(&tid).and_then(|r| r.round.as_mut()) else {
             return;
@@ -512,7 +703,6 @@ impl Engine {
         if round.answer(node, id, result) {
             self.round_progress(tid, now);
         }
-        self.settle(now);
     }
 
     pub(crate) fn handle_timeout(&mut self, now: Millis) {
@@ -530,6 +720,11 @@ impl Engine {
             if let Some(round) = self.tasks.get_mut(&tid).and_then(|r| r.round.as_mut()) {
                 round.answer(node, id, Err(NodeError::Timeout));
                 waiting.push(tid);
+            }
+            // A command late on a stream: the connection may be half-open.
+            if let Some(NodeLink::Resp(r)) = self.cx.nodes.get_mut(node) {
+                let others = r.commands.timed_out(&mut self.cx.rt.out, now, id);
+                self.on_stream_answers(others, now);
             }
         }
         waiting.dedup();

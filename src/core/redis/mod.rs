@@ -26,10 +26,12 @@
 pub mod address;
 pub(crate) mod codec;
 mod config;
+mod connection;
 mod context;
 pub mod election;
 mod engine;
 pub(crate) mod keys;
+mod link;
 pub(crate) mod quorum;
 pub mod redlock;
 pub(crate) mod resp;

@@ -96,10 +96,10 @@
 //! without persistence must stay unavailable for at least the longest TTL
 //! ("delayed restart"), or a quorum may be formed twice.
 
-use super::codec::NodeCodec;
 use super::config::{validate_common, RedisNode, DEFAULT_MAX_SUBSCRIPTIONS};
 use super::context::Settings;
 use super::engine::{delegate_lock_machine, Engine};
+use super::link::NodeLink;
 use crate::core::{BackendKind, Entropy, LockError};
 
 /// Most nodes a Redlock client accepts (every attempt talks to all of them).
@@ -200,13 +200,13 @@ impl RedlockMachine {
         let nodes = cfg
             .nodes
             .iter()
-            .map(NodeCodec::new)
+            .map(|n| NodeLink::new(n, cfg.request_timeout_ms, cfg.retry_delay_ms))
             .collect::<Result<Vec<_>, _>>()?;
         for (i, a) in nodes.iter().enumerate() {
-            if nodes[..i].iter().any(|b| b.base_url() == a.base_url()) {
+            if nodes[..i].iter().any(|b| b.name() == a.name()) {
                 return Err(LockError::invalid(format!(
                     "node {} is listed twice",
-                    a.base_url()
+                    a.name()
                 )));
             }
         }

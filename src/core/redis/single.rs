@@ -24,12 +24,12 @@
 //! AOF/RDB persistence, or Redlock with `RedlockFencing::Strict`, if tokens
 //! must survive restarts).
 
-use super::codec::NodeCodec;
 use super::config::{
     validate_common, RedisNode, RedisProtocol, DEFAULT_DRIFT_FACTOR, DEFAULT_MAX_SUBSCRIPTIONS,
 };
 use super::context::Settings;
 use super::engine::{delegate_lock_machine, Engine};
+use super::link::NodeLink;
 use crate::core::{BackendKind, Entropy, LockError};
 
 /// Configuration of a single-node Redis client; [`RedisConfig::new`] gives the
@@ -108,7 +108,7 @@ impl RedisMachine {
             cfg.retry_delay_ms,
             cfg.retry_jitter_ms,
         )?;
-        let node = NodeCodec::new(&cfg.node)?;
+        let node = NodeLink::new(&cfg.node, cfg.request_timeout_ms, cfg.retry_delay_ms)?;
         let settings = Settings {
             backend: BackendKind::Redis,
             prefix: cfg.prefix,

@@ -46,6 +46,22 @@ impl<O> Requests<O> {
         Ok(id)
     }
 
+    /// Remembers `owner` and a deadline `timeout_ms` from `now` for a fresh
+    /// id, without sending anything: for a command that travels on a
+    /// byte stream, whose answer is matched to the id by its connection.
+    pub(crate) fn track(
+        &mut self,
+        out: &mut Outbox,
+        now: Millis,
+        owner: O,
+        timeout_ms: u64,
+    ) -> RequestId {
+        let id = out.request_id();
+        let deadline = Some(now.saturating_add(timeout_ms));
+        self.map.insert(id, InFlight { owner, deadline });
+        id
+    }
+
     /// The owner of request `id`, if it is still in flight.
     pub(crate) fn owner(&self, id: RequestId) -> Option<&O> {
         self.map.get(&id).map(|r| &r.owner)

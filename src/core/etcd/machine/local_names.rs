@@ -2,7 +2,7 @@
 
 use std::collections::VecDeque;
 
-use super::{AcqPhase, EtcdMachine, HeldLock, OpKind};
+use super::{EtcdMachine, HeldLock};
 use crate::core::{Millis, OpId};
 
 impl EtcdMachine {
@@ -30,10 +30,7 @@ impl EtcdMachine {
         };
         match next {
             Some(op) => {
-                if let Some(OpKind::Acquire(a)) = self.ops.get_mut(&op).map(|o| &mut o.kind) {
-                    a.phase = AcqPhase::NeedLease;
-                }
-                self.acquire_step(now, op);
+                self.unqueue_acquire(now, op);
             }
             None => {
                 self.busy_names.remove(name);

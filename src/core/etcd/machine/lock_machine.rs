@@ -63,24 +63,14 @@ impl LockMachine for EtcdMachine {
 
     fn cancel(&mut self, now: Millis, op: OpId) {
         if self.is_observe(op) {
-            return self.cancel_observe(op);
+            return self.cancel_observe(now, op);
         }
         let Some(o) = self.ops.get(&op) else { return };
         if let OpKind::AcquireSet(_) = &o.kind {
             return self.cancel_set(now, op);
         }
-        if let OpKind::Acquire(a) = &o.kind {
-            if a.phase != AcqPhase::Cleanup {
-                let name = a.name.clone();
-                self.cleanup(
-                    now,
-                    op,
-                    Ending::Error(LockError::Aborted {
-                        backend: BACKEND,
-                        name,
-                    }),
-                );
-            }
+        if let OpKind::Acquire(_) = &o.kind {
+            self.cancel_acquire(now, op);
         }
     }
 
@@ -311,10 +301,7 @@ impl EtcdMachine {
         // Permits and shared holds have keys of their own per acquisition:
         // one client may hold several of one name, so they never queue locally.
         if own_key || self.claim_name(name, op) {
-            if let Some(a) = self.acquire_mut(op) {
-                a.phase = AcqPhase::NeedLease;
-            }
-            self.acquire_step(now, op);
+            self.unqueue_acquire(now, op);
         } else if opts.wait == Wait::Try {
             // This client itself holds or is acquiring the name.
             self.finish_acquire(now, op, Ending::NotAcquired);

@@ -8,14 +8,18 @@
 //!   retrying on the next endpoint and routing answers; `timers.rs`: the
 //!   one timer table.
 //! - `operations.rs`: the op table's driver; `ops/`: one state struct per
-//!   operation taken by value at each step (release, extend, resume,
-//!   inspect, re-entry and the hold count, proclaim, leader; see `ops/mod.rs`).
-//! - The acquire recipe: `acquire.rs` (txn, predecessor watch, grant,
-//!   cleanup), with the kinds' parts in `permits.rs` (semaphores),
-//!   `shared.rs` (readers) and `election.rs` (a campaign's value, observe;
-//!   proclaim and the leader query are `ops/proclaim.rs`, `ops/leader.rs`);
-//!   `acquire_kind.rs` is what the kinds' acquires differ in; `sets.rs` is `AcquireAll` in one txn; `local_names.rs` queues
-//!   a second local acquire of a name.
+//!   operation (release, extend, resume, inspect, re-entry and the hold
+//!   count, proclaim, leader, observe, acquire, `AcquireAll`; see
+//!   `ops/mod.rs`).
+//! - The acquire recipe: `ops/acquire/mod.rs` (txn, predecessor watch,
+//!   grant, cleanup), with what the kinds differ in in `ops/acquire/kind.rs`
+//!   and their own parts in `ops/acquire/permits.rs` (semaphores),
+//!   `ops/acquire/shared.rs` (readers) and `election.rs` (a campaign's
+//!   value, the election recipe); `ops/sets.rs` is `AcquireAll` in one txn;
+//!   `local_names.rs` queues a second local acquire of a name.
+//! - Modules point one way: everything under `ops/` reaches the machine's
+//!   state through `mod.rs` and never names the files beside `ops/`
+//!   (`scripts/check-module-cycles.py` checks it).
 //! - The session: `session.rs` (grant, keepalive, key checks, loss) and
 //!   `ghosts.rs` (deleting keys a lost txn left on the lease).
 //! - Tests: `scripted.rs` drives the machine by hand; `*_tests.rs`.
@@ -28,8 +32,6 @@ use crate::core::json_stream::JsonObjectSplitter;
 use crate::core::runtime::{Runtime, VecMap};
 use crate::core::{Entropy, LockError, LockId, LockKind, Millis, OpId, RequestId, TransportError};
 
-mod acquire;
-mod acquire_kind;
 mod election;
 #[cfg(test)]
 mod election_tests;
@@ -38,24 +40,21 @@ mod local_names;
 mod lock_machine;
 mod operations;
 mod ops;
-mod permits;
 #[cfg(test)]
 mod reentry_tests;
 mod requests;
 #[cfg(test)]
 mod scripted;
 mod session;
-mod sets;
 #[cfg(test)]
 mod sets_tests;
-mod shared;
 mod timers;
 
-use acquire::{AcqPhase, Acquire, Ending};
-use acquire_kind::AcquireKind;
+use ops::acquire::kind::AcquireKind;
+use ops::acquire::{permits, shared, AcqPhase, Acquire, Ending};
+use ops::sets;
 use ops::{
-    ExtendOp, InspectOp, LeaderOp, Next, Op, OpKind, ProclaimOp, ReenterOp, ReleaseOp, Reply,
-    ResumeOp,
+    ExtendOp, InspectOp, Next, Op, OpKind, ProclaimOp, ReenterOp, ReleaseOp, Reply, ResumeOp,
 };
 use timers::TimerKey;
 
@@ -183,7 +182,7 @@ struct HeldLock {
     /// A release is in flight: a check that misses the key is the release's
     /// own doing, not a loss.
     releasing: bool,
-    /// A hold taken by [`Operation::Reenter`] (see `ops/hold_count.rs`): it shares
+    /// A hold taken by [`Operation::Reenter`](crate::core::Operation::Reenter) (see `ops/hold_count.rs`): it shares
     /// the key of an outer hold and does not claim the name locally (the
     /// outer hold, if it is local, does; its claim passes on to a local
     /// hold of the same key when it is released first).

@@ -6,10 +6,10 @@
 use crate::core::names::validate_name;
 
 use super::{
-    permits, EtcdMachine, ExtendOp, Failure, HeldLock, InspectOp, Next, Op, OpKind, Orphan,
-    Purpose, ReenterOp, ReleaseOp, Reply, ResumeOp, BACKEND,
+    permits, EtcdMachine, ExtendOp, Failure, HeldKind, HeldLock, InspectOp, Next, Op, OpKind,
+    Orphan, ProclaimOp, Purpose, ReenterOp, ReleaseOp, Reply, ResumeOp, BACKEND, ORPHAN_RETRY_MS,
 };
-use crate::core::{BackendKind, LockError, LockHandle, LockId, Millis, OpId};
+use crate::core::{BackendKind, LockError, LockHandle, LockId, Millis, OpId, RequestId};
 
 impl EtcdMachine {
     /// The answer to operation `op`'s request: its state takes a step.
@@ -20,13 +20,6 @@ impl EtcdMachine {
         sent_at: Millis,
         result: Result<(u16, Vec<u8>), Failure>,
     ) {
-        let Some(o) = self.ops.get(&op) else { return };
-        match &o.kind {
-            OpKind::Acquire(_) => return self.on_acquire_reply(now, op, result),
-            OpKind::Observe(_) => return self.on_observe_reply(now, op, result),
-            OpKind::AcquireSet(_) => return self.on_set_reply(now, op, result),
-            _ => {}
-        }
         let Some(Op { kind, .. }) = self.ops.remove(&op) else {
             return;
         };
@@ -39,7 +32,9 @@ impl EtcdMachine {
             OpKind::Inspect(s) => s.step(self, op, reply),
             OpKind::Proclaim(s) => s.step(self, now, op, reply),
             OpKind::Leader(s) => s.step(self, op, reply),
-            OpKind::Acquire(_) | OpKind::Observe(_) | OpKind::AcquireSet(_) => Next::Done,
+            OpKind::Acquire(s) => s.step(self, now, op, reply),
+            OpKind::Observe(s) => (*s).step(self, now, op, reply),
+            OpKind::AcquireSet(s) => s.step(self, now, op, reply),
         };
         self.follow(now, op, next);
     }
@@ -47,16 +42,39 @@ impl EtcdMachine {
     /// Does what a state's step asked for: sends its request and keeps the
     /// state in the table until the answer (or forgets nothing: `Done`).
     pub(super) fn follow(&mut self, now: Millis, op: OpId, next: Next) {
-        if let Next::Send { state, path, body } = next {
-            let req = self.send(now, Purpose::Op(op), path, body, false);
-            self.ops.insert(
-                op,
-                Op {
-                    req: Some(req),
-                    kind: *state,
-                },
-            );
+        match next {
+            Next::Send { state, path, body } => {
+                let req = self.send(now, Purpose::Op(op), path, body, false);
+                self.keep_op(op, *state, Some(req));
+            }
+            Next::Watch { state, body } => {
+                let req = self.send(now, Purpose::Op(op), "/v3/watch", body, true);
+                self.keep_op(op, *state, Some(req));
+            }
+            Next::Keep { state, req } => self.keep_op(op, *state, req),
+            Next::AwaitLease(state) => {
+                let set = matches!(*state, OpKind::AcquireSet(_));
+                self.keep_op(op, *state, None);
+                if set {
+                    self.set_step(now, op);
+                } else {
+                    self.acquire_step(now, op);
+                }
+            }
+            Next::LeaseLost {
+                state,
+                lease,
+                reason,
+            } => {
+                self.keep_op(op, *state, None);
+                self.lease_lost(now, lease, reason);
+            }
+            Next::Done => {}
         }
+    }
+
+    fn keep_op(&mut self, op: OpId, kind: OpKind, req: Option<RequestId>) {
+        self.ops.insert(op, Op { req, kind });
     }
 
     pub(super) fn start_release(&mut self, now: Millis, lock: LockId) -> Result<OpId, LockError> {
@@ -110,6 +128,50 @@ impl EtcdMachine {
         Ok(op)
     }
 
+    /// The name operation `op` is about (for its errors).
+    pub(super) fn op_name(&self, op: OpId) -> String {
+        match self.ops.get(&op).map(|o| &o.kind) {
+            Some(OpKind::Acquire(a)) => a.name.clone(),
+            Some(OpKind::Inspect(i)) => i.name().to_string(),
+            Some(OpKind::Observe(o)) => Self::observe_name(o).to_string(),
+            Some(OpKind::Leader(l)) => l.name().to_string(),
+            Some(OpKind::Proclaim(p)) => self.lock_name(p.lock()),
+            Some(OpKind::Resume(r)) => r.name().to_string(),
+            Some(OpKind::Reenter(r)) => r.name().to_string(),
+            Some(OpKind::AcquireSet(s)) => s.members[0].name.clone(),
+            Some(OpKind::Release(r)) => self.lock_name(r.lock()),
+            Some(OpKind::Extend(e)) => self.lock_name(e.lock()),
+            None => String::new(),
+        }
+    }
+
+    fn lock_name(&self, lock: LockId) -> String {
+        self.locks
+            .get(&lock)
+            .map(|l| l.name.clone())
+            .unwrap_or_default()
+    }
+
+    /// Starts a proclaim on leadership `lock` (see `ops/proclaim.rs`).
+    pub(super) fn start_proclaim(
+        &mut self,
+        now: Millis,
+        lock: LockId,
+        value: &str,
+    ) -> Result<OpId, LockError> {
+        self.check_open()?;
+        crate::core::operation::check_campaign_value(value)?;
+        if matches!(self.locks.get(&lock), Some(h) if !matches!(h.kind, HeldKind::Leader)) {
+            return Err(LockError::invalid(
+                "proclaim needs a leadership (a campaign's lock), not a lock",
+            ));
+        }
+        let op = self.rt.out.op_id();
+        let next = ProclaimOp::start(self, op, lock, value);
+        self.follow(now, op, next);
+        Ok(op)
+    }
+
     /// Gives up on a held lock's keys locally and deletes each (that
     /// incarnation) in the background, from `retry_at`.
     pub(super) fn orphan_keys_of(&mut self, h: HeldLock, retry_at: Millis) {
@@ -127,6 +189,29 @@ impl EtcdMachine {
             });
         }
         self.arm_orphans();
+    }
+
+    /// The answer to an orphan's deletion: done (its name is free, if it
+    /// held it), or retried later.
+    pub(super) fn on_orphan(
+        &mut self,
+        now: Millis,
+        id: RequestId,
+        result: Result<(u16, Vec<u8>), Failure>,
+    ) {
+        let Some(i) = self.orphans.iter().position(|o| o.req == Some(id)) else {
+            return;
+        };
+        if matches!(&result, Ok((s, _)) if (200..300).contains(s)) {
+            let o = self.orphans.remove(i);
+            if o.holds_name {
+                self.free_name(now, &o.name);
+            }
+        } else {
+            self.orphans[i].req = None;
+            self.orphans[i].retry_at = now + ORPHAN_RETRY_MS;
+            self.arm_orphans();
+        }
     }
 
     /// The keys (and create revisions) a handle names: its key, and a

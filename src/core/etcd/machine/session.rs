@@ -1,13 +1,10 @@
 //! The session lease (and adopted leases): grant, keepalive, key checks, loss.
 
-use super::{
-    AcqPhase, Ending, EtcdMachine, Failure, Lease, OpKind, Purpose, BACKEND, KEYS_PER_CHECK,
-    MAX_RESTARTS,
-};
+use super::{AcqPhase, Ending, EtcdMachine, Failure, Lease, OpKind, Purpose, KEYS_PER_CHECK};
 use crate::core::etcd::gateway::{
     self as gw, GatewayError, LeaseGrantResponse, LeaseTtl, TxnResponse,
 };
-use crate::core::{LockError, LockId, LostReason, Millis, OpId, RequestId};
+use crate::core::{LockId, LostReason, Millis, OpId, RequestId};
 
 impl EtcdMachine {
     // ---- the session lease -----------------------------------------------
@@ -347,46 +344,7 @@ impl EtcdMachine {
             self.free_name(now, &name);
         }
         self.sets_on_lost_lease(now, lease);
-        let ops: Vec<OpId> = self.ops.keys().copied().collect();
-        for op in ops {
-            let Some(o) = self.ops.get_mut(&op) else {
-                continue;
-            };
-            match &mut o.kind {
-                OpKind::Acquire(a) if a.lease == Some(lease) => {
-                    let req = o.req.take();
-                    if a.phase == AcqPhase::Cleanup || a.ending.is_some() {
-                        // The key died with the lease: nothing left to clean.
-                        let ending = a.ending.clone().unwrap_or(Ending::NotAcquired);
-                        self.cancel_request(req);
-                        self.finish_acquire(now, op, ending);
-                    } else if a.phase != AcqPhase::LocalQueue && a.restarts >= MAX_RESTARTS {
-                        let name = a.name.clone();
-                        self.cancel_request(req);
-                        let error = LockError::Backend {
-                            backend: BACKEND,
-                            name,
-                            status: None,
-                            message: "the session lease keeps disappearing".into(),
-                        };
-                        self.finish_acquire(now, op, Ending::Error(error));
-                    } else if a.phase != AcqPhase::LocalQueue {
-                        a.restarts += 1;
-                        a.lease = None;
-                        a.my_rev = 0;
-                        a.phase = AcqPhase::NeedLease;
-                        if let Some(p) = a.kind.permit_mut() {
-                            // Its slot key, if a claim applied, died with the lease.
-                            p.forget_claims();
-                        }
-                        self.set_recheck(op, None);
-                        self.cancel_request(req);
-                        self.acquire_step(now, op);
-                    }
-                }
-                _ => {}
-            }
-        }
+        self.acquires_on_lost_lease(now, lease);
     }
 
     pub(super) fn lose_lock(&mut self, now: Millis, lock: LockId, reason: LostReason) {

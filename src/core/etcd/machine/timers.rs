@@ -5,9 +5,9 @@
 //! still in use, an acquire not yet ending), so a timer left armed for
 //! something that moved on is harmless.
 
-use super::{AcqPhase, Ending, EtcdMachine, Purpose, BACKEND};
+use super::{EtcdMachine, Purpose};
 use crate::core::etcd::gateway as gw;
-use crate::core::{LockError, LostReason, Millis, OpId};
+use crate::core::{LostReason, Millis, OpId};
 
 /// What a timer is for. Keys due at the same moment fire in this order.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -94,38 +94,8 @@ impl EtcdMachine {
                     self.renew(now, lease);
                 }
             }
-            TimerKey::AcquireDeadline(op) => {
-                let Some(a) = self.acquire_mut(op) else {
-                    return;
-                };
-                if a.phase == AcqPhase::Cleanup || a.ending.is_some() {
-                    return;
-                }
-                let (name, queued) = (a.name.clone(), a.phase == AcqPhase::LocalQueue);
-                let ending = Ending::Error(LockError::Timeout {
-                    backend: BACKEND,
-                    name,
-                });
-                if queued {
-                    self.finish_acquire(now, op, ending);
-                } else {
-                    self.cleanup(now, op, ending);
-                }
-            }
-            TimerKey::Recheck(op) => {
-                let Some(a) = self.acquire_mut(op) else {
-                    return;
-                };
-                if a.phase == AcqPhase::Cleanup || a.ending.is_some() {
-                    return;
-                }
-                // A watch due for its refresh is replaced, not doubled.
-                if a.phase == AcqPhase::Watch {
-                    let req = self.ops.get_mut(&op).and_then(|o| o.req.take());
-                    self.cancel_request(req);
-                }
-                self.send_predecessor_check(now, op);
-            }
+            TimerKey::AcquireDeadline(op) => self.on_acquire_deadline(now, op),
+            TimerKey::Recheck(op) => self.on_recheck(now, op),
             TimerKey::ObserveDeadline(op) => self.on_observe_deadline(now, op),
             TimerKey::ObserveRetry(op) => self.on_observe_retry(now, op),
             TimerKey::Orphans => {

@@ -16,28 +16,44 @@
 //! - `reenter.rs`: [`ReenterOp`], one more hold of an exclusive lock, counted
 //!   on etcd (`hold_count.rs` has the count key's format and parsing).
 //!
-//! Acquires, observes and `AcquireAll` keep their state in the table too
-//! ([`OpKind`]), stepped by `acquire.rs`, `election.rs` and `sets.rs`.
+//! - `acquire/`: [`Acquire`], an acquire of any kind (the kinds' parts in
+//!   `acquire/kind.rs`, `acquire/permits.rs`, `acquire/shared.rs`).
+//! - `sets.rs`: [`AcquireSet`], `AcquireAll` of free names in one txn.
+//! - `observe.rs`: [`Observe`], a read and watch of who leads a name.
+//!
+//! An acquire, an observe and a set are stepped by more than their
+//! answers: a watch stream's messages, timers, a cancel and a lost lease
+//! take them out of the table too (`acquire/entries.rs`,
+//! `EtcdMachine::with_observe`, `EtcdMachine::with_set`), so their steps
+//! may also keep them with a request still in flight, wait for the session
+//! lease or report that it is lost ([`Next::Keep`], [`Next::AwaitLease`],
+//! [`Next::LeaseLost`]).
 //!
 //! The machine (`operations.rs`) takes a state out of the table when its
 //! request's answer arrives and calls its `step` with the answer; `step`
 //! returns [`Next`]: a request to send and the state to keep until its
-//! answer, or `Done` once the operation is answered. States never send,
-//! cancel or time out requests themselves; they act on the machine's locks,
-//! leases and outbox directly.
+//! answer, or `Done` once the operation is answered. States never send
+//! requests themselves (the machine sends what [`Next`] asks for); one
+//! stepped while its request is still in flight (a cancel, a timer, a
+//! watch message) cancels that request or keeps it ([`Next::Keep`]). They
+//! act on the machine's locks, leases, timers and outbox directly.
 
+pub(super) mod acquire;
 mod extend;
 mod hold_count;
 mod inspect;
 mod leader;
+mod observe;
 mod proclaim;
 mod reenter;
 mod release;
 mod resume;
+pub(super) mod sets;
 
 pub(super) use extend::ExtendOp;
 pub(super) use inspect::InspectOp;
 pub(super) use leader::LeaderOp;
+pub(super) use observe::Observe;
 pub(super) use proclaim::ProclaimOp;
 pub(super) use reenter::ReenterOp;
 pub(super) use release::ReleaseOp;
@@ -45,11 +61,11 @@ pub(super) use resume::ResumeOp;
 
 use serde_json::Value;
 
-use super::election::Observe;
-use super::sets::AcquireSet;
-use super::{Acquire, Failure};
+use self::acquire::Acquire;
+use self::sets::AcquireSet;
+use super::Failure;
 use crate::core::etcd::gateway::{self as gw, TxnResponse};
-use crate::core::{Millis, RequestId};
+use crate::core::{LostReason, Millis, RequestId};
 
 /// An operation in flight: its state, and the request it waits for.
 pub(super) struct Op {
@@ -97,6 +113,25 @@ pub(super) enum Next {
         path: &'static str,
         body: Value,
     },
+    /// Open the watch stream `body`, keep `state`; its messages and its end
+    /// reach the state through the machine (see `acquire/entries.rs`).
+    Watch { state: Box<OpKind>, body: Value },
+    /// Keep `state` with `req` (a request still in flight, or none while a
+    /// timer or the local queue is what it waits for).
+    Keep {
+        state: Box<OpKind>,
+        req: Option<RequestId>,
+    },
+    /// Keep `state` (an acquire or a set without a key) and send its txn as
+    /// soon as the session lease can carry a key: now, if it can.
+    AwaitLease(Box<OpKind>),
+    /// Keep `state`, then handle the loss of `lease`, which reaches the
+    /// state too (it restarts or ends every acquire and set on the lease).
+    LeaseLost {
+        state: Box<OpKind>,
+        lease: i64,
+        reason: LostReason,
+    },
     /// The operation is answered (or ended without an answer).
     Done,
 }
@@ -118,6 +153,34 @@ impl Next {
     /// A keepalive of `lease`.
     pub(super) fn keepalive(state: impl Into<OpKind>, lease: i64) -> Next {
         Next::send(state, "/v3/lease/keepalive", gw::lease_id(lease))
+    }
+
+    /// A `/v3/watch` stream.
+    pub(super) fn watch(state: impl Into<OpKind>, body: Value) -> Next {
+        Next::Watch {
+            state: Box::new(state.into()),
+            body,
+        }
+    }
+
+    /// Keep `state` with `req`.
+    pub(super) fn keep(state: impl Into<OpKind>, req: Option<RequestId>) -> Next {
+        Next::Keep {
+            state: Box::new(state.into()),
+            req,
+        }
+    }
+}
+
+impl From<AcquireSet> for OpKind {
+    fn from(s: AcquireSet) -> OpKind {
+        OpKind::AcquireSet(s)
+    }
+}
+
+impl From<Acquire> for OpKind {
+    fn from(s: Acquire) -> OpKind {
+        OpKind::Acquire(s)
     }
 }
 

@@ -18,98 +18,102 @@
 
 use serde_json::Value;
 
-use super::{permits, AcqPhase, Acquire, Ending, EtcdMachine, Purpose};
+use super::super::super::EtcdMachine;
+use super::super::Next;
+use super::{permits, AcqPhase, Acquire, Ending};
 use crate::core::etcd::gateway::{self as gw, TxnResponse};
 use crate::core::{Holder, LockError, LockKind, LockStatus, Millis, OpId, Wait};
 
 /// The value of a reader key.
-pub(super) fn shared_value(random: &str) -> Vec<u8> {
+pub(in crate::core::etcd::machine) fn shared_value(random: &str) -> Vec<u8> {
     format!("r:{random}").into_bytes()
 }
 
 /// Whether a key's value is a reader's.
-pub(super) fn is_shared_value(value: &[u8]) -> bool {
+pub(in crate::core::etcd::machine) fn is_shared_value(value: &[u8]) -> bool {
     value.starts_with(b"r:")
 }
 
 /// The reader key of acquisition `op` on `lease`.
-pub(super) fn reader_key(lock_prefix: &[u8], lease: i64, op: OpId) -> Vec<u8> {
+pub(in crate::core::etcd::machine) fn reader_key(
+    lock_prefix: &[u8],
+    lease: i64,
+    op: OpId,
+) -> Vec<u8> {
     [lock_prefix, format!("r/{lease:x}.{}", op.0).as_bytes()].concat()
 }
 
 /// The readers' range `[P"r/", P"r0")`.
-pub(super) fn readers_range(lock_prefix: &[u8]) -> (Vec<u8>, Vec<u8>) {
+pub(in crate::core::etcd::machine) fn readers_range(lock_prefix: &[u8]) -> (Vec<u8>, Vec<u8>) {
     ([lock_prefix, b"r/"].concat(), [lock_prefix, b"r0"].concat())
 }
 
 /// The writers' range `[P, P"g")`: exclusive lock keys (and a semaphore's
 /// queue keys, which a reader refuses to wait for).
-pub(super) fn writers_range(lock_prefix: &[u8]) -> (Vec<u8>, Vec<u8>) {
+pub(in crate::core::etcd::machine) fn writers_range(lock_prefix: &[u8]) -> (Vec<u8>, Vec<u8>) {
     (lock_prefix.to_vec(), permits::queue_end(lock_prefix))
 }
 
 /// Whether `suffix` (after the name's prefix) is a reader key of `lease`.
-pub(super) fn is_reader_suffix_of(suffix: &str, lease: i64) -> bool {
+pub(in crate::core::etcd::machine) fn is_reader_suffix_of(suffix: &str, lease: i64) -> bool {
     suffix
         .strip_prefix("r/")
         .is_some_and(|rest| permits::is_queue_suffix_of(rest, lease))
 }
 
 /// Whether `key` is in the readers' range of `lock_prefix`.
-pub(super) fn is_reader_key(lock_prefix: &[u8], key: &[u8]) -> bool {
+pub(in crate::core::etcd::machine) fn is_reader_key(lock_prefix: &[u8], key: &[u8]) -> bool {
     key.strip_prefix(lock_prefix)
         .is_some_and(|rest| rest.starts_with(b"r/"))
 }
 
 /// The acquire txn of a reader (its key set) on `lease`.
-pub(super) fn shared_acquire_body(a: &Acquire, lease: i64) -> Value {
+pub(in crate::core::etcd::machine) fn shared_acquire_body(a: &Acquire, lease: i64) -> Value {
     let (w0, w1) = writers_range(&a.lock_prefix);
     gw::shared_acquire_txn(&a.key, &a.lock_prefix, (&w0, &w1), lease, &a.nonce)
 }
 
 /// The re-check txn of a waiting reader.
-pub(super) fn shared_check_body(a: &Acquire) -> Value {
+pub(in crate::core::etcd::machine) fn shared_check_body(a: &Acquire) -> Value {
     let (w0, w1) = writers_range(&a.lock_prefix);
     gw::shared_check_txn(&a.key, (&w0, &w1), a.my_rev)
 }
 
-impl EtcdMachine {
+impl Acquire {
     /// A shared acquire's txn (that put our key) or re-check answered
     /// (parsed, with a positive revision). A `Txn` whose compare failed is
     /// handled with the lock's: it learns our key's revision and re-checks.
-    pub(super) fn on_shared_txn(
-        &mut self,
+    pub(in crate::core::etcd::machine) fn on_shared_txn(
+        mut self,
+        m: &mut EtcdMachine,
         now: Millis,
         op: OpId,
         phase: AcqPhase,
         txn: TxnResponse,
-    ) {
-        let Some(a) = self.acquire_mut(op) else {
-            return;
-        };
+    ) -> Next {
         let revision = txn.header.revision;
         let (writer, oldest) = match phase {
             AcqPhase::Txn => {
                 let (Some(w), Some(o)) = (txn.range(0), txn.range(1)) else {
-                    return self.malformed(now, op, "shared acquire reply without its ranges");
+                    return self.malformed(m, now, op, "shared acquire reply without its ranges");
                 };
-                a.my_rev = revision;
+                self.my_rev = revision;
                 (w.kvs.first().cloned(), o.kvs.first().cloned())
             }
             AcqPhase::Predecessor => {
                 let (Some(own), Some(w)) = (txn.range(0), txn.range(1)) else {
-                    return self.malformed(now, op, "shared re-check reply without its ranges");
+                    return self.malformed(m, now, op, "shared re-check reply without its ranges");
                 };
                 if !own
                     .kvs
                     .iter()
-                    .any(|kv| kv.key == a.key && kv.create_revision == a.my_rev)
+                    .any(|kv| kv.key == self.key && kv.create_revision == self.my_rev)
                 {
-                    return self.restart_acquire(now, op);
+                    return self.restart(m, now, op);
                 }
                 (w.kvs.first().cloned(), None)
             }
-            _ => return,
+            _ => return Next::keep(self, None),
         };
         // A semaphore's keys (oldest of the name, or in the writers' range)
         // carry its limit: its name is no read-write lock.
@@ -122,23 +126,22 @@ impl EtcdMachine {
         if let Some(limit) = semaphore {
             let message = format!(
                 "{:?} is a semaphore of {limit}, not a read-write lock",
-                a.name
+                self.name
             );
-            return self.cleanup(now, op, Ending::Error(LockError::invalid(message)));
+            let ending = Ending::Error(LockError::invalid(message));
+            return self.cleanup(m, now, op, None, ending);
         }
         // Only a writer created before us matters: readers ahead share.
-        match writer.filter(|kv| kv.create_revision < a.my_rev) {
-            None => self.grant_lock(now, op, None),
-            Some(_) if a.wait == Wait::Try => self.cleanup(now, op, Ending::NotAcquired),
+        match writer.filter(|kv| kv.create_revision < self.my_rev) {
+            None => self.grant(m, now, op, None),
+            Some(_) if self.wait == Wait::Try => {
+                self.cleanup(m, now, op, None, Ending::NotAcquired)
+            }
             Some(w) => {
                 // The newest writer before us: when it goes, every older
                 // writer is gone too, or it is re-checked into the next one.
-                a.phase = AcqPhase::Watch;
-                let body = gw::watch_delete(&w.key, revision.saturating_add(1));
-                let req = self.send(now, Purpose::Op(op), "/v3/watch", body, true);
-                if let Some(o) = self.ops.get_mut(&op) {
-                    o.req = Some(req);
-                }
+                self.phase = AcqPhase::Watch;
+                Next::watch(self, gw::watch_delete(&w.key, revision.saturating_add(1)))
             }
         }
     }
@@ -147,12 +150,16 @@ impl EtcdMachine {
 /// What an inspect reports about a name that is no semaphore, from every key
 /// of its name (oldest first): an exclusive holder, or the readers that
 /// precede the oldest writer key; everyone else is queued, with kinds.
-pub(super) fn rw_status(name: &str, lock_prefix: &[u8], kvs: &[gw::KeyValue]) -> LockStatus {
+pub(in crate::core::etcd::machine) fn rw_status(
+    name: &str,
+    lock_prefix: &[u8],
+    kvs: &[gw::KeyValue],
+) -> LockStatus {
     let text = |kv: &gw::KeyValue| String::from_utf8_lossy(&kv.key).into_owned();
     let kind = |kv: &gw::KeyValue| {
         if is_reader_key(lock_prefix, &kv.key) {
             LockKind::Shared
-        } else if super::election::is_leader_value(&kv.value) {
+        } else if super::super::super::election::is_leader_value(&kv.value) {
             LockKind::Leader
         } else {
             LockKind::Exclusive
@@ -199,7 +206,7 @@ pub(super) fn rw_status(name: &str, lock_prefix: &[u8], kvs: &[gw::KeyValue]) ->
 
 #[cfg(test)]
 mod tests {
-    use super::super::{permits, EtcdMachine};
+    use super::super::permits;
     use super::{
         is_reader_key, is_reader_suffix_of, is_shared_value, reader_key, readers_range, rw_status,
         shared_value, writers_range,
@@ -207,6 +214,7 @@ mod tests {
     use crate::core::b64;
     use crate::core::etcd::gateway as gw;
     use crate::core::etcd::EtcdConfig;
+    use crate::core::etcd::EtcdMachine;
     use crate::core::{
         AcquireOptions, BackendKind, Event, Input, LockHandle, LockMachine, Operation, Outcome,
         RequestId, SeededEntropy, Transmit,
@@ -305,7 +313,7 @@ mod tests {
 
     // ---- the machine, scripted: requests out, hand-written etcd replies in ----
 
-    use super::super::scripted::{range, Script};
+    use crate::core::etcd::machine::scripted::{range, Script};
     use serde_json::Value;
 
     fn jkv(key: &[u8], rev: i64, value: &str) -> Value {

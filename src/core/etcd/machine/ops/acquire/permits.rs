@@ -16,28 +16,27 @@
 
 use serde_json::Value;
 
-use super::{
-    shared, AcqPhase, Acquire, Ending, EtcdMachine, Orphan, Purpose, BACKEND, MAX_RESTARTS,
-    WATCH_RETRY_MS,
-};
+use super::super::super::{EtcdMachine, MAX_RESTARTS, WATCH_RETRY_MS};
+use super::super::Next;
+use super::{AcqPhase, Acquire, Ending};
 use crate::core::etcd::gateway::{self as gw, TxnResponse};
 use crate::core::{Holder, LockError, LockKind, LockStatus, Millis, OpId, Wait};
 
 /// A permit acquisition's own state (next to the common [`Acquire`] fields).
-pub(super) struct PermitAcquire {
-    pub(super) limit: u32,
+pub(in crate::core::etcd::machine) struct PermitAcquire {
+    pub(in crate::core::etcd::machine) limit: u32,
     /// The slot of the claim in flight (or last sent).
-    pub(super) claiming: Option<u32>,
+    pub(in crate::core::etcd::machine) claiming: Option<u32>,
     /// Claims sent so far; bounded (each lost race means someone else took
     /// a slot: many in a row mean a misbehaving backend).
-    pub(super) claims: u32,
+    pub(in crate::core::etcd::machine) claims: u32,
     /// The slot (and its key's create revision) a claim got while the
     /// acquire was already ending: its cleanup deletes it with the queue key.
-    pub(super) claimed: Option<(u32, i64)>,
+    pub(in crate::core::etcd::machine) claimed: Option<(u32, i64)>,
 }
 
 impl PermitAcquire {
-    pub(super) fn new(limit: u32) -> PermitAcquire {
+    pub(in crate::core::etcd::machine) fn new(limit: u32) -> PermitAcquire {
         PermitAcquire {
             limit,
             claiming: None,
@@ -48,7 +47,7 @@ impl PermitAcquire {
 
     /// The acquire starts over on a new key: a slot claimed on the old
     /// key's lease went with it.
-    pub(super) fn forget_claims(&mut self) {
+    pub(in crate::core::etcd::machine) fn forget_claims(&mut self) {
         (self.claiming, self.claims) = (None, 0);
     }
 }
@@ -60,7 +59,7 @@ const NO_FREE_SLOT_RETRY_MS: u64 = 1_000;
 
 /// What a key's value says about the name it belongs to.
 #[derive(Debug, PartialEq, Eq)]
-pub(super) enum KeyKind {
+pub(in crate::core::etcd::machine) enum KeyKind {
     /// A permit of a semaphore of this limit.
     Permit(u32),
     /// Anything else: an exclusive lock's key (its value is a bare nonce).
@@ -68,11 +67,11 @@ pub(super) enum KeyKind {
 }
 
 /// The value of every key of one permit acquisition.
-pub(super) fn permit_value(limit: u32, random: &str) -> Vec<u8> {
+pub(in crate::core::etcd::machine) fn permit_value(limit: u32, random: &str) -> Vec<u8> {
     format!("p{limit}:{random}").into_bytes()
 }
 
-pub(super) fn key_kind(value: &[u8]) -> KeyKind {
+pub(in crate::core::etcd::machine) fn key_kind(value: &[u8]) -> KeyKind {
     let Some(rest) = value.strip_prefix(b"p") else {
         return KeyKind::Plain;
     };
@@ -90,21 +89,21 @@ pub(super) fn key_kind(value: &[u8]) -> KeyKind {
 }
 
 /// End of the queue range of a name's prefix (`P"g"`).
-pub(super) fn queue_end(lock_prefix: &[u8]) -> Vec<u8> {
+pub(in crate::core::etcd::machine) fn queue_end(lock_prefix: &[u8]) -> Vec<u8> {
     [lock_prefix, b"g"].concat()
 }
 
 /// The slot keys' range `[P"s/", P"s0")`.
-pub(super) fn slots_range(lock_prefix: &[u8]) -> (Vec<u8>, Vec<u8>) {
+pub(in crate::core::etcd::machine) fn slots_range(lock_prefix: &[u8]) -> (Vec<u8>, Vec<u8>) {
     ([lock_prefix, b"s/"].concat(), [lock_prefix, b"s0"].concat())
 }
 
-pub(super) fn slot_key(lock_prefix: &[u8], slot: u32) -> Vec<u8> {
+pub(in crate::core::etcd::machine) fn slot_key(lock_prefix: &[u8], slot: u32) -> Vec<u8> {
     [lock_prefix, format!("s/{slot}").as_bytes()].concat()
 }
 
 /// The slot number of a slot key (`None` for anything else in the range).
-pub(super) fn slot_of(lock_prefix: &[u8], key: &[u8]) -> Option<u32> {
+pub(in crate::core::etcd::machine) fn slot_of(lock_prefix: &[u8], key: &[u8]) -> Option<u32> {
     let rest = key.strip_prefix(lock_prefix)?.strip_prefix(b"s/")?;
     let text = std::str::from_utf8(rest).ok()?;
     // Canonical decimal only: "01" is not slot 1.
@@ -113,12 +112,16 @@ pub(super) fn slot_of(lock_prefix: &[u8], key: &[u8]) -> Option<u32> {
 }
 
 /// The queue key of permit acquisition `op` on `lease`.
-pub(super) fn queue_key(lock_prefix: &[u8], lease: i64, op: OpId) -> Vec<u8> {
+pub(in crate::core::etcd::machine) fn queue_key(
+    lock_prefix: &[u8],
+    lease: i64,
+    op: OpId,
+) -> Vec<u8> {
     [lock_prefix, format!("{lease:x}.{}", op.0).as_bytes()].concat()
 }
 
 /// Whether `suffix` (after the name's prefix) is a permit queue key of `lease`.
-pub(super) fn is_queue_suffix_of(suffix: &str, lease: i64) -> bool {
+pub(in crate::core::etcd::machine) fn is_queue_suffix_of(suffix: &str, lease: i64) -> bool {
     suffix
         .strip_prefix(&format!("{lease:x}."))
         .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
@@ -138,7 +141,7 @@ enum Standing {
 }
 
 /// The re-check txn of a waiting permit (see `send_predecessor_check`).
-pub(super) fn permit_check_body(a: &Acquire, limit: u32) -> Value {
+pub(in crate::core::etcd::machine) fn permit_check_body(a: &Acquire, limit: u32) -> Value {
     let (s0, s1) = slots_range(&a.lock_prefix);
     gw::permit_check_txn(
         &a.key,
@@ -149,10 +152,17 @@ pub(super) fn permit_check_body(a: &Acquire, limit: u32) -> Value {
     )
 }
 
-/// The acquire txn of a permit (its queue key set) on `lease`.
-pub(super) fn permit_acquire_body(a: &Acquire, lease: i64, limit: u32) -> Value {
+/// The acquire txn of a permit (its queue key set) on `lease`; `readers`
+/// is the name's readers' range (`shared.rs`), which must be empty: a
+/// semaphore's name is no read-write lock.
+pub(in crate::core::etcd::machine) fn permit_acquire_body(
+    a: &Acquire,
+    lease: i64,
+    limit: u32,
+    readers: (Vec<u8>, Vec<u8>),
+) -> Value {
     let (s0, s1) = slots_range(&a.lock_prefix);
-    let (r0, r1) = shared::readers_range(&a.lock_prefix);
+    let (r0, r1) = readers;
     gw::permit_acquire_txn(
         &a.key,
         (&a.lock_prefix, &queue_end(&a.lock_prefix)),
@@ -164,43 +174,46 @@ pub(super) fn permit_acquire_body(a: &Acquire, lease: i64, limit: u32) -> Value 
     )
 }
 
-impl EtcdMachine {
-    pub(super) fn permit_mut(&mut self, op: OpId) -> Option<(&mut Acquire, u32)> {
-        let a = self.acquire_mut(op)?;
-        let limit = a.kind.permit()?.limit;
-        Some((a, limit))
+impl Acquire {
+    /// The semaphore's limit (0 for an acquire of another kind, which
+    /// never reaches these steps).
+    fn limit(&self) -> u32 {
+        self.kind.permit().map_or(0, |p| p.limit)
     }
 
     /// A permit acquire's txn answered (parsed, with a positive revision).
     /// `Txn` (whose compare failed) is handled with the lock's: it learns
     /// our key's revision and re-checks.
-    pub(super) fn on_permit_txn(
-        &mut self,
+    pub(in crate::core::etcd::machine) fn on_permit_txn(
+        self,
+        m: &mut EtcdMachine,
         now: Millis,
         op: OpId,
         phase: AcqPhase,
         txn: TxnResponse,
-    ) {
+    ) -> Next {
         match phase {
-            AcqPhase::Txn => self.on_permit_put(now, op, &txn),
-            AcqPhase::Predecessor => self.on_permit_recheck(now, op, &txn),
-            AcqPhase::Claim => self.on_permit_claim(now, op, &txn),
-            _ => {}
+            AcqPhase::Txn => self.on_permit_put(m, now, op, &txn),
+            AcqPhase::Predecessor => self.on_permit_recheck(m, now, op, &txn),
+            AcqPhase::Claim => self.on_permit_claim(m, now, op, &txn),
+            _ => Next::keep(self, None),
         }
     }
 
     /// The acquire txn put our queue key: refuse a read-write lock's name,
     /// else decide from what it read.
-    fn on_permit_put(&mut self, now: Millis, op: OpId, txn: &TxnResponse) {
-        let Some((a, _)) = self.permit_mut(op) else {
-            return;
-        };
+    fn on_permit_put(
+        mut self,
+        m: &mut EtcdMachine,
+        now: Millis,
+        op: OpId,
+        txn: &TxnResponse,
+    ) -> Next {
         let revision = txn.header.revision;
         let Some(mut r) = ranges(txn, 4) else {
-            return self.malformed(now, op, "permit txn reply without its ranges");
+            return self.malformed(m, now, op, "permit txn reply without its ranges");
         };
-        a.my_rev = revision;
-        let my_rev = a.my_rev;
+        self.my_rev = revision;
         let (readers, slots, newest, oldest) = (
             r.pop().unwrap_or_default(),
             r.pop().unwrap_or_default(),
@@ -211,25 +224,28 @@ impl EtcdMachine {
             // A read-write lock's reader: the name is no semaphore.
             let message = format!(
                 "{:?} is a read-write lock, not a semaphore of {}",
-                a.name,
-                a.kind.permit().map_or(0, |p| p.limit)
+                self.name,
+                self.limit()
             );
-            return self.cleanup(now, op, Ending::Error(LockError::invalid(message)));
+            let ending = Ending::Error(LockError::invalid(message));
+            return self.cleanup(m, now, op, None, ending);
         }
-        let key = a.key.clone();
         let pred = newest
             .into_iter()
-            .find(|kv| kv.key != key && kv.create_revision < my_rev);
-        self.permit_evaluate(now, op, revision, oldest, pred, slots)
+            .find(|kv| kv.key != self.key && kv.create_revision < self.my_rev);
+        self.permit_evaluate(m, now, op, revision, (oldest, pred, slots))
     }
 
     /// A re-check answered: our queue key must still be there.
-    fn on_permit_recheck(&mut self, now: Millis, op: OpId, txn: &TxnResponse) {
-        let Some((a, _)) = self.permit_mut(op) else {
-            return;
-        };
+    fn on_permit_recheck(
+        self,
+        m: &mut EtcdMachine,
+        now: Millis,
+        op: OpId,
+        txn: &TxnResponse,
+    ) -> Next {
         let Some(mut r) = ranges(txn, 4) else {
-            return self.malformed(now, op, "permit re-check reply without its ranges");
+            return self.malformed(m, now, op, "permit re-check reply without its ranges");
         };
         let (slots, pred, oldest, own) = (
             r.pop().unwrap_or_default(),
@@ -239,79 +255,92 @@ impl EtcdMachine {
         );
         if !own
             .iter()
-            .any(|kv| kv.key == a.key && kv.create_revision == a.my_rev)
+            .any(|kv| kv.key == self.key && kv.create_revision == self.my_rev)
         {
-            return self.restart_acquire(now, op);
+            return self.restart(m, now, op);
         }
         let revision = txn.header.revision;
-        self.permit_evaluate(now, op, revision, oldest, pred.into_iter().next(), slots)
+        let pred = pred.into_iter().next();
+        self.permit_evaluate(m, now, op, revision, (oldest, pred, slots))
     }
 
     /// A claim answered: the slot is ours, or (lost race, or an earlier
     /// attempt of this claim applied) the slots are looked at again.
-    fn on_permit_claim(&mut self, now: Millis, op: OpId, txn: &TxnResponse) {
-        let Some((a, _)) = self.permit_mut(op) else {
-            return;
-        };
+    fn on_permit_claim(
+        self,
+        m: &mut EtcdMachine,
+        now: Millis,
+        op: OpId,
+        txn: &TxnResponse,
+    ) -> Next {
         if txn.succeeded {
-            let slot = a.kind.permit().and_then(|p| p.claiming);
+            let slot = self.kind.permit().and_then(|p| p.claiming);
             return match slot {
-                Some(slot) => self.grant_lock(now, op, Some((slot, txn.header.revision))),
-                None => self.malformed(now, op, "a claim without a slot"),
+                Some(slot) => self.grant(m, now, op, Some((slot, txn.header.revision))),
+                None => self.malformed(m, now, op, "a claim without a slot"),
             };
         }
         let Some(mut r) = ranges(txn, 2) else {
-            return self.malformed(now, op, "claim reply without its ranges");
+            return self.malformed(m, now, op, "claim reply without its ranges");
         };
         let (slots, own) = (r.pop().unwrap_or_default(), r.pop().unwrap_or_default());
         if !own
             .iter()
-            .any(|kv| kv.key == a.key && kv.create_revision == a.my_rev)
+            .any(|kv| kv.key == self.key && kv.create_revision == self.my_rev)
         {
-            return self.restart_acquire(now, op);
+            return self.restart(m, now, op);
         }
-        self.permit_claim(now, op, 0, slots)
+        self.permit_claim(m, now, op, 0, slots)
     }
 
-    /// Decides from the oldest `limit + 1` queue keys (up to ours), our
-    /// predecessor and the slot keys: refuse a mismatched limit, claim a
-    /// slot, or wait.
-    fn permit_evaluate(
-        &mut self,
-        now: Millis,
-        op: OpId,
-        revision: i64,
-        oldest: Vec<gw::KeyValue>,
-        pred: Option<gw::KeyValue>,
-        slots: Vec<gw::KeyValue>,
-    ) {
-        let Some((a, limit)) = self.permit_mut(op) else {
-            return;
-        };
-        // The oldest key decides the semaphore's limit: a newer key with
-        // another limit is a mistaken client about to remove its key, and
-        // must not make the right ones fail. An exclusive lock's key
-        // anywhere we look means the name is not a semaphore at all.
-        let mismatch = match oldest.first().map(|kv| key_kind(&kv.value)) {
-            Some(KeyKind::Permit(l)) if l != limit => {
-                Some(format!("semaphore {:?} has limit {l}, not {limit}", a.name))
-            }
+    /// Why the name is no semaphore of our limit, if it is not: the oldest
+    /// key decides the limit (a newer key with another limit is a mistaken
+    /// client about to remove its key, and must not make the right ones
+    /// fail); an exclusive lock's key anywhere we look means the name is
+    /// not a semaphore at all.
+    fn limit_mismatch(
+        &self,
+        oldest: &[gw::KeyValue],
+        pred: Option<&gw::KeyValue>,
+    ) -> Option<String> {
+        let limit = self.limit();
+        match oldest.first().map(|kv| key_kind(&kv.value)) {
+            Some(KeyKind::Permit(l)) if l != limit => Some(format!(
+                "semaphore {:?} has limit {l}, not {limit}",
+                self.name
+            )),
             _ if oldest
                 .iter()
-                .chain(pred.iter())
+                .chain(pred)
                 .any(|kv| key_kind(&kv.value) == KeyKind::Plain) =>
             {
                 Some(format!(
                     "{:?} is an exclusive lock, not a semaphore of {limit}",
-                    a.name
+                    self.name
                 ))
             }
             _ => None,
-        };
-        if let Some(message) = mismatch {
-            return self.cleanup(now, op, Ending::Error(LockError::invalid(message)));
         }
-        let standing = match oldest.iter().position(|kv| kv.key == a.key) {
+    }
+
+    /// Decides from the oldest `limit + 1` queue keys (up to ours), our
+    /// predecessor and the slot keys (`read`): refuse a mismatched limit,
+    /// claim a slot, or wait.
+    fn permit_evaluate(
+        mut self,
+        m: &mut EtcdMachine,
+        now: Millis,
+        op: OpId,
+        revision: i64,
+        read: (Vec<gw::KeyValue>, Option<gw::KeyValue>, Vec<gw::KeyValue>),
+    ) -> Next {
+        let (oldest, pred, slots) = read;
+        let limit = self.limit();
+        if let Some(message) = self.limit_mismatch(&oldest, pred.as_ref()) {
+            let ending = Ending::Error(LockError::invalid(message));
+            return self.cleanup(m, now, op, None, ending);
+        }
+        let standing = match oldest.iter().position(|kv| kv.key == self.key) {
             Some(i) if i < limit as usize => Standing::Holder(i),
             Some(_) => Standing::FirstWaiter,
             None => match pred {
@@ -319,46 +348,47 @@ impl EtcdMachine {
                 _ => Standing::Unclear,
             },
         };
-        let lock_prefix = a.lock_prefix.clone();
+        let lock_prefix = self.lock_prefix.clone();
         match standing {
-            Standing::Holder(i) => self.permit_claim(now, op, i, slots),
-            _ if a.wait == Wait::Try => self.cleanup(now, op, Ending::NotAcquired),
+            Standing::Holder(i) => self.permit_claim(m, now, op, i, slots),
+            _ if self.wait == Wait::Try => self.cleanup(m, now, op, None, Ending::NotAcquired),
             Standing::FirstWaiter => {
                 let body = gw::watch_range_deletes(
                     &lock_prefix,
                     &queue_end(&lock_prefix),
                     revision.saturating_add(1),
                 );
-                self.permit_watch(now, op, body)
+                self.phase = AcqPhase::Watch;
+                Next::watch(self, body)
             }
             Standing::Behind(pred) => {
-                self.permit_watch(now, op, gw::watch_key(&pred, revision.saturating_add(1)))
+                self.phase = AcqPhase::Watch;
+                Next::watch(self, gw::watch_key(&pred, revision.saturating_add(1)))
             }
             Standing::Unclear => {
-                a.phase = AcqPhase::Watch;
-                self.set_recheck(op, Some(now + WATCH_RETRY_MS));
+                self.phase = AcqPhase::Watch;
+                m.set_recheck(op, Some(now + WATCH_RETRY_MS));
+                Next::keep(self, None)
             }
-        }
-    }
-
-    fn permit_watch(&mut self, now: Millis, op: OpId, body: Value) {
-        if let Some(a) = self.acquire_mut(op) {
-            a.phase = AcqPhase::Watch;
-        }
-        let req = self.send(now, Purpose::Op(op), "/v3/watch", body, true);
-        if let Some(o) = self.ops.get_mut(&op) {
-            o.req = Some(req);
         }
     }
 
     /// We hold a permit: adopt a slot key that is already ours (an earlier
     /// claim of this acquisition applied), or claim a free one.
-    fn permit_claim(&mut self, now: Millis, op: OpId, position: usize, slots: Vec<gw::KeyValue>) {
-        let Some((a, limit)) = self.permit_mut(op) else {
-            return;
-        };
-        let (lease, lock_prefix, value) =
-            (a.lease.unwrap_or(0), a.lock_prefix.clone(), a.nonce.clone());
+    fn permit_claim(
+        mut self,
+        m: &mut EtcdMachine,
+        now: Millis,
+        op: OpId,
+        position: usize,
+        slots: Vec<gw::KeyValue>,
+    ) -> Next {
+        let limit = self.limit();
+        let (lease, lock_prefix, value) = (
+            self.lease.unwrap_or(0),
+            self.lock_prefix.clone(),
+            self.nonce.clone(),
+        );
         let mut taken = Vec::new();
         for kv in &slots {
             let Some(slot) = slot_of(&lock_prefix, &kv.key) else {
@@ -366,97 +396,54 @@ impl EtcdMachine {
             };
             if kv.value == value && kv.lease == lease && kv.create_revision > 0 {
                 // Ours, read on our lease: the lease was alive at that revision.
-                return self.grant_lock(now, op, Some((slot, kv.create_revision)));
+                return self.grant(m, now, op, Some((slot, kv.create_revision)));
             }
             taken.push(slot);
         }
         // A slot whose deletion by us is pending (a ghost, or a key of a
         // lost permit) is not free yet: its blind delete may be retried.
-        let pending = |s: u32| {
-            self.orphans
-                .iter()
-                .any(|o| o.key == slot_key(&lock_prefix, s))
-        };
+        let pending = |s: u32| m.orphans.iter().any(|o| o.key == slot_key(&lock_prefix, s));
         let free: Vec<u32> = (0..limit)
             .filter(|s| !taken.contains(s) && !pending(*s))
             .collect();
-        let Some((a, _)) = self.permit_mut(op) else {
-            return;
+        let Some(p) = self.kind.permit_mut() else {
+            return Next::keep(self, None);
         };
-        let Some(p) = a.kind.permit_mut() else { return };
         if free.is_empty() {
             // Every slot is taken, by keys we do not see as holders (a slot
             // key left behind by a txn that applied late): wait until it is
             // swept or gone with its lease, as long as the acquire may wait.
-            a.phase = AcqPhase::Watch;
-            return self.set_recheck(op, Some(now + NO_FREE_SLOT_RETRY_MS));
+            self.phase = AcqPhase::Watch;
+            m.set_recheck(op, Some(now + NO_FREE_SLOT_RETRY_MS));
+            return Next::keep(self, None);
         }
         p.claims += 1;
         // Each lost race is another holder's success, so a working backend
         // never needs many; the bound only stops a misbehaving one.
         if p.claims > limit.saturating_mul(2).saturating_add(MAX_RESTARTS) {
-            return self.malformed(now, op, "no slot could be claimed");
+            return self.malformed(m, now, op, "no slot could be claimed");
         }
         // Holders promoted at once start at different free slots.
         let slot = free[(position + p.claims as usize - 1) % free.len()];
         p.claiming = Some(slot);
-        a.phase = AcqPhase::Claim;
+        self.phase = AcqPhase::Claim;
         let (s0, s1) = slots_range(&lock_prefix);
         let body = gw::claim_slot_txn(
             &slot_key(&lock_prefix, slot),
-            &a.key,
-            a.my_rev,
+            &self.key,
+            self.my_rev,
             lease,
             &value,
             (&s0, &s1),
         );
-        let req = self.send(now, Purpose::Op(op), "/v3/kv/txn", body, false);
-        if let Some(o) = self.ops.get_mut(&op) {
-            o.req = Some(req);
-        }
-    }
-
-    pub(super) fn malformed(&mut self, now: Millis, op: OpId, message: &str) {
-        let name = self.op_name(op);
-        let error = LockError::Backend {
-            backend: BACKEND,
-            name,
-            status: None,
-            message: format!("malformed reply: {message}"),
-        };
-        self.cleanup(now, op, Ending::Error(error));
-    }
-
-    /// A permit acquire is giving up while a claim's outcome is unknown:
-    /// the slot key it may have created (with our value) is deleted in the
-    /// background, like any key whose deletion is not confirmed yet.
-    pub(super) fn forget_unanswered_claim(&mut self, now: Millis, op: OpId) {
-        let Some(a) = self.acquire_mut(op) else {
-            return;
-        };
-        let Some(p) = a.kind.permit_mut() else { return };
-        let Some(slot) = p.claiming.take() else {
-            return;
-        };
-        let orphan = Orphan {
-            name: a.name.clone(),
-            key: slot_key(&a.lock_prefix, slot),
-            rev: None,
-            value: Some(a.nonce.clone()),
-            holds_name: false,
-            lease: a.lease.unwrap_or(0),
-            retry_at: now,
-            req: None,
-        };
-        self.orphans.push(orphan);
-        self.arm_orphans();
+        Next::txn(self, body)
     }
 }
 
 /// What an inspect reports about a semaphore, from every key of its name
 /// (oldest first); `None` when the name is not a semaphore (its oldest queue
 /// key is a lock's, or it has no keys).
-pub(super) fn semaphore_status(
+pub(in crate::core::etcd::machine) fn semaphore_status(
     name: &str,
     lock_prefix: &[u8],
     kvs: &[gw::KeyValue],
@@ -581,7 +568,7 @@ mod tests {
     use crate::core::b64;
     use serde_json::{json, Value};
 
-    use super::super::scripted::{range, Script, LEASE};
+    use crate::core::etcd::machine::scripted::{range, Script, LEASE};
 
     fn kv(key: &[u8], rev: i64, value: &str, lease: i64) -> Value {
         json!({ "key": b64::encode(key), "create_revision": rev.to_string(), "mod_revision": rev.to_string(), "value": b64::encode(value.as_bytes()), "lease": lease.to_string() })
