@@ -215,6 +215,42 @@ fn concurrent_runs_never_overlap_on_redlock_and_on_one_upstash_node() {
     assert_eq!(out.status.code(), Some(64), "{}", text(&out.stderr));
 }
 
+/// `--redis redis://…` against redis-servers with a password: one node
+/// (its password from redis-cli's variable, from edgelock's, or from the
+/// URL) and a Redlock mixing redis:// and Webdis nodes; a wrong password
+/// fails without being shown.
+#[test]
+fn concurrent_runs_never_overlap_over_redis_urls_with_a_password() {
+    let redis: Vec<RedisServer> = (0..3)
+        .map(|_| RedisServer::start().expect("redis-server"))
+        .collect();
+    let webdis = Webdis::start(&redis[2]).expect("webdis");
+    // Set after the start: the devtools readiness check pings without one.
+    for r in &redis[..2] {
+        r.redis_command(&[b"CONFIG", b"SET", b"requirepass", b"cli-pw-789"])
+            .expect("CONFIG SET requirepass");
+    }
+    let url = |i: usize| format!("redis://127.0.0.1:{}", redis[i].port());
+    let one = url(0);
+    assert_runs_never_overlap(&["--redis", &one], &[("REDISCLI_AUTH", "cli-pw-789")]);
+    let mixed = format!("{},{},webdis+{}", url(0), url(1), webdis.url());
+    assert_runs_never_overlap(
+        &["--redis", &mixed],
+        &[("EDGELOCK_REDIS_PASSWORD", "cli-pw-789")],
+    );
+    let in_url = format!("redis://:cli-pw-789@127.0.0.1:{}/2", redis[1].port());
+    let out = edgelock(&["status", "--redis", &in_url, "n"])
+        .env("REDISCLI_AUTH", "not-this-one")
+        .output()
+        .expect("run edgelock");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let wrong = format!("redis://:wrong-pw-000@127.0.0.1:{}", redis[0].port());
+    let out = output(&["run", "--redis", &wrong, "--try", "n", "--", "true"]);
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(!stderr.contains("wrong-pw-000"), "{stderr}");
+}
+
 /// Three `edgelock run`s of a job that logs its start and end: sorted by
 /// time, the log must read start/end pairs with strictly increasing tokens.
 fn assert_runs_never_overlap(backend: &[&str], env: &[(&str, &str)]) {
