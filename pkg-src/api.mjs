@@ -643,14 +643,19 @@ export class EtcdLocks extends LockClient {
   }
 }
 
-/** Locks on one Redis node through the Upstash REST protocol or Webdis. */
+/**
+ * Locks on one Redis node through the Upstash REST protocol or Webdis. A
+ * `redis://` URL is read by the core like the rest, then refused with
+ * INVALID_ARGUMENT until this host's socket driver declares TCP support
+ * (`RawLocks.declareTcp`; a browser never can).
+ */
 export class RedisLocks extends LockClient {
   constructor(options) {
     super(INTERNAL, construct("redis", options, "RedisLocks"));
   }
 }
 
-/** Redlock over N independent Redis nodes (Upstash REST or Webdis each). */
+/** Redlock over N independent Redis nodes (Upstash REST or Webdis each; `redis://` as for RedisLocks). */
 export class Redlock extends LockClient {
   constructor(options) {
     super(INTERNAL, construct("redlock", options, "Redlock"));

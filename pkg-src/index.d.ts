@@ -311,11 +311,24 @@ export interface EtcdLocksOptions {
 export type RedisProtocol = "upstash" | "webdis";
 
 export interface RedisNode {
-  /** Base URL of the Upstash REST endpoint or of Webdis. */
+  /**
+   * Base URL of the Upstash REST endpoint or of Webdis, or
+   * `redis://[user[:password]@]host[:port][/db]` / `rediss://…` (TLS) for
+   * the Redis protocol itself. A `redis://` node is not available from
+   * JavaScript in this version (and never in a browser, which opens no TCP
+   * connection): the constructor throws `INVALID_ARGUMENT` saying so.
+   */
   url: string;
-  /** Default `upstash`. */
+  /**
+   * Of an http(s) URL; default `upstash`. Leave it out for a `redis://` URL
+   * (the URL says it: giving `upstash` or `webdis` there is `INVALID_ARGUMENT`).
+   */
   protocol?: RedisProtocol;
-  /** Upstash: the REST token (sent as a bearer token). Webdis: `user:password` for its HTTP Basic ACL. */
+  /**
+   * Upstash: the REST token (sent as a bearer token). Webdis: `user:password`
+   * for its HTTP Basic ACL. `redis://`: the password, unless the URL holds
+   * it (not both). Never in a message.
+   */
   token?: string;
 }
 
@@ -411,14 +424,14 @@ export declare class EtcdLocks {
 /** The {@link LockClient} methods (this interface merges into the class). */
 export interface EtcdLocks extends LockClient {}
 
-/** Locks on one Redis node over Upstash REST or Webdis. */
+/** Locks on one Redis node over Upstash REST or Webdis (`redis://` URLs: not from JavaScript yet). */
 export declare class RedisLocks {
   constructor(options: RedisLocksOptions);
 }
 /** The {@link LockClient} methods (this interface merges into the class). */
 export interface RedisLocks extends LockClient {}
 
-/** Redlock: locks held on a majority of independent Redis nodes (each over Upstash REST or Webdis). */
+/** Redlock: locks held on a majority of independent Redis nodes (each over Upstash REST or Webdis; `redis://` nodes: not from JavaScript yet). */
 export declare class Redlock {
   constructor(options: RedlockOptions);
 }

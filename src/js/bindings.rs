@@ -11,7 +11,7 @@ use wasm_bindgen::{JsCast, JsValue};
 use wasm_bindgen_futures::future_to_promise;
 use web_sys::AbortSignal;
 
-use super::args::{limit_of, lock_kind, mode_name, whole_number};
+use super::args::{check_tcp_nodes, limit_of, lock_kind, mode_name, whole_number};
 use super::clock::to_epoch_ms;
 use super::driver::{Driver, LockNotice};
 use super::entropy::JsEntropy;
@@ -47,8 +47,9 @@ impl RawLocks {
                     backend.chars().take(20).collect::<String>()
                 ))
             })?;
-            let machine = BackendSpec::from_json(entry.kind(), options_json)?
-                .build(Box::new(JsEntropy::new()?))?;
+            let spec = BackendSpec::from_json(entry.kind(), options_json)?;
+            check_tcp_nodes(&spec.urls())?;
+            let machine = spec.build(Box::new(JsEntropy::new()?))?;
             Ok(RawLocks {
                 driver: Driver::new(machine, fetch, bindings.map(JsValue::from))?,
             })
@@ -68,6 +69,16 @@ impl RawLocks {
             .map_err(|e| to_js_error(&e))?;
         super::streams::set_limit(limit.map(|n| usize::try_from(n).unwrap_or(usize::MAX)));
         Ok(())
+    }
+
+    /// Declares whether this host reaches `redis://` nodes: `"browser"`
+    /// (never: a client with one is refused, saying browsers open no TCP
+    /// connections), `"not-yet"` (the default: no JS socket driver in this
+    /// version) or `"available"` (the host's socket driver opens them).
+    /// The entry files declare it; see `js/args.rs`.
+    #[wasm_bindgen(js_name = declareTcp)]
+    pub fn declare_tcp(support: &str) -> Result<(), JsValue> {
+        super::args::declare_tcp(support).map_err(|e| to_js_error(&e))
     }
 
     /// Every stable error code, from the one list in the Rust core.

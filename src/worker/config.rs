@@ -7,9 +7,9 @@
 //! | `EDGELOCK_ETCD_ENDPOINTS` | etcd gateway URLs, comma-separated |
 //! | `EDGELOCK_ETCD_AUTHORIZATION` | secret: `Authorization` header for etcd (optional) |
 //! | `EDGELOCK_ETCD_USER`, `EDGELOCK_ETCD_PASSWORD` | etcd authentication: user name, and the password as a secret (tokens are fetched and renewed by the client) |
-//! | `EDGELOCK_REDIS_URL` | one node: `upstash+https://…` or `webdis+http://…` (a bare `http(s)://` URL is Upstash) |
-//! | `EDGELOCK_REDLOCK_NODES` | Redlock nodes, comma-separated, in the same form |
-//! | `EDGELOCK_REDIS_TOKEN` | secret: the Upstash REST token (node `i` of Redlock: `EDGELOCK_REDIS_TOKEN_<i>` first) |
+//! | `EDGELOCK_REDIS_URL` | one node: `redis://[user@]host[:port][/db]` or `rediss://…` (the Redis protocol), `upstash+https://…` or `webdis+http://…` (a bare `http(s)://` URL is Upstash) |
+//! | `EDGELOCK_REDLOCK_NODES` | Redlock nodes, comma-separated, in the same form (kinds may be mixed) |
+//! | `EDGELOCK_REDIS_TOKEN` | secret: the Upstash REST token, or a `redis://` node's password (a password in the URL works too, not both; keep it a secret rather than in `[vars]`). Node `i` of Redlock: `EDGELOCK_REDIS_TOKEN_<i>` first; a `redis://` node whose URL holds its password ignores the shared one |
 //! | `EDGELOCK_PREFIX`, `EDGELOCK_TTL_MS`, `EDGELOCK_REQUEST_TIMEOUT_MS` | lock key prefix, lock TTL (etcd: session lease TTL), per-request timeout |
 //! | `EDGELOCK_SUBREQUEST_BUDGET` | subrequests one invocation may make (default 50, the free plan's limit) |
 //! | `EDGELOCK_MAX_SUBSCRIPTIONS` | Redis push wake-up streams a waiting invocation holds open (default 5 on one node, 0 on Redlock, see [`workers_max_subscriptions`]; 0 polls) |

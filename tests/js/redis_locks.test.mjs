@@ -143,6 +143,30 @@ describe("RedisLocks errors", () => {
   });
 });
 
+describe("redis:// nodes from JavaScript", () => {
+  // Until the JS socket driver lands (then Node, Deno, Bun and workerd take
+  // them; a browser never can): INVALID_ARGUMENT synchronously, saying why,
+  // before anything is sent, and never with the password.
+  test("INVALID_ARGUMENT synchronously, saying why, without the password", () => {
+    const notYet = (e) => e instanceof LockError && e.code === "INVALID_ARGUMENT"
+      && e.message.includes("redis:// nodes are not available from JavaScript in this version; use Upstash or Webdis")
+      && !e.message.includes("hunter2");
+    assert.throws(() => new RedisLocks({ url: "redis://:hunter2@127.0.0.1:6379" }), notYet);
+    assert.throws(() => new RedisLocks({ url: "rediss://alice@cache.example/2", token: "hunter2" }), notYet);
+    assert.throws(() => new RedisLocks({ url: "redis://127.0.0.1", protocol: "resp" }), notYet);
+    assert.throws(() => new Redlock({
+      nodes: [{ url: env.gateway_urls[0], token: env.token }, { url: "redis://:hunter2@127.0.0.1:1" }, { url: env.webdis_urls[2], protocol: "webdis" }],
+    }), notYet);
+    // A bad URL, a protocol that contradicts it, or a password given twice is refused for that.
+    const refused = (options, says) => assert.throws(() => new RedisLocks(options), (e) =>
+      e.code === "INVALID_ARGUMENT" && e.message.includes(says) && !e.message.includes("hunter2"));
+    refused({ url: "redis://:hunter2@127.0.0.1:0" }, "port");
+    refused({ url: "redis://:hunter2@127.0.0.1", protocol: "webdis" }, "`webdis`");
+    refused({ url: env.webdis_urls[0], protocol: "resp" }, "`resp` needs a redis://");
+    refused({ url: "redis://:hunter2@127.0.0.1", token: "other" }, "once");
+  });
+});
+
 describe("Redlock over 3 nodes (2 via the Upstash gateway, 1 via Webdis)", () => {
   const allNodes = () => [
     { url: env.gateway_urls[0], token: env.token },
