@@ -375,10 +375,10 @@ impl Connection {
                     self.news.push(SubNews::Confirmed(ch));
                 }
             }
-            (Some("message"), Some(ch), Some(RedisValue::Bulk(payload))) => {
-                if self.channels.contains_key(&ch) {
-                    self.news.push(SubNews::Message(ch, payload));
-                }
+            (Some("message"), Some(ch), Some(RedisValue::Bulk(payload)))
+                if self.channels.contains_key(&ch) =>
+            {
+                self.news.push(SubNews::Message(ch, payload));
             }
             _ => {}
         }

@@ -590,7 +590,7 @@ impl Engine {
                 .filter(|((_, n), sub)| {
                     *n == node
                         && matches!(sub, Sub::Shared { channel: c, .. }
-                            if channel.as_ref().is_none_or(|ch| ch == c))
+                            if channel.as_ref().map_or(true, |ch| ch == c))
                 })
                 .map(|((tid, _), _)| *tid)
                 .collect();
