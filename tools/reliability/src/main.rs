@@ -66,11 +66,7 @@ fn main() {
         // (a variant id is its scenario's id and a letter).
         let chosen = chosen
             && (!scenarios::variants_chosen()
-                || [
-                    "a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m", "n", "o", "p",
-                ]
-                .iter()
-                .any(|l| scenarios::wants(&format!("{}{l}", s.id))));
+                || ('a'..='z').any(|l| scenarios::wants(&format!("{}{l}", s.id))));
         if !chosen || (etcd_only && !s.etcd) {
             continue;
         }
