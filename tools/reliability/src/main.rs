@@ -63,9 +63,11 @@ fn main() {
             None => !short || s.in_short,
         };
         // `--variants 3k`: only the scenarios those variants belong to
-        // (a variant id is its scenario's id and a letter).
+        // (a variant id is its scenario's id and a letter, or the bare id
+        // of a scenario's first variant, as 11).
         let chosen = chosen
             && (!scenarios::variants_chosen()
+                || scenarios::wants(s.id)
                 || ('a'..='z').any(|l| scenarios::wants(&format!("{}{l}", s.id))));
         if !chosen || (etcd_only && !s.etcd) {
             continue;
