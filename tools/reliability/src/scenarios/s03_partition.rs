@@ -204,18 +204,15 @@ pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
     out
 }
 
+/// How `run` measures a variant: its id, its backend (named if it fails to
+/// run) and the work; `None` for a variant left out.
+type Timed<'a> = dyn Fn(&str, &str, &mut dyn FnMut() -> Result<ScenarioReport, String>) -> Option<ScenarioReport>
+    + 'a;
+
 /// 3p (3n), 3q (3o) and 3r (3b) over TCP: five redis-servers reached with the
 /// Redis protocol, each behind a fault proxy of its own (the partitioned
 /// clients get their own proxies as over webdis).
-fn tcp_variants(
-    mode: &Mode,
-    out: &mut Vec<ScenarioReport>,
-    timed: &dyn Fn(
-        &str,
-        &str,
-        &mut dyn FnMut() -> Result<ScenarioReport, String>,
-    ) -> Option<ScenarioReport>,
-) {
+fn tcp_variants(mode: &Mode, out: &mut Vec<ScenarioReport>, timed: &Timed) {
     const TCP_IDS: [&str; 3] = ["3p", "3q", "3r"];
     let runs = |id: &str| super::wants(id) && (!mode.short || IN_SHORT.contains(&id));
     if !mode.redis() || !TCP_IDS.iter().any(|id| runs(id)) {
