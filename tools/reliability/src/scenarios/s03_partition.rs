@@ -32,7 +32,9 @@
 //!   redis-server behind a fault proxy; see [`tcp_variants`]): 3p is 3n on
 //!   one node, 3q is 3o on Redlock over five (both in the short run), 3r is
 //!   3b (one of five nodes blackholed under contention: commands past their
-//!   deadline close the stream, so the half-open connection is noticed).
+//!   deadline close the stream, so the half-open connection is noticed);
+//!   3s cuts that node instead (connections closed, reconnects refused),
+//!   3t delays every chunk to and from it past the request timeout.
 //!
 //! Must hold: every operation ends within its bound (computed from the
 //! machines' retry policies, see [`etcd_acquire_bound`] and
@@ -209,11 +211,12 @@ pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
 type Timed<'a> = dyn Fn(&str, &str, &mut dyn FnMut() -> Result<ScenarioReport, String>) -> Option<ScenarioReport>
     + 'a;
 
-/// 3p (3n), 3q (3o) and 3r (3b) over TCP: five redis-servers reached with the
+/// 3p (3n), 3q (3o) and 3r (3b) over TCP, and 3b's node cut (3s) or slowed
+/// past the request timeout (3t): five redis-servers reached with the
 /// Redis protocol, each behind a fault proxy of its own (the partitioned
 /// clients get their own proxies as over webdis).
 fn tcp_variants(mode: &Mode, out: &mut Vec<ScenarioReport>, timed: &Timed) {
-    const TCP_IDS: [&str; 3] = ["3p", "3q", "3r"];
+    const TCP_IDS: [&str; 5] = ["3p", "3q", "3r", "3s", "3t"];
     let runs = |id: &str| super::wants(id) && (!mode.short || IN_SHORT.contains(&id));
     if !mode.redis() || !TCP_IDS.iter().any(|id| runs(id)) {
         return;
@@ -228,6 +231,13 @@ fn tcp_variants(mode: &Mode, out: &mut Vec<ScenarioReport>, timed: &Timed) {
             }));
             out.extend(timed("3r", "redlock (5 × tcp)", &mut || {
                 redlock_one_node(mode, &nodes, None)
+            }));
+            out.extend(timed("3s", "redlock (5 × tcp)", &mut || {
+                redlock_one_node_fault(mode, &nodes, None, Fault::Drop)
+            }));
+            let delay = Duration::from_millis(2 * REDLOCK_TIMEOUT_MS);
+            out.extend(timed("3t", "redlock (5 × tcp)", &mut || {
+                redlock_one_node_fault(mode, &nodes, None, Fault::Delay(delay))
             }));
         }
         Err(e) => {
@@ -277,6 +287,8 @@ struct OneNode<'a> {
     release_bound: u64,
     bound_text: String,
     proxy: &'a FaultProxy,
+    /// What the proxy does during the fault (a blackhole but over TCP).
+    inject: Fault,
     /// Permits of a semaphore of this many instead of the lock.
     limit: Option<u32>,
     /// A read-write lock: every other contender a reader.
@@ -329,7 +341,7 @@ fn one_node(mode: &Mode, s: OneNode) -> Result<ScenarioReport, String> {
     let crew = Crew::start(&s.spec, cfgs, &resource, &history, Duration::from_secs(90));
     std::thread::sleep(Duration::from_millis(mode.pick(2_000, 3_000)));
     let t_fault = now_ms();
-    s.proxy.set(Fault::Blackhole);
+    s.proxy.set(s.inject);
     std::thread::sleep(Duration::from_millis(mode.pick(6_000, 10_000)));
     let t_heal = now_ms();
     s.proxy.set(Fault::Pass);
@@ -421,6 +433,7 @@ fn etcd_one_member(
             release_bound,
             bound_text,
             proxy,
+            inject: Fault::Blackhole,
             limit,
             rw: false,
         },
@@ -452,6 +465,7 @@ fn etcd_one_member_rw(mode: &Mode, nodes: &EtcdNodes) -> Result<ScenarioReport, 
             release_bound,
             bound_text,
             proxy,
+            inject: Fault::Blackhole,
             limit: None,
             rw: true,
         },
@@ -462,6 +476,32 @@ fn redlock_one_node(
     mode: &Mode,
     nodes: &RedisNodes,
     limit: Option<u32>,
+) -> Result<ScenarioReport, String> {
+    redlock_one_node_fault(mode, nodes, limit, Fault::Blackhole)
+}
+
+/// What a fault on one node's proxy does, as the report says it.
+fn describe_node_fault(inject: Fault) -> String {
+    match inject {
+        Fault::Blackhole => "blackhole on 1 of 5 nodes' proxy".into(),
+        Fault::Drop => {
+            "cut on 1 of 5 nodes' proxy (its connections closed, new ones closed at once)".into()
+        }
+        Fault::Delay(d) => format!(
+            "delay on 1 of 5 nodes' proxy: every chunk held {} ms (> the {REDLOCK_TIMEOUT_MS} ms request timeout)",
+            d.as_millis()
+        ),
+        other => format!("{other:?} on 1 of 5 nodes' proxy"),
+    }
+}
+
+/// 3b / 3f (webdis), and over TCP 3r (blackhole), 3s (cut), 3t (delay):
+/// one of five Redlock nodes faulty under contention.
+fn redlock_one_node_fault(
+    mode: &Mode,
+    nodes: &RedisNodes,
+    limit: Option<u32>,
+    inject: Fault,
 ) -> Result<ScenarioReport, String> {
     // Nodes from `RedisNodes::start_tcp` (no webdis): their proxies are in
     // front of the redis-servers, reached over TCP.
@@ -485,11 +525,14 @@ fn redlock_one_node(
         "acquire wait {WAIT_MS} + 2×{REDLOCK_TIMEOUT_MS} + {SLACK_MS} slack = {acquire_bound} ms; release one round {REDLOCK_TIMEOUT_MS} + {SLACK_MS} = {release_bound} ms"
     );
     let proxy = nodes.proxies.first().ok_or("no proxy")?;
-    let id = match (tcp, limit) {
-        (true, _) => "3r",
-        (false, Some(_)) => "3f",
-        (false, None) => "3b",
+    let id = match (tcp, limit, inject) {
+        (true, _, Fault::Drop) => "3s",
+        (true, _, Fault::Delay(_)) => "3t",
+        (true, _, _) => "3r",
+        (false, Some(_), _) => "3f",
+        (false, None, _) => "3b",
     };
+    let fault = describe_node_fault(inject);
     let backend = if tcp {
         spec.label()
     } else {
@@ -500,12 +543,13 @@ fn redlock_one_node(
         OneNode {
             id,
             backend: &backend,
-            fault: "blackhole on 1 of 5 nodes' proxy",
+            fault: &fault,
             spec,
             acquire_bound,
             release_bound,
             bound_text,
             proxy,
+            inject,
             limit,
             rw: false,
         },
