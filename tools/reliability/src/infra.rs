@@ -123,8 +123,12 @@ impl RedisNodes {
             .fold(0, usize::saturating_add)
     }
 
-    /// `webdis+http://…` through each node's fault proxy.
+    /// `webdis+http://…` through each node's fault proxy (`redis://…` for
+    /// nodes from [`RedisNodes::start_tcp`]).
     pub fn proxied_specs(&self) -> Vec<String> {
+        if self.webdis.is_empty() {
+            return self.proxied_tcp_specs();
+        }
         self.proxies
             .iter()
             .map(|p| format!("webdis+{}", p.url()))

@@ -26,7 +26,7 @@ pub fn choose_variants(ids: Vec<String>) {
 
 /// Whether variant `id` (e.g. "10k") runs: every variant unless
 /// `--variants` named others. Scenarios that honour it check it before
-/// setting a variant up (1, 3, 4, 8, 9, 10 and 11).
+/// setting a variant up (1, 3, 4, 5, 8, 9, 10 and 11).
 pub fn wants(id: &str) -> bool {
     VARIANTS
         .get()
