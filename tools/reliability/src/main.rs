@@ -1,7 +1,8 @@
 //! `reliability [--short] [--only 1,4] [--variants 1h,3k] [--etcd-only] [--out RELIABILITY.md]`
 //! runs the reliability scenarios against real local backends (`--etcd-only`:
-//! only their etcd variants; `--variants`: only these variants of scenarios
-//! 1, 3, 8 and 10, the others' scenarios skipped) and writes the report;
+//! only their etcd variants; `--variants`: only these variants of the
+//! scenarios that honour it (1, 3, 4, 5, 8, 9, 10 and 11), the others'
+//! scenarios skipped) and writes the report;
 //! exits 1 if any scenario failed. `reliability worker '<json>'` is the
 //! client process the scenarios start (and pause).
 

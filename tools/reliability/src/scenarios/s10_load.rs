@@ -21,7 +21,8 @@
 //! name in the middle of the set) leaves none of its names held.
 //!
 //! 10s (one redis-server) and 10t (Redlock over three): the lock load over
-//! TCP, the Redis protocol on the native driver's stream.
+//! TCP, the Redis protocol on the native driver's stream; 10u semaphores and
+//! 10v read-write locks on one TCP node, with the checks of 10f–10j.
 //!
 //! The Worker's backends, in workerd ([`WorkerdHost`]): 10n the load above
 //! on the Durable Object lock service (native clients through the Worker's
@@ -229,10 +230,15 @@ pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
 
 /// 10s: the load on one redis-server over TCP (the Redis protocol on the
 /// native driver's stream; waiters poll: push wake-up over TCP is not built
-/// yet); 10t: on Redlock over three. Each on servers of its own, timed with
-/// their start-up.
+/// yet); 10t: on Redlock over three; 10u / 10v: semaphores / read-write
+/// locks on one node. Each on servers of its own, timed with their start-up.
 fn tcp_variants(secs: u64, out: &mut Vec<ScenarioReport>) {
-    for (id, n) in [("10s", 1), ("10t", 3)] {
+    for (id, n, kind) in [
+        ("10s", 1, Kind::Lock),
+        ("10t", 3, Kind::Lock),
+        ("10u", 1, Kind::Permits(PERMITS)),
+        ("10v", 1, Kind::ReadWrite),
+    ] {
         if !super::wants(id) {
             continue;
         }
@@ -249,7 +255,7 @@ fn tcp_variants(secs: u64, out: &mut Vec<ScenarioReport>) {
                 } else {
                     BackendSpec::redlock_tcp(nodes.tcp_specs(), TTL_MS, 2_000)
                 };
-                load_report(id, &backend, &spec, secs, Kind::Lock, &|| {
+                load_report(id, &backend, &spec, secs, kind, &|| {
                     nodes.lock_keys_left_total()
                 })
             }
