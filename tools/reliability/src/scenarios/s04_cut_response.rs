@@ -534,6 +534,27 @@ fn common_checks(
     );
 }
 
+/// One acquire and release of `<lock>-warmup`, before the fault is armed.
+fn warm_up(client: &edgelock::native::Client, lock: &str) -> Result<(), String> {
+    client
+        .acquire(&format!("{lock}-warmup"), Some(Duration::from_secs(5)))
+        .and_then(|l| l.release())
+        .map(drop)
+        .map_err(|e| format!("warm-up: {e}"))
+}
+
+/// That the one-shot proxy cut the reply inside its frame (`cut_at`: bytes
+/// delivered, of the chunk read).
+fn mid_frame_check(r: &mut ScenarioReport, cut_at: Option<(usize, usize)>) {
+    r.check(
+        "the reply was cut inside its frame (some, not all, of its bytes delivered)",
+        cut_at.is_some_and(|(head, n)| head > 0 && head < n),
+        cut_at.map_or("no reply cut".into(), |(head, n)| {
+            format!("{head} of {n} bytes delivered")
+        }),
+    );
+}
+
 // ---- etcd -----------------------------------------------------------------
 
 fn etcd_cut(nodes: &EtcdNodes, id: &str, cut: Cut) -> Result<ScenarioReport, String> {
@@ -566,10 +587,7 @@ fn etcd_cut(nodes: &EtcdNodes, id: &str, cut: Cut) -> Result<ScenarioReport, Str
     let client = spec.client().map_err(|e| format!("client: {e}"))?;
     // Warm up: with the session lease granted, the first request of the
     // acquire (the one whose answer is cut) is its txn.
-    client
-        .acquire(&format!("{lock}-warmup"), Some(Duration::from_secs(5)))
-        .and_then(|l| l.release())
-        .map_err(|e| format!("warm-up: {e}"))?;
+    warm_up(&client, &lock)?;
 
     let (watch_url, p) = (urls[1].clone(), prefix.clone());
     let watch = KeyWatch::start(move || {
@@ -740,10 +758,7 @@ fn redis_cut(nodes: &RedisNodes, id: &str, cut: Cut) -> Result<ScenarioReport, S
         // Warm up: the connection open and set up, the script cached, so
         // the answer cut is the acquire's own (a cut set-up reply would
         // leave the acquire unsent).
-        client
-            .acquire(&format!("{lock}-warmup"), Some(Duration::from_secs(5)))
-            .and_then(|l| l.release())
-            .map_err(|e| format!("warm-up: {e}"))?;
+        warm_up(&client, &lock)?;
     }
 
     // Sample the lock key's owner value: a second value of the cut client
@@ -829,13 +844,7 @@ fn redis_cut(nodes: &RedisNodes, id: &str, cut: Cut) -> Result<ScenarioReport, S
         ),
     );
     if cut == Cut::MidFrameThenPartition {
-        r.check(
-            "the reply was cut inside its frame (some, not all, of its bytes delivered)",
-            cut_at.is_some_and(|(head, n)| head > 0 && head < n),
-            cut_at.map_or("no reply cut".into(), |(head, n)| {
-                format!("{head} of {n} bytes delivered")
-            }),
-        );
+        mid_frame_check(&mut r, cut_at);
     }
     Ok(r)
 }

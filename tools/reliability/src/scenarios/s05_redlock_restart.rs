@@ -43,6 +43,10 @@ use crate::workload::{acquire, release_recorded, watch_lost, write_recorded, Con
 
 pub(super) const BACKEND: &str = "redlock (5 × webdis)";
 const BACKEND_TCP: &str = "redlock (5 × tcp)";
+/// What differs over TCP (5c, 5d).
+const TCP_NOTE: &str = "Setup as 5a/5b (below), but the clients reach the 5 redis-servers over TCP (the Redis protocol on the native \
+     driver's stream), their private fault proxies in front of the servers themselves: a restart breaks H1's \
+     connection to node r, which reconnects on its next command. H2 is granted after the server answers PING again.";
 const TITLE: &str = "Redlock node restart without persistence";
 
 const TTL_MS: u64 = 6_000;
@@ -615,11 +619,7 @@ fn variant(
         );
     }
     if tcp {
-        rep.note(
-            "Setup as 5a/5b (below), but the clients reach the 5 redis-servers over TCP (the Redis protocol on the native \
-             driver's stream), their private fault proxies in front of the servers themselves: a restart breaks H1's \
-             connection to node r, which reconnects on its next command. H2 is granted after the server answers PING again.",
-        );
+        rep.note(TCP_NOTE);
     }
     rep.note(
         "Setup: 5 redis-servers without persistence, each behind its own webdis. H1 goes through private fault proxies with 2 nodes \
