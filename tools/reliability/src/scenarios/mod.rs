@@ -109,7 +109,8 @@ pub fn all() -> Vec<Scenario> {
         Scenario {
             id: "5",
             title: "Redlock node restart without persistence",
-            in_short: false,
+            // Only 5c (over TCP, restarted at once) in the short run.
+            in_short: true,
             etcd: false,
             run: s05_redlock_restart::run,
         },

@@ -19,7 +19,8 @@
 //! 6. both release.
 //!
 //! 5c / 5d: (a) and (b) with Strict fencing over TCP (the Redis protocol on
-//! the native driver's stream, the proxies in front of the servers).
+//! the native driver's stream, the proxies in front of the servers). 5c is
+//! the scenario's short run.
 //!
 //! The shared helpers for scenarios 6 and 7 live here too.
 
@@ -363,14 +364,15 @@ pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
     let trials_a = mode.pick(2, 8);
     let trials_b = mode.pick(2, 6);
     let mut out = Vec::new();
-    // 5a / 5b in both fencing modes through webdis (bare ids: every one of
-    // them, or "5a" / "5b" named); 5c / 5d (Strict) over TCP.
+    // 5a / 5b in both fencing modes through webdis; 5c / 5d (Strict) over
+    // TCP. The short run has only 5c (about 1.5 s).
+    let runs = |id: &str| super::wants(id) && (!mode.short || id == "5c");
     let webdis: Vec<(Restart, &str, usize, bool)> = [
         (Restart::Immediate, "5a", trials_a),
         (Restart::AfterTtl, "5b", trials_b),
     ]
     .into_iter()
-    .filter(|(_, id, _)| super::wants(id))
+    .filter(|(_, id, _)| runs(id))
     .flat_map(|(r, id, n)| [(r, id, n, true), (r, id, n, false)])
     .collect();
     let tcp: Vec<(Restart, &str, usize, bool)> = [
@@ -378,7 +380,7 @@ pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
         (Restart::AfterTtl, "5d", trials_b, true),
     ]
     .into_iter()
-    .filter(|(_, id, _, _)| super::wants(id))
+    .filter(|(_, id, _, _)| runs(id))
     .collect();
     for (on_tcp, variants) in [(false, webdis), (true, tcp)] {
         if variants.is_empty() {
