@@ -4,7 +4,11 @@
 // devtools `testenv` (plain TCP ports, no HTTP front).
 import { after, before, describe, test } from "node:test";
 import assert from "node:assert/strict";
+import { spawn, spawnSync } from "node:child_process";
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import net from "node:net";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import { RedisLocks, Redlock, LockError } from "edgelock";
 import { startTestenv } from "./testenv.mjs";
 import { freePort } from "./support/etcd.mjs";
@@ -36,14 +40,56 @@ function rawCommand(port, ...args) {
   });
 }
 
-// Nodes 0-2: plain; node 3: requirepass (set after start, so testenv stays as it is).
+/** Runs openssl in `dir`; throws with its stderr when it fails. */
+function openssl(dir, ...args) {
+  const r = spawnSync("openssl", args, { cwd: dir, encoding: "utf8" });
+  if (r.status !== 0) throw new Error(`openssl ${args[0]}: ${r.stderr || r.error}`);
+}
+
+/** A redis-server with only a TLS port (clients need no certificate), its CA as PEM text. */
+async function startTlsRedis() {
+  const dir = mkdtempSync(join(tmpdir(), "edgelock-tls-redis-"));
+  writeFileSync(join(dir, "san.ext"), "subjectAltName=IP:127.0.0.1,DNS:localhost\n");
+  openssl(dir, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=edgelock test CA", "-keyout", "ca.key", "-out", "ca.pem");
+  openssl(dir, "req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=localhost", "-keyout", "server.key", "-out", "server.csr");
+  openssl(dir, "x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-days", "2",
+    "-extfile", "san.ext", "-out", "server.pem");
+  const port = await freePort();
+  const proc = spawn("redis-server", ["--port", "0", "--tls-port", String(port), "--tls-cert-file", join(dir, "server.pem"),
+    "--tls-key-file", join(dir, "server.key"), "--tls-ca-cert-file", join(dir, "ca.pem"), "--tls-auth-clients", "no",
+    "--save", "", "--appendonly", "no", "--dir", dir], { stdio: "ignore" });
+  for (let i = 0; i < 200; i += 1) {
+    const up = await new Promise((resolve) => {
+      const c = net.connect({ host: "127.0.0.1", port }, () => { c.destroy(); resolve(true); });
+      c.on("error", () => resolve(false));
+    });
+    if (up) break;
+    await sleep(25);
+  }
+  return {
+    port,
+    ca: readFileSync(join(dir, "ca.pem"), "utf8"),
+    stop: async () => {
+      const exited = new Promise((r) => proc.once("exit", r));
+      proc.kill("SIGKILL");
+      await exited;
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+// Nodes 0-2: plain; node 3: requirepass (set after start, so testenv stays
+// as it is); tlsRedis: a redis-server on a TLS port with a CA made here.
+let tlsRedis;
 before(async () => {
   env = await startTestenv({ redis: 4 });
   await rawCommand(env.redis[3].port, "CONFIG", "SET", "requirepass", PASSWORD);
+  tlsRedis = await startTlsRedis();
 });
 after(async () => {
   await Promise.allSettled(clients.map((c) => c.close()));
   await env?.stop();
+  await tlsRedis?.stop();
 });
 
 const track = (c) => {
@@ -115,6 +161,34 @@ describe("RedisLocks over redis:// (TCP)", () => {
     const c = track(new RedisLocks({ url: `redis://127.0.0.1:${dead}`, protocol: "resp", requestTimeoutMs: 500 }));
     const err = await rejectsWith(c.tryAcquire(unique("dead")), "TRANSPORT");
     assert.ok(!/undefined|\[object/.test(err.message), err.message);
+  });
+});
+
+describe("openSocket option", () => {
+  test("a given factory opens the connections; one that throws is TRANSPORT; a non-function is INVALID_ARGUMENT", async () => {
+    const asked = [];
+    const failing = (options) => {
+      asked.push(options);
+      throw new Error("no sockets today");
+    };
+    const c = track(new RedisLocks({ ...tcpNode(0), requestTimeoutMs: 500, openSocket: failing }));
+    const err = await rejectsWith(c.tryAcquire(unique("custom")), "TRANSPORT");
+    assert.match(err.message, /no sockets today/);
+    assert.deepEqual(asked[0], { host: "127.0.0.1", port: env.redis[0].port, tls: false });
+    assert.throws(() => new RedisLocks({ ...tcpNode(0), openSocket: 42 }), (e) => e instanceof LockError && e.code === "INVALID_ARGUMENT");
+  });
+});
+
+describe("RedisLocks over rediss:// (TLS)", () => {
+  test("a CA given as tls: { ca } is trusted; without it the certificate is refused (TRANSPORT)", async () => {
+    const name = unique("tls");
+    const url = `rediss://127.0.0.1:${tlsRedis.port}`;
+    const trusted = track(new RedisLocks({ url, protocol: "resp", requestTimeoutMs: 2000, tls: { ca: tlsRedis.ca } }));
+    const lock = await trusted.acquire(name, { waitMs: 5000 });
+    assert.equal(await trusted.tryAcquire(name), null);
+    await lock.release();
+    const untrusted = track(new RedisLocks({ url, protocol: "resp", requestTimeoutMs: 2000 }));
+    await rejectsWith(untrusted.tryAcquire(name), "TRANSPORT");
   });
 });
 
