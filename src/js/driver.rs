@@ -389,7 +389,7 @@ impl Driver {
         }
     }
 
-    /// Closes stream `id` without a word to the machine (it let it go).
+    /// Closes stream `id` and reports `error` for it (from a fresh task).
     fn fail_socket(&self, id: RequestId, error: TransportError) {
         let handle = self.inner.sockets.borrow_mut().remove(id);
         if let Some(handle) = handle {
@@ -485,7 +485,8 @@ fn reentrant() -> LockError {
 
 impl Drop for Inner {
     /// A client dropped without `close()`: stop its timer, abort its
-    /// requests and close its sockets (held locks then expire with their lease/TTL on the backend).
+    /// requests and close its sockets (held locks then expire with their
+    /// lease/TTL on the backend).
     fn drop(&mut self) {
         if let Ok(mut st) = self.state.try_borrow_mut() {
             if let Some(t) = st.timer.take() {
