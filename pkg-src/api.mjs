@@ -81,11 +81,12 @@ function checkOptions(opts, allowed, what) {
   return opts;
 }
 
-/** Client options to JSON for the Rust side; `fetch` travels separately. */
+/** Client options to JSON for the Rust side; `fetch` and `openSocket` travel separately. */
 function optionsJson(options, what) {
   if (options === null || typeof options !== "object") throw invalid(`${what} needs an options object`);
-  const { fetch, bindings, ...rest } = options;
+  const { fetch, bindings, openSocket, ...rest } = options;
   if (fetch !== undefined && typeof fetch !== "function") throw invalid(`${what}: fetch must be a function`);
+  if (openSocket !== undefined && typeof openSocket !== "function") throw invalid(`${what}: openSocket must be a function`);
   if (bindings !== undefined && (bindings === null || typeof bindings !== "object")) {
     throw invalid(`${what}: bindings must be an object of named bindings`);
   }
@@ -99,7 +100,7 @@ function optionsJson(options, what) {
   } catch (e) {
     throw e instanceof LockError ? e : invalid(`${what}: options are not serialisable (${e.message})`);
   }
-  return { json, fetch, bindings };
+  return { json, fetch, bindings, openSocket };
 }
 
 /**
@@ -628,9 +629,9 @@ function lockSet(locks) {
 }
 
 function construct(backend, options, what) {
-  const { json, fetch, bindings } = optionsJson(options, what);
+  const { json, fetch, bindings, openSocket } = optionsJson(options, what);
   try {
-    return RawLocks.connect(backend, json, fetch, bindings);
+    return RawLocks.connect(backend, json, fetch, bindings, openSocket);
   } catch (e) {
     throw toLockError(e);
   }

@@ -33,12 +33,15 @@ impl RawLocks {
     /// A client for `backend` (a name of the core's backend table: "etcd",
     /// "redis", "redlock", "durable-object" or "d1") with its
     /// `options_json` (see `BackendSpec::from_json`); `fetch`: the injected
-    /// fetch, if any; `bindings`: an object of bindings requests may target.
+    /// fetch, if any; `bindings`: an object of bindings requests may target;
+    /// `open_socket`: the runtime's socket factory (see `js/sockets.rs`),
+    /// absent where there is no TCP.
     pub fn connect(
         backend: &str,
         options_json: &str,
         fetch: Option<Function>,
         bindings: Option<Object>,
+        open_socket: Option<Function>,
     ) -> Result<RawLocks, JsValue> {
         let build = || -> Result<RawLocks, LockError> {
             let entry = backend_named(backend).ok_or_else(|| {
@@ -51,7 +54,7 @@ impl RawLocks {
             check_tcp_nodes(&spec.urls())?;
             let machine = spec.build(Box::new(JsEntropy::new()?))?;
             Ok(RawLocks {
-                driver: Driver::new(machine, fetch, bindings.map(JsValue::from))?,
+                driver: Driver::new(machine, fetch, bindings.map(JsValue::from), open_socket)?,
             })
         };
         build().map_err(|e| to_js_error(&e))
