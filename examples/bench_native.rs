@@ -220,7 +220,14 @@ mod bench {
             .iter()
             .map(|u| json!({"url": u, "protocol": "webdis"}))
             .collect();
-        let mut libs = http_libs(etcd, first_gw, first_webdis, token, upstash_nodes, webdis_nodes);
+        let mut libs = http_libs(
+            etcd,
+            first_gw,
+            first_webdis,
+            token,
+            upstash_nodes,
+            webdis_nodes,
+        );
         // The Redis protocol itself (`redis://`), when the config lists the servers.
         let tcp = list_field(cfg, "redis").unwrap_or_default();
         if let Some(first) = tcp.first() {

@@ -45,18 +45,20 @@ pub(crate) fn declare_tcp(name: &str) -> Result<(), LockError> {
 }
 
 /// Refuses a client with a `redis://` node among `urls` on a host that
-/// cannot reach one, before anything is sent, saying why.
-pub(crate) fn check_tcp_nodes(urls: &[&str]) -> Result<(), LockError> {
+/// cannot reach one, before anything is sent, saying why: a browser never
+/// can; elsewhere the client needs a socket factory (`has_sockets`: the
+/// Node, Deno and workerd entries give theirs, a user may pass `openSocket`).
+pub(crate) fn check_tcp_nodes(urls: &[&str], has_sockets: bool) -> Result<(), LockError> {
     if !urls.iter().any(|u| is_resp_url(u)) {
         return Ok(());
     }
-    match TCP.with(Cell::get) {
-        TcpSupport::Available => Ok(()),
-        TcpSupport::Browser => Err(LockError::invalid(
+    match (TCP.with(Cell::get), has_sockets) {
+        (TcpSupport::Browser, _) => Err(LockError::invalid(
             "browsers cannot open TCP connections: reach Redis through Upstash or Webdis (http(s) URL)",
         )),
-        TcpSupport::NotYet => Err(LockError::invalid(
-            "redis:// nodes are not available from JavaScript in this version; use Upstash or Webdis",
+        (_, true) => Ok(()),
+        (_, false) => Err(LockError::invalid(
+            "redis:// nodes need TCP sockets, and this JavaScript host gave none: pass `openSocket`, or reach Redis through Upstash or Webdis",
         )),
     }
 }

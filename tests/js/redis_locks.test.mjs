@@ -144,19 +144,15 @@ describe("RedisLocks errors", () => {
 });
 
 describe("redis:// nodes from JavaScript", () => {
-  // Until the JS socket driver lands (then Node, Deno, Bun and workerd take
-  // them; a browser never can): INVALID_ARGUMENT synchronously, saying why,
-  // before anything is sent, and never with the password.
-  test("INVALID_ARGUMENT synchronously, saying why, without the password", () => {
-    const notYet = (e) => e instanceof LockError && e.code === "INVALID_ARGUMENT"
-      && e.message.includes("redis:// nodes are not available from JavaScript in this version; use Upstash or Webdis")
-      && !e.message.includes("hunter2");
-    assert.throws(() => new RedisLocks({ url: "redis://:hunter2@127.0.0.1:6379" }), notYet);
-    assert.throws(() => new RedisLocks({ url: "rediss://alice@cache.example/2", token: "hunter2" }), notYet);
-    assert.throws(() => new RedisLocks({ url: "redis://127.0.0.1", protocol: "resp" }), notYet);
-    assert.throws(() => new Redlock({
+  // This runtime's entry gives its sockets, so redis:// nodes are taken
+  // (tests/js/redis_tcp.test.mjs uses them); bad ones are INVALID_ARGUMENT
+  // synchronously, saying why, before anything is sent, never with the password.
+  test("taken with this runtime's sockets; bad ones INVALID_ARGUMENT without the password", async () => {
+    await new RedisLocks({ url: "redis://:hunter2@127.0.0.1:6379" }).close();
+    await new RedisLocks({ url: "rediss://alice@cache.example/2", token: "hunter2" }).close();
+    await new Redlock({
       nodes: [{ url: env.gateway_urls[0], token: env.token }, { url: "redis://:hunter2@127.0.0.1:1" }, { url: env.webdis_urls[2], protocol: "webdis" }],
-    }), notYet);
+    }).close();
     // A bad URL, a protocol that contradicts it, or a password given twice is refused for that.
     const refused = (options, says) => assert.throws(() => new RedisLocks(options), (e) =>
       e.code === "INVALID_ARGUMENT" && e.message.includes(says) && !e.message.includes("hunter2"));

@@ -187,11 +187,8 @@ impl Engine {
                 .map_err(|e| NodeError::NotSent(e.to_string())),
             Some(NodeLink::Resp(r)) => {
                 let id = cx.rt.requests.track(&mut cx.rt.out, now, owner, timeout);
-                let sent = r.commands.send(&mut cx.rt.out, now, id, wire);
-                if sent.is_err() {
-                    cx.rt.requests.finish(id);
-                }
-                sent.map(|()| id)
+                r.commands.send(&mut cx.rt.out, id, wire);
+                Ok(id)
             }
         };
         match sent {
@@ -368,22 +365,12 @@ impl Engine {
         let Some(NodeLink::Resp(r)) = self.cx.nodes.get_mut(node) else {
             return;
         };
-        match r.pubsub.subscribe(&mut self.cx.rt.out, now, channel) {
-            Ok(confirmed) => {
-                let channel = channel.to_string();
-                self.subs
-                    .insert((tid, node), Sub::Shared { channel, failures });
-                if confirmed {
-                    self.push(tid, node, Push::Live, now);
-                }
-            }
-            Err(_) => {
-                let sub = Sub::Down {
-                    retry_at: self.backoff(now, failures + 1),
-                    failures: failures + 1,
-                };
-                self.subs.insert((tid, node), sub);
-            }
+        let confirmed = r.pubsub.subscribe(&mut self.cx.rt.out, channel);
+        let channel = channel.to_string();
+        self.subs
+            .insert((tid, node), Sub::Shared { channel, failures });
+        if confirmed {
+            self.push(tid, node, Push::Live, now);
         }
     }
 
@@ -538,13 +525,12 @@ impl Engine {
         if let Some(node) = self.connection_of(id) {
             let (answers, news) = match self.cx.nodes.get_mut(node) {
                 Some(NodeLink::Resp(r)) if r.pubsub.owns(id) => {
-                    let answers = r.pubsub.on_input(&mut self.cx.rt.out, now, input);
+                    let answers = r.pubsub.on_input(&mut self.cx.rt.out, input);
                     (answers, r.pubsub.take_news())
                 }
-                Some(NodeLink::Resp(r)) => (
-                    r.commands.on_input(&mut self.cx.rt.out, now, input),
-                    Vec::new(),
-                ),
+                Some(NodeLink::Resp(r)) => {
+                    (r.commands.on_input(&mut self.cx.rt.out, input), Vec::new())
+                }
                 _ => (Vec::new(), Vec::new()),
             };
             self.on_stream_answers(answers, now);
@@ -723,7 +709,7 @@ impl Engine {
             }
             // A command late on a stream: the connection may be half-open.
             if let Some(NodeLink::Resp(r)) = self.cx.nodes.get_mut(node) {
-                let others = r.commands.timed_out(&mut self.cx.rt.out, now, id);
+                let others = r.commands.timed_out(&mut self.cx.rt.out, id);
                 self.on_stream_answers(others, now);
             }
         }
