@@ -244,7 +244,7 @@ fn tcp_variants(secs: u64, out: &mut Vec<ScenarioReport>) {
         }
         let started = Instant::now();
         let backend = if n == 1 {
-            "redis (tcp, polling waiters)".to_string()
+            "redis (tcp, push wake-up)".to_string()
         } else {
             format!("redlock ({n} × tcp)")
         };
