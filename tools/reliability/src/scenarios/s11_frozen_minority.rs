@@ -3,8 +3,11 @@
 //! requests and nothing answers, the hardest kind of dead node. A majority
 //! is up, so:
 //!
-//! - a waiting acquire on a free lock is granted within 2 × the per-node
-//!   request timeout + one retry delay (measured on fresh names);
+//! - a waiting acquire on a free lock is granted within 3 × the per-node
+//!   request timeout + one retry delay (measured on fresh names): about one
+//!   timeout is expected (the raise round waits it out); the bound leaves two
+//!   more for a loaded machine, and a stall (the bug of issue 26: over 60 s)
+//!   is far beyond it;
 //! - 8 contenders on one lock, writing through the fenced resource, keep
 //!   being granted (each goes on past the run's end until granted once):
 //!   0 stale writes accepted, 0 overlapping holds, 0 inversions.
@@ -109,7 +112,7 @@ fn frozen_report(
 
 /// Three acquires of fresh names, each timed from the call to the grant.
 fn free_lock_checks(r: &mut ScenarioReport, spec: &BackendSpec) {
-    let bound = 2 * TIMEOUT_MS + RETRY_MS;
+    let bound = 3 * TIMEOUT_MS + RETRY_MS;
     let took: Vec<Result<u128, String>> = match spec.client() {
         Ok(client) => {
             let took = (0..3)
@@ -144,7 +147,7 @@ fn free_lock_checks(r: &mut ScenarioReport, spec: &BackendSpec) {
         .collect();
     r.figure("free lock granted after", text.join(", "));
     r.check(
-        &format!("a free lock is granted within 2 × the {TIMEOUT_MS} ms request timeout + a retry delay ({bound} ms)"),
+        &format!("a free lock is granted within 3 × the {TIMEOUT_MS} ms request timeout + a retry delay ({bound} ms)"),
         took.iter().all(|t| t.as_ref().is_ok_and(|ms| *ms <= u128::from(bound))),
         text.join(", "),
     );
