@@ -16,6 +16,7 @@ import { Mutex, RedlockMutex } from "redis-semaphore";
 import { Lock as UpstashLock } from "@upstash/lock";
 import { Redis as UpstashRedis } from "@upstash/redis";
 import { countingFetch, logIoredis, withLog } from "./reqlog.mjs";
+import { nodeSockets } from "../pkg/sockets/node.mjs";
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
@@ -35,6 +36,37 @@ function edgelockClient(build, transport) {
   return {
     log,
     unit: "HTTP req",
+    async acquire(name, { signal } = {}) {
+      const lock = await client.acquire(name, signal ? { signal } : {});
+      return () => lock.release();
+    },
+    close: () => client.close(),
+  };
+}
+
+/**
+ * An edgelock client over redis:// (`build(openSocket)`): the package's Node
+ * sockets, each write logged (a write carries one or more pipelined commands;
+ * waiting clients also write SUBSCRIBE / UNSUBSCRIBE on their subscriber
+ * connection, logged as streams).
+ */
+function edgelockTcpClient(build) {
+  const log = [];
+  const open = nodeSockets();
+  const openSocket = (options) => {
+    const socket = open(options);
+    const write = socket.write.bind(socket);
+    socket.write = (bytes) => {
+      const text = new TextDecoder().decode(bytes.subarray(0, 32)).toUpperCase();
+      log.push({ t: performance.now(), stream: text.includes("SUBSCRIBE") });
+      return write(bytes);
+    };
+    return socket;
+  };
+  const client = build(openSocket);
+  return {
+    log,
+    unit: "command write",
     async acquire(name, { signal } = {}) {
       const lock = await client.acquire(name, signal ? { signal } : {});
       return () => lock.release();
@@ -104,6 +136,11 @@ export function libraries(env) {
       note: "as edgelock RedisLocks (upstash) with `fair: true`: a FIFO queue of waiters, a release wakes only the queue head",
       make: () => edgelockClient((fetch) => new RedisLocks({ url: gw[0], protocol: "upstash", token, fair: true, fetch })),
     },
+    "edgelock-redis-tcp": {
+      label: "edgelock RedisLocks (redis:// TCP)", group: "redis-http", counter: "redis", edgelock: true, tcp: true,
+      note: "the Redis protocol over TCP (node:net sockets of the Node entry) to the same redis-server as the TCP peers; defaults (commands pipelined on one connection per node; push wake-up: the waiters of a client share one subscriber connection per node)",
+      make: () => edgelockTcpClient((openSocket) => new RedisLocks({ url: env.redis[0].url, openSocket })),
+    },
     "upstash-lock": {
       label: "@upstash/lock", group: "redis-http", counter: "http",
       note: "@upstash/redis via the same gateway; lease 10 s, retry every 100 ms (its default delay) without an attempt limit",
@@ -151,6 +188,11 @@ export function libraries(env) {
       label: "edgelock Redlock (3× webdis)", group: "redlock", counter: "http", edgelock: true, extra: true,
       note: "3 webdis nodes; defaults except retryCount 1000",
       make: () => edgelockClient((fetch) => new EdgeRedlock({ nodes: webdis.map((url) => ({ url, protocol: "webdis" })), retryCount: 1000, fetch })),
+    },
+    "edgelock-redlock-tcp": {
+      label: "edgelock Redlock (3× redis:// TCP)", group: "redlock", counter: "redis", edgelock: true, tcp: true,
+      note: "the same 3 redis-servers as the TCP peers over the Redis protocol; defaults (strict fencing; push wake-up) except retryCount 1000",
+      make: () => edgelockTcpClient((openSocket) => new EdgeRedlock({ nodes: env.redis.map((r) => ({ url: r.url })), retryCount: 1000, openSocket })),
     },
     "node-redlock": {
       label: "redlock@5 (3× ioredis)", group: "redlock", counter: "redis", tcp: true,

@@ -181,8 +181,8 @@ async function uncontended() {
 // Latency from the holder's release call to the waiter's acquire resolving,
 // and the requests the waiter sent (its own log) between the two and over
 // its whole wait (subscription streams counted apart).
-const HANDOFF_IDS = ["edgelock-etcd", "etcd3", "edgelock-redis", "edgelock-redis-webdis", "edgelock-redis-fair", "upstash-lock", "redis-semaphore",
-  "edgelock-redlock", "edgelock-redlock-webdis", "node-redlock"].filter((id) => libs[id]);
+const HANDOFF_IDS = ["edgelock-etcd", "etcd3", "edgelock-redis", "edgelock-redis-webdis", "edgelock-redis-fair", "edgelock-redis-tcp", "upstash-lock", "redis-semaphore",
+  "edgelock-redlock", "edgelock-redlock-webdis", "edgelock-redlock-tcp", "node-redlock"].filter((id) => libs[id]);
 const mean = (xs) => (xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : NaN);
 async function handoff() {
   const state = Object.fromEntries(HANDOFF_IDS.map((id) => [id, { holder: libs[id].make(), waiter: libs[id].make(), lat: [], after: [], whole: [], streams: [], wake: [], early: 0, errors: 0 }]));
@@ -239,7 +239,7 @@ async function handoff() {
 }
 
 // --- 3. contended -------------------------------------------------------------
-const CONTENDED_IDS = ["edgelock-etcd", "etcd3", "edgelock-redis", "edgelock-redis-fair", "upstash-lock", "redis-semaphore", "edgelock-redlock", "node-redlock"].filter((id) => libs[id]);
+const CONTENDED_IDS = ["edgelock-etcd", "etcd3", "edgelock-redis", "edgelock-redis-fair", "edgelock-redis-tcp", "upstash-lock", "redis-semaphore", "edgelock-redlock", "edgelock-redlock-tcp", "node-redlock"].filter((id) => libs[id]);
 async function contendedOne(id) {
   const lib = libs[id];
   const clients = Array.from({ length: CFG.contendedClients }, () => lib.make());
@@ -319,8 +319,8 @@ const NATIVE_LIBS = {
   "native-redis-fair": { label: "edgelock native Rust fair (upstash)", group: "redis-http", counter: "http", edgelock: true, native: true, fair: true, node: "edgelock-redis-fair" },
   "native-redlock": { label: "edgelock native Rust (Redlock 3× upstash)", group: "redlock", counter: "http", edgelock: true, native: true, node: "edgelock-redlock" },
   "native-redlock-webdis": { label: "edgelock native Rust (Redlock 3× webdis)", group: "redlock", counter: "http", edgelock: true, native: true, node: "edgelock-redlock-webdis" },
-  "native-redis-tcp": { label: "edgelock native Rust (redis:// TCP)", group: "redis-http", counter: "http", edgelock: true, native: true, tcp: true, node: "edgelock-redis" },
-  "native-redlock-tcp": { label: "edgelock native Rust (Redlock 3× redis:// TCP)", group: "redlock", counter: "http", edgelock: true, native: true, tcp: true, node: "edgelock-redlock" },
+  "native-redis-tcp": { label: "edgelock native Rust (redis:// TCP)", group: "redis-http", counter: "http", edgelock: true, native: true, tcp: true, node: "edgelock-redis-tcp" },
+  "native-redlock-tcp": { label: "edgelock native Rust (Redlock 3× redis:// TCP)", group: "redlock", counter: "http", edgelock: true, native: true, tcp: true, node: "edgelock-redlock-tcp" },
 };
 async function native() {
   const bin = process.env.BENCH_NATIVE_BIN;
