@@ -66,7 +66,7 @@ use edgelock::internals::redis::quorum::quorum;
 use edgelock::internals::redis::{upstash, webdis};
 use sim::net::{
     Clock, ElectionSim, ElectionStats, NetConfig, Outage, Partition, Pause, Reply, SimRng,
-    SimServer, WorkloadConfig, World,
+    SimServer, StreamStats, WorkloadConfig, World,
 };
 use sim::redis_model::{NodeClock, Proto, Rec, RedisModel};
 
@@ -167,10 +167,25 @@ impl Mode {
     }
 }
 
+/// How the clients reach the nodes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Transport {
+    /// Upstash REST or Webdis, drawn per node.
+    Http,
+    /// Redis' own protocol on byte streams (tests/sim/stream.rs), every node.
+    Tcp,
+    /// Both: the even nodes over TCP, the others over HTTP as drawn (one
+    /// node: TCP).
+    Mixed,
+}
+
 #[derive(Clone, Debug)]
 #[allow(dead_code)] // read through Debug
 struct Setup {
     mode: Mode,
+    transport: Transport,
+    /// TCP nodes requiring a password (`requirepass`).
+    passwords: Vec<bool>,
     nodes: usize,
     protos: Vec<Proto>,
     fencing: Option<RedlockFencing>,
@@ -237,6 +252,8 @@ struct Stats {
     proclaims: u64,
     /// Re-entries granted (reentrant runs).
     reentries: u64,
+    /// What the byte-stream transport did (TCP runs).
+    tcp: StreamStats,
 }
 
 impl Stats {
@@ -267,6 +284,12 @@ impl Stats {
         self.observed_leaders += o.observed_leaders;
         self.paired += o.paired;
         self.proclaims += o.proclaims;
+        self.tcp.opens += o.tcp.opens;
+        self.tcp.refused += o.tcp.refused;
+        self.tcp.commands += o.tcp.commands;
+        self.tcp.cuts += o.tcp.cuts;
+        self.tcp.black_holes += o.tcp.black_holes;
+        self.tcp.breaks += o.tcp.breaks;
         for (a, b) in self.by_nodes.iter_mut().zip(o.by_nodes) {
             a.0 += b.0;
             a.1 += b.1;
@@ -282,11 +305,33 @@ fn base(i: usize) -> String {
     format!("http://redis-{i}:7379")
 }
 
+/// Where the world routes node `i`: its HTTP base, or `tcp://host:port`
+/// for the byte streams of a `Proto::Resp` node.
+fn server_base(proto: Proto, i: usize) -> String {
+    match proto {
+        Proto::Resp => format!("tcp://redis-{i}:6379"),
+        Proto::Upstash | Proto::Webdis => base(i),
+    }
+}
+
+/// Node `i` over TCP as users write it: the password in the URL (alone,
+/// or with the ACL user `default`) or apart, or none.
+fn resp_node(i: usize, password: bool, rng: &mut SimRng) -> RedisNode {
+    let host = format!("redis-{i}:6379");
+    let node = match (password, rng.below(3)) {
+        (false, _) => RedisNode::resp(&format!("redis://{host}"), None),
+        (true, 0) => RedisNode::resp(&format!("redis://{host}"), Some(TOKEN)),
+        (true, 1) => RedisNode::resp(&format!("redis://:{TOKEN}@{host}"), None),
+        (true, _) => RedisNode::resp(&format!("redis://default:{TOKEN}@{host}/0"), None),
+    };
+    node.expect("a valid redis:// node")
+}
+
 fn pick<T: Copy>(rng: &mut SimRng, xs: &[T]) -> T {
     xs[rng.below(xs.len() as u64) as usize]
 }
 
-fn build(seed: u64, mode: Mode) -> (World<RedisModel>, Setup) {
+fn build(seed: u64, mode: Mode, transport: Transport) -> (World<RedisModel>, Setup) {
     let mut rng = SimRng::new(seed ^ 0x5EED_F4ED_1500_0000_u64);
     let nodes = match mode {
         Mode::Main | Mode::Calm { .. } | Mode::Permits | Mode::Election => {
@@ -376,6 +421,27 @@ fn build(seed: u64, mode: Mode) -> (World<RedisModel>, Setup) {
             }
         })
         .collect();
+    // The transport's own draws come from their own generator: the rest of
+    // the setup stays the seed's whatever the transport.
+    let mut tcp_rng = SimRng::new(seed ^ 0x7C95_EED0_0000_0000_u64);
+    let protos: Vec<Proto> = protos
+        .into_iter()
+        .enumerate()
+        .map(|(i, p)| match transport {
+            Transport::Tcp => Proto::Resp,
+            Transport::Mixed if i % 2 == 0 => Proto::Resp,
+            Transport::Http | Transport::Mixed => p,
+        })
+        .collect();
+    let passwords: Vec<bool> = protos
+        .iter()
+        .map(|p| *p == Proto::Resp && tcp_rng.chance(0.5))
+        .collect();
+    if !calm && !pauses_only && transport != Transport::Http {
+        net.stream_cut = pick(&mut tcp_rng, &[0.0, 0.01, 0.05]);
+        net.stream_blackhole = pick(&mut tcp_rng, &[0.0, 0.003, 0.01]);
+        net.open_refused = pick(&mut tcp_rng, &[0.0, 0.05, 0.2]);
+    }
     let mut node_clocks = Vec::new();
     for _ in 0..nodes {
         let mut c = NodeClock {
@@ -415,6 +481,8 @@ fn build(seed: u64, mode: Mode) -> (World<RedisModel>, Setup) {
         .unwrap_or(max_subscriptions);
     let setup = Setup {
         mode,
+        transport,
+        passwords: passwords.clone(),
         nodes,
         protos: protos.clone(),
         fencing,
@@ -434,9 +502,9 @@ fn build(seed: u64, mode: Mode) -> (World<RedisModel>, Setup) {
     let mut w: World<RedisModel> = World::new(seed, net);
     w.max_steps = 2_000_000;
     for i in 0..nodes {
-        let token = (protos[i] == Proto::Upstash).then(|| TOKEN.to_string());
+        let token = (protos[i] == Proto::Upstash || passwords[i]).then(|| TOKEN.to_string());
         w.add_server(
-            &[&base(i)],
+            &[&server_base(protos[i], i)],
             RedisModel::new(protos[i], token, node_clocks[i].clone()),
         );
     }
@@ -444,6 +512,7 @@ fn build(seed: u64, mode: Mode) -> (World<RedisModel>, Setup) {
         .map(|i| match protos[i] {
             Proto::Upstash => RedisNode::upstash(base(i), TOKEN),
             Proto::Webdis => RedisNode::webdis(base(i)),
+            Proto::Resp => resp_node(i, passwords[i], &mut tcp_rng),
         })
         .collect();
     let retry_delay_ms = rng.range(50, 200);
@@ -759,15 +828,28 @@ impl RedisChecks {
         // Subscriptions live exactly as long as a waiting acquire: the task
         // that owns them closes them when it stops listening (granted,
         // refused, timed out, cancelled, the machine closed).
+        // Over TCP: one subscriber connection per node, shared by every
+        // waiter of the client, closed when none is left.
+        let tcp_nodes = self
+            .setup
+            .protos
+            .iter()
+            .filter(|p| **p == Proto::Resp)
+            .count();
         for c in 0..w.client_count() {
-            let flights = w.stream_flights(c);
-            if flights > 0 && !w.waiting_acquire(c) {
-                return Err(format!("client {c} keeps {flights} subscription stream(s) open with no acquire waiting (t={})", w.now));
+            let (flights, subscribers) = (w.stream_flights(c), w.subscriber_flights(c));
+            if flights + subscribers > 0 && !w.waiting_acquire(c) {
+                return Err(format!("client {c} keeps {flights} subscription stream(s) and {subscribers} subscriber connection(s) open with no acquire waiting (t={})", w.now));
             }
             if flights > self.setup.max_subscriptions {
                 return Err(format!(
                     "client {c} has {flights} subscription streams open, over max_subscriptions = {}",
                     self.setup.max_subscriptions
+                ));
+            }
+            if subscribers > tcp_nodes {
+                return Err(format!(
+                    "client {c} has {subscribers} subscriber connections open to {tcp_nodes} TCP node(s)"
                 ));
             }
         }
@@ -903,8 +985,8 @@ fn strict_precondition_held(
 type Failure = (String, Box<World<RedisModel>>, Setup);
 
 #[allow(clippy::result_large_err)] // the failure carries the world for the report
-fn run_seed(seed: u64, mode: Mode, trace: bool) -> Result<Stats, Failure> {
-    let (mut w, setup) = build(seed, mode);
+fn run_seed(seed: u64, mode: Mode, transport: Transport, trace: bool) -> Result<Stats, Failure> {
+    let (mut w, setup) = build(seed, mode, transport);
     if trace {
         w.enable_trace();
     }
@@ -996,6 +1078,7 @@ fn run_seed(seed: u64, mode: Mode, trace: bool) -> Result<Stats, Failure> {
                 })
                 .count() as u64,
             limits_changed: (checks.limits_held.len() > 1) as u64,
+            tcp: w.stream_stats,
             by_nodes: {
                 let attempts = (0..setup.nodes)
                     .map(|i| w.server(i).acquire_evals)
@@ -1085,6 +1168,13 @@ fn final_checks(w: &World<RedisModel>, setup: &Setup) -> Result<(), String> {
                 w.stream_flights(c)
             ));
         }
+        // Closed clients leave no connection open.
+        if w.tcp_flights(c) != 0 {
+            return Err(format!(
+                "client {c} still has {} byte stream(s) open after its close",
+                w.tcp_flights(c)
+            ));
+        }
     }
     if w.open_stream_count() != 0 {
         return Err(format!(
@@ -1172,9 +1262,14 @@ fn writers_after_readers(w: &World<RedisModel>, setup: &Setup) -> u64 {
         .sum()
 }
 
-fn report_failure(seed: u64, mode: Mode, test: &str, first_message: &str) -> String {
+fn report_failure(
+    seed: u64,
+    (mode, transport): (Mode, Transport),
+    test: &str,
+    first_message: &str,
+) -> String {
     let mut out = format!("\nseed {seed} failed: {first_message}\nreplay: SIM_SEED={seed} cargo test --test sim_redis {test}\n");
-    match run_seed(seed, mode, true) {
+    match run_seed(seed, mode, transport, true) {
         Ok(_) => out.push_str("(the replay did NOT fail: the simulation is not deterministic!)\n"),
         Err((msg, w, setup)) => {
             if msg != first_message {
@@ -1191,13 +1286,24 @@ fn report_failure(seed: u64, mode: Mode, test: &str, first_message: &str) -> Str
 /// lowest failing seed, its replay command and its history. `SIM_SEEDS`
 /// sets `n` (divided by `divisor`).
 fn sweep(test: &str, default_seeds: u64, divisor: u64, mode: Mode) -> Stats {
+    sweep_over(test, default_seeds, divisor, mode, Transport::Http)
+}
+
+/// [`sweep`] with the clients reaching the nodes over `transport`.
+fn sweep_over(
+    test: &str,
+    default_seeds: u64,
+    divisor: u64,
+    mode: Mode,
+    transport: Transport,
+) -> Stats {
     if let Ok(one) = std::env::var("SIM_SEED") {
         let seed: u64 = one.trim().parse().expect("SIM_SEED must be a number");
-        match run_seed(seed, mode, true) {
+        match run_seed(seed, mode, transport, true) {
             Ok(stats) => {
                 eprintln!("seed {seed} passed: {stats:?}");
                 if std::env::var("SIM_TRACE").is_ok() {
-                    let (mut w, setup) = build(seed, mode);
+                    let (mut w, setup) = build(seed, mode, transport);
                     w.enable_trace();
                     let mut checks = RedisChecks::new(&setup);
                     let _ = w.run(STOP_AT_MS + 30 * setup.ttl_ms + 120_000, &mut |w| {
@@ -1210,7 +1316,7 @@ fn sweep(test: &str, default_seeds: u64, divisor: u64, mode: Mode) -> Stats {
                 }
                 return stats;
             }
-            Err((msg, _, _)) => panic!("{}", report_failure(seed, mode, test, &msg)),
+            Err((msg, _, _)) => panic!("{}", report_failure(seed, (mode, transport), test, &msg)),
         }
     }
     let seeds: u64 = std::env::var("SIM_SEEDS")
@@ -1231,7 +1337,7 @@ fn sweep(test: &str, default_seeds: u64, divisor: u64, mode: Mode) -> Stats {
                     let mut failures = Vec::new();
                     let mut seed = k;
                     while seed < seeds {
-                        match run_seed(seed, mode, false) {
+                        match run_seed(seed, mode, transport, false) {
                             Ok(s) => stats.add(&s),
                             Err((msg, _, _)) => {
                                 failures.push((seed, msg));
@@ -1282,12 +1388,19 @@ fn sweep(test: &str, default_seeds: u64, divisor: u64, mode: Mode) -> Stats {
         total.hostile_chunks,
         total.attempts_per_grant()
     );
+    if total.tcp.opens > 0 {
+        let t = total.tcp;
+        eprintln!(
+            "{test}: byte streams: {} opened ({} refused), {} commands, {} cut mid-reply, {} black-holed, {} broken",
+            t.opens, t.refused, t.commands, t.cuts, t.black_holes, t.breaks
+        );
+    }
     if let Some((seed, msg)) = results
         .iter()
         .flat_map(|(_, f)| f.iter().cloned())
         .min_by_key(|(s, _)| *s)
     {
-        panic!("{}", report_failure(seed, mode, test, &msg));
+        panic!("{}", report_failure(seed, (mode, transport), test, &msg));
     }
     total
 }
@@ -1308,6 +1421,28 @@ fn simulation() {
         assert!(
             s.hostile_chunks > 0,
             "the network should splice hostile chunks into streams: {s:?}"
+        );
+    }
+}
+
+/// The main simulation with every node reached over TCP (Redis' own
+/// protocol on the world's byte streams, tests/sim/stream.rs): replies
+/// split and coalesced, connections cut mid-reply, black-holed, refused,
+/// broken by partitions and loss; nodes with and without a password. The
+/// same checks as `simulation`.
+#[test]
+fn tcp_simulation() {
+    let s = sweep_over("tcp_simulation", 500, 4, Mode::Main, Transport::Tcp);
+    assert!(s.grants > s.seeds, "{s:?}");
+    assert!(s.tcp.opens > 0 && s.tcp.commands > s.seeds, "{s:?}");
+    if s.seeds >= 200 {
+        assert!(
+            s.subscriptions > 0 && s.push_messages > 0,
+            "waiters should subscribe and hear releases over TCP: {s:?}"
+        );
+        assert!(
+            s.tcp.cuts > 0 && s.tcp.black_holes > 0 && s.tcp.refused > 0,
+            "the network should cut, black-hole and refuse connections: {s:?}"
         );
     }
 }
@@ -1433,16 +1568,16 @@ fn read_write_checkers_catch_clock_jumps_beyond_the_bound() {
         return;
     }
     let mut other = Vec::new();
-    let caught = (0..300).find(
-        |&seed| match run_seed(seed, Mode::ReadWriteBeyondBound, false) {
+    let caught = (0..300).find(|&seed| {
+        match run_seed(seed, Mode::ReadWriteBeyondBound, Transport::Http, false) {
             Err((msg, _, _)) if msg.contains("believe they hold") => true,
             Err((msg, _, _)) => {
                 other.push(format!("seed {seed}: {msg}"));
                 false
             }
             Ok(_) => false,
-        },
-    );
+        }
+    });
     eprintln!("ReadWriteBeyondBound: caught by seed {caught:?}");
     assert!(
         caught.is_some(),
@@ -1484,16 +1619,16 @@ fn semaphore_checkers_catch_clock_jumps_beyond_the_bound() {
         return;
     }
     let mut other = Vec::new();
-    let caught = (0..300).find(
-        |&seed| match run_seed(seed, Mode::PermitsBeyondBound, false) {
+    let caught = (0..300).find(|&seed| {
+        match run_seed(seed, Mode::PermitsBeyondBound, Transport::Http, false) {
             Err((msg, _, _)) if msg.contains("believe they hold") => true,
             Err((msg, _, _)) => {
                 other.push(format!("seed {seed}: {msg}"));
                 false
             }
             Ok(_) => false,
-        },
-    );
+        }
+    });
     eprintln!("PermitsBeyondBound: caught by seed {caught:?}");
     assert!(
         caught.is_some(),
@@ -1564,7 +1699,7 @@ fn checkers_catch_clock_jumps_beyond_the_bound() {
         (Mode::BeyondBoundValidity, "nodes hold its key that long"),
     ] {
         let mut other = Vec::new();
-        let caught = (0..300).find(|&seed| match run_seed(seed, mode, false) {
+        let caught = (0..300).find(|&seed| match run_seed(seed, mode, Transport::Http, false) {
             Err((msg, _, _)) if msg.contains(expected) => true,
             Err((msg, _, _)) => {
                 other.push(format!("seed {seed}: {msg}"));
@@ -1755,6 +1890,7 @@ fn the_model_streams_subscriptions_like_the_real_servers() {
                 RedisProtocol::Upstash,
             ),
             Proto::Webdis => (RedisNode::webdis("http://r:7379"), RedisProtocol::Webdis),
+            Proto::Resp => unreachable!("HTTP protocols only"),
         };
         let codec = NodeCodec::new(&node).unwrap();
         let mut m = RedisModel::new(
@@ -1774,6 +1910,7 @@ fn the_model_streams_subscriptions_like_the_real_servers() {
         let confirm = match proto {
             Proto::Upstash => format!("data: subscribe,{channel},1\n\n"),
             Proto::Webdis => format!(r#"{{"SUBSCRIBE":["subscribe","{channel}",1]}}"#),
+            Proto::Resp => unreachable!("HTTP protocols only"),
         };
         assert_eq!(
             m.drain_stream_chunks(1),
@@ -1805,6 +1942,7 @@ fn the_model_streams_subscriptions_like_the_real_servers() {
         let message = match proto {
             Proto::Upstash => format!("data: message,{channel},released:1\n\n"),
             Proto::Webdis => format!(r#"{{"SUBSCRIBE":["message","{channel}","released:1"]}}"#),
+            Proto::Resp => unreachable!("HTTP protocols only"),
         };
         assert_eq!(
             chunks,
@@ -1817,6 +1955,7 @@ fn the_model_streams_subscriptions_like_the_real_servers() {
         let mut all = match proto {
             Proto::Upstash => format!("data: subscribe,{channel},1\n\n").into_bytes(),
             Proto::Webdis => format!(r#"{{"SUBSCRIBE":["subscribe","{channel}",1]}}"#).into_bytes(),
+            Proto::Resp => unreachable!("HTTP protocols only"),
         };
         all.extend_from_slice(message.as_bytes());
         for b in all {
