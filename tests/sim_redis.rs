@@ -1447,6 +1447,55 @@ fn tcp_simulation() {
     }
 }
 
+/// Redlock over TCP and HTTP nodes at once (`Transport::Mixed`: the even
+/// nodes over TCP, the others Upstash or Webdis; a one-node run is TCP):
+/// the main scenario's faults on both transports, the same checks.
+#[test]
+fn tcp_mixed_simulation() {
+    let s = sweep_over("tcp_mixed_simulation", 300, 6, Mode::Main, Transport::Mixed);
+    assert!(s.grants > s.seeds, "{s:?}");
+    assert!(s.tcp.opens > 0 && s.tcp.commands > s.seeds, "{s:?}");
+}
+
+/// `restarts` over TCP: Redlock Strict with node restarts (connections
+/// reset, refused while down, subscriptions gone), token inversions
+/// accepted only outside the stated precondition.
+#[test]
+fn tcp_restarts() {
+    let s = sweep_over("tcp_restarts", 250, 4, Mode::Restarts, Transport::Tcp);
+    assert!(s.restarts > 0 && s.tcp.refused > 0, "{s:?}");
+    assert!(s.outside_guarantee * 20 <= s.seeds.max(20), "{s:?}");
+}
+
+/// The other recipes over TCP under every fault but restarts, with their
+/// own checks: semaphores, read-write locks, re-entry (one node and
+/// Redlock), elections.
+#[test]
+fn tcp_recipes() {
+    let permits = sweep_over("tcp_semaphores", 100, 12, Mode::Permits, Transport::Tcp);
+    assert!(permits.grants > permits.seeds, "{permits:?}");
+    let rw = sweep_over(
+        "tcp_read_write_locks",
+        100,
+        12,
+        Mode::ReadWrite,
+        Transport::Tcp,
+    );
+    assert!(rw.grants > rw.seeds, "{rw:?}");
+    for mode in [Mode::Reentrant, Mode::ReentrantRedlock] {
+        let s = sweep_over("tcp_reentrant_holds", 60, 20, mode, Transport::Tcp);
+        assert!(s.grants > s.seeds, "{mode:?}: {s:?}");
+        if s.seeds >= 20 {
+            assert!(
+                s.reentries > s.seeds / 2,
+                "{mode:?}: holders should re-enter: {s:?}"
+            );
+        }
+    }
+    let e = sweep_over("tcp_elections", 12, 20, Mode::Election, Transport::Tcp);
+    assert!(e.grants > e.seeds, "{e:?}");
+}
+
 /// Reentrant holds (one node, every fault but restarts; see
 /// `Mode::Reentrant`): holders re-enter through their own handle and give
 /// the inner hold back while the outer one holds. The world's checks
