@@ -2103,3 +2103,121 @@ fn the_model_streams_subscriptions_like_the_real_servers() {
         ]
     );
 }
+
+/// The model's own protocol (tests/sim/redis_resp.rs), driven through the
+/// core's RESP codec as the byte-stream transport drives it: `requirepass`
+/// and `AUTH`, the scripts through the shared execution path, the
+/// subscribed state, and a release's `PUBLISH` reaching a subscriber
+/// connection as a `message` array.
+#[test]
+fn the_model_speaks_resp_like_redis() {
+    use edgelock::internals::redis::resp::{encode_command, Frame, RespDecoder};
+    use edgelock::internals::redis::scripts;
+    use edgelock::internals::redis::subscription::wake_channel;
+
+    let call = |m: &mut RedisModel, conn: u64, cmd: RedisCommand| -> Vec<RedisValue> {
+        let mut bytes = Vec::new();
+        encode_command(&cmd, &mut bytes);
+        // The world's server side reads the command as a client's array.
+        let mut d = RespDecoder::new();
+        d.feed(&bytes);
+        let Some(Frame::Reply(RedisValue::Array(items))) = d.next_frame().unwrap() else {
+            panic!("not a command array");
+        };
+        let args: Vec<Vec<u8>> = items
+            .into_iter()
+            .map(|v| match v {
+                RedisValue::Bulk(b) => b,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        let reply = m.stream_command(1, RequestId(conn), 0, &args);
+        let mut d = RespDecoder::new();
+        d.feed(&reply);
+        let mut out = Vec::new();
+        while let Some(Frame::Reply(v)) = d.next_frame().unwrap() {
+            out.push(v);
+        }
+        assert!(!d.in_frame(), "a whole reply");
+        out
+    };
+    let err = |v: &[RedisValue]| match v {
+        [RedisValue::Error(e)] => e.clone(),
+        other => panic!("{other:?}"),
+    };
+    let ok = vec![RedisValue::Bulk(b"OK".to_vec())];
+
+    // requirepass: nothing but AUTH before it; a wrong password refused.
+    let mut m = RedisModel::new(Proto::Resp, Some(TOKEN.into()), NodeClock::default());
+    assert!(m.accepts_streams());
+    let name = || RedisCommand::new("CLIENT").arg("SETNAME").arg("edgelock");
+    assert!(err(&call(&mut m, 1, name())).starts_with("NOAUTH"));
+    assert!(err(&call(&mut m, 1, RedisCommand::new("AUTH").arg("nope"))).starts_with("WRONGPASS"));
+    assert_eq!(call(&mut m, 1, RedisCommand::new("AUTH").arg(TOKEN)), ok);
+    assert_eq!(call(&mut m, 1, name()), ok);
+    // Per connection: another one starts unauthenticated.
+    let get = RedisCommand::new("GET").arg("k");
+    assert!(err(&call(&mut m, 2, get.clone())).starts_with("NOAUTH"));
+    assert_eq!(
+        call(
+            &mut m,
+            2,
+            RedisCommand::new("AUTH").arg("default").arg(TOKEN)
+        ),
+        ok
+    );
+    assert_eq!(call(&mut m, 2, get.clone()), vec![RedisValue::Nil]);
+    assert!(err(&call(&mut m, 2, RedisCommand::new("SELECT").arg("3"))).starts_with("ERR"));
+
+    // No password: AUTH is an error, commands run at once.
+    let mut m = RedisModel::new(Proto::Resp, None, NodeClock::default());
+    assert!(
+        err(&call(&mut m, 1, RedisCommand::new("AUTH").arg("x"))).contains("without any password")
+    );
+    assert_eq!(call(&mut m, 1, get.clone()), vec![RedisValue::Nil]);
+
+    // Pub/sub: a subscriber connection hears a release on its channel.
+    let key = lock_key(PREFIX, "a/b c");
+    let fence = format!("{key}:fence");
+    let channel = wake_channel(&key);
+    let confirm = |kind: &str, n: i64| {
+        vec![RedisValue::Array(vec![
+            RedisValue::Bulk(kind.as_bytes().to_vec()),
+            RedisValue::Bulk(channel.as_bytes().to_vec()),
+            RedisValue::Int(n),
+        ])]
+    };
+    let sub = RedisCommand::new("SUBSCRIBE").arg(&channel);
+    assert_eq!(call(&mut m, 7, sub), confirm("subscribe", 1));
+    assert_eq!(m.open_subscriptions(), 1);
+    assert!(err(&call(&mut m, 7, get.clone())).contains("only (P|S)SUBSCRIBE"));
+    let acquire = scripts::acquire(&key, &fence, "aa", 1_000, false, 0);
+    let granted = call(&mut m, 1, acquire);
+    assert!(
+        matches!(granted.as_slice(), [v] if !matches!(v, RedisValue::Error(_))),
+        "{granted:?}"
+    );
+    assert_eq!(m.get(key.as_bytes(), 1), Some(b"aa".to_vec()));
+    assert!(m.drain_stream_chunks(1).is_empty());
+    let release = scripts::release(&key, &fence, "aa", 1);
+    assert_eq!(call(&mut m, 1, release), vec![RedisValue::Int(1)]);
+    let chunks = m.drain_stream_chunks(1);
+    let message = format!(
+        "*3\r\n$7\r\nmessage\r\n${}\r\n{channel}\r\n$10\r\nreleased:1\r\n",
+        channel.len()
+    );
+    assert_eq!(chunks, vec![(RequestId(7), message.into_bytes())]);
+    let unsub = RedisCommand::new("UNSUBSCRIBE").arg(&channel);
+    assert_eq!(call(&mut m, 7, unsub), confirm("unsubscribe", 0));
+    assert_eq!(m.open_subscriptions(), 0);
+    // A closed connection hears nothing more.
+    call(&mut m, 8, RedisCommand::new("SUBSCRIBE").arg(&channel));
+    m.stream_closed(RequestId(8));
+    assert_eq!(m.open_subscriptions(), 0);
+    call(
+        &mut m,
+        1,
+        RedisCommand::new("PUBLISH").arg(&channel).arg("x"),
+    );
+    assert!(m.drain_stream_chunks(2).is_empty());
+}
