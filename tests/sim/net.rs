@@ -67,6 +67,10 @@
 //! stream; a chunk may be cut into pieces at random bytes (`split_chunk`,
 //! `split_pieces`), held back to travel with the next one (`stream_coalesce`),
 //! and — a fault — have a [`hostile_chunk`] spliced in (`stream_garbage`).
+//! Byte streams (`Transmit::Open`, `Write`) are simulated TCP connections
+//! to servers that take them (tests/sim/stream.rs: RESP commands run by
+//! the server, replies split and coalesced, connections cut mid-reply,
+//! black-holed or refused).
 //! Loss, long delays and hostile chunks stop at `faults_until`; schedule partitions,
 //! pauses and outages before it too, so that the run ends on a calm network. The driver keeps the driver-loop rules: a cancelled request's
 //! answer is dropped (except, rarely and on purpose, delivered late, which the
@@ -1741,12 +1745,15 @@ impl<S: SimServer> World<S> {
         if self.endpoints(server).iter().all(|&e| self.ep_down[e]) {
             self.crashed[server] = true;
         }
-        let wires: Vec<u64> = self
+        let mut wires: Vec<u64> = self
             .streams
             .iter()
             .filter(|(_, s)| s.endpoint == endpoint)
             .map(|(w, _)| *w)
             .collect();
+        // In a seeded order: each reset draws its delay (a map's order
+        // changes from one process to the next, and with it the replay).
+        wires.sort_unstable();
         for wire in wires {
             if let Some(s) = self.streams.remove(&wire) {
                 self.servers[server].stream_closed(RequestId(wire));

@@ -2,8 +2,9 @@
 //! `Transmit::Open`, to a server that [`accepts_streams`]
 //! (`SimServer::accepts_streams`; the Redis model with `Proto::Resp`).
 //!
-//! A stream is routed by `tcp://{host}:{port}` (add the server with such a
-//! base). Opening it takes a seeded delay each way: `Opened` comes back, or
+//! A stream is routed by `tcp://{host}:{port}`, or `tls://{host}:{port}`
+//! when it asks for TLS with the host's own name (add the server with such
+//! a base; TLS itself is not simulated). Opening it takes a seeded delay each way: `Opened` comes back, or
 //! `Failed{Connect}` when the endpoint is down, the server takes no
 //! streams, or (a fault) the connect is refused; a connect lost to a
 //! partition or to request loss gets no answer at all (the core's connect
@@ -72,7 +73,12 @@ impl<S: SimServer> World<S> {
     /// `Transmit::Open`: the connect leaves now.
     pub(super) fn tcp_open(&mut self, c: usize, open: StreamOpen) {
         let id = open.id;
-        let target = format!("tcp://{}:{}/", open.host, open.port);
+        // TLS: to the server's `tls://` base, and only for its own name.
+        let target = match &open.tls {
+            None => format!("tcp://{}:{}/", open.host, open.port),
+            Some(name) if *name == open.host => format!("tls://{}:{}/", open.host, open.port),
+            Some(name) => format!("tls://{name}@{}:{}/", open.host, open.port),
+        };
         let Some(endpoint) = self.route(&target) else {
             self.violations
                 .push(format!("client {c} opened a stream to an unknown {target}"));
