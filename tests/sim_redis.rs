@@ -2291,3 +2291,65 @@ fn the_model_speaks_resp_like_redis() {
     );
     assert!(m.drain_stream_chunks(2).is_empty());
 }
+
+/// A TCP node whose password the clients get wrong: every acquire fails
+/// (the refused `AUTH` fails the commands queued behind it as not sent),
+/// none hangs, nothing is granted or written, every client closes, and no
+/// error quotes the password.
+#[test]
+fn tcp_wrong_password_fails_acquires_without_hanging() {
+    const WRONG: &str = "not-the-sim-token";
+    let mut w: World<RedisModel> = World::new(7, NetConfig::calm());
+    w.add_server(
+        &[&server_base(Proto::Resp, false, 0)],
+        RedisModel::new(Proto::Resp, Some(TOKEN.into()), NodeClock::default()),
+    );
+    let node = RedisNode::resp("redis://redis-0:6379", Some(WRONG)).unwrap();
+    let mut rng = SimRng::new(7);
+    for _ in 0..2 {
+        let mut cfg = RedisConfig::new(node.clone());
+        cfg.ttl_ms = 2_000;
+        cfg.request_timeout_ms = 300;
+        let machine = RedisMachine::new(cfg, Box::new(rng.fork())).expect("valid config");
+        w.add_client(Box::new(machine), Clock::default());
+    }
+    w.start_workload(WorkloadConfig {
+        names: vec!["job".into()],
+        cycles: 3,
+        weights: (1, 1, 0),
+        wait_for: (100, 500),
+        cancel_chance: 0.0,
+        cancel_after: (5, 10),
+        hold: (0, 10),
+        long_hold_chance: 0.0,
+        extend_chance: 0.0,
+        reenter_chance: 0.0,
+        long_hold: (0, 10),
+        think: (0, 50),
+        ttl_ms: None,
+        release_retries: 0,
+        stop_at: 60_000,
+    });
+    w.run(200_000, &mut |_| Ok(()))
+        .expect("no hang, no violation");
+    assert!(w.all_done(), "every client closed");
+    assert!(w.grants.is_empty(), "{:?}", w.grants);
+    let acquires: Vec<_> = w
+        .history
+        .iter()
+        .filter(|r| matches!(r.what, sim::net::What::Acquire { .. }))
+        .collect();
+    assert!(!acquires.is_empty());
+    for r in &acquires {
+        match &r.outcome {
+            sim::net::Outcome::Failed { message, .. } => {
+                assert!(!message.contains(WRONG), "{message}");
+                assert!(!message.contains(TOKEN), "{message}");
+            }
+            other => panic!("an acquire with a wrong password ended {other:?}"),
+        }
+    }
+    eprintln!("wrong password: {:?}", acquires[0].outcome);
+    assert!(w.server(0).keys(w.now).is_empty());
+    assert!((0..2).all(|c| w.tcp_flights(c) == 0) && w.open_stream_count() == 0);
+}
