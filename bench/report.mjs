@@ -99,7 +99,7 @@ export function writeReport(results, root) {
   out.push(table(["component", "version"], versions(root).map(([a, b]) => [a, b])), "");
   out.push("Every library runs in the same Node process, talks to the same servers, and is used with its",
     "defaults except where noted:", "");
-  out.push(table(["library", "backend path", "settings"], Object.entries(L).map(([, l]) => [l.label, l.tcp ? "TCP (ioredis)" : l.group === "etcd" ? (l.edgelock ? "HTTP (etcd JSON gateway)" : "gRPC (HTTP/2)") : "HTTP", l.note])), "");
+  out.push(table(["library", "backend path", "settings"], Object.entries(L).map(([, l]) => [l.label, l.tcp ? (l.edgelock ? "TCP (edgelock's RESP connection)" : "TCP (ioredis)") : l.group === "etcd" ? (l.edgelock ? "HTTP (etcd JSON gateway)" : "gRPC (HTTP/2)") : "HTTP", l.note])), "");
   out.push(...targetsSection(results));
 
   // 1. uncontended

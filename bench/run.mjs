@@ -319,6 +319,8 @@ const NATIVE_LIBS = {
   "native-redis-fair": { label: "edgelock native Rust fair (upstash)", group: "redis-http", counter: "http", edgelock: true, native: true, fair: true, node: "edgelock-redis-fair" },
   "native-redlock": { label: "edgelock native Rust (Redlock 3× upstash)", group: "redlock", counter: "http", edgelock: true, native: true, node: "edgelock-redlock" },
   "native-redlock-webdis": { label: "edgelock native Rust (Redlock 3× webdis)", group: "redlock", counter: "http", edgelock: true, native: true, node: "edgelock-redlock-webdis" },
+  "native-redis-tcp": { label: "edgelock native Rust (redis:// TCP)", group: "redis-http", counter: "http", edgelock: true, native: true, tcp: true, node: "edgelock-redis" },
+  "native-redlock-tcp": { label: "edgelock native Rust (Redlock 3× redis:// TCP)", group: "redlock", counter: "http", edgelock: true, native: true, tcp: true, node: "edgelock-redlock" },
 };
 async function native() {
   const bin = process.env.BENCH_NATIVE_BIN;
@@ -330,6 +332,7 @@ async function native() {
   const config = JSON.stringify({
     sliceMs: CFG.uncontendedSliceMs, rounds: CFG.uncontendedRounds, handoffs: CFG.handoffs,
     etcd: env.etcd_urls[0], gateways: env.gateway_urls, webdis: env.webdis_urls,
+    redis: env.redis.map((r) => r.url),
   });
   const stdout = await new Promise((resolve, reject) =>
     execFile(bin, [config], { timeout: 180_000, env: { ...process.env, BENCH_TOKEN: env.token } },
@@ -342,7 +345,7 @@ async function native() {
     }
     results.libs[id] = { ...l, note: NATIVE_NOTE };
     if (r.uncontended[id]) results.uncontended[id] = r.uncontended[id];
-    if (r.handoff[id]) results.handoff[id] = { ...r.handoff[id], requestUnit: "HTTP req" };
+    if (r.handoff[id]) results.handoff[id] = { ...r.handoff[id], requestUnit: l.tcp ? "command write" : "HTTP req" };
   }
 }
 

@@ -88,10 +88,15 @@ mod bench {
         }
         fn poll_transmit(&mut self) -> Option<Transmit> {
             let t = self.inner.poll_transmit();
-            if let Some(Transmit::Send(req)) = &t {
-                if let Ok(mut log) = self.log.lock() {
-                    log.push((Instant::now(), req.stream));
-                }
+            // An HTTP request, or one write of pipelined Redis commands on
+            // a stream (`redis://` rows: a command batch counts as one).
+            let logged = match &t {
+                Some(Transmit::Send(req)) => Some(req.stream),
+                Some(Transmit::Write { .. }) => Some(false),
+                _ => None,
+            };
+            if let (Some(stream), Ok(mut log)) = (logged, self.log.lock()) {
+                log.push((Instant::now(), stream));
             }
             t
         }
@@ -215,7 +220,43 @@ mod bench {
             .iter()
             .map(|u| json!({"url": u, "protocol": "webdis"}))
             .collect();
-        Ok(vec![
+        let mut libs = http_libs(
+            etcd,
+            first_gw,
+            first_webdis,
+            token,
+            upstash_nodes,
+            webdis_nodes,
+        );
+        // The Redis protocol itself (`redis://`), when the config lists the servers.
+        let tcp = list_field(cfg, "redis").unwrap_or_default();
+        if let Some(first) = tcp.first() {
+            let nodes: Vec<Value> = tcp.iter().map(|u| json!({ "url": u })).collect();
+            libs.push(Lib {
+                id: "native-redis-tcp",
+                kind: BackendKind::Redis,
+                options: json!({ "url": first }),
+                uncontended: true,
+            });
+            libs.push(Lib {
+                id: "native-redlock-tcp",
+                kind: BackendKind::Redlock,
+                options: json!({ "nodes": nodes, "retryCount": 1000 }),
+                uncontended: true,
+            });
+        }
+        Ok(libs)
+    }
+
+    fn http_libs(
+        etcd: String,
+        first_gw: String,
+        first_webdis: String,
+        token: &str,
+        upstash_nodes: Vec<Value>,
+        webdis_nodes: Vec<Value>,
+    ) -> Vec<Lib> {
+        vec![
             Lib {
                 id: "native-etcd",
                 kind: BackendKind::Etcd,
@@ -253,7 +294,7 @@ mod bench {
                 options: json!({"nodes": webdis_nodes, "retryCount": 1000}),
                 uncontended: true,
             },
-        ])
+        ]
     }
 
     pub fn run(args: Vec<String>) -> Result<(), String> {

@@ -81,11 +81,12 @@ function checkOptions(opts, allowed, what) {
   return opts;
 }
 
-/** Client options to JSON for the Rust side; `fetch` travels separately. */
+/** Client options to JSON for the Rust side; `fetch` and `openSocket` travel separately. */
 function optionsJson(options, what) {
   if (options === null || typeof options !== "object") throw invalid(`${what} needs an options object`);
-  const { fetch, bindings, ...rest } = options;
+  const { fetch, bindings, openSocket, ...rest } = options;
   if (fetch !== undefined && typeof fetch !== "function") throw invalid(`${what}: fetch must be a function`);
+  if (openSocket !== undefined && typeof openSocket !== "function") throw invalid(`${what}: openSocket must be a function`);
   if (bindings !== undefined && (bindings === null || typeof bindings !== "object")) {
     throw invalid(`${what}: bindings must be an object of named bindings`);
   }
@@ -99,7 +100,7 @@ function optionsJson(options, what) {
   } catch (e) {
     throw e instanceof LockError ? e : invalid(`${what}: options are not serialisable (${e.message})`);
   }
-  return { json, fetch, bindings };
+  return { json, fetch, bindings, openSocket };
 }
 
 /**
@@ -628,9 +629,9 @@ function lockSet(locks) {
 }
 
 function construct(backend, options, what) {
-  const { json, fetch, bindings } = optionsJson(options, what);
+  const { json, fetch, bindings, openSocket } = optionsJson(options, what);
   try {
-    return RawLocks.connect(backend, json, fetch, bindings);
+    return RawLocks.connect(backend, json, fetch, bindings, openSocket);
   } catch (e) {
     throw toLockError(e);
   }
@@ -643,14 +644,19 @@ export class EtcdLocks extends LockClient {
   }
 }
 
-/** Locks on one Redis node through the Upstash REST protocol or Webdis. */
+/**
+ * Locks on one Redis node through the Upstash REST protocol or Webdis. A
+ * `redis://` URL is read by the core like the rest, then refused with
+ * INVALID_ARGUMENT until this host's socket driver declares TCP support
+ * (`RawLocks.declareTcp`; a browser never can).
+ */
 export class RedisLocks extends LockClient {
   constructor(options) {
     super(INTERNAL, construct("redis", options, "RedisLocks"));
   }
 }
 
-/** Redlock over N independent Redis nodes (Upstash REST or Webdis each). */
+/** Redlock over N independent Redis nodes (Upstash REST or Webdis each; `redis://` as for RedisLocks). */
 export class Redlock extends LockClient {
   constructor(options) {
     super(INTERNAL, construct("redlock", options, "Redlock"));

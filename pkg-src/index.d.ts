@@ -311,15 +311,68 @@ export interface EtcdLocksOptions {
 export type RedisProtocol = "upstash" | "webdis";
 
 export interface RedisNode {
-  /** Base URL of the Upstash REST endpoint or of Webdis. */
+  /**
+   * Base URL of the Upstash REST endpoint or of Webdis, or
+   * `redis://[user[:password]@]host[:port][/db]` / `rediss://…` (TLS) for
+   * the Redis protocol itself. A `redis://` node is not available from
+   * JavaScript in this version (and never in a browser, which opens no TCP
+   * connection): the constructor throws `INVALID_ARGUMENT` saying so.
+   */
   url: string;
-  /** Default `upstash`. */
+  /**
+   * Of an http(s) URL; default `upstash`. Leave it out for a `redis://` URL
+   * (the URL says it: giving `upstash` or `webdis` there is `INVALID_ARGUMENT`).
+   */
   protocol?: RedisProtocol;
-  /** Upstash: the REST token (sent as a bearer token). Webdis: `user:password` for its HTTP Basic ACL. */
+  /**
+   * Upstash: the REST token (sent as a bearer token). Webdis: `user:password`
+   * for its HTTP Basic ACL. `redis://`: the password, unless the URL holds
+   * it (not both). Never in a message.
+   */
   token?: string;
 }
 
-export interface RedisLocksOptions extends RedisNode {
+/**
+ * What a socket factory returns: the client sets the four callbacks right
+ * after `openSocket` returns, and the factory calls them only from later
+ * events, none after `close()` or after the first `onend` / `onerror`.
+ */
+export interface SocketLike {
+  /** Bytes to send, in order (called only after `onopen`). */
+  write(bytes: Uint8Array): void;
+  /** Closes the socket; no callback is called after it. */
+  close(): void;
+  /** Connected (for TLS: the handshake is done). */
+  onopen: () => void;
+  /** Bytes read, in order (copied before it returns: the buffer may be reused). */
+  ondata: (bytes: Uint8Array) => void;
+  /** The peer closed the connection. */
+  onend: () => void;
+  /** The socket failed: before `onopen` a connect failure, after it an I/O failure. */
+  onerror: (message: string) => void;
+}
+
+/**
+ * Opens a TCP connection (TLS when `tls`, checking the certificate for
+ * `serverName`) to a Redis node at a `redis://` / `rediss://` URL. The Node,
+ * Bun, Deno and workerd entries pass their own (node:net / node:tls,
+ * Deno.connect / Deno.startTls, `connect()` of cloudflare:sockets); the
+ * browser entry none (browsers have no TCP).
+ */
+export type SocketFactory = (options: { host: string; port: number; tls: boolean; serverName?: string }) => SocketLike;
+
+/** Options of the TCP connections to `redis://` / `rediss://` nodes. */
+export interface SocketOptions {
+  /** Opens the connections (default: the runtime's, see `SocketFactory`). */
+  openSocket?: SocketFactory;
+  /**
+   * Node, Bun and Deno entries: `ca`, certificates (PEM) that `rediss://`
+   * connections trust beside the runtime's default trust store.
+   */
+  tls?: { ca?: string | string[] };
+}
+
+export interface RedisLocksOptions extends RedisNode, SocketOptions {
   /** Default lock TTL (default 10000); `ttlMs` on acquire overrides it. */
   ttlMs?: number;
   /** Per-request timeout (default 5000). */
@@ -357,7 +410,7 @@ export interface RedisLocksOptions extends RedisNode {
   bindings?: Record<string, { fetch(input: string, init?: unknown): Promise<unknown> }>;
 }
 
-export interface RedlockOptions {
+export interface RedlockOptions extends SocketOptions {
   /** Independent Redis nodes (a majority must agree). */
   nodes: RedisNode[];
   /** Default lock TTL (default 10000). */
@@ -411,14 +464,14 @@ export declare class EtcdLocks {
 /** The {@link LockClient} methods (this interface merges into the class). */
 export interface EtcdLocks extends LockClient {}
 
-/** Locks on one Redis node over Upstash REST or Webdis. */
+/** Locks on one Redis node over Upstash REST or Webdis (`redis://` URLs: not from JavaScript yet). */
 export declare class RedisLocks {
   constructor(options: RedisLocksOptions);
 }
 /** The {@link LockClient} methods (this interface merges into the class). */
 export interface RedisLocks extends LockClient {}
 
-/** Redlock: locks held on a majority of independent Redis nodes (each over Upstash REST or Webdis). */
+/** Redlock: locks held on a majority of independent Redis nodes (each over Upstash REST or Webdis; `redis://` nodes: not from JavaScript yet). */
 export declare class Redlock {
   constructor(options: RedlockOptions);
 }

@@ -9,10 +9,36 @@
 import source wasmModule from "./edgelock_wasm_bg.wasm";
 import { AsyncLocalStorage } from "node:async_hooks";
 import { initSync } from "./edgelock_wasm.js";
-import useAsyncLocalStorage from "./api.mjs";
+import useAsyncLocalStorage, { RedisLocks as AnyRedisLocks, Redlock as AnyRedlock } from "./api.mjs";
+import { denoSockets } from "./sockets/deno.mjs";
 
 initSync({ module: wasmModule });
 // A nested request() of a held name re-enters (see api.mjs).
 useAsyncLocalStorage(AsyncLocalStorage);
 
+// Redis nodes at redis:// and rediss:// URLs are reached with Deno.connect /
+// Deno.startTls (sockets/deno.mjs) unless the options name an `openSocket`;
+// `tls: { ca }` adds certificates to Deno's trust store for them.
+function socketDefaults(options) {
+  if (options === null || typeof options !== "object" || options.openSocket !== undefined) return options;
+  const { tls, ...rest } = options;
+  if (tls !== undefined && (tls === null || typeof tls !== "object")) return options; // refused by the shared checks
+  return { ...rest, openSocket: denoSockets(tls) };
+}
+
+/** Locks on one Redis node; redis:// over Deno.connect / Deno.startTls. */
+export class RedisLocks extends AnyRedisLocks {
+  constructor(options) {
+    super(socketDefaults(options));
+  }
+}
+
+/** Redlock over N Redis nodes; redis:// nodes over Deno.connect / Deno.startTls. */
+export class Redlock extends AnyRedlock {
+  constructor(options) {
+    super(socketDefaults(options));
+  }
+}
+
+// The rest as api.mjs has it (the classes above shadow its two).
 export * from "./api.mjs";

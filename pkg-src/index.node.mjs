@@ -6,6 +6,7 @@ import { initSync } from "./edgelock_wasm.js";
 import { AsyncLocalStorage } from "node:async_hooks";
 import useAsyncLocalStorage, { EtcdLocks as AnyEtcdLocks, RedisLocks as AnyRedisLocks, Redlock as AnyRedlock, DurableObjectLocks as AnyDurableObjectLocks } from "./api.mjs";
 import { nodeHttpFetch } from "./node_http.mjs";
+import { nodeSockets } from "./sockets/node.mjs";
 
 initSync({ module: readFileSync(new URL("./edgelock_wasm_bg.wasm", import.meta.url)) });
 // A nested request() of a held name re-enters (see api.mjs).
@@ -19,6 +20,17 @@ function nodeDefaults(options) {
   return { ...options, fetch: nodeHttpFetch };
 }
 
+// Redis nodes at redis:// and rediss:// URLs are reached over node:net /
+// node:tls (sockets/node.mjs) unless the options name an `openSocket`;
+// `tls: { ca }` adds certificates to Node's trust store for them.
+function socketDefaults(options) {
+  options = nodeDefaults(options);
+  if (options === null || typeof options !== "object" || options.openSocket !== undefined) return options;
+  const { tls, ...rest } = options;
+  if (tls !== undefined && (tls === null || typeof tls !== "object")) return options; // refused by the shared checks
+  return { ...rest, openSocket: nodeSockets(tls) };
+}
+
 /** Locks on etcd v3 through its JSON gateway; requests over node:http unless `fetch` is given. */
 export class EtcdLocks extends AnyEtcdLocks {
   constructor(options) {
@@ -26,17 +38,17 @@ export class EtcdLocks extends AnyEtcdLocks {
   }
 }
 
-/** Locks on one Redis node; requests over node:http(s) unless `fetch` is given. */
+/** Locks on one Redis node; requests over node:http(s) unless `fetch` is given, redis:// over node:net / node:tls. */
 export class RedisLocks extends AnyRedisLocks {
   constructor(options) {
-    super(nodeDefaults(options));
+    super(socketDefaults(options));
   }
 }
 
-/** Redlock over N Redis nodes; requests over node:http(s) unless `fetch` is given. */
+/** Redlock over N Redis nodes; requests over node:http(s) unless `fetch` is given, redis:// over node:net / node:tls. */
 export class Redlock extends AnyRedlock {
   constructor(options) {
-    super(nodeDefaults(options));
+    super(socketDefaults(options));
   }
 }
 

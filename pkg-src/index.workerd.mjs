@@ -4,6 +4,7 @@
 import wasmModule from "./edgelock_wasm_bg.wasm";
 import { initSync } from "./edgelock_wasm.js";
 import useAsyncLocalStorage, { RedisLocks as AnyRedisLocks, Redlock as AnyRedlock } from "./api.mjs";
+import { workerdSockets } from "./sockets/workerd.mjs";
 
 initSync({ module: wasmModule });
 // With the `nodejs_compat` flag a Worker has AsyncLocalStorage: a nested
@@ -22,9 +23,15 @@ try {
 // retry timer. An explicit `maxSubscriptions` is kept as given.
 const OPEN_CONNECTIONS = 6;
 
+// Redis nodes at redis:// and rediss:// URLs are reached with `connect()`
+// from cloudflare:sockets (sockets/workerd.mjs) unless the options name an
+// `openSocket`: one connection per node per client, counted in the 6.
 function workersDefaults(options, nodes) {
-  if (options === null || typeof options !== "object" || options.maxSubscriptions !== undefined) return options;
-  return { ...options, maxSubscriptions: Math.max(0, OPEN_CONNECTIONS - nodes) };
+  if (options === null || typeof options !== "object") return options;
+  const defaults = {};
+  if (options.maxSubscriptions === undefined) defaults.maxSubscriptions = Math.max(0, OPEN_CONNECTIONS - nodes);
+  if (options.openSocket === undefined) defaults.openSocket = workerdSockets();
+  return { ...options, ...defaults };
 }
 
 /** Locks on one Redis node; waiters hold at most 5 wake-up subscriptions by default. */

@@ -60,6 +60,8 @@ mkdir pkg
 cp "$stage/edgelock_wasm.js" "$wasm" pkg/
 cp pkg-src/api.mjs pkg-src/index.node.mjs pkg-src/node_http.mjs pkg-src/index.deno.mjs pkg-src/index.browser.mjs pkg-src/index.workerd.mjs \
    pkg-src/index.d.ts pkg-src/README.md pkg-src/LICENSE pkg/
+mkdir pkg/sockets
+cp pkg-src/sockets/node.mjs pkg-src/sockets/deno.mjs pkg-src/sockets/workerd.mjs pkg/sockets/
 version=$(sed -n 's/^version = "\([^"]*\)"$/\1/p' Cargo.toml | head -n 1)
 node -e '
   const fs = require("fs");

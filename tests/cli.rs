@@ -215,6 +215,42 @@ fn concurrent_runs_never_overlap_on_redlock_and_on_one_upstash_node() {
     assert_eq!(out.status.code(), Some(64), "{}", text(&out.stderr));
 }
 
+/// `--redis redis://…` against redis-servers with a password: one node
+/// (its password from redis-cli's variable, from edgelock's, or from the
+/// URL) and a Redlock mixing redis:// and Webdis nodes; a wrong password
+/// fails without being shown.
+#[test]
+fn concurrent_runs_never_overlap_over_redis_urls_with_a_password() {
+    let redis: Vec<RedisServer> = (0..3)
+        .map(|_| RedisServer::start().expect("redis-server"))
+        .collect();
+    let webdis = Webdis::start(&redis[2]).expect("webdis");
+    // Set after the start: the devtools readiness check pings without one.
+    for r in &redis[..2] {
+        r.redis_command(&[b"CONFIG", b"SET", b"requirepass", b"cli-pw-789"])
+            .expect("CONFIG SET requirepass");
+    }
+    let url = |i: usize| format!("redis://127.0.0.1:{}", redis[i].port());
+    let one = url(0);
+    assert_runs_never_overlap(&["--redis", &one], &[("REDISCLI_AUTH", "cli-pw-789")]);
+    let mixed = format!("{},{},webdis+{}", url(0), url(1), webdis.url());
+    assert_runs_never_overlap(
+        &["--redis", &mixed],
+        &[("EDGELOCK_REDIS_PASSWORD", "cli-pw-789")],
+    );
+    let in_url = format!("redis://:cli-pw-789@127.0.0.1:{}/2", redis[1].port());
+    let out = edgelock(&["status", "--redis", &in_url, "n"])
+        .env("REDISCLI_AUTH", "not-this-one")
+        .output()
+        .expect("run edgelock");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let wrong = format!("redis://:wrong-pw-000@127.0.0.1:{}", redis[0].port());
+    let out = output(&["run", "--redis", &wrong, "--try", "n", "--", "true"]);
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(!stderr.contains("wrong-pw-000"), "{stderr}");
+}
+
 /// Three `edgelock run`s of a job that logs its start and end: sorted by
 /// time, the log must read start/end pairs with strictly increasing tokens.
 fn assert_runs_never_overlap(backend: &[&str], env: &[(&str, &str)]) {
@@ -498,10 +534,10 @@ fn usage_and_backend_errors_have_their_exit_codes() {
         "a bare URL is an Upstash node, which needs a token"
     );
     assert!(text(&out.stderr).contains("token"), "{}", text(&out.stderr));
-    let out = output(&["status", "--redis", "redis://127.0.0.1:1", "n"]);
+    let out = output(&["status", "--redis", "ftp://127.0.0.1:1", "n"]);
     assert_eq!(out.status.code(), Some(64));
     assert!(
-        text(&out.stderr).contains("webdis+http://"),
+        text(&out.stderr).contains("redis://HOST") && text(&out.stderr).contains("webdis+http://"),
         "{}",
         text(&out.stderr)
     );
@@ -516,6 +552,54 @@ fn usage_and_backend_errors_have_their_exit_codes() {
     assert_eq!(help.status.code(), Some(0));
     assert!(text(&help.stdout).contains("EXIT CODES"));
     assert!(text(&help.stdout).contains("--limit N"));
+}
+
+/// `redis://` URLs are read before anything is sent; a bad one is a usage
+/// error whose message never holds the password.
+#[test]
+fn redis_urls_are_checked_before_any_request_without_their_password() {
+    let refused = |args: &[&str], env: &[(&str, &str)], says: &str| {
+        let out = edgelock(args)
+            .env_remove("REDISCLI_AUTH")
+            .env_remove("EDGELOCK_REDIS_PASSWORD")
+            .envs(env.iter().copied())
+            .output()
+            .expect("run edgelock");
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+        assert!(!stderr.contains("hunter2"), "{args:?}: {stderr}");
+    };
+    let run = |url: &'static str| ["run", "--redis", url, "--try", "n", "--", "true"];
+    refused(&run("redis://:hunter2@127.0.0.1:99999"), &[], "port");
+    refused(&run("rediss://u:hunter2@/0"), &[], "needs a host");
+    refused(&run("redis://:hunter2@h/x"), &[], "database");
+    refused(&run("redis://:hunter2%zz@h"), &[], "%-escape");
+    // One bad node of a Redlock is enough.
+    refused(&run("http://a,redis://:hunter2@h:0"), &[], "port");
+    let mut twice = run("redis://:hunter2@127.0.0.1:1").to_vec();
+    twice.splice(1..1, ["--token", "other"]);
+    refused(&twice, &[], "once");
+    // A password variable gives way to the URL's own (as in redis-cli), and
+    // a status is refused like a run.
+    let out = edgelock(&["status", "--redis", "redis://:hunter2@127.0.0.1:1", "n"])
+        .env("REDISCLI_AUTH", "from-env")
+        .env("EDGELOCK_REDIS_PASSWORD", "from-env-too")
+        .output()
+        .expect("run edgelock");
+    let stderr = text(&out.stderr);
+    assert!(
+        !stderr.contains("once") && !stderr.contains("hunter2") && !stderr.contains("from-env"),
+        "{stderr}"
+    );
+    refused(
+        &["status", "--redis", "redis://:hunter2@h:0", "n"],
+        &[("REDISCLI_AUTH", "x")],
+        "port",
+    );
+    let help = output(&["--help"]);
+    assert!(text(&help.stdout).contains("redis://[USER[:PASSWORD]@]HOST"));
+    assert!(text(&help.stdout).contains("REDISCLI_AUTH"));
 }
 
 #[test]

@@ -370,3 +370,58 @@ fn waiters_share_one_subscriber_connection_and_a_release_wakes_them() {
         started.elapsed()
     );
 }
+
+#[test]
+fn with_no_subscriptions_allowed_waiters_poll_and_open_no_second_connection() {
+    let redis = RedisServer::start().unwrap();
+    let holder = single(tcp(&url(&redis)));
+    let mut cfg = RedisConfig::new(tcp(&url(&redis)));
+    // A Worker's cap on Redlock: every connection counts.
+    (
+        cfg.max_subscriptions,
+        cfg.retry_delay_ms,
+        cfg.retry_jitter_ms,
+    ) = (0, 50, 10);
+    let waiter = Client::from_machine(Box::new(
+        RedisMachine::new(cfg, Box::new(OsEntropy)).unwrap(),
+    ));
+    let held = holder.acquire("polled", None).unwrap();
+    let t = thread::spawn(move || {
+        let lock = waiter
+            .acquire("polled", Some(Duration::from_secs(30)))
+            .expect("polled");
+        assert!(lock.release().unwrap());
+        waiter.close().unwrap();
+    });
+    let client_list = || {
+        let clients = redis
+            .redis_command(&[b"CLIENT", b"LIST"])
+            .expect("CLIENT LIST");
+        String::from_utf8_lossy(clients.as_bytes().unwrap()).into_owned()
+    };
+    let ours = |list: &str| list.lines().filter(|l| l.contains("name=edgelock")).count();
+    // Until the waiter has connected (and attempted at least once).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut list = client_list();
+    while ours(&list) < 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the waiter never connected:\n{list}"
+        );
+        thread::sleep(Duration::from_millis(20));
+        list = client_list();
+    }
+    assert_eq!(
+        ours(&list),
+        2,
+        "the holder's and the waiter's command connections only:\n{list}"
+    );
+    assert!(
+        !list
+            .lines()
+            .any(|l| l.contains("name=edgelock") && !l.contains(" sub=0")),
+        "{list}"
+    );
+    assert!(held.release().unwrap());
+    t.join().expect("waiter");
+}

@@ -1,9 +1,67 @@
 //! Argument conversions from JavaScript values, and of lock kinds both ways:
-//! the one place where `mode` / `limit` become a [`LockKind`] and back.
+//! the one place where `mode` / `limit` become a [`LockKind`] and back; and
+//! whether this host may take `redis://` nodes ([`TcpSupport`]).
+
+use std::cell::Cell;
 
 use wasm_bindgen::JsValue;
 
+use crate::core::redis::address::is_resp_url;
 use crate::core::{LockError, LockKind, MAX_PERMITS};
+
+/// Whether this JavaScript host reaches a `redis://` node (the Redis
+/// protocol over a TCP stream), as its entry file (or, later, its socket
+/// driver) declares through `RawLocks.declareTcp`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum TcpSupport {
+    /// Not in this version: the JS driver opens no TCP stream yet (the
+    /// default, until Node, Deno, Bun and workerd get their socket driver).
+    NotYet,
+    /// Never: a browser page or web worker cannot open a TCP connection.
+    Browser,
+    /// The host's socket driver reaches `redis://` nodes.
+    Available,
+}
+
+thread_local! {
+    static TCP: Cell<TcpSupport> = const { Cell::new(TcpSupport::NotYet) };
+}
+
+/// Declares this host's [`TcpSupport`] by name: `"not-yet"`, `"browser"`
+/// or `"available"`.
+pub(crate) fn declare_tcp(name: &str) -> Result<(), LockError> {
+    let support = match name {
+        "not-yet" => TcpSupport::NotYet,
+        "browser" => TcpSupport::Browser,
+        "available" => TcpSupport::Available,
+        _ => {
+            return Err(LockError::invalid(
+                "TCP support must be \"not-yet\", \"browser\" or \"available\"",
+            ))
+        }
+    };
+    TCP.with(|t| t.set(support));
+    Ok(())
+}
+
+/// Refuses a client with a `redis://` node among `urls` on a host that
+/// cannot reach one, before anything is sent, saying why: a browser never
+/// can; elsewhere the client needs a socket factory (`has_sockets`: the
+/// Node, Deno and workerd entries give theirs, a user may pass `openSocket`).
+pub(crate) fn check_tcp_nodes(urls: &[&str], has_sockets: bool) -> Result<(), LockError> {
+    if !urls.iter().any(|u| is_resp_url(u)) {
+        return Ok(());
+    }
+    match (TCP.with(Cell::get), has_sockets) {
+        (TcpSupport::Browser, _) => Err(LockError::invalid(
+            "browsers cannot open TCP connections: reach Redis through Upstash or Webdis (http(s) URL)",
+        )),
+        (_, true) => Ok(()),
+        (_, false) => Err(LockError::invalid(
+            "redis:// nodes need TCP sockets, and this JavaScript host gave none: pass `openSocket`, or reach Redis through Upstash or Webdis",
+        )),
+    }
+}
 
 /// A millisecond (or id) argument from JavaScript: a whole, non-negative,
 /// exactly representable number.

@@ -11,7 +11,7 @@ use wasm_bindgen::{JsCast, JsValue};
 use wasm_bindgen_futures::future_to_promise;
 use web_sys::AbortSignal;
 
-use super::args::{limit_of, lock_kind, mode_name, whole_number};
+use super::args::{check_tcp_nodes, limit_of, lock_kind, mode_name, whole_number};
 use super::clock::to_epoch_ms;
 use super::driver::{Driver, LockNotice};
 use super::entropy::JsEntropy;
@@ -33,12 +33,15 @@ impl RawLocks {
     /// A client for `backend` (a name of the core's backend table: "etcd",
     /// "redis", "redlock", "durable-object" or "d1") with its
     /// `options_json` (see `BackendSpec::from_json`); `fetch`: the injected
-    /// fetch, if any; `bindings`: an object of bindings requests may target.
+    /// fetch, if any; `bindings`: an object of bindings requests may target;
+    /// `open_socket`: the runtime's socket factory (see `js/sockets.rs`),
+    /// absent where there is no TCP.
     pub fn connect(
         backend: &str,
         options_json: &str,
         fetch: Option<Function>,
         bindings: Option<Object>,
+        open_socket: Option<Function>,
     ) -> Result<RawLocks, JsValue> {
         let build = || -> Result<RawLocks, LockError> {
             let entry = backend_named(backend).ok_or_else(|| {
@@ -47,10 +50,11 @@ impl RawLocks {
                     backend.chars().take(20).collect::<String>()
                 ))
             })?;
-            let machine = BackendSpec::from_json(entry.kind(), options_json)?
-                .build(Box::new(JsEntropy::new()?))?;
+            let spec = BackendSpec::from_json(entry.kind(), options_json)?;
+            check_tcp_nodes(&spec.urls(), open_socket.is_some())?;
+            let machine = spec.build(Box::new(JsEntropy::new()?))?;
             Ok(RawLocks {
-                driver: Driver::new(machine, fetch, bindings.map(JsValue::from))?,
+                driver: Driver::new(machine, fetch, bindings.map(JsValue::from), open_socket)?,
             })
         };
         build().map_err(|e| to_js_error(&e))
@@ -68,6 +72,16 @@ impl RawLocks {
             .map_err(|e| to_js_error(&e))?;
         super::streams::set_limit(limit.map(|n| usize::try_from(n).unwrap_or(usize::MAX)));
         Ok(())
+    }
+
+    /// Declares whether this host reaches `redis://` nodes: `"browser"`
+    /// (never: a client with one is refused, saying browsers open no TCP
+    /// connections), `"not-yet"` (the default: no JS socket driver in this
+    /// version) or `"available"` (the host's socket driver opens them).
+    /// The entry files declare it; see `js/args.rs`.
+    #[wasm_bindgen(js_name = declareTcp)]
+    pub fn declare_tcp(support: &str) -> Result<(), JsValue> {
+        super::args::declare_tcp(support).map_err(|e| to_js_error(&e))
     }
 
     /// Every stable error code, from the one list in the Rust core.

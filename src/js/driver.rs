@@ -7,6 +7,10 @@
 //!   A streaming request first takes a slot of its origin (see [`streams`]):
 //!   where the runtime caps open streams per origin, one beyond the cap fails
 //!   at once.
+//! - `Output::Open` calls the socket factory the entry gave (see
+//!   [`sockets`]); `Output::Write` writes on the socket, `Output::Cancel`
+//!   closes it. Without a factory (browsers: no TCP) an open fails at once
+//!   as a connect failure.
 //! - User operations return an [`OpFuture`] completed by their
 //!   `Output::Done`; `Lost`/`Renewed` go to the lock listener.
 //! - The machine is never borrowed while JavaScript code of the user runs:
@@ -24,12 +28,13 @@ use wasm_bindgen::{JsCast, JsValue};
 use web_sys::AbortController;
 
 use super::clock::Clock;
+use super::sockets::{self, Sockets};
 use super::{fetch, streams, timer};
 use crate::core::runtime::VecMap;
 use crate::core::session::{Output, Session};
 use crate::core::{
     BackendKind, HttpRequest, Input, LockError, LockId, LockMachine, Millis, OpId, Operation,
-    Outcome, RequestId,
+    Outcome, RequestId, StreamOpen, TransportError,
 };
 
 /// Something that happened to a held lock outside any operation.
@@ -103,12 +108,20 @@ struct Inner {
     fetch: Function,
     /// Objects with a `fetch(url, init)` method that `Target::Binding`s name.
     bindings: Option<JsValue>,
+    /// The runtime's socket factory (`None`: this runtime opens no TCP).
+    open_socket: Option<Function>,
+    /// The I/O side of open streams (the session keeps the logical side).
+    sockets: RefCell<Sockets>,
     clock: Clock,
     backend: BackendKind,
     lock_listener: RefCell<Option<LockListener>>,
     /// One callback for every `setTimeout`, holding only a weak reference so
     /// that a dropped driver is not kept alive by its timer.
     on_timer: Closure<dyn FnMut()>,
+    /// One callback for every socket event, `(stream id, event, payload)`:
+    /// each socket's `onopen`/`ondata`/`onend`/`onerror` is it, bound to the
+    /// id and event (see `sockets::Sockets::connect`); weak like `on_timer`.
+    on_socket: Closure<dyn FnMut(f64, u32, JsValue)>,
 }
 
 /// A cheaply clonable handle to one machine and its I/O.
@@ -119,11 +132,13 @@ pub struct Driver {
 
 impl Driver {
     /// `fetch`: the injected function, else `globalThis.fetch`; `bindings`:
-    /// an object whose properties are the bindings requests may target.
+    /// an object whose properties are the bindings requests may target;
+    /// `open_socket`: the runtime's socket factory, if it has TCP.
     pub fn new(
         machine: Box<dyn LockMachine + Send>,
         fetch: Option<Function>,
         bindings: Option<JsValue>,
+        open_socket: Option<Function>,
     ) -> Result<Driver, LockError> {
         let fetch = match fetch {
             Some(f) => f,
@@ -140,13 +155,21 @@ impl Driver {
         };
         let backend = machine.backend();
         let inner = Rc::new_cyclic(|weak: &Weak<Inner>| {
-            let weak = weak.clone();
+            let timer_weak = weak.clone();
             let on_timer = Closure::<dyn FnMut()>::new(move || {
-                if let Some(inner) = weak.upgrade() {
+                if let Some(inner) = timer_weak.upgrade() {
                     let driver = Driver { inner };
                     driver.timer_fired();
                 }
             });
+            let socket_weak = weak.clone();
+            let on_socket = Closure::<dyn FnMut(f64, u32, JsValue)>::new(
+                move |id: f64, event: u32, payload: JsValue| {
+                    if let Some(inner) = socket_weak.upgrade() {
+                        Driver { inner }.socket_event(RequestId(id as u64), event, &payload);
+                    }
+                },
+            );
             Inner {
                 state: RefCell::new(State {
                     session: Session::new(machine),
@@ -155,10 +178,13 @@ impl Driver {
                 }),
                 fetch,
                 bindings,
+                open_socket,
+                sockets: RefCell::new(Sockets::default()),
                 clock: Clock::new(),
                 backend,
                 lock_listener: RefCell::new(None),
                 on_timer,
+                on_socket,
             }
         });
         Ok(Driver { inner })
@@ -241,17 +267,9 @@ impl Driver {
         for o in outputs {
             match o {
                 Output::Send(req) => self.send(req),
-                Output::Cancel(id) => self.abort_request(id),
-                // The sockets of Node, Deno and workerd's `connect()` come
-                // with the Redis-over-TCP backend (issue 28); until a backend
-                // opens streams, an open fails at once as a connect failure.
-                Output::Open(open) => self.fail_later(
-                    open.id,
-                    crate::core::TransportError::Connect(
-                        "this JavaScript driver opens no TCP streams yet".into(),
-                    ),
-                ),
-                Output::Write { .. } => {}
+                Output::Cancel(id) => self.cancel_io(id),
+                Output::Open(open) => self.open_stream(open),
+                Output::Write { id, data } => self.write_stream(id, data.0),
                 Output::Done { reply, result, .. } => {
                     if let Some(slot) = reply {
                         slot.complete(result);
@@ -282,7 +300,7 @@ impl Driver {
             match streams::open(&req.target) {
                 Ok(slot) => Some(slot),
                 Err(limit) => {
-                    let error = crate::core::TransportError::Connect(format!(
+                    let error = TransportError::Connect(format!(
                         "not opened: {limit} streams to this origin are already open in this page"
                     ));
                     return self.fail_later(id, error);
@@ -293,12 +311,7 @@ impl Driver {
         };
         let controller = match AbortController::new() {
             Ok(c) => c,
-            Err(e) => {
-                return self.fail_later(
-                    id,
-                    crate::core::TransportError::Connect(fetch::error_text(&e)),
-                )
-            }
+            Err(e) => return self.fail_later(id, TransportError::Connect(fetch::error_text(&e))),
         };
         let signal = controller.signal();
         if let Ok(mut st) = self.inner.state.try_borrow_mut() {
@@ -347,6 +360,79 @@ impl Driver {
         }
         self.step(|st, now| st.session.handle_input(now, input))
             .unwrap_or(false)
+    }
+
+    /// Calls the socket factory for `open`; a missing factory or one that
+    /// throws is a connect failure, reported from a fresh task.
+    fn open_stream(&self, open: StreamOpen) {
+        let Some(factory) = &self.inner.open_socket else {
+            let error = TransportError::Connect(
+                "this runtime cannot open TCP connections (no socket factory)".into(),
+            );
+            return self.fail_later(open.id, error);
+        };
+        let callback: &Function = self.inner.on_socket.as_ref().unchecked_ref();
+        match Sockets::connect(factory, callback, &open) {
+            Ok(handle) => self.inner.sockets.borrow_mut().insert(open.id, handle),
+            Err(error) => self.fail_later(open.id, error),
+        }
+    }
+
+    /// Writes on stream `id` (queued until it opens); a throwing `write`
+    /// closes the socket and fails the stream.
+    fn write_stream(&self, id: RequestId, data: Vec<u8>) {
+        let writable = self.inner.sockets.borrow_mut().writable(id, data);
+        if let Some((handle, data)) = writable {
+            if let Err(error) = sockets::write(&handle, &data) {
+                self.fail_socket(id, error);
+            }
+        }
+    }
+
+    /// Closes stream `id` and reports `error` for it (from a fresh task).
+    fn fail_socket(&self, id: RequestId, error: TransportError) {
+        let handle = self.inner.sockets.borrow_mut().remove(id);
+        if let Some(handle) = handle {
+            sockets::close(&handle);
+            self.fail_later(id, error);
+        }
+    }
+
+    /// `Output::Cancel`: closes the stream, or aborts the request, `id` names.
+    fn cancel_io(&self, id: RequestId) {
+        let handle = self.inner.sockets.borrow_mut().remove(id);
+        match handle {
+            Some(handle) => sockets::close(&handle),
+            None => self.abort_request(id),
+        }
+    }
+
+    /// A socket callback: the writes queued before `onopen` go out first;
+    /// a final event forgets the socket; a stream the machine no longer
+    /// wants is closed.
+    fn socket_event(&self, id: RequestId, event: u32, payload: &JsValue) {
+        let Some(opened) = self.inner.sockets.borrow().is_open(id) else {
+            return; // closed by the driver: nothing more about it
+        };
+        let Some(input) = sockets::input_of(id, event, payload, opened) else {
+            return;
+        };
+        if matches!(input, Input::Opened { .. }) {
+            let opened = self.inner.sockets.borrow_mut().opened(id);
+            if let Some((handle, queued)) = opened {
+                for data in queued {
+                    if let Err(error) = sockets::write(&handle, &data) {
+                        return self.fail_socket(id, error);
+                    }
+                }
+            }
+        }
+        if input.is_final() {
+            self.inner.sockets.borrow_mut().remove(id);
+        }
+        if !self.deliver_input(input) {
+            self.cancel_io(id);
+        }
     }
 
     fn abort_request(&self, id: RequestId) {
@@ -398,8 +484,9 @@ fn reentrant() -> LockError {
 }
 
 impl Drop for Inner {
-    /// A client dropped without `close()`: stop its timer and abort its
-    /// requests (held locks then expire with their lease/TTL on the backend).
+    /// A client dropped without `close()`: stop its timer, abort its
+    /// requests and close its sockets (held locks then expire with their
+    /// lease/TTL on the backend).
     fn drop(&mut self) {
         if let Ok(mut st) = self.state.try_borrow_mut() {
             if let Some(t) = st.timer.take() {
@@ -408,6 +495,10 @@ impl Drop for Inner {
             for (_, c) in st.inflight.drain() {
                 c.abort();
             }
+        }
+        let open = self.sockets.try_borrow_mut().map(|mut s| s.drain());
+        for handle in open.into_iter().flatten() {
+            sockets::close(&handle);
         }
     }
 }

@@ -2,7 +2,8 @@
 //!
 //! - [`driver`]: runs any [`LockMachine`](crate::core::LockMachine) on the
 //!   JavaScript event loop: `fetch` for requests, `setTimeout` for timers,
-//!   `performance.now()` for time, `crypto.getRandomValues` for entropy.
+//!   `performance.now()` for time, `crypto.getRandomValues` for entropy;
+//!   byte streams through the runtime's socket factory ([`sockets`]).
 //! - [`bindings`]: the `RawLocks` class exported to JavaScript. The public
 //!   TypeScript API (`EtcdLocks`, `RedisLocks`, `Redlock`, `Lock`, `LockError`)
 //!   is a thin wrapper over it in `pkg-src/api.mjs`.
@@ -16,6 +17,7 @@ pub mod driver;
 mod election;
 pub mod entropy;
 mod fetch;
+mod sockets;
 mod streams;
 mod timer;
 

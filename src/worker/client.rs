@@ -148,7 +148,8 @@ impl LockClient {
         let fetches = Rc::new(Cell::new(0));
         let fetch = counting_fetch(fetches.clone())?;
         let bindings = bindings_for(&config.backend, &fetches)?;
-        let driver = Driver::new(machine, Some(fetch), bindings)?;
+        // No socket factory: the configuration refuses redis:// nodes.
+        let driver = Driver::new(machine, Some(fetch), bindings, None)?;
         Ok(LockClient { driver, fetches })
     }
 

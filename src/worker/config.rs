@@ -7,9 +7,9 @@
 //! | `EDGELOCK_ETCD_ENDPOINTS` | etcd gateway URLs, comma-separated |
 //! | `EDGELOCK_ETCD_AUTHORIZATION` | secret: `Authorization` header for etcd (optional) |
 //! | `EDGELOCK_ETCD_USER`, `EDGELOCK_ETCD_PASSWORD` | etcd authentication: user name, and the password as a secret (tokens are fetched and renewed by the client) |
-//! | `EDGELOCK_REDIS_URL` | one node: `upstash+https://…` or `webdis+http://…` (a bare `http(s)://` URL is Upstash) |
-//! | `EDGELOCK_REDLOCK_NODES` | Redlock nodes, comma-separated, in the same form |
-//! | `EDGELOCK_REDIS_TOKEN` | secret: the Upstash REST token (node `i` of Redlock: `EDGELOCK_REDIS_TOKEN_<i>` first) |
+//! | `EDGELOCK_REDIS_URL` | one node: `redis://…` / `rediss://…` (the Redis protocol: read, then refused, this Worker does not open TCP sockets yet), `upstash+https://…` or `webdis+http://…` (a bare `http(s)://` URL is Upstash) |
+//! | `EDGELOCK_REDLOCK_NODES` | Redlock nodes, comma-separated, in the same form (kinds may be mixed) |
+//! | `EDGELOCK_REDIS_TOKEN` | secret: the Upstash REST token, or a `redis://` node's password (a password in the URL works too, not both; keep it a secret rather than in `[vars]`). Node `i` of Redlock: `EDGELOCK_REDIS_TOKEN_<i>` first; a `redis://` node whose URL holds its password ignores the shared one |
 //! | `EDGELOCK_PREFIX`, `EDGELOCK_TTL_MS`, `EDGELOCK_REQUEST_TIMEOUT_MS` | lock key prefix, lock TTL (etcd: session lease TTL), per-request timeout |
 //! | `EDGELOCK_SUBREQUEST_BUDGET` | subrequests one invocation may make (default 50, the free plan's limit) |
 //! | `EDGELOCK_MAX_SUBSCRIPTIONS` | Redis push wake-up streams a waiting invocation holds open (default 5 on one node, 0 on Redlock, see [`workers_max_subscriptions`]; 0 polls) |
@@ -34,6 +34,7 @@ pub use crate::core::backend::worker_vars::{
     workers_max_subscriptions, Vars, WorkerCommon, D1_BINDING, LOCKS_BINDING, OPEN_CONNECTIONS,
 };
 use crate::core::backend::{backend_named, BACKENDS};
+use crate::core::redis::address::is_resp_url;
 use crate::core::{BackendSpec, LockError, LockKind, MAX_PERMITS};
 
 #[derive(Clone, Debug)]
@@ -129,7 +130,21 @@ fn backend_from_vars(var: Vars) -> Result<BackendSpec, LockError> {
             served_backends()
         )));
     };
-    backend.read_worker_vars(var, common)
+    let spec = backend.read_worker_vars(var, common)?;
+    refuse_tcp_nodes(&spec)?;
+    Ok(spec)
+}
+
+/// The Worker's own driver opens no TCP sockets yet (the npm package's
+/// workerd entry does, through `connect()`): a `redis://` node is refused
+/// when the configuration is read, not at its first request.
+fn refuse_tcp_nodes(spec: &BackendSpec) -> Result<(), LockError> {
+    if spec.urls().iter().any(|u| is_resp_url(u)) {
+        return Err(LockError::invalid(
+            "this Worker reaches Redis over HTTP (Upstash REST or Webdis): redis:// nodes are not served by it yet",
+        ));
+    }
+    Ok(())
 }
 
 /// The names of the backends this Worker serves: `etcd, redis or d1`.

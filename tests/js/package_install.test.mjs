@@ -47,7 +47,8 @@ function node(args, cwd) {
 test("the tarball holds exactly the package files", () => {
   const files = JSON.parse(npm(["pack", pkgDir, "--dry-run", "--json"], app))[0].files.map((f) => f.path).sort();
   assert.deepEqual(files, ["LICENSE", "README.md", "api.mjs", "edgelock_wasm.js", "edgelock_wasm_bg.wasm", "index.browser.mjs",
-    "index.d.ts", "index.deno.mjs", "index.node.mjs", "index.workerd.mjs", "node_http.mjs", "package.json"]);
+    "index.d.ts", "index.deno.mjs", "index.node.mjs", "index.workerd.mjs", "node_http.mjs", "package.json",
+    "sockets/deno.mjs", "sockets/node.mjs", "sockets/workerd.mjs"]);
   const types = readFileSync(join(app, "node_modules/edgelock/index.d.ts"), "utf8").replace(/\/\/.*$|\/\*[\s\S]*?\*\//gm, "");
   assert.doesNotMatch(types, /\bany\b/, "`any` in the public types");
 });

@@ -143,6 +143,26 @@ describe("RedisLocks errors", () => {
   });
 });
 
+describe("redis:// nodes from JavaScript", () => {
+  // This runtime's entry gives its sockets, so redis:// nodes are taken
+  // (tests/js/redis_tcp.test.mjs uses them); bad ones are INVALID_ARGUMENT
+  // synchronously, saying why, before anything is sent, never with the password.
+  test("taken with this runtime's sockets; bad ones INVALID_ARGUMENT without the password", async () => {
+    await new RedisLocks({ url: "redis://:hunter2@127.0.0.1:6379" }).close();
+    await new RedisLocks({ url: "rediss://alice@cache.example/2", token: "hunter2" }).close();
+    await new Redlock({
+      nodes: [{ url: env.gateway_urls[0], token: env.token }, { url: "redis://:hunter2@127.0.0.1:1" }, { url: env.webdis_urls[2], protocol: "webdis" }],
+    }).close();
+    // A bad URL, a protocol that contradicts it, or a password given twice is refused for that.
+    const refused = (options, says) => assert.throws(() => new RedisLocks(options), (e) =>
+      e.code === "INVALID_ARGUMENT" && e.message.includes(says) && !e.message.includes("hunter2"));
+    refused({ url: "redis://:hunter2@127.0.0.1:0" }, "port");
+    refused({ url: "redis://:hunter2@127.0.0.1", protocol: "webdis" }, "`webdis`");
+    refused({ url: env.webdis_urls[0], protocol: "resp" }, "`resp` needs a redis://");
+    refused({ url: "redis://:hunter2@127.0.0.1", token: "other" }, "once");
+  });
+});
+
 describe("Redlock over 3 nodes (2 via the Upstash gateway, 1 via Webdis)", () => {
   const allNodes = () => [
     { url: env.gateway_urls[0], token: env.token },

@@ -5,16 +5,17 @@
 // and a Redis waiter in a Worker is woken by push (its subscription stream
 // through workerd's fetch), with the workerd export's default cap on
 // subscriptions: max(0, 6 − nodes), since an invocation may hold only 6
-// connections open.
+// connections open. Clients on redis:// nodes reach them through workerd's
+// connect() (cloudflare:sockets), the loopback redis-servers included.
 // The modules are laid out the way wrangler bundles them: the entry resolved
 // through the package's export map, the .wasm as a separate Wasm module.
 import { after, before, test } from "node:test";
 import assert from "node:assert/strict";
 import { spawn } from "node:child_process";
-import { copyFileSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
-import { basename, dirname, join } from "node:path";
+import { dirname, join } from "node:path";
 import { eventually, freePort, startEtcd } from "./support/etcd.mjs";
 import { lockKey, wakeChannel } from "./support/redis.mjs";
 import { startTestenv } from "./testenv.mjs";
@@ -89,8 +90,37 @@ async function push(cfg) {
   }
 }
 
+/**
+ * Two clients on redis:// nodes, reached with connect() of cloudflare:sockets:
+ * the first holds, the second is refused, then waits and is handed the lock.
+ */
+async function tcp(cfg) {
+  const Client = cfg.backend === "redlock" ? Redlock : RedisLocks;
+  const a = new Client(cfg.options);
+  const b = new Client({ ...cfg.options, retryDelayMs: 20, retryJitterMs: 5 });
+  try {
+    const lock = await a.acquire(cfg.name, { waitMs: 5000 });
+    const none = await b.tryAcquire(cfg.name);
+    const waiting = b.acquire(cfg.name, { waitMs: 5000 });
+    await lock.release();
+    const next = await waiting;
+    await next.release();
+    return { first: String(lock.fencingToken), next: String(next.fencingToken), none };
+  } finally {
+    await a.close();
+    await b.close();
+  }
+}
+
 export default {
   async fetch(req) {
+    if (new URL(req.url).pathname === "/tcp") {
+      try {
+        return Response.json(await tcp(await req.json()));
+      } catch (e) {
+        return Response.json({ error: String((e && e.stack) || e), code: e && e.code }, { status: 500 });
+      }
+    }
     if (new URL(req.url).pathname === "/push") {
       try {
         return Response.json(await push(await req.json()));
@@ -134,7 +164,8 @@ before(async () => {
   const modules = [`(name = "worker.mjs", esModule = embed "worker.mjs")`, `(name = "edgelock", esModule = embed "entry.mjs")`];
   copyFileSync(join(pkg, entry), join(dir, "entry.mjs"));
   for (const f of manifest.files.filter((f) => /\.(m?js|wasm)$/.test(f) && !f.startsWith("index."))) {
-    copyFileSync(join(pkg, f), join(dir, basename(f)));
+    mkdirSync(dirname(join(dir, f)), { recursive: true });
+    copyFileSync(join(pkg, f), join(dir, f));
     modules.push(f.endsWith(".wasm") ? `(name = "${f}", wasm = embed "${f}")` : `(name = "${f}", esModule = embed "${f}")`);
   }
   writeFileSync(join(dir, "worker.mjs"), WORKER);
@@ -249,4 +280,30 @@ test("an explicit maxSubscriptions in workerd is kept (0: the waiter polls)", as
   if (needsWorkerd(t)) return;
   const r = await pushInWorker("redis", { url: redis.webdis_urls[0], protocol: "webdis", ttlMs: 10000 }, [0], { maxSubscriptions: 0 });
   assert.deepEqual(r.during, [0]);
+});
+
+/** Runs the Worker's TCP scenario (see WORKER) on `backend` with `options`. */
+async function tcpInWorker(backend, options) {
+  const name = `tcp-${backend}-${Math.random().toString(36).slice(2, 8)}`;
+  const url = `http://127.0.0.1:${workerd.port}/tcp`;
+  const res = await eventually(async () => {
+    if (workerd.proc.exitCode !== null) throw new Error(`workerd exited: ${workerd.stderr}`);
+    return await fetch(url, { method: "POST", body: JSON.stringify({ backend, options, name }) }).catch(() => null);
+  }, 20_000, "workerd to listen");
+  const body = await res.json();
+  assert.equal(res.status, 200, `${body.code}: ${body.error ?? ""} ${workerd.stderr}`);
+  assert.equal(body.none, null, "the second client was refused while the first held the lock");
+  assert.ok(BigInt(body.next) > BigInt(body.first), `${body.next} after ${body.first}`);
+}
+
+const tcpNode = (i) => ({ url: `redis://127.0.0.1:${redis.redis[i].port}`, protocol: "resp" });
+
+test("RedisLocks in workerd acquires, hands off and releases over redis:// through connect()", async (t) => {
+  if (needsWorkerd(t)) return;
+  await tcpInWorker("redis", { ...tcpNode(0), ttlMs: 10000, requestTimeoutMs: 1000 });
+});
+
+test("Redlock over 3 redis:// nodes in workerd through connect()", async (t) => {
+  if (needsWorkerd(t)) return;
+  await tcpInWorker("redlock", { nodes: [0, 1, 2].map(tcpNode), ttlMs: 10000, requestTimeoutMs: 1000 });
 });

@@ -74,8 +74,11 @@ struct BackendArgs {
     etcd: Vec<String>,
     /// Redis node(s), comma-separated: one URL = single-node lock, several =
     /// Redlock over independent nodes. Each URL names its protocol:
-    /// webdis+http(s)://HOST:PORT (Webdis) or upstash+http(s)://HOST:PORT or a
-    /// bare http(s):// URL (Upstash REST; the token comes from --token or
+    /// redis://[USER[:PASSWORD]@]HOST[:PORT][/DB] or rediss:// (TLS) (the
+    /// Redis protocol; the password from the URL, --token, or
+    /// $EDGELOCK_REDIS_PASSWORD / $REDISCLI_AUTH), webdis+http(s)://HOST:PORT
+    /// (Webdis) or upstash+http(s)://HOST:PORT or a bare http(s):// URL
+    /// (Upstash REST; the token comes from --token or
     /// $EDGELOCK_REDIS_TOKEN / $UPSTASH_REDIS_REST_TOKEN)
     #[arg(
         verbatim_doc_comment,
@@ -96,8 +99,9 @@ struct BackendArgs {
         help_heading = "Backend (exactly one)"
     )]
     durable_object: Vec<String>,
-    /// Upstash (or lock service) bearer token (prefer the environment
-    /// variable: arguments are visible to other local users)
+    /// Upstash (or lock service) bearer token, or a redis:// node's password
+    /// (prefer the environment variable: arguments are visible to other
+    /// local users)
     #[arg(
         verbatim_doc_comment,
         long,
@@ -759,6 +763,17 @@ mod tests {
                 &["status", "--redis", "http://a,http://b,http://c", "n"],
                 "redlock",
                 &["http://a", "http://b", "http://c"],
+            ),
+            (
+                &["status", "--redis", "redis://:pw@a:6380/1", "n"],
+                "redis",
+                &["redis://:pw@a:6380/1"],
+            ),
+            // HTTP and redis:// nodes may be mixed in a Redlock.
+            (
+                &["status", "--redis", "rediss://a, https://b,redis://c", "n"],
+                "redlock",
+                &["rediss://a", "https://b", "redis://c"],
             ),
             // The lock service's URL is the whole value, commas and all.
             (

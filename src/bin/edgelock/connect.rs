@@ -24,6 +24,8 @@ fn flags(o: &Options) -> Result<Flags, Exit> {
     Ok(Flags {
         urls: o.urls.clone(),
         token: token(o),
+        token_from_env: o.token.is_none(),
+        redis_password: first_set(o.line.redis_password_vars),
         prefix: o.prefix.clone(),
         ttl_ms: o.ttl_ms,
         headers: o.headers.clone(),
@@ -34,12 +36,12 @@ fn flags(o: &Options) -> Result<Flags, Exit> {
 
 /// `--token`, else the first of the backend's token variables that is set.
 fn token(o: &Options) -> Option<String> {
-    o.token.clone().or_else(|| {
-        o.line
-            .token_vars
-            .iter()
-            .find_map(|name| std::env::var(name).ok())
-    })
+    o.token.clone().or_else(|| first_set(o.line.token_vars))
+}
+
+/// The value of the first of `vars` that is set.
+fn first_set(vars: &[&str]) -> Option<String> {
+    vars.iter().find_map(|name| std::env::var(name).ok())
 }
 
 /// `--etcd-user` with the password from the backend's variable (never an

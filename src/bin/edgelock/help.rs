@@ -9,11 +9,14 @@ macro_rules! backends {
 BACKENDS (give exactly one):
     --etcd URL[,URL...]     etcd v3 through its JSON gateway (the endpoints of
                             one cluster)
-    --redis URL             one Redis node, over Upstash REST
-                            (upstash+http(s)://HOST:PORT or a bare http(s):// URL;
-                            needs a token) or over Webdis (webdis+http(s)://...)
+    --redis URL             one Redis node: the Redis protocol itself
+                            (redis://[USER[:PASSWORD]@]HOST[:PORT][/DB], rediss://
+                            for TLS; the password from the URL, --token,
+                            $EDGELOCK_REDIS_PASSWORD or $REDISCLI_AUTH), Upstash
+                            REST (upstash+http(s)://HOST:PORT or a bare http(s)://
+                            URL; needs a token) or Webdis (webdis+http(s)://...)
     --redis URL,URL,...     Redlock: a majority of independent Redis nodes, each
-                            over Upstash REST or Webdis
+                            redis://, Upstash REST or Webdis (they may be mixed)
     --durable-object URL    the edgelock Worker's Durable Object lock service
                             (https://WORKER/lock; bearer token)
     A backend that does not offer a lock kind refuses it with exit 64 before
@@ -60,7 +63,7 @@ NOTES:
 }
 
 pub(crate) const ABOUT: &str = "\
-edgelock - distributed locks over HTTP: etcd (JSON gateway), Redis (Upstash
+edgelock - distributed locks: etcd (JSON gateway), Redis (redis:// or Upstash
 REST or Webdis), Redlock, and the edgelock Worker's Durable Object lock service.
 Runs a command while holding a lock (or leading an election), or shows who
 holds (or leads). `edgelock help COMMAND` describes each command.";

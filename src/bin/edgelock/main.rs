@@ -1,6 +1,6 @@
 //! `edgelock`: run a command while holding a distributed lock (or leading an
 //! election), or show who holds (or leads) one, on any backend the library
-//! speaks from the command line: etcd, Redis over Upstash REST or Webdis,
+//! speaks from the command line: etcd, Redis (redis://, Upstash REST, Webdis),
 //! Redlock, and the edgelock Worker's Durable Object lock service.
 //!
 //! `args` parses the command line (clap) into checked [`Options`],

@@ -24,6 +24,11 @@ pub struct CommandLine {
     /// The variable holding the password of `--etcd-user`; `None`: it takes
     /// no user.
     pub password_var: Option<&'static str>,
+    /// Where the password of a `redis://` node comes from when neither its
+    /// URL nor `--token` gives one: the first of these variables that is
+    /// set (a token variable is not read for it: an Upstash token is no
+    /// Redis password). Empty: it takes no `redis://` node.
+    pub redis_password_vars: &'static [&'static str],
     /// Whether `--fair` (a FIFO wait queue) applies to it.
     pub fair: bool,
 }
@@ -74,6 +79,14 @@ pub struct Flags {
     pub urls: Vec<String>,
     /// `--token`, else the first set variable of [`CommandLine::token_vars`].
     pub token: Option<String>,
+    /// Whether `token` was read from a variable of
+    /// [`CommandLine::token_vars`] rather than given (`--token`): a
+    /// `redis://` node takes a given token as its password (and refuses it
+    /// beside a password in its URL), never a token variable's.
+    pub token_from_env: bool,
+    /// The first set variable of [`CommandLine::redis_password_vars`]: the
+    /// password of a `redis://` node whose URL and `--token` give none.
+    pub redis_password: Option<String>,
     /// `--prefix`.
     pub prefix: Option<String>,
     /// `--ttl`: the lock's TTL (etcd: the session lease's).
@@ -101,7 +114,7 @@ mod tests {
     use crate::core::backend::backend_named;
     use crate::core::durable::DurableEndpoint;
     use crate::core::etcd::EtcdConfig;
-    use crate::core::redis::{RedisConfig, RedisNode, RedlockConfig};
+    use crate::core::redis::{RedisConfig, RedisNode, RedisProtocol, RedlockConfig};
     use crate::core::BackendSpec;
 
     fn flags(urls: &[&str]) -> Flags {
@@ -188,6 +201,52 @@ mod tests {
         };
         assert!(c.endpoint == DurableEndpoint::Url("https://w/lock".into()));
         assert_eq!(c.token.as_deref(), Some("tok"));
+    }
+
+    #[test]
+    fn a_redis_url_takes_its_password_from_the_url_the_token_or_the_environment() {
+        let node = |url: &str, token: Option<&str>, from_env: bool, env: Option<&str>| {
+            let f = Flags {
+                token: token.map(String::from),
+                token_from_env: from_env,
+                redis_password: env.map(String::from),
+                ..flags(&[url])
+            };
+            match backend_named("redis").unwrap().read_flags(f) {
+                Ok(BackendSpec::Redis(c)) => Ok(c.node),
+                Ok(other) => panic!("{other:?}"),
+                Err(e) => Err(e),
+            }
+        };
+        let n = node("redis://:url-pw@h:6380/2", None, false, Some("env-pw")).unwrap();
+        assert_eq!(
+            (n.protocol, n.url.as_str(), n.token.as_deref()),
+            (RedisProtocol::Resp, "redis://h:6380/2", Some("url-pw"))
+        );
+        let n = node("rediss://u@h", Some("flag-pw"), false, Some("env-pw")).unwrap();
+        assert_eq!(n.token.as_deref(), Some("flag-pw"));
+        let n = node("redis://h", None, false, Some("env-pw")).unwrap();
+        assert_eq!(n.token.as_deref(), Some("env-pw"));
+        // An Upstash token from the environment is no Redis password.
+        let n = node("redis://h", Some("upstash-token"), true, None).unwrap();
+        assert_eq!(n.token, None);
+        let e = node("redis://:url-pw@h", Some("flag-pw"), false, None).unwrap_err();
+        assert_eq!(e.code(), "INVALID_ARGUMENT");
+        assert!(e.to_string().contains("once"), "{e}");
+        let e = node("redis://:url-pw@h:0", None, false, None).unwrap_err();
+        assert!(!e.to_string().contains("url-pw"), "{e}");
+        // Redlock: an HTTP node takes the token, a redis:// node its password.
+        let f = Flags {
+            token: Some("tok".into()),
+            token_from_env: true,
+            redis_password: Some("env-pw".into()),
+            ..flags(&["https://a", "redis://b", "redis://:own@c"])
+        };
+        let BackendSpec::Redlock(c) = spec("redlock", f) else {
+            panic!("redlock")
+        };
+        let tokens: Vec<Option<&str>> = c.nodes.iter().map(|n| n.token.as_deref()).collect();
+        assert_eq!(tokens, [Some("tok"), Some("env-pw"), Some("own")]);
     }
 
     #[test]

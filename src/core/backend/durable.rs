@@ -44,6 +44,7 @@ impl Backend for DurableObject {
             urls: UrlList::Whole,
             token_vars: &["EDGELOCK_API_TOKEN"],
             password_var: None,
+            redis_password_vars: &[],
             fair: false,
         })
     }

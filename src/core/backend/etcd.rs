@@ -63,6 +63,7 @@ impl Backend for Etcd {
             },
             token_vars: &[],
             password_var: Some("EDGELOCK_ETCD_PASSWORD"),
+            redis_password_vars: &[],
             fair: false,
         })
     }

@@ -1,13 +1,15 @@
 //! Redlock over N independent Redis nodes: `{ nodes, prefix, ttlMs,
-//! fencing, … }`, each node as the redis backend spells one.
+//! fencing, … }`, each node as the redis backend spells one (HTTP and
+//! `redis://` nodes may be mixed).
 
 use serde::Serialize;
 use serde_json::Value;
 
-use super::redis::{nodes_from_flags, NodeOptions, REDIS_TOKEN_VARS};
-use super::worker_vars::{list, workers_max_subscriptions, Vars, WorkerCommon};
+use super::redis::{nodes_from_flags, NodeOptions, REDIS_PASSWORD_VARS, REDIS_TOKEN_VARS};
+use super::worker_vars::{in_var, list, workers_max_subscriptions, Vars, WorkerCommon};
 use super::{set, to_json, Backend, BackendConfig, BackendSpec, CommandLine, Flags, UrlList};
 use crate::core::json_fields::Fields;
+use crate::core::redis::address::is_resp_url;
 use crate::core::redis::{RedisNode, RedlockConfig, RedlockFencing, RedlockMachine};
 use crate::core::{BackendKind, Entropy, LockError, LockMachine};
 
@@ -25,12 +27,13 @@ impl Backend for Redlock {
 
     fn read_options(&self, options: &Value) -> Result<BackendSpec, String> {
         Ok(BackendSpec::Redlock(
-            RedlockOptions::read(options)?.into_config(),
+            RedlockOptions::read(options)?.into_config()?,
         ))
     }
 
     /// `EDGELOCK_REDLOCK_NODES` with a token per node (`EDGELOCK_REDIS_TOKEN_<i>`,
-    /// else `EDGELOCK_REDIS_TOKEN`), and the common ones.
+    /// else `EDGELOCK_REDIS_TOKEN`; a `redis://` node's password), and the
+    /// common ones.
     fn read_worker_vars(&self, var: Vars, c: WorkerCommon) -> Result<BackendSpec, LockError> {
         let urls = list(&var("EDGELOCK_REDLOCK_NODES").unwrap_or_default());
         if urls.is_empty() {
@@ -38,13 +41,15 @@ impl Backend for Redlock {
                 "EDGELOCK_REDLOCK_NODES is required for the redlock backend",
             ));
         }
-        let token = |i: usize| {
-            var(&format!("EDGELOCK_REDIS_TOKEN_{i}")).or_else(|| var("EDGELOCK_REDIS_TOKEN"))
-        };
+        let shared = var("EDGELOCK_REDIS_TOKEN");
         let nodes = urls
             .iter()
             .enumerate()
-            .map(|(i, u)| RedisNode::from_spec(u, token(i).as_deref()))
+            .map(|(i, u)| {
+                let own = var(&format!("EDGELOCK_REDIS_TOKEN_{i}"));
+                worker_node(u, own, shared.as_deref())
+                    .map_err(in_var(&format!("EDGELOCK_REDLOCK_NODES[{i}]")))
+            })
             .collect::<Result<Vec<_>, _>>()?;
         let mut cfg = RedlockConfig::new(nodes);
         set(&mut cfg.prefix, c.prefix);
@@ -66,6 +71,7 @@ impl Backend for Redlock {
             },
             token_vars: REDIS_TOKEN_VARS,
             password_var: None,
+            redis_password_vars: REDIS_PASSWORD_VARS,
             fair: false,
         })
     }
@@ -80,6 +86,25 @@ impl Backend for Redlock {
             cfg.request_timeout_ms = Flags::request_timeout(t, cfg.request_timeout_ms, 4);
         }
         Ok(BackendSpec::Redlock(cfg))
+    }
+}
+
+/// A node of `EDGELOCK_REDLOCK_NODES` with its own token variable, else
+/// the shared one. A `redis://` URL holding its password ignores the shared
+/// token (meant for the HTTP nodes of a mixed Redlock) and refuses its own
+/// beside it.
+fn worker_node(
+    url: &str,
+    own: Option<String>,
+    shared: Option<&str>,
+) -> Result<RedisNode, LockError> {
+    if own.is_some() || !is_resp_url(url) {
+        return RedisNode::from_spec(url, own.as_deref().or(shared));
+    }
+    let node = RedisNode::resp(url, None)?;
+    match (&node.token, shared) {
+        (None, Some(token)) => RedisNode::resp(url, Some(token)),
+        _ => Ok(node),
     }
 }
 
@@ -181,9 +206,14 @@ impl RedlockOptions {
         }
     }
 
-    fn into_config(self) -> RedlockConfig {
-        let mut cfg =
-            RedlockConfig::new(self.nodes.into_iter().map(NodeOptions::into_node).collect());
+    fn into_config(self) -> Result<RedlockConfig, String> {
+        let nodes = self
+            .nodes
+            .into_iter()
+            .enumerate()
+            .map(|(i, n)| n.into_node().map_err(|e| format!("`nodes[{i}]`: {e}")))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut cfg = RedlockConfig::new(nodes);
         set(&mut cfg.prefix, self.prefix);
         set(&mut cfg.ttl_ms, self.ttl_ms);
         set(&mut cfg.drift_factor, self.drift_factor);
@@ -200,6 +230,6 @@ impl RedlockOptions {
                 FencingName::Strict => RedlockFencing::Strict,
             }),
         );
-        cfg
+        Ok(cfg)
     }
 }

@@ -4,6 +4,8 @@
 //! reads no environment: the Worker hands in its variables as [`Vars`], and
 //! the variables every backend reads alike as [`WorkerCommon`].
 
+use crate::core::LockError;
+
 /// How the Worker reads a variable: the binding's value as a string, if set.
 pub type Vars<'a> = &'a dyn Fn(&str) -> Option<String>;
 
@@ -48,6 +50,15 @@ pub struct WorkerCommon {
     pub timeout: Option<u64>,
     /// `EDGELOCK_MAX_SUBSCRIPTIONS`.
     pub max_subscriptions: Option<usize>,
+}
+
+/// An invalid argument read from variable `name`, its message led by the
+/// variable's name (never its value: it may hold a password).
+pub(crate) fn in_var(name: &str) -> impl Fn(LockError) -> LockError + '_ {
+    move |e| match e {
+        LockError::InvalidArgument { message } => LockError::invalid(format!("{name}: {message}")),
+        other => other,
+    }
 }
 
 /// A comma-separated variable's items (blank ones dropped).
@@ -189,6 +200,72 @@ mod tests {
             panic!("redlock")
         };
         assert_eq!(c.max_subscriptions, 3);
+    }
+
+    #[test]
+    fn redis_urls_take_their_password_from_the_url_or_the_token_variable() {
+        let none = WorkerCommon::default;
+        let vars = [("EDGELOCK_REDIS_URL", "rediss://alice:hunter2@cache:6380/1")];
+        let Ok(BackendSpec::Redis(c)) = read("redis", &vars, none()) else {
+            panic!("redis")
+        };
+        assert_eq!(c.node.protocol, RedisProtocol::Resp);
+        assert_eq!(
+            (c.node.url.as_str(), c.node.token.as_deref()),
+            ("rediss://alice@cache:6380/1", Some("hunter2"))
+        );
+        let vars = [
+            ("EDGELOCK_REDIS_URL", "redis://cache"),
+            ("EDGELOCK_REDIS_TOKEN", "pw"),
+        ];
+        let Ok(BackendSpec::Redis(c)) = read("redis", &vars, none()) else {
+            panic!("redis")
+        };
+        assert_eq!(c.node.token.as_deref(), Some("pw"));
+        let twice = [
+            ("EDGELOCK_REDIS_URL", "redis://:hunter2@cache"),
+            ("EDGELOCK_REDIS_TOKEN", "pw"),
+        ];
+        let bad = [("EDGELOCK_REDIS_URL", "redis://:hunter2@cache:0")];
+        for (vars, says) in [(&twice[..], "once"), (&bad[..], "port")] {
+            let m = message(read("redis", vars, none()));
+            assert!(
+                m.starts_with("EDGELOCK_REDIS_URL: ") && m.contains(says),
+                "{m}"
+            );
+            assert!(!m.contains("hunter2"), "{m}");
+        }
+        // Redlock: the shared token goes to the HTTP nodes and to a redis://
+        // node without a password of its own; a node's own token variable
+        // beside its URL's password is refused.
+        let vars = [
+            (
+                "EDGELOCK_REDLOCK_NODES",
+                "https://a,redis://:own@b,redis://c,rediss://d",
+            ),
+            ("EDGELOCK_REDIS_TOKEN", "shared"),
+            ("EDGELOCK_REDIS_TOKEN_3", "pw3"),
+        ];
+        let Ok(BackendSpec::Redlock(c)) = read("redlock", &vars, none()) else {
+            panic!("redlock")
+        };
+        let tokens: Vec<Option<&str>> = c.nodes.iter().map(|n| n.token.as_deref()).collect();
+        assert_eq!(
+            tokens,
+            [Some("shared"), Some("own"), Some("shared"), Some("pw3")]
+        );
+        let protocols: Vec<RedisProtocol> = c.nodes.iter().map(|n| n.protocol).collect();
+        assert_eq!(protocols[1..], [RedisProtocol::Resp; 3]);
+        let vars = [
+            ("EDGELOCK_REDLOCK_NODES", "https://a,redis://:hunter2@b"),
+            ("EDGELOCK_REDIS_TOKEN_1", "pw1"),
+        ];
+        let m = message(read("redlock", &vars, none()));
+        assert!(
+            m.starts_with("EDGELOCK_REDLOCK_NODES[1]: ") && m.contains("once"),
+            "{m}"
+        );
+        assert!(!m.contains("hunter2"), "{m}");
     }
 
     #[test]

@@ -11,7 +11,9 @@
 //!
 //! Failures keep the HTTP semantics the recipes rely on:
 //! - a stream that never opened: its commands were not sent (`NotSent`,
-//!   safe to retry); the next command reopens it after a back-off;
+//!   safe to retry); the next command opens a new one, as an HTTP request
+//!   would connect anew (the tasks' retry delays pace the attempts, and the
+//!   engine backs off a subscriber's reopening);
 //! - a stream that breaks with commands in flight: their outcome is unknown
 //!   (`Transport`: the recipes clean up owner-checked, as for a lost answer);
 //! - a command past its deadline: the stream may be half-open, so it is
@@ -31,7 +33,7 @@ use super::resp::{encode_command, Frame, RespDecoder};
 use super::round::NodeError;
 use super::value::{RedisCommand, RedisValue};
 use crate::core::outbox::Outbox;
-use crate::core::{Millis, Redacted, RequestId, StreamOpen};
+use crate::core::{Redacted, RequestId, StreamOpen};
 
 /// The name the connection gives itself (`CLIENT SETNAME`), so that an
 /// operator sees edgelock's connections in `CLIENT LIST`.
@@ -74,7 +76,7 @@ enum Awaiting {
 
 #[derive(Debug)]
 enum State {
-    /// No stream; the next command may open one from `retry_at` on.
+    /// No stream; the next command opens one.
     Closed,
     /// `Transmit::Open` is out: once it opens, `setup` is written; the
     /// engine's commands (`queued`) wait for the set-up's answers.
@@ -94,12 +96,7 @@ enum State {
 pub(crate) struct Connection {
     address: RespAddress,
     connect_timeout_ms: u64,
-    /// The back-off after a failed open starts here and doubles.
-    retry_delay_ms: u64,
     state: State,
-    /// Failed opens in a row, and when the next may start.
-    failures: u32,
-    retry_at: Millis,
     awaiting: VecDeque<Awaiting>,
     decoder: RespDecoder,
     mode: Mode,
@@ -111,19 +108,11 @@ pub(crate) struct Connection {
 impl Connection {
     /// A connection to `address`, not opened yet. `connect_timeout_ms` bounds
     /// the driver's connect (the commands' own deadlines bound it too).
-    pub(crate) fn new(
-        address: RespAddress,
-        connect_timeout_ms: u64,
-        retry_delay_ms: u64,
-        mode: Mode,
-    ) -> Self {
+    pub(crate) fn new(address: RespAddress, connect_timeout_ms: u64, mode: Mode) -> Self {
         Connection {
             address,
             connect_timeout_ms,
-            retry_delay_ms: retry_delay_ms.max(1),
             state: State::Closed,
-            failures: 0,
-            retry_at: 0,
             awaiting: VecDeque::new(),
             decoder: RespDecoder::new(),
             mode,
@@ -152,54 +141,31 @@ impl Connection {
     }
 
     /// Sends `cmd` as request `id` (tracked by the caller), opening the
-    /// stream first if there is none. `Err` when it cannot go now (a
-    /// back-off after a failed open): the command was not sent.
-    pub(crate) fn send(
-        &mut self,
-        out: &mut Outbox,
-        now: Millis,
-        id: RequestId,
-        cmd: &RedisCommand,
-    ) -> Result<(), NodeError> {
+    /// stream first if there is none.
+    pub(crate) fn send(&mut self, out: &mut Outbox, id: RequestId, cmd: &RedisCommand) {
         if matches!(self.state, State::Closed) {
-            if now < self.retry_at {
-                return Err(NodeError::NotSent(format!(
-                    "{} is unreachable (reconnecting)",
-                    self.address.public_url()
-                )));
-            }
             self.open(out);
         }
         let mut bytes = Vec::new();
         encode_command(cmd, &mut bytes);
         self.awaiting.push_back(Awaiting::Command(id));
         self.write(out, bytes);
-        Ok(())
     }
 
     /// Subscriber: listens on `channel` (opening the stream if there is
-    /// none). `Ok(true)` when it is confirmed already; `Err` when the stream
-    /// cannot open now (a back-off after a failed open).
-    pub(crate) fn subscribe(
-        &mut self,
-        out: &mut Outbox,
-        now: Millis,
-        channel: &str,
-    ) -> Result<bool, NodeError> {
+    /// none). `true` when it is confirmed already.
+    pub(crate) fn subscribe(&mut self, out: &mut Outbox, channel: &str) -> bool {
         if let Some(confirmed) = self.channels.get(channel) {
-            return Ok(*confirmed);
+            return *confirmed;
         }
         if matches!(self.state, State::Closed) {
-            if now < self.retry_at {
-                return Err(NodeError::NotSent("reconnecting".into()));
-            }
             self.open(out);
         }
         self.channels.insert(channel.to_string(), false);
         let mut bytes = Vec::new();
         encode_command(&RedisCommand::new("SUBSCRIBE").arg(channel), &mut bytes);
         self.write(out, bytes);
-        Ok(false)
+        false
     }
 
     /// Subscriber: stops listening on `channel`.
@@ -217,6 +183,12 @@ impl Connection {
         let mut bytes = Vec::new();
         encode_command(&RedisCommand::new("UNSUBSCRIBE").arg(channel), &mut bytes);
         self.write(out, bytes);
+    }
+
+    /// Subscriber: whether any channel is subscribed (its stream is, or is
+    /// being, open).
+    pub(crate) fn in_use(&self) -> bool {
+        !self.channels.is_empty()
     }
 
     /// What happened on a subscriber connection since the last call.
@@ -278,12 +250,7 @@ impl Connection {
     }
 
     /// Input on this connection's stream; the answers it completes.
-    pub(crate) fn on_input(
-        &mut self,
-        out: &mut Outbox,
-        now: Millis,
-        input: crate::core::Input,
-    ) -> Vec<Answer> {
+    pub(crate) fn on_input(&mut self, out: &mut Outbox, input: crate::core::Input) -> Vec<Answer> {
         use crate::core::Input;
         match input {
             Input::Opened { .. } => {
@@ -295,20 +262,19 @@ impl Connection {
                 {
                     let (stream, setup, queued) =
                         (*stream, std::mem::take(setup), std::mem::take(queued));
-                    self.failures = 0;
                     self.state = State::Handshake { stream, queued };
                     out.write(stream, Redacted(setup));
                 }
                 Vec::new()
             }
-            Input::Chunk { data, .. } => self.on_bytes(out, now, &data),
-            Input::StreamEnd { .. } => self.fail_all(now, "the server closed the connection"),
-            Input::Failed { error, .. } => self.fail_all(now, &error.to_string()),
-            Input::Response { .. } => self.fail_all(now, "an HTTP answer on a Redis connection"),
+            Input::Chunk { data, .. } => self.on_bytes(out, &data),
+            Input::StreamEnd { .. } => self.fail_all("the server closed the connection"),
+            Input::Failed { error, .. } => self.fail_all(&error.to_string()),
+            Input::Response { .. } => self.fail_all("an HTTP answer on a Redis connection"),
         }
     }
 
-    fn on_bytes(&mut self, out: &mut Outbox, now: Millis, data: &[u8]) -> Vec<Answer> {
+    fn on_bytes(&mut self, out: &mut Outbox, data: &[u8]) -> Vec<Answer> {
         self.decoder.feed(data);
         let mut answers = Vec::new();
         loop {
@@ -317,7 +283,7 @@ impl Connection {
                 Ok(None) => return answers,
                 Err(e) => {
                     self.close(out);
-                    answers.extend(self.fail_all(now, &format!("an unreadable reply ({e})")));
+                    answers.extend(self.fail_all(&format!("an unreadable reply ({e})")));
                     return answers;
                 }
             };
@@ -340,14 +306,14 @@ impl Connection {
                 Some(Awaiting::Setup(what)) => {
                     if let RedisValue::Error(e) = value {
                         self.close(out);
-                        answers.extend(self.refuse_all(now, what, &e));
+                        answers.extend(self.refuse_all(what, &e));
                         return answers;
                     }
                     self.ready_if_set_up(out);
                 }
                 None => {
                     self.close(out);
-                    answers.extend(self.fail_all(now, "a reply to no command"));
+                    answers.extend(self.fail_all("a reply to no command"));
                     return answers;
                 }
             }
@@ -369,10 +335,10 @@ impl Connection {
                     self.news.push(SubNews::Confirmed(ch));
                 }
             }
-            (Some("message"), Some(ch), Some(RedisValue::Bulk(payload))) => {
-                if self.channels.contains_key(&ch) {
-                    self.news.push(SubNews::Message(ch, payload));
-                }
+            (Some("message"), Some(ch), Some(RedisValue::Bulk(payload)))
+                if self.channels.contains_key(&ch) =>
+            {
+                self.news.push(SubNews::Message(ch, payload));
             }
             _ => {}
         }
@@ -397,12 +363,7 @@ impl Connection {
     /// Command `id` is past its deadline: the stream may be half-open, so
     /// it is closed; the other commands in flight are answered as failed
     /// (outcome unknown). `id` itself is the caller's to answer.
-    pub(crate) fn timed_out(
-        &mut self,
-        out: &mut Outbox,
-        now: Millis,
-        id: RequestId,
-    ) -> Vec<Answer> {
+    pub(crate) fn timed_out(&mut self, out: &mut Outbox, id: RequestId) -> Vec<Answer> {
         if !self
             .awaiting
             .iter()
@@ -411,7 +372,7 @@ impl Connection {
             return Vec::new();
         }
         self.close(out);
-        self.fail_all(now, "the connection was reset after a command timed out")
+        self.fail_all("the connection was reset after a command timed out")
             .into_iter()
             .filter(|(other, _)| *other != id)
             .collect()
@@ -440,7 +401,7 @@ impl Connection {
 
     /// The stream is gone: every command waiting fails. Commands of a
     /// stream that never opened were not sent; otherwise they may have run.
-    fn fail_all(&mut self, now: Millis, why: &str) -> Vec<Answer> {
+    fn fail_all(&mut self, why: &str) -> Vec<Answer> {
         // Before the set-up was answered, no command was written.
         let never_opened = !matches!(self.state, State::Open { .. });
         let node = self.address.public_url();
@@ -452,7 +413,7 @@ impl Connection {
             }
         };
         let answers = self.drain(|_| error(why));
-        self.closed(now, never_opened);
+        self.closed();
         self.subscriptions_down();
         answers
     }
@@ -467,11 +428,11 @@ impl Connection {
 
     /// A set-up command was refused (a wrong password, a database that does
     /// not exist): nothing after it ran.
-    fn refuse_all(&mut self, now: Millis, what: &str, reply: &str) -> Vec<Answer> {
+    fn refuse_all(&mut self, what: &str, reply: &str) -> Vec<Answer> {
         let reply = self.scrub(reply);
         let node = self.address.public_url();
         let answers = self.drain(|_| NodeError::NotSent(format!("{node} refused {what}: {reply}")));
-        self.closed(now, true);
+        self.closed();
         self.subscriptions_down();
         answers
     }
@@ -486,15 +447,7 @@ impl Connection {
             .collect()
     }
 
-    /// Closed; a failed open (or set-up) backs off before the next, doubling
-    /// up to 32 times the retry delay.
-    fn closed(&mut self, now: Millis, failed_open: bool) {
-        self.failures = if failed_open { self.failures + 1 } else { 0 };
-        let delay = match self.failures {
-            0 => 0,
-            f => self.retry_delay_ms.saturating_mul(1 << (f - 1).min(5)),
-        };
-        self.retry_at = now.saturating_add(delay);
+    fn closed(&mut self) {
         self.state = State::Closed;
     }
 

@@ -187,11 +187,8 @@ impl Engine {
                 .map_err(|e| NodeError::NotSent(e.to_string())),
             Some(NodeLink::Resp(r)) => {
                 let id = cx.rt.requests.track(&mut cx.rt.out, now, owner, timeout);
-                let sent = r.commands.send(&mut cx.rt.out, now, id, wire);
-                if sent.is_err() {
-                    cx.rt.requests.finish(id);
-                }
-                sent.map(|()| id)
+                r.commands.send(&mut cx.rt.out, id, wire);
+                Ok(id)
             }
         };
         match sent {
@@ -305,7 +302,9 @@ impl Engine {
                 None => 0,
             };
             if matches!(self.cx.nodes.get(node), Some(NodeLink::Resp(_))) {
-                self.subscribe_shared(tid, node, &channel, failures, now);
+                if self.subscriber_allowed(node) {
+                    self.subscribe_shared(tid, node, &channel, failures, now);
+                }
                 continue;
             }
             let open = self
@@ -340,6 +339,18 @@ impl Engine {
         }
     }
 
+    /// Whether node `node` may carry subscriptions: its subscriber stream is
+    /// open already, or fewer than `max_subscriptions` are (a Worker's
+    /// connection cap: each is one more open connection).
+    fn subscriber_allowed(&self, node: usize) -> bool {
+        let in_use = |l: &NodeLink| matches!(l, NodeLink::Resp(r) if r.pubsub.in_use());
+        let Some(link) = self.cx.nodes.get(node) else {
+            return false;
+        };
+        in_use(link)
+            || self.cx.nodes.iter().filter(|l| in_use(l)).count() < self.cx.s.max_subscriptions
+    }
+
     /// Subscribes task `tid` to `channel` on Redis-protocol node `node`'s
     /// shared subscriber connection; a channel confirmed already is live
     /// for the task at once.
@@ -354,22 +365,12 @@ impl Engine {
         let Some(NodeLink::Resp(r)) = self.cx.nodes.get_mut(node) else {
             return;
         };
-        match r.pubsub.subscribe(&mut self.cx.rt.out, now, channel) {
-            Ok(confirmed) => {
-                let channel = channel.to_string();
-                self.subs
-                    .insert((tid, node), Sub::Shared { channel, failures });
-                if confirmed {
-                    self.push(tid, node, Push::Live, now);
-                }
-            }
-            Err(_) => {
-                let sub = Sub::Down {
-                    retry_at: self.backoff(now, failures + 1),
-                    failures: failures + 1,
-                };
-                self.subs.insert((tid, node), sub);
-            }
+        let confirmed = r.pubsub.subscribe(&mut self.cx.rt.out, channel);
+        let channel = channel.to_string();
+        self.subs
+            .insert((tid, node), Sub::Shared { channel, failures });
+        if confirmed {
+            self.push(tid, node, Push::Live, now);
         }
     }
 
@@ -524,13 +525,12 @@ impl Engine {
         if let Some(node) = self.connection_of(id) {
             let (answers, news) = match self.cx.nodes.get_mut(node) {
                 Some(NodeLink::Resp(r)) if r.pubsub.owns(id) => {
-                    let answers = r.pubsub.on_input(&mut self.cx.rt.out, now, input);
+                    let answers = r.pubsub.on_input(&mut self.cx.rt.out, input);
                     (answers, r.pubsub.take_news())
                 }
-                Some(NodeLink::Resp(r)) => (
-                    r.commands.on_input(&mut self.cx.rt.out, now, input),
-                    Vec::new(),
-                ),
+                Some(NodeLink::Resp(r)) => {
+                    (r.commands.on_input(&mut self.cx.rt.out, input), Vec::new())
+                }
                 _ => (Vec::new(), Vec::new()),
             };
             self.on_stream_answers(answers, now);
@@ -576,7 +576,7 @@ impl Engine {
                 .filter(|((_, n), sub)| {
                     *n == node
                         && matches!(sub, Sub::Shared { channel: c, .. }
-                            if channel.as_ref().is_none_or(|ch| ch == c))
+                            if channel.as_ref().map_or(true, |ch| ch == c))
                 })
                 .map(|((tid, _), _)| *tid)
                 .collect();
@@ -709,7 +709,7 @@ impl Engine {
             }
             // A command late on a stream: the connection may be half-open.
             if let Some(NodeLink::Resp(r)) = self.cx.nodes.get_mut(node) {
-                let others = r.commands.timed_out(&mut self.cx.rt.out, now, id);
+                let others = r.commands.timed_out(&mut self.cx.rt.out, id);
                 self.on_stream_answers(others, now);
             }
         }

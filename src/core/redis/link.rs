@@ -29,19 +29,12 @@ pub(crate) struct RespLinks {
 
 impl NodeLink {
     /// The link for `node`, its options checked. A stream's connect is
-    /// bounded by the request timeout; a failed one is retried after the
-    /// retry delay, backing off.
-    pub(crate) fn new(
-        node: &RedisNode,
-        request_timeout_ms: u64,
-        retry_delay_ms: u64,
-    ) -> Result<Self, LockError> {
+    /// bounded by the request timeout.
+    pub(crate) fn new(node: &RedisNode, request_timeout_ms: u64) -> Result<Self, LockError> {
         match node.protocol {
             RedisProtocol::Resp => {
                 let address = RespAddress::parse(&node.url, node.token.as_deref())?;
-                let conn = |mode| {
-                    Connection::new(address.clone(), request_timeout_ms, retry_delay_ms, mode)
-                };
+                let conn = |mode| Connection::new(address.clone(), request_timeout_ms, mode);
                 Ok(NodeLink::Resp(Box::new(RespLinks {
                     commands: conn(Mode::Commands),
                     pubsub: conn(Mode::Subscriber),

@@ -200,7 +200,7 @@ impl RedlockMachine {
         let nodes = cfg
             .nodes
             .iter()
-            .map(|n| NodeLink::new(n, cfg.request_timeout_ms, cfg.retry_delay_ms))
+            .map(|n| NodeLink::new(n, cfg.request_timeout_ms))
             .collect::<Result<Vec<_>, _>>()?;
         for (i, a) in nodes.iter().enumerate() {
             if nodes[..i].iter().any(|b| b.name() == a.name()) {

@@ -108,7 +108,7 @@ impl RedisMachine {
             cfg.retry_delay_ms,
             cfg.retry_jitter_ms,
         )?;
-        let node = NodeLink::new(&cfg.node, cfg.request_timeout_ms, cfg.retry_delay_ms)?;
+        let node = NodeLink::new(&cfg.node, cfg.request_timeout_ms)?;
         let settings = Settings {
             backend: BackendKind::Redis,
             prefix: cfg.prefix,

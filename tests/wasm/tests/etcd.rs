@@ -35,7 +35,7 @@ fn driver() -> Driver {
     cfg.request_timeout_ms = 1000;
     let machine =
         EtcdMachine::new(cfg, Box::new(JsEntropy::new().expect("crypto"))).expect("config");
-    Driver::new(Box::new(machine), None, None).expect("driver")
+    Driver::new(Box::new(machine), None, None, None).expect("driver")
 }
 
 fn unique(base: &str) -> String {
@@ -231,13 +231,14 @@ async fn raw_locks_round_trip_and_error_codes() {
         r#"{"endpoints":["http://x"],"headers":{"Authorization":7},"prefix":"s3cret-value"}"#,
         None,
         None,
+        None,
     );
     let Err(e) = bad else {
         panic!("invalid options accepted")
     };
     assert_eq!(code_of(&e), "INVALID_ARGUMENT");
     assert!(!message_of(&e).contains("s3cret"), "{}", message_of(&e));
-    let Err(e) = RawLocks::connect("etcd", r#"{"endpoints":[],"tll":1}"#, None, None) else {
+    let Err(e) = RawLocks::connect("etcd", r#"{"endpoints":[],"tll":1}"#, None, None, None) else {
         panic!("unknown field accepted")
     };
     assert_eq!(code_of(&e), "INVALID_ARGUMENT");
@@ -246,7 +247,7 @@ async fn raw_locks_round_trip_and_error_codes() {
         r#"{{"endpoints":["{}"],"prefix":"wasm","sessionTtlMs":3000,"requestTimeoutMs":1000}}"#,
         etcd_url()
     );
-    let raw = RawLocks::connect("etcd", &options, None, None).expect("valid options");
+    let raw = RawLocks::connect("etcd", &options, None, None, None).expect("valid options");
     assert_eq!(raw.backend(), "etcd");
     let Err(e) = raw.acquire("x".into(), false, Some(1.5), None, None) else {
         panic!("waitMs 1.5 accepted")

@@ -111,8 +111,8 @@ fn upstash_options() -> String {
 
 #[wasm_bindgen_test]
 async fn redis_over_the_upstash_gateway() {
-    let a = RawLocks::connect("redis", &upstash_options(), None, None).expect("options");
-    let b = RawLocks::connect("redis", &upstash_options(), None, None).expect("options");
+    let a = RawLocks::connect("redis", &upstash_options(), None, None, None).expect("options");
+    let b = RawLocks::connect("redis", &upstash_options(), None, None, None).expect("options");
     exclusion_round_trip(a, b).await;
 }
 
@@ -122,8 +122,8 @@ async fn redis_over_webdis() {
         r#"{{"url":"{}","protocol":"webdis","ttlMs":5000,"requestTimeoutMs":2000}}"#,
         webdis(0)
     );
-    let a = RawLocks::connect("redis", &options, None, None).expect("options");
-    let b = RawLocks::connect("redis", &options, None, None).expect("options");
+    let a = RawLocks::connect("redis", &options, None, None, None).expect("options");
+    let b = RawLocks::connect("redis", &options, None, None, None).expect("options");
     exclusion_round_trip(a, b).await;
 }
 
@@ -136,8 +136,8 @@ async fn redlock_over_gateway_and_webdis() {
         t = token(),
         w2 = webdis(2)
     );
-    let a = RawLocks::connect("redlock", &options, None, None).expect("options");
-    let b = RawLocks::connect("redlock", &options, None, None).expect("options");
+    let a = RawLocks::connect("redlock", &options, None, None, None).expect("options");
+    let b = RawLocks::connect("redlock", &options, None, None, None).expect("options");
     assert_eq!(a.backend(), "redlock");
     exclusion_round_trip(a, b).await;
 }
@@ -148,7 +148,7 @@ async fn wrong_gateway_token_is_a_backend_error_without_the_token() {
         r#"{{"url":"{}","token":"not-the-token-42","requestTimeoutMs":2000}}"#,
         gateway(0)
     );
-    let c = RawLocks::connect("redis", &options, None, None).expect("options");
+    let c = RawLocks::connect("redis", &options, None, None, None).expect("options");
     let e = settle(c.acquire(unique("auth"), false, Some(1000.0), None, None))
         .await
         .expect_err("acquired with a wrong token");

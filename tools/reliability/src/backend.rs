@@ -23,7 +23,10 @@ pub enum BackendSpec {
         ttl_ms: u64,
         request_timeout_ms: u64,
     },
-    /// One Redis node: `webdis+http://…` or `upstash+http://…` (with `token`).
+    /// One Redis node: `webdis+http://…`, `upstash+http://…` (with `token`),
+    /// or `redis://host:port` / `rediss://…` (the Redis protocol over a TCP
+    /// stream, built by `RedisNode::resp`; `token` is then its password).
+    /// [`BackendSpec::redis_tcp`] writes the last down.
     #[serde(rename = "redis")]
     Redis {
         node: String,
@@ -31,6 +34,8 @@ pub enum BackendSpec {
         ttl_ms: u64,
         request_timeout_ms: u64,
     },
+    /// Redlock over these nodes, each written as [`BackendSpec::Redis`]'s
+    /// `node` (HTTP and TCP nodes may be mixed; `token` is every node's).
     #[serde(rename = "redlock")]
     Redlock {
         nodes: Vec<String>,
@@ -84,7 +89,50 @@ struct Settings {
 const RETRY_DELAY_MS: u64 = 50;
 const RETRY_JITTER_MS: u64 = 50;
 
+/// How a node's requests travel, as a label says it: `webdis`, `upstash`,
+/// `tcp` (`redis://`, the Redis protocol) or `tls` (`rediss://`).
+fn transport_of(url: &str) -> &'static str {
+    let lower = url.to_ascii_lowercase();
+    if lower.starts_with("webdis+") {
+        "webdis"
+    } else if lower.starts_with("redis://") {
+        "tcp"
+    } else if lower.starts_with("rediss://") {
+        "tls"
+    } else {
+        "upstash"
+    }
+}
+
 impl BackendSpec {
+    /// One Redis node over TCP: `url` is `redis://host:port` (or `rediss://`),
+    /// `password` its AUTH password, if any.
+    pub fn redis_tcp(
+        url: &str,
+        password: Option<&str>,
+        ttl_ms: u64,
+        request_timeout_ms: u64,
+    ) -> Self {
+        BackendSpec::Redis {
+            node: url.to_string(),
+            token: password.map(str::to_string),
+            ttl_ms,
+            request_timeout_ms,
+        }
+    }
+
+    /// Redlock (strict fencing) over Redis nodes reached over TCP
+    /// (`redis://host:port` each), no password.
+    pub fn redlock_tcp(urls: Vec<String>, ttl_ms: u64, request_timeout_ms: u64) -> Self {
+        BackendSpec::Redlock {
+            nodes: urls,
+            token: None,
+            ttl_ms,
+            request_timeout_ms,
+            folded: false,
+        }
+    }
+
     fn settings(&self) -> Settings {
         let json = serde_json::to_value(self).expect("a BackendSpec serialises");
         serde_json::from_value(json).expect("every BackendSpec variant has the Settings shape")
@@ -118,18 +166,33 @@ impl BackendSpec {
         self.urls().iter().any(|u| u.starts_with("webdis+"))
     }
 
-    /// The backend's name and, on webdis, its nodes: `redlock (5 × webdis)`,
-    /// `redis (webdis)`, `etcd`.
+    /// Whether every node is reached over the Redis protocol on a TCP
+    /// stream (`redis://`), not through an HTTP front.
+    pub fn on_tcp(&self) -> bool {
+        let urls = self.urls();
+        !urls.is_empty() && urls.iter().all(|u| transport_of(u) == "tcp")
+    }
+
+    /// The backend's name and, on webdis or TCP, its nodes: `redlock (5 ×
+    /// webdis)`, `redis (webdis)`, `redlock (3 × tcp)`, `redis (tcp)`, `etcd`.
     pub fn label(&self) -> String {
-        let webdis = self
+        let kind = self.kind();
+        if kind != "redis" && kind != "redlock" {
+            return kind.to_string();
+        }
+        let shown: Vec<&str> = self
             .urls()
             .iter()
-            .filter(|u| u.starts_with("webdis+"))
-            .count();
-        match webdis {
-            0 => self.kind().to_string(),
-            1 => format!("{} (webdis)", self.kind()),
-            n => format!("{} ({n} × webdis)", self.kind()),
+            .map(|u| transport_of(u))
+            .filter(|t| *t != "upstash")
+            .collect();
+        match shown.as_slice() {
+            [] => kind.to_string(),
+            [one] => format!("{kind} ({one})"),
+            [first, rest @ ..] if rest.iter().all(|t| t == first) => {
+                format!("{kind} ({} × {first})", shown.len())
+            }
+            _ => format!("{kind} ({} nodes, mixed)", shown.len()),
         }
     }
 
@@ -241,6 +304,52 @@ mod tests {
             .map(|s| s.queues_waiters_in_order())
             .collect();
         assert_eq!(in_order, [false, false, false, true]);
+    }
+
+    /// A `redis://` node is the Redis protocol over TCP, built as
+    /// `RedisNode::resp` builds it (the password kept out of the URL), alone
+    /// or as Redlock's nodes; it survives the worker's command line.
+    #[test]
+    fn tcp_nodes_are_resp_nodes() {
+        use edgelock::core::redis::{RedisNode, RedisProtocol};
+        let single = BackendSpec::redis_tcp("redis://127.0.0.1:6390", Some("pw"), 2_000, 500);
+        let json = serde_json::to_string(&single).unwrap();
+        let back: BackendSpec = serde_json::from_str(&json).unwrap();
+        let Registry::Redis(c) = back.registry().unwrap() else {
+            panic!()
+        };
+        let expected = RedisNode::resp("redis://127.0.0.1:6390", Some("pw")).unwrap();
+        assert_eq!(c.node.protocol, RedisProtocol::Resp);
+        assert_eq!(
+            (c.node.url.as_str(), c.node.token.as_deref()),
+            (expected.url.as_str(), Some("pw"))
+        );
+        assert_eq!((c.ttl_ms, c.request_timeout_ms), (2_000, 500));
+        assert_eq!(single.label(), "redis (tcp)");
+        assert!(single.on_tcp() && !single.on_webdis());
+        let urls: Vec<String> = (0..3)
+            .map(|i| format!("redis://127.0.0.1:{}", 6400 + i))
+            .collect();
+        let redlock = BackendSpec::redlock_tcp(urls, 3_000, 400);
+        assert_eq!(redlock.label(), "redlock (3 × tcp)");
+        let Registry::Redlock(c) = redlock.registry().unwrap() else {
+            panic!()
+        };
+        assert!(c.nodes.iter().all(|n| n.protocol == RedisProtocol::Resp));
+        assert_eq!(c.fencing, RedlockFencing::Strict);
+        let mixed = BackendSpec::Redlock {
+            nodes: vec![
+                "redis://a:1".into(),
+                "webdis+http://b:2".into(),
+                "upstash+http://c:3".into(),
+            ],
+            token: None,
+            ttl_ms: 3_000,
+            request_timeout_ms: 400,
+            folded: false,
+        };
+        assert_eq!(mixed.label(), "redlock (2 nodes, mixed)");
+        assert!(!mixed.on_tcp());
     }
 
     /// The configurations the tool built by hand before it went through the table.

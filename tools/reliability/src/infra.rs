@@ -31,13 +31,27 @@ pub fn addr_of(url: &str) -> io::Result<SocketAddr> {
 }
 
 /// N independent redis-servers (no persistence), each behind webdis and an
-/// Upstash gateway, with a fault proxy in front of each webdis.
+/// Upstash gateway, with a fault proxy in front of each webdis
+/// ([`RedisNodes::start`]); or reached over TCP only, a fault proxy in front
+/// of each server ([`RedisNodes::start_tcp`]).
 pub struct RedisNodes {
     pub servers: Vec<RedisServer>,
     pub webdis: Vec<Webdis>,
     pub gateways: Vec<UpstashGateway>,
-    /// `proxies[i]` forwards to `webdis[i]`.
+    /// `proxies[i]` forwards to `webdis[i]`, or (started by
+    /// [`RedisNodes::start_tcp`]) to `servers[i]`.
     pub proxies: Vec<FaultProxy>,
+}
+
+/// `redis://<addr>` of a fault proxy in front of a redis-server (the Redis
+/// protocol through the proxy).
+pub fn redis_url(proxy: &FaultProxy) -> String {
+    format!("redis://{}", proxy.addr())
+}
+
+/// A new fault proxy in front of `server`'s own port (for TCP clients).
+pub fn tcp_proxy(server: &RedisServer) -> io::Result<FaultProxy> {
+    FaultProxy::start(server.addr().parse().map_err(io::Error::other)?)
 }
 
 impl RedisNodes {
@@ -67,8 +81,54 @@ impl RedisNodes {
         Ok(nodes)
     }
 
-    /// `webdis+http://…` through each node's fault proxy.
+    /// N redis-servers (no persistence) for clients that speak the Redis
+    /// protocol over TCP: no webdis nor gateway, `proxies[i]` in front of
+    /// `servers[i]` itself. `faketime` as in [`RedisNodes::start`].
+    pub fn start_tcp(n: usize, faketime: bool) -> io::Result<RedisNodes> {
+        let mut nodes = RedisNodes {
+            servers: Vec::new(),
+            webdis: Vec::new(),
+            gateways: Vec::new(),
+            proxies: Vec::new(),
+        };
+        for _ in 0..n {
+            let opts = RedisOptions {
+                faketime: faketime.then(|| "+0".to_string()),
+                ..RedisOptions::default()
+            };
+            let server = RedisServer::start_with(opts)?;
+            nodes.proxies.push(tcp_proxy(&server)?);
+            nodes.servers.push(server);
+        }
+        Ok(nodes)
+    }
+
+    /// `redis://127.0.0.1:<port>` straight to each server (the Redis protocol over TCP).
+    pub fn tcp_specs(&self) -> Vec<String> {
+        self.servers.iter().map(RedisServer::url).collect()
+    }
+
+    /// `redis://…` through each node's fault proxy (nodes from
+    /// [`RedisNodes::start_tcp`]).
+    pub fn proxied_tcp_specs(&self) -> Vec<String> {
+        self.proxies.iter().map(redis_url).collect()
+    }
+
+    /// The lock keys left, summed over the nodes (`usize::MAX` when one did
+    /// not answer): what a variant's "0 lock keys left" check reads.
+    pub fn lock_keys_left_total(&self) -> usize {
+        self.lock_keys_left()
+            .iter()
+            .map(|k| k.unwrap_or(usize::MAX))
+            .fold(0, usize::saturating_add)
+    }
+
+    /// `webdis+http://…` through each node's fault proxy (`redis://…` for
+    /// nodes from [`RedisNodes::start_tcp`]).
     pub fn proxied_specs(&self) -> Vec<String> {
+        if self.webdis.is_empty() {
+            return self.proxied_tcp_specs();
+        }
         self.proxies
             .iter()
             .map(|p| format!("webdis+{}", p.url()))

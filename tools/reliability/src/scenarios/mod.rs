@@ -26,7 +26,7 @@ pub fn choose_variants(ids: Vec<String>) {
 
 /// Whether variant `id` (e.g. "10k") runs: every variant unless
 /// `--variants` named others. Scenarios that honour it check it before
-/// setting a variant up (1, 3, 8, 9 and 10).
+/// setting a variant up (1, 3, 4, 5, 8, 9, 10 and 11).
 pub fn wants(id: &str) -> bool {
     VARIANTS
         .get()
@@ -109,7 +109,8 @@ pub fn all() -> Vec<Scenario> {
         Scenario {
             id: "5",
             title: "Redlock node restart without persistence",
-            in_short: false,
+            // Only 5c (over TCP, restarted at once) in the short run.
+            in_short: true,
             etcd: false,
             run: s05_redlock_restart::run,
         },
@@ -151,7 +152,8 @@ pub fn all() -> Vec<Scenario> {
         Scenario {
             id: "11",
             title: "Redlock with 2 of 5 nodes frozen (SIGSTOP)",
-            in_short: false,
+            // Only 11b (over TCP) in the short run.
+            in_short: true,
             etcd: false,
             run: s11_frozen_minority::run,
         },

@@ -20,6 +20,9 @@
 //! the same set, one of them in the other order: its late writes to both
 //! names must be fenced.
 //!
+//! 1n / 1o: 1b's lock on one redis-server / Redlock over three, reached
+//! over TCP (the Redis protocol on the native driver's stream, no HTTP front).
+//!
 //! 1l: the lock service (Durable Object in workerd, the built Worker run by
 //! `tools/devtools/workerd-host.mjs`), its clients native, through the
 //! Worker's front `POST /lock/v1/<op>` with a bearer token.
@@ -128,6 +131,7 @@ pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
             &format!("redis: {e}"),
         )),
     }
+    tcp_variants(&mut out, trials);
     if super::wants("1l") {
         // The lock service's Durable Object in workerd, reached by the
         // native client through the Worker's front.
@@ -184,6 +188,39 @@ pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
         });
     }
     out
+}
+
+/// 1n: the lock on one redis-server over TCP (the Redis protocol, no HTTP
+/// front); 1o: Redlock over three of them. The paused holder's connection
+/// stays open, frozen with it.
+fn tcp_variants(out: &mut Vec<ScenarioReport>, trials: usize) {
+    for (id, n) in [("1n", 1), ("1o", 3)] {
+        if !super::wants(id) {
+            continue;
+        }
+        let backend = if n == 1 {
+            "redis (tcp)".to_string()
+        } else {
+            format!("redlock ({n} × tcp)")
+        };
+        let started = Instant::now();
+        let mut r = match RedisNodes::start_tcp(n, false) {
+            Ok(nodes) => {
+                let spec = if n == 1 {
+                    BackendSpec::redis_tcp(&nodes.tcp_specs()[0], None, TTL_MS, 1_000)
+                } else {
+                    BackendSpec::redlock_tcp(nodes.tcp_specs(), TTL_MS, 1_000)
+                };
+                trial_report(id, &spec, Kind::Lock, trials, &|| {
+                    nodes.lock_keys_left_total()
+                })
+            }
+            Err(e) => ScenarioReport::failed_to_run(id, TITLE, &backend, &format!("redis: {e}")),
+        };
+        // Its own servers' start-up and shutdown included: what it adds to a run.
+        r.duration = started.elapsed();
+        out.push(r);
+    }
 }
 
 const TITLE: &str = "holder paused (SIGSTOP) past its TTL";

@@ -26,8 +26,15 @@
 //!   order) take the same set. The holder learns Lost on every name before
 //!   anyone else is granted it, a contender then takes the whole set, the
 //!   holder's writes after its successor's are refused on every name, and
-//!   no partial set shows (see [`set_checks`]). These three are the
+//!   no partial set shows (see [`set_checks`]). These three are in the
 //!   scenario's short run.
+//! - Over TCP (the Redis protocol on the native driver's stream, each
+//!   redis-server behind a fault proxy; see [`tcp_variants`]): 3p is 3n on
+//!   one node, 3q is 3o on Redlock over five (both in the short run), 3r is
+//!   3b (one of five nodes blackholed under contention: commands past their
+//!   deadline close the stream, so the half-open connection is noticed);
+//!   3s cuts that node instead (connections closed, reconnects refused),
+//!   3t delays every chunk to and from it past the request timeout.
 //!
 //! Must hold: every operation ends within its bound (computed from the
 //! machines' retry policies, see [`etcd_acquire_bound`] and
@@ -51,7 +58,7 @@ use crate::backend::BackendSpec;
 use crate::checker::{check, check_observer, held_through_failed_acquire};
 use crate::history::{now_ms, History, Op, OpKind, Outcome};
 use crate::infra::addr_of;
-use crate::infra::{contenders, Crew, EtcdNodes, RedisNodes};
+use crate::infra::{contenders, redis_url, tcp_proxy, Crew, EtcdNodes, RedisNodes};
 use crate::report::ScenarioReport;
 use crate::resource::ResourceClient;
 use crate::workload::{acquire, acquire_set, ContenderCfg, ObserverRun};
@@ -71,8 +78,8 @@ const PERMITS: u32 = 2;
 /// The names of the lock set of 3m–3o.
 const SET_NAMES: usize = 3;
 /// The variants of the short run (`--short`): the partitioned holder of a
-/// lock set, on etcd, one Redis node and Redlock.
-const IN_SHORT: &[&str] = &["3m", "3n", "3o"];
+/// lock set, on etcd, one Redis node and Redlock (webdis, then TCP).
+const IN_SHORT: &[&str] = &["3m", "3n", "3o", "3p", "3q"];
 
 /// Longest an etcd acquire with `Wait::For(wait)` can take: each request is
 /// tried on up to n+1 endpoints (`max_attempts`), each attempt bounded by the
@@ -156,6 +163,7 @@ pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
             }
         }
     }
+    tcp_variants(mode, &mut out, &timed);
     let redis =
         (mode.redis() && REDIS_IDS.iter().any(|id| runs(id))).then(|| RedisNodes::start(5, false));
     match redis {
@@ -198,6 +206,53 @@ pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
     out
 }
 
+/// How `run` measures a variant: its id, its backend (named if it fails to
+/// run) and the work; `None` for a variant left out.
+type Timed<'a> = dyn Fn(&str, &str, &mut dyn FnMut() -> Result<ScenarioReport, String>) -> Option<ScenarioReport>
+    + 'a;
+
+/// 3p (3n), 3q (3o) and 3r (3b) over TCP, and 3b's node cut (3s) or slowed
+/// past the request timeout (3t): five redis-servers reached with the
+/// Redis protocol, each behind a fault proxy of its own (the partitioned
+/// clients get their own proxies as over webdis).
+fn tcp_variants(mode: &Mode, out: &mut Vec<ScenarioReport>, timed: &Timed) {
+    const TCP_IDS: [&str; 5] = ["3p", "3q", "3r", "3s", "3t"];
+    let runs = |id: &str| super::wants(id) && (!mode.short || IN_SHORT.contains(&id));
+    if !mode.redis() || !TCP_IDS.iter().any(|id| runs(id)) {
+        return;
+    }
+    match RedisNodes::start_tcp(5, false) {
+        Ok(nodes) => {
+            out.extend(timed("3p", "redis (tcp)", &mut || {
+                redis_partitioned(mode, &nodes, false, SET_NAMES)
+            }));
+            out.extend(timed("3q", "redlock (5 × tcp)", &mut || {
+                redlock_partitioned(mode, &nodes, None, SET_NAMES)
+            }));
+            out.extend(timed("3r", "redlock (5 × tcp)", &mut || {
+                redlock_one_node(mode, &nodes, None)
+            }));
+            out.extend(timed("3s", "redlock (5 × tcp)", &mut || {
+                redlock_one_node_fault(mode, &nodes, None, Fault::Drop)
+            }));
+            let delay = Duration::from_millis(2 * REDLOCK_TIMEOUT_MS);
+            out.extend(timed("3t", "redlock (5 × tcp)", &mut || {
+                redlock_one_node_fault(mode, &nodes, None, Fault::Delay(delay))
+            }));
+        }
+        Err(e) => {
+            for id in TCP_IDS.into_iter().filter(|id| runs(id)) {
+                out.push(ScenarioReport::failed_to_run(
+                    id,
+                    TITLE,
+                    "redis (tcp)",
+                    &format!("redis nodes: {e}"),
+                ));
+            }
+        }
+    }
+}
+
 fn grants_between(ops: &[Op], from: f64, to: f64) -> usize {
     ops.iter()
         .filter(|o| o.kind == OpKind::Acquire && o.is_ok() && o.end >= from && o.end < to)
@@ -232,6 +287,8 @@ struct OneNode<'a> {
     release_bound: u64,
     bound_text: String,
     proxy: &'a FaultProxy,
+    /// What the proxy does during the fault (a blackhole but over TCP).
+    inject: Fault,
     /// Permits of a semaphore of this many instead of the lock.
     limit: Option<u32>,
     /// A read-write lock: every other contender a reader.
@@ -284,7 +341,7 @@ fn one_node(mode: &Mode, s: OneNode) -> Result<ScenarioReport, String> {
     let crew = Crew::start(&s.spec, cfgs, &resource, &history, Duration::from_secs(90));
     std::thread::sleep(Duration::from_millis(mode.pick(2_000, 3_000)));
     let t_fault = now_ms();
-    s.proxy.set(Fault::Blackhole);
+    s.proxy.set(s.inject);
     std::thread::sleep(Duration::from_millis(mode.pick(6_000, 10_000)));
     let t_heal = now_ms();
     s.proxy.set(Fault::Pass);
@@ -376,6 +433,7 @@ fn etcd_one_member(
             release_bound,
             bound_text,
             proxy,
+            inject: Fault::Blackhole,
             limit,
             rw: false,
         },
@@ -407,6 +465,7 @@ fn etcd_one_member_rw(mode: &Mode, nodes: &EtcdNodes) -> Result<ScenarioReport, 
             release_bound,
             bound_text,
             proxy,
+            inject: Fault::Blackhole,
             limit: None,
             rw: true,
         },
@@ -418,8 +477,41 @@ fn redlock_one_node(
     nodes: &RedisNodes,
     limit: Option<u32>,
 ) -> Result<ScenarioReport, String> {
+    redlock_one_node_fault(mode, nodes, limit, Fault::Blackhole)
+}
+
+/// What a fault on one node's proxy does, as the report says it.
+fn describe_node_fault(inject: Fault) -> String {
+    match inject {
+        Fault::Blackhole => "blackhole on 1 of 5 nodes' proxy".into(),
+        Fault::Drop => {
+            "cut on 1 of 5 nodes' proxy (its connections closed, new ones closed at once)".into()
+        }
+        Fault::Delay(d) => format!(
+            "delay on 1 of 5 nodes' proxy: every chunk held {} ms (> the {REDLOCK_TIMEOUT_MS} ms request timeout)",
+            d.as_millis()
+        ),
+        other => format!("{other:?} on 1 of 5 nodes' proxy"),
+    }
+}
+
+/// 3b / 3f (webdis), and over TCP 3r (blackhole), 3s (cut), 3t (delay):
+/// one of five Redlock nodes faulty under contention.
+fn redlock_one_node_fault(
+    mode: &Mode,
+    nodes: &RedisNodes,
+    limit: Option<u32>,
+    inject: Fault,
+) -> Result<ScenarioReport, String> {
+    // Nodes from `RedisNodes::start_tcp` (no webdis): their proxies are in
+    // front of the redis-servers, reached over TCP.
+    let tcp = nodes.webdis.is_empty();
     let spec = BackendSpec::Redlock {
-        nodes: nodes.proxied_specs(),
+        nodes: if tcp {
+            nodes.proxied_tcp_specs()
+        } else {
+            nodes.proxied_specs()
+        },
         token: None,
         ttl_ms: REDLOCK_TTL_MS,
         request_timeout_ms: REDLOCK_TIMEOUT_MS,
@@ -433,18 +525,31 @@ fn redlock_one_node(
         "acquire wait {WAIT_MS} + 2×{REDLOCK_TIMEOUT_MS} + {SLACK_MS} slack = {acquire_bound} ms; release one round {REDLOCK_TIMEOUT_MS} + {SLACK_MS} = {release_bound} ms"
     );
     let proxy = nodes.proxies.first().ok_or("no proxy")?;
-    let id = if limit.is_some() { "3f" } else { "3b" };
+    let id = match (tcp, limit, inject) {
+        (true, _, Fault::Drop) => "3s",
+        (true, _, Fault::Delay(_)) => "3t",
+        (true, _, _) => "3r",
+        (false, Some(_), _) => "3f",
+        (false, None, _) => "3b",
+    };
+    let fault = describe_node_fault(inject);
+    let backend = if tcp {
+        spec.label()
+    } else {
+        "redlock ×5".to_string()
+    };
     let mut r = one_node(
         mode,
         OneNode {
             id,
-            backend: "redlock ×5",
-            fault: "blackhole on 1 of 5 nodes' proxy",
+            backend: &backend,
+            fault: &fault,
             spec,
             acquire_bound,
             release_bound,
             bound_text,
             proxy,
+            inject,
             limit,
             rw: false,
         },
@@ -1090,10 +1195,8 @@ fn redlock_partitioned(
     limit: Option<u32>,
     set: usize,
 ) -> Result<ScenarioReport, String> {
-    let proxies = nodes
-        .webdis
-        .iter()
-        .map(|w| addr_of(&w.url()).and_then(FaultProxy::start))
+    let routes = (0..nodes.servers.len())
+        .map(|i| node_routes(nodes, i))
         .collect::<std::io::Result<Vec<_>>>()
         .map_err(|e| format!("proxies: {e}"))?;
     let probe_bound = redlock_acquire_bound(PROBE_WAIT_MS, REDLOCK_TIMEOUT_MS) + SLACK_MS;
@@ -1105,23 +1208,26 @@ fn redlock_partitioned(
         request_timeout_ms: REDLOCK_TIMEOUT_MS,
         folded: false,
     };
-    let partitioned = spec(
-        proxies
-            .iter()
-            .map(|p| format!("webdis+{}", p.url()))
-            .collect(),
-    );
-    let direct = spec(nodes.webdis_specs());
+    let partitioned = spec(routes.iter().map(|r| r.proxied.clone()).collect());
+    let direct = spec(routes.iter().map(|r| r.direct.clone()).collect());
+    let proxies = routes.into_iter().map(|r| r.proxy).collect();
+    let tcp = direct.on_tcp();
     let id = match (limit, set > 1) {
+        (_, true) if tcp => "3q",
         (Some(_), _) => "3h",
         (None, true) => "3o",
         (None, false) => "3d",
+    };
+    let backend = if tcp {
+        direct.label()
+    } else {
+        "redlock ×5".to_string()
     };
     client_partitioned(
         mode,
         Partitioned {
             id,
-            backend: "redlock ×5",
+            backend: &backend,
             partitioned,
             direct,
             proxies,
@@ -1138,17 +1244,18 @@ fn redlock_partitioned(
 
 /// 3l: 3c's partition on an election of one Redis node (the first of
 /// `nodes`, through webdis), with Redlock's TTL and request timeout; 3n:
-/// the same on a lock set of `set` names instead of an election.
+/// the same on a lock set of `set` names instead of an election; 3p: 3n
+/// over TCP (`nodes` from `RedisNodes::start_tcp`).
 fn redis_partitioned(
     mode: &Mode,
     nodes: &RedisNodes,
     elect: bool,
     set: usize,
 ) -> Result<ScenarioReport, String> {
-    let webdis = nodes.webdis.first().ok_or("no node")?;
-    let proxies = vec![addr_of(&webdis.url())
-        .and_then(FaultProxy::start)
-        .map_err(|e| format!("proxy: {e}"))?];
+    if nodes.servers.is_empty() {
+        return Err("no node".into());
+    }
+    let route = node_routes(nodes, 0).map_err(|e| format!("proxy: {e}"))?;
     // One node: an acquire's last attempt and its cleanup, one request each.
     let probe_bound = redlock_acquire_bound(PROBE_WAIT_MS, REDLOCK_TIMEOUT_MS) + SLACK_MS;
     let bound_text = format!("probe acquire wait {PROBE_WAIT_MS} + 2×{REDLOCK_TIMEOUT_MS} + {SLACK_MS} slack = {probe_bound} ms; TTL {REDLOCK_TTL_MS} ms");
@@ -1158,16 +1265,22 @@ fn redis_partitioned(
         ttl_ms: REDLOCK_TTL_MS,
         request_timeout_ms: REDLOCK_TIMEOUT_MS,
     };
-    let partitioned = spec(format!("webdis+{}", proxies[0].url()));
-    let direct = spec(format!("webdis+{}", webdis.url()));
+    let partitioned = spec(route.proxied);
+    let direct = spec(route.direct);
+    let tcp = direct.on_tcp();
+    let backend = direct.label();
     client_partitioned(
         mode,
         Partitioned {
-            id: if elect { "3l" } else { "3n" },
-            backend: "redis (webdis)",
+            id: match (tcp, elect) {
+                (true, _) => "3p",
+                (false, true) => "3l",
+                (false, false) => "3n",
+            },
+            backend: &backend,
             partitioned,
             direct,
-            proxies,
+            proxies: vec![route.proxy],
             probe_bound,
             bound_text,
             ttl_ms: REDLOCK_TTL_MS,
@@ -1177,6 +1290,42 @@ fn redis_partitioned(
             set,
         },
     )
+}
+
+/// How a client reaches one Redis node: straight, or through a fault proxy
+/// of the partitioned client's own.
+struct NodeRoute {
+    direct: String,
+    proxy: FaultProxy,
+    proxied: String,
+}
+
+/// Node `i` of `nodes`: through its webdis (`webdis+http://…`), or, for
+/// nodes from [`RedisNodes::start_tcp`] (no webdis), the Redis protocol
+/// over TCP (`redis://…`), the proxy then in front of the redis-server.
+fn node_routes(nodes: &RedisNodes, i: usize) -> std::io::Result<NodeRoute> {
+    match nodes.webdis.get(i) {
+        Some(w) => {
+            let proxy = addr_of(&w.url()).and_then(FaultProxy::start)?;
+            Ok(NodeRoute {
+                direct: format!("webdis+{}", w.url()),
+                proxied: format!("webdis+{}", proxy.url()),
+                proxy,
+            })
+        }
+        None => {
+            let server = nodes
+                .servers
+                .get(i)
+                .ok_or_else(|| std::io::Error::other("no node"))?;
+            let proxy = tcp_proxy(server)?;
+            Ok(NodeRoute {
+                direct: server.url(),
+                proxied: redis_url(&proxy),
+                proxy,
+            })
+        }
+    }
 }
 
 #[cfg(test)]

@@ -10,6 +10,11 @@
 //!   retry on the next endpoint must adopt the key the cut attempt created
 //!   (same nonce) rather than put a second one.
 //!
+//! 4f / 4g: the Redis variants over TCP (the Redis protocol on the native
+//! driver's stream, the connection warmed up first): every answer cut, and
+//! the acquire's reply cut mid-frame (its first half delivered) before a
+//! partition.
+//!
 //! Must hold: the client never owns two keys at once (no blind re-acquire);
 //! an acquire that never saw an answer ends with an error; the orphaned key
 //! is gone within the TTL; a contender (started right after the cut) gets
@@ -52,6 +57,9 @@ enum Cut {
     ThenPartition,
     /// Every answer of the first of three endpoints cut.
     FirstOfThree,
+    /// The first answer cut mid-frame (its first half delivered, then the
+    /// connection closed), then nothing passes.
+    MidFrameThenPartition,
 }
 
 impl Cut {
@@ -64,20 +72,28 @@ impl Cut {
                 "the acquire's answer cut, then the client partitioned (cleanup cannot reach)"
             }
             Cut::FirstOfThree => "CutResponse on the first of the client's 3 endpoints",
+            Cut::MidFrameThenPartition => {
+                "the acquire's reply cut mid-frame (its first half delivered), then the client partitioned (cleanup cannot reach)"
+            }
         }
     }
 }
 
 pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
     let mut out = Vec::new();
-    let etcd = [
+    // The variants `--variants` chose (every one by default).
+    let chosen = |vs: Vec<(&'static str, Cut)>| -> Vec<(&'static str, Cut)> {
+        vs.into_iter().filter(|(id, _)| super::wants(id)).collect()
+    };
+    let etcd = chosen(vec![
         ("4a", Cut::All),
         ("4b", Cut::ThenPartition),
         ("4c", Cut::FirstOfThree),
-    ];
-    match EtcdNodes::start(3, EtcdOptions::default()) {
-        Ok(nodes) => {
-            for (id, cut) in etcd {
+    ]);
+    match (!etcd.is_empty()).then(|| EtcdNodes::start(3, EtcdOptions::default())) {
+        None => {}
+        Some(Ok(nodes)) => {
+            for &(id, cut) in &etcd {
                 let started = Instant::now();
                 let mut r = etcd_cut(&nodes, id, cut)
                     .unwrap_or_else(|e| ScenarioReport::failed_to_run(id, TITLE, "etcd", &e));
@@ -85,30 +101,57 @@ pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
                 out.push(r);
             }
         }
-        Err(e) => out.extend(etcd.iter().map(|(id, _)| {
+        Some(Err(e)) => out.extend(etcd.iter().map(|(id, _)| {
             ScenarioReport::failed_to_run(id, TITLE, "etcd", &format!("etcd cluster: {e}"))
         })),
     }
     if !mode.redis() {
         return out;
     }
-    let redis = [("4d", Cut::All), ("4e", Cut::ThenPartition)];
-    match RedisNodes::start(1, false) {
+    let redis = chosen(vec![("4d", Cut::All), ("4e", Cut::ThenPartition)]);
+    if !redis.is_empty() {
+        redis_variants(
+            &mut out,
+            "redis (webdis)",
+            RedisNodes::start(1, false),
+            &redis,
+        );
+    }
+    // Over TCP (the Redis protocol on the native driver's stream).
+    let tcp = chosen(vec![("4f", Cut::All), ("4g", Cut::MidFrameThenPartition)]);
+    if !tcp.is_empty() {
+        redis_variants(
+            &mut out,
+            "redis (tcp)",
+            RedisNodes::start_tcp(1, false),
+            &tcp,
+        );
+    }
+    out
+}
+
+/// Each of `variants` on the one node of `nodes` (webdis, or TCP for nodes
+/// from `RedisNodes::start_tcp`).
+fn redis_variants(
+    out: &mut Vec<ScenarioReport>,
+    backend: &str,
+    nodes: std::io::Result<RedisNodes>,
+    variants: &[(&str, Cut)],
+) {
+    match nodes {
         Ok(nodes) => {
-            for (id, cut) in redis {
+            for (id, cut) in variants {
                 let started = Instant::now();
-                let mut r = redis_cut(&nodes, id, cut).unwrap_or_else(|e| {
-                    ScenarioReport::failed_to_run(id, TITLE, "redis (webdis)", &e)
-                });
+                let mut r = redis_cut(&nodes, id, *cut)
+                    .unwrap_or_else(|e| ScenarioReport::failed_to_run(id, TITLE, backend, &e));
                 r.duration = started.elapsed();
                 out.push(r);
             }
         }
-        Err(e) => out.extend(redis.iter().map(|(id, _)| {
-            ScenarioReport::failed_to_run(id, TITLE, "redis (webdis)", &format!("redis: {e}"))
+        Err(e) => out.extend(variants.iter().map(|(id, _)| {
+            ScenarioReport::failed_to_run(id, TITLE, backend, &format!("redis: {e}"))
         })),
     }
-    out
 }
 
 // ---- the client's front: a fault proxy or the one-shot cut proxy ---------
@@ -121,22 +164,39 @@ enum Front {
 impl Front {
     fn start(upstream: SocketAddr, cut: Cut) -> std::io::Result<Front> {
         Ok(match cut {
-            Cut::ThenPartition => Front::Once(CutOnceProxy::start(upstream)?),
+            Cut::ThenPartition | Cut::MidFrameThenPartition => {
+                Front::Once(CutOnceProxy::start(upstream)?)
+            }
             Cut::All | Cut::FirstOfThree => Front::Fault(FaultProxy::start(upstream)?),
         })
     }
 
     fn url(&self) -> String {
+        format!("http://{}", self.addr())
+    }
+
+    fn addr(&self) -> SocketAddr {
         match self {
-            Front::Fault(p) => p.url(),
-            Front::Once(p) => format!("http://{}", p.addr),
+            Front::Fault(p) => p.addr(),
+            Front::Once(p) => p.addr,
         }
     }
 
-    fn arm(&self) {
+    fn arm(&self, cut: Cut) {
         match self {
             Front::Fault(p) => p.set(Fault::CutResponse),
+            Front::Once(p) if cut == Cut::MidFrameThenPartition => {
+                p.mode.store(CUT_MID_NEXT, Ordering::SeqCst)
+            }
             Front::Once(p) => p.mode.store(CUT_NEXT, Ordering::SeqCst),
+        }
+    }
+
+    /// The answer the one-shot proxy cut: (bytes delivered, of).
+    fn cut_at(&self) -> Option<(usize, usize)> {
+        match self {
+            Front::Fault(_) => None,
+            Front::Once(p) => *p.cut.lock().unwrap_or_else(|e| e.into_inner()),
         }
     }
 
@@ -151,6 +211,8 @@ impl Front {
 const PASS: u8 = 0;
 const CUT_NEXT: u8 = 1;
 const BLACKHOLE: u8 = 2;
+/// As `CUT_NEXT`, but the first half of that answer's bytes go through.
+const CUT_MID_NEXT: u8 = 3;
 
 /// A TCP proxy that, once armed, cuts the first answer coming back (after
 /// the server applied the request) and then lets nothing through either way
@@ -159,6 +221,8 @@ const BLACKHOLE: u8 = 2;
 struct CutOnceProxy {
     addr: SocketAddr,
     mode: Arc<AtomicU8>,
+    /// The answer it cut: (bytes delivered, bytes of the chunk read).
+    cut: Arc<Mutex<Option<(usize, usize)>>>,
     stop: Arc<AtomicBool>,
     conns: Arc<Mutex<Vec<TcpStream>>>,
     accept: Option<JoinHandle<()>>,
@@ -173,7 +237,8 @@ impl CutOnceProxy {
             Arc::new(AtomicBool::new(false)),
             Arc::new(Mutex::new(Vec::new())),
         );
-        let (m, s, c) = (mode.clone(), stop.clone(), conns.clone());
+        let cut: Arc<Mutex<Option<(usize, usize)>>> = Arc::default();
+        let (m, s, c, k) = (mode.clone(), stop.clone(), conns.clone(), cut.clone());
         let accept = std::thread::spawn(move || {
             for client in listener.incoming() {
                 if s.load(Ordering::SeqCst) {
@@ -195,14 +260,15 @@ impl CutOnceProxy {
                 ) else {
                     continue;
                 };
-                let (m1, m2) = (m.clone(), m.clone());
-                std::thread::spawn(move || pump(cr, sw, &m1, false));
-                std::thread::spawn(move || pump(sr, cw, &m2, true));
+                let (m1, m2, k2) = (m.clone(), m.clone(), k.clone());
+                std::thread::spawn(move || pump(cr, sw, &m1, None));
+                std::thread::spawn(move || pump(sr, cw, &m2, Some(&k2)));
             }
         });
         Ok(CutOnceProxy {
             addr,
             mode,
+            cut,
             stop,
             conns,
             accept: Some(accept),
@@ -210,7 +276,14 @@ impl CutOnceProxy {
     }
 }
 
-fn pump(mut from: TcpStream, mut to: TcpStream, mode: &AtomicU8, response: bool) {
+/// `cut`: on the answers' side, where the cut answer's split is recorded.
+fn pump(
+    mut from: TcpStream,
+    mut to: TcpStream,
+    mode: &AtomicU8,
+    cut: Option<&Mutex<Option<(usize, usize)>>>,
+) {
+    let response = cut.is_some();
     let mut buf = [0u8; 16 * 1024];
     loop {
         let n = match from.read(&mut buf) {
@@ -219,11 +292,21 @@ fn pump(mut from: TcpStream, mut to: TcpStream, mode: &AtomicU8, response: bool)
         };
         match mode.load(Ordering::SeqCst) {
             BLACKHOLE => continue,
-            CUT_NEXT if response => {
+            armed @ (CUT_NEXT | CUT_MID_NEXT) if response => {
                 if mode
-                    .compare_exchange(CUT_NEXT, BLACKHOLE, Ordering::SeqCst, Ordering::SeqCst)
+                    .compare_exchange(armed, BLACKHOLE, Ordering::SeqCst, Ordering::SeqCst)
                     .is_ok()
                 {
+                    // A frame cut in the middle: its head arrives.
+                    let head = if armed == CUT_MID_NEXT {
+                        n.div_ceil(2).min(n - 1).max(1)
+                    } else {
+                        0
+                    };
+                    let _ = to.write_all(&buf[..head]);
+                    if let Some(c) = cut {
+                        *c.lock().unwrap_or_else(|p| p.into_inner()) = Some((head, n));
+                    }
                     let _ = from.shutdown(Shutdown::Both);
                     let _ = to.shutdown(Shutdown::Both);
                     return;
@@ -451,6 +534,27 @@ fn common_checks(
     );
 }
 
+/// One acquire and release of `<lock>-warmup`, before the fault is armed.
+fn warm_up(client: &edgelock::native::Client, lock: &str) -> Result<(), String> {
+    client
+        .acquire(&format!("{lock}-warmup"), Some(Duration::from_secs(5)))
+        .and_then(|l| l.release())
+        .map(drop)
+        .map_err(|e| format!("warm-up: {e}"))
+}
+
+/// That the one-shot proxy cut the reply inside its frame (`cut_at`: bytes
+/// delivered, of the chunk read).
+fn mid_frame_check(r: &mut ScenarioReport, cut_at: Option<(usize, usize)>) {
+    r.check(
+        "the reply was cut inside its frame (some, not all, of its bytes delivered)",
+        cut_at.is_some_and(|(head, n)| head > 0 && head < n),
+        cut_at.map_or("no reply cut".into(), |(head, n)| {
+            format!("{head} of {n} bytes delivered")
+        }),
+    );
+}
+
 // ---- etcd -----------------------------------------------------------------
 
 fn etcd_cut(nodes: &EtcdNodes, id: &str, cut: Cut) -> Result<ScenarioReport, String> {
@@ -483,10 +587,7 @@ fn etcd_cut(nodes: &EtcdNodes, id: &str, cut: Cut) -> Result<ScenarioReport, Str
     let client = spec.client().map_err(|e| format!("client: {e}"))?;
     // Warm up: with the session lease granted, the first request of the
     // acquire (the one whose answer is cut) is its txn.
-    client
-        .acquire(&format!("{lock}-warmup"), Some(Duration::from_secs(5)))
-        .and_then(|l| l.release())
-        .map_err(|e| format!("warm-up: {e}"))?;
+    warm_up(&client, &lock)?;
 
     let (watch_url, p) = (urls[1].clone(), prefix.clone());
     let watch = KeyWatch::start(move || {
@@ -495,7 +596,7 @@ fn etcd_cut(nodes: &EtcdNodes, id: &str, cut: Cut) -> Result<ScenarioReport, Str
             .map(|k| k.into_iter().collect())
     });
     let rev_before = etcd_revision(&urls[1]);
-    front.arm();
+    front.arm(cut);
     let t0 = now_ms();
     let contender = {
         let (direct, lock, resource, history) = (
@@ -607,11 +708,37 @@ fn etcd_cut(nodes: &EtcdNodes, id: &str, cut: Cut) -> Result<ScenarioReport, Str
 
 // ---- Redis ----------------------------------------------------------------
 
+/// The client's URL for a front at `addr` (webdis, or the Redis protocol),
+/// and the node's own.
+struct NodeUrls {
+    upstream: SocketAddr,
+    direct: String,
+    through: fn(SocketAddr) -> String,
+}
+
+/// Nodes from `RedisNodes::start_tcp` (no webdis) are reached over TCP.
+fn node_urls(nodes: &RedisNodes) -> Result<NodeUrls, String> {
+    if let Some(webdis) = nodes.webdis.first() {
+        return Ok(NodeUrls {
+            upstream: addr_of(&webdis.url()).map_err(|e| e.to_string())?,
+            direct: format!("webdis+{}", webdis.url()),
+            through: |a| format!("webdis+http://{a}"),
+        });
+    }
+    let server = nodes.servers.first().ok_or("no server")?;
+    Ok(NodeUrls {
+        upstream: server.addr().parse().map_err(|e| format!("{e}"))?,
+        direct: server.url(),
+        through: |a| format!("redis://{a}"),
+    })
+}
+
 fn redis_cut(nodes: &RedisNodes, id: &str, cut: Cut) -> Result<ScenarioReport, String> {
-    let mut r = ScenarioReport::new(id, TITLE, "redis (webdis)", cut.describe());
-    let webdis = nodes.webdis.first().ok_or("no webdis")?;
-    let front = Front::start(addr_of(&webdis.url()).map_err(|e| e.to_string())?, cut)
-        .map_err(|e| format!("proxy: {e}"))?;
+    let urls = node_urls(nodes)?;
+    let tcp = nodes.webdis.is_empty();
+    let backend = if tcp { "redis (tcp)" } else { "redis (webdis)" };
+    let mut r = ScenarioReport::new(id, TITLE, backend, cut.describe());
+    let front = Front::start(urls.upstream, cut).map_err(|e| format!("proxy: {e}"))?;
     let fenced = FencedResource::start().map_err(|e| format!("fenced resource: {e}"))?;
     let resource = ResourceClient::new(&fenced.url());
     let history = History::new();
@@ -623,10 +750,16 @@ fn redis_cut(nodes: &RedisNodes, id: &str, cut: Cut) -> Result<ScenarioReport, S
         ttl_ms: TTL_MS,
         request_timeout_ms: REQUEST_TIMEOUT_MS,
     };
-    let cut_spec = spec_of(format!("webdis+{}", front.url()));
-    let direct = spec_of(format!("webdis+{}", webdis.url()));
+    let cut_spec = spec_of((urls.through)(front.addr()));
+    let direct = spec_of(urls.direct);
     let client = cut_spec.client().map_err(|e| format!("client: {e}"))?;
     let server = nodes.servers.first().ok_or("no server")?;
+    if tcp {
+        // Warm up: the connection open and set up, the script cached, so
+        // the answer cut is the acquire's own (a cut set-up reply would
+        // leave the acquire unsent).
+        warm_up(&client, &lock)?;
+    }
 
     // Sample the lock key's owner value: a second value of the cut client
     // would be a second grant.
@@ -643,7 +776,7 @@ fn redis_cut(nodes: &RedisNodes, id: &str, cut: Cut) -> Result<ScenarioReport, S
                 .collect(),
         )
     });
-    front.arm();
+    front.arm(cut);
     let t0 = now_ms();
     let contender = {
         let (direct, lock, resource, history) = (
@@ -670,6 +803,7 @@ fn redis_cut(nodes: &RedisNodes, id: &str, cut: Cut) -> Result<ScenarioReport, S
     let granted = contender.join().unwrap_or_default();
     std::thread::sleep(Duration::from_millis(200));
     let samples = watch.finish();
+    let cut_at = front.cut_at();
     front.heal();
     let _ = client.close();
 
@@ -709,5 +843,8 @@ fn redis_cut(nodes: &RedisNodes, id: &str, cut: Cut) -> Result<ScenarioReport, S
             secs(t_returned - t0)
         ),
     );
+    if cut == Cut::MidFrameThenPartition {
+        mid_frame_check(&mut r, cut_at);
+    }
     Ok(r)
 }

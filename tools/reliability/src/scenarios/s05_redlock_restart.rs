@@ -18,6 +18,10 @@
 //!    that write must be refused;
 //! 6. both release.
 //!
+//! 5c / 5d: (a) and (b) with Strict fencing over TCP (the Redis protocol on
+//! the native driver's stream, the proxies in front of the servers). 5c is
+//! the scenario's short run.
+//!
 //! The shared helpers for scenarios 6 and 7 live here too.
 
 use std::net::SocketAddr;
@@ -26,17 +30,24 @@ use std::time::{Duration, Instant};
 use edgelock::core::redis::{RedisNode, RedlockConfig, RedlockFencing, RedlockMachine};
 use edgelock::core::LockError;
 use edgelock::native::{Client, OsEntropy};
-use edgelock_devtools::{http_request, Fault, FaultProxy, FencedResource, Webdis};
+use edgelock_devtools::{
+    http_request, Fault, FaultProxy, FencedResource, RedisServer, RespValue, Webdis,
+};
 
 use super::Mode;
 use crate::checker::{check, Verdict};
 use crate::history::{now_ms, History, Outcome};
-use crate::infra::RedisNodes;
+use crate::infra::{redis_url, RedisNodes};
 use crate::report::ScenarioReport;
 use crate::resource::ResourceClient;
 use crate::workload::{acquire, release_recorded, watch_lost, write_recorded, ContenderCfg};
 
 pub(super) const BACKEND: &str = "redlock (5 × webdis)";
+const BACKEND_TCP: &str = "redlock (5 × tcp)";
+/// What differs over TCP (5c, 5d).
+const TCP_NOTE: &str = "Setup as 5a/5b (below), but the clients reach the 5 redis-servers over TCP (the Redis protocol on the native \
+     driver's stream), their private fault proxies in front of the servers themselves: a restart breaks H1's \
+     connection to node r, which reconnects on its next command. H2 is granted after the server answers PING again.";
 const TITLE: &str = "Redlock node restart without persistence";
 
 const TTL_MS: u64 = 6_000;
@@ -88,20 +99,46 @@ pub(super) fn redlock_client(specs: &[String], k: ClientKnobs) -> Result<Client,
 }
 
 /// One fresh fault proxy per webdis, for one client's private view of the
-/// network (the shared `nodes.proxies` stay untouched for the others).
+/// network (the shared `nodes.proxies` stay untouched for the others); per
+/// redis-server for nodes from `RedisNodes::start_tcp` (no webdis).
 pub(super) fn private_proxies(nodes: &RedisNodes) -> std::io::Result<Vec<FaultProxy>> {
-    nodes
-        .webdis
-        .iter()
-        .map(|w| FaultProxy::start(SocketAddr::from(([127, 0, 0, 1], w.port()))))
+    let ports: Vec<u16> = if nodes.webdis.is_empty() {
+        nodes.servers.iter().map(|s| s.port()).collect()
+    } else {
+        nodes.webdis.iter().map(|w| w.port()).collect()
+    };
+    ports
+        .into_iter()
+        .map(|port| FaultProxy::start(SocketAddr::from(([127, 0, 0, 1], port))))
         .collect()
 }
 
-pub(super) fn specs_of(proxies: &[FaultProxy]) -> Vec<String> {
+/// The client's node URLs through `proxies`: webdis, or (`tcp`) the Redis
+/// protocol (proxies from [`private_proxies`] of TCP nodes).
+pub(super) fn specs_of(proxies: &[FaultProxy], tcp: bool) -> Vec<String> {
     proxies
         .iter()
-        .map(|p| format!("webdis+{}", p.url()))
+        .map(|p| {
+            if tcp {
+                redis_url(p)
+            } else {
+                format!("webdis+{}", p.url())
+            }
+        })
         .collect()
+}
+
+/// Waits until a (restarted) redis-server answers PING on its own port; the
+/// time it took, or `None` after `timeout`.
+fn wait_server(s: &RedisServer, timeout: Duration) -> Option<Duration> {
+    let t = Instant::now();
+    while t.elapsed() < timeout {
+        if matches!(s.redis_command(&[b"PING"]), Ok(RespValue::Simple(ref p)) if p == "PONG") {
+            return Some(t.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    None
 }
 
 /// Waits until webdis serves PING from its (restarted) Redis again; the
@@ -202,7 +239,10 @@ pub(super) fn two_holder_trial(
         });
     }
     let (h1, h2) = match (
-        redlock_client(&specs_of(t.h1_proxies), t.h1_knobs),
+        redlock_client(
+            &specs_of(t.h1_proxies, t.nodes.webdis.is_empty()),
+            t.h1_knobs,
+        ),
         redlock_client(&t.nodes.proxied_specs(), t.h2_knobs),
     ) {
         (Ok(a), Ok(b)) => (a, b),
@@ -260,6 +300,7 @@ pub(super) fn two_holder_trial(
 /// `r` retries until it gives up (`NoQuorum`). Returns its attempts' error.
 pub(super) fn partitioned_contender(
     proxies: &[FaultProxy],
+    tcp: bool,
     r: usize,
     lock: &str,
     request_timeout_ms: u64,
@@ -271,7 +312,7 @@ pub(super) fn partitioned_contender(
         retry_count: 8,
         ..ClientKnobs::new(TTL_MS, request_timeout_ms)
     };
-    let out = match redlock_client(&specs_of(proxies), knobs) {
+    let out = match redlock_client(&specs_of(proxies, tcp), knobs) {
         Ok(c) => {
             let h = History::new();
             let got = acquire(&c, &cfg("c", lock, 5_000), &h);
@@ -303,35 +344,64 @@ enum Restart {
     AfterTtl,
 }
 
-pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
-    let setup =
-        || -> std::io::Result<(RedisNodes, Vec<FaultProxy>, Vec<FaultProxy>, FencedResource)> {
-            let nodes = RedisNodes::start(5, false)?;
-            let h1p = private_proxies(&nodes)?;
-            let cp = private_proxies(&nodes)?;
-            let fenced = FencedResource::start()?;
-            Ok((nodes, h1p, cp, fenced))
-        };
-    let (mut nodes, h1p, cp, fenced) = match setup() {
-        Ok(s) => s,
-        Err(e) => {
-            return vec![ScenarioReport::failed_to_run(
-                "5",
-                TITLE,
-                BACKEND,
-                &format!("setup: {e}"),
-            )]
-        }
+/// The shared set-up of a run: the five nodes, H1's and C's private
+/// proxies, the fenced resource.
+type Setup = (RedisNodes, Vec<FaultProxy>, Vec<FaultProxy>, FencedResource);
+
+fn setup(tcp: bool) -> std::io::Result<Setup> {
+    let nodes = if tcp {
+        RedisNodes::start_tcp(5, false)?
+    } else {
+        RedisNodes::start(5, false)?
     };
-    let resource = ResourceClient::new(&fenced.url());
+    let h1p = private_proxies(&nodes)?;
+    let cp = private_proxies(&nodes)?;
+    let fenced = FencedResource::start()?;
+    Ok((nodes, h1p, cp, fenced))
+}
+
+pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
     let trials_a = mode.pick(2, 8);
     let trials_b = mode.pick(2, 6);
     let mut out = Vec::new();
-    for (restart, id, trials) in [
+    // 5a / 5b in both fencing modes through webdis; 5c / 5d (Strict) over
+    // TCP. The short run has only 5c (about 1.5 s).
+    let runs = |id: &str| super::wants(id) && (!mode.short || id == "5c");
+    let webdis: Vec<(Restart, &str, usize, bool)> = [
         (Restart::Immediate, "5a", trials_a),
         (Restart::AfterTtl, "5b", trials_b),
-    ] {
-        for strict in [true, false] {
+    ]
+    .into_iter()
+    .filter(|(_, id, _)| runs(id))
+    .flat_map(|(r, id, n)| [(r, id, n, true), (r, id, n, false)])
+    .collect();
+    let tcp: Vec<(Restart, &str, usize, bool)> = [
+        (Restart::Immediate, "5c", trials_a, true),
+        (Restart::AfterTtl, "5d", trials_b, true),
+    ]
+    .into_iter()
+    .filter(|(_, id, _, _)| runs(id))
+    .collect();
+    for (on_tcp, variants) in [(false, webdis), (true, tcp)] {
+        if variants.is_empty() {
+            continue;
+        }
+        let backend = if on_tcp { BACKEND_TCP } else { BACKEND };
+        let (mut nodes, h1p, cp, fenced) = match setup(on_tcp) {
+            Ok(s) => s,
+            Err(e) => {
+                let id = variants[0].1;
+                out.push(ScenarioReport::failed_to_run(
+                    id,
+                    TITLE,
+                    backend,
+                    &format!("setup: {e}"),
+                ));
+                continue;
+            }
+        };
+        let resource = ResourceClient::new(&fenced.url());
+        for (restart, id, trials, strict) in variants {
             let started = Instant::now();
             let mut r = variant(
                 &mut nodes, &h1p, &cp, &fenced, &resource, restart, strict, id, trials,
@@ -341,6 +411,29 @@ pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
         }
     }
     out
+}
+
+/// Restarts node `r` (at once, or after staying down for the TTL + 0.5 s),
+/// then waits until it serves again: through its webdis, or (TCP nodes) on
+/// its own port. Returns how long that took (ms).
+fn restart_node(nodes: &mut RedisNodes, r: usize, restart: Restart) -> Result<f64, String> {
+    let server = nodes.servers.get_mut(r).ok_or("no such node")?;
+    match restart {
+        Restart::Immediate => server.restart().map_err(|e| e.to_string())?,
+        Restart::AfterTtl => {
+            server.kill();
+            std::thread::sleep(Duration::from_millis(TTL_MS + 500));
+            server.restart().map_err(|e| e.to_string())?;
+        }
+    }
+    let took = match nodes.webdis.get(r) {
+        Some(w) => {
+            wait_webdis(w, Duration::from_secs(10)).ok_or("webdis did not reconnect within 10 s")?
+        }
+        None => wait_server(&nodes.servers[r], Duration::from_secs(10))
+            .ok_or("redis-server did not answer within 10 s")?,
+    };
+    Ok(took.as_secs_f64() * 1000.0)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -367,6 +460,8 @@ fn variant(
         }
     };
     let rid = format!("{id}{}", if strict { "" } else { "-folded" });
+    // Nodes from `RedisNodes::start_tcp`: the clients speak the Redis protocol over TCP.
+    let tcp = nodes.webdis.is_empty();
     let mut rep = ScenarioReport::new(
         &rid,
         &format!(
@@ -377,7 +472,7 @@ fn variant(
                 "after max TTL"
             }
         ),
-        BACKEND,
+        if tcp { BACKEND_TCP } else { BACKEND },
         fault,
     );
     let knobs = ClientKnobs {
@@ -394,7 +489,7 @@ fn variant(
         let lock = format!("s5-{rid}-{k}");
         let diverged = k % 2 == 1;
         if diverged {
-            c_outcomes.push(partitioned_contender(cp, r, &lock, REQUEST_TIMEOUT_MS));
+            c_outcomes.push(partitioned_contender(cp, tcp, r, &lock, REQUEST_TIMEOUT_MS));
         }
         let mut reconnect_ms = None;
         let mut trial = two_holder_trial(
@@ -410,22 +505,11 @@ fn variant(
                 h2_wait_ms: 3_000,
             },
             |nodes| {
-                let server = nodes.servers.get_mut(r).ok_or("no such node")?;
-                match restart {
-                    Restart::Immediate => server.restart().map_err(|e| e.to_string())?,
-                    Restart::AfterTtl => {
-                        server.kill();
-                        std::thread::sleep(Duration::from_millis(TTL_MS + 500));
-                        server.restart().map_err(|e| e.to_string())?;
-                    }
-                }
-                let w = nodes.webdis.get(r).ok_or("no such webdis")?;
-                let took = wait_webdis(w, Duration::from_secs(10))
-                    .ok_or("webdis did not reconnect within 10 s")?;
-                reconnect_ms = Some(took.as_secs_f64() * 1000.0);
+                let ms = restart_node(nodes, r, restart)?;
+                reconnect_ms = Some(ms);
                 Ok(format!(
-                    "webdis back after {:.0} ms",
-                    took.as_secs_f64() * 1000.0
+                    "{} back after {ms:.0} ms",
+                    if tcp { "redis-server" } else { "webdis" }
                 ))
             },
         );
@@ -455,9 +539,14 @@ fn variant(
 
     rep.check(
         &format!(
-            "{} of {} trials ran (H1 held exactly 3 nodes, node restarted, webdis reconnected)",
+            "{} of {} trials ran (H1 held exactly 3 nodes, node restarted, {})",
             ran.len(),
-            trials
+            trials,
+            if tcp {
+                "redis-server answering again"
+            } else {
+                "webdis reconnected"
+            }
         ),
         ran.len() == trials && trials > 0,
         results
@@ -515,7 +604,14 @@ fn variant(
         "H2 granted after the restart",
         sorted_text(ran.iter().filter_map(|t| t.h2_after_fault_ms).collect()),
     );
-    rep.figure("webdis reconnect after restart", sorted_text(reconnect));
+    rep.figure(
+        if tcp {
+            "redis-server answering PING after restart"
+        } else {
+            "webdis reconnect after restart"
+        },
+        sorted_text(reconnect),
+    );
     if diverged_ran > 0 {
         let mut cs = c_outcomes.clone();
         cs.dedup();
@@ -523,6 +619,9 @@ fn variant(
             "partitioned contender C (reaches only r) ended with",
             cs.join(", "),
         );
+    }
+    if tcp {
+        rep.note(TCP_NOTE);
     }
     rep.note(
         "Setup: 5 redis-servers without persistence, each behind its own webdis. H1 goes through private fault proxies with 2 nodes \

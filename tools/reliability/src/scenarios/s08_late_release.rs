@@ -4,7 +4,8 @@
 //! directly. The late release must not delete the next holder's key (the
 //! release is owner-checked on the server), must not report that the lock
 //! was still held, and the next holder must keep its lock and its writes.
-//! 8a etcd, 8b Redis, 8c the lock service (Durable Object in workerd through
+//! 8a etcd, 8b Redis, 8d Redis over TCP (the Redis protocol on the native
+//! driver's stream), 8c the lock service (Durable Object in workerd through
 //! the Worker's front; the late client without auto-extend).
 
 use std::time::Duration;
@@ -17,7 +18,9 @@ use edgelock_devtools::{EtcdServer, Fault, FaultProxy, FencedResource};
 use super::Mode;
 use crate::backend::BackendSpec;
 use crate::history::now_ms;
-use crate::infra::{addr_of, etcd_keys, RedisNodes, WorkerdHost, WORKER_TOKEN};
+use crate::infra::{
+    addr_of, etcd_keys, redis_url, tcp_proxy, RedisNodes, WorkerdHost, WORKER_TOKEN,
+};
 use crate::report::ScenarioReport;
 use crate::resource::ResourceClient;
 
@@ -64,6 +67,17 @@ pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
                 &e.to_string(),
             )),
         }
+    }
+    if super::wants("8d") {
+        // 8b over TCP: the late release is a command delayed on a stream
+        // that stays open (its deadline is longer than the delay).
+        let started = std::time::Instant::now();
+        let mut r = match RedisNodes::start_tcp(1, false) {
+            Ok(nodes) => report("8d", "redis (tcp)", trials, || redis_target(&nodes)),
+            Err(e) => ScenarioReport::failed_to_run("8d", TITLE, "redis (tcp)", &e.to_string()),
+        };
+        r.duration = started.elapsed();
+        out.push(r);
     }
     if super::wants("8c") {
         match WorkerdHost::start(None) {
@@ -163,16 +177,27 @@ fn durable_target(host: &WorkerdHost) -> Result<Target, String> {
     })
 }
 
+/// The one node of `nodes` through a fault proxy and straight: webdis, or
+/// the Redis protocol over TCP for nodes from `RedisNodes::start_tcp`.
+fn redis_routes(nodes: &RedisNodes) -> Result<(FaultProxy, String, String), String> {
+    if let Some(webdis) = nodes.webdis.first() {
+        let proxy = addr_of(&webdis.url())
+            .and_then(FaultProxy::start)
+            .map_err(|e| e.to_string())?;
+        let through = format!("webdis+{}", proxy.url());
+        return Ok((proxy, through, format!("webdis+{}", webdis.url())));
+    }
+    let server = nodes.servers.first().ok_or("no server")?;
+    let proxy = tcp_proxy(server).map_err(|e| e.to_string())?;
+    let through = redis_url(&proxy);
+    Ok((proxy, through, server.url()))
+}
+
 fn redis_target(nodes: &RedisNodes) -> Result<Target, String> {
-    let webdis = nodes.webdis.first().ok_or("no webdis")?;
-    let proxy = addr_of(&webdis.url())
-        .and_then(FaultProxy::start)
-        .map_err(|e| e.to_string())?;
+    let (proxy, through, direct) = redis_routes(nodes)?;
     // No auto-extend for the late client: its lock must expire on the server.
-    let mut cfg = RedisConfig::new(
-        RedisNode::from_spec(&format!("webdis+{}", proxy.url()), None)
-            .map_err(|e| e.to_string())?,
-    );
+    let mut cfg =
+        RedisConfig::new(RedisNode::from_spec(&through, None).map_err(|e| e.to_string())?);
     cfg.ttl_ms = TTL_MS;
     cfg.request_timeout_ms = 3 * DELAY_MS;
     cfg.auto_extend = false;
@@ -181,7 +206,7 @@ fn redis_target(nodes: &RedisNodes) -> Result<Target, String> {
     ))
     .map_err(|e| e.to_string())?;
     let next = BackendSpec::Redis {
-        node: format!("webdis+{}", webdis.url()),
+        node: direct,
         token: None,
         ttl_ms: TTL_MS,
         request_timeout_ms: 2_000,

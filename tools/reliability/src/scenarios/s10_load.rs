@@ -20,6 +20,10 @@
 //! (nobody); a failed `acquire_all` (Try, and a 300 ms wait, against a held
 //! name in the middle of the set) leaves none of its names held.
 //!
+//! 10s (one redis-server) and 10t (Redlock over three): the lock load over
+//! TCP, the Redis protocol on the native driver's stream; 10u semaphores and
+//! 10v read-write locks on one TCP node, with the checks of 10f–10j.
+//!
 //! The Worker's backends, in workerd ([`WorkerdHost`]): 10n the load above
 //! on the Durable Object lock service (native clients through the Worker's
 //! front; every contender must progress: its queue is FIFO); 10o parallel
@@ -113,6 +117,7 @@ pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
     {
         worker_backends(mode, secs, &mut out);
     }
+    tcp_variants(secs, &mut out);
     match RedisNodes::start(5, false) {
         Ok(nodes) => {
             let keys = || {
@@ -221,6 +226,44 @@ pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
         )),
     }
     out
+}
+
+/// 10s: the load on one redis-server over TCP (the Redis protocol on the
+/// native driver's stream; waiters poll: push wake-up over TCP is not built
+/// yet); 10t: on Redlock over three; 10u / 10v: semaphores / read-write
+/// locks on one node. Each on servers of its own, timed with their start-up.
+fn tcp_variants(secs: u64, out: &mut Vec<ScenarioReport>) {
+    for (id, n, kind) in [
+        ("10s", 1, Kind::Lock),
+        ("10t", 3, Kind::Lock),
+        ("10u", 1, Kind::Permits(PERMITS)),
+        ("10v", 1, Kind::ReadWrite),
+    ] {
+        if !super::wants(id) {
+            continue;
+        }
+        let started = Instant::now();
+        let backend = if n == 1 {
+            "redis (tcp, push wake-up)".to_string()
+        } else {
+            format!("redlock ({n} × tcp)")
+        };
+        let mut r = match RedisNodes::start_tcp(n, false) {
+            Ok(nodes) => {
+                let spec = if n == 1 {
+                    BackendSpec::redis_tcp(&nodes.tcp_specs()[0], None, TTL_MS, 5_000)
+                } else {
+                    BackendSpec::redlock_tcp(nodes.tcp_specs(), TTL_MS, 2_000)
+                };
+                load_report(id, &backend, &spec, secs, kind, &|| {
+                    nodes.lock_keys_left_total()
+                })
+            }
+            Err(e) => ScenarioReport::failed_to_run(id, TITLE, &backend, &e.to_string()),
+        };
+        r.duration = started.elapsed();
+        out.push(r);
+    }
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {

@@ -3,11 +3,19 @@
 //! requests and nothing answers, the hardest kind of dead node. A majority
 //! is up, so:
 //!
-//! - a waiting acquire on a free lock is granted within 2 × the per-node
-//!   request timeout + one retry delay (measured on fresh names);
+//! - a waiting acquire on a free lock is granted within 3 × the per-node
+//!   request timeout + one retry delay (measured on fresh names): about one
+//!   timeout is expected (the raise round waits it out); the bound leaves two
+//!   more for a loaded machine, and a stall (the bug of issue 26: over 60 s)
+//!   is far beyond it;
 //! - 8 contenders on one lock, writing through the fenced resource, keep
 //!   being granted (each goes on past the run's end until granted once):
 //!   0 stale writes accepted, 0 overlapping holds, 0 inversions.
+//!
+//! 11b: the same over TCP (the Redis protocol on the native driver's
+//! stream): a frozen server's kernel still accepts the connection, nothing
+//! answers the set-up, and each command's deadline closes the stream.
+//! 11b is in the short run; 11 only in the long one.
 //!
 //! Before the fix (a round that waits for every node even when its outcome
 //! is already decided), a failed attempt's keys stayed on the live nodes for
@@ -29,38 +37,60 @@ use crate::workload::ContenderCfg;
 
 const TITLE: &str = "Redlock with 2 of 5 nodes frozen (SIGSTOP)";
 const BACKEND: &str = "redlock (5 × webdis, 2 frozen)";
+const BACKEND_TCP: &str = "redlock (5 × tcp, 2 frozen)";
 const TIMEOUT_MS: u64 = 1_000;
 /// The client's retry delay and jitter (`BackendSpec::client` sets them).
 const RETRY_MS: u64 = 50 + 50;
 const FROZEN: [usize; 2] = [0, 3];
 
 pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
-    let mut r = ScenarioReport::new("11", TITLE, BACKEND, "2 of 5 redis-servers SIGSTOPped");
+    let mut out = Vec::new();
+    // 11 (webdis) only in the long run; 11b (TCP) in both.
+    if !mode.short && super::wants("11") {
+        out.push(frozen_report(
+            mode,
+            "11",
+            BACKEND,
+            RedisNodes::start(5, false),
+            |n| n.webdis_specs(),
+        ));
+    }
+    if super::wants("11b") {
+        out.push(frozen_report(
+            mode,
+            "11b",
+            BACKEND_TCP,
+            RedisNodes::start_tcp(5, false),
+            RedisNodes::tcp_specs,
+        ));
+    }
+    out
+}
+
+/// One variant: `nodes` (five), the client's node URLs from `urls`, two
+/// servers frozen during both measurements.
+fn frozen_report(
+    mode: &Mode,
+    id: &str,
+    backend: &str,
+    nodes: std::io::Result<RedisNodes>,
+    urls: fn(&RedisNodes) -> Vec<String>,
+) -> ScenarioReport {
     let started = Instant::now();
-    let nodes = match RedisNodes::start(5, false) {
+    let failed = |e: &dyn std::fmt::Display| {
+        ScenarioReport::failed_to_run(id, TITLE, backend, &e.to_string())
+    };
+    let nodes = match nodes {
         Ok(n) => n,
-        Err(e) => {
-            return vec![ScenarioReport::failed_to_run(
-                "11",
-                TITLE,
-                BACKEND,
-                &e.to_string(),
-            )]
-        }
+        Err(e) => return failed(&e),
     };
     let fenced = match FencedResource::start() {
         Ok(f) => f,
-        Err(e) => {
-            return vec![ScenarioReport::failed_to_run(
-                "11",
-                TITLE,
-                BACKEND,
-                &e.to_string(),
-            )]
-        }
+        Err(e) => return failed(&e),
     };
+    let mut r = ScenarioReport::new(id, TITLE, backend, "2 of 5 redis-servers SIGSTOPped");
     let spec = BackendSpec::Redlock {
-        nodes: nodes.webdis_specs(),
+        nodes: urls(&nodes),
         token: None,
         ttl_ms: 10_000,
         request_timeout_ms: TIMEOUT_MS,
@@ -68,12 +98,7 @@ pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
     };
     for i in FROZEN {
         if let Err(e) = nodes.servers[i].pause() {
-            return vec![ScenarioReport::failed_to_run(
-                "11",
-                TITLE,
-                BACKEND,
-                &format!("SIGSTOP: {e}"),
-            )];
+            return failed(&format!("SIGSTOP: {e}"));
         }
     }
     free_lock_checks(&mut r, &spec);
@@ -82,12 +107,12 @@ pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
         let _ = nodes.servers[i].resume();
     }
     r.duration = started.elapsed();
-    vec![r]
+    r
 }
 
 /// Three acquires of fresh names, each timed from the call to the grant.
 fn free_lock_checks(r: &mut ScenarioReport, spec: &BackendSpec) {
-    let bound = 2 * TIMEOUT_MS + RETRY_MS;
+    let bound = 3 * TIMEOUT_MS + RETRY_MS;
     let took: Vec<Result<u128, String>> = match spec.client() {
         Ok(client) => {
             let took = (0..3)
@@ -122,7 +147,7 @@ fn free_lock_checks(r: &mut ScenarioReport, spec: &BackendSpec) {
         .collect();
     r.figure("free lock granted after", text.join(", "));
     r.check(
-        &format!("a free lock is granted within 2 × the {TIMEOUT_MS} ms request timeout + a retry delay ({bound} ms)"),
+        &format!("a free lock is granted within 3 × the {TIMEOUT_MS} ms request timeout + a retry delay ({bound} ms)"),
         took.iter().all(|t| t.as_ref().is_ok_and(|ms| *ms <= u128::from(bound))),
         text.join(", "),
     );
