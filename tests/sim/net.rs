@@ -67,6 +67,10 @@
 //! stream; a chunk may be cut into pieces at random bytes (`split_chunk`,
 //! `split_pieces`), held back to travel with the next one (`stream_coalesce`),
 //! and — a fault — have a [`hostile_chunk`] spliced in (`stream_garbage`).
+//! Byte streams (`Transmit::Open`, `Write`) are simulated TCP connections
+//! to servers that take them (tests/sim/stream.rs: RESP commands run by
+//! the server, replies split and coalesced, connections cut mid-reply,
+//! black-holed or refused).
 //! Loss, long delays and hostile chunks stop at `faults_until`; schedule partitions,
 //! pauses and outages before it too, so that the run ends on a calm network. The driver keeps the driver-loop rules: a cancelled request's
 //! answer is dropped (except, rarely and on purpose, delivered late, which the
@@ -101,6 +105,11 @@ use edgelock::core::{
     LockMachine, LockMachineExt, LostReason, Millis, OpId, Operation, RequestId, SeededEntropy,
     Target, Transmit, TransportError, Wait,
 };
+
+#[path = "stream.rs"]
+mod stream;
+pub use stream::StreamStats;
+use stream::TcpConn;
 
 /// Header the world adds to every request: the sending client's index.
 pub const CLIENT_HEADER: &str = "x-sim-client";
@@ -147,6 +156,24 @@ pub trait SimServer {
     fn drain_late_replies(&mut self, _now: Millis) -> Vec<(RequestId, LateReply)> {
         Vec::new()
     }
+    /// Whether it takes byte-stream connections (`Transmit::Open`, see
+    /// tests/sim/stream.rs); a connect to a server that does not is refused.
+    fn accepts_streams(&self) -> bool {
+        false
+    }
+    /// One command read on byte-stream connection `conn` (its wire id) of
+    /// `client`, as the arguments of its RESP array: the reply's bytes.
+    /// Bytes the server pushes later (published messages) come out of
+    /// `drain_stream_chunks` keyed by `conn`; `stream_closed(conn)` ends it.
+    fn stream_command(
+        &mut self,
+        _now: Millis,
+        _conn: RequestId,
+        _client: usize,
+        _args: &[Vec<u8>],
+    ) -> Vec<u8> {
+        Vec::new()
+    }
 }
 
 impl<S: SimServer + ?Sized> SimServer for Box<S> {
@@ -170,6 +197,18 @@ impl<S: SimServer + ?Sized> SimServer for Box<S> {
     }
     fn drain_late_replies(&mut self, now: Millis) -> Vec<(RequestId, LateReply)> {
         (**self).drain_late_replies(now)
+    }
+    fn accepts_streams(&self) -> bool {
+        (**self).accepts_streams()
+    }
+    fn stream_command(
+        &mut self,
+        now: Millis,
+        conn: RequestId,
+        client: usize,
+        args: &[Vec<u8>],
+    ) -> Vec<u8> {
+        (**self).stream_command(now, conn, client, args)
     }
 }
 
@@ -322,6 +361,14 @@ pub struct NetConfig {
     /// Chance (before `faults_until`) that a hostile chunk (see
     /// [`hostile_chunk`]) is spliced into a stream chunk at a random byte.
     pub stream_garbage: f64,
+    /// Byte streams (tests/sim/stream.rs), before `faults_until`: chance a
+    /// chunk is cut (part of it arrives, then the connection ends).
+    pub stream_cut: f64,
+    /// Chance a write or a chunk black-holes its connection (nothing more
+    /// gets through, nobody is told).
+    pub stream_blackhole: f64,
+    /// Chance a connect is refused.
+    pub open_refused: f64,
     /// Chance the answer to a cancelled request is delivered anyway.
     pub late_after_cancel: f64,
     /// The driver's safety-net timeout fires this long after `timeout_ms`.
@@ -348,6 +395,9 @@ impl NetConfig {
             stream_coalesce: 0.0,
             coalesce_hold_ms: 0,
             stream_garbage: 0.0,
+            stream_cut: 0.0,
+            stream_blackhole: 0.0,
+            open_refused: 0.0,
             late_after_cancel: 0.0,
             driver_timeout_slack: 100,
             dead_connection_ms: 30_000,
@@ -584,6 +634,11 @@ struct Flight {
     stream: bool,
     /// The driver's safety-net timeout covers it (it had `timeout_ms`).
     has_timeout: bool,
+    /// A byte stream (`Transmit::Open`), and whether `Opened` reached the client.
+    tcp: bool,
+    opened: bool,
+    /// A byte stream that carried a `SUBSCRIBE` (a subscriber connection).
+    subscriber: bool,
 }
 
 #[derive(Debug)]
@@ -617,6 +672,8 @@ struct OpenStream {
     held: Vec<u8>,
     /// A `StreamFlush` for `held` is queued.
     flush_queued: bool,
+    /// A byte stream's server-to-client direction (no hostile chunks; cuts).
+    tcp: bool,
 }
 
 #[derive(Debug)]
@@ -641,6 +698,15 @@ enum Ev {
     /// Bytes held back on stream `wire` go out now.
     StreamFlush {
         wire: u64,
+    },
+    /// A byte stream's connect reaches its endpoint.
+    TcpAccept {
+        wire: u64,
+    },
+    /// A write on a byte stream reaches its server.
+    TcpData {
+        wire: u64,
+        data: Vec<u8>,
     },
     User {
         client: usize,
@@ -709,6 +775,10 @@ pub struct World<S: SimServer> {
     next_wire: u64,
     wires: HashMap<u64, (usize, RequestId)>,
     streams: HashMap<u64, OpenStream>,
+    /// Byte-stream connections by wire id (tests/sim/stream.rs).
+    tcp: HashMap<u64, TcpConn>,
+    /// What the byte-stream transport did.
+    pub stream_stats: StreamStats,
     /// Requests a server holds open ([`Reply::Held`]): wire → endpoint.
     held: HashMap<u64, usize>,
     partitions: Vec<Partition>,
@@ -766,6 +836,8 @@ impl<S: SimServer> World<S> {
             next_wire: 0,
             wires: HashMap::new(),
             streams: HashMap::new(),
+            tcp: HashMap::new(),
+            stream_stats: StreamStats::default(),
             held: HashMap::new(),
             partitions: Vec::new(),
             pauses: Vec::new(),
@@ -899,7 +971,21 @@ impl<S: SimServer> World<S> {
         self.clients[c]
             .inflight
             .values()
-            .filter(|f| f.stream)
+            .filter(|f| f.stream && !f.tcp)
+            .count()
+    }
+
+    /// Byte streams client `c` opened and has neither seen end nor closed.
+    pub fn tcp_flights(&self, c: usize) -> usize {
+        self.clients[c].inflight.values().filter(|f| f.tcp).count()
+    }
+
+    /// Of those, the ones that carried a `SUBSCRIBE` (subscriber connections).
+    pub fn subscriber_flights(&self, c: usize) -> usize {
+        self.clients[c]
+            .inflight
+            .values()
+            .filter(|f| f.tcp && f.subscriber)
             .count()
     }
 
@@ -1160,9 +1246,8 @@ impl<S: SimServer> World<S> {
             let t = self.clients[c].machine.poll_transmit();
             match t {
                 Some(Transmit::Send(req)) => self.send(c, req),
-                Some(t @ (Transmit::Open(_) | Transmit::Write { .. })) => {
-                    panic!("an HTTP machine opened a byte stream: {t:?}")
-                }
+                Some(Transmit::Open(open)) => self.tcp_open(c, open),
+                Some(Transmit::Write { id, data }) => self.tcp_write(c, id, data.0),
                 Some(Transmit::Cancel(id)) => self.cancel(c, id),
                 None => break,
             }
@@ -1210,6 +1295,9 @@ impl<S: SimServer> World<S> {
                 endpoint,
                 stream: req.stream,
                 has_timeout,
+                tcp: false,
+                opened: false,
+                subscriber: false,
             },
         );
         let now = self.now;
@@ -1267,7 +1355,10 @@ impl<S: SimServer> World<S> {
         self.log(|| format!("c{c} cancels #{}", id.0));
         if let Some(f) = self.clients[c].inflight.remove(&id) {
             self.clients[c].cancelled.insert(id);
-            if f.stream {
+            if f.tcp {
+                self.streams.remove(&f.wire);
+                self.tcp_close(f.wire);
+            } else if f.stream {
                 if let Some(s) = self.streams.remove(&f.wire) {
                     let d = self.delay();
                     let server = self.routes[s.endpoint].1;
@@ -1285,12 +1376,21 @@ impl<S: SimServer> World<S> {
 
     fn deliver(&mut self, c: usize, input: Input) {
         let id = input.id();
-        let final_input = !matches!(input, Input::Chunk { .. });
+        let final_input = input.is_final();
         let cl = &mut self.clients[c];
         if cl.inflight.contains_key(&id) {
+            if let (Input::Opened { .. }, Some(f)) = (&input, cl.inflight.get_mut(&id)) {
+                f.opened = true;
+            }
             if final_input {
                 if let Some(f) = cl.inflight.remove(&id) {
                     self.wires.remove(&f.wire);
+                    if f.tcp {
+                        // The driver gave the stream up (its connect
+                        // timeout): the network drops it too.
+                        self.streams.remove(&f.wire);
+                        self.tcp_close(f.wire);
+                    }
                 }
             }
         } else if cl.cancelled.contains(&id) {
@@ -1312,6 +1412,10 @@ impl<S: SimServer> World<S> {
                     String::from_utf8_lossy(body)
                 )
             }
+            // RESP (byte streams) has line breaks in every frame.
+            Input::Chunk { data, .. } if data.contains(&b'\r') => {
+                format!("c{c} <- #{} chunk {}", id.0, data.escape_ascii())
+            }
             Input::Chunk { data, .. } => {
                 format!("c{c} <- #{} chunk {}", id.0, String::from_utf8_lossy(data))
             }
@@ -1325,7 +1429,9 @@ impl<S: SimServer> World<S> {
     }
 
     fn driver_timeout(&mut self, c: usize, id: RequestId) {
-        if self.clients[c].inflight.contains_key(&id) {
+        // A byte stream's covers its connect only.
+        let open = |f: &Flight| !f.tcp || !f.opened;
+        if self.clients[c].inflight.get(&id).is_some_and(open) {
             self.deliver(
                 c,
                 Input::Failed {
@@ -1375,6 +1481,7 @@ impl<S: SimServer> World<S> {
                         last_delivery: self.now,
                         held: Vec::new(),
                         flush_queued: false,
+                        tcp: false,
                     };
                     self.streams.insert(wire, s);
                 }
@@ -1481,7 +1588,10 @@ impl<S: SimServer> World<S> {
     }
 
     fn stream_chunk(&mut self, wire: u64, data: Vec<u8>) {
-        if !self.streams.contains_key(&wire) || self.stream_breaks(wire) {
+        if !self.streams.contains_key(&wire)
+            || self.tcp_fault_black_hole(wire)
+            || self.stream_breaks(wire)
+        {
             return;
         }
         if self.rng.chance(self.net.stream_coalesce) {
@@ -1541,6 +1651,9 @@ impl<S: SimServer> World<S> {
         let server = self.routes[endpoint].1;
         self.log(|| format!("   stream c{c}#{} breaks", id.0));
         self.streams.remove(&wire);
+        if self.tcp.remove(&wire).is_some() {
+            self.stream_stats.breaks += 1;
+        }
         self.servers[server].stream_closed(RequestId(wire));
         let d = self.delay();
         let at = partition_end.unwrap_or(self.now) + d;
@@ -1561,8 +1674,12 @@ impl<S: SimServer> World<S> {
         let Some(s) = self.streams.get(&wire) else {
             return;
         };
-        let (c, id, last_delivery) = (s.client, s.id, s.last_delivery);
-        if self.faulty() && self.rng.chance(self.net.stream_garbage) {
+        let (c, id, last_delivery, tcp) = (s.client, s.id, s.last_delivery, s.tcp);
+        let cut = self.tcp_cut_at(wire, data.len());
+        if let Some(n) = cut {
+            data.truncate(n);
+        }
+        if !tcp && self.faulty() && self.rng.chance(self.net.stream_garbage) {
             let junk = hostile_chunk(&mut self.rng);
             self.hostile_chunks += 1;
             let at = self.rng.below(data.len() as u64 + 1) as usize;
@@ -1616,6 +1733,9 @@ impl<S: SimServer> World<S> {
                 },
             );
         }
+        if cut.is_some() {
+            self.tcp_end_cut(wire, at);
+        }
     }
 
     fn outage_start(&mut self, endpoint: usize) {
@@ -1625,12 +1745,15 @@ impl<S: SimServer> World<S> {
         if self.endpoints(server).iter().all(|&e| self.ep_down[e]) {
             self.crashed[server] = true;
         }
-        let wires: Vec<u64> = self
+        let mut wires: Vec<u64> = self
             .streams
             .iter()
             .filter(|(_, s)| s.endpoint == endpoint)
             .map(|(w, _)| *w)
             .collect();
+        // In a seeded order: each reset draws its delay (a map's order
+        // changes from one process to the next, and with it the replay).
+        wires.sort_unstable();
         for wire in wires {
             if let Some(s) = self.streams.remove(&wire) {
                 self.servers[server].stream_closed(RequestId(wire));
@@ -1645,6 +1768,7 @@ impl<S: SimServer> World<S> {
                 );
             }
         }
+        self.tcp_outage(endpoint);
     }
 
     fn outage_end(&mut self, endpoint: usize) {
@@ -2345,9 +2469,12 @@ impl<S: SimServer> World<S> {
                 req,
             } => self.arrive(wire, endpoint, req),
             Ev::ServerStreamClosed { server, wire } => {
+                self.tcp.remove(&wire);
                 self.servers[server].stream_closed(RequestId(wire))
             }
             Ev::StreamFlush { wire } => self.stream_flush(wire),
+            Ev::TcpAccept { wire } => self.tcp_accept(wire),
+            Ev::TcpData { wire, data } => self.tcp_data(wire, data),
             Ev::OutageStart { endpoint } => self.outage_start(endpoint),
             Ev::OutageEnd { endpoint } => self.outage_end(endpoint),
             Ev::PauseStart { client } => {

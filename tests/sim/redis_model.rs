@@ -62,10 +62,16 @@ use serde_json::{json, Value};
 
 use super::net::{Reply, SimServer, CLIENT_HEADER};
 
+#[path = "redis_resp.rs"]
+mod resp;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Proto {
     Upstash,
     Webdis,
+    /// Redis' own protocol on byte streams (tests/sim/redis_resp.rs); HTTP
+    /// requests are refused. `token` is then the `requirepass` password.
+    Resp,
 }
 
 /// A node's wall clock as a function of the world's global time.
@@ -216,6 +222,9 @@ pub struct RedisModel {
     subs: BTreeMap<u64, Subscription>,
     /// Stream bytes not yet handed to the world.
     out: Vec<(RequestId, Vec<u8>)>,
+    /// Byte-stream connections (`Proto::Resp`) by wire id: authentication
+    /// and subscribed channels.
+    resp_conns: BTreeMap<u64, resp::RespConn>,
     /// Subscription streams opened (confirmed) so far.
     pub subscriptions: u64,
     /// PUBLISHes run (by the release script or directly).
@@ -305,6 +314,7 @@ impl RedisModel {
             last_seen: 0,
             subs: BTreeMap::new(),
             out: Vec::new(),
+            resp_conns: BTreeMap::new(),
             subscriptions: 0,
             publishes: 0,
             deliveries: 0,
@@ -1566,6 +1576,7 @@ impl RedisModel {
             self.out.push((RequestId(*wire), event));
             n += 1;
         }
+        n += self.resp_publish(channel, payload);
         self.deliveries += n as u64;
         if payload == b"released:0" {
             self.cleanup_deliveries += n as u64;
@@ -1575,7 +1586,7 @@ impl RedisModel {
 
     /// Subscription streams open right now.
     pub fn open_subscriptions(&self) -> usize {
-        self.subs.len()
+        self.subs.len() + self.resp_subscribed()
     }
 }
 
@@ -1709,7 +1720,25 @@ impl SimServer for RedisModel {
         match self.proto {
             Proto::Upstash => self.upstash(req, client, now),
             Proto::Webdis => self.webdis(req, client, now),
+            Proto::Resp => Reply::Full {
+                status: 400,
+                body: b"model: this node speaks RESP on byte streams only".to_vec(),
+            },
         }
+    }
+
+    fn accepts_streams(&self) -> bool {
+        self.proto == Proto::Resp
+    }
+
+    fn stream_command(
+        &mut self,
+        now: Millis,
+        conn: RequestId,
+        client: usize,
+        args: &[Vec<u8>],
+    ) -> Vec<u8> {
+        self.resp_command(now, conn, client, args)
     }
 
     fn drain_stream_chunks(&mut self, _now: Millis) -> Vec<(RequestId, Vec<u8>)> {
@@ -1719,6 +1748,7 @@ impl SimServer for RedisModel {
     /// The client went away (or the connection broke): the subscription ends.
     fn stream_closed(&mut self, id: RequestId) {
         self.subs.remove(&id.0);
+        self.resp_conns.remove(&id.0);
         self.out.retain(|(w, _)| *w != id);
     }
 
@@ -1755,6 +1785,7 @@ impl SimServer for RedisModel {
         // Its streams broke when it went down (the world closed them); a
         // restarted Redis has no subscribers.
         self.subs.clear();
+        self.resp_conns.clear();
         self.out.clear();
         self.restarts.push(now);
     }
