@@ -40,6 +40,9 @@
 //!             session.handle_input(now, Input::Response { id: req.id, status: 200, body });
 //!         }
 //!         Output::Cancel(_) => {}
+//!         // Byte streams: what a Redis-protocol (`redis://`) node opens;
+//!         // this node speaks HTTP (see `native/stream.rs` for a driver's side).
+//!         Output::Open(_) | Output::Write { .. } => {}
 //!         Output::Done { reply, result, .. } => {
 //!             assert_eq!(reply, Some("caller 1"));
 //!             granted = result.unwrap().into_acquired().unwrap();
