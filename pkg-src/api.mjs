@@ -143,7 +143,11 @@ class Lock {
   #mode;
   #limit;
   #slot;
-  #controller = new AbortController();
+  // Made on first use of `signal`: most locks are never asked for it, and an
+  // AbortController, its abort event and the reason's LockError (a stack
+  // trace) cost a tenth of an uncontended acquire+release.
+  #controller = null;
+  #endReason = null; // once ended: () => the signal's abort reason
   #state = "held"; // "held" | "released" | "lost"
   #lostError = null;
   #releasing = null;
@@ -171,7 +175,13 @@ class Lock {
   /** Strictly increases across successive holders of this name: pass it to the protected resource. */
   get fencingToken() { return this.#token; }
   /** Aborted when the lock is lost (reason: LockError "LOST") or released (reason: LockError "NOT_HELD"). */
-  get signal() { return this.#controller.signal; }
+  get signal() {
+    if (this.#controller === null) {
+      this.#controller = new AbortController();
+      if (this.#endReason !== null) this.#controller.abort(this.#endReason());
+    }
+    return this.#controller.signal;
+  }
   /** Conservative end of validity, in ms since the epoch. */
   get expiresAt() { return this.#expiresAt; }
 
@@ -187,7 +197,7 @@ class Lock {
     if (this.#state !== "held") return Promise.resolve();
     if (this.#releasing === null) {
       this.#releasing = this.#client[INTERNAL].call((raw) => raw.release(this.#id)).then(
-        () => this.#end("released", this.#notHeld("was released")),
+        () => this.#end("released", () => this.#notHeld("was released")),
         (e) => {
           // A failed release leaves the lock ours (it expires with its lease/TTL); allow a retry.
           this.#releasing = null;
@@ -209,15 +219,18 @@ class Lock {
     if (event === "renewed") this.#expiresAt = value;
     else if (event === "lost") {
       this.#lostError = value;
-      this.#end("lost", value);
-    } else if (event === "closed") this.#end("released", this.#notHeld("was released by close()"));
+      this.#end("lost", () => value);
+    } else if (event === "closed") this.#end("released", () => this.#notHeld("was released by close()"));
   }
 
+  /** Ends the hold; `reason()` makes the signal's abort reason (now if someone has the signal). */
   #end(state, reason) {
     if (this.#state !== "held") return;
     this.#state = state;
     this.#client[INTERNAL].forget(this.#id);
-    this.#controller.abort(reason);
+    let made = null;
+    this.#endReason = () => (made ??= reason());
+    this.#controller?.abort(this.#endReason());
   }
 
   #notHeld(what) {
