@@ -70,6 +70,7 @@ export async function footprint(runs) {
     "edgelock (import package)": timeInFreshNode(timed(`await import(${JSON.stringify(entry)})`), runs),
     etcd3: timeInFreshNode(timed(`await import("etcd3")`), runs),
     "redlock@5 + ioredis": timeInFreshNode(timed(`await import("redlock"); await import("ioredis")`), runs),
+    "@sesamecare-oss/redlock + ioredis": timeInFreshNode(timed(`await import("@sesamecare-oss/redlock"); await import("ioredis")`), runs),
     "redis-semaphore + ioredis": timeInFreshNode(timed(`await import("redis-semaphore"); await import("ioredis")`), runs),
     "@upstash/lock + @upstash/redis": timeInFreshNode(timed(`await import("@upstash/lock"); await import("@upstash/redis")`), runs),
   };
@@ -83,6 +84,7 @@ export async function footprint(runs) {
     peerInstall: {
       etcd3: installSize(["etcd3"]),
       "redlock@5 + ioredis": installSize(["redlock", "ioredis"]),
+      "@sesamecare-oss/redlock + ioredis": installSize(["@sesamecare-oss/redlock", "ioredis"]),
       "redis-semaphore + ioredis": installSize(["redis-semaphore", "ioredis"]),
       "@upstash/lock + @upstash/redis": installSize(["@upstash/lock", "@upstash/redis"]),
     },

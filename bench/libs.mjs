@@ -12,11 +12,11 @@ import { EtcdLocks, RedisLocks, Redlock as EdgeRedlock } from "../pkg/index.node
 import { Etcd3, EtcdLockFailedError } from "etcd3";
 import IORedis from "ioredis";
 import NodeRedlock from "redlock";
+import { Redlock as SesameRedlock } from "@sesamecare-oss/redlock";
 import { Mutex, RedlockMutex } from "redis-semaphore";
 import { Lock as UpstashLock } from "@upstash/lock";
 import { Redis as UpstashRedis } from "@upstash/redis";
-import { countingFetch, logIoredis, withLog } from "./reqlog.mjs";
-import { nodeSockets } from "../pkg/sockets/node.mjs";
+import { countingFetch, countingSockets, logIoredis, withLog } from "./reqlog.mjs";
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
@@ -52,18 +52,7 @@ function edgelockClient(build, transport) {
  */
 function edgelockTcpClient(build) {
   const log = [];
-  const open = nodeSockets();
-  const openSocket = (options) => {
-    const socket = open(options);
-    const write = socket.write.bind(socket);
-    socket.write = (bytes) => {
-      const text = new TextDecoder().decode(bytes.subarray(0, 32)).toUpperCase();
-      log.push({ t: performance.now(), stream: text.includes("SUBSCRIBE") });
-      return write(bytes);
-    };
-    return socket;
-  };
-  const client = build(openSocket);
+  const client = build(countingSockets(log));
   return {
     log,
     unit: "command write",
@@ -80,6 +69,34 @@ function ioredisClients(env, n, log) {
 }
 
 /**
+ * A redlock-style client (`redlock@5` or its fork `@sesamecare-oss/redlock`,
+ * same API) over ioredis to the 3 redis-servers; lock TTL 10 s, unlimited
+ * retries at the library's default delay.
+ */
+function redlockClient(Redlock, env) {
+  const log = [];
+  const clients = ioredisClients(env, 3, log);
+  const redlock = new Redlock(clients, { retryCount: -1 });
+  // A node voting against (the lock is held) is emitted as "error"; the retry loop handles it.
+  redlock.on("error", () => {});
+  return {
+    log,
+    unit: "Redis cmd",
+    async acquire(name) {
+      const lock = await redlock.acquire([name], 10_000);
+      return () => lock.release();
+    },
+    close: async () => Promise.all(clients.map((c) => c.quit())),
+  };
+}
+
+/**
+ * Appended to the note of every row whose uncontended requests/op come from
+ * the redis-servers' INFO counter.
+ */
+const LUA_NOTE = "; uncontended \"Redis cmd\" is the redis-servers' `total_commands_processed`, which also counts the commands a Lua script runs (each `redis.call` inside EVAL/EVALSHA), not only those the client sent";
+
+/**
  * Libraries by id. `group` pairs edgelock with the peers on the same backend;
  * `note` documents every non-default setting.
  */
@@ -87,7 +104,7 @@ export function libraries(env) {
   const gw = env.gateway_urls;
   const webdis = env.webdis_urls;
   const token = env.token;
-  return {
+  const libs = {
     "edgelock-etcd": {
       label: "edgelock EtcdLocks", group: "etcd", counter: "etcd", edgelock: true,
       note: "npm package in Node, defaults (the Node entry sends over node:http with keep-alive; session lease 10 s, waits on a watch)",
@@ -138,7 +155,7 @@ export function libraries(env) {
     },
     "edgelock-redis-tcp": {
       label: "edgelock RedisLocks (redis:// TCP)", group: "redis-http", counter: "redis", edgelock: true, tcp: true,
-      note: "the Redis protocol over TCP (node:net sockets of the Node entry) to the same redis-server as the TCP peers; defaults (commands pipelined on one connection per node; push wake-up: the waiters of a client share one subscriber connection per node)",
+      note: "the Redis protocol over TCP (node:net sockets of the Node entry) to the same redis-server as the TCP peers; defaults (commands pipelined on one connection per node; push wake-up: the waiters of a client share one subscriber connection per node); the waiter's handoff requests are its command writes (one write may carry pipelined commands)",
       make: () => edgelockTcpClient((openSocket) => new RedisLocks({ url: env.redis[0].url, openSocket })),
     },
     "upstash-lock": {
@@ -191,27 +208,18 @@ export function libraries(env) {
     },
     "edgelock-redlock-tcp": {
       label: "edgelock Redlock (3× redis:// TCP)", group: "redlock", counter: "redis", edgelock: true, tcp: true,
-      note: "the same 3 redis-servers as the TCP peers over the Redis protocol; defaults (strict fencing; push wake-up) except retryCount 1000",
+      note: "the same 3 redis-servers as the TCP peers over the Redis protocol; defaults (strict fencing; push wake-up) except retryCount 1000; the waiter's handoff requests are its command writes (one write may carry pipelined commands)",
       make: () => edgelockTcpClient((openSocket) => new EdgeRedlock({ nodes: env.redis.map((r) => ({ url: r.url })), retryCount: 1000, openSocket })),
     },
     "node-redlock": {
       label: "redlock@5 (3× ioredis)", group: "redlock", counter: "redis", tcp: true,
       note: "ioredis TCP to the same 3 redis-servers; defaults (retry 200 ± 100 ms) except retryCount -1 (unlimited)",
-      make: () => {
-        const log = [];
-        const clients = ioredisClients(env, 3, log);
-        const redlock = new NodeRedlock(clients, { retryCount: -1 });
-        redlock.on("error", () => {});
-        return {
-          log,
-          unit: "Redis cmd",
-          async acquire(name) {
-            const lock = await redlock.acquire([name], 10_000);
-            return () => lock.release();
-          },
-          close: async () => Promise.all(clients.map((c) => c.quit())),
-        };
-      },
+      make: () => redlockClient(NodeRedlock, env),
+    },
+    "sesame-redlock": {
+      label: "@sesamecare-oss/redlock (3× ioredis)", group: "redlock", counter: "redis", tcp: true,
+      note: "the maintained fork of redlock (TypeScript, ioredis 5); ioredis TCP to the same 3 redis-servers; defaults (retry 200 ± 100 ms) except retryCount -1 (unlimited)",
+      make: () => redlockClient(SesameRedlock, env),
     },
     "redis-semaphore-redlock": {
       label: "redis-semaphore RedlockMutex (3×)", group: "redlock", counter: "redis", tcp: true,
@@ -232,4 +240,6 @@ export function libraries(env) {
       },
     },
   };
+  for (const lib of Object.values(libs)) if (lib.counter === "redis") lib.note += LUA_NOTE;
+  return libs;
 }

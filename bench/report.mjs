@@ -31,14 +31,14 @@ function versions(root) {
     ["etcd", sh("etcd", ["--version"]).split("\n")[0].replace("etcd Version: ", "")],
     ["redis-server", (/v=(\S+)/.exec(sh("redis-server", ["--version"])) ?? [])[1] ?? "?"],
     ["webdis", sh("dpkg-query", ["-W", "-f=${Version}", "webdis"])],
-    ["etcd3", v("etcd3")], ["redlock", v("redlock")], ["ioredis", v("ioredis")],
+    ["etcd3", v("etcd3")], ["redlock", v("redlock")], ["@sesamecare-oss/redlock", v("@sesamecare-oss/redlock")], ["ioredis", v("ioredis")],
     ["redis-semaphore", v("redis-semaphore")], ["@upstash/lock", v("@upstash/lock")], ["@upstash/redis", v("@upstash/redis")],
   ];
 }
 
 const PEER_OF = { "edgelock-etcd": "etcd3", "edgelock-redis": "upstash-lock", "edgelock-redis-webdis": "upstash-lock", "edgelock-redlock": "node-redlock", "edgelock-redlock-webdis": "node-redlock" };
 /** The edgelock row a peer row is compared with. */
-const EDGE_FOR = { etcd3: "edgelock-etcd", "upstash-lock": "edgelock-redis", "redis-semaphore": "edgelock-redis", "node-redlock": "edgelock-redlock", "redis-semaphore-redlock": "edgelock-redlock" };
+const EDGE_FOR = { etcd3: "edgelock-etcd", "upstash-lock": "edgelock-redis", "redis-semaphore": "edgelock-redis", "node-redlock": "edgelock-redlock", "sesame-redlock": "edgelock-redlock", "redis-semaphore-redlock": "edgelock-redlock" };
 const reqs = (x, unit, max) => (Number.isFinite(x) ? `${x.toFixed(2)}${Number.isFinite(max) ? ` (max ${max})` : ""} ${unit ?? ""}`.trim() : "–");
 
 function table(head, rows) {
@@ -46,7 +46,8 @@ function table(head, rows) {
 }
 
 const GROUP_TITLE = { etcd: "etcd (one member)", "redis-http": "single Redis node", redlock: "Redlock, 3 Redis nodes" };
-const UNIT = { http: "HTTP req", redis: "Redis cmd", etcd: "etcd gRPC" };
+/** The unit of requests/op by the row's counter ("write": a native TCP row's command writes, each of one or more pipelined commands). */
+export const UNIT = { http: "HTTP req", redis: "Redis cmd", etcd: "etcd gRPC", write: "command write" };
 
 export function handoffSvg(results) {
   const ids = Object.keys(results.handoff);
@@ -105,7 +106,7 @@ export function writeReport(results, root) {
   // 1. uncontended
   out.push("## 1. Uncontended acquire + release", "",
     `One client, one lock, acquire then release in a loop; ${results.config.uncontendedRounds} interleaved rounds of ${results.config.uncontendedSliceMs} ms per library after 5 warm-up operations.`,
-    "Requests per op: fetch calls (HTTP clients), commands processed by the redis-servers (TCP clients; summed over nodes), or gRPC calls started by etcd (`grpc_server_started_total`; etcd's JSON gateway turns every HTTP call into one); native Rust rows: the requests its lock machine handed to the driver (HTTP).", "");
+    "Requests per op: fetch calls (HTTP clients), commands processed by the redis-servers (TCP clients from Node; `total_commands_processed` summed over nodes, which also counts every command a Lua script runs, not only the commands the client sent), or gRPC calls started by etcd (`grpc_server_started_total`; etcd's JSON gateway turns every HTTP call into one); native Rust rows: the requests its lock machine handed to the driver (HTTP requests; over redis:// TCP, command writes, one write carrying one or more pipelined commands).", "");
   const uRows = [];
   const GROUPS = ["etcd", "redis-http", "redlock"];
   const byGroup = Object.entries(u).sort(([a], [b]) => GROUPS.indexOf(L[a].group) - GROUPS.indexOf(L[b].group));

@@ -10,12 +10,16 @@
 //   global wrapper logs into the log of the AsyncLocalStorage context the
 //   adapter runs the library's acquire/release in (its retry loop is an
 //   async function with setTimeout, which keeps the context);
-// - ioredis (redis-semaphore, redlock@5): each connection's `sendCommand` is
-//   wrapped, so TCP peers' entries are Redis commands, not HTTP requests.
+// - edgelock over redis:// TCP: the client's `openSocket` option wraps the
+//   Node entry's sockets and logs each write (one or more pipelined commands);
+// - ioredis (redis-semaphore, redlock@5, @sesamecare-oss/redlock): each
+//   connection's `sendCommand` is wrapped, so TCP peers' entries are Redis
+//   commands (those the client sent), not HTTP requests.
 // Entries are { t: performance.now() at the call, stream: subscription/watch stream }.
 import { AsyncLocalStorage } from "node:async_hooks";
 import { performance } from "node:perf_hooks";
 import { nodeHttpFetch } from "../pkg/node_http.mjs";
+import { nodeSockets } from "../pkg/sockets/node.mjs";
 
 export const requestContext = new AsyncLocalStorage();
 /** HTTP requests sent by every client: the global fetch wrapper (run.mjs) and `countingFetch` add to it. */
@@ -49,6 +53,26 @@ export function countingFetch(log, transport = "node-http") {
     logFetch(log, input);
     httpCount.n += 1;
     return nodeHttpFetch(input, init);
+  };
+}
+
+/**
+ * An `openSocket` for edgelock over redis:// (the Node entry's node:net
+ * sockets) that logs every write into `log`: one entry per write, which
+ * carries one or more pipelined commands; writes of SUBSCRIBE / UNSUBSCRIBE
+ * (a waiter's subscriber connection) are logged as streams.
+ */
+export function countingSockets(log) {
+  const open = nodeSockets();
+  return (options) => {
+    const socket = open(options);
+    const write = socket.write.bind(socket);
+    socket.write = (bytes) => {
+      const text = new TextDecoder().decode(bytes.subarray(0, 32)).toUpperCase();
+      log.push({ t: performance.now(), stream: text.includes("SUBSCRIBE") });
+      return write(bytes);
+    };
+    return socket;
   };
 }
 

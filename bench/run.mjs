@@ -27,7 +27,7 @@ const { libraries } = await import("./libs.mjs");
 const { RedisLocks } = await import("../pkg/index.node.mjs");
 const IORedis = (await import("ioredis")).default;
 const { footprint } = await import("./footprint.mjs");
-const { writeReport } = await import("./report.mjs");
+const { writeReport, UNIT } = await import("./report.mjs");
 
 const QUICK = process.env.BENCH_QUICK === "1";
 const CFG = {
@@ -182,7 +182,7 @@ async function uncontended() {
 // and the requests the waiter sent (its own log) between the two and over
 // its whole wait (subscription streams counted apart).
 const HANDOFF_IDS = ["edgelock-etcd", "etcd3", "edgelock-redis", "edgelock-redis-webdis", "edgelock-redis-fair", "edgelock-redis-tcp", "upstash-lock", "redis-semaphore",
-  "edgelock-redlock", "edgelock-redlock-webdis", "edgelock-redlock-tcp", "node-redlock"].filter((id) => libs[id]);
+  "edgelock-redlock", "edgelock-redlock-webdis", "edgelock-redlock-tcp", "node-redlock", "sesame-redlock"].filter((id) => libs[id]);
 const mean = (xs) => (xs.length ? xs.reduce((a, b) => a + b, 0) / xs.length : NaN);
 async function handoff() {
   const state = Object.fromEntries(HANDOFF_IDS.map((id) => [id, { holder: libs[id].make(), waiter: libs[id].make(), lat: [], after: [], whole: [], streams: [], wake: [], early: 0, errors: 0 }]));
@@ -239,7 +239,7 @@ async function handoff() {
 }
 
 // --- 3. contended -------------------------------------------------------------
-const CONTENDED_IDS = ["edgelock-etcd", "etcd3", "edgelock-redis", "edgelock-redis-fair", "edgelock-redis-tcp", "upstash-lock", "redis-semaphore", "edgelock-redlock", "edgelock-redlock-tcp", "node-redlock"].filter((id) => libs[id]);
+const CONTENDED_IDS = ["edgelock-etcd", "etcd3", "edgelock-redis", "edgelock-redis-fair", "edgelock-redis-tcp", "upstash-lock", "redis-semaphore", "edgelock-redlock", "edgelock-redlock-tcp", "node-redlock", "sesame-redlock"].filter((id) => libs[id]);
 async function contendedOne(id) {
   const lib = libs[id];
   const clients = Array.from({ length: CFG.contendedClients }, () => lib.make());
@@ -312,6 +312,10 @@ async function contendedOne(id) {
 
 // --- native Rust driver (examples/bench_native.rs), same backends ----------------
 const NATIVE_NOTE = "blocking Rust client (`edgelock::native::Client`, std::net HTTP/1.1 keep-alive), release build, defaults as the Node row of the same backend; run right after the Node rows, not interleaved";
+// The native TCP rows count what their lock machine hands to the driver: one
+// write of one or more pipelined Redis commands (counter "write"), not an HTTP
+// request and not the redis-servers' command count.
+const NATIVE_TCP_NOTE = "blocking Rust client (`edgelock::native::Client`) over redis:// (std::net TCP, RESP), release build, defaults as the Node row of the same backend; requests counted as command writes (one write may carry pipelined commands), not as the redis-servers' commands; run right after the Node rows, not interleaved";
 const NATIVE_LIBS = {
   "native-etcd": { label: "edgelock native Rust (etcd)", group: "etcd", counter: "http", edgelock: true, native: true, node: "edgelock-etcd" },
   "native-redis": { label: "edgelock native Rust (upstash)", group: "redis-http", counter: "http", edgelock: true, native: true, node: "edgelock-redis" },
@@ -319,8 +323,8 @@ const NATIVE_LIBS = {
   "native-redis-fair": { label: "edgelock native Rust fair (upstash)", group: "redis-http", counter: "http", edgelock: true, native: true, fair: true, node: "edgelock-redis-fair" },
   "native-redlock": { label: "edgelock native Rust (Redlock 3× upstash)", group: "redlock", counter: "http", edgelock: true, native: true, node: "edgelock-redlock" },
   "native-redlock-webdis": { label: "edgelock native Rust (Redlock 3× webdis)", group: "redlock", counter: "http", edgelock: true, native: true, node: "edgelock-redlock-webdis" },
-  "native-redis-tcp": { label: "edgelock native Rust (redis:// TCP)", group: "redis-http", counter: "http", edgelock: true, native: true, tcp: true, node: "edgelock-redis-tcp" },
-  "native-redlock-tcp": { label: "edgelock native Rust (Redlock 3× redis:// TCP)", group: "redlock", counter: "http", edgelock: true, native: true, tcp: true, node: "edgelock-redlock-tcp" },
+  "native-redis-tcp": { label: "edgelock native Rust (redis:// TCP)", group: "redis-http", counter: "write", edgelock: true, native: true, tcp: true, node: "edgelock-redis-tcp" },
+  "native-redlock-tcp": { label: "edgelock native Rust (Redlock 3× redis:// TCP)", group: "redlock", counter: "write", edgelock: true, native: true, tcp: true, node: "edgelock-redlock-tcp" },
 };
 async function native() {
   const bin = process.env.BENCH_NATIVE_BIN;
@@ -343,9 +347,9 @@ async function native() {
       results.skipped[id] = `the core refused the options (${r.skipped[id]}); row skipped`;
       continue;
     }
-    results.libs[id] = { ...l, note: NATIVE_NOTE };
+    results.libs[id] = { ...l, note: l.tcp ? NATIVE_TCP_NOTE : NATIVE_NOTE };
     if (r.uncontended[id]) results.uncontended[id] = r.uncontended[id];
-    if (r.handoff[id]) results.handoff[id] = { ...r.handoff[id], requestUnit: l.tcp ? "command write" : "HTTP req" };
+    if (r.handoff[id]) results.handoff[id] = { ...r.handoff[id], requestUnit: UNIT[l.counter] };
   }
 }
 

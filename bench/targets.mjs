@@ -25,6 +25,7 @@ const PEERS = [
   ["redis-semaphore Mutex (ioredis TCP, polls every 10 ms)", "redis-semaphore"],
   ["@upstash/lock (same gateway, polls every 100 ms)", "upstash-lock"],
   ["redlock@5 (3× ioredis TCP, retries 200 ± 100 ms)", "node-redlock"],
+  ["@sesamecare-oss/redlock (3× ioredis TCP, retries 200 ± 100 ms)", "sesame-redlock"],
 ];
 
 function table(head, rows) {
@@ -89,14 +90,14 @@ export function targetsSection(res) {
   }
   for (const [label, id] of PEERS) {
     const n = h[id];
-    if (n) bRows.push([label, n.requestUnit ?? "–", id === "node-redlock" ? "3" : "1", reqCell(n), "", wholeCell(n).replace(/ \(0\.0 streams\)/, ""), ""]);
+    if (n) bRows.push([label, n.requestUnit ?? "–", id === "node-redlock" || id === "sesame-redlock" ? "3" : "1", reqCell(n), "", wholeCell(n).replace(/ \(0\.0 streams\)/, ""), ""]);
   }
   out.push(table(["configuration", "unit", "nodes", "waiter, release → grant: Node", "native Rust", "waiter, whole wait: Node", "native Rust"], bRows), "");
 
   // C. fairness
   out.push(`### C. ${res.config.contendedClients}-client contention fairness`, "",
     `Least-served client's share of all acquisitions over ${res.config.contendedMs / 1000} s (fair share = ${pct(1 / res.config.contendedClients)}); scenario 3 below has the rest of the columns.`, "");
-  const cIds = ["edgelock-redis", "edgelock-redis-fair", "redis-semaphore", "upstash-lock", "edgelock-redlock", "node-redlock", "edgelock-etcd", "etcd3"].filter((id) => c[id]);
+  const cIds = ["edgelock-redis", "edgelock-redis-fair", "redis-semaphore", "upstash-lock", "edgelock-redlock", "node-redlock", "sesame-redlock", "edgelock-etcd", "etcd3"].filter((id) => c[id]);
   const fairRef = c["edgelock-redis"];
   out.push(table(["library", "least-served share", "÷ fair share", "acq/s", "requests per acquisition (all clients)", "max wait ms"],
     cIds.map((id) => {
