@@ -1,12 +1,17 @@
 // Semaphores: edgelock's permits (`acquire(name, { limit })`) next to
 // redis-semaphore's Semaphore and RedlockSemaphore, in the same run, on
-// backends started here by the devtools `testenv`. etcd3 (the etcd peer of
-// the lock benchmark) has no semaphore, so edgelock on etcd has no peer row.
+// backends started here by the devtools `testenv`; edgelock RedisLocks both
+// over the Upstash REST gateway and over redis:// TCP (the Node entry's
+// sockets), next to redis-semaphore's Semaphore on the same redis-server.
+// etcd3 (the etcd peer of the lock benchmark) has no semaphore, so edgelock
+// on etcd has no peer row.
 //
 // Measured per library:
 // - uncontended: one client, acquire + release of a semaphore of 3 in a loop
 //   (interleaved rounds, as bench/run.mjs does for locks): ops/s and requests
-//   per acquire + release (HTTP requests, Redis commands or etcd gRPC calls);
+//   per acquire + release, from each client's own log (HTTP requests; over
+//   redis:// TCP, edgelock's command writes, each of one or more pipelined
+//   commands; the ioredis peers' commands as sent by the client);
 // - contended: 12 clients on one semaphore of 3, each holding HOLD_MS per
 //   permit: acquisitions/s, and the handoff latency: each release is matched
 //   with the first later grant to a client that was already waiting when
@@ -25,7 +30,7 @@ import { startTestenv, repoRoot } from "../tests/js/testenv.mjs";
 import { EtcdLocks, RedisLocks, Redlock as EdgeRedlock } from "../pkg/index.node.mjs";
 import IORedis from "ioredis";
 import { Semaphore, RedlockSemaphore } from "redis-semaphore";
-import { countingFetch, logIoredis } from "./reqlog.mjs";
+import { countingFetch, countingSockets, logIoredis } from "./reqlog.mjs";
 import { quantile, writeSection } from "./section.mjs";
 
 const QUICK = process.env.BENCH_QUICK === "1";
@@ -33,6 +38,8 @@ const LIMIT = 3;
 const CLIENTS = 12;
 const HOLD_MS = 20;
 const CFG = { limit: LIMIT, clients: CLIENTS, holdMs: HOLD_MS, rounds: QUICK ? 2 : 5, sliceMs: QUICK ? 150 : 400, contendedMs: QUICK ? 1000 : 5000 };
+// Issue 28's target for the semaphore over redis:// TCP: at least redis-semaphore's uncontended rate.
+const TCP_TARGET = { id: "edgelock-redis-tcp", uncontendedOps: 1.0 };
 const now = () => performance.now();
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const log = (...a) => console.error("[bench:semaphore]", ...a);
@@ -42,10 +49,11 @@ const env = await startTestenv({ etcd: 1, redis: 3, gateway: true });
 const gw = env.gateway_urls;
 const token = env.token;
 
-function edgelock(build) {
+/** An edgelock client factory: `build(transport)` gets a logging transport made by `counting(reqs)`. */
+function edgelock(build, counting = countingFetch) {
   return () => {
     const reqs = [];
-    const client = build(countingFetch(reqs));
+    const client = build(counting(reqs));
     return {
       reqs,
       async acquire(name) {
@@ -63,17 +71,22 @@ function ioredis(n, reqs) {
 
 const LIBS = {
   "edgelock-etcd": {
-    label: "edgelock EtcdLocks, limit 3", peer: null,
+    label: "edgelock EtcdLocks, limit 3", peer: null, unit: "HTTP req",
     note: "npm package in Node, defaults (session lease 10 s; the first waiter watches the holders' deletes, every later one only its predecessor)",
     make: edgelock((fetch) => new EtcdLocks({ endpoints: env.etcd_urls, fetch })),
   },
   "edgelock-redis": {
-    label: "edgelock RedisLocks (upstash), limit 3", peer: "redis-semaphore",
+    label: "edgelock RedisLocks (upstash), limit 3", peer: "redis-semaphore", unit: "HTTP req",
     note: "Upstash REST via the local gateway; defaults (ttl 10 s, push wake-up of the queue's head)",
     make: edgelock((fetch) => new RedisLocks({ url: gw[0], protocol: "upstash", token, fetch })),
   },
+  "edgelock-redis-tcp": {
+    label: "edgelock RedisLocks (redis:// TCP), limit 3", peer: "redis-semaphore", tcp: true, unit: "command write",
+    note: "the Redis protocol over TCP (node:net sockets of the Node entry) to the same redis-server as redis-semaphore; defaults (ttl 10 s, commands pipelined on one connection, push wake-up of the queue's head over a subscriber connection); requests are the client's command writes (one write may carry pipelined commands)",
+    make: edgelock((openSocket) => new RedisLocks({ url: env.redis[0].url, openSocket }), countingSockets),
+  },
   "redis-semaphore": {
-    label: "redis-semaphore Semaphore, limit 3", tcp: true,
+    label: "redis-semaphore Semaphore, limit 3", tcp: true, unit: "Redis cmd",
     note: "ioredis TCP to the same redis-server; defaults (lockTimeout 10 s, retryInterval 10 ms) except acquireTimeout 60 s",
     make: () => {
       const reqs = [];
@@ -90,12 +103,12 @@ const LIBS = {
     },
   },
   "edgelock-redlock": {
-    label: "edgelock Redlock (3× upstash), limit 3", peer: "redis-semaphore-redlock",
+    label: "edgelock Redlock (3× upstash), limit 3", peer: "redis-semaphore-redlock", unit: "HTTP req",
     note: "3 nodes, each its own gateway; defaults except retryCount 1000",
     make: edgelock((fetch) => new EdgeRedlock({ nodes: gw.map((url) => ({ url, protocol: "upstash", token })), retryCount: 1000, fetch })),
   },
   "redis-semaphore-redlock": {
-    label: "redis-semaphore RedlockSemaphore (3×), limit 3", tcp: true,
+    label: "redis-semaphore RedlockSemaphore (3×), limit 3", tcp: true, unit: "Redis cmd",
     note: "ioredis TCP to the same 3 redis-servers; defaults except acquireTimeout 60 s",
     make: () => {
       const reqs = [];
@@ -193,7 +206,7 @@ async function contended(id) {
   };
 }
 
-const results = { started: new Date().toISOString(), config: CFG, libs: Object.fromEntries(Object.entries(LIBS).map(([id, l]) => [id, { label: l.label, note: l.note, peer: l.peer ?? null, tcp: !!l.tcp }])) };
+const results = { started: new Date().toISOString(), config: CFG, libs: Object.fromEntries(Object.entries(LIBS).map(([id, l]) => [id, { label: l.label, note: l.note, peer: l.peer ?? null, tcp: !!l.tcp, unit: l.unit }])) };
 try {
   log("uncontended");
   results.uncontended = await uncontended();
@@ -214,6 +227,8 @@ for (const [id, l] of Object.entries(LIBS)) {
     peer: l.peer,
     uncontendedOps: u[id].opsPerSec / u[l.peer].opsPerSec,
     handoffP50: c[id].p50 / c[l.peer].p50,
+    handoffP99: c[id].p99 / c[l.peer].p99,
+    contendedRate: c[id].perSec / c[l.peer].perSec,
   };
 }
 writeFileSync(path.join(repoRoot, "bench", "semaphore-results.json"), JSON.stringify(results, null, 2) + "\n");
@@ -225,15 +240,15 @@ const r2 = (x) => (Number.isFinite(x) ? x.toFixed(2) : "-");
 const rows = Object.entries(LIBS).map(([id, l]) => {
   const u = results.uncontended[id];
   const c = results.contended[id];
-  return `| ${l.label} | ${r0(u.opsPerSec)} | ${r1(u.requestsPerOp)} ${l.tcp ? "Redis cmd" : id === "edgelock-etcd" ? "HTTP req" : "HTTP req"} | ${r0(c.perSec)} | ${r1(c.p50)} / ${r1(c.p99)} | ${c.mostHeld} |`;
+  return `| ${l.label} | ${r0(u.opsPerSec)} | ${r1(u.requestsPerOp)} ${l.unit} | ${r0(c.perSec)} | ${r1(c.p50)} / ${r1(c.p99)} | ${c.mostHeld} |`;
 });
 const ratioLines = Object.entries(results.ratios).map(
-  ([id, r]) => `- ${LIBS[id].label} vs ${LIBS[r.peer].label}: uncontended ops/s ${r2(r.uncontendedOps)}×, handoff p50 ${r2(r.handoffP50)}× (lower is faster).`,
+  ([id, r]) => `- ${LIBS[id].label} vs ${LIBS[r.peer].label}: uncontended ops/s ${r2(r.uncontendedOps)}×${id === TCP_TARGET.id ? ` (target ≥ ${r1(TCP_TARGET.uncontendedOps)}×: ${r.uncontendedOps >= TCP_TARGET.uncontendedOps ? "met" : "not met"})` : ""}, contended acquisitions/s ${r2(r.contendedRate)}×, handoff p50 ${r2(r.handoffP50)}× and p99 ${r2(r.handoffP99)}× (lower is faster).`,
 );
 const section = [
   "## Semaphores",
   "",
-  `From \`bench/semaphore.mjs\` (run by \`scripts/bench.sh\`), ${results.started}. A semaphore of ${LIMIT}; uncontended: one client, acquire + release in a loop (${CFG.rounds} interleaved rounds of ${CFG.sliceMs} ms); contended: ${CLIENTS} clients, each holding a permit ${HOLD_MS} ms, for ${CFG.contendedMs / 1000} s. Handoff: a release call to the first later grant to a client that was already waiting. etcd3 has no semaphore: edgelock on etcd has no peer row.`,
+  `From \`bench/semaphore.mjs\` (run by \`scripts/bench.sh\`), ${results.started}. A semaphore of ${LIMIT}; uncontended: one client, acquire + release in a loop (${CFG.rounds} interleaved rounds of ${CFG.sliceMs} ms); contended: ${CLIENTS} clients, each holding a permit ${HOLD_MS} ms, for ${CFG.contendedMs / 1000} s. Handoff: a release call to the first later grant to a client that was already waiting. Requests: from each client's own log: HTTP requests, edgelock's command writes over redis:// TCP (one write may carry pipelined commands), or the Redis commands ioredis sent (not the commands Lua scripts run inside the server). etcd3 has no semaphore: edgelock on etcd has no peer row.`,
   "",
   "| library | uncontended ops/s | requests per acquire+release | contended acquisitions/s | handoff p50 / p99 (ms) | most permits held at once |",
   "|---|---|---|---|---|---|",
@@ -246,4 +261,5 @@ const section = [
 ].join("\n");
 writeSection("Semaphores", section);
 log("wrote bench/semaphore-results.json and the Semaphores section of BENCHMARKS.md");
+for (const r of rows) log(r);
 for (const l of ratioLines) log(l);
