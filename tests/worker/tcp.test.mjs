@@ -88,6 +88,8 @@ describe('Worker over redis:// (connect())', () => {
       },
       badUrl: { EDGELOCK_BACKEND: 'redis', EDGELOCK_REDIS_URL: 'redis://:s3cret-pw@127.0.0.1:notaport' },
       badNode: { EDGELOCK_BACKEND: 'redlock', EDGELOCK_REDLOCK_NODES: `${tcpUrl(0)},redis://:s3cret-pw@127.0.0.1:99999,${tcpUrl(2)}` },
+      // Read only (GET / opens no connection): a rediss:// node is accepted.
+      tls: { EDGELOCK_BACKEND: 'redlock', EDGELOCK_REDLOCK_NODES: `rediss://cache.example:6380,${tcpUrl(1)},webdis+${env.webdis_urls[2]}` },
       sevenNodes: {
         EDGELOCK_BACKEND: 'redlock',
         EDGELOCK_REDLOCK_NODES: [0, 1, 2, 3, 4].map(tcpUrl).concat(['redis://127.0.0.1:1', 'redis://127.0.0.1:2']).join(','),
@@ -125,7 +127,7 @@ describe('Worker over redis:// (connect())', () => {
     console.log(`# redis:// one node: woken ${woken} ms after the release`);
   });
 
-  test('a refused configuration names the variable, never its value', async () => {
+  test('a refused configuration names the variable, never its value; rediss:// is accepted', async () => {
     const bad = await w.call('badUrl', 'POST', '/jobs/x/run');
     assert.equal(bad.status, 400, bad.text);
     assert.equal(bad.body.code, 'INVALID_ARGUMENT');
@@ -135,6 +137,9 @@ describe('Worker over redis:// (connect())', () => {
     assert.equal(node.status, 400, node.text);
     assert.match(node.body.error, /EDGELOCK_REDLOCK_NODES\[1\]/);
     assert.doesNotMatch(node.text, /s3cret-pw/);
+    const tls = await w.call('tls', 'GET', '/');
+    assert.equal(tls.status, 200, tls.text);
+    assert.equal(tls.body.backend, 'redlock');
     const seven = await w.call('sevenNodes', 'POST', '/jobs/x/run');
     assert.equal(seven.status, 400, seven.text);
     assert.match(seven.body.error, /EDGELOCK_REDLOCK_NODES: at most 6 redis:\/\//);
