@@ -147,10 +147,11 @@ fn backend_from_vars(var: Vars) -> Result<BackendSpec, LockError> {
 /// nodes all speak the Redis protocol subscribes by default on
 /// `OPEN_CONNECTIONS - nodes` of them (1 on five nodes; the other waiters'
 /// nodes are left to their retry timer), as the npm package's workerd entry
-/// does: there a wake-up round costs no subrequest (commands go on the open
-/// connections), which is why the core's default for the Worker is 0 on
-/// Redlock over HTTP. A Redlock with HTTP nodes keeps that default, and
-/// `EDGELOCK_MAX_SUBSCRIPTIONS` is kept as given.
+/// does: over TCP the attempt round every release wakes costs no subrequest
+/// (the commands go on the open connections), and those rounds' subrequests
+/// are why the core's Worker default is 0 on a Redlock. A Redlock with HTTP
+/// nodes keeps that default, and `EDGELOCK_MAX_SUBSCRIPTIONS` is kept as
+/// given.
 fn fit_tcp_nodes(spec: &mut BackendSpec, explicit_subscriptions: bool) -> Result<(), LockError> {
     let urls = spec.urls();
     let tcp = urls.iter().filter(|u| is_resp_url(u)).count();

@@ -183,6 +183,17 @@ describe('Worker over redis:// (connect())', () => {
     console.log(`# redis:// Redlock x5, 6 runs in one invocation: peak ${peak} connections (${opened} opened), servers saw ${seen.all} (${seen.subscribers} subscriber)`);
   });
 
+  test('runs: 1..=20 on /run only, else 400 before any connection', async () => {
+    for (const q of ['runs=0', 'runs=21', 'runs=two']) {
+      const r = await w.call('one', 'POST', `/jobs/x/run?${q}`);
+      assert.equal(r.status, 400, `${q}: ${r.text}`);
+      assert.match(r.body.error, /runs must be a whole number from 1 to 20/);
+    }
+    const start = await w.call('one', 'POST', '/jobs/x/start?runs=2');
+    assert.equal(start.status, 400, start.text);
+    assert.match(start.body.error, /runs is for POST \/jobs\/:name\/run only/);
+  });
+
   test('a Redlock mixing redis:// and webdis+http:// nodes serves runs (waiters poll by default)', async () => {
     const info = await w.call('mixed', 'GET', '/');
     assert.equal(info.body.maxSubscriptions, 0);
