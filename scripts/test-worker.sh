@@ -2,8 +2,10 @@
 # The Worker's tests: builds the Worker (scripts/build-worker.sh) and the
 # devtools binaries, then runs tests/worker in Node: the built Worker in
 # workerd through Miniflare's API, against real etcd, Redis behind webdis and
-# the local Upstash gateway, Redlock over three nodes, and the fenced resource
-# (all started by the devtools `testenv` on loopback, stopped afterwards).
+# the local Upstash gateway, Redlock over three nodes, Redis over redis://
+# through workerd's connect() (tests/worker/tcp.test.mjs: five redis-servers
+# of its own), and the fenced resource (all started by the devtools `testenv`
+# on loopback, stopped afterwards).
 #
 # Needs: etcd, redis-server, webdis (Debian packages), node >= 20, npm.
 # Nothing is fetched but crates and npm packages; nothing calls Cloudflare.

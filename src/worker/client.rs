@@ -2,7 +2,8 @@
 //!
 //! The transport is the JavaScript driver of the npm package
 //! ([`crate::js::Driver`]): the runtime's `fetch` with an `AbortController`
-//! per request (aborted on the session's `Output::Cancel`), `setTimeout` for
+//! per request (aborted on the session's `Output::Cancel`), `connect()` for
+//! `redis://` / `rediss://` nodes ([`super::sockets`]), `setTimeout` for
 //! the core's timers and the runtime clock for `now`. In workerd that clock
 //! stands still while code runs and moves on across I/O, so every `now` the
 //! core sees is taken right after the I/O that preceded it: validity is
@@ -27,6 +28,7 @@ use wasm_bindgen::closure::Closure;
 use wasm_bindgen::{JsCast, JsValue};
 
 use super::config::Config;
+use super::sockets::SocketStats;
 use crate::core::backend::{Binding, BindingKind};
 use crate::core::budget::Budgeted;
 use crate::core::{
@@ -45,6 +47,8 @@ pub enum Acquired {
 pub struct LockClient {
     driver: Driver,
     fetches: Rc<Cell<u32>>,
+    /// The counted `connect()` factory `redis://` nodes are reached through.
+    sockets: Function,
 }
 
 thread_local! {
@@ -148,9 +152,18 @@ impl LockClient {
         let fetches = Rc::new(Cell::new(0));
         let fetch = counting_fetch(fetches.clone())?;
         let bindings = bindings_for(&config.backend, &fetches)?;
-        // No socket factory: the configuration refuses redis:// nodes.
-        let driver = Driver::new(machine, Some(fetch), bindings, None)?;
-        Ok(LockClient { driver, fetches })
+        let sockets = super::sockets::counted_factory();
+        let driver = Driver::new(machine, Some(fetch), bindings, Some(sockets.clone()))?;
+        Ok(LockClient {
+            driver,
+            fetches,
+            sockets,
+        })
+    }
+
+    /// The TCP connections (`redis://` nodes) the lock has held open.
+    pub fn connections(&self) -> SocketStats {
+        super::sockets::stats(&self.sockets)
     }
 
     /// Subrequests the lock has made so far.

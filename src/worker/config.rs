@@ -7,12 +7,12 @@
 //! | `EDGELOCK_ETCD_ENDPOINTS` | etcd gateway URLs, comma-separated |
 //! | `EDGELOCK_ETCD_AUTHORIZATION` | secret: `Authorization` header for etcd (optional) |
 //! | `EDGELOCK_ETCD_USER`, `EDGELOCK_ETCD_PASSWORD` | etcd authentication: user name, and the password as a secret (tokens are fetched and renewed by the client) |
-//! | `EDGELOCK_REDIS_URL` | one node: `redis://…` / `rediss://…` (the Redis protocol: read, then refused, this Worker does not open TCP sockets yet), `upstash+https://…` or `webdis+http://…` (a bare `http(s)://` URL is Upstash) |
-//! | `EDGELOCK_REDLOCK_NODES` | Redlock nodes, comma-separated, in the same form (kinds may be mixed) |
+//! | `EDGELOCK_REDIS_URL` | one node: `redis://…` / `rediss://…` (the Redis protocol, reached with `connect()` of `cloudflare:sockets`, TLS for `rediss://`; see [`super::sockets`]), `upstash+https://…` or `webdis+http://…` (a bare `http(s)://` URL is Upstash) |
+//! | `EDGELOCK_REDLOCK_NODES` | Redlock nodes, comma-separated, in the same form (kinds may be mixed; at most 6 `redis://` nodes) |
 //! | `EDGELOCK_REDIS_TOKEN` | secret: the Upstash REST token, or a `redis://` node's password (a password in the URL works too, not both; keep it a secret rather than in `[vars]`). Node `i` of Redlock: `EDGELOCK_REDIS_TOKEN_<i>` first; a `redis://` node whose URL holds its password ignores the shared one |
 //! | `EDGELOCK_PREFIX`, `EDGELOCK_TTL_MS`, `EDGELOCK_REQUEST_TIMEOUT_MS` | lock key prefix, lock TTL (etcd: session lease TTL), per-request timeout |
 //! | `EDGELOCK_SUBREQUEST_BUDGET` | subrequests one invocation may make (default 50, the free plan's limit) |
-//! | `EDGELOCK_MAX_SUBSCRIPTIONS` | Redis push wake-up streams a waiting invocation holds open (default 5 on one node, 0 on Redlock, see [`workers_max_subscriptions`]; 0 polls) |
+//! | `EDGELOCK_MAX_SUBSCRIPTIONS` | Redis push wake-up streams a waiting invocation holds open (default 5 on one node, 0 on Redlock, see [`workers_max_subscriptions`]; on a Redlock of `redis://` nodes only, 6 − nodes, see [`fit_tcp_nodes`]; 0 polls) |
 //! | `EDGELOCK_FENCED_URL` | the fenced resource the demo job writes to |
 //! | `EDGELOCK_JOB_MS` | how long the demo job works (default 20 ms) |
 //! | `EDGELOCK_DEFAULT_WAIT_MS` | wait of `POST /jobs/:name/run` without `waitMs`/`ifAvailable` (default 10000) |
@@ -120,7 +120,8 @@ fn common_vars(var: Vars) -> Result<WorkerCommon, LockError> {
 }
 
 /// `EDGELOCK_BACKEND` and that backend's variables, read by its entry of
-/// the core's backend table.
+/// the core's backend table; the connection budget of `redis://` nodes
+/// applied ([`fit_tcp_nodes`]).
 fn backend_from_vars(var: Vars) -> Result<BackendSpec, LockError> {
     let name = var("EDGELOCK_BACKEND").unwrap_or_default();
     let common = common_vars(var)?;
@@ -130,19 +131,40 @@ fn backend_from_vars(var: Vars) -> Result<BackendSpec, LockError> {
             served_backends()
         )));
     };
-    let spec = backend.read_worker_vars(var, common)?;
-    refuse_tcp_nodes(&spec)?;
+    let explicit_subscriptions = common.max_subscriptions.is_some();
+    let mut spec = backend.read_worker_vars(var, common)?;
+    fit_tcp_nodes(&mut spec, explicit_subscriptions)?;
     Ok(spec)
 }
 
-/// The Worker's own driver opens no TCP sockets yet (the npm package's
-/// workerd entry does, through `connect()`): a `redis://` node is refused
-/// when the configuration is read, not at its first request.
-fn refuse_tcp_nodes(spec: &BackendSpec) -> Result<(), LockError> {
-    if spec.urls().iter().any(|u| is_resp_url(u)) {
-        return Err(LockError::invalid(
-            "this Worker reaches Redis over HTTP (Upstash REST or Webdis): redis:// nodes are not served by it yet",
-        ));
+/// The connections of `redis://` / `rediss://` nodes (reached with
+/// `connect()`, see [`super::sockets`]) within the invocation's
+/// [`OPEN_CONNECTIONS`]: the client holds one command connection per such
+/// node while it lives, and one subscriber connection per node it
+/// subscribes on (shared by all its waiters), at most `max_subscriptions`.
+///
+/// More such nodes than [`OPEN_CONNECTIONS`] are refused. A Redlock whose
+/// nodes all speak the Redis protocol subscribes by default on
+/// `OPEN_CONNECTIONS - nodes` of them (1 on five nodes; the other waiters'
+/// nodes are left to their retry timer), as the npm package's workerd entry
+/// does: over TCP the attempt round every release wakes costs no subrequest
+/// (the commands go on the open connections), and those rounds' subrequests
+/// are why the core's Worker default is 0 on a Redlock. A Redlock with HTTP
+/// nodes keeps that default, and `EDGELOCK_MAX_SUBSCRIPTIONS` is kept as
+/// given.
+fn fit_tcp_nodes(spec: &mut BackendSpec, explicit_subscriptions: bool) -> Result<(), LockError> {
+    let urls = spec.urls();
+    let tcp = urls.iter().filter(|u| is_resp_url(u)).count();
+    let all_tcp = tcp == urls.len();
+    if tcp > OPEN_CONNECTIONS {
+        return Err(LockError::invalid(format!(
+            "EDGELOCK_REDLOCK_NODES: at most {OPEN_CONNECTIONS} redis:// or rediss:// nodes (an invocation holds one connection open per node, and at most {OPEN_CONNECTIONS} at once)"
+        )));
+    }
+    if let BackendSpec::Redlock(cfg) = spec {
+        if all_tcp && !explicit_subscriptions {
+            cfg.max_subscriptions = OPEN_CONNECTIONS - tcp;
+        }
     }
     Ok(())
 }

@@ -12,6 +12,7 @@
 //!   the core machine wrapped in a subrequest [`Budgeted`](crate::core::budget::Budgeted));
 //! - [`d1`]: the `d1` backend's adapter over the D1 binding `EDGELOCK_D1`;
 //! - [`routes`]: the HTTP API and the job runs, on plain data;
+//! - [`sockets`]: the `connect()` socket factory of `redis://` nodes, counted;
 //! - [`job`]: the demo job writing to the fenced resource;
 //! - [`lock_object`]: the Durable Object lock service (`LockObject`,
 //!   bound as `EDGELOCK_LOCKS`) and its front, `POST /lock/v1/<op>`;
@@ -28,6 +29,7 @@ pub mod d1;
 pub mod job;
 pub mod lock_object;
 pub mod routes;
+pub mod sockets;
 
 use js_sys::Reflect;
 use wasm_bindgen::prelude::wasm_bindgen;

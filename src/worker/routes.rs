@@ -7,6 +7,11 @@
 //!   token, release. 200 with the token; 409 `BUSY` when `ifAvailable` found
 //!   it held; 504 `TIMEOUT`; 503 `BUDGET`; 502 for backend failures; 409
 //!   `FENCED` if the resource refused the token.
+//!   `runs=N` (2..=[`MAX_RUNS`]) makes N runs of the job at once inside this
+//!   one invocation, on one lock client (they queue on the lock as waiters
+//!   of one client do: one connection per `redis://` node, subscriber
+//!   connections within `max_subscriptions`); the reply lists each run's
+//!   reply under `runs`, with the first failed run's status.
 //!   "At most N at once": `limit` (or the job's entry in
 //!   `EDGELOCK_JOB_LIMITS`) takes one of N permits of a semaphore instead of
 //!   the exclusive lock; the reply then has `mode: "permit"`, `limit` and the
@@ -28,6 +33,10 @@
 //! [`super::auth`]): 401 `UNAUTHORIZED`, 403 `FORBIDDEN` (a token for
 //! other names) or 403 `NOT_CONFIGURED` (no token set: fails closed), before
 //! anything else is looked at.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::Poll;
 
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -91,7 +100,12 @@ pub struct RunOptions {
     pub job_ms: Option<u64>,
     /// At most this many runs of the job at once (a semaphore's permits).
     pub limit: Option<u64>,
+    /// `/run` only: this many runs of the job inside this invocation.
+    pub runs: Option<u64>,
 }
+
+/// Most runs one `POST /jobs/:name/run?runs=N` makes inside its invocation.
+pub const MAX_RUNS: u64 = 20;
 
 impl RunOptions {
     fn parse(query: &str, body: &[u8]) -> Result<RunOptions, LockError> {
@@ -100,7 +114,7 @@ impl RunOptions {
         } else {
             serde_json::from_slice(body).map_err(|_| {
                 LockError::invalid(
-                    "the body must be a JSON object with waitMs, ifAvailable, ttlMs, jobMs or limit (whole numbers)",
+                    "the body must be a JSON object with waitMs, ifAvailable, ttlMs, jobMs, limit or runs (whole numbers)",
                 )
             })?
         };
@@ -126,9 +140,10 @@ impl RunOptions {
                         LockError::invalid("limit must be a whole number of permits")
                     })?)
                 }
+                "runs" => opts.runs = Some(v.parse::<u64>().unwrap_or(0)),
                 _ => {
                     return Err(LockError::invalid(
-                        "unknown query parameter (waitMs, ifAvailable, ttlMs, jobMs, limit)",
+                        "unknown query parameter (waitMs, ifAvailable, ttlMs, jobMs, limit, runs)",
                     ))
                 }
             }
@@ -142,6 +157,11 @@ impl RunOptions {
                     "waitMs, ttlMs and jobMs must be at most {MAX_WAIT_MS}"
                 )));
             }
+        }
+        if opts.runs.is_some_and(|n| !(1..=MAX_RUNS).contains(&n)) {
+            return Err(LockError::invalid(format!(
+                "runs must be a whole number from 1 to {MAX_RUNS}"
+            )));
         }
         Ok(opts)
     }
@@ -228,6 +248,9 @@ pub async fn handle(cfg: &Config, call: &Call<'_>, invocation: &str) -> Reply {
             match *action {
                 "run" | "start" => match RunOptions::parse(query, body) {
                     Ok(opts) if *action == "run" => run_job(cfg, &name, &opts, invocation).await,
+                    Ok(RunOptions { runs: Some(2..), .. }) => Reply::lock_error(
+                        &LockError::invalid("runs is for POST /jobs/:name/run only"),
+                    ),
                     Ok(opts) => start_job(cfg, &name, &opts).await,
                     Err(e) => Reply::lock_error(&e),
                 },
@@ -282,6 +305,9 @@ fn busy(name: &str, kind: LockKind) -> Reply {
 
 /// Acquire, run, release: the body of `POST /jobs/:name/run` and of the cron trigger.
 pub async fn run_job(cfg: &Config, name: &str, opts: &RunOptions, invocation: &str) -> Reply {
+    if let Some(runs) = opts.runs.filter(|n| *n > 1) {
+        return run_many(cfg, name, opts, invocation, runs as u32).await;
+    }
     let kind = match opts.kind(cfg, name) {
         Ok(k) => k,
         Err(e) => return Reply::lock_error(&e),
@@ -290,22 +316,122 @@ pub async fn run_job(cfg: &Config, name: &str, opts: &RunOptions, invocation: &s
         Ok(c) => c,
         Err(e) => return Reply::lock_error(&e),
     };
+    let (reply, job_subrequests) = run_once(cfg, &client, name, kind, opts, invocation).await;
+    closed(cfg, &client, reply, job_subrequests).await
+}
+
+/// `runs` runs of job `name` at once on one client (`?runs=N`): the
+/// waiters of one invocation, sharing its connections. Each run keeps
+/// [`JOB_SUBREQUESTS`] of the budget for its job.
+async fn run_many(
+    cfg: &Config,
+    name: &str,
+    opts: &RunOptions,
+    invocation: &str,
+    runs: u32,
+) -> Reply {
+    let kind = match opts.kind(cfg, name) {
+        Ok(k) => k,
+        Err(e) => return Reply::lock_error(&e),
+    };
+    let budget = cfg
+        .subrequest_budget
+        .saturating_sub(JOB_SUBREQUESTS.saturating_mul(runs));
+    let client = match LockClient::new(cfg, budget) {
+        Ok(c) => c,
+        Err(e) => return Reply::lock_error(&e),
+    };
+    let ids: Vec<String> = (0..runs).map(|i| format!("{invocation}.{i}")).collect();
+    let each: Vec<RunFuture<'_>> = ids
+        .iter()
+        .map(|id| Box::pin(run_once(cfg, &client, name, kind, opts, id)) as RunFuture<'_>)
+        .collect();
+    let results = join_all(each).await;
+    let job_subrequests = results.iter().map(|(_, n)| n).sum();
+    // The first failed run's status (200 when every run succeeded).
+    let status = results
+        .iter()
+        .map(|(r, _)| r.status)
+        .find(|s| *s != 200)
+        .unwrap_or(200);
+    let runs: Vec<Value> = results
+        .into_iter()
+        .map(|(r, _)| {
+            let status = r.status;
+            r.with("status", json!(status)).body
+        })
+        .collect();
+    let reply = Reply {
+        status,
+        body: json!({ "job": name, "runs": runs, "invocation": invocation }),
+    };
+    closed(cfg, &client, reply, job_subrequests).await
+}
+
+/// One run's future, as [`run_many`] keeps them.
+type RunFuture<'a> = Pin<Box<dyn Future<Output = (Reply, u32)> + 'a>>;
+
+/// Polls every future on this task until all are done; their outputs in order.
+async fn join_all<T>(futures: Vec<Pin<Box<dyn Future<Output = T> + '_>>>) -> Vec<T> {
+    let mut pending: Vec<_> = futures.into_iter().map(Some).collect();
+    let mut outputs: Vec<Option<T>> = pending.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        for (slot, out) in pending.iter_mut().zip(outputs.iter_mut()) {
+            if let Some(future) = slot {
+                if let Poll::Ready(v) = future.as_mut().poll(cx) {
+                    *out = Some(v);
+                    *slot = None;
+                }
+            }
+        }
+        if pending.iter().all(Option::is_none) {
+            Poll::Ready(())
+        } else {
+            Poll::Pending
+        }
+    })
+    .await;
+    outputs.into_iter().flatten().collect()
+}
+
+/// One run on `client`: acquire, the job, release (the client stays open).
+/// The reply without usage, and the job's subrequests.
+async fn run_once(
+    cfg: &Config,
+    client: &LockClient,
+    name: &str,
+    kind: LockKind,
+    opts: &RunOptions,
+    invocation: &str,
+) -> (Reply, u32) {
     let acquired = client
         .acquire(name, kind, &opts.acquire_options(cfg.default_wait_ms))
         .await;
-    let lock = match acquired {
-        Ok(Acquired::Held(lock)) => lock,
-        Ok(Acquired::Busy) => {
-            client.close().await;
-            return busy(name, kind).with("subrequests", subrequests(cfg, client.subrequests(), 0));
+    match acquired {
+        Ok(Acquired::Held(lock)) => {
+            run_and_release(cfg, client, name, lock, opts.job_ms, invocation).await
         }
-        Err(e) => {
-            client.close().await;
-            return Reply::lock_error(&e)
-                .with("subrequests", subrequests(cfg, client.subrequests(), 0));
-        }
-    };
-    run_held(cfg, &client, name, lock, opts.job_ms, invocation).await
+        Ok(Acquired::Busy) => (busy(name, kind), 0),
+        Err(e) => (Reply::lock_error(&e), 0),
+    }
+}
+
+/// Closes `client`; `reply` with the subrequests (and the connections, if
+/// it opened any) it used.
+async fn closed(cfg: &Config, client: &LockClient, reply: Reply, job_subrequests: u32) -> Reply {
+    client.close().await;
+    let reply = reply.with(
+        "subrequests",
+        subrequests(cfg, client.subrequests(), job_subrequests),
+    );
+    let connections = client.connections();
+    if connections.opened == 0 {
+        return reply;
+    }
+    reply.with(
+        "connections",
+        json!({ "peak": connections.peak, "opened": connections.opened, "open": connections.open }),
+    )
 }
 
 /// The cron job of a deployment with `EDGELOCK_CRON_ELECT`: campaigns in
@@ -373,6 +499,21 @@ async fn run_held(
     job_ms: Option<u64>,
     invocation: &str,
 ) -> Reply {
+    let (reply, job_subrequests) =
+        run_and_release(cfg, client, name, lock, job_ms, invocation).await;
+    closed(cfg, client, reply, job_subrequests).await
+}
+
+/// Runs the job under a held lock, then releases it. The reply without
+/// usage, and the job's subrequests.
+async fn run_and_release(
+    cfg: &Config,
+    client: &LockClient,
+    name: &str,
+    lock: LockInfo,
+    job_ms: Option<u64>,
+    invocation: &str,
+) -> (Reply, u32) {
     let token = lock.fencing_token;
     let expires_at = client.to_epoch_ms(lock.expires_at);
     let held = lock.clone();
@@ -391,7 +532,6 @@ async fn run_held(
     )
     .await;
     let released = client.release(lock.id).await;
-    client.close().await;
     let (job_subrequests, reply) = match ran {
         Err(e) => (e.subrequests, Reply::coded(502, "RESOURCE", e.message)),
         Ok(run) => {
@@ -418,13 +558,10 @@ async fn run_held(
         Ok(held) => json!({ "released": true, "heldUntilRelease": held }),
         Err(e) => json!({ "released": false, "code": e.code(), "error": e.to_string() }),
     };
-    with_kind(reply, &held)
+    let reply = with_kind(reply, &held)
         .with("token", json!(token.to_string()))
-        .with("release", released)
-        .with(
-            "subrequests",
-            subrequests(cfg, client.subrequests(), job_subrequests),
-        )
+        .with("release", released);
+    (reply, job_subrequests)
 }
 
 /// Acquire and hand out the handle; the lock stays held (until its lease or
