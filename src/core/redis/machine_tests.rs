@@ -1304,3 +1304,49 @@ fn a_decided_round_stops_waiting_for_frozen_nodes_after_a_grace() {
         "the silent nodes may hold the key"
     );
 }
+
+/// Issue 26 again (reliability 11b under load): an attempt split between
+/// contenders (one grant, two nodes held by another owner) with two nodes
+/// frozen could succeed only if both frozen nodes granted. It is given up
+/// a grace after the quorum of answers came in, not at the request timeout:
+/// its key is deleted from the node that granted it (and from the silent
+/// ones) at once, so that it does not keep the other contenders out for a
+/// whole timeout.
+#[test]
+fn a_split_attempt_with_a_frozen_minority_is_given_up_after_a_grace() {
+    let mut h = redlock(5, |c| c.fencing = RedlockFencing::Strict);
+    h.m.acquire(h.now, "job", &opts(Wait::For(60_000))).unwrap();
+    let reqs = h.take();
+    let t0 = h.now;
+    h.answer(&reqs[0], r#"{"result":[1,7,0]}"#);
+    assert!(
+        h.take().is_empty(),
+        "two answers are not a quorum of answers"
+    );
+    for r in &reqs[1..3] {
+        h.answer(r, r#"{"result":[0,9,5000]}"#);
+    }
+    assert!(
+        h.take().is_empty(),
+        "the grace: silent nodes may still answer"
+    );
+    assert_eq!(
+        h.next_timer(),
+        t0 + 100,
+        "a tenth of the 1 s request timeout"
+    );
+    h.advance_to(t0 + 100);
+    let cleanup = h.take();
+    let targets: Vec<&Target> = cleanup.iter().map(|r| &r.target).collect();
+    assert_eq!(
+        targets,
+        [&reqs[0].target, &reqs[3].target, &reqs[4].target],
+        "the granting node and the silent ones may hold the key"
+    );
+    assert!(
+        cleanup
+            .iter()
+            .all(|r| script_of(r) == scripts::Script::Release),
+        "an owner-checked delete"
+    );
+}

@@ -163,6 +163,23 @@ impl Round {
         self.several_nodes() && pending > 0 && (count >= quorum || count + pending < quorum)
     }
 
+    /// Whether a round of several nodes has answers from `quorum` nodes in
+    /// (errors included), fewer than `quorum` of them `yes`, and nodes still
+    /// pending: success then rests on every slow node saying `yes`. A
+    /// Redlock attempt split between contenders is such a round when a
+    /// minority is frozen; waiting the whole request timeout for it kept the
+    /// attempt's keys on the live nodes that long, so that contending
+    /// waiters kept failing one another (reliability 11b under load).
+    pub fn quorum_answered_short(&self, quorum: usize, yes: impl Fn(&RedisValue) -> bool) -> bool {
+        let (count, pending) = self.quorum_count(yes);
+        let answered = self
+            .slots
+            .iter()
+            .filter(|s| matches!(s, Slot::Done(_)))
+            .count();
+        self.several_nodes() && pending > 0 && answered >= quorum && count < quorum
+    }
+
     fn several_nodes(&self) -> bool {
         self.slots
             .iter()

@@ -477,8 +477,7 @@ mod tests {
             ["4", "{e:r}", "{e:r}:fence", "{e:r}:limit", "{e:r}:readers"]
         );
         // Every script's text is distinct (the model and EVALSHA tell them apart by it).
-        let shas: std::collections::BTreeSet<&str> =
-            Script::ALL.iter().map(|s| s.sha1()).collect();
+        let shas: std::collections::BTreeSet<&str> = Script::ALL.iter().map(|s| s.sha1()).collect();
         assert_eq!(shas.len(), Script::ALL.len());
     }
 

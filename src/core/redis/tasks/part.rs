@@ -63,12 +63,16 @@ pub(super) trait Part: Send {
 
     /// Whether the attempt's round is decided before every node answered:
     /// once a quorum granted (the raise round, which waits for every node,
-    /// learns any counter a silent node holds above the token) or none can
-    /// form.
+    /// learns any counter a silent node holds above the token), once none
+    /// can form, or once a quorum of nodes answered without a quorum of
+    /// grants (success would need every silent node: the attempt is given
+    /// up, cleaned up everywhere and retried, rather than left holding keys
+    /// on the live nodes for the whole request timeout). The engine still
+    /// waits a grace for slow nodes before it settles.
     fn attempt_settled(&self, round: &Round, quorum: usize) -> bool {
         let granted =
             |v: &RedisValue| matches!(scripts::parse_acquire(v), Ok(AcquireReply::Granted { .. }));
-        round.quorum_decided(quorum, granted)
+        round.quorum_decided(quorum, granted) || round.quorum_answered_short(quorum, granted)
     }
 
     /// Reads the attempt's answers (`name` for the errors).
