@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Benchmarks edgelock against the peer lock libraries (etcd3, redlock@5 over
-# ioredis, redis-semaphore, @upstash/lock over @upstash/redis), side by side on
+# Benchmarks edgelock against the peer lock libraries (etcd3, redlock@5 and
+# @sesamecare-oss/redlock over ioredis, redis-semaphore, @upstash/lock over
+# @upstash/redis), side by side on
 # local backends started by the devtools `testenv`, from Node (npm package) and
 # native Rust (examples/bench_native.rs): uncontended ops/s and requests per op,
 # handoff latency and the waiter's requests per handoff (Redis push wake-up on
@@ -11,7 +12,8 @@
 # leader election failover next to etcd3's Election (bench/election.mjs); the
 # Durable Object lock service and D1 backends inside workerd next to each
 # other and to etcd and Redis reached from the same Worker (bench/durable.mjs,
-# needs build/ and Miniflare from tests/worker). Bounded (about 3 minutes of measuring after the builds).
+# needs build/ and Miniflare from tests/worker); the Worker's handoff over
+# redis:// next to the Upstash gateway inside workerd (bench/workerd_tcp.mjs). Bounded (about 3 minutes of measuring after the builds).
 # Writes BENCHMARKS.md, bench/handoff.svg and bench/results.json (and the
 # other benches' bench/*-results.json).
 #   BENCH_SKIP_SETUP=1   do not run scripts/setup.sh first
@@ -65,3 +67,5 @@ echo "== running bench/election.mjs (leader election next to etcd3's Election)"
 node bench/election.mjs
 echo "== running bench/durable.mjs (the Durable Object and D1 backends inside workerd next to etcd and Redis)"
 node bench/durable.mjs
+echo "== running bench/workerd_tcp.mjs (the Worker's handoff over redis:// next to the Upstash gateway, inside workerd)"
+node bench/workerd_tcp.mjs

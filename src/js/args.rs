@@ -9,14 +9,14 @@ use wasm_bindgen::JsValue;
 use crate::core::redis::address::is_resp_url;
 use crate::core::{LockError, LockKind, MAX_PERMITS};
 
-/// Whether this JavaScript host reaches a `redis://` node (the Redis
-/// protocol over a TCP stream), as its entry file (or, later, its socket
-/// driver) declares through `RawLocks.declareTcp`.
+/// Whether this JavaScript host may reach a `redis://` node (the Redis
+/// protocol over a TCP stream), as its entry file declares through
+/// `RawLocks.declareTcp`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum TcpSupport {
-    /// Not in this version: the JS driver opens no TCP stream yet (the
-    /// default, until Node, Deno, Bun and workerd get their socket driver).
-    NotYet,
+    /// Not declared (the default): a client with a `redis://` node needs a
+    /// socket factory, its entry's (Node, Deno, workerd) or `openSocket`.
+    Undeclared,
     /// Never: a browser page or web worker cannot open a TCP connection.
     Browser,
     /// The host's socket driver reaches `redis://` nodes.
@@ -24,19 +24,19 @@ pub(crate) enum TcpSupport {
 }
 
 thread_local! {
-    static TCP: Cell<TcpSupport> = const { Cell::new(TcpSupport::NotYet) };
+    static TCP: Cell<TcpSupport> = const { Cell::new(TcpSupport::Undeclared) };
 }
 
-/// Declares this host's [`TcpSupport`] by name: `"not-yet"`, `"browser"`
-/// or `"available"`.
+/// Declares this host's [`TcpSupport`] by name: `"undeclared"`,
+/// `"browser"` or `"available"`.
 pub(crate) fn declare_tcp(name: &str) -> Result<(), LockError> {
     let support = match name {
-        "not-yet" => TcpSupport::NotYet,
+        "undeclared" => TcpSupport::Undeclared,
         "browser" => TcpSupport::Browser,
         "available" => TcpSupport::Available,
         _ => {
             return Err(LockError::invalid(
-                "TCP support must be \"not-yet\", \"browser\" or \"available\"",
+                "TCP support must be \"undeclared\", \"browser\" or \"available\"",
             ))
         }
     };

@@ -76,8 +76,8 @@ impl RawLocks {
 
     /// Declares whether this host reaches `redis://` nodes: `"browser"`
     /// (never: a client with one is refused, saying browsers open no TCP
-    /// connections), `"not-yet"` (the default: no JS socket driver in this
-    /// version) or `"available"` (the host's socket driver opens them).
+    /// connections), `"undeclared"` (the default: a `redis://` node needs
+    /// a socket factory) or `"available"`.
     /// The entry files declare it; see `js/args.rs`.
     #[wasm_bindgen(js_name = declareTcp)]
     pub fn declare_tcp(support: &str) -> Result<(), JsValue> {
