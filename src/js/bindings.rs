@@ -171,12 +171,12 @@ impl RawLocks {
             .driver
             .start(Operation::Release { lock })
             .map_err(|e| to_js_error(&e))?;
-        Ok(future_to_promise(async move {
-            match done.await.and_then(Outcome::into_released) {
+        Ok(
+            done.into_promise(|result| match result.and_then(Outcome::into_released) {
                 Ok(held_until_release) => Ok(held_until_release.into()),
                 Err(e) => Err(to_js_error(&e)),
-            }
-        }))
+            }),
+        )
     }
 
     /// Resolves to the new `expiresAt` (ms since the epoch).
@@ -318,8 +318,7 @@ impl RawLocks {
             })
             .map_err(|e| to_js_error(&e))?;
         let hook = signal.and_then(|s| AbortHook::attach(s, self.driver.clone(), op));
-        Ok(future_to_promise(async move {
-            let result = done.await;
+        Ok(done.into_promise(move |result| {
             drop(hook);
             match result.and_then(Outcome::into_acquired) {
                 Ok(Some(lock)) => Ok(lock_to_js(&lock)),
