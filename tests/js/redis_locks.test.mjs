@@ -217,6 +217,7 @@ describe("Redlock over 3 nodes (2 via the Upstash gateway, 1 via Webdis)", () =>
         await lock.release();
       }
       assert.ok(took.every((ms) => ms <= bound), `granted after ${took.join(", ")} ms; bound ${bound} ms`);
+      console.log(`# Redlock, 2 of 5 nodes frozen: a free lock granted after ${took.join(", ")} ms (bound ${bound} ms)`);
       // Contenders: 3 clients × 2 rounds, one holder at a time, tokens rising.
       const name = unique("frozen-contended");
       let inside = false;
