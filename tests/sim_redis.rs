@@ -2331,7 +2331,8 @@ fn the_model_speaks_resp_like_redis() {
 }
 
 /// A TCP node whose password the clients get wrong: every acquire fails
-/// (the refused `AUTH` fails the commands queued behind it as not sent),
+/// (the refused `AUTH` fails the commands queued behind it as refused:
+/// nothing ran, reported as `BACKEND`),
 /// none hangs, nothing is granted or written, every client closes, and no
 /// error quotes the password.
 #[test]
@@ -2380,12 +2381,22 @@ fn tcp_wrong_password_fails_acquires_without_hanging() {
     assert!(!acquires.is_empty());
     for r in &acquires {
         match &r.outcome {
-            sim::net::Outcome::Failed { message, .. } => {
+            sim::net::Outcome::Failed { code, message } => {
+                // The server answered and refused us: BACKEND, as an
+                // Upstash node's 401, and at the first attempt (one node
+                // does not retry an unavailable attempt; neither case is
+                // retried until the wait runs out).
+                assert_eq!(*code, "BACKEND", "{message}");
+                assert!(message.contains("refused authentication"), "{message}");
                 assert!(!message.contains(WRONG), "{message}");
                 assert!(!message.contains(TOKEN), "{message}");
             }
             other => panic!("an acquire with a wrong password ended {other:?}"),
         }
+        // One round trip of a calm network, well within the wait (100 ms
+        // or more) and the request timeout: no retry.
+        let took = r.end.expect("ended") - r.begin;
+        assert!(took < 100, "an acquire with a wrong password took {took} ms");
     }
     eprintln!("wrong password: {:?}", acquires[0].outcome);
     assert!(w.server(0).keys(w.now).is_empty());
