@@ -249,6 +249,10 @@ fn concurrent_runs_never_overlap_over_redis_urls_with_a_password() {
     let stderr = text(&out.stderr);
     assert!(!out.status.success(), "{stderr}");
     assert!(!stderr.contains("wrong-pw-000"), "{stderr}");
+    // Refused by the server (BACKEND, as an Upstash 401): exit 69, and
+    // the message says so.
+    assert_eq!(out.status.code(), Some(69), "{stderr}");
+    assert!(stderr.contains("refused authentication"), "{stderr}");
 }
 
 /// Three `edgelock run`s of a job that logs its start and end: sorted by

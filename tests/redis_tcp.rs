@@ -192,6 +192,10 @@ fn password_acl_user_and_database_are_used_and_never_shown() {
         text.contains("WRONGPASS") || text.contains("AUTH"),
         "{text}"
     );
+    // The server answered and refused us: BACKEND, as an Upstash 401.
+    assert_eq!(e.code(), "BACKEND", "{text}");
+    assert!(text.contains("refused authentication"), "{text}");
+    assert!(text.contains(&format!("127.0.0.1:{port}")), "{text}");
     eprintln!("wrong password: {text}");
     for c in [by_password, by_user, wrong] {
         c.close().unwrap();

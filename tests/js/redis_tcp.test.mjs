@@ -151,8 +151,11 @@ describe("RedisLocks over redis:// (TCP)", () => {
     const lock = await good.acquire(name, { waitMs: 5000 });
     await lock.release();
     const wrong = track(new RedisLocks({ url: `redis://:not-${PASSWORD}x@127.0.0.1:${port}`, protocol: "resp", requestTimeoutMs: 500, retryDelayMs: 50 }));
-    const err = await rejectsWith(wrong.acquire(name, { waitMs: 1500 }), "TRANSPORT");
-    assert.match(err.message, /AUTH/);
+    // The server answered and refused us: BACKEND (as an Upstash 401), not
+    // retried until the wait runs out (that would be TIMEOUT).
+    const err = await rejectsWith(wrong.acquire(name, { waitMs: 1500 }), "BACKEND");
+    assert.match(err.message, /refused authentication \(AUTH\)/);
+    assert.match(err.message, new RegExp(`127\\.0\\.0\\.1:${port}`));
     assert.ok(!err.message.includes(PASSWORD), err.message);
   });
 

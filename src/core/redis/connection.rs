@@ -10,6 +10,8 @@
 //! 0), pipelined from then on.
 //!
 //! Failures keep the HTTP semantics the recipes rely on:
+//! - a set-up the server refused (a wrong password, a database it does not
+//!   have): nothing ran (`Refused`, reported like an HTTP 401: `BACKEND`);
 //! - a stream that never opened: its commands were not sent (`NotSent`,
 //!   safe to retry); the next command opens a new one, as an HTTP request
 //!   would connect anew (the tasks' retry delays pace the attempts, and the
@@ -427,11 +429,17 @@ impl Connection {
     }
 
     /// A set-up command was refused (a wrong password, a database that does
-    /// not exist): nothing after it ran.
+    /// not exist): nothing after it ran. The server answered and refused
+    /// us, as an HTTP node answers 401 to a wrong token: `Refused`, which
+    /// the user sees as `BACKEND`, not as a transport failure.
     fn refuse_all(&mut self, what: &str, reply: &str) -> Vec<Answer> {
         let reply = self.scrub(reply);
         let node = self.address.public_url();
-        let answers = self.drain(|_| NodeError::NotSent(format!("{node} refused {what}: {reply}")));
+        let refused = match what {
+            "AUTH" => "refused authentication (AUTH)".to_string(),
+            other => format!("refused {other}"),
+        };
+        let answers = self.drain(|_| NodeError::Refused(format!("{node} {refused}: {reply}")));
         self.closed();
         self.subscriptions_down();
         answers
@@ -456,5 +464,82 @@ impl Connection {
     pub(crate) fn scrub(&self, s: &str) -> String {
         let secrets: Vec<&str> = self.address.password.iter().map(String::as_str).collect();
         crate::core::error::sanitize_detail(s, &secrets)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Connection, Mode};
+    use crate::core::outbox::Outbox;
+    use crate::core::redis::address::RespAddress;
+    use crate::core::redis::round::NodeError;
+    use crate::core::redis::value::RedisCommand;
+    use crate::core::{Input, LockError, RequestId, Transmit};
+
+    /// A connection with a password, its stream opened and the set-up
+    /// written, command `id` queued behind it.
+    fn connected_with_a_command_queued(out: &mut Outbox) -> (Connection, RequestId, RequestId) {
+        let address = RespAddress::parse("redis://:s3cret-pw@10.0.0.9:6380", None).unwrap();
+        let mut c = Connection::new(address, 1_000, Mode::Commands);
+        let id = out.request_id();
+        c.send(out, id, &RedisCommand::new("GET").arg("k"));
+        let stream = match out.poll_transmit() {
+            Some(Transmit::Open(open)) => open.id,
+            other => panic!("{other:?}"),
+        };
+        assert!(c.on_input(out, Input::Opened { id: stream }).is_empty());
+        match out.poll_transmit() {
+            Some(Transmit::Write { data, .. }) => assert!(data.0.starts_with(b"*2\r\n$4\r\nAUTH")),
+            other => panic!("{other:?}"),
+        }
+        (c, stream, id)
+    }
+
+    /// A refused AUTH fails the command queued behind it as refused (the
+    /// server answered: BACKEND, like an HTTP 401), never as transport;
+    /// nothing ran, and the message names the node, not the password.
+    #[test]
+    fn a_refused_auth_fails_the_queued_commands_as_refused() {
+        let mut out = Outbox::default();
+        let (mut c, stream, id) = connected_with_a_command_queued(&mut out);
+        let reply = b"-WRONGPASS invalid username-password pair (s3cret-pw)\r\n+OK\r\n".to_vec();
+        let answers = c.on_input(&mut out, Input::Chunk { id: stream, data: reply });
+        let [(answered, Err(e))] = answers.as_slice() else {
+            panic!("{answers:?}");
+        };
+        assert_eq!(*answered, id);
+        assert!(matches!(e, NodeError::Refused(_)), "{e:?}");
+        assert!(!e.maybe_applied());
+        let NodeError::Refused(message) = e else {
+            unreachable!()
+        };
+        assert!(message.contains("redis://10.0.0.9:6380"), "{message}");
+        assert!(message.contains("refused authentication"), "{message}");
+        assert!(!message.contains("s3cret-pw"), "{message}");
+        match e.to_lock_error("redis", "job") {
+            err @ LockError::Backend { .. } => assert_eq!(err.code(), "BACKEND"),
+            other => panic!("{other:?}"),
+        }
+        // The queued command was never written; the stream is closed.
+        assert_eq!(out.poll_transmit(), Some(Transmit::Cancel(stream)));
+        assert_eq!(out.poll_transmit(), None);
+    }
+
+    /// An accepted set-up lets the queued command out, once.
+    #[test]
+    fn an_accepted_set_up_writes_the_queued_command() {
+        let mut out = Outbox::default();
+        let (mut c, stream, id) = connected_with_a_command_queued(&mut out);
+        let ok = b"+OK\r\n+OK\r\n".to_vec();
+        assert!(c.on_input(&mut out, Input::Chunk { id: stream, data: ok }).is_empty());
+        match out.poll_transmit() {
+            Some(Transmit::Write { id: s, data }) => {
+                assert_eq!(s, stream);
+                assert!(data.0.starts_with(b"*2\r\n$3\r\nGET"));
+            }
+            other => panic!("{other:?}"),
+        }
+        let answers = c.on_input(&mut out, Input::Chunk { id: stream, data: b"$-1\r\n".to_vec() });
+        assert!(matches!(answers.as_slice(), [(a, Ok(_))] if *a == id), "{answers:?}");
     }
 }

@@ -24,17 +24,23 @@ pub enum NodeError {
     },
     /// Redis ran the script and returned an error, or a reply of the wrong shape.
     Redis(String),
+    /// The node answered a connection's set-up (`AUTH`, `SELECT`) with a
+    /// refusal: nothing after it ran. Reported like an HTTP refusal of the
+    /// credentials (the server answered and refused us), not as transport.
+    Refused(String),
 }
 
 impl NodeError {
     /// Whether the node may have run the command anyway. A refused
-    /// connection, or an HTTP refusal of the credentials, means it did not;
+    /// connection, a refused set-up, or an HTTP refusal of the credentials,
+    /// means it did not;
     /// anything else (timeouts, broken connections, Redis errors in the
     /// middle of a script) may have left its effect behind.
     pub fn maybe_applied(&self) -> bool {
         !matches!(
             self,
             NodeError::NotSent(_)
+                | NodeError::Refused(_)
                 | NodeError::Http {
                     status: Some(401 | 403),
                     ..
@@ -62,7 +68,7 @@ impl NodeError {
                 status: *status,
                 message: message.clone(),
             },
-            NodeError::Redis(m) => LockError::Backend {
+            NodeError::Redis(m) | NodeError::Refused(m) => LockError::Backend {
                 backend,
                 name,
                 status: None,
