@@ -415,6 +415,16 @@ fn build(seed: u64, mode: Mode, transport: Transport) -> (World<RedisModel>, Set
     };
     let mut net = NetConfig::calm();
     net.delay = (1, rng.range(3, 30));
+    if calm && transport != Transport::Http {
+        // A fresh connection's first command takes three round trips (the
+        // connect, the set-up, the command), all within its own deadline,
+        // plus a coalescing hold: on a calm network they must fit, or the
+        // first command of a 150 ms timeout times out (seeds 325 and 397 of
+        // SIM_SEEDS=12000). Clamped after the draw: the seed's other draws
+        // stay the same.
+        let fits = (request_timeout_ms.saturating_sub(30) / 6).max(3);
+        net.delay.1 = net.delay.1.min(fits);
+    }
     // Not faults: stream chunks cut at random bytes into up to 6 pieces, and
     // sometimes several server writes in one chunk.
     net.split_chunk = 0.3;
@@ -1536,13 +1546,16 @@ fn tcp_restarts() {
 /// (src/core/redis/redlock.rs) needs a node whose answer H2 counted. The
 /// command was not one the engine had given up on: it was written 52 ms
 /// into its 300 ms timeout, once node 2's handshake was answered.
+/// Since split attempts settle a grace after a quorum of answers (aa71897)
+/// the seed's run goes another way and hands out no lower token; it stays
+/// here as a seed that must pass, with at most that one accepted inversion.
 #[test]
 fn tcp_restarts_seed_1803_counts_only_the_answers_h2_got() {
     if std::env::var("SIM_SEED").is_ok() {
         return;
     }
     match run_seed(1803, Mode::Restarts, Transport::Tcp, false) {
-        Ok(stats) => assert_eq!(stats.outside_guarantee, 1, "{stats:?}"),
+        Ok(stats) => assert!(stats.outside_guarantee <= 1, "{stats:?}"),
         Err((msg, _, _)) => panic!("seed 1803: {msg}"),
     }
 }
