@@ -89,6 +89,23 @@ fn read(c: &Client, wait: Wait) -> Result<Option<Lock>, LockError> {
     )
 }
 
+/// Runs `op` again (up to 5 times) while it fails with the signature of
+/// webdis 0.1.9's misrouting: right after a subscriber disconnects, webdis
+/// may write that subscriber's pending pub/sub chunk (a hex chunk-size line
+/// first) into a new connection that reused its descriptor, so the next
+/// answer on it is not HTTP. The quitting writer's subscription closes just
+/// before the try below; the CI rehearsal under load met it once. A failed
+/// try-acquire is cleaned up by the client, so another try is a fresh one.
+fn past_webdis_misrouting<T>(mut op: impl FnMut() -> Result<T, LockError>) -> Result<T, LockError> {
+    let mut tries = 1;
+    loop {
+        match op() {
+            Err(e) if tries < 5 && e.to_string().contains("not an HTTP/1.x response") => tries += 1,
+            other => return other,
+        }
+    }
+}
+
 fn write(c: &Client, wait: Wait) -> Result<Option<Lock>, LockError> {
     c.acquire_kind(
         NAME,
@@ -318,7 +335,7 @@ fn rwlock_scenario(via: Via) {
     assert_eq!(e.code(), "TIMEOUT", "{e}");
     assert!(!node.exists(&intent), "the intent of a writer that gave up");
     let (next, _) = client(&node, via, 30_000, true);
-    let joined = read(&next, Wait::Try)
+    let joined = past_webdis_misrouting(|| read(&next, Wait::Try))
         .unwrap()
         .expect("no intent left behind");
     assert!(joined.release().unwrap());
