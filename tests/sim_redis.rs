@@ -1032,7 +1032,10 @@ fn strict_precondition_held(
             }
             _ => None,
         });
-        why.push_str(&format!(" node {i}: H2 granted {granted_at:?}, H1 raise confirmed {raised_at:?}, restarts {:?}", m.restarts));
+        why.push_str(&format!(
+            " node {i}: H2 granted {granted_at:?}, H1 raise confirmed {raised_at:?}, restarts {:?}",
+            m.restarts
+        ));
         if let Some((t, fence)) = uncounted {
             why.push_str(&format!(
                 " (granted H2 at {t} with counter {fence} > its token: answer lost, not counted)"
@@ -2409,7 +2412,10 @@ fn tcp_wrong_password_fails_acquires_without_hanging() {
         // One round trip of a calm network, well within the wait (100 ms
         // or more) and the request timeout: no retry.
         let took = r.end.expect("ended") - r.begin;
-        assert!(took < 100, "an acquire with a wrong password took {took} ms");
+        assert!(
+            took < 100,
+            "an acquire with a wrong password took {took} ms"
+        );
     }
     eprintln!("wrong password: {:?}", acquires[0].outcome);
     assert!(w.server(0).keys(w.now).is_empty());

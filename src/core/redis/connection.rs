@@ -503,7 +503,13 @@ mod tests {
         let mut out = Outbox::default();
         let (mut c, stream, id) = connected_with_a_command_queued(&mut out);
         let reply = b"-WRONGPASS invalid username-password pair (s3cret-pw)\r\n+OK\r\n".to_vec();
-        let answers = c.on_input(&mut out, Input::Chunk { id: stream, data: reply });
+        let answers = c.on_input(
+            &mut out,
+            Input::Chunk {
+                id: stream,
+                data: reply,
+            },
+        );
         let [(answered, Err(e))] = answers.as_slice() else {
             panic!("{answers:?}");
         };
@@ -531,7 +537,15 @@ mod tests {
         let mut out = Outbox::default();
         let (mut c, stream, id) = connected_with_a_command_queued(&mut out);
         let ok = b"+OK\r\n+OK\r\n".to_vec();
-        assert!(c.on_input(&mut out, Input::Chunk { id: stream, data: ok }).is_empty());
+        assert!(c
+            .on_input(
+                &mut out,
+                Input::Chunk {
+                    id: stream,
+                    data: ok
+                }
+            )
+            .is_empty());
         match out.poll_transmit() {
             Some(Transmit::Write { id: s, data }) => {
                 assert_eq!(s, stream);
@@ -539,7 +553,16 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        let answers = c.on_input(&mut out, Input::Chunk { id: stream, data: b"$-1\r\n".to_vec() });
-        assert!(matches!(answers.as_slice(), [(a, Ok(_))] if *a == id), "{answers:?}");
+        let answers = c.on_input(
+            &mut out,
+            Input::Chunk {
+                id: stream,
+                data: b"$-1\r\n".to_vec(),
+            },
+        );
+        assert!(
+            matches!(answers.as_slice(), [(a, Ok(_))] if *a == id),
+            "{answers:?}"
+        );
     }
 }

@@ -1350,3 +1350,33 @@ fn a_split_attempt_with_a_frozen_minority_is_given_up_after_a_grace() {
         "an owner-checked delete"
     );
 }
+
+/// A waiting acquire cancelled while its first attempt is out, the lock
+/// held: that attempt set the writer intent, so the acquire leaves (drops
+/// the intent) before it reports `Aborted`; before, the intent stayed for
+/// a queue lease and kept readers and atomic sets out (multi_lock's
+/// cancelled group, in the loaded CI rehearsal).
+#[test]
+fn a_cancel_during_a_refused_first_attempt_drops_the_writer_intent() {
+    let mut h = single(|_| {});
+    let op = h.m.acquire(h.now, "job", &opts(Wait::Forever)).unwrap();
+    let r = h.take();
+    h.m.cancel(h.now, op);
+    h.answer(&r[0], r#"{"result":[0,1,5000]}"#);
+    let leave = h.take();
+    assert_eq!(leave.len(), 1, "{leave:?}");
+    assert_eq!(script_of(&leave[0]), scripts::Script::Leave);
+    assert!(h.take_events().is_empty(), "Aborted once it left");
+    h.answer(&leave[0], r#"{"result":1}"#);
+    let ev = h.take_events();
+    assert!(
+        matches!(
+            ev.as_slice(),
+            [Event::Completed {
+                result: Err(LockError::Aborted { .. }),
+                ..
+            }]
+        ),
+        "{ev:?}"
+    );
+}

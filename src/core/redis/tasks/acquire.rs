@@ -406,6 +406,16 @@ impl Attempts {
         // already. A quorum at `fence` is not enough: a silent node may lag.
         let raise_is_noop = counters.iter().all(|c| *c == Some(fence));
         if let Some(e) = self.abort.clone() {
+            // Cancelled while its attempt was out: if the lock was held, a
+            // waiting writer's attempt set the writer intent, which it must
+            // drop on leaving (as `contended_next` arranges for a waiter
+            // that listened), or the intent keeps readers and atomic sets
+            // out for a queue lease (multi_lock's cancelled group, met in
+            // the loaded CI rehearsal).
+            self.queued |= !held_pttls.is_empty()
+                && self.wait != Wait::Try
+                && self.waiter.is_some()
+                && self.part.sets_writer_intent();
             return self.cleanup(cx, maybe_ours, AfterCleanup::Fail(e), now);
         }
         let next = match verdict(n, granted, held_pttls.len()) {
