@@ -120,6 +120,20 @@ async fn key_count(prefix: &str) -> usize {
         .unwrap_or(0)
 }
 
+/// Polls the key count under `prefix` until it is `want`; 20 s is a
+/// must-happen bound, not a timing assumption.
+async fn key_count_reaches(prefix: &str, want: usize) {
+    let mut seen = 0;
+    for _ in 0..400 {
+        seen = key_count(prefix).await;
+        if seen == want {
+            return;
+        }
+        sleep(50).await;
+    }
+    panic!("{seen} keys under {prefix} after 20 s, expected {want}");
+}
+
 #[wasm_bindgen_test]
 async fn exclusion_try_release_and_fencing() {
     let (a, b) = (driver(), driver());
@@ -152,8 +166,8 @@ async fn waiter_is_granted_after_release() {
     let name = unique("wait");
     let held = acquired(&a, &name, &WAIT).await;
     let (_, waiting) = b.start(Operation::acquire(&name, *&WAIT)).expect("valid");
-    sleep(300).await;
-    assert_eq!(key_count(&format!("wasm/{name}/")).await, 2);
+    // The waiter's key is there before the release, however slow the machine.
+    key_count_reaches(&format!("wasm/{name}/"), 2).await;
     assert!(released(&a, &held).await);
     let next = match waiting.await {
         Ok(Outcome::Acquired(l)) => l,
@@ -171,10 +185,11 @@ async fn cancel_removes_the_waiting_key() {
     let name = unique("cancel");
     let held = acquired(&a, &name, &WAIT).await;
     let (op, waiting) = b.start(Operation::acquire(&name, *&WAIT)).expect("valid");
-    sleep(200).await;
+    // Cancelled once its key is written: the cancel must delete it.
+    key_count_reaches(&format!("wasm/{name}/"), 2).await;
     b.cancel(op);
     assert!(matches!(waiting.await, Err(LockError::Aborted { .. })));
-    assert_eq!(key_count(&format!("wasm/{name}/")).await, 1);
+    key_count_reaches(&format!("wasm/{name}/"), 1).await;
     assert!(released(&a, &held).await);
     closed(&a).await;
     closed(&b).await;
