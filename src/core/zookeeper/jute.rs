@@ -382,3 +382,257 @@ impl FrameDecoder {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{encode_frame, FrameDecoder, JuteError, Reader, Writer, DEFAULT_MAX_FRAME_LEN};
+    use proptest::prelude::*;
+
+    #[test]
+    fn writes_each_type_big_endian_with_length_prefixes() {
+        let mut w = Writer::new();
+        w.int(-2).long(0x0102_0304_0506_0708).bool(true).bool(false);
+        w.buffer(Some(b"ab"))
+            .buffer(None)
+            .ustring(Some("é"))
+            .ustring(None);
+        w.vector(Some(&[7i32, 8]), |w, v| {
+            w.int(*v);
+        });
+        w.vector::<i32>(None, |_, _| {});
+        let bytes = w.finish().unwrap();
+        let expected: Vec<u8> = [
+            &[0xff, 0xff, 0xff, 0xfe][..],
+            &[1, 2, 3, 4, 5, 6, 7, 8],
+            &[1, 0],
+            &[0, 0, 0, 2, b'a', b'b'],
+            &[0xff; 4],
+            &[0, 0, 0, 2, 0xc3, 0xa9],
+            &[0xff; 4],
+            &[0, 0, 0, 2, 0, 0, 0, 7, 0, 0, 0, 8],
+            &[0xff; 4],
+        ]
+        .concat();
+        assert_eq!(bytes, expected);
+    }
+
+    #[test]
+    fn reads_back_what_was_written_nulls_included() {
+        let mut w = Writer::new();
+        w.int(i32::MIN)
+            .long(i64::MAX)
+            .bool(true)
+            .buffer(Some(b""))
+            .buffer(None);
+        w.ustring(Some("/a/b")).ustring(None);
+        w.vector(Some(&["x", "yz"]), |w, s| {
+            w.ustring(Some(s));
+        });
+        let bytes = w.finish().unwrap();
+        let mut r = Reader::new(&bytes);
+        assert_eq!(r.int(), Ok(i32::MIN));
+        assert_eq!(r.long(), Ok(i64::MAX));
+        assert_eq!(r.bool(), Ok(true));
+        assert_eq!(r.buffer(), Ok(Some(Vec::new())));
+        assert_eq!(r.buffer(), Ok(None));
+        assert_eq!(r.ustring(), Ok(Some("/a/b".to_owned())));
+        assert_eq!(r.ustring(), Ok(None));
+        let v = r.vector(4, |r| r.ustring().map(Option::unwrap_or_default));
+        assert_eq!(v, Ok(Some(vec!["x".to_owned(), "yz".to_owned()])));
+        assert_eq!(r.remaining(), 0);
+        assert_eq!(
+            r.int(),
+            Err(JuteError::Truncated {
+                needed: 4,
+                available: 0
+            })
+        );
+    }
+
+    #[test]
+    fn a_bool_is_any_non_zero_byte() {
+        assert_eq!(Reader::new(&[2]).bool(), Ok(true));
+        assert_eq!(Reader::new(&[0]).bool(), Ok(false));
+    }
+
+    #[test]
+    fn refuses_bad_lengths_before_allocating() {
+        let neg = (-2i32).to_be_bytes();
+        assert_eq!(
+            Reader::new(&neg).buffer(),
+            Err(JuteError::NegativeLength(-2))
+        );
+        let huge = i32::MAX.to_be_bytes();
+        assert_eq!(
+            Reader::new(&huge).buffer(),
+            Err(JuteError::LengthTooLarge {
+                len: i32::MAX as usize,
+                max: DEFAULT_MAX_FRAME_LEN
+            })
+        );
+        let short = [0, 0, 0, 5, b'a', b'b'];
+        assert_eq!(
+            Reader::new(&short).buffer(),
+            Err(JuteError::Truncated {
+                needed: 5,
+                available: 2
+            })
+        );
+        // A count of 1000 elements of at least 4 bytes each, with 8 bytes left.
+        let count = [&1000i32.to_be_bytes()[..], &[0; 8]].concat();
+        let v = Reader::new(&count).vector(4, |r| r.int());
+        assert_eq!(
+            v,
+            Err(JuteError::Truncated {
+                needed: 4000,
+                available: 8
+            })
+        );
+        let bounded = [0, 0, 0, 9, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+        assert_eq!(
+            Reader::with_max_len(&bounded, 8).buffer(),
+            Err(JuteError::LengthTooLarge { len: 9, max: 8 })
+        );
+        let bad_utf8 = [0, 0, 0, 1, 0xff];
+        assert_eq!(
+            Reader::new(&bad_utf8).ustring(),
+            Err(JuteError::InvalidUtf8)
+        );
+    }
+
+    #[test]
+    fn a_frame_is_its_body_behind_a_big_endian_length() {
+        assert_eq!(encode_frame(b"abc"), vec![0, 0, 0, 3, b'a', b'b', b'c']);
+        assert_eq!(encode_frame(b""), vec![0, 0, 0, 0]);
+    }
+
+    fn stream(bodies: &[&[u8]]) -> Vec<u8> {
+        bodies.iter().flat_map(|b| encode_frame(b)).collect()
+    }
+
+    fn drain(d: &mut FrameDecoder) -> Vec<Vec<u8>> {
+        let mut out = Vec::new();
+        while let Some(frame) = d.next_frame().unwrap() {
+            out.push(frame);
+        }
+        out
+    }
+
+    #[test]
+    fn frames_fed_byte_by_byte_come_out_whole() {
+        let bodies: [&[u8]; 3] = [b"first", b"", b"third frame"];
+        let mut d = FrameDecoder::new();
+        let mut got = Vec::new();
+        for byte in stream(&bodies) {
+            d.push(&[byte]);
+            got.extend(drain(&mut d));
+        }
+        assert_eq!(got, bodies.iter().map(|b| b.to_vec()).collect::<Vec<_>>());
+        assert_eq!(d.buffered(), 0);
+    }
+
+    #[test]
+    fn coalesced_frames_come_out_one_by_one() {
+        let bodies: [&[u8]; 3] = [b"a", b"bb", b"ccc"];
+        let mut bytes = stream(&bodies);
+        bytes.extend_from_slice(&[0, 0, 0, 4, b'd']); // the start of a fourth
+        let mut d = FrameDecoder::new();
+        d.push(&bytes);
+        assert_eq!(
+            drain(&mut d),
+            vec![b"a".to_vec(), b"bb".to_vec(), b"ccc".to_vec()]
+        );
+        assert_eq!(d.buffered(), 5);
+        d.push(b"ddd");
+        assert_eq!(drain(&mut d), vec![b"dddd".to_vec()]);
+    }
+
+    #[test]
+    fn refuses_negative_and_oversized_lengths_and_stays_failed() {
+        let mut d = FrameDecoder::new();
+        d.push(&(-1i32).to_be_bytes());
+        assert_eq!(d.next_frame(), Err(JuteError::NegativeFrameLength(-1)));
+        d.push(&encode_frame(b"ok"));
+        assert_eq!(d.next_frame(), Err(JuteError::NegativeFrameLength(-1)));
+
+        let max = DEFAULT_MAX_FRAME_LEN;
+        let mut d = FrameDecoder::new();
+        d.push(&((max + 1) as i32).to_be_bytes());
+        assert_eq!(
+            d.next_frame(),
+            Err(JuteError::FrameTooLarge { len: max + 1, max })
+        );
+        let mut d = FrameDecoder::new();
+        d.push(&(max as i32).to_be_bytes());
+        assert_eq!(d.next_frame(), Ok(None), "the maximum itself is accepted");
+
+        let mut d = FrameDecoder::with_max_len(3);
+        d.push(&encode_frame(b"abc"));
+        d.push(&encode_frame(b"abcd"));
+        assert_eq!(d.next_frame(), Ok(Some(b"abc".to_vec())));
+        assert_eq!(
+            d.next_frame(),
+            Err(JuteError::FrameTooLarge { len: 4, max: 3 })
+        );
+    }
+
+    /// Reads `bytes` with a sequence of reads chosen by `ops` until one fails.
+    fn read_arbitrarily(bytes: &[u8], ops: &[u8]) {
+        let mut r = Reader::new(bytes);
+        for op in ops {
+            let ok = match op % 6 {
+                0 => r.int().is_ok(),
+                1 => r.long().is_ok(),
+                2 => r.bool().is_ok(),
+                3 => r.buffer().is_ok(),
+                4 => r.ustring().is_ok(),
+                _ => r.vector(4, |r| r.ustring()).is_ok(),
+            };
+            if !ok {
+                break;
+            }
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_bytes_never_panic_the_reader(
+            bytes in proptest::collection::vec(any::<u8>(), 0..256),
+            ops in proptest::collection::vec(any::<u8>(), 0..32),
+        ) {
+            read_arbitrarily(&bytes, &ops);
+        }
+
+        #[test]
+        fn arbitrary_chunks_never_panic_the_frame_decoder(
+            chunks in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..64), 0..16),
+            max in 0usize..64,
+        ) {
+            let mut d = FrameDecoder::with_max_len(max);
+            for chunk in &chunks {
+                d.push(chunk);
+                while let Ok(Some(frame)) = d.next_frame() {
+                    prop_assert!(frame.len() <= max);
+                }
+            }
+        }
+
+        #[test]
+        fn any_cut_of_a_stream_yields_the_same_frames(
+            bodies in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..40), 0..8),
+            cuts in proptest::collection::vec(1usize..20, 1..50),
+        ) {
+            let bytes: Vec<u8> = bodies.iter().flat_map(|b| encode_frame(b)).collect();
+            let mut d = FrameDecoder::new();
+            let mut got = Vec::new();
+            let (mut at, mut cut) = (0, cuts.iter().cycle());
+            while at < bytes.len() {
+                let end = (at + cut.next().copied().unwrap_or(1)).min(bytes.len());
+                d.push(&bytes[at..end]);
+                got.extend(drain(&mut d));
+                at = end;
+            }
+            prop_assert_eq!(got, bodies);
+        }
+    }
+}

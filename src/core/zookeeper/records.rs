@@ -601,3 +601,330 @@ impl Record for AuthPacket {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{
+        create_mode, Acl, AuthPacket, ConnectRequest, ConnectResponse, Create2Response,
+        CreateRequest, CreateResponse, DeleteRequest, GetChildren2Response, GetDataResponse, Id,
+        PathWatchRequest, Record, ReplyHeader, RequestHeader, SetDataRequest, Stat, StatResponse,
+        WatcherEvent, STAT_LEN,
+    };
+    use crate::core::zookeeper::jute::{JuteError, Reader, Writer};
+    use proptest::prelude::*;
+    use std::fmt::Debug;
+
+    fn encode<T: Record>(record: &T) -> Vec<u8> {
+        let mut w = Writer::new();
+        record.encode(&mut w);
+        w.finish().unwrap()
+    }
+
+    /// Encodes, decodes the bytes whole, and checks that every strict
+    /// prefix of them is refused as truncated rather than misread.
+    fn round_trip<T: Record + PartialEq + Debug>(record: &T) -> Vec<u8> {
+        let bytes = encode(record);
+        let mut r = Reader::new(&bytes);
+        assert_eq!(&T::decode(&mut r).unwrap(), record);
+        assert_eq!(r.remaining(), 0, "{record:?} left bytes unread");
+        bytes
+    }
+
+    fn assert_prefixes_truncated<T: Record + Debug>(bytes: &[u8]) {
+        for cut in 0..bytes.len() {
+            let got = T::decode(&mut Reader::new(&bytes[..cut]));
+            assert!(
+                matches!(got, Err(JuteError::Truncated { .. })),
+                "cut {cut}: {got:?}"
+            );
+        }
+    }
+
+    fn stat() -> Stat {
+        Stat {
+            czxid: 0x1_0000_0002,
+            mzxid: 0x1_0000_0003,
+            ctime: 1_700_000_000_000,
+            mtime: 1_700_000_000_001,
+            version: 1,
+            cversion: 2,
+            aversion: 3,
+            ephemeral_owner: 0x0123_4567_89ab_cdef,
+            data_length: 4,
+            num_children: 5,
+            pzxid: 0x1_0000_0004,
+        }
+    }
+
+    fn digest_acl() -> Acl {
+        let id = Id {
+            scheme: "digest".into(),
+            id: "u:abcdefghijklmnopqrstuvwxyz0=".into(),
+        };
+        Acl {
+            perms: super::perms::READ | super::perms::ADMIN,
+            id,
+        }
+    }
+
+    fn connect_request() -> ConnectRequest {
+        ConnectRequest {
+            protocol_version: 0,
+            last_zxid_seen: 0,
+            time_out: 30_000,
+            session_id: 0,
+            passwd: vec![0; 16],
+            read_only: false,
+        }
+    }
+
+    #[test]
+    fn a_new_session_connect_request_is_the_designs_45_bytes() {
+        // Design 1.4: `00 00 00 2d | 00 00 00 00 | 00x8 | 00 00 75 30 | 00x8
+        // | 00 00 00 10 | 00x16 | 00`, the frame length first.
+        let mut expected = vec![0, 0, 0, 0x2d];
+        expected.extend_from_slice(&[0, 0, 0, 0]); // protocolVersion
+        expected.extend_from_slice(&[0; 8]); // lastZxidSeen
+        expected.extend_from_slice(&[0, 0, 0x75, 0x30]); // timeOut 30000
+        expected.extend_from_slice(&[0; 8]); // sessionId
+        expected.extend_from_slice(&[0, 0, 0, 0x10]); // passwd length 16
+        expected.extend_from_slice(&[0; 16]); // passwd
+        expected.push(0); // readOnly false
+        let body = round_trip(&connect_request());
+        assert_eq!(body.len(), 45);
+        assert_eq!(crate::core::zookeeper::jute::encode_frame(&body), expected);
+    }
+
+    #[test]
+    fn a_create_request_is_its_fields_in_order() {
+        let request = CreateRequest {
+            path: "/edgelock/a".into(),
+            data: b"x".to_vec(),
+            acl: vec![Acl::open_unsafe()],
+            flags: create_mode::EPHEMERAL_SEQUENTIAL,
+        };
+        let mut expected = vec![0, 0, 0, 11];
+        expected.extend_from_slice(b"/edgelock/a"); // path
+        expected.extend_from_slice(&[0, 0, 0, 1, b'x']); // data
+        expected.extend_from_slice(&[0, 0, 0, 1]); // one ACL
+        expected.extend_from_slice(&[0, 0, 0, 0x1f]); // perms ALL
+        expected.extend_from_slice(&[0, 0, 0, 5]);
+        expected.extend_from_slice(b"world"); // id.scheme
+        expected.extend_from_slice(&[0, 0, 0, 6]);
+        expected.extend_from_slice(b"anyone"); // id.id
+        expected.extend_from_slice(&[0, 0, 0, 3]); // flags EPHEMERAL_SEQUENTIAL
+        assert_eq!(round_trip(&request), expected);
+    }
+
+    #[test]
+    fn a_ping_frame_is_the_designs_12_bytes() {
+        let header = RequestHeader {
+            xid: super::xid::PING,
+            op: super::op::PING,
+        };
+        let frame = crate::core::zookeeper::jute::encode_frame(&encode(&header));
+        assert_eq!(frame, [0, 0, 0, 8, 0xff, 0xff, 0xff, 0xfe, 0, 0, 0, 0x0b]);
+    }
+
+    #[test]
+    fn a_stat_is_68_bytes() {
+        assert_eq!(round_trip(&stat()).len(), STAT_LEN);
+    }
+
+    #[test]
+    fn connect_response_tolerates_a_missing_read_only_byte() {
+        let response = ConnectResponse {
+            protocol_version: 0,
+            time_out: 4_000,
+            session_id: 0x0100_0000_0000_0001,
+            passwd: (0..16).collect(),
+            read_only: Some(false),
+        };
+        let bytes = round_trip(&response);
+        assert_eq!(bytes.len(), 37);
+        let old = ConnectResponse {
+            read_only: None,
+            ..response
+        };
+        assert_eq!(
+            ConnectResponse::decode(&mut Reader::new(&bytes[..36])),
+            Ok(old.clone())
+        );
+        assert_eq!(round_trip(&old).len(), 36);
+    }
+
+    #[test]
+    fn null_fields_from_a_server_decode_as_empty() {
+        let mut w = Writer::new();
+        w.buffer(None);
+        stat().encode(&mut w);
+        let bytes = w.finish().unwrap();
+        let got = GetDataResponse::decode(&mut Reader::new(&bytes)).unwrap();
+        assert_eq!(
+            got,
+            GetDataResponse {
+                data: Vec::new(),
+                stat: stat()
+            }
+        );
+    }
+
+    #[test]
+    fn every_record_round_trips_and_refuses_its_prefixes() {
+        let b = round_trip(&connect_request());
+        assert_prefixes_truncated::<ConnectRequest>(&b);
+        let b = round_trip(&RequestHeader {
+            xid: 7,
+            op: super::op::CREATE2,
+        });
+        assert_prefixes_truncated::<RequestHeader>(&b);
+        let b = round_trip(&ReplyHeader {
+            xid: -1,
+            zxid: -1,
+            err: super::err::NO_NODE,
+        });
+        assert_prefixes_truncated::<ReplyHeader>(&b);
+        let b = round_trip(&stat());
+        assert_prefixes_truncated::<Stat>(&b);
+        let b = round_trip(&digest_acl());
+        assert_prefixes_truncated::<Acl>(&b);
+        let create = CreateRequest {
+            path: "/edgelock/n/_c_x-lock-".into(),
+            data: Vec::new(),
+            acl: vec![digest_acl(), Acl::open_unsafe()],
+            flags: create_mode::CONTAINER,
+        };
+        let b = round_trip(&create);
+        assert_prefixes_truncated::<CreateRequest>(&b);
+        let b = round_trip(&CreateResponse { path: "/p".into() });
+        assert_prefixes_truncated::<CreateResponse>(&b);
+        let created = Create2Response {
+            path: "/p/lock-0000000001".into(),
+            stat: stat(),
+        };
+        let b = round_trip(&created);
+        assert_prefixes_truncated::<Create2Response>(&b);
+        let b = round_trip(&DeleteRequest {
+            path: "/p".into(),
+            version: -1,
+        });
+        assert_prefixes_truncated::<DeleteRequest>(&b);
+        let b = round_trip(&PathWatchRequest {
+            path: "/p/q".into(),
+            watch: true,
+        });
+        assert_prefixes_truncated::<PathWatchRequest>(&b);
+        let b = round_trip(&StatResponse { stat: stat() });
+        assert_prefixes_truncated::<StatResponse>(&b);
+    }
+
+    #[test]
+    fn every_response_record_round_trips_and_refuses_its_prefixes() {
+        let b = round_trip(&GetDataResponse {
+            data: b"edgelock:holds=1".to_vec(),
+            stat: stat(),
+        });
+        assert_prefixes_truncated::<GetDataResponse>(&b);
+        let children = GetChildren2Response {
+            children: vec!["lock-0000000002".into(), "lock-0000000001".into()],
+            stat: stat(),
+        };
+        let b = round_trip(&children);
+        assert_prefixes_truncated::<GetChildren2Response>(&b);
+        let b = round_trip(&SetDataRequest {
+            path: "/p".into(),
+            data: vec![1, 2],
+            version: 3,
+        });
+        assert_prefixes_truncated::<SetDataRequest>(&b);
+        let event = WatcherEvent {
+            event_type: super::event::NODE_DELETED,
+            state: super::event::STATE_SYNC_CONNECTED,
+            path: "/p/lock-0000000001".into(),
+        };
+        let b = round_trip(&event);
+        assert_prefixes_truncated::<WatcherEvent>(&b);
+        let auth = AuthPacket {
+            auth_type: 0,
+            scheme: "digest".into(),
+            auth: b"u:pw".to_vec(),
+        };
+        let b = round_trip(&auth);
+        assert_prefixes_truncated::<AuthPacket>(&b);
+        let b = round_trip(&Id {
+            scheme: "world".into(),
+            id: "anyone".into(),
+        });
+        assert_prefixes_truncated::<Id>(&b);
+        // ConnectResponse's last byte is optional, so only cuts inside the
+        // record proper are truncations.
+        let response = ConnectResponse {
+            protocol_version: 0,
+            time_out: 0,
+            session_id: 0,
+            passwd: vec![0; 16],
+            read_only: Some(true),
+        };
+        let b = round_trip(&response);
+        assert_prefixes_truncated::<ConnectResponse>(&b[..b.len() - 1]);
+    }
+
+    #[test]
+    fn auth_packet_debug_hides_the_credential() {
+        let auth = AuthPacket {
+            auth_type: 0,
+            scheme: "digest".into(),
+            auth: b"u:secret".to_vec(),
+        };
+        let shown = format!("{auth:?}");
+        assert!(
+            !shown.contains("secret") && !shown.contains("115, 101"),
+            "{shown}"
+        );
+    }
+
+    fn decode_all(bytes: &[u8]) {
+        fn one<T: Record>(bytes: &[u8]) {
+            let _ = T::decode(&mut Reader::new(bytes));
+        }
+        one::<ConnectRequest>(bytes);
+        one::<ConnectResponse>(bytes);
+        one::<RequestHeader>(bytes);
+        one::<ReplyHeader>(bytes);
+        one::<Stat>(bytes);
+        one::<Acl>(bytes);
+        one::<CreateRequest>(bytes);
+        one::<CreateResponse>(bytes);
+        one::<Create2Response>(bytes);
+        one::<DeleteRequest>(bytes);
+        one::<PathWatchRequest>(bytes);
+        one::<StatResponse>(bytes);
+        one::<GetDataResponse>(bytes);
+        one::<GetChildren2Response>(bytes);
+        one::<SetDataRequest>(bytes);
+        one::<WatcherEvent>(bytes);
+        one::<AuthPacket>(bytes);
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_bytes_never_panic_a_record_decoder(
+            bytes in proptest::collection::vec(any::<u8>(), 0..200),
+        ) {
+            decode_all(&bytes);
+        }
+
+        #[test]
+        fn create_requests_round_trip(
+            path in "/[a-z0-9_-]{1,20}(/[a-z0-9_-]{1,20}){0,3}",
+            data in proptest::collection::vec(any::<u8>(), 0..64),
+            perms in 0i32..32,
+            flags in 0i32..5,
+        ) {
+            let acl = vec![Acl { perms, id: Id { scheme: "world".into(), id: "anyone".into() } }];
+            let request = CreateRequest { path, data, acl, flags };
+            let bytes = encode(&request);
+            prop_assert_eq!(CreateRequest::decode(&mut Reader::new(&bytes)), Ok(request));
+        }
+    }
+}
