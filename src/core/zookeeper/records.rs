@@ -10,7 +10,8 @@
 
 use super::jute::{JuteError, Reader, Writer};
 
-/// Op codes (`ZooDefs.java`, `interface OpCode`; design 1.6).
+/// Op codes (`ZooDefs.java`, `interface OpCode`; design 1.6), all of them,
+/// though the recipes use only a few.
 pub(crate) mod op {
     pub(crate) const NOTIFICATION: i32 = 0;
     pub(crate) const CREATE: i32 = 1;
@@ -18,6 +19,8 @@ pub(crate) mod op {
     pub(crate) const EXISTS: i32 = 3;
     pub(crate) const GET_DATA: i32 = 4;
     pub(crate) const SET_DATA: i32 = 5;
+    pub(crate) const GET_ACL: i32 = 6;
+    pub(crate) const SET_ACL: i32 = 7;
     pub(crate) const GET_CHILDREN: i32 = 8;
     pub(crate) const SYNC: i32 = 9;
     pub(crate) const PING: i32 = 11;
@@ -25,9 +28,22 @@ pub(crate) mod op {
     pub(crate) const CHECK: i32 = 13;
     pub(crate) const MULTI: i32 = 14;
     pub(crate) const CREATE2: i32 = 15;
+    pub(crate) const RECONFIG: i32 = 16;
+    pub(crate) const CHECK_WATCHES: i32 = 17;
+    pub(crate) const REMOVE_WATCHES: i32 = 18;
     pub(crate) const CREATE_CONTAINER: i32 = 19;
+    pub(crate) const DELETE_CONTAINER: i32 = 20;
+    pub(crate) const CREATE_TTL: i32 = 21;
+    pub(crate) const MULTI_READ: i32 = 22;
     pub(crate) const AUTH: i32 = 100;
     pub(crate) const SET_WATCHES: i32 = 101;
+    pub(crate) const SASL: i32 = 102;
+    pub(crate) const GET_EPHEMERALS: i32 = 103;
+    pub(crate) const GET_ALL_CHILDREN_NUMBER: i32 = 104;
+    pub(crate) const SET_WATCHES2: i32 = 105;
+    pub(crate) const ADD_WATCH: i32 = 106;
+    pub(crate) const WHO_AM_I: i32 = 107;
+    pub(crate) const CREATE_SESSION: i32 = -10;
     pub(crate) const CLOSE_SESSION: i32 = -11;
     pub(crate) const ERROR: i32 = -1;
 }
@@ -79,12 +95,15 @@ pub(crate) mod err {
 }
 
 /// `CreateMode` flags of a [`CreateRequest`] (`CreateMode.java`; design 1.7).
+/// The TTL modes need the server's `extendedTypesEnabled`.
 pub(crate) mod create_mode {
     pub(crate) const PERSISTENT: i32 = 0;
     pub(crate) const EPHEMERAL: i32 = 1;
     pub(crate) const PERSISTENT_SEQUENTIAL: i32 = 2;
     pub(crate) const EPHEMERAL_SEQUENTIAL: i32 = 3;
     pub(crate) const CONTAINER: i32 = 4;
+    pub(crate) const PERSISTENT_WITH_TTL: i32 = 5;
+    pub(crate) const PERSISTENT_SEQUENTIAL_WITH_TTL: i32 = 6;
 }
 
 /// ACL permission bits (`ZooDefs.java`, `interface Perms`; design 1.11).
@@ -97,15 +116,29 @@ pub(crate) mod perms {
     pub(crate) const ALL: i32 = 31;
 }
 
-/// Watch event types and session states (`Watcher.java`; design 1.8).
+/// Watch event types and session states (`Watcher.java`, enums
+/// `Event.EventType` and `Event.KeeperState`; design 1.8).
 pub(crate) mod event {
     pub(crate) const NONE: i32 = -1;
     pub(crate) const NODE_CREATED: i32 = 1;
     pub(crate) const NODE_DELETED: i32 = 2;
     pub(crate) const NODE_DATA_CHANGED: i32 = 3;
     pub(crate) const NODE_CHILDREN_CHANGED: i32 = 4;
-    /// `KeeperState.SyncConnected`, the state every server-sent event carries.
+    pub(crate) const DATA_WATCH_REMOVED: i32 = 5;
+    pub(crate) const CHILD_WATCH_REMOVED: i32 = 6;
+    pub(crate) const PERSISTENT_WATCH_REMOVED: i32 = 7;
+
+    pub(crate) const STATE_UNKNOWN: i32 = -1;
+    pub(crate) const STATE_DISCONNECTED: i32 = 0;
+    pub(crate) const STATE_NO_SYNC_CONNECTED: i32 = 1;
+    /// The state every server-sent event carries; the others are set by
+    /// the Java client itself.
     pub(crate) const STATE_SYNC_CONNECTED: i32 = 3;
+    pub(crate) const STATE_AUTH_FAILED: i32 = 4;
+    pub(crate) const STATE_CONNECTED_READ_ONLY: i32 = 5;
+    pub(crate) const STATE_SASL_AUTHENTICATED: i32 = 6;
+    pub(crate) const STATE_EXPIRED: i32 = -112;
+    pub(crate) const STATE_CLOSED: i32 = 7;
 }
 
 /// A jute record: fields in declaration order, no tag, no length.
