@@ -24,6 +24,10 @@ pub(crate) mod runtime;
 pub mod session;
 pub(crate) mod sse_stream;
 pub mod types;
+// The ZooKeeper wire layer (issue 29): nothing uses it yet; the session and
+// Curator's recipes come next and will call into it.
+#[allow(dead_code)]
+pub(crate) mod zookeeper;
 
 pub use backend::BackendSpec;
 pub use error::LockError;
