@@ -334,7 +334,7 @@ fn spawn_jvm(classes: &Path, connect: &str, log: &Path) -> io::Result<Child> {
             .map(|j| j.to_string()),
     );
     Command::new(JAVA_BIN)
-        .args(["-Xmx128m", "-XX:+UseSerialGC"])
+        .args(["-Xmx128m", "-XX:+UseSerialGC", "-XX:-UsePerfData"])
         .args([
             "-Dorg.slf4j.simpleLogger.showDateTime=true",
             "-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS",
@@ -380,35 +380,8 @@ pub fn compiled_classes() -> io::Result<PathBuf> {
         return Ok(dir);
     }
     let build = TempDir::new("curator-peer-build")?;
-    let source = build.path().join("CuratorPeer.java");
-    std::fs::write(&source, CURATOR_PEER_SOURCE)?;
     let classes = build.path().join("classes");
-    let out = Command::new("javac")
-        .args([
-            "-nowarn",
-            "-encoding",
-            "UTF-8",
-            "-cp",
-            &CURATOR_JARS.join(":"),
-            "-d",
-        ])
-        .arg(&classes)
-        .arg(&source)
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| {
-            io::Error::new(
-                e.kind(),
-                format!("cannot run javac (default-jdk-headless): {e}"),
-            )
-        })?;
-    if !out.status.success() {
-        return Err(io::Error::other(format!(
-            "javac CuratorPeer.java failed ({}):\n{}",
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        )));
-    }
+    javac(build.path(), &classes)?;
     // Atomic publish: a rename onto a directory another process published
     // meanwhile fails, and that one is just as good.
     if let Err(e) = std::fs::rename(&classes, &dir) {
@@ -420,6 +393,39 @@ pub fn compiled_classes() -> io::Result<PathBuf> {
         }
     }
     Ok(dir)
+}
+
+/// Writes the source into `build` and compiles it into `classes`.
+fn javac(build: &Path, classes: &Path) -> io::Result<()> {
+    let source = build.join("CuratorPeer.java");
+    std::fs::write(&source, CURATOR_PEER_SOURCE)?;
+    let out = Command::new("javac")
+        .args([
+            "-nowarn",
+            "-encoding",
+            "UTF-8",
+            "-cp",
+            &CURATOR_JARS.join(":"),
+        ])
+        .arg("-d")
+        .arg(classes)
+        .arg(&source)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("cannot run javac (default-jdk-headless): {e}"),
+            )
+        })?;
+    if out.status.success() {
+        return Ok(());
+    }
+    Err(io::Error::other(format!(
+        "javac CuratorPeer.java failed ({}):\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    )))
 }
 
 /// FNV-1a, 64 bit: a cache key stable across Rust versions (unlike

@@ -216,6 +216,9 @@ fn server_spec(main_class: &str, dir: &Path, cfg: &Path, opts: &ZooKeeperOptions
             // Curator JVMs share two cores in the tests.
             "-Xmx256m",
             "-XX:+UseSerialGC",
+            // No /tmp/hsperfdata_<user>/<pid> file (left behind by every
+            // SIGKILLed JVM otherwise).
+            "-XX:-UsePerfData",
             "-Dorg.slf4j.simpleLogger.showDateTime=true",
             "-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS",
         ])
