@@ -13,6 +13,7 @@ use std::io::{self, BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::sync::{Mutex, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -372,6 +373,10 @@ fn read_lines(stdout: impl io::Read + Send + 'static) -> Receiver<String> {
 
 /// The directory holding `CuratorPeer.class`, compiling it if needed.
 pub fn compiled_classes() -> io::Result<PathBuf> {
+    // One javac per process (peers start in parallel threads); other
+    // processes are handled by the atomic rename below.
+    static COMPILING: Mutex<()> = Mutex::new(());
+    let _one_at_a_time = COMPILING.lock().unwrap_or_else(PoisonError::into_inner);
     let dir = std::env::temp_dir().join(format!(
         "{TEMP_PREFIX}curator-peer-{:016x}",
         fnv1a(CURATOR_PEER_SOURCE.as_bytes())
