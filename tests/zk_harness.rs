@@ -128,6 +128,8 @@ fn mutex_excludes(a: &mut CuratorPeer, mut b: CuratorPeer) -> CuratorPeer {
         "a's try while b holds"
     );
     b.mutex_release(P).unwrap();
+    let took = b.bench_mutex(P, 20).unwrap();
+    assert!(took > Duration::ZERO, "bench-mutex timed {took:?}");
     b
 }
 

@@ -25,6 +25,8 @@
 //   data P                  OK <data as UTF-8> | NO
 //   stat P                  OK <czxid> <ephemeralOwner hex> | NO
 //   session                 OK <session id hex>
+//   bench-mutex P N         N uncontended acquire+release rounds of one InterProcessMutex
+//                           -> OK <N> <elapsed ns> (run it twice: the first warms the JIT)
 //   close                   OK, then exit
 import java.io.BufferedReader;
 import java.io.InputStreamReader;
@@ -134,6 +136,7 @@ public final class CuratorPeer {
             case "data": return data(a[1]);
             case "stat": return stat(a[1]);
             case "session": return "OK " + sessionId();
+            case "bench-mutex": return benchMutex(a[1], Integer.parseInt(a[2]));
             case "close": return "OK";
             default: return "ERR unknown command " + a[0];
         }
@@ -252,6 +255,16 @@ public final class CuratorPeer {
         }
         latch.close();
         return "OK";
+    }
+
+    private String benchMutex(String path, int rounds) throws Exception {
+        InterProcessMutex m = new InterProcessMutex(client, path);
+        long start = System.nanoTime();
+        for (int i = 0; i < rounds; i++) {
+            m.acquire();
+            m.release();
+        }
+        return "OK " + rounds + " " + (System.nanoTime() - start);
     }
 
     private String children(String path) throws Exception {

@@ -280,6 +280,20 @@ impl CuratorPeer {
         parsed.map(Some).ok_or_else(|| self.failure("stat", &rest))
     }
 
+    /// `rounds` uncontended acquire+release cycles of Curator's
+    /// InterProcessMutex on `path`, timed inside the JVM (the first call
+    /// also warms the JIT: benchmark the second).
+    pub fn bench_mutex(&mut self, path: &str, rounds: u32) -> io::Result<Duration> {
+        let line = format!("bench-mutex {path} {rounds}");
+        let answer = self
+            .query(&line, Duration::from_secs(600))?
+            .unwrap_or_default();
+        let nanos = answer.split_once(' ').and_then(|(_, ns)| ns.parse().ok());
+        nanos
+            .map(Duration::from_nanos)
+            .ok_or_else(|| self.failure(&line, &answer))
+    }
+
     /// Closes the Curator client (its session ends, its ephemeral nodes go)
     /// and waits for the JVM to exit.
     pub fn close(mut self) -> io::Result<()> {
