@@ -429,3 +429,69 @@ fn with_no_subscriptions_allowed_waiters_poll_and_open_no_second_connection() {
     assert!(held.release().unwrap());
     t.join().expect("waiter");
 }
+
+/// No starved waiter (bounded bypass): while a waiter heads the queue, the
+/// free lock goes to others at most `MAX_BYPASS` times before only the
+/// waiter may take it. The others here are raw runs of the acquire script,
+/// each grant freed by a plain `DEL` (which wakes nobody), so that the
+/// waiter, asleep until its fallback timer, cannot take part in the race:
+/// without the bound every run would be granted.
+#[test]
+fn a_queued_waiter_is_bypassed_at_most_max_bypass_times() {
+    use edgelock::internals::redis::keys::fence_key;
+    use edgelock::internals::redis::scripts::{self, MAX_BYPASS};
+    let redis = RedisServer::start().unwrap();
+    let (holder, waiter) = (single(tcp(&url(&redis))), single(tcp(&url(&redis))));
+    let held = holder.acquire("bypass", None).expect("acquire");
+    let first = held.fencing_token();
+    let waiting = thread::spawn(move || {
+        let l = waiter
+            .acquire("bypass", Some(Duration::from_secs(60)))
+            .expect("the waiter is granted");
+        (l.fencing_token(), l, waiter)
+    });
+    let key = lock_key("edgelock", "bypass");
+    let queue = format!("{key}:queue");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while redis
+        .redis_command(&[b"LLEN", queue.as_bytes()])
+        .expect("LLEN")
+        .as_int()
+        != Some(1)
+    {
+        assert!(Instant::now() < deadline, "the waiter never queued");
+        thread::sleep(Duration::from_millis(5));
+    }
+    // The holder's key vanishes without a release message.
+    redis.redis_command(&[b"DEL", key.as_bytes()]).expect("DEL");
+    let fence = fence_key(&key);
+    let mut bypasses = 0;
+    for i in 0..10 {
+        let token = format!("barger-{i}");
+        let cmd = scripts::acquire(&key, &fence, &token, 10_000, false, 0, MAX_BYPASS);
+        let args: Vec<&[u8]> = cmd.args.iter().map(Vec::as_slice).collect();
+        redis.redis_command(&args).expect("EVAL");
+        if redis
+            .redis_command(&[b"GET", key.as_bytes()])
+            .expect("GET")
+            .as_bytes()
+            == Some(token.as_bytes())
+        {
+            bypasses += 1;
+            redis.redis_command(&[b"DEL", key.as_bytes()]).expect("DEL");
+        }
+    }
+    assert!(bypasses <= MAX_BYPASS, "bypassed {bypasses} times");
+    // The waiter (woken by its fallback timer) gets it, with the next token.
+    let (token, l, _waiter) = waiting.join().unwrap();
+    assert_eq!(
+        token,
+        first + 1 + u64::from(bypasses),
+        "only the bypasses came between"
+    );
+    assert!(l.release().expect("release"));
+    drop(held);
+    // With the queue empty again, a try on the free lock succeeds at once.
+    let other = single(tcp(&url(&redis)));
+    assert!(other.try_acquire("bypass").expect("try").is_some());
+}

@@ -2098,7 +2098,7 @@ fn the_model_streams_subscriptions_like_the_real_servers() {
         run(
             &mut m,
             6,
-            &scripts::acquire(&key, &fence, "aa", 1_000, false, 0),
+            &scripts::acquire(&key, &fence, "aa", 1_000, false, 0, 2),
             2,
         );
         // Not the owner: nothing deleted, nothing published.
@@ -2150,7 +2150,7 @@ fn the_model_streams_subscriptions_like_the_real_servers() {
         run(
             &mut m,
             9,
-            &scripts::acquire(&key, &fence, "cc", 1_000, false, 0),
+            &scripts::acquire(&key, &fence, "cc", 1_000, false, 0, 2),
             5,
         );
         assert_eq!(
@@ -2315,7 +2315,7 @@ fn the_model_speaks_resp_like_redis() {
     assert_eq!(call(&mut m, 7, sub), confirm("subscribe", 1));
     assert_eq!(m.open_subscriptions(), 1);
     assert!(err(&call(&mut m, 7, get.clone())).contains("only (P|S)SUBSCRIBE"));
-    let acquire = scripts::acquire(&key, &fence, "aa", 1_000, false, 0);
+    let acquire = scripts::acquire(&key, &fence, "aa", 1_000, false, 0, 2);
     let granted = call(&mut m, 1, acquire);
     assert!(
         matches!(granted.as_slice(), [v] if !matches!(v, RedisValue::Error(_))),

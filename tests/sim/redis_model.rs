@@ -266,12 +266,15 @@ fn script_keys(s: Script, numkeys: &[u8], rest: &[Vec<u8>]) -> Option<usize> {
         Script::Status | Script::ExtendShared | Script::StatusShared => n == 2,
         // v3: also the hold count, renewed with the lock.
         Script::Extend => n == 3,
-        Script::Acquire | Script::AcquireShared => n == 4,
+        Script::AcquireShared => n == 4,
+        // v4: also the waiters' queue, its leases and the bypass record.
+        Script::Acquire => n == 7,
         // v4: also the hold count (reentrant holds).
         Script::Release => n == 5,
         Script::Reenter => n == 2,
         Script::ReleaseShared | Script::Leave => n == 5,
-        Script::AcquireQueued => n == 6,
+        // v4: also the bypass record.
+        Script::AcquireQueued => n == 7,
         Script::AcquirePermit => n >= 5,
         Script::PermitCleanup => n >= 1,
         Script::Inspect => n >= 4,
@@ -823,7 +826,16 @@ impl RedisModel {
                 // Readers hold: refused (as if the key were there), the
                 // wait being the last reader's lease end.
                 let last_reader = self.prune_readers(rkey, g);
-                let free = self.alive(key, g).is_none() && last_reader.is_none();
+                // v4: a live queue head bypassed ARGV[5] times keeps the
+                // free lock for itself.
+                let (Some(q), Some(bkey), Some(limit)) = (keys.get(4), keys.get(6), num(4)) else {
+                    return err("ERR bad acquire arguments");
+                };
+                let head = self.prune_dead_heads(q, g);
+                let bypassed = head.as_ref().map_or(0, |h| self.bypasses(bkey, h, g));
+                let free = self.alive(key, g).is_none()
+                    && last_reader.is_none()
+                    && (head.is_none() || bypassed < limit);
                 let f = if every || free {
                     match self.incr(fence, g) {
                         Ok(f) => f,
@@ -835,6 +847,9 @@ impl RedisModel {
                 if free {
                     self.set(key, token.clone(), Some(ttl), g);
                     self.data.remove(ikey.as_slice());
+                    if let Some(h) = &head {
+                        self.record_bypass(q, bkey, h, bypassed + 1, g);
+                    }
                     self.log.push(Rec::Granted {
                         key: key.to_vec(),
                         owner: token,
@@ -850,6 +865,12 @@ impl RedisModel {
                     let mut wait = self.pttl_int(key, g);
                     if wait == -2 {
                         wait = self.readers_wait(last_reader, g);
+                    }
+                    if let (-2, Some(h)) = (wait, &head) {
+                        let now = self.now_local(g);
+                        wait = self
+                            .lease_of(q, h)
+                            .map_or(0, |u| u.saturating_sub(now) as i64);
                     }
                     MValue::Arr(vec![MValue::Int(0), MValue::Int(f), MValue::Int(wait)])
                 }
@@ -974,15 +995,19 @@ impl RedisModel {
                 if ttl == 0 {
                     return err("ERR invalid expire time in 'set' command");
                 }
-                let fair = arg(4) == b"1";
-                let (Some(rkey), Some(ikey), Some(intent)) = (keys.get(4), keys.get(5), num(5))
+                // v4: ARGV[5] is how often others may take the free lock
+                // while a live waiter heads the queue (0: the fair lock).
+                let (Some(rkey), Some(ikey), Some(intent), Some(bkey), Some(limit)) =
+                    (keys.get(4), keys.get(5), num(5), keys.get(6), num(4))
                 else {
                     return err("ERR bad queued acquire arguments");
                 };
                 let now = self.now_local(g);
                 let head = self.prune_dead_heads(&qkey, g);
                 let last_reader = self.prune_readers(rkey, g);
-                let may = !fair || head.as_ref().map_or(true, |h| *h == waiter);
+                let other = head.clone().filter(|h| *h != waiter);
+                let bypassed = other.as_ref().map_or(0, |h| self.bypasses(bkey, h, g));
+                let may = other.is_none() || bypassed < limit;
                 if may && last_reader.is_none() && self.alive(key, g).is_none() {
                     let f = match self.incr(fence, g) {
                         Ok(f) => f,
@@ -990,6 +1015,9 @@ impl RedisModel {
                     };
                     self.set(key, token.clone(), Some(ttl), g);
                     self.data.remove(ikey.as_slice());
+                    if let Some(h) = &other {
+                        self.record_bypass(&qkey, bkey, h, bypassed + 1, g);
+                    }
                     self.log.push(Rec::Granted {
                         key: key.to_vec(),
                         owner: token,
@@ -1204,6 +1232,29 @@ impl RedisModel {
             }
             _ => err("ERR wrong number of keys for this edgelock script"),
         }
+    }
+
+    /// How often the free lock went to others while `head` headed the
+    /// queue: the bypass record `<head>:<n>` if it is `head`'s, else 0.
+    fn bypasses(&self, bkey: &[u8], head: &[u8], g: Millis) -> u64 {
+        let Some(v) = self.get(bkey, g) else { return 0 };
+        let Some(colon) = v.iter().rposition(|b| *b == b':') else {
+            return 0;
+        };
+        if &v[..colon] != head {
+            return 0;
+        }
+        parse_u64(&v[colon + 1..]).unwrap_or(0)
+    }
+
+    /// Records `n` bypasses of `head`, for as long as its queue lease.
+    fn record_bypass(&mut self, qkey: &[u8], bkey: &[u8], head: &[u8], n: u64, g: Millis) {
+        let now = self.now_local(g);
+        let left = self
+            .lease_of(qkey, head)
+            .map_or(0, |u| u.saturating_sub(now));
+        let value = [head, b":", n.to_string().as_bytes()].concat();
+        self.set(bkey, value, Some(left.max(1)), g);
     }
 
     /// Adds (or renews) `waiter` in the queue under `qkey` until `until`;

@@ -85,6 +85,13 @@ pub fn leases_key(lock_key: &str) -> String {
     format!("{lock_key}:leases")
 }
 
+/// Who bypassed the queue's head (`<waiter id>:<count>`): the free lock
+/// taken by others while that waiter headed the queue (see
+/// [`ACQUIRE`](super::scripts::ACQUIRE)): `<lock_key>:bypass`.
+pub fn bypass_key(lock_key: &str) -> String {
+    format!("{lock_key}:bypass")
+}
+
 /// The base of a semaphore's waiters (queue, leases, wake-up channel):
 /// `<lock_key>:permit`. No value is ever stored under it.
 pub fn permit_base(lock_key: &str) -> String {

@@ -169,8 +169,12 @@ fn a_campaign_writes_its_record_before_it_is_granted() {
     // A campaign goes through the waiters' queue (fair: FIFO), even a try
     // (which does not join it: a lease of 0).
     assert_eq!(script_of(&r[0]), Script::AcquireQueued);
-    assert_eq!(args(&r[0])[12..14], ["0", "1"], "no lease, fair");
-    let token = args(&r[0])[9].clone();
+    assert_eq!(
+        args(&r[0])[13..15],
+        ["0", "0"],
+        "no lease, fair (no bypass)"
+    );
+    let token = args(&r[0])[10].clone();
     h.answer(&r[0], r#"{"result":[1,12,0]}"#);
     assert!(
         completed(&h.take_events()).is_empty(),

@@ -320,8 +320,8 @@ fn a_waiter_of_the_default_lock_queues_and_wakes_only_when_named() {
     let argv = &r[0].body;
     let text = String::from_utf8_lossy(argv);
     assert!(
-        text.ends_with(r#""6000","0","6000"]"#),
-        "a 6 s lease, not fair, the writer intent as long: {text}"
+        text.ends_with(r#""6000","2","6000"]"#),
+        "a 6 s lease, the default bypass bound (2), the writer intent as long: {text}"
     );
     h.answer(&r[0], HELD);
     h.now += 10;

@@ -189,20 +189,24 @@ fn a_waiting_writer_sets_the_intent_and_a_try_does_not() {
     let r = h.take();
     assert_eq!(script_of(&r[0]), Script::Acquire);
     assert_eq!(
-        args(&r[0])[3..7],
+        args(&r[0])[3..10],
         [
             "{edgelock:cfg}",
             "{edgelock:cfg}:fence",
             "{edgelock:cfg}:readers",
-            "{edgelock:cfg}:wintent"
+            "{edgelock:cfg}:wintent",
+            "{edgelock:cfg}:queue",
+            "{edgelock:cfg}:leases",
+            "{edgelock:cfg}:bypass"
         ]
     );
-    assert_eq!(args(&r[0]).last().map(String::as_str), Some("0"));
+    // ARGV[4], the writer intent: not set by a try.
+    assert_eq!(args(&r[0])[13], "0");
     h.answer(&r[0], r#"{"result":[0,4,700]}"#);
     h.take_events();
     let op = h.m.acquire(h.now, "cfg", &opts(Wait::Forever)).unwrap();
     let r = h.take();
-    assert_eq!(args(&r[0]).last().map(String::as_str), Some("6000"));
+    assert_eq!(args(&r[0])[13], "6000");
     // Readers hold (the wait is the last reader's lease end): it subscribes,
     // then queues, setting the intent again.
     h.answer(&r[0], r#"{"result":[0,4,700]}"#);

@@ -2,18 +2,21 @@
 //! whom a release wakes) and a waiter leaving the queue.
 
 use super::command::eval;
-use crate::core::redis::keys::{intent_key, leases_key, queue_key, readers_key};
+use crate::core::redis::keys::{bypass_key, intent_key, leases_key, queue_key, readers_key};
 use crate::core::redis::subscription::wake_channel;
 use crate::core::redis::value::RedisCommand;
 
 /// The queued acquire (one node): a FIFO queue of waiter ids (`KEYS[3]`, a
 /// list) with a lease each (`KEYS[4]`, a sorted set scored by the server's
 /// `TIME` in ms, never a client clock). Dead heads (lease over) are dropped
-/// first. Then the lock is taken (`SET NX PX`): with `ARGV[5] == '1'` (the
-/// fair lock) only if the queue is empty or its head is this waiter
-/// (`ARGV[3]`); otherwise (a waiter of the default lock) whenever it is
-/// free, so the queue decides only whom a release wakes ([`RELEASE`](super::RELEASE) names
-/// the live head), not who may take it. A granted waiter leaves the queue:
+/// first. Then the lock is taken (`SET NX PX`) if it is free and the queue
+/// is empty, or its head is this waiter (`ARGV[3]`), or its head has been
+/// bypassed fewer than `ARGV[5]` times (v4: the bypass record `KEYS[7]`,
+/// `<head>:<n>`, as in [`ACQUIRE`](super::ACQUIRE); a grant to another than
+/// the head counts one more). The fair lock passes 0: only the head may
+/// take it; the default lock [`MAX_BYPASS`](super::MAX_BYPASS), so that the
+/// head is served within that many grants to others ([`RELEASE`](super::RELEASE)
+/// names the live head, whom a release wakes). A granted waiter leaves the queue:
 /// `{1, counter, 0}`, the counter moving on grants only. Otherwise, with a
 /// lease (`ARGV[4]` ms > 0; 0 for a try, which never queues), the waiter
 /// joins the tail (keeping its place if it is already queued) and its lease
@@ -25,21 +28,33 @@ use crate::core::redis::value::RedisCommand;
 /// readers (the lock is refused while one remains; `wait` is then the end
 /// of the last reader's lease), `KEYS[6]` the writer intent, set for
 /// `ARGV[6]` ms by a refused attempt (0: not set) and deleted by a grant.
-pub const ACQUIRE_QUEUED: &str = "-- edgelock queued acquire v3
+pub const ACQUIRE_QUEUED: &str = "-- edgelock queued acquire v4
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local head = redis.call('LINDEX', KEYS[3], 0)
+local lease_end = 0
 while head do
-  if tonumber(redis.call('ZSCORE', KEYS[4], head) or '0') > now then break end
+  lease_end = tonumber(redis.call('ZSCORE', KEYS[4], head) or '0')
+  if lease_end > now then break end
   redis.call('LPOP', KEYS[3])
   redis.call('ZREM', KEYS[4], head)
   head = redis.call('LINDEX', KEYS[3], 0)
 end
+local other = head and head ~= ARGV[3]
+local n = 0
+if other then
+  local b = redis.call('GET', KEYS[7])
+  if b then
+    local h, c = string.match(b, '^(.*):(%d+)$')
+    if h == head then n = tonumber(c) end
+  end
+end
 redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now)
 local last = redis.call('ZRANGE', KEYS[5], -1, -1, 'WITHSCORES')
-if not last[2] and (ARGV[5] ~= '1' or not head or head == ARGV[3]) and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+if not last[2] and (not other or n < tonumber(ARGV[5])) and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   if redis.call('ZREM', KEYS[4], ARGV[3]) == 1 then redis.call('LREM', KEYS[3], 1, ARGV[3]) end
   redis.call('DEL', KEYS[6])
+  if other then redis.call('SET', KEYS[7], head .. ':' .. (n + 1), 'PX', lease_end - now) end
   return {1, redis.call('INCR', KEYS[2]), 0}
 end
 local f = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
@@ -60,7 +75,8 @@ end
 return {0, f, wait}";
 
 /// `EVAL` of [`ACQUIRE_QUEUED`] for waiter `waiter` (queueing with a lease
-/// of `lease_ms`, 0 for a try); `fair`: only the queue's head may take it;
+/// of `lease_ms`, 0 for a try); others than the queue's head may take the
+/// free lock `max_bypass` times while it heads (0: the fair lock);
 /// a refusal sets the writer intent for `lease_ms` (a waiting writer renews
 /// it at every attempt, as its queue lease).
 pub fn acquire_queued(
@@ -70,7 +86,7 @@ pub fn acquire_queued(
     ttl_ms: u64,
     waiter: &str,
     lease_ms: u64,
-    fair: bool,
+    max_bypass: u32,
 ) -> RedisCommand {
     let lease = lease_ms.to_string();
     eval(
@@ -82,13 +98,14 @@ pub fn acquire_queued(
             &leases_key(key),
             &readers_key(key),
             &intent_key(key),
+            &bypass_key(key),
         ],
         &[
             token,
             &ttl_ms.to_string(),
             waiter,
             &lease,
-            if fair { "1" } else { "0" },
+            &max_bypass.to_string(),
             &lease,
         ],
     )

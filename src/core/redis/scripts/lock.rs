@@ -3,7 +3,9 @@
 
 use super::command::eval;
 use super::reply::{counter, describe};
-use crate::core::redis::keys::{holds_key, intent_key, leases_key, queue_key, readers_key};
+use crate::core::redis::keys::{
+    bypass_key, holds_key, intent_key, leases_key, queue_key, readers_key,
+};
 use crate::core::redis::subscription::wake_channel;
 use crate::core::redis::value::{RedisCommand, RedisValue};
 
@@ -27,7 +29,16 @@ use crate::core::redis::value::{RedisCommand, RedisValue};
 /// so that new readers queue behind it; a grant deletes the intent (the lock
 /// key now keeps readers out; other waiting writers set it again at their next
 /// attempt).
-pub const ACQUIRE: &str = "-- edgelock acquire v3
+///
+/// v4, **bounded bypass** (no starved waiter): `KEYS[5]`/`KEYS[6]` are the
+/// waiters' queue and leases ([`ACQUIRE_QUEUED`](super::ACQUIRE_QUEUED)),
+/// `KEYS[7]` the bypass record. While a live waiter heads the queue, a free
+/// lock goes to someone else at most `ARGV[5]` times (the record counts
+/// them for that head, `<head>:<n>`); after that only the head may take it,
+/// so every waiter is served within a bounded number of grants. Dead heads
+/// (lease over) are dropped first. A refusal for the head's sake waits the
+/// head's remaining lease (the head is woken by the release that freed it).
+pub const ACQUIRE: &str = "-- edgelock acquire v4
 local every = ARGV[3] == '1'
 local f
 if every then f = redis.call('INCR', KEYS[2]) end
@@ -35,20 +46,47 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now)
 local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
-if not last[2] and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+local head = redis.call('LINDEX', KEYS[5], 0)
+local lease_end = 0
+while head do
+  lease_end = tonumber(redis.call('ZSCORE', KEYS[6], head) or '0')
+  if lease_end > now then break end
+  redis.call('LPOP', KEYS[5])
+  redis.call('ZREM', KEYS[6], head)
+  head = redis.call('LINDEX', KEYS[5], 0)
+end
+local n = 0
+if head then
+  local b = redis.call('GET', KEYS[7])
+  if b then
+    local h, c = string.match(b, '^(.*):(%d+)$')
+    if h == head then n = tonumber(c) end
+  end
+end
+if not last[2] and (not head or n < tonumber(ARGV[5])) and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   if not every then f = redis.call('INCR', KEYS[2]) end
   redis.call('DEL', KEYS[4])
+  if head then redis.call('SET', KEYS[7], head .. ':' .. (n + 1), 'PX', lease_end - now) end
   return {1, f, 0}
 end
 if not every then f = tonumber(redis.call('GET', KEYS[2]) or '0') or 0 end
 if tonumber(ARGV[4]) > 0 then redis.call('SET', KEYS[4], '1', 'PX', ARGV[4]) end
 local wait = redis.call('PTTL', KEYS[1])
 if wait == -2 and last[2] then wait = math.max(0, tonumber(last[2]) - now) end
+if wait == -2 and head then wait = lease_end - now end
 return {0, f, wait}";
 
+/// How many times a free lock may go to others while a live waiter heads
+/// its queue (the default lock's bound; a fair lock's is 0). Two keeps most
+/// handoffs as cheap as the unfair lock's (the releasing client, or a
+/// newcomer, takes the free lock in its own round trip) while no waiter
+/// waits more than `(2 + 1) ×` the queue ahead of it in grants.
+pub const MAX_BYPASS: u32 = 2;
+
 /// `EVAL` of [`ACQUIRE`]: take `key` for owner `token` for `ttl_ms` if it
-/// is free; `count_every_attempt` for Redlock (see [`ACQUIRE`]); a refusal
-/// sets the writer intent for `intent_ms` (0: not).
+/// is free (and the queue's head has not been bypassed `max_bypass` times);
+/// `count_every_attempt` for Redlock (see [`ACQUIRE`]); a refusal sets the
+/// writer intent for `intent_ms` (0: not).
 pub fn acquire(
     key: &str,
     fence_key: &str,
@@ -56,12 +94,27 @@ pub fn acquire(
     ttl_ms: u64,
     count_every_attempt: bool,
     intent_ms: u64,
+    max_bypass: u32,
 ) -> RedisCommand {
     let every = if count_every_attempt { "1" } else { "0" };
     eval(
         ACQUIRE,
-        &[key, fence_key, &readers_key(key), &intent_key(key)],
-        &[token, &ttl_ms.to_string(), every, &intent_ms.to_string()],
+        &[
+            key,
+            fence_key,
+            &readers_key(key),
+            &intent_key(key),
+            &queue_key(key),
+            &leases_key(key),
+            &bypass_key(key),
+        ],
+        &[
+            token,
+            &ttl_ms.to_string(),
+            every,
+            &intent_ms.to_string(),
+            &max_bypass.to_string(),
+        ],
     )
 }
 

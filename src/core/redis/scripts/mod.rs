@@ -39,7 +39,7 @@ pub use inspect::{inspect, parse_inspect, InspectReply, INSPECT};
 pub use lock::{
     acquire, extend, extend_hold, parse_acquire, parse_flag, parse_flag_and_counter, parse_release,
     parse_status, release, release_hold, release_waking, status, AcquireReply, Released,
-    StatusReply, ACQUIRE, EXTEND, OUTER_HOLD, RELEASE, STATUS,
+    StatusReply, ACQUIRE, EXTEND, MAX_BYPASS, OUTER_HOLD, RELEASE, STATUS,
 };
 pub use permit::{
     acquire_permit, parse_acquire_permit, permit_cleanup, FreeSlots, PermitAttempt, PermitReply,
@@ -216,21 +216,25 @@ mod tests {
             assert_eq!(Script::from_text(s.text().as_bytes()), Some(s));
         }
         assert_eq!(Script::from_text(b"return 1"), None);
-        let cmd = acquire("{e:k}", "{e:k}:fence", "ab", 100, true, 0);
+        let cmd = acquire("{e:k}", "{e:k}:fence", "ab", 100, true, 0, 2);
         assert_eq!(Script::from_text(&cmd.args[1]), Some(Script::Acquire));
         let args: Vec<&[u8]> = cmd.args[2..].iter().map(Vec::as_slice).collect();
         assert_eq!(
             args,
             [
-                &b"4"[..],
+                &b"7"[..],
                 b"{e:k}",
                 b"{e:k}:fence",
                 b"{e:k}:readers",
                 b"{e:k}:wintent",
+                b"{e:k}:queue",
+                b"{e:k}:leases",
+                b"{e:k}:bypass",
                 b"ab",
                 b"100",
                 b"1",
-                b"0"
+                b"0",
+                b"2"
             ]
         );
     }
@@ -265,13 +269,13 @@ mod tests {
         // caches, tools that match on it): a change of text is a new
         // version, never an accident of moving code.
         let pinned = [
-            (Script::Acquire, "06bd328d66887d59359e9178613246052117a10a"),
+            (Script::Acquire, "dc39c5b73f006a6ef15c94760bf095427e458f8e"),
             (Script::Extend, "4fecc77bebccdfa1a01e57e96fabbf22b4c456d1"),
             (Script::Release, "e1cb43cdf1c97d1bd43dd579da2c63aa55812844"),
             (Script::Status, "8467ced33c2da3e11d5b85650f3454709cd4610c"),
             (
                 Script::AcquireQueued,
-                "4b7f6499ff80283509617cf6d675a290f1dd0d63",
+                "5b7fcb5a27aee5bce0bfd7c1d6ac62f5903be91b",
             ),
             (Script::Leave, "a4464dc3eb316664cca9d0c53ba8859026570182"),
             (
@@ -412,22 +416,23 @@ mod tests {
                 "100"
             ]
         );
-        let q = acquire_queued("{e:r}", "{e:r}:fence", "ab", 100, "w1", 6000, false);
+        let q = acquire_queued("{e:r}", "{e:r}:fence", "ab", 100, "w1", 6000, 2);
         assert_eq!(
             strs(&q),
             [
-                "6",
+                "7",
                 "{e:r}",
                 "{e:r}:fence",
                 "{e:r}:queue",
                 "{e:r}:leases",
                 "{e:r}:readers",
                 "{e:r}:wintent",
+                "{e:r}:bypass",
                 "ab",
                 "100",
                 "w1",
                 "6000",
-                "0",
+                "2",
                 "6000"
             ]
         );

@@ -25,6 +25,16 @@ impl Part for Exclusive {
     }
 }
 
+/// How many times others may take the free lock while a live waiter heads
+/// the queue: none for a fair lock, [`scripts::MAX_BYPASS`] by default.
+fn max_bypass(fair: bool) -> u32 {
+    if fair {
+        0
+    } else {
+        scripts::MAX_BYPASS
+    }
+}
+
 /// A lock's attempt script; `fair`: only the queue's head may take it.
 pub(super) fn lock_attempt(cx: &Context, a: &AttemptArgs<'_>, fair: bool) -> (RedisCommand, bool) {
     match a.waiter {
@@ -34,8 +44,15 @@ pub(super) fn lock_attempt(cx: &Context, a: &AttemptArgs<'_>, fair: bool) -> (Re
         // release wakes one waiter, not all of them.
         Some(waiter) if fair || a.listening => {
             let lease = a.queue_lease();
-            let cmd =
-                scripts::acquire_queued(a.key, a.fence_key, a.token, a.ttl, waiter, lease, fair);
+            let cmd = scripts::acquire_queued(
+                a.key,
+                a.fence_key,
+                a.token,
+                a.ttl,
+                waiter,
+                lease,
+                max_bypass(fair),
+            );
             (cmd, lease > 0)
         }
         _ => {
@@ -53,6 +70,7 @@ pub(super) fn lock_attempt(cx: &Context, a: &AttemptArgs<'_>, fair: bool) -> (Re
                 a.ttl,
                 cx.node_count() > 1,
                 intent,
+                max_bypass(fair),
             );
             (cmd, false)
         }
