@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The code blocks of README.md and docs/ that mirror a checked example file.
+"""The code blocks of README.md, docs/ and pkg-src/README.md that mirror a checked example file.
 
 A block is tied to its file by a marker line right above its opening fence:
 
@@ -25,6 +25,7 @@ MARKER = re.compile(r"^<!-- example: (?P<file>[^#\s]+)(?:#(?P<region>[\w-]+))? -
 
 def documents():
     yield ROOT / "README.md"
+    yield ROOT / "pkg-src" / "README.md"
     yield from sorted((ROOT / "docs").rglob("*.md"))
 
 

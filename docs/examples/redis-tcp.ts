@@ -1,13 +1,10 @@
 import { RedisLocks } from "edgelock";
 
-// [docs:node]
 const locks = new RedisLocks({ url: "rediss://default:" + process.env.REDIS_PASSWORD + "@cache.example:6380" });
 await locks.request("nightly", { waitMs: 10_000 }, async (lock) => work(lock.fencingToken));
-// [/docs:node]
 
 interface Env { REDIS_URL: string; REDIS_PASSWORD: string }
 
-// [docs:worker]
 // In a Worker, with the npm package (this repository's Worker takes
 // redis:// nodes in its configuration too: see docs/worker.md):
 export default {
@@ -20,4 +17,3 @@ export default {
     } finally { await locks.close(); }
   },
 };
-// [/docs:worker]
