@@ -16,10 +16,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "etcd-auth" => examples::etcd_auth(),
         "tls" => examples::tls(),
         "redis" => examples::redis(),
+        "redlock" => examples::redlock(),
         "redis-tcp" => examples::redis_tcp(),
         "kinds" => examples::kinds(),
         "election" => examples::election(),
-        _ => Err("which example? etcd-semaphore, etcd-auth, tls, redis, redis-tcp, kinds, election".into()),
+        _ => Err("which example? etcd-semaphore, etcd-auth, tls, redis, redlock, redis-tcp, kinds, election".into()),
     }
 }
 
@@ -83,21 +84,30 @@ mod examples {
 
     pub fn redis() -> Result {
         // [docs:redis]
-        use edgelock::core::redis::{RedisConfig, RedisNode, RedlockConfig};
+        use edgelock::core::redis::{RedisConfig, RedisNode};
         use edgelock::core::BackendSpec;
         use edgelock::native::Client;
 
         // One node over the Upstash REST protocol (or RedisNode::webdis(url) for Webdis).
         let node = RedisNode::upstash("http://127.0.0.1:8079", std::env::var("UPSTASH_TOKEN")?);
         let single = Client::connect(BackendSpec::Redis(RedisConfig::new(node)))?;
+        // [/docs:redis]
+        single.close()?;
+        Ok(())
+    }
+
+    pub fn redlock() -> Result {
+        // [docs:redlock]
+        use edgelock::core::redis::{RedisNode, RedlockConfig};
+        use edgelock::core::BackendSpec;
+        use edgelock::native::Client;
 
         // Redlock over N independent nodes (each may use either protocol).
         let nodes = ["http://127.0.0.1:7379", "http://127.0.0.1:7380", "http://127.0.0.1:7381"].map(RedisNode::webdis).to_vec();
         let redlock = Client::connect(BackendSpec::Redlock(RedlockConfig::new(nodes)))?;
         let lock = redlock.acquire("rollup", None)?;   // lock.fencing_token() strictly increases across holders
-        // [/docs:redis]
+        // [/docs:redlock]
         lock.release()?;
-        single.close()?;
         Ok(())
     }
 

@@ -11,6 +11,9 @@ file, without their common indentation. The files themselves are compiled
 elsewhere (tsc --strict by scripts/check-docs.sh, `cargo build --examples`),
 so a block that equals its file is known to compile.
 
+It also checks that every relative link of README.md and docs/ names a file
+that exists, and an anchor that is one of that file's headings.
+
     docs-examples.py check   fails (exit 1) naming every block that differs
     docs-examples.py fix     rewrites the blocks from their files
     docs-examples.py list    prints the example files the documents use
@@ -59,11 +62,49 @@ def blocks(doc_lines):
         yield i, start, end, m.group("file"), m.group("region")
 
 
+LINK = re.compile(r"\]\((?P<target>[^)\s]+)\)")
+
+
+def slug(heading):
+    """GitHub's anchor for a heading."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def anchors(path):
+    found, code = set(), False
+    for line in path.read_text().split("\n"):
+        if line.startswith("```"):
+            code = not code
+        elif not code and line.startswith("#"):
+            found.add(slug(line.lstrip("#")))
+    return found
+
+
+def broken_links(doc):
+    if doc.name == "README.md" and doc.parent.name == "pkg-src":
+        return []  # read on npm, where relative links do not resolve
+    text = re.sub(r"```.*?```", "", doc.read_text(), flags=re.S)
+    broken = []
+    for m in LINK.finditer(text):
+        target = m.group("target")
+        if re.match(r"^[a-z]+:", target):
+            continue
+        file, _, anchor = target.partition("#")
+        path = (doc.parent / file).resolve() if file else doc
+        if not path.exists():
+            broken.append(f"{doc.relative_to(ROOT)}: link to a missing file: {target}")
+        elif anchor and path.suffix == ".md" and anchor not in anchors(path):
+            broken.append(f"{doc.relative_to(ROOT)}: link to a missing heading: {target}")
+    return broken
+
+
 def main(mode):
     failures, used = [], set()
     for doc in documents():
         lines = doc.read_text().split("\n")
         rel = doc.relative_to(ROOT)
+        failures.extend(broken_links(doc))
         try:
             found = list(blocks(lines))
         except ValueError as e:
