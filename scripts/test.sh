@@ -14,7 +14,7 @@ step "no import cycle between modules under src/ (scripts/module-cycles-allowed.
 python3 scripts/check-module-cycles.py
 
 step "API docs build with no warning (broken intra-doc links included)"
-RUSTDOCFLAGS="-D warnings" cargo doc --quiet --no-deps --features native
+bash scripts/api-docs.sh --rustdoc
 
 step "no tokio in any feature combination, for the host and for wasm32"
 # Cargo.lock does list tokio: wasm-bindgen-futures declares it under
@@ -51,6 +51,8 @@ if [ -x scripts/test-js.sh ]; then
   step "npm package: build, Node tests, types, wasm-pack tests in Node and headless Chromium"
   bash scripts/test-js.sh
 fi
+step "docs: README, docs/ and the npm README's examples equal their files and compile (tsc --strict, cargo), links resolve"
+bash scripts/check-docs.sh
 if [ -x scripts/test-worker.sh ]; then
   step "Cloudflare Worker (wrangler.toml) in workerd via Miniflare"
   bash scripts/test-worker.sh
