@@ -241,9 +241,12 @@ export default {
       await c.close();
 
       // A late release: its batch reaches D1 only after the lease ran out
-      // and the next holder took the lock; it changes nothing for them.
+      // and the next holder took the lock (held back until then: by
+      // construction, not by a 700 ms delay); it changes nothing for them.
+      let nextTookIt;
+      const nextHolds = new Promise((r) => { nextTookIt = r; });
       const slow = { async fetch(url, init) {
-        if (text(init).includes("SET owner = NULL")) await new Promise((r) => setTimeout(r, 700));
+        if (text(init).includes("SET owner = NULL")) await nextHolds;
         return inner.fetch(url, init);
       } };
       const d = new D1Locks({ binding: "DB", bindings: { DB: slow }, table: "app_locks", ttlMs: 300, autoExtend: false });
@@ -251,6 +254,7 @@ export default {
       const stale = await d.acquire(lateName);
       const releasing = stale.release().catch((e) => e.code);
       const next = await b.acquire(lateName, { waitMs: 5000 });
+      nextTookIt();
       await releasing;
       const afterLate = await a.status(lateName);
       await next.release();
