@@ -193,6 +193,7 @@ for (const backend of ['etcd', 'redis (webdis)', 'redis (upstash)', 'redlock']) 
         const waitedMs = Date.now() - waitFrom;
         assert.equal(r.status, 200, r.text);
         assert.ok(BigInt(r.body.token) > BigInt(held.body.token));
+        // A time bound kept: 3–7 ms calm, up to 54 ms beside two CPU hogs (18x).
         assert.ok(r.body.started - done.body.finished < 1000, `woken ${r.body.started - done.body.finished} ms after the release`);
         const { lock, total, budget } = r.body.subrequests;
         assert.ok(total <= budget, `within the budget: ${JSON.stringify(r.body.subrequests)}`);
@@ -349,6 +350,7 @@ describe('Worker on Redlock over 5 nodes: the subscription cap', { timeout: 300_
     assert.equal(done.status, 200, done.text);
     const r = await waiting;
     assert.equal(r.status, 200, r.text);
+    // A time bound kept: 8 ms calm, 25 ms beside two CPU hogs (40x).
     assert.ok(r.body.started - done.body.finished < 1000, `woken ${r.body.started - done.body.finished} ms after the release`);
     assert.ok(r.body.subrequests.total <= r.body.subrequests.budget, JSON.stringify(r.body.subrequests));
     console.log(`# redlock x5, subscribed on node 0: woken ${r.body.started - done.body.finished} ms after the release`);
