@@ -104,9 +104,11 @@ describe('job coordinator on the d1 backend', { timeout: 240_000 }, () => {
 
   test('a holder that stops renewing is taken over after its TTL; its late release does not free the next holder', async () => {
     const job = uniq('takeover');
+    // Timed from before the first grant (not from its reply, which a slow
+    // machine delays): its lease ends 1000 ms after, at the earliest.
+    const t0 = Date.now();
     const first = await w.call(null, 'POST', `/jobs/${job}/start`, { ttlMs: 1000 });
     assert.equal(first.status, 200, first.text);
-    const t0 = Date.now();
     const second = await w.call(null, 'POST', `/jobs/${job}/start`, { waitMs: 10_000, ttlMs: 20_000 });
     assert.equal(second.status, 200, second.text);
     assert.ok(Date.now() - t0 >= 700, `taken over after the TTL (${Date.now() - t0} ms)`);
