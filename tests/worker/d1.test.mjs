@@ -104,9 +104,11 @@ describe('job coordinator on the d1 backend', { timeout: 240_000 }, () => {
 
   test('a holder that stops renewing is taken over after its TTL; its late release does not free the next holder', async () => {
     const job = uniq('takeover');
+    // Timed from before the first grant (not from its reply, which a slow
+    // machine delays): its lease ends 1000 ms after, at the earliest.
+    const t0 = Date.now();
     const first = await w.call(null, 'POST', `/jobs/${job}/start`, { ttlMs: 1000 });
     assert.equal(first.status, 200, first.text);
-    const t0 = Date.now();
     const second = await w.call(null, 'POST', `/jobs/${job}/start`, { waitMs: 10_000, ttlMs: 20_000 });
     assert.equal(second.status, 200, second.text);
     assert.ok(Date.now() - t0 >= 700, `taken over after the TTL (${Date.now() - t0} ms)`);
@@ -241,9 +243,12 @@ export default {
       await c.close();
 
       // A late release: its batch reaches D1 only after the lease ran out
-      // and the next holder took the lock; it changes nothing for them.
+      // and the next holder took the lock (held back until then: by
+      // construction, not by a 700 ms delay); it changes nothing for them.
+      let nextTookIt;
+      const nextHolds = new Promise((r) => { nextTookIt = r; });
       const slow = { async fetch(url, init) {
-        if (text(init).includes("SET owner = NULL")) await new Promise((r) => setTimeout(r, 700));
+        if (text(init).includes("SET owner = NULL")) await nextHolds;
         return inner.fetch(url, init);
       } };
       const d = new D1Locks({ binding: "DB", bindings: { DB: slow }, table: "app_locks", ttlMs: 300, autoExtend: false });
@@ -251,6 +256,7 @@ export default {
       const stale = await d.acquire(lateName);
       const releasing = stale.release().catch((e) => e.code);
       const next = await b.acquire(lateName, { waitMs: 5000 });
+      nextTookIt();
       await releasing;
       const afterLate = await a.status(lateName);
       await next.release();

@@ -19,6 +19,21 @@ import { assertSerialRuns, buildDir, startWorkers, TEST_API_TOKEN } from './supp
 import { findDevtoolsBin, repoRoot, spawnWithJsonLine, stopChild } from '../js/testenv.mjs';
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+/**
+ * Polls `check` until it answers truthy; `ms` is a must-happen bound (what
+ * is waited for follows by construction), not a timing assumption.
+ */
+async function until(check, ms, what) {
+  const deadline = Date.now() + ms;
+  for (;;) {
+    const v = await check();
+    if (v) return v;
+    if (Date.now() > deadline) throw new Error(`timed out after ${ms} ms waiting for ${what}`);
+    await sleep(20);
+  }
+}
+/** Resolves once `client`'s status of `name` lists `n` waiters (20 s must-happen bound). */
+const queued = (client, name, n, what) => until(async () => (await client.status(name)).queued.length === n, 20_000, what);
 const uniq = (s) => `${s}-${Date.now().toString(36)}-${Math.random().toString(36).slice(2, 6)}`;
 
 /** testenv with only the fenced resource. */
@@ -170,6 +185,8 @@ describe('the npm package reaches the service by URL through the front', { timeo
     const started = Date.now();
     const waiting = b.acquire(name, { waitMs: 20_000 });
     await sleep(300);
+    // Queued before the release, however slow the machine: a handoff, not a free lock.
+    await queued(a, name, 1, 'b queued');
     await first.release();
     const second = await waiting;
     assert.ok(Date.now() - started >= 250);
@@ -187,17 +204,21 @@ describe('the npm package reaches the service by URL through the front', { timeo
     const first = await a.acquire(name);
     const controller = new AbortController();
     const aborted = b.acquire(name, { waitMs: 20_000, signal: controller.signal });
-    await sleep(200);
+    // Aborted while queued (not before it reached the queue).
+    await queued(a, name, 1, 'b queued');
     controller.abort();
     await assert.rejects(aborted, (e) => e.code === 'ABORTED');
+    await queued(a, name, 0, 'the aborted b to leave the queue');
     const third = c.acquire(name, { waitMs: 20_000 });
-    await sleep(200);
+    await queued(a, name, 1, 'c queued');
     const released = Date.now();
     await first.release();
     const got = await third;
-    // Not after the 10 s lease a stale waiter of b would have been granted.
-    assert.ok(Date.now() - released < 3_000, `handed over in ${Date.now() - released} ms`);
-    assert.ok(BigInt(got.fencingToken) > BigInt(first.fencingToken));
+    // Handed straight to c: a stale waiter of b granted in between would
+    // have taken the next token (and held it for its lease), so c's token
+    // would be 2 past first's. A count, not a time bound.
+    console.log(`# durable-object: an aborted waiter skipped, handed over in ${Date.now() - released} ms`);
+    assert.equal(BigInt(got.fencingToken), BigInt(first.fencingToken) + 1n, 'no grant between first and c');
     await got.release();
   });
 
@@ -222,6 +243,16 @@ describe('the npm package reaches the service by URL through the front', { timeo
     let maxInside = 0;
     const slots = new Set();
     const tokens = [];
+    // A barrier: the first holders stay inside until 3 are in at once (or a
+    // 20 s must-happen bound ran out: then maxInside says how many were),
+    // so that the limit is reached by construction, not by 60 ms holds
+    // happening to overlap.
+    let full;
+    let bound;
+    const barrier = new Promise((r) => {
+      full = r;
+      bound = setTimeout(r, 20_000);
+    });
     await Promise.all(
       Array.from({ length: 10 }, () => connect()).map((c) =>
         c.request(name, { limit: 3, waitMs: 30_000 }, async (lock) => {
@@ -232,13 +263,15 @@ describe('the npm package reaches the service by URL through the front', { timeo
           slots.add(lock.slot);
           inside += 1;
           maxInside = Math.max(maxInside, inside);
+          if (inside === 3) full();
           tokens.push(BigInt(lock.fencingToken));
+          await barrier;
           await sleep(60);
           inside -= 1;
           slots.delete(lock.slot);
         }),
       ),
-    );
+    ).finally(() => clearTimeout(bound));
     assert.equal(maxInside, 3, 'three permits were used at once, never more');
     assert.equal(new Set(tokens).size, 10, 'every permit has its own token');
     // Status lists the permits; another limit is refused while they are held.
@@ -284,9 +317,11 @@ describe('the npm package reaches the service by URL through the front', { timeo
     let writerAt = 0;
     let readerAt = 0;
     const writer = wc.acquire(name, { waitMs: 20_000 }).then((l) => { writerAt = Date.now(); return l; });
-    await sleep(200);
+    // The writer is queued before the later reader arrives, however slow the machine.
+    await queued(wc, name, 1, 'the writer queued');
     // A reader arriving after the queued writer waits behind it.
     const reader = r3c.acquire(name, { mode: 'shared', waitMs: 20_000 }).then((l) => { readerAt = Date.now(); return l; });
+    await queued(wc, name, 2, 'the later reader queued');
     await sleep(200);
     assert.equal(readerAt, 0, 'a later reader overtook the queued writer');
     await r1.release();
@@ -333,7 +368,11 @@ export default {
       const first = await a.acquire(name);
       const busy = await b.tryAcquire(name);
       const waiting = b.acquire(name, { waitMs: 10000 });
-      await new Promise((r) => setTimeout(r, 100));
+      // Released once b is queued (a handoff, however slow the machine; 20 s must-happen bound).
+      for (let i = 0; (await a.status(name)).queued.length < 1; i++) {
+        if (i === 1000) throw new Error("b was not queued within 20 s");
+        await new Promise((r) => setTimeout(r, 20));
+      }
       await first.release();
       const second = await waiting;
       const status = await a.status(name);

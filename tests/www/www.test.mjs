@@ -201,7 +201,7 @@ async function exercise(page, backend, { pause = true, stopNode = false, screens
   if (stopNode) {
     // Redlock on 5 nodes: with one frozen, a majority still grants the lock.
     await page.click('#node-buttons button[data-node="0"]');
-    await page.waitForSelector('#node-buttons button.stopped[data-node="0"]', { timeout: 5_000 });
+    await page.waitForSelector('#node-buttons button.stopped[data-node="0"]', { timeout: 20_000 });
     const before = await page.evaluate((id) => window.__edgelockDemo.holds.filter((h) => h.run === id).length, runId);
     const ts = Date.now();
     await page.waitForFunction(([id, n]) => window.__edgelockDemo.holds.filter((h) => h.run === id).length >= n,
@@ -214,19 +214,31 @@ async function exercise(page, backend, { pause = true, stopNode = false, screens
     // Issue 26: in the browser, a free lock is granted within 2 request
     // timeouts + a retry delay while a minority of the nodes is frozen (the
     // attempt settles on the live quorum after a tenth of the timeout; only
-    // the raise round waits the whole timeout): about 1.1 s against 3.1 s
-    // (the retry delay is the margin: one loaded run took 2.06 s).
+    // the raise round waits the whole timeout): about 1.1 s. Asserted as a
+    // count, which a slow machine cannot break: the rounds sent to a live
+    // node (node 2) before the grant. An attempt that is granted at once is
+    // 2 (attempt, raise); that bound allowed one retry (a failed attempt and
+    // its cleanup, 2 more): at most 4. A round stalled on the frozen node or
+    // attempts that keep failing (the www stall, the livelock of issue 26)
+    // make more. The times are logged (one loaded run took 2.06 s).
     const timing = { requestTimeoutMs: 1000, retryDelayMs: 1000, retryJitterMs: 100 };
-    const took = await page.evaluate(async (timing) => {
+    const { took, rounds } = await page.evaluate(async (timing) => {
       const { Redlock } = await import('/pkg/index.browser.mjs');
       const cfg = window.__edgelockDemo.config;
-      const r = new Redlock({ nodes: cfg.webdis.map((url) => ({ url, protocol: 'webdis' })), ttlMs: 10_000, ...timing });
-      const out = [];
+      const live = new URL(cfg.webdis[1]).origin;
+      let sent = 0;
+      const counting = (input, init) => {
+        if (new URL(String(input)).origin === live) sent += 1;
+        return globalThis.fetch(input, init);
+      };
+      const r = new Redlock({ nodes: cfg.webdis.map((url) => ({ url, protocol: 'webdis' })), ttlMs: 10_000, fetch: counting, ...timing });
+      const out = { took: [], rounds: [] };
       try {
         for (let i = 0; i < 3; i++) {
-          const t = performance.now();
+          const [t, from] = [performance.now(), sent];
           const lock = await r.acquire(`frozen-free-${Date.now()}-${i}`, { waitMs: 30_000 });
-          out.push(Math.round(performance.now() - t));
+          out.took.push(Math.round(performance.now() - t));
+          out.rounds.push(sent - from);
           await lock.release();
         }
       } finally {
@@ -234,9 +246,9 @@ async function exercise(page, backend, { pause = true, stopNode = false, screens
       }
       return out;
     }, timing);
-    const bound = 2 * timing.requestTimeoutMs + timing.retryDelayMs + timing.retryJitterMs;
-    check(took.every((ms) => ms <= bound), `${label}: a free lock with node 1 frozen took ${took.join(', ')} ms (bound ${bound} ms)`);
-    log(`${label}: a free lock with Redis node 1 frozen granted in ${took.join(', ')} ms (bound ${bound} ms)`);
+    check(rounds.every((n) => n >= 1 && n <= 4),
+      `${label}: a free lock with node 1 frozen took ${rounds.join(', ')} rounds on node 2 (2 without a retry, at most 4), in ${took.join(', ')} ms`);
+    log(`${label}: a free lock with Redis node 1 frozen granted after ${rounds.join(', ')} rounds on node 2 (bound 4), in ${took.join(', ')} ms`);
   }
 
   await page.waitForTimeout(600); // let the timeline show the handoffs that followed
@@ -244,7 +256,7 @@ async function exercise(page, backend, { pause = true, stopNode = false, screens
   await page.screenshot({ path: shot });
   if (stopNode) {
     await page.click('#node-buttons button[data-node="0"]');
-    await page.waitForSelector('#node-buttons button:not(.stopped)[data-node="0"]', { timeout: 5_000 });
+    await page.waitForSelector('#node-buttons button:not(.stopped)[data-node="0"]', { timeout: 20_000 });
   }
 
   await page.click('#start'); // Stop

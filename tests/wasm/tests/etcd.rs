@@ -205,7 +205,8 @@ async fn deleting_the_key_reports_the_lock_lost() {
     let held = acquired(&a, &name, &WAIT).await;
     let key = base64::engine::general_purpose::STANDARD.encode(held.handle.key.as_bytes());
     gateway("/v3/kv/deleterange", serde_json::json!({ "key": key })).await;
-    for _ in 0..80 {
+    // Polled for with a 20 s must-happen bound (the watch reports the delete).
+    for _ in 0..200 {
         if notices
             .borrow()
             .iter()
@@ -219,7 +220,7 @@ async fn deleting_the_key_reports_the_lock_lost() {
         LockNotice::Lost { lock, error } if *lock == held.id => Some(error.clone()),
         _ => None,
     });
-    let error = lost.expect("no Lost notice within 8 s");
+    let error = lost.expect("no Lost notice within 20 s");
     assert_eq!(error.code(), "LOST");
     assert!(error.to_string().contains(&name));
     closed(&a).await;
