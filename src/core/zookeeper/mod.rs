@@ -18,5 +18,10 @@
 //! and password, expiry, digest auth, watch fan-out, chroot), then `multi`,
 //! then Curator's recipes (InterProcessMutex first) on top of it.
 
+pub mod address;
+pub mod config;
 pub(crate) mod jute;
 pub(crate) mod records;
+
+pub use address::{ZkAddress, ZkHost};
+pub use config::{ZkConfig, ZkDigest};
