@@ -82,7 +82,9 @@ fn parse_host(spec: &str) -> Result<ZkHost, LockError> {
     } else {
         match spec.split_once(':') {
             Some((_, p)) if p.contains(':') => {
-                return Err(bad("an IPv6 address must be written in brackets: [addr]:port"))
+                return Err(bad(
+                    "an IPv6 address must be written in brackets: [addr]:port",
+                ))
             }
             Some((h, "")) => (h, None),
             Some((h, p)) => (h, Some(p)),
@@ -197,7 +199,17 @@ mod tests {
         for ok in ["/", "/a", "/a/b", "/a.b/..c", "/é/日本"] {
             assert!(validate_path(ok).is_ok(), "{ok}");
         }
-        for bad in ["", "a", "/a/", "//", "/./a", "/a/..", "/a\u{7f}", "/\u{fff5}", "/😀"] {
+        for bad in [
+            "",
+            "a",
+            "/a/",
+            "//",
+            "/./a",
+            "/a/..",
+            "/a\u{7f}",
+            "/\u{fff5}",
+            "/😀",
+        ] {
             assert!(validate_path(bad).is_err(), "{bad:?}");
         }
     }

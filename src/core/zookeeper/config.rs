@@ -115,7 +115,10 @@ mod tests {
         let c = ZkConfig::new("127.0.0.1:2181/chroot");
         let a = c.validate().unwrap();
         assert_eq!(a.chroot.as_deref(), Some("/chroot"));
-        assert_eq!((c.root.as_str(), c.session_timeout_ms), ("/edgelock", 30_000));
+        assert_eq!(
+            (c.root.as_str(), c.session_timeout_ms),
+            ("/edgelock", 30_000)
+        );
         let bad = |edit: &dyn Fn(&mut ZkConfig), what: &str| {
             let mut c = ZkConfig::new("h");
             edit(&mut c);
@@ -150,6 +153,9 @@ mod tests {
         });
         assert!(c.validate().is_ok());
         let shown = format!("{c:?}");
-        assert!(shown.contains("locker") && !shown.contains("s3cret-pw"), "{shown}");
+        assert!(
+            shown.contains("locker") && !shown.contains("s3cret-pw"),
+            "{shown}"
+        );
     }
 }

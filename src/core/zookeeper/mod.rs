@@ -22,6 +22,7 @@ pub mod address;
 pub mod config;
 pub(crate) mod jute;
 pub(crate) mod records;
+pub(crate) mod session;
 
 pub use address::{ZkAddress, ZkHost};
 pub use config::{ZkConfig, ZkDigest};
