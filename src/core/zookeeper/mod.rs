@@ -20,9 +20,17 @@
 
 pub mod address;
 pub mod config;
+mod engine;
+#[cfg(test)]
+mod fake;
 pub(crate) mod jute;
+#[cfg(test)]
+mod machine_tests;
+pub(crate) mod paths;
+pub(crate) mod recipes;
 pub(crate) mod records;
 pub(crate) mod session;
 
 pub use address::{ZkAddress, ZkHost};
 pub use config::{ZkConfig, ZkDigest};
+pub use engine::ZkMachine;
