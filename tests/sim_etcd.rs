@@ -354,16 +354,27 @@ impl EtcdChecks {
 }
 
 /// Who leads `name` in the model: its oldest key, if its value is a
-/// leadership's (`l:<hex nonce>:<value>`, see `core/etcd/machine/election.rs`).
+/// leadership's: the raw campaign value, anything but one of edgelock's lock
+/// values (16 lowercase hex digits, `r:…`, `p<1-3 digits>:…`; see
+/// `core/etcd/machine/election.rs`).
 fn model_leader(m: &EtcdModel, name: &str) -> Option<edgelock::core::Leadership> {
     let dir = format!("{PREFIX}/{}/", escape(name));
     let (_, kv) = m
         .keys_with_prefix(dir.as_bytes())
         .min_by_key(|(_, kv)| kv.create_revision)?;
-    let rest = kv.value.strip_prefix(b"l:")?;
-    let colon = rest.iter().position(|b| *b == b':')?;
+    let v = &kv.value;
+    let nonce = v.len() == 16
+        && v.iter()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b));
+    let permit = v.strip_prefix(b"p").is_some_and(|rest| {
+        let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+        (1..=3).contains(&digits) && rest.get(digits) == Some(&b':')
+    });
+    if nonce || permit || v.starts_with(b"r:") {
+        return None;
+    }
     Some(edgelock::core::Leadership {
-        value: String::from_utf8(rest[colon + 1..].to_vec()).ok()?,
+        value: String::from_utf8(v.clone()).ok()?,
         fencing_token: kv.create_revision as u64,
     })
 }

@@ -140,13 +140,16 @@
 //!
 //! - **Campaign** is the exclusive lock's recipe unchanged (same key, queue,
 //!   watch, lease, renewal, loss and cleanup); only the key's value differs:
-//!   `l:<random>:<campaign value>`, which no exclusive, reader or permit
-//!   value can be mistaken for (nor the other way round). The leader is the
-//!   oldest key of the name; its token is that key's create revision.
+//!   the campaign value itself, as Go's `concurrency.Election` stores it
+//!   (`etcdctl elect` and edgelock see each other's leaders). A value of
+//!   the form of edgelock's own lock values (16 lowercase hex digits, `r:…`,
+//!   `p<limit>:…`) is refused. The leader is the oldest key of the name; its
+//!   token is that key's create revision.
 //! - **Proclaim** is one txn: compare our key's create revision, put the new
 //!   value on the same lease; a failed compare is a lost leadership.
-//! - **Leader** is one range (oldest key, limit 1): a leadership key leads;
-//!   no key, or a plain lock / reader / permit first in line, is `None`.
+//! - **Leader** is one range (oldest key, limit 1): a leadership key leads
+//!   (Go's included); no key, or an edgelock lock / reader / permit first in
+//!   line, is `None`.
 //! - **Observe** reads, then watches the name's prefix from the read's
 //!   revision + 1 and derives each change from the pushed events (one new
 //!   read when the oldest key is deleted).

@@ -9,6 +9,10 @@
 //! - [`RedisServer`]: `/usr/bin/redis-server` without persistence, optionally
 //!   under libfaketime for clock-skew tests; [`RespConn`] talks to it.
 //! - [`Webdis`]: `/usr/bin/webdis` in front of a Redis.
+//! - [`ZooKeeperServer`] / [`ZooKeeperEnsemble`]: Debian's ZooKeeper 3.8
+//!   (a JVM), standalone or a quorum, tickTime 200 ms.
+//! - [`CuratorPeer`]: Debian's Apache Curator 5.4 in a JVM, driven line by
+//!   line (mutex, semaphore, read-write lock, leader latch, multi-lock).
 //! - [`UpstashGateway`]: a local Upstash-REST-compatible gateway (see
 //!   [`gateway`]); also the `upstash-gateway` binary.
 //! - [`FencedResource`]: a tiny HTTP resource that rejects stale fencing
@@ -22,6 +26,7 @@
 //! This crate must not depend on `edgelock` (edgelock dev-depends on it).
 
 pub mod base64;
+pub mod curator;
 pub mod env;
 pub mod etcd;
 pub mod fault_proxy;
@@ -37,7 +42,9 @@ pub mod tempdir;
 pub mod tls;
 pub mod webdis;
 pub mod workerd;
+pub mod zookeeper;
 
+pub use curator::{CuratorPeer, HeldNode};
 pub use env::{Env, EnvBuilder};
 pub use etcd::{etcd_bin, EtcdCluster, EtcdOptions, EtcdServer, EtcdStatus, EtcdTls};
 pub use fault_proxy::{Fault, FaultProxy};
@@ -51,3 +58,7 @@ pub use resp::{RespConn, RespValue};
 pub use tempdir::TempDir;
 pub use tls::{TestPki, TlsFront};
 pub use webdis::Webdis;
+pub use zookeeper::{
+    zk_four_letter_word, zk_handshake, zk_mode, ZkHandshake, ZooKeeperEnsemble, ZooKeeperOptions,
+    ZooKeeperServer,
+};

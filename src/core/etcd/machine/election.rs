@@ -11,24 +11,32 @@
 //! name>/`, on the client's session lease (renewed, checked and lost like
 //! any lock's), created only if absent, queued FIFO by create revision,
 //! each waiter watching the key directly ahead of it, cleaned up on
-//! cancel, timeout and close. Only the key's *value* differs:
+//! cancel, timeout and close. The key's value is the campaign value
+//! itself, exactly as Go's `concurrency.Election` (and so `etcdctl elect`)
+//! stores it: the key `P<lease hex>` and the raw value are Go's, so an
+//! edgelock campaign and a Go one on `<prefix>/<escaped name>` queue in one
+//! line, and each side's `leader`/`observe` reports the other's value.
 //!
-//! ```text
-//! l:<random hex>:<campaign value>
-//! ```
-//!
-//! - The `l:` tag marks the key a leadership. An exclusive lock's value is
-//!   bare random hex (never an `l`), a reader's `r:<random>` (`shared.rs`), a
-//!   permit's `p<limit>:<random>` (`permits.rs`): no value of one kind
-//!   decodes as another (the proptest in `election_tests.rs` checks it both
-//!   ways). A campaign is thereby an ordinary writer for the other kinds: a
+//! - What tells a leadership from edgelock's other holds is the value's
+//!   form: an exclusive lock's value is a bare 16-hex-digit nonce, a
+//!   reader's starts `r:` (`shared.rs`), a permit's `p<limit>:` with 1 to 3
+//!   digits (`permits.rs`); every other value is a leadership, whoever wrote
+//!   it (a Go `Mutex` holder's empty value included, as Go's
+//!   `Election.Leader` reads it too). A campaign or proclaim value of one
+//!   of those forms is refused (`INVALID_ARGUMENT`) before anything is
+//!   sent, and a Go leader whose value has one is not reported by edgelock;
+//!   the proptest in `election_tests.rs` checks both sides. A
+//!   campaign is thereby an ordinary writer for the other kinds: a
 //!   semaphore's name refuses it, a reader queues behind it, and a campaign
 //!   on a name held as an exclusive lock queues behind that lock exactly as
 //!   another exclusive acquire would (one queue per name, whatever the kinds).
-//! - The random part is the acquire's nonce: a key found with another value
-//!   is a leftover of an earlier incarnation and never adopted.
-//! - The campaign value follows the second `:` verbatim (any UTF-8, at most
-//!   `MAX_CAMPAIGN_VALUE` bytes, checked before the machine sees it).
+//! - After a lost reply, a key of our lease with our value is ours (adopted,
+//!   as Go adopts its lease's key); the local queue keeps a second campaign
+//!   of this client on the name from starting while an earlier key of it
+//!   is still being deleted, so no leftover of ours is mistaken for it.
+//! - The campaign value is any UTF-8 (at most `MAX_CAMPAIGN_VALUE` bytes,
+//!   checked before the machine sees it); a value another client wrote that
+//!   is not UTF-8 is reported with replacement characters.
 //!
 //! FIFO (rather than "whoever writes first after the leader leaves") is what
 //! the lock already guarantees: no thundering herd on a handoff (one watcher
@@ -46,12 +54,13 @@
 //! is in flight), and the value of whoever leads now is never touched.
 //!
 //! **Leader** is one range of the name's prefix, oldest first, limit 1: the
-//! oldest key leads. If it is a leadership key, `Some(Leadership { value,
-//! fencing_token: create_revision })`. If nobody holds the name, *or the
-//! holder is not a leadership* (a plain exclusive lock, a reader, a
-//! semaphore's key), the answer is `None`: nobody leads the election even
-//! though campaigns may be queued behind that lock; the first of them
-//! becomes the leader (and `leader` says so) once the lock is released.
+//! oldest key leads (Go's `WithFirstCreate`). If it is a leadership key,
+//! `Some(Leadership { value, fencing_token: create_revision })`. If nobody
+//! holds the name, *or the holder is one of edgelock's lock holds* (an
+//! exclusive lock, a reader, a semaphore's key), the answer is `None`:
+//! nobody leads the election even though campaigns may be queued behind
+//! that lock; the first of them becomes the leader (and `leader` says so)
+//! once the lock is released.
 //!
 //! **Observe** reads like `leader`; if the state differs from the caller's
 //! `known`, it completes at once. Otherwise it watches the whole prefix from
@@ -70,45 +79,60 @@
 
 use serde_json::Value;
 
+use super::ops::acquire::{permits, shared};
 use super::{EtcdMachine, Failure, BACKEND};
 use crate::core::etcd::gateway::{self as gw, RangeResponse};
 use crate::core::{Leadership, LockError};
 
-/// The tag that starts every leadership key's value.
-const LEADER_TAG: &[u8] = b"l:";
-/// The longest nonce a leadership value may carry (ours: 16 hex digits).
-const MAX_NONCE_HEX: usize = 32;
+/// How many hex digits the random part of edgelock's own lock values has
+/// (`random_hex(…, 8)`).
+const LOCK_NONCE_HEX: usize = 16;
 
-/// The value of a leadership key: `l:<random>:<value>`.
-pub(super) fn leader_value(random: &str, value: &str) -> Vec<u8> {
-    let mut v = Vec::with_capacity(LEADER_TAG.len() + random.len() + 1 + value.len());
-    v.extend_from_slice(LEADER_TAG);
-    v.extend_from_slice(random.as_bytes());
-    v.push(b':');
-    v.extend_from_slice(value.as_bytes());
-    v
+/// The value of a leadership key: the campaign value itself, as Go's
+/// `concurrency.Election` stores it, so that `etcdctl elect` and Go
+/// programs read and write the same leaderships as edgelock.
+pub(super) fn leader_value(value: &str) -> Vec<u8> {
+    value.as_bytes().to_vec()
 }
 
-/// The campaign value a key's value carries, if it is a leadership's.
-pub(super) fn decode_leader_value(v: &[u8]) -> Option<&str> {
-    let rest = v.strip_prefix(LEADER_TAG)?;
-    let colon = rest.iter().position(|b| *b == b':')?;
-    let (nonce, tail) = rest.split_at(colon);
-    if nonce.is_empty()
-        || nonce.len() > MAX_NONCE_HEX
-        || !nonce
-            .iter()
-            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b))
-    {
-        return None;
-    }
-    let value = std::str::from_utf8(tail.get(1..)?).ok()?;
-    (value.len() <= crate::core::operation::MAX_CAMPAIGN_VALUE).then_some(value)
+/// Whether `v` is exactly edgelock's exclusive-lock nonce: 16 lowercase
+/// hex digits.
+fn is_nonce(v: &[u8]) -> bool {
+    v.len() == LOCK_NONCE_HEX && v.iter().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// Whether a key's value is one of edgelock's own non-election holds, by
+/// the forms the other kinds already read: an exclusive lock's bare nonce,
+/// a reader's `r:…` (`shared.rs`), a permit's `p<limit>:…` (`permits.rs`).
+/// Everything else under a name (any other campaign value, Go's own lock
+/// and election values) is a leadership, as Go's `Election.Leader` reads
+/// the oldest key whatever wrote it.
+pub(super) fn is_lock_value(v: &[u8]) -> bool {
+    is_nonce(v) || shared::is_shared_value(v) || permits::key_kind(v) != permits::KeyKind::Plain
+}
+
+/// The campaign value a key's value carries, if it is a leadership's (its
+/// bytes as text; a value that is not UTF-8, written by another client, is
+/// read with replacement characters).
+pub(super) fn decode_leader_value(v: &[u8]) -> Option<String> {
+    (!is_lock_value(v)).then(|| String::from_utf8_lossy(v).into_owned())
 }
 
 /// Whether a key's value is a leadership's.
 pub(super) fn is_leader_value(v: &[u8]) -> bool {
-    decode_leader_value(v).is_some()
+    !is_lock_value(v)
+}
+
+/// Refuses a campaign value that reads as one of edgelock's own lock values
+/// (the only values a leadership cannot take on etcd, see `is_lock_value`).
+pub(super) fn check_campaign_value(value: &str) -> Result<(), LockError> {
+    if is_lock_value(value.as_bytes()) {
+        return Err(LockError::invalid(format!(
+            "the campaign value {value:?} is reserved on etcd: it reads as one of edgelock's own \
+             lock values (16 lowercase hex digits, or a value starting r: or p<1 to 3 digits>:)"
+        )));
+    }
+    Ok(())
 }
 
 /// Who leads, from the oldest key of a name (with its value). A leadership
@@ -122,7 +146,7 @@ pub(super) fn leadership_of(oldest: Option<&gw::KeyValue>) -> Result<Option<Lead
         return Err("a leadership key without a create revision".into());
     }
     Ok(Some(Leadership {
-        value: value.to_string(),
+        value,
         fencing_token: kv.create_revision as u64,
     }))
 }

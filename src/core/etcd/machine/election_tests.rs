@@ -45,7 +45,8 @@ fn leading(value: &str) -> (Script, LockInfo) {
     let put = &txn["success"][0]["request_put"];
     assert_eq!(unb64(&put["key"]), KEY, "the exclusive lock's key layout");
     let stored = unb64(&put["value"]);
-    assert_eq!(decode_leader_value(&stored), Some(value));
+    assert_eq!(stored, value.as_bytes(), "the raw value, as Go stores it");
+    assert_eq!(decode_leader_value(&stored).as_deref(), Some(value));
     s.txn_reply(
         id,
         7,
@@ -63,22 +64,28 @@ fn leading(value: &str) -> (Script, LockInfo) {
 // ---- the value encoding ----------------------------------------------------
 
 proptest! {
-    /// A leadership's value is never a reader's or a permit's (which would
-    /// make the other kinds refuse or misjudge the name), and none of
-    /// theirs, nor an exclusive lock's bare random hex, is a leadership's.
+    /// A leadership's value is the campaign value itself; every value that
+    /// is not refused reads back as a leadership (never a reader's or a
+    /// permit's, which would make the other kinds refuse or misjudge the
+    /// name), and no reader's, permit's or exclusive lock's value of ours is
+    /// a leadership's.
     #[test]
     fn leader_values_never_collide_with_other_kinds(
-        random in "[0-9a-f]{1,32}",
+        random in "[0-9a-f]{16}",
         value in any::<String>().prop_filter("at most the limit", |v| v.len() <= crate::core::operation::MAX_CAMPAIGN_VALUE),
-        other in ".{0,40}",
         limit in 1u32..=999,
     ) {
-        let v = leader_value(&random, &value);
-        prop_assert_eq!(decode_leader_value(&v), Some(value.as_str()));
-        prop_assert!(!shared::is_shared_value(&v));
-        prop_assert_eq!(permits::key_kind(&v), permits::KeyKind::Plain);
-        prop_assert!(!is_leader_value(&shared::shared_value(&other)));
-        prop_assert!(!is_leader_value(&permits::permit_value(limit, &other)));
+        let v = leader_value(&value);
+        prop_assert_eq!(&v, value.as_bytes());
+        if check_campaign_value(&value).is_ok() {
+            prop_assert_eq!(decode_leader_value(&v), Some(value.clone()));
+            prop_assert!(!shared::is_shared_value(&v));
+            prop_assert_eq!(permits::key_kind(&v), permits::KeyKind::Plain);
+        } else {
+            prop_assert!(!is_leader_value(&v));
+        }
+        prop_assert!(!is_leader_value(&shared::shared_value(&random)));
+        prop_assert!(!is_leader_value(&permits::permit_value(limit, &random)));
         prop_assert!(!is_leader_value(random.as_bytes()));
     }
 
@@ -86,34 +93,75 @@ proptest! {
     #[test]
     fn any_value_decodes_without_panic(bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
         let _ = decode_leader_value(&bytes);
-        let mut tagged = b"l:".to_vec();
-        tagged.extend_from_slice(&bytes);
-        let _ = decode_leader_value(&tagged);
     }
 }
 
 #[test]
 fn leader_value_edge_cases() {
-    assert_eq!(decode_leader_value(b"l:ab:"), Some(""));
-    assert_eq!(decode_leader_value(b"l:ab:x:y"), Some("x:y"));
-    for bad in [
-        &b"l:"[..],
-        b"l::x",
-        b"l:AB:x",
-        b"l:xyz:x",
-        b"l:ab",
-        b"l:ab:\xff",
-        b"r:ab:x",
-        b"p3:ab",
-        b"0123456789abcdef",
-    ] {
-        assert!(!is_leader_value(bad), "{:?}", String::from_utf8_lossy(bad));
-    }
-    let long = leader_value(
-        "ab",
-        &"v".repeat(crate::core::operation::MAX_CAMPAIGN_VALUE + 1),
+    // Go's values read as they are: etcdctl elect's, a Go Mutex's empty one.
+    assert_eq!(decode_leader_value(b"goval").as_deref(), Some("goval"));
+    assert_eq!(decode_leader_value(b"").as_deref(), Some(""));
+    assert_eq!(decode_leader_value(b"l:ab:x").as_deref(), Some("l:ab:x"));
+    assert_eq!(
+        decode_leader_value(b"a\xffb").as_deref(),
+        Some("a\u{fffd}b")
     );
-    assert!(!is_leader_value(&long));
+    // 17 or 15 hex digits, or upper case, are no nonce of ours.
+    assert!(is_leader_value(b"0123456789abcdef0"));
+    assert!(is_leader_value(b"0123456789ABCDEF"));
+    for ours in [
+        &b"0123456789abcdef"[..],
+        b"r:ab",
+        b"r:",
+        b"p3:ab",
+        b"p100:x",
+    ] {
+        assert!(
+            !is_leader_value(ours),
+            "{:?}",
+            String::from_utf8_lossy(ours)
+        );
+        let text = std::str::from_utf8(ours).unwrap();
+        let e = check_campaign_value(text).unwrap_err();
+        assert_eq!(e.code(), "INVALID_ARGUMENT");
+        assert!(e.to_string().contains("reserved on etcd"), "{e}");
+    }
+    for free in ["", "A", "p:x", "p1000:x", "r", "node-1 http://10.0.0.1"] {
+        assert!(check_campaign_value(free).is_ok(), "{free}");
+    }
+}
+
+/// A reserved campaign or proclaim value is refused before any request.
+#[test]
+fn a_reserved_campaign_value_is_refused_before_anything_is_sent() {
+    let mut s = Script::fresh();
+    let e =
+        s.m.start(
+            s.now,
+            Operation::Campaign {
+                name: "e".into(),
+                value: "r:1".into(),
+                options: crate::core::AcquireOptions {
+                    wait: Wait::Try,
+                    ttl_ms: None,
+                },
+            },
+        )
+        .unwrap_err();
+    assert_eq!(e.code(), "INVALID_ARGUMENT");
+    nothing_sent(&mut s);
+    let (mut s, info) = leading("A");
+    let e =
+        s.m.start(
+            s.now,
+            Operation::Proclaim {
+                lock: info.id,
+                value: "0123456789abcdef".into(),
+            },
+        )
+        .unwrap_err();
+    assert_eq!(e.code(), "INVALID_ARGUMENT");
+    nothing_sent(&mut s);
 }
 
 // ---- campaign, proclaim ----------------------------------------------------
@@ -147,7 +195,7 @@ fn proclaim_compares_the_create_revision_and_puts_on_the_lease() {
     let put = &txn["success"][0]["request_put"];
     assert_eq!(unb64(&put["key"]), KEY);
     assert_eq!(put["lease"], LEASE.to_string());
-    assert_eq!(decode_leader_value(&unb64(&put["value"])), Some("B"));
+    assert_eq!(unb64(&put["value"]), b"B");
     s.txn_reply(id, 9, true, vec![json!({ "response_put": {} })]);
     assert!(matches!(
         s.completed(),
@@ -273,7 +321,7 @@ fn leader_query(oldest: Vec<Value>) -> Result<Option<Leadership>, LockError> {
 #[test]
 fn leader_is_the_oldest_key_if_it_is_a_leadership() {
     assert_eq!(
-        leader_query(vec![jkv(KEY, 7, &leader_value("ab", "A"))]).unwrap(),
+        leader_query(vec![jkv(KEY, 7, &leader_value("A"))]).unwrap(),
         Some(Leadership {
             value: "A".into(),
             fencing_token: 7
@@ -281,10 +329,13 @@ fn leader_is_the_oldest_key_if_it_is_a_leadership() {
     );
     assert_eq!(leader_query(vec![]).unwrap(), None);
     // A plain lock holds the name: nobody leads the election.
-    assert_eq!(leader_query(vec![jkv(KEY, 7, b"0123abcd")]).unwrap(), None);
+    assert_eq!(
+        leader_query(vec![jkv(KEY, 7, b"0123456789abcdef")]).unwrap(),
+        None
+    );
     assert_eq!(leader_query(vec![jkv(KEY, 7, b"r:ab")]).unwrap(), None);
     // Hostile: a leadership without a revision is an error, not a token 0.
-    let e = leader_query(vec![jkv(KEY, 0, &leader_value("ab", "A"))]).unwrap_err();
+    let e = leader_query(vec![jkv(KEY, 0, &leader_value("A"))]).unwrap_err();
     assert_eq!(e.code(), "BACKEND");
 }
 
@@ -313,7 +364,7 @@ fn observing(wait: Wait) -> (Script, OpId, RequestId, Value) {
     let (id, _) = s.sent("/v3/kv/range");
     s.reply(
         id,
-        json!({ "header": { "revision": "20" }, "kvs": [jkv(KEY, 7, &leader_value("ab", "A"))] }),
+        json!({ "header": { "revision": "20" }, "kvs": [jkv(KEY, 7, &leader_value("A"))] }),
     );
     s.nothing_completed();
     let (watch, body) = s.sent("/v3/watch");
@@ -343,7 +394,7 @@ fn observe_completes_at_once_when_the_state_already_differs() {
     let (id, _) = s.sent("/v3/kv/range");
     s.reply(
         id,
-        json!({ "header": { "revision": "20" }, "kvs": [jkv(KEY, 7, &leader_value("ab", "A"))] }),
+        json!({ "header": { "revision": "20" }, "kvs": [jkv(KEY, 7, &leader_value("A"))] }),
     );
     assert_eq!(s.completed().unwrap().into_leader().unwrap(), a("A", 7));
     nothing_sent(&mut s);
@@ -357,12 +408,12 @@ fn observe_completes_on_a_pushed_proclaim_without_another_request() {
         &mut s,
         watch,
         json!({ "header": { "revision": "21" }, "events": [
-            { "kv": jkv(b"edgelock/e/2a", 21, &leader_value("cd", "B")) } ] }),
+            { "kv": jkv(b"edgelock/e/2a", 21, &leader_value("B")) } ] }),
     );
     s.nothing_completed();
     nothing_sent(&mut s);
     // The leader's proclaim: same key, same create revision, new value.
-    let mut put = jkv(KEY, 7, &leader_value("ef", "A2"));
+    let mut put = jkv(KEY, 7, &leader_value("A2"));
     put["mod_revision"] = json!("22");
     chunk(
         &mut s,
@@ -386,7 +437,7 @@ fn observe_reads_again_when_the_leader_key_is_deleted() {
     let (id, _) = s.sent("/v3/kv/range");
     s.reply(
         id,
-        json!({ "header": { "revision": "23" }, "kvs": [jkv(b"edgelock/e/2a", 21, &leader_value("cd", "B"))] }),
+        json!({ "header": { "revision": "23" }, "kvs": [jkv(b"edgelock/e/2a", 21, &leader_value("B"))] }),
     );
     assert_eq!(s.completed().unwrap().into_leader().unwrap(), a("B", 21));
 }
@@ -433,7 +484,7 @@ fn a_broken_observe_watch_reads_again_and_watches_anew() {
     let (id, _) = s.sent("/v3/kv/range");
     s.reply(
         id,
-        json!({ "header": { "revision": "30" }, "kvs": [jkv(KEY, 7, &leader_value("ab", "A"))] }),
+        json!({ "header": { "revision": "30" }, "kvs": [jkv(KEY, 7, &leader_value("A"))] }),
     );
     let (_, body) = s.sent("/v3/watch");
     assert_eq!(body["create_request"]["start_revision"], "31");
@@ -464,7 +515,7 @@ fn hostile_watch_messages_are_errors_or_retries_not_panics() {
     let (id, _) = s.sent("/v3/kv/range");
     s.reply(id, json!({ "header": { "revision": "20" }, "kvs": [] }));
     let (watch, _) = s.sent("/v3/watch");
-    let mut put = jkv(KEY, 7, &leader_value("ef", "A"));
+    let mut put = jkv(KEY, 7, &leader_value("A"));
     put["create_revision"] = json!("-3");
     chunk(
         &mut s,
@@ -518,8 +569,8 @@ fn a_proclaim_whose_lease_is_gone_loses_the_leadership() {
 fn resume_checks_the_leadership_kind_against_the_value() {
     for (kind, value) in [
         (LockKind::Leader, b"0123456789abcdef".to_vec()),
-        (LockKind::Exclusive, leader_value("ab", "A")),
-        (LockKind::Leader, leader_value("ab", "A")),
+        (LockKind::Exclusive, leader_value("A")),
+        (LockKind::Leader, leader_value("A")),
     ] {
         let mut s = Script::fresh();
         let handle = LockHandle {

@@ -49,8 +49,14 @@ impl LockMachine for EtcdMachine {
                 name,
                 value,
                 options,
-            } => self.start_acquire(now, &name, LockKind::Leader, Some(&value), &options),
-            Operation::Proclaim { lock, value } => self.start_proclaim(now, lock, &value),
+            } => {
+                election::check_campaign_value(&value)?;
+                self.start_acquire(now, &name, LockKind::Leader, Some(&value), &options)
+            }
+            Operation::Proclaim { lock, value } => {
+                election::check_campaign_value(&value)?;
+                self.start_proclaim(now, lock, &value)
+            }
             Operation::Leader { name } => self.start_leader(now, &name, None),
             Operation::Observe { name, known, wait } => {
                 self.start_leader(now, &name, Some((known, wait)))
@@ -276,7 +282,7 @@ impl EtcdMachine {
         let random = random_hex(self.entropy.as_mut(), 8);
         let nonce = match kind {
             LockKind::Permits { limit } => permits::permit_value(limit, &random),
-            LockKind::Leader => election::leader_value(&random, campaign.unwrap_or_default()),
+            LockKind::Leader => election::leader_value(campaign.unwrap_or_default()),
             LockKind::Exclusive => random.into_bytes(),
             LockKind::Shared => shared::shared_value(&random),
         };

@@ -5,7 +5,7 @@ use super::super::election::leader_value;
 use super::super::{EtcdMachine, Failure, BACKEND};
 use super::{Next, Reply};
 use crate::core::etcd::gateway::{self as gw, GatewayError};
-use crate::core::{random_hex, LockError, LockId, LostReason, Millis, OpId, Outcome};
+use crate::core::{LockError, LockId, LostReason, Millis, OpId, Outcome};
 
 pub(in super::super) struct ProclaimOp {
     lock: LockId,
@@ -40,8 +40,7 @@ impl ProclaimOp {
                 return Next::Done;
             }
         };
-        let random = random_hex(m.entropy.as_mut(), 8);
-        let body = gw::proclaim_txn(&key, rev, lease, &leader_value(&random, value));
+        let body = gw::proclaim_txn(&key, rev, lease, &leader_value(value));
         Next::txn(ProclaimOp { lock }, body)
     }
 

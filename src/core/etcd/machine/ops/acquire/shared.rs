@@ -274,7 +274,7 @@ mod tests {
         let (r1, r2, w, r3) = (
             kv(b"el/rw/r/2a.1", 5, b"r:x"),
             kv(b"el/rw/r/2b.4", 6, b"r:y"),
-            kv(b"el/rw/3c", 7, b"n"),
+            kv(b"el/rw/3c", 7, b"0123456789abcdef"),
             kv(b"el/rw/r/2a.9", 8, b"r:z"),
         );
         let st = rw_status("rw", p, &[r1.clone(), r2, w.clone(), r3]);
