@@ -158,3 +158,48 @@ fn a_frozen_server_loses_the_lock_at_the_session_bound() {
     holder.close().unwrap();
     other.close().unwrap();
 }
+
+/// A chroot: the client's paths live under it (`/ch/edgelock/<name>` for
+/// `host/ch`), and a client without it sees the same nodes there; a missing
+/// chroot is a clear error. Digest credentials are sent on every connection
+/// (the server accepts any `user:password` for `digest`).
+#[test]
+fn chroot_and_digest() {
+    let zk = ZooKeeperServer::start().expect("zookeeper starts");
+    let connect = zk.connect_string();
+    let mut plain_cfg = ZkConfig::new(connect.as_str());
+    plain_cfg.root = "/ch/edgelock".into();
+    let plain = Client::from_machine(Box::new(
+        ZkMachine::new(plain_cfg, Box::new(OsEntropy)).unwrap(),
+    ));
+    let held = plain.acquire("a", None).expect("acquire without chroot");
+    assert!(held.handle().key.starts_with("/ch/edgelock/a/_c_"));
+    let mut cfg = ZkConfig::new(format!("{connect}/ch"));
+    cfg.digest = Some(edgelock::core::zookeeper::ZkDigest {
+        user: "locker".into(),
+        password: "s3cret-pw".into(),
+    });
+    let chrooted =
+        Client::from_machine(Box::new(ZkMachine::new(cfg, Box::new(OsEntropy)).unwrap()));
+    assert!(chrooted.try_acquire("a").expect("try").is_none());
+    let status = chrooted.inspect("a").expect("inspect");
+    assert_eq!(status.fencing_token, Some(held.fencing_token()));
+    assert!(held.release().unwrap());
+    let ours = chrooted.try_acquire("a").expect("try").expect("free now");
+    assert!(
+        ours.handle().key.starts_with("/edgelock/a/_c_"),
+        "chroot stripped: {}",
+        ours.handle().key
+    );
+    assert!(ours.release().unwrap());
+
+    let missing = client(&format!("{connect}/no/such/chroot"), 4_000);
+    let Err(e) = missing.try_acquire("a") else {
+        panic!("a missing chroot must fail");
+    };
+    assert_eq!(e.code(), "BACKEND");
+    assert!(e.to_string().contains("chroot"), "{e}");
+    for c in [plain, chrooted, missing] {
+        c.close().unwrap();
+    }
+}
