@@ -203,3 +203,22 @@ fn chroot_and_digest() {
         c.close().unwrap();
     }
 }
+
+/// A lock held for several session timeouts stays held: the pings keep the
+/// session (the lease) alive, and `extend` answers from it.
+#[test]
+fn a_lock_outlives_many_session_timeouts_while_the_session_pings() {
+    let zk = ZooKeeperServer::start().expect("zookeeper starts");
+    let c = client(&zk.connect_string(), 1_000);
+    let lock = c.acquire("long", None).expect("acquire");
+    thread::sleep(Duration::from_millis(3_500));
+    assert_eq!(lock.lost_reason(), None);
+    lock.extend(None).expect("extend");
+    assert!(
+        lock.expires_in() > Duration::from_millis(300),
+        "{:?}",
+        lock.expires_in()
+    );
+    assert!(lock.release().expect("release"), "still ours at release");
+    c.close().unwrap();
+}
