@@ -391,3 +391,22 @@ fn close_ends_the_session_and_its_nodes() {
     assert!(net.zk.children("/edgelock/n").is_empty());
     assert_eq!(net.ms[0].live_count(), 0);
 }
+
+/// Contenders queue in creation order: each release hands the lock to the
+/// next one only, and tokens rise.
+#[test]
+fn contenders_are_served_in_order_one_at_a_time() {
+    let mut net = Net::new(5);
+    let ops: Vec<OpId> = (0..5).map(|m| net.acquire(m, "q", Wait::Forever)).collect();
+    let mut last = 0;
+    for (m, op) in ops.into_iter().enumerate() {
+        let info = net.acquired(m, op);
+        assert!(info.fencing_token > last);
+        last = info.fencing_token;
+        for other in m + 1..5 {
+            assert!(net.events[other].is_empty(), "machine {other} woke early");
+        }
+        net.start(m, Operation::Release { lock: info.id });
+    }
+    assert!(net.zk.children("/edgelock/q").is_empty());
+}

@@ -424,3 +424,59 @@ fn a_server_error_answers_its_request_only() {
     assert!(matches!(&answers[..], [(a, Err(ZkError::Server(-101)))] if *a == id));
     assert!(w.transmits().is_empty());
 }
+
+/// A refused authentication fails what was sent and queued as refused
+/// (the server answered), never as a transport failure.
+#[test]
+fn a_refused_authentication_refuses_the_requests() {
+    let digest = ZkDigest {
+        user: "u".into(),
+        password: "pw".into(),
+    };
+    let mut w = Wire::new("a:1", Some(digest));
+    let id = w.submit(0, get("/1"));
+    let (stream, _, _) = w.opened();
+    w.handshake(0, stream, 1, 3_000);
+    let answers = w.feed(1, stream, reply(-4, 0, err::AUTH_FAILED, |_| {}));
+    assert!(
+        matches!(&answers[..], [(a, Err(ZkError::Refused(m)))] if *a == id && m.contains("-115"))
+    );
+    assert_eq!(w.transmits(), vec![Transmit::Cancel(stream)]);
+}
+
+/// A host that does not answer the connect in T / hosts: the next one.
+#[test]
+fn a_connect_that_takes_too_long_moves_to_the_next_host() {
+    let mut w = Wire::new("a:1,b:1", None);
+    w.submit(0, get("/1"));
+    let (stream, host, _) = w.opened();
+    assert_eq!(host, "a");
+    assert_eq!(
+        w.s.poll_timeout(),
+        Some(15_000),
+        "30 s asked for, two hosts"
+    );
+    w.s.handle_timeout(&mut w.out, 15_000);
+    let t = w.transmits();
+    assert_eq!(t[0], Transmit::Cancel(stream));
+    assert!(matches!(&t[1], Transmit::Open(o) if o.host == "b"));
+}
+
+/// A request past its deadline on a connected stream: the stream may be
+/// half-open, so it is closed and the other request in flight is unknown;
+/// a request still queued is just dropped (never sent).
+#[test]
+fn a_timed_out_request_resets_the_stream() {
+    let mut w = Wire::new("a:1", None);
+    let one = w.submit(0, get("/1"));
+    let two = w.submit(0, get("/2"));
+    let (stream, _, _) = w.opened();
+    w.handshake(0, stream, 1, 3_000);
+    let (sent, others) = w.s.timed_out(&mut w.out, 500, one);
+    assert!(sent);
+    assert!(matches!(&others[..], [(a, Err(ZkError::Transport(_)))] if *a == two));
+    assert_eq!(w.transmits()[0], Transmit::Cancel(stream));
+    let mut q = Wire::new("a:1", None);
+    let queued = q.submit(0, get("/1"));
+    assert_eq!(q.s.timed_out(&mut q.out, 500, queued), (false, Vec::new()));
+}
