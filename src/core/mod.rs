@@ -24,10 +24,10 @@ pub(crate) mod runtime;
 pub mod session;
 pub(crate) mod sse_stream;
 pub mod types;
-// The ZooKeeper wire layer (issue 29): nothing uses it yet; the session and
-// Curator's recipes come next and will call into it.
+// ZooKeeper (issue 29): parts of the wire layer are there for the recipes
+// still to come (rwlock, semaphore, latch).
 #[allow(dead_code)]
-pub(crate) mod zookeeper;
+pub mod zookeeper;
 
 pub use backend::BackendSpec;
 pub use error::LockError;

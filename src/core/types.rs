@@ -347,23 +347,34 @@ pub enum BackendKind {
     DurableObject,
     /// A lease row in a Cloudflare D1 (SQLite) table, reached by binding.
     D1,
+    /// A ZooKeeper ensemble over its own protocol (TCP/TLS): Curator's recipes.
+    ZooKeeper,
 }
 
 impl BackendKind {
     /// Every backend, in declaration order (the order of their names).
-    pub const ALL: [BackendKind; 5] = [
+    pub const ALL: [BackendKind; 6] = [
         BackendKind::Etcd,
         BackendKind::Redis,
         BackendKind::Redlock,
         BackendKind::DurableObject,
         BackendKind::D1,
+        BackendKind::ZooKeeper,
     ];
 
     /// Each backend's name, indexed by its declaration order: the one home
     /// of the names (serde's spelling above agrees; a test checks both).
-    const NAMES: [&'static str; 5] = ["etcd", "redis", "redlock", "durable-object", "d1"];
+    const NAMES: [&'static str; 6] = [
+        "etcd",
+        "redis",
+        "redlock",
+        "durable-object",
+        "d1",
+        "zookeeper",
+    ];
 
-    /// Lowercase name (`etcd`, `redis`, `redlock`, `durable-object`, `d1`),
+    /// Lowercase name (`etcd`, `redis`, `redlock`, `durable-object`, `d1`,
+    /// `zookeeper`),
     /// as used in error messages and serialised handles.
     pub fn as_str(self) -> &'static str {
         // A fieldless enum's discriminant is its declaration index.

@@ -7,7 +7,7 @@ use std::cell::Cell;
 use wasm_bindgen::JsValue;
 
 use crate::core::redis::address::is_resp_url;
-use crate::core::{LockError, LockKind, MAX_PERMITS};
+use crate::core::{BackendSpec, LockError, LockKind, MAX_PERMITS};
 
 /// Whether this JavaScript host may reach a `redis://` node (the Redis
 /// protocol over a TCP stream), as its entry file declares through
@@ -44,22 +44,32 @@ pub(crate) fn declare_tcp(name: &str) -> Result<(), LockError> {
     Ok(())
 }
 
-/// Refuses a client with a `redis://` node among `urls` on a host that
-/// cannot reach one, before anything is sent, saying why: a browser never
-/// can; elsewhere the client needs a socket factory (`has_sockets`: the
-/// Node, Deno and workerd entries give theirs, a user may pass `openSocket`).
-pub(crate) fn check_tcp_nodes(urls: &[&str], has_sockets: bool) -> Result<(), LockError> {
-    if !urls.iter().any(|u| is_resp_url(u)) {
+/// Refuses a client whose backend opens TCP streams (a `redis://` node, a
+/// ZooKeeper ensemble) on a host that cannot reach one, before anything is
+/// sent, saying why: a browser never can; elsewhere the client needs a
+/// socket factory (`has_sockets`: the Node, Deno and workerd entries give
+/// theirs, a user may pass `openSocket`).
+pub(crate) fn check_tcp_nodes(spec: &BackendSpec, has_sockets: bool) -> Result<(), LockError> {
+    if !spec.config().opens_tcp() {
         return Ok(());
     }
-    match (TCP.with(Cell::get), has_sockets) {
-        (TcpSupport::Browser, _) => Err(LockError::invalid(
+    let redis = spec.urls().iter().any(|u| is_resp_url(u));
+    match (TCP.with(Cell::get), has_sockets, redis) {
+        (TcpSupport::Browser, _, true) => Err(LockError::invalid(
             "browsers cannot open TCP connections: reach Redis through Upstash or Webdis (http(s) URL)",
         )),
-        (_, true) => Ok(()),
-        (_, false) => Err(LockError::invalid(
+        (TcpSupport::Browser, _, false) => Err(LockError::invalid(format!(
+            "browsers cannot open TCP connections, and the {} backend is reached over TCP only",
+            spec.kind().as_str()
+        ))),
+        (_, true, _) => Ok(()),
+        (_, false, true) => Err(LockError::invalid(
             "redis:// nodes need TCP sockets, and this JavaScript host gave none: pass `openSocket`, or reach Redis through Upstash or Webdis",
         )),
+        (_, false, false) => Err(LockError::invalid(format!(
+            "the {} backend needs TCP sockets, and this JavaScript host gave none: pass `openSocket`",
+            spec.kind().as_str()
+        ))),
     }
 }
 

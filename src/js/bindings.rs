@@ -51,7 +51,7 @@ impl RawLocks {
                 ))
             })?;
             let spec = BackendSpec::from_json(entry.kind(), options_json)?;
-            check_tcp_nodes(&spec.urls(), open_socket.is_some())?;
+            check_tcp_nodes(&spec, open_socket.is_some())?;
             let machine = spec.build(Box::new(JsEntropy::new()?))?;
             Ok(RawLocks {
                 driver: Driver::new(machine, fetch, bindings.map(JsValue::from), open_socket)?,

@@ -26,6 +26,7 @@ mod etcd;
 mod redis;
 mod redlock;
 pub mod worker_vars;
+mod zookeeper;
 
 use serde_json::Value;
 
@@ -33,7 +34,9 @@ use crate::core::d1::D1Config;
 use crate::core::durable::DurableConfig;
 use crate::core::etcd::EtcdConfig;
 use crate::core::json_fields::parse;
+use crate::core::redis::address::is_resp_url;
 use crate::core::redis::{RedisConfig, RedlockConfig};
+use crate::core::zookeeper::ZkConfig;
 use crate::core::{BackendKind, Entropy, LockError, LockMachine, MultiLock};
 
 pub use command_line::{CommandLine, Flags, UrlList};
@@ -47,6 +50,7 @@ pub const BACKENDS: &[&dyn Backend] = &[
     &redlock::Redlock,
     &durable::DurableObject,
     &d1::D1,
+    &zookeeper::ZooKeeper,
 ];
 
 /// One backend, as an entry of [`BACKENDS`]: its name and how its JSON
@@ -55,7 +59,8 @@ pub trait Backend: Sync {
     /// Which backend this is.
     fn kind(&self) -> BackendKind;
 
-    /// Its name (`etcd`, `redis`, `redlock`, `durable-object`, `d1`), as the
+    /// Its name (`etcd`, `redis`, `redlock`, `durable-object`, `d1`,
+    /// `zookeeper`), as the
     /// npm package, the Worker's `EDGELOCK_BACKEND` and handles spell it.
     fn name(&self) -> &'static str {
         self.kind().as_str()
@@ -139,6 +144,13 @@ pub trait BackendConfig {
     /// Every URL its requests go to (drivers check their schemes).
     fn urls(&self) -> Vec<&str>;
 
+    /// Whether its machine opens TCP (or TLS) byte streams: a `redis://`
+    /// node, a ZooKeeper ensemble. A host without sockets (a browser)
+    /// refuses such a backend before anything is sent.
+    fn opens_tcp(&self) -> bool {
+        self.urls().iter().any(|u| is_resp_url(u))
+    }
+
     /// The binding its requests go through, if any (a Worker's environment).
     fn binding(&self) -> Option<Binding<'_>> {
         None
@@ -176,6 +188,8 @@ pub enum BackendSpec {
     DurableObject(DurableConfig),
     /// A lease row in a Cloudflare D1 table (`src/core/d1`).
     D1(D1Config),
+    /// A ZooKeeper ensemble over its own protocol (`src/core/zookeeper`).
+    ZooKeeper(ZkConfig),
 }
 
 impl BackendSpec {
@@ -188,6 +202,7 @@ impl BackendSpec {
             BackendSpec::Redlock(c) => c,
             BackendSpec::DurableObject(c) => c,
             BackendSpec::D1(c) => c,
+            BackendSpec::ZooKeeper(c) => c,
         }
     }
 

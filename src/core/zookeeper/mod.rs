@@ -1,6 +1,6 @@
 //! ZooKeeper over a byte stream (issue 29), lowest layer first.
 //!
-//! Here so far: the wire format of ZooKeeper 3.8's client protocol as
+//! At the bottom, the wire format of ZooKeeper 3.8's client protocol as
 //! `/work/briefs/zk-design.md` section 1 describes it, with no state of its
 //! own:
 //! - [`jute`]: the jute binary encoding ([`jute::Writer`], and
@@ -12,11 +12,35 @@
 //!   getChildren2, setData, watch events, auth) and the op-code, xid,
 //!   error-code, create-mode and permission constants.
 //!
-//! Next (not here yet): the session machine over the core's byte-stream
-//! transport (connect handshake, negotiated timeout, pings at a third of it,
-//! xid bookkeeping and in-order reply matching, reconnect with session id
-//! and password, expiry, digest auth, watch fan-out, chroot), then `multi`,
-//! then Curator's recipes (InterProcessMutex first) on top of it.
+//! Above it:
+//! - [`address`] and [`config`]: the connection string
+//!   (`host:port[,host:port…][/chroot]`) and [`ZkConfig`];
+//! - `session`: one ZooKeeper session over successive streams (connect
+//!   handshake, negotiated timeout, pings at a third of it, in-order reply
+//!   matching, reconnect with session id and password, local expiry bound,
+//!   digest auth, watch events, chroot, closeSession);
+//! - `paths` and `recipes`: lock names as paths and Curator's
+//!   `InterProcessMutex`, node for node (`_c_<uuid>-lock-<seq>` under
+//!   `<root>/<escaped name>`; the token is the node's czxid);
+//! - [`ZkMachine`]: the [`LockMachine`](crate::core::LockMachine) over them
+//!   (exclusive locks; the session is the lease).
+//!
+//! Next (not here yet): `multi`, the read-write lock, the semaphore and the
+//! leader latch (Curator's other recipes), resuming a session from a handle.
 
+pub mod address;
+pub mod config;
+mod engine;
+#[cfg(test)]
+mod fake;
 pub(crate) mod jute;
+#[cfg(test)]
+mod machine_tests;
+pub(crate) mod paths;
+pub(crate) mod recipes;
 pub(crate) mod records;
+pub(crate) mod session;
+
+pub use address::{ZkAddress, ZkHost};
+pub use config::{ZkConfig, ZkDigest};
+pub use engine::ZkMachine;
