@@ -39,16 +39,21 @@ mod examples {
     }
 
     fn etcd() -> std::result::Result<Client, Box<dyn Error>> {
-        Ok(Client::etcd(EtcdConfig::new(vec!["http://127.0.0.1:2379".into()]))?)
+        Ok(Client::etcd(EtcdConfig::new(vec![
+            "http://127.0.0.1:2379".into(),
+        ]))?)
     }
 
     pub fn etcd_semaphore() -> Result {
         let client = etcd()?;
         // [docs:etcd-semaphore]
         use edgelock::core::{AcquireOptions, LockKind, Wait};
-        let opts = AcquireOptions { wait: Wait::For(30_000), ttl_ms: None };
+        let opts = AcquireOptions {
+            wait: Wait::For(30_000),
+            ttl_ms: None,
+        };
         if let Some(permit) = client.acquire_kind("render", LockKind::permits(3)?, opts, None)? {
-            render(permit.slot().unwrap(), permit.fencing_token())?;   // check tokens per slot
+            render(permit.slot().unwrap(), permit.fencing_token())?; // check tokens per slot
             permit.release()?;
         }
         // [/docs:etcd-semaphore]
@@ -59,9 +64,12 @@ mod examples {
         // [docs:etcd-auth]
         use edgelock::native::{Client, EtcdAuth, EtcdConfig};
         let mut cfg = EtcdConfig::new(vec!["http://127.0.0.1:2379".into()]);
-        cfg.auth = Some(EtcdAuth { username: "locker".into(), password: std::env::var("ETCD_PASSWORD")? });
-        let client = Client::etcd(cfg)?;   // the user's role needs readwrite on "edgelock/" (the prefix)
-        // [/docs:etcd-auth]
+        cfg.auth = Some(EtcdAuth {
+            username: "locker".into(),
+            password: std::env::var("ETCD_PASSWORD")?,
+        });
+        let client = Client::etcd(cfg)?; // the user's role needs readwrite on "edgelock/" (the prefix)
+                                         // [/docs:etcd-auth]
         client.close()?;
         Ok(())
     }
@@ -72,7 +80,7 @@ mod examples {
         use edgelock::native::{Client, ClientOptions, EtcdConfig, TlsConfig};
 
         let tls = TlsConfig::new()
-            .with_ca_file("/etc/etcd/pki/ca.pem")                                   // omit: system roots
+            .with_ca_file("/etc/etcd/pki/ca.pem") // omit: system roots
             .with_client_cert("/etc/etcd/pki/client.pem", "/etc/etcd/pki/client-key.pem"); // omit: no mTLS
         let spec = BackendSpec::Etcd(EtcdConfig::new(vec!["https://etcd-1:2379".into()]));
         let client = Client::connect_with(spec, &ClientOptions::new().with_tls(tls))?;
@@ -103,10 +111,16 @@ mod examples {
         use edgelock::native::Client;
 
         // Redlock over N independent nodes (each may use either protocol).
-        let nodes = ["http://127.0.0.1:7379", "http://127.0.0.1:7380", "http://127.0.0.1:7381"].map(RedisNode::webdis).to_vec();
+        let nodes = [
+            "http://127.0.0.1:7379",
+            "http://127.0.0.1:7380",
+            "http://127.0.0.1:7381",
+        ]
+        .map(RedisNode::webdis)
+        .to_vec();
         let redlock = Client::connect(BackendSpec::Redlock(RedlockConfig::new(nodes)))?;
-        let lock = redlock.acquire("rollup", None)?;   // lock.fencing_token() strictly increases across holders
-        // [/docs:redlock]
+        let lock = redlock.acquire("rollup", None)?; // lock.fencing_token() strictly increases across holders
+                                                     // [/docs:redlock]
         lock.release()?;
         Ok(())
     }
@@ -115,7 +129,10 @@ mod examples {
         use edgelock::core::redis::{RedisConfig, RedisNode};
         use edgelock::core::BackendSpec;
         // [docs:redis-tcp]
-        let node = RedisNode::resp("rediss://locker@cache.example:6380/2", Some(&std::env::var("REDIS_PASSWORD")?))?;
+        let node = RedisNode::resp(
+            "rediss://locker@cache.example:6380/2",
+            Some(&std::env::var("REDIS_PASSWORD")?),
+        )?;
         let tcp = Client::connect(BackendSpec::Redis(RedisConfig::new(node)))?;
         // [/docs:redis-tcp]
         tcp.close()?;
@@ -127,7 +144,7 @@ mod examples {
         use edgelock::native::{Client, EtcdConfig, LockKind};
         let client = Client::etcd(EtcdConfig::new(vec!["http://127.0.0.1:2379".into()]))?;
         if let Some(permit) = client.try_acquire_kind("renders", LockKind::permits(3)?)? {
-            render(permit.slot().unwrap_or(0), permit.fencing_token())?;   // slot in 0..3
+            render(permit.slot().unwrap_or(0), permit.fencing_token())?; // slot in 0..3
             permit.release()?;
         }
         // Waiting: client.acquire_kind(name, kind, AcquireOptions { wait, ttl_ms }, cancel); async: AsyncClient::{acquire_kind, try_acquire_kind}.
@@ -140,11 +157,23 @@ mod examples {
         let client = etcd()?;
         let cancel_token = CancelToken::new();
         // [docs:election]
-        let me = client.campaign("scheduler", "node-a:8080", AcquireOptions { wait: Wait::Forever, ttl_ms: None }, None)?.expect("waited");
+        let me = client
+            .campaign(
+                "scheduler",
+                "node-a:8080",
+                AcquireOptions {
+                    wait: Wait::Forever,
+                    ttl_ms: None,
+                },
+                None,
+            )?
+            .expect("waited");
         me.proclaim("node-a:9090")?;
-        for change in client.observe("scheduler", cancel_token.clone()) { println!("{:?}", change?); }
-        me.release()?;   // resign
-        // [/docs:election]
+        for change in client.observe("scheduler", cancel_token.clone()) {
+            println!("{:?}", change?);
+        }
+        me.release()?; // resign
+                       // [/docs:election]
         Ok(())
     }
 }

@@ -11,7 +11,9 @@ fn main() {
 #[cfg(feature = "native")]
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     blocking::run()?;
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
     rt.block_on(asynchronous::run())
 }
 
@@ -30,16 +32,19 @@ mod blocking {
 
     pub fn run() -> Result<(), Box<dyn Error>> {
         // [docs:quickstart]
-        use std::time::Duration;
         use edgelock::native::{Client, EtcdConfig};
+        use std::time::Duration;
 
         let client = Client::etcd(EtcdConfig::new(vec!["http://127.0.0.1:2379".into()]))?;
-        let lock = client.acquire("nightly-report", Some(Duration::from_secs(30)))?;   // wait up to 30 s
-        write_report(lock.fencing_token())?;        // the resource rejects lower tokens
+        let lock = client.acquire("nightly-report", Some(Duration::from_secs(30)))?; // wait up to 30 s
+        write_report(lock.fencing_token())?; // the resource rejects lower tokens
         if lock.is_lost() { /* stop: someone else may hold it now */ }
-        lock.release()?;                             // deletes exactly this holder's key
+        lock.release()?; // deletes exactly this holder's key
 
-        if let Some(lock) = client.try_acquire("nightly-report")? { /* got it without waiting */ lock.release()?; }
+        if let Some(lock) = client.try_acquire("nightly-report")? {
+            /* got it without waiting */
+            lock.release()?;
+        }
         // [/docs:quickstart]
         Ok(())
     }
@@ -55,11 +60,13 @@ mod asynchronous {
 
     pub async fn run() -> Result<(), Box<dyn Error>> {
         // [docs:async]
-        use std::time::Duration;
         use edgelock::native::{AsyncClient, EtcdConfig};
+        use std::time::Duration;
 
         let client = AsyncClient::etcd(EtcdConfig::new(vec!["http://127.0.0.1:2379".into()]))?;
-        let lock = client.acquire("nightly-report", Some(Duration::from_secs(30))).await?;
+        let lock = client
+            .acquire("nightly-report", Some(Duration::from_secs(30)))
+            .await?;
         tokio::select! {                               // any executor's select or race works
             r = write_report(lock.fencing_token()) => r?,
             reason = lock.lost() => return Err(format!("lock lost: {reason:?}").into()),
@@ -68,7 +75,11 @@ mod asynchronous {
 
         // Cancelling is dropping: the acquire is aborted on the backend, and a grant
         // that raced the drop is released; nothing stays held.
-        let bounded = tokio::time::timeout(Duration::from_secs(5), client.acquire("nightly-report", None)).await;
+        let bounded = tokio::time::timeout(
+            Duration::from_secs(5),
+            client.acquire("nightly-report", None),
+        )
+        .await;
         // [/docs:async]
         drop(bounded);
         Ok(())

@@ -113,6 +113,12 @@ fn script_of(req: &HttpRequest) -> scripts::Script {
         .unwrap()
 }
 
+/// A scripted request's command as its JSON array of strings (the Upstash
+/// body): name, script or SHA, key count, keys, arguments.
+fn args(req: &HttpRequest) -> Vec<String> {
+    serde_json::from_slice(&req.body).unwrap()
+}
+
 fn acquired(events: &[Event]) -> LockInfo {
     events
         .iter()
@@ -844,10 +850,6 @@ mod permits {
     use super::*;
     use scripts::Script;
 
-    fn args_of(req: &HttpRequest) -> Vec<String> {
-        serde_json::from_slice(&req.body).unwrap()
-    }
-
     fn acquire_permits<M: LockMachine>(h: &mut Harness<M>, limit: u32, wait: Wait) {
         let op = Operation::Acquire {
             name: "s".into(),
@@ -874,7 +876,7 @@ mod permits {
         let r = h.take();
         assert_eq!(r.len(), 1);
         assert_eq!(script_of(&r[0]), Script::AcquirePermit);
-        let a = args_of(&r[0]);
+        let a = args(&r[0]);
         // 4 + 3 keys, every slot declared; no preferred slot, no queue yet.
         assert_eq!(
             a[2..10],
@@ -900,7 +902,7 @@ mod permits {
         h.m.release(h.now, lock.id).unwrap();
         let r = h.take();
         assert_eq!(script_of(&r[0]), Script::Release);
-        let a = args_of(&r[0]);
+        let a = args(&r[0]);
         assert_eq!(
             a[3..8],
             [
@@ -943,7 +945,7 @@ mod permits {
         assert!(at > h.now && at <= h.now + 700 + 100, "{at}");
         h.advance_to(at);
         let r = h.take();
-        let a = args_of(&r[0]);
+        let a = args(&r[0]);
         assert_eq!(a[a.len() - 2..][1], "6000", "queued with a lease: {a:?}");
         assert_ne!(a[a.len() - 2], "-");
     }
@@ -968,11 +970,11 @@ mod permits {
         let mut h = single(|_| {});
         acquire_permits(&mut h, 2, Wait::Forever);
         let r = h.take();
-        assert_eq!(args_of(&r[0])[2], "6");
+        assert_eq!(args(&r[0])[2], "6");
         h.answer(&r[0], r#"{"result":[3,0,0,-1,5,0]}"#);
         let r = h.take();
         assert_eq!(r.len(), 1);
-        let a = args_of(&r[0]);
+        let a = args(&r[0]);
         assert_eq!(a[2], "9", "4 + 5 slots declared");
         assert_eq!(a[a.len() - 5], "2", "still asking for 2");
         h.answer(&r[0], r#"{"result":[2,0,0,-1,5,0]}"#);
@@ -985,7 +987,7 @@ mod permits {
         acquire_permits(&mut h, 3, Wait::Forever);
         let r = h.take();
         assert_eq!(r.len(), 3);
-        let pref: Vec<String> = r.iter().map(|q| args_of(q)[13].clone()).collect();
+        let pref: Vec<String> = r.iter().map(|q| args(q)[13].clone()).collect();
         assert!(
             pref.iter().all(|p| *p == pref[0] && p != "-1"),
             "one named slot on every node: {pref:?}"
@@ -1006,7 +1008,7 @@ mod permits {
         let r = h.take();
         assert_eq!(r.len(), 3);
         assert!(
-            r.iter().all(|q| args_of(q)[13] == other.to_string()),
+            r.iter().all(|q| args(q)[13] == other.to_string()),
             "the retry names the slot free on all three"
         );
         for q in &r {
@@ -1037,7 +1039,7 @@ mod permits {
         for attempt in 0..4 {
             let r = h.take();
             assert_eq!(r.len(), 3, "attempt {attempt} goes at once");
-            let a = args_of(&r[0]);
+            let a = args(&r[0]);
             let k: u32 = a[a.len() - 4].parse().unwrap();
             // Someone else keeps taking the named slot; the other is free.
             for q in &r {
@@ -1111,7 +1113,7 @@ mod permits {
         other.m.resume(other.now, &lock.handle).unwrap();
         let r = other.take();
         assert_eq!(script_of(&r[0]), Script::Status);
-        assert_eq!(args_of(&r[0])[3], "{edgelock:s}:permit:2");
+        assert_eq!(args(&r[0])[3], "{edgelock:s}:permit:2");
         other.answer(&r[0], r#"{"result":[1,1,9000,5]}"#);
         let resumed = acquired(&other.take_events());
         assert_eq!(
@@ -1120,7 +1122,7 @@ mod permits {
         );
         // Its release wakes the semaphore's waiters.
         other.m.release(other.now, resumed.id).unwrap();
-        let a = args_of(&other.take()[0]);
+        let a = args(&other.take()[0]);
         assert_eq!(a[5], "{edgelock:s}:permit:queue");
         for bad in [
             LockHandle {
@@ -1159,15 +1161,12 @@ mod permits {
         let r = h.take();
         assert!(r
             .iter()
-            .all(|q| script_of(q) == Script::Inspect && args_of(q)[2] == "4"));
+            .all(|q| script_of(q) == Script::Inspect && args(q)[2] == "4"));
         for q in &r {
             h.answer(q, r#"{"result":[0,-2,9,3,0,-2]}"#);
         }
         let r = h.take();
-        assert!(
-            r.iter().all(|q| args_of(q)[2] == "7"),
-            "the 3 slots declared"
-        );
+        assert!(r.iter().all(|q| args(q)[2] == "7"), "the 3 slots declared");
         // Slot 0 held on all, slot 2 on one node only (no quorum).
         h.answer(&r[0], r#"{"result":[0,-2,9,3,0,-2,900,-2,500]}"#);
         h.answer(&r[1], r#"{"result":[0,-2,9,3,0,-2,800,-2,-2]}"#);

@@ -9,10 +9,6 @@ use super::*;
 use crate::core::redis::election::{self, agreed, parse_leader, LeaderReply};
 use crate::core::redis::scripts::Script;
 
-fn args(req: &HttpRequest) -> Vec<String> {
-    serde_json::from_slice(&req.body).unwrap()
-}
-
 /// Base64 (Upstash sends result strings so, see `upstash`).
 fn b64(bytes: &[u8]) -> String {
     const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";

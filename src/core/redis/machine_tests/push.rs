@@ -337,3 +337,43 @@ fn a_waiter_of_the_default_lock_queues_and_wakes_only_when_named() {
     h.answer(&r[0], GRANTED);
     assert_eq!(acquired(&h.take_events()).fencing_token, 5);
 }
+
+/// A release naming this waiter as the queue's head is acted on at once,
+/// every time (the bounded bypass keeps the free lock for the head), while
+/// unnamed messages after the first stay limited to one attempt per retry
+/// delay.
+#[test]
+fn every_release_naming_the_head_is_acted_on_at_once() {
+    let mut h = single_push(|_| {});
+    h.m.acquire(h.now, "job", &opts(Wait::Forever)).unwrap();
+    let r = h.take();
+    h.answer(&r[0], HELD);
+    let (s, _) = h.take_split();
+    h.chunk(&s[0], "data: subscribe,c,1\n\n");
+    let r = h.take();
+    assert_eq!(script_of(&r[0]), scripts::Script::AcquireQueued);
+    // ARGV[3] of the queued acquire: this waiter's id.
+    let me = args(&r[0])[12].clone();
+    h.answer(&r[0], HELD);
+    for fence in 4..7 {
+        h.now += 10;
+        h.chunk(&s[0], &format!("data: message,c,released:{fence}:{me}\n\n"));
+        let r = h.take();
+        assert_eq!(r.len(), 1, "named by release {fence}: an attempt at once");
+        // Someone bypassed it again: held.
+        h.answer(&r[0], HELD);
+    }
+    h.now += 10;
+    h.chunk(&s[0], "data: message,c,released:7\n\n");
+    assert!(
+        h.take().is_empty(),
+        "an unnamed message within the retry delay waits for it"
+    );
+    h.now += 200;
+    h.m.handle_timeout(h.now);
+    h.drain();
+    let r = h.take();
+    assert_eq!(r.len(), 1, "then attempts");
+    h.answer(&r[0], GRANTED);
+    assert_eq!(acquired(&h.take_events()).fencing_token, 5);
+}

@@ -4,10 +4,6 @@
 use super::*;
 use scripts::Script;
 
-fn args_of(req: &HttpRequest) -> Vec<String> {
-    serde_json::from_slice(&req.body).unwrap()
-}
-
 fn holding(h: &mut Harness<RedisMachine>) -> LockInfo {
     h.m.acquire(h.now, "job", &opts(Wait::Forever)).unwrap();
     let r = h.take();
@@ -41,7 +37,7 @@ fn a_reentry_is_one_owner_checked_script_and_a_decrement_keeps_the_key() {
     let r = h.take();
     assert_eq!(r.len(), 1, "one request");
     assert_eq!(script_of(&r[0]), Script::Reenter);
-    let a = args_of(&r[0]);
+    let a = args(&r[0]);
     assert_eq!(a[2..5], ["2", "{edgelock:job}", "{edgelock:job}:holds"]);
     assert_eq!(a[5], outer.handle.owner, "owner-checked by the token");
     let member = a[6].clone();
@@ -60,13 +56,13 @@ fn a_reentry_is_one_owner_checked_script_and_a_decrement_keeps_the_key() {
     h.m.release(h.now, outer.id).unwrap();
     let r = h.take();
     assert_eq!(script_of(&r[0]), Script::Release);
-    assert_eq!(args_of(&r[0])[7], "{edgelock:job}:holds");
-    assert_eq!(args_of(&r[0])[11], "+", "the outer hold's member");
+    assert_eq!(args(&r[0])[7], "{edgelock:job}:holds");
+    assert_eq!(args(&r[0])[11], "+", "the outer hold's member");
     h.answer(&r[0], r#"{"result":2}"#);
     assert!(released(&h.take_events()));
     h.m.release(h.now, inner.id).unwrap();
     let r = h.take();
-    assert_eq!(args_of(&r[0])[11], member, "the inner hold's own member");
+    assert_eq!(args(&r[0])[11], member, "the inner hold's own member");
     h.answer(&r[0], r#"{"result":1}"#);
     assert!(released(&h.take_events()));
     assert_eq!(h.m.live_count(), 0);
@@ -203,8 +199,8 @@ fn redlock_reentry_is_one_round_granted_on_a_quorum_and_released_everywhere() {
     let r = reenter(&mut h, &outer.handle);
     assert_eq!(r.len(), 3, "one request per node");
     assert!(r.iter().all(|r| script_of(r) == Script::Reenter));
-    let member = args_of(&r[0])[6].clone();
-    assert!(r.iter().all(|r| args_of(r)[6] == member), "one hold id");
+    let member = args(&r[0])[6].clone();
+    assert!(r.iter().all(|r| args(r)[6] == member), "one hold id");
     // Two nodes count it (quorum), the third is unreachable.
     h.answer(&r[0], r#"{"result":[1,2,9000]}"#);
     h.answer(&r[1], r#"{"result":[1,2,8000]}"#);
@@ -222,7 +218,7 @@ fn redlock_reentry_is_one_round_granted_on_a_quorum_and_released_everywhere() {
     assert_eq!(r.len(), 3);
     for req in &r {
         assert_eq!(script_of(req), Script::Extend);
-        assert_eq!(args_of(req).last().unwrap(), &member);
+        assert_eq!(args(req).last().unwrap(), &member);
     }
     h.answer(&r[0], r#"{"result":[1,7]}"#);
     h.answer(&r[1], r#"{"result":[1,7]}"#);
@@ -245,7 +241,7 @@ fn redlock_reentry_is_one_round_granted_on_a_quorum_and_released_everywhere() {
     assert_eq!(r.len(), 3);
     for req in &r {
         assert_eq!(script_of(req), Script::Release);
-        assert_eq!(args_of(req)[11], member);
+        assert_eq!(args(req)[11], member);
     }
     h.answer(&r[0], r#"{"result":2}"#);
     h.answer(&r[1], r#"{"result":2}"#);
@@ -254,7 +250,7 @@ fn redlock_reentry_is_one_round_granted_on_a_quorum_and_released_everywhere() {
     assert!(released(&h.take_events()));
     h.m.release(h.now, outer.id).unwrap();
     let r = h.take();
-    assert!(r.iter().all(|req| args_of(req)[11] == "+"));
+    assert!(r.iter().all(|req| args(req)[11] == "+"));
     h.answer(&r[0], r#"{"result":1}"#);
     h.answer(&r[1], r#"{"result":1}"#);
     h.answer(&r[2], r#"{"result":0}"#);
@@ -267,7 +263,7 @@ fn redlock_reentry_without_a_quorum_releases_the_hold_where_it_may_be_counted() 
     let mut h = redlock(3, |_| {});
     let outer = redlock_holding(&mut h);
     let r = reenter(&mut h, &outer.handle);
-    let member = args_of(&r[0])[6].clone();
+    let member = args(&r[0])[6].clone();
     // One node counted it, two say the owner's key is gone.
     h.answer(&r[0], r#"{"result":[1,2,9000]}"#);
     h.answer(&r[1], r#"{"result":[0,0,0]}"#);
@@ -277,7 +273,7 @@ fn redlock_reentry_without_a_quorum_releases_the_hold_where_it_may_be_counted() 
     assert_eq!(c.len(), 1, "only where it was counted");
     assert_eq!(c[0].target, r[0].target);
     assert_eq!(script_of(&c[0]), Script::Release);
-    assert_eq!(args_of(&c[0])[11], member, "the re-entry's own hold id");
+    assert_eq!(args(&c[0])[11], member, "the re-entry's own hold id");
     h.answer(&c[0], r#"{"result":1}"#);
     assert_eq!(failed(&h.take_events()).code(), "LOST");
 

@@ -6,10 +6,6 @@
 use super::*;
 use crate::core::redis::scripts::Script;
 
-fn args(req: &HttpRequest) -> Vec<String> {
-    serde_json::from_slice(&req.body).unwrap()
-}
-
 fn shared(wait: Wait) -> Operation {
     Operation::Acquire {
         name: "cfg".into(),

@@ -7,10 +7,6 @@ use super::*;
 use crate::core::MultiLock;
 use scripts::Script;
 
-fn args_of(req: &HttpRequest) -> Vec<String> {
-    serde_json::from_slice(&req.body).unwrap()
-}
-
 fn atomic() -> Harness<RedisMachine> {
     single(|c| c.cross_slot_scripts = true)
 }
@@ -34,7 +30,7 @@ fn completed(events: &[Event]) -> Vec<Result<Outcome, LockError>> {
 
 /// The set script's keys and tokens, per name: (lock key, token).
 fn set_members(req: &HttpRequest) -> Vec<(String, String)> {
-    let a = args_of(req);
+    let a = args(req);
     assert_eq!(script_of(req), Script::AcquireSet);
     let nk: usize = a[2].parse().unwrap();
     assert_eq!(nk % scripts::SET_KEYS_PER_NAME, 0);
@@ -89,7 +85,7 @@ fn a_free_set_is_one_script_and_each_lock_an_ordinary_lock() {
     let tokens: std::collections::BTreeSet<_> = members.iter().map(|m| &m.1).collect();
     assert_eq!(tokens.len(), 3, "a fresh token per name");
     assert!(members.iter().all(|m| m.1.len() == TOKEN_RE_LEN));
-    assert_eq!(args_of(&r[0])[3 + 30], "10000", "the TTL");
+    assert_eq!(args(&r[0])[3 + 30], "10000", "the TTL");
     h.now += 5;
     h.answer(&r[0], r#"{"result":[1,4,9,1]}"#);
     let done = completed(&h.take_events());
@@ -116,7 +112,7 @@ fn a_free_set_is_one_script_and_each_lock_an_ordinary_lock() {
     let r = h.take();
     assert_eq!(r.len(), 1);
     assert_eq!(script_of(&r[0]), Script::Release);
-    let a = args_of(&r[0]);
+    let a = args(&r[0]);
     assert_eq!(a[3], "{edgelock:a}");
     assert!(a.contains(&members[1].1));
     // And the watchdog renews each at TTL/3.
@@ -164,7 +160,7 @@ fn a_malformed_or_partial_reply_is_an_error() {
     h.answer(&cleanup[0], r#"{"result":0}"#);
     let next = h.take();
     assert_eq!(script_of(&next[0]), Script::Release);
-    assert!(args_of(&next[0]).contains(&members[1].1));
+    assert!(args(&next[0]).contains(&members[1].1));
     h.answer(&next[0], r#"{"result":0}"#);
     let done = completed(&h.take_events());
     assert!(
@@ -186,7 +182,7 @@ fn an_unknown_outcome_deletes_every_key_by_its_owner_before_the_error() {
         let c = h.take();
         assert_eq!(c.len(), 1);
         assert_eq!(script_of(&c[0]), Script::Release);
-        let a = args_of(&c[0]);
+        let a = args(&c[0]);
         assert_eq!(a[3], m.0, "the name's own key");
         assert!(a.contains(&m.1), "owner-checked by the name's token");
         assert!(

@@ -100,6 +100,8 @@ struct Attempts {
     /// Woken by a message (not by its stream's confirmation or loss), and
     /// when the last attempt a message caused began.
     pushed: bool,
+    /// The message named this waiter as the queue's head.
+    named: bool,
     last_push_attempt: Option<Millis>,
     /// Raise rounds of the current attempt (bounded: see `after_raise`).
     raises: u32,
@@ -190,6 +192,7 @@ impl AcquireTask {
             queued: false,
             last_wake: None,
             pushed: false,
+            named: false,
             last_push_attempt: None,
             raises: 0,
             part,
@@ -278,6 +281,7 @@ impl Task for AcquireTask {
             if head.is_some_and(|h| h != me.as_bytes()) {
                 return false;
             }
+            self.a.named |= head.is_some();
         }
         self.a.woken = true;
         match &mut self.phase {
@@ -332,10 +336,14 @@ impl Attempts {
             // that a waiter attempts on messages at most once per retry
             // delay, so a burst of releases costs it no more than polling
             // (a Worker's subrequest budget is counted per invocation).
+            // A release naming this waiter as the queue's head is acted on
+            // at once: the bounded bypass keeps the free lock for it, and
+            // at most `MAX_BYPASS + 1` releases name it before it is granted.
+            let named = std::mem::take(&mut self.named);
             let earliest = self
                 .last_push_attempt
                 .map_or(now, |t| t.saturating_add(cx.s.retry_delay_ms));
-            if now < earliest {
+            if now < earliest && !named {
                 self.woken = false;
                 let at = self.deadline.map_or(earliest, |d| earliest.min(d));
                 return Next::sleep(self.into_task(Phase::Sleep { until: at }), at);
