@@ -278,7 +278,13 @@ impl ZkMachine {
     }
 
     /// The recipe of `kind` on `name` (design 2.6; see `recipes`).
-    fn recipe(&mut self, name: &str, kind: LockKind, try_only: bool, value: Option<String>) -> Recipe {
+    fn recipe(
+        &mut self,
+        name: &str,
+        kind: LockKind,
+        try_only: bool,
+        value: Option<String>,
+    ) -> Recipe {
         let (marker, rule) = match kind {
             LockKind::Shared => (READ_MARKER, Rule::Reader),
             LockKind::Leader => (LATCH_MARKER, Rule::First),
@@ -300,7 +306,11 @@ impl ZkMachine {
         match kind {
             LockKind::Permits { limit } => {
                 let lease_prefix = protected_prefix(&mut *self.entropy);
-                Recipe::Semaphore(SemaphoreAcquire::new(spec, limit, (prefix, lease_prefix)))
+                Recipe::Semaphore(Box::new(SemaphoreAcquire::new(
+                    spec,
+                    limit,
+                    (prefix, lease_prefix),
+                )))
             }
             _ => Recipe::Node(NodeAcquire::new(spec, prefix)),
         }

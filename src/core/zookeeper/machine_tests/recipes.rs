@@ -62,8 +62,16 @@ fn a_semaphore_admits_its_limit_and_wakes_a_waiter_on_release() {
     let b = acquire_kind(&mut net, 1, "s", two, Wait::Forever);
     let b = net.acquired(1, b);
     assert_eq!(a.handle.kind, two);
-    assert!(a.handle.key.starts_with("/edgelock/s/leases/_c_"), "{}", a.handle.key);
-    assert!(a.handle.key.ends_with("-lease-0000000000"), "{}", a.handle.key);
+    assert!(
+        a.handle.key.starts_with("/edgelock/s/leases/_c_"),
+        "{}",
+        a.handle.key
+    );
+    assert!(
+        a.handle.key.ends_with("-lease-0000000000"),
+        "{}",
+        a.handle.key
+    );
     let stat = net.zk.nodes[&a.handle.key].stat;
     assert_eq!(a.fencing_token, stat.czxid as u64);
     assert!(net.zk.children("/edgelock/s/locks").is_empty());
@@ -72,7 +80,11 @@ fn a_semaphore_admits_its_limit_and_wakes_a_waiter_on_release() {
 
     let c = acquire_kind(&mut net, 2, "s", two, Wait::Forever);
     assert!(net.result(2, c).is_none());
-    assert_eq!(net.zk.children("/edgelock/s/locks").len(), 1, "the waiter's guard");
+    assert_eq!(
+        net.zk.children("/edgelock/s/locks").len(),
+        1,
+        "the waiter's guard"
+    );
     let t = acquire_kind(&mut net, 3, "s", two, Wait::Try);
     assert_eq!(net.result(3, t), Some(Ok(Outcome::NotAcquired)));
     assert_eq!(net.zk.children("/edgelock/s/leases").len(), 3);
@@ -93,7 +105,10 @@ fn a_timed_out_semaphore_waiter_deletes_both_its_nodes() {
     net.acquired(0, a);
     let b = acquire_kind(&mut net, 1, "s", one, Wait::For(500));
     net.advance(600);
-    assert!(matches!(net.result(1, b), Some(Err(LockError::Timeout { .. }))));
+    assert!(matches!(
+        net.result(1, b),
+        Some(Err(LockError::Timeout { .. }))
+    ));
     assert!(net.zk.children("/edgelock/s/locks").is_empty());
     assert_eq!(net.zk.children("/edgelock/s/leases").len(), 1);
 }
@@ -112,7 +127,10 @@ fn readers_share_and_a_writer_on_a_read_write_name_excludes_them() {
     let w = acquire_kind(&mut net, 2, "rw", LockKind::Exclusive, Wait::Forever);
     assert!(net.result(2, w).is_none());
     let late = acquire_kind(&mut net, 0, "rw", LockKind::Shared, Wait::Forever);
-    assert!(net.result(0, late).is_none(), "a reader after a writer waits");
+    assert!(
+        net.result(0, late).is_none(),
+        "a reader after a writer waits"
+    );
     assert_eq!(
         markers(&net, "/edgelock/rw"),
         ["__READ__", "__READ__", "__WRIT__", "__READ__"]
@@ -155,7 +173,11 @@ fn a_campaign_is_a_latch_node_and_proclaim_rewrites_its_data() {
     let a = campaign(&mut net, 0, "e", "node-a", Wait::Forever);
     let a = net.acquired(0, a);
     assert_eq!(a.handle.kind, LockKind::Leader);
-    assert!(a.handle.key.ends_with("-latch-0000000000"), "{}", a.handle.key);
+    assert!(
+        a.handle.key.ends_with("-latch-0000000000"),
+        "{}",
+        a.handle.key
+    );
     assert_eq!(net.zk.nodes[&a.handle.key].data, b"node-a");
     let b = campaign(&mut net, 1, "e", "node-b", Wait::Forever);
     assert!(net.result(1, b).is_none());
@@ -181,7 +203,10 @@ fn a_campaign_is_a_latch_node_and_proclaim_rewrites_its_data() {
             value: "node-a2".into(),
         },
     );
-    assert!(matches!(net.result(0, p), Some(Ok(Outcome::Proclaimed { .. }))));
+    assert!(matches!(
+        net.result(0, p),
+        Some(Ok(Outcome::Proclaimed { .. }))
+    ));
     let changed = Some(Leadership {
         value: "node-a2".into(),
         fencing_token: a.fencing_token,

@@ -345,7 +345,9 @@ impl NodeAcquire {
 /// What a rule says of our node at `index` of the `sorted` children.
 #[derive(Debug, PartialEq, Eq)]
 enum Verdict {
-    Holds { slot: Option<u32> },
+    Holds {
+        slot: Option<u32>,
+    },
     /// Wait for an event on `sorted[i]`.
     WaitBehind(usize),
     WaitForChildren,

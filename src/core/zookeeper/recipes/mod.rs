@@ -43,7 +43,7 @@ use semaphore::SemaphoreAcquire;
 #[derive(Debug)]
 pub(crate) enum Recipe {
     Node(NodeAcquire),
-    Semaphore(SemaphoreAcquire),
+    Semaphore(Box<SemaphoreAcquire>),
 }
 
 impl Recipe {

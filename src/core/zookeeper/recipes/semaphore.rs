@@ -18,9 +18,9 @@
 //! one waiter. A try gives up when the guard is held by another acquirer
 //! at that moment, as Curator's `acquire(0, …)` does.
 
-use super::lock_node::{NodeAcquire, NodeSpec, Purpose, Rule, Stage, Step};
 use super::super::paths::{LEASE_MARKER, MUTEX_MARKER, SEMAPHORE_LEASES, SEMAPHORE_LOCKS};
 use super::super::session::{ZkError, ZkReply};
+use super::lock_node::{NodeAcquire, NodeSpec, Purpose, Rule, Stage, Step};
 
 /// See the module documentation.
 #[derive(Debug)]
