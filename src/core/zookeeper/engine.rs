@@ -306,11 +306,7 @@ impl ZkMachine {
         match kind {
             LockKind::Permits { limit } => {
                 let lease_prefix = protected_prefix(&mut *self.entropy);
-                Recipe::Semaphore(Box::new(SemaphoreAcquire::new(
-                    spec,
-                    limit,
-                    (prefix, lease_prefix),
-                )))
+                Recipe::Semaphore(SemaphoreAcquire::new(spec, limit, (prefix, lease_prefix)))
             }
             _ => Recipe::Node(NodeAcquire::new(spec, prefix)),
         }

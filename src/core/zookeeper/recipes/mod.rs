@@ -39,11 +39,13 @@ use crate::core::LockError;
 use lock_node::{NodeAcquire, Purpose, Stage, Step};
 use semaphore::SemaphoreAcquire;
 
-/// An acquire under way: one node, or a semaphore's two.
+/// An acquire under way: one node, or a semaphore's two (one value per
+/// acquire under way: their sizes do not matter).
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub(crate) enum Recipe {
     Node(NodeAcquire),
-    Semaphore(Box<SemaphoreAcquire>),
+    Semaphore(SemaphoreAcquire),
 }
 
 impl Recipe {
