@@ -12,8 +12,8 @@
 
 use super::config::ZkConfig;
 use super::paths::{
-    lock_dir, protected_prefix, sorted_children, LATCH_MARKER, MUTEX_MARKER, READ_MARKER,
-    WRITE_MARKER,
+    contender_order, lock_dir, marker_of, protected_prefix, LATCH_MARKER, LEASE_MARKER,
+    MUTEX_MARKER, READ_MARKER, SEMAPHORE_LEASES, WRITE_MARKER,
 };
 use super::recipes::lock_node::{NodeAcquire, NodeSpec, Purpose, Rule, Stage, Step, Tag};
 use super::recipes::semaphore::SemaphoreAcquire;
@@ -113,6 +113,10 @@ struct Inspecting {
     name: String,
     dir: String,
     sorted: Option<Vec<String>>,
+    /// How many of `sorted` hold (the rest wait).
+    holders: usize,
+    /// Listing a semaphore's `leases` (every lease holds).
+    leases: bool,
 }
 
 /// The ZooKeeper lock machine (Curator's recipes).
@@ -539,6 +543,8 @@ impl ZkMachine {
                 name,
                 dir,
                 sorted: None,
+                holders: 0,
+                leases: false,
             },
         );
         self.submit(now, Owner::Inspect { op }, req);
@@ -551,17 +557,32 @@ impl ZkMachine {
         };
         let (dir, name) = (i.dir.clone(), i.name.clone());
         let next = match (i.sorted.take(), result) {
+            // A semaphore's directory: its leases are the holders.
+            (None, Ok(ZkReply::Children { children, .. }))
+                if !i.leases && is_semaphore_dir(&children) =>
+            {
+                i.leases = true;
+                i.dir = format!("{dir}/{SEMAPHORE_LEASES}");
+                ZkRequest::GetChildren {
+                    path: i.dir.clone(),
+                    watch: false,
+                }
+            }
             (None, Ok(ZkReply::Children { children, .. })) => {
-                let sorted = sorted_children(children, MUTEX_MARKER);
+                let sorted: Vec<String> = contender_order(children)
+                    .into_iter()
+                    .filter(|c| marker_of(c).is_some())
+                    .collect();
                 let Some(first) = sorted.first() else {
                     return self.finish_inspect(op, Ok(not_held(name)));
                 };
+                i.holders = holders_of(&sorted, i.leases);
                 let path = format!("{dir}/{first}");
                 i.sorted = Some(sorted);
                 ZkRequest::Exists { path, watch: false }
             }
             (Some(sorted), Ok(ZkReply::Stat(stat))) => {
-                let status = held_status(name, sorted, stat.czxid);
+                let status = held_status(name, sorted, i.holders, stat.czxid);
                 return self.finish_inspect(op, Ok(status));
             }
             (None, Err(ZkError::Server(err::NO_NODE))) => {
@@ -678,29 +699,65 @@ fn not_held(name: String) -> LockStatus {
     }
 }
 
-/// The first of `sorted` holds (token: its czxid); the others wait.
-fn held_status(name: String, sorted: Vec<String>, czxid: i64) -> LockStatus {
+/// Whether `children` are a semaphore's (`locks`, `leases`), not
+/// contender nodes.
+fn is_semaphore_dir(children: &[String]) -> bool {
+    children.iter().any(|c| c == SEMAPHORE_LEASES)
+        && children.iter().all(|c| marker_of(c).is_none())
+}
+
+/// How many of the contenders in `sorted` hold: every lease; the readers
+/// before the first other contender; else the first.
+fn holders_of(sorted: &[String], leases: bool) -> usize {
+    if leases {
+        return sorted.len();
+    }
+    let readers = sorted
+        .iter()
+        .take_while(|c| marker_of(c) == Some(READ_MARKER))
+        .count();
+    readers.max(1)
+}
+
+/// The kind a contender node stands for. A lease is a permit of a limit
+/// ZooKeeper does not store: reported as at least the leases there are.
+fn kind_of(name: &str, leases: usize) -> LockKind {
+    match marker_of(name) {
+        Some(LEASE_MARKER) => LockKind::Permits {
+            limit: u32::try_from(leases).unwrap_or(u32::MAX).max(1),
+        },
+        Some(READ_MARKER) => LockKind::Shared,
+        Some(LATCH_MARKER) => LockKind::Leader,
+        _ => LockKind::Exclusive,
+    }
+}
+
+/// The first `holders` of `sorted` hold (token: the first one's czxid;
+/// leases stand for permits of a limit ZooKeeper does not store); the
+/// others wait.
+fn held_status(name: String, sorted: Vec<String>, holders: usize, czxid: i64) -> LockStatus {
     let token = u64::try_from(czxid).ok();
     let holder = |id: &String, token| Holder {
         id: id.clone(),
-        kind: LockKind::Exclusive,
+        kind: kind_of(id, sorted.len()),
         slot: None,
         fencing_token: token,
     };
+    let (held, waiting) = sorted.split_at(holders.min(sorted.len()));
     LockStatus {
         name,
         held: true,
         holder: sorted.first().cloned(),
         fencing_token: token,
         remaining_ms: None,
-        waiters: sorted[1..].to_vec(),
+        waiters: waiting.to_vec(),
         limit: None,
-        holders: sorted
-            .first()
-            .map(|h| holder(h, token))
-            .into_iter()
+        holders: held
+            .iter()
+            .enumerate()
+            .map(|(i, h)| holder(h, token.filter(|_| i == 0)))
             .collect(),
-        queued: sorted[1..].iter().map(|w| holder(w, None)).collect(),
+        queued: waiting.iter().map(|w| holder(w, None)).collect(),
     }
 }
 

@@ -267,3 +267,41 @@ fn observe_sees_the_first_campaign_and_times_out_unchanged() {
     net.advance(net.now + 400);
     assert_eq!(net.result(1, o), Some(Ok(Outcome::Leader(known))));
 }
+
+fn inspect(net: &mut Net, m: usize, name: &str) -> crate::core::LockStatus {
+    let i = net.start(m, Operation::Inspect { name: name.into() });
+    match net.result(m, i) {
+        Some(Ok(Outcome::Inspected(s))) => s,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Inspect names every reader before the first writer as a holder, and
+/// every lease of a semaphore.
+#[test]
+fn inspect_reports_shared_holders_and_leases() {
+    let mut net = Net::with(3, |c| c.read_write_names = vec!["rw".into()]);
+    let r0 = acquire_kind(&mut net, 0, "rw", LockKind::Shared, Wait::Forever);
+    let r0 = net.acquired(0, r0);
+    let r1 = acquire_kind(&mut net, 1, "rw", LockKind::Shared, Wait::Forever);
+    net.acquired(1, r1);
+    acquire_kind(&mut net, 2, "rw", LockKind::Exclusive, Wait::Forever);
+    let s = inspect(&mut net, 2, "rw");
+    assert!(s.held);
+    assert_eq!(s.holders.len(), 2);
+    assert!(s.holders.iter().all(|h| h.kind == LockKind::Shared));
+    assert_eq!(s.holders[0].fencing_token, Some(r0.fencing_token));
+    assert_eq!(s.queued.len(), 1);
+    assert_eq!(s.queued[0].kind, LockKind::Exclusive);
+
+    let two = LockKind::Permits { limit: 2 };
+    let a = acquire_kind(&mut net, 0, "s", two, Wait::Forever);
+    net.acquired(0, a);
+    let b = acquire_kind(&mut net, 1, "s", two, Wait::Forever);
+    net.acquired(1, b);
+    let s = inspect(&mut net, 2, "s");
+    assert!(s.held);
+    assert_eq!(s.holders.len(), 2);
+    assert_eq!(s.holders[0].kind, two);
+    assert!(!inspect(&mut net, 2, "nothing").held);
+}
