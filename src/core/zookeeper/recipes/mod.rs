@@ -13,7 +13,15 @@
 //! watch, find after a lost reply); [`semaphore`] chains two of them;
 //! [`latch`] reads who leads. `AcquireAll` is the crate's generic
 //! `MultiLock` over exclusive acquires (ZooKeeper has no atomic set): the
-//! nodes are `InterProcessMultiLock`'s, one mutex per name.
+//! nodes are `InterProcessMultiLock`'s, one mutex per name. Only the order
+//! differs: edgelock takes the names sorted by bytes, Curator in its
+//! caller's order, each with the full wait; a Curator caller passing
+//! another order can deadlock with edgelock until one side's wait runs out
+//! (as two Curator callers with different orders can).
+//!
+//! Mixing recipes on one name is not refused: a semaphore name's `locks`
+//! and `leases` directories are no contender nodes, so a mutex on the same
+//! name ignores them (as Curator's would).
 //!
 //! # A plain exclusive lock and the read-write lock on one name
 //!
