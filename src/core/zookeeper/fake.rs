@@ -42,6 +42,8 @@ pub(crate) struct FakeZk {
     child_watches: Vec<(String, i64)>,
     /// Ops whose replies are dropped (performed, then the stream closes).
     pub(crate) lose_reply_of: Option<i32>,
+    /// How many replies of `lose_reply_of`'s op go through before one is lost.
+    pub(crate) lose_after: usize,
     /// Streams the server closed: (machine, stream).
     pub(crate) closed: Vec<(usize, RequestId)>,
     /// Ops received, in order, per machine.
@@ -143,7 +145,9 @@ impl FakeZk {
             return vec![(m, stream, reply(h.xid, self.zxid, code, body))];
         }
         let mut out: Vec<Delivery> = notes;
-        if self.lose_reply_of == Some(h.op) {
+        if self.lose_reply_of == Some(h.op) && self.lose_after > 0 {
+            self.lose_after -= 1;
+        } else if self.lose_reply_of == Some(h.op) {
             self.lose_reply_of = None;
             self.conns.remove(&(m, stream));
             self.closed.push((m, stream));

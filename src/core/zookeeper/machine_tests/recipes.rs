@@ -4,7 +4,8 @@
 use super::Net;
 use crate::core::zookeeper::paths::marker_of;
 use crate::core::{
-    AcquireOptions, Leadership, LockError, LockInfo, LockKind, OpId, Operation, Outcome, Wait,
+    AcquireOptions, Leadership, LockError, LockInfo, LockKind, LockMachine, OpId, Operation,
+    Outcome, Wait,
 };
 
 fn acquire_kind(net: &mut Net, m: usize, name: &str, kind: LockKind, wait: Wait) -> OpId {
@@ -304,4 +305,57 @@ fn inspect_reports_shared_holders_and_leases() {
     assert_eq!(s.holders.len(), 2);
     assert_eq!(s.holders[0].kind, two);
     assert!(!inspect(&mut net, 2, "nothing").held);
+}
+
+/// The lease's create is performed but its reply lost with the stream:
+/// after the reconnect the lease is found by its protected prefix and held
+/// (no second lease), and the guard is gone.
+#[test]
+fn a_lost_lease_create_reply_is_found_by_its_prefix() {
+    let mut net = Net::new(1);
+    let one = LockKind::Permits { limit: 1 };
+    let warm = acquire_kind(&mut net, 0, "s", one, Wait::Try);
+    let warm = net.acquired(0, warm);
+    release(&mut net, 0, &warm);
+    // The guard's create goes through, the lease's reply is lost.
+    net.zk.lose_reply_of = Some(crate::core::zookeeper::records::op::CREATE2);
+    net.zk.lose_after = 1;
+    let before = net.zk.log.len();
+    let a = acquire_kind(&mut net, 0, "s", one, Wait::Forever);
+    net.advance(net.now + 10);
+    let a = net.acquired(0, a);
+    assert_eq!(net.zk.lose_reply_of, None, "a reply was lost");
+    let creates = net.zk.log[before..]
+        .iter()
+        .filter(|(_, o)| *o == crate::core::zookeeper::records::op::CREATE2)
+        .count();
+    assert_eq!(creates, 2, "the guard and one lease");
+    let leases = net.zk.children("/edgelock/s/leases");
+    assert_eq!(leases.len(), 1, "{leases:?}");
+    assert!(a.handle.key.ends_with(&leases[0]));
+    assert_eq!(
+        net.zk.nodes[&a.handle.key].stat.czxid as u64,
+        a.fencing_token
+    );
+    assert!(net.zk.children("/edgelock/s/locks").is_empty());
+}
+
+/// A cancelled semaphore waiter deletes its guard and its lease.
+#[test]
+fn a_cancelled_semaphore_waiter_leaves_no_node() {
+    let mut net = Net::new(2);
+    let one = LockKind::Permits { limit: 1 };
+    let a = acquire_kind(&mut net, 0, "s", one, Wait::Forever);
+    net.acquired(0, a);
+    let b = acquire_kind(&mut net, 1, "s", one, Wait::Forever);
+    assert_eq!(net.zk.children("/edgelock/s/leases").len(), 2);
+    net.ms[1].cancel(net.now, b);
+    net.pump();
+    assert!(matches!(
+        net.result(1, b),
+        Some(Err(LockError::Aborted { .. }))
+    ));
+    assert!(net.zk.children("/edgelock/s/locks").is_empty());
+    assert_eq!(net.zk.children("/edgelock/s/leases").len(), 1);
+    assert_eq!(net.ms[1].live_count(), 0);
 }
