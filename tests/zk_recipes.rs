@@ -79,29 +79,46 @@ fn semaphore_v2_interoperates_both_ways() {
         .expect("curator acquire")
         .expect("curator holds the only lease");
     assert!(ours.try_acquire_kind("s", one).expect("try").is_none());
-    let waiter = spawn_on(&ours, move |c| c.acquire_kind("s", one, wait_for(10_000), None));
+    let waiter = spawn_on(&ours, move |c| {
+        c.acquire_kind("s", one, wait_for(10_000), None)
+    });
     thread::sleep(Duration::from_millis(300));
     let started = Instant::now();
     curator.sem_release("/edgelock/s").expect("curator release");
     let permit = waiter.join().unwrap().expect("acquire").expect("held");
-    assert!(started.elapsed() < Duration::from_secs(3), "woken by the watch");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "woken by the watch"
+    );
     assert!(permit.fencing_token() > lease.czxid as u64);
     assert!(permit.handle().key.starts_with("/edgelock/s/leases/"));
     assert_curator_name(&permit.handle().key, "lease-");
     let leases = curator.children("/edgelock/s/leases").unwrap().unwrap();
-    assert_eq!(leases, vec![permit.handle().key.rsplit('/').next().unwrap()]);
+    assert_eq!(
+        leases,
+        vec![permit.handle().key.rsplit('/').next().unwrap()]
+    );
     let (czxid, _) = curator.stat(&permit.handle().key).unwrap().unwrap();
     assert_eq!(czxid as u64, permit.fencing_token());
-    assert!(curator.children("/edgelock/s/locks").unwrap().unwrap_or_default().is_empty());
+    assert!(curator
+        .children("/edgelock/s/locks")
+        .unwrap()
+        .unwrap_or_default()
+        .is_empty());
 
     // The reverse: edgelock holds, Curator's try fails, its wait completes
     // once edgelock releases.
-    assert!(curator.sem_acquire("/edgelock/s", 1, 200).unwrap().is_none());
+    assert!(curator
+        .sem_acquire("/edgelock/s", 1, 200)
+        .unwrap()
+        .is_none());
     let curator_waits = in_thread(curator, |p| p.sem_acquire("/edgelock/s", 1, 10_000));
     thread::sleep(Duration::from_millis(500));
     assert!(permit.release().unwrap());
     let (mut curator, got) = curator_waits.join().unwrap();
-    let got = got.expect("curator acquire").expect("curator gets the lease");
+    let got = got
+        .expect("curator acquire")
+        .expect("curator gets the lease");
     assert_curator_name(&got.path, "lease-");
 
     // Two permits: Curator's lease and edgelock's, a second edgelock client
@@ -109,10 +126,19 @@ fn semaphore_v2_interoperates_both_ways() {
     let two = LockKind::Permits { limit: 2 };
     let other = client(&connect);
     curator.sem_release("/edgelock/s").unwrap();
-    curator.sem_acquire("/edgelock/t", 2, 0).unwrap().expect("curator lease");
-    let mine = ours.try_acquire_kind("t", two).unwrap().expect("the second lease");
+    curator
+        .sem_acquire("/edgelock/t", 2, 0)
+        .unwrap()
+        .expect("curator lease");
+    let mine = ours
+        .try_acquire_kind("t", two)
+        .unwrap()
+        .expect("the second lease");
     assert!(other.try_acquire_kind("t", two).unwrap().is_none());
-    assert!(curator.sem_acquire("/edgelock/t", 2, 200).unwrap().is_none());
+    assert!(curator
+        .sem_acquire("/edgelock/t", 2, 200)
+        .unwrap()
+        .is_none());
     assert!(mine.release().unwrap());
     curator.close().unwrap();
     ours.close().unwrap();
@@ -129,10 +155,19 @@ fn read_write_lock_interoperates_both_ways() {
 
     // Curator's writer keeps edgelock's reader and writer out; a waiting
     // edgelock reader gets in once it releases.
-    let w = curator.write_acquire(path, 0).unwrap().expect("curator writes");
+    let w = curator
+        .write_acquire(path, 0)
+        .unwrap()
+        .expect("curator writes");
     assert_curator_name(&w.path, "__WRIT__");
-    assert!(ours.try_acquire_kind("rw", LockKind::Shared).unwrap().is_none());
-    assert!(ours.try_acquire_kind("rw", LockKind::Exclusive).unwrap().is_none());
+    assert!(ours
+        .try_acquire_kind("rw", LockKind::Shared)
+        .unwrap()
+        .is_none());
+    assert!(ours
+        .try_acquire_kind("rw", LockKind::Exclusive)
+        .unwrap()
+        .is_none());
     let reader = spawn_on(&ours, |c| {
         c.acquire_kind("rw", LockKind::Shared, wait_for(10_000), None)
     });
@@ -143,7 +178,10 @@ fn read_write_lock_interoperates_both_ways() {
     assert!(read.fencing_token() > w.czxid as u64);
 
     // Readers share across both; Curator's writer waits for edgelock's reader.
-    let theirs = curator.read_acquire(path, 0).unwrap().expect("readers share");
+    let theirs = curator
+        .read_acquire(path, 0)
+        .unwrap()
+        .expect("readers share");
     assert!(curator.write_acquire(path, 200).unwrap().is_none());
     curator.read_release(path).unwrap();
     let _ = theirs;
@@ -151,7 +189,8 @@ fn read_write_lock_interoperates_both_ways() {
     thread::sleep(Duration::from_millis(500));
     assert!(read.release().unwrap());
     let (mut curator, got) = curator_writes.join().unwrap();
-    got.expect("write acquire").expect("curator writes after the reader");
+    got.expect("write acquire")
+        .expect("curator writes after the reader");
     curator.write_release(path).unwrap();
 
     // edgelock's writer (an exclusive acquire of a read-write name) keeps
@@ -163,7 +202,8 @@ fn read_write_lock_interoperates_both_ways() {
     thread::sleep(Duration::from_millis(500));
     assert!(writer.release().unwrap());
     let (curator, got) = curator_reads.join().unwrap();
-    got.expect("read acquire").expect("curator reads after the writer");
+    got.expect("read acquire")
+        .expect("curator reads after the writer");
     curator.close().unwrap();
     ours.close().unwrap();
 }
@@ -201,9 +241,15 @@ fn leader_latch_interoperates_both_ways() {
 
     // edgelock leads: Curator's getLeader().getId() is the campaign value,
     // then the proclaimed one (setData on edgelock's node).
-    assert_eq!(curator.latch_leader(path).unwrap().as_deref(), Some("edge-1"));
+    assert_eq!(
+        curator.latch_leader(path).unwrap().as_deref(),
+        Some("edge-1")
+    );
     leading.proclaim("edge-2").unwrap();
-    assert_eq!(curator.latch_leader(path).unwrap().as_deref(), Some("edge-2"));
+    assert_eq!(
+        curator.latch_leader(path).unwrap().as_deref(),
+        Some("edge-2")
+    );
     let lead = ours.leader("e").unwrap().unwrap();
     assert_eq!(lead.value, "edge-2");
     assert_eq!(lead.fencing_token, leading.fencing_token());
@@ -218,7 +264,11 @@ fn leader_latch_interoperates_both_ways() {
     thread::sleep(Duration::from_millis(300));
     assert!(leading.release().unwrap());
     assert!(curator.latch_has(path, 5_000).unwrap());
-    let seen = observer.join().unwrap().expect("observe").expect("a leader");
+    let seen = observer
+        .join()
+        .unwrap()
+        .expect("observe")
+        .expect("a leader");
     assert_eq!(seen.value, "curator-2");
     assert_eq!(ours.leader("e").unwrap().unwrap().value, "curator-2");
     curator.close().unwrap();
@@ -238,8 +288,13 @@ fn multi_lock_interoperates_both_ways() {
         wait: Wait::Try,
         ttl_ms: None,
     };
-    assert!(ours.acquire_all(&["a", "b"], try_all, None).unwrap().is_none());
-    let waiter = spawn_on(&ours, |c| c.acquire_all(&["b", "a"], wait_for(10_000), None));
+    assert!(ours
+        .acquire_all(&["a", "b"], try_all, None)
+        .unwrap()
+        .is_none());
+    let waiter = spawn_on(&ours, |c| {
+        c.acquire_all(&["b", "a"], wait_for(10_000), None)
+    });
     thread::sleep(Duration::from_millis(300));
     curator.multi_release(&paths).unwrap();
     let locks = waiter.join().unwrap().expect("acquire_all").expect("both");
