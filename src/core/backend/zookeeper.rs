@@ -1,5 +1,7 @@
 //! ZooKeeper over its own protocol (TCP, or TLS): `{ connect, root,
-//! sessionTimeoutMs, requestTimeoutMs, digest: { user, password }, tls }`.
+//! sessionTimeoutMs, requestTimeoutMs, digest: { user, password }, tls,
+//! readWriteNames }` (`readWriteNames`: the names whose exclusive acquires
+//! are Curator read-write lock writers, see `ZkConfig::read_write_names`).
 //! Reached by the native client and by JavaScript hosts with sockets; the
 //! Worker and the command line do not serve it yet.
 
@@ -80,6 +82,8 @@ struct ZkOptions {
     request_timeout_ms: Option<u64>,
     digest: Option<DigestOptions>,
     tls: Option<bool>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    read_write_names: Vec<String>,
 }
 
 /// `digest: { user, password }`.
@@ -114,6 +118,13 @@ impl ZkOptions {
                 .map(|d| DigestOptions::read(d).map_err(|e| format!("`digest`: {e}")))
                 .transpose()?,
             tls: f.opt_bool("tls")?,
+            read_write_names: f
+                .opt_list("readWriteNames", |v| {
+                    v.as_str()
+                        .map(str::to_string)
+                        .ok_or_else(|| "expected an array of names (strings)".to_string())
+                })?
+                .unwrap_or_default(),
         };
         f.finish()?;
         Ok(out)
@@ -130,6 +141,7 @@ impl ZkOptions {
                 password: d.password.clone(),
             }),
             tls: Some(c.tls),
+            read_write_names: c.read_write_names.clone(),
         }
     }
 
@@ -139,6 +151,7 @@ impl ZkOptions {
         super::set(&mut cfg.session_timeout_ms, self.session_timeout_ms);
         super::set(&mut cfg.request_timeout_ms, self.request_timeout_ms);
         super::set(&mut cfg.tls, self.tls);
+        cfg.read_write_names = self.read_write_names;
         cfg.digest = self.digest.map(|d| ZkDigest {
             user: d.user,
             password: d.password,
@@ -154,19 +167,25 @@ mod tests {
 
     #[test]
     fn json_options_read_back_and_build_a_zookeeper_machine() {
-        let json = r#"{"connect":"127.0.0.1:2181/chroot","root":"/locks","sessionTimeoutMs":4000,"requestTimeoutMs":2000,"digest":{"user":"u","password":"pw-s3cret"}}"#;
+        let json = r#"{"connect":"127.0.0.1:2181/chroot","root":"/locks","sessionTimeoutMs":4000,"requestTimeoutMs":2000,"digest":{"user":"u","password":"pw-s3cret"},"readWriteNames":["rw"]}"#;
         let spec = BackendSpec::from_json(BackendKind::ZooKeeper, json).unwrap();
         assert_eq!(spec.kind(), BackendKind::ZooKeeper);
         assert!(!format!("{spec:?}").contains("pw-s3cret"), "{spec:?}");
         assert!(spec.config().opens_tcp());
         let back = BackendSpec::from_json(BackendKind::ZooKeeper, &spec.to_json()).unwrap();
         assert_eq!(back.to_json(), spec.to_json());
+        assert!(
+            spec.to_json().contains(r#""readWriteNames":["rw"]"#),
+            "{}",
+            spec.to_json()
+        );
         let m = spec.build(Box::new(SeededEntropy::new(1))).unwrap();
         assert_eq!(m.backend(), BackendKind::ZooKeeper);
         for bad in [
             r#"{"connect":"h","sessionTimeoutMs":"x"}"#,
             r#"{"connect":"h","digest":{"user":"u"}}"#,
             r#"{"connect":"h","tokne":"pw-s3cret"}"#,
+            r#"{"connect":"h","readWriteNames":[1]}"#,
             r#"{}"#,
         ] {
             let e = BackendSpec::from_json(BackendKind::ZooKeeper, bad).unwrap_err();

@@ -51,6 +51,11 @@ pub struct ZkConfig {
     pub digest: Option<ZkDigest>,
     /// Connect with TLS (to the servers' `secureClientPort`).
     pub tls: bool,
+    /// Names whose `Exclusive` acquires are Curator
+    /// `InterProcessReadWriteLock` writers (`__WRIT__` nodes) rather than
+    /// `InterProcessMutex` holders (`lock-`): list the names Curator peers
+    /// use as read-write locks (see `recipes`' module documentation).
+    pub read_write_names: Vec<String>,
 }
 
 impl ZkConfig {
@@ -63,6 +68,7 @@ impl ZkConfig {
             request_timeout_ms: DEFAULT_REQUEST_TIMEOUT_MS,
             digest: None,
             tls: false,
+            read_write_names: Vec::new(),
         }
     }
 

@@ -1,5 +1,7 @@
 //! [`ZkMachine`]: the [`LockMachine`] of the ZooKeeper backend, Curator's
-//! `InterProcessMutex` node for node (see [`recipes::mutex`](super::recipes::mutex)).
+//! recipes node for node (see [`recipes`](super::recipes): the mutex, the
+//! read-write lock, the semaphore and the leader latch; elections in
+//! `election`).
 //!
 //! The machine owns one [`ZkSession`]; every request it submits is tracked
 //! in the runtime's request table (owner and deadline) and its answer routed
@@ -9,20 +11,27 @@
 //! when its node is found deleted (an `exists` watch on it).
 
 use super::config::ZkConfig;
-use super::paths::{lock_dir, protected_prefix, sorted_children, MUTEX_MARKER};
-use super::recipes::mutex::{MutexAcquire, Purpose, Step};
-use super::recipes::Failure;
+use super::paths::{
+    contender_order, lock_dir, marker_of, protected_prefix, LATCH_MARKER, LEASE_MARKER,
+    MUTEX_MARKER, READ_MARKER, SEMAPHORE_LEASES, WRITE_MARKER,
+};
+use super::recipes::lock_node::{NodeAcquire, NodeSpec, Purpose, Rule, Stage, Step, Tag};
+use super::recipes::semaphore::SemaphoreAcquire;
+use super::recipes::{Failure, Recipe};
 use super::records::{err, event, Acl};
 use super::session::{Answer, SessionEvent, ZkError, ZkReply, ZkRequest, ZkSession};
 use crate::core::operation::unserved;
 use crate::core::outbox::earliest;
 use crate::core::runtime::{Runtime, VecMap};
 use crate::core::{
-    BackendKind, Capabilities, Entropy, Event, Holder, Input, LockError, LockHandle, LockId,
-    LockInfo, LockKind, LockMachine, LockStatus, LostReason, Millis, OpId, Operation, Outcome,
-    Transmit, Wait,
+    BackendKind, Capabilities, Entropy, Event, Holder, Input, KindFamily, LockError, LockHandle,
+    LockId, LockInfo, LockKind, LockMachine, LockStatus, LostReason, Millis, OpId, Operation,
+    Outcome, Transmit, Wait,
 };
+use election::{Observing, Proclaiming};
 use std::collections::VecDeque;
+
+mod election;
 
 const BACKEND: &str = "zookeeper";
 
@@ -38,7 +47,14 @@ const CLEANUP_TRIES: u8 = 3;
 enum Owner {
     Acquire {
         op: OpId,
-        purpose: Purpose,
+        tag: Tag,
+    },
+    /// A leader read or an observe.
+    Leader {
+        op: OpId,
+    },
+    Proclaim {
+        op: OpId,
     },
     Release {
         op: OpId,
@@ -59,22 +75,29 @@ enum Owner {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum TimerKey {
-    /// An acquire's wait runs out.
+    /// An acquire's or an observe's wait runs out.
     Deadline(OpId),
 }
 
 /// An acquire under way.
 struct Acquiring {
     name: String,
-    recipe: MutexAcquire,
+    kind: LockKind,
+    recipe: Recipe,
     /// Answered already (timed out or cancelled): only cleans up.
     abandoned: bool,
+    /// Its requests not answered yet (an abandoned acquire lingers until
+    /// none is left, so that a create in flight is not orphaned).
+    in_flight: usize,
+    /// Our nodes already deleted (abandoned).
+    deleted: Vec<String>,
 }
 
 /// A lock held: our node.
 struct Held {
     name: String,
     path: String,
+    kind: LockKind,
     releasing: bool,
 }
 
@@ -90,11 +113,16 @@ struct Inspecting {
     name: String,
     dir: String,
     sorted: Option<Vec<String>>,
+    /// How many of `sorted` hold (the rest wait).
+    holders: usize,
+    /// Listing a semaphore's `leases` (every lease holds).
+    leases: bool,
 }
 
-/// The ZooKeeper lock machine (exclusive locks, Curator's mutex).
+/// The ZooKeeper lock machine (Curator's recipes).
 pub struct ZkMachine {
     root: String,
+    read_write_names: Vec<String>,
     request_timeout_ms: u64,
     rt: Runtime<Owner, TimerKey>,
     session: ZkSession,
@@ -103,6 +131,9 @@ pub struct ZkMachine {
     held: VecMap<LockId, Held>,
     releases: VecMap<OpId, Releasing>,
     inspects: VecMap<OpId, Inspecting>,
+    /// Leader reads and observes.
+    observes: VecMap<OpId, Observing>,
+    proclaims: VecMap<OpId, Proclaiming>,
     /// Answers to route (submissions refused at once land here too).
     answers: VecDeque<Answer>,
     /// The session bound last reported in a `Renewed` event.
@@ -121,6 +152,7 @@ impl ZkMachine {
         );
         Ok(ZkMachine {
             root: config.root,
+            read_write_names: config.read_write_names,
             request_timeout_ms: config.request_timeout_ms,
             rt: Runtime::default(),
             session,
@@ -129,6 +161,8 @@ impl ZkMachine {
             held: VecMap::new(),
             releases: VecMap::new(),
             inspects: VecMap::new(),
+            observes: VecMap::new(),
+            proclaims: VecMap::new(),
             answers: VecDeque::new(),
             reported_until: 0,
         })
@@ -138,6 +172,11 @@ impl ZkMachine {
 
     /// Submits `req` on behalf of `owner`, bounded by the request timeout.
     fn submit(&mut self, now: Millis, owner: Owner, req: ZkRequest) {
+        if let Owner::Acquire { op, .. } = owner {
+            if let Some(a) = self.acquires.get_mut(&op) {
+                a.in_flight += 1;
+            }
+        }
         let out = &mut self.rt.out;
         let id = self
             .rt
@@ -170,19 +209,24 @@ impl ZkMachine {
         let drained = self.session.is_closed()
             && self.acquires.is_empty()
             && self.releases.is_empty()
-            && self.inspects.is_empty();
+            && self.inspects.is_empty()
+            && self.observes.is_empty()
+            && self.proclaims.is_empty();
         self.rt.closing.finish_if(drained, &mut self.rt.out);
     }
 
     fn dispatch(&mut self, now: Millis, owner: Owner, result: Result<ZkReply, ZkError>) {
         match owner {
-            Owner::Acquire { op, purpose } => {
+            Owner::Acquire { op, tag } => {
                 let Some(a) = self.acquires.get_mut(&op) else {
                     return;
                 };
-                let step = a.recipe.on_answer(purpose, result);
+                a.in_flight = a.in_flight.saturating_sub(1);
+                let step = a.recipe.on_answer(tag, result);
                 self.apply(now, op, step);
             }
+            Owner::Leader { op } => self.on_leader_answer(now, op, result),
+            Owner::Proclaim { op } => self.on_proclaim_answer(op, result),
             Owner::Release { op } => self.on_release_answer(now, op, result),
             Owner::Inspect { op } => self.on_inspect_answer(now, op, result),
             Owner::Check { lock } => {
@@ -209,24 +253,67 @@ impl ZkMachine {
 
     // ------------------------------------------------------------ acquire
 
-    fn start_acquire(&mut self, now: Millis, name: String, wait: Wait) -> OpId {
+    /// Starts an acquire of `kind` (a campaign: `Leader` with its value).
+    fn start_acquire(
+        &mut self,
+        now: Millis,
+        name: String,
+        kind: LockKind,
+        wait: Wait,
+        value: Option<String>,
+    ) -> OpId {
         let op = self.rt.out.op_id();
-        let dir = lock_dir(&self.root, &name);
-        let prefix = protected_prefix(&mut *self.entropy);
-        let acl = vec![Acl::open_unsafe()];
-        let mut recipe = MutexAcquire::new(dir, prefix, NODE_DATA.to_vec(), acl, wait == Wait::Try);
+        let mut recipe = self.recipe(&name, kind, wait == Wait::Try, value);
         if let Some(at) = wait.deadline(now) {
             self.rt.timers.set(TimerKey::Deadline(op), at);
         }
         let step = recipe.start();
         let acquiring = Acquiring {
             name,
+            kind,
             recipe,
             abandoned: false,
+            in_flight: 0,
+            deleted: Vec::new(),
         };
         self.acquires.insert(op, acquiring);
         self.apply(now, op, step);
         op
+    }
+
+    /// The recipe of `kind` on `name` (design 2.6; see `recipes`).
+    fn recipe(
+        &mut self,
+        name: &str,
+        kind: LockKind,
+        try_only: bool,
+        value: Option<String>,
+    ) -> Recipe {
+        let (marker, rule) = match kind {
+            LockKind::Shared => (READ_MARKER, Rule::Reader),
+            LockKind::Leader => (LATCH_MARKER, Rule::First),
+            LockKind::Exclusive if self.read_write_names.iter().any(|n| n == name) => {
+                (WRITE_MARKER, Rule::First)
+            }
+            LockKind::Exclusive | LockKind::Permits { .. } => (MUTEX_MARKER, Rule::First),
+        };
+        let spec = NodeSpec {
+            dir: lock_dir(&self.root, name),
+            marker,
+            rule,
+            stage: Stage::Main,
+            data: value.map_or_else(|| NODE_DATA.to_vec(), String::into_bytes),
+            acl: vec![Acl::open_unsafe()],
+            try_only,
+        };
+        let prefix = protected_prefix(&mut *self.entropy);
+        match kind {
+            LockKind::Permits { limit } => {
+                let lease_prefix = protected_prefix(&mut *self.entropy);
+                Recipe::Semaphore(SemaphoreAcquire::new(spec, limit, (prefix, lease_prefix)))
+            }
+            _ => Recipe::Node(NodeAcquire::new(spec, prefix)),
+        }
     }
 
     /// Carries out what acquire `op`'s recipe asked for.
@@ -240,11 +327,11 @@ impl ZkMachine {
         match step {
             Step::Idle => {}
             Step::Send(reqs) => {
-                for (purpose, req) in reqs {
-                    self.submit(now, Owner::Acquire { op, purpose }, req);
+                for (tag, req) in reqs {
+                    self.submit(now, Owner::Acquire { op, tag }, req);
                 }
             }
-            Step::Acquired { path, czxid } => self.grant(now, op, path, czxid),
+            Step::Acquired { path, czxid, slot } => self.grant(now, op, path, czxid, slot),
             Step::NotAcquired => {
                 self.finish_acquire(now, op, Ok(Outcome::NotAcquired));
             }
@@ -255,23 +342,32 @@ impl ZkMachine {
         }
     }
 
-    /// An acquire already answered: its node goes as soon as it is known;
-    /// it never creates one anew.
+    /// An acquire already answered: its nodes go as soon as they are
+    /// known; it never creates one anew, and lingers while a request of it
+    /// (a create) is in flight.
     fn apply_abandoned(&mut self, now: Millis, op: OpId, step: Step) {
-        let Some(a) = self.acquires.get(&op) else {
+        let Some(a) = self.acquires.get_mut(&op) else {
             return;
         };
-        if let Some(path) = a.recipe.node_path() {
-            self.acquires.remove(&op);
-            return self.delete(now, path, 0);
+        let fresh: Vec<String> = a
+            .recipe
+            .node_paths()
+            .into_iter()
+            .filter(|p| !a.deleted.contains(p))
+            .collect();
+        a.deleted.extend(fresh.iter().cloned());
+        let in_flight = a.in_flight;
+        for path in fresh {
+            self.delete(now, path, 0);
         }
         match step {
-            Step::Idle => {}
-            Step::Send(reqs) if !reqs.iter().any(|(p, _)| *p == Purpose::Create) => {
-                for (purpose, req) in reqs {
-                    self.submit(now, Owner::Acquire { op, purpose }, req);
+            // Finding a node whose create reply was lost, so it can go.
+            Step::Send(reqs) if !reqs.iter().any(|((_, p), _)| *p == Purpose::Create) => {
+                for (tag, req) in reqs {
+                    self.submit(now, Owner::Acquire { op, tag }, req);
                 }
             }
+            _ if in_flight > 0 => {}
             _ => {
                 self.acquires.remove(&op);
             }
@@ -281,19 +377,29 @@ impl ZkMachine {
     /// Completes acquire `op` and removes it (its node, if any, deleted).
     fn finish_acquire(&mut self, now: Millis, op: OpId, result: Result<Outcome, LockError>) {
         self.rt.timers.clear(TimerKey::Deadline(op));
-        if let Some(a) = self.acquires.remove(&op) {
-            if let Some(path) = a.recipe.node_path() {
-                self.delete(now, path, 0);
+        if let Some(mut a) = self.acquires.remove(&op) {
+            // Its requests in flight: kept to clean up after them.
+            if a.in_flight > 0 {
+                a.abandoned = true;
+                self.acquires.insert(op, a);
+                self.apply_abandoned(now, op, Step::Idle);
+            } else {
+                for path in a.recipe.node_paths() {
+                    self.delete(now, path, 0);
+                }
             }
         }
         self.rt.out.complete(op, result);
     }
 
-    fn grant(&mut self, now: Millis, op: OpId, path: String, czxid: i64) {
+    fn grant(&mut self, now: Millis, op: OpId, path: String, czxid: i64, slot: Option<u32>) {
         self.rt.timers.clear(TimerKey::Deadline(op));
         let Some(a) = self.acquires.remove(&op) else {
             return;
         };
+        for leftover in a.recipe.leftovers() {
+            self.delete(now, leftover, 0);
+        }
         let lock = self.rt.out.lock_id();
         let token = u64::try_from(czxid).unwrap_or(0);
         let handle = LockHandle {
@@ -304,8 +410,8 @@ impl ZkMachine {
             owner: format!("{:x}", self.session.session_id().unwrap_or(0)),
             fencing_token: token,
             revision: token,
-            kind: LockKind::Exclusive,
-            slot: None,
+            kind: a.kind,
+            slot,
         };
         let info = LockInfo {
             id: lock,
@@ -319,6 +425,7 @@ impl ZkMachine {
             Held {
                 name: a.name,
                 path: path.clone(),
+                kind: a.kind,
                 releasing: false,
             },
         );
@@ -436,6 +543,8 @@ impl ZkMachine {
                 name,
                 dir,
                 sorted: None,
+                holders: 0,
+                leases: false,
             },
         );
         self.submit(now, Owner::Inspect { op }, req);
@@ -448,17 +557,32 @@ impl ZkMachine {
         };
         let (dir, name) = (i.dir.clone(), i.name.clone());
         let next = match (i.sorted.take(), result) {
+            // A semaphore's directory: its leases are the holders.
+            (None, Ok(ZkReply::Children { children, .. }))
+                if !i.leases && is_semaphore_dir(&children) =>
+            {
+                i.leases = true;
+                i.dir = format!("{dir}/{SEMAPHORE_LEASES}");
+                ZkRequest::GetChildren {
+                    path: i.dir.clone(),
+                    watch: false,
+                }
+            }
             (None, Ok(ZkReply::Children { children, .. })) => {
-                let sorted = sorted_children(children, MUTEX_MARKER);
+                let sorted: Vec<String> = contender_order(children)
+                    .into_iter()
+                    .filter(|c| marker_of(c).is_some())
+                    .collect();
                 let Some(first) = sorted.first() else {
                     return self.finish_inspect(op, Ok(not_held(name)));
                 };
+                i.holders = holders_of(&sorted, i.leases);
                 let path = format!("{dir}/{first}");
                 i.sorted = Some(sorted);
                 ZkRequest::Exists { path, watch: false }
             }
             (Some(sorted), Ok(ZkReply::Stat(stat))) => {
-                let status = held_status(name, sorted, stat.czxid);
+                let status = held_status(name, sorted, i.holders, stat.czxid);
                 return self.finish_inspect(op, Ok(status));
             }
             (None, Err(ZkError::Server(err::NO_NODE))) => {
@@ -491,6 +615,7 @@ impl ZkMachine {
     fn on_session_event(&mut self, now: Millis, e: SessionEvent) {
         match e {
             SessionEvent::Connected { new_session: false } => {
+                self.observes_reconnected(now);
                 let ops: Vec<OpId> = self.acquires.keys().copied().collect();
                 for op in ops {
                     if let Some(a) = self.acquires.get_mut(&op) {
@@ -526,6 +651,7 @@ impl ZkMachine {
     }
 
     fn on_watch(&mut self, now: Millis, path: &str, event_type: i32) {
+        self.observes_on_watch(now, path);
         let ops: Vec<OpId> = self.acquires.keys().copied().collect();
         for op in ops {
             if let Some(a) = self.acquires.get_mut(&op) {
@@ -573,29 +699,65 @@ fn not_held(name: String) -> LockStatus {
     }
 }
 
-/// The first of `sorted` holds (token: its czxid); the others wait.
-fn held_status(name: String, sorted: Vec<String>, czxid: i64) -> LockStatus {
+/// Whether `children` are a semaphore's (`locks`, `leases`), not
+/// contender nodes.
+fn is_semaphore_dir(children: &[String]) -> bool {
+    children.iter().any(|c| c == SEMAPHORE_LEASES)
+        && children.iter().all(|c| marker_of(c).is_none())
+}
+
+/// How many of the contenders in `sorted` hold: every lease; the readers
+/// before the first other contender; else the first.
+fn holders_of(sorted: &[String], leases: bool) -> usize {
+    if leases {
+        return sorted.len();
+    }
+    let readers = sorted
+        .iter()
+        .take_while(|c| marker_of(c) == Some(READ_MARKER))
+        .count();
+    readers.max(1)
+}
+
+/// The kind a contender node stands for. A lease is a permit of a limit
+/// ZooKeeper does not store: reported as at least the leases there are.
+fn kind_of(name: &str, leases: usize) -> LockKind {
+    match marker_of(name) {
+        Some(LEASE_MARKER) => LockKind::Permits {
+            limit: u32::try_from(leases).unwrap_or(u32::MAX).max(1),
+        },
+        Some(READ_MARKER) => LockKind::Shared,
+        Some(LATCH_MARKER) => LockKind::Leader,
+        _ => LockKind::Exclusive,
+    }
+}
+
+/// The first `holders` of `sorted` hold (token: the first one's czxid;
+/// leases stand for permits of a limit ZooKeeper does not store); the
+/// others wait.
+fn held_status(name: String, sorted: Vec<String>, holders: usize, czxid: i64) -> LockStatus {
     let token = u64::try_from(czxid).ok();
     let holder = |id: &String, token| Holder {
         id: id.clone(),
-        kind: LockKind::Exclusive,
+        kind: kind_of(id, sorted.len()),
         slot: None,
         fencing_token: token,
     };
+    let (held, waiting) = sorted.split_at(holders.min(sorted.len()));
     LockStatus {
         name,
         held: true,
         holder: sorted.first().cloned(),
         fencing_token: token,
         remaining_ms: None,
-        waiters: sorted[1..].to_vec(),
+        waiters: waiting.to_vec(),
         limit: None,
-        holders: sorted
-            .first()
-            .map(|h| holder(h, token))
-            .into_iter()
+        holders: held
+            .iter()
+            .enumerate()
+            .map(|(i, h)| holder(h, token.filter(|_| i == 0)))
             .collect(),
-        queued: sorted[1..].iter().map(|w| holder(w, None)).collect(),
+        queued: waiting.iter().map(|w| holder(w, None)).collect(),
     }
 }
 
@@ -604,17 +766,29 @@ impl LockMachine for ZkMachine {
         BackendKind::ZooKeeper
     }
 
-    /// Exclusive locks only (Curator's `InterProcessMutex`); no atomic sets
-    /// (ZooKeeper has no "range is empty" compare).
+    /// Every kind (Curator's mutex, read-write lock, semaphore and leader
+    /// latch); no atomic sets (ZooKeeper has no "range is empty" compare),
+    /// so `AcquireAll` is the generic `MultiLock`'s, as Curator's
+    /// `InterProcessMultiLock` is one mutex per path.
     fn capabilities(&self) -> Capabilities {
         Capabilities {
-            kinds: Capabilities::EXCLUSIVE_ONLY,
+            kinds: &[
+                KindFamily::Exclusive,
+                KindFamily::Shared,
+                KindFamily::Permits,
+                KindFamily::Leader,
+            ],
             atomic_sets: false,
         }
     }
 
     fn live_count(&self) -> usize {
-        self.acquires.len() + self.held.len() + self.releases.len() + self.inspects.len()
+        self.acquires.len()
+            + self.held.len()
+            + self.releases.len()
+            + self.inspects.len()
+            + self.observes.len()
+            + self.proclaims.len()
     }
 
     /// `Extend` succeeds without I/O while the session lives: the session
@@ -622,10 +796,31 @@ impl LockMachine for ZkMachine {
     fn start_operation(&mut self, now: Millis, op: Operation) -> Result<OpId, LockError> {
         self.rt.closing.check_open(BackendKind::ZooKeeper)?;
         let id = match op {
-            Operation::Acquire { name, options, .. } => {
+            Operation::Acquire {
+                name,
+                kind,
+                options,
+            } => {
                 crate::core::names::validate_name(&name)?;
-                self.start_acquire(now, name, options.wait)
+                self.start_acquire(now, name, kind, options.wait, None)
             }
+            Operation::Campaign {
+                name,
+                value,
+                options,
+            } => {
+                crate::core::names::validate_name(&name)?;
+                self.start_acquire(now, name, LockKind::Leader, options.wait, Some(value))
+            }
+            Operation::Leader { name } => {
+                crate::core::names::validate_name(&name)?;
+                self.start_observe(now, name, None, Wait::Try, false)
+            }
+            Operation::Observe { name, known, wait } => {
+                crate::core::names::validate_name(&name)?;
+                self.start_observe(now, name, known, wait, true)
+            }
+            Operation::Proclaim { lock, value } => self.start_proclaim(now, lock, value),
             Operation::Release { lock } => self.start_release(now, lock),
             Operation::Extend { lock, .. } => self.extend(lock),
             Operation::Inspect { name } => {
@@ -663,6 +858,7 @@ impl LockMachine for ZkMachine {
                     self.rt.out.fail(op, LockError::Closed { backend: BACKEND });
                 }
             }
+            self.close_observes();
             let locks: Vec<LockId> = self.held.keys().copied().collect();
             for lock in locks {
                 self.lose(lock, LostReason::ClientClosed);
@@ -697,6 +893,7 @@ impl LockMachine for ZkMachine {
         self.answers.extend(answers);
         for key in self.rt.timers.take_due(now) {
             let TimerKey::Deadline(op) = key;
+            self.observe_deadline(op);
             if let Some(a) = self.acquires.get(&op) {
                 let error = LockError::Timeout {
                     backend: BACKEND,

@@ -9,7 +9,7 @@ use super::jute::{encode_frame, Reader, Writer};
 use super::records::{
     create_mode, err, event, op, ConnectRequest, ConnectResponse, Create2Response, CreateRequest,
     DeleteRequest, GetChildren2Response, GetDataResponse, PathWatchRequest, Record, ReplyHeader,
-    RequestHeader, Stat, StatResponse, WatcherEvent,
+    RequestHeader, SetDataRequest, Stat, StatResponse, WatcherEvent,
 };
 use crate::core::RequestId;
 
@@ -36,10 +36,14 @@ pub(crate) struct FakeZk {
     pub(crate) timeout_ms: i32,
     sessions: HashMap<i64, Option<(usize, RequestId)>>,
     conns: HashMap<(usize, RequestId), Conn>,
-    /// (path, session) data watches.
+    /// (path, session) data watches (getData, exists).
     watches: Vec<(String, i64)>,
+    /// (path, session) child watches (getChildren).
+    child_watches: Vec<(String, i64)>,
     /// Ops whose replies are dropped (performed, then the stream closes).
     pub(crate) lose_reply_of: Option<i32>,
+    /// How many replies of `lose_reply_of`'s op go through before one is lost.
+    pub(crate) lose_after: usize,
     /// Streams the server closed: (machine, stream).
     pub(crate) closed: Vec<(usize, RequestId)>,
     /// Ops received, in order, per machine.
@@ -141,16 +145,18 @@ impl FakeZk {
             return vec![(m, stream, reply(h.xid, self.zxid, code, body))];
         }
         let mut out: Vec<Delivery> = notes;
-        if self.lose_reply_of == Some(h.op) {
+        if self.lose_reply_of == Some(h.op) && self.lose_after > 0 {
+            self.lose_after -= 1;
+        } else if self.lose_reply_of == Some(h.op) {
             self.lose_reply_of = None;
             self.conns.remove(&(m, stream));
             self.closed.push((m, stream));
             return out;
         }
-        out.push((m, stream, reply(h.xid, self.zxid, code, body)));
         if h.op == op::CLOSE_SESSION {
-            self.expire(session, &mut Vec::new());
+            self.expire(session, &mut out);
         }
+        out.push((m, stream, reply(h.xid, self.zxid, code, body)));
         out
     }
 
@@ -164,9 +170,10 @@ impl FakeZk {
         let mut w = Writer::new();
         let code = match op_code {
             op::CREATE2 | op::CREATE_CONTAINER => {
-                self.create(CreateRequest::decode(r).unwrap(), session, &mut w)
+                self.create(CreateRequest::decode(r).unwrap(), session, &mut w, notes)
             }
             op::DELETE => self.delete(&DeleteRequest::decode(r).unwrap().path, notes),
+            op::SET_DATA => self.set_data(SetDataRequest::decode(r).unwrap(), notes, &mut w),
             op::EXISTS | op::GET_DATA | op::GET_CHILDREN2 => self.read(
                 op_code,
                 PathWatchRequest::decode(r).unwrap(),
@@ -178,7 +185,27 @@ impl FakeZk {
         (code, w.finish().unwrap())
     }
 
-    fn create(&mut self, req: CreateRequest, session: i64, w: &mut Writer) -> i32 {
+    fn set_data(&mut self, req: SetDataRequest, notes: &mut Vec<Delivery>, w: &mut Writer) -> i32 {
+        self.zxid += 1;
+        let zxid = self.zxid;
+        let Some(node) = self.nodes.get_mut(&req.path) else {
+            return err::NO_NODE;
+        };
+        node.data = req.data;
+        node.stat.mzxid = zxid;
+        node.stat.version += 1;
+        StatResponse { stat: node.stat }.encode(w);
+        self.fire(&req.path, event::NODE_DATA_CHANGED, notes);
+        err::OK
+    }
+
+    fn create(
+        &mut self,
+        req: CreateRequest,
+        session: i64,
+        w: &mut Writer,
+        notes: &mut Vec<Delivery>,
+    ) -> i32 {
         let parent = req.path.rsplit_once('/').map(|(p, _)| p).unwrap_or("");
         let parent = if parent.is_empty() { "/" } else { parent };
         if parent != "/" && !self.nodes.contains_key(parent) {
@@ -210,6 +237,8 @@ impl FakeZk {
                 stat,
             },
         );
+        self.fire(&path, event::NODE_CREATED, notes);
+        self.fire_children(parent, notes);
         Create2Response { path, stat }.encode(w);
         err::OK
     }
@@ -219,20 +248,48 @@ impl FakeZk {
             return err::NO_NODE;
         }
         self.zxid += 1;
-        self.fire(path, notes);
+        self.fire(path, event::NODE_DELETED, notes);
+        let parent = path.rsplit_once('/').map(|(p, _)| p).unwrap_or("");
+        self.fire_children(if parent.is_empty() { "/" } else { parent }, notes);
+        self.fire_children(path, notes);
         err::OK
     }
 
-    fn fire(&mut self, path: &str, notes: &mut Vec<Delivery>) {
+    fn fire(&mut self, path: &str, event_type: i32, notes: &mut Vec<Delivery>) {
         let (fired, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut self.watches)
             .into_iter()
             .partition(|(p, _)| p == path);
         self.watches = kept;
+        self.notify(fired, path, event_type, notes);
+    }
+
+    /// A child of `dir` came or went (or `dir` itself went).
+    fn fire_children(&mut self, dir: &str, notes: &mut Vec<Delivery>) {
+        let (fired, kept): (Vec<_>, Vec<_>) = std::mem::take(&mut self.child_watches)
+            .into_iter()
+            .partition(|(p, _)| p == dir);
+        self.child_watches = kept;
+        self.notify(fired, dir, event::NODE_CHILDREN_CHANGED, notes);
+    }
+
+    fn notify(
+        &mut self,
+        fired: Vec<(String, i64)>,
+        path: &str,
+        event_type: i32,
+        notes: &mut Vec<Delivery>,
+    ) {
+        let mut seen = Vec::new();
         for (_, s) in fired {
+            // One event per session and path, as the server's watch table.
+            if seen.contains(&s) {
+                continue;
+            }
+            seen.push(s);
             if let Some(Some((m, stream))) = self.sessions.get(&s) {
                 if self.conns.contains_key(&(*m, *stream)) {
                     let e = WatcherEvent {
-                        event_type: event::NODE_DELETED,
+                        event_type,
                         state: 3,
                         path: path.into(),
                     };
@@ -252,9 +309,15 @@ impl FakeZk {
 
     fn read(&mut self, op_code: i32, req: PathWatchRequest, session: i64, w: &mut Writer) -> i32 {
         let Some(node) = self.nodes.get(&req.path) else {
+            // Only exists leaves a watch on a missing node.
+            if req.watch && op_code == op::EXISTS {
+                self.watches.push((req.path.clone(), session));
+            }
             return err::NO_NODE;
         };
-        if req.watch {
+        if req.watch && op_code == op::GET_CHILDREN2 {
+            self.child_watches.push((req.path.clone(), session));
+        } else if req.watch {
             self.watches.push((req.path.clone(), session));
         }
         match op_code {

@@ -19,14 +19,17 @@
 //!   handshake, negotiated timeout, pings at a third of it, in-order reply
 //!   matching, reconnect with session id and password, local expiry bound,
 //!   digest auth, watch events, chroot, closeSession);
-//! - `paths` and `recipes`: lock names as paths and Curator's
-//!   `InterProcessMutex`, node for node (`_c_<uuid>-lock-<seq>` under
-//!   `<root>/<escaped name>`; the token is the node's czxid);
+//! - `paths` and `recipes`: lock names as paths and Curator's recipes,
+//!   node for node under `<root>/<escaped name>` (`InterProcessMutex`,
+//!   `InterProcessReadWriteLock`, `InterProcessSemaphoreV2`, `LeaderLatch`;
+//!   the token is the node's czxid; see `recipes` for the kinds and for how
+//!   a plain exclusive lock and the read-write lock share a name);
 //! - [`ZkMachine`]: the [`LockMachine`](crate::core::LockMachine) over them
-//!   (exclusive locks; the session is the lease).
+//!   (every kind, elections; the session is the lease). `AcquireAll` is the
+//!   generic `MultiLock`'s (one mutex per name, as `InterProcessMultiLock`).
 //!
-//! Next (not here yet): `multi`, the read-write lock, the semaphore and the
-//! leader latch (Curator's other recipes), resuming a session from a handle.
+//! Next (not here yet): `multi` on the wire, resuming a session from a
+//! handle.
 
 pub mod address;
 pub mod config;

@@ -11,6 +11,32 @@ use crate::core::Entropy;
 /// Curator's `InterProcessMutex` node marker (`LockInternals`' `LOCK_NAME`).
 pub(crate) const MUTEX_MARKER: &str = "lock-";
 
+/// `InterProcessReadWriteLock`'s reader marker (`READ_LOCK_NAME`).
+pub(crate) const READ_MARKER: &str = "__READ__";
+
+/// `InterProcessReadWriteLock`'s writer marker (`WRITE_LOCK_NAME`).
+pub(crate) const WRITE_MARKER: &str = "__WRIT__";
+
+/// `LeaderLatch`'s node marker (`LOCK_NAME`).
+pub(crate) const LATCH_MARKER: &str = "latch-";
+
+/// `InterProcessSemaphoreV2`'s lease marker (`LEASE_BASE_NAME`).
+pub(crate) const LEASE_MARKER: &str = "lease-";
+
+/// `InterProcessSemaphoreV2`'s child directories (`LOCK_PARENT`,
+/// `LEASE_PARENT`): the guard mutex and the leases.
+pub(crate) const SEMAPHORE_LOCKS: &str = "locks";
+pub(crate) const SEMAPHORE_LEASES: &str = "leases";
+
+/// Every marker of a contender node in a lock's directory.
+const MARKERS: [&str; 5] = [
+    MUTEX_MARKER,
+    READ_MARKER,
+    WRITE_MARKER,
+    LATCH_MARKER,
+    LEASE_MARKER,
+];
+
 /// `N` as one path segment: `%` and `/` escaped as in etcd's keys (`%25`,
 /// `%2F`), every character ZooKeeper refuses as `%XX` per UTF-8 byte, and
 /// the segments `.` and `..` as `%2E` and `%2E%2E`.
@@ -89,6 +115,33 @@ pub(crate) fn sorted_children(mut children: Vec<String>, marker: &str) -> Vec<St
     children
 }
 
+/// The marker of a contender node (`<anything><marker><10 digits>`), if
+/// it is one.
+pub(crate) fn marker_of(name: &str) -> Option<&'static str> {
+    let digits = name.len().checked_sub(10)?;
+    if !name.is_char_boundary(digits) || !name[digits..].bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    MARKERS.into_iter().find(|m| name[..digits].ends_with(m))
+}
+
+/// `children` in edgelock's own contender order: by sequence whatever the
+/// marker (a mutex, a reader, a writer and a latch node on one name are
+/// all contenders, so that edgelock clients using different kinds on a
+/// name still exclude each other), names that are no contender node last.
+/// For each recipe's own nodes this is Curator's order.
+pub(crate) fn contender_order(mut children: Vec<String>) -> Vec<String> {
+    children.sort_by(|a, b| contender_key(a).cmp(&contender_key(b)));
+    children
+}
+
+fn contender_key(name: &str) -> (bool, &str) {
+    match marker_of(name) {
+        Some(_) => (false, &name[name.len() - 10..]),
+        None => (true, name),
+    }
+}
+
 /// The last segment of `path`.
 pub(crate) fn base_name(path: &str) -> &str {
     path.rsplit('/').next().unwrap_or(path)
@@ -97,7 +150,8 @@ pub(crate) fn base_name(path: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::{
-        ancestors, escape_segment, protected_prefix, sort_key, sorted_children, MUTEX_MARKER,
+        ancestors, contender_order, escape_segment, marker_of, protected_prefix, sort_key,
+        sorted_children, MUTEX_MARKER, READ_MARKER,
     };
     use crate::core::zookeeper::address::validate_path;
     use crate::core::SeededEntropy;
@@ -160,6 +214,34 @@ mod tests {
             ]
         );
         assert_eq!(sort_key("x-lock-lock-0001", "lock-"), "0001");
+    }
+
+    #[test]
+    fn contenders_of_every_kind_sort_by_sequence_and_others_last() {
+        let sorted = contender_order(vec![
+            "leases".into(),
+            "_c_a-__WRIT__0000000004".into(),
+            "_c_b-latch-0000000002".into(),
+            "_c_c-__READ__0000000003".into(),
+            "_c_d-lock-0000000001".into(),
+            "x-lease-0000000000".into(),
+            "y-lock-00000001".into(),
+        ]);
+        assert_eq!(
+            sorted,
+            vec![
+                "x-lease-0000000000",
+                "_c_d-lock-0000000001",
+                "_c_b-latch-0000000002",
+                "_c_c-__READ__0000000003",
+                "_c_a-__WRIT__0000000004",
+                "leases",
+                "y-lock-00000001",
+            ]
+        );
+        assert_eq!(marker_of("_c_c-__READ__0000000003"), Some(READ_MARKER));
+        assert_eq!(marker_of("lock-000000001"), None);
+        assert_eq!(marker_of("é"), None);
     }
 
     proptest! {

@@ -6,7 +6,7 @@
 use crate::core::zookeeper::jute::{encode_frame, JuteError, Reader, Writer};
 use crate::core::zookeeper::records::{
     op, Acl, Create2Response, CreateRequest, DeleteRequest, GetChildren2Response, GetDataResponse,
-    PathWatchRequest, Record, RequestHeader, Stat, StatResponse,
+    PathWatchRequest, Record, RequestHeader, SetDataRequest, Stat, StatResponse,
 };
 
 /// One request of the lock recipes.
@@ -30,6 +30,12 @@ pub(crate) enum ZkRequest {
     GetData { path: String, watch: bool },
     /// `getChildren2` (op 12): the children, unordered, and the parent's stat.
     GetChildren { path: String, watch: bool },
+    /// `setData` (version -1: any): a leader's proclaim.
+    SetData {
+        path: String,
+        data: Vec<u8>,
+        version: i32,
+    },
     /// `closeSession` (op -11): the server deletes the ephemerals at once.
     CloseSession,
 }
@@ -59,6 +65,7 @@ impl ZkRequest {
             ZkRequest::Exists { .. } => op::EXISTS,
             ZkRequest::GetData { .. } => op::GET_DATA,
             ZkRequest::GetChildren { .. } => op::GET_CHILDREN2,
+            ZkRequest::SetData { .. } => op::SET_DATA,
             ZkRequest::CloseSession => op::CLOSE_SESSION,
         }
     }
@@ -92,6 +99,16 @@ impl ZkRequest {
                 watch: *watch,
             }
             .encode(&mut w),
+            ZkRequest::SetData {
+                path,
+                data,
+                version,
+            } => SetDataRequest {
+                path: at(path),
+                data: data.clone(),
+                version: *version,
+            }
+            .encode(&mut w),
             ZkRequest::CloseSession => {}
         }
         Ok(encode_frame(&w.finish()?))
@@ -122,7 +139,7 @@ pub(crate) fn decode_reply(
                 stat: c.stat,
             }
         }
-        op::EXISTS => ZkReply::Stat(StatResponse::decode(r)?.stat),
+        op::EXISTS | op::SET_DATA => ZkReply::Stat(StatResponse::decode(r)?.stat),
         op::GET_DATA => {
             let d = GetDataResponse::decode(r)?;
             ZkReply::Data {
