@@ -1,13 +1,15 @@
 //! ZooKeeper over its own protocol (TCP, or TLS): `{ connect, root,
 //! sessionTimeoutMs, requestTimeoutMs, digest: { user, password }, tls }`.
-//! Reached by the native client and by JavaScript hosts with sockets; the
-//! Worker and the command line do not serve it yet.
+//! Reached by the native client, by JavaScript hosts with sockets and by
+//! the command line (`--zookeeper CONNECT`); the Worker does not serve it yet.
 
 use serde::Serialize;
 use serde_json::Value;
 
 use super::worker_vars::{Vars, WorkerCommon};
-use super::{to_json, Backend, BackendConfig, BackendSpec};
+use super::{
+    set, to_json, Backend, BackendConfig, BackendSpec, CommandLine, Flags, UrlList, UserFlag,
+};
 use crate::core::json_fields::Fields;
 use crate::core::zookeeper::{ZkConfig, ZkDigest, ZkMachine};
 use crate::core::{BackendKind, Entropy, LockError, LockMachine};
@@ -36,6 +38,46 @@ impl Backend for ZooKeeper {
         Err(LockError::invalid(
             "the Worker does not serve the zookeeper backend yet (a ZooKeeper session must outlive the invocation); use etcd, redis, redlock, durable-object or d1",
         ))
+    }
+
+    /// `--zookeeper CONNECT` (one connection string, `h:p[,h:p][/chroot]`,
+    /// commas and all), `--zk-root`, `--zk-digest USER` with the password
+    /// from `$EDGELOCK_ZK_PASSWORD`; no token, no `--fair` (the recipe's
+    /// queue is already in creation order).
+    fn command_line(&self) -> Option<CommandLine> {
+        Some(CommandLine {
+            flag: "--zookeeper",
+            urls: UrlList::Whole,
+            token_vars: &[],
+            user: Some(UserFlag {
+                flag: "--zk-digest",
+                password_var: "EDGELOCK_ZK_PASSWORD",
+            }),
+            redis_password_vars: &[],
+            fair: false,
+        })
+    }
+
+    /// The connection string, root, digest user and, from `--ttl`, the
+    /// session timeout asked for (requests bounded by half of it). A
+    /// `--prefix` is refused: ZooKeeper names a path, `--zk-root`.
+    fn read_flags(&self, f: Flags) -> Result<BackendSpec, LockError> {
+        if f.prefix.is_some() {
+            return Err(LockError::invalid(
+                "--prefix does not apply to --zookeeper: give the parent path as --zk-root",
+            ));
+        }
+        let connect = f.urls.into_iter().next().unwrap_or_default();
+        let mut cfg = ZkConfig::new(connect);
+        set(&mut cfg.root, f.root);
+        if let Some(t) = f.ttl_ms {
+            cfg.session_timeout_ms = u32::try_from(t).map_err(|_| {
+                LockError::invalid("--ttl (the ZooKeeper session timeout) is too large")
+            })?;
+            cfg.request_timeout_ms = Flags::request_timeout(t, cfg.request_timeout_ms, 2);
+        }
+        cfg.digest = f.user.map(|(user, password)| ZkDigest { user, password });
+        Ok(BackendSpec::ZooKeeper(cfg))
     }
 }
 
@@ -135,10 +177,10 @@ impl ZkOptions {
 
     fn into_config(self) -> ZkConfig {
         let mut cfg = ZkConfig::new(self.connect);
-        super::set(&mut cfg.root, self.root);
-        super::set(&mut cfg.session_timeout_ms, self.session_timeout_ms);
-        super::set(&mut cfg.request_timeout_ms, self.request_timeout_ms);
-        super::set(&mut cfg.tls, self.tls);
+        set(&mut cfg.root, self.root);
+        set(&mut cfg.session_timeout_ms, self.session_timeout_ms);
+        set(&mut cfg.request_timeout_ms, self.request_timeout_ms);
+        set(&mut cfg.tls, self.tls);
         cfg.digest = self.digest.map(|d| ZkDigest {
             user: d.user,
             password: d.password,
@@ -149,8 +191,41 @@ impl ZkOptions {
 
 #[cfg(test)]
 mod tests {
-    use crate::core::backend::BackendSpec;
+    use crate::core::backend::{backend_named, BackendSpec, Flags};
     use crate::core::{BackendKind, SeededEntropy};
+
+    #[test]
+    fn flags_give_the_connect_string_root_digest_and_session_timeout() {
+        let zk = backend_named("zookeeper").unwrap();
+        let line = zk.command_line().unwrap();
+        assert_eq!(line.flag, "--zookeeper");
+        assert_eq!(line.urls.read(" a:1,b:2/app "), ["a:1,b:2/app"]);
+        let flags = Flags {
+            urls: vec!["a:1,b:2/app".into()],
+            root: Some("/jobs".into()),
+            ttl_ms: Some(4_000),
+            user: Some(("u".into(), "pw-s3cret".into())),
+            ..Flags::default()
+        };
+        let BackendSpec::ZooKeeper(c) = zk.read_flags(flags).unwrap() else {
+            panic!("zookeeper")
+        };
+        assert_eq!(
+            (c.connect.as_str(), c.root.as_str()),
+            ("a:1,b:2/app", "/jobs")
+        );
+        assert_eq!((c.session_timeout_ms, c.request_timeout_ms), (4_000, 2_000));
+        let d = c.digest.unwrap();
+        assert_eq!((d.user.as_str(), d.password.as_str()), ("u", "pw-s3cret"));
+        let e = zk
+            .read_flags(Flags {
+                urls: vec!["a:1".into()],
+                prefix: Some("p".into()),
+                ..Flags::default()
+            })
+            .unwrap_err();
+        assert!(e.to_string().contains("--zk-root"), "{e}");
+    }
 
     #[test]
     fn json_options_read_back_and_build_a_zookeeper_machine() {
