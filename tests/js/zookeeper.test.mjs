@@ -12,6 +12,7 @@ import { join } from "node:path";
 import { LockError, ZooKeeperLocks } from "edgelock";
 import { startTestenv } from "./testenv.mjs";
 import { freePort } from "./support/etcd.mjs";
+import { startCurator } from "./support/zookeeper.mjs";
 
 const PASSWORD = "zk-s3cret-digest";
 const SESSION_MS = 4000;
@@ -43,56 +44,6 @@ async function rejectsWith(promise, code) {
   assert.ok(err instanceof LockError, `expected LockError ${code}, got ${err}`);
   assert.equal(err.code, code, err.message);
   return err;
-}
-
-/** Curator in its own JVM (one session), one command line at a time; `send` resolves with the answer line. */
-async function startCurator() {
-  const [bin, ...args] = env.curator_command;
-  const child = spawn(bin, [...args, env.zookeeper_connect, String(SESSION_MS)], { stdio: ["pipe", "pipe", "pipe"] });
-  let buffered = "";
-  const waiting = [];
-  const lines = [];
-  let log = "";
-  child.stderr.on("data", (d) => {
-    log = (log + d).slice(-4000);
-  });
-  child.stdout.on("data", (d) => {
-    buffered += d;
-    for (let nl = buffered.indexOf("\n"); nl >= 0; nl = buffered.indexOf("\n")) {
-      const line = buffered.slice(0, nl);
-      buffered = buffered.slice(nl + 1);
-      const w = waiting.shift();
-      if (w) w(line);
-      else lines.push(line);
-    }
-  });
-  const next = (what, ms = 60_000) =>
-    new Promise((resolve, reject) => {
-      if (lines.length > 0) return resolve(lines.shift());
-      const timer = setTimeout(() => reject(new Error(`CuratorPeer: no answer to ${what}; log:\n${log}`)), ms);
-      waiting.push((line) => {
-        clearTimeout(timer);
-        resolve(line);
-      });
-    });
-  const ready = await next("start");
-  assert.match(ready, /^READY [0-9a-f]+$/, log);
-  const peer = {
-    send(line) {
-      child.stdin.write(`${line}\n`);
-      return next(line);
-    },
-    async close() {
-      if (child.exitCode !== null) return;
-      const exited = new Promise((r) => child.once("exit", r));
-      child.stdin.end();
-      const timer = setTimeout(() => child.kill("SIGKILL"), 5000);
-      await exited;
-      clearTimeout(timer);
-    },
-  };
-  peers.push(peer);
-  return peer;
 }
 
 describe("ZooKeeperLocks (TCP)", () => {
@@ -247,7 +198,7 @@ describe("ZooKeeperLocks and Curator's InterProcessMutex", () => {
   test("Curator holds: edgelock cannot; edgelock waits for Curator's release; and the reverse", async () => {
     const name = unique("curator");
     const path = `/edgelock/${name}`;
-    const curator = await startCurator();
+    const curator = await startCurator(env, SESSION_MS, peers);
     const held = await curator.send(`mutex-acquire ${path} 5000`);
     const [, curatorNode, curatorZxid] = held.split(" ");
     assert.match(held, /^OK /);
@@ -276,7 +227,7 @@ describe("ZooKeeperLocks and Curator's InterProcessMutex", () => {
 
   test("root: Curator's <root>/<name> is edgelock's name under that root", async () => {
     const name = unique("rooted");
-    const curator = await startCurator();
+    const curator = await startCurator(env, SESSION_MS, peers);
     assert.match(await curator.send(`mutex-acquire /jobs/${name} 5000`), /^OK /);
     const rooted = client({ root: "/jobs" });
     assert.equal(await rooted.tryAcquire(name), null);
