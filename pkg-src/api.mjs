@@ -354,7 +354,7 @@ class LockClient {
   #closing = null;
 
   constructor(key, raw) {
-    if (key !== INTERNAL) throw new TypeError("use EtcdLocks, RedisLocks or Redlock");
+    if (key !== INTERNAL) throw new TypeError("use EtcdLocks, RedisLocks, Redlock, DurableObjectLocks, D1Locks or ZooKeeperLocks");
     this.#raw = raw;
     this.#backend = raw.backend();
     raw.onLockEvent((kind, lockId, expiresAt, error) => {
@@ -698,6 +698,34 @@ export class DurableObjectLocks extends LockClient {
 export class D1Locks extends LockClient {
   constructor(options) {
     super(INTERNAL, construct("d1", options, "D1Locks"));
+  }
+}
+
+/**
+ * ZooKeeper's `tls` as the core takes it, a boolean: `{ ca }` means TLS too
+ * (its certificates are for the entries' socket factories, which read them
+ * before this).
+ */
+function zkOptions(options) {
+  if (options === null || typeof options !== "object") return options;
+  const { tls } = options;
+  if (tls === null || typeof tls !== "object" || Array.isArray(tls)) return options;
+  return { ...options, tls: true };
+}
+
+/**
+ * Locks on a ZooKeeper ensemble over its own protocol (TCP, or TLS):
+ * Curator's InterProcessMutex node for node, so a Curator client of
+ * `<root>/<name>` and this client exclude each other; the fencing token is
+ * the lock node's creation zxid. `{ connect: "h:p[,h:p][/chroot]", root,
+ * sessionTimeoutMs, requestTimeoutMs, digest: { user, password }, tls }`.
+ * One session (one connection) per client. A host without TCP (a browser)
+ * refuses it with INVALID_ARGUMENT before anything is sent. Exclusive
+ * locks only.
+ */
+export class ZooKeeperLocks extends LockClient {
+  constructor(options) {
+    super(INTERNAL, construct("zookeeper", zkOptions(options), "ZooKeeperLocks"));
   }
 }
 

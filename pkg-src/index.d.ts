@@ -238,7 +238,7 @@ export interface LockSet {
 
 /**
  * What every client offers: `EtcdLocks`, `RedisLocks`, `Redlock`,
- * `DurableObjectLocks` and `D1Locks` each merge this interface (a backend
+ * `DurableObjectLocks`, `D1Locks` and `ZooKeeperLocks` each merge this interface (a backend
  * that does not offer a kind or an operation rejects it with
  * `INVALID_ARGUMENT`).
  */
@@ -578,3 +578,37 @@ export declare class D1Locks {
 }
 /** The {@link LockClient} methods (this interface merges into the class). */
 export interface D1Locks extends LockClient {}
+
+export interface ZooKeeperLocksOptions {
+  /** The ensemble: `host:port[,host:port...][/chroot]` (port default 2181; IPv6 as `[::1]:2181`). */
+  connect: string;
+  /** The path each lock's node directory lives under (default `/edgelock`): lock `name` is Curator's `<root>/<name>`. */
+  root?: string;
+  /** The session timeout asked for (default 30000; the server clamps it into its [2, 20] × tickTime). A crashed holder's lock frees up after it. */
+  sessionTimeoutMs?: number;
+  /** Per-request timeout (default 10000). */
+  requestTimeoutMs?: number;
+  /** Digest authentication (`addAuth("digest", "user:password")`); the password is never in a message. */
+  digest?: { user: string; password: string };
+  /**
+   * TLS to every server: `true`, or `{ ca }` (Node, Bun and Deno entries:
+   * certificates (PEM) trusted beside the runtime's default store).
+   */
+  tls?: boolean | { ca?: string | string[] };
+  /** Opens the connections (default: the runtime's, see `SocketFactory`; a browser has none). */
+  openSocket?: SocketFactory;
+}
+
+/**
+ * Locks on a ZooKeeper ensemble over its own protocol: Curator's
+ * InterProcessMutex node for node (a Curator client of `<root>/<name>`
+ * excludes this one and the reverse); the fencing token is the lock node's
+ * creation zxid. One session (one connection) per client. Exclusive locks
+ * only. A browser refuses it (`INVALID_ARGUMENT`: no TCP).
+ */
+export declare class ZooKeeperLocks {
+  /** Throws LockError `INVALID_ARGUMENT` synchronously for invalid options, or where the host has no TCP. */
+  constructor(options: ZooKeeperLocksOptions);
+}
+/** The {@link LockClient} methods (this interface merges into the class). */
+export interface ZooKeeperLocks extends LockClient {}

@@ -9,7 +9,7 @@
 import source wasmModule from "./edgelock_wasm_bg.wasm";
 import { AsyncLocalStorage } from "node:async_hooks";
 import { initSync } from "./edgelock_wasm.js";
-import useAsyncLocalStorage, { RedisLocks as AnyRedisLocks, Redlock as AnyRedlock } from "./api.mjs";
+import useAsyncLocalStorage, { RedisLocks as AnyRedisLocks, Redlock as AnyRedlock, ZooKeeperLocks as AnyZooKeeperLocks } from "./api.mjs";
 import { denoSockets } from "./sockets/deno.mjs";
 
 initSync({ module: wasmModule });
@@ -40,5 +40,22 @@ export class Redlock extends AnyRedlock {
   }
 }
 
-// The rest as api.mjs has it (the classes above shadow its two).
+// A ZooKeeper ensemble is reached with Deno.connect / Deno.startTls unless
+// the options name an `openSocket`; `tls: true` or `tls: { ca }` stays in
+// the options.
+function zkSocketDefaults(options) {
+  if (options === null || typeof options !== "object" || options.openSocket !== undefined) return options;
+  const { tls } = options;
+  const extra = tls !== null && typeof tls === "object" ? tls : undefined;
+  return { ...options, openSocket: denoSockets(extra) };
+}
+
+/** Locks on a ZooKeeper ensemble, over Deno.connect / Deno.startTls. */
+export class ZooKeeperLocks extends AnyZooKeeperLocks {
+  constructor(options) {
+    super(zkSocketDefaults(options));
+  }
+}
+
+// The rest as api.mjs has it (the classes above shadow its three).
 export * from "./api.mjs";

@@ -4,7 +4,7 @@
 import { readFileSync } from "node:fs";
 import { initSync } from "./edgelock_wasm.js";
 import { AsyncLocalStorage } from "node:async_hooks";
-import useAsyncLocalStorage, { EtcdLocks as AnyEtcdLocks, RedisLocks as AnyRedisLocks, Redlock as AnyRedlock, DurableObjectLocks as AnyDurableObjectLocks } from "./api.mjs";
+import useAsyncLocalStorage, { EtcdLocks as AnyEtcdLocks, RedisLocks as AnyRedisLocks, Redlock as AnyRedlock, DurableObjectLocks as AnyDurableObjectLocks, ZooKeeperLocks as AnyZooKeeperLocks } from "./api.mjs";
 import { nodeHttpFetch } from "./node_http.mjs";
 import { nodeSockets } from "./sockets/node.mjs";
 
@@ -29,6 +29,16 @@ function socketDefaults(options) {
   const { tls, ...rest } = options;
   if (tls !== undefined && (tls === null || typeof tls !== "object")) return options; // refused by the shared checks
   return { ...rest, openSocket: nodeSockets(tls) };
+}
+
+// A ZooKeeper ensemble is reached over node:net / node:tls unless the
+// options name an `openSocket`; `tls: true` or `tls: { ca }` (TLS, with
+// certificates added to Node's trust store) stays in the options.
+function zkSocketDefaults(options) {
+  if (options === null || typeof options !== "object" || options.openSocket !== undefined) return options;
+  const { tls } = options;
+  const extra = tls !== null && typeof tls === "object" ? tls : undefined;
+  return { ...options, openSocket: nodeSockets(extra) };
 }
 
 /** Locks on etcd v3 through its JSON gateway; requests over node:http unless `fetch` is given. */
@@ -59,5 +69,12 @@ export class DurableObjectLocks extends AnyDurableObjectLocks {
   }
 }
 
-// The rest as api.mjs has it (the classes above shadow its four).
+/** Locks on a ZooKeeper ensemble, over node:net / node:tls unless `openSocket` is given. */
+export class ZooKeeperLocks extends AnyZooKeeperLocks {
+  constructor(options) {
+    super(zkSocketDefaults(options));
+  }
+}
+
+// The rest as api.mjs has it (the classes above shadow its five).
 export * from "./api.mjs";

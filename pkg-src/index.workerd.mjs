@@ -3,7 +3,7 @@
 // imports as compiled WebAssembly.Module objects) and instantiated synchronously.
 import wasmModule from "./edgelock_wasm_bg.wasm";
 import { initSync } from "./edgelock_wasm.js";
-import useAsyncLocalStorage, { RedisLocks as AnyRedisLocks, Redlock as AnyRedlock } from "./api.mjs";
+import useAsyncLocalStorage, { RedisLocks as AnyRedisLocks, Redlock as AnyRedlock, ZooKeeperLocks as AnyZooKeeperLocks } from "./api.mjs";
 import { workerdSockets } from "./sockets/workerd.mjs";
 
 initSync({ module: wasmModule });
@@ -48,5 +48,19 @@ export class Redlock extends AnyRedlock {
   }
 }
 
-// The rest as api.mjs has it (the classes above shadow its two).
+/**
+ * Locks on a ZooKeeper ensemble over `connect()`: one connection per client
+ * (its session), counted in the invocation's 6. The session ends with the
+ * client (close() it), so a lock does not outlive the invocation.
+ */
+export class ZooKeeperLocks extends AnyZooKeeperLocks {
+  constructor(options) {
+    const defaults = options !== null && typeof options === "object" && options.openSocket === undefined
+      ? { ...options, openSocket: workerdSockets() }
+      : options;
+    super(defaults);
+  }
+}
+
+// The rest as api.mjs has it (the classes above shadow its three).
 export * from "./api.mjs";

@@ -75,7 +75,7 @@ phase "node --test (tests/js)" bash -c 'cd tests/js && node --test --test-report
 
 # Deno and Bun: the files about the package's behaviour against the backends
 # (not the Node-specific install / types / workerd ones).
-runtime_files=(etcd_locks.test.mjs redis_locks.test.mjs redis_tcp.test.mjs upstash_gateway.test.mjs etcd_auth.test.mjs node_transport.test.mjs)
+runtime_files=(etcd_locks.test.mjs redis_locks.test.mjs redis_tcp.test.mjs upstash_gateway.test.mjs etcd_auth.test.mjs node_transport.test.mjs zookeeper.test.mjs)
 # A failed install fails the phase (the runner is then not found), not the script.
 deno_bin=$(bash scripts/js-runtimes.sh deno) || deno_bin=deno-not-installed
 bun_bin=$(bash scripts/js-runtimes.sh bun) || bun_bin=bun-not-installed

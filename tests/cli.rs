@@ -11,7 +11,9 @@ use std::time::{Duration, Instant};
 
 use base64::Engine;
 use edgelock::native::http::{CancelHandle, HttpClient, Request};
-use edgelock_devtools::{EtcdServer, RedisServer, UpstashGateway, Webdis};
+use edgelock_devtools::{
+    CuratorPeer, EtcdServer, RedisServer, UpstashGateway, Webdis, ZooKeeperServer,
+};
 
 const BIN: &str = env!("CARGO_BIN_EXE_edgelock");
 
@@ -1184,4 +1186,153 @@ fn a_nested_run_of_the_same_name_reenters() {
                 .to_string()
         )
         .is_some_and(|v| v["kvs"].as_array().map_or(true, |a| a.is_empty())));
+}
+
+/// `--zookeeper CONNECT` against a real ZooKeeper (Debian's 3.8, tickTime
+/// 200: sessions of at most 4 s): runs exclude each other with rising
+/// tokens, `--try` / `--wait` / `status`, a Curator holder of the same path
+/// (under `--zk-root`) excludes a run, a killed holder's session expires
+/// after `--ttl`, and `--zk-digest` takes its password from the
+/// environment only, never repeating it.
+#[test]
+fn zookeeper_runs_exclude_each_other_and_curator() {
+    let zk = ZooKeeperServer::start().expect("zookeeper starts (apt install zookeeper)");
+    let connect = zk.connect_string();
+    assert_runs_never_overlap(&["--zookeeper", &connect, "--ttl", "4000"], &[]);
+
+    let (mut holder, token) = spawn_holder(&[
+        "run",
+        "--zookeeper",
+        &connect,
+        "--ttl",
+        "2000",
+        "busy",
+        "--",
+        "sleep",
+        "60",
+    ]);
+    assert!(token > 0);
+    let out = output(&[
+        "run",
+        "--zookeeper",
+        &connect,
+        "--try",
+        "busy",
+        "--",
+        "true",
+    ]);
+    assert_eq!(out.status.code(), Some(73), "{}", text(&out.stderr));
+    let out = output(&[
+        "run",
+        "--zookeeper",
+        &connect,
+        "--wait",
+        "300",
+        "busy",
+        "--",
+        "true",
+    ]);
+    assert_eq!(out.status.code(), Some(74), "{}", text(&out.stderr));
+    let out = output(&["status", "--zookeeper", &connect, "--json", "busy"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(status["held"], true, "{status}");
+    assert_eq!(status["fencingToken"], token.to_string(), "{status}");
+    // SIGKILL: no release; the session (2 s asked) expires on the server.
+    let _ = holder.kill();
+    let _ = holder.wait();
+    let t = Instant::now();
+    let out = output(&[
+        "run",
+        "--zookeeper",
+        &connect,
+        "--wait",
+        "20000",
+        "busy",
+        "--",
+        "sh",
+        "-c",
+        "echo $EDGELOCK_FENCING_TOKEN",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let next: u64 = text(&out.stdout).trim().parse().expect("token");
+    assert!(next > token, "tokens rise: {token} then {next}");
+    assert!(t.elapsed() < Duration::from_secs(20));
+
+    // Curator's InterProcessMutex on /jobs/nightly is edgelock's `nightly`
+    // under --zk-root /jobs.
+    let mut curator = CuratorPeer::start(&connect).expect("curator peer");
+    let held = curator
+        .mutex_acquire("/jobs/nightly", 5_000)
+        .expect("curator acquire");
+    assert!(held.is_some());
+    let zk_root = ["--zookeeper", &connect, "--zk-root", "/jobs"];
+    let out = output(&[&["run"][..], &zk_root, &["--try", "nightly", "--", "true"]].concat());
+    assert_eq!(out.status.code(), Some(73), "{}", text(&out.stderr));
+    curator
+        .mutex_release("/jobs/nightly")
+        .expect("curator release");
+    let out = output(&[&["run"][..], &zk_root, &["--try", "nightly", "--", "true"]].concat());
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    curator.close().expect("curator close");
+
+    let digest = [
+        "run",
+        "--zookeeper",
+        &connect,
+        "--zk-digest",
+        "locker",
+        "--try",
+        "d",
+        "--",
+        "true",
+    ];
+    let out = edgelock(&digest)
+        .env("EDGELOCK_ZK_PASSWORD", "zk-s3cret-pw")
+        .output()
+        .expect("run edgelock");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let out = edgelock(&digest)
+        .env_remove("EDGELOCK_ZK_PASSWORD")
+        .output()
+        .expect("run edgelock");
+    assert_eq!(out.status.code(), Some(64));
+    assert!(
+        text(&out.stderr).contains("--zk-digest needs the password in $EDGELOCK_ZK_PASSWORD"),
+        "{}",
+        text(&out.stderr)
+    );
+    // A bad connection string is refused before any request, the
+    // password in the environment never repeated.
+    let out = edgelock(&[
+        "run",
+        "--zookeeper",
+        "h:1/bad/",
+        "--zk-digest",
+        "locker",
+        "n",
+        "--",
+        "true",
+    ])
+    .env("EDGELOCK_ZK_PASSWORD", "zk-s3cret-pw")
+    .output()
+    .expect("run edgelock");
+    assert_eq!(out.status.code(), Some(64), "{}", text(&out.stderr));
+    assert!(!text(&out.stderr).contains("zk-s3cret-pw"));
+    let out = output(&[
+        "run",
+        "--zookeeper",
+        &connect,
+        "--prefix",
+        "p",
+        "n",
+        "--",
+        "true",
+    ]);
+    assert_eq!(out.status.code(), Some(64), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("--zk-root"),
+        "{}",
+        text(&out.stderr)
+    );
 }

@@ -3,14 +3,18 @@
 //!
 //! | binding | meaning |
 //! |---|---|
-//! | `EDGELOCK_BACKEND` | `etcd`, `redis`, `redlock` or `durable-object` (the lock service of this Worker's Durable Object namespace `EDGELOCK_LOCKS`, reached through a router that picks the object by name, see [`super::client`]) or `d1` (a lease row in the table `edgelock_locks` of the D1 database bound as `EDGELOCK_D1`, see [`super::d1`]) |
+//! | `EDGELOCK_BACKEND` | `etcd`, `redis`, `redlock` or `durable-object` (the lock service of this Worker's Durable Object namespace `EDGELOCK_LOCKS`, reached through a router that picks the object by name, see [`super::client`]) or `d1` (a lease row in the table `edgelock_locks` of the D1 database bound as `EDGELOCK_D1`, see [`super::d1`]) or `zookeeper` (Curator's mutex recipe over one `connect()` connection per invocation's client: `POST /jobs/:name/run` and the cron job; `/start` + `/finish` is refused at `/finish`, a ZooKeeper lock being its session's node) |
 //! | `EDGELOCK_ETCD_ENDPOINTS` | etcd gateway URLs, comma-separated |
 //! | `EDGELOCK_ETCD_AUTHORIZATION` | secret: `Authorization` header for etcd (optional) |
 //! | `EDGELOCK_ETCD_USER`, `EDGELOCK_ETCD_PASSWORD` | etcd authentication: user name, and the password as a secret (tokens are fetched and renewed by the client) |
 //! | `EDGELOCK_REDIS_URL` | one node: `redis://…` / `rediss://…` (the Redis protocol, reached with `connect()` of `cloudflare:sockets`, TLS for `rediss://`; see [`super::sockets`]), `upstash+https://…` or `webdis+http://…` (a bare `http(s)://` URL is Upstash) |
 //! | `EDGELOCK_REDLOCK_NODES` | Redlock nodes, comma-separated, in the same form (kinds may be mixed; at most 6 `redis://` nodes) |
 //! | `EDGELOCK_REDIS_TOKEN` | secret: the Upstash REST token, or a `redis://` node's password (a password in the URL works too, not both; keep it a secret rather than in `[vars]`). Node `i` of Redlock: `EDGELOCK_REDIS_TOKEN_<i>` first; a `redis://` node whose URL holds its password ignores the shared one |
-//! | `EDGELOCK_PREFIX`, `EDGELOCK_TTL_MS`, `EDGELOCK_REQUEST_TIMEOUT_MS` | lock key prefix, lock TTL (etcd: session lease TTL), per-request timeout |
+//! | `EDGELOCK_ZK_CONNECT` | the ZooKeeper ensemble, `host:port[,host:port...][/chroot]` |
+//! | `EDGELOCK_ZK_ROOT` | the path the locks' nodes live under (default `/edgelock`: lock `name` is Curator's `/edgelock/name`) |
+//! | `EDGELOCK_ZK_DIGEST_USER`, `EDGELOCK_ZK_DIGEST_PASSWORD` | ZooKeeper digest authentication: user, and the password as a secret |
+//! | `EDGELOCK_ZK_TLS` | `true`: TLS to the ZooKeeper servers (`secureTransport: "on"`) |
+//! | `EDGELOCK_PREFIX`, `EDGELOCK_TTL_MS`, `EDGELOCK_REQUEST_TIMEOUT_MS` | lock key prefix (not ZooKeeper's: `EDGELOCK_ZK_ROOT`), lock TTL (etcd: session lease TTL; ZooKeeper: the session timeout asked for), per-request timeout |
 //! | `EDGELOCK_SUBREQUEST_BUDGET` | subrequests one invocation may make (default 50, the free plan's limit) |
 //! | `EDGELOCK_MAX_SUBSCRIPTIONS` | Redis push wake-up streams a waiting invocation holds open (default 5 on one node, 0 on Redlock, see [`workers_max_subscriptions`]; on a Redlock of `redis://` nodes only, 6 − nodes, see [`fit_tcp_nodes`]; 0 polls) |
 //! | `EDGELOCK_FENCED_URL` | the fenced resource the demo job writes to |

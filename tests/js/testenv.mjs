@@ -14,6 +14,8 @@
 //   import { startTestenv } from './testenv.mjs';
 //   const env = await startTestenv({ redis: 3, gateway: true, webdis: true, etcd: 1 });
 //   env.gateway_urls, env.webdis_urls, env.etcd_urls, env.redis[i].port, env.token
+//   (startTestenv({ zookeeper: true, curator: true }): env.zookeeper_connect,
+//   env.curator_command)
 //   await env.stop();
 
 import { spawn, spawnSync } from 'node:child_process';
@@ -118,7 +120,9 @@ export function stopChild(child, graceMs = 10_000) {
  * Starts `testenv` and resolves with its JSON description plus `stop()`.
  * Options: etcd (members), redis (nodes), webdis, gateway (booleans), token
  * (gateway bearer token; generated and returned as `token` if omitted),
- * noAuth, cors (etcd CORS, default true), leaseCheckpoint, timeoutMs.
+ * noAuth, cors (etcd CORS, default true), leaseCheckpoint, zookeeper (a
+ * standalone ZooKeeper: `zookeeper_connect`), curator (also the command
+ * starting a Curator peer: `curator_command`), timeoutMs.
  * If the test process dies, testenv sees stdin close and stops by itself.
  */
 export async function startTestenv(opts = {}) {
@@ -130,6 +134,8 @@ export async function startTestenv(opts = {}) {
   if (opts.noAuth) args.push('--no-auth');
   if (opts.cors === false) args.push('--no-cors');
   if (opts.leaseCheckpoint) args.push('--lease-checkpoint');
+  if (opts.zookeeper) args.push('--zookeeper');
+  if (opts.curator) args.push('--curator');
   // The token goes through the environment, not argv (visible in `ps`).
   const env = { ...process.env };
   delete env.EDGELOCK_TESTENV_TOKEN;

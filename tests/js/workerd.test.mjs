@@ -6,7 +6,8 @@
 // through workerd's fetch), with the workerd export's default cap on
 // subscriptions: max(0, 6 − nodes), since an invocation may hold only 6
 // connections open. Clients on redis:// nodes reach them through workerd's
-// connect() (cloudflare:sockets), the loopback redis-servers included.
+// connect() (cloudflare:sockets), the loopback redis-servers included, and
+// so do ZooKeeperLocks clients (one connection each: its session).
 // The modules are laid out the way wrangler bundles them: the entry resolved
 // through the package's export map, the .wasm as a separate Wasm module.
 import { after, before, test } from "node:test";
@@ -37,7 +38,7 @@ function workerdBin() {
 }
 
 const WORKER = `
-import { EtcdLocks, RedisLocks, Redlock, LockError } from "edgelock";
+import { EtcdLocks, RedisLocks, Redlock, ZooKeeperLocks, LockError } from "edgelock";
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
@@ -95,9 +96,10 @@ async function push(cfg) {
  * the first holds, the second is refused, then waits and is handed the lock.
  */
 async function tcp(cfg) {
-  const Client = cfg.backend === "redlock" ? Redlock : RedisLocks;
+  const Client = { redlock: Redlock, zookeeper: ZooKeeperLocks }[cfg.backend] ?? RedisLocks;
   const a = new Client(cfg.options);
-  const b = new Client({ ...cfg.options, retryDelayMs: 20, retryJitterMs: 5 });
+  // A ZooKeeper waiter is woken by a watch: it has no retry timer to set.
+  const b = new Client(cfg.backend === "zookeeper" ? cfg.options : { ...cfg.options, retryDelayMs: 20, retryJitterMs: 5 });
   try {
     const lock = await a.acquire(cfg.name, { waitMs: 5000 });
     const none = await b.tryAcquire(cfg.name);
@@ -155,7 +157,7 @@ export default {
 before(async () => {
   if (!workerdBin()) return;
   etcd = await startEtcd();
-  redis = await startTestenv({ redis: 5, webdis: true, gateway: true });
+  redis = await startTestenv({ redis: 5, webdis: true, gateway: true, zookeeper: true });
   dir = mkdtempSync(join(tmpdir(), "edgelock-workerd-"));
   const pkg = dirname(require.resolve("edgelock/package.json"));
   const manifest = JSON.parse(readFileSync(join(pkg, "package.json"), "utf8"));
@@ -306,4 +308,9 @@ test("RedisLocks in workerd acquires, hands off and releases over redis:// throu
 test("Redlock over 3 redis:// nodes in workerd through connect()", async (t) => {
   if (needsWorkerd(t)) return;
   await tcpInWorker("redlock", { nodes: [0, 1, 2].map(tcpNode), ttlMs: 10000, requestTimeoutMs: 1000 });
+});
+
+test("ZooKeeperLocks in workerd acquires, hands off and releases through connect()", async (t) => {
+  if (needsWorkerd(t)) return;
+  await tcpInWorker("zookeeper", { connect: redis.zookeeper_connect, sessionTimeoutMs: 4000, requestTimeoutMs: 2000 });
 });

@@ -99,6 +99,16 @@ struct BackendArgs {
         help_heading = "Backend (exactly one)"
     )]
     durable_object: Vec<String>,
+    /// ZooKeeper ensemble: HOST:PORT[,HOST:PORT...][/CHROOT] (Curator's
+    /// InterProcessMutex recipe; exclusive locks; --ttl is the session timeout)
+    #[arg(
+        verbatim_doc_comment,
+        long,
+        value_name = "CONNECT",
+        allow_hyphen_values = true,
+        help_heading = "Backend (exactly one)"
+    )]
+    zookeeper: Vec<String>,
     /// Upstash (or lock service) bearer token, or a redis:// node's password
     /// (prefer the environment variable: arguments are visible to other
     /// local users)
@@ -121,6 +131,26 @@ struct BackendArgs {
         help_heading = "Connection"
     )]
     etcd_user: Option<String>,
+    /// ZooKeeper digest authentication as user U; the password comes from
+    /// $EDGELOCK_ZK_PASSWORD (never an argument)
+    #[arg(
+        verbatim_doc_comment,
+        long = "zk-digest",
+        value_name = "U",
+        allow_hyphen_values = true,
+        help_heading = "Connection"
+    )]
+    zk_digest: Option<String>,
+    /// ZooKeeper: the path under which each lock's node directory lives
+    /// (default: /edgelock)
+    #[arg(
+        verbatim_doc_comment,
+        long = "zk-root",
+        value_name = "PATH",
+        allow_hyphen_values = true,
+        help_heading = "Connection"
+    )]
+    zk_root: Option<String>,
     /// key prefix (default: edgelock)
     #[arg(
         verbatim_doc_comment,
@@ -315,7 +345,10 @@ pub(crate) struct Options {
     /// `leader --watch`.
     pub(crate) watch: bool,
     pub(crate) headers: Vec<(String, String)>,
-    pub(crate) etcd_user: Option<String>,
+    /// The user named by the backend's user flag (`--etcd-user`, `--zk-digest`).
+    pub(crate) user: Option<String>,
+    /// `--zk-root`.
+    pub(crate) root: Option<String>,
     pub(crate) tls: TlsConfig,
     pub(crate) name: String,
     pub(crate) command: Vec<String>,
@@ -392,8 +425,9 @@ fn base_options(
     command: Vec<String>,
 ) -> Result<Options, Exit> {
     let (backend, line, urls) = backend(&b)?;
-    if b.etcd_user.is_some() && line.password_var.is_none() {
-        return Err(Exit::usage("--etcd-user needs --etcd"));
+    let user = user(&line, &b)?;
+    if b.zk_root.is_some() && line.flag != "--zookeeper" {
+        return Err(Exit::usage("--zk-root needs --zookeeper"));
     }
     let tls = tls_config(b.tls)?;
     let name = one_name(names)?;
@@ -422,30 +456,52 @@ fn base_options(
         value: None,
         watch: false,
         headers: b.header,
-        etcd_user: b.etcd_user,
+        user,
+        root: b.zk_root,
         tls,
         name,
         command,
     })
 }
 
-/// Exactly one of `--etcd`, `--redis`, `--durable-object`, given once: the
-/// backend it names, its command-line entry and the URLs its value lists.
+/// The user flag given (`--etcd-user`, `--zk-digest`), if it is the one
+/// the backend takes; another backend's user flag is refused.
+fn user(line: &CommandLine, b: &BackendArgs) -> Result<Option<String>, Exit> {
+    let mut user = None;
+    for (given, flag, needs) in [
+        (&b.etcd_user, "--etcd-user", "--etcd"),
+        (&b.zk_digest, "--zk-digest", "--zookeeper"),
+    ] {
+        let Some(name) = given else { continue };
+        if line.user.map(|u| u.flag) != Some(flag) {
+            return Err(Exit::usage(format!("{flag} needs {needs}")));
+        }
+        user = Some(name.clone());
+    }
+    Ok(user)
+}
+
+/// Exactly one of `--etcd`, `--redis`, `--durable-object`, `--zookeeper`,
+/// given once: the backend it names, its command-line entry and the URLs
+/// its value lists.
 fn backend(b: &BackendArgs) -> Result<(&'static dyn Backend, CommandLine, Vec<String>), Exit> {
     let given = [
         (&b.etcd, "--etcd"),
         (&b.redis, "--redis"),
         (&b.durable_object, "--durable-object"),
+        (&b.zookeeper, "--zookeeper"),
     ];
     let mut flags = given
         .iter()
         .flat_map(|(values, flag)| values.iter().map(move |v| (*flag, v)));
     let (flag, value) = flags.next().ok_or_else(|| {
-        Exit::usage("--etcd URL, --redis URL or --durable-object URL is required")
+        Exit::usage(
+            "--etcd URL, --redis URL, --durable-object URL or --zookeeper CONNECT is required",
+        )
     })?;
     if flags.next().is_some() {
         return Err(Exit::usage(
-            "give exactly one of --etcd / --redis / --durable-object, once",
+            "give exactly one of --etcd / --redis / --durable-object / --zookeeper, once",
         ));
     }
     named_by(flag, value)
@@ -597,10 +653,15 @@ fn what_follows(flag: &str) -> &'static str {
     let names_a_backend = BACKENDS
         .iter()
         .any(|b| b.command_line().is_some_and(|line| line.flag == flag));
+    if flag == "--zookeeper" {
+        return "a connection string (HOST:PORT[,HOST:PORT...][/CHROOT])";
+    }
     if names_a_backend {
         return "a URL";
     }
     match flag {
+        "--zk-digest" => "a user name",
+        "--zk-root" => "a path",
         "--prefix" => "a prefix",
         "--token" => "a token",
         "--etcd-user" => "a user name",
@@ -781,6 +842,12 @@ mod tests {
                 "durable-object",
                 &["http://a/lock,x"],
             ),
+            // A ZooKeeper connection string is one value, commas and all.
+            (
+                &["status", "--zookeeper", " a:2181,b:2181/app ", "n"],
+                "zookeeper",
+                &["a:2181,b:2181/app"],
+            ),
         ] {
             let o = parsed(args);
             assert_eq!(o.backend.name(), backend, "{args:?}");
@@ -798,6 +865,26 @@ mod tests {
             (
                 &["status", "--redis", "http://a", "--etcd-user", "u", "n"][..],
                 "--etcd-user needs --etcd",
+            ),
+            (
+                &["status", "--zookeeper", "a:1", "--etcd-user", "u", "n"][..],
+                "--etcd-user needs --etcd",
+            ),
+            (
+                &["status", "--etcd", "http://a", "--zk-digest", "u", "n"][..],
+                "--zk-digest needs --zookeeper",
+            ),
+            (
+                &["status", "--redis", "http://a", "--zk-root", "/x", "n"][..],
+                "--zk-root needs --zookeeper",
+            ),
+            (
+                &["run", "--zookeeper", "a:1", "--fair", "n", "--", "true"][..],
+                "--fair needs exactly one --redis URL",
+            ),
+            (
+                &["status", "--zookeeper"],
+                "--zookeeper needs a connection string",
             ),
             (
                 &[
@@ -859,6 +946,7 @@ mod tests {
                 "Webdis",
                 "Redlock",
                 "Durable Object lock service",
+                "ZooKeeper",
             ] {
                 assert!(help.contains(backend), "{command} --help lacks {backend}");
             }

@@ -30,6 +30,7 @@ fn flags(o: &Options) -> Result<Flags, Exit> {
         ttl_ms: o.ttl_ms,
         headers: o.headers.clone(),
         user: user(o)?,
+        root: o.root.clone(),
         fair: o.fair,
     })
 }
@@ -44,13 +45,15 @@ fn first_set(vars: &[&str]) -> Option<String> {
     vars.iter().find_map(|name| std::env::var(name).ok())
 }
 
-/// `--etcd-user` with the password from the backend's variable (never an
-/// argument: arguments are visible to other local users).
+/// The user of the backend's user flag (`--etcd-user`, `--zk-digest`) with
+/// the password from its variable (never an argument: arguments are visible
+/// to other local users).
 fn user(o: &Options) -> Result<Option<(String, String)>, Exit> {
-    let (Some(user), Some(var)) = (&o.etcd_user, o.line.password_var) else {
+    let (Some(user), Some(flag)) = (&o.user, o.line.user) else {
         return Ok(None);
     };
+    let var = flag.password_var;
     let password = std::env::var(var)
-        .map_err(|_| Exit::usage(format!("--etcd-user needs the password in ${var}")))?;
+        .map_err(|_| Exit::usage(format!("{} needs the password in ${var}", flag.flag)))?;
     Ok(Some((user.clone(), password)))
 }

@@ -19,6 +19,10 @@ BACKENDS (give exactly one):
                             redis://, Upstash REST or Webdis (they may be mixed)
     --durable-object URL    the edgelock Worker's Durable Object lock service
                             (https://WORKER/lock; bearer token)
+    --zookeeper CONNECT     a ZooKeeper ensemble (HOST:PORT[,HOST:PORT...][/CHROOT];
+                            Curator's InterProcessMutex, so Curator clients of
+                            the same path exclude each other; exclusive locks;
+                            --ttl is the session timeout asked for)
     A backend that does not offer a lock kind refuses it with exit 64 before
     sending anything (etcd and one Redis node grant --shared; Redlock refuses it).
 "

@@ -21,9 +21,9 @@ pub struct CommandLine {
     /// Where a bearer token not given as `--token` comes from: the first of
     /// these variables that is set. Empty: it takes no token.
     pub token_vars: &'static [&'static str],
-    /// The variable holding the password of `--etcd-user`; `None`: it takes
-    /// no user.
-    pub password_var: Option<&'static str>,
+    /// The flag naming a user (`--etcd-user`, `--zk-digest`) and the
+    /// variable holding that user's password; `None`: it takes no user.
+    pub user: Option<UserFlag>,
     /// Where the password of a `redis://` node comes from when neither its
     /// URL nor `--token` gives one: the first of these variables that is
     /// set (a token variable is not read for it: an Upstash token is no
@@ -31,6 +31,16 @@ pub struct CommandLine {
     pub redis_password_vars: &'static [&'static str],
     /// Whether `--fair` (a FIFO wait queue) applies to it.
     pub fair: bool,
+}
+
+/// A backend's user flag and where its password comes from (never an
+/// argument: arguments are visible to other local users).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UserFlag {
+    /// The flag whose value is the user name (`--etcd-user`).
+    pub flag: &'static str,
+    /// The variable holding the password (`EDGELOCK_ETCD_PASSWORD`).
+    pub password_var: &'static str,
 }
 
 /// How a flag's value lists URLs.
@@ -71,8 +81,8 @@ impl UrlList {
 }
 
 /// The command line's settings for one backend, credentials read already.
-/// Each backend takes those that apply to it; the CLI refuses `--fair` and
-/// `--etcd-user` where [`CommandLine`] says they do not.
+/// Each backend takes those that apply to it; the CLI refuses `--fair`, a
+/// user flag and `--zk-root` where [`CommandLine`] says they do not.
 #[derive(Clone, Debug, Default)]
 pub struct Flags {
     /// The URLs the backend's flag listed.
@@ -93,8 +103,11 @@ pub struct Flags {
     pub ttl_ms: Option<u64>,
     /// `--header`, in order.
     pub headers: Vec<(String, String)>,
-    /// `--etcd-user` and the password from [`CommandLine::password_var`].
+    /// The user of [`CommandLine::user`]'s flag and the password from its
+    /// variable.
     pub user: Option<(String, String)>,
+    /// `--zk-root`: the ZooKeeper path under which the locks' nodes live.
+    pub root: Option<String>,
     /// `--fair`.
     pub fair: bool,
 }

@@ -43,7 +43,7 @@ impl Backend for DurableObject {
             flag: "--durable-object",
             urls: UrlList::Whole,
             token_vars: &["EDGELOCK_API_TOKEN"],
-            password_var: None,
+            user: None,
             redis_password_vars: &[],
             fair: false,
         })

@@ -7,7 +7,9 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::worker_vars::{list, Vars, WorkerCommon};
-use super::{set, to_json, Backend, BackendConfig, BackendSpec, CommandLine, Flags, UrlList};
+use super::{
+    set, to_json, Backend, BackendConfig, BackendSpec, CommandLine, Flags, UrlList, UserFlag,
+};
 use crate::core::etcd::{Authenticated, EtcdAuth, EtcdConfig, EtcdMachine};
 use crate::core::json_fields::{string_item, Fields};
 use crate::core::{BackendKind, Entropy, LockError, LockMachine};
@@ -62,7 +64,10 @@ impl Backend for Etcd {
                 max: usize::MAX,
             },
             token_vars: &[],
-            password_var: Some("EDGELOCK_ETCD_PASSWORD"),
+            user: Some(UserFlag {
+                flag: "--etcd-user",
+                password_var: "EDGELOCK_ETCD_PASSWORD",
+            }),
             redis_password_vars: &[],
             fair: false,
         })

@@ -39,7 +39,7 @@ use crate::core::redis::{RedisConfig, RedlockConfig};
 use crate::core::zookeeper::ZkConfig;
 use crate::core::{BackendKind, Entropy, LockError, LockMachine, MultiLock};
 
-pub use command_line::{CommandLine, Flags, UrlList};
+pub use command_line::{CommandLine, Flags, UrlList, UserFlag};
 use worker_vars::{Vars, WorkerCommon};
 
 /// Every backend, in the order of [`BackendKind::ALL`]: the one list the

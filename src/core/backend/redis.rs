@@ -55,7 +55,7 @@ impl Backend for Redis {
             flag: "--redis",
             urls: UrlList::Commas { min: 1, max: 1 },
             token_vars: REDIS_TOKEN_VARS,
-            password_var: None,
+            user: None,
             redis_password_vars: REDIS_PASSWORD_VARS,
             fair: true,
         })

@@ -70,7 +70,7 @@ impl Backend for Redlock {
                 max: usize::MAX,
             },
             token_vars: REDIS_TOKEN_VARS,
-            password_var: None,
+            user: None,
             redis_password_vars: REDIS_PASSWORD_VARS,
             fair: false,
         })

@@ -2,16 +2,19 @@
 //! sessionTimeoutMs, requestTimeoutMs, digest: { user, password }, tls,
 //! readWriteNames }` (`readWriteNames`: the names whose exclusive acquires
 //! are Curator read-write lock writers, see `ZkConfig::read_write_names`).
-//! Reached by the native client and by JavaScript hosts with sockets; the
-//! Worker and the command line do not serve it yet.
+//! Reached by the native client, by JavaScript hosts with sockets and by
+//! the command line (`--zookeeper CONNECT`) and the Worker
+//! (`EDGELOCK_ZK_CONNECT`: one `connect()` connection per invocation's client).
 
 use serde::Serialize;
 use serde_json::Value;
 
-use super::worker_vars::{Vars, WorkerCommon};
-use super::{to_json, Backend, BackendConfig, BackendSpec};
+use super::worker_vars::{in_var, Vars, WorkerCommon};
+use super::{
+    set, to_json, Backend, BackendConfig, BackendSpec, CommandLine, Flags, UrlList, UserFlag,
+};
 use crate::core::json_fields::Fields;
-use crate::core::zookeeper::{ZkConfig, ZkDigest, ZkMachine};
+use crate::core::zookeeper::{ZkAddress, ZkConfig, ZkDigest, ZkMachine};
 use crate::core::{BackendKind, Entropy, LockError, LockMachine};
 
 /// The zookeeper line of [`BACKENDS`](super::BACKENDS).
@@ -32,12 +35,89 @@ impl Backend for ZooKeeper {
         ))
     }
 
-    /// Refused: a Worker invocation cannot keep a ZooKeeper session alive
-    /// between requests yet (design 4.5).
-    fn read_worker_vars(&self, _var: Vars, _c: WorkerCommon) -> Result<BackendSpec, LockError> {
-        Err(LockError::invalid(
-            "the Worker does not serve the zookeeper backend yet (a ZooKeeper session must outlive the invocation); use etcd, redis, redlock, durable-object or d1",
-        ))
+    /// `EDGELOCK_ZK_CONNECT` (the connection string), `EDGELOCK_ZK_ROOT`,
+    /// `EDGELOCK_ZK_DIGEST_USER` with the secret
+    /// `EDGELOCK_ZK_DIGEST_PASSWORD`, `EDGELOCK_ZK_TLS`; `EDGELOCK_TTL_MS`
+    /// is the session timeout asked for, `EDGELOCK_REQUEST_TIMEOUT_MS` the
+    /// request timeout (`EDGELOCK_PREFIX` does not apply: the root is a
+    /// path). The session lives as long as the invocation's client: a run
+    /// acquires, works and releases in one invocation, over one `connect()`
+    /// connection.
+    fn read_worker_vars(&self, var: Vars, c: WorkerCommon) -> Result<BackendSpec, LockError> {
+        let connect = var("EDGELOCK_ZK_CONNECT").ok_or_else(|| {
+            LockError::invalid("EDGELOCK_ZK_CONNECT is required for the zookeeper backend")
+        })?;
+        let mut cfg = ZkConfig::new(connect.trim());
+        set(&mut cfg.root, var("EDGELOCK_ZK_ROOT"));
+        if let Some(user) = var("EDGELOCK_ZK_DIGEST_USER") {
+            let password = var("EDGELOCK_ZK_DIGEST_PASSWORD").ok_or_else(|| {
+                LockError::invalid(
+                    "EDGELOCK_ZK_DIGEST_USER needs the secret EDGELOCK_ZK_DIGEST_PASSWORD",
+                )
+            })?;
+            cfg.digest = Some(ZkDigest { user, password });
+        }
+        cfg.tls = match var("EDGELOCK_ZK_TLS").as_deref().map(str::trim) {
+            None | Some("" | "0" | "false") => false,
+            Some("1" | "true") => true,
+            Some(_) => {
+                return Err(LockError::invalid(
+                    "EDGELOCK_ZK_TLS must be \"true\" or \"false\"",
+                ))
+            }
+        };
+        if let Some(t) = c.ttl {
+            cfg.session_timeout_ms = u32::try_from(t).map_err(|_| {
+                LockError::invalid("EDGELOCK_TTL_MS (the ZooKeeper session timeout) is too large")
+            })?;
+        }
+        set(&mut cfg.request_timeout_ms, c.timeout);
+        // Checked here, so that a bad value is refused naming its variable.
+        ZkAddress::parse(&cfg.connect).map_err(in_var("EDGELOCK_ZK_CONNECT"))?;
+        cfg.validate().map_err(in_var(
+            "EDGELOCK_ZK_ROOT, EDGELOCK_ZK_DIGEST_USER / _PASSWORD, EDGELOCK_TTL_MS or EDGELOCK_REQUEST_TIMEOUT_MS",
+        ))?;
+        Ok(BackendSpec::ZooKeeper(cfg))
+    }
+
+    /// `--zookeeper CONNECT` (one connection string, `h:p[,h:p][/chroot]`,
+    /// commas and all), `--zk-root`, `--zk-digest USER` with the password
+    /// from `$EDGELOCK_ZK_PASSWORD`; no token, no `--fair` (the recipe's
+    /// queue is already in creation order).
+    fn command_line(&self) -> Option<CommandLine> {
+        Some(CommandLine {
+            flag: "--zookeeper",
+            urls: UrlList::Whole,
+            token_vars: &[],
+            user: Some(UserFlag {
+                flag: "--zk-digest",
+                password_var: "EDGELOCK_ZK_PASSWORD",
+            }),
+            redis_password_vars: &[],
+            fair: false,
+        })
+    }
+
+    /// The connection string, root, digest user and, from `--ttl`, the
+    /// session timeout asked for (requests bounded by half of it). A
+    /// `--prefix` is refused: ZooKeeper names a path, `--zk-root`.
+    fn read_flags(&self, f: Flags) -> Result<BackendSpec, LockError> {
+        if f.prefix.is_some() {
+            return Err(LockError::invalid(
+                "--prefix does not apply to --zookeeper: give the parent path as --zk-root",
+            ));
+        }
+        let connect = f.urls.into_iter().next().unwrap_or_default();
+        let mut cfg = ZkConfig::new(connect);
+        set(&mut cfg.root, f.root);
+        if let Some(t) = f.ttl_ms {
+            cfg.session_timeout_ms = u32::try_from(t).map_err(|_| {
+                LockError::invalid("--ttl (the ZooKeeper session timeout) is too large")
+            })?;
+            cfg.request_timeout_ms = Flags::request_timeout(t, cfg.request_timeout_ms, 2);
+        }
+        cfg.digest = f.user.map(|(user, password)| ZkDigest { user, password });
+        Ok(BackendSpec::ZooKeeper(cfg))
     }
 }
 
@@ -147,10 +227,10 @@ impl ZkOptions {
 
     fn into_config(self) -> ZkConfig {
         let mut cfg = ZkConfig::new(self.connect);
-        super::set(&mut cfg.root, self.root);
-        super::set(&mut cfg.session_timeout_ms, self.session_timeout_ms);
-        super::set(&mut cfg.request_timeout_ms, self.request_timeout_ms);
-        super::set(&mut cfg.tls, self.tls);
+        set(&mut cfg.root, self.root);
+        set(&mut cfg.session_timeout_ms, self.session_timeout_ms);
+        set(&mut cfg.request_timeout_ms, self.request_timeout_ms);
+        set(&mut cfg.tls, self.tls);
         cfg.read_write_names = self.read_write_names;
         cfg.digest = self.digest.map(|d| ZkDigest {
             user: d.user,
@@ -162,8 +242,106 @@ impl ZkOptions {
 
 #[cfg(test)]
 mod tests {
-    use crate::core::backend::BackendSpec;
+    use crate::core::backend::worker_vars::WorkerCommon;
+    use crate::core::backend::{backend_named, BackendSpec, Flags};
     use crate::core::{BackendKind, SeededEntropy};
+
+    #[test]
+    fn worker_vars_give_the_connect_string_root_digest_tls_and_timeouts() {
+        let zk = backend_named("zookeeper").unwrap();
+        let read = |vars: &[(&str, &str)], common: WorkerCommon| {
+            let var = |name: &str| {
+                vars.iter()
+                    .find(|(k, _)| *k == name)
+                    .map(|(_, v)| v.to_string())
+            };
+            zk.read_worker_vars(&var, common)
+        };
+        let common = WorkerCommon {
+            ttl: Some(5_000),
+            timeout: Some(1_500),
+            ..WorkerCommon::default()
+        };
+        let vars = [
+            ("EDGELOCK_ZK_CONNECT", " a:1,b:2/app "),
+            ("EDGELOCK_ZK_ROOT", "/jobs"),
+            ("EDGELOCK_ZK_DIGEST_USER", "u"),
+            ("EDGELOCK_ZK_DIGEST_PASSWORD", "pw-s3cret"),
+            ("EDGELOCK_ZK_TLS", "true"),
+        ];
+        let Ok(BackendSpec::ZooKeeper(c)) = read(&vars, common.clone()) else {
+            panic!("zookeeper")
+        };
+        assert_eq!(
+            (c.connect.as_str(), c.root.as_str(), c.tls),
+            ("a:1,b:2/app", "/jobs", true)
+        );
+        assert_eq!((c.session_timeout_ms, c.request_timeout_ms), (5_000, 1_500));
+        assert_eq!(c.digest.map(|d| d.password), Some("pw-s3cret".to_string()));
+        for (bad, says) in [
+            (&[][..], "EDGELOCK_ZK_CONNECT is required"),
+            (
+                &[("EDGELOCK_ZK_CONNECT", "a:1/bad/")][..],
+                "EDGELOCK_ZK_CONNECT: ",
+            ),
+            (
+                &[("EDGELOCK_ZK_CONNECT", "a:1"), ("EDGELOCK_ZK_ROOT", "/")][..],
+                "EDGELOCK_ZK_ROOT",
+            ),
+            (
+                &[
+                    ("EDGELOCK_ZK_CONNECT", "a:1"),
+                    ("EDGELOCK_ZK_TLS", "pw-s3cret"),
+                ][..],
+                "EDGELOCK_ZK_TLS must be",
+            ),
+            (
+                &[
+                    ("EDGELOCK_ZK_CONNECT", "a:1"),
+                    ("EDGELOCK_ZK_DIGEST_USER", "u"),
+                ][..],
+                "needs the secret EDGELOCK_ZK_DIGEST_PASSWORD",
+            ),
+        ] {
+            let e = read(bad, WorkerCommon::default()).unwrap_err();
+            assert_eq!(e.code(), "INVALID_ARGUMENT");
+            assert!(e.to_string().contains(says), "{e}");
+            assert!(!e.to_string().contains("pw-s3cret"), "{e}");
+        }
+    }
+
+    #[test]
+    fn flags_give_the_connect_string_root_digest_and_session_timeout() {
+        let zk = backend_named("zookeeper").unwrap();
+        let line = zk.command_line().unwrap();
+        assert_eq!(line.flag, "--zookeeper");
+        assert_eq!(line.urls.read(" a:1,b:2/app "), ["a:1,b:2/app"]);
+        let flags = Flags {
+            urls: vec!["a:1,b:2/app".into()],
+            root: Some("/jobs".into()),
+            ttl_ms: Some(4_000),
+            user: Some(("u".into(), "pw-s3cret".into())),
+            ..Flags::default()
+        };
+        let BackendSpec::ZooKeeper(c) = zk.read_flags(flags).unwrap() else {
+            panic!("zookeeper")
+        };
+        assert_eq!(
+            (c.connect.as_str(), c.root.as_str()),
+            ("a:1,b:2/app", "/jobs")
+        );
+        assert_eq!((c.session_timeout_ms, c.request_timeout_ms), (4_000, 2_000));
+        let d = c.digest.unwrap();
+        assert_eq!((d.user.as_str(), d.password.as_str()), ("u", "pw-s3cret"));
+        let e = zk
+            .read_flags(Flags {
+                urls: vec!["a:1".into()],
+                prefix: Some("p".into()),
+                ..Flags::default()
+            })
+            .unwrap_err();
+        assert!(e.to_string().contains("--zk-root"), "{e}");
+    }
 
     #[test]
     fn json_options_read_back_and_build_a_zookeeper_machine() {

@@ -1,7 +1,7 @@
 // Type-checked (tsc --noEmit, strict, skipLibCheck off) against the installed
 // package's declarations; never run. Lines marked @ts-expect-error must fail
 // to type-check, so the declarations are known to reject misuse.
-import { EtcdLocks, RedisLocks, Redlock, DurableObjectLocks, lockServiceRouter, D1Locks, d1Binding, LockError, MAX_PERMITS, MAX_CAMPAIGN_VALUE, MAX_ACQUIRE_ALL } from "edgelock";
+import { EtcdLocks, RedisLocks, Redlock, DurableObjectLocks, lockServiceRouter, D1Locks, d1Binding, ZooKeeperLocks, LockError, MAX_PERMITS, MAX_CAMPAIGN_VALUE, MAX_ACQUIRE_ALL } from "edgelock";
 import type { Leader, Leadership, LeadershipHandleJSON, Lock, LockClient, LockErrorCode, LockHandleJSON, LockHolder, LockMode, LockSet, LockStatus, PermitLock } from "edgelock";
 
 async function etcdExample(): Promise<bigint> {
@@ -202,4 +202,18 @@ async function d1Example(db: { prepare(sql: string): { bind(...values: unknown[]
   return lock.fencingToken;
 }
 
-export { electionExample, etcdExample, requestExample, clientClasses, kindsExample, redisExamples, errorExample, misuse, durableObjectExample, d1Example };
+async function zookeeperExample(): Promise<bigint> {
+  const locks: LockClient = new ZooKeeperLocks({ connect: "zk1:2181,zk2:2181/app", root: "/jobs", sessionTimeoutMs: 10_000, requestTimeoutMs: 2_000, digest: { user: "u", password: "p" } });
+  new ZooKeeperLocks({ connect: "zk:2281", tls: { ca: "PEM" } });
+  new ZooKeeperLocks({ connect: "zk:2281", tls: true });
+  // @ts-expect-error connect is required
+  new ZooKeeperLocks({ root: "/jobs" });
+  // @ts-expect-error digest needs a password
+  new ZooKeeperLocks({ connect: "zk:2181", digest: { user: "u" } });
+  const lock: Lock = await locks.acquire("nightly", { waitMs: 10_000 });
+  await lock.release();
+  await locks.close();
+  return lock.fencingToken;
+}
+
+export { electionExample, etcdExample, requestExample, clientClasses, kindsExample, redisExamples, errorExample, misuse, durableObjectExample, d1Example, zookeeperExample };

@@ -340,7 +340,18 @@ impl Drop for CuratorPeer {
     }
 }
 
-fn spawn_jvm(classes: &Path, connect: &str, log: &Path) -> io::Result<Child> {
+/// The command line of a peer JVM before its arguments (`CONNECT
+/// SESSION_MS`): `java … -cp … CuratorPeer`, compiling the class if needed.
+/// For drivers in other languages (`testenv --curator`: the JavaScript tests).
+pub fn peer_command() -> io::Result<Vec<String>> {
+    let classes = compiled_classes()?;
+    let mut line = vec![JAVA_BIN.to_string()];
+    line.extend(jvm_args(&classes));
+    Ok(line)
+}
+
+/// The JVM's arguments up to and including the main class.
+fn jvm_args(classes: &Path) -> Vec<String> {
     let mut classpath = vec![classes.display().to_string()];
     classpath.extend(
         CURATOR_JARS
@@ -348,15 +359,24 @@ fn spawn_jvm(classes: &Path, connect: &str, log: &Path) -> io::Result<Child> {
             .chain(SLF4J_JARS.iter())
             .map(|j| j.to_string()),
     );
+    [
+        "-Xmx128m",
+        "-XX:+UseSerialGC",
+        "-XX:-UsePerfData",
+        "-Dorg.slf4j.simpleLogger.showDateTime=true",
+        "-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS",
+        "-cp",
+        &classpath.join(":"),
+        "CuratorPeer",
+    ]
+    .iter()
+    .map(|a| a.to_string())
+    .collect()
+}
+
+fn spawn_jvm(classes: &Path, connect: &str, log: &Path) -> io::Result<Child> {
     Command::new(JAVA_BIN)
-        .args(["-Xmx128m", "-XX:+UseSerialGC", "-XX:-UsePerfData"])
-        .args([
-            "-Dorg.slf4j.simpleLogger.showDateTime=true",
-            "-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS",
-        ])
-        .arg("-cp")
-        .arg(classpath.join(":"))
-        .arg("CuratorPeer")
+        .args(jvm_args(classes))
         .arg(connect)
         .arg(CURATOR_SESSION_MS.to_string())
         .stdin(Stdio::piped())

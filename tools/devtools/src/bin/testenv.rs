@@ -3,7 +3,7 @@
 //!
 //! Usage: testenv [--etcd N] [--redis N] [--webdis] [--gateway]
 //!                [--token TOKEN | --no-auth] [--cors | --no-cors] [--lease-checkpoint]
-//!                [--fenced]
+//!                [--fenced] [--zookeeper [--curator]]
 //!
 //! Prints one JSON line with every URL, port and pid to stdout once all
 //! servers answer, then runs until stdin is closed or it gets SIGTERM /
@@ -12,15 +12,21 @@
 //! answer CORS. Gateways require `--token` (or `EDGELOCK_TESTENV_TOKEN`); if
 //! neither is given a random token is generated and printed as `"token"`.
 //! `--fenced` also starts a fenced resource (`fenced_url` in the JSON line).
+//! `--zookeeper` starts a standalone ZooKeeper (tickTime 200: sessions of
+//! 400 ms … 4 s; `zookeeper_connect` and `zookeeper_pid`); `--curator` also
+//! compiles the Curator peer and prints the command that starts one
+//! (`curator_command`: append CONNECT and SESSION_MS; commands on stdin,
+//! see tools/devtools/java/CuratorPeer.java).
 
 use std::io::{Read, Write};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use edgelock_devtools::{Env, EtcdOptions, FencedResource};
+use edgelock_devtools::curator::peer_command;
+use edgelock_devtools::{Env, EtcdOptions, FencedResource, ZooKeeperServer};
 
-const USAGE: &str = "usage: testenv [--etcd N] [--redis N] [--webdis] [--gateway] [--token T | --no-auth] [--cors | --no-cors] [--lease-checkpoint] [--fenced]";
+const USAGE: &str = "usage: testenv [--etcd N] [--redis N] [--webdis] [--gateway] [--token T | --no-auth] [--cors | --no-cors] [--lease-checkpoint] [--fenced] [--zookeeper [--curator]]";
 
 static STOP: AtomicBool = AtomicBool::new(false);
 
@@ -74,6 +80,8 @@ fn main() -> ExitCode {
         .filter(|t| !t.is_empty());
     let mut no_auth = false;
     let mut fenced = false;
+    let mut zookeeper = false;
+    let mut curator = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let r: Result<(), String> = match a.as_str() {
@@ -105,6 +113,11 @@ fn main() -> ExitCode {
             }
             "--fenced" => {
                 fenced = true;
+                Ok(())
+            }
+            "--zookeeper" | "--curator" => {
+                zookeeper = true;
+                curator |= a == "--curator";
                 Ok(())
             }
             "--lease-checkpoint" => {
@@ -143,9 +156,29 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let zk = match zookeeper.then(ZooKeeperServer::start).transpose() {
+        Ok(z) => z,
+        Err(e) => {
+            eprintln!("testenv: zookeeper: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let mut line = env.describe();
     if let Some(f) = &fenced {
         line["fenced_url"] = serde_json::Value::String(f.url());
+    }
+    if let Some(z) = &zk {
+        line["zookeeper_connect"] = serde_json::Value::String(z.connect_string());
+        line["zookeeper_pid"] = serde_json::json!(z.pid());
+    }
+    if curator {
+        match peer_command() {
+            Ok(cmd) => line["curator_command"] = serde_json::json!(cmd),
+            Err(e) => {
+                eprintln!("testenv: curator peer: {e}");
+                return ExitCode::FAILURE;
+            }
+        }
     }
     if generated && !env.gateways.is_empty() {
         line["token"] = serde_json::Value::String(token);
@@ -163,6 +196,7 @@ fn main() -> ExitCode {
     while !STOP.load(Ordering::SeqCst) {
         std::thread::sleep(Duration::from_millis(50));
     }
+    drop(zk);
     drop(fenced);
     drop(env);
     ExitCode::SUCCESS
