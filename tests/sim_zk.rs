@@ -574,3 +574,100 @@ fn believer_check_catches_a_vanished_node() {
     let why = caught.expect("a believer was seen");
     assert!(why.contains("no ephemeral node"), "{why}");
 }
+
+/// The session fed random bytes: after a valid handshake (or none), random
+/// chunks and random frames shaped like replies (small xids that hit the
+/// pending requests, random error codes and bodies), cut anywhere, with
+/// the streams reopened as the machine asks. It never panics, and never
+/// grants: no byte string can name the node it created (a random UUID in
+/// its protected prefix), so no reply can put it first in line.
+mod random_chunks {
+    use edgelock::core::zookeeper::{ZkConfig, ZkMachine};
+    use edgelock::core::{
+        AcquireOptions, Event, Input, LockMachine, LockMachineExt, Outcome, RequestId,
+        SeededEntropy, Transmit, Wait,
+    };
+    use proptest::collection::vec;
+    use proptest::prelude::*;
+
+    fn connect_response() -> Vec<u8> {
+        let mut body = 0i32.to_be_bytes().to_vec();
+        body.extend(4_000i32.to_be_bytes());
+        body.extend(0x77i64.to_be_bytes());
+        body.extend(16i32.to_be_bytes());
+        body.extend([7u8; 16]);
+        body.push(0);
+        [(body.len() as i32).to_be_bytes().to_vec(), body].concat()
+    }
+
+    /// `[len][xid][zxid][err][body]`: a reply's shape, random inside.
+    fn reply_shaped(xid: i32, err: i32, body: &[u8]) -> Vec<u8> {
+        let mut b = xid.to_be_bytes().to_vec();
+        b.extend(0x1_0000_0001i64.to_be_bytes());
+        b.extend(err.to_be_bytes());
+        b.extend_from_slice(body);
+        [(b.len() as i32).to_be_bytes().to_vec(), b].concat()
+    }
+
+    fn piece() -> impl Strategy<Value = Vec<u8>> {
+        prop_oneof![
+            vec(any::<u8>(), 0..48),
+            (-4i32..6, prop_oneof![Just(0i32), Just(-101), Just(-110), any::<i32>()], vec(any::<u8>(), 0..96))
+                .prop_map(|(xid, err, body)| reply_shaped(xid, err, &body)),
+        ]
+    }
+
+    /// Feeds every transmit's consequence: opens succeed, writes vanish.
+    fn drain(m: &mut ZkMachine, stream: &mut Option<RequestId>, now: u64, handshake: bool) {
+        while let Some(t) = m.poll_transmit() {
+            if let Transmit::Open(o) = t {
+                *stream = Some(o.id);
+                m.handle_input(now, Input::Opened { id: o.id });
+                if handshake {
+                    m.handle_input(now, Input::Chunk { id: o.id, data: connect_response() });
+                }
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(300))]
+        #[test]
+        fn random_chunks_never_panic_nor_grant(
+            handshake in any::<bool>(),
+            pieces in vec(piece(), 0..30),
+            cuts in vec(1usize..40, 1..8),
+        ) {
+            let mut cfg = ZkConfig::new("zk-0:2181,zk-1:2181/chroot");
+            cfg.session_timeout_ms = 4_000;
+            cfg.request_timeout_ms = 1_000;
+            let mut m = ZkMachine::new(cfg, Box::new(SeededEntropy::new(9))).unwrap();
+            let mut now = 1_000;
+            m.acquire(now, "job", &AcquireOptions { wait: Wait::Forever, ttl_ms: None }).unwrap();
+            let mut stream = None;
+            drain(&mut m, &mut stream, now, handshake);
+            let bytes: Vec<u8> = pieces.concat();
+            let mut at = 0;
+            let mut i = 0;
+            while at < bytes.len() {
+                let n = cuts[i % cuts.len()].min(bytes.len() - at);
+                i += 1;
+                if let Some(id) = stream {
+                    m.handle_input(now, Input::Chunk { id, data: bytes[at..at + n].to_vec() });
+                }
+                at += n;
+                now += 7;
+                drain(&mut m, &mut stream, now, handshake);
+                if let Some(t) = m.poll_timeout().filter(|t| *t <= now) {
+                    m.handle_timeout(t);
+                }
+                while let Some(e) = m.poll_event() {
+                    let granted = matches!(e, Event::Completed { result: Ok(Outcome::Acquired(_)), .. });
+                    prop_assert!(!granted, "granted on random bytes: {e:?}");
+                }
+            }
+            m.close(now);
+            drain(&mut m, &mut stream, now, false);
+        }
+    }
+}
