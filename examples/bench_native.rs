@@ -504,7 +504,8 @@ mod bench {
 
         pub fn run(config: &str) -> Result<(), String> {
             let cfg: Value = serde_json::from_str(config).map_err(|e| format!("config: {e}"))?;
-            let slice = Duration::from_millis(cfg.get("sliceMs").and_then(Value::as_u64).unwrap_or(400));
+            let slice =
+                Duration::from_millis(cfg.get("sliceMs").and_then(Value::as_u64).unwrap_or(400));
             let rounds = cfg.get("rounds").and_then(Value::as_u64).unwrap_or(6);
             let zk = ZooKeeperServer::start().map_err(|e| format!("zookeeper: {e}"))?;
             let lib = Lib {
@@ -514,14 +515,22 @@ mod bench {
                 uncontended: true,
             };
             let native = lib.make().map_err(|e| format!("native client: {e}"))?;
-            let mut curator = CuratorPeer::start(&zk.connect_string()).map_err(|e| format!("curator: {e}"))?;
+            let mut curator =
+                CuratorPeer::start(&zk.connect_string()).map_err(|e| format!("curator: {e}"))?;
             let path = format!("/edgelock/{NAME}-curator");
             // Warm-ups: the native client's session and parents, the JVM's JIT.
             for _ in 0..20 {
-                native.client.acquire(NAME, None).and_then(|l| l.release()).map_err(|e| e.to_string())?;
+                native
+                    .client
+                    .acquire(NAME, None)
+                    .and_then(|l| l.release())
+                    .map_err(|e| e.to_string())?;
             }
-            curator.bench_mutex(&path, 500).map_err(|e| format!("curator warm-up: {e}"))?;
-            let (mut lat, mut busy, mut requests, mut errors) = (Vec::new(), Duration::ZERO, 0, 0u64);
+            curator
+                .bench_mutex(&path, 500)
+                .map_err(|e| format!("curator warm-up: {e}"))?;
+            let (mut lat, mut busy, mut requests, mut errors) =
+                (Vec::new(), Duration::ZERO, 0, 0u64);
             let (mut cur_ops, mut cur_busy) = (0u64, Duration::ZERO);
             for _ in 0..rounds {
                 let start = Instant::now();
@@ -537,7 +546,9 @@ mod bench {
                 busy += end - start;
                 requests += count_between(&native.log, start, end).0;
                 let n = (lat.len() - before).max(50) as u32;
-                cur_busy += curator.bench_mutex(&path, n).map_err(|e| format!("curator: {e}"))?;
+                cur_busy += curator
+                    .bench_mutex(&path, n)
+                    .map_err(|e| format!("curator: {e}"))?;
                 cur_ops += u64::from(n);
             }
             let _ = native.client.close();

@@ -280,9 +280,10 @@ fn sequence_of(child: &str) -> &str {
 /// czxid, under the name's directory, on a live session, first in line.
 fn check_believer(m: &ZkModel, setup: &Setup, b: &Believer) -> Result<(), String> {
     let dir = setup.dir(&b.name);
-    let found = m.ephemerals().into_iter().find(|(path, stat)| {
-        stat.czxid as u64 == b.token && path.starts_with(&format!("{dir}/"))
-    });
+    let found = m
+        .ephemerals()
+        .into_iter()
+        .find(|(path, stat)| stat.czxid as u64 == b.token && path.starts_with(&format!("{dir}/")));
     let Some((path, stat)) = found else {
         return Err(format!(
             "client {} believes it holds {:?} (token {}) but no ephemeral node of {dir} has that czxid",
@@ -328,7 +329,9 @@ fn final_checks(w: &World<ZkModel>, setup: &Setup) -> Result<(), String> {
     for c in 0..w.client_count() {
         let live = w.machine(c).live_count();
         if live != 0 {
-            return Err(format!("client {c} reports {live} live operations/locks after close"));
+            return Err(format!(
+                "client {c} reports {live} live operations/locks after close"
+            ));
         }
     }
     let m = w.server(0);
@@ -528,10 +531,22 @@ fn simulation() {
     let s = sweep("simulation", DEFAULT_SEEDS, None);
     if std::env::var("SIM_SEED").is_err() && s.seeds >= 200 {
         assert!(s.grants > 5 * s.seeds, "too few grants: {s:?}");
-        assert!(s.expired_sessions > 0 && s.losts > 0, "no session expired under a holder: {s:?}");
-        assert!(s.paused_past_timeout > 0, "no pause past a session timeout: {s:?}");
-        assert!(s.cuts > 0 && s.black_holes > 0, "no stream cut or black-holed: {s:?}");
-        assert!(s.containers_removed > 0, "no container parent removed: {s:?}");
+        assert!(
+            s.expired_sessions > 0 && s.losts > 0,
+            "no session expired under a holder: {s:?}"
+        );
+        assert!(
+            s.paused_past_timeout > 0,
+            "no pause past a session timeout: {s:?}"
+        );
+        assert!(
+            s.cuts > 0 && s.black_holes > 0,
+            "no stream cut or black-holed: {s:?}"
+        );
+        assert!(
+            s.containers_removed > 0,
+            "no container parent removed: {s:?}"
+        );
     }
 }
 
@@ -545,8 +560,12 @@ fn calm_simulation() {
 #[test]
 fn simulation_is_deterministic() {
     for seed in [3, 17] {
-        let a = run_seed(seed, None, false).map_err(|e| e.0).expect("seed passes");
-        let b = run_seed(seed, None, false).map_err(|e| e.0).expect("seed passes");
+        let a = run_seed(seed, None, false)
+            .map_err(|e| e.0)
+            .expect("seed passes");
+        let b = run_seed(seed, None, false)
+            .map_err(|e| e.0)
+            .expect("seed passes");
         assert_eq!(format!("{a:?}"), format!("{b:?}"));
     }
 }
@@ -612,7 +631,11 @@ mod random_chunks {
     fn piece() -> impl Strategy<Value = Vec<u8>> {
         prop_oneof![
             vec(any::<u8>(), 0..48),
-            (-4i32..6, prop_oneof![Just(0i32), Just(-101), Just(-110), any::<i32>()], vec(any::<u8>(), 0..96))
+            (
+                -4i32..6,
+                prop_oneof![Just(0i32), Just(-101), Just(-110), any::<i32>()],
+                vec(any::<u8>(), 0..96)
+            )
                 .prop_map(|(xid, err, body)| reply_shaped(xid, err, &body)),
         ]
     }
@@ -624,7 +647,13 @@ mod random_chunks {
                 *stream = Some(o.id);
                 m.handle_input(now, Input::Opened { id: o.id });
                 if handshake {
-                    m.handle_input(now, Input::Chunk { id: o.id, data: connect_response() });
+                    m.handle_input(
+                        now,
+                        Input::Chunk {
+                            id: o.id,
+                            data: connect_response(),
+                        },
+                    );
                 }
             }
         }

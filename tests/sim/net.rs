@@ -231,7 +231,13 @@ impl<S: SimServer + ?Sized> SimServer for Box<S> {
     fn reads_raw_streams(&self) -> bool {
         (**self).reads_raw_streams()
     }
-    fn stream_bytes(&mut self, now: Millis, conn: RequestId, client: usize, data: &[u8]) -> Vec<u8> {
+    fn stream_bytes(
+        &mut self,
+        now: Millis,
+        conn: RequestId,
+        client: usize,
+        data: &[u8],
+    ) -> Vec<u8> {
         (**self).stream_bytes(now, conn, client, data)
     }
 }

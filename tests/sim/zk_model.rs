@@ -277,7 +277,9 @@ impl ZkModel {
         let (id, timeout, pw) = if session_id == 0 {
             self.next_session += 1;
             let id = self.next_session;
-            let pw: Vec<u8> = (0..16).map(|i| (id as u8).wrapping_mul(31).wrapping_add(i)).collect();
+            let pw: Vec<u8> = (0..16)
+                .map(|i| (id as u8).wrapping_mul(31).wrapping_add(i))
+                .collect();
             self.sessions.insert(
                 id,
                 Session {
@@ -486,7 +488,8 @@ impl ZkModel {
             p.stat.num_children -= 1;
             p.stat.pzxid = self.zxid;
             if p.container && p.stat.num_children == 0 {
-                self.container_checks.push((now + CONTAINER_CHECK_MS, parent.clone()));
+                self.container_checks
+                    .push((now + CONTAINER_CHECK_MS, parent.clone()));
             }
         }
         self.fire(path, WatchKind::Data, event::NODE_DELETED);
@@ -573,7 +576,8 @@ impl ZkModel {
             w.int(event_type);
             w.int(SYNC_CONNECTED);
             w.ustring(path);
-            self.out.push((RequestId(conn), reply(-1, -1, err::OK, &w.0)));
+            self.out
+                .push((RequestId(conn), reply(-1, -1, err::OK, &w.0)));
         }
     }
 
@@ -660,7 +664,13 @@ impl SimServer for ZkModel {
         true
     }
 
-    fn stream_bytes(&mut self, now: Millis, conn: RequestId, client: usize, data: &[u8]) -> Vec<u8> {
+    fn stream_bytes(
+        &mut self,
+        now: Millis,
+        conn: RequestId,
+        client: usize,
+        data: &[u8],
+    ) -> Vec<u8> {
         let c = self.conns.entry(conn.0).or_insert_with(|| Conn {
             client,
             ..Conn::default()
@@ -781,7 +791,10 @@ impl<'a> Jr<'a> {
     }
     fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
         if self.left() < n {
-            return Err(format!("short read: {n} bytes wanted, {} left", self.left()));
+            return Err(format!(
+                "short read: {n} bytes wanted, {} left",
+                self.left()
+            ));
         }
         let out = &self.bytes[self.at..self.at + n];
         self.at += n;

@@ -247,7 +247,8 @@ impl BackendSpec {
 /// its JSON options straight from the connect string, with the TTL as the
 /// requested session timeout.
 fn zookeeper_registry(connect: &str, s: &Settings) -> Result<Registry, LockError> {
-    let session_timeout_ms = u32::try_from(s.ttl_ms).map_err(|e| LockError::invalid(e.to_string()))?;
+    let session_timeout_ms =
+        u32::try_from(s.ttl_ms).map_err(|e| LockError::invalid(e.to_string()))?;
     let options = serde_json::json!({
         "connect": connect,
         "sessionTimeoutMs": session_timeout_ms,

@@ -167,7 +167,9 @@ pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
         }
     }
     tcp_variants(mode, &mut out, &timed);
-    out.extend(timed("3u", "zookeeper", &mut || zookeeper_partitioned(mode)));
+    out.extend(timed("3u", "zookeeper", &mut || {
+        zookeeper_partitioned(mode)
+    }));
     let redis =
         (mode.redis() && REDIS_IDS.iter().any(|id| runs(id))).then(|| RedisNodes::start(5, false));
     match redis {

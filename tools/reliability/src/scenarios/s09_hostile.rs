@@ -654,7 +654,11 @@ fn zk_report(mode: &Mode) -> ScenarioReport {
     r.check(
         "no panic on any hostile ZooKeeper reply",
         st.panics == 0,
-        if st.panics == 0 { "0 panics".to_string() } else { samples.clone() },
+        if st.panics == 0 {
+            "0 panics".to_string()
+        } else {
+            samples.clone()
+        },
     );
     r.check(
         "never granted while a foreign client holds the lock",

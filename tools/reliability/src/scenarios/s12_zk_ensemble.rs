@@ -56,14 +56,18 @@ pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
     };
     let mut out = Vec::new();
     if super::wants("12a") {
-        out.push(leader_killed(mode, &mut ens).unwrap_or_else(|e| {
-            ScenarioReport::failed_to_run("12a", TITLE, "zookeeper ×3", &e)
-        }));
+        out.push(
+            leader_killed(mode, &mut ens).unwrap_or_else(|e| {
+                ScenarioReport::failed_to_run("12a", TITLE, "zookeeper ×3", &e)
+            }),
+        );
     }
     if super::wants("12b") {
-        out.push(holder_server_killed(mode, &mut ens).unwrap_or_else(|e| {
-            ScenarioReport::failed_to_run("12b", TITLE, "zookeeper ×3", &e)
-        }));
+        out.push(
+            holder_server_killed(mode, &mut ens).unwrap_or_else(|e| {
+                ScenarioReport::failed_to_run("12b", TITLE, "zookeeper ×3", &e)
+            }),
+        );
     }
     // The ensemble's start-up shared by the variants.
     let per = started.elapsed() / u32::try_from(out.len()).unwrap_or(1).max(1);
@@ -76,7 +80,11 @@ pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
 /// The connect string with member `first` first, then the others in order.
 fn first_then_others(ens: &ZooKeeperEnsemble, first: usize) -> String {
     let mut hosts = vec![ens.member_connect_string(first)];
-    hosts.extend((0..ens.len()).filter(|i| *i != first).map(|i| ens.member_connect_string(i)));
+    hosts.extend(
+        (0..ens.len())
+            .filter(|i| *i != first)
+            .map(|i| ens.member_connect_string(i)),
+    );
     hosts.join(",")
 }
 
@@ -110,7 +118,13 @@ fn leader_killed(mode: &Mode, ens: &mut ZooKeeperEnsemble) -> Result<ScenarioRep
         ..ContenderCfg::new("", lock)
     };
     let spec = spec(first_then_others(ens, leader));
-    let crew = Crew::start(&spec, contenders("c", 4, lock, &tpl), &resource, &history, Duration::from_secs(60));
+    let crew = Crew::start(
+        &spec,
+        contenders("c", 4, lock, &tpl),
+        &resource,
+        &history,
+        Duration::from_secs(60),
+    );
     std::thread::sleep(Duration::from_millis(mode.pick(3_000, 5_000)));
     let t_kill = now_ms();
     ens.kill(leader);
@@ -122,23 +136,67 @@ fn leader_killed(mode: &Mode, ens: &mut ZooKeeperEnsemble) -> Result<ScenarioRep
 
     let ops = history.ops();
     let v = check(&ops, &fenced.log(None));
-    let before = ops.iter().filter(|o| o.kind == OpKind::Acquire && o.is_ok() && o.end < t_kill).count();
-    let after = ops.iter().filter(|o| o.kind == OpKind::Acquire && o.is_ok() && o.start > t_kill).count();
+    let before = ops
+        .iter()
+        .filter(|o| o.kind == OpKind::Acquire && o.is_ok() && o.end < t_kill)
+        .count();
+    let after = ops
+        .iter()
+        .filter(|o| o.kind == OpKind::Acquire && o.is_ok() && o.start > t_kill)
+        .count();
     let first_after = first_grant_after(&ops, t_kill, "");
-    r.figure("new leader", format!("{new_leader:?}, elected within {}", secs(t_elected - t_kill)));
-    r.figure("grants before / after the kill", format!("{before} / {after}"));
-    r.figure("first grant after the kill", first_after.map_or("-".into(), |t| secs(t - t_kill)));
+    r.figure(
+        "new leader",
+        format!(
+            "{new_leader:?}, elected within {}",
+            secs(t_elected - t_kill)
+        ),
+    );
+    r.figure(
+        "grants before / after the kill",
+        format!("{before} / {after}"),
+    );
+    r.figure(
+        "first grant after the kill",
+        first_after.map_or("-".into(), |t| secs(t - t_kill)),
+    );
     r.figure("locks lost", v.lost_signals);
     r.figure("errors", errors_text(&v));
-    r.check("0 stale writes accepted", v.stale_accepted == 0, format!("{} accepted, {} stale rejected", v.writes_accepted, v.stale_rejected));
-    r.check("no overlapping holds", v.overlaps_believed == 0, format!("{} in {} holds", v.overlaps_believed, v.acquisitions));
-    r.check("fencing tokens follow grant order across the new epoch (0 inversions)", v.token_inversions == 0, v.token_inversions);
-    r.check("work resumed after the kill", after > 0, format!("{after} grants"));
-    r.check("the killed member rejoined", restarted.is_ok(), format!("{restarted:?}"));
+    r.check(
+        "0 stale writes accepted",
+        v.stale_accepted == 0,
+        format!(
+            "{} accepted, {} stale rejected",
+            v.writes_accepted, v.stale_rejected
+        ),
+    );
+    r.check(
+        "no overlapping holds",
+        v.overlaps_believed == 0,
+        format!("{} in {} holds", v.overlaps_believed, v.acquisitions),
+    );
+    r.check(
+        "fencing tokens follow grant order across the new epoch (0 inversions)",
+        v.token_inversions == 0,
+        v.token_inversions,
+    );
+    r.check(
+        "work resumed after the kill",
+        after > 0,
+        format!("{after} grants"),
+    );
+    r.check(
+        "the killed member rejoined",
+        restarted.is_ok(),
+        format!("{restarted:?}"),
+    );
     Ok(r)
 }
 
-fn holder_server_killed(mode: &Mode, ens: &mut ZooKeeperEnsemble) -> Result<ScenarioReport, String> {
+fn holder_server_killed(
+    mode: &Mode,
+    ens: &mut ZooKeeperEnsemble,
+) -> Result<ScenarioReport, String> {
     let leader = ens
         .wait_for_leader(LEADER_WAIT)
         .map_err(|e| format!("no leader: {e}"))?;
@@ -161,7 +219,13 @@ fn holder_server_killed(mode: &Mode, ens: &mut ZooKeeperEnsemble) -> Result<Scen
         blind_writes: true,
         ..ContenderCfg::new("holder", lock)
     };
-    let holder = Holder::start(&spec(first_then_others(ens, follower)), holder_cfg, &resource, &history, Duration::from_millis(200))?;
+    let holder = Holder::start(
+        &spec(first_then_others(ens, follower)),
+        holder_cfg,
+        &resource,
+        &history,
+        Duration::from_millis(200),
+    )?;
     let tpl = ContenderCfg {
         wait_ms: 20_000,
         hold_ms: 100,
@@ -170,11 +234,19 @@ fn holder_server_killed(mode: &Mode, ens: &mut ZooKeeperEnsemble) -> Result<Scen
         max_rounds: Some(3),
         ..ContenderCfg::new("", lock)
     };
-    let crew = Crew::start(&spec(others.join(",")), contenders("c", 2, lock, &tpl), &resource, &history, Duration::from_secs(60));
+    let crew = Crew::start(
+        &spec(others.join(",")),
+        contenders("c", 2, lock, &tpl),
+        &resource,
+        &history,
+        Duration::from_secs(60),
+    );
     std::thread::sleep(Duration::from_millis(1_000));
     let t_kill = now_ms();
     ens.kill(follower);
-    std::thread::sleep(Duration::from_millis(mode.pick(3 * SESSION_MS, 4 * SESSION_MS)));
+    std::thread::sleep(Duration::from_millis(
+        mode.pick(3 * SESSION_MS, 4 * SESSION_MS),
+    ));
     let t_release = now_ms();
     holder.stop();
     crew.join_when_done();
@@ -184,20 +256,57 @@ fn holder_server_killed(mode: &Mode, ens: &mut ZooKeeperEnsemble) -> Result<Scen
     let v = check(&ops, &fenced.log(None));
     let late: Vec<_> = ops
         .iter()
-        .filter(|o| o.client == "holder" && o.kind == OpKind::Write && o.start > t_kill + 1.5 * SESSION_MS as f64)
+        .filter(|o| {
+            o.client == "holder"
+                && o.kind == OpKind::Write
+                && o.start > t_kill + 1.5 * SESSION_MS as f64
+        })
         .collect();
     let accepted = late.iter().filter(|o| o.is_ok()).count();
     let lost = lost_at(&ops, "holder", t_kill);
     let granted_while_held = first_grant_after(&ops, t_kill, "holder").filter(|t| *t < t_release);
     let granted_after = first_grant_after(&ops, t_release, "holder");
-    r.figure("holder's writes past 1.5 × the session timeout after the kill (accepted)", format!("{} ({accepted})", late.len()));
-    r.figure("grant to a contender after the holder released", granted_after.map_or("-".into(), |t| secs(t - t_release)));
+    r.figure(
+        "holder's writes past 1.5 × the session timeout after the kill (accepted)",
+        format!("{} ({accepted})", late.len()),
+    );
+    r.figure(
+        "grant to a contender after the holder released",
+        granted_after.map_or("-".into(), |t| secs(t - t_release)),
+    );
     r.figure("errors", errors_text(&v));
-    r.check("the holder is not told Lost (its session moved to another server)", lost.is_none(), format!("{lost:?}"));
-    r.check("nobody else is granted while the holder holds", granted_while_held.is_none(), format!("{granted_while_held:?}"));
-    r.check("the holder's writes after the kill are accepted", !late.is_empty() && accepted == late.len(), format!("{accepted} of {}", late.len()));
-    r.check("0 stale writes accepted", v.stale_accepted == 0, format!("{} accepted, {} stale rejected", v.writes_accepted, v.stale_rejected));
-    r.check("a contender is granted once the holder released", granted_after.is_some(), format!("{granted_after:?}"));
-    r.check("the killed member rejoined", restarted.is_ok(), format!("{restarted:?}"));
+    r.check(
+        "the holder is not told Lost (its session moved to another server)",
+        lost.is_none(),
+        format!("{lost:?}"),
+    );
+    r.check(
+        "nobody else is granted while the holder holds",
+        granted_while_held.is_none(),
+        format!("{granted_while_held:?}"),
+    );
+    r.check(
+        "the holder's writes after the kill are accepted",
+        !late.is_empty() && accepted == late.len(),
+        format!("{accepted} of {}", late.len()),
+    );
+    r.check(
+        "0 stale writes accepted",
+        v.stale_accepted == 0,
+        format!(
+            "{} accepted, {} stale rejected",
+            v.writes_accepted, v.stale_rejected
+        ),
+    );
+    r.check(
+        "a contender is granted once the holder released",
+        granted_after.is_some(),
+        format!("{granted_after:?}"),
+    );
+    r.check(
+        "the killed member rejoined",
+        restarted.is_ok(),
+        format!("{restarted:?}"),
+    );
     Ok(r)
 }

@@ -119,7 +119,13 @@ impl Jw {
     /// A `Stat` with this czxid (68 bytes).
     fn stat(&mut self, czxid: i64, owner: i64) -> &mut Self {
         self.long(czxid).long(czxid).long(0).long(0);
-        self.int(0).int(0).int(0).long(owner).int(0).int(0).long(czxid)
+        self.int(0)
+            .int(0)
+            .int(0)
+            .long(owner)
+            .int(0)
+            .int(0)
+            .long(czxid)
     }
 }
 
@@ -157,7 +163,10 @@ impl Server {
         if self.held && foreign.as_deref() == Some(path) {
             return Some(1);
         }
-        self.ours.iter().position(|p| p == path).map(|i| 2 + i as i64)
+        self.ours
+            .iter()
+            .position(|p| p == path)
+            .map(|i| 2 + i as i64)
     }
 
     /// The valid replies to the client's bytes (whole frames).
@@ -270,7 +279,15 @@ fn hostile(rng: &mut Rng, frame: &[u8]) -> Vec<u8> {
         }
         4 if body.len() >= 4 => {
             let xid = i32::from_be_bytes(body[..4].try_into().unwrap_or([0; 4]));
-            let wrong = *rng.pick(&[xid.wrapping_add(1), xid.wrapping_add(1000), -1, -2, -3, -4, i32::MIN]);
+            let wrong = *rng.pick(&[
+                xid.wrapping_add(1),
+                xid.wrapping_add(1000),
+                -1,
+                -2,
+                -3,
+                -4,
+                i32::MIN,
+            ]);
             let mut b = body.to_vec();
             b[..4].copy_from_slice(&wrong.to_be_bytes());
             framed(&b)
@@ -522,8 +539,9 @@ fn run_thread(t: usize, threads: usize, target: u64, replay: Option<u64>) -> Sta
             st.sessions += u64::from(one.sessions == 0);
             let why = take_last_panic().unwrap_or_default();
             if st.samples.len() < 8 {
-                st.samples
-                    .push(format!("seed {seed:#x} (S09_ZK_SEED={seed:x}) panicked: {why}"));
+                st.samples.push(format!(
+                    "seed {seed:#x} (S09_ZK_SEED={seed:x}) panicked: {why}"
+                ));
             }
         } else if st.false_grants > grants_before && st.samples.len() < 8 {
             st.samples.push(format!(
