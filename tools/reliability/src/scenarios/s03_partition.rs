@@ -167,9 +167,12 @@ pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
         }
     }
     tcp_variants(mode, &mut out, &timed);
-    out.extend(timed("3u", "zookeeper", &mut || {
-        zookeeper_partitioned(mode)
-    }));
+    // Not in the etcd-only run (another etcd version's).
+    if !mode.etcd_only {
+        out.extend(timed("3u", "zookeeper", &mut || {
+            zookeeper_partitioned(mode)
+        }));
+    }
     let redis =
         (mode.redis() && REDIS_IDS.iter().any(|id| runs(id))).then(|| RedisNodes::start(5, false));
     match redis {
