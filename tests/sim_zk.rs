@@ -368,7 +368,8 @@ fn final_checks(w: &World<ZkModel>, setup: &Setup) -> Result<(), String> {
 /// between the recipe's `createContainer` of it and its next create, and the
 /// recipe gives up after one round of making parents (`BACKEND`: "a parent
 /// is missing even after creating it") where Curator's retry loop makes
-/// them again. Seeds 30 and 61 of `calm_simulation` show it.
+/// them again. `SIM_ZK_STRICT=1 SIM_SEED=30 cargo test --test sim_zk
+/// calm_simulation` shows it.
 fn is_known_parent_race(error: &str) -> bool {
     error.contains("a parent is missing even after creating it")
         && std::env::var("SIM_ZK_STRICT").is_err()
