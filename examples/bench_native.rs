@@ -298,6 +298,11 @@ mod bench {
     }
 
     pub fn run(args: Vec<String>) -> Result<(), String> {
+        if let [mode, config] = args.as_slice() {
+            if mode == "zookeeper" {
+                return zookeeper::run(config);
+            }
+        }
         let [config] = args.as_slice() else {
             return Err("usage: BENCH_TOKEN=<token> bench_native '<json config>'".into());
         };
@@ -473,5 +478,98 @@ mod bench {
         let out = json!({ "uncontended": uncontended, "handoff": hand, "skipped": skipped });
         println!("{out}");
         Ok(())
+    }
+
+    /// `bench_native zookeeper '{"sliceMs":400,"rounds":6}'`: uncontended
+    /// acquire+release on a local ZooKeeper (Debian's 3.8, started here
+    /// through the devtools, tickTime 200) by the native client, beside
+    /// Curator 5.4's InterProcessMutex (the devtools' `CuratorPeer`, one JVM
+    /// with its own session; the loop timed inside the JVM), interleaved in
+    /// `rounds` slices: in each, the native client runs for `sliceMs`, then
+    /// Curator runs as many cycles as the native client made (at least 50).
+    /// Prints `{"native":{…},"curator":{…},"ratio":…}`: ops/s each, and
+    /// native ÷ Curator (above 1: the native client is faster). Never
+    /// asserted: a figure of this machine and this run.
+    mod zookeeper {
+        use std::time::{Duration, Instant};
+
+        use edgelock::core::BackendKind;
+        use edgelock_devtools::{CuratorPeer, ZooKeeperServer};
+        use serde_json::{json, Value};
+
+        use super::{count_between, ms, num, quantile, Lib};
+
+        /// Curator's lock path for edgelock's name (root `/edgelock`).
+        const NAME: &str = "bench-zk";
+
+        pub fn run(config: &str) -> Result<(), String> {
+            let cfg: Value = serde_json::from_str(config).map_err(|e| format!("config: {e}"))?;
+            let slice =
+                Duration::from_millis(cfg.get("sliceMs").and_then(Value::as_u64).unwrap_or(400));
+            let rounds = cfg.get("rounds").and_then(Value::as_u64).unwrap_or(6);
+            let zk = ZooKeeperServer::start().map_err(|e| format!("zookeeper: {e}"))?;
+            let lib = Lib {
+                id: "native-zookeeper",
+                kind: BackendKind::ZooKeeper,
+                options: json!({ "connect": zk.connect_string() }),
+                uncontended: true,
+            };
+            let native = lib.make().map_err(|e| format!("native client: {e}"))?;
+            let mut curator =
+                CuratorPeer::start(&zk.connect_string()).map_err(|e| format!("curator: {e}"))?;
+            let path = format!("/edgelock/{NAME}-curator");
+            // Warm-ups: the native client's session and parents, the JVM's JIT.
+            for _ in 0..20 {
+                native
+                    .client
+                    .acquire(NAME, None)
+                    .and_then(|l| l.release())
+                    .map_err(|e| e.to_string())?;
+            }
+            curator
+                .bench_mutex(&path, 500)
+                .map_err(|e| format!("curator warm-up: {e}"))?;
+            let (mut lat, mut busy, mut requests, mut errors) =
+                (Vec::new(), Duration::ZERO, 0, 0u64);
+            let (mut cur_ops, mut cur_busy) = (0u64, Duration::ZERO);
+            for _ in 0..rounds {
+                let start = Instant::now();
+                let before = lat.len();
+                while start.elapsed() < slice {
+                    let t = Instant::now();
+                    match native.client.acquire(NAME, None).and_then(|l| l.release()) {
+                        Ok(_) => lat.push(ms(t.elapsed())),
+                        Err(_) => errors += 1,
+                    }
+                }
+                let end = Instant::now();
+                busy += end - start;
+                requests += count_between(&native.log, start, end).0;
+                let n = (lat.len() - before).max(50) as u32;
+                cur_busy += curator
+                    .bench_mutex(&path, n)
+                    .map_err(|e| format!("curator: {e}"))?;
+                cur_ops += u64::from(n);
+            }
+            let _ = native.client.close();
+            let _ = curator.close();
+            let ops = lat.len();
+            let native_rate = ops as f64 / busy.as_secs_f64();
+            let curator_rate = cur_ops as f64 / cur_busy.as_secs_f64();
+            let out = json!({
+                "native": {
+                    "ops": ops,
+                    "opsPerSec": num(native_rate),
+                    "p50": num(quantile(&lat, 0.5)),
+                    "p99": num(quantile(&lat, 0.99)),
+                    "writesPerOp": num(if ops > 0 { requests as f64 / ops as f64 } else { f64::NAN }),
+                    "errors": errors,
+                },
+                "curator": { "ops": cur_ops, "opsPerSec": num(curator_rate), "meanMs": num(ms(cur_busy) / cur_ops.max(1) as f64) },
+                "ratio": num(native_rate / curator_rate),
+            });
+            println!("{out}");
+            Ok(())
+        }
     }
 }

@@ -13,7 +13,9 @@
 # Durable Object lock service and D1 backends inside workerd next to each
 # other and to etcd and Redis reached from the same Worker (bench/durable.mjs,
 # needs build/ and Miniflare from tests/worker); the Worker's handoff over
-# redis:// next to the Upstash gateway inside workerd (bench/workerd_tcp.mjs). Bounded (about 3 minutes of measuring after the builds).
+# redis:// next to the Upstash gateway inside workerd (bench/workerd_tcp.mjs); the
+# native client on a local ZooKeeper next to Curator's InterProcessMutex
+# (bench/zookeeper.mjs; the ratio printed, never asserted). Bounded (about 3 minutes of measuring after the builds).
 # Writes BENCHMARKS.md, bench/handoff.svg and bench/results.json (and the
 # other benches' bench/*-results.json).
 #   BENCH_SKIP_SETUP=1   do not run scripts/setup.sh first
@@ -69,3 +71,5 @@ echo "== running bench/durable.mjs (the Durable Object and D1 backends inside wo
 node bench/durable.mjs
 echo "== running bench/workerd_tcp.mjs (the Worker's handoff over redis:// next to the Upstash gateway, inside workerd)"
 node bench/workerd_tcp.mjs
+echo "== running bench/zookeeper.mjs (the native client on ZooKeeper next to Curator's InterProcessMutex; the ratio printed, not asserted)"
+node bench/zookeeper.mjs

@@ -5,6 +5,7 @@
 #
 #   bash scripts/reliability.sh            every scenario, long sizes; writes RELIABILITY.md
 #   bash scripts/reliability.sh --short    a few scenarios (1, 3m-3q, 4, 5c, 8, 9, 10, 11b), short sizes
+#                                          (with ZooKeeper: 1p, 10w)
 #                                          (with the Worker's backends in workerd: 1l, 1m, 8c, 10n-10r)
 #                                          (< 5 min; part of scripts/test.sh); writes target/reliability-short.md
 #   bash scripts/reliability.sh --only 5,6 chosen scenarios (long sizes) to target/reliability-only.md

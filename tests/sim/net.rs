@@ -174,6 +174,24 @@ pub trait SimServer {
     ) -> Vec<u8> {
         Vec::new()
     }
+    /// Whether its byte streams carry a protocol of its own framing (the
+    /// ZooKeeper model): the bytes a write brings go to
+    /// [`stream_bytes`](SimServer::stream_bytes) as they arrive, not
+    /// through the RESP decoder.
+    fn reads_raw_streams(&self) -> bool {
+        false
+    }
+    /// The bytes of one write on byte-stream connection `conn` of `client`
+    /// (any slice of the client's frames): the reply bytes.
+    fn stream_bytes(
+        &mut self,
+        _now: Millis,
+        _conn: RequestId,
+        _client: usize,
+        _data: &[u8],
+    ) -> Vec<u8> {
+        Vec::new()
+    }
 }
 
 impl<S: SimServer + ?Sized> SimServer for Box<S> {
@@ -209,6 +227,18 @@ impl<S: SimServer + ?Sized> SimServer for Box<S> {
         args: &[Vec<u8>],
     ) -> Vec<u8> {
         (**self).stream_command(now, conn, client, args)
+    }
+    fn reads_raw_streams(&self) -> bool {
+        (**self).reads_raw_streams()
+    }
+    fn stream_bytes(
+        &mut self,
+        now: Millis,
+        conn: RequestId,
+        client: usize,
+        data: &[u8],
+    ) -> Vec<u8> {
+        (**self).stream_bytes(now, conn, client, data)
     }
 }
 

@@ -11,7 +11,9 @@
 //! deadline, or the driver's safety net at `timeout_ms` + slack, ends it).
 //!
 //! Client → server: each write travels with a seeded delay, in order after
-//! the connection's earlier writes; the server reads the bytes as RESP
+//! the connection's earlier writes; a server of its own framing
+//! (`SimServer::reads_raw_streams`, the ZooKeeper model) reads them as they
+//! come (`SimServer::stream_bytes`); otherwise the server reads the bytes as RESP
 //! command arrays (`RespDecoder` reads a client's arrays of bulk strings;
 //! a write that is not one is a contract violation), runs each through
 //! `SimServer::stream_command` and sends the replies back.
@@ -269,6 +271,13 @@ impl<S: SimServer> World<S> {
             return;
         }
         let (c, endpoint) = (conn.client, conn.endpoint);
+        let server = self.routes[endpoint].1;
+        if self.servers[server].reads_raw_streams() {
+            return self.tcp_raw_data(wire, server, c, &data);
+        }
+        let Some(conn) = self.tcp.get_mut(&wire) else {
+            return;
+        };
         conn.decoder.feed(&data);
         let mut commands = Vec::new();
         let mut bad = None;
@@ -314,6 +323,19 @@ impl<S: SimServer> World<S> {
             let now = self.now;
             replies.extend(self.servers[server].stream_command(now, RequestId(wire), c, args));
         }
+        if !replies.is_empty() {
+            self.stream_chunk(wire, replies);
+        }
+        self.pump_streams(server);
+    }
+
+    /// A write reaches a server of its own framing (the ZooKeeper model):
+    /// it reads the bytes, its replies go back.
+    fn tcp_raw_data(&mut self, wire: u64, server: usize, c: usize, data: &[u8]) {
+        self.servers[server].advance(self.now);
+        self.stream_stats.commands += 1;
+        let now = self.now;
+        let replies = self.servers[server].stream_bytes(now, RequestId(wire), c, data);
         if !replies.is_empty() {
             self.stream_chunk(wire, replies);
         }

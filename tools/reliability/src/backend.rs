@@ -58,6 +58,15 @@ pub enum BackendSpec {
         #[serde(default = "yes")]
         auto_extend: bool,
     },
+    /// A ZooKeeper ensemble: `connect` is its connect string
+    /// (`host:port[,host:port][/chroot]`); the lock's TTL is the requested
+    /// session timeout (the server clamps it into `[2, 20] × tickTime`).
+    #[serde(rename = "zookeeper")]
+    ZooKeeper {
+        connect: String,
+        ttl_ms: u64,
+        request_timeout_ms: u64,
+    },
 }
 
 fn yes() -> bool {
@@ -73,7 +82,7 @@ struct Settings {
     kind: String,
     #[serde(default, alias = "endpoints", alias = "nodes")]
     urls: Vec<String>,
-    #[serde(alias = "node")]
+    #[serde(alias = "node", alias = "connect")]
     url: Option<String>,
     token: Option<String>,
     ttl_ms: u64,
@@ -145,7 +154,7 @@ impl BackendSpec {
         backend_named(&kind).unwrap_or_else(|| panic!("no backend named {kind:?}"))
     }
 
-    /// The backend's name (`etcd`, `redis`, `redlock`, `durable-object`).
+    /// The backend's name (`etcd`, `redis`, `redlock`, `durable-object`, `zookeeper`).
     pub fn kind(&self) -> &'static str {
         self.backend().name()
     }
@@ -208,6 +217,9 @@ impl BackendSpec {
     pub fn registry(&self) -> Result<Registry, LockError> {
         let s = self.settings();
         let backend = self.backend();
+        if let BackendSpec::ZooKeeper { connect, .. } = self {
+            return zookeeper_registry(connect, &s);
+        }
         let flags = Flags {
             urls: s.url.clone().into_iter().chain(s.urls.clone()).collect(),
             token: s.token.clone(),
@@ -229,6 +241,20 @@ impl BackendSpec {
     pub fn client(&self) -> Result<Client, LockError> {
         Client::connect(self.registry()?)
     }
+}
+
+/// ZooKeeper has no command-line reading (its flags are not built yet):
+/// its JSON options straight from the connect string, with the TTL as the
+/// requested session timeout.
+fn zookeeper_registry(connect: &str, s: &Settings) -> Result<Registry, LockError> {
+    let session_timeout_ms =
+        u32::try_from(s.ttl_ms).map_err(|e| LockError::invalid(e.to_string()))?;
+    let options = serde_json::json!({
+        "connect": connect,
+        "sessionTimeoutMs": session_timeout_ms,
+        "requestTimeoutMs": s.request_timeout_ms,
+    });
+    Registry::from_json(edgelock::core::BackendKind::ZooKeeper, &options.to_string())
 }
 
 /// The tool's settings as JSON options (the npm spelling), each applied to
@@ -257,7 +283,7 @@ mod tests {
 
     use super::BackendSpec;
 
-    fn every_variant() -> [BackendSpec; 4] {
+    fn every_variant() -> [BackendSpec; 5] {
         [
             BackendSpec::Etcd {
                 endpoints: vec!["http://a:2379".into(), "http://b:2379".into()],
@@ -284,13 +310,21 @@ mod tests {
                 request_timeout_ms: 1_000,
                 auto_extend: false,
             },
+            BackendSpec::ZooKeeper {
+                connect: "127.0.0.1:2181,127.0.0.1:2182/chroot".into(),
+                ttl_ms: 2_000,
+                request_timeout_ms: 600,
+            },
         ]
     }
 
     #[test]
     fn every_variant_names_a_backend_and_survives_the_command_line() {
         let names: Vec<&str> = every_variant().iter().map(|s| s.kind()).collect();
-        assert_eq!(names, ["etcd", "redis", "redlock", "durable-object"]);
+        assert_eq!(
+            names,
+            ["etcd", "redis", "redlock", "durable-object", "zookeeper"]
+        );
         for spec in every_variant() {
             let json = serde_json::to_string(&spec).unwrap();
             let back: BackendSpec = serde_json::from_str(&json).unwrap();
@@ -303,7 +337,7 @@ mod tests {
             .iter()
             .map(|s| s.queues_waiters_in_order())
             .collect();
-        assert_eq!(in_order, [false, false, false, true]);
+        assert_eq!(in_order, [false, false, false, true, true]);
     }
 
     /// A `redis://` node is the Redis protocol over TCP, built as
@@ -355,7 +389,7 @@ mod tests {
     /// The configurations the tool built by hand before it went through the table.
     #[test]
     fn each_variant_configures_its_backend_as_before() {
-        let [etcd, redis, redlock, durable] = every_variant().map(|s| s.registry().unwrap());
+        let [etcd, redis, redlock, durable, _] = every_variant().map(|s| s.registry().unwrap());
         let Registry::Etcd(c) = etcd else { panic!() };
         assert_eq!(c.endpoints, ["http://a:2379", "http://b:2379"]);
         assert_eq!((c.session_ttl_ms, c.request_timeout_ms), (3_000, 700));
@@ -389,5 +423,18 @@ mod tests {
             (c.ttl_ms, c.request_timeout_ms, c.auto_extend),
             (6_000, 1_000, false)
         );
+    }
+
+    /// The connect string, the TTL as the session timeout, the request timeout.
+    #[test]
+    fn zookeeper_maps_connect_and_session_timeout() {
+        let zk = every_variant()[4].clone();
+        assert_eq!(zk.label(), "zookeeper");
+        let Registry::ZooKeeper(c) = zk.registry().unwrap() else {
+            panic!()
+        };
+        assert_eq!(c.connect, "127.0.0.1:2181,127.0.0.1:2182/chroot");
+        assert_eq!((c.session_timeout_ms, c.request_timeout_ms), (2_000, 600));
+        assert_eq!(zk.ttl_ms(), 2_000);
     }
 }

@@ -9,8 +9,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use edgelock_devtools::{
-    http_request, EtcdCluster, EtcdOptions, FaultProxy, RedisOptions, RedisServer, UpstashGateway,
-    Webdis,
+    http_request, zk_four_letter_word, EtcdCluster, EtcdOptions, FaultProxy, RedisOptions,
+    RedisServer, UpstashGateway, Webdis, ZooKeeperOptions, ZooKeeperServer,
 };
 use serde_json::{json, Value};
 
@@ -336,3 +336,43 @@ pub fn contenders(
 
 // The Worker in workerd (the lock service, D1): shared with the Rust tests.
 pub use edgelock_devtools::workerd::{WorkerdHost, WORKER_TOKEN};
+
+/// A standalone ZooKeeper for a scenario: tickTime 200 ms (sessions of
+/// 400 ms … 4 s) and the `dump` four-letter word allowed, so that
+/// [`zk_ephemerals`] can count the lock nodes left behind.
+pub fn zookeeper_server() -> io::Result<ZooKeeperServer> {
+    ZooKeeperServer::start_with(ZooKeeperOptions {
+        config: vec![("4lw.commands.whitelist".into(), "srvr,dump".into())],
+        ..ZooKeeperOptions::default()
+    })
+}
+
+/// The ephemeral nodes ZooKeeper at `addr` still holds (every session's,
+/// from `dump`): a lock node left by a client that stopped. Containers are
+/// not ephemeral and do not count (the server removes them when empty).
+pub fn zk_ephemerals(addr: &str) -> io::Result<Vec<String>> {
+    let dump = zk_four_letter_word(addr, "dump", Duration::from_secs(5))?;
+    if !dump.contains("ephemeral nodes dump") {
+        return Err(io::Error::other(format!("unexpected dump: {dump}")));
+    }
+    Ok(dump
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with('/'))
+        .map(str::to_string)
+        .collect())
+}
+
+/// [`zk_ephemerals`]'s count, `usize::MAX` when it cannot be told; waits up
+/// to 2 s for closed sessions' nodes to go (closeSession is answered before
+/// the last client's process exits, but a killed one's session must expire).
+pub fn zk_nodes_left(addr: &str) -> usize {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        let n = zk_ephemerals(addr).map_or(usize::MAX, |v| v.len());
+        if n == 0 || Instant::now() >= deadline {
+            return n;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

@@ -377,6 +377,14 @@ impl ZkSession {
         now: Millis,
         input: Input,
     ) -> Vec<Answer> {
+        // Past the session bound the session is over, whatever arrives: a
+        // reply read now (say, queued while the process was paused) must not
+        // grant a lock the server may already have handed to another. The
+        // driver may run the due timer after this input, not before it.
+        if self.alive_until().is_some_and(|at| at <= now) {
+            self.cancel_stream(out);
+            return self.expire(out);
+        }
         match input {
             Input::Opened { id } => {
                 if let Link::Opening { stream, deadline } = self.link {

@@ -369,6 +369,26 @@ fn a_session_unconfirmed_for_its_timeout_expires_locally() {
     assert_eq!(w.s.session_id(), None);
 }
 
+/// A reply read after the session bound (queued while the process was
+/// paused, the bound's timer not run yet) is not delivered: the session
+/// expires first, the request fails as expired.
+#[test]
+fn a_reply_read_past_the_session_bound_expires_the_session_first() {
+    let mut w = Wire::new("a:1", None);
+    w.submit(0, get("/1"));
+    let (stream, _, _) = w.opened();
+    w.handshake(0, stream, 1, 3_000);
+    w.feed(10, stream, data_reply(1));
+    let pending = w.submit(20, get("/2"));
+    assert_eq!(w.s.alive_until(), Some(3_000));
+    let answers = w.feed(5_000, stream, data_reply(2));
+    assert_eq!(answers.len(), 1);
+    assert_eq!(answers[0].0, pending);
+    assert!(answers[0].1.is_err(), "{:?}", answers[0].1);
+    assert_eq!(w.s.take_events().last(), Some(&SessionEvent::Expired));
+    assert_eq!(w.s.session_id(), None);
+}
+
 /// A watch notification (xid -1) is an event with the chroot stripped.
 #[test]
 fn notifications_become_watch_events() {

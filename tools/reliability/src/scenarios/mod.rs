@@ -14,6 +14,7 @@ pub mod s08_late_release;
 pub mod s09_hostile;
 pub mod s10_load;
 pub mod s11_frozen_minority;
+pub mod s12_zk_ensemble;
 
 /// The variants `--variants 1h,3k` chose (none given: every variant).
 static VARIANTS: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
@@ -26,7 +27,7 @@ pub fn choose_variants(ids: Vec<String>) {
 
 /// Whether variant `id` (e.g. "10k") runs: every variant unless
 /// `--variants` named others. Scenarios that honour it check it before
-/// setting a variant up (1, 3, 4, 5, 8, 9, 10 and 11).
+/// setting a variant up (1, 3, 4, 5, 8, 9, 10, 11 and 12).
 pub fn wants(id: &str) -> bool {
     VARIANTS
         .get()
@@ -156,6 +157,14 @@ pub fn all() -> Vec<Scenario> {
             in_short: true,
             etcd: false,
             run: s11_frozen_minority::run,
+        },
+        Scenario {
+            id: "12",
+            title: "ZooKeeper ensemble: the leader killed, a holder's server killed",
+            // Three JVMs: the long run only.
+            in_short: false,
+            etcd: false,
+            run: s12_zk_ensemble::run,
         },
     ]
 }

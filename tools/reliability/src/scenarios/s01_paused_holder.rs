@@ -23,6 +23,8 @@
 //! 1n / 1o: 1b's lock on one redis-server / Redlock over three, reached
 //! over TCP (the Redis protocol on the native driver's stream, no HTTP front).
 //!
+//! 1p: 1b's lock on a standalone ZooKeeper, the TTL its session timeout.
+//!
 //! 1l: the lock service (Durable Object in workerd, the built Worker run by
 //! `tools/devtools/workerd-host.mjs`), its clients native, through the
 //! Worker's front `POST /lock/v1/<op>` with a bearer token.
@@ -35,7 +37,10 @@ use super::Mode;
 use crate::backend::BackendSpec;
 use crate::checker::{check, check_observer, held_through_failed_acquire, ObserverVerdict};
 use crate::history::{now_ms, History, OpKind, Outcome};
-use crate::infra::{contenders, etcd_keys, Crew, RedisNodes, WorkerdHost, WORKER_TOKEN};
+use crate::infra::{
+    contenders, etcd_keys, zk_nodes_left, zookeeper_server, Crew, RedisNodes, WorkerdHost,
+    WORKER_TOKEN,
+};
 use crate::report::ScenarioReport;
 use crate::resource::ResourceClient;
 use crate::worker::{WorkerProcess, WorkerSpec};
@@ -132,6 +137,9 @@ pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
         )),
     }
     tcp_variants(&mut out, trials);
+    if super::wants("1p") {
+        out.push(zookeeper_variant("1p", trials));
+    }
     if super::wants("1l") {
         // The lock service's Durable Object in workerd, reached by the
         // native client through the Worker's front.
@@ -221,6 +229,29 @@ fn tcp_variants(out: &mut Vec<ScenarioReport>, trials: usize) {
         r.duration = started.elapsed();
         out.push(r);
     }
+}
+
+/// 1p: the lock on a standalone ZooKeeper (Curator's mutex recipe), the
+/// TTL its session timeout: the server expires the paused holder's session
+/// (and its ephemeral lock node), the next in line is granted, and the
+/// holder's client, resumed, finds its session bound passed and reports
+/// Lost. Timed with the server's start-up (a JVM).
+fn zookeeper_variant(id: &str, trials: usize) -> ScenarioReport {
+    let started = Instant::now();
+    let mut r = match zookeeper_server() {
+        Ok(zk) => {
+            let spec = BackendSpec::ZooKeeper {
+                connect: zk.connect_string(),
+                ttl_ms: TTL_MS,
+                request_timeout_ms: 1_000,
+            };
+            let addr = zk.addr();
+            trial_report(id, &spec, Kind::Lock, trials, &|| zk_nodes_left(&addr))
+        }
+        Err(e) => ScenarioReport::failed_to_run(id, TITLE, "zookeeper", &format!("zookeeper: {e}")),
+    };
+    r.duration = started.elapsed();
+    r
 }
 
 const TITLE: &str = "holder paused (SIGSTOP) past its TTL";

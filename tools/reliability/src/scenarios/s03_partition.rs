@@ -35,6 +35,8 @@
 //!   deadline close the stream, so the half-open connection is noticed);
 //!   3s cuts that node instead (connections closed, reconnects refused),
 //!   3t delays every chunk to and from it past the request timeout.
+//! - 3u: 3c on a standalone ZooKeeper (the holder and the probe each
+//!   behind a fault proxy; the TTL is the session timeout): in the short run.
 //!
 //! Must hold: every operation ends within its bound (computed from the
 //! machines' retry policies, see [`etcd_acquire_bound`] and
@@ -78,8 +80,9 @@ const PERMITS: u32 = 2;
 /// The names of the lock set of 3m–3o.
 const SET_NAMES: usize = 3;
 /// The variants of the short run (`--short`): the partitioned holder of a
-/// lock set, on etcd, one Redis node and Redlock (webdis, then TCP).
-const IN_SHORT: &[&str] = &["3m", "3n", "3o", "3p", "3q"];
+/// lock set, on etcd, one Redis node and Redlock (webdis, then TCP); and
+/// ZooKeeper's partitioned holder (3u).
+const IN_SHORT: &[&str] = &["3m", "3n", "3o", "3p", "3q", "3u"];
 
 /// Longest an etcd acquire with `Wait::For(wait)` can take: each request is
 /// tried on up to n+1 endpoints (`max_attempts`), each attempt bounded by the
@@ -164,6 +167,12 @@ pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
         }
     }
     tcp_variants(mode, &mut out, &timed);
+    // Not in the etcd-only run (another etcd version's).
+    if !mode.etcd_only {
+        out.extend(timed("3u", "zookeeper", &mut || {
+            zookeeper_partitioned(mode)
+        }));
+    }
     let redis =
         (mode.redis() && REDIS_IDS.iter().any(|id| runs(id))).then(|| RedisNodes::start(5, false));
     match redis {
@@ -1178,6 +1187,51 @@ fn etcd_partitioned(
             set,
         },
     )
+}
+
+/// ZooKeeper's session timeout (the lock's TTL) and request timeout in 3u.
+const ZK_SESSION_MS: u64 = 3_000;
+const ZK_TIMEOUT_MS: u64 = 1_000;
+
+/// 3u: 3c on a standalone ZooKeeper, the holder and the probe behind a
+/// fault proxy of their own: the holder's client stops hearing the server,
+/// drops the stream after 2/3 of the session timeout, and reports Lost at
+/// its session bound (T after its last answered request); the server
+/// expires the session (T after the last packet it received, so later)
+/// and deletes the holder's node, and the next in line is granted.
+fn zookeeper_partitioned(mode: &Mode) -> Result<ScenarioReport, String> {
+    let zk = crate::infra::zookeeper_server().map_err(|e| format!("zookeeper: {e}"))?;
+    let proxy = FaultProxy::start(zk.addr().parse().map_err(|e| format!("{e}"))?)
+        .map_err(|e| format!("proxy: {e}"))?;
+    let spec = |connect: String| BackendSpec::ZooKeeper {
+        connect,
+        ttl_ms: ZK_SESSION_MS,
+        request_timeout_ms: ZK_TIMEOUT_MS,
+    };
+    // The probe's acquire ends at its wait; its create, if it went out,
+    // is abandoned with the session.
+    let probe_bound = PROBE_WAIT_MS + ZK_TIMEOUT_MS + SLACK_MS;
+    let bound_text = format!("probe acquire wait {PROBE_WAIT_MS} + {ZK_TIMEOUT_MS} + {SLACK_MS} slack = {probe_bound} ms; session timeout {ZK_SESSION_MS} ms");
+    let proxied = proxy.addr().to_string();
+    let r = client_partitioned(
+        mode,
+        Partitioned {
+            id: "3u",
+            backend: "zookeeper",
+            partitioned: spec(proxied),
+            direct: spec(zk.connect_string()),
+            proxies: vec![proxy],
+            probe_bound,
+            bound_text,
+            ttl_ms: ZK_SESSION_MS,
+            limit: None,
+            rw: false,
+            elect: false,
+            set: 0,
+        },
+    );
+    drop(zk);
+    r
 }
 
 fn redlock_client_partitioned(

@@ -26,6 +26,11 @@
 //!   bytes fed (nothing reserved from a declared length), errors final and
 //!   quoting nothing, valid streams (RESP2 and RESP3) decoded the same
 //!   however cut. 9a's hostile Redis bodies go through it too.
+//! - 9g: a hostile ZooKeeper server against the ZooKeeper machine (its
+//!   frame decoder and jute records): wrong frame lengths, truncated
+//!   records, garbage after a valid ConnectResponse, wrong xids, huge
+//!   counts, cut into single bytes: 0 panics, and never a grant while a
+//!   foreign client holds the lock.
 //!
 //! Everything in 9a is deterministic: a panicking session is reported with
 //! its codec and seed (and the input that hit it), which reproduce it.
@@ -40,6 +45,7 @@ mod resp;
 mod rng;
 mod secrets;
 mod tokens;
+mod zk;
 
 use std::time::{Duration, Instant};
 
@@ -608,5 +614,81 @@ pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
     if wants("9f") {
         out.push(resp_report(mode));
     }
+    if wants("9g") {
+        out.push(zk_report(mode));
+    }
     out
+}
+
+/// 9g: a hostile ZooKeeper server against the ZooKeeper machine.
+fn zk_report(mode: &Mode) -> ScenarioReport {
+    let target: u64 = mode.pick(20_000, 200_000);
+    let st = zk::run(2, target);
+    let mut r = ScenarioReport::new(
+        "9g",
+        TITLE,
+        "zookeeper (sans-IO machine)",
+        "hostile ZooKeeper server replies",
+    );
+    r.figure(
+        "sessions (of them with a foreign holder)",
+        format!("{} ({})", st.sessions, st.held_sessions),
+    );
+    r.figure(
+        "replies (hostile) / chunks fed",
+        format!("{} ({}) / {}", st.replies, st.hostile, st.chunks),
+    );
+    r.figure(
+        "acquired / released / lost / failed / closed",
+        format!(
+            "{} / {} / {} / {} / {}",
+            st.acquired, st.released, st.lost, st.failed, st.closed
+        ),
+    );
+    r.figure("sessions/s", rate(st.sessions, st.elapsed));
+    let samples = if st.samples.is_empty() {
+        "none".to_string()
+    } else {
+        st.samples.join(" | ")
+    };
+    r.check(
+        "no panic on any hostile ZooKeeper reply",
+        st.panics == 0,
+        if st.panics == 0 {
+            "0 panics".to_string()
+        } else {
+            samples.clone()
+        },
+    );
+    r.check(
+        "never granted while a foreign client holds the lock",
+        st.false_grants == 0 && st.held_sessions > 0,
+        if st.false_grants == 0 {
+            format!("0 grants in {} sessions", st.held_sessions)
+        } else {
+            samples.clone()
+        },
+    );
+    r.check(
+        "the sessions reached grants (free lock) and hostile replies",
+        st.acquired > 0 && st.hostile > 0,
+        format!("{} grants, {} hostile replies", st.acquired, st.hostile),
+    );
+    r.check(
+        &format!("at least {target} sessions"),
+        st.sessions >= target,
+        format!("{} in {:.1} s", st.sessions, st.elapsed.as_secs_f64()),
+    );
+    r.note(
+        "Each session drives a ZkMachine (1 or 2 hosts, a chroot sometimes) against a small valid ZooKeeper server whose \
+         replies are, for a per-session share of 5-100 %, made malformed: frame lengths wrong (negative, 0, 2^31 - 1, past \
+         the 1 MiB bound, a few bytes off), records truncated, garbage after a valid record (the ConnectResponse too) or as \
+         extra frames, wrong xids (another request's, a notification's, a ping's, random), inner lengths and counts of \
+         2^31 - 1 and -2^31, random bytes, a reply twice, a frame cut short; every reply cut into chunks (down to single \
+         bytes); connects refused and streams ended at random; acquires (Try / 500 ms / forever), cancels, releases, timers, \
+         then close. In half the sessions a foreign node holds the lock (sequence 0, never released). A reported session \
+         replays alone with `S09_ZK_SEED=<hex seed> reliability --only 9 --variants 9g --short`.",
+    );
+    r.duration = st.elapsed;
+    r
 }

@@ -24,6 +24,9 @@
 //! TCP, the Redis protocol on the native driver's stream; 10u semaphores and
 //! 10v read-write locks on one TCP node, with the checks of 10f–10j.
 //!
+//! 10w: the lock load on a standalone ZooKeeper (Curator's mutex recipe):
+//! waiters queue by sequence node, so every contender must progress.
+//!
 //! The Worker's backends, in workerd ([`WorkerdHost`]): 10n the load above
 //! on the Durable Object lock service (native clients through the Worker's
 //! front; every contender must progress: its queue is FIFO); 10o parallel
@@ -48,7 +51,8 @@ use crate::backend::BackendSpec;
 use crate::checker::{check, check_fenced, check_observer, held_through_failed_acquire};
 use crate::history::{History, OpKind};
 use crate::infra::{
-    contenders, etcd_keys, Crew, RedisNodes, WorkerdHost, UPSTASH_TOKEN, WORKER_TOKEN,
+    contenders, etcd_keys, zk_nodes_left, zookeeper_server, Crew, RedisNodes, WorkerdHost,
+    UPSTASH_TOKEN, WORKER_TOKEN,
 };
 use crate::report::ScenarioReport;
 use crate::resource::ResourceClient;
@@ -118,6 +122,9 @@ pub fn run(mode: &Mode) -> Vec<ScenarioReport> {
         worker_backends(mode, secs, &mut out);
     }
     tcp_variants(secs, &mut out);
+    if super::wants("10w") {
+        out.push(zookeeper_variant(secs));
+    }
     match RedisNodes::start(5, false) {
         Ok(nodes) => {
             let keys = || {
@@ -264,6 +271,29 @@ fn tcp_variants(secs: u64, out: &mut Vec<ScenarioReport>) {
         r.duration = started.elapsed();
         out.push(r);
     }
+}
+
+/// 10w: the load on a standalone ZooKeeper (Curator's mutex recipe; a
+/// waiter watches its predecessor), timed with the server's start-up.
+fn zookeeper_variant(secs: u64) -> ScenarioReport {
+    let id = "10w";
+    let started = Instant::now();
+    let mut r = match zookeeper_server() {
+        Ok(zk) => {
+            let spec = BackendSpec::ZooKeeper {
+                connect: zk.connect_string(),
+                ttl_ms: 4_000,
+                request_timeout_ms: 5_000,
+            };
+            let addr = zk.addr();
+            load_report(id, "zookeeper", &spec, secs, Kind::Lock, &|| {
+                zk_nodes_left(&addr)
+            })
+        }
+        Err(e) => ScenarioReport::failed_to_run(id, TITLE, "zookeeper", &e.to_string()),
+    };
+    r.duration = started.elapsed();
+    r
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
