@@ -97,13 +97,21 @@ pub(crate) struct NodeSpec {
 }
 
 /// See the module documentation.
+/// How many times a create that met a missing parent makes the parents
+/// again before it fails. More than once: the server deletes an empty
+/// container parent on its own (its container manager), so one may vanish
+/// between our making it and our create, as Curator's
+/// `creatingParentContainersIfNeeded` also retries (found by `sim_zk`).
+const MAX_PARENT_ROUNDS: u32 = 5;
+
 #[derive(Debug)]
 pub(crate) struct NodeAcquire {
     spec: NodeSpec,
     prefix: String,
     /// Our node's name and czxid, once known.
     node: Option<(String, i64)>,
-    made_parents: bool,
+    /// Rounds of parent creation so far (see [`MAX_PARENT_ROUNDS`]).
+    parent_rounds: u32,
     /// The node (or, for leases, the directory) whose event we wait for.
     waiting_on: Option<String>,
     /// Our node, found by its prefix, while its czxid is read.
@@ -117,7 +125,7 @@ impl NodeAcquire {
             spec,
             prefix,
             node: None,
-            made_parents: false,
+            parent_rounds: 0,
             waiting_on: None,
             found: None,
         }
@@ -192,14 +200,14 @@ impl NodeAcquire {
                 Step::Idle
             }
             Ok(_) => Step::Fail(Failure::Backend("a create2 reply without a Stat".into())),
-            Err(ZkError::Server(err::NO_NODE)) if !self.made_parents => {
-                self.made_parents = true;
+            Err(ZkError::Server(err::NO_NODE)) if self.parent_rounds < MAX_PARENT_ROUNDS => {
+                self.parent_rounds += 1;
                 let mut reqs = self.parents();
                 reqs.extend([self.create(), self.list()]);
                 Step::Send(reqs)
             }
             Err(ZkError::Server(err::NO_NODE)) => Step::Fail(Failure::Backend(format!(
-                "cannot create {}: a parent is missing even after creating it (does the chroot exist?)",
+                "cannot create {}: a parent is missing even after creating it {MAX_PARENT_ROUNDS} times (does the chroot exist?)",
                 self.spec.dir
             ))),
             // The node may exist: find it by its protected prefix.
