@@ -1,13 +1,13 @@
 //! ZooKeeper over a byte stream (issue 29), lowest layer first.
 //!
-//! At the bottom, the wire format of ZooKeeper 3.8's client protocol as
-//! `/work/briefs/zk-design.md` section 1 describes it, with no state of its
-//! own:
-//! - [`jute`]: the jute binary encoding ([`jute::Writer`], and
-//!   [`jute::Reader`], which never panics on what a server sends) and the
-//!   i32-length framing ([`jute::encode_frame`], [`jute::FrameDecoder`],
+//! At the bottom, the wire format of ZooKeeper 3.8's client protocol
+//! (`zookeeper.jute` and `ClientCnxn` of Apache ZooKeeper), with no state
+//! of its own:
+//! - `jute`: the jute binary encoding (`jute::Writer`, and
+//!   `jute::Reader`, which never panics on what a server sends) and the
+//!   i32-length framing (`jute::encode_frame`, `jute::FrameDecoder`,
 //!   bounded by `jute.maxbuffer`'s default 0xfffff);
-//! - [`records`]: the records the lock recipes exchange (connect pair,
+//! - `records`: the records the lock recipes exchange (connect pair,
 //!   request/reply headers, `Stat`, create2, delete, exists, getData,
 //!   getChildren2, setData, watch events, auth) and the op-code, xid,
 //!   error-code, create-mode and permission constants.

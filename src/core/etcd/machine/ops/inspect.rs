@@ -2,7 +2,7 @@
 //! and who waits (a semaphore's or a read-write lock's holders too); a
 //! second request reads the oldest holder's lease TTL for `remaining_ms`.
 
-use super::super::{permits, shared, EtcdMachine, Failure};
+use super::super::{election, permits, shared, EtcdMachine, Failure};
 use super::{Next, Reply};
 use crate::core::etcd::gateway::{self as gw, KeyValue, LeaseTtl, RangeResponse};
 use crate::core::runtime::small_sort;
@@ -93,7 +93,7 @@ fn status_of(name: &str, lock_prefix: &[u8], kvs: &[KeyValue]) -> (LockStatus, O
         }
         None => {
             // An exclusive holder, or the readers ahead of the oldest writer.
-            let st = shared::rw_status(name, lock_prefix, kvs);
+            let st = shared::rw_status(name, lock_prefix, kvs, election::is_leader_value);
             (st, kvs.first().cloned())
         }
     }

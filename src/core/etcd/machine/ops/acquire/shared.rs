@@ -149,17 +149,20 @@ impl Acquire {
 
 /// What an inspect reports about a name that is no semaphore, from every key
 /// of its name (oldest first): an exclusive holder, or the readers that
-/// precede the oldest writer key; everyone else is queued, with kinds.
+/// precede the oldest writer key; everyone else is queued, with kinds
+/// (`is_leader` tells a leadership's value, see `election.rs`, whose value
+/// forms build on this file's).
 pub(in crate::core::etcd::machine) fn rw_status(
     name: &str,
     lock_prefix: &[u8],
     kvs: &[gw::KeyValue],
+    is_leader: fn(&[u8]) -> bool,
 ) -> LockStatus {
     let text = |kv: &gw::KeyValue| String::from_utf8_lossy(&kv.key).into_owned();
     let kind = |kv: &gw::KeyValue| {
         if is_reader_key(lock_prefix, &kv.key) {
             LockKind::Shared
-        } else if super::super::super::election::is_leader_value(&kv.value) {
+        } else if is_leader(&kv.value) {
             LockKind::Leader
         } else {
             LockKind::Exclusive
@@ -258,6 +261,9 @@ mod tests {
         );
     }
 
+    /// No value is a leadership's here (elections are `election_tests.rs`'s).
+    const NO_LEADER: fn(&[u8]) -> bool = |_| false;
+
     fn kv(key: &[u8], rev: i64, value: &[u8]) -> gw::KeyValue {
         gw::KeyValue {
             key: key.to_vec(),
@@ -277,7 +283,7 @@ mod tests {
             kv(b"el/rw/3c", 7, b"0123456789abcdef"),
             kv(b"el/rw/r/2a.9", 8, b"r:z"),
         );
-        let st = rw_status("rw", p, &[r1.clone(), r2, w.clone(), r3]);
+        let st = rw_status("rw", p, &[r1.clone(), r2, w.clone(), r3], NO_LEADER);
         let kinds = |hs: &[Holder]| {
             hs.iter()
                 .map(|h| (h.id.clone(), h.kind, h.fencing_token))
@@ -299,7 +305,7 @@ mod tests {
         );
         assert!(st.held && st.fencing_token == Some(5) && st.waiters.len() == 2);
         // A writer first holds alone; the reader behind it waits.
-        let st = rw_status("rw", p, &[w, r1]);
+        let st = rw_status("rw", p, &[w, r1], NO_LEADER);
         assert_eq!(
             kinds(&st.holders),
             vec![("el/rw/3c".into(), LockKind::Exclusive, Some(7))]
@@ -308,7 +314,7 @@ mod tests {
             kinds(&st.queued),
             vec![("el/rw/r/2a.1".into(), LockKind::Shared, None)]
         );
-        assert!(!rw_status("rw", p, &[]).held);
+        assert!(!rw_status("rw", p, &[], NO_LEADER).held);
     }
 
     // ---- the machine, scripted: requests out, hand-written etcd replies in ----
