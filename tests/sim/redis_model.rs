@@ -272,7 +272,9 @@ fn script_keys(s: Script, numkeys: &[u8], rest: &[Vec<u8>]) -> Option<usize> {
         // v4: also the hold count (reentrant holds).
         Script::Release => n == 5,
         Script::Reenter => n == 2,
-        Script::ReleaseShared | Script::Leave => n == 5,
+        Script::ReleaseShared => n == 5,
+        // v3: also the bypass record.
+        Script::Leave => n == 6,
         // v4: also the bypass record.
         Script::AcquireQueued => n == 7,
         Script::AcquirePermit => n >= 5,
@@ -847,8 +849,11 @@ impl RedisModel {
                 if free {
                     self.set(key, token.clone(), Some(ttl), g);
                     self.data.remove(ikey.as_slice());
-                    if let Some(h) = &head {
-                        self.record_bypass(q, bkey, h, bypassed + 1, g);
+                    match &head {
+                        Some(h) => self.record_bypass(q, bkey, h, bypassed + 1, g),
+                        None => {
+                            self.data.remove(bkey.as_slice());
+                        }
                     }
                     self.log.push(Rec::Granted {
                         key: key.to_vec(),
@@ -1015,8 +1020,11 @@ impl RedisModel {
                     };
                     self.set(key, token.clone(), Some(ttl), g);
                     self.data.remove(ikey.as_slice());
-                    if let Some(h) = &other {
-                        self.record_bypass(&qkey, bkey, h, bypassed + 1, g);
+                    match &other {
+                        Some(h) => self.record_bypass(&qkey, bkey, h, bypassed + 1, g),
+                        None => {
+                            self.data.remove(bkey.as_slice());
+                        }
                     }
                     self.log.push(Rec::Granted {
                         key: key.to_vec(),
@@ -1053,6 +1061,17 @@ impl RedisModel {
             }
             Script::Leave => {
                 let waiter = arg(0);
+                // v3: a head that leaves deletes its bypass record.
+                let head = self
+                    .queues
+                    .get(&qkey)
+                    .and_then(|q| q.first())
+                    .map(|(w, _)| w.clone());
+                if head.as_ref() == Some(&waiter) {
+                    if let Some(bkey) = keys.get(5) {
+                        self.data.remove(bkey.as_slice());
+                    }
+                }
                 self.leave_queue(&qkey, &waiter);
                 // The writer intent goes with a waiter that gives up.
                 let intent = keys.get(4).is_some_and(|k| {

@@ -228,14 +228,15 @@ fn a_waiting_writer_sets_the_intent_and_a_try_does_not() {
     assert_eq!(leave.len(), 1);
     assert_eq!(script_of(leave[0]), Script::Leave);
     assert_eq!(
-        args(leave[0])[2..8],
+        args(leave[0])[2..9],
         [
-            "5",
+            "6",
             "{edgelock:cfg}",
             "{edgelock:cfg}:fence",
             "{edgelock:cfg}:queue",
             "{edgelock:cfg}:leases",
-            "{edgelock:cfg}:wintent"
+            "{edgelock:cfg}:wintent",
+            "{edgelock:cfg}:bypass"
         ]
     );
 }

@@ -54,7 +54,11 @@ local last = redis.call('ZRANGE', KEYS[5], -1, -1, 'WITHSCORES')
 if not last[2] and (not other or n < tonumber(ARGV[5])) and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   if redis.call('ZREM', KEYS[4], ARGV[3]) == 1 then redis.call('LREM', KEYS[3], 1, ARGV[3]) end
   redis.call('DEL', KEYS[6])
-  if other then redis.call('SET', KEYS[7], head .. ':' .. (n + 1), 'PX', lease_end - now) end
+  if other then
+    redis.call('SET', KEYS[7], head .. ':' .. (n + 1), 'PX', lease_end - now)
+  else
+    redis.call('DEL', KEYS[7])
+  end
   return {1, redis.call('INCR', KEYS[2]), 0}
 end
 local f = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
@@ -119,7 +123,11 @@ pub fn acquire_queued(
 /// readers are woken (`released:<counter>`, naming nobody). Another waiting
 /// writer sets the intent again with its next attempt (the new head is
 /// woken at once).
-pub const LEAVE: &str = "-- edgelock leave v2
+///
+/// v3: a head that leaves deletes its bypass record (`KEYS[6]`, see
+/// [`ACQUIRE`](super::ACQUIRE)); the next head starts with none.
+pub const LEAVE: &str = "-- edgelock leave v3
+if redis.call('LINDEX', KEYS[3], 0) == ARGV[1] then redis.call('DEL', KEYS[6]) end
 redis.call('LREM', KEYS[3], 0, ARGV[1])
 redis.call('ZREM', KEYS[4], ARGV[1])
 local intent = redis.call('DEL', KEYS[5])
@@ -150,6 +158,7 @@ fn leave_of(base: &str, fence_key: &str, waiter: &str) -> RedisCommand {
             &queue_key(base),
             &leases_key(base),
             &intent_key(base),
+            &bypass_key(base),
         ],
         &[waiter, &wake_channel(base)],
     )

@@ -38,6 +38,9 @@ use crate::core::redis::value::{RedisCommand, RedisValue};
 /// so every waiter is served within a bounded number of grants. Dead heads
 /// (lease over) are dropped first. A refusal for the head's sake waits the
 /// head's remaining lease (the head is woken by the release that freed it).
+/// A grant with no live head deletes the record (a left-over of a head that
+/// left or died), as the head's own grant and its leaving do, so that
+/// nothing stays behind once the waiters are gone.
 pub const ACQUIRE: &str = "-- edgelock acquire v4
 local every = ARGV[3] == '1'
 local f
@@ -66,7 +69,11 @@ end
 if not last[2] and (not head or n < tonumber(ARGV[5])) and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   if not every then f = redis.call('INCR', KEYS[2]) end
   redis.call('DEL', KEYS[4])
-  if head then redis.call('SET', KEYS[7], head .. ':' .. (n + 1), 'PX', lease_end - now) end
+  if head then
+    redis.call('SET', KEYS[7], head .. ':' .. (n + 1), 'PX', lease_end - now)
+  else
+    redis.call('DEL', KEYS[7])
+  end
   return {1, f, 0}
 end
 if not every then f = tonumber(redis.call('GET', KEYS[2]) or '0') or 0 end
