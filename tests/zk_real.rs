@@ -56,8 +56,10 @@ fn exclusive_lock_excludes_wakes_the_waiter_and_tokens_rise() {
     assert!(first.release().expect("release"));
     let (b, second) = waiter.join().unwrap();
     let second = second.expect("the waiter gets the lock");
+    // A ZooKeeper waiter has no timer to fall back on: only the watch wakes
+    // it, within its 10 s wait. The bound leaves a slow machine room.
     assert!(
-        started.elapsed() < Duration::from_secs(2),
+        started.elapsed() < Duration::from_secs(8),
         "woken by the watch, not a timer"
     );
     assert!(second.fencing_token() > first_token);
@@ -130,7 +132,8 @@ fn curator_and_edgelock_exclude_each_other_and_a_dead_holder_expires() {
     let next = other
         .acquire("orders", Some(Duration::from_secs(3)))
         .expect("freed by closeSession");
-    assert!(started.elapsed() < Duration::from_secs(1));
+    // Freed by closeSession, not by the session's expiry (4 s after close).
+    assert!(started.elapsed() < Duration::from_millis(3_500));
     assert!(next.release().unwrap());
     other.close().unwrap();
 }

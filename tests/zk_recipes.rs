@@ -86,8 +86,10 @@ fn semaphore_v2_interoperates_both_ways() {
     let started = Instant::now();
     curator.sem_release("/edgelock/s").expect("curator release");
     let permit = waiter.join().unwrap().expect("acquire").expect("held");
+    // Only the watch wakes a ZooKeeper waiter (no timer), within its 10 s
+    // wait; the bound leaves a slow machine room.
     assert!(
-        started.elapsed() < Duration::from_secs(3),
+        started.elapsed() < Duration::from_secs(8),
         "woken by the watch"
     );
     assert!(permit.fencing_token() > lease.czxid as u64);
